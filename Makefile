@@ -1,0 +1,30 @@
+# The README's commands. `make help` lists them.
+PKGS    := github.com/usagebilling/billing/...
+GO      ?= go
+
+.PHONY: help demo test check unit-test fuzz bench kafka-jars
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+demo: ## run the library demo: outbox -> Kafka -> inbox on a throwaway PostgreSQL and an embedded broker
+	$(GO) run ./pkg/cmd/outbox-demo
+
+test: check unit-test fuzz ## run every check and test (what CI runs)
+
+check: ## gofmt, go vet, and the module files are tidy
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+unit-test: ## all Go tests against a throwaway PostgreSQL, kfake and a real Apache Kafka
+	$(GO) test -count=1 -timeout 30m $(PKGS)
+
+fuzz: ## fuzz envelope decoding for a short while
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./pkg/envelope/
+
+bench: ## relay throughput for 1, 10 and 1,000 keys
+	$(GO) test -run '^$$' -bench RelayThroughput -benchtime 20000x -count 3 ./pkg/outbox/
+
+kafka-jars: ## fetch the Apache Kafka jars from Maven Central into the user cache
+	$(GO) run ./pkg/cmd/kafka-jars

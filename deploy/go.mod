@@ -1,0 +1,3 @@
+module github.com/usagebilling/billing/deploy
+
+go 1.26.0

@@ -1,0 +1,3 @@
+module github.com/usagebilling/billing/e2e
+
+go 1.26.0

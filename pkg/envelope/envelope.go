@@ -1,0 +1,635 @@
+// Package envelope defines the event envelope every service publishes through
+// its outbox and consumes through its inbox, and its strict decoder.
+//
+// An envelope is a JSON object whose field names are a fixed contract (see
+// Envelope). Its payload is a JSON object kept in canonical form (see
+// Canonical) and covered by payloadDigest, so a consumer can tell a replay
+// (same eventId, same digest) from a conflicting reuse of an eventId.
+//
+// Decoding is strict, and every failure is a *DecodeError whose Reason is
+// machine-readable: ReasonMalformed, ReasonTooLarge, ReasonUnknownEventType,
+// ReasonUnsupportedSchema, ReasonDigestMismatch, MissingField(name) or
+// InvalidField(name). The same input always fails with the same reason.
+//
+// Field rules, shared by Decode, New and Marshal ("missing" means absent, JSON
+// null or, for strings, empty):
+//
+//   - eventId: a UUID of version 7 and the RFC 4122 variant, in canonical
+//     lowercase 8-4-4-4-12 form.
+//   - eventType, aggregateType: 1 to MaxIDLength characters of
+//     [A-Za-z0-9_.-].
+//   - schemaVersion: an integer from 1 to 2^31-1, written without fraction or
+//     exponent.
+//   - tenantId: 1 to MaxIDLength characters of [A-Za-z0-9_-].
+//   - aggregateId: 1 to MaxIDLength printable ASCII characters (U+0021 to
+//     U+007E) other than '|', so the partition key stays unambiguous.
+//   - aggregateVersion: an integer from 1 to 2^63-1.
+//   - partitionKey: exactly PartitionKey(tenantId, aggregateType,
+//     aggregateId).
+//   - payload: a JSON object (see Canonical for what it may contain).
+//   - payloadDigest: 64 lowercase hex digits, equal to Digest(payload).
+//   - occurredAt, recordedAt: RFC 3339 timestamps, not the zero time, whose
+//     UTC year is 1 to 9999. Decode returns them in UTC.
+//   - producer: 1 to MaxIDLength printable ASCII characters.
+//   - correlationId, causationId: optional; when present, like producer.
+//   - traceparent: optional; when present, a W3C Trace Context version-00
+//     traceparent (see ValidTraceparent).
+//
+// Unknown top-level fields are rejected as ReasonMalformed rather than
+// InvalidField(name): a reason must not carry an arbitrary producer-chosen
+// name.
+package envelope
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+)
+
+// MaxIDLength is the longest tenantId, eventType, aggregateType, aggregateId,
+// producer, correlationId and causationId allowed, in bytes.
+const MaxIDLength = 128
+
+// maxSchemaVersion keeps schemaVersion within 32 bits on every platform.
+const maxSchemaVersion = 1<<31 - 1
+
+// Envelope is one event as it travels through the outbox, Kafka and the inbox.
+// Build one with New; Marshal and Decode check every field (see the package
+// documentation for the rules).
+type Envelope struct {
+	// EventID identifies the event; a UUIDv7, so ids sort by creation time.
+	EventID uuid.UUID `json:"eventId"`
+	// EventType names the payload's type, e.g. "UsageAccepted".
+	EventType string `json:"eventType"`
+	// SchemaVersion is the version of the payload's schema, from 1.
+	SchemaVersion int `json:"schemaVersion"`
+	// TenantID is the tenant the event belongs to.
+	TenantID string `json:"tenantId"`
+	// AggregateType is the type of the aggregate that emitted the event.
+	AggregateType string `json:"aggregateType"`
+	// AggregateID identifies the aggregate within its type and tenant.
+	AggregateID string `json:"aggregateId"`
+	// AggregateVersion is gap-free per aggregate, starting at 1.
+	AggregateVersion int64 `json:"aggregateVersion"`
+	// PartitionKey is tenantId|aggregateType|aggregateId, the Kafka key.
+	PartitionKey string `json:"partitionKey"`
+	// Payload is the event's data: a JSON object in canonical form.
+	Payload json.RawMessage `json:"payload"`
+	// PayloadDigest is the lowercase hex SHA-256 of Payload's canonical bytes.
+	PayloadDigest string `json:"payloadDigest"`
+	// OccurredAt is when the fact happened in the domain.
+	OccurredAt time.Time `json:"occurredAt"`
+	// RecordedAt is when the producer built the envelope.
+	RecordedAt time.Time `json:"recordedAt"`
+	// Producer names the service that built the envelope.
+	Producer string `json:"producer"`
+	// CorrelationID ties together the events of one business flow.
+	CorrelationID string `json:"correlationId,omitempty"`
+	// CausationID is the id of the event or command that caused this one.
+	CausationID string `json:"causationId,omitempty"`
+	// Traceparent is the W3C traceparent of the producing span, when present.
+	Traceparent string `json:"traceparent,omitempty"`
+}
+
+// Meta is what New needs besides the payload.
+type Meta struct {
+	// EventType names the payload's type.
+	EventType string
+	// SchemaVersion is the version of the payload's schema, from 1.
+	SchemaVersion int
+	// TenantID is the tenant the event belongs to.
+	TenantID string
+	// AggregateType is the type of the aggregate that emits the event.
+	AggregateType string
+	// AggregateID identifies the aggregate.
+	AggregateID string
+	// AggregateVersion is the aggregate's version after this event, from 1.
+	AggregateVersion int64
+	// OccurredAt is when the fact happened; New truncates it to microseconds
+	// and converts it to UTC.
+	OccurredAt time.Time
+	// Producer names the producing service.
+	Producer string
+	// CorrelationID is optional.
+	CorrelationID string
+	// CausationID is optional.
+	CausationID string
+	// Traceparent is optional; it must be valid when set (see
+	// ValidTraceparent).
+	Traceparent string
+}
+
+// PartitionKey returns the partition key of an aggregate:
+// "<tenantID>|<aggregateType>|<aggregateID>". None of the parts may contain
+// '|', so the key is unambiguous.
+func PartitionKey(tenantID, aggregateType, aggregateID string) string {
+	return tenantID + "|" + aggregateType + "|" + aggregateID
+}
+
+// New builds an envelope: a new UUIDv7 event id, the payload marshalled with
+// encoding/json (without HTML escaping) and canonicalised, its digest, the
+// partition key, and RecordedAt set to now. Both times are in UTC, truncated to
+// microseconds so that they survive a PostgreSQL round trip. New checks the
+// result with the rules of Decode and returns a *DecodeError (whose message
+// starts "new envelope:") when m or the payload breaks one.
+func New(m Meta, payload any) (Envelope, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Envelope{}, fmt.Errorf("new envelope: generate event id: %w", err)
+	}
+	e := Envelope{
+		EventID:          id,
+		EventType:        m.EventType,
+		SchemaVersion:    m.SchemaVersion,
+		TenantID:         m.TenantID,
+		AggregateType:    m.AggregateType,
+		AggregateID:      m.AggregateID,
+		AggregateVersion: m.AggregateVersion,
+		PartitionKey:     PartitionKey(m.TenantID, m.AggregateType, m.AggregateID),
+		OccurredAt:       m.OccurredAt.UTC().Truncate(time.Microsecond),
+		RecordedAt:       time.Now().UTC().Truncate(time.Microsecond),
+		Producer:         m.Producer,
+		CorrelationID:    m.CorrelationID,
+		CausationID:      m.CausationID,
+		Traceparent:      m.Traceparent,
+	}
+	body, err := marshalJSON(payload)
+	if err != nil {
+		return Envelope{}, withOp(invalid("payload", "marshal payload: %w", err), "new envelope")
+	}
+	if e.Payload, err = Canonical(body); err != nil {
+		return Envelope{}, withOp(invalid("payload", "%w", err), "new envelope")
+	}
+	e.PayloadDigest = digestOf(e.Payload)
+	if err := e.checkFields(); err != nil {
+		return Envelope{}, withOp(err, "new envelope")
+	}
+	return e, nil
+}
+
+// Marshal checks e with the rules of Decode (all but the registry's) and
+// returns its JSON encoding, with the payload in canonical form and both times
+// in UTC. It returns a *DecodeError (whose message starts "marshal
+// envelope:") when a field breaks a rule, so an invalid envelope is refused
+// by its producer instead of being quarantined by every consumer.
+func (e Envelope) Marshal() ([]byte, error) {
+	if err := e.checkFields(); err != nil {
+		return nil, withOp(err, "marshal envelope")
+	}
+	canon, err := Canonical(e.Payload)
+	if err != nil {
+		return nil, withOp(invalid("payload", "%w", err), "marshal envelope")
+	}
+	if digestOf(canon) != e.PayloadDigest {
+		return nil, withOp(newError(ReasonDigestMismatch, "payloadDigest %s does not match the payload", e.PayloadDigest), "marshal envelope")
+	}
+	e.Payload = canon
+	e.OccurredAt = e.OccurredAt.UTC()
+	e.RecordedAt = e.RecordedAt.UTC()
+	out, err := marshalJSON(e)
+	if err != nil {
+		return nil, fmt.Errorf("marshal envelope: %w", err)
+	}
+	return out, nil
+}
+
+// marshalJSON is json.Marshal without HTML escaping and without the trailing
+// newline of an Encoder.
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// checkFields checks every field but the payload's content and digest, in the
+// order of the struct. The first broken rule is returned.
+func (e *Envelope) checkFields() *DecodeError {
+	switch {
+	case e.EventID == uuid.Nil:
+		return missing("eventId")
+	case e.EventID.Version() != 7 || e.EventID.Variant() != uuid.RFC4122:
+		return invalid("eventId", "%s is not a UUIDv7", e.EventID)
+	}
+	if err := checkName("eventType", e.EventType, nameChars); err != nil {
+		return err
+	}
+	switch {
+	case e.SchemaVersion == 0:
+		return missing("schemaVersion")
+	case e.SchemaVersion < 1 || e.SchemaVersion > maxSchemaVersion:
+		return invalid("schemaVersion", "%d is out of range", e.SchemaVersion)
+	}
+	if err := checkName("tenantId", e.TenantID, tenantChars); err != nil {
+		return err
+	}
+	if err := checkName("aggregateType", e.AggregateType, nameChars); err != nil {
+		return err
+	}
+	if err := checkName("aggregateId", e.AggregateID, idChars); err != nil {
+		return err
+	}
+	switch {
+	case e.AggregateVersion == 0:
+		return missing("aggregateVersion")
+	case e.AggregateVersion < 1:
+		return invalid("aggregateVersion", "%d is out of range", e.AggregateVersion)
+	}
+	switch want := PartitionKey(e.TenantID, e.AggregateType, e.AggregateID); {
+	case e.PartitionKey == "":
+		return missing("partitionKey")
+	case e.PartitionKey != want:
+		return invalid("partitionKey", "%s is not %s", quote(e.PartitionKey), quote(want))
+	}
+	if len(e.Payload) == 0 {
+		return missing("payload")
+	}
+	switch {
+	case e.PayloadDigest == "":
+		return missing("payloadDigest")
+	case !isDigest(e.PayloadDigest):
+		return invalid("payloadDigest", "%s is not 64 lowercase hex digits", quote(e.PayloadDigest))
+	}
+	if err := checkTime("occurredAt", e.OccurredAt); err != nil {
+		return err
+	}
+	if err := checkTime("recordedAt", e.RecordedAt); err != nil {
+		return err
+	}
+	if err := checkName("producer", e.Producer, printableChars); err != nil {
+		return err
+	}
+	if e.CorrelationID != "" {
+		if err := checkName("correlationId", e.CorrelationID, printableChars); err != nil {
+			return err
+		}
+	}
+	if e.CausationID != "" {
+		if err := checkName("causationId", e.CausationID, printableChars); err != nil {
+			return err
+		}
+	}
+	if e.Traceparent != "" && !ValidTraceparent(e.Traceparent) {
+		return invalid("traceparent", "%s is not a W3C traceparent", quote(e.Traceparent))
+	}
+	return nil
+}
+
+// Character classes of names and ids.
+const (
+	tenantChars    = iota // [A-Za-z0-9_-]
+	nameChars             // [A-Za-z0-9_.-]
+	idChars               // printable ASCII but '|'
+	printableChars        // printable ASCII
+)
+
+func checkName(field, s string, class int) *DecodeError {
+	if s == "" {
+		return missing(field)
+	}
+	if len(s) > MaxIDLength {
+		return invalid(field, "longer than %d bytes", MaxIDLength)
+	}
+	for i := 0; i < len(s); i++ {
+		if !inClass(s[i], class) {
+			return invalid(field, "%s has a character outside the allowed set", quote(s))
+		}
+	}
+	return nil
+}
+
+func inClass(c byte, class int) bool {
+	alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+	switch class {
+	case tenantChars:
+		return alnum || c == '_' || c == '-'
+	case nameChars:
+		return alnum || c == '_' || c == '-' || c == '.'
+	case idChars:
+		return c > ' ' && c < 0x7F && c != '|'
+	default:
+		return c > ' ' && c < 0x7F
+	}
+}
+
+func checkTime(field string, t time.Time) *DecodeError {
+	if t.IsZero() {
+		return missing(field)
+	}
+	if y := t.UTC().Year(); y < 1 || y > 9999 {
+		return invalid(field, "year %d is out of range", y)
+	}
+	return nil
+}
+
+func isDigest(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	return isLowerHex(s)
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidTraceparent reports whether s is a W3C Trace Context traceparent of
+// version 00: "vv-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>", all hex
+// lowercase, version not "ff", trace-id and parent-id not all zeros. Header
+// values of later versions (which may append fields) are not accepted. A
+// service taking a traceparent from an untrusted request should drop an
+// invalid one (as W3C says) before passing it to New, which rejects it.
+func ValidTraceparent(s string) bool {
+	if len(s) != 55 || s[2] != '-' || s[35] != '-' || s[52] != '-' {
+		return false
+	}
+	version, traceID, parentID, flags := s[0:2], s[3:35], s[36:52], s[53:55]
+	if !isLowerHex(version) || !isLowerHex(traceID) || !isLowerHex(parentID) || !isLowerHex(flags) {
+		return false
+	}
+	return version != "ff" &&
+		traceID != "00000000000000000000000000000000" &&
+		parentID != "0000000000000000"
+}
+
+// Indexes of the envelope's fields in a parsed document.
+const (
+	fEventID = iota
+	fEventType
+	fSchemaVersion
+	fTenantID
+	fAggregateType
+	fAggregateID
+	fAggregateVersion
+	fPartitionKey
+	fPayload
+	fPayloadDigest
+	fOccurredAt
+	fRecordedAt
+	fProducer
+	fCorrelationID
+	fCausationID
+	fTraceparent
+	numFields
+)
+
+var fieldNames = [numFields]string{
+	"eventId", "eventType", "schemaVersion", "tenantId", "aggregateType", "aggregateId",
+	"aggregateVersion", "partitionKey", "payload", "payloadDigest", "occurredAt", "recordedAt",
+	"producer", "correlationId", "causationId", "traceparent",
+}
+
+func fieldIndex(name string) int {
+	for i, n := range fieldNames {
+		if n == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Kinds of a parsed top-level value.
+const (
+	kindAbsent = iota
+	kindNull
+	kindBool
+	kindNumber
+	kindString
+	kindComposite // object or array
+)
+
+// rawField is one top-level member of an envelope document.
+type rawField struct {
+	kind   int
+	text   string // a string's value or a number's literal
+	object bool   // for kindComposite: an object, not an array
+	canon  []byte // for kindComposite: its canonical form
+}
+
+// parseEnvelope parses raw as one strict JSON object with known, distinct
+// member names. Any failure is ReasonMalformed.
+func parseEnvelope(raw []byte) (*[numFields]rawField, *DecodeError) {
+	s := scanner{data: raw, maxDepth: MaxPayloadDepth + 1}
+	fields, err := s.envelope()
+	if err != nil {
+		return nil, &DecodeError{Reason: ReasonMalformed, Err: err}
+	}
+	return fields, nil
+}
+
+func (s *scanner) envelope() (*[numFields]rawField, error) {
+	var fields [numFields]rawField
+	if !utf8.Valid(s.data) {
+		return nil, fmt.Errorf("invalid UTF-8")
+	}
+	s.ws()
+	if err := s.expect('{'); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	s.ws()
+	if s.peek() == '}' {
+		s.pos++
+		return &fields, s.end()
+	}
+	for {
+		if s.peek() != '"' {
+			return nil, s.errorf("want a string key")
+		}
+		key, err := s.str()
+		if err != nil {
+			return nil, err
+		}
+		i := fieldIndex(key)
+		if i < 0 {
+			return nil, s.errorf("unknown field %s", quote(key))
+		}
+		f := &fields[i]
+		if f.kind != kindAbsent {
+			return nil, s.errorf("duplicate field %s", quote(key))
+		}
+		s.ws()
+		if err := s.expect(':'); err != nil {
+			return nil, err
+		}
+		s.ws()
+		if err := s.field(f); err != nil {
+			return nil, err
+		}
+		s.ws()
+		if s.peek() == ',' {
+			s.pos++
+			s.ws()
+			continue
+		}
+		if err := s.expect('}'); err != nil {
+			return nil, err
+		}
+		return &fields, s.end()
+	}
+}
+
+// field reads one top-level value into f.
+func (s *scanner) field(f *rawField) error {
+	var err error
+	switch c := s.peek(); {
+	case c == '"':
+		f.kind = kindString
+		f.text, err = s.str()
+	case c == '-' || (c >= '0' && c <= '9'):
+		f.kind = kindNumber
+		f.text, err = s.number()
+	case c == '{' || c == '[':
+		f.kind = kindComposite
+		f.object = c == '{'
+		f.canon, err = s.value(nil, 1)
+	case c == 'n':
+		f.kind = kindNull
+		_, err = s.literal(nil, "null")
+	case c == 't' || c == 'f':
+		f.kind = kindBool
+		_, err = s.value(nil, 1)
+	default:
+		_, err = s.value(nil, 1) // reports the syntax error
+		if err == nil {
+			err = s.errorf("want a value")
+		}
+	}
+	return err
+}
+
+// decodeEnvelope parses and checks raw. It does not consult a registry.
+func decodeEnvelope(raw []byte) (Envelope, *DecodeError) {
+	fields, derr := parseEnvelope(raw)
+	if derr != nil {
+		return Envelope{}, derr
+	}
+	var e Envelope
+	var err *DecodeError
+	str := func(i int) string {
+		if err != nil {
+			return ""
+		}
+		var s string
+		s, err = stringField(fields, i)
+		return s
+	}
+	if id := str(fEventID); id != "" {
+		e.EventID, err = parseEventID(id)
+	}
+	e.EventType = str(fEventType)
+	if err == nil {
+		var n int64
+		n, err = intField(fields, fSchemaVersion, maxSchemaVersion)
+		e.SchemaVersion = int(n)
+	}
+	e.TenantID = str(fTenantID)
+	e.AggregateType = str(fAggregateType)
+	e.AggregateID = str(fAggregateID)
+	if err == nil {
+		e.AggregateVersion, err = intField(fields, fAggregateVersion, 1<<63-1)
+	}
+	e.PartitionKey = str(fPartitionKey)
+	if err == nil {
+		switch f := fields[fPayload]; {
+		case f.kind == kindAbsent || f.kind == kindNull:
+			err = missing("payload")
+		case f.kind != kindComposite || !f.object:
+			err = invalid("payload", "not a JSON object")
+		default:
+			e.Payload = f.canon
+		}
+	}
+	e.PayloadDigest = str(fPayloadDigest)
+	if ts := str(fOccurredAt); err == nil {
+		e.OccurredAt, err = parseTime("occurredAt", ts)
+	}
+	if ts := str(fRecordedAt); err == nil {
+		e.RecordedAt, err = parseTime("recordedAt", ts)
+	}
+	e.Producer = str(fProducer)
+	e.CorrelationID = str(fCorrelationID)
+	e.CausationID = str(fCausationID)
+	e.Traceparent = str(fTraceparent)
+	if err != nil {
+		return Envelope{}, err
+	}
+	if err := e.checkFields(); err != nil {
+		return Envelope{}, err
+	}
+	if digestOf(e.Payload) != e.PayloadDigest {
+		return Envelope{}, newError(ReasonDigestMismatch, "payloadDigest %s does not match the payload", e.PayloadDigest)
+	}
+	return e, nil
+}
+
+// stringField returns a string field's value, "" when it is absent or null.
+// Whether it is required is checkFields' business.
+func stringField(fields *[numFields]rawField, i int) (string, *DecodeError) {
+	switch f := fields[i]; f.kind {
+	case kindAbsent, kindNull:
+		return "", nil
+	case kindString:
+		return f.text, nil
+	default:
+		return "", invalid(fieldNames[i], "not a string")
+	}
+}
+
+// intField returns a required integer field in [1, max].
+func intField(fields *[numFields]rawField, i int, max int64) (int64, *DecodeError) {
+	name := fieldNames[i]
+	switch f := fields[i]; f.kind {
+	case kindAbsent, kindNull:
+		return 0, missing(name)
+	case kindNumber:
+		n, err := strconv.ParseInt(f.text, 10, 64)
+		if err != nil || n < 1 || n > max {
+			return 0, invalid(name, "%s is not an integer from 1 to %d", quote(f.text), max)
+		}
+		return n, nil
+	default:
+		return 0, invalid(name, "not a number")
+	}
+}
+
+// parseEventID parses the canonical lowercase form of a UUID; its version is
+// checked by checkFields.
+func parseEventID(s string) (uuid.UUID, *DecodeError) {
+	id, err := uuid.Parse(s)
+	if err != nil || id.String() != s {
+		return uuid.UUID{}, invalid("eventId", "%s is not a UUID in canonical lowercase form", quote(s))
+	}
+	if id == uuid.Nil {
+		return uuid.UUID{}, invalid("eventId", "the nil UUID")
+	}
+	return id, nil
+}
+
+// parseTime parses an RFC 3339 timestamp ("" is left to checkFields as
+// missing) and returns it in UTC.
+func parseTime(field, s string) (time.Time, *DecodeError) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, invalid(field, "%s is not an RFC 3339 timestamp", quote(s))
+	}
+	if t.IsZero() {
+		return time.Time{}, invalid(field, "the zero time")
+	}
+	return t.UTC(), nil
+}

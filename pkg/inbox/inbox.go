@@ -1,0 +1,308 @@
+// Package inbox decides every consumed event in the same PostgreSQL
+// transaction as its effect, as exactly one of:
+//
+//   - APPLIED: first time seen and its predecessors are here; the handler's
+//     effect (and whatever it appends to the outbox) commits with the
+//     decision.
+//   - DUPLICATE: the same eventId with the same digest was decided before, or
+//     the event's aggregate version, or its business effect, already exists.
+//     No effect; success.
+//   - DEFERRED: the aggregate's previous version, or a fact the handler needs
+//     (DeferUntil), is not here yet. The raw message is kept and decided again
+//     when the missing event is applied, or by the periodic Sweep.
+//   - QUARANTINED: the message can never be processed as it is (undecodable,
+//     unknown type or schema, the same eventId with another digest, a
+//     Permanent handler error). The raw bytes are kept with the reason, and
+//     the events behind it keep flowing. Redecide redrives it later through the
+//     decoders of the day.
+//
+// Anything else (the database is down, a deadlock, a cancelled context) is
+// transient: Decide returns the error, the caller rolls the transaction back
+// and tries the same messages again. A transient failure is never quarantined.
+//
+// Runner consumes Kafka topics through a consumer group and decides them in
+// batches, marking a message's offset only after its batch has committed.
+package inbox
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations is the inbox schema, tracked in its own migrations table so it
+// can live beside a service's own schema.
+var Migrations = pgmigrate.Set{FS: migrationFiles, Dir: "migrations", Table: "inbox_schema_migrations"}
+
+// Migrate applies the inbox schema to the database.
+func Migrate(_ context.Context, databaseURL string) error {
+	return pgmigrate.Up(databaseURL, Migrations)
+}
+
+// Outcomes of a Decision.
+const (
+	Applied     = "applied"
+	Duplicate   = "duplicate"
+	Deferred    = "deferred"
+	Quarantined = "quarantined"
+)
+
+// Reasons the inbox itself gives. Decode failures carry the envelope
+// package's reasons (malformed, unsupported_schema, ...); Permanent handler
+// errors carry the handler's.
+const (
+	// ReasonDigestConflict: the eventId was seen before with another payload
+	// digest.
+	ReasonDigestConflict = "digest_conflict"
+	// ReasonVersionGap: the aggregate's previous version is not applied yet.
+	ReasonVersionGap = "version_gap"
+	// ReasonMissingFact: the handler asked to wait for a fact (DeferUntil).
+	ReasonMissingFact = "missing_fact"
+	// ReasonVersionApplied: another event already holds this aggregate
+	// version (a DUPLICATE).
+	ReasonVersionApplied = "version_already_applied"
+	// ReasonEffectExists prefixes a DUPLICATE found by a unique constraint of
+	// the business effect: "effect_exists:<constraint>".
+	ReasonEffectExists = "effect_exists"
+)
+
+// Message is one consumed message, as received.
+type Message struct {
+	Raw       []byte
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// Decision is how one event was decided.
+type Decision struct {
+	// EventID is the event's id; zero when the message is not an envelope.
+	EventID uuid.UUID
+	// EventType is the event's type, as far as it could be read.
+	EventType string
+	// Outcome is Applied, Duplicate, Deferred or Quarantined.
+	Outcome string
+	// Reason says why a message was not applied: the quarantine reason, the
+	// deferral reason (ReasonVersionGap, ReasonMissingFact), or what made it a
+	// duplicate.
+	Reason string
+	// WaitKey is what a DEFERRED event waits for.
+	WaitKey string
+	// Woken is set on the decision of a deferred event that was decided again
+	// because an event of the same call provided what it waited for.
+	Woken bool
+}
+
+// Outcome is what a successful handler reports.
+type Outcome struct {
+	// Provides lists the keys this application makes available, e.g.
+	// "price/t1/api_calls/USD@3". Deferred events waiting for one of them are
+	// decided again in the same transaction. The aggregate key of the applied
+	// event (AggregateKey) is provided without being listed.
+	Provides []string
+}
+
+// Handler applies one decoded event inside tx. It returns DeferUntil(key) when
+// a fact it needs is missing, Permanent(reason, err) when the event can never
+// be applied, and any other error for a transient failure. Whatever it wrote
+// before returning an error is undone. A unique violation it raises counts as
+// DUPLICATE (see Options.OriginConstraints); another integrity violation or a
+// data exception (SQLSTATE classes 23 and 22) counts as Permanent.
+type Handler func(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (Outcome, error)
+
+// Quarantined describes a message just quarantined, for Options.OnQuarantine.
+type Quarantined struct {
+	// ID is the inbox_quarantine row.
+	ID int64
+	// EventID is zero when the message is not an envelope.
+	EventID   uuid.UUID
+	EventType string
+	TenantID  string
+	Reason    string
+	// RawSHA256 is the lowercase hex SHA-256 of the raw bytes.
+	RawSHA256 string
+	Topic     string
+	Partition int32
+	Offset    int64
+	// Envelope is the decoded envelope when the message decoded (a digest
+	// conflict, a Permanent handler error); nil otherwise.
+	Envelope *envelope.Envelope
+}
+
+// Options configure an Inbox.
+type Options struct {
+	// Service names the consuming service in metrics and logs.
+	Service string
+	// Logger receives quarantines (warn) and deferrals (debug). Nil discards.
+	Logger *slog.Logger
+	// Registerer registers the inbox metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// OnQuarantine, when set, is called in the deciding transaction each time
+	// a new quarantine row is created (not when identical bytes come again), so
+	// the service can append an EventQuarantined to its outbox atomically. An
+	// error is transient: the whole batch is tried again.
+	OnQuarantine func(ctx context.Context, tx pgx.Tx, q Quarantined) error
+	// OriginConstraints names the unique constraints that guard a business
+	// effect's origin event. A handler's unique violation on one of them is a
+	// DUPLICATE; on any other constraint it is a Permanent error. Empty means
+	// every unique violation is a DUPLICATE.
+	OriginConstraints []string
+}
+
+// Inbox decides consumed events. It is safe for concurrent use.
+type Inbox struct {
+	registry *envelope.Registry
+	handlers map[string]Handler
+	opts     Options
+	origin   map[string]bool
+	log      *slog.Logger
+	metrics  *metrics
+}
+
+// New returns an Inbox that decodes with registry and applies each event type
+// with its handler. An event type without a handler is quarantined as
+// unknown_event_type. The error reports a failed metrics registration.
+func New(registry *envelope.Registry, handlers map[string]Handler, opts Options) (*Inbox, error) {
+	if registry == nil {
+		return nil, errors.New("new inbox: nil registry")
+	}
+	hs := make(map[string]Handler, len(handlers))
+	for t, h := range handlers {
+		if h == nil {
+			return nil, fmt.Errorf("new inbox: nil handler for %s", t)
+		}
+		hs[t] = h
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "inbox", "service", opts.Service)
+	m, err := newMetrics(opts.Registerer, opts.Service)
+	if err != nil {
+		return nil, fmt.Errorf("new inbox: register metrics: %w", err)
+	}
+	origin := make(map[string]bool, len(opts.OriginConstraints))
+	for _, c := range opts.OriginConstraints {
+		origin[c] = true
+	}
+	return &Inbox{registry: registry, handlers: hs, opts: opts, origin: origin, log: log, metrics: m}, nil
+}
+
+// AggregateKey is the wait key of an aggregate's version: a deferred event of
+// version v waits for AggregateKey(..., v-1), which every applied event
+// provides for its own version.
+func AggregateKey(tenantID, aggregateType, aggregateID string, version int64) string {
+	return "agg/" + tenantID + "/" + aggregateType + "/" + aggregateID + "@" + strconv.FormatInt(version, 10)
+}
+
+// DeferUntil is the error a handler returns when a fact it needs (named by
+// key) is missing: the event is DEFERRED until an applied event provides key
+// (Outcome.Provides), or until the sweep finds it applicable.
+func DeferUntil(key string) error {
+	return &deferError{key: key}
+}
+
+type deferError struct{ key string }
+
+func (e *deferError) Error() string { return "defer until " + e.key }
+
+// Permanent is the error a handler returns when the event can never be
+// applied: it is QUARANTINED with reason (a short machine-readable word).
+func Permanent(reason string, err error) error {
+	if reason == "" {
+		reason = "permanent"
+	}
+	return &permanentError{reason: reason, err: err}
+}
+
+type permanentError struct {
+	reason string
+	err    error
+}
+
+func (e *permanentError) Error() string {
+	if e.err == nil {
+		return "permanent: " + e.reason
+	}
+	return "permanent: " + e.reason + ": " + e.err.Error()
+}
+
+func (e *permanentError) Unwrap() error { return e.err }
+
+// ErrNotRetained is returned by Redecide for an event the inbox holds neither
+// deferred nor quarantined.
+var ErrNotRetained = errors.New("event not retained as deferred or quarantined")
+
+// Querier is what Stats needs: a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Stats is the inbox's backlog.
+type Stats struct {
+	// Deferred is the number of deferred events.
+	Deferred int64
+	// OldestDeferredAge is the age of the oldest deferred event (first seen).
+	OldestDeferredAge time.Duration
+	// Quarantined is the number of quarantined messages not redriven.
+	Quarantined int64
+}
+
+// Stats reads the inbox's backlog.
+func (ib *Inbox) Stats(ctx context.Context, q Querier) (Stats, error) {
+	var s Stats
+	var ageSeconds float64
+	err := q.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM inbox_deferred),
+		       (SELECT COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(first_seen)), 0)::float8 FROM inbox_deferred),
+		       (SELECT count(*) FROM inbox_quarantine WHERE state = 'quarantined')`).
+		Scan(&s.Deferred, &ageSeconds, &s.Quarantined)
+	if err != nil {
+		return Stats{}, fmt.Errorf("read inbox stats: %w", err)
+	}
+	if ageSeconds > 0 {
+		s.OldestDeferredAge = time.Duration(ageSeconds * float64(time.Second))
+	}
+	return s, nil
+}
+
+// RefreshGauges reads Stats and sets the deferred and quarantined gauges.
+// Runner calls it periodically.
+func (ib *Inbox) RefreshGauges(ctx context.Context, q Querier) (Stats, error) {
+	s, err := ib.Stats(ctx, q)
+	if err != nil {
+		return Stats{}, err
+	}
+	ib.metrics.deferred.Set(float64(s.Deferred))
+	ib.metrics.deferredAge.Set(s.OldestDeferredAge.Seconds())
+	ib.metrics.quarantined.Set(float64(s.Quarantined))
+	return s, nil
+}
+
+// Observe counts committed decisions in inbox_decisions_total. Call it after
+// the transaction that Decide, Redecide or RedecideQuarantined ran in has
+// committed (Runner and Sweep do), so rolled-back attempts are not counted.
+func (ib *Inbox) Observe(ds []Decision) {
+	for _, d := range ds {
+		t := d.EventType
+		if _, ok := ib.handlers[t]; !ok {
+			t = "unknown" // bounded label values: only types this inbox handles
+		}
+		ib.metrics.decisions.WithLabelValues(d.Outcome, t).Inc()
+	}
+}

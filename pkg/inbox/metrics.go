@@ -1,0 +1,90 @@
+package inbox
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics of an Inbox. Every metric carries the service as a constant label,
+// so the inboxes of several services can share one registry.
+type metrics struct {
+	decisions   *prometheus.CounterVec
+	deferred    prometheus.Gauge
+	deferredAge prometheus.Gauge
+	quarantined prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, service string) (*metrics, error) {
+	labels := prometheus.Labels{"service": service}
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels})
+	}
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "inbox_decisions_total",
+			Help:        "Committed inbox decisions, by outcome and event type.",
+			ConstLabels: labels,
+		}, []string{"outcome", "event_type"}),
+		deferred:    gauge("inbox_deferred", "Deferred events waiting for a predecessor or a fact."),
+		deferredAge: gauge("inbox_deferred_oldest_age_seconds", "Age of the oldest deferred event."),
+		quarantined: gauge("inbox_quarantined", "Quarantined messages not yet redriven."),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	m.decisions = register(reg, m.decisions, &err)
+	m.deferred = register(reg, m.deferred, &err)
+	m.deferredAge = register(reg, m.deferredAge, &err)
+	m.quarantined = register(reg, m.quarantined, &err)
+	return m, err
+}
+
+// runnerMetrics of a Runner.
+type runnerMetrics struct {
+	batchDuration   prometheus.Histogram
+	transientErrors prometheus.Counter
+}
+
+func newRunnerMetrics(reg prometheus.Registerer, service string) (*runnerMetrics, error) {
+	labels := prometheus.Labels{"service": service}
+	m := &runnerMetrics{
+		batchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:        "inbox_batch_duration_seconds",
+			Help:        "Time to decide and commit one batch of consumed messages.",
+			ConstLabels: labels,
+			Buckets:     prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		transientErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        "inbox_transient_errors_total",
+			Help:        "Batch or sweep attempts that failed transiently and were retried.",
+			ConstLabels: labels,
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	m.batchDuration = register(reg, m.batchDuration, &err)
+	m.transientErrors = register(reg, m.transientErrors, &err)
+	return m, err
+}
+
+// register registers c, or returns the collector already registered under
+// its name and labels, so that several inboxes of one service in one process
+// share their metrics.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	*errp = errors.Join(*errp, err)
+	return c
+}

@@ -1,0 +1,99 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// refreshLeases records the relay as alive, renews the leases it holds, and
+// moves its share of shards towards NumShards / live relays: it gives up
+// extra shards and takes free or expired ones. Giving up happens only here,
+// between rounds, so a shard is never handed over with a send in flight.
+func (r *Relay) refreshLeases(ctx context.Context) error {
+	ttl := r.cfg.LeaseTTL
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO outbox_relay (owner, seen_at) VALUES ($1, now())
+		ON CONFLICT (owner) DO UPDATE SET seen_at = now()`, r.owner)
+	b.Queue(`DELETE FROM outbox_relay WHERE seen_at < now() - $1::interval`, ttl)
+	b.Queue(`SELECT count(*) FROM outbox_relay`)
+	b.Queue(`UPDATE outbox_shard SET lease_until = now() + $2::interval
+		WHERE owner = $1 RETURNING shard`, r.owner, ttl)
+	res := r.pool.SendBatch(ctx, b)
+	defer res.Close()
+	if _, err := res.Exec(); err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	if _, err := res.Exec(); err != nil {
+		return fmt.Errorf("forget dead relays: %w", err)
+	}
+	var alive int
+	if err := res.QueryRow().Scan(&alive); err != nil {
+		return fmt.Errorf("count relays: %w", err)
+	}
+	held, err := collectShards(res)
+	if err != nil {
+		return fmt.Errorf("renew leases: %w", err)
+	}
+	if err := res.Close(); err != nil {
+		return fmt.Errorf("renew leases: %w", err)
+	}
+	r.leasedAt = time.Now()
+
+	target := (NumShards + max(alive, 1) - 1) / max(alive, 1)
+	switch {
+	case len(held) > target:
+		slices.Sort(held)
+		extra := held[target:]
+		if _, err := r.pool.Exec(ctx, `UPDATE outbox_shard SET owner = NULL, lease_until = '-infinity'
+			WHERE owner = $1 AND shard = ANY($2)`, r.owner, extra); err != nil {
+			return fmt.Errorf("release extra shards: %w", err)
+		}
+		held = held[:target]
+	case len(held) < target:
+		rows, err := r.pool.Query(ctx, `UPDATE outbox_shard SET owner = $1, lease_until = now() + $2::interval
+			WHERE shard IN (SELECT shard FROM outbox_shard
+			                WHERE owner IS NULL OR lease_until < now()
+			                ORDER BY random() LIMIT $3 FOR UPDATE SKIP LOCKED)
+			RETURNING shard`, r.owner, ttl, target-len(held))
+		if err != nil {
+			return fmt.Errorf("acquire shards: %w", err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int16])
+		if err != nil {
+			return fmt.Errorf("acquire shards: %w", err)
+		}
+		if len(got) > 0 {
+			r.log.Debug("acquired outbox shards", "shards", got)
+		}
+		held = append(held, got...)
+	}
+	slices.Sort(held)
+	for s := range r.backoff {
+		if !slices.Contains(held, s) {
+			delete(r.backoff, s)
+		}
+	}
+	r.shards = held
+	r.metrics.ownedShards.Set(float64(len(held)))
+	return nil
+}
+
+func collectShards(res pgx.BatchResults) ([]int16, error) {
+	rows, err := res.Query()
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int16])
+}
+
+// releaseAll hands every shard back and leaves the relay table.
+func (r *Relay) releaseAll(ctx context.Context) error {
+	b := &pgx.Batch{}
+	b.Queue(`UPDATE outbox_shard SET owner = NULL, lease_until = '-infinity' WHERE owner = $1`, r.owner)
+	b.Queue(`DELETE FROM outbox_relay WHERE owner = $1`, r.owner)
+	return r.pool.SendBatch(ctx, b).Close()
+}

@@ -1,0 +1,132 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Querier is what the read and maintenance functions need: a pool, a
+// connection or a transaction.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Stats describes an outbox backlog.
+type Stats struct {
+	Pending            int64
+	OldestPendingAge   time.Duration
+	MaxPendingPerKey   int64
+	DeadLetters        int64
+	OldestDeadLetterID int64
+}
+
+// ReadStats reads the backlog of the outbox.
+func ReadStats(ctx context.Context, q Querier) (Stats, error) {
+	var s Stats
+	var age float64
+	err := q.QueryRow(ctx, `
+		SELECT
+		  (SELECT count(*) FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL),
+		  COALESCE((SELECT extract(epoch FROM now() - min(created_at))::float8
+		            FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL), 0),
+		  COALESCE((SELECT max(c) FROM (SELECT count(*) AS c FROM outbox_event
+		            WHERE published_at IS NULL AND dead_at IS NULL GROUP BY partition_key) k), 0),
+		  (SELECT count(*) FROM outbox_event WHERE dead_at IS NOT NULL),
+		  COALESCE((SELECT min(id) FROM outbox_event WHERE dead_at IS NOT NULL), 0)`).
+		Scan(&s.Pending, &age, &s.MaxPendingPerKey, &s.DeadLetters, &s.OldestDeadLetterID)
+	if err != nil {
+		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
+	}
+	s.OldestPendingAge = time.Duration(age * float64(time.Second))
+	return s, nil
+}
+
+// DeadLetter is an outbox row that exhausted its attempts.
+type DeadLetter struct {
+	ID        int64
+	EventID   uuid.UUID
+	EventType string
+	Topic     string
+	Attempts  int
+	LastError string
+	CreatedAt time.Time
+	DeadAt    time.Time
+}
+
+// ListDeadLetters returns up to limit dead letters with id > after, oldest first.
+func ListDeadLetters(ctx context.Context, q Querier, after int64, limit int) ([]DeadLetter, error) {
+	rows, err := q.Query(ctx, `
+		SELECT id, event_id, event_type, topic, attempts, COALESCE(last_error, ''), created_at, dead_at
+		FROM outbox_event WHERE dead_at IS NOT NULL AND id > $1 ORDER BY id LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox dead letters: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DeadLetter])
+	if err != nil {
+		return nil, fmt.Errorf("list outbox dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// ReleaseDeadLetter gives a dead letter a fresh set of attempts. It reports
+// whether the event was a dead letter. The caller audits the release.
+func ReleaseDeadLetter(ctx context.Context, q Querier, eventID uuid.UUID) (bool, error) {
+	tag, err := q.Exec(ctx, `UPDATE outbox_event SET dead_at = NULL, attempts = 0
+		WHERE event_id = $1 AND dead_at IS NOT NULL`, eventID)
+	if err != nil {
+		return false, fmt.Errorf("release outbox dead letter %s: %w", eventID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Purge deletes rows published more than retention ago, batch rows per
+// statement so that no statement holds many locks or a long transaction. Dead
+// letters and pending rows are never purged. It returns the rows deleted.
+func Purge(ctx context.Context, q Querier, retention time.Duration, batch int) (int64, error) {
+	var total int64
+	for {
+		tag, err := q.Exec(ctx, `
+			DELETE FROM outbox_event WHERE id IN (
+				SELECT id FROM outbox_event
+				WHERE published_at < now() - $1::interval
+				ORDER BY published_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, retention, batch)
+		if err != nil {
+			return total, fmt.Errorf("purge published outbox rows: %w", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) || ctx.Err() != nil {
+			return total, nil
+		}
+	}
+}
+
+func (r *Relay) purge(ctx context.Context) {
+	n, err := Purge(ctx, r.pool, r.cfg.Retention, r.cfg.PurgeBatch)
+	if err != nil && ctx.Err() == nil {
+		r.log.Warn("purge outbox", "err", err)
+	}
+	if n > 0 {
+		r.log.Info("purged published outbox rows", "rows", n, "retention", r.cfg.Retention)
+	}
+}
+
+func (r *Relay) refreshStats(ctx context.Context) {
+	s, err := ReadStats(ctx, r.pool)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("refresh outbox stats", "err", err)
+		}
+		return
+	}
+	r.metrics.pending.Set(float64(s.Pending))
+	r.metrics.oldestAge.Set(s.OldestPendingAge.Seconds())
+	r.metrics.maxPerKey.Set(float64(s.MaxPendingPerKey))
+	r.metrics.deadLetters.Set(float64(s.DeadLetters))
+}

@@ -1,0 +1,70 @@
+package outbox
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	pending        prometheus.Gauge
+	oldestAge      prometheus.Gauge
+	maxPerKey      prometheus.Gauge
+	deadLetters    prometheus.Gauge
+	ownedShards    prometheus.Gauge
+	published      prometheus.Counter
+	failedAttempts prometheus.Counter
+	commitToAck    prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+	}
+	m := &metrics{
+		pending:     gauge("outbox_pending", "Outbox rows not yet published (dead letters excluded)."),
+		oldestAge:   gauge("outbox_oldest_pending_age_seconds", "Age of the oldest pending outbox row."),
+		maxPerKey:   gauge("outbox_max_pending_per_key", "Most pending outbox rows of any one partition key."),
+		deadLetters: gauge("outbox_dead_letters", "Outbox rows that exhausted their attempts and wait for an operator."),
+		ownedShards: gauge("outbox_relay_owned_shards", "Shards whose lease this relay holds."),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_published_total", Help: "Outbox rows acknowledged by the broker and marked published."}),
+		failedAttempts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "outbox_failed_attempts_total", Help: "Sends of outbox rows that the broker did not acknowledge."}),
+		commitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "outbox_commit_to_ack_seconds",
+			Help:    "Time from an outbox row's insert to the broker's acknowledgement of it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	var err error
+	m.pending = register(reg, m.pending, &err)
+	m.oldestAge = register(reg, m.oldestAge, &err)
+	m.maxPerKey = register(reg, m.maxPerKey, &err)
+	m.deadLetters = register(reg, m.deadLetters, &err)
+	m.ownedShards = register(reg, m.ownedShards, &err)
+	m.published = register(reg, m.published, &err)
+	m.failedAttempts = register(reg, m.failedAttempts, &err)
+	m.commitToAck = register(reg, m.commitToAck, &err)
+	return m, err
+}
+
+// register registers c, or returns the collector already registered under
+// its name, so that several relays in one process share their metrics.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	*errp = errors.Join(*errp, err)
+	return c
+}

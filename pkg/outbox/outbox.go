@@ -1,0 +1,94 @@
+// Package outbox is the transactional outbox: events are written in the same
+// PostgreSQL transaction as the business change that caused them (Append), and
+// a relay sends them to Kafka afterwards, marking each row published only once
+// the broker has acknowledged it.
+//
+// Delivery is at least once: a relay that dies between the broker's ack and
+// its mark sends those rows again, and the consumers' inbox absorbs the
+// duplicates. Order is kept per partition key: keys are hashed into NumShards
+// shards, each shard is sent by one relay instance at a time under a lease,
+// and a shard's rows go out in commit order in full batches, so one hot key is
+// not throttled to one event per round.
+package outbox
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+)
+
+// NumShards is the number of key shards. It is part of the schema (the
+// outbox_shard rows) and of every stored row; changing it needs a migration
+// that re-shards pending rows.
+const NumShards = 64
+
+// Channel is the LISTEN/NOTIFY channel an append notifies at commit.
+const Channel = "outbox_event"
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations is the outbox schema, tracked in its own migrations table so it
+// can live beside a service's own schema.
+var Migrations = pgmigrate.Set{FS: migrationFiles, Dir: "migrations", Table: "outbox_schema_migrations"}
+
+// Migrate applies the outbox schema to the database.
+func Migrate(_ context.Context, databaseURL string) error {
+	return pgmigrate.Up(databaseURL, Migrations)
+}
+
+// Shard returns the shard of a partition key.
+func Shard(partitionKey string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(partitionKey))
+	return int(h.Sum32() % NumShards)
+}
+
+// Append writes events to the outbox inside tx, the business transaction that
+// produced them: they are published if and only if tx commits. Events that
+// share a partition key must be appended in their order (for an aggregate,
+// under the aggregate's row lock), which is the order they are published in.
+func Append(ctx context.Context, tx pgx.Tx, topic string, events ...envelope.Envelope) error {
+	if len(events) == 0 {
+		return nil
+	}
+	if topic == "" {
+		return errors.New("append to outbox: empty topic")
+	}
+	ids := make([][16]byte, len(events))
+	keys := make([]string, len(events))
+	shards := make([]int16, len(events))
+	types := make([]string, len(events))
+	bodies := make([][]byte, len(events))
+	for i, ev := range events {
+		body, err := ev.Marshal()
+		if err != nil {
+			return fmt.Errorf("append to outbox: marshal %s: %w", ev.EventID, err)
+		}
+		ids[i] = ev.EventID
+		keys[i] = ev.PartitionKey
+		shards[i] = int16(Shard(ev.PartitionKey))
+		types[i] = ev.EventType
+		bodies[i] = body
+	}
+	// unnest keeps the argument order, so ids (and publish order) follow the
+	// order of events.
+	_, err := tx.Exec(ctx, `
+		INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope)
+		SELECT e.event_id, $1, e.partition_key, e.shard, e.event_type, e.envelope
+		FROM unnest($2::uuid[], $3::text[], $4::smallint[], $5::text[], $6::bytea[])
+		     WITH ORDINALITY AS e(event_id, partition_key, shard, event_type, envelope, n)
+		ORDER BY e.n`,
+		topic, ids, keys, shards, types, bodies)
+	if err != nil {
+		return fmt.Errorf("append to outbox: %w", err)
+	}
+	return nil
+}

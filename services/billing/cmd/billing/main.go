@@ -1,0 +1,5 @@
+// Command billing is the billing service of the usage-billing system. Its behaviour
+// arrives with the services issue; for now it only builds.
+package main
+
+func main() {}

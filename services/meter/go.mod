@@ -1,0 +1,3 @@
+module github.com/usagebilling/billing/services/meter
+
+go 1.26.0

@@ -1,0 +1,5 @@
+// Command query is the query service of the usage-billing system. Its behaviour
+// arrives with the services issue; for now it only builds.
+package main
+
+func main() {}

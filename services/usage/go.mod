@@ -1,0 +1,3 @@
+module github.com/usagebilling/billing/services/usage
+
+go 1.26.0
