@@ -66,6 +66,7 @@ type scanner struct {
 	data     []byte
 	pos      int
 	maxDepth int
+	outer    int // levels of maxDepth taken by an enclosing envelope
 }
 
 // object parses the whole input as one JSON object and returns its canonical
@@ -129,7 +130,7 @@ func (s *scanner) expect(c byte) error {
 		if s.pos >= len(s.data) {
 			return s.errorf("unexpected end of input, want %q", c)
 		}
-		return s.errorf("unexpected %q, want %q", s.data[s.pos], c)
+		return s.errorf("unexpected %s, want %q", describe(s.data[s.pos]), c)
 	}
 	s.pos++
 	return nil
@@ -141,12 +142,12 @@ func (s *scanner) value(dst []byte, depth int) ([]byte, error) {
 	switch c := s.peek(); {
 	case c == '{':
 		if depth >= s.maxDepth {
-			return nil, s.errorf("nesting deeper than %d levels", s.maxDepth)
+			return nil, s.errorf("nested deeper than %d levels", s.maxDepth-s.outer)
 		}
 		return s.objectValue(dst, depth+1)
 	case c == '[':
 		if depth >= s.maxDepth {
-			return nil, s.errorf("nesting deeper than %d levels", s.maxDepth)
+			return nil, s.errorf("nested deeper than %d levels", s.maxDepth-s.outer)
 		}
 		return s.arrayValue(dst, depth+1)
 	case c == '"':
@@ -170,7 +171,7 @@ func (s *scanner) value(dst []byte, depth int) ([]byte, error) {
 	case s.pos >= len(s.data):
 		return nil, s.errorf("unexpected end of input, want a value")
 	default:
-		return nil, s.errorf("unexpected %q, want a value", c)
+		return nil, s.errorf("unexpected %s, want a value", describe(c))
 	}
 }
 
@@ -459,4 +460,12 @@ func appendString(dst []byte, str string) []byte {
 	}
 	dst = append(dst, str[start:]...)
 	return append(dst, '"')
+}
+
+// describe names an unexpected input byte for an error detail.
+func describe(c byte) string {
+	if c >= 0x20 && c < 0x7F {
+		return fmt.Sprintf("%q", c)
+	}
+	return fmt.Sprintf("byte 0x%02x", c)
 }

@@ -422,7 +422,7 @@ type rawField struct {
 // parseEnvelope parses raw as one strict JSON object with known, distinct
 // member names. Any failure is ReasonMalformed.
 func parseEnvelope(raw []byte) (*[numFields]rawField, *DecodeError) {
-	s := scanner{data: raw, maxDepth: MaxPayloadDepth + 1}
+	s := scanner{data: raw, maxDepth: MaxPayloadDepth + 1, outer: 1}
 	fields, err := s.envelope()
 	if err != nil {
 		return nil, &DecodeError{Reason: ReasonMalformed, Err: err}

@@ -55,10 +55,10 @@ func Migrate(_ context.Context, databaseURL string) error {
 
 // Outcomes of a Decision.
 const (
-	Applied     = "applied"
-	Duplicate   = "duplicate"
-	Deferred    = "deferred"
-	Quarantined = "quarantined"
+	OutcomeApplied     = "applied"
+	OutcomeDuplicate   = "duplicate"
+	OutcomeDeferred    = "deferred"
+	OutcomeQuarantined = "quarantined"
 )
 
 // Reasons the inbox itself gives. Decode failures carry the envelope
@@ -94,7 +94,8 @@ type Decision struct {
 	EventID uuid.UUID
 	// EventType is the event's type, as far as it could be read.
 	EventType string
-	// Outcome is Applied, Duplicate, Deferred or Quarantined.
+	// Outcome is OutcomeApplied, OutcomeDuplicate, OutcomeDeferred or
+	// OutcomeQuarantined.
 	Outcome string
 	// Reason says why a message was not applied: the quarantine reason, the
 	// deferral reason (ReasonVersionGap, ReasonMissingFact), or what made it a

@@ -1,0 +1,315 @@
+// Package events is the public event contract between the services: topic
+// names, event types, their aggregates and payloads (schema version 1). A
+// producer builds payloads from these types and a consumer registers them
+// with Register, so both sides read one definition.
+package events
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/money"
+)
+
+// Topics. The names are part of the contract.
+const (
+	TopicMeter       = "meter.events.v1"
+	TopicUsage       = "usage.events.v1"
+	TopicBilling     = "billing.events.v1"
+	TopicInvoice     = "invoice.events.v1"
+	TopicOps         = "ops.events.v1"
+	TopicOpsCommands = "ops.commands.v1"
+)
+
+// AllTopics lists every topic, for creating them.
+var AllTopics = []string{TopicMeter, TopicUsage, TopicBilling, TopicInvoice, TopicOps, TopicOpsCommands}
+
+// Event types.
+const (
+	TypePriceActivated          = "PriceActivated"
+	TypeUsageAccepted           = "UsageAccepted"
+	TypeChargeRated             = "ChargeRated"
+	TypeAdjustmentPosted        = "AdjustmentPosted"
+	TypeBillingPeriodClosed     = "BillingPeriodClosed"
+	TypeInvoiceIssued           = "InvoiceIssued"
+	TypeInvoiceCorrectionIssued = "InvoiceCorrectionIssued"
+	TypeEventQuarantined        = "EventQuarantined"
+	TypeRedriveRequested        = "RedriveRequested"
+	TypeRedriveCompleted        = "RedriveCompleted"
+)
+
+// Aggregate types, and how their ids are formed.
+const (
+	// AggregatePrice is one price series: tenant, meter and currency; id
+	// PriceSeriesID(meterCode, currency); version = the price version.
+	AggregatePrice = "price"
+	// AggregateUsage is one usage fact; id = usageId; always version 1.
+	AggregateUsage = "usage"
+	// AggregateBillingPeriod is one tenant's billing period; id = "2026-11";
+	// every ChargeRated, AdjustmentPosted and BillingPeriodClosed of the
+	// period is the next version, so a close at version N follows all N-1
+	// events it counts.
+	AggregateBillingPeriod = "billing_period"
+	// AggregateInvoice is one invoice; version 1 is InvoiceIssued, each
+	// InvoiceCorrectionIssued the next version.
+	AggregateInvoice = "invoice"
+	// AggregateOps carries operator events; id = the service name.
+	AggregateOps = "ops"
+)
+
+// OpsTenant is the tenant id of operator events that belong to no tenant.
+const OpsTenant = "_ops"
+
+// PriceSeriesID is the aggregate id of a tenant's price series.
+func PriceSeriesID(meterCode, currency string) string { return meterCode + "." + currency }
+
+// PriceActivated: meter activated a price version.
+type PriceActivated struct {
+	PriceID     uuid.UUID       `json:"priceId"`
+	MeterCode   string          `json:"meterCode"`
+	Currency    string          `json:"currency"`
+	UnitPrice   decimal.Decimal `json:"unitPrice"`
+	EffectiveAt time.Time       `json:"effectiveAt"`
+	Version     int64           `json:"version"`
+}
+
+// Validate checks the payload's own rules.
+func (p PriceActivated) Validate() error {
+	return first(
+		need(p.PriceID != uuid.Nil, "priceId"),
+		need(p.MeterCode != "", "meterCode"),
+		currencyOK(p.Currency),
+		need(!p.UnitPrice.IsNegative(), "unitPrice"),
+		need(!p.EffectiveAt.IsZero(), "effectiveAt"),
+		need(p.Version >= 1, "version"),
+	)
+}
+
+// UsageAccepted: usage accepted a usage fact and priced it with the price
+// version effective at OccurredAt from its replicated evidence.
+type UsageAccepted struct {
+	UsageID       uuid.UUID       `json:"usageId"`
+	SourceSystem  string          `json:"sourceSystem"`
+	SourceEventID string          `json:"sourceEventId"`
+	MeterCode     string          `json:"meterCode"`
+	Quantity      decimal.Decimal `json:"quantity"`
+	OccurredAt    time.Time       `json:"occurredAt"`
+	Currency      string          `json:"currency"`
+	PriceVersion  int64           `json:"priceVersion"`
+}
+
+// Validate checks the payload's own rules.
+func (p UsageAccepted) Validate() error {
+	return first(
+		need(p.UsageID != uuid.Nil, "usageId"),
+		need(p.SourceSystem != "", "sourceSystem"),
+		need(p.SourceEventID != "", "sourceEventId"),
+		need(p.MeterCode != "", "meterCode"),
+		need(!p.Quantity.IsNegative(), "quantity"),
+		need(!p.OccurredAt.IsZero(), "occurredAt"),
+		currencyOK(p.Currency),
+		need(p.PriceVersion >= 1, "priceVersion"),
+	)
+}
+
+// ChargeRated: billing rated one usage fact. Amount = Quantity x UnitPrice,
+// exact.
+type ChargeRated struct {
+	ChargeID     uuid.UUID       `json:"chargeId"`
+	UsageEventID uuid.UUID       `json:"usageEventId"`
+	UsageID      uuid.UUID       `json:"usageId"`
+	MeterCode    string          `json:"meterCode"`
+	Currency     string          `json:"currency"`
+	Quantity     decimal.Decimal `json:"quantity"`
+	UnitPrice    decimal.Decimal `json:"unitPrice"`
+	PriceVersion int64           `json:"priceVersion"`
+	Amount       decimal.Decimal `json:"amount"`
+	Period       string          `json:"period"`
+	Late         bool            `json:"late"`
+	OccurredAt   time.Time       `json:"occurredAt"`
+}
+
+// Validate checks the payload's own rules.
+func (p ChargeRated) Validate() error {
+	return first(
+		need(p.ChargeID != uuid.Nil, "chargeId"),
+		need(p.UsageEventID != uuid.Nil, "usageEventId"),
+		currencyOK(p.Currency),
+		need(p.Amount.Equal(p.Quantity.Mul(p.UnitPrice)), "amount"),
+		periodOK(p.Period),
+	)
+}
+
+// AdjustmentPosted: billing posted a correction of a charge.
+type AdjustmentPosted struct {
+	AdjustmentID uuid.UUID       `json:"adjustmentId"`
+	CorrectionOf uuid.UUID       `json:"correctionOf"`
+	Amount       decimal.Decimal `json:"amount"`
+	Currency     string          `json:"currency"`
+	Reason       string          `json:"reason"`
+	Period       string          `json:"period"`
+}
+
+// Validate checks the payload's own rules.
+func (p AdjustmentPosted) Validate() error {
+	return first(
+		need(p.AdjustmentID != uuid.Nil, "adjustmentId"),
+		need(p.CorrectionOf != uuid.Nil, "correctionOf"),
+		currencyOK(p.Currency),
+		periodOK(p.Period),
+	)
+}
+
+// BillingPeriodClosed: billing closed a tenant's period. Its aggregate
+// version is one past the last charge or adjustment it counts.
+type BillingPeriodClosed struct {
+	Period      string                     `json:"period"`
+	ClosedAt    time.Time                  `json:"closedAt"`
+	Charges     int64                      `json:"charges"`
+	Adjustments int64                      `json:"adjustments"`
+	Totals      map[string]decimal.Decimal `json:"totals"` // by currency: charges + adjustments, exact
+}
+
+// Validate checks the payload's own rules.
+func (p BillingPeriodClosed) Validate() error {
+	errs := []error{periodOK(p.Period), need(p.Charges >= 0, "charges"), need(p.Adjustments >= 0, "adjustments")}
+	for cur := range p.Totals {
+		errs = append(errs, currencyOK(cur))
+	}
+	return first(errs...)
+}
+
+// InvoiceLine is one line of an invoice: a charge, an adjustment, or the
+// rounding difference.
+type InvoiceLine struct {
+	OriginEventID uuid.UUID       `json:"originEventId"`
+	Kind          string          `json:"kind"` // "charge" | "adjustment" | "rounding"
+	Amount        decimal.Decimal `json:"amount"`
+}
+
+// InvoiceIssued: invoice issued the invoice of a tenant, period and currency.
+type InvoiceIssued struct {
+	InvoiceID uuid.UUID       `json:"invoiceId"`
+	Period    string          `json:"period"`
+	Currency  string          `json:"currency"`
+	Lines     []InvoiceLine   `json:"lines"`
+	Subtotal  decimal.Decimal `json:"subtotal"`
+	Total     decimal.Decimal `json:"total"`
+	IssuedAt  time.Time       `json:"issuedAt"`
+}
+
+// Validate checks the payload's own rules.
+func (p InvoiceIssued) Validate() error {
+	return first(need(p.InvoiceID != uuid.Nil, "invoiceId"), periodOK(p.Period), currencyOK(p.Currency))
+}
+
+// InvoiceCorrectionIssued: an adjustment arrived after the invoice was
+// issued and became a correction note linked to it.
+type InvoiceCorrectionIssued struct {
+	CorrectionID  uuid.UUID       `json:"correctionId"`
+	InvoiceID     uuid.UUID       `json:"invoiceId"`
+	OriginEventID uuid.UUID       `json:"originEventId"`
+	Period        string          `json:"period"`
+	Currency      string          `json:"currency"`
+	Amount        decimal.Decimal `json:"amount"`
+	IssuedAt      time.Time       `json:"issuedAt"`
+}
+
+// Validate checks the payload's own rules.
+func (p InvoiceCorrectionIssued) Validate() error {
+	return first(need(p.CorrectionID != uuid.Nil, "correctionId"), need(p.InvoiceID != uuid.Nil, "invoiceId"),
+		periodOK(p.Period), currencyOK(p.Currency))
+}
+
+// EventQuarantined: a consumer quarantined an event it can never process as
+// it stands.
+type EventQuarantined struct {
+	Service       string    `json:"service"`
+	EventID       string    `json:"eventId,omitempty"` // empty for bytes that are no envelope
+	EventType     string    `json:"eventType,omitempty"`
+	EventTenantID string    `json:"eventTenantId,omitempty"`
+	Reason        string    `json:"reason"`
+	Topic         string    `json:"topic"`
+	Partition     int32     `json:"partition"`
+	Offset        int64     `json:"offset"`
+	QuarantinedAt time.Time `json:"quarantinedAt"`
+}
+
+// RedriveRequested: an operator asked a service to re-decide a retained event.
+type RedriveRequested struct {
+	RedriveID uuid.UUID `json:"redriveId"`
+	Service   string    `json:"service"`
+	EventID   string    `json:"eventId"`
+	Reason    string    `json:"reason"`
+	Actor     string    `json:"actor"`
+}
+
+// RedriveCompleted: the owning service re-decided the event.
+type RedriveCompleted struct {
+	RedriveID uuid.UUID `json:"redriveId"`
+	Service   string    `json:"service"`
+	EventID   string    `json:"eventId"`
+	Outcome   string    `json:"outcome"` // applied | duplicate | deferred | quarantined | not_found
+	Reason    string    `json:"reason,omitempty"`
+}
+
+// Register registers every payload type of the contract, schema version 1.
+func Register(r *envelope.Registry) {
+	envelope.Register[PriceActivated](r, TypePriceActivated, 1)
+	envelope.Register[UsageAccepted](r, TypeUsageAccepted, 1)
+	envelope.Register[ChargeRated](r, TypeChargeRated, 1)
+	envelope.Register[AdjustmentPosted](r, TypeAdjustmentPosted, 1)
+	envelope.Register[BillingPeriodClosed](r, TypeBillingPeriodClosed, 1)
+	envelope.Register[InvoiceIssued](r, TypeInvoiceIssued, 1)
+	envelope.Register[InvoiceCorrectionIssued](r, TypeInvoiceCorrectionIssued, 1)
+	envelope.Register[EventQuarantined](r, TypeEventQuarantined, 1)
+	envelope.Register[RedriveRequested](r, TypeRedriveRequested, 1)
+	envelope.Register[RedriveCompleted](r, TypeRedriveCompleted, 1)
+}
+
+// Period returns the billing period (calendar month in UTC) of t: "2026-11".
+func Period(t time.Time) string { return t.UTC().Format("2006-01") }
+
+// ParsePeriod checks a period string and returns its first instant.
+func ParsePeriod(s string) (time.Time, error) {
+	t, err := time.Parse("2006-01", s)
+	if err != nil || Period(t) != s {
+		return time.Time{}, fmt.Errorf("invalid period %q: want YYYY-MM", s)
+	}
+	return t, nil
+}
+
+func need(ok bool, field string) error {
+	if ok {
+		return nil
+	}
+	return envelope.FieldError{Field: field, Err: errors.New("missing or out of range")}
+}
+
+func currencyOK(code string) error {
+	if _, err := money.Currency(code); err != nil {
+		return envelope.FieldError{Field: "currency", Err: err}
+	}
+	return nil
+}
+
+func periodOK(p string) error {
+	if _, err := ParsePeriod(p); err != nil {
+		return envelope.FieldError{Field: "period", Err: err}
+	}
+	return nil
+}
+
+func first(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

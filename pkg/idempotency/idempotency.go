@@ -1,0 +1,96 @@
+// Package idempotency makes a command safe to retry: the first request with
+// an Idempotency-Key runs and its response is stored in the same transaction
+// as its effect; a replay with the same key and body gets that response back;
+// the same key with another body is refused.
+package idempotency
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations is the idempotency schema, tracked in its own migrations table.
+var Migrations = pgmigrate.Set{FS: migrationFiles, Dir: "migrations", Table: "idempotency_schema_migrations"}
+
+// ErrKeyReused is returned when a key comes back with a different request.
+var ErrKeyReused = errors.New("idempotency key already used with a different request")
+
+// Response is a stored first response.
+type Response struct {
+	Status int
+	Body   []byte
+}
+
+// RequestHash identifies a request by its method, path and body; bodies that
+// are JSON compare in canonical form, so whitespace and key order don't count.
+func RequestHash(method, path string, body []byte) string {
+	if c, err := envelope.Canonical(body); err == nil {
+		body = c
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n", method, path)
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ValidKey reports whether a key is acceptable: 1-255 printable ASCII.
+func ValidKey(key string) bool {
+	if len(key) == 0 || len(key) > 255 {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// Claim reserves key within scope (e.g. the tenant and command) in tx. It
+// returns nil when the caller is first and must run the command and Save its
+// response in the same tx; the stored response for a replay; or ErrKeyReused.
+// A concurrent first request holds the key until it commits or rolls back, so
+// identical concurrent requests act once.
+func Claim(ctx context.Context, tx pgx.Tx, scope, key, requestHash string) (*Response, error) {
+	tag, err := tx.Exec(ctx, `INSERT INTO idempotency_key (scope, key, request_hash) VALUES ($1, $2, $3)
+		ON CONFLICT DO NOTHING`, scope, key, requestHash)
+	if err != nil {
+		return nil, fmt.Errorf("claim idempotency key: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil, nil
+	}
+	var hash string
+	var r Response
+	err = tx.QueryRow(ctx, `SELECT request_hash, status, body FROM idempotency_key WHERE scope = $1 AND key = $2`,
+		scope, key).Scan(&hash, &r.Status, &r.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read idempotency key: %w", err)
+	}
+	if hash != requestHash {
+		return nil, ErrKeyReused
+	}
+	return &r, nil
+}
+
+// Save stores the response of the command that claimed key.
+func Save(ctx context.Context, tx pgx.Tx, scope, key string, status int, body []byte) error {
+	_, err := tx.Exec(ctx, `UPDATE idempotency_key SET status = $3, body = $4 WHERE scope = $1 AND key = $2`,
+		scope, key, status, body)
+	if err != nil {
+		return fmt.Errorf("save idempotent response: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+package inbox_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/pgtest"
+)
+
+// BenchmarkDecide decides batches of 500 fresh events, each in one
+// transaction committed like the runner commits it, with a handler that
+// inserts one row. "one_deferral" puts one DeferUntil in the middle of each
+// batch, which takes the savepoint fallback; "one_gap" one version gap, which
+// does not.
+func BenchmarkDecide(b *testing.B) {
+	const batch = 500
+	for _, bc := range []struct {
+		name string
+		odd  func(b *testing.B, i int) []byte
+	}{
+		{"fresh", nil},
+		{"one_deferral", func(b *testing.B, i int) []byte {
+			return raw(b, ev(b, "Noted", 1, uuid.NewString(), 1, note{Origin: origin("d"), Needs: "never"}))
+		}},
+		{"one_gap", func(b *testing.B, i int) []byte {
+			return raw(b, ev(b, "Noted", 1, uuid.NewString(), 2, note{Origin: origin("g")}))
+		}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			pool := pgtest.NewPool(b, tmpl)
+			ib := newInbox(b, inbox.Options{})
+			ctx := context.Background()
+			events := 0
+			for b.Loop() {
+				b.StopTimer()
+				raws := make([][]byte, batch)
+				for i := range raws {
+					if bc.odd != nil && i == batch/2 {
+						raws[i] = bc.odd(b, i)
+						continue
+					}
+					raws[i] = raw(b, ev(b, "Noted", 1, uuid.NewString(), 1, note{Origin: origin("b")}))
+				}
+				ms := msgs(raws...)
+				b.StartTimer()
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					_, err := ib.Decide(ctx, tx, ms)
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				events += batch
+			}
+			b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}

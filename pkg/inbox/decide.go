@@ -1,0 +1,665 @@
+package inbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+)
+
+// How a batch is decided
+//
+// A batch is cut into runs: the longest stretches in which no event id and no
+// aggregate version repeats. A run is decided under one savepoint in two
+// round trips besides the handlers' own statements:
+//
+//  1. SAVEPOINT; claim every decodable event in inbox_event (INSERT ... ON
+//     CONFLICT DO NOTHING RETURNING); read the digests of the run's event ids,
+//     the aggregate versions preceding the run's events, and the run's events
+//     already deferred.
+//  2. Walk the run in order, in memory: duplicates, conflicts and version gaps
+//     are decided from what step 1 read (a predecessor claimed in this run
+//     counts only once its handler has succeeded, so handlers always run in
+//     version order); the rest go to their handlers.
+//  3. One batch: delete the claims of events that were not applied, delete the
+//     deferred rows of events that were, upsert the new deferrals, insert the
+//     quarantines, RELEASE SAVEPOINT, and select the deferred rows waiting for
+//     a key this run provided (FOR UPDATE SKIP LOCKED). Those are decided next,
+//     the same way.
+//
+// A handler error that is not transient (DeferUntil, Permanent, a unique
+// violation) leaves the transaction unusable or holding writes to undo, so the
+// run is rolled back to its savepoint and decided again: the events before the
+// failing one as a run, the failing one alone under its own savepoint (where
+// the error becomes its decision), the events after it as a run. Every event
+// is handled at most twice on this path; the healthy path has no per-event
+// round trip of the inbox's own.
+
+const savepoint = "inbox_decide"
+
+// maxWake bounds the deferred rows one run wakes; the sweep takes the rest.
+const maxWake = 10000
+
+// item is one message on its way to a decision.
+type item struct {
+	msg     Message
+	dec     *envelope.Decoded // nil when the message did not decode
+	handler Handler
+	qreason string // set when the message is quarantined without a lookup
+	hint    hint   // what could be read of a message that did not decode
+	woken   bool
+}
+
+// hint is what a message that failed decoding claims to be, when it is a JSON
+// object at all, so an operator can find and redrive it by event id.
+type hint struct {
+	eventID   uuid.UUID
+	eventType string
+	tenantID  string
+}
+
+type slot struct {
+	tenant, typ, id string
+	version         int64
+}
+
+func slotOf(e *envelope.Envelope, version int64) slot {
+	return slot{tenant: e.TenantID, typ: e.AggregateType, id: e.AggregateID, version: version}
+}
+
+func (s slot) key() string { return AggregateKey(s.tenant, s.typ, s.id, s.version) }
+
+// Decide decides msgs inside tx, in order, and returns one decision per
+// message, in the order of msgs, followed by the decisions of deferred events
+// that the batch woke and decided too (Woken set). An error is transient: the
+// caller must roll tx back and may try the same messages again.
+//
+// Decide should run in a READ COMMITTED transaction: it relies on seeing
+// events that concurrent transactions committed while it waited for them.
+func (ib *Inbox) Decide(ctx context.Context, tx pgx.Tx, msgs []Message) ([]Decision, error) {
+	items := make([]*item, len(msgs))
+	for i, m := range msgs {
+		items[i] = ib.newItem(m, false)
+	}
+	ds, err := ib.process(ctx, tx, items)
+	if err != nil {
+		return nil, fmt.Errorf("decide %d messages: %w", len(msgs), err)
+	}
+	return ds, nil
+}
+
+func (ib *Inbox) newItem(m Message, woken bool) *item {
+	it := &item{msg: m, woken: woken}
+	d, err := ib.registry.Decode(m.Raw)
+	if err != nil {
+		reason, ok := envelope.ReasonOf(err)
+		if !ok {
+			reason = envelope.ReasonMalformed
+		}
+		it.qreason = reason
+		if reason != envelope.ReasonMalformed && reason != envelope.ReasonTooLarge {
+			it.hint = readHint(m.Raw)
+		}
+		return it
+	}
+	it.dec = d
+	h, ok := ib.handlers[d.Envelope.EventType]
+	if !ok {
+		it.qreason = envelope.ReasonUnknownEventType
+		return it
+	}
+	it.handler = h
+	return it
+}
+
+func readHint(raw []byte) hint {
+	var h struct {
+		EventID   string `json:"eventId"`
+		EventType string `json:"eventType"`
+		TenantID  string `json:"tenantId"`
+	}
+	if json.Unmarshal(raw, &h) != nil {
+		return hint{}
+	}
+	id, _ := uuid.Parse(h.EventID)
+	return hint{eventID: id, eventType: clip(h.EventType), tenantID: clip(h.TenantID)}
+}
+
+// clip bounds a producer-chosen string stored as a hint.
+func clip(s string) string {
+	if len(s) > envelope.MaxIDLength {
+		return s[:envelope.MaxIDLength]
+	}
+	return s
+}
+
+func (it *item) env() *envelope.Envelope { return &it.dec.Envelope }
+
+func (it *item) decision(outcome, reason string) Decision {
+	d := Decision{Outcome: outcome, Reason: reason, Woken: it.woken}
+	if it.dec != nil {
+		d.EventID, d.EventType = it.dec.Envelope.EventID, it.dec.Envelope.EventType
+	} else {
+		d.EventID, d.EventType = it.hint.eventID, it.hint.eventType
+	}
+	return d
+}
+
+// process decides items in order; see "How a batch is decided".
+func (ib *Inbox) process(ctx context.Context, tx pgx.Tx, items []*item) ([]Decision, error) {
+	out := make([]Decision, len(items))
+	var woken []Decision
+	isolate := -1 // index of the item to decide alone next
+	for start := 0; start < len(items); {
+		var r *runResult
+		var err error
+		if start == isolate {
+			r, err = ib.run(ctx, tx, items[start:start+1], true)
+		} else {
+			n := planRun(items[start:])
+			if isolate > start && isolate-start < n {
+				n = isolate - start
+			}
+			r, err = ib.run(ctx, tx, items[start:start+n], false)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if r.failAt >= 0 {
+			isolate = start + r.failAt
+			continue
+		}
+		copy(out[start:], r.decisions)
+		start += len(r.decisions)
+		if len(r.woken) > 0 {
+			wd, err := ib.process(ctx, tx, r.woken)
+			if err != nil {
+				return nil, err
+			}
+			woken = append(woken, wd...)
+		}
+	}
+	return append(out, woken...), nil
+}
+
+// planRun returns the length of the longest prefix of items in which no event
+// id and no aggregate version repeats (at least 1).
+func planRun(items []*item) int {
+	ids := make(map[uuid.UUID]struct{}, len(items))
+	slots := make(map[slot]struct{}, len(items))
+	for i, it := range items {
+		if it.qreason != "" {
+			continue
+		}
+		e := it.env()
+		s := slotOf(e, e.AggregateVersion)
+		_, dupID := ids[e.EventID]
+		_, dupSlot := slots[s]
+		if dupID || dupSlot {
+			return i
+		}
+		ids[e.EventID] = struct{}{}
+		slots[s] = struct{}{}
+	}
+	return len(items)
+}
+
+type runResult struct {
+	decisions []Decision
+	woken     []*item
+	failAt    int // index of the item whose handler failed; -1 when none
+}
+
+// runState is what step 1 of a run read.
+type runState struct {
+	claimed  map[uuid.UUID]bool   // claimed in inbox_event by this run
+	digests  map[uuid.UUID]string // inbox_event digests of the run's ids
+	preds    map[slot]uuid.UUID   // event holding each predecessor version
+	deferred map[uuid.UUID]string // inbox_deferred digests of the run's ids
+	applied  map[slot]bool        // slots applied by this run so far
+}
+
+// pending is what step 3 of a run writes.
+type pending struct {
+	released    [][16]byte // claims of events not applied
+	resolved    [][16]byte // deferred rows of events decided for good
+	reclaims    []*item    // effect already exists: keep the inbox key
+	deferrals   []deferral
+	quarantines []quarantine
+	wakeKeys    []string
+}
+
+type deferral struct {
+	it      *item
+	waitKey string
+	reason  string
+}
+
+type quarantine struct {
+	it     *item
+	reason string
+}
+
+// run decides items as one unit under one savepoint. Unless isolated, it
+// stops at the first item whose handler fails for a reason that is not
+// transient, rolls the savepoint back and reports the item's index in
+// failAt. Isolated (one item), the failure becomes the item's decision.
+func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated bool) (*runResult, error) {
+	res := &runResult{decisions: make([]Decision, len(items)), failAt: -1}
+	var cands []*item
+	for _, it := range items {
+		if it.qreason == "" {
+			cands = append(cands, it)
+		}
+	}
+	st := &runState{
+		claimed:  make(map[uuid.UUID]bool, len(cands)),
+		digests:  make(map[uuid.UUID]string, len(cands)),
+		preds:    make(map[slot]uuid.UUID),
+		deferred: make(map[uuid.UUID]string),
+		applied:  make(map[slot]bool, len(cands)),
+	}
+	if len(cands) > 0 {
+		if err := st.read(ctx, tx, cands); err != nil {
+			return nil, err
+		}
+	}
+
+	var p pending
+	for i, it := range items {
+		if it.qreason != "" {
+			res.decisions[i] = p.quarantine(it, it.qreason)
+			continue
+		}
+		e := it.env()
+		id := e.EventID
+		deferredDigest, isDeferred := st.deferred[id]
+		resolve := func() {
+			if isDeferred && deferredDigest == e.PayloadDigest {
+				p.resolved = append(p.resolved, id)
+			}
+		}
+		if !st.claimed[id] {
+			switch digest, seen := st.digests[id]; {
+			case seen && digest == e.PayloadDigest:
+				res.decisions[i] = it.decision(OutcomeDuplicate, "")
+				resolve()
+			case seen:
+				res.decisions[i] = p.quarantine(it, ReasonDigestConflict)
+			default: // another event holds this aggregate version
+				res.decisions[i] = it.decision(OutcomeDuplicate, ReasonVersionApplied)
+				resolve()
+			}
+			continue
+		}
+		if isDeferred && deferredDigest != e.PayloadDigest {
+			p.released = append(p.released, id)
+			res.decisions[i] = p.quarantine(it, ReasonDigestConflict)
+			continue
+		}
+		if e.AggregateVersion > 1 {
+			prev := slotOf(e, e.AggregateVersion-1)
+			holder, ok := st.preds[prev]
+			if !ok || (st.claimed[holder] && !st.applied[prev]) {
+				p.released = append(p.released, id)
+				res.decisions[i] = p.deferral(it, prev.key(), ReasonVersionGap)
+				continue
+			}
+		}
+		out, herr := it.handler(ctx, tx, it.dec)
+		if herr == nil {
+			own := slotOf(e, e.AggregateVersion)
+			st.applied[own] = true
+			p.wakeKeys = append(p.wakeKeys, own.key())
+			p.wakeKeys = append(p.wakeKeys, out.Provides...)
+			res.decisions[i] = it.decision(OutcomeApplied, "")
+			resolve()
+			continue
+		}
+		kind, detail := ib.classify(herr)
+		if kind == failTransient {
+			return nil, fmt.Errorf("apply %s %s: %w", e.EventType, id, herr)
+		}
+		if !isolated {
+			if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint); err != nil {
+				return nil, fmt.Errorf("roll back run: %w", err)
+			}
+			res.failAt = i
+			return res, nil
+		}
+		// The only item of the run: the rollback undoes its claim and the
+		// handler's writes; the savepoint stays until step 3 releases it.
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); err != nil {
+			return nil, fmt.Errorf("roll back %s: %w", id, err)
+		}
+		switch kind {
+		case failDefer:
+			res.decisions[i] = p.deferral(it, detail, ReasonMissingFact)
+		case failPermanent:
+			res.decisions[i] = p.quarantine(it, detail)
+			resolve()
+		case failDuplicate:
+			res.decisions[i] = it.decision(OutcomeDuplicate, detail)
+			p.reclaims = append(p.reclaims, it)
+			resolve()
+		}
+	}
+
+	woken, err := ib.write(ctx, tx, &p, len(cands) > 0)
+	if err != nil {
+		return nil, err
+	}
+	res.woken = woken
+	return res, nil
+}
+
+// read is step 1 of a run, in one round trip.
+func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
+	n := len(cands)
+	ids := make([][16]byte, n)
+	digests := make([]string, n)
+	types := make([]string, n)
+	tenants := make([]string, n)
+	aggTypes := make([]string, n)
+	aggIDs := make([]string, n)
+	versions := make([]int64, n)
+	var pTenants, pTypes, pIDs []string
+	var pVersions []int64
+	for i, it := range cands {
+		e := it.env()
+		ids[i] = e.EventID
+		digests[i] = e.PayloadDigest
+		types[i] = e.EventType
+		tenants[i] = e.TenantID
+		aggTypes[i] = e.AggregateType
+		aggIDs[i] = e.AggregateID
+		versions[i] = e.AggregateVersion
+		if e.AggregateVersion > 1 {
+			pTenants = append(pTenants, e.TenantID)
+			pTypes = append(pTypes, e.AggregateType)
+			pIDs = append(pIDs, e.AggregateID)
+			pVersions = append(pVersions, e.AggregateVersion-1)
+		}
+	}
+
+	b := &pgx.Batch{}
+	b.Queue("SAVEPOINT " + savepoint)
+	// The claim is the arbiter between concurrent deliveries: it waits for
+	// a transaction holding the same key and then sees its outcome.
+	b.Queue(`
+		INSERT INTO inbox_event (event_id, payload_digest, event_type, tenant_id,
+		                         aggregate_type, aggregate_id, aggregate_version)
+		SELECT c.event_id, c.payload_digest, c.event_type, c.tenant_id,
+		       c.aggregate_type, c.aggregate_id, c.aggregate_version
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[])
+		     WITH ORDINALITY AS c(event_id, payload_digest, event_type, tenant_id,
+		                          aggregate_type, aggregate_id, aggregate_version, n)
+		ORDER BY c.n
+		ON CONFLICT DO NOTHING
+		RETURNING event_id`,
+		ids, digests, types, tenants, aggTypes, aggIDs, versions).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id uuid.UUID
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				st.claimed[id] = true
+			}
+			return rows.Err()
+		})
+	b.Queue(`SELECT event_id, payload_digest FROM inbox_event WHERE event_id = ANY($1::uuid[])`, ids).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id uuid.UUID
+				var digest string
+				if err := rows.Scan(&id, &digest); err != nil {
+					return err
+				}
+				st.digests[id] = digest
+			}
+			return rows.Err()
+		})
+	if len(pVersions) > 0 {
+		b.Queue(`
+			SELECT e.tenant_id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_id
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
+			     AS k(tenant_id, aggregate_type, aggregate_id, aggregate_version)
+			JOIN inbox_event e USING (tenant_id, aggregate_type, aggregate_id, aggregate_version)`,
+			pTenants, pTypes, pIDs, pVersions).
+			Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var s slot
+					var id uuid.UUID
+					if err := rows.Scan(&s.tenant, &s.typ, &s.id, &s.version, &id); err != nil {
+						return err
+					}
+					st.preds[s] = id
+				}
+				return rows.Err()
+			})
+	}
+	b.Queue(`SELECT event_id, payload_digest FROM inbox_deferred WHERE event_id = ANY($1::uuid[])`, ids).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id uuid.UUID
+				var digest string
+				if err := rows.Scan(&id, &digest); err != nil {
+					return err
+				}
+				st.deferred[id] = digest
+			}
+			return rows.Err()
+		})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("claim %d events: %w", n, err)
+	}
+	return nil
+}
+
+func (p *pending) deferral(it *item, waitKey, reason string) Decision {
+	p.deferrals = append(p.deferrals, deferral{it: it, waitKey: waitKey, reason: reason})
+	d := it.decision(OutcomeDeferred, reason)
+	d.WaitKey = waitKey
+	return d
+}
+
+func (p *pending) quarantine(it *item, reason string) Decision {
+	p.quarantines = append(p.quarantines, quarantine{it: it, reason: reason})
+	return it.decision(OutcomeQuarantined, reason)
+}
+
+// write is step 3 of a run, in one round trip; it returns the deferred
+// events to wake.
+func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, release bool) ([]*item, error) {
+	b := &pgx.Batch{}
+	if len(p.released) > 0 {
+		b.Queue(`DELETE FROM inbox_event WHERE event_id = ANY($1::uuid[])`, p.released)
+	}
+	if len(p.resolved) > 0 {
+		b.Queue(`DELETE FROM inbox_deferred WHERE event_id = ANY($1::uuid[])`, p.resolved)
+	}
+	for _, it := range p.reclaims {
+		e := it.env()
+		b.Queue(`
+			INSERT INTO inbox_event (event_id, payload_digest, event_type, tenant_id,
+			                         aggregate_type, aggregate_id, aggregate_version)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			ON CONFLICT DO NOTHING`,
+			[16]byte(e.EventID), e.PayloadDigest, e.EventType, e.TenantID, e.AggregateType, e.AggregateID, e.AggregateVersion)
+	}
+	if len(p.deferrals) > 0 {
+		queueDeferrals(b, p.deferrals)
+		for _, d := range p.deferrals {
+			ib.log.DebugContext(ctx, "event deferred", "event_id", d.it.env().EventID,
+				"event_type", d.it.env().EventType, "wait_key", d.waitKey, "reason", d.reason)
+		}
+	}
+	created := make([]Quarantined, 0, len(p.quarantines))
+	for _, q := range p.quarantines {
+		sum := sha256.Sum256(q.it.msg.Raw)
+		rec := Quarantined{
+			RawSHA256: hex.EncodeToString(sum[:]),
+			Reason:    q.reason,
+			Topic:     q.it.msg.Topic,
+			Partition: q.it.msg.Partition,
+			Offset:    q.it.msg.Offset,
+		}
+		if q.it.dec != nil {
+			e := q.it.env()
+			rec.EventID, rec.EventType, rec.TenantID, rec.Envelope = e.EventID, e.EventType, e.TenantID, e
+		} else {
+			rec.EventID, rec.EventType, rec.TenantID = q.it.hint.eventID, q.it.hint.eventType, q.it.hint.tenantID
+		}
+		b.Queue(`
+			INSERT INTO inbox_quarantine (raw_sha256, event_id, event_type, tenant_id, reason, raw,
+			                              topic, partition, "offset")
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			ON CONFLICT (raw_sha256) DO UPDATE
+			SET attempts = inbox_quarantine.attempts + 1, last_seen = now(),
+			    reason = EXCLUDED.reason, state = 'quarantined'
+			RETURNING id, attempts, (xmax = 0)`,
+			rec.RawSHA256, pgtype.UUID{Bytes: rec.EventID, Valid: rec.EventID != uuid.Nil},
+			nullText(rec.EventType), nullText(rec.TenantID), rec.Reason, q.it.msg.Raw,
+			rec.Topic, rec.Partition, rec.Offset).
+			QueryRow(func(row pgx.Row) error {
+				var attempts int
+				var inserted bool
+				if err := row.Scan(&rec.ID, &attempts, &inserted); err != nil {
+					return err
+				}
+				ib.log.WarnContext(ctx, "message quarantined", "event_id", rec.EventID,
+					"event_type", rec.EventType, "tenant_id", rec.TenantID, "reason", rec.Reason,
+					"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "attempts", attempts)
+				if inserted {
+					created = append(created, rec)
+				}
+				return nil
+			})
+	}
+	if release {
+		b.Queue("RELEASE SAVEPOINT " + savepoint)
+	}
+	var woken []*item
+	if len(p.wakeKeys) > 0 {
+		b.Queue(`
+			SELECT raw, topic, partition, "offset"
+			FROM inbox_deferred
+			WHERE wait_key = ANY($1::text[])
+			ORDER BY aggregate_version, first_seen, event_id
+			LIMIT $2
+			FOR UPDATE SKIP LOCKED`, p.wakeKeys, maxWake).
+			Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var m Message
+					if err := rows.Scan(&m.Raw, &m.Topic, &m.Partition, &m.Offset); err != nil {
+						return err
+					}
+					woken = append(woken, ib.newItem(m, true))
+				}
+				return rows.Err()
+			})
+	}
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, fmt.Errorf("record decisions: %w", err)
+		}
+	}
+	if ib.opts.OnQuarantine != nil {
+		for _, q := range created {
+			if err := ib.opts.OnQuarantine(ctx, tx, q); err != nil {
+				return nil, fmt.Errorf("on quarantine of %s: %w", q.RawSHA256, err)
+			}
+		}
+	}
+	return woken, nil
+}
+
+func queueDeferrals(b *pgx.Batch, ds []deferral) {
+	n := len(ds)
+	ids := make([][16]byte, n)
+	keys := make([]string, n)
+	reasons := make([]string, n)
+	raws := make([][]byte, n)
+	digests := make([]string, n)
+	types := make([]string, n)
+	tenants := make([]string, n)
+	aggTypes := make([]string, n)
+	aggIDs := make([]string, n)
+	versions := make([]int64, n)
+	topics := make([]string, n)
+	partitions := make([]int32, n)
+	offsets := make([]int64, n)
+	for i, d := range ds {
+		e := d.it.env()
+		ids[i], keys[i], reasons[i], raws[i] = e.EventID, d.waitKey, d.reason, d.it.msg.Raw
+		digests[i], types[i], tenants[i] = e.PayloadDigest, e.EventType, e.TenantID
+		aggTypes[i], aggIDs[i], versions[i] = e.AggregateType, e.AggregateID, e.AggregateVersion
+		topics[i], partitions[i], offsets[i] = d.it.msg.Topic, d.it.msg.Partition, d.it.msg.Offset
+	}
+	// A deferred event seen again keeps its first raw bytes and first_seen.
+	b.Queue(`
+		INSERT INTO inbox_deferred (event_id, wait_key, reason, raw, payload_digest, event_type,
+		                            tenant_id, aggregate_type, aggregate_id, aggregate_version,
+		                            topic, partition, "offset")
+		SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[],
+		                     $7::text[], $8::text[], $9::text[], $10::bigint[],
+		                     $11::text[], $12::int[], $13::bigint[])
+		ON CONFLICT (event_id) DO UPDATE
+		SET wait_key = EXCLUDED.wait_key, reason = EXCLUDED.reason,
+		    last_attempt = now(), attempts = inbox_deferred.attempts + 1`,
+		ids, keys, reasons, raws, digests, types, tenants, aggTypes, aggIDs, versions, topics, partitions, offsets)
+}
+
+func nullText(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
+
+type failKind int
+
+const (
+	failTransient failKind = iota
+	failDefer
+	failPermanent
+	failDuplicate
+)
+
+// classify sorts a handler's error; detail is the wait key, the quarantine
+// reason or the duplicate's reason.
+func (ib *Inbox) classify(err error) (kind failKind, detail string) {
+	var de *deferError
+	if errors.As(err, &de) {
+		return failDefer, de.key
+	}
+	var pe *permanentError
+	if errors.As(err, &pe) {
+		return failPermanent, pe.reason
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		what := pg.ConstraintName
+		if what == "" {
+			what = pg.Code
+		}
+		switch {
+		case pg.Code == "23505": // unique_violation
+			if len(ib.origin) == 0 || ib.origin[pg.ConstraintName] {
+				return failDuplicate, ReasonEffectExists + ":" + what
+			}
+			return failPermanent, "integrity_violation:" + what
+		case strings.HasPrefix(pg.Code, "23"): // integrity constraint violation
+			return failPermanent, "integrity_violation:" + what
+		case strings.HasPrefix(pg.Code, "22"): // data exception
+			return failPermanent, "data_exception:" + pg.Code
+		}
+	}
+	return failTransient, ""
+}

@@ -1,0 +1,327 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/usagebilling/billing/pkg/kafkabroker"
+	"github.com/usagebilling/billing/pkg/kafkaconf"
+)
+
+// RunnerConfig configures a Runner. Zero durations and sizes take the
+// defaults named on each field.
+type RunnerConfig struct {
+	// Brokers are the Kafka bootstrap addresses.
+	Brokers []string
+	// Group is the consumer group id.
+	Group string
+	// Topics are the topics to consume.
+	Topics []string
+	// BatchSize is the most messages decided in one transaction (500).
+	BatchSize int
+	// MaxWait is how long a batch waits for more messages after its first
+	// (5ms).
+	MaxWait time.Duration
+	// SweepInterval is the period of the deferred sweep and of the gauge
+	// refresh (2s).
+	SweepInterval time.Duration
+	// SweepLimit is the most deferred events one sweep decides again (500).
+	SweepLimit int
+	// MinBackoff and MaxBackoff bound the jittered exponential backoff after
+	// a transient failure (100ms, 5s).
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
+	// Sarama, when set, is the client configuration to start from (TLS,
+	// SASL, timeouts); its consumer settings are overridden. Nil means
+	// kafkaconf.New.
+	Sarama *sarama.Config
+	// Logger receives the runner's logs. Nil discards.
+	Logger *slog.Logger
+	// Registerer registers inbox_batch_duration_seconds and
+	// inbox_transient_errors_total; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Runner consumes topics through a Kafka consumer group and decides each
+// partition's messages in batches through an Inbox, one transaction per
+// batch. A message's offset is marked only after its batch committed. A
+// transient failure (the database is down) is retried with backoff, the same
+// batch again, never quarantined and never marked; a quarantined message is
+// marked like any decided one, so the healthy events behind it keep flowing.
+type Runner struct {
+	pool    *pgxpool.Pool
+	ib      *Inbox
+	cfg     RunnerConfig
+	log     *slog.Logger
+	metrics *runnerMetrics
+}
+
+// NewRunner returns a Runner deciding with ib in transactions on pool.
+func NewRunner(pool *pgxpool.Pool, ib *Inbox, cfg RunnerConfig) (*Runner, error) {
+	var problems []error
+	if pool == nil {
+		problems = append(problems, errors.New("nil pool"))
+	}
+	if ib == nil {
+		problems = append(problems, errors.New("nil inbox"))
+	}
+	if len(cfg.Brokers) == 0 {
+		problems = append(problems, errors.New("no brokers"))
+	}
+	if cfg.Group == "" {
+		problems = append(problems, errors.New("no consumer group"))
+	}
+	if len(cfg.Topics) == 0 {
+		problems = append(problems, errors.New("no topics"))
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("new inbox runner: %w", errors.Join(problems...))
+	}
+	setDefault(&cfg.BatchSize, 500)
+	setDefault(&cfg.MaxWait, 5*time.Millisecond)
+	setDefault(&cfg.SweepInterval, 2*time.Second)
+	setDefault(&cfg.SweepLimit, 500)
+	setDefault(&cfg.MinBackoff, 100*time.Millisecond)
+	setDefault(&cfg.MaxBackoff, 5*time.Second)
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = cfg.MinBackoff
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "inbox_runner", "service", ib.opts.Service, "group", cfg.Group)
+	m, err := newRunnerMetrics(cfg.Registerer, ib.opts.Service)
+	if err != nil {
+		return nil, fmt.Errorf("new inbox runner: register metrics: %w", err)
+	}
+	return &Runner{pool: pool, ib: ib, cfg: cfg, log: log, metrics: m}, nil
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// Run consumes and sweeps until ctx is done, then leaves the group cleanly
+// (committing the marked offsets) and returns. Broker failures are logged and
+// retried; the error reports only a failure to leave the group.
+func (r *Runner) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { r.maintain(ctx) })
+	err := r.consume(ctx)
+	wg.Wait()
+	return err
+}
+
+func (r *Runner) saramaConfig() *sarama.Config {
+	c := r.cfg.Sarama
+	if c == nil {
+		c = kafkaconf.New("inbox-" + r.ib.opts.Service)
+	} else {
+		copied := *c
+		c = &copied
+	}
+	c.Version = kafkabroker.SaramaVersion()
+	c.Consumer.Offsets.Initial = sarama.OffsetOldest
+	c.Consumer.Offsets.AutoCommit.Enable = true
+	c.Consumer.Return.Errors = true
+	c.ChannelBufferSize = max(c.ChannelBufferSize, r.cfg.BatchSize)
+	return c
+}
+
+func (r *Runner) consume(ctx context.Context) error {
+	var group sarama.ConsumerGroup
+	for attempt := 0; ; attempt++ {
+		g, err := sarama.NewConsumerGroup(r.cfg.Brokers, r.cfg.Group, r.saramaConfig())
+		if err == nil {
+			group = g
+			break
+		}
+		d := r.backoff(attempt)
+		r.log.WarnContext(ctx, "join consumer group failed; retrying", "err", err, "backoff", d)
+		if !sleep(ctx, d) {
+			return nil
+		}
+	}
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		for err := range group.Errors() {
+			r.log.WarnContext(ctx, "consumer group error", "err", err)
+		}
+	}()
+	h := &groupHandler{r: r}
+	for attempt := 0; ctx.Err() == nil; {
+		err := group.Consume(ctx, r.cfg.Topics, h)
+		if err == nil || ctx.Err() != nil {
+			attempt = 0
+			continue // a rebalance ended the session, or we are stopping
+		}
+		if errors.Is(err, sarama.ErrClosedConsumerGroup) {
+			break
+		}
+		d := r.backoff(attempt)
+		attempt++
+		r.log.WarnContext(ctx, "consume failed; retrying", "err", err, "backoff", d)
+		sleep(ctx, d)
+	}
+	err := group.Close()
+	<-logged
+	if err != nil {
+		return fmt.Errorf("leave consumer group %s: %w", r.cfg.Group, err)
+	}
+	return nil
+}
+
+// maintain sweeps deferred events and refreshes the gauges periodically.
+func (r *Runner) maintain(ctx context.Context) {
+	t := time.NewTicker(r.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := r.ib.Sweep(ctx, r.pool, r.cfg.SweepLimit)
+		if err != nil && ctx.Err() == nil {
+			r.metrics.transientErrors.Inc()
+			r.log.WarnContext(ctx, "sweep of deferred events failed", "err", err)
+		}
+		if n > 0 {
+			r.log.InfoContext(ctx, "sweep applied deferred events", "applied", n)
+		}
+		if _, err := r.ib.RefreshGauges(ctx, r.pool); err != nil && ctx.Err() == nil {
+			r.log.WarnContext(ctx, "refresh inbox gauges failed", "err", err)
+		}
+	}
+}
+
+// backoff returns the jittered delay before retry number attempt (from 0):
+// exponential from MinBackoff to MaxBackoff, then drawn from [d/2, d].
+func (r *Runner) backoff(attempt int) time.Duration {
+	d := r.cfg.MinBackoff
+	for i := 0; i < attempt && d < r.cfg.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, r.cfg.MaxBackoff)
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+type groupHandler struct{ r *Runner }
+
+func (h *groupHandler) Setup(sarama.ConsumerGroupSession) error { return nil }
+
+// Cleanup commits the offsets marked in the ending session synchronously.
+func (h *groupHandler) Cleanup(s sarama.ConsumerGroupSession) error {
+	s.Commit()
+	return nil
+}
+
+// ConsumeClaim gathers a batch (blocking for its first message, then taking
+// what arrives within MaxWait up to BatchSize), decides and commits it, and
+// marks its last message; it repeats until the session ends.
+func (h *groupHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	r := h.r
+	ctx := s.Context()
+	batch := make([]*sarama.ConsumerMessage, 0, r.cfg.BatchSize)
+	linger := time.NewTimer(r.cfg.MaxWait)
+	defer linger.Stop()
+	for {
+		batch = batch[:0]
+		select {
+		case m, ok := <-claim.Messages():
+			if !ok {
+				return nil
+			}
+			batch = append(batch, m)
+		case <-ctx.Done():
+			return nil
+		}
+		linger.Reset(r.cfg.MaxWait)
+	gather:
+		for len(batch) < r.cfg.BatchSize {
+			select {
+			case m, ok := <-claim.Messages():
+				if !ok {
+					break gather
+				}
+				batch = append(batch, m)
+			case <-linger.C:
+				break gather
+			}
+		}
+		linger.Stop()
+		if !r.handle(ctx, s, batch) {
+			return nil
+		}
+	}
+}
+
+// handle decides batch until it commits (true) or the session ends (false).
+func (r *Runner) handle(ctx context.Context, s sarama.ConsumerGroupSession, batch []*sarama.ConsumerMessage) bool {
+	msgs := make([]Message, len(batch))
+	for i, m := range batch {
+		msgs[i] = Message{Raw: m.Value, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
+	}
+	last := batch[len(batch)-1]
+	for attempt := 0; ; attempt++ {
+		start := time.Now()
+		ds, err := r.decide(ctx, msgs)
+		if err == nil {
+			r.metrics.batchDuration.Observe(time.Since(start).Seconds())
+			r.ib.Observe(ds)
+			s.MarkMessage(last, "")
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		r.metrics.transientErrors.Inc()
+		d := r.backoff(attempt)
+		r.log.WarnContext(ctx, "inbox batch failed; retrying the same batch", "err", err,
+			"topic", last.Topic, "partition", last.Partition, "first_offset", batch[0].Offset,
+			"last_offset", last.Offset, "attempt", attempt+1, "backoff", d)
+		if !sleep(ctx, d) {
+			return false
+		}
+	}
+}
+
+func (r *Runner) decide(ctx context.Context, msgs []Message) ([]Decision, error) {
+	tx, err := r.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	ds, err := r.ib.Decide(ctx, tx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return ds, nil
+}

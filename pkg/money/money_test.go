@@ -1,0 +1,50 @@
+package money
+
+import "testing"
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string
+		ok   bool
+	}{
+		{"12.50", "12.5", true}, {"0", "0", true}, {"-3", "-3", true}, {"0.000001", "0.000001", true},
+		{"", "", false}, {"1e3", "", false}, {"+1", "", false}, {"01", "", false}, {"1.", "", false},
+		{".5", "", false}, {" 1", "", false}, {"NaN", "", false}, {"1,5", "", false},
+		{"123456789012345678901234567890123456789", "", false},
+	} {
+		got, err := Parse(tc.in)
+		if (err == nil) != tc.ok {
+			t.Errorf("Parse(%q) error = %v, want ok=%v", tc.in, err, tc.ok)
+			continue
+		}
+		if tc.ok && got.String() != tc.want {
+			t.Errorf("Parse(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+	if _, err := ParseNonNegative("-0.01"); err == nil {
+		t.Error("ParseNonNegative accepted a negative value")
+	}
+}
+
+func TestCurrencyScaleAndHalfEvenRounding(t *testing.T) {
+	for _, tc := range []struct{ code, in, want string }{
+		{"USD", "10.005", "10"}, {"USD", "10.015", "10.02"}, {"USD", "10.0251", "10.03"},
+		{"KRW", "1500.5", "1500"}, {"KRW", "1501.5", "1502"}, {"JPY", "2.5", "2"},
+		{"BHD", "1.0005", "1"}, {"BHD", "1.0015", "1.002"},
+	} {
+		d, _ := Parse(tc.in)
+		got, err := Round(d, tc.code)
+		if err != nil {
+			t.Fatalf("Round(%s, %s): %v", tc.in, tc.code, err)
+		}
+		if got.String() != tc.want {
+			t.Errorf("Round(%s, %s) = %s, want %s", tc.in, tc.code, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"usd", "XXXX", "ZZZ", "", "US"} {
+		if _, err := Currency(bad); err == nil {
+			t.Errorf("Currency(%q) accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,270 @@
+// Package service is the process around each service's domain: configuration
+// from the environment, JSON logs, migrations at start (and a `migrate`
+// subcommand), the PostgreSQL pool, the HTTP server with /healthz, /readyz and
+// /metrics, the outbox relay, the inbox consumer, and a graceful shutdown that
+// stops taking requests, drains the consumer and the relay, then closes the
+// pool. A service's main is one call to Main.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/httpx"
+	"github.com/usagebilling/billing/pkg/idempotency"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/outbox"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+)
+
+// Deps is what a service's build function gets.
+type Deps struct {
+	Config   Config
+	Logger   *slog.Logger
+	Pool     *pgxpool.Pool
+	Metrics  prometheus.Registerer
+	Registry *envelope.Registry // the event contract, schema version 1
+}
+
+// Parts is what a service contributes.
+type Parts struct {
+	// Routes mounts the service's HTTP API.
+	Routes func(r chi.Router)
+	// Topics and Handlers: the events the service consumes (none if empty).
+	Topics   []string
+	Handlers map[string]inbox.Handler
+}
+
+// Spec describes a service to Main.
+type Spec struct {
+	Name        string
+	DefaultPort int
+	// Migrations are the service's own schema sets; the outbox, inbox and
+	// idempotency schemas are applied before them.
+	Migrations []pgmigrate.Set
+	Build      func(ctx context.Context, d Deps) (Parts, error)
+}
+
+// Sets returns every migration set of a service, shared ones first.
+func (s Spec) Sets() []pgmigrate.Set {
+	return append([]pgmigrate.Set{outbox.Migrations, inbox.Migrations, idempotency.Migrations}, s.Migrations...)
+}
+
+// Main runs the service (or `<name> migrate`) and exits.
+func Main(spec Spec) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := Run(ctx, spec, os.Args[1:], NewEnv()); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", spec.Name, err)
+		os.Exit(1)
+	}
+}
+
+// Run is Main without the process: it returns when ctx ends and the service
+// has shut down.
+func Run(ctx context.Context, spec Spec, args []string, env *Env) error {
+	cfg, err := LoadConfig(env, spec.Name, spec.DefaultPort)
+	if err != nil {
+		return err
+	}
+	log := NewLogger(os.Stdout, cfg.LogLevel).With("service", spec.Name)
+	if len(args) > 0 && args[0] != "serve" {
+		if args[0] != "migrate" {
+			return fmt.Errorf("unknown command %q: want serve (default) or migrate", args[0])
+		}
+		if err := pgmigrate.Up(cfg.DatabaseURL, spec.Sets()...); err != nil {
+			return err
+		}
+		log.Info("migrations applied")
+		return nil
+	}
+	if err := pgmigrate.Up(cfg.DatabaseURL, spec.Sets()...); err != nil {
+		return err
+	}
+	return serve(ctx, spec, cfg, log)
+}
+
+// NewLogger returns the JSON logger services use.
+func NewLogger(w *os.File, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
+	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	pcfg.MaxConns = int32(cfg.DBMaxConns)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("open database pool: %w", err)
+	}
+	defer pool.Close()
+
+	metrics := prometheus.NewRegistry()
+	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := prometheus.WrapRegistererWith(prometheus.Labels{"service": spec.Name}, metrics)
+	registry := envelope.NewRegistry()
+	events.Register(registry)
+
+	parts, err := spec.Build(ctx, Deps{Config: cfg, Logger: log, Pool: pool, Metrics: reg, Registry: registry})
+	if err != nil {
+		return fmt.Errorf("build %s: %w", spec.Name, err)
+	}
+
+	relay, err := outbox.NewRelay(pool, outbox.Config{
+		Brokers: cfg.Brokers, Name: spec.Name + "-relay", BatchSize: cfg.RelayBatch, PollInterval: cfg.RelayPoll,
+		LeaseTTL: cfg.RelayLeaseTTL, MaxAttempts: cfg.RelayMaxTries, Retention: cfg.RelayRetention,
+		Logger: log, Registerer: reg,
+	})
+	if err != nil {
+		return err
+	}
+	var runner *inbox.Runner
+	if len(parts.Topics) > 0 {
+		ib, err := inbox.New(registry, parts.Handlers, inbox.Options{Service: spec.Name, Logger: log, Registerer: reg})
+		if err != nil {
+			return fmt.Errorf("build inbox: %w", err)
+		}
+		runner, err = inbox.NewRunner(pool, ib, inbox.RunnerConfig{
+			Brokers: cfg.Brokers, Group: cfg.ConsumerGroup, Topics: parts.Topics,
+			BatchSize: cfg.ConsumerBatch, MaxWait: cfg.ConsumerWait, SweepInterval: cfg.SweepInterval,
+			Logger: log, Registerer: reg,
+		})
+		if err != nil {
+			return fmt.Errorf("build consumer: %w", err)
+		}
+	}
+
+	router := newRouter(pool, cfg.Brokers, metrics, log)
+	if parts.Routes != nil {
+		parts.Routes(router)
+	}
+	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: router, ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+	}
+
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Go(func() {
+		if err := relay.Run(workCtx); err != nil {
+			errs <- fmt.Errorf("outbox relay: %w", err)
+		}
+	})
+	if runner != nil {
+		wg.Go(func() {
+			if err := runner.Run(workCtx); err != nil {
+				errs <- fmt.Errorf("consumer: %w", err)
+			}
+		})
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("http server: %w", err)
+		}
+	}()
+	log.Info("service started", "http", ln.Addr().String(), "brokers", cfg.Brokers, "topics", parts.Topics)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errs:
+		log.Error("stopping after failure", "err", runErr)
+	}
+	// Stop taking requests, then drain the consumer and the relay, then the
+	// pool closes (deferred).
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+	stopWork()
+	wg.Wait()
+	log.Info("stopped")
+	return runErr
+}
+
+func newRouter(pool *pgxpool.Pool, brokers []string, metrics *prometheus.Registry, log *slog.Logger) chi.Router {
+	r := chi.NewRouter()
+	r.Use(recoverer(log))
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusNotFound, "not_found", "no such resource"))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this resource"))
+	})
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", func(w http.ResponseWriter, req *http.Request) {
+		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
+		defer cancel()
+		checks := map[string]string{"database": "ok", "broker": "ok"}
+		status := http.StatusOK
+		if err := pool.Ping(ctx); err != nil {
+			checks["database"], status = err.Error(), http.StatusServiceUnavailable
+		}
+		if err := brokerReachable(ctx, brokers); err != nil {
+			checks["broker"], status = err.Error(), http.StatusServiceUnavailable
+		}
+		httpx.WriteJSON(w, status, checks)
+	})
+	r.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
+	return r
+}
+
+func brokerReachable(ctx context.Context, brokers []string) error {
+	var d net.Dialer
+	var last error
+	for _, b := range brokers {
+		c, err := d.DialContext(ctx, "tcp", b)
+		if err == nil {
+			_ = c.Close()
+			return nil
+		}
+		last = err
+	}
+	return fmt.Errorf("no broker reachable: %w", last)
+}
+
+// recoverer turns a panic into a logged 500 problem; no handler should panic.
+func recoverer(log *slog.Logger) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			defer func() {
+				if v := recover(); v != nil {
+					if v == http.ErrAbortHandler {
+						panic(v)
+					}
+					log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(v))
+					httpx.WriteProblem(w, httpx.NewProblem(http.StatusInternalServerError, "internal", "internal error"))
+				}
+			}()
+			next.ServeHTTP(w, r)
+		})
+	}
+}
