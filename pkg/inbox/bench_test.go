@@ -60,3 +60,39 @@ func BenchmarkDecide(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHandlersOnly runs the same handler on batches of 500 decoded
+// events without the inbox: the floor BenchmarkDecide is measured against.
+func BenchmarkHandlersOnly(b *testing.B) {
+	const batch = 500
+	pool := pgtest.NewPool(b, tmpl)
+	reg := newRegistry()
+	h := handlers(true)["Noted"]
+	ctx := context.Background()
+	events := 0
+	for b.Loop() {
+		b.StopTimer()
+		raws := make([][]byte, batch)
+		for i := range raws {
+			raws[i] = raw(b, ev(b, "Noted", 1, uuid.NewString(), 1, note{Origin: origin("b")}))
+		}
+		b.StartTimer()
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for _, r := range raws {
+				d, err := reg.Decode(r)
+				if err != nil {
+					return err
+				}
+				if _, err := h(ctx, tx, d); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		events += batch
+	}
+	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+}

@@ -617,7 +617,9 @@ func queueDeferrals(b *pgx.Batch, ds []deferral) {
 		                     $11::text[], $12::int[], $13::bigint[])
 		ON CONFLICT (event_id) DO UPDATE
 		SET wait_key = EXCLUDED.wait_key, reason = EXCLUDED.reason,
-		    last_attempt = now(), attempts = inbox_deferred.attempts + 1`,
+		    last_attempt = now(), attempts = inbox_deferred.attempts + 1,
+		    next_attempt = now() + LEAST(interval '1 second' * power(2, LEAST(inbox_deferred.attempts, 12)),
+		                                 interval '5 minutes')`,
 		ids, keys, reasons, raws, digests, types, tenants, aggTypes, aggIDs, versions, topics, partitions, offsets)
 }
 

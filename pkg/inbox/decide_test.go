@@ -235,6 +235,14 @@ func TestSweepAppliesMissedWake(t *testing.T) {
 	if got := count(t, pool, `SELECT attempts FROM inbox_deferred`); got != 2 {
 		t.Fatalf("attempts %d after a sweep, want 2", got)
 	}
+	n, err = ib.Sweep(t.Context(), pool, 10)
+	if err != nil || n != 0 || count(t, pool, `SELECT attempts FROM inbox_deferred`) != 2 {
+		t.Fatalf("a sweep retried an event not yet due again (%d, %v)", n, err)
+	}
+	// Time passes: the event is due again.
+	if _, err := pool.Exec(t.Context(), `UPDATE inbox_deferred SET next_attempt = now()`); err != nil {
+		t.Fatal(err)
+	}
 	// The fact arrives without an inbox event providing its key: no wake.
 	if _, err := pool.Exec(t.Context(), `INSERT INTO fact (key) VALUES ('price/t1/api@7')`); err != nil {
 		t.Fatal(err)

@@ -10,19 +10,22 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Sweep decides deferred events again, each in its own transaction, taking
-// the limit events attempted longest ago (so events that still cannot apply
-// go to the back and do not starve the others). It catches wakes that were
+// Sweep decides deferred events again, each in its own transaction: up to
+// limit events that are due, longest due first. It catches wakes that were
 // missed: a fact committed by a transaction that ran concurrently with the
-// deferral, or a fact that arrived without an inbox event providing it. It
-// returns how many events were applied (those woken by them included); an
-// error is transient and stops the sweep.
+// deferral, or a fact that arrived without an inbox event providing it. An
+// event is due at once after its first deferral, then after backing off
+// exponentially (2s, 4s, ... 5 minutes) each time it is still deferred, so
+// many events waiting for a late fact do not load the database. It returns
+// how many events were applied (those woken by them included); an error is
+// transient and stops the sweep.
 func (ib *Inbox) Sweep(ctx context.Context, pool *pgxpool.Pool, limit int) (applied int, err error) {
 	if limit <= 0 {
 		limit = 100
 	}
 	rows, err := pool.Query(ctx, `
-		SELECT event_id FROM inbox_deferred ORDER BY last_attempt, event_id LIMIT $1`, limit)
+		SELECT event_id FROM inbox_deferred WHERE next_attempt <= now()
+		ORDER BY next_attempt LIMIT $1`, limit)
 	if err != nil {
 		return 0, fmt.Errorf("sweep deferred: %w", err)
 	}

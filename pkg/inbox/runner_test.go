@@ -140,6 +140,9 @@ func TestRunnerQuarantineDoesNotBlockHealthyEvents(t *testing.T) {
 	eventually(t, "quarantines", 10*time.Second, func() bool {
 		return count(t, pool, `SELECT count(*) FROM inbox_quarantine`) == 4
 	})
+	eventually(t, "quarantined gauge", 10*time.Second, func() bool {
+		return metricValue(t, reg, "inbox_quarantined", map[string]string{"service": "runner"}) == 4
+	})
 	rr.stop(t)
 
 	rows, err := pool.Query(t.Context(), `SELECT reason FROM inbox_quarantine ORDER BY "offset"`)

@@ -1,12 +1,14 @@
 package kafkabroker_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -22,6 +24,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv("KAFKABROKER_TEST_HELPER_DIR"); dir != "" {
+		os.Exit(helperProcess(dir))
+	}
 	// sarama's metrics start one global meter goroutine that never ends.
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"))
 }
@@ -266,6 +271,55 @@ func TestApache(t *testing.T) {
 			t.Fatalf("consumed %v, want 2 messages", got)
 		}
 	})
+}
+
+// TestApacheDiesWithProcess checks that the JVM does not outlive a killed
+// Go process.
+func TestApacheDiesWithProcess(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "KAFKABROKER_TEST_HELPER_DIR="+t.TempDir())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("helper did not report its broker: %v", err)
+	}
+	addr := strings.TrimSpace(line)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return // the JVM is gone
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("broker on %s still running after its Go process was killed", addr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// helperProcess starts a broker, prints its address and waits to be killed.
+func helperProcess(dir string) int {
+	a, err := kafkabroker.StartApache(context.Background(), kafkabroker.ApacheOptions{Dir: dir})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(a.ListenAddr())
+	time.Sleep(2 * time.Minute)
+	return 0
 }
 
 func TestApachePortInUse(t *testing.T) {

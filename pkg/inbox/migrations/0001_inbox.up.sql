@@ -37,12 +37,15 @@ CREATE TABLE inbox_deferred (
     "offset"          bigint      NOT NULL,
     first_seen        timestamptz NOT NULL DEFAULT now(),
     last_attempt      timestamptz NOT NULL DEFAULT now(),
+    -- When the sweep tries it again: at once after the first deferral (to
+    -- catch a wake missed by a concurrent commit), then backing off
+    -- exponentially to 5 minutes, as waking is the normal path.
+    next_attempt      timestamptz NOT NULL DEFAULT now(),
     attempts          integer     NOT NULL DEFAULT 1
 );
 
 CREATE INDEX inbox_deferred_wait_key ON inbox_deferred (wait_key);
--- The sweep takes the rows attempted longest ago first.
-CREATE INDEX inbox_deferred_last_attempt ON inbox_deferred (last_attempt, event_id);
+CREATE INDEX inbox_deferred_next_attempt ON inbox_deferred (next_attempt);
 CREATE INDEX inbox_deferred_first_seen ON inbox_deferred (first_seen);
 
 -- Messages that can never be processed as they are. Kept until an operator

@@ -1,0 +1,16 @@
+package outbox_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/usagebilling/billing/pkg/kafkatest"
+	"github.com/usagebilling/billing/pkg/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		runCrashChild()
+	}
+	os.Exit(pgtest.Main(kafkatest.Wrap(m)))
+}
