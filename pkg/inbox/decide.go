@@ -35,15 +35,18 @@ import (
 //     deferred rows of events that were, upsert the new deferrals, insert the
 //     quarantines, RELEASE SAVEPOINT, and select the deferred rows waiting for
 //     a key this run provided (FOR UPDATE SKIP LOCKED). Those are decided next,
-//     the same way.
+//     the same way, on their stored raw bytes.
 //
 // A handler error that is not transient (DeferUntil, Permanent, a unique
-// violation) leaves the transaction unusable or holding writes to undo, so the
+// violation) leaves the transaction aborted or holding writes to undo, so the
 // run is rolled back to its savepoint and decided again: the events before the
 // failing one as a run, the failing one alone under its own savepoint (where
-// the error becomes its decision), the events after it as a run. Every event
-// is handled at most twice on this path; the healthy path has no per-event
-// round trip of the inbox's own.
+// the error becomes its decision), the events after it as a run. A
+// deterministic handler runs at most twice for one message. After two failing
+// runs in a row, the following events are decided alone until one applies, so
+// a stretch of events all waiting for one missing fact costs a few round trips
+// each rather than a run each. The healthy path has no per-event round trip of
+// the inbox's own.
 
 const savepoint = "inbox_decide"
 
@@ -160,17 +163,32 @@ func (ib *Inbox) process(ctx context.Context, tx pgx.Tx, items []*item) ([]Decis
 	out := make([]Decision, len(items))
 	var woken []Decision
 	isolate := -1 // index of the item to decide alone next
+	// failing counts handler failures in a row; from two on, items are
+	// decided alone until one applies, so a stretch of events that all wait
+	// for one missing fact is not attempted twice each.
+	failing := 0
 	for start := 0; start < len(items); {
 		var r *runResult
 		var err error
-		if start == isolate {
+		if start == isolate || failing >= 2 {
 			r, err = ib.run(ctx, tx, items[start:start+1], true)
+			if err == nil && r.decisions[0].Outcome == OutcomeApplied {
+				failing = 0
+			}
 		} else {
 			n := planRun(items[start:])
 			if isolate > start && isolate-start < n {
 				n = isolate - start
 			}
 			r, err = ib.run(ctx, tx, items[start:start+n], false)
+			if err == nil {
+				switch {
+				case r.failAt == 0:
+					failing++
+				case r.failAt < 0 && n > 1:
+					failing = 0
+				}
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -231,6 +249,7 @@ type runState struct {
 
 // pending is what step 3 of a run writes.
 type pending struct {
+	rollback    bool       // roll the savepoint back first (isolated failure)
 	released    [][16]byte // claims of events not applied
 	resolved    [][16]byte // deferred rows of events decided for good
 	reclaims    []*item    // effect already exists: keep the inbox key
@@ -276,6 +295,7 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 	}
 
 	var p pending
+	savepointOpen := len(cands) > 0 // step 1 opened it
 	for i, it := range items {
 		if it.qreason != "" {
 			res.decisions[i] = p.quarantine(it, it.qreason)
@@ -296,6 +316,7 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 				resolve()
 			case seen:
 				res.decisions[i] = p.quarantine(it, ReasonDigestConflict)
+				resolve() // a deferred copy is quarantined instead
 			default: // another event holds this aggregate version
 				res.decisions[i] = it.decision(OutcomeDuplicate, ReasonVersionApplied)
 				resolve()
@@ -337,10 +358,19 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 			res.failAt = i
 			return res, nil
 		}
-		// The only item of the run: the rollback undoes its claim and the
-		// handler's writes; the savepoint stays until step 3 releases it.
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); err != nil {
-			return nil, fmt.Errorf("roll back %s: %w", id, err)
+		// The only item of the run: step 3 starts by rolling back its claim
+		// and the handler's writes, then writes its decision outside the
+		// savepoint, so it leaves no committed subtransaction behind (more
+		// than 64 in one transaction overflow PostgreSQL's subxid cache).
+		// An aborted transaction cannot even prepare step 3's statements:
+		// roll back at once then.
+		if tx.Conn().PgConn().TxStatus() == 'E' {
+			if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint); err != nil {
+				return nil, fmt.Errorf("roll back %s: %w", id, err)
+			}
+			savepointOpen = false
+		} else {
+			p.rollback = true
 		}
 		switch kind {
 		case failDefer:
@@ -355,7 +385,7 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 		}
 	}
 
-	woken, err := ib.write(ctx, tx, &p, len(cands) > 0)
+	woken, err := ib.write(ctx, tx, &p, savepointOpen)
 	if err != nil {
 		return nil, err
 	}
@@ -373,6 +403,7 @@ func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
 	aggTypes := make([]string, n)
 	aggIDs := make([]string, n)
 	versions := make([]int64, n)
+	var preds []slot // predecessors to look up
 	var pTenants, pTypes, pIDs []string
 	var pVersions []int64
 	for i, it := range cands {
@@ -385,6 +416,7 @@ func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
 		aggIDs[i] = e.AggregateID
 		versions[i] = e.AggregateVersion
 		if e.AggregateVersion > 1 {
+			preds = append(preds, slotOf(e, e.AggregateVersion-1))
 			pTenants = append(pTenants, e.TenantID)
 			pTypes = append(pTypes, e.AggregateType)
 			pIDs = append(pIDs, e.AggregateID)
@@ -418,46 +450,61 @@ func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
 			}
 			return rows.Err()
 		})
-	b.Queue(`SELECT event_id, payload_digest FROM inbox_event WHERE event_id = ANY($1::uuid[])`, ids).
+	// The lookups probe unique indexes one key at a time (scalar subqueries)
+	// rather than join or filter by "= ANY": PostgreSQL then keeps index
+	// scans in its cached generic plans even when they were planned on a new,
+	// empty table, instead of sequential scans that grow with the table.
+	b.Queue(`
+		SELECT k.id, (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.id)
+		FROM unnest($1::uuid[]) AS k(id)`, ids).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id uuid.UUID
-				var digest string
+				var digest pgtype.Text
 				if err := rows.Scan(&id, &digest); err != nil {
 					return err
 				}
-				st.digests[id] = digest
+				if digest.Valid {
+					st.digests[id] = digest.String
+				}
 			}
 			return rows.Err()
 		})
-	if len(pVersions) > 0 {
+	if len(preds) > 0 {
 		b.Queue(`
-			SELECT e.tenant_id, e.aggregate_type, e.aggregate_id, e.aggregate_version, e.event_id
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[])
-			     AS k(tenant_id, aggregate_type, aggregate_id, aggregate_version)
-			JOIN inbox_event e USING (tenant_id, aggregate_type, aggregate_id, aggregate_version)`,
+			SELECT k.n, (SELECT e.event_id FROM inbox_event e
+			             WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
+			               AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version)
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY
+			     AS k(tenant_id, aggregate_type, aggregate_id, aggregate_version, n)`,
 			pTenants, pTypes, pIDs, pVersions).
 			Query(func(rows pgx.Rows) error {
 				for rows.Next() {
-					var s slot
-					var id uuid.UUID
-					if err := rows.Scan(&s.tenant, &s.typ, &s.id, &s.version, &id); err != nil {
+					var n int
+					var id pgtype.UUID
+					if err := rows.Scan(&n, &id); err != nil {
 						return err
 					}
-					st.preds[s] = id
+					if id.Valid {
+						st.preds[preds[n-1]] = id.Bytes
+					}
 				}
 				return rows.Err()
 			})
 	}
-	b.Queue(`SELECT event_id, payload_digest FROM inbox_deferred WHERE event_id = ANY($1::uuid[])`, ids).
+	b.Queue(`
+		SELECT k.id, (SELECT d.payload_digest FROM inbox_deferred d WHERE d.event_id = k.id)
+		FROM unnest($1::uuid[]) AS k(id)`, ids).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id uuid.UUID
-				var digest string
+				var digest pgtype.Text
 				if err := rows.Scan(&id, &digest); err != nil {
 					return err
 				}
-				st.deferred[id] = digest
+				if digest.Valid {
+					st.deferred[id] = digest.String
+				}
 			}
 			return rows.Err()
 		})
@@ -481,13 +528,18 @@ func (p *pending) quarantine(it *item, reason string) Decision {
 
 // write is step 3 of a run, in one round trip; it returns the deferred
 // events to wake.
-func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, release bool) ([]*item, error) {
+func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, savepointOpen bool) ([]*item, error) {
 	b := &pgx.Batch{}
+	if p.rollback {
+		b.Queue("ROLLBACK TO SAVEPOINT " + savepoint)
+		b.Queue("RELEASE SAVEPOINT " + savepoint)
+		savepointOpen = false
+	}
 	if len(p.released) > 0 {
 		b.Queue(`DELETE FROM inbox_event WHERE event_id = ANY($1::uuid[])`, p.released)
 	}
-	if len(p.resolved) > 0 {
-		b.Queue(`DELETE FROM inbox_deferred WHERE event_id = ANY($1::uuid[])`, p.resolved)
+	for _, id := range p.resolved { // by key: see the lookups in read
+		b.Queue(`DELETE FROM inbox_deferred WHERE event_id = $1`, id)
 	}
 	for _, it := range p.reclaims {
 		e := it.env()
@@ -547,18 +599,23 @@ func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, release bool)
 				return nil
 			})
 	}
-	if release {
+	if savepointOpen {
 		b.Queue("RELEASE SAVEPOINT " + savepoint)
 	}
 	var woken []*item
-	if len(p.wakeKeys) > 0 {
+	if keys := dedupe(p.wakeKeys); len(keys) > 0 {
+		// One index probe per key, oldest versions first.
 		b.Queue(`
-			SELECT raw, topic, partition, "offset"
-			FROM inbox_deferred
-			WHERE wait_key = ANY($1::text[])
-			ORDER BY aggregate_version, first_seen, event_id
-			LIMIT $2
-			FOR UPDATE SKIP LOCKED`, p.wakeKeys, maxWake).
+			SELECT w.raw, w.topic, w.partition, w."offset"
+			FROM unnest($1::text[]) AS k(wait_key)
+			CROSS JOIN LATERAL (
+				SELECT d.raw, d.topic, d.partition, d."offset", d.aggregate_version, d.first_seen, d.event_id
+				FROM inbox_deferred d
+				WHERE d.wait_key = k.wait_key
+				LIMIT $2
+				FOR UPDATE SKIP LOCKED) AS w
+			ORDER BY w.aggregate_version, w.first_seen, w.event_id
+			LIMIT $2`, keys, maxWake).
 			Query(func(rows pgx.Rows) error {
 				for rows.Next() {
 					var m Message
@@ -583,6 +640,18 @@ func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, release bool)
 		}
 	}
 	return woken, nil
+}
+
+func dedupe(keys []string) []string {
+	seen := make(map[string]struct{}, len(keys))
+	out := keys[:0:0]
+	for _, k := range keys {
+		if _, dup := seen[k]; !dup {
+			seen[k] = struct{}{}
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func queueDeferrals(b *pgx.Batch, ds []deferral) {

@@ -507,3 +507,31 @@ func TestRedecideUnsupportedSchemaWithNewDecoder(t *testing.T) {
 		t.Fatalf("stats %+v, %v", st, err)
 	}
 }
+
+func TestTransientErrorsAreReturned(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, tmpl)
+	ctx := t.Context()
+	decideErr := func(ib *inbox.Inbox, raws ...[]byte) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := ib.Decide(ctx, tx, msgs(raws...))
+			return err
+		})
+	}
+	ok := raw(t, ev(t, "Noted", 1, "a", 1, note{Origin: origin("ok")}))
+	hiccup := raw(t, ev(t, "Noted", 1, "b", 1, note{Origin: origin("t"), Fail: "transient"}))
+	err := decideErr(newInbox(t, inbox.Options{}), ok, hiccup)
+	if !errors.Is(err, errTransient) {
+		t.Fatalf("decide: %v, want the handler's transient error", err)
+	}
+	noticeErr := errors.New("outbox full (pretend)")
+	ib := newInbox(t, inbox.Options{OnQuarantine: func(context.Context, pgx.Tx, inbox.Quarantined) error { return noticeErr }})
+	if err := decideErr(ib, ok, []byte("garbage")); !errors.Is(err, noticeErr) {
+		t.Fatalf("decide: %v, want the OnQuarantine error", err)
+	}
+	for _, table := range []string{"effect", "inbox_event", "inbox_deferred", "inbox_quarantine"} {
+		if n := count(t, pool, `SELECT count(*) FROM `+table); n != 0 {
+			t.Errorf("%d rows in %s after transient failures", n, table)
+		}
+	}
+}

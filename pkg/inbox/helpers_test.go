@@ -28,6 +28,8 @@ type note struct {
 	Fail   string `json:"fail,omitempty"`
 }
 
+var errTransient = errors.New("connection reset (pretend)")
+
 type fact struct {
 	Key string `json:"key"`
 }
@@ -87,6 +89,9 @@ func handlers(strict bool) map[string]inbox.Handler {
 				if !ok {
 					return inbox.Outcome{}, inbox.DeferUntil(n.Needs)
 				}
+			}
+			if n.Fail == "transient" {
+				return inbox.Outcome{}, errTransient
 			}
 			if strict && n.Fail == "permanent" {
 				return inbox.Outcome{}, inbox.Permanent("bad_note", errors.New("told to fail"))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/kafkabroker"
+	"github.com/usagebilling/billing/pkg/kafkatest"
 	"github.com/usagebilling/billing/pkg/pgtest"
 )
 
@@ -113,8 +114,8 @@ func (rr *running) stop(t *testing.T) {
 
 func TestRunnerQuarantineDoesNotBlockHealthyEvents(t *testing.T) {
 	t.Parallel()
-	brokers := testBrokers(t)
-	topic := testTopic(t, brokers, 1)
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.Topic(t, brokers, 1)
 	pool := pgtest.NewPool(t, tmpl)
 	reg := prometheus.NewRegistry()
 	ib := newInbox(t, inbox.Options{Service: "runner", Registerer: reg})
@@ -132,7 +133,7 @@ func TestRunnerQuarantineDoesNotBlockHealthyEvents(t *testing.T) {
 		raw(t, withPayload(t, first, `{"origin":"o-conflict"}`)),
 		raw(t, ev(t, "Noted", 1, "h", 3, note{Origin: origin("ok")})),
 	)
-	const group = "runner-quarantine"
+	group := "inbox-" + topic
 	rr := startRunner(t, pool, ib, brokers, group, topic, reg)
 	eventually(t, "healthy events applied", 30*time.Second, func() bool {
 		return len(effectVersions(t, pool, "h")) == 3
@@ -184,12 +185,12 @@ func TestRunnerQuarantineDoesNotBlockHealthyEvents(t *testing.T) {
 // a running consumer. Not parallel: it takes the server down for everyone.
 func TestRunnerRetriesTransientDatabaseFailure(t *testing.T) {
 	cluster := pgtest.Cluster(t)
-	brokers := testBrokers(t)
-	topic := testTopic(t, brokers, 1)
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.Topic(t, brokers, 1)
 	pool := pgtest.NewPool(t, tmpl)
 	reg := prometheus.NewRegistry()
 	ib := newInbox(t, inbox.Options{Service: "runner", Registerer: reg})
-	const group = "runner-transient"
+	group := "inbox-" + topic
 	startRunner(t, pool, ib, brokers, group, topic, reg)
 
 	produce(t, brokers, topic, raw(t, ev(t, "Noted", 1, "a", 1, note{Origin: "o-1"})))

@@ -304,6 +304,7 @@ func (a *Apache) Stop(ctx context.Context) error {
 		return nil
 	}
 	a.log.Info("stopping kafka broker", "addr", a.listenAddr)
+	began := time.Now()
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		a.killLocked()
 		return nil
@@ -313,6 +314,7 @@ func (a *Apache) Stop(ctx context.Context) error {
 	select {
 	case <-a.exited:
 		a.releaseLocked()
+		a.log.Info("kafka broker stopped", "addr", a.listenAddr, "took", time.Since(began).Round(time.Millisecond))
 		return nil
 	case <-ctx.Done():
 		a.killLocked()

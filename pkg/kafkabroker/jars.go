@@ -75,6 +75,12 @@ func EnsureJars(ctx context.Context, cacheDir, version string, log *slog.Logger)
 	if complete(libDir) { // another process finished while we waited
 		return libDir, nil
 	}
+	// Holding the lock, any fetch dir is a leftover of a killed fetch.
+	if stale, _ := filepath.Glob(filepath.Join(cacheDir, "fetch-*")); len(stale) > 0 {
+		for _, d := range stale {
+			_ = os.RemoveAll(d)
+		}
+	}
 
 	mvn, err := exec.LookPath("mvn")
 	if err != nil {

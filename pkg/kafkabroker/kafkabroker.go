@@ -146,4 +146,3 @@ func checkPortFree(what string, port int) error {
 	}
 	return l.Close()
 }
-

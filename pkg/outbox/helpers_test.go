@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,14 +25,17 @@ var outboxDB = pgtest.Template{Name: "outbox", Migrate: outbox.Migrate}
 
 const testEventType = "test.ThingHappened"
 
+var eventBatch atomic.Int64
+
 type thing struct {
 	N int `json:"n"`
 }
 
-// newEvents makes n events spread over keys aggregates, each aggregate's
-// versions gap-free from 1 in the order returned.
+// newEvents makes n events spread over keys new aggregates (ids unique to
+// the call), each aggregate's versions gap-free from 1 in the order returned.
 func newEvents(t testing.TB, n, keys int) []envelope.Envelope {
 	t.Helper()
+	batch := eventBatch.Add(1)
 	versions := make([]int64, keys)
 	out := make([]envelope.Envelope, n)
 	now := time.Now()
@@ -43,7 +47,7 @@ func newEvents(t testing.TB, n, keys int) []envelope.Envelope {
 			SchemaVersion:    1,
 			TenantID:         "t1",
 			AggregateType:    "thing",
-			AggregateID:      fmt.Sprintf("k%04d", k),
+			AggregateID:      fmt.Sprintf("b%d-k%04d", batch, k),
 			AggregateVersion: versions[k],
 			OccurredAt:       now,
 			Producer:         "outbox-test",

@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -172,6 +171,10 @@ func TestMessageRefusedTooOftenBecomesADeadLetter(t *testing.T) {
 		Registerer: reg, StatsInterval: 50 * time.Millisecond,
 	})
 	waitDrained(t, pool, 60*time.Second)
+	waitFor(t, 5*time.Second, "dead letter gauge", func() (bool, string) {
+		v := metricValue(t, reg, "outbox_dead_letters")
+		return v == 1, fmt.Sprintf("outbox_dead_letters = %v", v)
+	})
 	stop()
 
 	dead, err := outbox.ListDeadLetters(t.Context(), pool, 0, 10)
@@ -184,10 +187,6 @@ func TestMessageRefusedTooOftenBecomesADeadLetter(t *testing.T) {
 	if rep := checkDelivery(healthy, readTopic(t, brokers, topic)); rep.Lost != 0 || rep.Duplicates != 0 {
 		t.Fatalf("healthy events behind the dead letter: %v", rep)
 	}
-	waitFor(t, 5*time.Second, "dead letter gauge", func() (bool, string) {
-		v := metricValue(t, reg, "outbox_dead_letters")
-		return v == 1, fmt.Sprintf("outbox_dead_letters = %v", v)
-	})
 
 	// Released, it is tried again (and refused again, since it is still too big).
 	ok, err := outbox.ReleaseDeadLetter(t.Context(), pool, big.EventID)

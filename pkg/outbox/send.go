@@ -238,6 +238,11 @@ func (r *Relay) recordFailures(ctx context.Context, rows []pendingRow, failed ma
 // (it will fail the same way on every try), as opposed to the broker or the
 // network being unavailable, which is retried for as long as it lasts.
 func blamesMessage(err error) bool {
+	// sarama refuses an oversized message itself, before any broker sees it.
+	var cerr sarama.ConfigurationError
+	if errors.As(err, &cerr) {
+		return true
+	}
 	var kerr sarama.KError
 	if !errors.As(err, &kerr) {
 		return false

@@ -11,7 +11,8 @@
 // A cluster does not outlive the process that started it: a small guard
 // process stops the server (pg_ctl stop -m immediate) when the starting
 // process exits without calling Stop, for example when a test binary is
-// killed by its timeout.
+// killed by its timeout, or when the *Cluster is garbage collected: keep it
+// reachable for as long as the server should run.
 package pgcluster
 
 import (
@@ -152,7 +153,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		err = c.start(ctx)
 		// Another process may take an automatically picked port between
 		// our check and the server's bind; pick another one.
-		if err != nil && autoPort && errors.Is(err, errPortInUse) && attempt < 3 {
+		if err != nil && autoPort && errors.As(err, new(portInUseError)) && attempt < 3 {
 			log.Warn("picked port was taken, retrying", "port", c.port)
 			continue
 		}
@@ -250,7 +251,12 @@ func (c *Cluster) Remove(ctx context.Context) error {
 	return err
 }
 
-var errPortInUse = errors.New("port in use")
+// portInUseError reports that the cluster's port is taken.
+type portInUseError struct{ port int }
+
+func (e portInUseError) Error() string {
+	return fmt.Sprintf("start postgres: port %d on 127.0.0.1 is already in use; stop whatever listens there or use another port (0 picks a free one)", e.port)
+}
 
 func (c *Cluster) start(ctx context.Context) error {
 	c.mu.Lock()
@@ -277,6 +283,9 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 		return c.startGuard()
 	}
+	// The server died on its own: retire its guard, lest it stop the
+	// new server when its pipe is closed.
+	c.stopGuard()
 	if err := checkPortFree(c.port); err != nil {
 		return err
 	}
@@ -293,8 +302,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 		tail := readFrom(c.logFile, logStart)
 		if strings.Contains(tail, "could not bind") || strings.Contains(tail, "Address already in use") {
-			return fmt.Errorf("start postgres: port %d on 127.0.0.1 is already in use; stop whatever listens there or use another port (0 picks a free one): %w",
-				c.port, errPortInUse)
+			return portInUseError{c.port}
 		}
 		// Backends of a crashed postmaster may still hold its shared
 		// memory for a moment; they exit on their own.
@@ -468,9 +476,6 @@ func (c *Cluster) pgCtl(ctx context.Context, args ...string) (string, error) {
 func (c *Cluster) prepare(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 	cmd.Dir = c.dir
-	if c.cred != nil {
-		cmd.Dir = "/"
-	}
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 }
 
@@ -582,8 +587,7 @@ func freePort() (int, error) {
 func checkPortFree(port int) error {
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
-		return fmt.Errorf("start postgres: port %d on 127.0.0.1 is already in use; stop whatever listens there or use another port (0 picks a free one): %w",
-			port, errPortInUse)
+		return portInUseError{port}
 	}
 	return l.Close()
 }

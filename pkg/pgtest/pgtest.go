@@ -121,6 +121,9 @@ func NewPool(t testing.TB, tmpl Template) *pgxpool.Pool {
 // Cluster returns the throwaway cluster of this test process, starting it
 // if needed, for tests that stop or restart the server. It fails the test
 // when TEST_DATABASE_URL is set, since there is then no cluster to control.
+// The cluster is shared by the tests of the process: a test that stops it
+// must start it again before it ends (t.Cleanup) and must not run in
+// parallel with others.
 func Cluster(t testing.TB) *pgcluster.Cluster {
 	t.Helper()
 	if os.Getenv(EnvDatabaseURL) != "" {
