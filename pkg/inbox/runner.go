@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/usagebilling/billing/pkg/kafkabroker"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
 )
 
@@ -132,7 +131,7 @@ func (r *Runner) saramaConfig() *sarama.Config {
 		copied := *c
 		c = &copied
 	}
-	c.Version = kafkabroker.SaramaVersion()
+	c.Version = kafkaconf.Version
 	c.Consumer.Offsets.Initial = sarama.OffsetOldest
 	c.Consumer.Offsets.AutoCommit.Enable = true
 	c.Consumer.Return.Errors = true

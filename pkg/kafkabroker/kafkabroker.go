@@ -15,22 +15,18 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/usagebilling/billing/pkg/kafkaconf"
 )
 
 // SaramaVersion returns the Kafka protocol version the code base configures
-// sarama with (sarama.Config.Version). It works against both kfake and
-// Apache Kafka 4.x, which dropped protocol versions older than 2.1; sarama
-// lowers each request's version to what the broker supports.
-func SaramaVersion() sarama.KafkaVersion { return sarama.V4_0_0_0 }
+// sarama with: kafkaconf.Version, which works against both kfake and Apache
+// Kafka 4.x.
+func SaramaVersion() sarama.KafkaVersion { return kafkaconf.Version }
 
 // adminConfig returns a sarama config for short administrative calls.
 func adminConfig() *sarama.Config {
-	cfg := sarama.NewConfig()
-	cfg.Version = SaramaVersion()
-	cfg.ClientID = "kafkabroker"
-	cfg.Net.DialTimeout = 3 * time.Second
-	cfg.Net.ReadTimeout = 10 * time.Second
-	cfg.Net.WriteTimeout = 10 * time.Second
+	cfg := kafkaconf.New("kafkabroker")
 	cfg.Metadata.Retry.Max = 1
 	cfg.Metadata.Retry.Backoff = 100 * time.Millisecond
 	cfg.Admin.Retry.Max = 3

@@ -35,6 +35,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/usagebilling/billing/pkg/kafkabroker"
+	"github.com/usagebilling/billing/pkg/kafkaconf"
 )
 
 // Environment variables choosing the broker.
@@ -195,7 +196,7 @@ func shared(brokers []string) bool {
 
 func deleteTopic(brokers []string, name string) {
 	cfg := sarama.NewConfig()
-	cfg.Version = kafkabroker.SaramaVersion()
+	cfg.Version = kafkaconf.Version
 	cfg.Net.DialTimeout = 2 * time.Second
 	cfg.Admin.Retry.Max = 0
 	admin, err := sarama.NewClusterAdmin(brokers, cfg)

@@ -141,14 +141,14 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 	}
 	var runner *inbox.Runner
 	if len(parts.Topics) > 0 {
-		ib, err := inbox.New(registry, parts.Handlers, inbox.Options{Service: spec.Name, Logger: log, Registerer: reg})
+		ib, err := inbox.New(registry, parts.Handlers, inbox.Options{Service: spec.Name, Logger: log, Registerer: metrics})
 		if err != nil {
 			return fmt.Errorf("build inbox: %w", err)
 		}
 		runner, err = inbox.NewRunner(pool, ib, inbox.RunnerConfig{
 			Brokers: cfg.Brokers, Group: cfg.ConsumerGroup, Topics: parts.Topics,
 			BatchSize: cfg.ConsumerBatch, MaxWait: cfg.ConsumerWait, SweepInterval: cfg.SweepInterval,
-			Logger: log, Registerer: reg,
+			Logger: log, Registerer: metrics, // the inbox labels its metrics with the service itself
 		})
 		if err != nil {
 			return fmt.Errorf("build consumer: %w", err)

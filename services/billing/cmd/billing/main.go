@@ -1,5 +1,11 @@
-// Command billing is the billing service of the usage-billing system. Its behaviour
-// arrives with the services issue; for now it only builds.
+// Command billing runs the billing service (`billing` or `billing serve`),
+// or applies its migrations (`billing migrate`). See service.Config for the
+// environment it reads.
 package main
 
-func main() {}
+import (
+	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/services/billing"
+)
+
+func main() { service.Main(billing.Spec) }

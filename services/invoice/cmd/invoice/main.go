@@ -1,5 +1,11 @@
-// Command invoice is the invoice service of the usage-billing system. Its behaviour
-// arrives with the services issue; for now it only builds.
+// Command invoice runs the invoice service (`invoice` or `invoice serve`), or
+// applies its migrations (`invoice migrate`). Configuration is read from the
+// environment; see pkg/service.
 package main
 
-func main() {}
+import (
+	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/services/invoice"
+)
+
+func main() { service.Main(invoice.Spec()) }

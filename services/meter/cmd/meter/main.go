@@ -1,5 +1,10 @@
-// Command meter is the meter service of the usage-billing system. Its behaviour
-// arrives with the services issue; for now it only builds.
+// Command meter is the meter service of the usage-billing system: immutable
+// price versions, activated over HTTP and published as PriceActivated.
 package main
 
-func main() {}
+import (
+	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/services/meter"
+)
+
+func main() { service.Main(meter.Spec) }

@@ -1,5 +1,11 @@
-// Command query is the query service of the usage-billing system. Its behaviour
-// arrives with the services issue; for now it only builds.
+// Command query runs the query service (`query` or `query serve`), or applies
+// its migrations (`query migrate`). Configuration is read from the
+// environment; see pkg/service.
 package main
 
-func main() {}
+import (
+	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/services/query"
+)
+
+func main() { service.Main(query.Spec()) }

@@ -1,0 +1,209 @@
+package billing_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/kafkabroker"
+	"github.com/usagebilling/billing/pkg/kafkatest"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/services/billing"
+	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(kafkatest.Wrap(m))) }
+
+var empty = pgtest.Template{Name: "empty", Migrate: func(context.Context, string) error { return nil }}
+
+func tables(t *testing.T, url string) map[string]bool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	rows, err := pool.Query(context.Background(), `SELECT tablename FROM pg_tables WHERE schemaname = 'public'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		out[n] = true
+	}
+	return out
+}
+
+func TestMigrationsUpDownUp(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t, empty)
+	sets := billing.Spec.Sets()
+	own := []string{"price_evidence", "billing_period", "charge", "adjustment"}
+	for round := range 2 {
+		if err := pgmigrate.Up(url, sets...); err != nil {
+			t.Fatalf("up (round %d): %v", round, err)
+		}
+		have := tables(t, url)
+		for _, n := range append(own, "outbox_event", "inbox_event", "idempotency_key") {
+			if !have[n] {
+				t.Fatalf("after up: no table %s", n)
+			}
+		}
+		if err := pgmigrate.Down(url, sets...); err != nil {
+			t.Fatalf("down (round %d): %v", round, err)
+		}
+		have = tables(t, url)
+		for _, n := range own {
+			if have[n] {
+				t.Fatalf("after down: table %s is left", n)
+			}
+		}
+	}
+	if err := pgmigrate.Up(url, sets...); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(bt.Sets()), len(sets); got != want {
+		t.Fatalf("the test template migrates %d sets, the service %d", got, want)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// The whole process as `billing` runs it: migrations at start, the consumer
+// on the real topics, the HTTP API, and the relay publishing to the broker.
+func TestServiceRatesPublishesAndCloses(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.Brokers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := kafkabroker.CreateTopics(ctx, brokers, 3, events.TopicMeter, events.TopicUsage, events.TopicBilling); err != nil {
+		t.Fatal(err)
+	}
+	dbURL := pgtest.NewDB(t, empty)
+	addr := freeAddr(t)
+	env := service.NewEnvFrom(map[string]string{
+		"DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers[0], "HTTP_ADDR": addr, "LOG_LEVEL": "warn",
+		"CONSUMER_GROUP": "billing-" + t.Name(), "RELAY_POLL_INTERVAL": "100ms",
+	})
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- service.Run(runCtx, billing.Spec, nil, env) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("service: %v", err)
+		}
+	}()
+	base := "http://" + addr
+	waitFor(t, "readyz", func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("service stopped: %v", err)
+		default:
+		}
+		resp, err := http.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+
+	jan1 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	usageEnv, usageRaw := bt.Usage{Tenant: "acme", Meter: "api_calls", Currency: "USD", PriceVersion: 1, Quantity: "1200",
+		OccurredAt: jan1.Add(36 * time.Hour)}.Envelope(t)
+	produce(t, brokers, events.TopicUsage, usageRaw)
+	produce(t, brokers, events.TopicMeter,
+		bt.Price{Tenant: "acme", Meter: "api_calls", Currency: "USD", Version: 1, UnitPrice: "0.001", EffectiveAt: jan1}.Raw(t))
+
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	waitFor(t, "ChargeRated published", func() bool {
+		return bt.Count(t, pool, `SELECT count(*) FROM outbox_event WHERE event_type = 'ChargeRated' AND published_at IS NOT NULL`) == 1
+	})
+	resp, err := http.Get(base + "/v1/tenants/acme/charges?period=2026-01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Charges []struct {
+			UsageEventID string `json:"usageEventId"`
+			Amount       string `json:"amount"`
+		} `json:"charges"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if err != nil || len(list.Charges) != 1 || list.Charges[0].Amount != "1.2" || list.Charges[0].UsageEventID != usageEnv.EventID.String() {
+		t.Fatalf("charges: %v %+v", err, list)
+	}
+
+	req, _ := http.NewRequest("POST", base+"/v1/tenants/acme/periods/2026-01/close", nil)
+	req.Header.Set("Idempotency-Key", "close-2026-01")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("close: %d", resp.StatusCode)
+	}
+	waitFor(t, "BillingPeriodClosed published", func() bool {
+		return bt.Count(t, pool, `SELECT count(*) FROM outbox_event WHERE event_type = 'BillingPeriodClosed' AND published_at IS NOT NULL`) == 1
+	})
+}
+
+func produce(t *testing.T, brokers []string, topic string, raws ...[]byte) {
+	t.Helper()
+	cfg := sarama.NewConfig()
+	cfg.Version = kafkabroker.SaramaVersion()
+	cfg.Producer.Return.Successes = true
+	p, err := sarama.NewSyncProducer(brokers, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, raw := range raws {
+		if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(raw)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(fmt.Sprintf("timed out waiting for %s", what))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,92 @@
+// Package app is billing's application layer: the inbox handlers that
+// replicate price evidence and rate usage, and the commands that post
+// adjustments and close periods. Each runs in one transaction that holds the
+// business change, the events it publishes (outbox.Append) and, for
+// commands, the idempotent response.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
+)
+
+// Producer is the producer name of billing's events.
+const Producer = "billing"
+
+// Service is billing.
+type Service struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	now  func() time.Time
+}
+
+// New returns the billing service on pool.
+func New(pool *pgxpool.Pool, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{pool: pool, log: log, now: time.Now}
+}
+
+// Now is the service's clock.
+func (s *Service) Now() time.Time { return s.now() }
+
+// Topics are the topics billing consumes.
+var Topics = []string{events.TopicMeter, events.TopicUsage}
+
+// Handlers are billing's inbox handlers, by event type.
+func (s *Service) Handlers() map[string]inbox.Handler {
+	return map[string]inbox.Handler{
+		events.TypePriceActivated: s.OnPriceActivated,
+		events.TypeUsageAccepted:  s.OnUsageAccepted,
+	}
+}
+
+// inTx runs fn in a transaction and commits it when fn returns nil.
+func (s *Service) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// newEvent builds a billing envelope of the billing_period aggregate.
+func newEvent(eventType, tenantID, period string, version int64, at time.Time, correlationID, causationID string, payload any) (envelope.Envelope, error) {
+	env, err := envelope.New(envelope.Meta{
+		EventType:        eventType,
+		SchemaVersion:    1,
+		TenantID:         tenantID,
+		AggregateType:    events.AggregateBillingPeriod,
+		AggregateID:      period,
+		AggregateVersion: version,
+		OccurredAt:       at,
+		Producer:         Producer,
+		CorrelationID:    correlationID,
+		CausationID:      causationID,
+	}, payload)
+	if err != nil {
+		return envelope.Envelope{}, fmt.Errorf("build %s: %w", eventType, err)
+	}
+	return env, nil
+}
+
+// ErrInternal marks a broken invariant of billing's own data.
+var ErrInternal = errors.New("billing invariant broken")

@@ -1,0 +1,14 @@
+package app_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/usagebilling/billing/pkg/kafkatest"
+	"github.com/usagebilling/billing/pkg/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(pgtest.Wrap(kafkatest.Wrap(m)), kafkatest.GoleakOptions()...)
+}

@@ -1,0 +1,362 @@
+package app_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/services/billing/internal/app"
+	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
+)
+
+var (
+	jan1  = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	jan10 = time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	jan15 = time.Date(2026, 1, 15, 0, 0, 0, 0, time.UTC)
+	jan20 = time.Date(2026, 1, 20, 8, 30, 0, 0, time.UTC)
+	feb3  = time.Date(2026, 2, 3, 9, 0, 0, 0, time.UTC)
+)
+
+func priceV1(tenant string) bt.Price {
+	return bt.Price{Tenant: tenant, Meter: "api_calls", Currency: "USD", Version: 1, UnitPrice: "0.0125", EffectiveAt: jan1}
+}
+
+func priceV2(tenant string) bt.Price {
+	return bt.Price{Tenant: tenant, Meter: "api_calls", Currency: "USD", Version: 2, UnitPrice: "0.02", EffectiveAt: jan15}
+}
+
+func usageAt(tenant string, version int64, qty string, at time.Time) bt.Usage {
+	return bt.Usage{Tenant: tenant, Meter: "api_calls", Currency: "USD", PriceVersion: version, Quantity: qty, OccurredAt: at}
+}
+
+func newService(t *testing.T) (*app.Service, *inbox.Inbox, func(...[]byte) []inbox.Decision) {
+	t.Helper()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+	return svc, ib, func(raws ...[]byte) []inbox.Decision { return bt.Decide(t, pool, ib, raws...) }
+}
+
+func outcomes(ds []inbox.Decision) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Outcome
+		if d.Reason != "" {
+			out[i] += ":" + d.Reason
+		}
+	}
+	return out
+}
+
+func wantOutcomes(t *testing.T, ds []inbox.Decision, want ...string) {
+	t.Helper()
+	got := outcomes(ds)
+	if len(got) != len(want) {
+		t.Fatalf("decisions = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("decisions = %v, want %v", got, want)
+		}
+	}
+}
+
+func TestPriceAtOccurrenceAcrossTwoVersions(t *testing.T) {
+	t.Parallel()
+	svc, _, decide := newService(t)
+	ctx := context.Background()
+
+	// v1 applies from Jan 1, v2 from Jan 15; usage names the version
+	// effective at its occurrence, and billing rates with that version's
+	// evidence.
+	ds := decide(priceV1("t1").Raw(t), priceV2("t1").Raw(t),
+		usageAt("t1", 1, "1000.5", jan10).Raw(t), usageAt("t1", 2, "3", jan20).Raw(t))
+	wantOutcomes(t, ds, "applied", "applied", "applied", "applied")
+
+	charges, err := svc.ListCharges(ctx, "t1", "2026-01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(charges) != 2 {
+		t.Fatalf("charges = %s", bt.JSON(charges))
+	}
+	for i, want := range []struct {
+		version          int64
+		unitPrice, total string
+	}{{1, "0.0125", "12.50625"}, {2, "0.02", "0.06"}} {
+		c := charges[i]
+		if c.PriceVersion != want.version || !c.UnitPrice.Equal(bt.Dec(t, want.unitPrice)) ||
+			!c.Amount.Equal(bt.Dec(t, want.total)) || c.Late || c.Period != "2026-01" {
+			t.Errorf("charge %d = %s, want price v%d %s amount %s", i, bt.JSON(c), want.version, want.unitPrice, want.total)
+		}
+	}
+	// The amount is exact: 1000.5 x 0.0125 = 12.50625, not rounded.
+	if got := charges[0].Amount.String(); got != "12.50625" {
+		t.Errorf("amount text = %s, want 12.50625", got)
+	}
+}
+
+func TestUsageDeferredUntilItsPriceVersionArrives(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+	ctx := context.Background()
+
+	usageEnv, usageRaw := usageAt("t1", 2, "10", jan20).Envelope(t)
+	ds := bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageRaw)
+	wantOutcomes(t, ds, "applied", "deferred:missing_fact")
+	if want := inbox.AggregateKey("t1", events.AggregatePrice, "api_calls.USD", 2); ds[1].WaitKey != want {
+		t.Fatalf("wait key = %q, want %q", ds[1].WaitKey, want)
+	}
+	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`); n != 0 {
+		t.Fatalf("%d charges before the price arrived", n)
+	}
+	if n := bt.Count(t, pool, `SELECT count(*) FROM billing_period`); n != 0 {
+		t.Fatalf("a deferred usage left %d period rows", n)
+	}
+	// The same usage again while it waits: still deferred, not rated.
+	wantOutcomes(t, bt.Decide(t, pool, ib, usageRaw), "deferred:missing_fact")
+
+	// Price v2 arrives: applying it wakes the usage in the same transaction.
+	ds = bt.Decide(t, pool, ib, priceV2("t1").Raw(t))
+	wantOutcomes(t, ds, "applied", "applied")
+	if !ds[1].Woken || ds[1].EventID != usageEnv.EventID {
+		t.Fatalf("second decision = %+v, want the woken usage", ds[1])
+	}
+	// And once more: a duplicate, no second charge.
+	wantOutcomes(t, bt.Decide(t, pool, ib, usageRaw), "duplicate")
+
+	charges, err := svc.ListCharges(ctx, "t1", "2026-01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(charges) != 1 || charges[0].PriceVersion != 2 || !charges[0].Amount.Equal(bt.Dec(t, "0.2")) ||
+		charges[0].UsageEventID != usageEnv.EventID {
+		t.Fatalf("charges = %s", bt.JSON(charges))
+	}
+	rated := bt.OfType[events.ChargeRated](bt.Outbox(t, pool))
+	if len(rated) != 1 {
+		t.Fatalf("ChargeRated events = %d, want 1", len(rated))
+	}
+}
+
+func TestSameUsageDeliveredEightTimesConcurrently(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+	bt.Decide(t, pool, ib, priceV1("t1").Raw(t))
+	usageRaw := usageAt("t1", 1, "7", jan10).Raw(t)
+
+	const deliveries = 8
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	results := make(chan []inbox.Decision, deliveries)
+	errs := make(chan error, deliveries)
+	for range deliveries {
+		wg.Go(func() {
+			<-start
+			ds, err := bt.TryDecide(context.Background(), pool, ib, usageRaw)
+			if err != nil {
+				errs <- err
+				return
+			}
+			results <- ds
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	close(results)
+	for err := range errs {
+		t.Fatalf("delivery failed: %v", err)
+	}
+	applied := 0
+	for ds := range results {
+		if ds[0].Outcome == inbox.OutcomeApplied {
+			applied++
+		} else if ds[0].Outcome != inbox.OutcomeDuplicate {
+			t.Errorf("decision %+v", ds[0])
+		}
+	}
+	if applied != 1 {
+		t.Fatalf("applied %d times, want 1", applied)
+	}
+	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`); n != 1 {
+		t.Fatalf("charges = %d, want 1", n)
+	}
+	if n := len(bt.OfType[events.ChargeRated](bt.Outbox(t, pool))); n != 1 {
+		t.Fatalf("ChargeRated = %d, want 1", n)
+	}
+	if v := bt.Count(t, pool, `SELECT version FROM billing_period`); v != 1 {
+		t.Fatalf("period version = %d, want 1", v)
+	}
+}
+
+func TestLateUsageGoesToTheNextOpenPeriod(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+	ctx := context.Background()
+
+	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "4", jan10).Raw(t))
+	closePeriod(t, svc, "t1", "2026-01", "k-jan")
+	before := bt.Outbox(t, pool)
+
+	// Usage of January after January closed: rated into February, late.
+	lateEnv, lateRaw := usageAt("t1", 1, "2", jan10).Envelope(t)
+	wantOutcomes(t, bt.Decide(t, pool, ib, lateRaw), "applied")
+	feb, err := svc.ListCharges(ctx, "t1", "2026-02")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(feb) != 1 || !feb[0].Late || feb[0].Period != "2026-02" || feb[0].UsageEventID != lateEnv.EventID ||
+		feb[0].Version != 1 || !feb[0].OccurredAt.Equal(jan10) {
+		t.Fatalf("february charges = %s", bt.JSON(feb))
+	}
+	jan, _ := svc.ListCharges(ctx, "t1", "2026-01")
+	if len(jan) != 1 {
+		t.Fatalf("the closed period changed: %s", bt.JSON(jan))
+	}
+	if v := bt.Count(t, pool, `SELECT version FROM billing_period WHERE period = '2026-01'`); v != 2 {
+		t.Fatalf("closed period version = %d, want 2 (charge + close)", v)
+	}
+	after := bt.Outbox(t, pool)[len(before):]
+	if len(after) != 1 {
+		t.Fatalf("published %d events, want 1 ChargeRated", len(after))
+	}
+	cr := after[0].Payload.(events.ChargeRated)
+	if !cr.Late || cr.Period != "2026-02" || after[0].Envelope.AggregateID != "2026-02" || after[0].Envelope.AggregateVersion != 1 {
+		t.Fatalf("late ChargeRated = %s on %s v%d", bt.JSON(cr), after[0].Envelope.AggregateID, after[0].Envelope.AggregateVersion)
+	}
+
+	// With February closed too, January usage goes to March; usage of
+	// February as well.
+	closePeriod(t, svc, "t1", "2026-02", "k-feb")
+	wantOutcomes(t, bt.Decide(t, pool, ib, usageAt("t1", 1, "1", jan10).Raw(t), usageAt("t1", 1, "1", feb3).Raw(t)),
+		"applied", "applied")
+	mar, _ := svc.ListCharges(ctx, "t1", "2026-03")
+	if len(mar) != 2 || !mar[0].Late || !mar[1].Late || mar[0].Version != 1 || mar[1].Version != 2 {
+		t.Fatalf("march charges = %s", bt.JSON(mar))
+	}
+	// Another tenant's January is untouched by t1's close.
+	bt.Decide(t, pool, ib, priceV1("t2").Raw(t), usageAt("t2", 1, "1", jan10).Raw(t))
+	if c, _ := svc.ListCharges(ctx, "t2", "2026-01"); len(c) != 1 || c[0].Late {
+		t.Fatalf("t2 january = %s", bt.JSON(c))
+	}
+}
+
+// Two batches of different partitions that bring the period rows of two
+// tenants in opposite orders must not deadlock. The second batch starts once
+// the first holds tenant a's period; without the rating lock it would take
+// tenant b's and each would then wait for the other.
+func TestConcurrentBatchesOverTheSameTenantsDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+	bt.Decide(t, pool, ib, priceV1("a").Raw(t), priceV1("b").Raw(t))
+	ctx := context.Background()
+
+	batch := func(first, second string, started chan<- struct{}, proceed <-chan struct{}) error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		msg := func(tenant string) []inbox.Message {
+			return []inbox.Message{{Raw: usageAt(tenant, 1, "1", jan10).Raw(t), Topic: "test"}}
+		}
+		if _, err := ib.Decide(ctx, tx, msg(first)); err != nil {
+			return err
+		}
+		close(started)
+		select {
+		case <-proceed:
+		case <-time.After(500 * time.Millisecond): // the other batch is (rightly) waiting for us
+		}
+		if _, err := ib.Decide(ctx, tx, msg(second)); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	aStarted, bStarted := make(chan struct{}), make(chan struct{})
+	errs := make(chan error, 2)
+	go func() { errs <- batch("a", "b", aStarted, bStarted) }()
+	go func() {
+		<-aStarted
+		errs <- batch("b", "a", bStarted, make(chan struct{}))
+	}()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("batch failed: %v", err)
+		}
+	}
+	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`); n != 4 {
+		t.Fatalf("charges = %d, want 4", n)
+	}
+}
+
+func TestPriceEvidenceIsReplicatedOnce(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+	raw := priceV1("t1").Raw(t)
+	wantOutcomes(t, bt.Decide(t, pool, ib, raw, raw), "applied", "duplicate")
+	// Another event claiming the same price version is a duplicate too.
+	wantOutcomes(t, bt.Decide(t, pool, ib, priceV1("t1").Raw(t)), "duplicate:version_already_applied")
+	if n := bt.Count(t, pool, `SELECT count(*) FROM price_evidence`); n != 1 {
+		t.Fatalf("evidence rows = %d", n)
+	}
+	var price string
+	if err := pool.QueryRow(context.Background(), `SELECT unit_price::text FROM price_evidence`).Scan(&price); err != nil || price != "0.0125" {
+		t.Fatalf("unit price = %q, %v", price, err)
+	}
+}
+
+func TestEventsOnTheWrongAggregateAreQuarantined(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+	at := jan10
+	price, err := envelope.New(envelope.Meta{
+		EventType: events.TypePriceActivated, SchemaVersion: 1, TenantID: "t1", AggregateType: events.AggregatePrice,
+		AggregateID: "other.USD", AggregateVersion: 1, OccurredAt: at, Producer: "meter",
+	}, events.PriceActivated{PriceID: uuid.Must(uuid.NewV7()), MeterCode: "api_calls", Currency: "USD",
+		UnitPrice: bt.Dec(t, "1"), EffectiveAt: at, Version: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	usageID := uuid.Must(uuid.NewV7())
+	usage, err := envelope.New(envelope.Meta{
+		EventType: events.TypeUsageAccepted, SchemaVersion: 1, TenantID: "t1", AggregateType: events.AggregateUsage,
+		AggregateID: uuid.NewString(), AggregateVersion: 1, OccurredAt: at, Producer: "usage",
+	}, events.UsageAccepted{UsageID: usageID, SourceSystem: "s", SourceEventID: "e", MeterCode: "api_calls",
+		Quantity: bt.Dec(t, "1"), OccurredAt: at, Currency: "USD", PriceVersion: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raws [][]byte
+	for _, e := range []envelope.Envelope{price, usage} {
+		raw, err := e.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		raws = append(raws, raw)
+	}
+	wantOutcomes(t, bt.Decide(t, pool, ib, append(raws, priceV1("t1").Raw(t))...),
+		"quarantined:aggregate_mismatch", "quarantined:aggregate_mismatch", "applied")
+	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`) + bt.Count(t, pool, `SELECT count(*) FROM outbox_event`); n != 0 {
+		t.Fatalf("quarantined events wrote %d rows", n)
+	}
+}

@@ -1,0 +1,118 @@
+package app_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/kafkabroker"
+	"github.com/usagebilling/billing/pkg/kafkatest"
+	"github.com/usagebilling/billing/services/billing/internal/app"
+	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
+)
+
+// produce sends raw envelopes keyed by their partition key, as the outbox
+// relay does.
+func produce(t *testing.T, brokers []string, topic string, raws ...[]byte) {
+	t.Helper()
+	cfg := sarama.NewConfig()
+	cfg.Version = kafkabroker.SaramaVersion()
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	p, err := sarama.NewSyncProducer(brokers, cfg)
+	if err != nil {
+		t.Fatalf("new producer: %v", err)
+	}
+	defer p.Close()
+	reg := bt.Registry()
+	for _, raw := range raws {
+		d, err := reg.Decode(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(d.Envelope.PartitionKey), Value: sarama.ByteEncoder(raw)}
+		if _, _, err := p.SendMessage(msg); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+}
+
+// The real consumer path: a Kafka consumer group on a real Kafka-protocol
+// broker feeding the inbox with billing's handlers, several partitions,
+// usage that arrives before its price, and every message delivered twice.
+func TestRunnerRatesUsageFromTheBroker(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.Brokers(t)
+	meterTopic := kafkatest.Topic(t, brokers, 2)
+	usageTopic := kafkatest.Topic(t, brokers, 4)
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+
+	var usage [][]byte
+	var want []envelope.Envelope
+	for i := range 30 {
+		tenant := []string{"t1", "t2", "t3"}[i%3]
+		version := int64(1 + i%2)
+		env, raw := usageAt(tenant, version, "2", []time.Time{jan10, feb3}[i%2]).Envelope(t)
+		usage = append(usage, raw)
+		want = append(want, env)
+	}
+	// Usage first (it waits for its prices), then the prices, then all of it
+	// again.
+	produce(t, brokers, usageTopic, usage...)
+	var prices [][]byte
+	for _, tenant := range []string{"t1", "t2", "t3"} {
+		prices = append(prices, priceV1(tenant).Raw(t), priceV2(tenant).Raw(t))
+	}
+	produce(t, brokers, meterTopic, prices...)
+	produce(t, brokers, usageTopic, usage...)
+	produce(t, brokers, meterTopic, prices...)
+
+	r, err := inbox.NewRunner(pool, ib, inbox.RunnerConfig{
+		Brokers: brokers, Group: "billing-test", Topics: []string{meterTopic, usageTopic},
+		SweepInterval: 200 * time.Millisecond, MinBackoff: 50 * time.Millisecond, MaxBackoff: 400 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("runner: %v", err)
+		}
+	}()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for bt.Count(t, pool, `SELECT count(*) FROM charge`) < len(want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rated %d of %d usage events", bt.Count(t, pool, `SELECT count(*) FROM charge`), len(want))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // let the duplicates behind them be decided too
+	for _, e := range want {
+		if n := bt.Count(t, pool, `SELECT count(*) FROM charge WHERE usage_event_id = $1`, e.EventID); n != 1 {
+			t.Fatalf("usage %s has %d charges", e.EventID, n)
+		}
+	}
+	if n := bt.Count(t, pool, `SELECT count(*) FROM outbox_event WHERE event_type = 'ChargeRated'`); n != len(want) {
+		t.Fatalf("ChargeRated = %d, want %d", n, len(want))
+	}
+	if n := bt.Count(t, pool, `SELECT count(*) FROM inbox_deferred`); n != 0 {
+		t.Fatalf("%d events still deferred", n)
+	}
+	// Each tenant's usage in v2's window was rated at v2's price.
+	if n := bt.Count(t, pool, `SELECT count(*) FROM charge WHERE price_version = 2 AND unit_price <> 0.02`); n != 0 {
+		t.Fatalf("%d charges at the wrong price", n)
+	}
+}

@@ -1,0 +1,224 @@
+// Package billingtest helps billing's tests: a migrated database per test,
+// the inbox over billing's handlers, and envelopes of the events billing
+// consumes, built and marshalled as their producers do.
+package billingtest
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/services/billing/internal/app"
+	"github.com/usagebilling/billing/services/billing/migrations"
+)
+
+// Sets are every migration set of billing, shared ones first.
+func Sets() []pgmigrate.Set {
+	return service.Spec{Migrations: []pgmigrate.Set{migrations.Set}}.Sets()
+}
+
+// Template is billing's migrated template database.
+var Template = pgtest.Template{
+	Name:    "billing",
+	Migrate: func(_ context.Context, url string) error { return pgmigrate.Up(url, Sets()...) },
+}
+
+// NewPool returns a pool on a fresh, migrated database.
+func NewPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return pgtest.NewPool(t, Template)
+}
+
+// Registry returns a registry of the event contract.
+func Registry() *envelope.Registry {
+	r := envelope.NewRegistry()
+	events.Register(r)
+	return r
+}
+
+// NewInbox returns the inbox over svc's handlers, as service.Main builds it.
+func NewInbox(t testing.TB, svc *app.Service) *inbox.Inbox {
+	t.Helper()
+	ib, err := inbox.New(Registry(), svc.Handlers(), inbox.Options{Service: "billing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ib
+}
+
+// Decide decides raws in one transaction through ib and commits it.
+func Decide(t testing.TB, pool *pgxpool.Pool, ib *inbox.Inbox, raws ...[]byte) []inbox.Decision {
+	t.Helper()
+	ds, err := TryDecide(context.Background(), pool, ib, raws...)
+	if err != nil {
+		t.Fatalf("decide: %v", err)
+	}
+	return ds
+}
+
+// TryDecide is Decide returning its error.
+func TryDecide(ctx context.Context, pool *pgxpool.Pool, ib *inbox.Inbox, raws ...[]byte) ([]inbox.Decision, error) {
+	msgs := make([]inbox.Message, len(raws))
+	for i, r := range raws {
+		msgs[i] = inbox.Message{Raw: r, Topic: "test", Offset: int64(i)}
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	ds, err := ib.Decide(ctx, tx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	return ds, tx.Commit(ctx)
+}
+
+func marshal(t testing.TB, m envelope.Meta, payload any) (envelope.Envelope, []byte) {
+	t.Helper()
+	env, err := envelope.New(m, payload)
+	if err != nil {
+		t.Fatalf("new envelope: %v", err)
+	}
+	raw, err := env.Marshal()
+	if err != nil {
+		t.Fatalf("marshal envelope: %v", err)
+	}
+	return env, raw
+}
+
+// Dec parses a decimal or fails the test.
+func Dec(t testing.TB, s string) decimal.Decimal {
+	t.Helper()
+	d, err := decimal.NewFromString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// Price is a PriceActivated as meter publishes it.
+type Price struct {
+	Tenant, Meter, Currency string
+	Version                 int64
+	UnitPrice               string
+	EffectiveAt             time.Time
+}
+
+// Raw returns the marshalled envelope of p.
+func (p Price) Raw(t testing.TB) []byte {
+	t.Helper()
+	_, raw := marshal(t, envelope.Meta{
+		EventType: events.TypePriceActivated, SchemaVersion: 1, TenantID: p.Tenant,
+		AggregateType: events.AggregatePrice, AggregateID: events.PriceSeriesID(p.Meter, p.Currency),
+		AggregateVersion: p.Version, OccurredAt: p.EffectiveAt, Producer: "meter",
+	}, events.PriceActivated{
+		PriceID: uuid.Must(uuid.NewV7()), MeterCode: p.Meter, Currency: p.Currency,
+		UnitPrice: Dec(t, p.UnitPrice), EffectiveAt: p.EffectiveAt, Version: p.Version,
+	})
+	return raw
+}
+
+// Usage is a UsageAccepted as usage publishes it.
+type Usage struct {
+	Tenant, Meter, Currency string
+	PriceVersion            int64
+	Quantity                string
+	OccurredAt              time.Time
+}
+
+// Envelope returns the envelope of u and its marshalled bytes; every call
+// makes a new usage fact.
+func (u Usage) Envelope(t testing.TB) (envelope.Envelope, []byte) {
+	t.Helper()
+	usageID := uuid.Must(uuid.NewV7())
+	return marshal(t, envelope.Meta{
+		EventType: events.TypeUsageAccepted, SchemaVersion: 1, TenantID: u.Tenant,
+		AggregateType: events.AggregateUsage, AggregateID: usageID.String(), AggregateVersion: 1,
+		OccurredAt: u.OccurredAt, Producer: "usage", CorrelationID: "corr-" + usageID.String()[:8],
+	}, events.UsageAccepted{
+		UsageID: usageID, SourceSystem: "test", SourceEventID: usageID.String(), MeterCode: u.Meter,
+		Quantity: Dec(t, u.Quantity), OccurredAt: u.OccurredAt, Currency: u.Currency, PriceVersion: u.PriceVersion,
+	})
+}
+
+// Raw returns the marshalled envelope of a new usage fact.
+func (u Usage) Raw(t testing.TB) []byte {
+	t.Helper()
+	_, raw := u.Envelope(t)
+	return raw
+}
+
+// Published is an event billing appended to its outbox.
+type Published struct {
+	Topic    string
+	Envelope envelope.Envelope
+	Payload  any
+}
+
+// Outbox returns the events in billing's outbox, in append order, decoded.
+func Outbox(t testing.TB, pool *pgxpool.Pool) []Published {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT topic, envelope FROM outbox_event ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	reg := Registry()
+	var out []Published
+	for rows.Next() {
+		var p Published
+		var raw []byte
+		if err := rows.Scan(&p.Topic, &raw); err != nil {
+			t.Fatal(err)
+		}
+		d, err := reg.Decode(raw)
+		if err != nil {
+			t.Fatalf("billing published an envelope its consumers cannot decode: %v\n%s", err, raw)
+		}
+		p.Envelope, p.Payload = d.Envelope, d.Payload
+		out = append(out, p)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// OfType returns the payloads of type T among ps.
+func OfType[T any](ps []Published) []T {
+	var out []T
+	for _, p := range ps {
+		if v, ok := p.Payload.(T); ok {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Count returns the result of a count(*) query.
+func Count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// JSON renders v for failure messages.
+func JSON(v any) string {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return string(b)
+}

@@ -1,0 +1,205 @@
+// Package domain holds billing's pure rules: which period a charge belongs
+// to, the exact charge amount, what a valid adjustment and a closable period
+// are. It knows nothing of HTTP, Kafka or SQL.
+package domain
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/money"
+)
+
+// Period statuses. An open period takes charges; from the first step of its
+// close on ("closing") new usage of it is late and goes to a later period;
+// "closed" is final.
+const (
+	StatusOpen    = "open"
+	StatusClosing = "closing"
+	StatusClosed  = "closed"
+)
+
+// Kind sorts domain errors; the HTTP layer maps each to a status.
+type Kind int
+
+const (
+	// Invalid input (400).
+	Invalid Kind = iota + 1
+	// NotFound: a referenced thing does not exist for this tenant (404).
+	NotFound
+	// Unprocessable: well-formed input that breaks a rule (422).
+	Unprocessable
+)
+
+// Error is a domain rule broken by a request, with a stable code.
+type Error struct {
+	Kind   Kind
+	Code   string
+	Detail string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Detail }
+
+func errorf(kind Kind, code, format string, args ...any) *Error {
+	return &Error{Kind: kind, Code: code, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Amount is the exact amount of a charge: quantity x unit price, no rounding.
+func Amount(quantity, unitPrice decimal.Decimal) decimal.Decimal {
+	return quantity.Mul(unitPrice)
+}
+
+// NextPeriod returns the calendar month after period ("2026-12" -> "2027-01").
+// period must be valid.
+func NextPeriod(period string) string {
+	t, err := events.ParsePeriod(period)
+	if err != nil {
+		panic(fmt.Sprintf("next period of %q: %v", period, err))
+	}
+	return events.Period(t.AddDate(0, 1, 0))
+}
+
+// RatingPeriod returns the period a usage fact of period occurred is rated
+// into, given the tenant's periods from occurred on that no longer take
+// charges (closing or closed): occurred itself when it is open, else the
+// earliest open period after it, and then the charge is late.
+func RatingPeriod(occurred string, notOpen []string) (period string, late bool) {
+	period = occurred
+	for slices.Contains(notOpen, period) {
+		period = NextPeriod(period)
+	}
+	return period, period != occurred
+}
+
+// ParsePeriod checks a period from a request ("2026-11").
+func ParsePeriod(s string) (string, error) {
+	if _, err := events.ParsePeriod(s); err != nil {
+		return "", errorf(Invalid, "invalid_period", "period must be a calendar month YYYY-MM, got %q", clip(s))
+	}
+	return s, nil
+}
+
+// ClosablePeriod checks that period can be closed at now: a valid month that
+// has begun (the current month may be closed early; a future one not).
+func ClosablePeriod(s string, now time.Time) (string, error) {
+	p, err := ParsePeriod(s)
+	if err != nil {
+		return "", err
+	}
+	if p > events.Period(now) {
+		return "", errorf(Unprocessable, "period_in_future", "period %s has not begun yet", p)
+	}
+	return p, nil
+}
+
+// MaxReasonLength is the longest adjustment reason, in characters.
+const MaxReasonLength = 500
+
+// AdjustmentRequest is an adjustment as a client sends it.
+type AdjustmentRequest struct {
+	CorrectionOf string
+	Amount       string
+	Currency     string
+	Reason       string
+}
+
+// Adjustment is a checked adjustment request.
+type Adjustment struct {
+	CorrectionOf uuid.UUID
+	Amount       decimal.Decimal
+	Currency     string
+	Reason       string
+}
+
+// ParseAdjustment checks an adjustment request: every field present,
+// correctionOf a charge id, amount a plain non-zero decimal (negative
+// credits), a known currency, a reason of 1 to MaxReasonLength characters.
+// Whether the charge exists and has that currency is checked against the
+// charge (see CheckAdjustment).
+func ParseAdjustment(r AdjustmentRequest) (Adjustment, error) {
+	for _, f := range []struct{ name, value string }{
+		{"correctionOf", r.CorrectionOf}, {"amount", r.Amount}, {"currency", r.Currency}, {"reason", r.Reason},
+	} {
+		if strings.TrimSpace(f.value) == "" {
+			return Adjustment{}, errorf(Invalid, "missing_field", "field %q is required", f.name)
+		}
+	}
+	var a Adjustment
+	id, err := uuid.Parse(r.CorrectionOf)
+	if err != nil || len(r.CorrectionOf) != 36 {
+		return Adjustment{}, errorf(Invalid, "invalid_field", "correctionOf must be a charge id (UUID), got %q", clip(r.CorrectionOf))
+	}
+	a.CorrectionOf = id
+	if a.Amount, err = money.Parse(r.Amount); err != nil {
+		return Adjustment{}, errorf(Invalid, "invalid_amount", "amount must be a plain decimal string such as \"-12.50\": %v", err)
+	}
+	if a.Amount.IsZero() {
+		return Adjustment{}, errorf(Invalid, "invalid_amount", "amount must not be zero")
+	}
+	if _, err := money.Currency(r.Currency); err != nil {
+		return Adjustment{}, errorf(Invalid, "unknown_currency", "%v", err)
+	}
+	a.Currency = r.Currency
+	if n := utf8.RuneCountInString(r.Reason); n > MaxReasonLength {
+		return Adjustment{}, errorf(Invalid, "invalid_field", "reason must be at most %d characters, got %d", MaxReasonLength, n)
+	}
+	a.Reason = r.Reason
+	return a, nil
+}
+
+// CheckAdjustment checks an adjustment against the charge it corrects.
+func CheckAdjustment(a Adjustment, chargeCurrency string) error {
+	if a.Currency != chargeCurrency {
+		return errorf(Unprocessable, "currency_mismatch", "adjustment currency %s differs from the charge's %s", a.Currency, chargeCurrency)
+	}
+	return nil
+}
+
+// ChargeNotFound is the error for a correctionOf that names no charge of the
+// tenant.
+func ChargeNotFound(id uuid.UUID) error {
+	return errorf(NotFound, "charge_not_found", "no charge %s for this tenant", id)
+}
+
+// PeriodTotal is one currency's share of a period.
+type PeriodTotal struct {
+	Currency    string
+	Charges     int64
+	Adjustments int64
+	Total       decimal.Decimal
+}
+
+// Summary is what a close reports of a period: counts over all currencies and
+// the exact total (charges + adjustments) per currency.
+type Summary struct {
+	Charges     int64
+	Adjustments int64
+	Totals      map[string]decimal.Decimal
+}
+
+// Summarize adds up a period's per-currency figures.
+func Summarize(rows []PeriodTotal) Summary {
+	s := Summary{Totals: make(map[string]decimal.Decimal, len(rows))}
+	for _, r := range rows {
+		s.Charges += r.Charges
+		s.Adjustments += r.Adjustments
+		s.Totals[r.Currency] = s.Totals[r.Currency].Add(r.Total)
+	}
+	return s
+}
+
+// clip shortens a client's text quoted back in an error detail.
+func clip(s string) string {
+	const max = 64
+	if r := []rune(s); len(r) > max {
+		return string(r[:max]) + "..."
+	}
+	return s
+}

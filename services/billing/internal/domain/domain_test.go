@@ -1,0 +1,135 @@
+package domain
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+func TestRatingPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		occurred string
+		notOpen  []string
+		want     string
+		late     bool
+	}{
+		{"2026-11", nil, "2026-11", false},
+		{"2026-11", []string{"2026-12"}, "2026-11", false},
+		{"2026-11", []string{"2026-11"}, "2026-12", true},
+		{"2026-11", []string{"2026-11", "2026-12"}, "2027-01", true},
+		{"2026-11", []string{"2026-11", "2027-01"}, "2026-12", true},
+		{"2026-12", []string{"2026-12"}, "2027-01", true},
+	} {
+		got, late := RatingPeriod(tc.occurred, tc.notOpen)
+		if got != tc.want || late != tc.late {
+			t.Errorf("RatingPeriod(%s, %v) = %s, %v; want %s, %v", tc.occurred, tc.notOpen, got, late, tc.want, tc.late)
+		}
+	}
+}
+
+func TestAmountIsExact(t *testing.T) {
+	got := Amount(decimal.RequireFromString("1000.5"), decimal.RequireFromString("0.0125"))
+	if got.String() != "12.50625" {
+		t.Fatalf("amount = %s", got)
+	}
+	got = Amount(decimal.RequireFromString("0.1"), decimal.RequireFromString("0.2"))
+	if !got.Equal(decimal.RequireFromString("0.02")) {
+		t.Fatalf("amount = %s", got)
+	}
+}
+
+func TestClosablePeriod(t *testing.T) {
+	now := time.Date(2026, 11, 29, 23, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		in, code string
+	}{
+		{"2026-11", ""},
+		{"2026-10", ""},
+		{"1999-01", ""},
+		{"2026-12", "period_in_future"},
+		{"2027-01", "period_in_future"},
+		{"2026-13", "invalid_period"},
+		{"2026-1", "invalid_period"},
+		{"2026-00", "invalid_period"},
+		{"202611", "invalid_period"},
+		{"", "invalid_period"},
+		{"2026-11-01", "invalid_period"},
+		{" 2026-11", "invalid_period"},
+	} {
+		_, err := ClosablePeriod(tc.in, now)
+		if code := codeOf(err); code != tc.code {
+			t.Errorf("ClosablePeriod(%q) code = %q, want %q", tc.in, code, tc.code)
+		}
+	}
+}
+
+func codeOf(err error) string {
+	var de *Error
+	if errors.As(err, &de) {
+		return de.Code
+	}
+	if err != nil {
+		return "not a domain error: " + err.Error()
+	}
+	return ""
+}
+
+func TestParseAdjustment(t *testing.T) {
+	valid := AdjustmentRequest{CorrectionOf: "01a22984-85a2-755b-a3ef-a289f2b96b22", Amount: "-12.50", Currency: "USD", Reason: "refund"}
+	with := func(f func(*AdjustmentRequest)) AdjustmentRequest { r := valid; f(&r); return r }
+	for _, tc := range []struct {
+		name string
+		in   AdjustmentRequest
+		code string
+	}{
+		{"valid negative", valid, ""},
+		{"valid positive", with(func(r *AdjustmentRequest) { r.Amount = "3" }), ""},
+		{"valid KRW", with(func(r *AdjustmentRequest) { r.Amount = "1000"; r.Currency = "KRW" }), ""},
+		{"reason of 500 characters", with(func(r *AdjustmentRequest) { r.Reason = strings.Repeat("가", 500) }), ""},
+		{"no correctionOf", with(func(r *AdjustmentRequest) { r.CorrectionOf = "" }), "missing_field"},
+		{"no amount", with(func(r *AdjustmentRequest) { r.Amount = "" }), "missing_field"},
+		{"no currency", with(func(r *AdjustmentRequest) { r.Currency = "" }), "missing_field"},
+		{"blank reason", with(func(r *AdjustmentRequest) { r.Reason = "  " }), "missing_field"},
+		{"correctionOf not a uuid", with(func(r *AdjustmentRequest) { r.CorrectionOf = "charge-1" }), "invalid_field"},
+		{"correctionOf with braces", with(func(r *AdjustmentRequest) { r.CorrectionOf = "{01a22984-85a2-755b-a3ef-a289f2b96b22}" }), "invalid_field"},
+		{"zero amount", with(func(r *AdjustmentRequest) { r.Amount = "0.00" }), "invalid_amount"},
+		{"negative zero", with(func(r *AdjustmentRequest) { r.Amount = "-0" }), "invalid_amount"},
+		{"exponent", with(func(r *AdjustmentRequest) { r.Amount = "1e3" }), "invalid_amount"},
+		{"words", with(func(r *AdjustmentRequest) { r.Amount = "ten" }), "invalid_amount"},
+		{"plus sign", with(func(r *AdjustmentRequest) { r.Amount = "+1" }), "invalid_amount"},
+		{"too many digits", with(func(r *AdjustmentRequest) { r.Amount = strings.Repeat("9", 39) }), "invalid_amount"},
+		{"lower-case currency", with(func(r *AdjustmentRequest) { r.Currency = "usd" }), "unknown_currency"},
+		{"unknown currency", with(func(r *AdjustmentRequest) { r.Currency = "XYZ" }), "unknown_currency"},
+		{"reason too long", with(func(r *AdjustmentRequest) { r.Reason = strings.Repeat("a", 501) }), "invalid_field"},
+	} {
+		_, err := ParseAdjustment(tc.in)
+		if code := codeOf(err); code != tc.code {
+			t.Errorf("%s: code = %q, want %q (%v)", tc.name, code, tc.code, err)
+		}
+	}
+}
+
+func TestCheckAdjustment(t *testing.T) {
+	if err := CheckAdjustment(Adjustment{Currency: "USD"}, "USD"); err != nil {
+		t.Fatal(err)
+	}
+	if code := codeOf(CheckAdjustment(Adjustment{Currency: "EUR"}, "USD")); code != "currency_mismatch" {
+		t.Fatalf("code = %q", code)
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	s := Summarize([]PeriodTotal{
+		{Currency: "KRW", Charges: 2, Total: decimal.RequireFromString("41.1")},
+		{Currency: "USD", Charges: 3, Adjustments: 1, Total: decimal.RequireFromString("1.04375")},
+	})
+	if s.Charges != 5 || s.Adjustments != 1 || !s.Totals["USD"].Equal(decimal.RequireFromString("1.04375")) || len(s.Totals) != 2 {
+		t.Fatalf("summary = %+v", s)
+	}
+	if s := Summarize(nil); s.Charges != 0 || s.Totals == nil || len(s.Totals) != 0 {
+		t.Fatalf("empty summary = %+v", s)
+	}
+}

@@ -1,0 +1,347 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/services/billing/internal/app"
+	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
+	"github.com/usagebilling/billing/services/billing/internal/httpapi"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+var jan10 = time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	pool *pgxpool.Pool
+	srv  *httptest.Server
+	// charges of tenant t1 (USD) and t2 (USD) in 2026-01.
+	charge, otherCharge string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+	r := chi.NewRouter()
+	httpapi.New(svc, nil).Routes(r)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	f := &fixture{pool: pool, srv: srv}
+	var raws [][]byte
+	for _, tenant := range []string{"t1", "t2"} {
+		raws = append(raws,
+			bt.Price{Tenant: tenant, Meter: "api_calls", Currency: "USD", Version: 1, UnitPrice: "0.5", EffectiveAt: jan10.AddDate(0, 0, -9)}.Raw(t),
+			bt.Usage{Tenant: tenant, Meter: "api_calls", Currency: "USD", PriceVersion: 1, Quantity: "3", OccurredAt: jan10}.Raw(t))
+	}
+	bt.Decide(t, pool, ib, raws...)
+	f.charge = f.chargeOf(t, "t1")
+	f.otherCharge = f.chargeOf(t, "t2")
+	return f
+}
+
+func (f *fixture) chargeOf(t *testing.T, tenant string) string {
+	t.Helper()
+	var id string
+	if err := f.pool.QueryRow(context.Background(), `SELECT charge_id::text FROM charge WHERE tenant_id = $1`, tenant).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) problem(t *testing.T) (code string) {
+	t.Helper()
+	var p struct {
+		Type, Title, Detail, Code string
+		Status                    int
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("content type %q for %d %s", ct, r.status, r.body)
+	}
+	if err := json.Unmarshal(r.body, &p); err != nil || p.Status != r.status || p.Type == "" || p.Title == "" {
+		t.Fatalf("not a problem: %d %s", r.status, r.body)
+	}
+	return p.Code
+}
+
+func (f *fixture) do(t *testing.T, method, path string, header map[string]string, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// state is everything a rejected request must leave untouched.
+func (f *fixture) state(t *testing.T) string {
+	t.Helper()
+	var s string
+	err := f.pool.QueryRow(context.Background(), `SELECT concat_ws(' ',
+		(SELECT count(*) FROM adjustment), (SELECT count(*) FROM charge), (SELECT count(*) FROM outbox_event),
+		(SELECT count(*) FROM idempotency_key), (SELECT count(*) FROM billing_period),
+		(SELECT string_agg(tenant_id || period || status || version, ',' ORDER BY tenant_id, period) FROM billing_period))`).Scan(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func adjustmentBody(correctionOf, amount, currency, reason string) string {
+	return fmt.Sprintf(`{"correctionOf":%q,"amount":%q,"currency":%q,"reason":%q}`, correctionOf, amount, currency, reason)
+}
+
+func TestBadRequestsWriteNothing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	future := events.Period(time.Now().AddDate(0, 2, 0))
+	// A key already used, for idempotency_key_reused.
+	if r := f.do(t, "POST", "/v1/tenants/t1/adjustments", map[string]string{"Idempotency-Key": "used"},
+		adjustmentBody(f.charge, "-1", "USD", "first")); r.status != 201 {
+		t.Fatalf("setup adjustment: %d %s", r.status, r.body)
+	}
+	if r := f.do(t, "POST", "/v1/tenants/t1/periods/2025-01/close", map[string]string{"Idempotency-Key": "used-close"}, ""); r.status != 202 {
+		t.Fatalf("setup close: %d %s", r.status, r.body)
+	}
+	key := map[string]string{"Idempotency-Key": "k-1"}
+	good := adjustmentBody(f.charge, "-1.25", "USD", "refund")
+	adj := "/v1/tenants/t1/adjustments"
+	for _, tc := range []struct {
+		name, method, path string
+		header             map[string]string
+		body               string
+		contentType        string
+		status             int
+		code               string
+	}{
+		// POST adjustments
+		{"invalid tenant", "POST", "/v1/tenants/t.1/adjustments", key, good, "", 400, "invalid_tenant_id"},
+		{"tenant too long", "POST", "/v1/tenants/" + strings.Repeat("t", 129) + "/adjustments", key, good, "", 400, "invalid_tenant_id"},
+		{"missing idempotency key", "POST", adj, nil, good, "", 400, "missing_idempotency_key"},
+		{"invalid idempotency key", "POST", adj, map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}, good, "", 400, "invalid_idempotency_key"},
+		{"malformed json", "POST", adj, key, `{"correctionOf":`, "", 400, "malformed_json"},
+		{"empty body", "POST", adj, key, ``, "", 400, "malformed_json"},
+		{"not an object", "POST", adj, key, `["x"]`, "", 400, "malformed_json"},
+		{"trailing data", "POST", adj, key, good + `{}`, "", 400, "malformed_json"},
+		{"unknown field", "POST", adj, key, `{"correctionOf":"` + f.charge + `","amount":"1","currency":"USD","reason":"r","tax":"1"}`, "", 400, "unknown_field"},
+		{"missing correctionOf", "POST", adj, key, `{"amount":"1","currency":"USD","reason":"r"}`, "", 400, "missing_field"},
+		{"missing amount", "POST", adj, key, `{"correctionOf":"` + f.charge + `","currency":"USD","reason":"r"}`, "", 400, "missing_field"},
+		{"null amount", "POST", adj, key, `{"correctionOf":"` + f.charge + `","amount":null,"currency":"USD","reason":"r"}`, "", 400, "missing_field"},
+		{"missing currency", "POST", adj, key, `{"correctionOf":"` + f.charge + `","amount":"1","reason":"r"}`, "", 400, "missing_field"},
+		{"missing reason", "POST", adj, key, `{"correctionOf":"` + f.charge + `","amount":"1","currency":"USD"}`, "", 400, "missing_field"},
+		{"amount as a number", "POST", adj, key, `{"correctionOf":"` + f.charge + `","amount":12.5,"currency":"USD","reason":"r"}`, "", 400, "invalid_amount"},
+		{"amount as an object", "POST", adj, key, `{"correctionOf":"` + f.charge + `","amount":{},"currency":"USD","reason":"r"}`, "", 400, "invalid_amount"},
+		{"amount with exponent", "POST", adj, key, adjustmentBody(f.charge, "1e2", "USD", "r"), "", 400, "invalid_amount"},
+		{"amount not a number", "POST", adj, key, adjustmentBody(f.charge, "ten", "USD", "r"), "", 400, "invalid_amount"},
+		{"zero amount", "POST", adj, key, adjustmentBody(f.charge, "0.00", "USD", "r"), "", 400, "invalid_amount"},
+		{"unknown currency", "POST", adj, key, adjustmentBody(f.charge, "1", "ABC", "r"), "", 400, "unknown_currency"},
+		{"lower-case currency", "POST", adj, key, adjustmentBody(f.charge, "1", "usd", "r"), "", 400, "unknown_currency"},
+		{"reason too long", "POST", adj, key, adjustmentBody(f.charge, "1", "USD", strings.Repeat("r", 501)), "", 400, "invalid_field"},
+		{"correctionOf not a uuid", "POST", adj, key, adjustmentBody("c-1", "1", "USD", "r"), "", 400, "invalid_field"},
+		{"correctionOf a number", "POST", adj, key, `{"correctionOf":1,"amount":"1","currency":"USD","reason":"r"}`, "", 400, "invalid_field"},
+		{"body too large", "POST", adj, key, adjustmentBody(f.charge, "1", "USD", strings.Repeat("r", 20000)), "", 413, "body_too_large"},
+		{"not json", "POST", adj, key, good, "text/plain", 415, "unsupported_media_type"},
+		{"unknown charge", "POST", adj, key, adjustmentBody("01a22984-85a2-755b-a3ef-a289f2b96b22", "1", "USD", "r"), "", 404, "charge_not_found"},
+		{"another tenant's charge", "POST", adj, key, adjustmentBody(f.otherCharge, "1", "USD", "r"), "", 404, "charge_not_found"},
+		{"currency mismatch", "POST", adj, key, adjustmentBody(f.charge, "1", "EUR", "r"), "", 422, "currency_mismatch"},
+		{"key reused", "POST", adj, map[string]string{"Idempotency-Key": "used"}, adjustmentBody(f.charge, "-2", "USD", "first"), "", 422, "idempotency_key_reused"},
+		// POST close
+		{"close: invalid tenant", "POST", "/v1/tenants/t%201/periods/2026-01/close", key, "", "", 400, "invalid_tenant_id"},
+		{"close: missing key", "POST", "/v1/tenants/t1/periods/2026-01/close", nil, "", "", 400, "missing_idempotency_key"},
+		{"close: month 13", "POST", "/v1/tenants/t1/periods/2026-13/close", key, "", "", 400, "invalid_period"},
+		{"close: short month", "POST", "/v1/tenants/t1/periods/2026-1/close", key, "", "", 400, "invalid_period"},
+		{"close: a date", "POST", "/v1/tenants/t1/periods/2026-01-31/close", key, "", "", 400, "invalid_period"},
+		{"close: words", "POST", "/v1/tenants/t1/periods/january/close", key, "", "", 400, "invalid_period"},
+		{"close: future", "POST", "/v1/tenants/t1/periods/" + future + "/close", key, "", "", 422, "period_in_future"},
+		{"close: key reused", "POST", "/v1/tenants/t1/periods/2026-01/close", map[string]string{"Idempotency-Key": "used-close"}, "", "", 422, "idempotency_key_reused"},
+		// GET charges
+		{"charges: no period", "GET", "/v1/tenants/t1/charges", nil, "", "", 400, "invalid_period"},
+		{"charges: bad period", "GET", "/v1/tenants/t1/charges?period=2026-00", nil, "", "", 400, "invalid_period"},
+		{"charges: invalid tenant", "GET", "/v1/tenants/t$1/charges?period=2026-01", nil, "", "", 400, "invalid_tenant_id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := f.state(t)
+			h := map[string]string{}
+			for k, v := range tc.header {
+				h[k] = v
+			}
+			if tc.contentType != "" {
+				h["Content-Type"] = tc.contentType
+			}
+			r := f.do(t, tc.method, tc.path, h, tc.body)
+			if r.status != tc.status {
+				t.Fatalf("status = %d, want %d: %s", r.status, tc.status, r.body)
+			}
+			if code := r.problem(t); code != tc.code {
+				t.Fatalf("code = %q, want %q: %s", code, tc.code, r.body)
+			}
+			if after := f.state(t); after != before {
+				t.Fatalf("a rejected request wrote: %s -> %s", before, after)
+			}
+		})
+	}
+}
+
+func TestAdjustmentOverHTTP(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	body := adjustmentBody(f.charge, "-0.75", "USD", "SLA credit")
+	h := map[string]string{"Idempotency-Key": "adj-1", "X-Correlation-Id": "ticket-42"}
+
+	// Eight identical requests at once: one adjustment, one answer.
+	const n = 8
+	responses := make([]response, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { responses[i] = f.do(t, "POST", "/v1/tenants/t1/adjustments", h, body) })
+	}
+	wg.Wait()
+	first := ""
+	replayed := 0
+	for _, r := range responses {
+		if r.status != http.StatusCreated {
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+		if first == "" {
+			first = string(r.body)
+		}
+		if string(r.body) != first {
+			t.Fatalf("answers differ: %s vs %s", first, r.body)
+		}
+		if r.header.Get("Idempotent-Replayed") == "true" {
+			replayed++
+		}
+	}
+	if replayed != n-1 {
+		t.Fatalf("%d replays, want %d", replayed, n-1)
+	}
+	var got struct {
+		AdjustmentID, EventID, Period string
+	}
+	if err := json.Unmarshal([]byte(first), &got); err != nil || got.AdjustmentID == "" || got.EventID == "" || got.Period != "2026-01" {
+		t.Fatalf("body %s", first)
+	}
+	if c := bt.Count(t, f.pool, `SELECT count(*) FROM adjustment`); c != 1 {
+		t.Fatalf("adjustments = %d", c)
+	}
+	// Reordered keys and whitespace are the same request.
+	same := fmt.Sprintf(`{ "reason":"SLA credit", "currency":"USD", "amount":"-0.75", "correctionOf":%q }`, f.charge)
+	if r := f.do(t, "POST", "/v1/tenants/t1/adjustments", h, same); r.status != 201 || string(r.body) != first ||
+		r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %d %s %v", r.status, r.body, r.header)
+	}
+	out := bt.Outbox(t, f.pool)
+	last := out[len(out)-1]
+	if last.Envelope.EventType != events.TypeAdjustmentPosted || last.Envelope.EventID.String() != got.EventID ||
+		last.Envelope.CorrelationID != "ticket-42" {
+		t.Fatalf("published %+v", last.Envelope)
+	}
+}
+
+func TestCloseAndChargesOverHTTP(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	h := map[string]string{"Idempotency-Key": "close-1"}
+	r := f.do(t, "POST", "/v1/tenants/t1/periods/2026-01/close", h, "")
+	if r.status != http.StatusAccepted || strings.TrimSpace(string(r.body)) != `{"period":"2026-01","status":"closed"}` {
+		t.Fatalf("close: %d %s", r.status, r.body)
+	}
+	r2 := f.do(t, "POST", "/v1/tenants/t1/periods/2026-01/close", h, "")
+	if r2.status != http.StatusAccepted || string(r2.body) != string(r.body) || r2.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %d %s %v", r2.status, r2.body, r2.header)
+	}
+	r3 := f.do(t, "POST", "/v1/tenants/t1/periods/2026-01/close", map[string]string{"Idempotency-Key": "close-2"}, "")
+	if r3.status != http.StatusAccepted || string(r3.body) != string(r.body) {
+		t.Fatalf("close again: %d %s", r3.status, r3.body)
+	}
+	if n := len(bt.OfType[events.BillingPeriodClosed](bt.Outbox(t, f.pool))); n != 1 {
+		t.Fatalf("closes published = %d", n)
+	}
+
+	r = f.do(t, "GET", "/v1/tenants/t1/charges?period=2026-01", nil, "")
+	if r.status != 200 {
+		t.Fatalf("charges: %d %s", r.status, r.body)
+	}
+	var list struct {
+		Charges []map[string]any `json:"charges"`
+	}
+	if err := json.Unmarshal(r.body, &list); err != nil || len(list.Charges) != 1 {
+		t.Fatalf("charges body %s", r.body)
+	}
+	c := list.Charges[0]
+	for field, want := range map[string]any{
+		"chargeId": f.charge, "meterCode": "api_calls", "currency": "USD", "quantity": "3", "unitPrice": "0.5",
+		"priceVersion": float64(1), "amount": "1.5", "period": "2026-01", "late": false,
+	} {
+		if c[field] != want {
+			t.Errorf("%s = %#v, want %#v", field, c[field], want)
+		}
+	}
+	for _, field := range []string{"eventId", "usageEventId"} {
+		if s, _ := c[field].(string); len(s) != 36 {
+			t.Errorf("%s = %#v", field, c[field])
+		}
+	}
+	r = f.do(t, "GET", "/v1/tenants/nobody/charges?period=2026-01", nil, "")
+	if r.status != 200 || strings.TrimSpace(string(r.body)) != `{"charges":[]}` {
+		t.Fatalf("empty list: %d %s", r.status, r.body)
+	}
+}
+
+func TestDatabaseDownIs503(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	r := chi.NewRouter()
+	httpapi.New(app.New(pool, nil), nil).Routes(r)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	f := &fixture{srv: srv}
+	for _, req := range []struct{ method, path, body string }{
+		{"POST", "/v1/tenants/t1/adjustments", adjustmentBody("01a22984-85a2-755b-a3ef-a289f2b96b22", "1", "USD", "r")},
+		{"POST", "/v1/tenants/t1/periods/2026-01/close", ""},
+		{"GET", "/v1/tenants/t1/charges?period=2026-01", ""},
+	} {
+		resp := f.do(t, req.method, req.path, map[string]string{"Idempotency-Key": "k"}, req.body)
+		if resp.status != http.StatusServiceUnavailable || resp.problem(t) != "database_unavailable" {
+			t.Errorf("%s %s: %d %s", req.method, req.path, resp.status, resp.body)
+		}
+	}
+}

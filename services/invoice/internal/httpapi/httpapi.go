@@ -1,0 +1,136 @@
+// Package httpapi is the invoice service's HTTP API (DESIGN.md section 7):
+// reading a tenant's invoices with their lines and correction notes.
+package httpapi
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/httpx"
+	"github.com/usagebilling/billing/services/invoice/internal/app"
+)
+
+// API serves the invoice endpoints.
+type API struct {
+	reader *app.Reader
+	log    *slog.Logger
+}
+
+// New returns the API reading through reader.
+func New(reader *app.Reader, log *slog.Logger) *API {
+	return &API{reader: reader, log: log}
+}
+
+// Routes mounts the endpoints on r.
+func (a *API) Routes(r chi.Router) {
+	r.Get("/v1/tenants/{tenantId}/invoices", a.list)
+	r.Get("/v1/tenants/{tenantId}/invoices/{invoiceId}", a.get)
+}
+
+type invoiceJSON struct {
+	InvoiceID   uuid.UUID        `json:"invoiceId"`
+	TenantID    string           `json:"tenantId"`
+	Period      string           `json:"period"`
+	Currency    string           `json:"currency"`
+	Status      string           `json:"status"`
+	Lines       []lineJSON       `json:"lines"`
+	Subtotal    decimal.Decimal  `json:"subtotal"`
+	Total       *decimal.Decimal `json:"total"`
+	IssuedAt    *time.Time       `json:"issuedAt"`
+	Corrections []correctionJSON `json:"corrections"`
+}
+
+type lineJSON struct {
+	OriginEventID uuid.UUID       `json:"originEventId"`
+	Kind          string          `json:"kind"`
+	Amount        decimal.Decimal `json:"amount"`
+}
+
+type correctionJSON struct {
+	CorrectionID  uuid.UUID       `json:"correctionId"`
+	OriginEventID uuid.UUID       `json:"originEventId"`
+	Amount        decimal.Decimal `json:"amount"`
+	IssuedAt      time.Time       `json:"issuedAt"`
+}
+
+func toJSON(inv app.Invoice) invoiceJSON {
+	out := invoiceJSON{
+		InvoiceID: inv.InvoiceID, TenantID: inv.TenantID, Period: inv.Period, Currency: inv.Currency,
+		Status: inv.Status, Subtotal: inv.Subtotal, Total: inv.Total, IssuedAt: inv.IssuedAt,
+		Lines: make([]lineJSON, len(inv.Lines)), Corrections: make([]correctionJSON, len(inv.Corrections)),
+	}
+	for i, l := range inv.Lines {
+		out.Lines[i] = lineJSON(l)
+	}
+	for i, c := range inv.Corrections {
+		out.Corrections[i] = correctionJSON(c)
+	}
+	return out
+}
+
+// list: GET /v1/tenants/{tenantId}/invoices?period=YYYY-MM. Without period
+// (or with an empty one) it lists every period's invoices.
+func (a *API) list(w http.ResponseWriter, r *http.Request) {
+	tenantID, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	period := r.URL.Query().Get("period")
+	if period != "" {
+		if _, err := events.ParsePeriod(period); err != nil {
+			httpx.WriteProblem(w, httpx.Problemf(http.StatusBadRequest, "invalid_period", "period %q must be a month in the form YYYY-MM", period))
+			return
+		}
+	}
+	invs, err := a.reader.Invoices(r.Context(), tenantID, period)
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	out := struct {
+		Invoices []invoiceJSON `json:"invoices"`
+	}{Invoices: make([]invoiceJSON, len(invs))}
+	for i, inv := range invs {
+		out.Invoices[i] = toJSON(inv)
+	}
+	httpx.WriteJSON(w, http.StatusOK, out)
+}
+
+// get: GET /v1/tenants/{tenantId}/invoices/{invoiceId}. An id that is not a
+// UUID is 400 invalid_invoice_id; an unknown id, or another tenant's, is 404.
+func (a *API) get(w http.ResponseWriter, r *http.Request) {
+	tenantID, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	id, err := uuid.Parse(chi.URLParam(r, "invoiceId"))
+	if err != nil {
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_invoice_id", "invoice id must be a UUID"))
+		return
+	}
+	inv, err := a.reader.Invoice(r.Context(), tenantID, id)
+	if errors.Is(err, app.ErrNotFound) {
+		httpx.WriteProblem(w, httpx.Problemf(http.StatusNotFound, "not_found", "tenant %s has no invoice %s", tenantID, id))
+		return
+	}
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, toJSON(inv))
+}
+
+func (a *API) storeError(w http.ResponseWriter, r *http.Request, err error) {
+	p := httpx.StoreError(err)
+	a.log.ErrorContext(r.Context(), "read invoices", "path", r.URL.Path, "err", err, "status", p.Status)
+	httpx.WriteProblem(w, p)
+}

@@ -1,0 +1,37 @@
+// Package invoice is the invoice service: it turns billing's charges and
+// adjustments into immutable invoice lines, one invoice per tenant, period
+// and currency, issues a period's invoices when billing closes it (rounded
+// once, half-even, with the difference as its own line), turns adjustments
+// after issue into correction notes, and publishes InvoiceIssued and
+// InvoiceCorrectionIssued through its outbox.
+package invoice
+
+import (
+	"context"
+
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/services/invoice/internal/app"
+	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
+	"github.com/usagebilling/billing/services/invoice/migrations"
+)
+
+// Spec is the invoice service for service.Main.
+func Spec() service.Spec {
+	return service.Spec{
+		Name:        "invoice",
+		DefaultPort: 8084,
+		Migrations:  []pgmigrate.Set{migrations.Set},
+		Build:       Build,
+	}
+}
+
+// Build wires the consumer and the HTTP API.
+func Build(_ context.Context, d service.Deps) (service.Parts, error) {
+	api := httpapi.New(app.NewReader(d.Pool), d.Logger)
+	return service.Parts{
+		Routes:   api.Routes,
+		Topics:   app.Topics,
+		Handlers: app.NewConsumer(d.Logger).Handlers(),
+	}, nil
+}

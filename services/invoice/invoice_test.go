@@ -1,0 +1,287 @@
+package invoice_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/go-chi/chi/v5"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/kafkabroker"
+	"github.com/usagebilling/billing/pkg/kafkatest"
+	"github.com/usagebilling/billing/pkg/outbox"
+	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/services/invoice"
+	"github.com/usagebilling/billing/services/invoice/internal/app"
+	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
+	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(kafkatest.Wrap(m))) }
+
+// The consumer path as the service runs it, against a real Kafka-protocol
+// broker: an inbox.Runner with the invoice handlers, the outbox relay and the
+// HTTP API. Billing events produced out of order and duplicated end as issued
+// invoices whose InvoiceIssued reach invoice.events.v1.
+func TestRunnerThroughKafka(t *testing.T) {
+	brokers := kafkaWithTopics(t)
+	pool := pgtest.NewPool(t, Template)
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	reg := envelope.NewRegistry()
+	events.Register(reg)
+	ib, err := inbox.New(reg, app.NewConsumer(log).Handlers(), inbox.Options{Service: "invoice", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner, err := inbox.NewRunner(pool, ib, inbox.RunnerConfig{
+		Brokers: brokers, Group: "invoice", Topics: app.Topics, SweepInterval: 200 * time.Millisecond, Logger: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay, err := outbox.NewRelay(pool, outbox.Config{Brokers: brokers, Name: "invoice-relay", PollInterval: 100 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	background(t, runner.Run, relay.Run)
+	router := chi.NewRouter()
+	httpapi.New(app.NewReader(pool), log).Routes(router)
+	srv := httptest.NewServer(router)
+	t.Cleanup(srv.Close)
+
+	flow(t, brokers, srv.URL)
+}
+
+// The same through service.Run, as main runs it: migrations, runner, relay,
+// HTTP with /healthz and /readyz.
+func TestServiceRun(t *testing.T) {
+	brokers := kafkaWithTopics(t)
+	dbURL := pgtest.NewDB(t, Template)
+	addr := freeAddr(t)
+	early := background(t, func(ctx context.Context) error {
+		return service.Run(ctx, invoice.Spec(), nil, service.NewEnvFrom(map[string]string{
+			"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "HTTP_ADDR": addr,
+			"LOG_LEVEL": "warn", "CONSUMER_SWEEP_INTERVAL": "200ms", "RELAY_POLL_INTERVAL": "100ms",
+		}))
+	})
+	base := "http://" + addr
+	eventually(t, "the service to be ready", time.Minute, func() bool {
+		if err := early(); err != nil {
+			t.Fatalf("service.Run: %v", err)
+		}
+		var v map[string]any
+		return getJSON(base+"/readyz", &v) == http.StatusOK
+	})
+	flow(t, brokers, base)
+}
+
+func kafkaWithTopics(t *testing.T) []string {
+	t.Helper()
+	brokers := kafkatest.Brokers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := kafkabroker.CreateTopics(ctx, brokers, 3, events.AllTopics...); err != nil {
+		t.Fatal(err)
+	}
+	return brokers
+}
+
+// background runs each fn until the test ends, then stops it and checks it
+// returned nil. The returned function reports an fn that returned early.
+func background(t *testing.T, fns ...func(context.Context) error) (early func() error) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, len(fns))
+	var first atomic.Pointer[error]
+	for _, fn := range fns {
+		go func() {
+			err := fn(ctx)
+			if ctx.Err() == nil {
+				if err == nil {
+					err = errors.New("returned before it was stopped")
+				}
+				first.CompareAndSwap(nil, &err)
+			}
+			done <- err
+		}()
+	}
+	t.Cleanup(func() {
+		stop()
+		for range fns {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("background: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("background work did not stop")
+				return
+			}
+		}
+	})
+	return func() error {
+		if err := first.Load(); err != nil {
+			return *err
+		}
+		return nil
+	}
+}
+
+func flow(t *testing.T, brokers []string, base string) {
+	t.Helper()
+	p := NewPeriod(t, "acme", "2026-11")
+	c1, c2, c3 := p.Charge("USD", "2", "0.1675"), p.Charge("USD", "1", "1"), p.Charge("KRW", "1", "10.5")
+	closed := p.Close()
+	// The close before its last charge, and duplicates.
+	produce(t, brokers, c1, c2, closed, c1, c3, closed, c2)
+
+	var inv map[string]any
+	eventually(t, "the invoices issued", time.Minute, func() bool {
+		var body struct {
+			Invoices []map[string]any `json:"invoices"`
+		}
+		if getJSON(base+"/v1/tenants/acme/invoices?period=2026-11", &body) != http.StatusOK || len(body.Invoices) != 2 {
+			return false
+		}
+		for _, i := range body.Invoices {
+			if i["status"] != "issued" {
+				return false
+			}
+		}
+		inv = body.Invoices[1] // KRW sorts first
+		return true
+	})
+	if inv["currency"] != "USD" || inv["subtotal"] != "1.335" || inv["total"] != "1.34" || len(inv["lines"].([]any)) != 3 {
+		t.Fatalf("USD invoice %v, want subtotal 1.335, total 1.34 and 3 lines", inv)
+	}
+
+	got := consume(t, brokers, events.TopicInvoice, 2)
+	ids := map[string]bool{}
+	for _, e := range got {
+		if e.EventType != events.TypeInvoiceIssued || e.AggregateVersion != 1 || e.CausationID != closed.EventID.String() {
+			t.Fatalf("published %+v, want InvoiceIssued caused by the close", e)
+		}
+		ids[e.AggregateID] = true
+	}
+	if !ids[inv["invoiceId"].(string)] || len(ids) != 2 {
+		t.Fatalf("InvoiceIssued for %v, want both invoices", ids)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func saramaConfig() *sarama.Config {
+	cfg := sarama.NewConfig()
+	cfg.Version = kafkabroker.SaramaVersion()
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	return cfg
+}
+
+// produce sends envs keyed by their partition keys, in order.
+func produce(t *testing.T, brokers []string, envs ...envelope.Envelope) {
+	t.Helper()
+	p, err := sarama.NewSyncProducer(brokers, saramaConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for i, raw := range Raw(t, envs...) {
+		if _, _, err := p.SendMessage(&sarama.ProducerMessage{
+			Topic: events.TopicBilling, Key: sarama.StringEncoder(envs[i].PartitionKey), Value: sarama.ByteEncoder(raw),
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// consume reads topic from the start until it has n envelopes.
+func consume(t *testing.T, brokers []string, topic string, n int) []envelope.Envelope {
+	t.Helper()
+	c, err := sarama.NewConsumer(brokers, saramaConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	parts, err := c.Partitions(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := make(chan *sarama.ConsumerMessage)
+	for _, part := range parts {
+		pc, err := c.ConsumePartition(topic, part, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		go func() {
+			for m := range pc.Messages() {
+				msgs <- m
+			}
+		}()
+	}
+	reg := envelope.NewRegistry()
+	events.Register(reg)
+	var out []envelope.Envelope
+	timeout := time.After(time.Minute)
+	for len(out) < n {
+		select {
+		case m := <-msgs:
+			d, err := reg.Decode(m.Value)
+			if err != nil {
+				t.Fatalf("decode %s message: %v", topic, err)
+			}
+			out = append(out, d.Envelope)
+		case <-timeout:
+			t.Fatalf("%d of %d events on %s", len(out), n, topic)
+		}
+	}
+	return out
+}
+
+func getJSON(url string, v any) int {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return -1
+	}
+	return resp.StatusCode
+}
+
+func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(fmt.Sprintf("timed out waiting for %s", what))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,202 @@
+// Package app holds the meter's commands: activating a price version (one
+// transaction: idempotency claim, series lock, schedule check, the immutable
+// version, its PriceActivated event in the outbox, the stored response) and
+// reading the price list.
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/idempotency"
+	"github.com/usagebilling/billing/pkg/outbox"
+	"github.com/usagebilling/billing/services/meter/internal/db"
+	"github.com/usagebilling/billing/services/meter/internal/domain"
+)
+
+// Producer names the meter in the envelopes it builds.
+const Producer = "meter"
+
+// App runs the meter's commands against its database.
+type App struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	now  func() time.Time
+}
+
+// New returns an App on pool.
+func New(pool *pgxpool.Pool, log *slog.Logger) *App {
+	return &App{pool: pool, log: log, now: time.Now}
+}
+
+// Price is one immutable price version as the API shows it.
+type Price struct {
+	PriceID     uuid.UUID       `json:"priceId"`
+	TenantID    string          `json:"tenantId"`
+	MeterCode   string          `json:"meterCode"`
+	Currency    string          `json:"currency"`
+	UnitPrice   decimal.Decimal `json:"unitPrice"`
+	EffectiveAt time.Time       `json:"effectiveAt"`
+	Version     int64           `json:"version"`
+	EventID     uuid.UUID       `json:"eventId"`
+	ActivatedAt time.Time       `json:"activatedAt"`
+}
+
+// ActivatePrice is the command to activate the next version of a price
+// series.
+type ActivatePrice struct {
+	TenantID       string
+	IdempotencyKey string
+	// RequestHash identifies the request (idempotency.RequestHash): the same
+	// key with another request is refused.
+	RequestHash   string
+	Activation    domain.Activation
+	CorrelationID string
+}
+
+// Receipt is the response of a command: the first one, or its replay.
+type Receipt struct {
+	Status   int
+	Body     []byte
+	Replayed bool
+}
+
+// ErrKeyReused is returned when the idempotency key was used for another
+// request.
+var ErrKeyReused = idempotency.ErrKeyReused
+
+func idempotencyScope(tenantID string) string { return "meter/" + tenantID + "/prices" }
+
+// ActivatePrice activates a price version, or replays the receipt of the
+// request that used the same idempotency key first. Domain errors
+// (*domain.Error) and ErrKeyReused leave nothing written.
+func (a *App) ActivatePrice(ctx context.Context, cmd ActivatePrice) (Receipt, error) {
+	var rc Receipt
+	scope := idempotencyScope(cmd.TenantID)
+	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		stored, err := idempotency.Claim(ctx, tx, scope, cmd.IdempotencyKey, cmd.RequestHash)
+		if err != nil {
+			return err
+		}
+		if stored != nil {
+			rc = Receipt{Status: stored.Status, Body: stored.Body, Replayed: true}
+			return nil
+		}
+		price, err := a.activate(ctx, tx, cmd)
+		if err != nil {
+			return err
+		}
+		body, err := json.Marshal(price)
+		if err != nil {
+			return fmt.Errorf("encode price: %w", err)
+		}
+		if err := idempotency.Save(ctx, tx, scope, cmd.IdempotencyKey, http.StatusCreated, body); err != nil {
+			return err
+		}
+		rc = Receipt{Status: http.StatusCreated, Body: body}
+		return nil
+	})
+	if err != nil {
+		return Receipt{}, err
+	}
+	return rc, nil
+}
+
+func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price, error) {
+	q := db.New(tx)
+	act := cmd.Activation
+	series, err := q.LockPriceSeries(ctx, db.LockPriceSeriesParams{
+		TenantID: cmd.TenantID, MeterCode: act.MeterCode, Currency: act.Currency,
+	})
+	if err != nil {
+		return Price{}, fmt.Errorf("lock price series: %w", err)
+	}
+	// Read the clock once the series is ours, so activation times follow
+	// versions.
+	activatedAt := domain.Instant(a.now())
+	effectiveAt, err := act.Schedule(activatedAt, series.LastEffectiveAt)
+	if err != nil {
+		return Price{}, err
+	}
+	version := series.LastVersion + 1
+	priceID, err := uuid.NewV7()
+	if err != nil {
+		return Price{}, fmt.Errorf("new price id: %w", err)
+	}
+	env, err := envelope.New(envelope.Meta{
+		EventType:        events.TypePriceActivated,
+		SchemaVersion:    1,
+		TenantID:         cmd.TenantID,
+		AggregateType:    events.AggregatePrice,
+		AggregateID:      events.PriceSeriesID(act.MeterCode, act.Currency),
+		AggregateVersion: version,
+		OccurredAt:       activatedAt,
+		Producer:         Producer,
+		CorrelationID:    cmd.CorrelationID,
+	}, events.PriceActivated{
+		PriceID:     priceID,
+		MeterCode:   act.MeterCode,
+		Currency:    act.Currency,
+		UnitPrice:   act.UnitPrice,
+		EffectiveAt: effectiveAt,
+		Version:     version,
+	})
+	if err != nil {
+		return Price{}, fmt.Errorf("build PriceActivated: %w", err)
+	}
+	if err := q.InsertPrice(ctx, db.InsertPriceParams{
+		PriceID: priceID, TenantID: cmd.TenantID, MeterCode: act.MeterCode, Currency: act.Currency,
+		Version: version, UnitPrice: act.UnitPrice, EffectiveAt: effectiveAt, ActivatedAt: activatedAt,
+		EventID: env.EventID,
+	}); err != nil {
+		return Price{}, fmt.Errorf("insert price version: %w", err)
+	}
+	n, err := q.AdvancePriceSeries(ctx, db.AdvancePriceSeriesParams{
+		Version: version, EffectiveAt: &effectiveAt,
+		TenantID: cmd.TenantID, MeterCode: act.MeterCode, Currency: act.Currency,
+	})
+	if err != nil {
+		return Price{}, fmt.Errorf("advance price series: %w", err)
+	}
+	if n != 1 {
+		return Price{}, errors.New("advance price series: the series moved while locked")
+	}
+	if err := outbox.Append(ctx, tx, events.TopicMeter, env); err != nil {
+		return Price{}, err
+	}
+	return Price{
+		PriceID: priceID, TenantID: cmd.TenantID, MeterCode: act.MeterCode, Currency: act.Currency,
+		UnitPrice: act.UnitPrice, EffectiveAt: effectiveAt, Version: version, EventID: env.EventID,
+		ActivatedAt: activatedAt,
+	}, nil
+}
+
+// ListPrices returns a tenant's price versions, of one meter when meterCode
+// is not empty, ordered by meter code, currency and version.
+func (a *App) ListPrices(ctx context.Context, tenantID, meterCode string) ([]Price, error) {
+	rows, err := db.New(a.pool).ListPrices(ctx, db.ListPricesParams{TenantID: tenantID, MeterCode: meterCode})
+	if err != nil {
+		return nil, fmt.Errorf("list prices: %w", err)
+	}
+	out := make([]Price, len(rows))
+	for i, r := range rows {
+		out[i] = Price{
+			PriceID: r.PriceID, TenantID: r.TenantID, MeterCode: r.MeterCode, Currency: r.Currency,
+			UnitPrice: r.UnitPrice, EffectiveAt: r.EffectiveAt.UTC(), Version: r.Version, EventID: r.EventID,
+			ActivatedAt: r.ActivatedAt.UTC(),
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,29 @@
+-- name: LockPriceSeries :one
+-- Creates the series on its first activation and locks its row until the
+-- transaction ends; concurrent activations of the series wait here and then
+-- see the version the previous one committed.
+INSERT INTO price_series (tenant_id, meter_code, currency)
+VALUES (@tenant_id, @meter_code, @currency)
+ON CONFLICT (tenant_id, meter_code, currency)
+    DO UPDATE SET last_version = price_series.last_version
+RETURNING last_version, last_effective_at;
+
+-- name: AdvancePriceSeries :execrows
+UPDATE price_series
+SET last_version = @version, last_effective_at = @effective_at
+WHERE tenant_id = @tenant_id AND meter_code = @meter_code AND currency = @currency
+  AND last_version + 1 = @version;
+
+-- name: InsertPrice :exec
+INSERT INTO price (price_id, tenant_id, meter_code, currency, version, unit_price,
+                   effective_at, activated_at, event_id)
+VALUES (@price_id, @tenant_id, @meter_code, @currency, @version, @unit_price,
+        @effective_at, @activated_at, @event_id);
+
+-- name: ListPrices :many
+SELECT price_id, tenant_id, meter_code, currency, version, unit_price, effective_at,
+       activated_at, event_id
+FROM price
+WHERE tenant_id = @tenant_id
+  AND (sqlc.arg(meter_code)::text = '' OR meter_code = sqlc.arg(meter_code)::text)
+ORDER BY meter_code, currency, version;

@@ -1,0 +1,145 @@
+// Package domain holds the meter's rules: what a valid price activation is
+// and where a new version may sit in its series' schedule. It knows nothing
+// of HTTP, Kafka or SQL.
+package domain
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/money"
+)
+
+// Kind says which sort of rule an Error breaks.
+type Kind int
+
+const (
+	// Invalid: the request itself is malformed or out of range.
+	Invalid Kind = iota + 1
+	// Rejected: the request is well formed but a business rule refuses it.
+	Rejected
+)
+
+// Error is a broken rule with a stable machine-readable code.
+type Error struct {
+	Kind   Kind
+	Code   string
+	Detail string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Detail }
+
+func invalid(code, format string, args ...any) *Error {
+	return &Error{Kind: Invalid, Code: code, Detail: fmt.Sprintf(format, args...)}
+}
+
+func rejected(code, format string, args ...any) *Error {
+	return &Error{Kind: Rejected, Code: code, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Codes of the errors this package returns.
+const (
+	CodeMissingField     = "missing_field"
+	CodeInvalidField     = "invalid_field"
+	CodeInvalidMeterCode = "invalid_meter_code"
+	CodeInvalidPrice     = "invalid_price"
+	CodeUnknownCurrency  = "unknown_currency"
+	CodePriceBackdated   = "price_backdated"
+	CodePriceOutOfOrder  = "price_out_of_order"
+)
+
+var meterCodeRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// CheckMeterCode checks a meter code: 1-64 characters of A-Z a-z 0-9 _ . -
+func CheckMeterCode(code string) error {
+	if !meterCodeRE.MatchString(code) {
+		return invalid(CodeInvalidMeterCode, "meterCode must be 1-64 characters of A-Z a-z 0-9 _ . -, got %q", code)
+	}
+	return nil
+}
+
+// Activation is a validated request to activate the next price version of
+// a series.
+type Activation struct {
+	MeterCode string
+	Currency  string
+	UnitPrice decimal.Decimal
+	// EffectiveAt is when the price applies from; zero means from the
+	// activation itself.
+	EffectiveAt time.Time
+}
+
+// ParseActivation checks the fields of an activation as sent. effectiveAt
+// may be empty.
+func ParseActivation(meterCode, currency, unitPrice, effectiveAt string) (Activation, error) {
+	switch {
+	case meterCode == "":
+		return Activation{}, invalid(CodeMissingField, `field "meterCode" is required`)
+	case currency == "":
+		return Activation{}, invalid(CodeMissingField, `field "currency" is required`)
+	case unitPrice == "":
+		return Activation{}, invalid(CodeMissingField, `field "unitPrice" is required`)
+	}
+	if err := CheckMeterCode(meterCode); err != nil {
+		return Activation{}, err
+	}
+	if _, err := money.Currency(currency); err != nil {
+		return Activation{}, invalid(CodeUnknownCurrency, "%v", err)
+	}
+	price, err := money.ParseNonNegative(unitPrice)
+	if err != nil {
+		return Activation{}, invalid(CodeInvalidPrice, "unitPrice %q: %v", unitPrice, err)
+	}
+	a := Activation{MeterCode: meterCode, Currency: currency, UnitPrice: price}
+	if effectiveAt != "" {
+		t, err := ParseTime("effectiveAt", effectiveAt)
+		if err != nil {
+			return Activation{}, err
+		}
+		a.EffectiveAt = t
+	}
+	return a, nil
+}
+
+// ParseTime reads an RFC 3339 time, in UTC and truncated to microseconds
+// (what PostgreSQL keeps).
+func ParseTime(field, s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, invalid(CodeInvalidField, "field %q must be an RFC 3339 time such as 2026-11-01T00:00:00Z, got %q", field, s)
+	}
+	if y := t.UTC().Year(); y < 1 || y > 9999 {
+		return time.Time{}, invalid(CodeInvalidField, "field %q: year %d is out of range", field, y)
+	}
+	return Instant(t), nil
+}
+
+// Instant is t in UTC, truncated to microseconds.
+func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// Schedule places the activation in its series. activatedAt is now; prev is
+// the effectiveAt of the series' latest version, nil for the first. It
+// returns the new version's effectiveAt: the one requested, or activatedAt.
+// A price may not apply before it was activated (no backdating: a past
+// price is corrected by an adjustment), nor before the version it follows.
+func (a Activation) Schedule(activatedAt time.Time, prev *time.Time) (time.Time, error) {
+	activatedAt = Instant(activatedAt)
+	eff := a.EffectiveAt
+	if eff.IsZero() {
+		eff = activatedAt
+	}
+	if eff.Before(activatedAt) {
+		return time.Time{}, rejected(CodePriceBackdated,
+			"effectiveAt %s is before the activation time %s: a price cannot be backdated",
+			eff.Format(time.RFC3339Nano), activatedAt.Format(time.RFC3339Nano))
+	}
+	if prev != nil && eff.Before(*prev) {
+		return time.Time{}, rejected(CodePriceOutOfOrder,
+			"effectiveAt %s is before %s, when the previous version takes effect",
+			eff.Format(time.RFC3339Nano), prev.UTC().Format(time.RFC3339Nano))
+	}
+	return eff, nil
+}

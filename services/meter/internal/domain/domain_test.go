@@ -1,0 +1,92 @@
+package domain
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func code(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	if err != nil {
+		return "?" + err.Error()
+	}
+	return ""
+}
+
+func TestParseActivation(t *testing.T) {
+	tests := []struct {
+		name                                string
+		meter, currency, price, effectiveAt string
+		want                                string
+	}{
+		{"ok", "api_calls", "USD", "0.0025", "", ""},
+		{"ok with time", "api.calls-v2", "KRW", "3", "2026-11-01T00:00:00+09:00", ""},
+		{"zero price", "m", "USD", "0", "", ""},
+		{"missing meter", "", "USD", "1", "", CodeMissingField},
+		{"missing currency", "m", "", "1", "", CodeMissingField},
+		{"missing price", "m", "USD", "", "", CodeMissingField},
+		{"meter with space", "api calls", "USD", "1", "", CodeInvalidMeterCode},
+		{"meter with bar", "a|b", "USD", "1", "", CodeInvalidMeterCode},
+		{"meter too long", string(make65()), "USD", "1", "", CodeInvalidMeterCode},
+		{"lower-case currency", "m", "usd", "1", "", CodeUnknownCurrency},
+		{"unknown currency", "m", "XYZ", "1", "", CodeUnknownCurrency},
+		{"negative price", "m", "USD", "-1", "", CodeInvalidPrice},
+		{"exponent price", "m", "USD", "1e3", "", CodeInvalidPrice},
+		{"text price", "m", "USD", "ten", "", CodeInvalidPrice},
+		{"bad time", "m", "USD", "1", "tomorrow", CodeInvalidField},
+		{"date only", "m", "USD", "1", "2026-11-01", CodeInvalidField},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseActivation(tt.meter, tt.currency, tt.price, tt.effectiveAt)
+			if got := code(err); got != tt.want {
+				t.Fatalf("code = %q, want %q (err %v)", got, tt.want, err)
+			}
+		})
+	}
+}
+
+func make65() []byte {
+	b := make([]byte, 65)
+	for i := range b {
+		b[i] = 'm'
+	}
+	return b
+}
+
+func TestSchedule(t *testing.T) {
+	now := time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)
+	later := now.Add(time.Hour)
+	earlier := now.Add(-time.Second)
+	tests := []struct {
+		name      string
+		effective time.Time
+		prev      *time.Time
+		want      time.Time
+		code      string
+	}{
+		{"default is now", time.Time{}, nil, now, ""},
+		{"future", later, nil, later, ""},
+		{"exactly now", now, nil, now, ""},
+		{"backdated", earlier, nil, time.Time{}, CodePriceBackdated},
+		{"after previous", later, &now, later, ""},
+		{"same as previous", later, &later, later, ""},
+		{"before previous", now, &later, time.Time{}, CodePriceOutOfOrder},
+		{"default before a scheduled previous", time.Time{}, &later, time.Time{}, CodePriceOutOfOrder},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Activation{EffectiveAt: tt.effective}.Schedule(now, tt.prev)
+			if c := code(err); c != tt.code {
+				t.Fatalf("code = %q, want %q", c, tt.code)
+			}
+			if !got.Equal(tt.want) {
+				t.Fatalf("effectiveAt = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

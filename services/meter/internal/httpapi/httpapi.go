@@ -1,0 +1,189 @@
+// Package httpapi maps the meter's HTTP API onto its commands, and domain
+// errors onto problem responses.
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/usagebilling/billing/pkg/httpx"
+	"github.com/usagebilling/billing/pkg/idempotency"
+	"github.com/usagebilling/billing/services/meter/internal/app"
+	"github.com/usagebilling/billing/services/meter/internal/domain"
+)
+
+// maxBody bounds a price activation request.
+const maxBody = 16 << 10
+
+// API serves the meter's HTTP endpoints.
+type API struct {
+	app *app.App
+	log *slog.Logger
+}
+
+// New returns the API over a.
+func New(a *app.App, log *slog.Logger) *API { return &API{app: a, log: log} }
+
+// Routes mounts the endpoints on r.
+func (api *API) Routes(r chi.Router) {
+	r.Post("/v1/tenants/{tenantId}/prices", api.activatePrice)
+	r.Get("/v1/tenants/{tenantId}/prices", api.listPrices)
+}
+
+type activatePriceRequest struct {
+	MeterCode   string          `json:"meterCode"`
+	Currency    string          `json:"currency"`
+	UnitPrice   json.RawMessage `json:"unitPrice"`
+	EffectiveAt string          `json:"effectiveAt"`
+}
+
+func (api *API) activatePrice(w http.ResponseWriter, r *http.Request) {
+	tenant, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	switch {
+	case key == "":
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "missing_idempotency_key", "send an Idempotency-Key header"))
+		return
+	case !idempotency.ValidKey(key):
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_idempotency_key", "Idempotency-Key must be 1-255 printable ASCII characters"))
+		return
+	}
+	correlationID, p := correlationID(r)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	body, p := readBody(w, r, maxBody)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	var req activatePriceRequest
+	if p := httpx.DecodeJSON(w, r, &req, maxBody); p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	unitPrice, ok := jsonString(req.UnitPrice)
+	if !ok {
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, domain.CodeInvalidPrice, `unitPrice must be a decimal string such as "0.25"`))
+		return
+	}
+	act, err := domain.ParseActivation(req.MeterCode, req.Currency, unitPrice, req.EffectiveAt)
+	if err != nil {
+		api.writeError(w, r, err)
+		return
+	}
+	rc, err := api.app.ActivatePrice(r.Context(), app.ActivatePrice{
+		TenantID:       tenant,
+		IdempotencyKey: key,
+		RequestHash:    idempotency.RequestHash(r.Method, r.URL.Path, body),
+		Activation:     act,
+		CorrelationID:  correlationID,
+	})
+	if err != nil {
+		api.writeError(w, r, err)
+		return
+	}
+	if rc.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(rc.Status)
+	_, _ = w.Write(rc.Body)
+}
+
+func (api *API) listPrices(w http.ResponseWriter, r *http.Request) {
+	tenant, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	meterCode := r.URL.Query().Get("meterCode")
+	if meterCode != "" {
+		if err := domain.CheckMeterCode(meterCode); err != nil {
+			api.writeError(w, r, err)
+			return
+		}
+	}
+	prices, err := api.app.ListPrices(r.Context(), tenant, meterCode)
+	if err != nil {
+		api.writeError(w, r, err)
+		return
+	}
+	if prices == nil {
+		prices = []app.Price{}
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"prices": prices})
+}
+
+func (api *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var de *domain.Error
+	switch {
+	case errors.As(err, &de):
+		status := http.StatusBadRequest
+		if de.Kind == domain.Rejected {
+			status = http.StatusUnprocessableEntity
+		}
+		httpx.WriteProblem(w, httpx.NewProblem(status, de.Code, de.Detail))
+	case errors.Is(err, app.ErrKeyReused):
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusUnprocessableEntity, "idempotency_key_reused",
+			"this Idempotency-Key was used with a different request"))
+	default:
+		p := httpx.StoreError(err)
+		api.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path,
+			"status", p.Status, "err", err)
+		httpx.WriteProblem(w, p)
+	}
+}
+
+// readBody reads the whole body (at most max bytes) and puts it back for
+// decoding; the raw bytes identify the request for idempotency.
+func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *httpx.Problem) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		var maxErr *http.MaxBytesError
+		if errors.As(err, &maxErr) {
+			return nil, httpx.Problemf(http.StatusRequestEntityTooLarge, "body_too_large", "body exceeds %d bytes", max)
+		}
+		return nil, httpx.NewProblem(http.StatusBadRequest, "malformed_json", "could not read the body")
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, nil
+}
+
+// jsonString returns the text of a JSON string value; absent and null are
+// "". ok is false for any other JSON value (a number where a decimal string
+// is expected).
+func jsonString(raw json.RawMessage) (s string, ok bool) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", true
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// correlationID reads the optional X-Correlation-Id header.
+func correlationID(r *http.Request) (string, *httpx.Problem) {
+	id := r.Header.Get("X-Correlation-Id")
+	if len(id) > 128 {
+		return "", httpx.NewProblem(http.StatusBadRequest, "invalid_field", "X-Correlation-Id must be at most 128 printable ASCII characters")
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] >= 0x7f {
+			return "", httpx.NewProblem(http.StatusBadRequest, "invalid_field", "X-Correlation-Id must be printable ASCII without spaces")
+		}
+	}
+	return id, nil
+}

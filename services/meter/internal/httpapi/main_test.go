@@ -1,0 +1,98 @@
+package httpapi_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/services/meter"
+	"github.com/usagebilling/billing/services/meter/internal/app"
+	"github.com/usagebilling/billing/services/meter/internal/httpapi"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+var tmpl = pgtest.Template{
+	Name: "meter",
+	Migrate: func(_ context.Context, url string) error {
+		return pgmigrate.Up(url, meter.Spec.Sets()...)
+	},
+}
+
+type env struct {
+	srv  *httptest.Server
+	pool *pgxpool.Pool
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	pool := pgtest.NewPool(t, tmpl)
+	return &env{srv: serve(t, pool), pool: pool}
+}
+
+func serve(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	r := chi.NewRouter()
+	httpapi.New(app.New(pool, log), log).Routes(r)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// do sends a request; key is the Idempotency-Key ("" sends none).
+func do(t *testing.T, srv *httptest.Server, method, path, key, body string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// written counts every row a command could have written.
+func written(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	return count(t, pool, `SELECT (SELECT count(*) FROM price) + (SELECT count(*) FROM price_series)
+		+ (SELECT count(*) FROM outbox_event) + (SELECT count(*) FROM idempotency_key)`)
+}

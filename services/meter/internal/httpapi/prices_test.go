@@ -1,0 +1,383 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+)
+
+type price struct {
+	PriceID     uuid.UUID `json:"priceId"`
+	TenantID    string    `json:"tenantId"`
+	MeterCode   string    `json:"meterCode"`
+	Currency    string    `json:"currency"`
+	UnitPrice   string    `json:"unitPrice"`
+	EffectiveAt time.Time `json:"effectiveAt"`
+	Version     int64     `json:"version"`
+	EventID     uuid.UUID `json:"eventId"`
+	ActivatedAt time.Time `json:"activatedAt"`
+}
+
+func decodePrice(t *testing.T, body string) price {
+	t.Helper()
+	var p price
+	if err := json.Unmarshal([]byte(body), &p); err != nil {
+		t.Fatalf("decode %s: %v", body, err)
+	}
+	return p
+}
+
+func rfc(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// outboxEvents decodes the outbox rows, in append order.
+func outboxEvents(t *testing.T, pool *pgxpool.Pool) []*envelope.Decoded {
+	t.Helper()
+	reg := envelope.NewRegistry()
+	events.Register(reg)
+	rows, err := pool.Query(context.Background(), `SELECT topic, envelope FROM outbox_event ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []*envelope.Decoded
+	for rows.Next() {
+		var topic string
+		var raw []byte
+		if err := rows.Scan(&topic, &raw); err != nil {
+			t.Fatal(err)
+		}
+		if topic != events.TopicMeter {
+			t.Fatalf("topic = %s", topic)
+		}
+		d, err := reg.Decode(raw)
+		if err != nil {
+			t.Fatalf("decode outbox envelope: %v", err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestActivatePrice(t *testing.T) {
+	e := newEnv(t)
+	effective := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	body := fmt.Sprintf(`{"meterCode":"api_calls","currency":"USD","unitPrice":"0.0025","effectiveAt":%q}`, rfc(effective))
+	r := do(t, e.srv, "POST", "/v1/tenants/t1/prices", "k1", body)
+	if r.status != http.StatusCreated {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	if r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatal("first response marked as replayed")
+	}
+	p := decodePrice(t, r.body)
+	if p.TenantID != "t1" || p.MeterCode != "api_calls" || p.Currency != "USD" || p.UnitPrice != "0.0025" ||
+		!p.EffectiveAt.Equal(effective) || p.Version != 1 || p.PriceID == uuid.Nil || p.EventID == uuid.Nil {
+		t.Fatalf("unexpected price %+v", p)
+	}
+
+	evs := outboxEvents(t, e.pool)
+	if len(evs) != 1 {
+		t.Fatalf("%d outbox events, want 1", len(evs))
+	}
+	env := evs[0].Envelope
+	pa := evs[0].Payload.(events.PriceActivated)
+	if env.EventID != p.EventID || env.EventType != events.TypePriceActivated || env.TenantID != "t1" ||
+		env.AggregateType != events.AggregatePrice || env.AggregateID != events.PriceSeriesID("api_calls", "USD") ||
+		env.AggregateVersion != 1 || env.Producer != "meter" {
+		t.Fatalf("unexpected envelope %+v", env)
+	}
+	if pa.PriceID != p.PriceID || pa.Version != 1 || !pa.EffectiveAt.Equal(effective) || pa.UnitPrice.String() != "0.0025" {
+		t.Fatalf("unexpected payload %+v", pa)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM price WHERE event_id = $1`, p.EventID); n != 1 {
+		t.Fatalf("price rows with the event id: %d", n)
+	}
+	// Price versions are immutable.
+	for _, sql := range []string{`UPDATE price SET unit_price = 9`, `DELETE FROM price`} {
+		if _, err := e.pool.Exec(context.Background(), sql); err == nil || !strings.Contains(err.Error(), "immutable") {
+			t.Fatalf("%s: err = %v, want refused as immutable", sql, err)
+		}
+	}
+
+	// Without effectiveAt the price applies from its activation.
+	before := time.Now().UTC()
+	r = do(t, e.srv, "POST", "/v1/tenants/t1/prices", "k2", `{"meterCode":"api_calls","currency":"KRW","unitPrice":"3"}`)
+	if r.status != http.StatusCreated {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	p = decodePrice(t, r.body)
+	if !p.EffectiveAt.Equal(p.ActivatedAt) || p.EffectiveAt.Before(before.Truncate(time.Microsecond)) || p.Version != 1 {
+		t.Fatalf("default effectiveAt: %+v", p)
+	}
+}
+
+func TestActivatePriceReplay(t *testing.T) {
+	e := newEnv(t)
+	body := `{"meterCode":"m","currency":"USD","unitPrice":"1.50"}`
+	first := do(t, e.srv, "POST", "/v1/tenants/t1/prices", "key-1", body)
+	if first.status != http.StatusCreated {
+		t.Fatalf("status %d: %s", first.status, first.body)
+	}
+	// The same request again, also with other whitespace and key order.
+	for _, b := range []string{body, `{ "unitPrice": "1.50", "currency": "USD", "meterCode": "m" }`} {
+		r := do(t, e.srv, "POST", "/v1/tenants/t1/prices", "key-1", b)
+		if r.status != http.StatusCreated || r.body != first.body || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("replay: %d %q replayed=%q, want the first response", r.status, r.body, r.header.Get("Idempotent-Replayed"))
+		}
+	}
+	// The same key with another request is refused, and changes nothing.
+	r := do(t, e.srv, "POST", "/v1/tenants/t1/prices", "key-1", `{"meterCode":"m","currency":"USD","unitPrice":"2"}`)
+	if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, `"code":"idempotency_key_reused"`) {
+		t.Fatalf("reused key: %d %s", r.status, r.body)
+	}
+	// The same key under another tenant is another command.
+	r = do(t, e.srv, "POST", "/v1/tenants/t2/prices", "key-1", body)
+	if r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("other tenant: %d %s", r.status, r.body)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM price`); n != 2 {
+		t.Fatalf("%d price rows, want 2", n)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM outbox_event`); n != 2 {
+		t.Fatalf("%d outbox rows, want 2", n)
+	}
+}
+
+func TestActivatePriceConcurrentIdentical(t *testing.T) {
+	e := newEnv(t)
+	const n = 8
+	body := `{"meterCode":"m","currency":"USD","unitPrice":"1"}`
+	results := make([]response, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { results[i] = do(t, e.srv, "POST", "/v1/tenants/t1/prices", "same", body) })
+	}
+	wg.Wait()
+	fresh := 0
+	for _, r := range results {
+		if r.status != http.StatusCreated || r.body != results[0].body {
+			t.Fatalf("got %d %s, want 201 and one body for all", r.status, r.body)
+		}
+		if r.header.Get("Idempotent-Replayed") == "" {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		t.Fatalf("%d first responses, want 1", fresh)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM price`); c != 1 {
+		t.Fatalf("%d price rows, want 1", c)
+	}
+	if c := count(t, e.pool, `SELECT count(*) FROM outbox_event`); c != 1 {
+		t.Fatalf("%d outbox rows, want 1", c)
+	}
+}
+
+func TestVersionsGapFreeUnderConcurrentActivations(t *testing.T) {
+	e := newEnv(t)
+	const n = 12
+	statuses := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"meterCode":"m","currency":"EUR","unitPrice":"%d"}`, i+1)
+			statuses[i] = do(t, e.srv, "POST", "/v1/tenants/t1/prices", fmt.Sprintf("k%d", i), body).status
+		})
+	}
+	wg.Wait()
+	for i, s := range statuses {
+		if s != http.StatusCreated {
+			t.Fatalf("request %d: status %d", i, s)
+		}
+	}
+	r := do(t, e.srv, "GET", "/v1/tenants/t1/prices?meterCode=m", "", "")
+	var list struct{ Prices []price }
+	if err := json.Unmarshal([]byte(r.body), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Prices) != n {
+		t.Fatalf("%d prices, want %d", len(list.Prices), n)
+	}
+	for i, p := range list.Prices {
+		if p.Version != int64(i+1) {
+			t.Fatalf("versions not gap-free: position %d has version %d", i, p.Version)
+		}
+		if i > 0 && p.EffectiveAt.Before(list.Prices[i-1].EffectiveAt) {
+			t.Fatalf("version %d takes effect before version %d", p.Version, p.Version-1)
+		}
+	}
+	// The events leave the outbox in version order (appended under the
+	// series lock).
+	evs := outboxEvents(t, e.pool)
+	versions := make([]int64, len(evs))
+	for i, d := range evs {
+		versions[i] = d.Envelope.AggregateVersion
+	}
+	if !sort.SliceIsSorted(versions, func(a, b int) bool { return versions[a] < versions[b] }) || len(versions) != n {
+		t.Fatalf("outbox versions %v, want 1..%d in order", versions, n)
+	}
+}
+
+func TestScheduleRules(t *testing.T) {
+	e := newEnv(t)
+	post := func(key, effectiveAt string) response {
+		return do(t, e.srv, "POST", "/v1/tenants/t1/prices", key,
+			fmt.Sprintf(`{"meterCode":"m","currency":"USD","unitPrice":"1","effectiveAt":%q}`, effectiveAt))
+	}
+	r := post("past", rfc(time.Now().Add(-time.Minute)))
+	if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, `"code":"price_backdated"`) {
+		t.Fatalf("backdated: %d %s", r.status, r.body)
+	}
+	if n := written(t, e.pool); n != 0 {
+		t.Fatalf("a refused activation wrote %d rows", n)
+	}
+
+	later := time.Now().Add(2 * time.Hour)
+	if r := post("v1", rfc(later)); r.status != http.StatusCreated {
+		t.Fatalf("v1: %d %s", r.status, r.body)
+	}
+	before := written(t, e.pool)
+	r = post("v2", rfc(later.Add(-time.Hour)))
+	if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, `"code":"price_out_of_order"`) {
+		t.Fatalf("out of order: %d %s", r.status, r.body)
+	}
+	if n := written(t, e.pool); n != before {
+		t.Fatalf("a refused activation wrote %d rows", n-before)
+	}
+	// A refused request keeps no receipt: the key can be used again.
+	if r := post("v2", rfc(later.Add(time.Hour))); r.status != http.StatusCreated || decodePrice(t, r.body).Version != 2 {
+		t.Fatalf("v2 after refusal: %d %s", r.status, r.body)
+	}
+	// A replay later still returns the first response, even though its
+	// effectiveAt may have passed by then.
+	if r := post("v1", rfc(later)); r.status != http.StatusCreated || r.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay of v1: %d %s", r.status, r.body)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	e := newEnv(t)
+	long := strings.Repeat("x", 256)
+	tests := []struct {
+		name, tenant, key, body string
+		status                  int
+		code                    string
+	}{
+		{"missing idempotency key", "t1", "", `{"meterCode":"m","currency":"USD","unitPrice":"1"}`, 400, "missing_idempotency_key"},
+		{"invalid idempotency key", "t1", long, `{"meterCode":"m","currency":"USD","unitPrice":"1"}`, 400, "invalid_idempotency_key"},
+		{"invalid tenant", "t%7C1", "k", `{"meterCode":"m","currency":"USD","unitPrice":"1"}`, 400, "invalid_tenant_id"},
+		{"malformed json", "t1", "k", `{"meterCode":`, 400, "malformed_json"},
+		{"not an object", "t1", "k", `[1]`, 400, "malformed_json"},
+		{"trailing data", "t1", "k", `{"meterCode":"m","currency":"USD","unitPrice":"1"} {}`, 400, "malformed_json"},
+		{"empty body", "t1", "k", ``, 400, "malformed_json"},
+		{"unknown field", "t1", "k", `{"meterCode":"m","currency":"USD","unitPrice":"1","discount":"5"}`, 400, "unknown_field"},
+		{"missing meterCode", "t1", "k", `{"currency":"USD","unitPrice":"1"}`, 400, "missing_field"},
+		{"missing currency", "t1", "k", `{"meterCode":"m","unitPrice":"1"}`, 400, "missing_field"},
+		{"missing unitPrice", "t1", "k", `{"meterCode":"m","currency":"USD"}`, 400, "missing_field"},
+		{"null unitPrice", "t1", "k", `{"meterCode":"m","currency":"USD","unitPrice":null}`, 400, "missing_field"},
+		{"invalid meter code", "t1", "k", `{"meterCode":"api calls","currency":"USD","unitPrice":"1"}`, 400, "invalid_meter_code"},
+		{"meter code too long", "t1", "k", `{"meterCode":"` + strings.Repeat("m", 65) + `","currency":"USD","unitPrice":"1"}`, 400, "invalid_meter_code"},
+		{"meterCode not a string", "t1", "k", `{"meterCode":7,"currency":"USD","unitPrice":"1"}`, 400, "invalid_field"},
+		{"negative price", "t1", "k", `{"meterCode":"m","currency":"USD","unitPrice":"-0.01"}`, 400, "invalid_price"},
+		{"price with exponent", "t1", "k", `{"meterCode":"m","currency":"USD","unitPrice":"1e2"}`, 400, "invalid_price"},
+		{"price not a number", "t1", "k", `{"meterCode":"m","currency":"USD","unitPrice":"one"}`, 400, "invalid_price"},
+		{"price as JSON number", "t1", "k", `{"meterCode":"m","currency":"USD","unitPrice":1.5}`, 400, "invalid_price"},
+		{"price too many digits", "t1", "k", `{"meterCode":"m","currency":"USD","unitPrice":"` + strings.Repeat("9", 39) + `"}`, 400, "invalid_price"},
+		{"unknown currency", "t1", "k", `{"meterCode":"m","currency":"ABC","unitPrice":"1"}`, 400, "unknown_currency"},
+		{"lower-case currency", "t1", "k", `{"meterCode":"m","currency":"usd","unitPrice":"1"}`, 400, "unknown_currency"},
+		{"invalid effectiveAt", "t1", "k", `{"meterCode":"m","currency":"USD","unitPrice":"1","effectiveAt":"next monday"}`, 400, "invalid_field"},
+		{"body too large", "t1", "k", `{"meterCode":"m","currency":"USD","unitPrice":"1","effectiveAt":"` + strings.Repeat(" ", 20<<10) + `"}`, 413, "body_too_large"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := do(t, e.srv, "POST", "/v1/tenants/"+tt.tenant+"/prices", tt.key, tt.body)
+			if r.status != tt.status || !strings.Contains(r.body, `"code":"`+tt.code+`"`) {
+				t.Fatalf("got %d %s, want %d %s", r.status, r.body, tt.status, tt.code)
+			}
+			if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+				t.Fatalf("content type %q", ct)
+			}
+			if n := written(t, e.pool); n != 0 {
+				t.Fatalf("bad input wrote %d rows", n)
+			}
+		})
+	}
+	r := do(t, e.srv, "GET", "/v1/tenants/t1/prices?meterCode=a%20b", "", "")
+	if r.status != 400 || !strings.Contains(r.body, `"code":"invalid_meter_code"`) {
+		t.Fatalf("list with bad meterCode: %d %s", r.status, r.body)
+	}
+	r = do(t, e.srv, "GET", "/v1/tenants/t%20/prices", "", "")
+	if r.status != 400 || !strings.Contains(r.body, `"code":"invalid_tenant_id"`) {
+		t.Fatalf("list with bad tenant: %d %s", r.status, r.body)
+	}
+}
+
+func TestListPrices(t *testing.T) {
+	e := newEnv(t)
+	later := time.Now().Add(time.Hour)
+	for i, p := range []struct{ tenant, meter, currency string }{
+		{"t1", "zeta", "USD"}, {"t1", "alpha", "USD"}, {"t1", "alpha", "EUR"}, {"t1", "alpha", "EUR"}, {"t2", "alpha", "USD"},
+	} {
+		body := fmt.Sprintf(`{"meterCode":%q,"currency":%q,"unitPrice":"1.%d","effectiveAt":%q}`, p.meter, p.currency, i, rfc(later))
+		if r := do(t, e.srv, "POST", "/v1/tenants/"+p.tenant+"/prices", fmt.Sprint(i), body); r.status != 201 {
+			t.Fatalf("activate: %d %s", r.status, r.body)
+		}
+	}
+	list := func(query string) []string {
+		r := do(t, e.srv, "GET", "/v1/tenants/t1/prices"+query, "", "")
+		if r.status != 200 {
+			t.Fatalf("list: %d %s", r.status, r.body)
+		}
+		var l struct{ Prices []price }
+		if err := json.Unmarshal([]byte(r.body), &l); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range l.Prices {
+			out = append(out, fmt.Sprintf("%s/%s/%d/%s", p.MeterCode, p.Currency, p.Version, p.UnitPrice))
+		}
+		return out
+	}
+	if got, want := fmt.Sprint(list("")), "[alpha/EUR/1/1.2 alpha/EUR/2/1.3 alpha/USD/1/1.1 zeta/USD/1/1]"; got != want {
+		t.Fatalf("list = %s, want %s", got, want)
+	}
+	if got, want := fmt.Sprint(list("?meterCode=zeta")), "[zeta/USD/1/1]"; got != want {
+		t.Fatalf("filtered list = %s, want %s", got, want)
+	}
+	r := do(t, e.srv, "GET", "/v1/tenants/nobody/prices", "", "")
+	if r.status != 200 || strings.TrimSpace(r.body) != `{"prices":[]}` {
+		t.Fatalf("empty list: %d %s", r.status, r.body)
+	}
+}
+
+func TestDatabaseUnavailable(t *testing.T) {
+	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	srv := serve(t, pool)
+	r := do(t, srv, "POST", "/v1/tenants/t1/prices", "k", `{"meterCode":"m","currency":"USD","unitPrice":"1"}`)
+	if r.status != http.StatusServiceUnavailable || !strings.Contains(r.body, `"code":"database_unavailable"`) {
+		t.Fatalf("got %d %s, want 503 database_unavailable", r.status, r.body)
+	}
+	r = do(t, srv, "GET", "/v1/tenants/t1/prices", "", "")
+	if r.status != http.StatusServiceUnavailable {
+		t.Fatalf("list: got %d %s", r.status, r.body)
+	}
+}

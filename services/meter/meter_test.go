@@ -1,0 +1,162 @@
+package meter_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/kafkabroker"
+	"github.com/usagebilling/billing/pkg/kafkaconf"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/services/meter"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+var tmpl = pgtest.Template{
+	Name:    "meter",
+	Migrate: func(_ context.Context, url string) error { return pgmigrate.Up(url, meter.Spec.Sets()...) },
+}
+
+// TestServiceEndToEnd runs the whole service as main does (service.Run:
+// migrations, HTTP, outbox relay) against an embedded broker of its own
+// (the topic name is fixed): an activated price reaches meter.events.v1 as
+// PriceActivated.
+func TestServiceEndToEnd(t *testing.T) {
+	broker, err := kafkabroker.StartEmbedded(kafkabroker.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	brokers := broker.Addrs()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := kafkabroker.CreateTopics(ctx, brokers, 1, events.TopicMeter); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(done)
+		runErr = service.Run(runCtx, meter.Spec, nil, service.NewEnvFrom(map[string]string{
+			"DATABASE_URL": pgtest.NewDB(t, tmpl), "KAFKA_BROKERS": strings.Join(brokers, ","),
+			"HTTP_ADDR": addr, "LOG_LEVEL": "warn", "RELAY_POLL_INTERVAL": "100ms",
+		}))
+	}()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-done:
+			if runErr != nil {
+				t.Errorf("service.Run: %v", runErr)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("service did not stop")
+		}
+	})
+	base := "http://" + addr
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case <-done:
+			t.Fatalf("service stopped: %v", runErr)
+		default:
+		}
+		if status(base+"/readyz") == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for readyz")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	req, _ := http.NewRequest("POST", base+"/v1/tenants/acme/prices",
+		strings.NewReader(`{"meterCode":"api","currency":"USD","unitPrice":"0.01"}`))
+	req.Header.Set("Idempotency-Key", "e2e-1")
+	req.Header.Set("X-Correlation-Id", "corr-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("activate: %d %s", resp.StatusCode, body)
+	}
+	var price struct {
+		EventID string `json:"eventId"`
+	}
+	if err := json.Unmarshal(body, &price); err != nil {
+		t.Fatal(err)
+	}
+
+	reg := envelope.NewRegistry()
+	events.Register(reg)
+	c, err := sarama.NewConsumer(brokers, kafkaconf.New("meter-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pc, err := c.ConsumePartition(events.TopicMeter, 0, sarama.OffsetOldest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case m := <-pc.Messages():
+			d, err := reg.Decode(m.Value)
+			if err != nil {
+				t.Fatalf("published message does not decode: %v", err)
+			}
+			if d.Envelope.EventID.String() != price.EventID {
+				continue
+			}
+			if string(m.Key) != "acme|price|api.USD" || d.Envelope.CorrelationID != "corr-1" {
+				t.Fatalf("key %q, envelope %+v", m.Key, d.Envelope)
+			}
+			return
+		case err := <-pc.Errors():
+			t.Fatal(err)
+		case <-timeout:
+			t.Fatal(errors.New("timed out waiting for PriceActivated on the broker"))
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func status(url string) int {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}

@@ -1,0 +1,3 @@
+DROP TABLE IF EXISTS price;
+DROP FUNCTION IF EXISTS price_immutable();
+DROP TABLE IF EXISTS price_series;

@@ -1,0 +1,71 @@
+// Package httpapi is the query service's HTTP API (DESIGN.md section 7): the
+// tenant summary. The operator API arrives with a later issue.
+package httpapi
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/httpx"
+	"github.com/usagebilling/billing/services/query/internal/app"
+)
+
+// API serves the query endpoints.
+type API struct {
+	reader *app.Reader
+	log    *slog.Logger
+}
+
+// New returns the API reading through reader.
+func New(reader *app.Reader, log *slog.Logger) *API {
+	return &API{reader: reader, log: log}
+}
+
+// Routes mounts the endpoints on r.
+func (a *API) Routes(r chi.Router) {
+	r.Get("/v1/tenants/{tenantId}/summary", a.summary)
+}
+
+type summaryJSON struct {
+	TenantID    string                     `json:"tenantId"`
+	Usage       usageJSON                  `json:"usage"`
+	Charged     map[string]decimal.Decimal `json:"charged"`
+	Adjusted    map[string]decimal.Decimal `json:"adjusted"`
+	Invoiced    map[string]decimal.Decimal `json:"invoiced"`
+	LastEventAt *time.Time                 `json:"lastEventAt"`
+}
+
+type usageJSON struct {
+	Count           int64                      `json:"count"`
+	QuantityByMeter map[string]decimal.Decimal `json:"quantityByMeter"`
+}
+
+// summary: GET /v1/tenants/{tenantId}/summary. A tenant the service has seen
+// no event of gets 200 with zeros and a null lastEventAt: the query service
+// keeps no tenant registry, so "unknown" and "no activity yet" are the same.
+func (a *API) summary(w http.ResponseWriter, r *http.Request) {
+	tenantID, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	s, err := a.reader.Summary(r.Context(), tenantID)
+	if err != nil {
+		p := httpx.StoreError(err)
+		a.log.ErrorContext(r.Context(), "read summary", "tenant_id", tenantID, "err", err, "status", p.Status)
+		httpx.WriteProblem(w, p)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, summaryJSON{
+		TenantID:    s.TenantID,
+		Usage:       usageJSON{Count: s.UsageCount, QuantityByMeter: s.QuantityByMeter},
+		Charged:     s.Charged,
+		Adjusted:    s.Adjusted,
+		Invoiced:    s.Invoiced,
+		LastEventAt: s.LastEventAt,
+	})
+}

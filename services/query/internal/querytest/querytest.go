@@ -1,0 +1,189 @@
+// Package querytest helps the query service's tests: a migrated database
+// template, public events built the way their producers build them
+// (envelope.New, each aggregate's version rule), and deciding them through
+// the real inbox path (Marshal, registry decode, inbox.Decide in a
+// transaction).
+package querytest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/services/query/internal/app"
+	"github.com/usagebilling/billing/services/query/migrations"
+)
+
+// Spec is the query service's spec without its build (enough for Sets).
+var Spec = service.Spec{Name: "query", Migrations: []pgmigrate.Set{migrations.Set}}
+
+// Template is the query database, migrated once per test process.
+var Template = pgtest.Template{
+	Name: "query",
+	Migrate: func(_ context.Context, databaseURL string) error {
+		return pgmigrate.Up(databaseURL, Spec.Sets()...)
+	},
+}
+
+// D parses a decimal.
+func D(s string) decimal.Decimal { return decimal.RequireFromString(s) }
+
+// Event is a built event and the topic its producer publishes it on.
+type Event struct {
+	Topic    string
+	Envelope envelope.Envelope
+}
+
+// Feed builds one tenant's public events, numbering each aggregate's
+// versions as its producer does. At is the occurredAt of the next event; it
+// advances by a second per event.
+type Feed struct {
+	t        testing.TB
+	Tenant   string
+	At       time.Time
+	versions map[string]int64
+}
+
+// NewFeed starts the events of tenant.
+func NewFeed(t testing.TB, tenant string) *Feed {
+	return &Feed{t: t, Tenant: tenant, At: time.Date(2026, 11, 3, 10, 0, 0, 0, time.UTC), versions: map[string]int64{}}
+}
+
+func (f *Feed) build(topic, eventType, producer, aggType, aggID string, version int64, payload any) Event {
+	f.t.Helper()
+	if version == 0 {
+		f.versions[aggType+"/"+aggID]++
+		version = f.versions[aggType+"/"+aggID]
+	}
+	e, err := envelope.New(envelope.Meta{
+		EventType: eventType, SchemaVersion: 1, TenantID: f.Tenant, AggregateType: aggType, AggregateID: aggID,
+		AggregateVersion: version, OccurredAt: f.At, Producer: producer,
+	}, payload)
+	if err != nil {
+		f.t.Fatalf("build %s: %v", eventType, err)
+	}
+	f.At = f.At.Add(time.Second)
+	return Event{Topic: topic, Envelope: e}
+}
+
+// Price builds a PriceActivated, the next version of the meter's series.
+func (f *Feed) Price(meter, currency, unitPrice string) Event {
+	id := events.PriceSeriesID(meter, currency)
+	v := f.versions[events.AggregatePrice+"/"+id] + 1
+	return f.build(events.TopicMeter, events.TypePriceActivated, "meter", events.AggregatePrice, id, 0,
+		events.PriceActivated{PriceID: uuid.New(), MeterCode: meter, Currency: currency, UnitPrice: D(unitPrice),
+			EffectiveAt: f.At, Version: v})
+}
+
+// Usage builds a UsageAccepted.
+func (f *Feed) Usage(meter, currency, quantity string) Event {
+	id := uuid.New()
+	return f.build(events.TopicUsage, events.TypeUsageAccepted, "usage", events.AggregateUsage, id.String(), 1,
+		events.UsageAccepted{UsageID: id, SourceSystem: "test", SourceEventID: id.String(), MeterCode: meter,
+			Quantity: D(quantity), OccurredAt: f.At, Currency: currency, PriceVersion: 1})
+}
+
+// Charge builds the ChargeRated of a usage event at unitPrice.
+func (f *Feed) Charge(usage Event, period, unitPrice string) Event {
+	u := payload[events.UsageAccepted](f.t, usage)
+	amount := u.Quantity.Mul(D(unitPrice))
+	return f.build(events.TopicBilling, events.TypeChargeRated, "billing", events.AggregateBillingPeriod, period, 0,
+		events.ChargeRated{ChargeID: uuid.New(), UsageEventID: usage.Envelope.EventID, UsageID: u.UsageID,
+			MeterCode: u.MeterCode, Currency: u.Currency, Quantity: u.Quantity, UnitPrice: D(unitPrice),
+			PriceVersion: 1, Amount: amount, Period: period, OccurredAt: u.OccurredAt})
+}
+
+// Adjustment builds an AdjustmentPosted.
+func (f *Feed) Adjustment(period, currency, amount string) Event {
+	return f.build(events.TopicBilling, events.TypeAdjustmentPosted, "billing", events.AggregateBillingPeriod, period, 0,
+		events.AdjustmentPosted{AdjustmentID: uuid.New(), CorrectionOf: uuid.New(), Amount: D(amount),
+			Currency: currency, Reason: "test", Period: period})
+}
+
+// Close builds a BillingPeriodClosed (counts and totals are not checked by
+// the query service).
+func (f *Feed) Close(period string) Event {
+	return f.build(events.TopicBilling, events.TypeBillingPeriodClosed, "billing", events.AggregateBillingPeriod, period, 0,
+		events.BillingPeriodClosed{Period: period, ClosedAt: f.At, Totals: map[string]decimal.Decimal{}})
+}
+
+// Invoice builds an InvoiceIssued of the given lines (origin, kind, amount)
+// and total.
+func (f *Feed) Invoice(period, currency, subtotal, total string, lines ...events.InvoiceLine) (Event, uuid.UUID) {
+	id := uuid.New()
+	return f.build(events.TopicInvoice, events.TypeInvoiceIssued, "invoice", events.AggregateInvoice, id.String(), 1,
+		events.InvoiceIssued{InvoiceID: id, Period: period, Currency: currency, Lines: lines,
+			Subtotal: D(subtotal), Total: D(total), IssuedAt: f.At}), id
+}
+
+// Correction builds the next InvoiceCorrectionIssued of invoice id.
+func (f *Feed) Correction(invoiceID uuid.UUID, adjustment Event, period, currency, amount string) Event {
+	key := events.AggregateInvoice + "/" + invoiceID.String()
+	if f.versions[key] == 0 {
+		f.versions[key] = 1 // InvoiceIssued
+	}
+	return f.build(events.TopicInvoice, events.TypeInvoiceCorrectionIssued, "invoice", events.AggregateInvoice, invoiceID.String(), 0,
+		events.InvoiceCorrectionIssued{CorrectionID: uuid.New(), InvoiceID: invoiceID,
+			OriginEventID: adjustment.Envelope.EventID, Period: period, Currency: currency, Amount: D(amount), IssuedAt: f.At})
+}
+
+func payload[T any](t testing.TB, e Event) T {
+	t.Helper()
+	reg := envelope.NewRegistry()
+	events.Register(reg)
+	raw, err := e.Envelope.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := reg.Decode(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Payload.(T)
+}
+
+// NewInbox returns an inbox deciding with the query service's handlers.
+func NewInbox(t testing.TB) *inbox.Inbox {
+	t.Helper()
+	reg := envelope.NewRegistry()
+	events.Register(reg)
+	ib, err := inbox.New(reg, app.Handlers(), inbox.Options{Service: "query"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ib
+}
+
+// Decide decides evs in order, as one batch in one transaction.
+func Decide(t testing.TB, pool *pgxpool.Pool, ib *inbox.Inbox, evs ...Event) []inbox.Decision {
+	t.Helper()
+	msgs := make([]inbox.Message, len(evs))
+	for i, e := range evs {
+		raw, err := e.Envelope.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs[i] = inbox.Message{Raw: raw, Topic: e.Topic, Offset: int64(i)}
+	}
+	var ds []inbox.Decision
+	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		var err error
+		ds, err = ib.Decide(context.Background(), tx, msgs)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("decide: %v", err)
+	}
+	return ds
+}

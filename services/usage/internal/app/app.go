@@ -1,0 +1,322 @@
+// Package app holds the usage service's commands: accepting usage facts (a
+// whole batch decided in one transaction), reading one back, and applying
+// the meter's PriceActivated events to the replicated price evidence.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/outbox"
+	"github.com/usagebilling/billing/services/usage/internal/db"
+	"github.com/usagebilling/billing/services/usage/internal/domain"
+)
+
+// Producer names the usage service in the envelopes it builds.
+const Producer = "usage"
+
+// App runs the usage service's commands against its database.
+type App struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	now  func() time.Time
+}
+
+// New returns an App on pool.
+func New(pool *pgxpool.Pool, log *slog.Logger) *App {
+	return &App{pool: pool, log: log, now: time.Now}
+}
+
+// Now is the App's clock, for checks made before a command runs.
+func (a *App) Now() time.Time { return a.now() }
+
+// Outcome is how one usage fact of a command was decided.
+type Outcome int
+
+const (
+	// Created: the fact was accepted now.
+	Created Outcome = iota + 1
+	// Replayed: the same fact was accepted before; Result describes it.
+	Replayed
+	// Refused: see Result.Err.
+	Refused
+)
+
+// Result is the decision on one usage fact.
+type Result struct {
+	Outcome      Outcome
+	UsageID      uuid.UUID
+	EventID      uuid.UUID
+	PriceVersion int64
+	Err          *domain.Error // when Refused
+}
+
+// maxAttempts bounds the retries of a batch that lost a deadlock or a
+// serialization conflict.
+const maxAttempts = 3
+
+// Accept decides usage facts of one tenant in one transaction and returns
+// one result per fact, in order. New facts and their UsageAccepted events
+// are committed together; a fact whose identity was accepted before is a
+// replay (same content) or a conflict (other content), never an overwrite.
+// Facts that share an identity within the call are decided as if sent one
+// after the other. An error means nothing was committed.
+func (a *App) Accept(ctx context.Context, tenantID, correlationID string, us []domain.Usage) ([]Result, error) {
+	if len(us) == 0 {
+		return nil, nil
+	}
+	for attempt := 1; ; attempt++ {
+		res, err := a.accept(ctx, tenantID, correlationID, us)
+		if err == nil || attempt == maxAttempts || !retryable(err) {
+			return res, err
+		}
+		a.log.WarnContext(ctx, "usage batch retried", "tenant_id", tenantID, "size", len(us), "attempt", attempt, "err", err)
+	}
+}
+
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+// candidate is a fact about to be inserted.
+type candidate struct {
+	usageID uuid.UUID
+	version int64
+	env     envelope.Envelope
+}
+
+// How a batch is decided, in round trips: read the price evidence of the
+// batch's meters; insert every fact that has a price with one INSERT ...
+// SELECT FROM unnest ... ON CONFLICT DO NOTHING RETURNING; only when some
+// identity was taken (or had no price), read those facts to answer replay
+// or conflict; append the new events to the outbox in one statement.
+// Repeats of an identity within the batch wait for a next round, which
+// finds the fact the first one left.
+func (a *App) accept(ctx context.Context, tenantID, correlationID string, us []domain.Usage) ([]Result, error) {
+	res := make([]Result, len(us))
+	acceptedAt := domain.Instant(a.now())
+	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		evidence, err := loadEvidence(ctx, q, tenantID, us)
+		if err != nil {
+			return err
+		}
+		envs := make([]*envelope.Envelope, len(us))
+		pending := make([]int, len(us))
+		for i := range pending {
+			pending[i] = i
+		}
+		for len(pending) > 0 {
+			var round []int
+			round, pending = firstOfEachIdentity(us, pending)
+			if err := a.decideRound(ctx, q, tenantID, correlationID, acceptedAt, evidence, us, round, res, envs); err != nil {
+				return err
+			}
+		}
+		out := make([]envelope.Envelope, 0, len(us))
+		for _, e := range envs {
+			if e != nil {
+				out = append(out, *e)
+			}
+		}
+		return outbox.Append(ctx, tx, events.TopicUsage, out...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func loadEvidence(ctx context.Context, q *db.Queries, tenantID string, us []domain.Usage) (domain.Evidence, error) {
+	seen := make(map[string]bool)
+	var meters []string
+	for _, u := range us {
+		if !seen[u.MeterCode] {
+			seen[u.MeterCode] = true
+			meters = append(meters, u.MeterCode)
+		}
+	}
+	rows, err := q.PriceEvidenceForMeters(ctx, db.PriceEvidenceForMetersParams{TenantID: tenantID, MeterCodes: meters})
+	if err != nil {
+		return domain.Evidence{}, fmt.Errorf("read price evidence: %w", err)
+	}
+	versions := make([]domain.PriceVersion, len(rows))
+	for i, r := range rows {
+		versions[i] = domain.PriceVersion{MeterCode: r.MeterCode, Currency: r.Currency, Version: r.Version, EffectiveAt: r.EffectiveAt}
+	}
+	return domain.NewEvidence(versions), nil
+}
+
+// firstOfEachIdentity splits idx into the first index of each identity and
+// the rest, both in order.
+func firstOfEachIdentity(us []domain.Usage, idx []int) (first, rest []int) {
+	seen := make(map[domain.Identity]bool, len(idx))
+	for _, i := range idx {
+		id := us[i].Identity()
+		if seen[id] {
+			rest = append(rest, i)
+			continue
+		}
+		seen[id] = true
+		first = append(first, i)
+	}
+	return first, rest
+}
+
+// decideRound decides facts of distinct identities.
+func (a *App) decideRound(ctx context.Context, q *db.Queries, tenantID, correlationID string, acceptedAt time.Time,
+	evidence domain.Evidence, us []domain.Usage, round []int, res []Result, envs []*envelope.Envelope) error {
+	cands := make(map[int]*candidate, len(round))
+	priceErrs := make(map[int]*domain.Error)
+	p := db.InsertUsageFactsParams{TenantID: tenantID, AcceptedAt: acceptedAt}
+	for _, i := range round {
+		u := us[i]
+		currency, version, perr := evidence.Price(u)
+		if perr != nil {
+			priceErrs[i] = perr
+			continue
+		}
+		c, err := newCandidate(tenantID, correlationID, u, currency, version)
+		if err != nil {
+			return err
+		}
+		cands[i] = c
+		p.UsageIds = append(p.UsageIds, c.usageID)
+		p.SourceSystems = append(p.SourceSystems, u.SourceSystem)
+		p.SourceEventIds = append(p.SourceEventIds, u.SourceEventID)
+		p.MeterCodes = append(p.MeterCodes, u.MeterCode)
+		p.Quantities = append(p.Quantities, u.Quantity)
+		p.OccurredAts = append(p.OccurredAts, u.OccurredAt)
+		p.Currencies = append(p.Currencies, currency)
+		p.PriceVersions = append(p.PriceVersions, version)
+		p.EventIds = append(p.EventIds, c.env.EventID)
+	}
+	inserted := make(map[uuid.UUID]bool, len(cands))
+	if len(cands) > 0 {
+		ids, err := q.InsertUsageFacts(ctx, p)
+		if err != nil {
+			return fmt.Errorf("insert %d usage facts: %w", len(cands), err)
+		}
+		for _, id := range ids {
+			inserted[id] = true
+		}
+	}
+	var lookup []int
+	for _, i := range round {
+		if c, ok := cands[i]; ok && inserted[c.usageID] {
+			res[i] = Result{Outcome: Created, UsageID: c.usageID, EventID: c.env.EventID, PriceVersion: c.version}
+			envs[i] = &c.env
+			continue
+		}
+		lookup = append(lookup, i)
+	}
+	if len(lookup) == 0 {
+		return nil
+	}
+	// Identities already taken, and facts without a price that may be
+	// replays of facts accepted before.
+	facts, err := factsBySource(ctx, q, tenantID, us, lookup)
+	if err != nil {
+		return err
+	}
+	for _, i := range lookup {
+		u := us[i]
+		f, found := facts[u.Identity()]
+		switch {
+		case found && u.Replays(f):
+			res[i] = Result{Outcome: Replayed, UsageID: f.UsageID, EventID: f.EventID, PriceVersion: f.PriceVersion}
+		case found:
+			res[i] = Result{Outcome: Refused, Err: domain.ConflictWith(f)}
+		case priceErrs[i] != nil:
+			res[i] = Result{Outcome: Refused, Err: priceErrs[i]}
+		default:
+			// ON CONFLICT skipped the row, so a committed fact holds the
+			// identity; not finding it is a fault worth a retry.
+			return fmt.Errorf("usage fact %s/%s was neither inserted nor found", u.SourceSystem, u.SourceEventID)
+		}
+	}
+	return nil
+}
+
+func newCandidate(tenantID, correlationID string, u domain.Usage, currency string, version int64) (*candidate, error) {
+	usageID, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("new usage id: %w", err)
+	}
+	env, err := envelope.New(envelope.Meta{
+		EventType:        events.TypeUsageAccepted,
+		SchemaVersion:    1,
+		TenantID:         tenantID,
+		AggregateType:    events.AggregateUsage,
+		AggregateID:      usageID.String(),
+		AggregateVersion: 1,
+		OccurredAt:       u.OccurredAt,
+		Producer:         Producer,
+		CorrelationID:    correlationID,
+	}, events.UsageAccepted{
+		UsageID:       usageID,
+		SourceSystem:  u.SourceSystem,
+		SourceEventID: u.SourceEventID,
+		MeterCode:     u.MeterCode,
+		Quantity:      u.Quantity,
+		OccurredAt:    u.OccurredAt,
+		Currency:      currency,
+		PriceVersion:  version,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build UsageAccepted: %w", err)
+	}
+	return &candidate{usageID: usageID, version: version, env: env}, nil
+}
+
+func factsBySource(ctx context.Context, q *db.Queries, tenantID string, us []domain.Usage, idx []int) (map[domain.Identity]domain.Fact, error) {
+	p := db.UsageFactsBySourceParams{TenantID: tenantID}
+	for _, i := range idx {
+		p.SourceSystems = append(p.SourceSystems, us[i].SourceSystem)
+		p.SourceEventIds = append(p.SourceEventIds, us[i].SourceEventID)
+	}
+	rows, err := q.UsageFactsBySource(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("read usage facts: %w", err)
+	}
+	out := make(map[domain.Identity]domain.Fact, len(rows))
+	for _, r := range rows {
+		f := factOf(r)
+		out[domain.Identity{SourceSystem: f.SourceSystem, SourceEventID: f.SourceEventID}] = f
+	}
+	return out, nil
+}
+
+func factOf(r db.UsageFact) domain.Fact {
+	return domain.Fact{
+		UsageID: r.UsageID, TenantID: r.TenantID, SourceSystem: r.SourceSystem, SourceEventID: r.SourceEventID,
+		MeterCode: r.MeterCode, Quantity: r.Quantity, OccurredAt: r.OccurredAt.UTC(), Currency: r.Currency,
+		PriceVersion: r.PriceVersion, EventID: r.EventID, AcceptedAt: r.AcceptedAt.UTC(),
+	}
+}
+
+// ErrNotFound is returned for a usage fact the tenant does not have.
+var ErrNotFound = errors.New("usage fact not found")
+
+// Fact returns one of a tenant's usage facts.
+func (a *App) Fact(ctx context.Context, tenantID string, usageID uuid.UUID) (domain.Fact, error) {
+	r, err := db.New(a.pool).GetUsageFact(ctx, db.GetUsageFactParams{TenantID: tenantID, UsageID: usageID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.Fact{}, ErrNotFound
+	}
+	if err != nil {
+		return domain.Fact{}, fmt.Errorf("read usage fact: %w", err)
+	}
+	return factOf(r), nil
+}

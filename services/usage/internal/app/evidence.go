@@ -1,0 +1,55 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/services/usage/internal/db"
+	"github.com/usagebilling/billing/services/usage/internal/domain"
+)
+
+// Reasons a PriceActivated is quarantined.
+const (
+	ReasonAggregateMismatch = "price_aggregate_mismatch"
+	ReasonInvalidMeterCode  = "invalid_meter_code"
+)
+
+// Handlers returns the inbox handlers of the events usage consumes.
+func (a *App) Handlers() map[string]inbox.Handler {
+	return map[string]inbox.Handler{events.TypePriceActivated: ApplyPriceActivated}
+}
+
+// ApplyPriceActivated records a price version as evidence, inside the
+// inbox's transaction. The inbox applies a series' versions in order
+// (a version waits for its predecessor), so the evidence has no gaps; a
+// redelivered event is a unique violation on its origin event id or
+// version, which the inbox counts as a duplicate.
+func ApplyPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
+	p, ok := d.Payload.(events.PriceActivated)
+	if !ok {
+		return inbox.Outcome{}, inbox.Permanent("unexpected_payload", fmt.Errorf("payload is %T", d.Payload))
+	}
+	e := d.Envelope
+	if e.AggregateType != events.AggregatePrice || e.AggregateID != events.PriceSeriesID(p.MeterCode, p.Currency) ||
+		e.AggregateVersion != p.Version {
+		return inbox.Outcome{}, inbox.Permanent(ReasonAggregateMismatch, fmt.Errorf(
+			"envelope %s/%s@%d does not name price series %s version %d", e.AggregateType, e.AggregateID,
+			e.AggregateVersion, events.PriceSeriesID(p.MeterCode, p.Currency), p.Version))
+	}
+	if err := domain.CheckMeterCode(p.MeterCode); err != nil {
+		return inbox.Outcome{}, inbox.Permanent(ReasonInvalidMeterCode, err)
+	}
+	err := db.New(tx).InsertPriceEvidence(ctx, db.InsertPriceEvidenceParams{
+		TenantID: e.TenantID, MeterCode: p.MeterCode, Currency: p.Currency, Version: p.Version,
+		PriceID: p.PriceID, UnitPrice: p.UnitPrice, EffectiveAt: p.EffectiveAt, EventID: e.EventID,
+	})
+	if err != nil {
+		return inbox.Outcome{}, fmt.Errorf("record price evidence: %w", err)
+	}
+	return inbox.Outcome{}, nil
+}

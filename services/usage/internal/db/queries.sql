@@ -1,0 +1,48 @@
+-- name: InsertPriceEvidence :exec
+INSERT INTO price_evidence (tenant_id, meter_code, currency, version, price_id, unit_price,
+                            effective_at, event_id)
+VALUES (@tenant_id, @meter_code, @currency, @version, @price_id, @unit_price,
+        @effective_at, @event_id);
+
+-- name: PriceEvidenceForMeters :many
+-- The price schedule of the meters of a batch.
+SELECT meter_code, currency, version, effective_at
+FROM price_evidence
+WHERE tenant_id = @tenant_id AND meter_code = ANY(@meter_codes::text[])
+ORDER BY meter_code, currency, version;
+
+-- name: InsertUsageFacts :many
+-- Inserts a batch of facts in one statement. Rows go in identity order, so
+-- concurrent batches sharing identities wait for each other instead of
+-- deadlocking; an identity already taken is skipped (the caller looks it up
+-- to answer replay or conflict).
+INSERT INTO usage_fact (usage_id, tenant_id, source_system, source_event_id, meter_code, quantity,
+                        occurred_at, currency, price_version, event_id, accepted_at)
+SELECT u.usage_id, @tenant_id::text, u.source_system, u.source_event_id, u.meter_code, u.quantity,
+       u.occurred_at, u.currency, u.price_version, u.event_id, @accepted_at::timestamptz
+FROM (SELECT unnest(@usage_ids::uuid[])            AS usage_id,
+             unnest(@source_systems::text[])       AS source_system,
+             unnest(@source_event_ids::text[])     AS source_event_id,
+             unnest(@meter_codes::text[])          AS meter_code,
+             unnest(@quantities::numeric[])        AS quantity,
+             unnest(@occurred_ats::timestamptz[])  AS occurred_at,
+             unnest(@currencies::text[])           AS currency,
+             unnest(@price_versions::bigint[])     AS price_version,
+             unnest(@event_ids::uuid[])            AS event_id) AS u
+ORDER BY u.source_system, u.source_event_id
+ON CONFLICT (tenant_id, source_system, source_event_id) DO NOTHING
+RETURNING usage_id;
+
+-- name: UsageFactsBySource :many
+SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
+       currency, price_version, event_id, accepted_at
+FROM usage_fact
+WHERE tenant_id = @tenant_id
+  AND (source_system, source_event_id) IN (
+      SELECT unnest(@source_systems::text[]), unnest(@source_event_ids::text[]));
+
+-- name: GetUsageFact :one
+SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
+       currency, price_version, event_id, accepted_at
+FROM usage_fact
+WHERE tenant_id = @tenant_id AND usage_id = @usage_id;

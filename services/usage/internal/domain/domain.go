@@ -1,0 +1,270 @@
+// Package domain holds the usage service's rules: what a valid usage fact
+// is, when a repeated fact is a replay and when a conflict, and which price
+// version applies to it. It knows nothing of HTTP, Kafka or SQL.
+package domain
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/money"
+)
+
+// Kind says which sort of rule an Error breaks.
+type Kind int
+
+const (
+	// Invalid: the request is malformed or out of range.
+	Invalid Kind = iota + 1
+	// Rejected: well formed, but the usage cannot be accepted as it stands
+	// (no price for it).
+	Rejected
+	// Conflict: the identity is taken by a fact with other content.
+	Conflict
+)
+
+// Error is a broken rule with a stable machine-readable code.
+type Error struct {
+	Kind   Kind
+	Code   string
+	Detail string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Detail }
+
+func newError(kind Kind, code, format string, args ...any) *Error {
+	return &Error{Kind: kind, Code: code, Detail: fmt.Sprintf(format, args...)}
+}
+
+// Codes of the errors this package returns.
+const (
+	CodeMissingField        = "missing_field"
+	CodeInvalidField        = "invalid_field"
+	CodeInvalidMeterCode    = "invalid_meter_code"
+	CodeInvalidQuantity     = "invalid_quantity"
+	CodeUnknownCurrency     = "unknown_currency"
+	CodeOccurredInFuture    = "occurred_in_future"
+	CodeUnknownMeter        = "unknown_meter"
+	CodeCurrencyRequired    = "currency_required"
+	CodeNoPriceInEffect     = "no_price_in_effect"
+	CodeSourceEventConflict = "source_event_conflict"
+)
+
+// MaxFutureSkew is how far in the future a usage fact may have occurred
+// (clock skew between the source and us).
+const MaxFutureSkew = 5 * time.Minute
+
+// Limits of the identity fields.
+const (
+	MaxSourceSystem  = 128
+	MaxSourceEventID = 256
+)
+
+var meterCodeRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// CheckMeterCode checks a meter code: 1-64 characters of A-Z a-z 0-9 _ . -
+func CheckMeterCode(code string) *Error {
+	if !meterCodeRE.MatchString(code) {
+		return newError(Invalid, CodeInvalidMeterCode, "meterCode must be 1-64 characters of A-Z a-z 0-9 _ . -, got %q", code)
+	}
+	return nil
+}
+
+// Request is a usage fact as sent, before any check.
+type Request struct {
+	SourceSystem  string
+	SourceEventID string
+	MeterCode     string
+	Quantity      string
+	OccurredAt    string
+	Currency      string // optional
+}
+
+// Usage is a validated usage fact, not yet accepted.
+type Usage struct {
+	SourceSystem  string
+	SourceEventID string
+	MeterCode     string
+	Quantity      decimal.Decimal
+	OccurredAt    time.Time // UTC, microseconds
+	Currency      string    // "" when the request named none
+}
+
+// Identity is what makes a usage fact unique within a tenant.
+type Identity struct {
+	SourceSystem  string
+	SourceEventID string
+}
+
+// Identity returns the fact's identity.
+func (u Usage) Identity() Identity { return Identity{u.SourceSystem, u.SourceEventID} }
+
+// Parse checks a request; now bounds occurredAt.
+func Parse(r Request, now time.Time) (Usage, *Error) {
+	for _, f := range [][2]string{
+		{"sourceSystem", r.SourceSystem}, {"sourceEventId", r.SourceEventID}, {"meterCode", r.MeterCode},
+		{"quantity", r.Quantity}, {"occurredAt", r.OccurredAt},
+	} {
+		if f[1] == "" {
+			return Usage{}, newError(Invalid, CodeMissingField, "field %q is required", f[0])
+		}
+	}
+	if err := checkID("sourceSystem", r.SourceSystem, MaxSourceSystem); err != nil {
+		return Usage{}, err
+	}
+	if err := checkID("sourceEventId", r.SourceEventID, MaxSourceEventID); err != nil {
+		return Usage{}, err
+	}
+	if err := CheckMeterCode(r.MeterCode); err != nil {
+		return Usage{}, err
+	}
+	qty, err := money.ParseNonNegative(r.Quantity)
+	if err != nil {
+		return Usage{}, newError(Invalid, CodeInvalidQuantity, "quantity %q: %v", r.Quantity, err)
+	}
+	if r.Currency != "" {
+		if _, err := money.Currency(r.Currency); err != nil {
+			return Usage{}, newError(Invalid, CodeUnknownCurrency, "%v", err)
+		}
+	}
+	at, err := time.Parse(time.RFC3339Nano, r.OccurredAt)
+	if err != nil {
+		return Usage{}, newError(Invalid, CodeInvalidField, "field \"occurredAt\" must be an RFC 3339 time such as 2026-11-01T12:00:00Z, got %q", r.OccurredAt)
+	}
+	if y := at.UTC().Year(); y < 1 || y > 9999 {
+		return Usage{}, newError(Invalid, CodeInvalidField, "field \"occurredAt\": year %d is out of range", y)
+	}
+	at = Instant(at)
+	if at.After(now.Add(MaxFutureSkew)) {
+		return Usage{}, newError(Rejected, CodeOccurredInFuture, "occurredAt %s is more than %s in the future",
+			at.Format(time.RFC3339Nano), MaxFutureSkew)
+	}
+	return Usage{
+		SourceSystem: r.SourceSystem, SourceEventID: r.SourceEventID, MeterCode: r.MeterCode,
+		Quantity: qty, OccurredAt: at, Currency: r.Currency,
+	}, nil
+}
+
+// checkID checks an identity field: 1-max bytes of printable ASCII without
+// spaces.
+func checkID(field, s string, max int) *Error {
+	if len(s) > max {
+		return newError(Invalid, CodeInvalidField, "field %q is longer than %d bytes", field, max)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return newError(Invalid, CodeInvalidField, "field %q must be printable ASCII without spaces", field)
+		}
+	}
+	return nil
+}
+
+// Instant is t in UTC, truncated to microseconds (what PostgreSQL keeps).
+func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// Fact is an accepted usage fact.
+type Fact struct {
+	UsageID       uuid.UUID
+	TenantID      string
+	SourceSystem  string
+	SourceEventID string
+	MeterCode     string
+	Quantity      decimal.Decimal
+	OccurredAt    time.Time
+	Currency      string
+	PriceVersion  int64
+	EventID       uuid.UUID
+	AcceptedAt    time.Time
+}
+
+// Replays reports whether u, sent again with the identity of f, is the same
+// usage: same meter, quantity (by value: "1.0" is "1") and occurrence time,
+// and the same currency when u names one. Otherwise it is a conflict: a fact
+// is never overwritten.
+func (u Usage) Replays(f Fact) bool {
+	return u.MeterCode == f.MeterCode && u.Quantity.Equal(f.Quantity) && u.OccurredAt.Equal(f.OccurredAt) &&
+		(u.Currency == "" || u.Currency == f.Currency)
+}
+
+// ConflictWith is the error for usage whose identity f holds with other
+// content.
+func ConflictWith(f Fact) *Error {
+	return newError(Conflict, CodeSourceEventConflict,
+		"sourceEventId %q of sourceSystem %q was accepted before with other content (usage %s)",
+		f.SourceEventID, f.SourceSystem, f.UsageID)
+}
+
+// PriceVersion is one version of a price series, as replicated evidence.
+type PriceVersion struct {
+	MeterCode   string
+	Currency    string
+	Version     int64
+	EffectiveAt time.Time
+}
+
+// Evidence is the price schedule known for some meters of a tenant.
+type Evidence struct {
+	byMeter map[string]map[string][]PriceVersion // meter -> currency -> versions ascending
+}
+
+// NewEvidence indexes price versions.
+func NewEvidence(versions []PriceVersion) Evidence {
+	e := Evidence{byMeter: map[string]map[string][]PriceVersion{}}
+	for _, v := range versions {
+		m := e.byMeter[v.MeterCode]
+		if m == nil {
+			m = map[string][]PriceVersion{}
+			e.byMeter[v.MeterCode] = m
+		}
+		m[v.Currency] = append(m[v.Currency], v)
+	}
+	for _, m := range e.byMeter {
+		for _, vs := range m {
+			sort.Slice(vs, func(i, j int) bool { return vs[i].Version < vs[j].Version })
+		}
+	}
+	return e
+}
+
+// Price returns the currency and the price version that apply to u: the
+// series of u's meter in u's currency (or in the meter's only currency when
+// u names none), and in it the version effective at u.OccurredAt, the one
+// with the latest effectiveAt not after it (the higher version on a tie).
+func (e Evidence) Price(u Usage) (currency string, version int64, err *Error) {
+	series := e.byMeter[u.MeterCode]
+	if len(series) == 0 {
+		return "", 0, newError(Rejected, CodeUnknownMeter, "no price is known for meter %q", u.MeterCode)
+	}
+	currency = u.Currency
+	if currency == "" {
+		if len(series) > 1 {
+			names := make([]string, 0, len(series))
+			for c := range series {
+				names = append(names, c)
+			}
+			sort.Strings(names)
+			return "", 0, newError(Rejected, CodeCurrencyRequired, "meter %q is priced in %v: name the currency", u.MeterCode, names)
+		}
+		for c := range series {
+			currency = c
+		}
+	}
+	versions, ok := series[currency]
+	if !ok {
+		return "", 0, newError(Rejected, CodeUnknownMeter, "no price is known for meter %q in %s", u.MeterCode, currency)
+	}
+	for i := len(versions) - 1; i >= 0; i-- {
+		if !versions[i].EffectiveAt.After(u.OccurredAt) {
+			// Versions take effect in version order, so the highest version
+			// already effective is the one with the latest effectiveAt.
+			return currency, versions[i].Version, nil
+		}
+	}
+	return "", 0, newError(Rejected, CodeNoPriceInEffect, "no price of meter %q in %s is in effect at %s (the first takes effect at %s)",
+		u.MeterCode, currency, u.OccurredAt.Format(time.RFC3339Nano), versions[0].EffectiveAt.UTC().Format(time.RFC3339Nano))
+}

@@ -1,0 +1,280 @@
+// Package httpapi maps the usage service's HTTP API onto its commands, and
+// domain errors onto problem responses.
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/httpx"
+	"github.com/usagebilling/billing/services/usage/internal/app"
+	"github.com/usagebilling/billing/services/usage/internal/domain"
+)
+
+// Request limits.
+const (
+	MaxBatch     = 1000
+	maxBody      = 16 << 10
+	maxBatchBody = 2 << 20
+)
+
+// API serves the usage service's HTTP endpoints.
+type API struct {
+	app *app.App
+	log *slog.Logger
+}
+
+// New returns the API over a.
+func New(a *app.App, log *slog.Logger) *API { return &API{app: a, log: log} }
+
+// Routes mounts the endpoints on r. chi matches "usage:batch" as a static
+// segment of its own, apart from "usage" and "usage/{usageId}".
+func (api *API) Routes(r chi.Router) {
+	r.Post("/v1/tenants/{tenantId}/usage", api.accept)
+	r.Post("/v1/tenants/{tenantId}/usage:batch", api.acceptBatch)
+	r.Get("/v1/tenants/{tenantId}/usage/{usageId}", api.get)
+}
+
+// usageRequest is one usage fact as sent. quantity is raw so that a JSON
+// number is refused as invalid_quantity rather than as a type error.
+type usageRequest struct {
+	SourceSystem  string          `json:"sourceSystem"`
+	SourceEventID string          `json:"sourceEventId"`
+	MeterCode     string          `json:"meterCode"`
+	Quantity      json.RawMessage `json:"quantity"`
+	OccurredAt    string          `json:"occurredAt"`
+	Currency      string          `json:"currency"`
+}
+
+func (r usageRequest) parse(now time.Time) (domain.Usage, *domain.Error) {
+	qty, ok := jsonString(r.Quantity)
+	if !ok {
+		return domain.Usage{}, &domain.Error{Kind: domain.Invalid, Code: domain.CodeInvalidQuantity,
+			Detail: `quantity must be a decimal string such as "12.5"`}
+	}
+	return domain.Parse(domain.Request{
+		SourceSystem: r.SourceSystem, SourceEventID: r.SourceEventID, MeterCode: r.MeterCode,
+		Quantity: qty, OccurredAt: r.OccurredAt, Currency: r.Currency,
+	}, now)
+}
+
+// accepted is the body of 201 and of its replay, 200.
+type accepted struct {
+	UsageID      uuid.UUID `json:"usageId"`
+	EventID      uuid.UUID `json:"eventId"`
+	PriceVersion int64     `json:"priceVersion"`
+}
+
+func (api *API) accept(w http.ResponseWriter, r *http.Request) {
+	tenant, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	correlationID, p := correlationID(r)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	var req usageRequest
+	if p := httpx.DecodeJSON(w, r, &req, maxBody); p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	u, derr := req.parse(api.app.Now())
+	if derr != nil {
+		httpx.WriteProblem(w, problemOf(derr))
+		return
+	}
+	res, err := api.app.Accept(r.Context(), tenant, correlationID, []domain.Usage{u})
+	if err != nil {
+		api.storeError(w, r, err)
+		return
+	}
+	switch x := res[0]; x.Outcome {
+	case app.Created, app.Replayed:
+		httpx.WriteJSON(w, statusOf(x), accepted{UsageID: x.UsageID, EventID: x.EventID, PriceVersion: x.PriceVersion})
+	default:
+		httpx.WriteProblem(w, problemOf(x.Err))
+	}
+}
+
+type batchRequest struct {
+	Events []usageRequest `json:"events"`
+}
+
+// batchResult is the decision on one event of a batch; status is the HTTP
+// status the event would have had on its own, code the problem code when it
+// was refused.
+type batchResult struct {
+	Status       int    `json:"status"`
+	UsageID      string `json:"usageId,omitempty"`
+	EventID      string `json:"eventId,omitempty"`
+	PriceVersion int64  `json:"priceVersion,omitempty"`
+	Code         string `json:"code,omitempty"`
+	Detail       string `json:"detail,omitempty"`
+}
+
+func (api *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
+	tenant, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	correlationID, p := correlationID(r)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	var req batchRequest
+	if p := httpx.DecodeJSON(w, r, &req, maxBatchBody); p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	switch n := len(req.Events); {
+	case n == 0:
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "missing_field", `field "events" must hold 1 to 1000 usage events`))
+		return
+	case n > MaxBatch:
+		httpx.WriteProblem(w, httpx.Problemf(http.StatusBadRequest, "batch_too_large", "%d events: a batch holds at most %d", n, MaxBatch))
+		return
+	}
+	results := make([]batchResult, len(req.Events))
+	valid := make([]domain.Usage, 0, len(req.Events))
+	at := make([]int, 0, len(req.Events)) // request index of each valid event
+	now := api.app.Now()
+	for i, e := range req.Events {
+		u, derr := e.parse(now)
+		if derr != nil {
+			results[i] = refused(derr)
+			continue
+		}
+		valid = append(valid, u)
+		at = append(at, i)
+	}
+	if len(valid) > 0 {
+		res, err := api.app.Accept(r.Context(), tenant, correlationID, valid)
+		if err != nil {
+			api.storeError(w, r, err)
+			return
+		}
+		for j, x := range res {
+			if x.Outcome == app.Refused {
+				results[at[j]] = refused(x.Err)
+				continue
+			}
+			results[at[j]] = batchResult{Status: statusOf(x), UsageID: x.UsageID.String(), EventID: x.EventID.String(),
+				PriceVersion: x.PriceVersion}
+		}
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string][]batchResult{"results": results})
+}
+
+// fact is a usage fact as the API shows it.
+type fact struct {
+	UsageID       uuid.UUID       `json:"usageId"`
+	TenantID      string          `json:"tenantId"`
+	SourceSystem  string          `json:"sourceSystem"`
+	SourceEventID string          `json:"sourceEventId"`
+	MeterCode     string          `json:"meterCode"`
+	Quantity      decimal.Decimal `json:"quantity"`
+	OccurredAt    time.Time       `json:"occurredAt"`
+	Currency      string          `json:"currency"`
+	PriceVersion  int64           `json:"priceVersion"`
+	EventID       uuid.UUID       `json:"eventId"`
+	AcceptedAt    time.Time       `json:"acceptedAt"`
+}
+
+func (api *API) get(w http.ResponseWriter, r *http.Request) {
+	tenant, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	notFound := httpx.NewProblem(http.StatusNotFound, "not_found", "no such usage fact")
+	id, err := uuid.Parse(chi.URLParam(r, "usageId"))
+	if err != nil {
+		httpx.WriteProblem(w, notFound)
+		return
+	}
+	f, err := api.app.Fact(r.Context(), tenant, id)
+	if errors.Is(err, app.ErrNotFound) {
+		httpx.WriteProblem(w, notFound)
+		return
+	}
+	if err != nil {
+		api.storeError(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, fact{
+		UsageID: f.UsageID, TenantID: f.TenantID, SourceSystem: f.SourceSystem, SourceEventID: f.SourceEventID,
+		MeterCode: f.MeterCode, Quantity: f.Quantity, OccurredAt: f.OccurredAt, Currency: f.Currency,
+		PriceVersion: f.PriceVersion, EventID: f.EventID, AcceptedAt: f.AcceptedAt,
+	})
+}
+
+func statusOf(x app.Result) int {
+	if x.Outcome == app.Created {
+		return http.StatusCreated
+	}
+	return http.StatusOK
+}
+
+func statusOfError(e *domain.Error) int {
+	switch e.Kind {
+	case domain.Rejected:
+		return http.StatusUnprocessableEntity
+	case domain.Conflict:
+		return http.StatusConflict
+	default:
+		return http.StatusBadRequest
+	}
+}
+
+func problemOf(e *domain.Error) *httpx.Problem {
+	return httpx.NewProblem(statusOfError(e), e.Code, e.Detail)
+}
+
+func refused(e *domain.Error) batchResult {
+	return batchResult{Status: statusOfError(e), Code: e.Code, Detail: e.Detail}
+}
+
+func (api *API) storeError(w http.ResponseWriter, r *http.Request, err error) {
+	p := httpx.StoreError(err)
+	api.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path,
+		"status", p.Status, "err", err)
+	httpx.WriteProblem(w, p)
+}
+
+// jsonString returns the text of a JSON string value; absent and null are
+// "". ok is false for any other JSON value.
+func jsonString(raw json.RawMessage) (s string, ok bool) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", true
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// correlationID reads the optional X-Correlation-Id header.
+func correlationID(r *http.Request) (string, *httpx.Problem) {
+	id := r.Header.Get("X-Correlation-Id")
+	if len(id) > 128 {
+		return "", httpx.NewProblem(http.StatusBadRequest, "invalid_field", "X-Correlation-Id must be at most 128 printable ASCII characters")
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] >= 0x7f {
+			return "", httpx.NewProblem(http.StatusBadRequest, "invalid_field", "X-Correlation-Id must be printable ASCII without spaces")
+		}
+	}
+	return id, nil
+}

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS usage_fact;
+DROP TABLE IF EXISTS price_evidence;

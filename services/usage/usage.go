@@ -1,0 +1,35 @@
+// Package usage is the usage service: it accepts usage facts once per
+// (tenant, sourceSystem, sourceEventId), prices each with the version
+// effective at its occurrence from the price evidence it replicates from
+// meter.events.v1, and publishes UsageAccepted on usage.events.v1. Spec is
+// everything service.Main needs.
+package usage
+
+import (
+	"context"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/services/usage/internal/app"
+	"github.com/usagebilling/billing/services/usage/internal/httpapi"
+	"github.com/usagebilling/billing/services/usage/migrations"
+)
+
+// Spec describes the usage service.
+var Spec = service.Spec{
+	Name:        "usage",
+	DefaultPort: 8082,
+	Migrations:  []pgmigrate.Set{migrations.Set},
+	Build:       Build,
+}
+
+// Build wires the HTTP API and the consumer of the meter's events.
+func Build(_ context.Context, d service.Deps) (service.Parts, error) {
+	a := app.New(d.Pool, d.Logger)
+	return service.Parts{
+		Routes:   httpapi.New(a, d.Logger).Routes,
+		Topics:   []string{events.TopicMeter},
+		Handlers: a.Handlers(),
+	}, nil
+}
