@@ -17,13 +17,11 @@ import (
 )
 
 // Spec is the invoice service for service.Main.
-func Spec() service.Spec {
-	return service.Spec{
-		Name:        "invoice",
-		DefaultPort: 8084,
-		Migrations:  []pgmigrate.Set{migrations.Set},
-		Build:       Build,
-	}
+var Spec = service.Spec{
+	Name:        "invoice",
+	DefaultPort: 8084,
+	Migrations:  []pgmigrate.Set{migrations.Set},
+	Build:       Build,
 }
 
 // Build wires the consumer and the HTTP API.

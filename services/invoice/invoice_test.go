@@ -74,7 +74,7 @@ func TestServiceRun(t *testing.T) {
 	dbURL := pgtest.NewDB(t, Template)
 	addr := freeAddr(t)
 	early := background(t, func(ctx context.Context) error {
-		return service.Run(ctx, invoice.Spec(), nil, service.NewEnvFrom(map[string]string{
+		return service.Run(ctx, invoice.Spec, nil, service.NewEnvFrom(map[string]string{
 			"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "HTTP_ADDR": addr,
 			"LOG_LEVEL": "warn", "CONSUMER_SWEEP_INTERVAL": "200ms", "RELAY_POLL_INTERVAL": "100ms",
 		}))

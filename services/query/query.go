@@ -15,13 +15,11 @@ import (
 )
 
 // Spec is the query service for service.Main.
-func Spec() service.Spec {
-	return service.Spec{
-		Name:        "query",
-		DefaultPort: 8085,
-		Migrations:  []pgmigrate.Set{migrations.Set},
-		Build:       Build,
-	}
+var Spec = service.Spec{
+	Name:        "query",
+	DefaultPort: 8085,
+	Migrations:  []pgmigrate.Set{migrations.Set},
+	Build:       Build,
 }
 
 // Build wires the projection consumer and the HTTP API.

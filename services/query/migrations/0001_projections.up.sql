@@ -15,7 +15,7 @@ CREATE TABLE projected_event (
     -- The event this one derives from: a ChargeRated's UsageAccepted, an
     -- InvoiceCorrectionIssued's AdjustmentPosted.
     origin_event_id   uuid,
-    period            text,
+    period            text,        -- for usage: the month of its occurredAt
     meter_code        text,
     currency          text,
     quantity          numeric,

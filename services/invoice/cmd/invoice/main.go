@@ -8,4 +8,4 @@ import (
 	"github.com/usagebilling/billing/services/invoice"
 )
 
-func main() { service.Main(invoice.Spec()) }
+func main() { service.Main(invoice.Spec) }

@@ -28,4 +28,3 @@ func BenchmarkChargeRated(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
-

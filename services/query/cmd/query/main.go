@@ -8,4 +8,4 @@ import (
 	"github.com/usagebilling/billing/services/query"
 )
 
-func main() { service.Main(query.Spec()) }
+func main() { service.Main(query.Spec) }
