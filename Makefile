@@ -1,8 +1,9 @@
 # The README's commands. `make help` lists them.
 PKGS    := github.com/usagebilling/billing/...
 GO      ?= go
+SQLC    ?= $(shell command -v sqlc 2>/dev/null || echo $$($(GO) env GOPATH)/bin/sqlc)
 
-.PHONY: help demo test check unit-test fuzz bench kafka-jars
+.PHONY: help demo test check sqlc-check unit-test apache-test fuzz bench kafka-jars
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -10,15 +11,22 @@ help: ## list the targets
 demo: ## run the library demo: outbox -> Kafka -> inbox on a throwaway PostgreSQL and an embedded broker
 	$(GO) run ./pkg/cmd/outbox-demo
 
-test: check unit-test fuzz ## run every check and test (what CI runs)
+test: check sqlc-check unit-test apache-test fuzz ## run every check and test (what CI runs)
 
 check: ## gofmt, go vet, and the module files are tidy
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 
+sqlc-check: ## regenerating each service's sqlc code changes nothing
+	@for d in services/*/; do [ -f $$d/sqlc.yaml ] || continue; \
+	  echo "sqlc diff $$d"; (cd $$d && $(SQLC) diff) || exit 1; done
+
 unit-test: ## all Go tests against a throwaway PostgreSQL, kfake and a real Apache Kafka
 	$(GO) test -count=1 -timeout 30m $(PKGS)
+
+apache-test: ## the outbox and inbox tests again, against a real Apache Kafka broker instead of kfake
+	TEST_KAFKA=apache $(GO) test -count=1 -timeout 20m ./pkg/outbox/ ./pkg/inbox/
 
 fuzz: ## fuzz envelope decoding for a short while
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./pkg/envelope/
