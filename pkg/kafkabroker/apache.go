@@ -167,9 +167,10 @@ func (a *Apache) Start(ctx context.Context) error {
 		return nil
 	}
 	err := a.startLocked(ctx)
-	if err != nil && ctx.Err() == nil && errors.Is(err, errNotReady) {
-		// A JVM on a loaded machine occasionally wedges on start; one
-		// more try is cheaper than a failed test run.
+	if err != nil && ctx.Err() == nil {
+		// A JVM on a loaded machine occasionally wedges on start, or loses
+		// a port to another process starting at the same moment; one more
+		// try is cheaper than a failed test run.
 		a.log.Warn("kafka broker did not become ready, retrying once", "err", err)
 		err = a.startLocked(ctx)
 	}
@@ -177,6 +178,22 @@ func (a *Apache) Start(ctx context.Context) error {
 }
 
 var errNotReady = errors.New("kafka broker not ready")
+
+// explainLog picks from a failed start's log the lines that say why (errors
+// and exceptions, which the shutdown that follows them buries), then its
+// last lines.
+func explainLog(file, log string) string {
+	var why []string
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, " ERROR ") || strings.Contains(line, "FATAL") || strings.Contains(line, "Exception:") {
+			why = append(why, line)
+			if len(why) == 15 {
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("error lines of %s:\n%s\nlast lines:\n%s", file, strings.Join(why, "\n"), lastLines(log, 15))
+}
 
 func (a *Apache) startLocked(ctx context.Context) error {
 	if err := checkPortFree("kafka broker", a.opts.Port); err != nil {
@@ -212,8 +229,7 @@ func (a *Apache) startLocked(ctx context.Context) error {
 
 	if err := a.waitReady(ctx, exited); err != nil {
 		a.killLocked()
-		return fmt.Errorf("start kafka broker on %s: %w\nlast lines of %s:\n%s",
-			a.listenAddr, err, a.logFile, lastLines(readFrom(a.logFile, logStart), 40))
+		return fmt.Errorf("start kafka broker on %s: %w\n%s", a.listenAddr, err, explainLog(a.logFile, readFrom(a.logFile, logStart)))
 	}
 	a.log.Info("kafka broker ready", "addr", a.listenAddr, "took", time.Since(began).Round(time.Millisecond))
 	return nil
