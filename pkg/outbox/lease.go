@@ -46,13 +46,31 @@ func (r *Relay) refreshLeases(ctx context.Context) error {
 	target := (NumShards + max(alive, 1) - 1) / max(alive, 1)
 	switch {
 	case len(held) > target:
-		slices.Sort(held)
-		extra := held[target:]
-		if _, err := r.pool.Exec(ctx, `UPDATE outbox_shard SET owner = NULL, lease_until = '-infinity'
-			WHERE owner = $1 AND shard = ANY($2)`, r.owner, extra); err != nil {
+		// Give up idle shards first: a shard with a backlog stays with the
+		// relay already sending it, so a rebalance never stalls a hot key.
+		// The NOTIFY wakes the other relays to take the released shards.
+		rows, err := r.pool.Query(ctx, `
+			WITH released AS (
+				UPDATE outbox_shard SET owner = NULL, lease_until = '-infinity'
+				WHERE owner = $1 AND shard IN (
+					SELECT s FROM unnest($2::smallint[]) AS s
+					ORDER BY EXISTS (SELECT 1 FROM outbox_event
+					                 WHERE shard = s AND published_at IS NULL AND dead_at IS NULL), s DESC
+					LIMIT $3)
+				RETURNING shard)
+			SELECT shard, pg_notify('`+Channel+`', 'rebalance') IS NULL FROM released`, r.owner, held, len(held)-target)
+		if err != nil {
 			return fmt.Errorf("release extra shards: %w", err)
 		}
-		held = held[:target]
+		released, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (int16, error) {
+			var s int16
+			var ignored bool
+			return s, row.Scan(&s, &ignored)
+		})
+		if err != nil {
+			return fmt.Errorf("release extra shards: %w", err)
+		}
+		held = slices.DeleteFunc(held, func(s int16) bool { return slices.Contains(released, s) })
 	case len(held) < target:
 		rows, err := r.pool.Query(ctx, `UPDATE outbox_shard SET owner = $1, lease_until = now() + $2::interval
 			WHERE shard IN (SELECT shard FROM outbox_shard
@@ -78,6 +96,7 @@ func (r *Relay) refreshLeases(ctx context.Context) error {
 		}
 	}
 	r.shards = held
+	r.short = len(held) < target
 	r.metrics.ownedShards.Set(float64(len(held)))
 	return nil
 }

@@ -93,8 +93,8 @@ func Purge(ctx context.Context, q Querier, retention time.Duration, batch int) (
 	var total int64
 	for {
 		tag, err := q.Exec(ctx, `
-			DELETE FROM outbox_event WHERE id IN (
-				SELECT id FROM outbox_event
+			DELETE FROM outbox_event WHERE event_id IN (
+				SELECT event_id FROM outbox_event
 				WHERE published_at < now() - $1::interval
 				ORDER BY published_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, retention, batch)
 		if err != nil {

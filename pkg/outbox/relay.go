@@ -95,7 +95,12 @@ type Relay struct {
 	leasedAt time.Time           // last lease refresh
 	backoff  map[int16]shardWait // shards whose last send failed
 	rotate   int                 // start offset into shards, for fairness between them
+	short    bool                // holds fewer shards than its share
 }
+
+// shortRefresh is the least time between lease refreshes of a relay short of
+// its share of shards.
+const shortRefresh = 100 * time.Millisecond
 
 type shardWait struct {
 	failures int
@@ -149,7 +154,10 @@ func (r *Relay) Run(ctx context.Context) error {
 
 	r.log.Info("outbox relay started", "batch", r.cfg.BatchSize, "leaseTTL", r.cfg.LeaseTTL)
 	for ctx.Err() == nil {
-		if time.Since(r.leasedAt) > r.cfg.LeaseTTL/3 {
+		// Renew leases every LeaseTTL/3; a relay short of its share of
+		// shards looks again as soon as it is woken (another relay released
+		// some) or polls.
+		if since := time.Since(r.leasedAt); since > r.cfg.LeaseTTL/3 || (r.short && since > shortRefresh) {
 			if err := r.refreshLeases(ctx); err != nil {
 				if ctx.Err() != nil {
 					break
@@ -186,7 +194,11 @@ func (r *Relay) sleep(ctx context.Context, wake <-chan struct{}, d time.Duration
 // a backed-off shard becomes due.
 func (r *Relay) nextWait() time.Duration {
 	wait := r.cfg.PollInterval
-	if lease := r.cfg.LeaseTTL/3 - time.Since(r.leasedAt); lease < wait {
+	refresh := r.cfg.LeaseTTL / 3
+	if r.short {
+		refresh = r.cfg.PollInterval
+	}
+	if lease := refresh - time.Since(r.leasedAt); lease < wait {
 		wait = max(lease, time.Millisecond)
 	}
 	now := time.Now()

@@ -78,14 +78,14 @@ func (r *Relay) round(ctx context.Context) (int, error) {
 	// clean shutdown would re-send what the broker already has.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	var okIDs []int64
+	var okIDs []uuid.UUID
 	failedShards := map[int16]bool{}
 	for i, row := range claimed {
 		if _, bad := failed[i]; bad {
 			failedShards[row.Shard] = true
 			continue
 		}
-		okIDs = append(okIDs, row.ID)
+		okIDs = append(okIDs, row.EventID)
 		r.metrics.commitToAck.Observe(ackedAt.Sub(row.CreatedAt).Seconds())
 	}
 	if err := r.markPublished(bctx, okIDs); err != nil {
@@ -170,14 +170,14 @@ func (r *Relay) send(rows []pendingRow) map[int]error {
 // markPublished marks rows published, fenced on the relay's owner token: a
 // relay whose lease was taken over marks nothing, and its rows are sent again
 // by the new owner (a duplicate the inbox absorbs, never a loss).
-func (r *Relay) markPublished(ctx context.Context, ids []int64) error {
+func (r *Relay) markPublished(ctx context.Context, ids []uuid.UUID) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	tag, err := r.pool.Exec(ctx, `
 		UPDATE outbox_event e SET published_at = now()
 		FROM outbox_shard o
-		WHERE e.id = ANY($1) AND o.shard = e.shard AND o.owner = $2 AND e.published_at IS NULL`,
+		WHERE e.event_id = ANY($1) AND o.shard = e.shard AND o.owner = $2 AND e.published_at IS NULL`,
 		ids, r.owner)
 	if err != nil {
 		return fmt.Errorf("mark outbox rows published (they will be sent again): %w", err)
@@ -193,12 +193,12 @@ func (r *Relay) markPublished(ctx context.Context, ids []int64) error {
 // own content was refused too often into dead letters, and backs the failed
 // shards off.
 func (r *Relay) recordFailures(ctx context.Context, rows []pendingRow, failed map[int]error, shards map[int16]bool) error {
-	ids := make([]int64, 0, len(failed))
+	ids := make([]uuid.UUID, 0, len(failed))
 	msgs := make([]string, 0, len(failed))
 	permanent := make([]bool, 0, len(failed))
 	var sample error
 	for i, err := range failed {
-		ids = append(ids, rows[i].ID)
+		ids = append(ids, rows[i].EventID)
 		msgs = append(msgs, truncate(err.Error(), 500))
 		permanent = append(permanent, blamesMessage(err))
 		sample = err
@@ -209,8 +209,8 @@ func (r *Relay) recordFailures(ctx context.Context, rows []pendingRow, failed ma
 		WITH f AS (
 			UPDATE outbox_event e SET attempts = e.attempts + 1, last_error = f.err, last_attempt_at = now(),
 			       dead_at = CASE WHEN f.permanent AND e.attempts + 1 >= $4 THEN now() END
-			FROM unnest($1::bigint[], $2::text[], $3::bool[]) AS f(id, err, permanent), outbox_shard o
-			WHERE e.id = f.id AND o.shard = e.shard AND o.owner = $5
+			FROM unnest($1::uuid[], $2::text[], $3::bool[]) AS f(event_id, err, permanent), outbox_shard o
+			WHERE e.event_id = f.event_id AND o.shard = e.shard AND o.owner = $5
 			  AND e.published_at IS NULL AND e.dead_at IS NULL
 			RETURNING e.dead_at
 		)
