@@ -20,11 +20,10 @@ type Querier interface {
 
 // Stats describes an outbox backlog.
 type Stats struct {
-	Pending            int64
-	OldestPendingAge   time.Duration
-	MaxPendingPerKey   int64
-	DeadLetters        int64
-	OldestDeadLetterID int64
+	Pending          int64
+	OldestPendingAge time.Duration
+	MaxPendingPerKey int64
+	DeadLetters      int64
 }
 
 // ReadStats reads the backlog of the outbox.
@@ -38,9 +37,8 @@ func ReadStats(ctx context.Context, q Querier) (Stats, error) {
 		            FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL), 0),
 		  COALESCE((SELECT max(c) FROM (SELECT count(*) AS c FROM outbox_event
 		            WHERE published_at IS NULL AND dead_at IS NULL GROUP BY partition_key) k), 0),
-		  (SELECT count(*) FROM outbox_event WHERE dead_at IS NOT NULL),
-		  COALESCE((SELECT min(id) FROM outbox_event WHERE dead_at IS NOT NULL), 0)`).
-		Scan(&s.Pending, &age, &s.MaxPendingPerKey, &s.DeadLetters, &s.OldestDeadLetterID)
+		  (SELECT count(*) FROM outbox_event WHERE dead_at IS NOT NULL)`).
+		Scan(&s.Pending, &age, &s.MaxPendingPerKey, &s.DeadLetters)
 	if err != nil {
 		return Stats{}, fmt.Errorf("read outbox stats: %w", err)
 	}

@@ -131,9 +131,6 @@ func NewRelay(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	}, nil
 }
 
-// Owner is the relay's lease owner token.
-func (r *Relay) Owner() uuid.UUID { return r.owner }
-
 // Run relays until ctx is done, then gives up its leases so that other
 // relays take its shards over at once. It returns nil on a clean stop; a
 // failing database or broker is logged and retried, never returned.
