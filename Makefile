@@ -3,12 +3,18 @@ PKGS    := github.com/usagebilling/billing/...
 GO      ?= go
 SQLC    ?= $(shell command -v sqlc 2>/dev/null || echo $$($(GO) env GOPATH)/bin/sqlc)
 
-.PHONY: help demo test check sqlc-check unit-test apache-test fuzz bench kafka-jars
+.PHONY: help demo up demo-library test check sqlc-check unit-test apache-test fuzz bench kafka-jars
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-demo: ## run the library demo: outbox -> Kafka -> inbox on a throwaway PostgreSQL and an embedded broker
+demo: ## the whole system on this machine: a client bills usage over HTTP, every figure checked and reported
+	$(GO) build -o bin/ ./e2e/cmd/demo && ./bin/demo
+
+up: ## the whole system left running (services on 8081-8085) until Ctrl-C; the README has curl calls to try
+	$(GO) build -o bin/ ./e2e/cmd/stack && exec ./bin/stack
+
+demo-library: ## the shared mechanisms alone: outbox -> Kafka -> inbox on a throwaway PostgreSQL and kfake
 	$(GO) run ./pkg/cmd/outbox-demo
 
 test: check sqlc-check unit-test apache-test fuzz ## run every check and test (what CI runs)
@@ -17,6 +23,8 @@ check: ## gofmt, go vet, and the module files are tidy
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@for m in pkg services/* e2e deploy; do \
+	  (cd $$m && GOWORK=off $(GO) mod tidy -diff >/dev/null) || { echo "go.mod of $$m is not tidy: run (cd $$m && GOWORK=off go mod tidy)"; exit 1; }; done
 
 sqlc-check: ## regenerating each service's sqlc code changes nothing
 	@for d in services/*/; do [ -f $$d/sqlc.yaml ] || continue; \

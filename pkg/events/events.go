@@ -58,9 +58,22 @@ const (
 	// AggregateInvoice is one invoice; version 1 is InvoiceIssued, each
 	// InvoiceCorrectionIssued the next version.
 	AggregateInvoice = "invoice"
-	// AggregateOps carries operator events; id = the service name.
+	// AggregateOps carries operator events, each its own aggregate at version
+	// 1 (see QuarantineAggregateID, RedriveAggregateID), so they need no
+	// sequence shared by a service's instances and never wait for each other.
 	AggregateOps = "ops"
 )
+
+// QuarantineAggregateID is the aggregate id of the EventQuarantined a
+// service publishes for the quarantined message whose raw bytes have the
+// given SHA-256.
+func QuarantineAggregateID(service, rawSHA256 string) string {
+	return "quarantine." + service + "." + rawSHA256
+}
+
+// RedriveAggregateID is the aggregate id of a RedriveRequested; its
+// RedriveCompleted uses RedriveAggregateID(id) + ".completed".
+func RedriveAggregateID(redriveID uuid.UUID) string { return "redrive." + redriveID.String() }
 
 // OpsTenant is the tenant id of operator events that belong to no tenant.
 const OpsTenant = "_ops"
@@ -238,23 +251,46 @@ type EventQuarantined struct {
 	Partition     int32     `json:"partition"`
 	Offset        int64     `json:"offset"`
 	QuarantinedAt time.Time `json:"quarantinedAt"`
+	RawSHA256     string    `json:"rawSha256"` // identifies the message when it has no event id
 }
 
-// RedriveRequested: an operator asked a service to re-decide a retained event.
+// Redrive actions.
+const (
+	// ActionRedecide: decide the retained (quarantined or deferred) consumed
+	// event again through today's decoders. The default.
+	ActionRedecide = "redecide"
+	// ActionReleaseDeadLetter: give an outbox dead letter of the service a
+	// fresh set of attempts.
+	ActionReleaseDeadLetter = "release_dead_letter"
+)
+
+// Redrive outcomes besides the inbox's (applied, duplicate, deferred,
+// quarantined).
+const (
+	OutcomeNotFound = "not_found"
+	OutcomeReleased = "released"
+)
+
+// RedriveRequested: an operator asked a service to act on an event it
+// retains: re-decide a consumed event, or release a dead letter of its
+// outbox. Every service consumes ops.commands.v1 and acts on the requests
+// addressed to it (Service).
 type RedriveRequested struct {
 	RedriveID uuid.UUID `json:"redriveId"`
 	Service   string    `json:"service"`
 	EventID   string    `json:"eventId"`
+	Action    string    `json:"action,omitempty"` // ActionRedecide (default) | ActionReleaseDeadLetter
 	Reason    string    `json:"reason"`
 	Actor     string    `json:"actor"`
 }
 
-// RedriveCompleted: the owning service re-decided the event.
+// RedriveCompleted: the owning service acted on a RedriveRequested.
 type RedriveCompleted struct {
 	RedriveID uuid.UUID `json:"redriveId"`
 	Service   string    `json:"service"`
 	EventID   string    `json:"eventId"`
-	Outcome   string    `json:"outcome"` // applied | duplicate | deferred | quarantined | not_found
+	Action    string    `json:"action,omitempty"`
+	Outcome   string    `json:"outcome"` // applied | duplicate | deferred | quarantined | not_found | released
 	Reason    string    `json:"reason,omitempty"`
 }
 

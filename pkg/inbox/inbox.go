@@ -264,8 +264,11 @@ type Stats struct {
 	Quarantined int64
 }
 
-// Stats reads the inbox's backlog.
-func (ib *Inbox) Stats(ctx context.Context, q Querier) (Stats, error) {
+// Stats reads the inbox's backlog (ReadStats).
+func (ib *Inbox) Stats(ctx context.Context, q Querier) (Stats, error) { return ReadStats(ctx, q) }
+
+// ReadStats reads the backlog of the inbox in the database q reaches.
+func ReadStats(ctx context.Context, q Querier) (Stats, error) {
 	var s Stats
 	var ageSeconds float64
 	err := q.QueryRow(ctx, `

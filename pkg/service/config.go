@@ -3,10 +3,14 @@ package service
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/usagebilling/billing/pkg/auth"
 )
 
 // Env reads settings from environment variables and collects every problem,
@@ -79,6 +83,20 @@ func (e *Env) Duration(name string, def time.Duration) time.Duration {
 	return d
 }
 
+// Bool returns a boolean variable ("true" or "false"), or def when unset.
+func (e *Env) Bool(name string, def bool) bool {
+	v, ok := e.get(name)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.fail(name, "want true or false, got %q", v)
+		return def
+	}
+	return b
+}
+
 // List returns a comma-separated variable, or def.
 func (e *Env) List(name string, def []string) []string {
 	v, ok := e.get(name)
@@ -125,6 +143,25 @@ type Config struct {
 	ConsumerBatch int           // CONSUMER_BATCH_SIZE (500)
 	ConsumerWait  time.Duration // CONSUMER_MAX_WAIT (5ms)
 	SweepInterval time.Duration // CONSUMER_SWEEP_INTERVAL (2s)
+
+	// Auth verifies bearer tokens and signs the service's own calls to other
+	// services: AUTH_JWT_KEYS ("kid=secret[,kid=secret...]", HS256 secrets of
+	// at least 32 bytes; the first signs), plus the published development
+	// key auth.DevKey when AUTH_DEV_KEY=true (false). One of the two is
+	// required.
+	Auth   auth.Keys
+	DevKey bool // AUTH_DEV_KEY
+	// ServiceURLs are the base URLs of the services, by name, for the
+	// operator API's calls to their internal endpoints: SERVICE_URLS
+	// ("meter=http://127.0.0.1:8081,usage=..."; default: every service on
+	// 127.0.0.1 at its default port).
+	ServiceURLs map[string]string
+}
+
+// DefaultServiceURLs are the services on 127.0.0.1 at their default ports.
+var DefaultServiceURLs = map[string]string{
+	"meter": "http://127.0.0.1:8081", "usage": "http://127.0.0.1:8082", "billing": "http://127.0.0.1:8083",
+	"invoice": "http://127.0.0.1:8084", "query": "http://127.0.0.1:8085",
 }
 
 // EnvNames lists the variables Config reads, for documentation and for the
@@ -133,6 +170,7 @@ var EnvNames = []string{
 	"DATABASE_URL", "KAFKA_BROKERS", "HTTP_ADDR", "LOG_LEVEL", "DB_MAX_CONNS", "SHUTDOWN_TIMEOUT",
 	"RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL", "RELAY_LEASE_TTL", "RELAY_MAX_ATTEMPTS", "RELAY_RETENTION",
 	"CONSUMER_GROUP", "CONSUMER_BATCH_SIZE", "CONSUMER_MAX_WAIT", "CONSUMER_SWEEP_INTERVAL",
+	"AUTH_JWT_KEYS", "AUTH_DEV_KEY", "SERVICE_URLS",
 }
 
 // LoadConfig reads Config for service name with its default HTTP port.
@@ -157,6 +195,9 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 		ConsumerWait:  e.Duration("CONSUMER_MAX_WAIT", 5*time.Millisecond),
 		SweepInterval: e.Duration("CONSUMER_SWEEP_INTERVAL", 2*time.Second),
 	}
+	c.DevKey = e.Bool("AUTH_DEV_KEY", false)
+	c.Auth = authKeys(e, c.DevKey)
+	c.ServiceURLs = serviceURLs(e)
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -166,4 +207,50 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 		e.fail("DATABASE_URL", "want a postgres:// URL")
 	}
 	return c, e.Err()
+}
+
+func authKeys(e *Env, dev bool) auth.Keys {
+	var keys []auth.Key
+	if v, ok := e.get("AUTH_JWT_KEYS"); ok {
+		parsed, err := auth.ParseKeys(v)
+		if err != nil {
+			e.fail("AUTH_JWT_KEYS", "%v", err) // never echo the secrets
+			return auth.Keys{}
+		}
+		keys = parsed
+	}
+	if dev {
+		keys = append(keys, auth.DevKey)
+	}
+	if len(keys) == 0 {
+		e.fail("AUTH_JWT_KEYS", "required (or AUTH_DEV_KEY=true to accept the published development key, never in production)")
+		return auth.Keys{}
+	}
+	k, err := auth.NewKeys(keys...)
+	if err != nil {
+		e.fail("AUTH_JWT_KEYS", "%v", err)
+	}
+	return k
+}
+
+func serviceURLs(e *Env) map[string]string {
+	v, ok := e.get("SERVICE_URLS")
+	if !ok {
+		return maps.Clone(DefaultServiceURLs)
+	}
+	out := map[string]string{}
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		name, u, ok := strings.Cut(part, "=")
+		name, u = strings.TrimSpace(name), strings.TrimRight(strings.TrimSpace(u), "/")
+		parsed, err := url.Parse(u)
+		if !ok || name == "" || err != nil || (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" {
+			e.fail("SERVICE_URLS", "want name=http://host:port[,name=...], got %q", part)
+			continue
+		}
+		out[name] = u
+	}
+	return out
 }

@@ -4,6 +4,15 @@
 // /metrics, the outbox relay, the inbox consumer, and a graceful shutdown that
 // stops taking requests, drains the consumer and the relay, then closes the
 // pool. A service's main is one call to Main.
+//
+// Every service also gets the operator machinery of package ops without
+// writing any of it: each new quarantine is announced as EventQuarantined on
+// ops.events.v1 through the outbox, RedriveRequested commands addressed to
+// the service on ops.commands.v1 are acted on and answered with
+// RedriveCompleted, and the read-only internal endpoints (/internal/v1/...)
+// serve its recovery counts, quarantine, dead letters and reconciliation
+// rows. Every route but /healthz, /readyz and /metrics is behind the bearer
+// token policy of package auth.
 package service
 
 import (
@@ -15,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -25,31 +35,39 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/ops"
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 )
 
 // Deps is what a service's build function gets.
 type Deps struct {
-	Config   Config
+	Config   Config // Config.Auth signs the service's calls to others
 	Logger   *slog.Logger
 	Pool     *pgxpool.Pool
 	Metrics  prometheus.Registerer
-	Registry *envelope.Registry // the event contract, schema version 1
+	Registry *envelope.Registry // the event contract (schema version 1) and Spec.Register's additions
 }
 
 // Parts is what a service contributes.
 type Parts struct {
-	// Routes mounts the service's HTTP API.
+	// Routes mounts the service's HTTP API. Every route is behind the access
+	// policy of auth.RuleFor.
 	Routes func(r chi.Router)
-	// Topics and Handlers: the events the service consumes (none if empty).
+	// Topics and Handlers: the events the service consumes. Every service
+	// also consumes ops.commands.v1 (RedriveRequested, handled by ops), so
+	// these are only the service's own.
 	Topics   []string
 	Handlers map[string]inbox.Handler
+	// Reconcile serves the service's rows of GET /internal/v1/reconciliation
+	// (nil: none).
+	Reconcile ops.ReconcileFunc
 }
 
 // Spec describes a service to Main.
@@ -60,6 +78,15 @@ type Spec struct {
 	// idempotency schemas are applied before them.
 	Migrations []pgmigrate.Set
 	Build      func(ctx context.Context, d Deps) (Parts, error)
+	// Register, when set, registers decoders and upcasters beyond the
+	// contract's schema version 1 (a new schema version of an event), before
+	// Build and before anything is consumed.
+	Register func(r *envelope.Registry)
+	// OriginConstraints are the unique constraints guarding the origin
+	// event of the service's business effects (inbox.Options): a handler's
+	// unique violation on one of them is a DUPLICATE, on any other a
+	// Permanent error. Empty: every unique violation is a DUPLICATE.
+	OriginConstraints []string
 }
 
 // Sets returns every migration set of a service, shared ones first.
@@ -125,8 +152,12 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 	reg := prometheus.WrapRegistererWith(prometheus.Labels{"service": spec.Name}, metrics)
 	registry := envelope.NewRegistry()
 	events.Register(registry)
+	if spec.Register != nil {
+		spec.Register(registry)
+	}
 
-	parts, err := spec.Build(ctx, Deps{Config: cfg, Logger: log, Pool: pool, Metrics: reg, Registry: registry})
+	deps := Deps{Config: cfg, Logger: log, Pool: pool, Metrics: reg, Registry: registry}
+	parts, err := spec.Build(ctx, deps)
 	if err != nil {
 		return fmt.Errorf("build %s: %w", spec.Name, err)
 	}
@@ -139,26 +170,20 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var runner *inbox.Runner
-	if len(parts.Topics) > 0 {
-		ib, err := inbox.New(registry, parts.Handlers, inbox.Options{Service: spec.Name, Logger: log, Registerer: metrics})
-		if err != nil {
-			return fmt.Errorf("build inbox: %w", err)
-		}
-		runner, err = inbox.NewRunner(pool, ib, inbox.RunnerConfig{
-			Brokers: cfg.Brokers, Group: cfg.ConsumerGroup, Topics: parts.Topics,
-			BatchSize: cfg.ConsumerBatch, MaxWait: cfg.ConsumerWait, SweepInterval: cfg.SweepInterval,
-			Logger: log, Registerer: metrics, // the inbox labels its metrics with the service itself
-		})
-		if err != nil {
-			return fmt.Errorf("build consumer: %w", err)
-		}
+	ib, topics, err := NewInbox(spec, deps, parts, metrics)
+	if err != nil {
+		return err
+	}
+	runner, err := inbox.NewRunner(pool, ib, inbox.RunnerConfig{
+		Brokers: cfg.Brokers, Group: cfg.ConsumerGroup, Topics: topics,
+		BatchSize: cfg.ConsumerBatch, MaxWait: cfg.ConsumerWait, SweepInterval: cfg.SweepInterval,
+		Logger: log, Registerer: metrics, // the inbox labels its metrics with the service itself
+	})
+	if err != nil {
+		return fmt.Errorf("build consumer: %w", err)
 	}
 
-	router := newRouter(pool, cfg.Brokers, metrics, log)
-	if parts.Routes != nil {
-		parts.Routes(router)
-	}
+	router := NewRouter(deps, metrics, parts)
 	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: router, ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -174,19 +199,17 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 			errs <- fmt.Errorf("outbox relay: %w", err)
 		}
 	})
-	if runner != nil {
-		wg.Go(func() {
-			if err := runner.Run(workCtx); err != nil {
-				errs <- fmt.Errorf("consumer: %w", err)
-			}
-		})
-	}
+	wg.Go(func() {
+		if err := runner.Run(workCtx); err != nil {
+			errs <- fmt.Errorf("consumer: %w", err)
+		}
+	})
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("http server: %w", err)
 		}
 	}()
-	log.Info("service started", "http", ln.Addr().String(), "brokers", cfg.Brokers, "topics", parts.Topics)
+	log.Info("service started", "http", ln.Addr().String(), "brokers", cfg.Brokers, "topics", topics)
 
 	var runErr error
 	select {
@@ -208,9 +231,54 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 	return runErr
 }
 
-func newRouter(pool *pgxpool.Pool, brokers []string, metrics *prometheus.Registry, log *slog.Logger) chi.Router {
+// NewInbox builds the service's inbox and returns it with the topics it
+// consumes: the service's own handlers, plus RedriveRequested from
+// ops.commands.v1 (ops.Redriver), with every new quarantine announced as
+// EventQuarantined through the outbox (ops.PublishQuarantine). reg
+// registers the inbox metrics (labelled with the service by the inbox
+// itself); nil registers none.
+func NewInbox(spec Spec, d Deps, parts Parts, reg prometheus.Registerer) (*inbox.Inbox, []string, error) {
+	redriver := ops.NewRedriver(spec.Name, d.Logger)
+	handlers := make(map[string]inbox.Handler, len(parts.Handlers)+1)
+	for t, h := range parts.Handlers {
+		handlers[t] = h
+	}
+	if _, taken := handlers[events.TypeRedriveRequested]; taken {
+		return nil, nil, fmt.Errorf("build inbox: %s is handled by the service runtime", events.TypeRedriveRequested)
+	}
+	handlers[events.TypeRedriveRequested] = redriver.Handle
+	ib, err := inbox.New(d.Registry, handlers, inbox.Options{
+		Service: spec.Name, Logger: d.Logger, Registerer: reg,
+		OnQuarantine: ops.PublishQuarantine(spec.Name), OriginConstraints: spec.OriginConstraints,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("build inbox: %w", err)
+	}
+	redriver.SetInbox(ib)
+	topics := slices.Clone(parts.Topics)
+	if !slices.Contains(topics, events.TopicOpsCommands) {
+		topics = append(topics, events.TopicOpsCommands)
+	}
+	return ib, topics, nil
+}
+
+// NewRouter returns the service's HTTP handler: /healthz, /readyz and
+// /metrics (gathered from metrics), the internal operator endpoints
+// (ops.API), and the service's own routes, all behind auth.Middleware with
+// the keys of d.Config.Auth.
+func NewRouter(d Deps, metrics prometheus.Gatherer, parts Parts) chi.Router {
+	r := newRouter(d.Pool, d.Config.Brokers, metrics, d.Logger, d.Config.Auth)
+	ops.NewAPI(d.Pool, parts.Reconcile, d.Logger).Routes(r)
+	if parts.Routes != nil {
+		parts.Routes(r)
+	}
+	return r
+}
+
+func newRouter(pool *pgxpool.Pool, brokers []string, metrics prometheus.Gatherer, log *slog.Logger, keys auth.Keys) chi.Router {
 	r := chi.NewRouter()
 	r.Use(recoverer(log))
+	r.Use(auth.Middleware(keys, log))
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusNotFound, "not_found", "no such resource"))
 	})

@@ -23,14 +23,18 @@ var Spec = service.Spec{
 	DefaultPort: DefaultPort,
 	Migrations:  []pgmigrate.Set{migrations.Set},
 	Build:       Build,
+	// One charge per UsageAccepted; evidence is inserted ON CONFLICT DO
+	// NOTHING. Any other unique violation is a conflict.
+	OriginConstraints: []string{"charge_usage_event_id_key", "price_evidence_event_id_key"},
 }
 
 // Build assembles billing from its dependencies.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	svc := app.New(d.Pool, d.Logger)
 	return service.Parts{
-		Routes:   httpapi.New(svc, d.Logger).Routes,
-		Topics:   app.Topics,
-		Handlers: svc.Handlers(),
+		Routes:    httpapi.New(svc, d.Logger).Routes,
+		Topics:    app.Topics,
+		Handlers:  svc.Handlers(),
+		Reconcile: svc.ReconciliationRows,
 	}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/kafkabroker"
 	"github.com/usagebilling/billing/pkg/kafkatest"
@@ -22,6 +23,10 @@ import (
 	"github.com/usagebilling/billing/services/billing"
 	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
 )
+
+// client calls the service as tenant acme, with the development key the
+// services under test accept (AUTH_DEV_KEY=true).
+var client = auth.Client(auth.DevToken(auth.RoleTenant, "acme"))
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(kafkatest.Wrap(m))) }
 
@@ -100,13 +105,13 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := kafkabroker.CreateTopics(ctx, brokers, 3, events.TopicMeter, events.TopicUsage, events.TopicBilling); err != nil {
+	if err := kafkabroker.CreateTopics(ctx, brokers, 3, events.AllTopics...); err != nil {
 		t.Fatal(err)
 	}
 	dbURL := pgtest.NewDB(t, empty)
 	addr := freeAddr(t)
 	env := service.NewEnvFrom(map[string]string{
-		"DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers[0], "HTTP_ADDR": addr, "LOG_LEVEL": "warn",
+		"AUTH_DEV_KEY": "true", "DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers[0], "HTTP_ADDR": addr, "LOG_LEVEL": "warn",
 		"CONSUMER_GROUP": "billing-" + t.Name(), "RELAY_POLL_INTERVAL": "100ms",
 	})
 	runCtx, stop := context.WithCancel(context.Background())
@@ -126,7 +131,7 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 			t.Fatalf("service stopped: %v", err)
 		default:
 		}
-		resp, err := http.Get(base + "/readyz")
+		resp, err := client.Get(base + "/readyz")
 		if err != nil {
 			return false
 		}
@@ -149,7 +154,7 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 	waitFor(t, "ChargeRated published", func() bool {
 		return bt.Count(t, pool, `SELECT count(*) FROM outbox_event WHERE event_type = 'ChargeRated' AND published_at IS NOT NULL`) == 1
 	})
-	resp, err := http.Get(base + "/v1/tenants/acme/charges?period=2026-01")
+	resp, err := client.Get(base + "/v1/tenants/acme/charges?period=2026-01")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +172,7 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 
 	req, _ := http.NewRequest("POST", base+"/v1/tenants/acme/periods/2026-01/close", nil)
 	req.Header.Set("Idempotency-Key", "close-2026-01")
-	resp, err = http.DefaultClient.Do(req)
+	resp, err = client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,14 +22,19 @@ var Spec = service.Spec{
 	DefaultPort: 8084,
 	Migrations:  []pgmigrate.Set{migrations.Set},
 	Build:       Build,
+	// One line or correction per origin event, one close per tenant and
+	// period. Any other unique violation is a conflict.
+	OriginConstraints: []string{"invoice_line_origin_key", "invoice_correction_origin_key",
+		"period_close_pkey", "period_close_event_key"},
 }
 
 // Build wires the consumer and the HTTP API.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
-	api := httpapi.New(app.NewReader(d.Pool), d.Logger)
+	reader := app.NewReader(d.Pool)
 	return service.Parts{
-		Routes:   api.Routes,
-		Topics:   app.Topics,
-		Handlers: app.NewConsumer(d.Logger).Handlers(),
+		Routes:    httpapi.New(reader, d.Logger).Routes,
+		Topics:    app.Topics,
+		Handlers:  app.NewConsumer(d.Logger).Handlers(),
+		Reconcile: reader.ReconciliationRows,
 	}, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/go-chi/chi/v5"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
@@ -31,6 +32,10 @@ import (
 	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
 )
+
+// client calls the service as tenant acme, with the development key the
+// services under test accept (AUTH_DEV_KEY=true).
+var client = auth.Client(auth.DevToken(auth.RoleTenant, "acme"))
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(kafkatest.Wrap(m))) }
 
@@ -75,7 +80,7 @@ func TestServiceRun(t *testing.T) {
 	addr := freeAddr(t)
 	early := background(t, func(ctx context.Context) error {
 		return service.Run(ctx, invoice.Spec, nil, service.NewEnvFrom(map[string]string{
-			"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "HTTP_ADDR": addr,
+			"AUTH_DEV_KEY": "true", "DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "HTTP_ADDR": addr,
 			"LOG_LEVEL": "warn", "CONSUMER_SWEEP_INTERVAL": "200ms", "RELAY_POLL_INTERVAL": "100ms",
 		}))
 	})
@@ -264,7 +269,7 @@ func consume(t *testing.T, brokers []string, topic string, n int) []envelope.Env
 }
 
 func getJSON(url string, v any) int {
-	resp, err := http.Get(url)
+	resp, err := client.Get(url)
 	if err != nil {
 		return 0
 	}

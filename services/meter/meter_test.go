@@ -14,6 +14,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/kafkabroker"
@@ -23,6 +24,10 @@ import (
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/meter"
 )
+
+// client calls the service as tenant acme, with the development key the
+// services under test accept (AUTH_DEV_KEY=true).
+var client = auth.Client(auth.DevToken(auth.RoleTenant, "acme"))
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
@@ -44,7 +49,7 @@ func TestServiceEndToEnd(t *testing.T) {
 	brokers := broker.Addrs()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := kafkabroker.CreateTopics(ctx, brokers, 1, events.TopicMeter); err != nil {
+	if err := kafkabroker.CreateTopics(ctx, brokers, 1, events.AllTopics...); err != nil {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
@@ -54,7 +59,7 @@ func TestServiceEndToEnd(t *testing.T) {
 	go func() {
 		defer close(done)
 		runErr = service.Run(runCtx, meter.Spec, nil, service.NewEnvFrom(map[string]string{
-			"DATABASE_URL": pgtest.NewDB(t, tmpl), "KAFKA_BROKERS": strings.Join(brokers, ","),
+			"AUTH_DEV_KEY": "true", "DATABASE_URL": pgtest.NewDB(t, tmpl), "KAFKA_BROKERS": strings.Join(brokers, ","),
 			"HTTP_ADDR": addr, "LOG_LEVEL": "warn", "RELAY_POLL_INTERVAL": "100ms",
 		}))
 	}()
@@ -90,7 +95,7 @@ func TestServiceEndToEnd(t *testing.T) {
 		strings.NewReader(`{"meterCode":"api","currency":"USD","unitPrice":"0.01"}`))
 	req.Header.Set("Idempotency-Key", "e2e-1")
 	req.Header.Set("X-Correlation-Id", "corr-1")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +157,7 @@ func freeAddr(t *testing.T) string {
 }
 
 func status(url string) int {
-	resp, err := http.Get(url)
+	resp, err := client.Get(url)
 	if err != nil {
 		return 0
 	}

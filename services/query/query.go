@@ -1,29 +1,57 @@
 // Package query is the query service: it projects every public event
 // (prices, usage, charges, adjustments, closes, invoices, corrections) into a
 // per-event table, kept for reconciliation by origin event id, and into
-// tenant summaries served over HTTP.
+// tenant summaries served over HTTP. It is also the one operator surface:
+// the cross-service quarantine view (from the EventQuarantined notices on
+// ops.events.v1), the audited redrive and dead-letter release (through
+// ops.commands.v1), the recovery counts and the reconciliation, read from
+// each service's internal endpoints at SERVICE_URLS.
 package query
 
 import (
 	"context"
+	"maps"
 
+	"github.com/go-chi/chi/v5"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/ops"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/query/internal/app"
 	"github.com/usagebilling/billing/services/query/internal/httpapi"
+	"github.com/usagebilling/billing/services/query/internal/operator"
 	"github.com/usagebilling/billing/services/query/migrations"
 )
 
 // Spec is the query service for service.Main.
 var Spec = service.Spec{
-	Name:        "query",
+	Name:        operator.Self,
 	DefaultPort: 8085,
 	Migrations:  []pgmigrate.Set{migrations.Set},
 	Build:       Build,
+	// One projection per event, one notice per EventQuarantined, one audit
+	// row per ops event and per redrive state.
+	OriginConstraints: append([]string{"projected_event_pkey", "projected_invoice_line_pkey"}, operator.OriginConstraints...),
 }
 
-// Build wires the projection consumer and the HTTP API.
+// Build wires the projection and ops consumers, the tenant API and the
+// operator API.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
-	api := httpapi.New(app.NewReader(d.Pool), d.Logger)
-	return service.Parts{Routes: api.Routes, Topics: app.Topics, Handlers: app.Handlers()}, nil
+	op := operator.New(d.Pool, ops.NewClient(d.Config.ServiceURLs, d.Config.Auth, operator.Self), d.Logger)
+	tenantAPI := httpapi.New(app.NewReader(d.Pool), d.Logger)
+	operatorAPI := httpapi.NewOperator(op, d.Logger)
+	handlers := map[string]inbox.Handler{}
+	maps.Copy(handlers, app.Handlers())
+	maps.Copy(handlers, op.Handlers())
+	return service.Parts{
+		Routes: func(r chi.Router) {
+			tenantAPI.Routes(r)
+			operatorAPI.Routes(r)
+		},
+		Topics:    append(append([]string{}, app.Topics...), events.TopicOps),
+		Handlers:  handlers,
+		Reconcile: op.ReconciliationRows,
+	}, nil
 }

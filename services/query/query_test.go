@@ -17,6 +17,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/go-chi/chi/v5"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
@@ -29,6 +30,10 @@ import (
 	"github.com/usagebilling/billing/services/query/internal/httpapi"
 	. "github.com/usagebilling/billing/services/query/internal/querytest"
 )
+
+// client calls the service as tenant acme, with the development key the
+// services under test accept (AUTH_DEV_KEY=true).
+var client = auth.Client(auth.DevToken(auth.RoleTenant, "acme"))
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(kafkatest.Wrap(m))) }
 
@@ -67,7 +72,7 @@ func TestServiceRun(t *testing.T) {
 	addr := freeAddr(t)
 	early := background(t, func(ctx context.Context) error {
 		return service.Run(ctx, query.Spec, nil, service.NewEnvFrom(map[string]string{
-			"DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "HTTP_ADDR": addr,
+			"AUTH_DEV_KEY": "true", "DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "HTTP_ADDR": addr,
 			"LOG_LEVEL": "warn", "CONSUMER_SWEEP_INTERVAL": "200ms",
 		}))
 	})
@@ -221,7 +226,7 @@ func freeAddr(t *testing.T) string {
 }
 
 func getJSON(url string, v any) int {
-	resp, err := http.Get(url)
+	resp, err := client.Get(url)
 	if err != nil {
 		return 0
 	}

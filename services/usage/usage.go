@@ -22,14 +22,18 @@ var Spec = service.Spec{
 	DefaultPort: 8082,
 	Migrations:  []pgmigrate.Set{migrations.Set},
 	Build:       Build,
+	// A redelivered PriceActivated the inbox missed is absorbed by the
+	// evidence's origin; any other unique violation is a conflict.
+	OriginConstraints: []string{"price_evidence_event_id_key"},
 }
 
 // Build wires the HTTP API and the consumer of the meter's events.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	a := app.New(d.Pool, d.Logger)
 	return service.Parts{
-		Routes:   httpapi.New(a, d.Logger).Routes,
-		Topics:   []string{events.TopicMeter},
-		Handlers: a.Handlers(),
+		Routes:    httpapi.New(a, d.Logger).Routes,
+		Topics:    []string{events.TopicMeter},
+		Handlers:  a.Handlers(),
+		Reconcile: a.ReconciliationRows,
 	}, nil
 }

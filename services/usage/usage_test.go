@@ -15,6 +15,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/kafkabroker"
@@ -24,6 +25,10 @@ import (
 	"github.com/usagebilling/billing/services/usage"
 	"github.com/usagebilling/billing/services/usage/internal/testenv"
 )
+
+// client calls the service as tenant acme, with the development key the
+// services under test accept (AUTH_DEV_KEY=true).
+var client = auth.Client(auth.DevToken(auth.RoleTenant, "acme"))
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
@@ -41,7 +46,7 @@ func TestServiceEndToEnd(t *testing.T) {
 	brokers := broker.Addrs()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := kafkabroker.CreateTopics(ctx, brokers, 1, events.TopicMeter, events.TopicUsage); err != nil {
+	if err := kafkabroker.CreateTopics(ctx, brokers, 1, events.AllTopics...); err != nil {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
@@ -51,7 +56,7 @@ func TestServiceEndToEnd(t *testing.T) {
 	go func() {
 		defer close(done)
 		runErr = service.Run(runCtx, usage.Spec, nil, service.NewEnvFrom(map[string]string{
-			"DATABASE_URL": pgtest.NewDB(t, testenv.Template), "KAFKA_BROKERS": strings.Join(brokers, ","),
+			"AUTH_DEV_KEY": "true", "DATABASE_URL": pgtest.NewDB(t, testenv.Template), "KAFKA_BROKERS": strings.Join(brokers, ","),
 			"HTTP_ADDR": addr, "LOG_LEVEL": "warn", "RELAY_POLL_INTERVAL": "100ms",
 		}))
 	}()
@@ -136,7 +141,7 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 }
 
 func get(url string) (int, error) {
-	resp, err := http.Get(url)
+	resp, err := client.Get(url)
 	if err != nil {
 		return 0, err
 	}
@@ -147,7 +152,7 @@ func get(url string) (int, error) {
 
 func post(t *testing.T, url, body string) (int, string) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	resp, err := client.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,3 +112,20 @@ UPDATE billing_period
 SET status = 'closed', closed_at = sqlc.arg(closed_at)::timestamptz, version = sqlc.arg(version)::bigint,
     close_event_id = sqlc.arg(close_event_id)::uuid
 WHERE tenant_id = @tenant_id AND period = @period AND status = 'closing';
+
+-- name: ReconciliationCharges :many
+-- ReconciliationCharges lists a tenant's charges rated into the given
+-- periods or rating usage that occurred in them (UTC months).
+SELECT event_id, usage_event_id, currency, quantity, amount, period,
+       to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
+FROM charge
+WHERE tenant_id = @tenant_id
+  AND (period = ANY(@periods::text[])
+       OR to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') = ANY(@periods::text[]))
+ORDER BY event_id;
+
+-- name: ReconciliationAdjustments :many
+SELECT event_id, currency, amount, period
+FROM adjustment
+WHERE tenant_id = @tenant_id AND period = ANY(@periods::text[])
+ORDER BY event_id;

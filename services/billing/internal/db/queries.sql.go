@@ -460,3 +460,102 @@ func (q *Queries) RateUsage(ctx context.Context, arg RateUsageParams) (RateUsage
 	err := row.Scan(&i.UnitPrice, &i.AggregateVersion)
 	return i, err
 }
+
+const reconciliationAdjustments = `-- name: ReconciliationAdjustments :many
+SELECT event_id, currency, amount, period
+FROM adjustment
+WHERE tenant_id = $1 AND period = ANY($2::text[])
+ORDER BY event_id
+`
+
+type ReconciliationAdjustmentsParams struct {
+	TenantID string
+	Periods  []string
+}
+
+type ReconciliationAdjustmentsRow struct {
+	EventID  uuid.UUID
+	Currency string
+	Amount   decimal.Decimal
+	Period   string
+}
+
+func (q *Queries) ReconciliationAdjustments(ctx context.Context, arg ReconciliationAdjustmentsParams) ([]ReconciliationAdjustmentsRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationAdjustments, arg.TenantID, arg.Periods)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationAdjustmentsRow
+	for rows.Next() {
+		var i ReconciliationAdjustmentsRow
+		if err := rows.Scan(
+			&i.EventID,
+			&i.Currency,
+			&i.Amount,
+			&i.Period,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const reconciliationCharges = `-- name: ReconciliationCharges :many
+SELECT event_id, usage_event_id, currency, quantity, amount, period,
+       to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
+FROM charge
+WHERE tenant_id = $1
+  AND (period = ANY($2::text[])
+       OR to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') = ANY($2::text[]))
+ORDER BY event_id
+`
+
+type ReconciliationChargesParams struct {
+	TenantID string
+	Periods  []string
+}
+
+type ReconciliationChargesRow struct {
+	EventID        uuid.UUID
+	UsageEventID   uuid.UUID
+	Currency       string
+	Quantity       decimal.Decimal
+	Amount         decimal.Decimal
+	Period         string
+	OccurredPeriod string
+}
+
+// ReconciliationCharges lists a tenant's charges rated into the given
+// periods or rating usage that occurred in them (UTC months).
+func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationChargesParams) ([]ReconciliationChargesRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationCharges, arg.TenantID, arg.Periods)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationChargesRow
+	for rows.Next() {
+		var i ReconciliationChargesRow
+		if err := rows.Scan(
+			&i.EventID,
+			&i.UsageEventID,
+			&i.Currency,
+			&i.Quantity,
+			&i.Amount,
+			&i.Period,
+			&i.OccurredPeriod,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -104,3 +104,18 @@ SELECT correction_id, invoice_id, origin_event_id, amount, issued_at
 FROM invoice_correction
 WHERE invoice_id = ANY(@invoice_ids::uuid[])
 ORDER BY invoice_id, version;
+
+-- name: ReconciliationLines :many
+-- ReconciliationLines lists the lines of a tenant's invoices of the given
+-- periods, for reconciliation by origin event id.
+SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
+       l.origin_event_id, l.kind, l.amount
+FROM invoice_line l JOIN invoice i ON i.invoice_id = l.invoice_id
+WHERE i.tenant_id = @tenant_id AND i.period = ANY(@periods::text[])
+ORDER BY l.line_id;
+
+-- name: ReconciliationCorrections :many
+SELECT c.invoice_id, i.period, c.origin_event_id, c.amount
+FROM invoice_correction c JOIN invoice i ON i.invoice_id = c.invoice_id
+WHERE i.tenant_id = @tenant_id AND i.period = ANY(@periods::text[])
+ORDER BY c.origin_event_id;

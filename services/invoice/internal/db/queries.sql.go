@@ -361,6 +361,103 @@ func (q *Queries) LockIssuedInvoice(ctx context.Context, invoiceID uuid.UUID) (L
 	return i, err
 }
 
+const reconciliationCorrections = `-- name: ReconciliationCorrections :many
+SELECT c.invoice_id, i.period, c.origin_event_id, c.amount
+FROM invoice_correction c JOIN invoice i ON i.invoice_id = c.invoice_id
+WHERE i.tenant_id = $1 AND i.period = ANY($2::text[])
+ORDER BY c.origin_event_id
+`
+
+type ReconciliationCorrectionsParams struct {
+	TenantID string
+	Periods  []string
+}
+
+type ReconciliationCorrectionsRow struct {
+	InvoiceID     uuid.UUID
+	Period        string
+	OriginEventID uuid.UUID
+	Amount        decimal.Decimal
+}
+
+func (q *Queries) ReconciliationCorrections(ctx context.Context, arg ReconciliationCorrectionsParams) ([]ReconciliationCorrectionsRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationCorrections, arg.TenantID, arg.Periods)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationCorrectionsRow
+	for rows.Next() {
+		var i ReconciliationCorrectionsRow
+		if err := rows.Scan(
+			&i.InvoiceID,
+			&i.Period,
+			&i.OriginEventID,
+			&i.Amount,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const reconciliationLines = `-- name: ReconciliationLines :many
+SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
+       l.origin_event_id, l.kind, l.amount
+FROM invoice_line l JOIN invoice i ON i.invoice_id = l.invoice_id
+WHERE i.tenant_id = $1 AND i.period = ANY($2::text[])
+ORDER BY l.line_id
+`
+
+type ReconciliationLinesParams struct {
+	TenantID string
+	Periods  []string
+}
+
+type ReconciliationLinesRow struct {
+	InvoiceID     uuid.UUID
+	Issued        bool
+	Period        string
+	Currency      string
+	OriginEventID uuid.UUID
+	Kind          string
+	Amount        decimal.Decimal
+}
+
+// ReconciliationLines lists the lines of a tenant's invoices of the given
+// periods, for reconciliation by origin event id.
+func (q *Queries) ReconciliationLines(ctx context.Context, arg ReconciliationLinesParams) ([]ReconciliationLinesRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationLines, arg.TenantID, arg.Periods)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationLinesRow
+	for rows.Next() {
+		var i ReconciliationLinesRow
+		if err := rows.Scan(
+			&i.InvoiceID,
+			&i.Issued,
+			&i.Period,
+			&i.Currency,
+			&i.OriginEventID,
+			&i.Kind,
+			&i.Amount,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const recordClose = `-- name: RecordClose :exec
 INSERT INTO period_close (tenant_id, period, close_event_id, closed_at, charges, adjustments)
 VALUES ($1, $2, $3, $4, $5, $6)

@@ -41,6 +41,36 @@ type ProjectedInvoiceLine struct {
 	Amount         decimal.Decimal
 }
 
+type QuarantineNotice struct {
+	Seq                int64
+	EventID            uuid.UUID
+	Service            string
+	QuarantinedEventID uuid.NullUUID
+	EventType          string
+	TenantID           string
+	Reason             string
+	RawSha256          string
+	Topic              string
+	Partition          int32
+	Offset             int64
+	QuarantinedAt      time.Time
+}
+
+type RedriveAudit struct {
+	Seq           int64
+	RedriveID     uuid.UUID
+	Service       string
+	EventID       uuid.UUID
+	Action        string
+	State         string
+	Outcome       pgtype.Text
+	Actor         string
+	CorrelationID string
+	Reason        string
+	At            time.Time
+	SourceEventID uuid.UUID
+}
+
 type SummaryDeltum struct {
 	Seq        int64
 	TenantID   string

@@ -50,3 +50,84 @@ SELECT tenant_id, events, last_event_at FROM tenant_summary WHERE tenant_id = @t
 
 -- name: ListTenantTotals :many
 SELECT kind, key, amount, events FROM tenant_total WHERE tenant_id = @tenant_id ORDER BY kind, key;
+
+-- name: InsertQuarantineNotice :exec
+-- InsertQuarantineNotice records an EventQuarantined. The same message
+-- announced again is kept once; the same notice again is a unique violation
+-- of quarantine_notice_event_key (a duplicate).
+INSERT INTO quarantine_notice (event_id, service, quarantined_event_id, event_type, tenant_id, reason, raw_sha256,
+                               topic, partition, "offset", quarantined_at)
+VALUES (@event_id, @service, sqlc.narg(quarantined_event_id), @event_type, @tenant_id, @reason, @raw_sha256,
+        @topic, @partition, @offset_, @quarantined_at)
+ON CONFLICT (service, raw_sha256) DO NOTHING;
+
+-- name: ListQuarantineNotices :many
+-- ListQuarantineNotices pages through the quarantine view in arrival
+-- order. A message is redriven once a redrive of its event completed with
+-- an outcome other than quarantined or not_found.
+SELECT n.seq, n.service, n.quarantined_event_id, n.event_type, n.tenant_id, n.reason, n.raw_sha256,
+       n.topic, n.partition, n."offset", n.quarantined_at,
+       EXISTS (SELECT 1 FROM redrive_audit a
+               WHERE a.service = n.service AND a.event_id = n.quarantined_event_id AND a.state = 'completed'
+                 AND a.action = 'redecide' AND a.outcome IN ('applied', 'duplicate', 'deferred'))::bool AS redriven
+FROM quarantine_notice n
+WHERE n.seq > @after
+  AND (@service::text = '' OR n.service = @service::text)
+  AND (@reason::text = '' OR n.reason = @reason::text)
+  AND (@tenant_id::text = '' OR n.tenant_id = @tenant_id::text)
+  AND (@include_redriven::bool OR NOT EXISTS (
+          SELECT 1 FROM redrive_audit a
+          WHERE a.service = n.service AND a.event_id = n.quarantined_event_id AND a.state = 'completed'
+            AND a.action = 'redecide' AND a.outcome IN ('applied', 'duplicate', 'deferred')))
+ORDER BY n.seq
+LIMIT @max_rows;
+
+-- name: AppendRedriveAudit :exec
+-- AppendRedriveAudit appends one state of a redrive. The table refuses
+-- updates and deletes; a state recorded twice is a unique violation.
+INSERT INTO redrive_audit (redrive_id, service, event_id, action, state, outcome, actor, correlation_id, reason,
+                           source_event_id)
+VALUES (@redrive_id, @service, @event_id, @action, @state, sqlc.narg(outcome), @actor, @correlation_id, @reason,
+        @source_event_id);
+
+-- name: RedriveAudit :many
+SELECT seq, redrive_id, service, event_id, action, state, outcome, actor, correlation_id, reason, at
+FROM redrive_audit WHERE redrive_id = @redrive_id ORDER BY seq;
+
+-- name: ReconciliationUsage :many
+SELECT event_id, COALESCE(subject_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_id,
+       COALESCE(meter_code, '')::text AS meter_code, COALESCE(quantity, 0)::numeric AS quantity,
+       COALESCE(period, '')::text AS period
+FROM projected_event
+WHERE tenant_id = @tenant_id AND event_type = 'UsageAccepted' AND period = ANY(@periods::text[])
+ORDER BY event_id;
+
+-- name: ReconciliationCharges :many
+SELECT event_id, COALESCE(origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_event_id,
+       COALESCE(currency, '')::text AS currency, COALESCE(quantity, 0)::numeric AS quantity,
+       COALESCE(amount, 0)::numeric AS amount, COALESCE(period, '')::text AS period
+FROM projected_event
+WHERE tenant_id = @tenant_id AND event_type = 'ChargeRated' AND period = ANY(@periods::text[])
+ORDER BY event_id;
+
+-- name: ReconciliationAdjustments :many
+SELECT event_id, COALESCE(currency, '')::text AS currency, COALESCE(amount, 0)::numeric AS amount,
+       COALESCE(period, '')::text AS period
+FROM projected_event
+WHERE tenant_id = @tenant_id AND event_type = 'AdjustmentPosted' AND period = ANY(@periods::text[])
+ORDER BY event_id;
+
+-- name: ReconciliationInvoiceLines :many
+SELECT l.invoice_id, COALESCE(e.period, '')::text AS period, COALESCE(e.currency, '')::text AS currency,
+       l.origin_event_id, l.kind, l.amount
+FROM projected_invoice_line l JOIN projected_event e ON e.event_id = l.invoice_event_id
+WHERE l.tenant_id = @tenant_id AND e.period = ANY(@periods::text[])
+ORDER BY l.invoice_id, l.origin_event_id;
+
+-- name: ReconciliationCorrections :many
+SELECT (payload->>'invoiceId')::uuid AS invoice_id, COALESCE(period, '')::text AS period,
+       COALESCE(origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS origin_event_id,
+       COALESCE(amount, 0)::numeric AS amount
+FROM projected_event
+WHERE tenant_id = @tenant_id AND event_type = 'InvoiceCorrectionIssued' AND period = ANY(@periods::text[])
+ORDER BY event_id;

@@ -14,6 +14,44 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+const appendRedriveAudit = `-- name: AppendRedriveAudit :exec
+INSERT INTO redrive_audit (redrive_id, service, event_id, action, state, outcome, actor, correlation_id, reason,
+                           source_event_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+        $10)
+`
+
+type AppendRedriveAuditParams struct {
+	RedriveID     uuid.UUID
+	Service       string
+	EventID       uuid.UUID
+	Action        string
+	State         string
+	Outcome       pgtype.Text
+	Actor         string
+	CorrelationID string
+	Reason        string
+	SourceEventID uuid.UUID
+}
+
+// AppendRedriveAudit appends one state of a redrive. The table refuses
+// updates and deletes; a state recorded twice is a unique violation.
+func (q *Queries) AppendRedriveAudit(ctx context.Context, arg AppendRedriveAuditParams) error {
+	_, err := q.db.Exec(ctx, appendRedriveAudit,
+		arg.RedriveID,
+		arg.Service,
+		arg.EventID,
+		arg.Action,
+		arg.State,
+		arg.Outcome,
+		arg.Actor,
+		arg.CorrelationID,
+		arg.Reason,
+		arg.SourceEventID,
+	)
+	return err
+}
+
 const foldDeltas = `-- name: FoldDeltas :exec
 WITH moved AS (
     DELETE FROM summary_delta d WHERE d.tenant_id = $1::text
@@ -51,6 +89,134 @@ func (q *Queries) GetTenantSummary(ctx context.Context, tenantID string) (Tenant
 	var i TenantSummary
 	err := row.Scan(&i.TenantID, &i.Events, &i.LastEventAt)
 	return i, err
+}
+
+const insertQuarantineNotice = `-- name: InsertQuarantineNotice :exec
+INSERT INTO quarantine_notice (event_id, service, quarantined_event_id, event_type, tenant_id, reason, raw_sha256,
+                               topic, partition, "offset", quarantined_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7,
+        $8, $9, $10, $11)
+ON CONFLICT (service, raw_sha256) DO NOTHING
+`
+
+type InsertQuarantineNoticeParams struct {
+	EventID            uuid.UUID
+	Service            string
+	QuarantinedEventID uuid.NullUUID
+	EventType          string
+	TenantID           string
+	Reason             string
+	RawSha256          string
+	Topic              string
+	Partition          int32
+	Offset             int64
+	QuarantinedAt      time.Time
+}
+
+// InsertQuarantineNotice records an EventQuarantined. The same message
+// announced again is kept once; the same notice again is a unique violation
+// of quarantine_notice_event_key (a duplicate).
+func (q *Queries) InsertQuarantineNotice(ctx context.Context, arg InsertQuarantineNoticeParams) error {
+	_, err := q.db.Exec(ctx, insertQuarantineNotice,
+		arg.EventID,
+		arg.Service,
+		arg.QuarantinedEventID,
+		arg.EventType,
+		arg.TenantID,
+		arg.Reason,
+		arg.RawSha256,
+		arg.Topic,
+		arg.Partition,
+		arg.Offset,
+		arg.QuarantinedAt,
+	)
+	return err
+}
+
+const listQuarantineNotices = `-- name: ListQuarantineNotices :many
+SELECT n.seq, n.service, n.quarantined_event_id, n.event_type, n.tenant_id, n.reason, n.raw_sha256,
+       n.topic, n.partition, n."offset", n.quarantined_at,
+       EXISTS (SELECT 1 FROM redrive_audit a
+               WHERE a.service = n.service AND a.event_id = n.quarantined_event_id AND a.state = 'completed'
+                 AND a.action = 'redecide' AND a.outcome IN ('applied', 'duplicate', 'deferred'))::bool AS redriven
+FROM quarantine_notice n
+WHERE n.seq > $1
+  AND ($2::text = '' OR n.service = $2::text)
+  AND ($3::text = '' OR n.reason = $3::text)
+  AND ($4::text = '' OR n.tenant_id = $4::text)
+  AND ($5::bool OR NOT EXISTS (
+          SELECT 1 FROM redrive_audit a
+          WHERE a.service = n.service AND a.event_id = n.quarantined_event_id AND a.state = 'completed'
+            AND a.action = 'redecide' AND a.outcome IN ('applied', 'duplicate', 'deferred')))
+ORDER BY n.seq
+LIMIT $6
+`
+
+type ListQuarantineNoticesParams struct {
+	After           int64
+	Service         string
+	Reason          string
+	TenantID        string
+	IncludeRedriven bool
+	MaxRows         int32
+}
+
+type ListQuarantineNoticesRow struct {
+	Seq                int64
+	Service            string
+	QuarantinedEventID uuid.NullUUID
+	EventType          string
+	TenantID           string
+	Reason             string
+	RawSha256          string
+	Topic              string
+	Partition          int32
+	Offset             int64
+	QuarantinedAt      time.Time
+	Redriven           bool
+}
+
+// ListQuarantineNotices pages through the quarantine view in arrival
+// order. A message is redriven once a redrive of its event completed with
+// an outcome other than quarantined or not_found.
+func (q *Queries) ListQuarantineNotices(ctx context.Context, arg ListQuarantineNoticesParams) ([]ListQuarantineNoticesRow, error) {
+	rows, err := q.db.Query(ctx, listQuarantineNotices,
+		arg.After,
+		arg.Service,
+		arg.Reason,
+		arg.TenantID,
+		arg.IncludeRedriven,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListQuarantineNoticesRow
+	for rows.Next() {
+		var i ListQuarantineNoticesRow
+		if err := rows.Scan(
+			&i.Seq,
+			&i.Service,
+			&i.QuarantinedEventID,
+			&i.EventType,
+			&i.TenantID,
+			&i.Reason,
+			&i.RawSha256,
+			&i.Topic,
+			&i.Partition,
+			&i.Offset,
+			&i.QuarantinedAt,
+			&i.Redriven,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listTenantTotals = `-- name: ListTenantTotals :many
@@ -188,4 +354,293 @@ func (q *Queries) ProjectInvoiceLines(ctx context.Context, arg ProjectInvoiceLin
 		arg.Amounts,
 	)
 	return err
+}
+
+const reconciliationAdjustments = `-- name: ReconciliationAdjustments :many
+SELECT event_id, COALESCE(currency, '')::text AS currency, COALESCE(amount, 0)::numeric AS amount,
+       COALESCE(period, '')::text AS period
+FROM projected_event
+WHERE tenant_id = $1 AND event_type = 'AdjustmentPosted' AND period = ANY($2::text[])
+ORDER BY event_id
+`
+
+type ReconciliationAdjustmentsParams struct {
+	TenantID string
+	Periods  []string
+}
+
+type ReconciliationAdjustmentsRow struct {
+	EventID  uuid.UUID
+	Currency string
+	Amount   decimal.Decimal
+	Period   string
+}
+
+func (q *Queries) ReconciliationAdjustments(ctx context.Context, arg ReconciliationAdjustmentsParams) ([]ReconciliationAdjustmentsRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationAdjustments, arg.TenantID, arg.Periods)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationAdjustmentsRow
+	for rows.Next() {
+		var i ReconciliationAdjustmentsRow
+		if err := rows.Scan(
+			&i.EventID,
+			&i.Currency,
+			&i.Amount,
+			&i.Period,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const reconciliationCharges = `-- name: ReconciliationCharges :many
+SELECT event_id, COALESCE(origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_event_id,
+       COALESCE(currency, '')::text AS currency, COALESCE(quantity, 0)::numeric AS quantity,
+       COALESCE(amount, 0)::numeric AS amount, COALESCE(period, '')::text AS period
+FROM projected_event
+WHERE tenant_id = $1 AND event_type = 'ChargeRated' AND period = ANY($2::text[])
+ORDER BY event_id
+`
+
+type ReconciliationChargesParams struct {
+	TenantID string
+	Periods  []string
+}
+
+type ReconciliationChargesRow struct {
+	EventID      uuid.UUID
+	UsageEventID uuid.UUID
+	Currency     string
+	Quantity     decimal.Decimal
+	Amount       decimal.Decimal
+	Period       string
+}
+
+func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationChargesParams) ([]ReconciliationChargesRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationCharges, arg.TenantID, arg.Periods)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationChargesRow
+	for rows.Next() {
+		var i ReconciliationChargesRow
+		if err := rows.Scan(
+			&i.EventID,
+			&i.UsageEventID,
+			&i.Currency,
+			&i.Quantity,
+			&i.Amount,
+			&i.Period,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const reconciliationCorrections = `-- name: ReconciliationCorrections :many
+SELECT (payload->>'invoiceId')::uuid AS invoice_id, COALESCE(period, '')::text AS period,
+       COALESCE(origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS origin_event_id,
+       COALESCE(amount, 0)::numeric AS amount
+FROM projected_event
+WHERE tenant_id = $1 AND event_type = 'InvoiceCorrectionIssued' AND period = ANY($2::text[])
+ORDER BY event_id
+`
+
+type ReconciliationCorrectionsParams struct {
+	TenantID string
+	Periods  []string
+}
+
+type ReconciliationCorrectionsRow struct {
+	InvoiceID     uuid.UUID
+	Period        string
+	OriginEventID uuid.UUID
+	Amount        decimal.Decimal
+}
+
+func (q *Queries) ReconciliationCorrections(ctx context.Context, arg ReconciliationCorrectionsParams) ([]ReconciliationCorrectionsRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationCorrections, arg.TenantID, arg.Periods)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationCorrectionsRow
+	for rows.Next() {
+		var i ReconciliationCorrectionsRow
+		if err := rows.Scan(
+			&i.InvoiceID,
+			&i.Period,
+			&i.OriginEventID,
+			&i.Amount,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const reconciliationInvoiceLines = `-- name: ReconciliationInvoiceLines :many
+SELECT l.invoice_id, COALESCE(e.period, '')::text AS period, COALESCE(e.currency, '')::text AS currency,
+       l.origin_event_id, l.kind, l.amount
+FROM projected_invoice_line l JOIN projected_event e ON e.event_id = l.invoice_event_id
+WHERE l.tenant_id = $1 AND e.period = ANY($2::text[])
+ORDER BY l.invoice_id, l.origin_event_id
+`
+
+type ReconciliationInvoiceLinesParams struct {
+	TenantID string
+	Periods  []string
+}
+
+type ReconciliationInvoiceLinesRow struct {
+	InvoiceID     uuid.UUID
+	Period        string
+	Currency      string
+	OriginEventID uuid.UUID
+	Kind          string
+	Amount        decimal.Decimal
+}
+
+func (q *Queries) ReconciliationInvoiceLines(ctx context.Context, arg ReconciliationInvoiceLinesParams) ([]ReconciliationInvoiceLinesRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationInvoiceLines, arg.TenantID, arg.Periods)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationInvoiceLinesRow
+	for rows.Next() {
+		var i ReconciliationInvoiceLinesRow
+		if err := rows.Scan(
+			&i.InvoiceID,
+			&i.Period,
+			&i.Currency,
+			&i.OriginEventID,
+			&i.Kind,
+			&i.Amount,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const reconciliationUsage = `-- name: ReconciliationUsage :many
+SELECT event_id, COALESCE(subject_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_id,
+       COALESCE(meter_code, '')::text AS meter_code, COALESCE(quantity, 0)::numeric AS quantity,
+       COALESCE(period, '')::text AS period
+FROM projected_event
+WHERE tenant_id = $1 AND event_type = 'UsageAccepted' AND period = ANY($2::text[])
+ORDER BY event_id
+`
+
+type ReconciliationUsageParams struct {
+	TenantID string
+	Periods  []string
+}
+
+type ReconciliationUsageRow struct {
+	EventID   uuid.UUID
+	UsageID   uuid.UUID
+	MeterCode string
+	Quantity  decimal.Decimal
+	Period    string
+}
+
+func (q *Queries) ReconciliationUsage(ctx context.Context, arg ReconciliationUsageParams) ([]ReconciliationUsageRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationUsage, arg.TenantID, arg.Periods)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationUsageRow
+	for rows.Next() {
+		var i ReconciliationUsageRow
+		if err := rows.Scan(
+			&i.EventID,
+			&i.UsageID,
+			&i.MeterCode,
+			&i.Quantity,
+			&i.Period,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const redriveAudit = `-- name: RedriveAudit :many
+SELECT seq, redrive_id, service, event_id, action, state, outcome, actor, correlation_id, reason, at
+FROM redrive_audit WHERE redrive_id = $1 ORDER BY seq
+`
+
+type RedriveAuditRow struct {
+	Seq           int64
+	RedriveID     uuid.UUID
+	Service       string
+	EventID       uuid.UUID
+	Action        string
+	State         string
+	Outcome       pgtype.Text
+	Actor         string
+	CorrelationID string
+	Reason        string
+	At            time.Time
+}
+
+func (q *Queries) RedriveAudit(ctx context.Context, redriveID uuid.UUID) ([]RedriveAuditRow, error) {
+	rows, err := q.db.Query(ctx, redriveAudit, redriveID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RedriveAuditRow
+	for rows.Next() {
+		var i RedriveAuditRow
+		if err := rows.Scan(
+			&i.Seq,
+			&i.RedriveID,
+			&i.Service,
+			&i.EventID,
+			&i.Action,
+			&i.State,
+			&i.Outcome,
+			&i.Actor,
+			&i.CorrelationID,
+			&i.Reason,
+			&i.At,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

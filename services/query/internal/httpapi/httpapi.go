@@ -1,5 +1,6 @@
 // Package httpapi is the query service's HTTP API (DESIGN.md section 7): the
-// tenant summary. The operator API arrives with a later issue.
+// tenant summary (API) and the operator API (Operator). Handlers map
+// requests to the app and operator packages and their errors to problems.
 package httpapi
 
 import (

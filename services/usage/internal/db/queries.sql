@@ -46,3 +46,13 @@ SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity
        currency, price_version, event_id, accepted_at
 FROM usage_fact
 WHERE tenant_id = @tenant_id AND usage_id = @usage_id;
+
+-- name: ReconciliationFacts :many
+-- ReconciliationFacts lists a tenant's usage facts that occurred in the
+-- given months (UTC), for reconciliation by their UsageAccepted event id.
+SELECT event_id, usage_id, meter_code, quantity,
+       to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS period
+FROM usage_fact
+WHERE tenant_id = @tenant_id
+  AND to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') = ANY(@periods::text[])
+ORDER BY event_id;

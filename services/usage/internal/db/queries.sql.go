@@ -190,6 +190,56 @@ func (q *Queries) PriceEvidenceForMeters(ctx context.Context, arg PriceEvidenceF
 	return items, nil
 }
 
+const reconciliationFacts = `-- name: ReconciliationFacts :many
+SELECT event_id, usage_id, meter_code, quantity,
+       to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS period
+FROM usage_fact
+WHERE tenant_id = $1
+  AND to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') = ANY($2::text[])
+ORDER BY event_id
+`
+
+type ReconciliationFactsParams struct {
+	TenantID string
+	Periods  []string
+}
+
+type ReconciliationFactsRow struct {
+	EventID   uuid.UUID
+	UsageID   uuid.UUID
+	MeterCode string
+	Quantity  decimal.Decimal
+	Period    string
+}
+
+// ReconciliationFacts lists a tenant's usage facts that occurred in the
+// given months (UTC), for reconciliation by their UsageAccepted event id.
+func (q *Queries) ReconciliationFacts(ctx context.Context, arg ReconciliationFactsParams) ([]ReconciliationFactsRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationFacts, arg.TenantID, arg.Periods)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationFactsRow
+	for rows.Next() {
+		var i ReconciliationFactsRow
+		if err := rows.Scan(
+			&i.EventID,
+			&i.UsageID,
+			&i.MeterCode,
+			&i.Quantity,
+			&i.Period,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const usageFactsBySource = `-- name: UsageFactsBySource :many
 SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
        currency, price_version, event_id, accepted_at

@@ -1,0 +1,357 @@
+package deploy
+
+// The checks of compose.yaml against the services' real configuration: their
+// Spec (name, default port), service.LoadConfig and service.EnvNames,
+// events.AllTopics, the metrics their outbox relay and inbox register. No
+// Docker engine is needed: compose.yaml is loaded with compose-go, the loader
+// of `docker compose` itself, so a file it rejects fails here too.
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/compose-spec/compose-go/v2/cli"
+	"github.com/compose-spec/compose-go/v2/types"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/services/billing"
+	"github.com/usagebilling/billing/services/invoice"
+	"github.com/usagebilling/billing/services/meter"
+	"github.com/usagebilling/billing/services/query"
+	"github.com/usagebilling/billing/services/usage"
+)
+
+// specs are the five services, as their main packages run them.
+var specs = []service.Spec{meter.Spec, usage.Spec, billing.Spec, invoice.Spec, query.Spec}
+
+// Names of the infrastructure services in compose.yaml.
+const (
+	pgService        = "postgres"
+	kafkaService     = "kafka"
+	topicInitService = "topic-init"
+	proxyService     = "toxiproxy"
+	exporterService  = "kafka-exporter"
+	promService      = "prometheus"
+	grafanaService   = "grafana"
+)
+
+// probePath is where the Dockerfiles put the probe binary.
+const probePath = "/usr/local/bin/probe"
+
+// loadCompose loads compose.yaml as `docker compose config` would, with an
+// empty environment so that the defaults written in the file apply.
+func loadCompose(t *testing.T) *types.Project {
+	t.Helper()
+	opts, err := cli.NewProjectOptions([]string{"compose.yaml"}, cli.WithWorkingDirectory("."), cli.WithEnv(nil))
+	if err != nil {
+		t.Fatalf("compose options: %v", err)
+	}
+	p, err := opts.LoadProject(t.Context())
+	if err != nil {
+		t.Fatalf("load compose.yaml: %v", err)
+	}
+	return p
+}
+
+// composeService returns the named service or fails the test.
+func composeService(t *testing.T, p *types.Project, name string) types.ServiceConfig {
+	t.Helper()
+	s, ok := p.Services[name]
+	if !ok {
+		t.Fatalf("compose.yaml has no service %q", name)
+	}
+	return s
+}
+
+// env returns a service's environment with the values set in the file.
+func env(s types.ServiceConfig) map[string]string {
+	m := map[string]string{}
+	for k, v := range s.Environment {
+		if v != nil {
+			m[k] = *v
+		}
+	}
+	return m
+}
+
+// serviceConfig is what the service itself makes of its compose environment.
+func serviceConfig(t *testing.T, p *types.Project, spec service.Spec) service.Config {
+	t.Helper()
+	cfg, err := service.LoadConfig(service.NewEnvFrom(env(composeService(t, p, spec.Name))), spec.Name, spec.DefaultPort)
+	if err != nil {
+		t.Fatalf("%s rejects its compose environment: %v", spec.Name, err)
+	}
+	return cfg
+}
+
+func splitHostPort(t *testing.T, addr string) (string, int) {
+	t.Helper()
+	host, portStr, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatalf("address %q: %v", addr, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		t.Fatalf("address %q: port: %v", addr, err)
+	}
+	return host, port
+}
+
+// dbAddr returns the host and port of a DATABASE_URL (5432 by default).
+func dbAddr(t *testing.T, rawURL string) (string, int) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatalf("DATABASE_URL %q: %v", rawURL, err)
+	}
+	if u.Port() == "" {
+		return u.Hostname(), 5432
+	}
+	return splitHostPort(t, u.Host)
+}
+
+func TestComposeHasEveryService(t *testing.T) {
+	p := loadCompose(t)
+	want := []string{pgService, kafkaService, topicInitService, proxyService, exporterService, promService, grafanaService}
+	for _, s := range specs {
+		want = append(want, s.Name)
+	}
+	var got []string
+	for name := range p.Services {
+		got = append(got, name)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("compose services = %v, want %v", got, want)
+	}
+}
+
+func TestServiceEnvironment(t *testing.T) {
+	p := loadCompose(t)
+	dbs := map[string]string{} // database name -> service
+	for _, spec := range specs {
+		t.Run(spec.Name, func(t *testing.T) {
+			e := env(composeService(t, p, spec.Name))
+			for name := range e {
+				if !slices.Contains(service.EnvNames, name) {
+					t.Errorf("%s: %s is not a variable the service reads (service.EnvNames)", spec.Name, name)
+				}
+			}
+			for _, name := range []string{"DATABASE_URL", "KAFKA_BROKERS"} {
+				if e[name] == "" {
+					t.Errorf("%s: %s is not set", spec.Name, name)
+				}
+			}
+			cfg := serviceConfig(t, p, spec)
+			if _, port := splitHostPort(t, cfg.HTTPAddr); port != spec.DefaultPort {
+				t.Errorf("%s: listens on %s, want port %d", spec.Name, cfg.HTTPAddr, spec.DefaultPort)
+			}
+			if cfg.ConsumerGroup != spec.Name {
+				t.Errorf("%s: consumer group %q: the dashboard's lag panel expects groups named after services", spec.Name, cfg.ConsumerGroup)
+			}
+			if slices.Contains(service.EnvNames, "SERVICE_URLS") {
+				checkServiceURLs(t, spec.Name, e["SERVICE_URLS"])
+			}
+			u, err := url.Parse(cfg.DatabaseURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := strings.TrimPrefix(u.Path, "/")
+			if other, ok := dbs[db]; ok {
+				t.Errorf("%s and %s share database %q: each service owns its own", spec.Name, other, db)
+			}
+			dbs[db] = spec.Name
+		})
+	}
+}
+
+// checkServiceURLs checks a SERVICE_URLS value (name=http://host:port,...):
+// inside compose the default (every service on 127.0.0.1) reaches nothing,
+// so it must be set and name every service at its compose host and port.
+func checkServiceURLs(t *testing.T, svc, value string) {
+	t.Helper()
+	if value == "" {
+		t.Errorf("%s: SERVICE_URLS is not set: the default, 127.0.0.1, is the container itself", svc)
+		return
+	}
+	got := map[string]string{}
+	for _, part := range strings.Split(value, ",") {
+		name, raw, _ := strings.Cut(strings.TrimSpace(part), "=")
+		got[name] = raw
+	}
+	for _, spec := range specs {
+		want := fmt.Sprintf("http://%s:%d", spec.Name, spec.DefaultPort)
+		if got[spec.Name] != want {
+			t.Errorf("%s: SERVICE_URLS has %s=%q, want %s", svc, spec.Name, got[spec.Name], want)
+		}
+	}
+	if len(got) != len(specs) {
+		t.Errorf("%s: SERVICE_URLS names %d services, want %d: %s", svc, len(got), len(specs), value)
+	}
+}
+
+func TestServicePortsAndHealthchecks(t *testing.T) {
+	p := loadCompose(t)
+	for _, spec := range specs {
+		t.Run(spec.Name, func(t *testing.T) {
+			s := composeService(t, p, spec.Name)
+			published := false
+			for _, port := range s.Ports {
+				if port.Target == uint32(spec.DefaultPort) && port.Published == strconv.Itoa(spec.DefaultPort) {
+					published = true
+				}
+			}
+			if !published {
+				t.Errorf("%s: port %d is not published as %d: %+v", spec.Name, spec.DefaultPort, spec.DefaultPort, s.Ports)
+			}
+			hc := s.HealthCheck
+			if hc == nil || hc.Disable || len(hc.Test) != 3 || hc.Test[0] != "CMD" || hc.Test[1] != probePath {
+				t.Fatalf("%s: healthcheck %+v, want [CMD %s http://127.0.0.1:%d/readyz]", spec.Name, hc, probePath, spec.DefaultPort)
+			}
+			u, err := url.Parse(hc.Test[2])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u.Path != "/readyz" || u.Port() != strconv.Itoa(spec.DefaultPort) || u.Scheme != "http" {
+				t.Errorf("%s: healthcheck probes %s, want http://...:%d/readyz", spec.Name, u, spec.DefaultPort)
+			}
+		})
+	}
+}
+
+// TestServiceDependencies checks that a service starts only once every path
+// it needs is there: the hosts of its DATABASE_URL and KAFKA_BROKERS (the
+// proxy) healthy, what the proxy forwards to healthy (toxiproxy does not wait
+// for its upstreams), and the topics created.
+func TestServiceDependencies(t *testing.T) {
+	p := loadCompose(t)
+	proxies := loadProxies(t)
+	for _, spec := range specs {
+		t.Run(spec.Name, func(t *testing.T) {
+			s := composeService(t, p, spec.Name)
+			cfg := serviceConfig(t, p, spec)
+			want := map[string]string{topicInitService: types.ServiceConditionCompletedSuccessfully}
+			addrs := slices.Clone(cfg.Brokers)
+			host, port := dbAddr(t, cfg.DatabaseURL)
+			addrs = append(addrs, net.JoinHostPort(host, strconv.Itoa(port)))
+			for _, addr := range addrs {
+				host, port := splitHostPort(t, addr)
+				want[host] = types.ServiceConditionHealthy
+				if host != proxyService {
+					continue
+				}
+				if pr, ok := proxies.byListenPort(port); ok {
+					upHost, _ := splitHostPort(t, pr.Upstream)
+					want[upHost] = types.ServiceConditionHealthy
+				}
+			}
+			for dep, cond := range want {
+				got, ok := s.DependsOn[dep]
+				if !ok {
+					t.Errorf("%s: does not depend on %s", spec.Name, dep)
+					continue
+				}
+				if got.Condition != cond {
+					t.Errorf("%s: depends on %s with condition %q, want %q", spec.Name, dep, got.Condition, cond)
+				}
+			}
+			for _, dep := range []string{pgService, kafkaService} {
+				if _, ok := want[dep]; !ok {
+					t.Errorf("%s: neither DATABASE_URL nor KAFKA_BROKERS leads to %s", spec.Name, dep)
+				}
+			}
+		})
+	}
+	// The topic job waits for a broker that answers.
+	if got := composeService(t, p, topicInitService).DependsOn[kafkaService].Condition; got != types.ServiceConditionHealthy {
+		t.Errorf("%s depends on %s with condition %q, want %q", topicInitService, kafkaService, got, types.ServiceConditionHealthy)
+	}
+}
+
+func TestTopicInitCreatesAllTopics(t *testing.T) {
+	p := loadCompose(t)
+	s := composeService(t, p, topicInitService)
+	e := env(s)
+	topics := strings.Fields(e["TOPICS"])
+	got, want := slices.Sorted(slices.Values(topics)), slices.Sorted(slices.Values(events.AllTopics))
+	if !slices.Equal(got, want) {
+		t.Errorf("%s creates %v, want events.AllTopics %v", topicInitService, topics, events.AllTopics)
+	}
+	if n, err := strconv.Atoi(e["PARTITIONS"]); err != nil || n < 1 {
+		t.Errorf("%s: PARTITIONS=%q, want a positive count", topicInitService, e["PARTITIONS"])
+	}
+	script := strings.Join(s.Command, " ")
+	for _, part := range []string{"kafka-topics.sh", "--create", "$TOPICS", "$topic", "$PARTITIONS", "$BOOTSTRAP"} {
+		if !strings.Contains(script, part) {
+			t.Errorf("%s: command does not use %q:\n%s", topicInitService, part, script)
+		}
+	}
+	if !slices.Contains(advertisedAddrs(t, p), e["BOOTSTRAP"]) {
+		t.Errorf("%s: BOOTSTRAP=%q is not an address the broker advertises (%v)", topicInitService, e["BOOTSTRAP"], advertisedAddrs(t, p))
+	}
+	// Every topic a service consumes is created.
+	for _, spec := range specs {
+		for _, topic := range build(t, spec).topics {
+			if !slices.Contains(topics, topic) {
+				t.Errorf("%s consumes %s, which %s does not create", spec.Name, topic, topicInitService)
+			}
+		}
+	}
+}
+
+// kafkaListeners parses a KAFKA_LISTENERS-style value: name -> host:port.
+func kafkaListeners(t *testing.T, value string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, l := range strings.Split(value, ",") {
+		name, addr, ok := strings.Cut(strings.TrimSpace(l), "://")
+		if !ok {
+			t.Fatalf("listener %q: want NAME://host:port", l)
+		}
+		m[name] = addr
+	}
+	return m
+}
+
+// advertisedAddrs are the addresses the broker advertises.
+func advertisedAddrs(t *testing.T, p *types.Project) []string {
+	t.Helper()
+	var addrs []string
+	for _, addr := range kafkaListeners(t, env(composeService(t, p, kafkaService))["KAFKA_ADVERTISED_LISTENERS"]) {
+		addrs = append(addrs, addr)
+	}
+	slices.Sort(addrs)
+	return addrs
+}
+
+func TestDockerfileForEveryService(t *testing.T) {
+	p := loadCompose(t)
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, spec := range specs {
+		t.Run(spec.Name, func(t *testing.T) {
+			s := composeService(t, p, spec.Name)
+			if s.Build == nil {
+				t.Fatalf("%s: no build section", spec.Name)
+			}
+			if got, _ := filepath.Abs(s.Build.Context); got != root {
+				t.Errorf("%s: build context %s, want the repository root %s", spec.Name, s.Build.Context, root)
+			}
+			want := fmt.Sprintf("deploy/docker/%s.Dockerfile", spec.Name)
+			if s.Build.Dockerfile != want {
+				t.Errorf("%s: dockerfile %s, want %s", spec.Name, s.Build.Dockerfile, want)
+			}
+			checkDockerfile(t, root, spec)
+		})
+	}
+}

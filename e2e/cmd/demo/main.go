@@ -1,0 +1,243 @@
+// Command demo starts the whole system (stack.Start: a throwaway PostgreSQL
+// cluster, the embedded Kafka-protocol broker unless KAFKA says otherwise,
+// toxiproxy, the five services as processes) and then acts as a client
+// would, over HTTP only: it activates prices, sends usage with replays and
+// a conflict, adjusts, closes the period, waits for the invoices, and prints
+// a report of what the system answered beside what it should have answered
+// (computed here from the inputs). It exits non-zero if any figure
+// disagrees, or if any service is left with an outbox backlog, dead
+// letters, deferred or quarantined events. `make demo` runs it.
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/e2e/scenario"
+	"github.com/usagebilling/billing/e2e/stack"
+)
+
+func main() {
+	// A terminal pipe that closes (| tee, | head on Ctrl-C) must not kill
+	// the launcher before it has stopped what it started.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context) int {
+	began := time.Now()
+	opts, err := stack.FromEnv(stack.Options{Logger: stack.ConsoleLogger(os.Stdout)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		return 2
+	}
+	s, err := stack.Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo: start the stack:", err)
+		return 1
+	}
+	stopStack := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.Stop(sctx); err != nil {
+			fmt.Fprintln(os.Stderr, "demo: stop the stack:", err)
+		}
+	}
+	startup := time.Since(began)
+
+	progress := func(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
+	fmt.Println()
+	progress("acting as a client over HTTP: meter %s, usage %s, billing %s, invoice %s, query %s",
+		s.URL("meter", 0), s.URL("usage", 0), s.URL("billing", 0), s.URL("invoice", 0), s.URL("query", 0))
+	flowBegan := time.Now()
+	res, runErr := scenario.Run(ctx, scenario.EndpointsFrom(s.URLs()), scenario.Config{Progress: progress})
+	var recovery map[string]scenario.Recovery
+	var recErr error
+	if runErr == nil {
+		progress("reading each service's outbox and inbox backlog from its database")
+		recovery, recErr = scenario.WaitRecovered(ctx, s.DatabaseURLs(), 30*time.Second, progress)
+	}
+	flow := time.Since(flowBegan)
+
+	report(res, recovery)
+	var failures []string
+	if runErr != nil {
+		failures = append(failures, runErr.Error())
+	}
+	if res != nil {
+		failures = append(failures, res.Mismatches...)
+	}
+	if recErr != nil {
+		failures = append(failures, "recovery status: "+recErr.Error())
+	}
+	for _, name := range slices.Sorted(maps.Keys(recovery)) {
+		if r := recovery[name]; !r.Zero() {
+			failures = append(failures, fmt.Sprintf("%s is not recovered: %s", name, r))
+		}
+	}
+
+	fmt.Println()
+	if len(failures) > 0 {
+		s.Keep()
+		fmt.Printf("FAILED: %d problem(s):\n", len(failures))
+		for _, f := range failures {
+			fmt.Println("  - " + f)
+		}
+		fmt.Printf("service logs are kept in %s/logs\n", s.Dir())
+	} else {
+		fmt.Println("OK: every figure agrees with what was sent, and every backlog is empty.")
+	}
+	stopStack()
+	fmt.Printf("took %s (stack start %s, client flow %s)\n", since(began), startup.Round(100*time.Millisecond), flow.Round(100*time.Millisecond))
+	if len(failures) > 0 {
+		return 1
+	}
+	return 0
+}
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
+
+func section(title string) *tabwriter.Writer {
+	fmt.Printf("\n%s\n%s\n", title, strings.Repeat("-", len(title)))
+	return tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+}
+
+// check marks a figure that agrees with the expected one, and shows the
+// expected one where it does not.
+func check(got, want decimal.Decimal) string {
+	if got.Equal(want) {
+		return got.String() + " ok"
+	}
+	return fmt.Sprintf("%s WANT %s", got, want)
+}
+
+func checkInt(got, want int) string {
+	if got == want {
+		return fmt.Sprintf("%d ok", got)
+	}
+	return fmt.Sprintf("%d WANT %d", got, want)
+}
+
+func checkMap(got, want map[string]decimal.Decimal) string {
+	var parts []string
+	keys := map[string]bool{}
+	for k := range got {
+		keys[k] = true
+	}
+	for k := range want {
+		keys[k] = true
+	}
+	allOK := true
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		g, gok := got[k]
+		w, wok := want[k]
+		if gok && wok && g.Equal(w) {
+			parts = append(parts, k+" "+g.String())
+			continue
+		}
+		allOK = false
+		parts = append(parts, fmt.Sprintf("%s %s WANT %s", k, orNone(g, gok), orNone(w, wok)))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	out := strings.Join(parts, ", ")
+	if allOK {
+		out += " ok"
+	}
+	return out
+}
+
+func orNone(d decimal.Decimal, ok bool) string {
+	if !ok {
+		return "none"
+	}
+	return d.String()
+}
+
+func report(res *scenario.Result, recovery map[string]scenario.Recovery) {
+	if res == nil {
+		return
+	}
+	fmt.Printf("\nREPORT for billing period %s\n", res.Period)
+
+	w := section("Price versions (meter)")
+	fmt.Fprintln(w, "tenant\tmeter\tcurrency\tunit price\tversion\teffective at")
+	for _, p := range res.Prices {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", p.Tenant, p.MeterCode, p.Currency, p.UnitPrice, p.Version, p.EffectiveAt.UTC().Format(time.RFC3339))
+	}
+	w.Flush()
+
+	w = section("Usage sent (usage)")
+	fmt.Fprintln(w, "tenant\tnew facts (201)\tin batches / alone\treplays (200)\tconflicts (409)\tprice commands replayed")
+	for _, s := range res.Sent {
+		fmt.Fprintf(w, "%s\t%d\t%d batches / %d alone\t%d\t%d\t%d\n", s.Tenant, s.Facts, s.Batches, s.Singles, s.Replays, s.Conflicts, s.PriceReplays)
+	}
+	w.Flush()
+
+	w = section("Charges (billing): quantity x unit price, exact")
+	fmt.Fprintln(w, "tenant\tcurrency\tcharges\tquantity\tsum")
+	for _, c := range res.Charges {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", c.Tenant, c.Currency, checkInt(c.Count, c.WantCount), c.Quantity, check(c.Amount, c.WantAmount))
+	}
+	w.Flush()
+
+	w = section("Invoices (invoice): one per tenant and currency, rounded once, half-even")
+	fmt.Fprintln(w, "tenant\tcurrency\tinvoice\tstatus\tlines: charge / adjustment / rounding\trounding line\tsubtotal\ttotal")
+	for _, inv := range res.Invoices {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d / %d / %d\t%s\t%s\t%s\n", inv.Tenant, inv.Currency, short(inv.InvoiceID), inv.Status,
+			inv.Lines["charge"], inv.Lines["adjustment"], inv.Lines["rounding"], inv.Rounding,
+			check(inv.Subtotal, inv.WantSubtotal), check(inv.Total, inv.WantTotal))
+	}
+	w.Flush()
+
+	w = section("Query summary (query)")
+	fmt.Fprintln(w, "tenant\tusage facts\tquantity by meter\tcharged\tadjusted\tinvoiced")
+	for _, s := range res.Summary {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Tenant, checkInt(int(s.UsageCount), int(s.WantUsageCount)),
+			checkMap(s.Quantity, s.WantQuantity), checkMap(s.Charged, s.WantCharged),
+			checkMap(s.Adjusted, s.WantAdjusted), checkMap(s.Invoiced, s.WantInvoiced))
+	}
+	w.Flush()
+
+	if recovery != nil {
+		w = section("Recovery status (read from each service's database)")
+		fmt.Fprintln(w, "service\toutbox pending\tdead letters\tdeferred\tquarantined")
+		for _, name := range stack.Services {
+			r, ok := recovery[name]
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\n", name, r.OutboxPending, r.DeadLetters, r.Deferred, r.Quarantined)
+		}
+		w.Flush()
+	}
+
+	w = section("Timings")
+	for _, t := range res.Took {
+		fmt.Fprintf(w, "%s\t%s\n", t.Step, t.Took.Round(10*time.Millisecond))
+	}
+	w.Flush()
+}
+
+// short keeps the end of a UUIDv7: its start is a timestamp, the same for
+// every invoice of a run.
+func short(id string) string {
+	if len(id) > 12 {
+		return "…" + id[len(id)-12:]
+	}
+	return id
+}

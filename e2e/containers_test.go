@@ -1,0 +1,181 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/network"
+	"github.com/testcontainers/testcontainers-go/wait"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/usagebilling/billing/e2e/stack"
+	"github.com/usagebilling/billing/pkg/events"
+)
+
+// composeFile is the part of deploy/compose.yaml the containers target
+// reads, so that images and Dockerfiles are named in one place.
+type composeFile struct {
+	Services map[string]struct {
+		Image string `yaml:"image"`
+		Build *struct {
+			Context    string `yaml:"context"`
+			Dockerfile string `yaml:"dockerfile"`
+		} `yaml:"build"`
+	} `yaml:"services"`
+}
+
+// startContainers runs PostgreSQL, Apache Kafka and the five services as
+// Docker containers on one network (E2E_TARGET=containers), with the images
+// and Dockerfiles deploy/compose.yaml names. Plain containers, not the
+// compose module: the tests need neither toxiproxy nor the monitoring
+// containers, and the compose module would bring a large dependency tree
+// into the workspace. Without a Docker engine it fails, never skips.
+func startContainers(t *testing.T) *target {
+	t.Helper()
+	ctx := t.Context()
+	provider, err := testcontainers.NewDockerProvider()
+	if err == nil {
+		err = provider.Health(ctx)
+	}
+	if err != nil {
+		t.Fatalf("%s=containers needs a Docker engine, and none answers: %v\n"+
+			"unset %s to run against the local launcher, which needs no Docker (that is what CI runs)", EnvTarget, err, EnvTarget)
+	}
+
+	root, err := stack.WorkspaceRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployDir := filepath.Join(root, "deploy")
+	raw, err := os.ReadFile(filepath.Join(deployDir, "compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose composeFile
+	if err := yaml.Unmarshal(raw, &compose); err != nil {
+		t.Fatalf("parse deploy/compose.yaml: %v", err)
+	}
+	image := func(name string) string {
+		img := compose.Services[name].Image
+		if img == "" {
+			t.Fatalf("deploy/compose.yaml: service %s has no image", name)
+		}
+		return img
+	}
+
+	nw, err := network.New(ctx)
+	testcontainers.CleanupNetwork(t, nw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(name, img string, opts ...testcontainers.ContainerCustomizer) testcontainers.Container {
+		t.Helper()
+		opts = append(opts, network.WithNetwork([]string{name}, nw))
+		c, err := testcontainers.Run(ctx, img, opts...)
+		testcontainers.CleanupContainer(t, c)
+		if err != nil {
+			t.Fatalf("start container %s (%s): %v", name, img, err)
+		}
+		return c
+	}
+
+	pg := run("postgres", image("postgres"),
+		testcontainers.WithEnv(map[string]string{"POSTGRES_PASSWORD": "postgres"}),
+		testcontainers.WithExposedPorts("5432/tcp"),
+		testcontainers.WithWaitStrategy(wait.ForLog("database system is ready to accept connections").
+			WithOccurrence(2).WithStartupTimeout(2*time.Minute)))
+	pgAddr, err := pg.PortEndpoint(ctx, "5432/tcp", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbs := map[string]string{}
+	createDatabases(t, ctx, "postgres://postgres:postgres@"+pgAddr+"/postgres?sslmode=disable", func(name string) {
+		dbs[name] = "postgres://postgres:postgres@" + pgAddr + "/" + name + "?sslmode=disable"
+	})
+
+	kafka := run("kafka", image("kafka"),
+		testcontainers.WithEnv(map[string]string{
+			"CLUSTER_ID":                                             "e2eContainersTarget0001",
+			"KAFKA_NODE_ID":                                          "1",
+			"KAFKA_PROCESS_ROLES":                                    "broker,controller",
+			"KAFKA_CONTROLLER_QUORUM_VOTERS":                         "1@kafka:9093",
+			"KAFKA_LISTENERS":                                        "PLAINTEXT://:9092,CONTROLLER://:9093",
+			"KAFKA_ADVERTISED_LISTENERS":                             "PLAINTEXT://kafka:9092",
+			"KAFKA_LISTENER_SECURITY_PROTOCOL_MAP":                   "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+			"KAFKA_CONTROLLER_LISTENER_NAMES":                        "CONTROLLER",
+			"KAFKA_INTER_BROKER_LISTENER_NAME":                       "PLAINTEXT",
+			"KAFKA_AUTO_CREATE_TOPICS_ENABLE":                        "false",
+			"KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR":                 "1",
+			"KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR":         "1",
+			"KAFKA_TRANSACTION_STATE_LOG_MIN_ISR":                    "1",
+			"KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
+			"KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR":            "1",
+			"KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS":                 "0",
+		}),
+		testcontainers.WithWaitStrategy(wait.ForExec([]string{"/opt/kafka/bin/kafka-broker-api-versions.sh", "--bootstrap-server", "kafka:9092"}).
+			WithStartupTimeout(3*time.Minute)))
+	for _, topic := range events.AllTopics {
+		code, out, err := kafka.Exec(ctx, []string{"/opt/kafka/bin/kafka-topics.sh", "--bootstrap-server", "kafka:9092",
+			"--create", "--if-not-exists", "--topic", topic, "--partitions", "6", "--replication-factor", "1"})
+		if err != nil || code != 0 {
+			b, _ := io.ReadAll(out)
+			t.Fatalf("create topic %s: exit %d, %v: %s", topic, code, err, b)
+		}
+	}
+
+	var serviceURLs []string
+	for name, port := range stack.DefaultPorts() {
+		serviceURLs = append(serviceURLs, fmt.Sprintf("%s=http://%s:%d", name, name, port))
+	}
+	urls := map[string]string{}
+	for _, name := range stack.Services {
+		build := compose.Services[name].Build
+		if build == nil {
+			t.Fatalf("deploy/compose.yaml: service %s has no build section", name)
+		}
+		port := fmt.Sprintf("%d/tcp", stack.DefaultPorts()[name])
+		c := run(name, "",
+			testcontainers.WithDockerfile(testcontainers.FromDockerfile{
+				Context:    filepath.Join(deployDir, build.Context),
+				Dockerfile: build.Dockerfile,
+				KeepImage:  true,
+			}),
+			testcontainers.WithEnv(map[string]string{
+				"DATABASE_URL":  "postgres://postgres:postgres@postgres:5432/" + name + "?sslmode=disable",
+				"KAFKA_BROKERS": "kafka:9092",
+				"HTTP_ADDR":     fmt.Sprintf(":%d", stack.DefaultPorts()[name]),
+				"AUTH_DEV_KEY":  "true",
+				"SERVICE_URLS":  strings.Join(serviceURLs, ","),
+			}),
+			testcontainers.WithExposedPorts(port),
+			testcontainers.WithWaitStrategy(wait.ForHTTP("/readyz").WithPort(port).WithStartupTimeout(3*time.Minute)))
+		if urls[name], err = c.PortEndpoint(ctx, port, "http"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &target{urls: urls, dbs: dbs}
+}
+
+// createDatabases creates one database per service on the server at url.
+func createDatabases(t *testing.T, ctx context.Context, url string, created func(name string)) {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, name := range stack.Services {
+		if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+			t.Fatalf("create database %s: %v", name, err)
+		}
+		created(name)
+	}
+}

@@ -1,0 +1,71 @@
+// Package recon holds the rows services exchange for reconciliation by
+// origin event id: what each service holds of one tenant's money flow. Each
+// fills its own part (GET /internal/v1/reconciliation): usage the facts,
+// billing the charges and adjustments, invoice the lines and corrections,
+// query its projection of all of them. The types are plain data, so the
+// comparison can be domain code.
+package recon
+
+import (
+	"github.com/google/uuid"
+	"github.com/shopspring/decimal"
+)
+
+// Rows are what a service holds of one tenant's money flow.
+type Rows struct {
+	UsageFacts   []UsageFact   `json:"usageFacts"`
+	Charges      []Charge      `json:"charges"`
+	Adjustments  []Adjustment  `json:"adjustments"`
+	InvoiceLines []InvoiceLine `json:"invoiceLines"`
+	Corrections  []Correction  `json:"corrections"`
+}
+
+// UsageFact is an accepted usage fact; EventID is its UsageAccepted.
+type UsageFact struct {
+	EventID   uuid.UUID       `json:"eventId"`
+	UsageID   uuid.UUID       `json:"usageId"`
+	MeterCode string          `json:"meterCode"`
+	Quantity  decimal.Decimal `json:"quantity"`
+	Period    string          `json:"period"` // the month of occurredAt
+}
+
+// Charge is a rated usage fact; EventID is its ChargeRated, UsageEventID
+// the UsageAccepted it rated.
+type Charge struct {
+	EventID        uuid.UUID       `json:"eventId"`
+	UsageEventID   uuid.UUID       `json:"usageEventId"`
+	Currency       string          `json:"currency"`
+	Quantity       decimal.Decimal `json:"quantity"`
+	Amount         decimal.Decimal `json:"amount"`
+	Period         string          `json:"period"`         // the billing period it was rated into
+	OccurredPeriod string          `json:"occurredPeriod"` // the month the usage occurred in
+}
+
+// Adjustment is a posted adjustment; EventID is its AdjustmentPosted.
+type Adjustment struct {
+	EventID  uuid.UUID       `json:"eventId"`
+	Currency string          `json:"currency"`
+	Amount   decimal.Decimal `json:"amount"`
+	Period   string          `json:"period"`
+}
+
+// InvoiceLine is a line of an invoice; OriginEventID is the ChargeRated or
+// AdjustmentPosted it came from (the closing event for a rounding line).
+type InvoiceLine struct {
+	InvoiceID     uuid.UUID       `json:"invoiceId"`
+	Issued        bool            `json:"issued"`
+	Period        string          `json:"period"`
+	Currency      string          `json:"currency"`
+	OriginEventID uuid.UUID       `json:"originEventId"`
+	Kind          string          `json:"kind"`
+	Amount        decimal.Decimal `json:"amount"`
+}
+
+// Correction is a correction note of an issued invoice; OriginEventID is
+// its AdjustmentPosted.
+type Correction struct {
+	InvoiceID     uuid.UUID       `json:"invoiceId"`
+	Period        string          `json:"period"`
+	OriginEventID uuid.UUID       `json:"originEventId"`
+	Amount        decimal.Decimal `json:"amount"`
+}

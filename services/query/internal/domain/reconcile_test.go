@@ -1,0 +1,151 @@
+package domain_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/recon"
+	"github.com/usagebilling/billing/services/query/internal/domain"
+)
+
+func d(s string) decimal.Decimal { return decimal.RequireFromString(s) }
+
+// flow builds a healthy tenant: usage u1 (Nov) and u2 (Oct, rated late
+// into Nov), their charges, an adjustment invoiced as a line and one as a
+// correction note of the issued Nov invoice, all projected by query.
+type flow struct {
+	u1, u2, c1, c2, a1, a2 uuid.UUID
+	inv                    uuid.UUID
+	src                    domain.Sources
+}
+
+func healthy() *flow {
+	f := &flow{u1: uuid.New(), u2: uuid.New(), c1: uuid.New(), c2: uuid.New(), a1: uuid.New(), a2: uuid.New(), inv: uuid.New()}
+	f.src.Usage.UsageFacts = []recon.UsageFact{
+		{EventID: f.u1, UsageID: uuid.New(), Quantity: d("10"), Period: "2026-11"},
+		{EventID: f.u2, UsageID: uuid.New(), Quantity: d("5"), Period: "2026-10"},
+	}
+	f.src.Billing.Charges = []recon.Charge{
+		{EventID: f.c1, UsageEventID: f.u1, Currency: "USD", Quantity: d("10"), Amount: d("1.0"), Period: "2026-11", OccurredPeriod: "2026-11"},
+		{EventID: f.c2, UsageEventID: f.u2, Currency: "USD", Quantity: d("5"), Amount: d("0.5"), Period: "2026-11", OccurredPeriod: "2026-10"},
+	}
+	f.src.Billing.Adjustments = []recon.Adjustment{
+		{EventID: f.a1, Currency: "USD", Amount: d("-0.2"), Period: "2026-11"},
+		{EventID: f.a2, Currency: "USD", Amount: d("0.1"), Period: "2026-11"},
+	}
+	f.src.Invoice.InvoiceLines = []recon.InvoiceLine{
+		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.c1, Kind: "charge", Amount: d("1")},
+		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.c2, Kind: "charge", Amount: d("0.50")},
+		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.a1, Kind: "adjustment", Amount: d("-0.2")},
+		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: uuid.New(), Kind: "rounding", Amount: d("0")},
+	}
+	f.src.Invoice.Corrections = []recon.Correction{{InvoiceID: f.inv, Period: "2026-11", OriginEventID: f.a2, Amount: d("0.1")}}
+	f.src.Query = recon.Rows{ // copies: the projection is its own data
+		UsageFacts:   slices.Clone(f.src.Usage.UsageFacts),
+		Charges:      slices.Clone(f.src.Billing.Charges),
+		Adjustments:  slices.Clone(f.src.Billing.Adjustments),
+		InvoiceLines: slices.Clone(f.src.Invoice.InvoiceLines[:3]),
+		Corrections:  slices.Clone(f.src.Invoice.Corrections),
+	}
+	return f
+}
+
+func TestReconcileHealthy(t *testing.T) {
+	f := healthy()
+	rep := domain.Reconcile("acme", "2026-11", f.src)
+	if len(rep.Mismatches) != 0 {
+		t.Fatalf("mismatches %+v", rep.Mismatches)
+	}
+	want := domain.Counts{UsageFacts: 2, Charges: 2, InvoiceLines: 4, QueryUsage: 2}
+	if rep.Counts != want {
+		t.Fatalf("counts %+v, want %+v", rep.Counts, want)
+	}
+	// October: u2 occurred then; its charge (rated into November) is found.
+	if rep := domain.Reconcile("acme", "2026-10", f.src); len(rep.Mismatches) != 0 || rep.Counts.UsageFacts != 1 || rep.Counts.Charges != 1 {
+		t.Fatalf("October: %+v", rep)
+	}
+	if got := domain.ChargeMonths("2026-11", f.src.Billing); len(got) != 2 || got[0] != "2026-10" || got[1] != "2026-11" {
+		t.Fatalf("ChargeMonths = %v", got)
+	}
+}
+
+func TestReconcileNamesEveryMismatch(t *testing.T) {
+	type want struct {
+		kind string
+		id   func(*flow) uuid.UUID
+	}
+	tests := []struct {
+		name   string
+		break_ func(*flow)
+		want   []want
+	}{
+		{"usage without charge", func(f *flow) {
+			f.src.Billing.Charges = f.src.Billing.Charges[1:]
+			f.src.Query.Charges = f.src.Query.Charges[1:]
+		}, []want{{domain.MismatchMissingCharge, func(f *flow) uuid.UUID { return f.u1 }},
+			{domain.MismatchLineWithoutOrigin, func(f *flow) uuid.UUID { return f.c1 }}}},
+		{"two charges", func(f *flow) {
+			extra := recon.Charge{EventID: uuid.New(), UsageEventID: f.u1, Currency: "USD", Quantity: d("10"), Amount: d("1"), Period: "2026-11"}
+			f.src.Billing.Charges = append(f.src.Billing.Charges, extra)
+			f.src.Query.Charges = append(f.src.Query.Charges, extra)
+			f.src.Invoice.InvoiceLines = append(f.src.Invoice.InvoiceLines, recon.InvoiceLine{InvoiceID: f.inv, Issued: false,
+				Period: "2026-11", OriginEventID: extra.EventID, Kind: "charge", Amount: d("1")})
+		}, []want{{domain.MismatchDuplicateCharge, func(f *flow) uuid.UUID { return f.u1 }}}},
+		{"charge of unknown usage", func(f *flow) {
+			f.src.Usage.UsageFacts = f.src.Usage.UsageFacts[1:]
+			f.src.Query.UsageFacts = f.src.Query.UsageFacts[1:]
+		}, []want{{domain.MismatchChargeWithoutUsage, func(f *flow) uuid.UUID { return f.c1 }}}},
+		{"charge not invoiced", func(f *flow) {
+			f.src.Invoice.InvoiceLines = f.src.Invoice.InvoiceLines[1:]
+			f.src.Query.InvoiceLines = f.src.Query.InvoiceLines[1:]
+		}, []want{{domain.MismatchMissingInvoiceLine, func(f *flow) uuid.UUID { return f.c1 }}}},
+		{"adjustment not invoiced", func(f *flow) {
+			f.src.Invoice.Corrections = nil
+			f.src.Query.Corrections = nil
+		}, []want{{domain.MismatchMissingInvoiceLine, func(f *flow) uuid.UUID { return f.a2 }}}},
+		{"line amount differs", func(f *flow) {
+			f.src.Invoice.InvoiceLines[0].Amount = d("1.01")
+		}, []want{{domain.MismatchAmount, func(f *flow) uuid.UUID { return f.c1 }},
+			{domain.MismatchQueryAmount, func(f *flow) uuid.UUID { return f.c1 }}}},
+		{"charge quantity differs", func(f *flow) {
+			f.src.Usage.UsageFacts[0].Quantity = d("11")
+			f.src.Query.UsageFacts = []recon.UsageFact{f.src.Usage.UsageFacts[0], f.src.Usage.UsageFacts[1]}
+		}, []want{{domain.MismatchAmount, func(f *flow) uuid.UUID { return f.u1 }}}},
+		{"query lacks a charge", func(f *flow) {
+			f.src.Query.Charges = f.src.Query.Charges[1:]
+		}, []want{{domain.MismatchMissingInQuery, func(f *flow) uuid.UUID { return f.c1 }}}},
+		{"query lacks a usage fact and has another", func(f *flow) {
+			ghost := recon.UsageFact{EventID: uuid.New(), Quantity: d("1"), Period: "2026-11"}
+			f.src.Query.UsageFacts = []recon.UsageFact{f.src.Usage.UsageFacts[1], ghost}
+		}, []want{{domain.MismatchMissingInQuery, func(f *flow) uuid.UUID { return f.u1 }},
+			{domain.MismatchUnknownInQuery, func(f *flow) uuid.UUID { return f.src.Query.UsageFacts[1].EventID }}}},
+		{"open invoice lines are not expected in query", func(f *flow) {
+			for i := range f.src.Invoice.InvoiceLines {
+				f.src.Invoice.InvoiceLines[i].Issued = false
+			}
+			f.src.Query.InvoiceLines = nil
+		}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := healthy()
+			tt.break_(f)
+			rep := domain.Reconcile("acme", "2026-11", f.src)
+			if len(rep.Mismatches) != len(tt.want) {
+				t.Fatalf("mismatches %+v, want %d", rep.Mismatches, len(tt.want))
+			}
+			for _, w := range tt.want {
+				found := false
+				for _, m := range rep.Mismatches {
+					found = found || (m.Kind == w.kind && m.OriginEventID == w.id(f) && m.Detail != "")
+				}
+				if !found {
+					t.Errorf("no %s for %s in %+v", w.kind, w.id(f), rep.Mismatches)
+				}
+			}
+		})
+	}
+}

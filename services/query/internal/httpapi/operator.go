@@ -1,0 +1,329 @@
+package httpapi
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/usagebilling/billing/pkg/auth"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/httpx"
+	"github.com/usagebilling/billing/pkg/ops"
+	"github.com/usagebilling/billing/services/query/internal/operator"
+)
+
+// Operator serves the operator API (DESIGN.md section 7). auth.Middleware
+// admits only operator credentials to /v1/operator/.
+type Operator struct {
+	op  *operator.Operator
+	log *slog.Logger
+}
+
+// NewOperator returns the operator API over op.
+func NewOperator(op *operator.Operator, log *slog.Logger) *Operator {
+	return &Operator{op: op, log: log}
+}
+
+// Routes mounts the operator endpoints on r.
+func (a *Operator) Routes(r chi.Router) {
+	r.Get("/v1/operator/recovery", a.recovery)
+	r.Get("/v1/operator/quarantine", a.quarantine)
+	r.Post("/v1/operator/redrives", a.submit(events.ActionRedecide))
+	r.Get("/v1/operator/redrives/{redriveId}", a.redrive)
+	r.Get("/v1/operator/dead-letters", a.deadLetters)
+	r.Post("/v1/operator/dead-letters/release", a.submit(events.ActionReleaseDeadLetter))
+	r.Get("/v1/operator/reconciliation", a.reconciliation)
+}
+
+type recoveryJSON struct {
+	ops.Recovery
+	Available bool   `json:"available"`
+	Error     string `json:"error,omitempty"`
+}
+
+// recovery: GET /v1/operator/recovery. A service that cannot be reached is
+// listed with available false and the error, not left out.
+func (a *Operator) recovery(w http.ResponseWriter, r *http.Request) {
+	out := map[string]recoveryJSON{}
+	for name, rec := range a.op.Recovery(r.Context()) {
+		j := recoveryJSON{Recovery: rec.Recovery, Available: rec.Err == nil}
+		if rec.Err != nil {
+			j.Error = rec.Err.Error()
+		}
+		out[name] = j
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"services": out})
+}
+
+type quarantineItemJSON struct {
+	Service       string    `json:"service"`
+	EventID       *string   `json:"eventId"` // null for bytes that are no envelope
+	EventType     string    `json:"eventType"`
+	TenantID      string    `json:"tenantId"`
+	Reason        string    `json:"reason"`
+	QuarantinedAt time.Time `json:"quarantinedAt"`
+	State         string    `json:"state"` // quarantined | redriven
+	Topic         string    `json:"topic"`
+	Partition     int32     `json:"partition"`
+	Offset        int64     `json:"offset"`
+}
+
+// quarantine: GET /v1/operator/quarantine?service=&reason=&tenantId=
+// [&state=all][&cursor=][&limit=]: the messages still quarantined (all:
+// also those redriven), oldest first; next is the cursor of the next page.
+func (a *Operator) quarantine(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := operator.QuarantineFilter{Service: q.Get("service"), Reason: q.Get("reason"), TenantID: q.Get("tenantId")}
+	switch q.Get("state") {
+	case "", "quarantined":
+	case "all":
+		f.IncludeRedriven = true
+	default:
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_state", "state must be quarantined or all"))
+		return
+	}
+	var p *httpx.Problem
+	if f.After, f.Limit, p = page(q.Get("cursor"), q.Get("limit")); p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	items, next, err := a.op.Quarantine(r.Context(), f)
+	if err != nil {
+		a.fail(w, r, "list quarantine", err)
+		return
+	}
+	out := make([]quarantineItemJSON, len(items))
+	for i, it := range items {
+		out[i] = quarantineItemJSON{Service: it.Service, EventType: it.EventType, TenantID: it.TenantID,
+			Reason: it.Reason, QuarantinedAt: it.QuarantinedAt, State: "quarantined", Topic: it.Topic,
+			Partition: it.Partition, Offset: it.Offset}
+		if it.EventID != "" {
+			out[i].EventID = &it.EventID
+		}
+		if it.Redriven {
+			out[i].State = "redriven"
+		}
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"items": out, "next": cursorJSON(next)})
+}
+
+type submitJSON struct {
+	Service string `json:"service"`
+	EventID string `json:"eventId"`
+	Reason  string `json:"reason"`
+}
+
+// correlationID is the envelope's rule for correlationId.
+var correlationID = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
+
+// MaxReason is the longest reason an operator may give, in characters.
+const MaxReason = 500
+
+// submit: POST /v1/operator/redrives and POST
+// /v1/operator/dead-letters/release, {service, eventId, reason} with
+// X-Correlation-Id -> 202 {redriveId, state}. Each call is a new audited
+// request; asking twice is safe (the second finds a duplicate, or nothing).
+func (a *Operator) submit(action string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		corr := r.Header.Get("X-Correlation-Id")
+		switch {
+		case corr == "":
+			httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "missing_correlation_id", "the X-Correlation-Id header is required"))
+			return
+		case !correlationID.MatchString(corr):
+			httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_correlation_id", "X-Correlation-Id must be 1-128 printable ASCII characters"))
+			return
+		}
+		var body submitJSON
+		if p := httpx.DecodeJSON(w, r, &body, 0); p != nil {
+			httpx.WriteProblem(w, p)
+			return
+		}
+		if p := httpx.Required("service", body.Service, "eventId", body.EventID, "reason", body.Reason); p != nil {
+			httpx.WriteProblem(w, p)
+			return
+		}
+		eventID, err := uuid.Parse(body.EventID)
+		if err != nil {
+			httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_event_id", "eventId must be a UUID"))
+			return
+		}
+		if utf8.RuneCountInString(body.Reason) > MaxReason {
+			httpx.WriteProblem(w, httpx.Problemf(http.StatusBadRequest, "invalid_field", "reason is longer than %d characters", MaxReason))
+			return
+		}
+		claims, _ := auth.FromContext(r.Context())
+		rd, err := a.op.Submit(r.Context(), operator.Request{Service: body.Service, EventID: eventID, Action: action,
+			Reason: body.Reason, Actor: claims.Actor(), CorrelationID: corr})
+		if err != nil {
+			a.fail(w, r, "submit "+action, err)
+			return
+		}
+		w.Header().Set("Location", "/v1/operator/redrives/"+rd.ID.String())
+		httpx.WriteJSON(w, http.StatusAccepted, map[string]string{"redriveId": rd.ID.String(), "state": rd.State})
+	}
+}
+
+type auditJSON struct {
+	State         string    `json:"state"`
+	Actor         string    `json:"actor"`
+	CorrelationID string    `json:"correlationId"`
+	Reason        string    `json:"reason"`
+	Outcome       *string   `json:"outcome,omitempty"`
+	At            time.Time `json:"at"`
+}
+
+// redrive: GET /v1/operator/redrives/{redriveId}.
+func (a *Operator) redrive(w http.ResponseWriter, r *http.Request) {
+	id, err := uuid.Parse(chi.URLParam(r, "redriveId"))
+	if err != nil {
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusNotFound, "redrive_not_found", "no redrive with that id"))
+		return
+	}
+	rd, err := a.op.Redrive(r.Context(), id)
+	if err != nil {
+		a.fail(w, r, "read redrive", err)
+		return
+	}
+	audit := make([]auditJSON, len(rd.Audit))
+	for i, e := range rd.Audit {
+		audit[i] = auditJSON{State: e.State, Actor: e.Actor, CorrelationID: e.CorrelationID, Reason: e.Reason, At: e.At}
+		if e.Outcome != "" {
+			audit[i].Outcome = &e.Outcome
+		}
+	}
+	var outcome *string
+	if rd.Outcome != "" {
+		outcome = &rd.Outcome
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{
+		"redriveId": rd.ID, "service": rd.Service, "eventId": rd.EventID, "action": rd.Action,
+		"state": rd.State, "outcome": outcome, "audit": audit,
+	})
+}
+
+type deadLetterJSON struct {
+	Service   string    `json:"service"`
+	EventID   string    `json:"eventId"`
+	EventType string    `json:"eventType"`
+	Topic     string    `json:"topic"`
+	Attempts  int       `json:"attempts"`
+	LastError string    `json:"lastError"`
+	CreatedAt time.Time `json:"createdAt"`
+	DeadAt    time.Time `json:"deadAt"`
+}
+
+// deadLetters: GET /v1/operator/dead-letters[?service=&cursor=&limit=]:
+// one service's dead letters page by page, or the first page of every
+// service.
+func (a *Operator) deadLetters(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	after, limit, p := page(q.Get("cursor"), q.Get("limit"))
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	ds, next, err := a.op.DeadLetters(r.Context(), q.Get("service"), after, limit)
+	if err != nil {
+		a.fail(w, r, "list dead letters", err)
+		return
+	}
+	out := make([]deadLetterJSON, len(ds))
+	for i, d := range ds {
+		out[i] = deadLetterJSON{Service: d.Service, EventID: d.EventID, EventType: d.EventType, Topic: d.Topic,
+			Attempts: d.Attempts, LastError: d.LastError, CreatedAt: d.CreatedAt, DeadAt: d.DeadAt}
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"items": out, "next": cursorJSON(next)})
+}
+
+type mismatchJSON struct {
+	Kind          string    `json:"kind"`
+	OriginEventID uuid.UUID `json:"originEventId"`
+	Detail        string    `json:"detail"`
+}
+
+// reconciliation: GET /v1/operator/reconciliation?tenantId=&period=.
+func (a *Operator) reconciliation(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	tenantID, p := httpx.TenantID(q.Get("tenantId"))
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	period := q.Get("period")
+	if _, err := events.ParsePeriod(period); err != nil {
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_period", "period must be YYYY-MM"))
+		return
+	}
+	rep, err := a.op.Reconcile(r.Context(), tenantID, period)
+	if err != nil {
+		a.fail(w, r, "reconcile", err)
+		return
+	}
+	ms := make([]mismatchJSON, len(rep.Mismatches))
+	for i, m := range rep.Mismatches {
+		ms[i] = mismatchJSON{Kind: m.Kind, OriginEventID: m.OriginEventID, Detail: m.Detail}
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{
+		"tenantId": rep.TenantID, "period": rep.Period,
+		"counts": map[string]int{"usageFacts": rep.Counts.UsageFacts, "charges": rep.Counts.Charges,
+			"invoiceLines": rep.Counts.InvoiceLines, "queryUsage": rep.Counts.QueryUsage},
+		"mismatches": ms,
+	})
+}
+
+// fail maps an operator error to a problem.
+func (a *Operator) fail(w http.ResponseWriter, r *http.Request, what string, err error) {
+	var p *httpx.Problem
+	switch {
+	case errors.Is(err, operator.ErrUnknownService):
+		p = httpx.NewProblem(http.StatusBadRequest, "unknown_service", err.Error())
+	case errors.Is(err, operator.ErrNotFound):
+		p = httpx.NewProblem(http.StatusNotFound, "redrive_not_found", "no redrive with that id")
+	case errors.Is(err, operator.ErrUpstream):
+		p = httpx.NewProblem(http.StatusBadGateway, "service_unavailable", err.Error())
+	default:
+		p = httpx.StoreError(err)
+	}
+	if p.Status >= 500 {
+		a.log.ErrorContext(r.Context(), what, "err", err, "status", p.Status)
+	}
+	httpx.WriteProblem(w, p)
+}
+
+const maxPage = 500
+
+// page reads a cursor and a limit (100 by default).
+func page(cursor, limit string) (int64, int, *httpx.Problem) {
+	after, n := int64(0), 100
+	if cursor != "" {
+		c, err := strconv.ParseInt(cursor, 10, 64)
+		if err != nil || c < 0 {
+			return 0, 0, httpx.NewProblem(http.StatusBadRequest, "invalid_cursor", "cursor must be a next value this API returned")
+		}
+		after = c
+	}
+	if limit != "" {
+		l, err := strconv.Atoi(limit)
+		if err != nil || l < 1 || l > maxPage {
+			return 0, 0, httpx.Problemf(http.StatusBadRequest, "invalid_limit", "limit must be an integer from 1 to %d", maxPage)
+		}
+		n = l
+	}
+	return after, n, nil
+}
+
+func cursorJSON(next int64) *string {
+	if next == 0 {
+		return nil
+	}
+	s := strconv.FormatInt(next, 10)
+	return &s
+}

@@ -1,0 +1,429 @@
+// Package operator is the query service's operator application: the
+// audited redrive and dead-letter release commands (an append-only audit row
+// and a RedriveRequested through the outbox, in one transaction), the
+// handlers of the ops events every service publishes (EventQuarantined into
+// the quarantine view, RedriveCompleted into the audit), and the
+// cross-service reads (recovery counts, dead letters, reconciliation) made
+// through each service's internal endpoints: query never reads another
+// service's database.
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/ops"
+	"github.com/usagebilling/billing/pkg/outbox"
+	"github.com/usagebilling/billing/pkg/recon"
+	"github.com/usagebilling/billing/services/query/internal/db"
+	"github.com/usagebilling/billing/services/query/internal/domain"
+)
+
+// Self is the query service's name: its own counts are read locally.
+const Self = "query"
+
+// Errors of the operator commands and reads.
+var (
+	ErrUnknownService = errors.New("unknown service")
+	ErrNotFound       = errors.New("redrive not found")
+	// ErrUpstream: a service's internal endpoint could not be read.
+	ErrUpstream = errors.New("service unavailable")
+)
+
+// Operator runs the operator commands and reads.
+type Operator struct {
+	pool   *pgxpool.Pool
+	client *ops.Client
+	log    *slog.Logger
+}
+
+// New returns the Operator on pool, reaching the other services with client.
+func New(pool *pgxpool.Pool, client *ops.Client, log *slog.Logger) *Operator {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Operator{pool: pool, client: client, log: log}
+}
+
+// Services are the services the operator acts on: query and every service
+// with a configured URL.
+func (o *Operator) Services() []string {
+	out := []string{Self}
+	for _, s := range o.client.Services() {
+		if s != Self {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (o *Operator) knows(service string) bool { return service == Self || o.client.Knows(service) }
+
+// Request is an operator's action on an event a service retains.
+type Request struct {
+	Service       string
+	EventID       uuid.UUID
+	Action        string // events.ActionRedecide or events.ActionReleaseDeadLetter
+	Reason        string
+	Actor         string // from the credential
+	CorrelationID string
+}
+
+// Redrive is an operator action and its audit.
+type Redrive struct {
+	ID      uuid.UUID
+	Service string
+	EventID uuid.UUID
+	Action  string
+	State   string // "requested" | "completed"
+	Outcome string // set once completed
+	Audit   []AuditEntry
+}
+
+// AuditEntry is one state of a Redrive, as appended.
+type AuditEntry struct {
+	State         string
+	Actor         string
+	CorrelationID string
+	Reason        string
+	Outcome       string
+	At            time.Time
+}
+
+// Audit states.
+const (
+	StateRequested = "requested"
+	StateCompleted = "completed"
+)
+
+// Submit records the request in the audit and sends its RedriveRequested
+// to the owning service through the outbox, in one transaction.
+func (o *Operator) Submit(ctx context.Context, req Request) (Redrive, error) {
+	if !o.knows(req.Service) {
+		return Redrive{}, fmt.Errorf("%w %q", ErrUnknownService, req.Service)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Redrive{}, fmt.Errorf("new redrive id: %w", err)
+	}
+	env, err := envelope.New(envelope.Meta{
+		EventType: events.TypeRedriveRequested, SchemaVersion: 1, TenantID: events.OpsTenant,
+		AggregateType: events.AggregateOps, AggregateID: events.RedriveAggregateID(id), AggregateVersion: 1,
+		OccurredAt: time.Now(), Producer: Self, CorrelationID: req.CorrelationID,
+	}, events.RedriveRequested{RedriveID: id, Service: req.Service, EventID: req.EventID.String(), Action: req.Action,
+		Reason: req.Reason, Actor: req.Actor})
+	if err != nil {
+		return Redrive{}, fmt.Errorf("build RedriveRequested: %w", err)
+	}
+	err = pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+		if err := db.New(tx).AppendRedriveAudit(ctx, db.AppendRedriveAuditParams{
+			RedriveID: id, Service: req.Service, EventID: req.EventID, Action: req.Action, State: StateRequested,
+			Actor: req.Actor, CorrelationID: req.CorrelationID, Reason: req.Reason, SourceEventID: env.EventID,
+		}); err != nil {
+			return fmt.Errorf("audit redrive %s: %w", id, err)
+		}
+		return outbox.Append(ctx, tx, events.TopicOpsCommands, env)
+	})
+	if err != nil {
+		return Redrive{}, err
+	}
+	o.log.InfoContext(ctx, "redrive requested", "redrive_id", id, "service", req.Service, "event_id", req.EventID,
+		"action", req.Action, "actor", req.Actor, "correlation_id", req.CorrelationID)
+	return Redrive{ID: id, Service: req.Service, EventID: req.EventID, Action: req.Action, State: StateRequested}, nil
+}
+
+// Redrive reads a redrive and its audit.
+func (o *Operator) Redrive(ctx context.Context, id uuid.UUID) (Redrive, error) {
+	rows, err := db.New(o.pool).RedriveAudit(ctx, id)
+	if err != nil {
+		return Redrive{}, fmt.Errorf("read redrive %s: %w", id, err)
+	}
+	if len(rows) == 0 {
+		return Redrive{}, ErrNotFound
+	}
+	r := Redrive{ID: id, Service: rows[0].Service, EventID: rows[0].EventID, Action: rows[0].Action}
+	for _, row := range rows {
+		r.State = row.State
+		if row.Outcome.Valid {
+			r.Outcome = row.Outcome.String
+		}
+		r.Audit = append(r.Audit, AuditEntry{State: row.State, Actor: row.Actor, CorrelationID: row.CorrelationID,
+			Reason: row.Reason, Outcome: row.Outcome.String, At: row.At.UTC()})
+	}
+	return r, nil
+}
+
+// Handlers are the inbox handlers of the ops events query consumes.
+func (o *Operator) Handlers() map[string]inbox.Handler {
+	return map[string]inbox.Handler{
+		events.TypeEventQuarantined: o.onQuarantined,
+		events.TypeRedriveCompleted: o.onCompleted,
+	}
+}
+
+// OriginConstraints are the unique constraints of the ops effects' origins.
+var OriginConstraints = []string{"quarantine_notice_event_key", "redrive_audit_source_key", "redrive_audit_state_key"}
+
+func (o *Operator) onQuarantined(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
+	p, ok := d.Payload.(events.EventQuarantined)
+	if !ok {
+		return inbox.Outcome{}, inbox.Permanent("unexpected_payload", fmt.Errorf("payload is %T", d.Payload))
+	}
+	var quarantined uuid.NullUUID
+	if p.EventID != "" {
+		id, err := uuid.Parse(p.EventID)
+		if err != nil {
+			return inbox.Outcome{}, inbox.Permanent("invalid_event_id", err)
+		}
+		quarantined = uuid.NullUUID{UUID: id, Valid: true}
+	}
+	err := db.New(tx).InsertQuarantineNotice(ctx, db.InsertQuarantineNoticeParams{
+		EventID: d.Envelope.EventID, Service: p.Service, QuarantinedEventID: quarantined, EventType: p.EventType,
+		TenantID: p.EventTenantID, Reason: p.Reason, RawSha256: p.RawSHA256, Topic: p.Topic, Partition: p.Partition,
+		Offset: p.Offset, QuarantinedAt: p.QuarantinedAt,
+	})
+	if err != nil {
+		return inbox.Outcome{}, fmt.Errorf("record quarantine notice %s: %w", d.Envelope.EventID, err)
+	}
+	return inbox.Outcome{}, nil
+}
+
+func (o *Operator) onCompleted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
+	p, ok := d.Payload.(events.RedriveCompleted)
+	if !ok {
+		return inbox.Outcome{}, inbox.Permanent("unexpected_payload", fmt.Errorf("payload is %T", d.Payload))
+	}
+	eventID, err := uuid.Parse(p.EventID)
+	if err != nil {
+		return inbox.Outcome{}, inbox.Permanent("invalid_event_id", err)
+	}
+	action := p.Action
+	if action == "" {
+		action = events.ActionRedecide
+	}
+	err = db.New(tx).AppendRedriveAudit(ctx, db.AppendRedriveAuditParams{
+		RedriveID: p.RedriveID, Service: p.Service, EventID: eventID, Action: action, State: StateCompleted,
+		Outcome: pgtype.Text{String: p.Outcome, Valid: true}, Actor: "service:" + p.Service,
+		CorrelationID: d.Envelope.CorrelationID, Reason: p.Reason, SourceEventID: d.Envelope.EventID,
+	})
+	if err != nil {
+		return inbox.Outcome{}, fmt.Errorf("audit completion of redrive %s: %w", p.RedriveID, err)
+	}
+	return inbox.Outcome{}, nil
+}
+
+// ServiceRecovery is one service's recovery counts, or why they could not
+// be read.
+type ServiceRecovery struct {
+	ops.Recovery
+	Err error
+}
+
+// Recovery reads every service's recovery counts, concurrently.
+func (o *Operator) Recovery(ctx context.Context) map[string]ServiceRecovery {
+	services := o.Services()
+	out := make(map[string]ServiceRecovery, len(services))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, s := range services {
+		wg.Go(func() {
+			var r ops.Recovery
+			var err error
+			if s == Self {
+				r, err = ops.ReadRecovery(ctx, o.pool)
+			} else {
+				r, err = o.client.Recovery(ctx, s)
+			}
+			if err != nil {
+				o.log.WarnContext(ctx, "read recovery counts", "service", s, "err", err)
+			}
+			mu.Lock()
+			out[s] = ServiceRecovery{Recovery: r, Err: err}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// QuarantineFilter selects quarantine view items.
+type QuarantineFilter struct {
+	Service, Reason, TenantID string
+	IncludeRedriven           bool
+	After                     int64
+	Limit                     int
+}
+
+// QuarantineItem is one message of the cross-service quarantine view.
+type QuarantineItem struct {
+	Seq           int64
+	Service       string
+	EventID       string
+	EventType     string
+	TenantID      string
+	Reason        string
+	Topic         string
+	Partition     int32
+	Offset        int64
+	QuarantinedAt time.Time
+	Redriven      bool
+}
+
+// Quarantine pages through the quarantine view; next is the cursor of the
+// next page, 0 on the last.
+func (o *Operator) Quarantine(ctx context.Context, f QuarantineFilter) (items []QuarantineItem, next int64, err error) {
+	rows, err := db.New(o.pool).ListQuarantineNotices(ctx, db.ListQuarantineNoticesParams{
+		After: f.After, Service: f.Service, Reason: f.Reason, TenantID: f.TenantID,
+		IncludeRedriven: f.IncludeRedriven, MaxRows: int32(f.Limit + 1),
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list quarantine view: %w", err)
+	}
+	for i, r := range rows {
+		if i == f.Limit {
+			next = rows[i-1].Seq
+			break
+		}
+		item := QuarantineItem{Seq: r.Seq, Service: r.Service, EventType: r.EventType, TenantID: r.TenantID,
+			Reason: r.Reason, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+			QuarantinedAt: r.QuarantinedAt.UTC(), Redriven: r.Redriven}
+		if r.QuarantinedEventID.Valid {
+			item.EventID = r.QuarantinedEventID.UUID.String()
+		}
+		items = append(items, item)
+	}
+	return items, next, nil
+}
+
+// DeadLetter is one dead letter of a service's outbox.
+type DeadLetter struct {
+	Service string
+	ops.DeadLetter
+}
+
+// DeadLetters reads the dead letters of one service from cursor after, or,
+// with service empty, the first page of every service (next is then 0).
+func (o *Operator) DeadLetters(ctx context.Context, service string, after int64, limit int) ([]DeadLetter, int64, error) {
+	services := []string{service}
+	if service == "" {
+		services, after = o.Services(), 0
+	} else if !o.knows(service) {
+		return nil, 0, fmt.Errorf("%w %q", ErrUnknownService, service)
+	}
+	var out []DeadLetter
+	var next int64
+	for _, s := range services {
+		var page ops.DeadLetterPage
+		var err error
+		if s == Self {
+			page, err = ops.ListDeadLetters(ctx, o.pool, after, limit)
+		} else {
+			page, err = o.client.DeadLetters(ctx, s, after, limit)
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: %s: %w", ErrUpstream, s, err)
+		}
+		for _, d := range page.Items {
+			out = append(out, DeadLetter{Service: s, DeadLetter: d})
+		}
+		if service != "" && page.Next != nil {
+			next, _ = strconv.ParseInt(*page.Next, 10, 64)
+		}
+	}
+	return out, next, nil
+}
+
+// Reconcile compares the tenant's usage facts, charges, invoice lines and
+// query projection of period by origin event id. Billing is read first: the
+// periods its charges touch decide which rows the others return.
+func (o *Operator) Reconcile(ctx context.Context, tenantID, period string) (domain.Report, error) {
+	var src domain.Sources
+	var err error
+	if src.Billing, err = o.rows(ctx, "billing", tenantID, []string{period}); err != nil {
+		return domain.Report{}, err
+	}
+	periods := domain.ChargeMonths(period, src.Billing)
+	var wg sync.WaitGroup
+	var usageErr, invoiceErr, queryErr error
+	wg.Go(func() { src.Usage, usageErr = o.rows(ctx, "usage", tenantID, periods) })
+	wg.Go(func() { src.Invoice, invoiceErr = o.rows(ctx, "invoice", tenantID, periods) })
+	wg.Go(func() { src.Query, queryErr = o.ReconciliationRows(ctx, tenantID, periods) })
+	wg.Wait()
+	if err := errors.Join(usageErr, invoiceErr, queryErr); err != nil {
+		return domain.Report{}, err
+	}
+	return domain.Reconcile(tenantID, period, src), nil
+}
+
+func (o *Operator) rows(ctx context.Context, service, tenantID string, periods []string) (recon.Rows, error) {
+	rows, err := o.client.Reconciliation(ctx, service, tenantID, periods)
+	if err != nil {
+		return recon.Rows{}, fmt.Errorf("%w: %s: %w", ErrUpstream, service, err)
+	}
+	return rows, nil
+}
+
+// ReconciliationRows reads query's projection of the tenant's money flow in
+// periods, from one snapshot: query's part of /internal/v1/reconciliation.
+func (o *Operator) ReconciliationRows(ctx context.Context, tenantID string, periods []string) (recon.Rows, error) {
+	var out recon.Rows
+	err := pgx.BeginTxFunc(ctx, o.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		t, p := tenantID, periods
+		usage, err := q.ReconciliationUsage(ctx, db.ReconciliationUsageParams{TenantID: t, Periods: p})
+		if err != nil {
+			return fmt.Errorf("read projected usage: %w", err)
+		}
+		charges, err := q.ReconciliationCharges(ctx, db.ReconciliationChargesParams{TenantID: t, Periods: p})
+		if err != nil {
+			return fmt.Errorf("read projected charges: %w", err)
+		}
+		adjs, err := q.ReconciliationAdjustments(ctx, db.ReconciliationAdjustmentsParams{TenantID: t, Periods: p})
+		if err != nil {
+			return fmt.Errorf("read projected adjustments: %w", err)
+		}
+		lines, err := q.ReconciliationInvoiceLines(ctx, db.ReconciliationInvoiceLinesParams{TenantID: t, Periods: p})
+		if err != nil {
+			return fmt.Errorf("read projected invoice lines: %w", err)
+		}
+		corrs, err := q.ReconciliationCorrections(ctx, db.ReconciliationCorrectionsParams{TenantID: t, Periods: p})
+		if err != nil {
+			return fmt.Errorf("read projected corrections: %w", err)
+		}
+		for _, u := range usage {
+			out.UsageFacts = append(out.UsageFacts, recon.UsageFact{EventID: u.EventID, UsageID: u.UsageID,
+				MeterCode: u.MeterCode, Quantity: u.Quantity, Period: u.Period})
+		}
+		for _, c := range charges {
+			out.Charges = append(out.Charges, recon.Charge{EventID: c.EventID, UsageEventID: c.UsageEventID,
+				Currency: c.Currency, Quantity: c.Quantity, Amount: c.Amount, Period: c.Period})
+		}
+		for _, a := range adjs {
+			out.Adjustments = append(out.Adjustments, recon.Adjustment{EventID: a.EventID, Currency: a.Currency,
+				Amount: a.Amount, Period: a.Period})
+		}
+		for _, l := range lines {
+			out.InvoiceLines = append(out.InvoiceLines, recon.InvoiceLine{InvoiceID: l.InvoiceID, Issued: true,
+				Period: l.Period, Currency: l.Currency, OriginEventID: l.OriginEventID, Kind: l.Kind, Amount: l.Amount})
+		}
+		for _, c := range corrs {
+			out.Corrections = append(out.Corrections, recon.Correction{InvoiceID: c.InvoiceID, Period: c.Period,
+				OriginEventID: c.OriginEventID, Amount: c.Amount})
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,529 @@
+package query_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/auth"
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/kafkabroker"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/services/billing"
+	"github.com/usagebilling/billing/services/invoice"
+	"github.com/usagebilling/billing/services/meter"
+	"github.com/usagebilling/billing/services/query"
+	"github.com/usagebilling/billing/services/usage"
+)
+
+var specs = []service.Spec{meter.Spec, usage.Spec, billing.Spec, invoice.Spec, query.Spec}
+
+// templates are the five services' databases, each migrated once.
+var templates = func() map[string]pgtest.Template {
+	out := map[string]pgtest.Template{}
+	for _, s := range specs {
+		out[s.Name] = pgtest.Template{Name: "all-" + s.Name, Migrate: func(_ context.Context, url string) error {
+			return pgmigrate.Up(url, s.Sets()...)
+		}}
+	}
+	return out
+}()
+
+// stack runs the five services in this process with service.Run, each with
+// its own database, on one Kafka-protocol broker, as main runs them.
+type stack struct {
+	t       *testing.T
+	brokers []string
+	addrs   map[string]string
+	dbs     map[string]string
+	procs   map[string]*proc
+}
+
+type proc struct {
+	stop context.CancelFunc
+	done chan error
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	s := &stack{t: t, brokers: kafkaWithTopics(t), addrs: map[string]string{}, dbs: map[string]string{}, procs: map[string]*proc{}}
+	for _, spec := range specs {
+		s.addrs[spec.Name] = freeAddr(t)
+		s.dbs[spec.Name] = pgtest.NewDB(t, templates[spec.Name])
+	}
+	t.Cleanup(func() {
+		for name := range s.procs {
+			s.stop(name)
+		}
+	})
+	for _, spec := range specs {
+		s.start(spec)
+	}
+	return s
+}
+
+func (s *stack) url(name string) string { return "http://" + s.addrs[name] }
+
+func (s *stack) start(spec service.Spec) {
+	s.t.Helper()
+	var urls []string
+	for _, sp := range specs {
+		urls = append(urls, sp.Name+"="+s.url(sp.Name))
+	}
+	env := service.NewEnvFrom(map[string]string{
+		"DATABASE_URL": s.dbs[spec.Name], "KAFKA_BROKERS": strings.Join(s.brokers, ","), "HTTP_ADDR": s.addrs[spec.Name],
+		"LOG_LEVEL": "error", "AUTH_DEV_KEY": "true", "SERVICE_URLS": strings.Join(urls, ","),
+		"CONSUMER_SWEEP_INTERVAL": "200ms", "RELAY_POLL_INTERVAL": "100ms",
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	p := &proc{stop: stop, done: make(chan error, 1)}
+	go func() { p.done <- service.Run(ctx, spec, nil, env) }()
+	s.procs[spec.Name] = p
+	eventually(s.t, spec.Name+" ready", time.Minute, func() bool {
+		select {
+		case err := <-p.done:
+			s.t.Fatalf("%s stopped: %v", spec.Name, err)
+		default:
+		}
+		resp, err := http.Get(s.url(spec.Name) + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+func (s *stack) stop(name string) {
+	p := s.procs[name]
+	delete(s.procs, name)
+	p.stop()
+	select {
+	case err := <-p.done:
+		if err != nil {
+			s.t.Errorf("%s: %v", name, err)
+		}
+	case <-time.After(30 * time.Second):
+		s.t.Errorf("%s did not stop", name)
+	}
+}
+
+func (s *stack) pool(name string) *pgxpool.Pool {
+	s.t.Helper()
+	pool, err := pgxpool.New(context.Background(), s.dbs[name])
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(pool.Close)
+	return pool
+}
+
+// call sends a JSON request and decodes a 2xx JSON answer into out; it
+// returns the status and the problem code, if any.
+func call(t *testing.T, c *http.Client, method, url string, header map[string]string, body any, out any) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: decode %s: %v", method, url, b, err)
+		}
+	}
+	var p struct{ Code string }
+	_ = json.Unmarshal(b, &p)
+	return resp.StatusCode, p.Code
+}
+
+func produceRaw(t *testing.T, brokers []string, topic, key string, raw []byte) {
+	t.Helper()
+	cfg := sarama.NewConfig()
+	cfg.Version = kafkabroker.SaramaVersion()
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	p, err := sarama.NewSyncProducer(brokers, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key), Value: sarama.ByteEncoder(raw)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func build(t *testing.T, m envelope.Meta, payload any) envelope.Envelope {
+	t.Helper()
+	if m.AggregateVersion == 0 {
+		m.AggregateVersion = 1
+	}
+	if m.SchemaVersion == 0 {
+		m.SchemaVersion = 1
+	}
+	if m.OccurredAt.IsZero() {
+		m.OccurredAt = time.Now()
+	}
+	e, err := envelope.New(m, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func marshal(t *testing.T, e envelope.Envelope) []byte {
+	t.Helper()
+	b, err := e.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type accepted struct {
+	UsageID uuid.UUID `json:"usageId"`
+	EventID uuid.UUID `json:"eventId"`
+}
+
+type redriveView struct {
+	RedriveID, Service, EventID, State string
+	Outcome                            *string
+	Audit                              []struct {
+		State, Actor, CorrelationID, Reason string
+		Outcome                             *string
+	}
+}
+
+type quarantineItem struct {
+	Service, EventType, TenantID, Reason, State string
+	EventID                                     *string
+}
+
+type reconciliation struct {
+	Counts     map[string]int
+	Mismatches []struct{ Kind, OriginEventID, Detail string }
+}
+
+// The operator's recovery path on the running system: poison events are
+// quarantined in the services that consume them while healthy events flow,
+// the operator API lists them, a redrive after the fix applies the event
+// exactly once with an audit of who asked and why, a digest conflict stays
+// quarantined, a dead letter is released, and reconciliation is empty on
+// the healthy flow and names the ids of a row broken behind its back.
+func TestOperatorRecovery(t *testing.T) {
+	s := newStack(t)
+	ctx := context.Background()
+	op := auth.Client(mustToken(t, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)))
+	acme := auth.Client(auth.DevToken(auth.RoleTenant, "acme"))
+	beta := auth.Client(auth.DevToken(auth.RoleTenant, "beta"))
+	period := events.Period(time.Now())
+
+	// Healthy before: prices for acme and beta, a usage fact of each.
+	for tenant, c := range map[string]*http.Client{"acme": acme, "beta": beta} {
+		if status, code := call(t, c, "POST", s.url("meter")+"/v1/tenants/"+tenant+"/prices",
+			map[string]string{"Idempotency-Key": "price-" + tenant},
+			map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, nil); status != http.StatusCreated {
+			t.Fatalf("price of %s: %d %s", tenant, status, code)
+		}
+	}
+	postUsage := func(c *http.Client, tenant, source, qty string) accepted {
+		t.Helper()
+		var a accepted
+		eventually(t, "usage "+source+" accepted", time.Minute, func() bool {
+			status, code := call(t, c, "POST", s.url("usage")+"/v1/tenants/"+tenant+"/usage", nil, map[string]string{
+				"sourceSystem": "crm", "sourceEventId": source, "meterCode": "api_calls", "quantity": qty,
+				"occurredAt": time.Now().UTC().Format(time.RFC3339Nano)}, &a)
+			if status != http.StatusCreated && code != "unknown_meter" {
+				t.Fatalf("usage %s: %d %s", source, status, code)
+			}
+			return status == http.StatusCreated
+		})
+		return a
+	}
+	charges := func(c *http.Client, tenant string) map[string]string { // usage event id -> amount
+		var out struct {
+			Charges []struct{ UsageEventID, Amount string }
+		}
+		if status, _ := call(t, c, "GET", s.url("billing")+"/v1/tenants/"+tenant+"/charges?period="+period, nil, nil, &out); status != 200 {
+			return nil
+		}
+		m := map[string]string{}
+		for _, ch := range out.Charges {
+			m[ch.UsageEventID] = ch.Amount
+		}
+		return m
+	}
+	u1 := postUsage(acme, "acme", "u1", "100")
+	b1 := postUsage(beta, "beta", "b1", "1")
+	eventually(t, "u1 and b1 charged", time.Minute, func() bool {
+		return charges(acme, "acme")[u1.EventID.String()] == "1" && charges(beta, "beta")[b1.EventID.String()] == "0.01"
+	})
+
+	// Poison.
+	v2UsageID := uuid.Must(uuid.NewV7())
+	v2 := build(t, envelope.Meta{EventType: events.TypeUsageAccepted, SchemaVersion: 2, TenantID: "beta",
+		AggregateType: events.AggregateUsage, AggregateID: v2UsageID.String(), Producer: "usage"},
+		events.UsageAccepted{UsageID: v2UsageID, SourceSystem: "crm", SourceEventID: "v2", MeterCode: "api_calls",
+			Quantity: decimal.RequireFromString("3"), OccurredAt: time.Now().UTC(), Currency: "USD", PriceVersion: 1})
+	produceRaw(t, s.brokers, events.TopicUsage, v2.PartitionKey, marshal(t, v2))
+
+	badDigest := build(t, envelope.Meta{EventType: events.TypePriceActivated, TenantID: "beta", AggregateType: events.AggregatePrice,
+		AggregateID: events.PriceSeriesID("sms", "USD"), Producer: "meter"},
+		events.PriceActivated{PriceID: uuid.New(), MeterCode: "sms", Currency: "USD", UnitPrice: decimal.RequireFromString("0.5"),
+			EffectiveAt: time.Now().UTC(), Version: 1})
+	var doc map[string]any
+	if err := json.Unmarshal(marshal(t, badDigest), &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["payloadDigest"] = strings.Repeat("ab", 32)
+	tampered, _ := json.Marshal(doc)
+	produceRaw(t, s.brokers, events.TopicMeter, badDigest.PartitionKey, tampered)
+
+	unknown := build(t, envelope.Meta{EventType: "UsageRetracted", TenantID: "beta", AggregateType: events.AggregateBillingPeriod,
+		AggregateID: period, Producer: "billing"}, map[string]string{"why": "no such event"})
+	produceRaw(t, s.brokers, events.TopicBilling, unknown.PartitionKey, marshal(t, unknown))
+
+	produceRaw(t, s.brokers, events.TopicInvoice, "junk", []byte("\xff\xfe this is not an envelope"))
+
+	forged := build(t, envelope.Meta{EventType: events.TypeUsageAccepted, TenantID: "acme", AggregateType: events.AggregateUsage,
+		AggregateID: u1.UsageID.String(), Producer: "usage"},
+		events.UsageAccepted{UsageID: u1.UsageID, SourceSystem: "crm", SourceEventID: "u1", MeterCode: "api_calls",
+			Quantity: decimal.RequireFromString("100000"), OccurredAt: time.Now().UTC(), Currency: "USD", PriceVersion: 1})
+	forged.EventID = u1.EventID // same event id, other content
+	produceRaw(t, s.brokers, events.TopicUsage, forged.PartitionKey, marshal(t, forged))
+
+	// Healthy after.
+	u2 := postUsage(acme, "acme", "u2", "50")
+	eventually(t, "u2 charged and u1 unchanged", time.Minute, func() bool {
+		c := charges(acme, "acme")
+		return len(c) == 2 && c[u1.EventID.String()] == "1" && c[u2.EventID.String()] == "0.5"
+	})
+	eventually(t, "query projected u1 and u2", time.Minute, func() bool {
+		var sum struct{ Usage struct{ Count int } }
+		status, _ := call(t, acme, "GET", s.url("query")+"/v1/tenants/acme/summary", nil, nil, &sum)
+		return status == 200 && sum.Usage.Count == 2
+	})
+
+	// Each poison is quarantined with its reason in each service that
+	// consumes its topic, and the operator API lists it.
+	type q struct{ service, reason, eventID string }
+	want := []q{
+		{"billing", envelope.ReasonUnsupportedSchema, v2.EventID.String()},
+		{"query", envelope.ReasonUnsupportedSchema, v2.EventID.String()},
+		{"usage", envelope.ReasonDigestMismatch, badDigest.EventID.String()},
+		{"billing", envelope.ReasonDigestMismatch, badDigest.EventID.String()},
+		{"query", envelope.ReasonDigestMismatch, badDigest.EventID.String()},
+		{"invoice", envelope.ReasonUnknownEventType, unknown.EventID.String()},
+		{"query", envelope.ReasonUnknownEventType, unknown.EventID.String()},
+		{"query", envelope.ReasonMalformed, ""},
+		{"billing", inbox.ReasonDigestConflict, u1.EventID.String()},
+		{"query", inbox.ReasonDigestConflict, u1.EventID.String()},
+	}
+	listed := func(query string) []quarantineItem {
+		var page struct {
+			Items []quarantineItem
+			Next  *string
+		}
+		if status, code := call(t, op, "GET", s.url("query")+"/v1/operator/quarantine?"+query, nil, nil, &page); status != 200 {
+			t.Fatalf("quarantine view: %d %s", status, code)
+		}
+		return page.Items
+	}
+	eventually(t, "every quarantine listed", time.Minute, func() bool { return len(listed("limit=100")) == len(want) })
+	items := listed("limit=100")
+	for _, w := range want {
+		found := false
+		for _, it := range items {
+			id := ""
+			if it.EventID != nil {
+				id = *it.EventID
+			}
+			found = found || (it.Service == w.service && it.Reason == w.reason && id == w.eventID && it.State == "quarantined")
+		}
+		if !found {
+			t.Errorf("not listed: %+v in %+v", w, items)
+		}
+	}
+	if got := listed("service=billing&reason=unsupported_schema"); len(got) != 1 || got[0].TenantID != "beta" {
+		t.Errorf("filtered by service and reason: %+v", got)
+	}
+	if got := listed("tenantId=beta"); len(got) != 7 {
+		t.Errorf("filtered by tenant: %d items, want 7", len(got))
+	}
+	var rec struct {
+		Services map[string]struct {
+			Available                          bool
+			Quarantined, Deferred, DeadLetters int
+			OutboxPending                      int
+		}
+	}
+	if status, _ := call(t, op, "GET", s.url("query")+"/v1/operator/recovery", nil, nil, &rec); status != 200 {
+		t.Fatal(status)
+	}
+	for name, n := range map[string]int{"meter": 0, "usage": 1, "billing": 3, "invoice": 1, "query": 5} {
+		if r := rec.Services[name]; !r.Available || r.Quarantined != n {
+			t.Errorf("recovery of %s: %+v, want %d quarantined", name, r, n)
+		}
+	}
+
+	redrive := func(service, eventID, corr string) redriveView {
+		t.Helper()
+		var acc struct{ RedriveID, State string }
+		if status, code := call(t, op, "POST", s.url("query")+"/v1/operator/redrives", map[string]string{"X-Correlation-Id": corr},
+			map[string]string{"service": service, "eventId": eventID, "reason": "redrive " + corr}, &acc); status != http.StatusAccepted {
+			t.Fatalf("redrive: %d %s", status, code)
+		}
+		var rv redriveView
+		eventually(t, "redrive "+corr+" completed", time.Minute, func() bool {
+			status, _ := call(t, op, "GET", s.url("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
+			return status == 200 && rv.State == "completed"
+		})
+		return rv
+	}
+	outcome := func(rv redriveView) string {
+		if rv.Outcome == nil {
+			return ""
+		}
+		return *rv.Outcome
+	}
+
+	// Before the fix the redrive finds the same reason.
+	if rv := redrive("billing", v2.EventID.String(), "too-early"); outcome(rv) != "quarantined" || rv.Audit[1].Reason != envelope.ReasonUnsupportedSchema {
+		t.Fatalf("redrive before the fix: %+v", rv)
+	}
+
+	// The fix: billing restarts with a decoder for UsageAccepted v2.
+	s.stop("billing")
+	fixed := billing.Spec
+	fixed.Register = func(r *envelope.Registry) {
+		envelope.Register[events.UsageAccepted](r, events.TypeUsageAccepted, 2)
+	}
+	s.start(fixed)
+
+	rv := redrive("billing", v2.EventID.String(), "fix-v2")
+	if outcome(rv) != "applied" || rv.Service != "billing" || rv.EventID != v2.EventID.String() || len(rv.Audit) != 2 {
+		t.Fatalf("redrive after the fix: %+v", rv)
+	}
+	if a := rv.Audit[0]; a.State != "requested" || a.Actor != "alice" || a.CorrelationID != "fix-v2" || a.Reason != "redrive fix-v2" {
+		t.Errorf("requested: %+v", a)
+	}
+	if a := rv.Audit[1]; a.State != "completed" || a.Actor != "service:billing" || a.CorrelationID != "fix-v2" {
+		t.Errorf("completed: %+v", a)
+	}
+	if c := charges(beta, "beta"); len(c) != 2 || c[v2.EventID.String()] != "0.03" {
+		t.Fatalf("beta charges after the redrive: %v", c)
+	}
+	if rv := redrive("billing", v2.EventID.String(), "fix-v2-again"); outcome(rv) != "duplicate" {
+		t.Fatalf("second redrive: %+v", rv)
+	}
+	if c := charges(beta, "beta"); len(c) != 2 {
+		t.Fatalf("beta charges after the second redrive: %v", c)
+	}
+	// The digest conflict stays quarantined; the original charge stands.
+	if rv := redrive("billing", u1.EventID.String(), "conflict"); outcome(rv) != "quarantined" || rv.Audit[1].Reason != inbox.ReasonDigestConflict {
+		t.Fatalf("redrive of a digest conflict: %+v", rv)
+	}
+	if c := charges(acme, "acme"); c[u1.EventID.String()] != "1" {
+		t.Fatalf("u1 charge after the conflict's redrive: %v", c)
+	}
+	if got := listed("service=billing"); len(got) != 2 {
+		t.Errorf("billing still quarantined: %+v, want the digest mismatch and the conflict", got)
+	}
+	if got := listed("service=billing&state=all"); len(got) != 3 {
+		t.Errorf("billing, all: %+v", got)
+	}
+
+	// A dead letter of meter's outbox is listed and released.
+	var dead uuid.UUID
+	if err := s.pool("meter").QueryRow(ctx, `
+		UPDATE outbox_event SET published_at = NULL, dead_at = now(), attempts = 10, last_error = 'refused (test)'
+		WHERE id = (SELECT min(id) FROM outbox_event WHERE event_type = 'PriceActivated') RETURNING event_id`).Scan(&dead); err != nil {
+		t.Fatal(err)
+	}
+	var dls struct {
+		Items []struct{ Service, EventID, LastError string }
+	}
+	if status, _ := call(t, op, "GET", s.url("query")+"/v1/operator/dead-letters", nil, nil, &dls); status != 200 ||
+		len(dls.Items) != 1 || dls.Items[0].Service != "meter" || dls.Items[0].EventID != dead.String() {
+		t.Fatalf("dead letters: %+v", dls)
+	}
+	var acc struct{ RedriveID string }
+	if status, code := call(t, op, "POST", s.url("query")+"/v1/operator/dead-letters/release", map[string]string{"X-Correlation-Id": "release-1"},
+		map[string]string{"service": "meter", "eventId": dead.String(), "reason": "broker fixed"}, &acc); status != http.StatusAccepted {
+		t.Fatalf("release: %d %s", status, code)
+	}
+	eventually(t, "the dead letter released and published again", time.Minute, func() bool {
+		var rv redriveView
+		call(t, op, "GET", s.url("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
+		var published bool
+		_ = s.pool("meter").QueryRow(ctx, `SELECT published_at IS NOT NULL FROM outbox_event WHERE event_id = $1`, dead).Scan(&published)
+		return outcome(rv) == "released" && published
+	})
+
+	// Reconciliation of the healthy tenant is empty, with the counts.
+	reconcile := func() reconciliation {
+		var r reconciliation
+		if status, code := call(t, op, "GET", s.url("query")+"/v1/operator/reconciliation?tenantId=acme&period="+period, nil, nil, &r); status != 200 {
+			t.Fatalf("reconciliation: %d %s", status, code)
+		}
+		return r
+	}
+	eventually(t, "an empty reconciliation", time.Minute, func() bool { return len(reconcile().Mismatches) == 0 })
+	if r := reconcile(); r.Counts["usageFacts"] != 2 || r.Counts["charges"] != 2 || r.Counts["invoiceLines"] != 2 || r.Counts["queryUsage"] != 2 {
+		t.Errorf("counts %+v", r.Counts)
+	}
+
+	// A charge deleted behind billing's back is named by its usage event id.
+	if _, err := s.pool("billing").Exec(ctx, `DELETE FROM charge WHERE usage_event_id = $1`, u2.EventID); err != nil {
+		t.Fatal(err)
+	}
+	r := reconcile()
+	found := false
+	for _, m := range r.Mismatches {
+		found = found || (m.Kind == "missing_charge" && m.OriginEventID == u2.EventID.String())
+	}
+	if !found {
+		t.Fatalf("mismatches %+v, want missing_charge of %s", r.Mismatches, u2.EventID)
+	}
+	t.Logf("reconciliation after the break: %s", fmt.Sprint(r.Mismatches))
+}
+
+func mustToken(t *testing.T, c auth.Claims) string {
+	t.Helper()
+	s, err := auth.Token(auth.DevKey, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
