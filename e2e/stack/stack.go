@@ -736,6 +736,28 @@ func (s *Stack) Restart(ctx context.Context, service string, instance int) error
 	return in.startReady(ctx, s.opts.ReadyTimeout)
 }
 
+// Upgrade restarts a service instance like Restart, but from another
+// binary: how an operator rolls out a fixed build (for example one that
+// decodes a new schema version) before redriving what the old one
+// quarantined. Later Restarts keep the new binary.
+func (s *Stack) Upgrade(ctx context.Context, service string, instance int, binary string) error {
+	in := s.instance(service, instance)
+	if in == nil {
+		return fmt.Errorf("upgrade %s.%d: no such service instance", service, instance)
+	}
+	if _, err := os.Stat(binary); err != nil {
+		return fmt.Errorf("upgrade %s: %w", in.name(), err)
+	}
+	s.log.Info("upgrading", "service", in.name(), "binary", binary)
+	if err := in.stop(ctx, 20*time.Second); err != nil {
+		return err
+	}
+	in.mu.Lock()
+	in.bin = binary
+	in.mu.Unlock()
+	return in.startReady(ctx, s.opts.ReadyTimeout)
+}
+
 func (s *Stack) instance(service string, i int) *instance {
 	ins := s.instances[service]
 	if i < 0 || i >= len(ins) {

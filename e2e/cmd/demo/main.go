@@ -64,16 +64,28 @@ func run(ctx context.Context) int {
 		s.URL("meter", 0), s.URL("usage", 0), s.URL("billing", 0), s.URL("invoice", 0), s.URL("query", 0))
 	flowBegan := time.Now()
 	res, runErr := scenario.Run(ctx, scenario.EndpointsFrom(s.URLs()), scenario.Config{Progress: progress})
+	flow := time.Since(flowBegan)
+	report(res)
+
+	var failures []string
 	var recovery map[string]scenario.Recovery
 	var recErr error
 	if runErr == nil {
-		progress("reading each service's outbox and inbox backlog from its database")
-		recovery, recErr = scenario.WaitRecovered(ctx, s.DatabaseURLs(), 30*time.Second, progress)
+		op := scenario.DevOperator(s.URL("query", 0), "alice@ops.example")
+		failures = append(failures, operatorStory(ctx, s, op, res.Sent[0].Tenant, res.Period, progress)...)
+		progress("reading every service's backlog through GET /v1/operator/recovery")
+		recErr = waitFor(ctx, 30*time.Second, progress, "every backlog to drain", func() (bool, error) {
+			var err error
+			recovery, err = op.RecoveryStatus(ctx)
+			for _, r := range recovery {
+				if !r.Zero() {
+					return false, err
+				}
+			}
+			return err == nil, err
+		})
+		reportRecovery(recovery)
 	}
-	flow := time.Since(flowBegan)
-
-	report(res, recovery)
-	var failures []string
 	if runErr != nil {
 		failures = append(failures, runErr.Error())
 	}
@@ -168,7 +180,7 @@ func orNone(d decimal.Decimal, ok bool) string {
 	return d.String()
 }
 
-func report(res *scenario.Result, recovery map[string]scenario.Recovery) {
+func report(res *scenario.Result) {
 	if res == nil {
 		return
 	}
@@ -213,22 +225,23 @@ func report(res *scenario.Result, recovery map[string]scenario.Recovery) {
 	}
 	w.Flush()
 
-	if recovery != nil {
-		w = section("Recovery status (read from each service's database)")
-		fmt.Fprintln(w, "service\toutbox pending\tdead letters\tdeferred\tquarantined")
-		for _, name := range stack.Services {
-			r, ok := recovery[name]
-			if !ok {
-				continue
-			}
-			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\n", name, r.OutboxPending, r.DeadLetters, r.Deferred, r.Quarantined)
-		}
-		w.Flush()
-	}
-
 	w = section("Timings")
 	for _, t := range res.Took {
 		fmt.Fprintf(w, "%s\t%s\n", t.Step, t.Took.Round(10*time.Millisecond))
+	}
+	w.Flush()
+}
+
+func reportRecovery(recovery map[string]scenario.Recovery) {
+	if recovery == nil {
+		return
+	}
+	w := section("Operator: GET /v1/operator/recovery")
+	fmt.Fprintln(w, "service\toutbox pending\tdead letters\tdeferred\tquarantined")
+	for _, name := range stack.Services {
+		if r, ok := recovery[name]; ok {
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\n", name, r.OutboxPending, r.DeadLetters, r.Deferred, r.Quarantined)
+		}
 	}
 	w.Flush()
 }
