@@ -378,10 +378,12 @@ func (a *Apache) format(ctx context.Context) error {
 	if _, err := rand.Read(id); err != nil {
 		return fmt.Errorf("make kafka cluster id: %w", err)
 	}
+	// A base64url id may start with '-': passed as --cluster-id=<id>, it
+	// cannot be taken for an option.
 	clusterID := base64.RawURLEncoding.EncodeToString(id)
 	cmd := exec.CommandContext(ctx, a.java, "-Xmx256m", "-cp", filepath.Join(a.libDir, "*"),
 		"kafka.tools.StorageTool", "format",
-		"-t", clusterID, "-c", filepath.Join(a.dir, "server.properties"), "--ignore-formatted")
+		"--cluster-id="+clusterID, "-c", filepath.Join(a.dir, "server.properties"), "--ignore-formatted")
 	cmd.Dir = a.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	a.log.Info("formatting kafka storage", "dir", logDirs)
