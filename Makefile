@@ -6,7 +6,7 @@ SQLC    ?= $(shell command -v sqlc 2>/dev/null || echo $$($(GO) env GOPATH)/bin/
 .PHONY: help demo up demo-library test check sqlc-check unit-test apache-test fuzz bench kafka-jars
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 demo: ## the whole system on this machine: a client bills usage over HTTP, every figure checked and reported
 	$(GO) build -o bin/ ./e2e/cmd/demo && ./bin/demo
@@ -44,3 +44,7 @@ bench: ## relay throughput for 1, 10 and 1,000 keys
 
 kafka-jars: ## fetch the Apache Kafka jars from Maven Central into the user cache
 	$(GO) run ./pkg/cmd/kafka-jars
+
+.PHONY: e2e
+e2e: ## chaos suite: the whole system on a real Apache Kafka under load, faults injected, reconciled (~10 min)
+	KAFKA=apache $(GO) test -tags chaos -count=1 -timeout 40m -v ./e2e/chaos/

@@ -1,0 +1,319 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/kafkaconf"
+)
+
+// ConsumerGroups are the services' consumer groups (CONSUMER_GROUP
+// defaults to the service name) and the topics each consumes: the
+// services' own topics (services/*/internal/app Topics) plus
+// ops.commands.v1, which every service consumes, and ops.events.v1 for
+// query.
+var ConsumerGroups = map[string][]string{
+	"meter":   {events.TopicOpsCommands},
+	"usage":   {events.TopicMeter, events.TopicOpsCommands},
+	"billing": {events.TopicMeter, events.TopicUsage, events.TopicOpsCommands},
+	"invoice": {events.TopicBilling, events.TopicOpsCommands},
+	"query": {events.TopicMeter, events.TopicUsage, events.TopicBilling, events.TopicInvoice,
+		events.TopicOps, events.TopicOpsCommands},
+}
+
+// Kafka is the suite's own view of the broker: consumer lag, the
+// duplicates in the topics' logs, and a producer for publishing events
+// out of order on purpose. It reconnects after the broker restarts.
+type Kafka struct {
+	brokers []string
+
+	mu     sync.Mutex
+	client sarama.Client
+	// Log scan state: the next offset to read per topic and partition,
+	// and how often each event id was seen per topic.
+	next map[string]map[int32]int64
+	seen map[string]map[string]int
+}
+
+// NewKafka returns a Kafka view of brokers.
+func NewKafka(brokers []string) *Kafka {
+	return &Kafka{brokers: brokers, next: map[string]map[int32]int64{}, seen: map[string]map[string]int{}}
+}
+
+func (k *Kafka) clientLocked() (sarama.Client, error) {
+	if k.client != nil && !k.client.Closed() {
+		return k.client, nil
+	}
+	cfg := kafkaconf.New("chaos-suite")
+	cfg.Consumer.Return.Errors = true
+	c, err := sarama.NewClient(k.brokers, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	k.client = c
+	return c, nil
+}
+
+func (k *Kafka) resetLocked() {
+	if k.client != nil {
+		_ = k.client.Close()
+		k.client = nil
+	}
+}
+
+// Close closes the client.
+func (k *Kafka) Close() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.resetLocked()
+}
+
+// Lag returns, per consumer group, the messages not yet committed: the
+// sum over its topics' partitions of the newest offset minus the group's
+// committed offset (none committed counts from the start).
+func (k *Kafka) Lag(ctx context.Context) (map[string]int64, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	lag, err := k.lagLocked()
+	if err != nil {
+		k.resetLocked()
+	}
+	return lag, err
+}
+
+func (k *Kafka) lagLocked() (map[string]int64, error) {
+	c, err := k.clientLocked()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.RefreshMetadata(); err != nil {
+		return nil, err
+	}
+	newest := map[string]map[int32]int64{}
+	for _, topic := range events.AllTopics {
+		ps, err := c.Partitions(topic)
+		if err != nil {
+			return nil, fmt.Errorf("partitions of %s: %w", topic, err)
+		}
+		newest[topic] = map[int32]int64{}
+		for _, p := range ps {
+			off, err := c.GetOffset(topic, p, sarama.OffsetNewest)
+			if err != nil {
+				return nil, fmt.Errorf("newest offset of %s/%d: %w", topic, p, err)
+			}
+			newest[topic][p] = off
+		}
+	}
+	admin, err := sarama.NewClusterAdminFromClient(c)
+	if err != nil {
+		return nil, err
+	}
+	// Closing the admin would close the shared client: it is left to the
+	// client's Close.
+	out := map[string]int64{}
+	for _, group := range slices.Sorted(maps.Keys(ConsumerGroups)) {
+		want := map[string][]int32{}
+		for _, topic := range ConsumerGroups[group] {
+			want[topic] = slices.Sorted(maps.Keys(newest[topic]))
+		}
+		resp, err := admin.ListConsumerGroupOffsets(group, want)
+		if err != nil {
+			return nil, fmt.Errorf("offsets of group %s: %w", group, err)
+		}
+		if resp.Err != sarama.ErrNoError {
+			return nil, fmt.Errorf("offsets of group %s: %w", group, resp.Err)
+		}
+		var lag int64
+		for topic, ps := range want {
+			for _, p := range ps {
+				committed := int64(0)
+				if b := resp.GetBlock(topic, p); b != nil {
+					if b.Err != sarama.ErrNoError {
+						return nil, fmt.Errorf("offset of group %s on %s/%d: %w", group, topic, p, b.Err)
+					}
+					if b.Offset >= 0 {
+						committed = b.Offset
+					}
+				}
+				lag += max(newest[topic][p]-committed, 0)
+			}
+		}
+		out[group] = lag
+	}
+	return out, nil
+}
+
+// LogDuplicates is what a scan of the topics found.
+type LogDuplicates struct {
+	// Messages read, and duplicates: messages whose event id was already
+	// in the topic (a relay sent it again), by topic.
+	Messages   map[string]int
+	Duplicates map[string]int
+	// IDs are some duplicated event ids, by topic.
+	IDs map[string][]string
+}
+
+// Total returns the duplicates over every topic.
+func (d LogDuplicates) Total() int {
+	n := 0
+	for _, v := range d.Duplicates {
+		n += v
+	}
+	return n
+}
+
+// ScanLog reads every topic from where the previous scan stopped to its
+// end and counts the event ids met again: real duplicate publications.
+func (k *Kafka) ScanLog(ctx context.Context) (LogDuplicates, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out, err := k.scanLocked(ctx)
+	if err != nil {
+		k.resetLocked()
+	}
+	return out, err
+}
+
+func (k *Kafka) scanLocked(ctx context.Context) (LogDuplicates, error) {
+	out := LogDuplicates{Messages: map[string]int{}, Duplicates: map[string]int{}, IDs: map[string][]string{}}
+	c, err := k.clientLocked()
+	if err != nil {
+		return out, err
+	}
+	consumer, err := sarama.NewConsumerFromClient(c)
+	if err != nil {
+		return out, err
+	}
+	defer consumer.Close()
+	for _, topic := range events.AllTopics {
+		ps, err := c.Partitions(topic)
+		if err != nil {
+			return out, err
+		}
+		if k.next[topic] == nil {
+			k.next[topic] = map[int32]int64{}
+			k.seen[topic] = map[string]int{}
+		}
+		for _, p := range ps {
+			end, err := c.GetOffset(topic, p, sarama.OffsetNewest)
+			if err != nil {
+				return out, err
+			}
+			from := k.next[topic][p]
+			if from >= end {
+				continue
+			}
+			pc, err := consumer.ConsumePartition(topic, p, from)
+			if err != nil {
+				return out, fmt.Errorf("read %s/%d from %d: %w", topic, p, from, err)
+			}
+			err = func() error {
+				defer pc.Close()
+				timeout := time.NewTimer(30 * time.Second)
+				defer timeout.Stop()
+				for from < end {
+					select {
+					case m := <-pc.Messages():
+						from = m.Offset + 1
+						var e struct {
+							EventID string `json:"eventId"`
+						}
+						if json.Unmarshal(m.Value, &e) != nil || e.EventID == "" {
+							continue
+						}
+						out.Messages[topic]++
+						k.seen[topic][e.EventID]++
+						if k.seen[topic][e.EventID] > 1 {
+							out.Duplicates[topic]++
+							if len(out.IDs[topic]) < 5 {
+								out.IDs[topic] = append(out.IDs[topic], e.EventID)
+							}
+						}
+					case err := <-pc.Errors():
+						return err
+					case <-timeout.C:
+						return fmt.Errorf("read %s/%d: stuck at offset %d of %d", topic, p, from, end)
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				return nil
+			}()
+			k.next[topic][p] = from
+			if err != nil {
+				return out, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// Seen returns how many times each of ids was published on topic, as far
+// as the scans have read.
+func (k *Kafka) Seen(topic string, ids []string) map[string]int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := map[string]int{}
+	for _, id := range ids {
+		out[id] = k.seen[topic][id]
+	}
+	return out
+}
+
+// Publish sends messages to topic one at a time, in the order given, each
+// acknowledged before the next is sent, with the relay's producer
+// configuration (so a key lands on the partition the relay would choose).
+func (k *Kafka) Publish(ctx context.Context, topic string, msgs []KeyValue) error {
+	p, err := sarama.NewSyncProducer(k.brokers, kafkaconf.NewIdempotentProducer("chaos-suite"))
+	if err != nil {
+		return fmt.Errorf("producer: %w", err)
+	}
+	defer p.Close()
+	for _, m := range msgs {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(m.Key), Value: sarama.ByteEncoder(m.Value)}); err != nil {
+			return fmt.Errorf("publish to %s: %w", topic, err)
+		}
+	}
+	return nil
+}
+
+// KeyValue is one message.
+type KeyValue struct {
+	Key   string
+	Value []byte
+}
+
+// Members returns the number of members of each consumer group.
+func (k *Kafka) Members(ctx context.Context) (map[string]int, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c, err := k.clientLocked()
+	if err != nil {
+		return nil, err
+	}
+	admin, err := sarama.NewClusterAdminFromClient(c)
+	if err != nil {
+		return nil, err
+	}
+	groups, err := admin.DescribeConsumerGroups(slices.Sorted(maps.Keys(ConsumerGroups)))
+	if err != nil {
+		k.resetLocked()
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, g := range groups {
+		out[g.GroupId] = len(g.Members)
+	}
+	return out, nil
+}

@@ -1,0 +1,808 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// Meter is a meter the load prices and uses: one currency, and the unit
+// price of each version the run activates (version 1 before the load,
+// the next ones while it runs).
+type Meter struct {
+	Code     string
+	Currency string
+	Prices   []string
+}
+
+// Meters are the load's meters: two in USD (one invoice with two meters'
+// lines) and one in KRW (no minor unit), so invoices need rounding.
+var Meters = []Meter{
+	{Code: "api_calls", Currency: "USD", Prices: []string{"0.0015", "0.0018", "0.0012"}},
+	{Code: "storage_gb", Currency: "KRW", Prices: []string{"12.5", "13.25", "11.75"}},
+	{Code: "compute_seconds", Currency: "USD", Prices: []string{"0.000125", "0.00015", "0.0001"}},
+}
+
+// SourceSystem is the sourceSystem of every usage fact the load sends.
+const SourceSystem = "chaos"
+
+// LoadConfig shapes one scenario's load.
+type LoadConfig struct {
+	// Name prefixes the source event ids, so facts of different scenarios
+	// never share an identity.
+	Name    string
+	Tenants []string
+	// Meters default to Meters.
+	Meters []Meter
+	// Facts is the number of distinct usage facts, sent evenly over
+	// Duration by Workers concurrent senders, in batches of up to MaxBatch
+	// (a fifth of the requests carry a single fact).
+	Facts    int
+	Duration time.Duration
+	Workers  int
+	MaxBatch int
+	// DuplicateRate is the share of accepted facts sent again later, on
+	// purpose (each must be answered 200, a replay of the same usage
+	// fact); a few batches also repeat a fact within themselves.
+	DuplicateRate float64
+	// PriceChanges activate the next price version of every tenant's
+	// meters while the load runs: at At (a share of Duration), effective
+	// Lead later. Usage facts are stamped with the time they are first
+	// sent, so facts on both sides of each effectiveAt exist.
+	PriceChanges []PriceChange
+	// GiveUp bounds how long after Duration a fact is still retried.
+	GiveUp time.Duration
+	// Progress receives a line every few seconds; nil discards.
+	Progress func(format string, args ...any)
+}
+
+// PriceChange is one mid-run activation of the next price version.
+type PriceChange struct {
+	At   float64
+	Lead time.Duration
+}
+
+func (c *LoadConfig) defaults() {
+	if len(c.Meters) == 0 {
+		c.Meters = Meters
+	}
+	if c.Workers == 0 {
+		c.Workers = 6
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 40
+	}
+	if c.GiveUp == 0 {
+		c.GiveUp = 3 * time.Minute
+	}
+	if c.Progress == nil {
+		c.Progress = func(string, ...any) {}
+	}
+}
+
+// Fact is one usage fact the load sends, and what the system answered.
+type Fact struct {
+	Tenant        string
+	SourceEventID string
+	Meter         string
+	Quantity      decimal.Decimal
+	OccurredAt    time.Time // set when first sent, kept for every retry
+
+	Accepted     bool
+	UsageID      string
+	EventID      string
+	PriceVersion int64
+	AcceptedAt   time.Time // when the client got the accepting answer
+	// LostAnswer is set when an attempt got no answer (a transport
+	// error), After503 when one was answered 503.
+	LostAnswer, After503 bool
+	// Ambiguous: such an attempt had in fact committed; a later attempt
+	// found the fact accepted (answered 200, a replay).
+	Ambiguous bool
+	Attempts  int
+	// Unresolved: still not accepted when the load gave up.
+	Unresolved bool
+}
+
+func (f *Fact) request() usageRequest {
+	return usageRequest{
+		SourceSystem: SourceSystem, SourceEventID: f.SourceEventID, MeterCode: f.Meter,
+		Quantity: f.Quantity.String(), OccurredAt: f.OccurredAt.Format(time.RFC3339Nano),
+	}
+}
+
+type usageRequest struct {
+	SourceSystem  string `json:"sourceSystem"`
+	SourceEventID string `json:"sourceEventId"`
+	MeterCode     string `json:"meterCode"`
+	Quantity      string `json:"quantity"`
+	OccurredAt    string `json:"occurredAt"`
+}
+
+type usageAnswer struct {
+	Status       int    `json:"status"`
+	UsageID      string `json:"usageId"`
+	EventID      string `json:"eventId"`
+	PriceVersion int64  `json:"priceVersion"`
+	Code         string `json:"code"`
+}
+
+// PriceRecord is a price version the run activated.
+type PriceRecord struct {
+	Tenant, Meter, Currency string
+	Version                 int64
+	UnitPrice               decimal.Decimal
+	EffectiveAt             time.Time
+	EventID                 string
+}
+
+// AdjustmentRecord is an adjustment the run posted.
+type AdjustmentRecord struct {
+	Tenant, AdjustmentID, EventID, Period, Currency string
+	Amount                                          decimal.Decimal
+	CorrectionOf                                    string
+}
+
+// LoadStats counts what the load sent and what it was answered.
+type LoadStats struct {
+	Requests        int // HTTP requests to usage
+	Batches         int // of which usage:batch
+	Accepted        int // facts answered 201 (or found accepted by a retry)
+	DupSubmissions  int // facts sent again on purpose
+	DupReplays      int // of which answered 200 with the same usage fact
+	InBatchRepeats  int // facts repeated within one batch, answered 201 then 200
+	Retries         int // fact sends that had to be retried
+	TransportErrors int
+	AmbiguousCommit int               // facts whose failed attempt had in fact committed
+	Codes           map[string]int    // problem codes answered, by "status code"
+	Unexpected      []string          // answers that break the contract
+	FirstSeen       map[string]string // first answer per status/code, for the report
+}
+
+// Ledger is everything the client sent and was answered: the
+// reconciliation's account of what must exist.
+type Ledger struct {
+	mu          sync.Mutex
+	facts       map[string]*Fact // tenant|sourceEventId
+	order       []*Fact
+	Prices      []PriceRecord
+	Adjustments []AdjustmentRecord
+	Stats       LoadStats
+	// window, while set (WatchAnswers), collects every answer usage gives
+	// to the load (the database cut of scenario 3 checks them).
+	window *answerWindow
+}
+
+// Answer is one HTTP answer the load saw; At is when its request was
+// sent; Status 0 is a transport error.
+type Answer struct {
+	At     time.Time
+	Status int
+	Code   string
+	Detail string
+}
+
+type answerWindow struct {
+	from    time.Time
+	answers []Answer
+}
+
+// NewLedger returns an empty ledger.
+func NewLedger() *Ledger {
+	return &Ledger{facts: map[string]*Fact{}, Stats: LoadStats{Codes: map[string]int{}, FirstSeen: map[string]string{}}}
+}
+
+func factKey(tenant, sourceEventID string) string { return tenant + "|" + sourceEventID }
+
+// Facts returns the facts of the given tenants (all when none), in the
+// order they were made.
+func (l *Ledger) Facts(tenants ...string) []*Fact {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*Fact
+	for _, f := range l.order {
+		if len(tenants) == 0 || slices.Contains(tenants, f.Tenant) {
+			c := *f
+			out = append(out, &c)
+		}
+	}
+	return out
+}
+
+// AcceptedBefore returns the event ids of the facts accepted before t.
+func (l *Ledger) AcceptedBefore(t time.Time) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ids []string
+	for _, f := range l.order {
+		if f.Accepted && !f.AcceptedAt.After(t) {
+			ids = append(ids, f.EventID)
+		}
+	}
+	return ids
+}
+
+// Accepted returns the number of accepted facts.
+func (l *Ledger) Accepted() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.Stats.Accepted
+}
+
+func (l *Ledger) unexpected(format string, args ...any) {
+	l.Stats.Unexpected = append(l.Stats.Unexpected, fmt.Sprintf(format, args...))
+}
+
+// Unexpected returns the answers that broke the contract.
+func (l *Ledger) Unexpected() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.Stats.Unexpected)
+}
+
+// Snapshot returns a copy of the counters.
+func (l *Ledger) Snapshot() LoadStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.Stats
+	s.Codes = map[string]int{}
+	for k, v := range l.Stats.Codes {
+		s.Codes[k] = v
+	}
+	s.Unexpected = slices.Clone(l.Stats.Unexpected)
+	return s
+}
+
+// WatchAnswers starts collecting every answer usage gives; StopWatch
+// returns them.
+func (l *Ledger) WatchAnswers() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.window = &answerWindow{from: time.Now()}
+}
+
+// StopWatch stops collecting answers and returns them.
+func (l *Ledger) StopWatch() []Answer {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.window == nil {
+		return nil
+	}
+	out := l.window.answers
+	l.window = nil
+	return out
+}
+
+func (l *Ledger) observe(sent time.Time, status int, code, detail string) {
+	if l.window != nil && !sent.IsZero() {
+		l.window.answers = append(l.window.answers, Answer{At: sent, Status: status, Code: code, Detail: truncate(detail, 200)})
+	}
+	if status >= 300 || code != "" {
+		k := fmt.Sprintf("%d %s", status, code)
+		l.Stats.Codes[k]++
+		if _, ok := l.Stats.FirstSeen[k]; !ok {
+			l.Stats.FirstSeen[k] = truncate(detail, 200)
+		}
+	}
+}
+
+// Load drives usage facts (and price changes) into the system.
+type Load struct {
+	cfg    LoadConfig
+	client *Client
+	ledger *Ledger
+	facts  []*Fact
+	// versions[tenant|meter] is the last version activated.
+	versions map[string]int64
+	lastEff  map[string]time.Time
+}
+
+// NewLoad prepares a load: the facts are made now (content fixed, times
+// stamped when sent).
+func NewLoad(client *Client, ledger *Ledger, cfg LoadConfig) *Load {
+	cfg.defaults()
+	ld := &Load{cfg: cfg, client: client, ledger: ledger, versions: map[string]int64{}, lastEff: map[string]time.Time{}}
+	for i := range cfg.Facts {
+		tenant := cfg.Tenants[i%len(cfg.Tenants)]
+		m := cfg.Meters[(i/len(cfg.Tenants))%len(cfg.Meters)]
+		// Quantities with up to three decimals, so amounts need exact
+		// arithmetic and invoices need rounding.
+		q := decimal.New(int64(1+(i*7919)%250000), -3)
+		f := &Fact{Tenant: tenant, SourceEventID: fmt.Sprintf("%s-%06d", cfg.Name, i), Meter: m.Code, Quantity: q}
+		ld.facts = append(ld.facts, f)
+	}
+	ledger.mu.Lock()
+	for _, f := range ld.facts {
+		k := factKey(f.Tenant, f.SourceEventID)
+		if _, dup := ledger.facts[k]; dup {
+			panic("chaos: fact identity made twice: " + k)
+		}
+		ledger.facts[k] = f
+		ledger.order = append(ledger.order, f)
+	}
+	ledger.mu.Unlock()
+	return ld
+}
+
+// ActivateInitialPrices activates version 1 of every tenant's meters,
+// effective at once. The load can start when it returns.
+func (ld *Load) ActivateInitialPrices(ctx context.Context) error {
+	for _, tenant := range ld.cfg.Tenants {
+		for _, m := range ld.cfg.Meters {
+			if _, err := ld.ActivatePrice(ctx, tenant, m, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ActivatePrice activates the next version of tenant's meter, effective
+// lead from now, retrying through outages with one Idempotency-Key.
+func (ld *Load) ActivatePrice(ctx context.Context, tenant string, m Meter, lead time.Duration) (PriceRecord, error) {
+	return ActivatePrice(ctx, ld.client, ld.ledger, ld.versions, ld.lastEff, tenant, m, lead)
+}
+
+// ActivatePrice activates the next version of a tenant's meter through
+// meter's HTTP API; versions and lastEff track what was activated per
+// tenant and meter. The unit price is m.Prices of the version (the last
+// one again beyond them).
+func ActivatePrice(ctx context.Context, c *Client, ledger *Ledger, versions map[string]int64, lastEff map[string]time.Time,
+	tenant string, m Meter, lead time.Duration) (PriceRecord, error) {
+	key := tenant + "|" + m.Code
+	version := versions[key] + 1
+	price := m.Prices[min(int(version)-1, len(m.Prices)-1)]
+	deadline := time.Now().Add(3 * time.Minute)
+	for attempt := 1; ; attempt++ {
+		// Effective lead from now (rounded up to the millisecond, never
+		// before the activation), or at activation when lead is zero.
+		body := map[string]string{"meterCode": m.Code, "currency": m.Currency, "unitPrice": price}
+		eff := time.Now().UTC().Add(lead).Truncate(time.Millisecond).Add(time.Millisecond)
+		if prev, ok := lastEff[key]; ok && eff.Before(prev) {
+			eff = prev
+		}
+		if lead > 0 {
+			body["effectiveAt"] = eff.Format(time.RFC3339Nano)
+		}
+		idem := fmt.Sprintf("chaos-price-%s-%s-v%d-%d", tenant, m.Code, version, attempt)
+		for {
+			resp, err := c.Do(ctx, "meter", http.MethodPost, "/v1/tenants/"+tenant+"/prices", tenant, body,
+				map[string]string{"Idempotency-Key": idem})
+			if err == nil && resp.Status == http.StatusCreated {
+				var p struct {
+					Version     int64           `json:"version"`
+					EventID     string          `json:"eventId"`
+					UnitPrice   decimal.Decimal `json:"unitPrice"`
+					EffectiveAt time.Time       `json:"effectiveAt"`
+				}
+				if err := resp.Decode(&p); err != nil {
+					return PriceRecord{}, err
+				}
+				if p.Version != version {
+					return PriceRecord{}, fmt.Errorf("activate %s %s for %s: version %d, want %d", m.Code, price, tenant, p.Version, version)
+				}
+				rec := PriceRecord{Tenant: tenant, Meter: m.Code, Currency: m.Currency, Version: p.Version,
+					UnitPrice: p.UnitPrice, EffectiveAt: p.EffectiveAt, EventID: p.EventID}
+				versions[key], lastEff[key] = version, p.EffectiveAt
+				ledger.mu.Lock()
+				ledger.Prices = append(ledger.Prices, rec)
+				ledger.mu.Unlock()
+				return rec, nil
+			}
+			if err == nil && resp.Status == http.StatusUnprocessableEntity && resp.Code == "price_backdated" && attempt < 20 {
+				break // the first try never committed and its effectiveAt has passed: a new request
+			}
+			if err == nil && resp.Status != http.StatusServiceUnavailable && resp.Status < 500 {
+				return PriceRecord{}, fmt.Errorf("activate %s %s for %s: %s", m.Code, price, tenant, resp)
+			}
+			if time.Now().After(deadline) {
+				return PriceRecord{}, fmt.Errorf("activate %s for %s: gave up after 3 minutes: %v %v", m.Code, tenant, err, resp)
+			}
+			if !sleepCtx(ctx, 300*time.Millisecond) {
+				return PriceRecord{}, ctx.Err()
+			}
+		}
+	}
+}
+
+// item is one request's worth of facts.
+type item struct {
+	tenant string
+	facts  []*Fact
+	// repeat: send facts[0] twice in the batch (an in-batch repeat).
+	repeat bool
+	// dup: the facts were accepted before; this is a deliberate duplicate.
+	dup bool
+	// batch: send through usage:batch even when it holds one fact.
+	batch bool
+}
+
+// Run sends the facts over Duration while activating the price changes,
+// then keeps retrying what is not accepted yet until GiveUp. It returns
+// when every fact is accepted or given up; ctx ending stops it.
+func (ld *Load) Run(ctx context.Context) error {
+	cfg := ld.cfg
+	began := time.Now()
+	giveUpAt := began.Add(cfg.Duration + cfg.GiveUp)
+	work := make(chan item, len(ld.facts)+16)
+	dups := make(chan []*Fact, len(ld.facts)+16)
+	rng := rand.New(rand.NewPCG(uint64(len(ld.facts)), 7))
+
+	// Cut the facts into requests: per tenant, batches of 1..MaxBatch.
+	var items []item
+	byTenant := map[string][]*Fact{}
+	for _, f := range ld.facts {
+		byTenant[f.Tenant] = append(byTenant[f.Tenant], f)
+	}
+	for _, tenant := range cfg.Tenants {
+		fs := byTenant[tenant]
+		for len(fs) > 0 {
+			n, batch := 1, false
+			if rng.IntN(5) != 0 {
+				n, batch = 1+rng.IntN(cfg.MaxBatch), true
+			}
+			n = min(n, len(fs))
+			items = append(items, item{tenant: tenant, facts: fs[:n], batch: batch, repeat: n > 2 && rng.IntN(25) == 0})
+			fs = fs[n:]
+		}
+	}
+	rng.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
+
+	var wg sync.WaitGroup
+	var sendErr error
+	var errOnce sync.Once
+	fail := func(err error) { errOnce.Do(func() { sendErr = err }) }
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// Senders.
+	for range cfg.Workers {
+		wg.Go(func() {
+			for it := range work {
+				if err := ld.send(runCtx, it, giveUpAt, dups); err != nil {
+					fail(err)
+					cancel()
+				}
+			}
+		})
+	}
+	// Price changes, while the load runs.
+	var priceWG sync.WaitGroup
+	priceWG.Go(func() {
+		for _, pc := range cfg.PriceChanges {
+			at := began.Add(time.Duration(pc.At * float64(cfg.Duration)))
+			if !sleepCtx(runCtx, time.Until(at)) {
+				return
+			}
+			for _, tenant := range cfg.Tenants {
+				for _, m := range cfg.Meters {
+					rec, err := ld.ActivatePrice(runCtx, tenant, m, pc.Lead)
+					if err != nil {
+						fail(fmt.Errorf("price change: %w", err))
+						cancel()
+						return
+					}
+					_ = rec
+				}
+			}
+			cfg.Progress("activated price version %d of %d meters for %d tenants, effective in %s",
+				ld.versions[cfg.Tenants[0]+"|"+cfg.Meters[0].Code], len(cfg.Meters), len(cfg.Tenants), pc.Lead)
+		}
+	})
+	// Pace: item k goes out when its share of the facts is due.
+	progress := time.NewTicker(5 * time.Second)
+	defer progress.Stop()
+	sent := 0
+	dupBudget := int(float64(len(ld.facts)) * cfg.DuplicateRate)
+dispatch:
+	for k, it := range items {
+		due := began.Add(time.Duration(float64(cfg.Duration) * float64(sent) / float64(len(ld.facts))))
+		for time.Now().Before(due) {
+			select {
+			case <-runCtx.Done():
+				break dispatch
+			case <-progress.C:
+				ld.progress(began, sent)
+			case fs := <-dups:
+				if dupBudget > 0 {
+					n := min(len(fs), dupBudget)
+					dupBudget -= n
+					work <- item{tenant: fs[0].Tenant, facts: fs[:n], dup: true, batch: n > 1}
+				}
+			case <-time.After(time.Until(due)):
+			}
+		}
+		work <- it
+		sent += len(it.facts)
+		_ = k
+	}
+	// The deliberate duplicates still owed, for a few seconds more.
+	tail := time.NewTimer(5 * time.Second)
+	defer tail.Stop()
+	for dupBudget > 0 && runCtx.Err() == nil {
+		select {
+		case fs := <-dups:
+			n := min(len(fs), dupBudget)
+			dupBudget -= n
+			work <- item{tenant: fs[0].Tenant, facts: fs[:n], dup: true, batch: n > 1}
+		case <-progress.C:
+			ld.progress(began, sent)
+		case <-tail.C:
+			dupBudget = 0
+		}
+	}
+	close(work)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		case <-progress.C:
+			ld.progress(began, sent)
+		}
+	}
+	priceWG.Wait()
+	if sendErr != nil {
+		return sendErr
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	unresolved := 0
+	ld.ledger.mu.Lock()
+	for _, f := range ld.facts {
+		if f.Unresolved {
+			unresolved++
+		}
+	}
+	ld.ledger.mu.Unlock()
+	ld.progress(began, sent)
+	if unresolved > 0 {
+		return fmt.Errorf("%d usage facts were still not accepted %s after the load ended", unresolved, cfg.GiveUp)
+	}
+	return nil
+}
+
+func (ld *Load) progress(began time.Time, sent int) {
+	s := ld.ledger.Snapshot()
+	var codes []string
+	for k, v := range s.Codes {
+		codes = append(codes, fmt.Sprintf("%s x%d", k, v))
+	}
+	slices.Sort(codes)
+	ld.cfg.Progress("load %s: %s in, %d/%d facts dispatched, %d accepted, %d requests, %d retries, %d transport errors, %d deliberate duplicates; answers: %s",
+		ld.cfg.Name, time.Since(began).Round(time.Second), sent, len(ld.facts), s.Accepted, s.Requests, s.Retries,
+		s.TransportErrors, s.DupSubmissions, strings.Join(codes, ", "))
+}
+
+// send delivers one item until every fact in it is accepted (or, for a
+// deliberate duplicate, answered) or giveUpAt passes.
+func (ld *Load) send(ctx context.Context, it item, giveUpAt time.Time, dups chan<- []*Fact) error {
+	pending := slices.Clone(it.facts)
+	backoff := 100 * time.Millisecond
+	l := ld.ledger
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	l.mu.Lock()
+	for _, f := range pending {
+		if f.OccurredAt.IsZero() {
+			f.OccurredAt = now
+		}
+	}
+	if it.dup {
+		l.Stats.DupSubmissions += len(pending)
+	}
+	l.mu.Unlock()
+	repeat := it.repeat
+	for attempt := 0; len(pending) > 0; attempt++ {
+		if attempt > 0 {
+			l.mu.Lock()
+			l.Stats.Retries += len(pending)
+			l.mu.Unlock()
+			if time.Now().After(giveUpAt) {
+				l.mu.Lock()
+				for _, f := range pending {
+					if !f.Accepted {
+						f.Unresolved = true
+					}
+				}
+				l.mu.Unlock()
+				return nil
+			}
+			if !sleepCtx(ctx, backoff) {
+				return nil
+			}
+			backoff = min(backoff*2, 2*time.Second)
+		}
+		reqs := make([]usageRequest, 0, len(pending)+1)
+		for _, f := range pending {
+			reqs = append(reqs, f.request())
+		}
+		if repeat {
+			reqs = append(reqs, pending[0].request())
+		}
+		single := len(reqs) == 1 && !it.batch
+		sent := time.Now()
+		answers, status, code, detail, err := ld.post(ctx, it.tenant, reqs, single)
+		l.mu.Lock()
+		l.Stats.Requests++
+		if !single {
+			l.Stats.Batches++
+		}
+		if err != nil {
+			l.Stats.TransportErrors++
+			if l.window != nil {
+				l.window.answers = append(l.window.answers, Answer{At: sent, Detail: truncate(err.Error(), 200)})
+			}
+			for _, f := range pending {
+				f.Attempts++
+				f.LostAnswer = true
+			}
+			l.mu.Unlock()
+			if ctx.Err() != nil {
+				return nil
+			}
+			continue
+		}
+		l.observe(sent, status, code, detail)
+		if answers == nil {
+			// The whole request was refused.
+			for _, f := range pending {
+				f.Attempts++
+				if status == http.StatusServiceUnavailable {
+					f.After503 = true
+				}
+			}
+			retry := status == http.StatusServiceUnavailable
+			if !retry {
+				l.unexpected("%s: POST usage for %s answered %d %s: %s", time.Now().Format("15:04:05.000"), it.tenant, status, code, detail)
+				retry = status >= 500 || status == http.StatusUnauthorized
+			}
+			l.mu.Unlock()
+			if !retry {
+				return fmt.Errorf("usage answered %d %s: %s", status, code, detail)
+			}
+			continue
+		}
+		var next []*Fact
+		var accepted []*Fact
+		for i, f := range pending {
+			a := answers[i]
+			f.Attempts++
+			if a.Code != "" {
+				l.observe(time.Time{}, a.Status, a.Code, "")
+			}
+			switch {
+			case a.Status == http.StatusCreated && !f.Accepted && !it.dup:
+				ld.accept(f, a, false)
+				accepted = append(accepted, f)
+			case a.Status == http.StatusOK && !f.Accepted && !it.dup:
+				// Accepted by an attempt whose answer was lost, or by one
+				// answered 503: that one had committed after all.
+				ld.accept(f, a, true)
+				accepted = append(accepted, f)
+			case a.Status == http.StatusOK && f.Accepted:
+				if a.UsageID != f.UsageID || a.EventID != f.EventID {
+					l.unexpected("%s/%s sent again: answered usage %s event %s, first accepted as usage %s event %s",
+						f.Tenant, f.SourceEventID, a.UsageID, a.EventID, f.UsageID, f.EventID)
+				} else if it.dup {
+					l.Stats.DupReplays++
+				}
+			case a.Status == http.StatusCreated && f.Accepted:
+				l.unexpected("%s/%s sent again was answered 201 (a second usage fact %s for one identity, first %s)",
+					f.Tenant, f.SourceEventID, a.UsageID, f.UsageID)
+			case a.Status == http.StatusUnprocessableEntity && (a.Code == "unknown_meter" || a.Code == "no_price_in_effect"):
+				// Usage has not got the price evidence yet: nothing was
+				// written; later.
+				next = append(next, f)
+			default:
+				l.unexpected("%s/%s: answered %d %s", f.Tenant, f.SourceEventID, a.Status, a.Code)
+			}
+		}
+		if repeat && len(answers) == len(pending)+1 {
+			a := answers[len(pending)]
+			f := pending[0]
+			switch {
+			case f.Accepted && a.Status == http.StatusOK && a.UsageID == f.UsageID:
+				l.Stats.InBatchRepeats++
+				repeat = false
+			case a.Status == http.StatusUnprocessableEntity:
+			default:
+				l.unexpected("%s/%s repeated in one batch: the repeat was answered %d %s usage %s (first: usage %s)",
+					f.Tenant, f.SourceEventID, a.Status, a.Code, a.UsageID, f.UsageID)
+				repeat = false
+			}
+		}
+		l.mu.Unlock()
+		if len(accepted) > 0 && !it.dup && rand.Float64() < ld.cfg.DuplicateRate*4 {
+			n := 1 + rand.IntN(min(len(accepted), 8))
+			select {
+			case dups <- accepted[:n]:
+			default:
+			}
+		}
+		pending = next
+	}
+	return nil
+}
+
+func (ld *Load) accept(f *Fact, a usageAnswer, replay bool) {
+	f.Accepted, f.UsageID, f.EventID, f.PriceVersion, f.AcceptedAt = true, a.UsageID, a.EventID, a.PriceVersion, time.Now()
+	ld.ledger.Stats.Accepted++
+	if replay {
+		f.Ambiguous = true
+		if !f.LostAnswer && !f.After503 {
+			ld.ledger.unexpected("%s/%s: first answer for it was 200 (a replay) though no earlier attempt had been made", f.Tenant, f.SourceEventID)
+		}
+		ld.ledger.Stats.AmbiguousCommit++
+	}
+}
+
+// post sends facts as one request: a single POST .../usage when single,
+// else usage:batch. answers is nil when the whole request was refused
+// (status, code and detail say how); err is a transport error.
+func (ld *Load) post(ctx context.Context, tenant string, reqs []usageRequest, single bool) (answers []usageAnswer, status int, code, detail string, err error) {
+	reqCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if single {
+		resp, err := ld.client.Do(reqCtx, "usage", http.MethodPost, "/v1/tenants/"+tenant+"/usage", tenant, reqs[0], nil)
+		if err != nil {
+			return nil, 0, "", "", err
+		}
+		var a usageAnswer
+		if resp.Problem() {
+			if resp.Status == http.StatusServiceUnavailable || resp.Status >= 500 || resp.Status == http.StatusUnauthorized {
+				return nil, resp.Status, resp.Code, string(resp.Body), nil
+			}
+			a.Status, a.Code = resp.Status, resp.Code
+			return []usageAnswer{a}, resp.Status, resp.Code, string(resp.Body), nil
+		}
+		if resp.Status != http.StatusCreated && resp.Status != http.StatusOK {
+			return nil, resp.Status, resp.Code, string(resp.Body), nil
+		}
+		if err := resp.Decode(&a); err != nil {
+			return nil, resp.Status, "undecodable", err.Error(), nil
+		}
+		a.Status = resp.Status
+		return []usageAnswer{a}, resp.Status, "", "", nil
+	}
+	resp, err := ld.client.Do(reqCtx, "usage", http.MethodPost, "/v1/tenants/"+tenant+"/usage:batch", tenant,
+		map[string]any{"events": reqs}, nil)
+	if err != nil {
+		return nil, 0, "", "", err
+	}
+	if resp.Status != http.StatusOK {
+		return nil, resp.Status, resp.Code, string(resp.Body), nil
+	}
+	var out struct {
+		Results []usageAnswer `json:"results"`
+	}
+	if err := resp.Decode(&out); err != nil || len(out.Results) != len(reqs) {
+		return nil, resp.Status, "undecodable", fmt.Sprintf("%v: %d results for %d events", err, len(out.Results), len(reqs)), nil
+	}
+	return out.Results, http.StatusOK, "", "", nil
+}
+
+// Versions returns the price version last activated per tenant|meter.
+func (ld *Load) Versions() map[string]int64 { return ld.versions }
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

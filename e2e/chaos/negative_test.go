@@ -1,0 +1,112 @@
+//go:build chaos
+
+package chaos_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/usagebilling/billing/e2e/chaos"
+)
+
+// negativeControl shows that the checks can fail: after a clean run (which
+// reconciles), one charge row is deleted and another duplicated directly in
+// billing's database, and the reconciliation must fail naming both.
+//
+// A second charge for one usage fact cannot be written while billing's
+// unique constraints stand (charge_usage_event_id_key, charge_usage_id_key):
+// the corruption drops them first, as a schema without them would allow,
+// and inserts a copy under a new charge id and event id. It runs last on
+// its stack: the database is left corrupted.
+func negativeControl(t *testing.T, h *chaos.Harness) {
+	ctx := t.Context()
+	sc := chaos.Scenario{
+		Key: "neg", Title: "negative control", Load: chaos.LoadConfig{
+			Facts: int(600 * scale()), Duration: 10 * time.Second, Workers: 4, MaxBatch: 40, DuplicateRate: 0.03,
+			PriceChanges: []chaos.PriceChange{{At: 0.2, Lead: 4 * time.Second}},
+		},
+	}
+	row, run, err := h.RunScenario(ctx, sc)
+	row.Scenario = "neg clean run"
+	addRow(row)
+	if err != nil {
+		t.Fatalf("clean run stopped: %v", err)
+	}
+	if err := run.Recon.Err(); err != nil || row.Verdict != "pass" {
+		t.Fatalf("the clean run must reconcile before the corruption: %v %v", err, row.Problems)
+	}
+
+	tenant := run.Tenants[0]
+	billing := h.DB["billing"]
+	pick := func(offset int) (chargeID, eventID, usageEventID string) {
+		t.Helper()
+		err := billing.QueryRow(ctx, `
+			SELECT charge_id::text, event_id::text, usage_event_id::text FROM charge c
+			WHERE tenant_id = $1 AND NOT EXISTS (SELECT 1 FROM adjustment a WHERE a.correction_of = c.charge_id)
+			ORDER BY aggregate_version OFFSET $2 LIMIT 1`, tenant, offset).Scan(&chargeID, &eventID, &usageEventID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	delCharge, delEvent, delUsage := pick(3)
+	dupOf, _, dupUsage := pick(7)
+	tx, err := billing.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `DELETE FROM charge WHERE charge_id = $1::uuid`, delCharge); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `ALTER TABLE charge DROP CONSTRAINT charge_usage_event_id_key, DROP CONSTRAINT charge_usage_id_key`); err != nil {
+		t.Fatal(err)
+	}
+	var newCharge string
+	err = tx.QueryRow(ctx, `
+		INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency, quantity,
+		                    unit_price, price_version, amount, period, late, occurred_at, aggregate_version)
+		SELECT gen_random_uuid(), gen_random_uuid(), usage_event_id, usage_id, tenant_id, meter_code, currency, quantity,
+		       unit_price, price_version, amount, period, late, occurred_at, aggregate_version
+		FROM charge WHERE charge_id = $1::uuid
+		RETURNING charge_id::text`, dupOf).Scan(&newCharge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("deleted charge %s (usage event %s, ChargeRated %s); copied charge %s of usage event %s as %s",
+		delCharge, delUsage, delEvent, dupOf, dupUsage, newCharge)
+
+	rec, err := chaos.Reconcile(ctx, h.DB, run.Tenants, run.Ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failure := rec.Err()
+	bad := &chaos.Row{Scenario: "neg after corrupting billing", Facts: row.Facts, Reconciled: true,
+		Lost: len(rec.Lost), Duplicated: len(rec.Duplicated), Mismatched: len(rec.Mismatch)}
+	if failure == nil {
+		bad.Verdict = "FAIL"
+		addRow(bad)
+		t.Fatal("the reconciliation passed with a charge deleted and another duplicated")
+	}
+	t.Logf("the reconciliation fails as it must:\n%v", failure)
+	msg := failure.Error()
+	for what, id := range map[string]string{
+		"the usage fact whose charge was deleted":       delUsage,
+		"the deleted charge's event (its invoice line)": delEvent,
+		"the usage fact charged twice":                  dupUsage,
+		"the original of the duplicated charge":         dupOf,
+		"the duplicate charge":                          newCharge,
+	} {
+		if !strings.Contains(msg, id) {
+			t.Errorf("the reconciliation's failure does not name %s (%s)", what, id)
+		}
+	}
+	bad.Verdict = "fails, as it must"
+	bad.Notes = []string{"charge " + delCharge + " deleted: named as usage event " + delUsage + " without a charge",
+		"charge " + dupOf + " copied as " + newCharge + ": named as usage event " + dupUsage + " with 2 charges"}
+	addRow(bad)
+}
