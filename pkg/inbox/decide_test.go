@@ -14,7 +14,6 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/pgtest"
 )
 
@@ -26,17 +25,7 @@ func wantOutcomes(t *testing.T, ds []inbox.Decision, want ...string) {
 }
 
 func TestMigrateUpDownUp(t *testing.T) {
-	dbURL := pgtest.NewDB(t, pgtest.Template{Name: "empty", Migrate: func(context.Context, string) error { return nil }})
-	ctx := t.Context()
-	if err := inbox.Migrate(ctx, dbURL); err != nil {
-		t.Fatalf("up: %v", err)
-	}
-	if err := pgmigrate.Down(dbURL, inbox.Migrations); err != nil {
-		t.Fatalf("down: %v", err)
-	}
-	if err := inbox.Migrate(ctx, dbURL); err != nil {
-		t.Fatalf("up again: %v", err)
-	}
+	pgtest.CheckUpDownUp(t, inbox.Migrations)
 }
 
 func TestConcurrentDeliveriesApplyOnce(t *testing.T) {

@@ -326,3 +326,5 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("metric %s not registered", name)
 	return 0
 }
+
+func TestMigrationsUpDownUp(t *testing.T) { pgtest.CheckUpDownUp(t, outbox.Migrations) }

@@ -17,7 +17,6 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/kafkabroker"
 	"github.com/usagebilling/billing/pkg/kafkatest"
-	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/billing"
@@ -32,58 +31,10 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(kafkatest.Wrap(m))) }
 
 var empty = pgtest.Template{Name: "empty", Migrate: func(context.Context, string) error { return nil }}
 
-func tables(t *testing.T, url string) map[string]bool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	rows, err := pool.Query(context.Background(), `SELECT tablename FROM pg_tables WHERE schemaname = 'public'`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[string]bool{}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		out[n] = true
-	}
-	return out
-}
-
 func TestMigrationsUpDownUp(t *testing.T) {
 	t.Parallel()
-	url := pgtest.NewDB(t, empty)
-	sets := billing.Spec.Sets()
-	own := []string{"price_evidence", "billing_period", "charge", "adjustment"}
-	for round := range 2 {
-		if err := pgmigrate.Up(url, sets...); err != nil {
-			t.Fatalf("up (round %d): %v", round, err)
-		}
-		have := tables(t, url)
-		for _, n := range append(own, "outbox_event", "inbox_event", "idempotency_key") {
-			if !have[n] {
-				t.Fatalf("after up: no table %s", n)
-			}
-		}
-		if err := pgmigrate.Down(url, sets...); err != nil {
-			t.Fatalf("down (round %d): %v", round, err)
-		}
-		have = tables(t, url)
-		for _, n := range own {
-			if have[n] {
-				t.Fatalf("after down: table %s is left", n)
-			}
-		}
-	}
-	if err := pgmigrate.Up(url, sets...); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := len(bt.Sets()), len(sets); got != want {
+	pgtest.CheckUpDownUp(t, billing.Spec.Sets()...)
+	if got, want := len(bt.Sets()), len(billing.Spec.Sets()); got != want {
 		t.Fatalf("the test template migrates %d sets, the service %d", got, want)
 	}
 }
