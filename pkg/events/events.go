@@ -50,10 +50,15 @@ const (
 	AggregatePrice = "price"
 	// AggregateUsage is one usage fact; id = usageId; always version 1.
 	AggregateUsage = "usage"
+	// AggregateCharge is one charge; id = chargeId; always version 1. A
+	// tenant's charges spread over every partition: nothing orders them, and
+	// nothing needs to (see BillingPeriodClosed).
+	AggregateCharge = "charge"
+	// AggregateAdjustment is one adjustment; id = adjustmentId; always
+	// version 1.
+	AggregateAdjustment = "adjustment"
 	// AggregateBillingPeriod is one tenant's billing period; id = "2026-11";
-	// every ChargeRated, AdjustmentPosted and BillingPeriodClosed of the
-	// period is the next version, so a close at version N follows all N-1
-	// events it counts.
+	// its one event is BillingPeriodClosed, version 1: a period closes once.
 	AggregateBillingPeriod = "billing_period"
 	// AggregateInvoice is one invoice; version 1 is InvoiceIssued, each
 	// InvoiceCorrectionIssued the next version.
@@ -158,7 +163,10 @@ func (p ChargeRated) Validate() error {
 	)
 }
 
-// AdjustmentPosted: billing posted a correction of a charge.
+// AdjustmentPosted: billing posted a correction of a charge. AfterClose
+// says the period's close did not count it (the period was closed when it
+// was posted): it corrects the issued invoice with a correction note. One
+// that the close counted is a line of the period's invoice.
 type AdjustmentPosted struct {
 	AdjustmentID uuid.UUID       `json:"adjustmentId"`
 	CorrectionOf uuid.UUID       `json:"correctionOf"`
@@ -166,6 +174,7 @@ type AdjustmentPosted struct {
 	Currency     string          `json:"currency"`
 	Reason       string          `json:"reason"`
 	Period       string          `json:"period"`
+	AfterClose   bool            `json:"afterClose,omitempty"`
 }
 
 // Validate checks the payload's own rules.
@@ -178,47 +187,83 @@ func (p AdjustmentPosted) Validate() error {
 	)
 }
 
-// BillingPeriodClosed: billing closed a tenant's period. Its aggregate
-// version is one past the last charge or adjustment it counts.
+// BillingPeriodClosed: billing closed a tenant's period. It says what the
+// period holds, per currency, so a consumer can prove its own copy complete
+// without any order among the events: the charges and the adjustments the
+// close counted, each as a count, an exact sum and the digest of their event
+// ids (package digest). Its size depends on the number of currencies only.
 type BillingPeriodClosed struct {
 	Period      string                     `json:"period"`
 	ClosedAt    time.Time                  `json:"closedAt"`
 	Charges     int64                      `json:"charges"`
 	Adjustments int64                      `json:"adjustments"`
 	Totals      map[string]decimal.Decimal `json:"totals"` // by currency: charges + adjustments, exact
+	Currencies  map[string]CloseTally      `json:"currencies"`
 }
 
-// Validate checks the payload's own rules.
+// CloseTally is what a close counted in one currency.
+type CloseTally struct {
+	Charges          int64           `json:"charges"`
+	ChargeAmount     decimal.Decimal `json:"chargeAmount"`
+	ChargeDigest     string          `json:"chargeDigest"` // of the ChargeRated event ids
+	Adjustments      int64           `json:"adjustments"`
+	AdjustmentAmount decimal.Decimal `json:"adjustmentAmount"`
+	AdjustmentDigest string          `json:"adjustmentDigest"` // of the AdjustmentPosted event ids
+}
+
+// Validate checks the payload's own rules: the per-currency tallies add up
+// to the counts and totals.
 func (p BillingPeriodClosed) Validate() error {
-	errs := []error{periodOK(p.Period), need(p.Charges >= 0, "charges"), need(p.Adjustments >= 0, "adjustments")}
-	for cur := range p.Totals {
-		errs = append(errs, currencyOK(cur))
+	errs := []error{periodOK(p.Period), need(p.Charges >= 0, "charges"), need(p.Adjustments >= 0, "adjustments"),
+		need(len(p.Currencies) == len(p.Totals), "currencies")}
+	var charges, adjustments int64
+	for cur, t := range p.Currencies {
+		errs = append(errs, currencyOK(cur), need(t.Charges >= 0 && t.Adjustments >= 0, "currencies"),
+			need(digestOK(t.ChargeDigest) && digestOK(t.AdjustmentDigest), "currencies"),
+			need(p.Totals[cur].Equal(t.ChargeAmount.Add(t.AdjustmentAmount)), "totals"))
+		charges += t.Charges
+		adjustments += t.Adjustments
 	}
+	errs = append(errs, need(charges == p.Charges, "charges"), need(adjustments == p.Adjustments, "adjustments"))
 	return first(errs...)
 }
 
-// InvoiceLine is one line of an invoice: a charge, an adjustment, or the
-// rounding difference.
-type InvoiceLine struct {
-	OriginEventID uuid.UUID       `json:"originEventId"`
-	Kind          string          `json:"kind"` // "charge" | "adjustment" | "rounding"
-	Amount        decimal.Decimal `json:"amount"`
+func digestOK(s string) bool {
+	if s == "" || len(s) > 40 {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // InvoiceIssued: invoice issued the invoice of a tenant, period and currency.
+// It carries the invoice's figures, not its lines (GET the invoice for
+// those), so its size is the same for ten charges or ten million: ChargeLines
+// is the number of charge lines (one per meter and price version), Charges
+// the charges they aggregate, Adjustments the adjustment lines.
 type InvoiceIssued struct {
-	InvoiceID uuid.UUID       `json:"invoiceId"`
-	Period    string          `json:"period"`
-	Currency  string          `json:"currency"`
-	Lines     []InvoiceLine   `json:"lines"`
-	Subtotal  decimal.Decimal `json:"subtotal"`
-	Total     decimal.Decimal `json:"total"`
-	IssuedAt  time.Time       `json:"issuedAt"`
+	InvoiceID   uuid.UUID       `json:"invoiceId"`
+	Number      int64           `json:"number"`
+	Period      string          `json:"period"`
+	Currency    string          `json:"currency"`
+	ChargeLines int64           `json:"chargeLines"`
+	Charges     int64           `json:"charges"`
+	Adjustments int64           `json:"adjustments"`
+	Subtotal    decimal.Decimal `json:"subtotal"`
+	Rounding    decimal.Decimal `json:"rounding"`
+	Total       decimal.Decimal `json:"total"`
+	IssuedAt    time.Time       `json:"issuedAt"`
 }
 
 // Validate checks the payload's own rules.
 func (p InvoiceIssued) Validate() error {
-	return first(need(p.InvoiceID != uuid.Nil, "invoiceId"), periodOK(p.Period), currencyOK(p.Currency))
+	return first(need(p.InvoiceID != uuid.Nil, "invoiceId"), need(p.Number >= 1, "number"), periodOK(p.Period),
+		currencyOK(p.Currency), need(p.ChargeLines >= 0 && p.Charges >= p.ChargeLines, "charges"),
+		need(p.Adjustments >= 0, "adjustments"), need(p.Total.Equal(p.Subtotal.Add(p.Rounding)), "total"))
 }
 
 // InvoiceCorrectionIssued: an adjustment arrived after the invoice was
