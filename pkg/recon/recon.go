@@ -17,7 +17,11 @@ type Rows struct {
 	Charges      []Charge      `json:"charges"`
 	Adjustments  []Adjustment  `json:"adjustments"`
 	InvoiceLines []InvoiceLine `json:"invoiceLines"`
-	Corrections  []Correction  `json:"corrections"`
+	// LineTotals are invoice's aggregated lines as it shows them (one per
+	// meter and price version, one per adjustment, the rounding line); the
+	// InvoiceLines rows are what each of them counts, by origin event.
+	LineTotals  []LineTotal  `json:"lineTotals"`
+	Corrections []Correction `json:"corrections"`
 }
 
 // UsageFact is an accepted usage fact; EventID is its UsageAccepted.
@@ -49,8 +53,10 @@ type Adjustment struct {
 	Period   string          `json:"period"`
 }
 
-// InvoiceLine is a line of an invoice; OriginEventID is the ChargeRated or
-// AdjustmentPosted it came from (the closing event for a rounding line).
+// InvoiceLine is one origin event an invoice counts: a ChargeRated counted
+// in the charge line of its meter and price version (LineID), an
+// AdjustmentPosted that is its own line, or the closing event of a rounding
+// line.
 type InvoiceLine struct {
 	InvoiceID     uuid.UUID       `json:"invoiceId"`
 	Issued        bool            `json:"issued"`
@@ -59,6 +65,21 @@ type InvoiceLine struct {
 	OriginEventID uuid.UUID       `json:"originEventId"`
 	Kind          string          `json:"kind"`
 	Amount        decimal.Decimal `json:"amount"`
+	Quantity      decimal.Decimal `json:"quantity"` // charges only
+	LineID        string          `json:"lineId"`   // the line it is counted in
+}
+
+// LineTotal is one aggregated line of an invoice as invoice shows it.
+// LineID matches InvoiceLine.LineID of what it counts.
+type LineTotal struct {
+	InvoiceID    uuid.UUID       `json:"invoiceId"`
+	LineID       string          `json:"lineId"`
+	Kind         string          `json:"kind"`
+	MeterCode    string          `json:"meterCode,omitempty"`
+	PriceVersion int64           `json:"priceVersion,omitempty"`
+	Quantity     decimal.Decimal `json:"quantity"`
+	ChargeCount  int64           `json:"chargeCount"`
+	Amount       decimal.Decimal `json:"amount"`
 }
 
 // Correction is a correction note of an issued invoice; OriginEventID is
