@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,9 +26,10 @@ const Producer = "billing"
 
 // Service is billing.
 type Service struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
-	now  func() time.Time
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	now     func() time.Time
+	periods sync.Map // "tenant|period" of the period rows known to exist
 }
 
 // New returns the billing service on pool.
@@ -68,20 +70,26 @@ func (s *Service) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return nil
 }
 
-// newEvent builds a billing envelope of the billing_period aggregate.
-func newEvent(eventType, tenantID, period string, version int64, at time.Time, correlationID, causationID string, payload any) (envelope.Envelope, error) {
-	env, err := envelope.New(envelope.Meta{
+// newEvent builds a billing envelope, version 1 of its aggregate (a charge,
+// an adjustment, a period's close: each happens once). cause is the consumed
+// event it follows from, nil for a command.
+func newEvent(eventType, tenantID, aggregateType, aggregateID string, at time.Time, correlationID string,
+	cause *envelope.Envelope, payload any) (envelope.Envelope, error) {
+	meta := envelope.Meta{
 		EventType:        eventType,
 		SchemaVersion:    1,
 		TenantID:         tenantID,
-		AggregateType:    events.AggregateBillingPeriod,
-		AggregateID:      period,
-		AggregateVersion: version,
+		AggregateType:    aggregateType,
+		AggregateID:      aggregateID,
+		AggregateVersion: 1,
 		OccurredAt:       at,
 		Producer:         Producer,
 		CorrelationID:    correlationID,
-		CausationID:      causationID,
-	}, payload)
+	}
+	if cause != nil {
+		meta.CausationID, meta.Traceparent = cause.EventID.String(), cause.Traceparent
+	}
+	env, err := envelope.New(meta, payload)
 	if err != nil {
 		return envelope.Envelope{}, fmt.Errorf("build %s: %w", eventType, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/events"
@@ -51,9 +52,12 @@ type AdjustmentReply struct {
 }
 
 // PostAdjustment posts a correction of one of the tenant's charges: it
-// belongs to the charge's period, closed or not, and is the next version of
-// that period's aggregate (AdjustmentPosted). A *domain.Error reports a
-// broken rule (nothing written), ErrKeyReused a reused key.
+// belongs to the charge's period, closed or not (AdjustmentPosted). Under the
+// period's shared lock it reads the period's status: posted before the
+// period closed, the close counts it and it is a line of the period's
+// invoice; posted after, it is marked AfterClose and corrects the issued
+// invoice. A *domain.Error reports a broken rule (nothing written),
+// ErrKeyReused a reused key.
 func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjustment) (Reply, error) {
 	var reply Reply
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
@@ -77,25 +81,29 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 		if err := domain.CheckAdjustment(a, charge.Currency); err != nil {
 			return err
 		}
-		version, err := q.NextPeriodVersion(ctx, db.NextPeriodVersionParams{TenantID: r.TenantID, Period: charge.Period})
-		if err != nil {
+		if err := q.LockPeriodShared(ctx, db.LockPeriodSharedParams{TenantID: r.TenantID, Period: charge.Period}); err != nil {
 			return fmt.Errorf("lock period %s: %w", charge.Period, err)
 		}
+		status, err := q.PeriodStatus(ctx, db.PeriodStatusParams{TenantID: r.TenantID, Period: charge.Period})
+		if err != nil {
+			return fmt.Errorf("read period %s: %w", charge.Period, err)
+		}
+		afterClose := status == domain.StatusClosed
 		adjustmentID, err := uuid.NewV7()
 		if err != nil {
 			return fmt.Errorf("new adjustment id: %w", err)
 		}
-		env, err := newEvent(events.TypeAdjustmentPosted, r.TenantID, charge.Period, version, s.now(), r.CorrelationID, "",
-			events.AdjustmentPosted{
+		env, err := newEvent(events.TypeAdjustmentPosted, r.TenantID, events.AggregateAdjustment, adjustmentID.String(),
+			s.now(), r.CorrelationID, nil, events.AdjustmentPosted{
 				AdjustmentID: adjustmentID, CorrectionOf: charge.ChargeID, Amount: a.Amount, Currency: a.Currency,
-				Reason: a.Reason, Period: charge.Period,
+				Reason: a.Reason, Period: charge.Period, AfterClose: afterClose,
 			})
 		if err != nil {
 			return err
 		}
 		err = q.InsertAdjustment(ctx, db.InsertAdjustmentParams{
 			AdjustmentID: adjustmentID, EventID: env.EventID, TenantID: r.TenantID, CorrectionOf: charge.ChargeID,
-			Amount: a.Amount, Currency: a.Currency, Reason: a.Reason, Period: charge.Period, AggregateVersion: version,
+			Amount: a.Amount, Currency: a.Currency, Reason: a.Reason, Period: charge.Period, AfterClose: afterClose,
 		})
 		if err != nil {
 			return fmt.Errorf("insert adjustment: %w", err)
@@ -124,15 +132,16 @@ type CloseReply struct {
 
 // ClosePeriod closes a tenant's period, restartably and idempotently.
 //
-// Step 1 (its own transaction) marks the period closing: from its commit on,
-// usage of the period is rated late into a later period, and the rating
-// transactions that took charges into it before have committed (they held
-// its row lock). Step 2, in one transaction under the period's row lock,
-// counts the period's charges and adjustments, totals them per currency,
-// marks the period closed and appends BillingPeriodClosed as the next
-// version of the period's aggregate, so the close's version is one past every
-// event it counts. A crash between the steps leaves the period closing and
-// the next call finishes it; a call on a closed period publishes nothing.
+// Step 1 (its own transaction) takes the period's advisory lock exclusively,
+// so the rating transactions that hold it shared have committed, and marks
+// the period closing: from its commit on, usage of the period is rated late
+// into a later period. Step 2, in one transaction under the same exclusive
+// lock, counts, sums and digests the period's charges and adjustments per
+// currency (what invoice must find before it issues), marks the period
+// closed and appends BillingPeriodClosed. No event of the period is ordered
+// before the close: invoice proves its copy complete from the tallies. A
+// crash between the steps leaves the period closing and the next call
+// finishes it; a call on a closed period publishes nothing.
 func (s *Service) ClosePeriod(ctx context.Context, r Request, period string) (Reply, error) {
 	replay, err := s.markClosing(ctx, r, period)
 	if err != nil || replay != nil {
@@ -163,7 +172,11 @@ func (s *Service) markClosing(ctx context.Context, r Request, period string) (*R
 			replay = &Reply{Status: prev.Status, Body: prev.Body, Replayed: true}
 			return nil
 		}
-		if err := db.New(tx).MarkPeriodClosing(ctx, db.MarkPeriodClosingParams{TenantID: r.TenantID, Period: period}); err != nil {
+		q := db.New(tx)
+		if err := q.LockPeriodExclusive(ctx, db.LockPeriodExclusiveParams{TenantID: r.TenantID, Period: period}); err != nil {
+			return fmt.Errorf("lock period %s: %w", period, err)
+		}
+		if err := q.MarkPeriodClosing(ctx, db.MarkPeriodClosingParams{TenantID: r.TenantID, Period: period}); err != nil {
 			return fmt.Errorf("mark period %s closing: %w", period, err)
 		}
 		return nil
@@ -176,16 +189,19 @@ func (s *Service) finishClose(ctx context.Context, r Request, period string) (Re
 	var reply Reply
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		q := db.New(tx)
-		bp, err := q.LockPeriod(ctx, db.LockPeriodParams{TenantID: r.TenantID, Period: period})
+		if err := q.LockPeriodExclusive(ctx, db.LockPeriodExclusiveParams{TenantID: r.TenantID, Period: period}); err != nil {
+			return fmt.Errorf("lock period %s: %w", period, err)
+		}
+		status, err := q.LockPeriod(ctx, db.LockPeriodParams{TenantID: r.TenantID, Period: period})
 		if err != nil {
 			return fmt.Errorf("lock period %s: %w", period, err)
 		}
-		if bp.Status == domain.StatusClosing {
-			if err := s.close(ctx, tx, q, r, period, bp.Version); err != nil {
+		if status == domain.StatusClosing {
+			if err := s.close(ctx, tx, q, r, period); err != nil {
 				return err
 			}
-		} else if bp.Status != domain.StatusClosed {
-			return fmt.Errorf("%w: period %s of %s is %s after it was marked closing", ErrInternal, period, r.TenantID, bp.Status)
+		} else if status != domain.StatusClosed {
+			return fmt.Errorf("%w: period %s of %s is %s after it was marked closing", ErrInternal, period, r.TenantID, status)
 		}
 		body, err := json.Marshal(CloseReply{Period: period, Status: domain.StatusClosed})
 		if err != nil {
@@ -200,36 +216,31 @@ func (s *Service) finishClose(ctx context.Context, r Request, period string) (Re
 	return reply, nil
 }
 
-// close counts and closes a period the caller holds locked at version.
-func (s *Service) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, period string, version int64) error {
-	rows, err := q.PeriodTotals(ctx, db.PeriodTotalsParams{TenantID: r.TenantID, Period: period})
+// close counts and closes a period the caller holds locked.
+func (s *Service) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, period string) error {
+	rows, err := q.CloseTallies(ctx, db.CloseTalliesParams{TenantID: r.TenantID, Period: period})
 	if err != nil {
-		return fmt.Errorf("total period %s: %w", period, err)
-	}
-	totals := make([]domain.PeriodTotal, len(rows))
-	for i, row := range rows {
-		totals[i] = domain.PeriodTotal{Currency: row.Currency, Charges: row.Charges, Adjustments: row.Adjustments, Total: row.Total}
-	}
-	sum := domain.Summarize(totals)
-	// Every event of the aggregate so far is one of the charges and
-	// adjustments counted: the close is version N = counted + 1.
-	if sum.Charges+sum.Adjustments != version {
-		return fmt.Errorf("%w: period %s of %s is at version %d but holds %d charges and %d adjustments",
-			ErrInternal, period, r.TenantID, version, sum.Charges, sum.Adjustments)
+		return fmt.Errorf("tally period %s: %w", period, err)
 	}
 	closedAt := s.now().UTC().Truncate(time.Microsecond) // as PostgreSQL keeps it
-	if sum.Totals == nil {
-		sum.Totals = map[string]decimal.Decimal{}
+	closed := events.BillingPeriodClosed{Period: period, ClosedAt: closedAt,
+		Totals: map[string]decimal.Decimal{}, Currencies: map[string]events.CloseTally{}}
+	for _, row := range rows {
+		closed.Charges += row.Charges
+		closed.Adjustments += row.Adjustments
+		closed.Totals[row.Currency] = row.ChargeAmount.Add(row.AdjustmentAmount)
+		closed.Currencies[row.Currency] = events.CloseTally{
+			Charges: row.Charges, ChargeAmount: row.ChargeAmount, ChargeDigest: row.ChargeDigest,
+			Adjustments: row.Adjustments, AdjustmentAmount: row.AdjustmentAmount, AdjustmentDigest: row.AdjustmentDigest,
+		}
 	}
-	env, err := newEvent(events.TypeBillingPeriodClosed, r.TenantID, period, version+1, closedAt, r.CorrelationID, "",
-		events.BillingPeriodClosed{
-			Period: period, ClosedAt: closedAt, Charges: sum.Charges, Adjustments: sum.Adjustments, Totals: sum.Totals,
-		})
+	env, err := newEvent(events.TypeBillingPeriodClosed, r.TenantID, events.AggregateBillingPeriod, period, closedAt,
+		r.CorrelationID, nil, closed)
 	if err != nil {
 		return err
 	}
 	n, err := q.MarkPeriodClosed(ctx, db.MarkPeriodClosedParams{
-		ClosedAt: closedAt, Version: version + 1, CloseEventID: env.EventID, TenantID: r.TenantID, Period: period,
+		ClosedAt: closedAt, CloseEventID: env.EventID, TenantID: r.TenantID, Period: period,
 	})
 	if err != nil {
 		return fmt.Errorf("mark period %s closed: %w", period, err)
@@ -255,24 +266,67 @@ type Charge struct {
 	Period       string          `json:"period"`
 	Late         bool            `json:"late"`
 	OccurredAt   time.Time       `json:"occurredAt"`
-	Version      int64           `json:"aggregateVersion"`
 }
 
-// ListCharges returns the charges rated into a tenant's period, in aggregate
-// version order.
-func (s *Service) ListCharges(ctx context.Context, tenantID, period string) ([]Charge, error) {
-	rows, err := db.New(s.pool).ListCharges(ctx, db.ListChargesParams{TenantID: tenantID, Period: period})
+// ChargeFilter selects the charges of a list: a period, optionally one meter
+// and one of its price versions (the charges behind one invoice line).
+type ChargeFilter struct {
+	Period       string
+	MeterCode    string // "" for every meter
+	PriceVersion int64  // 0 for every version; needs MeterCode
+}
+
+// ChargePosition is the keyset position of a charge in line order: the
+// cursor of a charges page.
+type ChargePosition struct {
+	MeterCode    string    `json:"m"`
+	Currency     string    `json:"c"`
+	PriceVersion int64     `json:"v"`
+	ChargeID     uuid.UUID `json:"id"`
+}
+
+// Position is the charge's keyset position.
+func (c Charge) Position() ChargePosition {
+	return ChargePosition{MeterCode: c.MeterCode, Currency: c.Currency, PriceVersion: c.PriceVersion, ChargeID: c.ChargeID}
+}
+
+// ListCharges returns up to limit charges of a tenant matching f, in line
+// order (meter, currency, price version, charge id) after position after
+// (the zero position for the first page).
+func (s *Service) ListCharges(ctx context.Context, tenantID string, f ChargeFilter, after ChargePosition, limit int32) ([]Charge, error) {
+	q := db.New(s.pool)
+	var out []Charge
+	add := func(c db.ListChargesRow) {
+		out = append(out, Charge{
+			ChargeID: c.ChargeID, EventID: c.EventID, UsageEventID: c.UsageEventID, UsageID: c.UsageID,
+			MeterCode: c.MeterCode, Currency: c.Currency, Quantity: c.Quantity, UnitPrice: c.UnitPrice,
+			PriceVersion: c.PriceVersion, Amount: c.Amount, Period: c.Period, Late: c.Late, OccurredAt: c.OccurredAt.UTC(),
+		})
+	}
+	if f.MeterCode == "" {
+		rows, err := q.ListCharges(ctx, db.ListChargesParams{TenantID: tenantID, Period: f.Period,
+			AfterMeter: after.MeterCode, AfterCurrency: after.Currency, AfterVersion: after.PriceVersion,
+			AfterCharge: after.ChargeID, RowLimit: limit})
+		if err != nil {
+			return nil, fmt.Errorf("list charges: %w", err)
+		}
+		for _, c := range rows {
+			add(c)
+		}
+		return out, nil
+	}
+	if after.MeterCode != f.MeterCode { // a first page, or a cursor of another filter
+		after = ChargePosition{MeterCode: f.MeterCode}
+	}
+	version := pgtype.Int8{Int64: f.PriceVersion, Valid: f.PriceVersion > 0}
+	rows, err := q.ListMeterCharges(ctx, db.ListMeterChargesParams{TenantID: tenantID, Period: f.Period,
+		MeterCode: f.MeterCode, PriceVersion: version, AfterCurrency: after.Currency, AfterVersion: after.PriceVersion,
+		AfterCharge: after.ChargeID, RowLimit: limit})
 	if err != nil {
 		return nil, fmt.Errorf("list charges: %w", err)
 	}
-	out := make([]Charge, len(rows))
-	for i, c := range rows {
-		out[i] = Charge{
-			ChargeID: c.ChargeID, EventID: c.EventID, UsageEventID: c.UsageEventID, UsageID: c.UsageID,
-			MeterCode: c.MeterCode, Currency: c.Currency, Quantity: c.Quantity, UnitPrice: c.UnitPrice,
-			PriceVersion: c.PriceVersion, Amount: c.Amount, Period: c.Period, Late: c.Late,
-			OccurredAt: c.OccurredAt.UTC(), Version: c.AggregateVersion,
-		}
+	for _, c := range rows {
+		add(db.ListChargesRow(c))
 	}
 	return out, nil
 }

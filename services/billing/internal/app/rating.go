@@ -16,15 +16,6 @@ import (
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
 
-// rateLockKey is the transaction-scoped advisory lock every rating statement
-// takes before it locks a period row. A batch of usage events locks the
-// period rows of its tenants in the order the batch brings them, and batches
-// of different partitions run concurrently: without one lock in front of
-// them, two batches that hold (A, P) and (B, P) and each want the other's
-// would deadlock. Rating transactions therefore run one after another;
-// adjustments and closes lock a single period row and do not take it.
-const rateLockKey int64 = 0x62696c6c5f726174 // "bill_rat"
-
 // maxRatingAttempts bounds how often a rating follows a period that started
 // closing while it was being rated (each close moves it one period on).
 const maxRatingAttempts = 4
@@ -58,9 +49,12 @@ func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.D
 // at the price version the usage event names, from billing's own evidence
 // (deferred until that version is here), into the period of its occurrence
 // or, when that period is closing or closed, the earliest open period after
-// it (late). The charge is the next version of its period's aggregate and
-// ChargeRated is appended with it. Two statements in the common case: rate
-// (one statement, see RateUsage) and append.
+// it (late). The charge is its own aggregate (charge/<id>, version 1) and
+// ChargeRated is appended with it: nothing a charge writes is shared with
+// another charge, so one tenant's usage is rated by every consumer at once.
+// A period's close is kept consistent by the period's advisory lock, held
+// shared here and exclusively by the close (see ClosePeriod). Two round
+// trips in the common case: lock and rate (pipelined), and append.
 func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
 	u, ok := d.Payload.(events.UsageAccepted)
 	if !ok {
@@ -75,19 +69,20 @@ func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.De
 	if err != nil {
 		return inbox.Outcome{}, fmt.Errorf("new charge id: %w", err)
 	}
-	// The charge row records the id of the event it emits, and the event's
-	// version is only known once the row is written: the id is made first
-	// and given to the envelope.
+	// The charge row records the id of the event it emits: the id is made
+	// first and given to the envelope.
 	eventID, err := uuid.NewV7()
 	if err != nil {
 		return inbox.Outcome{}, fmt.Errorf("new event id: %w", err)
 	}
-	q := db.New(tx)
 	occurred := events.Period(u.OccurredAt)
 	period, late := occurred, false
 	for attempt := 1; ; attempt++ {
-		row, err := q.RateUsage(ctx, db.RateUsageParams{
-			LockKey: rateLockKey, TenantID: in.TenantID, MeterCode: u.MeterCode, Currency: u.Currency,
+		if err := s.ensurePeriod(ctx, in.TenantID, period); err != nil {
+			return inbox.Outcome{}, err
+		}
+		row, err := db.RateUsageLocked(ctx, tx, db.RateUsageParams{
+			TenantID: in.TenantID, MeterCode: u.MeterCode, Currency: u.Currency,
 			PriceVersion: u.PriceVersion, Period: period, ChargeID: chargeID, EventID: eventID,
 			UsageEventID: in.EventID, UsageID: u.UsageID, Quantity: u.Quantity, Late: late, OccurredAt: u.OccurredAt,
 		})
@@ -98,14 +93,15 @@ func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.De
 		if err != nil {
 			return inbox.Outcome{}, fmt.Errorf("rate usage event %s: %w", in.EventID, err)
 		}
-		if row.AggregateVersion.Valid {
+		switch row.Status {
+		case domain.StatusOpen:
 			charge := events.ChargeRated{
 				ChargeID: chargeID, UsageEventID: in.EventID, UsageID: u.UsageID, MeterCode: u.MeterCode,
 				Currency: u.Currency, Quantity: u.Quantity, UnitPrice: row.UnitPrice, PriceVersion: u.PriceVersion,
 				Amount: domain.Amount(u.Quantity, row.UnitPrice), Period: period, Late: late, OccurredAt: u.OccurredAt,
 			}
-			env, err := newEvent(events.TypeChargeRated, in.TenantID, period, row.AggregateVersion.Int64, s.now(),
-				in.CorrelationID, in.EventID.String(), charge)
+			env, err := newEvent(events.TypeChargeRated, in.TenantID, events.AggregateCharge, chargeID.String(),
+				s.now(), in.CorrelationID, &in, charge)
 			if err != nil {
 				return inbox.Outcome{}, err
 			}
@@ -114,16 +110,34 @@ func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.De
 				return inbox.Outcome{}, err
 			}
 			return inbox.Outcome{}, nil
+		case domain.StatusClosing, domain.StatusClosed:
+		default:
+			return inbox.Outcome{}, fmt.Errorf("%w: period %s of %s has status %q", ErrInternal, period, in.TenantID, row.Status)
 		}
 		// The period is closing or closed: nothing was written. Rate into
 		// the earliest open period after the occurrence's.
 		if attempt == maxRatingAttempts {
 			return inbox.Outcome{}, fmt.Errorf("rate usage event %s: periods kept closing under it (now at %s)", in.EventID, period)
 		}
-		notOpen, err := q.NonOpenPeriodsFrom(ctx, db.NonOpenPeriodsFromParams{TenantID: in.TenantID, Period: occurred})
+		notOpen, err := db.New(tx).NonOpenPeriodsFrom(ctx, db.NonOpenPeriodsFromParams{TenantID: in.TenantID, Period: occurred})
 		if err != nil {
 			return inbox.Outcome{}, fmt.Errorf("find open period after %s: %w", occurred, err)
 		}
 		period, late = domain.RatingPeriod(occurred, notOpen)
 	}
+}
+
+// ensurePeriod makes sure the tenant's period row exists, outside the rating
+// transaction (see EnsurePeriod); rows are never deleted, so each process
+// asks once per period.
+func (s *Service) ensurePeriod(ctx context.Context, tenantID, period string) error {
+	key := tenantID + "|" + period
+	if _, ok := s.periods.Load(key); ok {
+		return nil
+	}
+	if err := db.New(s.pool).EnsurePeriod(ctx, db.EnsurePeriodParams{TenantID: tenantID, Period: period}); err != nil {
+		return fmt.Errorf("create period %s of %s: %w", period, tenantID, err)
+	}
+	s.periods.Store(key, struct{}{})
+	return nil
 }

@@ -13,23 +13,22 @@ import (
 )
 
 type Adjustment struct {
-	AdjustmentID     uuid.UUID
-	EventID          uuid.UUID
-	TenantID         string
-	CorrectionOf     uuid.UUID
-	Amount           decimal.Decimal
-	Currency         string
-	Reason           string
-	Period           string
-	AggregateVersion int64
-	CreatedAt        time.Time
+	AdjustmentID uuid.UUID
+	EventID      uuid.UUID
+	TenantID     string
+	CorrectionOf uuid.UUID
+	Amount       decimal.Decimal
+	Currency     string
+	Reason       string
+	Period       string
+	CreatedAt    time.Time
+	AfterClose   bool
 }
 
 type BillingPeriod struct {
 	TenantID     string
 	Period       string
 	Status       string
-	Version      int64
 	CreatedAt    time.Time
 	ClosingAt    pgtype.Timestamptz
 	ClosedAt     pgtype.Timestamptz
@@ -37,22 +36,21 @@ type BillingPeriod struct {
 }
 
 type Charge struct {
-	ChargeID         uuid.UUID
-	EventID          uuid.UUID
-	UsageEventID     uuid.UUID
-	UsageID          uuid.UUID
-	TenantID         string
-	MeterCode        string
-	Currency         string
-	Quantity         decimal.Decimal
-	UnitPrice        decimal.Decimal
-	PriceVersion     int64
-	Amount           decimal.Decimal
-	Period           string
-	Late             bool
-	OccurredAt       time.Time
-	AggregateVersion int64
-	CreatedAt        time.Time
+	ChargeID     uuid.UUID
+	EventID      uuid.UUID
+	UsageEventID uuid.UUID
+	UsageID      uuid.UUID
+	TenantID     string
+	MeterCode    string
+	Currency     string
+	Quantity     decimal.Decimal
+	UnitPrice    decimal.Decimal
+	PriceVersion int64
+	Amount       decimal.Decimal
+	Period       string
+	Late         bool
+	OccurredAt   time.Time
+	CreatedAt    time.Time
 }
 
 type PriceEvidence struct {

@@ -6,41 +6,52 @@ INSERT INTO price_evidence (tenant_id, meter_code, currency, version, unit_price
 VALUES (@tenant_id, @meter_code, @currency, @version, @unit_price, @effective_at, @price_id, @event_id)
 ON CONFLICT DO NOTHING;
 
+-- name: EnsurePeriod :exec
+-- Creates a tenant's period row, open, unless it exists. Run on its own, not
+-- in a rating transaction: raters of one tenant must never wait for each
+-- other's uncommitted insert of the same row.
+INSERT INTO billing_period (tenant_id, period) VALUES (@tenant_id, @period)
+ON CONFLICT DO NOTHING;
+
+-- name: LockPeriodShared :exec
+-- Takes the period's advisory lock shared for the transaction: rating and
+-- adjustments hold it, any number at once; a close takes it exclusively
+-- (LockPeriodExclusive) and so waits for the rating transactions in flight
+-- and holds back new ones while it changes the period's status. Run it as
+-- its own statement, before the statement that reads the status, so that
+-- statement's snapshot is taken after the lock is held.
+SELECT pg_advisory_xact_lock_shared(hashtextextended(@tenant_id::text || '|' || @period::text, 7365))::text;
+
+-- name: LockPeriodExclusive :exec
+SELECT pg_advisory_xact_lock(hashtextextended(@tenant_id::text || '|' || @period::text, 7365))::text;
+
 -- name: RateUsage :one
--- Rates one usage fact into @period in one statement: takes the rating lock
--- (every rating transaction takes the period rows it touches in whatever
--- order its batch brings them; one transaction-scoped advisory lock keeps two
--- batches from locking them in opposite orders), reads the price evidence,
--- creates the period row or takes its next version under its row lock while
--- the period is open, and inserts the charge with that version. No row: the
--- price version is missing. A NULL version: the period is closing or closed,
--- nothing was written.
-WITH serial AS (
-    SELECT pg_advisory_xact_lock(sqlc.arg(lock_key)::bigint) IS NULL AS locked
-), price AS (
+-- Rates one usage fact into @period in one statement, under the period's
+-- shared lock: reads the price evidence and the period's status, and inserts
+-- the charge when the period is open. No row: the price version is missing.
+-- A status other than open: nothing was written.
+WITH price AS (
     SELECT pe.unit_price
-    FROM price_evidence pe, serial
+    FROM price_evidence pe
     WHERE pe.tenant_id = sqlc.arg(tenant_id)::text
       AND pe.meter_code = sqlc.arg(meter_code)::text
       AND pe.currency = sqlc.arg(currency)::text
       AND pe.version = sqlc.arg(price_version)::bigint
 ), bp AS (
-    INSERT INTO billing_period AS b (tenant_id, period, version)
-    SELECT sqlc.arg(tenant_id)::text, sqlc.arg(period)::text, 1 FROM price
-    ON CONFLICT (tenant_id, period) DO UPDATE SET version = b.version + 1
-    WHERE b.status = 'open'
-    RETURNING b.version
+    SELECT b.status FROM billing_period b
+    WHERE b.tenant_id = sqlc.arg(tenant_id)::text AND b.period = sqlc.arg(period)::text
 ), ch AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
-                        quantity, unit_price, price_version, amount, period, late, occurred_at, aggregate_version)
+                        quantity, unit_price, price_version, amount, period, late, occurred_at)
     SELECT sqlc.arg(charge_id)::uuid, sqlc.arg(event_id)::uuid, sqlc.arg(usage_event_id)::uuid,
            sqlc.arg(usage_id)::uuid, sqlc.arg(tenant_id)::text, sqlc.arg(meter_code)::text,
            sqlc.arg(currency)::text, sqlc.arg(quantity)::numeric, price.unit_price,
            sqlc.arg(price_version)::bigint, sqlc.arg(quantity)::numeric * price.unit_price,
-           sqlc.arg(period)::text, sqlc.arg(late)::boolean, sqlc.arg(occurred_at)::timestamptz, bp.version
+           sqlc.arg(period)::text, sqlc.arg(late)::boolean, sqlc.arg(occurred_at)::timestamptz
     FROM price, bp
+    WHERE bp.status = 'open'
 )
-SELECT price.unit_price, bp.version AS aggregate_version
+SELECT price.unit_price, COALESCE(bp.status, '')::text AS status
 FROM price LEFT JOIN bp ON true;
 
 -- name: NonOpenPeriodsFrom :many
@@ -51,29 +62,44 @@ ORDER BY period;
 
 -- name: GetCharge :one
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at, aggregate_version
+       price_version, amount, period, late, occurred_at
 FROM charge
 WHERE tenant_id = @tenant_id AND charge_id = @charge_id;
 
 -- name: ListCharges :many
+-- One page of a period's charges in line order (meter, currency, price
+-- version, charge id), after the keyset position of the previous page.
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at, aggregate_version
+       price_version, amount, period, late, occurred_at
 FROM charge
 WHERE tenant_id = @tenant_id AND period = @period
-ORDER BY aggregate_version;
+  AND (meter_code, currency, price_version, charge_id) >
+      (sqlc.arg(after_meter)::text, sqlc.arg(after_currency)::text, sqlc.arg(after_version)::bigint, sqlc.arg(after_charge)::uuid)
+ORDER BY meter_code, currency, price_version, charge_id
+LIMIT sqlc.arg(row_limit);
 
--- name: NextPeriodVersion :one
--- Takes the next aggregate version of an existing period, whatever its
--- status, under its row lock (adjustments go to closed periods too).
-UPDATE billing_period SET version = version + 1
-WHERE tenant_id = @tenant_id AND period = @period
-RETURNING version;
+-- name: ListMeterCharges :many
+-- The same for one meter, and optionally one price version: the charges
+-- behind one invoice line. The meter is an index equality, so a page costs
+-- the rows it returns.
+SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
+       price_version, amount, period, late, occurred_at
+FROM charge
+WHERE tenant_id = @tenant_id AND period = @period AND meter_code = @meter_code
+  AND (sqlc.narg(price_version)::bigint IS NULL OR price_version = sqlc.narg(price_version)::bigint)
+  AND (currency, price_version, charge_id) >
+      (sqlc.arg(after_currency)::text, sqlc.arg(after_version)::bigint, sqlc.arg(after_charge)::uuid)
+ORDER BY currency, price_version, charge_id
+LIMIT sqlc.arg(row_limit);
+
+-- name: PeriodStatus :one
+SELECT status FROM billing_period WHERE tenant_id = @tenant_id AND period = @period;
 
 -- name: InsertAdjustment :exec
 INSERT INTO adjustment (adjustment_id, event_id, tenant_id, correction_of, amount, currency, reason,
-                        period, aggregate_version)
+                        period, after_close)
 VALUES (@adjustment_id, @event_id, @tenant_id, @correction_of, @amount, @currency, @reason,
-        @period, @aggregate_version);
+        @period, @after_close);
 
 -- name: MarkPeriodClosing :exec
 -- Step 1 of a close: from its commit on, usage of the period is late. A
@@ -85,23 +111,32 @@ ON CONFLICT (tenant_id, period) DO UPDATE SET status = 'closing', closing_at = n
 WHERE b.status = 'open';
 
 -- name: LockPeriod :one
-SELECT status, version FROM billing_period
+SELECT status FROM billing_period
 WHERE tenant_id = @tenant_id AND period = @period
 FOR UPDATE;
 
--- name: PeriodTotals :many
--- Counts and exact totals per currency of what a period holds: charges plus
--- adjustments.
-SELECT t.currency,
+-- name: CloseTallies :many
+-- What a close counts, per currency: the period's charges and the
+-- adjustments posted before it closed, each counted, summed exactly and
+-- digested (package digest: the sum of a term per event id, so any copy of
+-- the set computes the same whatever order it came in). One pass over the
+-- period's rows in SQL: bounded memory whatever the volume.
+SELECT t.currency::text AS currency,
        sum(t.charges)::bigint AS charges,
+       sum(t.charge_amount)::numeric AS charge_amount,
+       sum(t.charge_digest)::numeric::text AS charge_digest,
        sum(t.adjustments)::bigint AS adjustments,
-       sum(t.total)::numeric AS total
+       sum(t.adjustment_amount)::numeric AS adjustment_amount,
+       sum(t.adjustment_digest)::numeric::text AS adjustment_digest
 FROM (
-    SELECT c.currency, count(*) AS charges, 0::bigint AS adjustments, sum(c.amount) AS total
+    SELECT c.currency, count(*) AS charges, sum(c.amount) AS charge_amount,
+           sum(('x' || encode(substr(sha256(convert_to(c.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint) AS charge_digest,
+           0::bigint AS adjustments, 0::numeric AS adjustment_amount, 0::numeric AS adjustment_digest
     FROM charge c WHERE c.tenant_id = @tenant_id AND c.period = @period GROUP BY c.currency
     UNION ALL
-    SELECT a.currency, 0::bigint, count(*), sum(a.amount)
-    FROM adjustment a WHERE a.tenant_id = @tenant_id AND a.period = @period GROUP BY a.currency
+    SELECT a.currency, 0, 0, 0, count(*), sum(a.amount),
+           sum(('x' || encode(substr(sha256(convert_to(a.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)
+    FROM adjustment a WHERE a.tenant_id = @tenant_id AND a.period = @period AND NOT a.after_close GROUP BY a.currency
 ) t
 GROUP BY t.currency
 ORDER BY t.currency;
@@ -109,8 +144,7 @@ ORDER BY t.currency;
 -- name: MarkPeriodClosed :execrows
 -- Step 2 of a close, under the row lock LockPeriod took.
 UPDATE billing_period
-SET status = 'closed', closed_at = sqlc.arg(closed_at)::timestamptz, version = sqlc.arg(version)::bigint,
-    close_event_id = sqlc.arg(close_event_id)::uuid
+SET status = 'closed', closed_at = sqlc.arg(closed_at)::timestamptz, close_event_id = sqlc.arg(close_event_id)::uuid
 WHERE tenant_id = @tenant_id AND period = @period AND status = 'closing';
 
 -- name: ReconciliationCharges :many

@@ -14,9 +14,97 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+const closeTallies = `-- name: CloseTallies :many
+SELECT t.currency::text AS currency,
+       sum(t.charges)::bigint AS charges,
+       sum(t.charge_amount)::numeric AS charge_amount,
+       sum(t.charge_digest)::numeric::text AS charge_digest,
+       sum(t.adjustments)::bigint AS adjustments,
+       sum(t.adjustment_amount)::numeric AS adjustment_amount,
+       sum(t.adjustment_digest)::numeric::text AS adjustment_digest
+FROM (
+    SELECT c.currency, count(*) AS charges, sum(c.amount) AS charge_amount,
+           sum(('x' || encode(substr(sha256(convert_to(c.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint) AS charge_digest,
+           0::bigint AS adjustments, 0::numeric AS adjustment_amount, 0::numeric AS adjustment_digest
+    FROM charge c WHERE c.tenant_id = $1 AND c.period = $2 GROUP BY c.currency
+    UNION ALL
+    SELECT a.currency, 0, 0, 0, count(*), sum(a.amount),
+           sum(('x' || encode(substr(sha256(convert_to(a.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)
+    FROM adjustment a WHERE a.tenant_id = $1 AND a.period = $2 AND NOT a.after_close GROUP BY a.currency
+) t
+GROUP BY t.currency
+ORDER BY t.currency
+`
+
+type CloseTalliesParams struct {
+	TenantID string
+	Period   string
+}
+
+type CloseTalliesRow struct {
+	Currency         string
+	Charges          int64
+	ChargeAmount     decimal.Decimal
+	ChargeDigest     string
+	Adjustments      int64
+	AdjustmentAmount decimal.Decimal
+	AdjustmentDigest string
+}
+
+// What a close counts, per currency: the period's charges and the
+// adjustments posted before it closed, each counted, summed exactly and
+// digested (package digest: the sum of a term per event id, so any copy of
+// the set computes the same whatever order it came in). One pass over the
+// period's rows in SQL: bounded memory whatever the volume.
+func (q *Queries) CloseTallies(ctx context.Context, arg CloseTalliesParams) ([]CloseTalliesRow, error) {
+	rows, err := q.db.Query(ctx, closeTallies, arg.TenantID, arg.Period)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CloseTalliesRow
+	for rows.Next() {
+		var i CloseTalliesRow
+		if err := rows.Scan(
+			&i.Currency,
+			&i.Charges,
+			&i.ChargeAmount,
+			&i.ChargeDigest,
+			&i.Adjustments,
+			&i.AdjustmentAmount,
+			&i.AdjustmentDigest,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const ensurePeriod = `-- name: EnsurePeriod :exec
+INSERT INTO billing_period (tenant_id, period) VALUES ($1, $2)
+ON CONFLICT DO NOTHING
+`
+
+type EnsurePeriodParams struct {
+	TenantID string
+	Period   string
+}
+
+// Creates a tenant's period row, open, unless it exists. Run on its own, not
+// in a rating transaction: raters of one tenant must never wait for each
+// other's uncommitted insert of the same row.
+func (q *Queries) EnsurePeriod(ctx context.Context, arg EnsurePeriodParams) error {
+	_, err := q.db.Exec(ctx, ensurePeriod, arg.TenantID, arg.Period)
+	return err
+}
+
 const getCharge = `-- name: GetCharge :one
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at, aggregate_version
+       price_version, amount, period, late, occurred_at
 FROM charge
 WHERE tenant_id = $1 AND charge_id = $2
 `
@@ -27,20 +115,19 @@ type GetChargeParams struct {
 }
 
 type GetChargeRow struct {
-	ChargeID         uuid.UUID
-	EventID          uuid.UUID
-	UsageEventID     uuid.UUID
-	UsageID          uuid.UUID
-	MeterCode        string
-	Currency         string
-	Quantity         decimal.Decimal
-	UnitPrice        decimal.Decimal
-	PriceVersion     int64
-	Amount           decimal.Decimal
-	Period           string
-	Late             bool
-	OccurredAt       time.Time
-	AggregateVersion int64
+	ChargeID     uuid.UUID
+	EventID      uuid.UUID
+	UsageEventID uuid.UUID
+	UsageID      uuid.UUID
+	MeterCode    string
+	Currency     string
+	Quantity     decimal.Decimal
+	UnitPrice    decimal.Decimal
+	PriceVersion int64
+	Amount       decimal.Decimal
+	Period       string
+	Late         bool
+	OccurredAt   time.Time
 }
 
 func (q *Queries) GetCharge(ctx context.Context, arg GetChargeParams) (GetChargeRow, error) {
@@ -60,28 +147,27 @@ func (q *Queries) GetCharge(ctx context.Context, arg GetChargeParams) (GetCharge
 		&i.Period,
 		&i.Late,
 		&i.OccurredAt,
-		&i.AggregateVersion,
 	)
 	return i, err
 }
 
 const insertAdjustment = `-- name: InsertAdjustment :exec
 INSERT INTO adjustment (adjustment_id, event_id, tenant_id, correction_of, amount, currency, reason,
-                        period, aggregate_version)
+                        period, after_close)
 VALUES ($1, $2, $3, $4, $5, $6, $7,
         $8, $9)
 `
 
 type InsertAdjustmentParams struct {
-	AdjustmentID     uuid.UUID
-	EventID          uuid.UUID
-	TenantID         string
-	CorrectionOf     uuid.UUID
-	Amount           decimal.Decimal
-	Currency         string
-	Reason           string
-	Period           string
-	AggregateVersion int64
+	AdjustmentID uuid.UUID
+	EventID      uuid.UUID
+	TenantID     string
+	CorrectionOf uuid.UUID
+	Amount       decimal.Decimal
+	Currency     string
+	Reason       string
+	Period       string
+	AfterClose   bool
 }
 
 func (q *Queries) InsertAdjustment(ctx context.Context, arg InsertAdjustmentParams) error {
@@ -94,7 +180,7 @@ func (q *Queries) InsertAdjustment(ctx context.Context, arg InsertAdjustmentPara
 		arg.Currency,
 		arg.Reason,
 		arg.Period,
-		arg.AggregateVersion,
+		arg.AfterClose,
 	)
 	return err
 }
@@ -138,36 +224,53 @@ func (q *Queries) InsertPriceEvidence(ctx context.Context, arg InsertPriceEviden
 
 const listCharges = `-- name: ListCharges :many
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at, aggregate_version
+       price_version, amount, period, late, occurred_at
 FROM charge
 WHERE tenant_id = $1 AND period = $2
-ORDER BY aggregate_version
+  AND (meter_code, currency, price_version, charge_id) >
+      ($3::text, $4::text, $5::bigint, $6::uuid)
+ORDER BY meter_code, currency, price_version, charge_id
+LIMIT $7
 `
 
 type ListChargesParams struct {
-	TenantID string
-	Period   string
+	TenantID      string
+	Period        string
+	AfterMeter    string
+	AfterCurrency string
+	AfterVersion  int64
+	AfterCharge   uuid.UUID
+	RowLimit      int32
 }
 
 type ListChargesRow struct {
-	ChargeID         uuid.UUID
-	EventID          uuid.UUID
-	UsageEventID     uuid.UUID
-	UsageID          uuid.UUID
-	MeterCode        string
-	Currency         string
-	Quantity         decimal.Decimal
-	UnitPrice        decimal.Decimal
-	PriceVersion     int64
-	Amount           decimal.Decimal
-	Period           string
-	Late             bool
-	OccurredAt       time.Time
-	AggregateVersion int64
+	ChargeID     uuid.UUID
+	EventID      uuid.UUID
+	UsageEventID uuid.UUID
+	UsageID      uuid.UUID
+	MeterCode    string
+	Currency     string
+	Quantity     decimal.Decimal
+	UnitPrice    decimal.Decimal
+	PriceVersion int64
+	Amount       decimal.Decimal
+	Period       string
+	Late         bool
+	OccurredAt   time.Time
 }
 
+// One page of a period's charges in line order (meter, currency, price
+// version, charge id), after the keyset position of the previous page.
 func (q *Queries) ListCharges(ctx context.Context, arg ListChargesParams) ([]ListChargesRow, error) {
-	rows, err := q.db.Query(ctx, listCharges, arg.TenantID, arg.Period)
+	rows, err := q.db.Query(ctx, listCharges,
+		arg.TenantID,
+		arg.Period,
+		arg.AfterMeter,
+		arg.AfterCurrency,
+		arg.AfterVersion,
+		arg.AfterCharge,
+		arg.RowLimit,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +292,91 @@ func (q *Queries) ListCharges(ctx context.Context, arg ListChargesParams) ([]Lis
 			&i.Period,
 			&i.Late,
 			&i.OccurredAt,
-			&i.AggregateVersion,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listMeterCharges = `-- name: ListMeterCharges :many
+SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
+       price_version, amount, period, late, occurred_at
+FROM charge
+WHERE tenant_id = $1 AND period = $2 AND meter_code = $3
+  AND ($4::bigint IS NULL OR price_version = $4::bigint)
+  AND (currency, price_version, charge_id) >
+      ($5::text, $6::bigint, $7::uuid)
+ORDER BY currency, price_version, charge_id
+LIMIT $8
+`
+
+type ListMeterChargesParams struct {
+	TenantID      string
+	Period        string
+	MeterCode     string
+	PriceVersion  pgtype.Int8
+	AfterCurrency string
+	AfterVersion  int64
+	AfterCharge   uuid.UUID
+	RowLimit      int32
+}
+
+type ListMeterChargesRow struct {
+	ChargeID     uuid.UUID
+	EventID      uuid.UUID
+	UsageEventID uuid.UUID
+	UsageID      uuid.UUID
+	MeterCode    string
+	Currency     string
+	Quantity     decimal.Decimal
+	UnitPrice    decimal.Decimal
+	PriceVersion int64
+	Amount       decimal.Decimal
+	Period       string
+	Late         bool
+	OccurredAt   time.Time
+}
+
+// The same for one meter, and optionally one price version: the charges
+// behind one invoice line. The meter is an index equality, so a page costs
+// the rows it returns.
+func (q *Queries) ListMeterCharges(ctx context.Context, arg ListMeterChargesParams) ([]ListMeterChargesRow, error) {
+	rows, err := q.db.Query(ctx, listMeterCharges,
+		arg.TenantID,
+		arg.Period,
+		arg.MeterCode,
+		arg.PriceVersion,
+		arg.AfterCurrency,
+		arg.AfterVersion,
+		arg.AfterCharge,
+		arg.RowLimit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListMeterChargesRow
+	for rows.Next() {
+		var i ListMeterChargesRow
+		if err := rows.Scan(
+			&i.ChargeID,
+			&i.EventID,
+			&i.UsageEventID,
+			&i.UsageID,
+			&i.MeterCode,
+			&i.Currency,
+			&i.Quantity,
+			&i.UnitPrice,
+			&i.PriceVersion,
+			&i.Amount,
+			&i.Period,
+			&i.Late,
+			&i.OccurredAt,
 		); err != nil {
 			return nil, err
 		}
@@ -202,7 +389,7 @@ func (q *Queries) ListCharges(ctx context.Context, arg ListChargesParams) ([]Lis
 }
 
 const lockPeriod = `-- name: LockPeriod :one
-SELECT status, version FROM billing_period
+SELECT status FROM billing_period
 WHERE tenant_id = $1 AND period = $2
 FOR UPDATE
 `
@@ -212,28 +399,55 @@ type LockPeriodParams struct {
 	Period   string
 }
 
-type LockPeriodRow struct {
-	Status  string
-	Version int64
+func (q *Queries) LockPeriod(ctx context.Context, arg LockPeriodParams) (string, error) {
+	row := q.db.QueryRow(ctx, lockPeriod, arg.TenantID, arg.Period)
+	var status string
+	err := row.Scan(&status)
+	return status, err
 }
 
-func (q *Queries) LockPeriod(ctx context.Context, arg LockPeriodParams) (LockPeriodRow, error) {
-	row := q.db.QueryRow(ctx, lockPeriod, arg.TenantID, arg.Period)
-	var i LockPeriodRow
-	err := row.Scan(&i.Status, &i.Version)
-	return i, err
+const lockPeriodExclusive = `-- name: LockPeriodExclusive :exec
+SELECT pg_advisory_xact_lock(hashtextextended($1::text || '|' || $2::text, 7365))::text
+`
+
+type LockPeriodExclusiveParams struct {
+	TenantID string
+	Period   string
+}
+
+func (q *Queries) LockPeriodExclusive(ctx context.Context, arg LockPeriodExclusiveParams) error {
+	_, err := q.db.Exec(ctx, lockPeriodExclusive, arg.TenantID, arg.Period)
+	return err
+}
+
+const lockPeriodShared = `-- name: LockPeriodShared :exec
+SELECT pg_advisory_xact_lock_shared(hashtextextended($1::text || '|' || $2::text, 7365))::text
+`
+
+type LockPeriodSharedParams struct {
+	TenantID string
+	Period   string
+}
+
+// Takes the period's advisory lock shared for the transaction: rating and
+// adjustments hold it, any number at once; a close takes it exclusively
+// (LockPeriodExclusive) and so waits for the rating transactions in flight
+// and holds back new ones while it changes the period's status. Run it as
+// its own statement, before the statement that reads the status, so that
+// statement's snapshot is taken after the lock is held.
+func (q *Queries) LockPeriodShared(ctx context.Context, arg LockPeriodSharedParams) error {
+	_, err := q.db.Exec(ctx, lockPeriodShared, arg.TenantID, arg.Period)
+	return err
 }
 
 const markPeriodClosed = `-- name: MarkPeriodClosed :execrows
 UPDATE billing_period
-SET status = 'closed', closed_at = $1::timestamptz, version = $2::bigint,
-    close_event_id = $3::uuid
-WHERE tenant_id = $4 AND period = $5 AND status = 'closing'
+SET status = 'closed', closed_at = $1::timestamptz, close_event_id = $2::uuid
+WHERE tenant_id = $3 AND period = $4 AND status = 'closing'
 `
 
 type MarkPeriodClosedParams struct {
 	ClosedAt     time.Time
-	Version      int64
 	CloseEventID uuid.UUID
 	TenantID     string
 	Period       string
@@ -243,7 +457,6 @@ type MarkPeriodClosedParams struct {
 func (q *Queries) MarkPeriodClosed(ctx context.Context, arg MarkPeriodClosedParams) (int64, error) {
 	result, err := q.db.Exec(ctx, markPeriodClosed,
 		arg.ClosedAt,
-		arg.Version,
 		arg.CloseEventID,
 		arg.TenantID,
 		arg.Period,
@@ -272,26 +485,6 @@ type MarkPeriodClosingParams struct {
 func (q *Queries) MarkPeriodClosing(ctx context.Context, arg MarkPeriodClosingParams) error {
 	_, err := q.db.Exec(ctx, markPeriodClosing, arg.TenantID, arg.Period)
 	return err
-}
-
-const nextPeriodVersion = `-- name: NextPeriodVersion :one
-UPDATE billing_period SET version = version + 1
-WHERE tenant_id = $1 AND period = $2
-RETURNING version
-`
-
-type NextPeriodVersionParams struct {
-	TenantID string
-	Period   string
-}
-
-// Takes the next aggregate version of an existing period, whatever its
-// status, under its row lock (adjustments go to closed periods too).
-func (q *Queries) NextPeriodVersion(ctx context.Context, arg NextPeriodVersionParams) (int64, error) {
-	row := q.db.QueryRow(ctx, nextPeriodVersion, arg.TenantID, arg.Period)
-	var version int64
-	err := row.Scan(&version)
-	return version, err
 }
 
 const nonOpenPeriodsFrom = `-- name: NonOpenPeriodsFrom :many
@@ -326,93 +519,49 @@ func (q *Queries) NonOpenPeriodsFrom(ctx context.Context, arg NonOpenPeriodsFrom
 	return items, nil
 }
 
-const periodTotals = `-- name: PeriodTotals :many
-SELECT t.currency,
-       sum(t.charges)::bigint AS charges,
-       sum(t.adjustments)::bigint AS adjustments,
-       sum(t.total)::numeric AS total
-FROM (
-    SELECT c.currency, count(*) AS charges, 0::bigint AS adjustments, sum(c.amount) AS total
-    FROM charge c WHERE c.tenant_id = $1 AND c.period = $2 GROUP BY c.currency
-    UNION ALL
-    SELECT a.currency, 0::bigint, count(*), sum(a.amount)
-    FROM adjustment a WHERE a.tenant_id = $1 AND a.period = $2 GROUP BY a.currency
-) t
-GROUP BY t.currency
-ORDER BY t.currency
+const periodStatus = `-- name: PeriodStatus :one
+SELECT status FROM billing_period WHERE tenant_id = $1 AND period = $2
 `
 
-type PeriodTotalsParams struct {
+type PeriodStatusParams struct {
 	TenantID string
 	Period   string
 }
 
-type PeriodTotalsRow struct {
-	Currency    string
-	Charges     int64
-	Adjustments int64
-	Total       decimal.Decimal
-}
-
-// Counts and exact totals per currency of what a period holds: charges plus
-// adjustments.
-func (q *Queries) PeriodTotals(ctx context.Context, arg PeriodTotalsParams) ([]PeriodTotalsRow, error) {
-	rows, err := q.db.Query(ctx, periodTotals, arg.TenantID, arg.Period)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []PeriodTotalsRow
-	for rows.Next() {
-		var i PeriodTotalsRow
-		if err := rows.Scan(
-			&i.Currency,
-			&i.Charges,
-			&i.Adjustments,
-			&i.Total,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+func (q *Queries) PeriodStatus(ctx context.Context, arg PeriodStatusParams) (string, error) {
+	row := q.db.QueryRow(ctx, periodStatus, arg.TenantID, arg.Period)
+	var status string
+	err := row.Scan(&status)
+	return status, err
 }
 
 const rateUsage = `-- name: RateUsage :one
-WITH serial AS (
-    SELECT pg_advisory_xact_lock($1::bigint) IS NULL AS locked
-), price AS (
+WITH price AS (
     SELECT pe.unit_price
-    FROM price_evidence pe, serial
-    WHERE pe.tenant_id = $2::text
-      AND pe.meter_code = $3::text
-      AND pe.currency = $4::text
-      AND pe.version = $5::bigint
+    FROM price_evidence pe
+    WHERE pe.tenant_id = $1::text
+      AND pe.meter_code = $2::text
+      AND pe.currency = $3::text
+      AND pe.version = $4::bigint
 ), bp AS (
-    INSERT INTO billing_period AS b (tenant_id, period, version)
-    SELECT $2::text, $6::text, 1 FROM price
-    ON CONFLICT (tenant_id, period) DO UPDATE SET version = b.version + 1
-    WHERE b.status = 'open'
-    RETURNING b.version
+    SELECT b.status FROM billing_period b
+    WHERE b.tenant_id = $1::text AND b.period = $5::text
 ), ch AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
-                        quantity, unit_price, price_version, amount, period, late, occurred_at, aggregate_version)
-    SELECT $7::uuid, $8::uuid, $9::uuid,
-           $10::uuid, $2::text, $3::text,
-           $4::text, $11::numeric, price.unit_price,
-           $5::bigint, $11::numeric * price.unit_price,
-           $6::text, $12::boolean, $13::timestamptz, bp.version
+                        quantity, unit_price, price_version, amount, period, late, occurred_at)
+    SELECT $6::uuid, $7::uuid, $8::uuid,
+           $9::uuid, $1::text, $2::text,
+           $3::text, $10::numeric, price.unit_price,
+           $4::bigint, $10::numeric * price.unit_price,
+           $5::text, $11::boolean, $12::timestamptz
     FROM price, bp
+    WHERE bp.status = 'open'
 )
-SELECT price.unit_price, bp.version AS aggregate_version
+SELECT price.unit_price, COALESCE(bp.status, '')::text AS status
 FROM price LEFT JOIN bp ON true
 `
 
 type RateUsageParams struct {
-	LockKey      int64
 	TenantID     string
 	MeterCode    string
 	Currency     string
@@ -428,21 +577,16 @@ type RateUsageParams struct {
 }
 
 type RateUsageRow struct {
-	UnitPrice        decimal.Decimal
-	AggregateVersion pgtype.Int8
+	UnitPrice decimal.Decimal
+	Status    string
 }
 
-// Rates one usage fact into @period in one statement: takes the rating lock
-// (every rating transaction takes the period rows it touches in whatever
-// order its batch brings them; one transaction-scoped advisory lock keeps two
-// batches from locking them in opposite orders), reads the price evidence,
-// creates the period row or takes its next version under its row lock while
-// the period is open, and inserts the charge with that version. No row: the
-// price version is missing. A NULL version: the period is closing or closed,
-// nothing was written.
+// Rates one usage fact into @period in one statement, under the period's
+// shared lock: reads the price evidence and the period's status, and inserts
+// the charge when the period is open. No row: the price version is missing.
+// A status other than open: nothing was written.
 func (q *Queries) RateUsage(ctx context.Context, arg RateUsageParams) (RateUsageRow, error) {
 	row := q.db.QueryRow(ctx, rateUsage,
-		arg.LockKey,
 		arg.TenantID,
 		arg.MeterCode,
 		arg.Currency,
@@ -457,7 +601,7 @@ func (q *Queries) RateUsage(ctx context.Context, arg RateUsageParams) (RateUsage
 		arg.OccurredAt,
 	)
 	var i RateUsageRow
-	err := row.Scan(&i.UnitPrice, &i.AggregateVersion)
+	err := row.Scan(&i.UnitPrice, &i.Status)
 	return i, err
 }
 

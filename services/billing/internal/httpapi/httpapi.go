@@ -11,12 +11,14 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/idempotency"
+	"github.com/usagebilling/billing/pkg/page"
 	"github.com/usagebilling/billing/services/billing/internal/app"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
@@ -127,25 +129,58 @@ func (a *API) closePeriod(w http.ResponseWriter, r *http.Request) {
 	writeReply(w, reply)
 }
 
+// listCharges: GET /v1/tenants/{t}/charges?period=[&meterCode=[&priceVersion=]][&limit=&cursor=]:
+// one page of a period's charges in line order (meter, currency, price
+// version, charge id). With meterCode and priceVersion, the charges behind
+// one invoice line.
 func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
 	tenant, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	period, err := domain.ParsePeriod(r.URL.Query().Get("period"))
+	q := r.URL.Query()
+	period, err := domain.ParsePeriod(q.Get("period"))
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	charges, err := a.svc.ListCharges(r.Context(), tenant, period)
+	f := app.ChargeFilter{Period: period, MeterCode: q.Get("meterCode")}
+	if v := q.Get("priceVersion"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_price_version", "priceVersion must be a positive integer"))
+			return
+		}
+		if f.MeterCode == "" {
+			httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_price_version", "priceVersion needs meterCode"))
+			return
+		}
+		f.PriceVersion = n
+	}
+	req, p := page.Parse(q)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	var after app.ChargePosition
+	if p := req.After(&after); p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	charges, err := a.svc.ListCharges(r.Context(), tenant, f, after, req.Fetch())
 	if err != nil {
 		a.writeError(w, r, err)
 		return
+	}
+	charges, next := page.Cut(req, charges, func(c app.Charge) any { return c.Position() })
+	if charges == nil {
+		charges = []app.Charge{}
 	}
 	httpx.WriteJSON(w, http.StatusOK, struct {
 		Charges []app.Charge `json:"charges"`
-	}{charges})
+		Next    *string      `json:"next,omitempty"`
+	}{charges, next})
 }
 
 func (a *API) svcNow() time.Time { return a.svc.Now() }
