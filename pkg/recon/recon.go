@@ -22,6 +22,16 @@ type Rows struct {
 	// InvoiceLines rows are what each of them counts, by origin event.
 	LineTotals  []LineTotal  `json:"lineTotals"`
 	Corrections []Correction `json:"corrections"`
+	// Invoices are query's projection of issued invoices (InvoiceIssued).
+	Invoices []Invoice `json:"invoices,omitempty"`
+}
+
+// Invoice is an issued invoice's total as query projected it.
+type Invoice struct {
+	InvoiceID uuid.UUID       `json:"invoiceId"`
+	Period    string          `json:"period"`
+	Currency  string          `json:"currency"`
+	Total     decimal.Decimal `json:"total"`
 }
 
 // UsageFact is an accepted usage fact; EventID is its UsageAccepted.

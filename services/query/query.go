@@ -33,7 +33,7 @@ var Spec = service.Spec{
 	Build:       Build,
 	// One projection per event, one notice per EventQuarantined, one audit
 	// row per ops event and per redrive state.
-	OriginConstraints: append([]string{"projected_event_pkey", "projected_invoice_line_pkey"}, operator.OriginConstraints...),
+	OriginConstraints: append([]string{"projected_event_pkey"}, operator.OriginConstraints...),
 }
 
 // Build wires the projection and ops consumers, the tenant API and the

@@ -41,8 +41,7 @@ func Handlers() map[string]inbox.Handler {
 	return hs
 }
 
-// project records the event and its summary delta in one statement (plus the
-// lines of an InvoiceIssued). The inbox dedups by event id; a projection that
+// project records the event and its summary delta in one statement. The inbox dedups by event id; a projection that
 // exists anyway is a unique violation of projected_event_pkey, a duplicate.
 func project(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
 	e := &d.Envelope
@@ -61,19 +60,6 @@ func project(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome
 		DeltaKind: delta.Kind, DeltaKey: delta.Key, DeltaAmount: delta.Amount,
 	}); err != nil {
 		return inbox.Outcome{}, fmt.Errorf("project %s %s: %w", e.EventType, e.EventID, err)
-	}
-	if p, ok := d.Payload.(events.InvoiceIssued); ok && len(p.Lines) > 0 {
-		params := db.ProjectInvoiceLinesParams{
-			InvoiceEventID: e.EventID, InvoiceID: p.InvoiceID, TenantID: e.TenantID,
-			OriginEventIds: make([]uuid.UUID, len(p.Lines)), Kinds: make([]string, len(p.Lines)),
-			Amounts: make([]decimal.Decimal, len(p.Lines)),
-		}
-		for i, l := range p.Lines {
-			params.OriginEventIds[i], params.Kinds[i], params.Amounts[i] = l.OriginEventID, l.Kind, l.Amount
-		}
-		if err := q.ProjectInvoiceLines(ctx, params); err != nil {
-			return inbox.Outcome{}, fmt.Errorf("project lines of invoice %s: %w", p.InvoiceID, err)
-		}
 	}
 	return inbox.Outcome{}, nil
 }

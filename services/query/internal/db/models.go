@@ -32,15 +32,6 @@ type ProjectedEvent struct {
 	ProjectedAt      time.Time
 }
 
-type ProjectedInvoiceLine struct {
-	InvoiceEventID uuid.UUID
-	InvoiceID      uuid.UUID
-	TenantID       string
-	OriginEventID  uuid.UUID
-	Kind           string
-	Amount         decimal.Decimal
-}
-
 type QuarantineNotice struct {
 	Seq                int64
 	EventID            uuid.UUID

@@ -14,11 +14,6 @@ WITH ev AS (
 INSERT INTO summary_delta (tenant_id, kind, key, amount, occurred_at)
 SELECT ev.tenant_id, @delta_kind::text, @delta_key::text, @delta_amount::numeric, ev.occurred_at FROM ev;
 
--- name: ProjectInvoiceLines :exec
-INSERT INTO projected_invoice_line (invoice_event_id, invoice_id, tenant_id, origin_event_id, kind, amount)
-SELECT @invoice_event_id::uuid, @invoice_id::uuid, @tenant_id::text,
-       unnest(@origin_event_ids::uuid[]), unnest(@kinds::text[]), unnest(@amounts::numeric[]);
-
 -- name: LockTenantSummary :exec
 -- LockTenantSummary serialises the folds of one tenant (until commit).
 SELECT pg_advisory_xact_lock(hashtextextended('query.tenant_summary:' || @tenant_id::text, 0));
@@ -117,12 +112,13 @@ FROM projected_event
 WHERE tenant_id = @tenant_id AND event_type = 'AdjustmentPosted' AND period = ANY(@periods::text[])
 ORDER BY event_id;
 
--- name: ReconciliationInvoiceLines :many
-SELECT l.invoice_id, COALESCE(e.period, '')::text AS period, COALESCE(e.currency, '')::text AS currency,
-       l.origin_event_id, l.kind, l.amount
-FROM projected_invoice_line l JOIN projected_event e ON e.event_id = l.invoice_event_id
-WHERE l.tenant_id = @tenant_id AND e.period = ANY(@periods::text[])
-ORDER BY l.invoice_id, l.origin_event_id;
+-- name: ReconciliationInvoices :many
+SELECT COALESCE(subject_id, '00000000-0000-0000-0000-000000000000')::uuid AS invoice_id,
+       COALESCE(period, '')::text AS period, COALESCE(currency, '')::text AS currency,
+       COALESCE(amount, 0)::numeric AS total
+FROM projected_event
+WHERE tenant_id = @tenant_id AND event_type = 'InvoiceIssued' AND period = ANY(@periods::text[])
+ORDER BY event_id;
 
 -- name: ReconciliationCorrections :many
 SELECT (payload->>'invoiceId')::uuid AS invoice_id, COALESCE(period, '')::text AS period,

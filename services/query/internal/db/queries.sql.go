@@ -329,33 +329,6 @@ func (q *Queries) Project(ctx context.Context, arg ProjectParams) error {
 	return err
 }
 
-const projectInvoiceLines = `-- name: ProjectInvoiceLines :exec
-INSERT INTO projected_invoice_line (invoice_event_id, invoice_id, tenant_id, origin_event_id, kind, amount)
-SELECT $1::uuid, $2::uuid, $3::text,
-       unnest($4::uuid[]), unnest($5::text[]), unnest($6::numeric[])
-`
-
-type ProjectInvoiceLinesParams struct {
-	InvoiceEventID uuid.UUID
-	InvoiceID      uuid.UUID
-	TenantID       string
-	OriginEventIds []uuid.UUID
-	Kinds          []string
-	Amounts        []decimal.Decimal
-}
-
-func (q *Queries) ProjectInvoiceLines(ctx context.Context, arg ProjectInvoiceLinesParams) error {
-	_, err := q.db.Exec(ctx, projectInvoiceLines,
-		arg.InvoiceEventID,
-		arg.InvoiceID,
-		arg.TenantID,
-		arg.OriginEventIds,
-		arg.Kinds,
-		arg.Amounts,
-	)
-	return err
-}
-
 const reconciliationAdjustments = `-- name: ReconciliationAdjustments :many
 SELECT event_id, COALESCE(currency, '')::text AS currency, COALESCE(amount, 0)::numeric AS amount,
        COALESCE(period, '')::text AS period
@@ -497,44 +470,41 @@ func (q *Queries) ReconciliationCorrections(ctx context.Context, arg Reconciliat
 	return items, nil
 }
 
-const reconciliationInvoiceLines = `-- name: ReconciliationInvoiceLines :many
-SELECT l.invoice_id, COALESCE(e.period, '')::text AS period, COALESCE(e.currency, '')::text AS currency,
-       l.origin_event_id, l.kind, l.amount
-FROM projected_invoice_line l JOIN projected_event e ON e.event_id = l.invoice_event_id
-WHERE l.tenant_id = $1 AND e.period = ANY($2::text[])
-ORDER BY l.invoice_id, l.origin_event_id
+const reconciliationInvoices = `-- name: ReconciliationInvoices :many
+SELECT COALESCE(subject_id, '00000000-0000-0000-0000-000000000000')::uuid AS invoice_id,
+       COALESCE(period, '')::text AS period, COALESCE(currency, '')::text AS currency,
+       COALESCE(amount, 0)::numeric AS total
+FROM projected_event
+WHERE tenant_id = $1 AND event_type = 'InvoiceIssued' AND period = ANY($2::text[])
+ORDER BY event_id
 `
 
-type ReconciliationInvoiceLinesParams struct {
+type ReconciliationInvoicesParams struct {
 	TenantID string
 	Periods  []string
 }
 
-type ReconciliationInvoiceLinesRow struct {
-	InvoiceID     uuid.UUID
-	Period        string
-	Currency      string
-	OriginEventID uuid.UUID
-	Kind          string
-	Amount        decimal.Decimal
+type ReconciliationInvoicesRow struct {
+	InvoiceID uuid.UUID
+	Period    string
+	Currency  string
+	Total     decimal.Decimal
 }
 
-func (q *Queries) ReconciliationInvoiceLines(ctx context.Context, arg ReconciliationInvoiceLinesParams) ([]ReconciliationInvoiceLinesRow, error) {
-	rows, err := q.db.Query(ctx, reconciliationInvoiceLines, arg.TenantID, arg.Periods)
+func (q *Queries) ReconciliationInvoices(ctx context.Context, arg ReconciliationInvoicesParams) ([]ReconciliationInvoicesRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationInvoices, arg.TenantID, arg.Periods)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []ReconciliationInvoiceLinesRow
+	var items []ReconciliationInvoicesRow
 	for rows.Next() {
-		var i ReconciliationInvoiceLinesRow
+		var i ReconciliationInvoicesRow
 		if err := rows.Scan(
 			&i.InvoiceID,
 			&i.Period,
 			&i.Currency,
-			&i.OriginEventID,
-			&i.Kind,
-			&i.Amount,
+			&i.Total,
 		); err != nil {
 			return nil, err
 		}

@@ -29,6 +29,9 @@ const (
 	// MismatchLineWithoutOrigin: an invoice line whose origin event billing
 	// does not hold.
 	MismatchLineWithoutOrigin = "invoice_line_without_origin"
+	// MismatchLineTotal: an aggregated invoice line's quantity, charge count
+	// or amount is not the sum of what it counts (the id is the invoice's).
+	MismatchLineTotal = "line_total_mismatch"
 	// MismatchAmount: two services disagree on an amount or quantity.
 	MismatchAmount = "amount_mismatch"
 	// MismatchMissingInQuery: the query projection lacks a fact another
@@ -68,8 +71,8 @@ type Report struct {
 type Sources struct {
 	Usage   recon.Rows // UsageFacts
 	Billing recon.Rows // Charges, Adjustments
-	Invoice recon.Rows // InvoiceLines, Corrections
-	Query   recon.Rows // the projection of all of them
+	Invoice recon.Rows // InvoiceLines, LineTotals, Corrections
+	Query   recon.Rows // the projection of all of them (issued invoices: Invoices)
 }
 
 // ChargeMonths returns the periods and usage months the charges of billing
@@ -90,9 +93,13 @@ func ChargeMonths(period string, billing recon.Rows) []string {
 
 // Reconcile checks the invariants of one tenant and period, by origin event
 // id: every usage fact has exactly one charge, of its quantity; every charge
-// rates a usage fact; every charge and adjustment is invoiced exactly once,
-// at its amount, and every invoice line comes from one; the query
-// projection holds the same facts with the same amounts, and no others.
+// rates a usage fact; every charge and adjustment is counted in exactly one
+// invoice line (a charge in the line of its meter and price version), at its
+// amount, and every line counts only charges and adjustments billing holds;
+// each aggregated line's quantity, charge count and amount are the sums of
+// what it counts; the query projection holds the same facts with the same
+// amounts, and no others, and each issued invoice's projected total is the
+// sum of its lines.
 //
 // The scope is the usage that occurred in the period, the charges rated into
 // it or rating that usage (late usage is rated into a later period), the
@@ -242,24 +249,8 @@ func Reconcile(tenantID, period string, s Sources) Report {
 			r.add(MismatchUnknownInQuery, a.EventID, "projected adjustment is not in billing")
 		}
 	}
-	// Lines of issued invoices are projected from InvoiceIssued; open
-	// invoices are not projected yet.
-	qLines := map[[2]uuid.UUID]decimal.Decimal{}
-	for _, l := range q.InvoiceLines {
-		qLines[[2]uuid.UUID{l.InvoiceID, l.OriginEventID}] = l.Amount
-	}
-	for _, l := range lines {
-		if !l.Issued {
-			continue
-		}
-		amount, ok := qLines[[2]uuid.UUID{l.InvoiceID, l.OriginEventID}]
-		switch {
-		case !ok:
-			r.add(MismatchMissingInQuery, l.OriginEventID, "%s line of issued invoice %s is not projected", l.Kind, l.InvoiceID)
-		case !amount.Equal(l.Amount):
-			r.add(MismatchQueryAmount, l.OriginEventID, "line of invoice %s: %s, projected %s", l.InvoiceID, l.Amount, amount)
-		}
-	}
+	r.lineTotals(s.Invoice, scoped, period)
+	r.invoiceTotals(s.Invoice, q.Invoices, period)
 	qCorrections := map[uuid.UUID]decimal.Decimal{}
 	for _, c := range q.Corrections {
 		qCorrections[c.OriginEventID] = c.Amount
@@ -313,5 +304,84 @@ func (r *reconciler) projected(id uuid.UUID, what string, amount decimal.Decimal
 		r.add(MismatchMissingInQuery, id, "%s is not projected", what)
 	case !got.Equal(amount):
 		r.add(MismatchQueryAmount, id, "%s amount %s, projected %s", what, amount, got)
+	}
+}
+
+// lineTotals checks each aggregated line of the period's invoices against
+// the sums of the origin rows it counts.
+func (r *reconciler) lineTotals(inv recon.Rows, scoped map[uuid.UUID]bool, period string) {
+	type key struct {
+		invoice uuid.UUID
+		line    string
+	}
+	type sums struct {
+		quantity, amount decimal.Decimal
+		charges          int64
+	}
+	members := map[key]*sums{}
+	invoiceInScope := map[uuid.UUID]bool{}
+	for _, l := range inv.InvoiceLines {
+		k := key{l.InvoiceID, l.LineID}
+		m := members[k]
+		if m == nil {
+			m = &sums{}
+			members[k] = m
+		}
+		m.amount = m.amount.Add(l.Amount)
+		if l.Kind == "charge" {
+			m.quantity = m.quantity.Add(l.Quantity)
+			m.charges++
+		}
+		if l.Period == period || scoped[l.OriginEventID] {
+			invoiceInScope[l.InvoiceID] = true
+		}
+	}
+	for _, t := range inv.LineTotals {
+		if !invoiceInScope[t.InvoiceID] {
+			continue
+		}
+		m := members[key{t.InvoiceID, t.LineID}]
+		if m == nil {
+			m = &sums{}
+		}
+		if !m.amount.Equal(t.Amount) || !m.quantity.Equal(t.Quantity) || m.charges != t.ChargeCount {
+			r.add(MismatchLineTotal, t.InvoiceID, "line %s: quantity %s, %d charges, amount %s; what it counts sums to %s, %d, %s",
+				t.LineID, t.Quantity, t.ChargeCount, t.Amount, m.quantity, m.charges, m.amount)
+		}
+	}
+}
+
+// invoiceTotals checks query's projected total of each issued invoice of the
+// period against the sum of the invoice's lines.
+func (r *reconciler) invoiceTotals(inv recon.Rows, projected []recon.Invoice, period string) {
+	issued := map[uuid.UUID]bool{}
+	for _, l := range inv.InvoiceLines {
+		if l.Issued && l.Period == period {
+			issued[l.InvoiceID] = true
+		}
+	}
+	totals := map[uuid.UUID]decimal.Decimal{}
+	for _, t := range inv.LineTotals {
+		if issued[t.InvoiceID] {
+			totals[t.InvoiceID] = totals[t.InvoiceID].Add(t.Amount)
+		}
+	}
+	got := map[uuid.UUID]decimal.Decimal{}
+	for _, p := range projected {
+		got[p.InvoiceID] = p.Total
+	}
+	ids := make([]uuid.UUID, 0, len(totals))
+	for id := range totals {
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b uuid.UUID) int { return cmp.Compare(a.String(), b.String()) })
+	for _, id := range ids {
+		total, ok := got[id]
+		switch {
+		case !ok:
+			r.add(MismatchMissingInQuery, id, "issued invoice %s is not projected", id)
+		case !total.Equal(totals[id]):
+			r.add(MismatchQueryAmount, id, "invoice %s: lines sum to %s, projected total %s", id, totals[id], total)
+		}
 	}
 }

@@ -37,18 +37,28 @@ func healthy() *flow {
 		{EventID: f.a2, Currency: "USD", Amount: d("0.1"), Period: "2026-11"},
 	}
 	f.src.Invoice.InvoiceLines = []recon.InvoiceLine{
-		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.c1, Kind: "charge", Amount: d("1")},
-		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.c2, Kind: "charge", Amount: d("0.50")},
-		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.a1, Kind: "adjustment", Amount: d("-0.2")},
-		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: uuid.New(), Kind: "rounding", Amount: d("0")},
+		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.c1, Kind: "charge", Amount: d("1"),
+			Quantity: d("10"), LineID: "charge/api_calls/1"},
+		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.c2, Kind: "charge", Amount: d("0.50"),
+			Quantity: d("5"), LineID: "charge/api_calls/1"},
+		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.a1, Kind: "adjustment", Amount: d("-0.2"),
+			LineID: "adjustment/" + f.a1.String()},
+		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: uuid.New(), Kind: "rounding", Amount: d("0"),
+			LineID: "rounding"},
+	}
+	f.src.Invoice.LineTotals = []recon.LineTotal{
+		{InvoiceID: f.inv, LineID: "charge/api_calls/1", Kind: "charge", MeterCode: "api_calls", PriceVersion: 1,
+			Quantity: d("15"), ChargeCount: 2, Amount: d("1.5")},
+		{InvoiceID: f.inv, LineID: "adjustment/" + f.a1.String(), Kind: "adjustment", Amount: d("-0.2")},
+		{InvoiceID: f.inv, LineID: "rounding", Kind: "rounding", Amount: d("0")},
 	}
 	f.src.Invoice.Corrections = []recon.Correction{{InvoiceID: f.inv, Period: "2026-11", OriginEventID: f.a2, Amount: d("0.1")}}
 	f.src.Query = recon.Rows{ // copies: the projection is its own data
-		UsageFacts:   slices.Clone(f.src.Usage.UsageFacts),
-		Charges:      slices.Clone(f.src.Billing.Charges),
-		Adjustments:  slices.Clone(f.src.Billing.Adjustments),
-		InvoiceLines: slices.Clone(f.src.Invoice.InvoiceLines[:3]),
-		Corrections:  slices.Clone(f.src.Invoice.Corrections),
+		UsageFacts:  slices.Clone(f.src.Usage.UsageFacts),
+		Charges:     slices.Clone(f.src.Billing.Charges),
+		Adjustments: slices.Clone(f.src.Billing.Adjustments),
+		Corrections: slices.Clone(f.src.Invoice.Corrections),
+		Invoices:    []recon.Invoice{{InvoiceID: f.inv, Period: "2026-11", Currency: "USD", Total: d("1.3")}},
 	}
 	return f
 }
@@ -100,8 +110,8 @@ func TestReconcileNamesEveryMismatch(t *testing.T) {
 		}, []want{{domain.MismatchChargeWithoutUsage, func(f *flow) uuid.UUID { return f.c1 }}}},
 		{"charge not invoiced", func(f *flow) {
 			f.src.Invoice.InvoiceLines = f.src.Invoice.InvoiceLines[1:]
-			f.src.Query.InvoiceLines = f.src.Query.InvoiceLines[1:]
-		}, []want{{domain.MismatchMissingInvoiceLine, func(f *flow) uuid.UUID { return f.c1 }}}},
+		}, []want{{domain.MismatchMissingInvoiceLine, func(f *flow) uuid.UUID { return f.c1 }},
+			{domain.MismatchLineTotal, func(f *flow) uuid.UUID { return f.inv }}}},
 		{"adjustment not invoiced", func(f *flow) {
 			f.src.Invoice.Corrections = nil
 			f.src.Query.Corrections = nil
@@ -109,7 +119,16 @@ func TestReconcileNamesEveryMismatch(t *testing.T) {
 		{"line amount differs", func(f *flow) {
 			f.src.Invoice.InvoiceLines[0].Amount = d("1.01")
 		}, []want{{domain.MismatchAmount, func(f *flow) uuid.UUID { return f.c1 }},
-			{domain.MismatchQueryAmount, func(f *flow) uuid.UUID { return f.c1 }}}},
+			{domain.MismatchLineTotal, func(f *flow) uuid.UUID { return f.inv }}}},
+		{"line total differs from what it counts", func(f *flow) {
+			f.src.Invoice.LineTotals[0].Quantity = d("16")
+		}, []want{{domain.MismatchLineTotal, func(f *flow) uuid.UUID { return f.inv }}}},
+		{"query lacks the issued invoice", func(f *flow) {
+			f.src.Query.Invoices = nil
+		}, []want{{domain.MismatchMissingInQuery, func(f *flow) uuid.UUID { return f.inv }}}},
+		{"query's invoice total differs", func(f *flow) {
+			f.src.Query.Invoices[0].Total = d("1.31")
+		}, []want{{domain.MismatchQueryAmount, func(f *flow) uuid.UUID { return f.inv }}}},
 		{"charge quantity differs", func(f *flow) {
 			f.src.Usage.UsageFacts[0].Quantity = d("11")
 			f.src.Query.UsageFacts = []recon.UsageFact{f.src.Usage.UsageFacts[0], f.src.Usage.UsageFacts[1]}
@@ -126,7 +145,7 @@ func TestReconcileNamesEveryMismatch(t *testing.T) {
 			for i := range f.src.Invoice.InvoiceLines {
 				f.src.Invoice.InvoiceLines[i].Issued = false
 			}
-			f.src.Query.InvoiceLines = nil
+			f.src.Query.Invoices = nil
 		}, nil},
 	}
 	for _, tt := range tests {

@@ -13,7 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
+	"slices"
 	"sync"
 	"time"
 
@@ -263,13 +263,15 @@ func (o *Operator) Recovery(ctx context.Context) map[string]ServiceRecovery {
 type QuarantineFilter struct {
 	Service, Reason, TenantID string
 	IncludeRedriven           bool
-	After                     int64
-	Limit                     int
+	// After is the Seq the page starts after (0: from the first).
+	After int64
+	// Limit is how many items to read at most.
+	Limit int32
 }
 
 // QuarantineItem is one message of the cross-service quarantine view.
 type QuarantineItem struct {
-	Seq           int64
+	Seq           int64 // the item's position in the view's order
 	Service       string
 	EventID       string
 	EventType     string
@@ -282,30 +284,26 @@ type QuarantineItem struct {
 	Redriven      bool
 }
 
-// Quarantine pages through the quarantine view; next is the cursor of the
-// next page, 0 on the last.
-func (o *Operator) Quarantine(ctx context.Context, f QuarantineFilter) (items []QuarantineItem, next int64, err error) {
+// Quarantine reads the quarantine view after f.After in arrival (Seq)
+// order, at most f.Limit items.
+func (o *Operator) Quarantine(ctx context.Context, f QuarantineFilter) ([]QuarantineItem, error) {
 	rows, err := db.New(o.pool).ListQuarantineNotices(ctx, db.ListQuarantineNoticesParams{
 		After: f.After, Service: f.Service, Reason: f.Reason, TenantID: f.TenantID,
-		IncludeRedriven: f.IncludeRedriven, MaxRows: int32(f.Limit + 1),
+		IncludeRedriven: f.IncludeRedriven, MaxRows: f.Limit,
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("list quarantine view: %w", err)
+		return nil, fmt.Errorf("list quarantine view: %w", err)
 	}
+	items := make([]QuarantineItem, len(rows))
 	for i, r := range rows {
-		if i == f.Limit {
-			next = rows[i-1].Seq
-			break
-		}
-		item := QuarantineItem{Seq: r.Seq, Service: r.Service, EventType: r.EventType, TenantID: r.TenantID,
+		items[i] = QuarantineItem{Seq: r.Seq, Service: r.Service, EventType: r.EventType, TenantID: r.TenantID,
 			Reason: r.Reason, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 			QuarantinedAt: r.QuarantinedAt.UTC(), Redriven: r.Redriven}
 		if r.QuarantinedEventID.Valid {
-			item.EventID = r.QuarantinedEventID.UUID.String()
+			items[i].EventID = r.QuarantinedEventID.UUID.String()
 		}
-		items = append(items, item)
 	}
-	return items, next, nil
+	return items, nil
 }
 
 // DeadLetter is one dead letter of a service's outbox.
@@ -314,36 +312,63 @@ type DeadLetter struct {
 	ops.DeadLetter
 }
 
-// DeadLetters reads the dead letters of one service from cursor after, or,
-// with service empty, the first page of every service (next is then 0).
-func (o *Operator) DeadLetters(ctx context.Context, service string, after int64, limit int) ([]DeadLetter, int64, error) {
+// DeadLetterKey is a dead letter's position in the cross-service order:
+// service name, then the id in that service's outbox. The zero key is before
+// every dead letter.
+type DeadLetterKey struct {
+	Service string
+	ID      int64
+}
+
+// Key is d's position in the cross-service order.
+func (d DeadLetter) Key() DeadLetterKey { return DeadLetterKey{Service: d.Service, ID: d.ID} }
+
+// DeadLetters reads the outbox dead letters after position after, at most
+// limit of them: of one service, or with service empty of every service in
+// (service name, id) order. Each service's internal list is read page by
+// page until limit are found or the services run out.
+func (o *Operator) DeadLetters(ctx context.Context, service string, after DeadLetterKey, limit int) ([]DeadLetter, error) {
 	services := []string{service}
 	if service == "" {
-		services, after = o.Services(), 0
+		services = o.Services()
+		slices.Sort(services)
 	} else if !o.knows(service) {
-		return nil, 0, fmt.Errorf("%w %q", ErrUnknownService, service)
+		return nil, fmt.Errorf("%w %q", ErrUnknownService, service)
 	}
 	var out []DeadLetter
-	var next int64
 	for _, s := range services {
-		var page ops.DeadLetterPage
-		var err error
-		if s == Self {
-			page, err = ops.ListDeadLetters(ctx, o.pool, after, limit)
-		} else {
-			page, err = o.client.DeadLetters(ctx, s, after, limit)
+		if s < after.Service {
+			continue
 		}
-		if err != nil {
-			return nil, 0, fmt.Errorf("%w: %s: %w", ErrUpstream, s, err)
+		var from int64
+		if s == after.Service {
+			from = after.ID
 		}
-		for _, d := range page.Items {
-			out = append(out, DeadLetter{Service: s, DeadLetter: d})
+		for len(out) < limit {
+			n := min(limit-len(out), ops.MaxLimit)
+			var page ops.DeadLetterPage
+			var err error
+			if s == Self {
+				page, err = ops.ListDeadLetters(ctx, o.pool, from, n)
+			} else {
+				page, err = o.client.DeadLetters(ctx, s, from, n)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %w", ErrUpstream, s, err)
+			}
+			for _, d := range page.Items {
+				out = append(out, DeadLetter{Service: s, DeadLetter: d})
+			}
+			if page.Next == nil || len(page.Items) == 0 {
+				break
+			}
+			from = page.Items[len(page.Items)-1].ID
 		}
-		if service != "" && page.Next != nil {
-			next, _ = strconv.ParseInt(*page.Next, 10, 64)
+		if len(out) >= limit {
+			break
 		}
 	}
-	return out, next, nil
+	return out, nil
 }
 
 // Reconcile compares the tenant's usage facts, charges, invoice lines and
@@ -395,9 +420,9 @@ func (o *Operator) ReconciliationRows(ctx context.Context, tenantID string, peri
 		if err != nil {
 			return fmt.Errorf("read projected adjustments: %w", err)
 		}
-		lines, err := q.ReconciliationInvoiceLines(ctx, db.ReconciliationInvoiceLinesParams{TenantID: t, Periods: p})
+		invoices, err := q.ReconciliationInvoices(ctx, db.ReconciliationInvoicesParams{TenantID: t, Periods: p})
 		if err != nil {
-			return fmt.Errorf("read projected invoice lines: %w", err)
+			return fmt.Errorf("read projected invoices: %w", err)
 		}
 		corrs, err := q.ReconciliationCorrections(ctx, db.ReconciliationCorrectionsParams{TenantID: t, Periods: p})
 		if err != nil {
@@ -415,9 +440,9 @@ func (o *Operator) ReconciliationRows(ctx context.Context, tenantID string, peri
 			out.Adjustments = append(out.Adjustments, recon.Adjustment{EventID: a.EventID, Currency: a.Currency,
 				Amount: a.Amount, Period: a.Period})
 		}
-		for _, l := range lines {
-			out.InvoiceLines = append(out.InvoiceLines, recon.InvoiceLine{InvoiceID: l.InvoiceID, Issued: true,
-				Period: l.Period, Currency: l.Currency, OriginEventID: l.OriginEventID, Kind: l.Kind, Amount: l.Amount})
+		for _, i := range invoices {
+			out.Invoices = append(out.Invoices, recon.Invoice{InvoiceID: i.InvoiceID, Period: i.Period,
+				Currency: i.Currency, Total: i.Total})
 		}
 		for _, c := range corrs {
 			out.Corrections = append(out.Corrections, recon.Correction{InvoiceID: c.InvoiceID, Period: c.Period,

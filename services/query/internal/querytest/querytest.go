@@ -53,6 +53,7 @@ type Feed struct {
 	Tenant   string
 	At       time.Time
 	versions map[string]int64
+	numbers  int64 // the last invoice number given
 }
 
 // NewFeed starts the events of tenant.
@@ -98,33 +99,37 @@ func (f *Feed) Usage(meter, currency, quantity string) Event {
 func (f *Feed) Charge(usage Event, period, unitPrice string) Event {
 	u := payload[events.UsageAccepted](f.t, usage)
 	amount := u.Quantity.Mul(D(unitPrice))
-	return f.build(events.TopicBilling, events.TypeChargeRated, "billing", events.AggregateBillingPeriod, period, 0,
-		events.ChargeRated{ChargeID: uuid.New(), UsageEventID: usage.Envelope.EventID, UsageID: u.UsageID,
+	id := uuid.New()
+	return f.build(events.TopicBilling, events.TypeChargeRated, "billing", events.AggregateCharge, id.String(), 1,
+		events.ChargeRated{ChargeID: id, UsageEventID: usage.Envelope.EventID, UsageID: u.UsageID,
 			MeterCode: u.MeterCode, Currency: u.Currency, Quantity: u.Quantity, UnitPrice: D(unitPrice),
 			PriceVersion: 1, Amount: amount, Period: period, OccurredAt: u.OccurredAt})
 }
 
 // Adjustment builds an AdjustmentPosted.
 func (f *Feed) Adjustment(period, currency, amount string) Event {
-	return f.build(events.TopicBilling, events.TypeAdjustmentPosted, "billing", events.AggregateBillingPeriod, period, 0,
-		events.AdjustmentPosted{AdjustmentID: uuid.New(), CorrectionOf: uuid.New(), Amount: D(amount),
+	id := uuid.New()
+	return f.build(events.TopicBilling, events.TypeAdjustmentPosted, "billing", events.AggregateAdjustment, id.String(), 1,
+		events.AdjustmentPosted{AdjustmentID: id, CorrectionOf: uuid.New(), Amount: D(amount),
 			Currency: currency, Reason: "test", Period: period})
 }
 
 // Close builds a BillingPeriodClosed (counts and totals are not checked by
 // the query service).
 func (f *Feed) Close(period string) Event {
-	return f.build(events.TopicBilling, events.TypeBillingPeriodClosed, "billing", events.AggregateBillingPeriod, period, 0,
-		events.BillingPeriodClosed{Period: period, ClosedAt: f.At, Totals: map[string]decimal.Decimal{}})
+	return f.build(events.TopicBilling, events.TypeBillingPeriodClosed, "billing", events.AggregateBillingPeriod, period, 1,
+		events.BillingPeriodClosed{Period: period, ClosedAt: f.At, Totals: map[string]decimal.Decimal{},
+			Currencies: map[string]events.CloseTally{}})
 }
 
-// Invoice builds an InvoiceIssued of the given lines (origin, kind, amount)
-// and total.
-func (f *Feed) Invoice(period, currency, subtotal, total string, lines ...events.InvoiceLine) (Event, uuid.UUID) {
+// Invoice builds an InvoiceIssued of subtotal and total (the rounding is
+// their difference), the tenant's next invoice number.
+func (f *Feed) Invoice(period, currency, subtotal, total string) (Event, uuid.UUID) {
 	id := uuid.New()
+	f.numbers++
 	return f.build(events.TopicInvoice, events.TypeInvoiceIssued, "invoice", events.AggregateInvoice, id.String(), 1,
-		events.InvoiceIssued{InvoiceID: id, Period: period, Currency: currency, Lines: lines,
-			Subtotal: D(subtotal), Total: D(total), IssuedAt: f.At}), id
+		events.InvoiceIssued{InvoiceID: id, Number: f.numbers, Period: period, Currency: currency,
+			Subtotal: D(subtotal), Rounding: D(total).Sub(D(subtotal)), Total: D(total), IssuedAt: f.At}), id
 }
 
 // Correction builds the next InvoiceCorrectionIssued of invoice id.
