@@ -17,6 +17,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -154,12 +155,14 @@ type ChargeSum struct {
 	Quantity           decimal.Decimal
 }
 
-// Invoice summarises an issued invoice: lines counted per kind, the
-// rounding line's amount, the subtotal and the rounded total, with the
-// expected figures.
+// Invoice summarises an issued invoice: its number, lines counted per kind,
+// the charges its charge lines aggregate, the rounding line's amount, the
+// subtotal and the rounded total, with the expected figures.
 type Invoice struct {
 	Tenant, Currency, InvoiceID, Status string
+	Number                              int64
 	Lines                               map[string]int // by kind: charge, adjustment, rounding
+	Charges                             int64          // the charges the charge lines count
 	Rounding                            decimal.Decimal
 	Subtotal, WantSubtotal              decimal.Decimal
 	Total, WantTotal                    decimal.Decimal
@@ -220,13 +223,19 @@ type charge struct {
 }
 
 type invoiceLine struct {
-	OriginEventID string          `json:"originEventId"`
+	LineID        string          `json:"lineId"`
 	Kind          string          `json:"kind"`
+	MeterCode     string          `json:"meterCode"`
+	PriceVersion  int64           `json:"priceVersion"`
+	Quantity      decimal.Decimal `json:"quantity"`
+	ChargeCount   int64           `json:"chargeCount"`
 	Amount        decimal.Decimal `json:"amount"`
+	OriginEventID string          `json:"originEventId"`
 }
 
 type invoiceDoc struct {
 	InvoiceID string           `json:"invoiceId"`
+	Number    int64            `json:"number"`
 	Period    string           `json:"period"`
 	Currency  string           `json:"currency"`
 	Status    string           `json:"status"`
@@ -498,18 +507,37 @@ func (r *run) sendBatch(ctx context.Context, tenant string, batch []usageRequest
 	return out.Results, nil
 }
 
+// charges reads every charge of the tenant's period, page by page; filter
+// is added to the query string ("&meterCode=...&priceVersion=...").
 func (r *run) charges(ctx context.Context, tenant string) ([]charge, error) {
-	var out struct {
-		Charges []charge `json:"charges"`
+	return r.chargesWhere(ctx, tenant, "")
+}
+
+func (r *run) chargesWhere(ctx context.Context, tenant, filter string) ([]charge, error) {
+	var all []charge
+	cursor := ""
+	for {
+		var out struct {
+			Charges []charge `json:"charges"`
+			Next    string   `json:"next"`
+		}
+		url := r.ep.Billing + "/v1/tenants/" + tenant + "/charges?limit=1000&period=" + r.res.Period + filter
+		if cursor != "" {
+			url += "&cursor=" + cursor
+		}
+		resp, err := r.call(ctx, http.MethodGet, url, nil, nil, &out)
+		if err != nil {
+			return nil, err
+		}
+		if resp.status != http.StatusOK {
+			return nil, fmt.Errorf("charges of %s: status %d: %s", tenant, resp.status, resp.body)
+		}
+		all = append(all, out.Charges...)
+		if out.Next == "" {
+			return all, nil
+		}
+		cursor = out.Next
 	}
-	resp, err := r.call(ctx, http.MethodGet, r.ep.Billing+"/v1/tenants/"+tenant+"/charges?period="+r.res.Period, nil, nil, &out)
-	if err != nil {
-		return nil, err
-	}
-	if resp.status != http.StatusOK {
-		return nil, fmt.Errorf("charges of %s: status %d: %s", tenant, resp.status, resp.body)
-	}
-	return out.Charges, nil
 }
 
 func (r *run) waitCharges(ctx context.Context) error {
@@ -625,18 +653,32 @@ func (r *run) adjustAndClose(ctx context.Context) error {
 	return nil
 }
 
+// invoices reads every invoice of the tenant's period, page by page.
 func (r *run) invoices(ctx context.Context, tenant string) ([]invoiceDoc, error) {
-	var out struct {
-		Invoices []invoiceDoc `json:"invoices"`
+	var all []invoiceDoc
+	cursor := ""
+	for {
+		var out struct {
+			Invoices []invoiceDoc `json:"invoices"`
+			Next     string       `json:"next"`
+		}
+		url := r.ep.Invoice + "/v1/tenants/" + tenant + "/invoices?period=" + r.res.Period
+		if cursor != "" {
+			url += "&cursor=" + cursor
+		}
+		resp, err := r.call(ctx, http.MethodGet, url, nil, nil, &out)
+		if err != nil {
+			return nil, err
+		}
+		if resp.status != http.StatusOK {
+			return nil, fmt.Errorf("invoices of %s: status %d: %s", tenant, resp.status, resp.body)
+		}
+		all = append(all, out.Invoices...)
+		if out.Next == "" {
+			return all, nil
+		}
+		cursor = out.Next
 	}
-	resp, err := r.call(ctx, http.MethodGet, r.ep.Invoice+"/v1/tenants/"+tenant+"/invoices?period="+r.res.Period, nil, nil, &out)
-	if err != nil {
-		return nil, err
-	}
-	if resp.status != http.StatusOK {
-		return nil, fmt.Errorf("invoices of %s: status %d: %s", tenant, resp.status, resp.body)
-	}
-	return out.Invoices, nil
 }
 
 func (r *run) waitInvoices(ctx context.Context) error {
@@ -666,74 +708,106 @@ func (r *run) waitInvoices(ctx context.Context) error {
 		return err
 	}
 	for _, tenant := range r.cfg.Tenants {
-		cs, err := r.charges(ctx, tenant)
-		if err != nil {
-			return err
-		}
-		chargeEvents := map[string]string{} // event id -> currency
-		for _, c := range cs {
-			chargeEvents[c.EventID] = c.Currency
-		}
 		w := r.want[tenant]
 		if len(got[tenant]) != len(w.charged) {
 			r.mismatch("%s: %d invoices, want one per currency: %d", tenant, len(got[tenant]), len(w.charged))
 		}
+		numbers := map[int64]bool{}
 		for _, inv := range got[tenant] {
-			subtotal := w.charged[inv.Currency].Add(w.adjusted[inv.Currency])
-			total, err := money.Round(subtotal, inv.Currency)
+			if err := r.checkInvoice(ctx, tenant, inv); err != nil {
+				return err
+			}
+			if inv.Number < 1 || numbers[inv.Number] {
+				r.mismatch("%s %s invoice: number %d is not a new positive number", tenant, inv.Currency, inv.Number)
+			}
+			numbers[inv.Number] = true
+		}
+		for n := int64(1); n <= int64(len(numbers)); n++ {
+			if !numbers[n] {
+				r.mismatch("%s: invoice numbers %v are not gap-free from 1", tenant, numbers)
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// checkInvoice checks one issued invoice against what was sent and against
+// billing's charges, through the APIs only: one charge line per meter and
+// price version whose quantity, charge count and amount are the sums of the
+// charges billing lists behind it (the amount the version's pricing over the
+// line quantity: quantity x unit price under unit pricing), one line per
+// adjustment, one rounding line when the total differs from the subtotal.
+func (r *run) checkInvoice(ctx context.Context, tenant string, inv invoiceDoc) error {
+	w := r.want[tenant]
+	subtotal := w.charged[inv.Currency].Add(w.adjusted[inv.Currency])
+	total, err := money.Round(subtotal, inv.Currency)
+	if err != nil {
+		return err
+	}
+	s := Invoice{
+		Tenant: tenant, Currency: inv.Currency, InvoiceID: inv.InvoiceID, Number: inv.Number, Status: inv.Status,
+		Lines: map[string]int{}, Subtotal: inv.Subtotal, WantSubtotal: subtotal, WantTotal: total,
+	}
+	if inv.Total != nil {
+		s.Total = *inv.Total
+	}
+	sum := decimal.Zero
+	lineIDs := map[string]bool{}
+	for _, l := range inv.Lines {
+		s.Lines[l.Kind]++
+		sum = sum.Add(l.Amount)
+		if lineIDs[l.LineID] {
+			r.mismatch("%s %s invoice: two lines %s", tenant, inv.Currency, l.LineID)
+		}
+		lineIDs[l.LineID] = true
+		switch l.Kind {
+		case "rounding":
+			s.Rounding = s.Rounding.Add(l.Amount)
+		case "charge":
+			s.Charges += l.ChargeCount
+			behind, err := r.chargesWhere(ctx, tenant, fmt.Sprintf("&meterCode=%s&priceVersion=%d", url.QueryEscape(l.MeterCode), l.PriceVersion))
 			if err != nil {
 				return err
 			}
-			s := Invoice{
-				Tenant: tenant, Currency: inv.Currency, InvoiceID: inv.InvoiceID, Status: inv.Status,
-				Lines: map[string]int{}, Subtotal: inv.Subtotal, WantSubtotal: subtotal, WantTotal: total,
-			}
-			if inv.Total != nil {
-				s.Total = *inv.Total
-			}
-			sum := decimal.Zero
-			origins := map[string]bool{}
-			for _, l := range inv.Lines {
-				s.Lines[l.Kind]++
-				sum = sum.Add(l.Amount)
-				if l.Kind == "rounding" {
-					s.Rounding = s.Rounding.Add(l.Amount)
+			var qty, amount decimal.Decimal
+			var n int64
+			for _, c := range behind {
+				if c.Currency != inv.Currency {
 					continue
 				}
-				if origins[l.OriginEventID] {
-					r.mismatch("%s %s invoice: two lines for origin event %s", tenant, inv.Currency, l.OriginEventID)
-				}
-				origins[l.OriginEventID] = true
-				if l.Kind == "charge" && chargeEvents[l.OriginEventID] != inv.Currency {
-					r.mismatch("%s %s invoice: charge line %s matches no %s charge", tenant, inv.Currency, l.OriginEventID, inv.Currency)
-				}
+				qty, amount, n = qty.Add(c.Quantity), amount.Add(c.Amount), n+1
 			}
-			wantAdjustments := 0
-			if !w.adjusted[inv.Currency].IsZero() {
-				wantAdjustments = 1
+			if !qty.Equal(l.Quantity) || !amount.Equal(l.Amount) || n != l.ChargeCount || n == 0 {
+				r.mismatch("%s %s invoice: line %s has quantity %s, %d charges, amount %s; billing lists %s, %d, %s behind it",
+					tenant, inv.Currency, l.LineID, l.Quantity, l.ChargeCount, l.Amount, qty, n, amount)
 			}
-			if s.Lines["charge"] != w.charges[inv.Currency] || s.Lines["adjustment"] != wantAdjustments {
-				r.mismatch("%s %s invoice: %d charge and %d adjustment lines, want %d and %d",
-					tenant, inv.Currency, s.Lines["charge"], s.Lines["adjustment"], w.charges[inv.Currency], wantAdjustments)
-			}
-			if inv.Status != "issued" {
-				r.mismatch("%s %s invoice %s: status %q, want issued", tenant, inv.Currency, inv.InvoiceID, inv.Status)
-			}
-			if !inv.Subtotal.Equal(subtotal) {
-				r.mismatch("%s %s invoice: subtotal %s, want %s (charges + adjustments sent)", tenant, inv.Currency, inv.Subtotal, subtotal)
-			}
-			if inv.Total == nil || !inv.Total.Equal(total) || !sum.Equal(total) {
-				r.mismatch("%s %s invoice: total %v, lines summing to %s; want %s (%s rounded half-even to the minor unit)",
-					tenant, inv.Currency, inv.Total, sum, total, subtotal)
-			}
-			if wantRounding := !total.Equal(subtotal); (s.Lines["rounding"] == 1) != wantRounding || s.Lines["rounding"] > 1 ||
-				!s.Rounding.Equal(total.Sub(subtotal)) {
-				r.mismatch("%s %s invoice: %d rounding lines of %s for subtotal %s and total %s; want one line of %s when they differ",
-					tenant, inv.Currency, s.Lines["rounding"], s.Rounding, subtotal, total, total.Sub(subtotal))
-			}
-			r.res.Invoices = append(r.res.Invoices, s)
 		}
 	}
+	wantAdjustments := 0
+	if !w.adjusted[inv.Currency].IsZero() {
+		wantAdjustments = 1
+	}
+	if s.Charges != int64(w.charges[inv.Currency]) || s.Lines["adjustment"] != wantAdjustments {
+		r.mismatch("%s %s invoice: charge lines counting %d charges and %d adjustment lines, want %d and %d",
+			tenant, inv.Currency, s.Charges, s.Lines["adjustment"], w.charges[inv.Currency], wantAdjustments)
+	}
+	if inv.Status != "issued" {
+		r.mismatch("%s %s invoice %s: status %q, want issued", tenant, inv.Currency, inv.InvoiceID, inv.Status)
+	}
+	if !inv.Subtotal.Equal(subtotal) {
+		r.mismatch("%s %s invoice: subtotal %s, want %s (charges + adjustments sent)", tenant, inv.Currency, inv.Subtotal, subtotal)
+	}
+	if inv.Total == nil || !inv.Total.Equal(total) || !sum.Equal(total) {
+		r.mismatch("%s %s invoice: total %v, lines summing to %s; want %s (%s rounded half-even to the minor unit)",
+			tenant, inv.Currency, inv.Total, sum, total, subtotal)
+	}
+	if wantRounding := !total.Equal(subtotal); (s.Lines["rounding"] == 1) != wantRounding || s.Lines["rounding"] > 1 ||
+		!s.Rounding.Equal(total.Sub(subtotal)) {
+		r.mismatch("%s %s invoice: %d rounding lines of %s for subtotal %s and total %s; want one line of %s when they differ",
+			tenant, inv.Currency, s.Lines["rounding"], s.Rounding, subtotal, total, total.Sub(subtotal))
+	}
+	r.res.Invoices = append(r.res.Invoices, s)
 	return nil
 }
 

@@ -207,11 +207,11 @@ func report(res *scenario.Result) {
 	}
 	w.Flush()
 
-	w = section("Invoices (invoice): one per tenant and currency, rounded once, half-even")
-	fmt.Fprintln(w, "tenant\tcurrency\tinvoice\tstatus\tlines: charge / adjustment / rounding\trounding line\tsubtotal\ttotal")
+	w = section("Invoices (invoice): one per tenant and currency, one line per meter and price version, rounded once, half-even")
+	fmt.Fprintln(w, "tenant\tcurrency\tnumber\tinvoice\tstatus\tlines: charge (charges) / adjustment / rounding\trounding line\tsubtotal\ttotal")
 	for _, inv := range res.Invoices {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d / %d / %d\t%s\t%s\t%s\n", inv.Tenant, inv.Currency, short(inv.InvoiceID), inv.Status,
-			inv.Lines["charge"], inv.Lines["adjustment"], inv.Lines["rounding"], inv.Rounding,
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%d (%d) / %d / %d\t%s\t%s\t%s\n", inv.Tenant, inv.Currency, inv.Number,
+			short(inv.InvoiceID), inv.Status, inv.Lines["charge"], inv.Charges, inv.Lines["adjustment"], inv.Lines["rounding"], inv.Rounding,
 			check(inv.Subtotal, inv.WantSubtotal), check(inv.Total, inv.WantTotal))
 	}
 	w.Flush()
