@@ -1,7 +1,7 @@
 // Package app holds the meter's commands: activating a price version (one
 // transaction: idempotency claim, series lock, schedule check, the immutable
 // version, its PriceActivated event in the outbox, the stored response) and
-// reading the price list.
+// reading the price list, page by page.
 package app
 
 import (
@@ -183,10 +183,44 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 	}, nil
 }
 
-// ListPrices returns a tenant's price versions, of one meter when meterCode
-// is not empty, ordered by meter code, currency and version.
-func (a *App) ListPrices(ctx context.Context, tenantID, meterCode string) ([]Price, error) {
-	rows, err := db.New(a.pool).ListPrices(ctx, db.ListPricesParams{TenantID: tenantID, MeterCode: meterCode})
+// PriceKey is a price version's position in the list order: meter code,
+// currency, version. The zero PriceKey is before every version.
+type PriceKey struct {
+	MeterCode string
+	Currency  string
+	Version   int64
+}
+
+// Key is p's position in the list order.
+func (p Price) Key() PriceKey {
+	return PriceKey{MeterCode: p.MeterCode, Currency: p.Currency, Version: p.Version}
+}
+
+// ListPrices selects a page of a tenant's price versions.
+type ListPrices struct {
+	TenantID string
+	// MeterCode, when not empty, lists that meter's versions only; After is
+	// then of that meter (or zero).
+	MeterCode string
+	// After is the position the page starts after.
+	After PriceKey
+	// Limit is how many versions to read at most.
+	Limit int32
+}
+
+// ListPrices reads the versions after l.After in (meter code, currency,
+// version) order, at most l.Limit of them.
+func (a *App) ListPrices(ctx context.Context, l ListPrices) ([]Price, error) {
+	q := db.New(a.pool)
+	var rows []db.Price
+	var err error
+	if l.MeterCode == "" {
+		rows, err = q.ListPrices(ctx, db.ListPricesParams{TenantID: l.TenantID, AfterMeterCode: l.After.MeterCode,
+			AfterCurrency: l.After.Currency, AfterVersion: l.After.Version, MaxRows: l.Limit})
+	} else {
+		rows, err = q.ListMeterPrices(ctx, db.ListMeterPricesParams{TenantID: l.TenantID, MeterCode: l.MeterCode,
+			AfterCurrency: l.After.Currency, AfterVersion: l.After.Version, MaxRows: l.Limit})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list prices: %w", err)
 	}

@@ -76,22 +76,92 @@ func (q *Queries) InsertPrice(ctx context.Context, arg InsertPriceParams) error 
 	return err
 }
 
+const listMeterPrices = `-- name: ListMeterPrices :many
+SELECT price_id, tenant_id, meter_code, currency, version, unit_price, effective_at,
+       activated_at, event_id
+FROM price
+WHERE tenant_id = $1 AND meter_code = $2
+  AND (currency, version) > ($3::text, $4::bigint)
+ORDER BY currency, version
+LIMIT $5
+`
+
+type ListMeterPricesParams struct {
+	TenantID      string
+	MeterCode     string
+	AfterCurrency string
+	AfterVersion  int64
+	MaxRows       int32
+}
+
+// ListMeterPrices is ListPrices of one meter: (currency, version) order
+// after that position, from the same index.
+func (q *Queries) ListMeterPrices(ctx context.Context, arg ListMeterPricesParams) ([]Price, error) {
+	rows, err := q.db.Query(ctx, listMeterPrices,
+		arg.TenantID,
+		arg.MeterCode,
+		arg.AfterCurrency,
+		arg.AfterVersion,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Price
+	for rows.Next() {
+		var i Price
+		if err := rows.Scan(
+			&i.PriceID,
+			&i.TenantID,
+			&i.MeterCode,
+			&i.Currency,
+			&i.Version,
+			&i.UnitPrice,
+			&i.EffectiveAt,
+			&i.ActivatedAt,
+			&i.EventID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listPrices = `-- name: ListPrices :many
 SELECT price_id, tenant_id, meter_code, currency, version, unit_price, effective_at,
        activated_at, event_id
 FROM price
 WHERE tenant_id = $1
-  AND ($2::text = '' OR meter_code = $2::text)
+  AND (meter_code, currency, version) > ($2::text, $3::text, $4::bigint)
 ORDER BY meter_code, currency, version
+LIMIT $5
 `
 
 type ListPricesParams struct {
-	TenantID  string
-	MeterCode string
+	TenantID       string
+	AfterMeterCode string
+	AfterCurrency  string
+	AfterVersion   int64
+	MaxRows        int32
 }
 
+// ListPrices reads a page of a tenant's price versions in (meter_code,
+// currency, version) order, after that keyset position (the zero position,
+// (”, ”, 0), is before every version). price_version_key serves it: one
+// index range scan from the position, whatever the page.
 func (q *Queries) ListPrices(ctx context.Context, arg ListPricesParams) ([]Price, error) {
-	rows, err := q.db.Query(ctx, listPrices, arg.TenantID, arg.MeterCode)
+	rows, err := q.db.Query(ctx, listPrices,
+		arg.TenantID,
+		arg.AfterMeterCode,
+		arg.AfterCurrency,
+		arg.AfterVersion,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/idempotency"
+	"github.com/usagebilling/billing/pkg/page"
 	"github.com/usagebilling/billing/services/meter/internal/app"
 	"github.com/usagebilling/billing/services/meter/internal/domain"
 )
@@ -102,28 +103,62 @@ func (api *API) activatePrice(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(rc.Body)
 }
 
+// priceCursor is the keyset position a page of prices ends at.
+type priceCursor struct {
+	MeterCode string `json:"m"`
+	Currency  string `json:"c"`
+	Version   int64  `json:"v"`
+}
+
+type listPricesResponse struct {
+	Prices []app.Price `json:"prices"`
+	Next   *string     `json:"next,omitempty"`
+}
+
+// listPrices: GET /v1/tenants/{tenantId}/prices?meterCode=&limit=&cursor=
+// -> {prices, next}, in (meterCode, currency, version) order; next is absent
+// on the last page.
 func (api *API) listPrices(w http.ResponseWriter, r *http.Request) {
 	tenant, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	meterCode := r.URL.Query().Get("meterCode")
+	q := r.URL.Query()
+	meterCode := q.Get("meterCode")
 	if meterCode != "" {
 		if err := domain.CheckMeterCode(meterCode); err != nil {
 			api.writeError(w, r, err)
 			return
 		}
 	}
-	prices, err := api.app.ListPrices(r.Context(), tenant, meterCode)
+	req, p := page.Parse(q)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	var after priceCursor
+	if p := req.After(&after); p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	if meterCode != "" && !req.First() && after.MeterCode != meterCode {
+		// A cursor of another meter's list, or of the unfiltered one.
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_cursor",
+			"cursor must be a next value this list returned"))
+		return
+	}
+	prices, err := api.app.ListPrices(r.Context(), app.ListPrices{TenantID: tenant, MeterCode: meterCode,
+		After: app.PriceKey(after), Limit: req.Fetch()})
 	if err != nil {
 		api.writeError(w, r, err)
 		return
 	}
+	prices, next := page.Cut(req, prices, func(p app.Price) any { return priceCursor(p.Key()) })
 	if prices == nil {
 		prices = []app.Price{}
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"prices": prices})
+	httpx.WriteJSON(w, http.StatusOK, listPricesResponse{Prices: prices, Next: next})
 }
 
 func (api *API) writeError(w http.ResponseWriter, r *http.Request, err error) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -379,5 +380,158 @@ func TestDatabaseUnavailable(t *testing.T) {
 	r = do(t, srv, "GET", "/v1/tenants/t1/prices", "", "")
 	if r.status != http.StatusServiceUnavailable {
 		t.Fatalf("list: got %d %s", r.status, r.body)
+	}
+}
+
+type pricePage struct {
+	Prices []price `json:"prices"`
+	Next   *string `json:"next"`
+}
+
+// listPage reads one page of t1's prices; next is absent, not null, on the
+// last page.
+func listPage(t *testing.T, e *env, query string) pricePage {
+	t.Helper()
+	r := do(t, e.srv, "GET", "/v1/tenants/t1/prices?"+query, "", "")
+	if r.status != http.StatusOK {
+		t.Fatalf("list %s: %d %s", query, r.status, r.body)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(r.body), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if next, ok := raw["next"]; ok && string(next) == "null" {
+		t.Fatalf("list %s: next is null, want it absent on the last page", query)
+	}
+	var p pricePage
+	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// listAll follows next from the first page to the last; pages are the
+// page sizes.
+func listAll(t *testing.T, e *env, query string) (keys []string, pages []int) {
+	t.Helper()
+	cursor := ""
+	for {
+		q := query
+		if cursor != "" {
+			q += "&cursor=" + url.QueryEscape(cursor)
+		}
+		p := listPage(t, e, q)
+		pages = append(pages, len(p.Prices))
+		for _, pr := range p.Prices {
+			keys = append(keys, fmt.Sprintf("%s/%s/%d", pr.MeterCode, pr.Currency, pr.Version))
+		}
+		if p.Next == nil {
+			return keys, pages
+		}
+		if len(pages) > 100 {
+			t.Fatal("next never ends")
+		}
+		cursor = *p.Next
+	}
+}
+
+func activate(t *testing.T, e *env, tenant, meter, currency string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"meterCode":%q,"currency":%q,"unitPrice":"1"}`, meter, currency)
+	if r := do(t, e.srv, "POST", "/v1/tenants/"+tenant+"/prices", uuid.NewString(), body); r.status != http.StatusCreated {
+		t.Fatalf("activate %s %s: %d %s", meter, currency, r.status, r.body)
+	}
+}
+
+func TestListPricesPages(t *testing.T) {
+	e := newEnv(t)
+	for _, p := range []struct{ meter, currency string }{
+		{"zeta", "USD"}, {"alpha", "USD"}, {"alpha", "EUR"}, {"alpha", "EUR"}, {"beta", "KRW"},
+		{"alpha", "EUR"}, {"beta", "USD"},
+	} {
+		activate(t, e, "t1", p.meter, p.currency)
+	}
+	activate(t, e, "t2", "alpha", "AUD") // another tenant's, never listed
+	all := []string{"alpha/EUR/1", "alpha/EUR/2", "alpha/EUR/3", "alpha/USD/1", "beta/KRW/1", "beta/USD/1", "zeta/USD/1"}
+
+	tests := []struct {
+		name  string
+		query string
+		want  []string
+		pages []int
+	}{
+		{"default limit: one page", "", all, []int{7}},
+		{"pages of 3", "limit=3", all, []int{3, 3, 1}},
+		{"pages of 1", "limit=1", all, []int{1, 1, 1, 1, 1, 1, 1}},
+		{"the last page full", "limit=7", all, []int{7}},
+		{"pages of 4", "limit=4", all, []int{4, 3}},
+		{"largest limit", "limit=1000", all, []int{7}},
+		{"one meter, pages of 2", "meterCode=alpha&limit=2", all[:4], []int{2, 2}},
+		{"one meter, one page", "meterCode=beta", all[4:6], []int{2}},
+		{"a meter without prices", "meterCode=gamma&limit=2", nil, []int{0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			keys, pages := listAll(t, e, tt.query)
+			if fmt.Sprint(keys) != fmt.Sprint(tt.want) || fmt.Sprint(pages) != fmt.Sprint(tt.pages) {
+				t.Fatalf("listed %v in pages %v, want %v in pages %v", keys, pages, tt.want, tt.pages)
+			}
+		})
+	}
+
+	// A page follows its cursor's position, not an offset: versions
+	// activated meanwhile before the position shift nothing, those after it
+	// are listed.
+	first := listPage(t, e, "limit=3")
+	activate(t, e, "t1", "aardvark", "USD")
+	activate(t, e, "t1", "alpha", "EUR")
+	activate(t, e, "t1", "omega", "USD")
+	second := listPage(t, e, "limit=3&cursor="+url.QueryEscape(*first.Next))
+	var got []string
+	for _, p := range second.Prices {
+		got = append(got, fmt.Sprintf("%s/%s/%d", p.MeterCode, p.Currency, p.Version))
+	}
+	if want := "[alpha/EUR/4 alpha/USD/1 beta/KRW/1]"; fmt.Sprint(got) != want || second.Next == nil {
+		t.Fatalf("second page after activations: %v (next %v), want %s", got, second.Next, want)
+	}
+}
+
+func TestListPricesBadPage(t *testing.T) {
+	e := newEnv(t)
+	activate(t, e, "t1", "alpha", "USD")
+	activate(t, e, "t1", "alpha", "EUR")
+	activate(t, e, "t1", "beta", "USD")
+	alphaNext := listPage(t, e, "meterCode=alpha&limit=1").Next
+	allNext := listPage(t, e, "limit=1").Next
+	if alphaNext == nil || allNext == nil {
+		t.Fatal("no next page")
+	}
+	tests := []struct{ name, query, code string }{
+		{"limit 0", "limit=0", "invalid_limit"},
+		{"limit over 1000", "limit=1001", "invalid_limit"},
+		{"negative limit", "limit=-5", "invalid_limit"},
+		{"limit not a number", "limit=ten", "invalid_limit"},
+		{"cursor not base64", "cursor=%21%21", "invalid_cursor"},
+		{"cursor not a position", "cursor=bm90IGpzb24", "invalid_cursor"},
+		{"cursor too long", "cursor=" + strings.Repeat("e", 2000), "invalid_cursor"},
+		{"another meter's cursor", "meterCode=beta&cursor=" + url.QueryEscape(*alphaNext), "invalid_cursor"},
+		{"the unfiltered list's cursor", "meterCode=beta&cursor=" + url.QueryEscape(*allNext), "invalid_cursor"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := do(t, e.srv, "GET", "/v1/tenants/t1/prices?"+tt.query, "", "")
+			if r.status != http.StatusBadRequest || !strings.Contains(r.body, `"code":"`+tt.code+`"`) ||
+				r.header.Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("got %d %s, want 400 %s", r.status, r.body, tt.code)
+			}
+		})
+	}
+	// A meter's cursor goes on in its own list, and one of the unfiltered
+	// list in the unfiltered list.
+	if p := listPage(t, e, "meterCode=alpha&cursor="+url.QueryEscape(*alphaNext)); len(p.Prices) != 1 || p.Prices[0].Currency != "USD" {
+		t.Fatalf("alpha's second page: %+v", p)
+	}
+	if p := listPage(t, e, "limit=5&cursor="+url.QueryEscape(*allNext)); len(p.Prices) != 2 || p.Next != nil {
+		t.Fatalf("second page: %+v", p)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/ops"
+	"github.com/usagebilling/billing/pkg/page"
 	"github.com/usagebilling/billing/services/query/internal/operator"
 )
 
@@ -75,9 +75,20 @@ type quarantineItemJSON struct {
 	Offset        int64     `json:"offset"`
 }
 
+// quarantineCursor is the position a page of the quarantine view ends at.
+type quarantineCursor struct {
+	Seq int64 `json:"s"`
+}
+
+// listJSON is a page of a list: next is absent on the last page.
+type listJSON[T any] struct {
+	Items []T     `json:"items"`
+	Next  *string `json:"next,omitempty"`
+}
+
 // quarantine: GET /v1/operator/quarantine?service=&reason=&tenantId=
-// [&state=all][&cursor=][&limit=]: the messages still quarantined (all:
-// also those redriven), oldest first; next is the cursor of the next page.
+// [&state=all][&limit=][&cursor=]: the messages still quarantined (all:
+// also those redriven), oldest first, a page at a time (pkg/page).
 func (a *Operator) quarantine(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := operator.QuarantineFilter{Service: q.Get("service"), Reason: q.Get("reason"), TenantID: q.Get("tenantId")}
@@ -89,16 +100,23 @@ func (a *Operator) quarantine(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_state", "state must be quarantined or all"))
 		return
 	}
-	var p *httpx.Problem
-	if f.After, f.Limit, p = page(q.Get("cursor"), q.Get("limit")); p != nil {
+	req, p := page.Parse(q)
+	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	items, next, err := a.op.Quarantine(r.Context(), f)
+	var after quarantineCursor
+	if p := req.After(&after); p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	f.After, f.Limit = after.Seq, req.Fetch()
+	items, err := a.op.Quarantine(r.Context(), f)
 	if err != nil {
 		a.fail(w, r, "list quarantine", err)
 		return
 	}
+	items, next := page.Cut(req, items, func(it operator.QuarantineItem) any { return quarantineCursor{Seq: it.Seq} })
 	out := make([]quarantineItemJSON, len(items))
 	for i, it := range items {
 		out[i] = quarantineItemJSON{Service: it.Service, EventType: it.EventType, TenantID: it.TenantID,
@@ -111,7 +129,7 @@ func (a *Operator) quarantine(w http.ResponseWriter, r *http.Request) {
 			out[i].State = "redriven"
 		}
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"items": out, "next": cursorJSON(next)})
+	httpx.WriteJSON(w, http.StatusOK, listJSON[quarantineItemJSON]{Items: out, Next: next})
 }
 
 type submitJSON struct {
@@ -220,27 +238,47 @@ type deadLetterJSON struct {
 	DeadAt    time.Time `json:"deadAt"`
 }
 
-// deadLetters: GET /v1/operator/dead-letters[?service=&cursor=&limit=]:
-// one service's dead letters page by page, or the first page of every
-// service.
+// deadLetterCursor is the position a page of dead letters ends at: a
+// service and the id in its outbox.
+type deadLetterCursor struct {
+	Service string `json:"s"`
+	ID      int64  `json:"id"`
+}
+
+// deadLetters: GET /v1/operator/dead-letters[?service=][&limit=][&cursor=]:
+// the outbox dead letters of one service, or of every service by service
+// name, a page at a time (pkg/page).
 func (a *Operator) deadLetters(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	after, limit, p := page(q.Get("cursor"), q.Get("limit"))
+	service := q.Get("service")
+	req, p := page.Parse(q)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	ds, next, err := a.op.DeadLetters(r.Context(), q.Get("service"), after, limit)
+	var after deadLetterCursor
+	if p := req.After(&after); p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	if service != "" && !req.First() && after.Service != service {
+		// A cursor of another service's list, or of every service's.
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_cursor",
+			"cursor must be a next value this list returned"))
+		return
+	}
+	ds, err := a.op.DeadLetters(r.Context(), service, operator.DeadLetterKey(after), int(req.Fetch()))
 	if err != nil {
 		a.fail(w, r, "list dead letters", err)
 		return
 	}
+	ds, next := page.Cut(req, ds, func(d operator.DeadLetter) any { return deadLetterCursor(d.Key()) })
 	out := make([]deadLetterJSON, len(ds))
 	for i, d := range ds {
 		out[i] = deadLetterJSON{Service: d.Service, EventID: d.EventID, EventType: d.EventType, Topic: d.Topic,
 			Attempts: d.Attempts, LastError: d.LastError, CreatedAt: d.CreatedAt, DeadAt: d.DeadAt}
 	}
-	httpx.WriteJSON(w, http.StatusOK, map[string]any{"items": out, "next": cursorJSON(next)})
+	httpx.WriteJSON(w, http.StatusOK, listJSON[deadLetterJSON]{Items: out, Next: next})
 }
 
 type mismatchJSON struct {
@@ -296,34 +334,4 @@ func (a *Operator) fail(w http.ResponseWriter, r *http.Request, what string, err
 		a.log.ErrorContext(r.Context(), what, "err", err, "status", p.Status)
 	}
 	httpx.WriteProblem(w, p)
-}
-
-const maxPage = 500
-
-// page reads a cursor and a limit (100 by default).
-func page(cursor, limit string) (int64, int, *httpx.Problem) {
-	after, n := int64(0), 100
-	if cursor != "" {
-		c, err := strconv.ParseInt(cursor, 10, 64)
-		if err != nil || c < 0 {
-			return 0, 0, httpx.NewProblem(http.StatusBadRequest, "invalid_cursor", "cursor must be a next value this API returned")
-		}
-		after = c
-	}
-	if limit != "" {
-		l, err := strconv.Atoi(limit)
-		if err != nil || l < 1 || l > maxPage {
-			return 0, 0, httpx.Problemf(http.StatusBadRequest, "invalid_limit", "limit must be an integer from 1 to %d", maxPage)
-		}
-		n = l
-	}
-	return after, n, nil
-}
-
-func cursorJSON(next int64) *string {
-	if next == 0 {
-		return nil
-	}
-	s := strconv.FormatInt(next, 10)
-	return &s
 }

@@ -3,10 +3,12 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/ops"
+	"github.com/usagebilling/billing/pkg/page"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/query/internal/httpapi"
 	"github.com/usagebilling/billing/services/query/internal/operator"
@@ -31,12 +34,19 @@ import (
 // "usage" at an address where nothing listens.
 func operatorServer(t *testing.T, pool *pgxpool.Pool) (*httptest.Server, *operator.Operator) {
 	t.Helper()
+	return operatorServerOf(t, pool, map[string]string{"usage": "http://127.0.0.1:1"})
+}
+
+// operatorServerOf serves the operator API reaching the other services at
+// urls.
+func operatorServerOf(t *testing.T, pool *pgxpool.Pool, urls map[string]string) (*httptest.Server, *operator.Operator) {
+	t.Helper()
 	keys, err := auth.NewKeys(auth.DevKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	op := operator.New(pool, ops.NewClient(map[string]string{"usage": "http://127.0.0.1:1"}, keys, "query"), log)
+	op := operator.New(pool, ops.NewClient(urls, keys, "query"), log)
 	r := chi.NewRouter()
 	r.Use(auth.Middleware(keys, log))
 	httpapi.NewOperator(op, log).Routes(r)
@@ -241,26 +251,33 @@ func TestQuarantineView(t *testing.T) {
 	n4 := quarantined(t, "billing", e3, "acme", inbox.ReasonDigestConflict)
 	Decide(t, pool, ib, n1, n2, n3, n4, n1) // n1 delivered twice
 
-	type page struct {
+	type viewPage struct {
 		Items []struct {
 			Service, EventType, TenantID, Reason, State string
 			EventID                                     *string
 		}
 		Next *string
 	}
-	var p page
-	if status, _ := call(t, alice, "GET", srv.URL+"/v1/operator/quarantine?limit=3", "", "", &p); status != 200 || len(p.Items) != 3 || p.Next == nil {
+	var p viewPage
+	// list reads a page into p; next stays nil when absent.
+	list := func(query string) int {
+		t.Helper()
+		p = viewPage{}
+		status, _ := call(t, alice, "GET", srv.URL+"/v1/operator/quarantine?"+query, "", "", &p)
+		return status
+	}
+	if status := list("limit=3"); status != 200 || len(p.Items) != 3 || p.Next == nil {
 		t.Fatalf("first page: %d %+v", status, p)
 	}
 	if p.Items[0].Service != "billing" || *p.Items[0].EventID != e1.String() || p.Items[0].Reason != "unsupported_schema" ||
 		p.Items[0].TenantID != "acme" || p.Items[2].EventID != nil || p.Items[2].Reason != "malformed" {
 		t.Fatalf("items %+v", p.Items)
 	}
-	if status, _ := call(t, alice, "GET", srv.URL+"/v1/operator/quarantine?limit=3&cursor="+*p.Next, "", "", &p); status != 200 || len(p.Items) != 1 || p.Next != nil {
+	if status := list("limit=3&cursor=" + *p.Next); status != 200 || len(p.Items) != 1 || p.Next != nil {
 		t.Fatalf("second page: %d %+v", status, p)
 	}
 	for query, want := range map[string]int{"service=billing": 2, "tenantId=acme": 2, "reason=digest_mismatch": 1, "service=billing&reason=digest_conflict": 1, "tenantId=zeta": 0} {
-		if status, _ := call(t, alice, "GET", srv.URL+"/v1/operator/quarantine?"+query, "", "", &p); status != 200 || len(p.Items) != want {
+		if status := list(query); status != 200 || len(p.Items) != want {
 			t.Errorf("%s: %d %d items, want %d", query, status, len(p.Items), want)
 		}
 	}
@@ -268,17 +285,18 @@ func TestQuarantineView(t *testing.T) {
 	// Redriven e1 (applied) leaves the default view; e3 still quarantined stays.
 	Decide(t, pool, ib, completed(t, uuid.New(), "billing", e1, "c", "applied", ""),
 		completed(t, uuid.New(), "billing", e3, "c", "quarantined", inbox.ReasonDigestConflict))
-	if status, _ := call(t, alice, "GET", srv.URL+"/v1/operator/quarantine?service=billing", "", "", &p); status != 200 ||
+	if status := list("service=billing"); status != 200 ||
 		len(p.Items) != 1 || *p.Items[0].EventID != e3.String() {
 		t.Fatalf("after redrive: %+v", p)
 	}
-	if status, _ := call(t, alice, "GET", srv.URL+"/v1/operator/quarantine?service=billing&state=all", "", "", &p); status != 200 ||
+	if status := list("service=billing&state=all"); status != 200 ||
 		len(p.Items) != 2 || p.Items[0].State != "redriven" || p.Items[1].State != "quarantined" {
 		t.Fatalf("state=all: %+v", p)
 	}
-	for _, q := range []string{"cursor=x", "limit=0", "limit=501", "state=gone"} {
-		if status, _ := call(t, alice, "GET", srv.URL+"/v1/operator/quarantine?"+q, "", "", nil); status != 400 {
-			t.Errorf("%s: %d, want 400", q, status)
+	for q, code := range map[string]string{"cursor=x": "invalid_cursor", "cursor=" + page.Encode("seq"): "invalid_cursor",
+		"limit=0": "invalid_limit", "limit=1001": "invalid_limit", "limit=many": "invalid_limit", "state=gone": "invalid_state"} {
+		if status, got := call(t, alice, "GET", srv.URL+"/v1/operator/quarantine?"+q, "", "", nil); status != 400 || got != code {
+			t.Errorf("%s: %d %s, want 400 %s", q, status, got, code)
 		}
 	}
 }
@@ -316,5 +334,232 @@ func TestRecoveryShowsAnUnreachableService(t *testing.T) {
 		if status, _ := call(t, alice, "GET", srv.URL+"/v1/operator/reconciliation?"+q, "", "", nil); status != 400 {
 			t.Errorf("%s: %d, want 400", q, status)
 		}
+	}
+}
+
+// The quarantine view pages with the shared contract: limit 1-1000 (100
+// by default), an opaque cursor, next absent on the last page; a page
+// starts after its cursor's item whatever arrived meanwhile.
+func TestQuarantinePages(t *testing.T) {
+	pool := pgtest.NewPool(t, Template)
+	srv, op := operatorServer(t, pool)
+	ib := opsInbox(t, op)
+	var want []string
+	for range 5 {
+		id := uuid.Must(uuid.NewV7())
+		Decide(t, pool, ib, quarantined(t, "billing", id, "acme", envelope.ReasonMalformed))
+		want = append(want, id.String())
+	}
+	for _, tt := range []struct {
+		query string
+		pages []int
+	}{
+		{"", []int{5}},
+		{"limit=1000", []int{5}},
+		{"limit=2", []int{2, 2, 1}},
+		{"limit=5", []int{5}},
+		{"limit=1", []int{1, 1, 1, 1, 1}},
+		{"service=billing&limit=4", []int{4, 1}},
+		{"service=invoice&limit=4", []int{0}},
+	} {
+		items, pages := listPages(t, srv.URL+"/v1/operator/quarantine?"+tt.query, "")
+		wantItems := want
+		if tt.pages[0] == 0 {
+			wantItems = nil
+		}
+		if fmt.Sprint(pages) != fmt.Sprint(tt.pages) || fmt.Sprint(eventIDs(items)) != fmt.Sprint(wantItems) {
+			t.Errorf("%q: pages %v of %v, want %v of %v", tt.query, pages, eventIDs(items), tt.pages, wantItems)
+		}
+	}
+
+	var first listPage
+	if status, _ := call(t, alice, "GET", srv.URL+"/v1/operator/quarantine?limit=2", "", "", &first); status != 200 || first.Next == nil {
+		t.Fatalf("first page: %d %+v", status, first)
+	}
+	late := uuid.Must(uuid.NewV7())
+	Decide(t, pool, ib, quarantined(t, "invoice", late, "acme", envelope.ReasonMalformed))
+	items, pages := listPages(t, srv.URL+"/v1/operator/quarantine?limit=2", *first.Next)
+	if got, want := eventIDs(items), append(want[2:], late.String()); fmt.Sprint(pages) != "[2 2]" || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after the first page: pages %v of %v, want [2 2] of %v", pages, got, want)
+	}
+}
+
+type listedItem struct {
+	Service string
+	EventID *string
+}
+
+type listPage struct {
+	Items []listedItem
+	Next  *string
+}
+
+func eventIDs(items []listedItem) []string {
+	var out []string
+	for _, it := range items {
+		out = append(out, *it.EventID)
+	}
+	return out
+}
+
+// listPages follows next from the page at u after cursor next ("": the
+// first) to the last, checking that next is absent there, not null.
+func listPages(t *testing.T, u, next string) (items []listedItem, pages []int) {
+	t.Helper()
+	for range 1000 {
+		pageURL := u
+		if next != "" {
+			pageURL += "&cursor=" + url.QueryEscape(next)
+		}
+		var raw map[string]json.RawMessage
+		if status, code := call(t, alice, "GET", pageURL, "", "", &raw); status != 200 {
+			t.Fatalf("%s: %d %s", pageURL, status, code)
+		}
+		var p listPage
+		if err := json.Unmarshal(raw["items"], &p.Items); err != nil {
+			t.Fatal(err)
+		}
+		if n, ok := raw["next"]; ok {
+			if err := json.Unmarshal(n, &p.Next); err != nil || p.Next == nil {
+				t.Fatalf("%s: next %s, want a cursor or none", pageURL, n)
+			}
+		}
+		items = append(items, p.Items...)
+		pages = append(pages, len(p.Items))
+		if p.Next == nil {
+			return items, pages
+		}
+		next = *p.Next
+	}
+	t.Fatal("next never ends")
+	return nil, nil
+}
+
+// internalAPI serves another service's internal endpoints (pkg/ops) on a
+// database of its own, and returns its URL and database.
+func internalAPI(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	pool := pgtest.NewPool(t, Template)
+	keys, err := auth.NewKeys(auth.DevKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.Use(auth.Middleware(keys, nil))
+	ops.NewAPI(pool, nil, nil).Routes(r)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return srv.URL, pool
+}
+
+// deadLetters adds n dead letters (and one event still pending) to the
+// outbox of pool, and returns the event ids of all its dead letters, in
+// outbox order.
+func deadLetters(t *testing.T, pool *pgxpool.Pool, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope, attempts, last_error, dead_at)
+		SELECT gen_random_uuid(), 'usage.events.v1', 'k', 0, 'UsageAccepted', '\x00'::bytea, 10, 'refused (test)',
+		       CASE WHEN i <= $1 THEN now() END
+		FROM generate_series(1, $1 + 1) AS i`, n); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT event_id::text FROM outbox_event WHERE dead_at IS NOT NULL ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// Dead letters page with the shared contract across services: by service
+// name, then outbox order, each service's internal list read as far as the
+// page needs.
+func TestDeadLetterPages(t *testing.T) {
+	pool := pgtest.NewPool(t, Template)
+	billingURL, billingDB := internalAPI(t)
+	usageURL, usageDB := internalAPI(t)
+	srv, _ := operatorServerOf(t, pool, map[string]string{"billing": billingURL, "usage": usageURL})
+	billing, query, usage := deadLetters(t, billingDB, 2), deadLetters(t, pool, 3), deadLetters(t, usageDB, 1)
+	all := append(append(append([]string{}, billing...), query...), usage...)
+	services := func(items []listedItem) string {
+		var out []string
+		for _, it := range items {
+			out = append(out, it.Service)
+		}
+		return strings.Join(out, " ")
+	}
+	for _, tt := range []struct {
+		query    string
+		want     []string
+		services string
+		pages    []int
+	}{
+		{"", all, "billing billing query query query usage", []int{6}},
+		{"limit=2", all, "billing billing query query query usage", []int{2, 2, 2}},
+		{"limit=4", all, "billing billing query query query usage", []int{4, 2}},
+		{"limit=1", all, "billing billing query query query usage", []int{1, 1, 1, 1, 1, 1}},
+		{"service=query&limit=2", query, "query query query", []int{2, 1}},
+		{"service=usage", usage, "usage", []int{1}},
+		{"service=billing&limit=2", billing, "billing billing", []int{2}},
+	} {
+		items, pages := listPages(t, srv.URL+"/v1/operator/dead-letters?"+tt.query, "")
+		if fmt.Sprint(eventIDs(items)) != fmt.Sprint(tt.want) || services(items) != tt.services || fmt.Sprint(pages) != fmt.Sprint(tt.pages) {
+			t.Errorf("%q: pages %v of %v (%s), want %v of %v (%s)", tt.query, pages, eventIDs(items), services(items),
+				tt.pages, tt.want, tt.services)
+		}
+	}
+
+	// A page larger than a service's internal page (ops.MaxLimit) is read
+	// in several calls.
+	usage = deadLetters(t, usageDB, ops.MaxLimit+100)
+	all = append(append(append([]string{}, billing...), query...), usage...)
+	for query, pages := range map[string][]int{"limit=1000": {len(all)}, "": {100, 100, 100, 100, 100, 100, len(all) - 600},
+		"service=usage&limit=1000": {len(usage)}, "limit=550": {550, len(all) - 550}} {
+		items, got := listPages(t, srv.URL+"/v1/operator/dead-letters?"+query, "")
+		want := all
+		if strings.HasPrefix(query, "service=usage") {
+			want = usage
+		}
+		if fmt.Sprint(eventIDs(items)) != fmt.Sprint(want) || fmt.Sprint(got) != fmt.Sprint(pages) {
+			t.Errorf("%q: pages %v, want %v (or the items differ)", query, got, pages)
+		}
+	}
+
+	var first listPage
+	if status, _ := call(t, alice, "GET", srv.URL+"/v1/operator/dead-letters?limit=1", "", "", &first); status != 200 || first.Next == nil {
+		t.Fatalf("first page: %d %+v", status, first)
+	}
+	var ofQuery listPage
+	if status, _ := call(t, alice, "GET", srv.URL+"/v1/operator/dead-letters?service=query&limit=1", "", "", &ofQuery); status != 200 || ofQuery.Next == nil {
+		t.Fatalf("first page of query: %d %+v", status, ofQuery)
+	}
+	for q, want := range map[string]struct {
+		status int
+		code   string
+	}{
+		"cursor=x":                 {400, "invalid_cursor"},
+		"cursor=" + page.Encode(7): {400, "invalid_cursor"},
+		"limit=0":                  {400, "invalid_limit"},
+		"limit=1001":               {400, "invalid_limit"},
+		"service=ledger":           {400, "unknown_service"},
+		"service=usage&cursor=" + url.QueryEscape(*ofQuery.Next): {400, "invalid_cursor"}, // another service's
+		"service=query&cursor=" + url.QueryEscape(*first.Next):   {400, "invalid_cursor"}, // the list of all, at billing
+	} {
+		if status, code := call(t, alice, "GET", srv.URL+"/v1/operator/dead-letters?"+q, "", "", nil); status != want.status || code != want.code {
+			t.Errorf("%s: %d %s, want %d %s", q, status, code, want.status, want.code)
+		}
+	}
+	// A service that cannot be reached fails the page that needs it.
+	down, _ := operatorServer(t, pool)
+	if status, code := call(t, alice, "GET", down.URL+"/v1/operator/dead-letters", "", "", nil); status != http.StatusBadGateway || code != "service_unavailable" {
+		t.Errorf("with usage down: %d %s, want 502 service_unavailable", status, code)
+	}
+	if items, _ := listPages(t, down.URL+"/v1/operator/dead-letters?service=query", ""); fmt.Sprint(eventIDs(items)) != fmt.Sprint(query) {
+		t.Errorf("query's own with usage down: %v, want %v", eventIDs(items), query)
 	}
 }
