@@ -1,9 +1,10 @@
-// Package invoice is the invoice service: it turns billing's charges and
-// adjustments into immutable invoice lines, one invoice per tenant, period
-// and currency, issues a period's invoices when billing closes it (rounded
-// once, half-even, with the difference as its own line), turns adjustments
-// after issue into correction notes, and publishes InvoiceIssued and
-// InvoiceCorrectionIssued through its outbox.
+// Package invoice is the invoice service: it records billing's charges and
+// adjustments against one invoice per tenant, period and currency, issues a
+// period's invoices when billing's close proves them complete (charge lines
+// aggregated per meter and price version, rounded once, half-even, with the
+// difference as its own line, numbered gap-free per tenant), turns
+// adjustments after issue into correction notes, and publishes the bounded
+// InvoiceIssued and InvoiceCorrectionIssued through its outbox.
 package invoice
 
 import (
@@ -22,10 +23,9 @@ var Spec = service.Spec{
 	DefaultPort: 8084,
 	Migrations:  []pgmigrate.Set{migrations.Set},
 	Build:       Build,
-	// One line or correction per origin event, one close per tenant and
-	// period. Any other unique violation is a conflict.
-	OriginConstraints: []string{"invoice_line_origin_key", "invoice_correction_origin_key",
-		"period_close_pkey", "period_close_event_key"},
+	// One charge, adjustment line or correction per origin event, one close
+	// per tenant and period. Any other unique violation is a conflict.
+	OriginConstraints: app.OriginConstraints,
 }
 
 // Build wires the consumer and the HTTP API.

@@ -49,7 +49,8 @@ func TestRunnerThroughKafka(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	reg := envelope.NewRegistry()
 	events.Register(reg)
-	ib, err := inbox.New(reg, app.NewConsumer(log).Handlers(), inbox.Options{Service: "invoice", Logger: log})
+	ib, err := inbox.New(reg, app.NewConsumer(log).Handlers(),
+		inbox.Options{Service: "invoice", Logger: log, OriginConstraints: app.OriginConstraints})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,9 +151,10 @@ func background(t *testing.T, fns ...func(context.Context) error) (early func() 
 func flow(t *testing.T, brokers []string, base string) {
 	t.Helper()
 	p := NewPeriod(t, "acme", "2026-11")
-	c1, c2, c3 := p.Charge("USD", "2", "0.1675"), p.Charge("USD", "1", "1"), p.Charge("KRW", "1", "10.5")
+	c1, c2, c3 := p.Charge("USD", "2", "0.1675"), p.ChargeOf("USD", Meter, 2, "1", "1"), p.Charge("KRW", "1", "10.5")
 	closed := p.Close()
-	// The close before its last charge, and duplicates.
+	// The close before its last charge (each charge is its own aggregate,
+	// on any partition), and duplicates.
 	produce(t, brokers, c1, c2, closed, c1, c3, closed, c2)
 
 	var inv map[string]any
@@ -171,8 +173,9 @@ func flow(t *testing.T, brokers []string, base string) {
 		inv = body.Invoices[1] // KRW sorts first
 		return true
 	})
-	if inv["currency"] != "USD" || inv["subtotal"] != "1.335" || inv["total"] != "1.34" || len(inv["lines"].([]any)) != 3 {
-		t.Fatalf("USD invoice %v, want subtotal 1.335, total 1.34 and 3 lines", inv)
+	if inv["currency"] != "USD" || inv["subtotal"] != "1.335" || inv["total"] != "1.34" || len(inv["lines"].([]any)) != 3 ||
+		inv["number"] == nil {
+		t.Fatalf("USD invoice %v, want a number, subtotal 1.335, total 1.34 and 3 lines", inv)
 	}
 
 	got := consume(t, brokers, events.TopicInvoice, 2)

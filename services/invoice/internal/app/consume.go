@@ -1,6 +1,6 @@
 // Package app is the invoice service's application layer: the inbox handlers
-// that turn billing's events into invoice lines, issued invoices and
-// correction notes (with their events appended to the outbox in the same
+// that turn billing's events into invoice charges and lines, issued invoices
+// and correction notes (with their events appended to the outbox in the same
 // transaction), and the reads behind the HTTP API.
 package app
 
@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/big"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,34 +27,66 @@ import (
 // Producer is the envelope producer name of the events this service publishes.
 const Producer = "invoice"
 
+// OriginConstraints are the unique constraints that guard an effect's origin
+// event (inbox.Options.OriginConstraints): one charge, adjustment line or
+// correction per origin event, one close per tenant and period. A unique
+// violation on them is a DUPLICATE; on any other (a second charge line of a
+// meter and version, a second rounding line, an invoice number taken twice)
+// it is a conflict, quarantined.
+var OriginConstraints = []string{
+	"invoice_charge_origin_key", "invoice_line_origin_key", "invoice_correction_origin_key",
+	"period_close_pkey", "period_close_event_key",
+}
+
 // Quarantine reasons of the handlers (inbox.Permanent).
 const (
 	// ReasonChargeAfterIssue: a ChargeRated for a period whose invoices are
 	// issued. Billing rates late usage into the next open period, so this is
 	// a contract breach, never retried.
 	ReasonChargeAfterIssue = "charge_after_issue"
-	// ReasonNoInvoiceToCorrect: an AdjustmentPosted for a closed period in a
-	// currency that period has no invoice in.
+	// ReasonAdjustmentAfterIssue: an AdjustmentPosted that says the close
+	// counted it (AfterClose false) for an invoice already issued: the close
+	// did not count it after all, a contract breach.
+	ReasonAdjustmentAfterIssue = "adjustment_after_issue"
+	// ReasonNoInvoiceToCorrect: an AdjustmentPosted after the close for a
+	// currency the period has no issued invoice in.
 	ReasonNoInvoiceToCorrect = "no_invoice_to_correct"
-	// ReasonCloseCountsMismatch: the period's invoices hold more charge or
-	// adjustment lines than the close counted.
+	// ReasonCloseCountsMismatch: invoice holds more charges or adjustments
+	// of a currency than the close counted.
 	ReasonCloseCountsMismatch = "close_counts_mismatch"
-	// ReasonCloseTotalsMismatch: every counted line is present but a
-	// currency's lines do not sum to the close's total.
+	// ReasonCloseDigestMismatch: invoice holds as many charges (or
+	// adjustments) of a currency as the close counted, but not the same.
+	ReasonCloseDigestMismatch = "close_digest_mismatch"
+	// ReasonCloseTotalsMismatch: invoice holds the charges (or adjustments)
+	// the close counted but they do not sum to the close's amount.
 	ReasonCloseTotalsMismatch = "close_totals_mismatch"
-	// ReasonPeriodMismatch: the payload's period is not the billing_period
-	// aggregate the event belongs to.
-	ReasonPeriodMismatch = "period_mismatch"
+	// ReasonLineAmountMismatch: a charge line's charges do not sum to the
+	// line's amount under its price version's pricing.
+	ReasonLineAmountMismatch = "line_amount_mismatch"
+	// ReasonPriceVersionConflict: charges of one meter and price version
+	// carry different unit prices (a version's prices are immutable).
+	ReasonPriceVersionConflict = "price_version_conflict"
+	// ReasonAggregateMismatch: the payload's id is not the aggregate the
+	// event belongs to (a charge's charge/<chargeId>, an adjustment's
+	// adjustment/<adjustmentId>, a close's billing_period/<period>).
+	ReasonAggregateMismatch = "aggregate_mismatch"
 )
 
-// LinesKey is the inbox wait key of a tenant period's invoice lines: every
-// charge or adjustment line added provides it, and a BillingPeriodClosed that
-// finds fewer lines than it counted is deferred until it (and re-decided by
-// the inbox sweep as well). Given the billing_period aggregate's version
-// order this should never be needed: a close at version N is applied only
-// after the N-1 events it counts.
-func LinesKey(tenantID, period string) string {
-	return "invoice-lines/" + tenantID + "/" + period
+// IssuedKey is the inbox wait key of a tenant period's issue: the close
+// that issues the period's invoices provides it, and an adjustment posted
+// after the close (AfterClose) that finds its invoice not issued yet waits
+// for it.
+func IssuedKey(tenantID, period string) string {
+	return "invoice-issued/" + tenantID + "/" + period
+}
+
+// CloseKey is the wait key of a close that finds fewer charges or
+// adjustments than it counted. Nothing provides it: a close waiting for a
+// million charges must not be decided again by each of them. The inbox's
+// periodic sweep decides it again (backing off while it stays incomplete),
+// and issues the period once the last counted event is here.
+func CloseKey(tenantID, period string) string {
+	return "invoice-close/" + tenantID + "/" + period
 }
 
 // Consumer applies billing's events.
@@ -79,66 +112,92 @@ func (c *Consumer) Handlers() map[string]inbox.Handler {
 // Topics are the topics the handlers consume.
 var Topics = []string{events.TopicBilling}
 
+// onChargeRated records the charge, in one insert-only statement: the
+// tenant's charges are decided by several consumers at once and share no
+// row (the invoice's charge lines are computed from the charges, not
+// counted up by each).
 func (c *Consumer) onChargeRated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
 	p := d.Payload.(events.ChargeRated)
 	e := &d.Envelope
-	if err := checkPeriod(e, p.Period); err != nil {
+	if err := checkAggregate(e, events.AggregateCharge, p.ChargeID.String()); err != nil {
 		return inbox.Outcome{}, err
 	}
-	row, err := addLine(ctx, tx, e, p.Period, p.Currency, domain.KindCharge, p.Amount)
+	newID, err := uuid.NewV7()
+	if err != nil {
+		return inbox.Outcome{}, fmt.Errorf("new invoice id: %w", err)
+	}
+	row, err := db.New(tx).AddCharge(ctx, db.AddChargeParams{
+		TenantID: e.TenantID, Period: p.Period, OriginEventID: e.EventID, NewInvoiceID: newID, Currency: p.Currency,
+		ChargeID: p.ChargeID, MeterCode: p.MeterCode, PriceVersion: p.PriceVersion, UnitPrice: p.UnitPrice,
+		Quantity: p.Quantity, Amount: p.Amount,
+	})
 	switch {
 	case err != nil:
-		return inbox.Outcome{}, err
-	case row.Added:
-		return inbox.Outcome{Provides: []string{LinesKey(e.TenantID, p.Period)}}, nil
-	case row.Closed || row.Status == domain.StatusIssued:
+		return inbox.Outcome{}, fmt.Errorf("add charge %s: %w", e.EventID, err)
+	case !row.Added:
 		return inbox.Outcome{}, inbox.Permanent(ReasonChargeAfterIssue,
 			fmt.Errorf("charge %s for %s %s: the period is closed and its invoices issued", p.ChargeID, e.TenantID, p.Period))
+	}
+	return inbox.Outcome{}, nil
+}
+
+// onAdjustmentPosted makes an adjustment the close counted a line of the
+// open invoice, and one posted after the close a correction note of the
+// issued invoice.
+func (c *Consumer) onAdjustmentPosted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
+	p := d.Payload.(events.AdjustmentPosted)
+	e := &d.Envelope
+	if err := checkAggregate(e, events.AggregateAdjustment, p.AdjustmentID.String()); err != nil {
+		return inbox.Outcome{}, err
+	}
+	if p.AfterClose {
+		return inbox.Outcome{}, c.onAdjustmentAfterClose(ctx, tx, e, p)
+	}
+	newID, err := uuid.NewV7()
+	if err != nil {
+		return inbox.Outcome{}, fmt.Errorf("new invoice id: %w", err)
+	}
+	row, err := db.New(tx).AddAdjustmentLine(ctx, db.AddAdjustmentLineParams{
+		TenantID: e.TenantID, Period: p.Period, Currency: p.Currency, NewInvoiceID: newID,
+		OriginEventID: e.EventID, Amount: p.Amount,
+	})
+	switch {
+	case err != nil:
+		return inbox.Outcome{}, fmt.Errorf("add adjustment line of %s: %w", e.EventID, err)
+	case row.Added:
+		return inbox.Outcome{}, nil
+	case row.Closed || row.Status == domain.StatusIssued:
+		return inbox.Outcome{}, inbox.Permanent(ReasonAdjustmentAfterIssue, fmt.Errorf(
+			"adjustment %s for %s %s %s is counted by the close (afterClose false) but the period is closed and its invoices issued",
+			p.AdjustmentID, e.TenantID, p.Period, p.Currency))
 	default:
 		return inbox.Outcome{}, errConcurrentInvoice
 	}
 }
 
-func (c *Consumer) onAdjustmentPosted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
-	p := d.Payload.(events.AdjustmentPosted)
-	e := &d.Envelope
-	if err := checkPeriod(e, p.Period); err != nil {
-		return inbox.Outcome{}, err
-	}
-	row, err := addLine(ctx, tx, e, p.Period, p.Currency, domain.KindAdjustment, p.Amount)
+// onAdjustmentAfterClose turns an adjustment the close did not count into a
+// correction note of the issued invoice of its currency, waiting for the
+// close to issue it.
+func (c *Consumer) onAdjustmentAfterClose(ctx context.Context, tx pgx.Tx, e *envelope.Envelope, p events.AdjustmentPosted) error {
+	row, err := db.New(tx).FindInvoiceToCorrect(ctx, db.FindInvoiceToCorrectParams{
+		TenantID: e.TenantID, Period: p.Period, Currency: p.Currency,
+	})
 	switch {
 	case err != nil:
-		return inbox.Outcome{}, err
-	case row.Added:
-		return inbox.Outcome{Provides: []string{LinesKey(e.TenantID, p.Period)}}, nil
+		return fmt.Errorf("find invoice to correct for %s: %w", e.EventID, err)
 	case row.Status == domain.StatusIssued:
-		return inbox.Outcome{}, c.correct(ctx, tx, e, p, row.InvoiceID)
-	case row.Closed:
-		return inbox.Outcome{}, inbox.Permanent(ReasonNoInvoiceToCorrect,
-			fmt.Errorf("adjustment %s for %s %s: the period is closed and has no %s invoice", p.AdjustmentID, e.TenantID, p.Period, p.Currency))
+		return c.correct(ctx, tx, e, p, row.InvoiceID)
+	case !row.Closed:
+		return inbox.DeferUntil(IssuedKey(e.TenantID, p.Period))
 	default:
-		return inbox.Outcome{}, errConcurrentInvoice
+		return inbox.Permanent(ReasonNoInvoiceToCorrect,
+			fmt.Errorf("adjustment %s for %s %s: the period is closed and has no issued %s invoice", p.AdjustmentID, e.TenantID, p.Period, p.Currency))
 	}
 }
 
 // errConcurrentInvoice is transient: another transaction created the invoice
 // between this one's look and its insert; the next try finds it.
 var errConcurrentInvoice = errors.New("invoice created concurrently, try again")
-
-func addLine(ctx context.Context, tx pgx.Tx, e *envelope.Envelope, period, currency, kind string, amount decimal.Decimal) (db.AddLineRow, error) {
-	newID, err := uuid.NewV7()
-	if err != nil {
-		return db.AddLineRow{}, fmt.Errorf("new invoice id: %w", err)
-	}
-	row, err := db.New(tx).AddLine(ctx, db.AddLineParams{
-		TenantID: e.TenantID, Period: period, Currency: currency, NewInvoiceID: newID,
-		OriginEventID: e.EventID, Kind: kind, Amount: amount,
-	})
-	if err != nil {
-		return db.AddLineRow{}, fmt.Errorf("add %s line of %s: %w", kind, e.EventID, err)
-	}
-	return row, nil
-}
 
 // correct turns an adjustment of an issued invoice into a correction note and
 // its InvoiceCorrectionIssued, the invoice aggregate's next version. The
@@ -173,16 +232,18 @@ func (c *Consumer) correct(ctx context.Context, tx pgx.Tx, e *envelope.Envelope,
 		c.log.WarnContext(ctx, "adjustment already invoiced as a line", "event_id", e.EventID, "invoice_id", invoiceID)
 		return nil
 	}
-	if err := outbox.Append(ctx, tx, events.TopicInvoice, ev); err != nil {
-		return err
-	}
-	return nil
+	return outbox.Append(ctx, tx, events.TopicInvoice, ev)
 }
 
+// onPeriodClosed records the close, proves invoice holds exactly what the
+// close counted (per currency: count, exact sum and digest of the charges
+// and of the adjustment lines, tallied in SQL), and issues every invoice of
+// the period. It provides IssuedKey, which adjustments posted after the
+// close wait for.
 func (c *Consumer) onPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
 	p := d.Payload.(events.BillingPeriodClosed)
 	e := &d.Envelope
-	if err := checkPeriod(e, p.Period); err != nil {
+	if err := checkAggregate(e, events.AggregateBillingPeriod, p.Period); err != nil {
 		return inbox.Outcome{}, err
 	}
 	q := db.New(tx)
@@ -194,99 +255,108 @@ func (c *Consumer) onPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.De
 	}); err != nil {
 		return inbox.Outcome{}, fmt.Errorf("record close of %s %s: %w", e.TenantID, p.Period, err)
 	}
-	rows, err := q.TallyInvoices(ctx, db.TallyInvoicesParams{TenantID: e.TenantID, Period: p.Period})
+	// Lock first, tally in the statements after: their snapshots see every
+	// adjustment line whose transaction held an invoice of the period.
+	invs, err := q.LockPeriodInvoices(ctx, db.LockPeriodInvoicesParams{TenantID: e.TenantID, Period: p.Period})
 	if err != nil {
-		return inbox.Outcome{}, fmt.Errorf("tally invoices of %s %s: %w", e.TenantID, p.Period, err)
+		return inbox.Outcome{}, fmt.Errorf("lock invoices of %s %s: %w", e.TenantID, p.Period, err)
 	}
-	tallies := make([]domain.Tally, len(rows))
-	for i, r := range rows {
-		tallies[i] = domain.Tally{InvoiceID: r.InvoiceID, Currency: r.Currency, Issued: r.Status == domain.StatusIssued,
-			Charges: r.Charges, Adjustments: r.Adjustments, Subtotal: r.Subtotal}
+	have, err := tally(ctx, q, e.TenantID, p.Period)
+	if err != nil {
+		return inbox.Outcome{}, err
 	}
-	if err := c.checkClose(ctx, e, p, tallies); err != nil {
+	want := make(map[string]domain.Tally, len(p.Currencies))
+	for cur, t := range p.Currencies {
+		want[cur] = domain.Tally(t)
+	}
+	if err := c.checkClose(ctx, e, p, want, have); err != nil {
 		return inbox.Outcome{}, err
 	}
 
 	now := c.now().UTC().Truncate(time.Microsecond)
-	var issue []domain.Tally
-	amounts := make(map[uuid.UUID]domain.Amounts)
-	for _, t := range tallies {
-		if t.Issued {
-			continue
+	envs := make([]envelope.Envelope, 0, len(invs))
+	for _, inv := range invs {
+		if inv.Status != domain.StatusOpen {
+			return inbox.Outcome{}, fmt.Errorf("invoice %s of %s %s is %s before its close", inv.InvoiceID, e.TenantID, p.Period, inv.Status)
 		}
-		a, err := domain.Issue(t.Subtotal, t.Currency)
+		ev, err := c.issue(ctx, q, e, p.Period, inv.InvoiceID, inv.Currency, want[inv.Currency], now)
 		if err != nil {
-			return inbox.Outcome{}, inbox.Permanent("unknown_currency", err)
-		}
-		if !a.Rounding.IsZero() {
-			if err := q.AddRoundingLine(ctx, db.AddRoundingLineParams{
-				InvoiceID: t.InvoiceID, OriginEventID: e.EventID, Amount: a.Rounding,
-			}); err != nil {
-				return inbox.Outcome{}, fmt.Errorf("add rounding line to %s: %w", t.InvoiceID, err)
-			}
-		}
-		issue = append(issue, t)
-		amounts[t.InvoiceID] = a
-	}
-	if len(issue) == 0 {
-		return inbox.Outcome{}, nil
-	}
-	ids := make([]uuid.UUID, len(issue))
-	for i, t := range issue {
-		ids[i] = t.InvoiceID
-	}
-	lineRows, err := q.ListLines(ctx, ids)
-	if err != nil {
-		return inbox.Outcome{}, fmt.Errorf("list lines of issued invoices: %w", err)
-	}
-	lines := make(map[uuid.UUID][]events.InvoiceLine, len(issue))
-	for _, l := range lineRows {
-		lines[l.InvoiceID] = append(lines[l.InvoiceID], events.InvoiceLine{OriginEventID: l.OriginEventID, Kind: l.Kind, Amount: l.Amount})
-	}
-	envs := make([]envelope.Envelope, 0, len(issue))
-	for _, t := range issue {
-		a := amounts[t.InvoiceID]
-		ev, err := envelope.New(c.meta(e, events.TypeInvoiceIssued, t.InvoiceID, 1, now), events.InvoiceIssued{
-			InvoiceID: t.InvoiceID, Period: p.Period, Currency: t.Currency, Lines: lines[t.InvoiceID],
-			Subtotal: a.Subtotal, Total: a.Total, IssuedAt: now,
-		})
-		if err != nil {
-			return inbox.Outcome{}, fmt.Errorf("build InvoiceIssued: %w", err)
-		}
-		n, err := q.IssueInvoice(ctx, db.IssueInvoiceParams{
-			InvoiceID: t.InvoiceID, Subtotal: a.Subtotal, Total: a.Total, IssuedAt: now,
-			CloseEventID: e.EventID, IssuedEventID: ev.EventID,
-		})
-		if err != nil {
-			return inbox.Outcome{}, fmt.Errorf("issue invoice %s: %w", t.InvoiceID, err)
-		}
-		if n != 1 {
-			return inbox.Outcome{}, fmt.Errorf("issue invoice %s: not open any more", t.InvoiceID)
+			return inbox.Outcome{}, err
 		}
 		envs = append(envs, ev)
 	}
 	if err := outbox.Append(ctx, tx, events.TopicInvoice, envs...); err != nil {
 		return inbox.Outcome{}, err
 	}
-	return inbox.Outcome{}, nil
+	return inbox.Outcome{Provides: []string{IssuedKey(e.TenantID, p.Period)}}, nil
+}
+
+// tally is what invoice holds of a tenant's period, by currency, counted and
+// summed in SQL (a few rows whatever the number of charges).
+func tally(ctx context.Context, q *db.Queries, tenantID, period string) (map[string]domain.Tally, error) {
+	charges, err := q.TallyCharges(ctx, db.TallyChargesParams{TenantID: tenantID, Period: period})
+	if err != nil {
+		return nil, fmt.Errorf("tally charges of %s %s: %w", tenantID, period, err)
+	}
+	adjustments, err := q.TallyAdjustments(ctx, db.TallyAdjustmentsParams{TenantID: tenantID, Period: period})
+	if err != nil {
+		return nil, fmt.Errorf("tally adjustments of %s %s: %w", tenantID, period, err)
+	}
+	out := make(map[string]domain.Tally)
+	digests := make(map[string]*big.Int)
+	lines := make(map[string]bool, len(charges))
+	for _, r := range charges {
+		// A price version has one unit price: two make two lines of one id.
+		line := r.Currency + " " + domain.ChargeLineID(r.MeterCode, r.PriceVersion)
+		if lines[line] {
+			return nil, inbox.Permanent(ReasonPriceVersionConflict, fmt.Errorf(
+				"%s %s: charges of %s carry different unit prices", tenantID, period, line))
+		}
+		lines[line] = true
+		t := out[r.Currency]
+		t.Charges += r.Charges
+		t.ChargeAmount = t.ChargeAmount.Add(r.Amount)
+		// One row per line: the currency's digest is the sum of theirs.
+		sum, ok := digests[r.Currency]
+		if !ok {
+			sum = new(big.Int)
+			digests[r.Currency] = sum
+		}
+		term, ok := new(big.Int).SetString(r.Digest, 10)
+		if !ok {
+			return nil, fmt.Errorf("tally charges of %s %s: digest %q is not an integer", tenantID, period, r.Digest)
+		}
+		sum.Add(sum, term)
+		t.ChargeDigest = sum.String()
+		out[r.Currency] = t
+	}
+	for _, r := range adjustments {
+		t := out[r.Currency]
+		t.Adjustments, t.AdjustmentAmount, t.AdjustmentDigest = r.Adjustments, r.Amount, r.Digest
+		out[r.Currency] = t
+	}
+	return out, nil
 }
 
 // checkClose maps the close rules' verdict to the inbox's: wait for missing
-// lines, quarantine a close that can never match.
-func (c *Consumer) checkClose(ctx context.Context, e *envelope.Envelope, p events.BillingPeriodClosed, tallies []domain.Tally) error {
-	err := domain.CheckClose(domain.Close{Charges: p.Charges, Adjustments: p.Adjustments, Totals: p.Totals}, tallies)
+// charges or adjustments, quarantine a close that can never match.
+func (c *Consumer) checkClose(ctx context.Context, e *envelope.Envelope, p events.BillingPeriodClosed, want, have map[string]domain.Tally) error {
+	err := domain.CheckClose(want, have)
 	var incomplete *domain.IncompleteError
 	var counts *domain.CountsMismatchError
+	var digests *domain.DigestMismatchError
 	var totals *domain.TotalsMismatchError
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &incomplete):
-		c.log.WarnContext(ctx, "period close deferred: invoice lines missing", "event_id", e.EventID,
+		c.log.InfoContext(ctx, "period close deferred: charges or adjustments still to come", "event_id", e.EventID,
 			"tenant_id", e.TenantID, "period", p.Period, "detail", err.Error())
-		return inbox.DeferUntil(LinesKey(e.TenantID, p.Period))
+		return inbox.DeferUntil(CloseKey(e.TenantID, p.Period))
 	case errors.As(err, &counts):
 		return inbox.Permanent(ReasonCloseCountsMismatch, err)
+	case errors.As(err, &digests):
+		return inbox.Permanent(ReasonCloseDigestMismatch, err)
 	case errors.As(err, &totals):
 		return inbox.Permanent(ReasonCloseTotalsMismatch, err)
 	default:
@@ -294,12 +364,81 @@ func (c *Consumer) checkClose(ctx context.Context, e *envelope.Envelope, p event
 	}
 }
 
-// checkPeriod refuses an event whose payload's period is not its
-// billing_period aggregate.
-func checkPeriod(e *envelope.Envelope, period string) error {
-	if e.AggregateType != events.AggregateBillingPeriod || e.AggregateID != period {
-		return inbox.Permanent(ReasonPeriodMismatch, fmt.Errorf("event %s of aggregate %s/%s carries period %s",
-			e.EventID, e.AggregateType, e.AggregateID, period))
+// issue issues one open invoice of a closed period whose charges and
+// adjustments match the close's tally want: it materialises the charge
+// lines (one per meter and price version, grouped in SQL), checks each
+// against its pricing and all of them against the tally, adds the rounding
+// line, takes the tenant's next invoice number and returns the
+// InvoiceIssued to publish.
+func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, period string, invoiceID uuid.UUID,
+	currency string, want domain.Tally, now time.Time) (envelope.Envelope, error) {
+	lines, err := q.MaterializeChargeLines(ctx, db.MaterializeChargeLinesParams{
+		InvoiceID: invoiceID, TenantID: e.TenantID, Period: period, Currency: currency,
+	})
+	if err != nil {
+		return envelope.Envelope{}, fmt.Errorf("write charge lines of %s: %w", invoiceID, err)
+	}
+	var charges int64
+	chargeAmount := decimal.Zero
+	for _, l := range lines {
+		id := domain.ChargeLineID(l.MeterCode, l.PriceVersion)
+		err := domain.CheckLine(id, domain.Pricing{Model: domain.ModelUnit, UnitPrice: l.UnitPrice}, l.Quantity, l.Amount)
+		if err != nil {
+			return envelope.Envelope{}, inbox.Permanent(ReasonLineAmountMismatch, fmt.Errorf("invoice %s: %w", invoiceID, err))
+		}
+		charges += l.ChargeCount
+		chargeAmount = chargeAmount.Add(l.Amount)
+	}
+	// The lines were grouped by a later statement than the tally: a charge
+	// the close did not count, committed in between, shows here.
+	if charges != want.Charges || !chargeAmount.Equal(want.ChargeAmount) {
+		return envelope.Envelope{}, inbox.Permanent(ReasonCloseCountsMismatch, fmt.Errorf(
+			"invoice %s: the charge lines count %d charges of %s, the close %d of %s",
+			invoiceID, charges, chargeAmount, want.Charges, want.ChargeAmount))
+	}
+
+	a, err := domain.Issue(chargeAmount.Add(want.AdjustmentAmount), currency)
+	if err != nil {
+		return envelope.Envelope{}, inbox.Permanent("unknown_currency", err)
+	}
+	if !a.Rounding.IsZero() {
+		if err := q.AddRoundingLine(ctx, db.AddRoundingLineParams{
+			InvoiceID: invoiceID, OriginEventID: e.EventID, Amount: a.Rounding,
+		}); err != nil {
+			return envelope.Envelope{}, fmt.Errorf("add rounding line to %s: %w", invoiceID, err)
+		}
+	}
+	number, err := q.NextInvoiceNumber(ctx, e.TenantID)
+	if err != nil {
+		return envelope.Envelope{}, fmt.Errorf("take invoice number of %s: %w", e.TenantID, err)
+	}
+	ev, err := envelope.New(c.meta(e, events.TypeInvoiceIssued, invoiceID, 1, now), events.InvoiceIssued{
+		InvoiceID: invoiceID, Number: number, Period: period, Currency: currency,
+		ChargeLines: int64(len(lines)), Charges: charges, Adjustments: want.Adjustments,
+		Subtotal: a.Subtotal, Rounding: a.Rounding, Total: a.Total, IssuedAt: now,
+	})
+	if err != nil {
+		return envelope.Envelope{}, fmt.Errorf("build InvoiceIssued: %w", err)
+	}
+	n, err := q.IssueInvoice(ctx, db.IssueInvoiceParams{
+		InvoiceID: invoiceID, Number: number, Subtotal: a.Subtotal, Total: a.Total, IssuedAt: now,
+		CloseEventID: e.EventID, IssuedEventID: ev.EventID,
+	})
+	if err != nil {
+		return envelope.Envelope{}, fmt.Errorf("issue invoice %s: %w", invoiceID, err)
+	}
+	if n != 1 {
+		return envelope.Envelope{}, fmt.Errorf("issue invoice %s: not open any more", invoiceID)
+	}
+	return ev, nil
+}
+
+// checkAggregate refuses an event whose payload does not name the
+// aggregate it belongs to.
+func checkAggregate(e *envelope.Envelope, aggregateType, aggregateID string) error {
+	if e.AggregateType != aggregateType || e.AggregateID != aggregateID {
+		return inbox.Permanent(ReasonAggregateMismatch, fmt.Errorf("%s %s of aggregate %s/%s carries %s/%s",
+			e.EventType, e.EventID, e.AggregateType, e.AggregateID, aggregateType, aggregateID))
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ var ErrNotFound = errors.New("invoice not found")
 // Invoice is an invoice as read, with its lines and correction notes.
 type Invoice struct {
 	InvoiceID   uuid.UUID
+	Number      *int64 // nil until issued
 	TenantID    string
 	Period      string
 	Currency    string
@@ -33,11 +34,18 @@ type Invoice struct {
 	Corrections []Correction
 }
 
-// Line is one invoice line.
+// Line is one invoice line: a charge line aggregating the charges of one
+// meter and price version (computed from them while the invoice is open,
+// stored at issue), an adjustment, or the rounding difference.
 type Line struct {
-	OriginEventID uuid.UUID
+	LineID        string // domain.ChargeLineID, AdjustmentLineID or RoundingLineID
 	Kind          string
+	MeterCode     string           // charge lines
+	PriceVersion  int64            // charge lines
+	Quantity      *decimal.Decimal // charge lines
+	ChargeCount   int64            // charge lines
 	Amount        decimal.Decimal
+	OriginEventID *uuid.UUID // adjustment and rounding lines
 }
 
 // Correction is a correction note issued after the invoice.
@@ -47,6 +55,16 @@ type Correction struct {
 	Amount        decimal.Decimal
 	IssuedAt      time.Time
 }
+
+// Position is the keyset position of an invoice in a tenant's list: the
+// list is in (period, currency) order, one invoice per pair.
+type Position struct {
+	Period   string `json:"period"`
+	Currency string `json:"currency"`
+}
+
+// PositionOf is the position of inv.
+func PositionOf(inv Invoice) Position { return Position{Period: inv.Period, Currency: inv.Currency} }
 
 // Reader reads invoices, each read from one snapshot.
 type Reader struct {
@@ -81,15 +99,21 @@ func (r *Reader) Invoice(ctx context.Context, tenantID string, id uuid.UUID) (In
 	return out, err
 }
 
-// Invoices returns the tenant's invoices of period, or of every period when
-// period is empty, ordered by period and currency.
-func (r *Reader) Invoices(ctx context.Context, tenantID, period string) ([]Invoice, error) {
+// Invoices returns up to n of the tenant's invoices of period, or of every
+// period when period is empty, in (period, currency) order, after position
+// after (from the first when nil).
+func (r *Reader) Invoices(ctx context.Context, tenantID, period string, after *Position, n int32) ([]Invoice, error) {
+	params := db.ListInvoicesParams{
+		TenantID: tenantID, Period: pgtype.Text{String: period, Valid: period != ""}, PageSize: n,
+	}
+	if after != nil {
+		params.AfterPeriod = pgtype.Text{String: after.Period, Valid: true}
+		params.AfterCurrency = after.Currency
+	}
 	var out []Invoice
 	err := pgx.BeginTxFunc(ctx, r.pool, readOnly, func(tx pgx.Tx) error {
 		q := db.New(tx)
-		rows, err := q.ListInvoices(ctx, db.ListInvoicesParams{
-			TenantID: tenantID, Period: pgtype.Text{String: period, Valid: period != ""},
-		})
+		rows, err := q.ListInvoices(ctx, params)
 		if err != nil {
 			return fmt.Errorf("list invoices of %s: %w", tenantID, err)
 		}
@@ -99,7 +123,9 @@ func (r *Reader) Invoices(ctx context.Context, tenantID, period string) ([]Invoi
 	return out, err
 }
 
-// complete reads the lines and corrections of the invoices in rows.
+// complete reads the lines and corrections of the invoices in rows: the
+// stored lines, and for an open invoice its charge lines computed from its
+// charges (a GROUP BY, bounded by its meters and price versions).
 func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow) ([]Invoice, error) {
 	out := make([]Invoice, len(rows))
 	if len(rows) == 0 {
@@ -115,18 +141,47 @@ func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow) ([]
 			Lines: []Line{}, Corrections: []Correction{},
 		}
 		if r.Status == domain.StatusIssued {
-			total := r.Total.Decimal
-			issuedAt := r.IssuedAt.UTC()
-			out[i].Subtotal, out[i].Total, out[i].IssuedAt = r.Subtotal.Decimal, &total, &issuedAt
+			number, total, issuedAt := r.Number.Int64, r.Total.Decimal, r.IssuedAt.UTC()
+			out[i].Number, out[i].Subtotal, out[i].Total, out[i].IssuedAt = &number, r.Subtotal.Decimal, &total, &issuedAt
 		}
 	}
-	lines, err := q.ListLines(ctx, ids)
+	// Charge lines come first: the open invoices' live ones, then the
+	// stored lines (an issued invoice's charge lines, adjustments, rounding).
+	live, err := q.LiveChargeLines(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("compute open invoices' charge lines: %w", err)
+	}
+	for _, l := range live {
+		inv := &out[at[l.InvoiceID]]
+		quantity := l.Quantity
+		inv.Lines = append(inv.Lines, Line{
+			LineID: domain.ChargeLineID(l.MeterCode, l.PriceVersion), Kind: domain.KindCharge,
+			MeterCode: l.MeterCode, PriceVersion: l.PriceVersion, Quantity: &quantity, ChargeCount: l.ChargeCount,
+			Amount: l.Amount,
+		})
+		inv.Subtotal = inv.Subtotal.Add(l.Amount)
+	}
+	stored, err := q.ListStoredLines(ctx, ids)
 	if err != nil {
 		return nil, fmt.Errorf("list invoice lines: %w", err)
 	}
-	for _, l := range lines {
+	for _, l := range stored {
 		inv := &out[at[l.InvoiceID]]
-		inv.Lines = append(inv.Lines, Line{OriginEventID: l.OriginEventID, Kind: l.Kind, Amount: l.Amount})
+		line := Line{Kind: l.Kind, Amount: l.Amount}
+		switch l.Kind {
+		case domain.KindCharge:
+			quantity := l.Quantity.Decimal
+			line.LineID = domain.ChargeLineID(l.MeterCode.String, l.PriceVersion.Int64)
+			line.MeterCode, line.PriceVersion, line.Quantity, line.ChargeCount =
+				l.MeterCode.String, l.PriceVersion.Int64, &quantity, l.ChargeCount.Int64
+		case domain.KindAdjustment:
+			origin := l.OriginEventID.UUID
+			line.LineID, line.OriginEventID = domain.AdjustmentLineID(origin), &origin
+		default:
+			origin := l.OriginEventID.UUID
+			line.LineID, line.OriginEventID = domain.RoundingLineID, &origin
+		}
+		inv.Lines = append(inv.Lines, line)
 		if inv.Status == domain.StatusOpen && l.Kind != domain.KindRounding {
 			inv.Subtotal = inv.Subtotal.Add(l.Amount)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 )
 
@@ -22,6 +23,21 @@ type Invoice struct {
 	IssuedAt      *time.Time
 	CloseEventID  uuid.NullUUID
 	IssuedEventID uuid.NullUUID
+	CreatedAt     time.Time
+	Number        pgtype.Int8
+}
+
+type InvoiceCharge struct {
+	OriginEventID uuid.UUID
+	ChargeID      uuid.UUID
+	TenantID      string
+	Period        string
+	Currency      string
+	MeterCode     string
+	PriceVersion  int64
+	UnitPrice     decimal.Decimal
+	Quantity      decimal.Decimal
+	Amount        decimal.Decimal
 	CreatedAt     time.Time
 }
 
@@ -38,10 +54,20 @@ type InvoiceCorrection struct {
 type InvoiceLine struct {
 	LineID        int64
 	InvoiceID     uuid.UUID
-	OriginEventID uuid.UUID
+	OriginEventID uuid.NullUUID
 	Kind          string
 	Amount        decimal.Decimal
 	CreatedAt     time.Time
+	MeterCode     pgtype.Text
+	PriceVersion  pgtype.Int8
+	UnitPrice     decimal.NullDecimal
+	Quantity      decimal.NullDecimal
+	ChargeCount   pgtype.Int8
+}
+
+type InvoiceNumberCounter struct {
+	TenantID   string
+	LastNumber int64
 }
 
 type PeriodClose struct {

@@ -1,14 +1,51 @@
--- name: AddLine :one
--- AddLine puts a charge or adjustment line on the open invoice of its tenant,
--- period and currency, creating the invoice when it has none, unless the
--- period is closed. One round trip. It reports whether the period is closed,
--- the invoice it found or created (the zero uuid when none), its status and
--- whether the line was added. A concurrent creation of the same invoice
--- leaves no invoice and no line (the caller retries).
+-- name: AddCharge :one
+-- AddCharge records a ChargeRated as a charge of the open invoice of its
+-- tenant, period and currency, creating that invoice when it has none, in
+-- one insert-only statement that writes no row another charge writes (the
+-- invoice insert does nothing when the invoice exists). Nothing is written
+-- when the period is closed, and closed reports it; but a charge already
+-- recorded is inserted again whatever the period, so that its origin key
+-- (invoice_charge_origin_key) makes a redelivery a duplicate.
 WITH closed AS (
     SELECT EXISTS (
         SELECT 1 FROM period_close pc
         WHERE pc.tenant_id = @tenant_id::text AND pc.period = @period::text) AS closed
+), known AS (
+    SELECT EXISTS (
+        SELECT 1 FROM invoice_charge c WHERE c.origin_event_id = @origin_event_id::uuid) AS known
+), created AS (
+    INSERT INTO invoice (invoice_id, tenant_id, period, currency)
+    SELECT @new_invoice_id::uuid, @tenant_id::text, @period::text, @currency::text
+    WHERE NOT (SELECT c.closed FROM closed c)
+    ON CONFLICT (tenant_id, period, currency) DO NOTHING
+    RETURNING invoice_id
+), charge AS (
+    INSERT INTO invoice_charge (origin_event_id, charge_id, tenant_id, period, currency, meter_code,
+                                price_version, unit_price, quantity, amount)
+    SELECT @origin_event_id::uuid, @charge_id::uuid, @tenant_id::text, @period::text, @currency::text,
+           @meter_code::text, @price_version::bigint, @unit_price::numeric, @quantity::numeric, @amount::numeric
+    WHERE NOT (SELECT c.closed FROM closed c) OR (SELECT k.known FROM known k)
+    RETURNING origin_event_id
+)
+SELECT (SELECT c.closed FROM closed c)::boolean AS closed, EXISTS (SELECT 1 FROM charge) AS added;
+
+-- name: AddAdjustmentLine :one
+-- AddAdjustmentLine puts an adjustment line on the open invoice of its
+-- tenant, period and currency, creating the invoice when it has none, unless
+-- the period is closed. One round trip. It reports whether the period is
+-- closed, the invoice it found or created (the zero uuid when none), its
+-- status and whether the line was added. A concurrent creation of the same
+-- invoice leaves no invoice and no line (the caller retries). An adjustment
+-- already a line is inserted again whatever the invoice's status, so that its
+-- origin key (invoice_line_origin_key) makes a redelivery a duplicate.
+WITH closed AS (
+    SELECT EXISTS (
+        SELECT 1 FROM period_close pc
+        WHERE pc.tenant_id = @tenant_id::text AND pc.period = @period::text) AS closed
+), known AS (
+    SELECT EXISTS (
+        SELECT 1 FROM invoice_line l
+        WHERE l.origin_event_id = @origin_event_id::uuid AND l.kind = 'adjustment') AS known
 ), existing AS (
     SELECT i.invoice_id, i.status FROM invoice i
     WHERE i.tenant_id = @tenant_id::text AND i.period = @period::text AND i.currency = @currency::text
@@ -24,8 +61,8 @@ WITH closed AS (
     SELECT n.invoice_id, n.status FROM created n
 ), line AS (
     INSERT INTO invoice_line (invoice_id, origin_event_id, kind, amount)
-    SELECT t.invoice_id, @origin_event_id::uuid, @kind::text, @amount::numeric FROM target t
-    WHERE t.status = 'open' AND NOT (SELECT c.closed FROM closed c)
+    SELECT t.invoice_id, @origin_event_id::uuid, 'adjustment', @amount::numeric FROM target t
+    WHERE (t.status = 'open' AND NOT (SELECT c.closed FROM closed c)) OR (SELECT k.known FROM known k)
     RETURNING invoice_id
 )
 SELECT (SELECT c.closed FROM closed c)::boolean AS closed,
@@ -33,36 +70,94 @@ SELECT (SELECT c.closed FROM closed c)::boolean AS closed,
        COALESCE((SELECT t.status FROM target t), '')::text AS status,
        EXISTS (SELECT 1 FROM line) AS added;
 
+-- name: FindInvoiceToCorrect :one
+-- FindInvoiceToCorrect tells an adjustment posted after its period's close
+-- whether invoice has applied that close, and the invoice of its currency
+-- (the zero uuid when none) with its status.
+SELECT EXISTS (
+           SELECT 1 FROM period_close pc
+           WHERE pc.tenant_id = @tenant_id::text AND pc.period = @period::text)::boolean AS closed,
+       COALESCE((SELECT i.invoice_id FROM invoice i
+                 WHERE i.tenant_id = @tenant_id::text AND i.period = @period::text
+                   AND i.currency = @currency::text), '00000000-0000-0000-0000-000000000000')::uuid AS invoice_id,
+       COALESCE((SELECT i.status FROM invoice i
+                 WHERE i.tenant_id = @tenant_id::text AND i.period = @period::text
+                   AND i.currency = @currency::text), '')::text AS status;
+
 -- name: RecordClose :exec
 -- RecordClose records a period's close; a second close of the same period is
 -- a unique violation (the close's effect already exists).
 INSERT INTO period_close (tenant_id, period, close_event_id, closed_at, charges, adjustments)
 VALUES (@tenant_id, @period, @close_event_id, @closed_at, @charges, @adjustments);
 
--- name: TallyInvoices :many
--- TallyInvoices locks the invoices of a tenant's period and counts and sums
--- their charge and adjustment lines.
-SELECT i.invoice_id, i.currency, i.status,
-       t.charges::bigint AS charges, t.adjustments::bigint AS adjustments, t.subtotal::numeric AS subtotal
-FROM invoice i,
-     LATERAL (
-         SELECT count(*) FILTER (WHERE l.kind = 'charge') AS charges,
-                count(*) FILTER (WHERE l.kind = 'adjustment') AS adjustments,
-                COALESCE(sum(l.amount) FILTER (WHERE l.kind IN ('charge', 'adjustment')), 0) AS subtotal
-         FROM invoice_line l WHERE l.invoice_id = i.invoice_id
-     ) t
-WHERE i.tenant_id = @tenant_id AND i.period = @period
-ORDER BY i.currency
-FOR UPDATE OF i;
+-- name: LockPeriodInvoices :many
+-- LockPeriodInvoices locks the invoices of a tenant's period, in currency
+-- order, before the close tallies them: an adjustment line being added
+-- holds its invoice (foreign key), so the tally that follows sees it.
+SELECT invoice_id, currency, status
+FROM invoice
+WHERE tenant_id = @tenant_id AND period = @period
+ORDER BY currency
+FOR UPDATE;
+
+-- name: TallyCharges :many
+-- TallyCharges groups the charges of a tenant's period by currency and
+-- charge line (meter, price version and its unit price): count, exact sums
+-- and the digest of their origin event ids (pkg/digest, SQLTerm). Its rows
+-- are few (one per line) whatever the number of charges.
+SELECT currency, meter_code, price_version, unit_price,
+       count(*)::bigint AS charges,
+       sum(quantity)::numeric AS quantity,
+       sum(amount)::numeric AS amount,
+       sum(('x' || encode(substr(sha256(convert_to(origin_event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::text AS digest
+FROM invoice_charge
+WHERE tenant_id = @tenant_id AND period = @period
+GROUP BY currency, meter_code, price_version, unit_price
+ORDER BY currency, meter_code, price_version, unit_price;
+
+-- name: TallyAdjustments :many
+-- TallyAdjustments counts and sums the adjustment lines of a tenant's period
+-- by currency, with the digest of their origin event ids.
+SELECT i.currency,
+       count(*)::bigint AS adjustments,
+       sum(l.amount)::numeric AS amount,
+       sum(('x' || encode(substr(sha256(convert_to(l.origin_event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::text AS digest
+FROM invoice_line l JOIN invoice i ON i.invoice_id = l.invoice_id
+WHERE i.tenant_id = @tenant_id AND i.period = @period AND l.kind = 'adjustment'
+GROUP BY i.currency
+ORDER BY i.currency;
+
+-- name: MaterializeChargeLines :many
+-- MaterializeChargeLines writes the charge lines of an invoice being issued:
+-- one per meter, price version and unit price, summing its charges. It
+-- returns them so the caller checks each amount against the version's
+-- pricing and the counts against the close.
+INSERT INTO invoice_line (invoice_id, kind, meter_code, price_version, unit_price, quantity, charge_count, amount)
+SELECT @invoice_id::uuid, 'charge', c.meter_code, c.price_version, c.unit_price,
+       sum(c.quantity), count(*), sum(c.amount)
+FROM invoice_charge c
+WHERE c.tenant_id = @tenant_id::text AND c.period = @period::text AND c.currency = @currency::text
+GROUP BY c.meter_code, c.price_version, c.unit_price
+ORDER BY c.meter_code, c.price_version, c.unit_price
+RETURNING meter_code::text AS meter_code, price_version::bigint AS price_version, unit_price::numeric AS unit_price,
+          quantity::numeric AS quantity, charge_count::bigint AS charge_count, amount;
 
 -- name: AddRoundingLine :exec
 INSERT INTO invoice_line (invoice_id, origin_event_id, kind, amount)
-VALUES (@invoice_id, @origin_event_id, 'rounding', @amount);
+VALUES (@invoice_id, @origin_event_id::uuid, 'rounding', @amount);
+
+-- name: NextInvoiceNumber :one
+-- NextInvoiceNumber takes the tenant's next invoice number. The counter row
+-- stays locked until the issuing transaction ends, so numbers are gap-free.
+INSERT INTO invoice_number_counter (tenant_id, last_number)
+VALUES (@tenant_id, 1)
+ON CONFLICT (tenant_id) DO UPDATE SET last_number = invoice_number_counter.last_number + 1
+RETURNING last_number;
 
 -- name: IssueInvoice :execrows
 UPDATE invoice
-SET status = 'issued', subtotal = @subtotal::numeric, total = @total::numeric, issued_at = @issued_at::timestamptz,
-    close_event_id = @close_event_id::uuid, issued_event_id = @issued_event_id::uuid
+SET status = 'issued', number = @number::bigint, subtotal = @subtotal::numeric, total = @total::numeric,
+    issued_at = @issued_at::timestamptz, close_event_id = @close_event_id::uuid, issued_event_id = @issued_event_id::uuid
 WHERE invoice_id = @invoice_id AND status = 'open';
 
 -- name: LockIssuedInvoice :one
@@ -80,24 +175,55 @@ FOR UPDATE OF i;
 INSERT INTO invoice_correction (correction_id, invoice_id, origin_event_id, amount, issued_at, version, event_id)
 SELECT @correction_id, @invoice_id, @origin_event_id, @amount, @issued_at, @version, @event_id
 WHERE NOT EXISTS (
-    SELECT 1 FROM invoice_line l WHERE l.origin_event_id = @origin_event_id AND l.kind <> 'rounding');
+    SELECT 1 FROM invoice_line l WHERE l.origin_event_id = @origin_event_id AND l.kind = 'adjustment');
 
 -- name: GetInvoice :one
-SELECT invoice_id, tenant_id, period, currency, status, subtotal, total, issued_at
+SELECT invoice_id, tenant_id, period, currency, status, number, subtotal, total, issued_at
 FROM invoice
 WHERE tenant_id = @tenant_id AND invoice_id = @invoice_id;
 
 -- name: ListInvoices :many
-SELECT invoice_id, tenant_id, period, currency, status, subtotal, total, issued_at
+-- ListInvoices reads a page of a tenant's invoices, of one period or of
+-- every period (period null), in (period, currency) order after the keyset
+-- position (after_period, after_currency), or from the start when that is
+-- null.
+SELECT invoice_id, tenant_id, period, currency, status, number, subtotal, total, issued_at
 FROM invoice
-WHERE tenant_id = @tenant_id AND (sqlc.narg(period)::text IS NULL OR period = sqlc.narg(period)::text)
-ORDER BY period, currency, invoice_id;
+WHERE tenant_id = @tenant_id
+  AND (sqlc.narg(period)::text IS NULL OR period = sqlc.narg(period)::text)
+  AND (sqlc.narg(after_period)::text IS NULL
+       OR (period, currency) > (sqlc.narg(after_period)::text, @after_currency::text))
+ORDER BY period, currency
+LIMIT @page_size;
 
--- name: ListLines :many
-SELECT invoice_id, origin_event_id, kind, amount
+-- name: ListPeriodsInvoices :many
+-- ListPeriodsInvoices reads a tenant's invoices of the given periods.
+SELECT invoice_id, tenant_id, period, currency, status, number, subtotal, total, issued_at
+FROM invoice
+WHERE tenant_id = @tenant_id AND period = ANY(@periods::text[])
+ORDER BY period, currency;
+
+-- name: ListStoredLines :many
+-- ListStoredLines reads the lines stored for the invoices: every line of an
+-- issued invoice, the adjustment lines of an open one. Charge lines first,
+-- by meter and price version, then adjustments in arrival order, then the
+-- rounding line.
+SELECT invoice_id, line_id, kind, origin_event_id, meter_code, price_version, quantity, charge_count, amount
 FROM invoice_line
 WHERE invoice_id = ANY(@invoice_ids::uuid[])
-ORDER BY invoice_id, line_id;
+ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'adjustment' THEN 1 ELSE 2 END,
+         meter_code, price_version, line_id;
+
+-- name: LiveChargeLines :many
+-- LiveChargeLines computes the charge lines of the open invoices among the
+-- given ones from their charges, as the close would materialise them.
+SELECT i.invoice_id, c.meter_code, c.price_version,
+       sum(c.quantity)::numeric AS quantity, count(*)::bigint AS charge_count, sum(c.amount)::numeric AS amount
+FROM invoice i
+JOIN invoice_charge c ON c.tenant_id = i.tenant_id AND c.period = i.period AND c.currency = i.currency
+WHERE i.invoice_id = ANY(@invoice_ids::uuid[]) AND i.status = 'open'
+GROUP BY i.invoice_id, c.meter_code, c.price_version, c.unit_price
+ORDER BY i.invoice_id, c.meter_code, c.price_version, c.unit_price;
 
 -- name: ListCorrections :many
 SELECT correction_id, invoice_id, origin_event_id, amount, issued_at
@@ -105,13 +231,23 @@ FROM invoice_correction
 WHERE invoice_id = ANY(@invoice_ids::uuid[])
 ORDER BY invoice_id, version;
 
--- name: ReconciliationLines :many
--- ReconciliationLines lists the lines of a tenant's invoices of the given
--- periods, for reconciliation by origin event id.
+-- name: ReconciliationCharges :many
+-- ReconciliationCharges lists the charges of a tenant's invoices of the
+-- given periods, each with the charge line that counts it.
 SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
-       l.origin_event_id, l.kind, l.amount
+       c.origin_event_id, c.meter_code, c.price_version, c.quantity, c.amount
+FROM invoice_charge c
+JOIN invoice i ON i.tenant_id = c.tenant_id AND i.period = c.period AND i.currency = c.currency
+WHERE c.tenant_id = @tenant_id AND c.period = ANY(@periods::text[])
+ORDER BY c.period, c.currency, c.meter_code, c.price_version, c.origin_event_id;
+
+-- name: ReconciliationLines :many
+-- ReconciliationLines lists the adjustment and rounding lines of a tenant's
+-- invoices of the given periods, by origin event.
+SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
+       l.origin_event_id::uuid AS origin_event_id, l.kind, l.amount
 FROM invoice_line l JOIN invoice i ON i.invoice_id = l.invoice_id
-WHERE i.tenant_id = @tenant_id AND i.period = ANY(@periods::text[])
+WHERE i.tenant_id = @tenant_id AND i.period = ANY(@periods::text[]) AND l.kind <> 'charge'
 ORDER BY l.line_id;
 
 -- name: ReconciliationCorrections :many

@@ -14,11 +14,158 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+const addAdjustmentLine = `-- name: AddAdjustmentLine :one
+WITH closed AS (
+    SELECT EXISTS (
+        SELECT 1 FROM period_close pc
+        WHERE pc.tenant_id = $1::text AND pc.period = $2::text) AS closed
+), known AS (
+    SELECT EXISTS (
+        SELECT 1 FROM invoice_line l
+        WHERE l.origin_event_id = $3::uuid AND l.kind = 'adjustment') AS known
+), existing AS (
+    SELECT i.invoice_id, i.status FROM invoice i
+    WHERE i.tenant_id = $1::text AND i.period = $2::text AND i.currency = $4::text
+), created AS (
+    INSERT INTO invoice (invoice_id, tenant_id, period, currency)
+    SELECT $5::uuid, $1::text, $2::text, $4::text
+    WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT (SELECT c.closed FROM closed c)
+    ON CONFLICT (tenant_id, period, currency) DO NOTHING
+    RETURNING invoice_id, status
+), target AS (
+    SELECT e.invoice_id, e.status FROM existing e
+    UNION ALL
+    SELECT n.invoice_id, n.status FROM created n
+), line AS (
+    INSERT INTO invoice_line (invoice_id, origin_event_id, kind, amount)
+    SELECT t.invoice_id, $3::uuid, 'adjustment', $6::numeric FROM target t
+    WHERE (t.status = 'open' AND NOT (SELECT c.closed FROM closed c)) OR (SELECT k.known FROM known k)
+    RETURNING invoice_id
+)
+SELECT (SELECT c.closed FROM closed c)::boolean AS closed,
+       COALESCE((SELECT t.invoice_id FROM target t), '00000000-0000-0000-0000-000000000000')::uuid AS invoice_id,
+       COALESCE((SELECT t.status FROM target t), '')::text AS status,
+       EXISTS (SELECT 1 FROM line) AS added
+`
+
+type AddAdjustmentLineParams struct {
+	TenantID      string
+	Period        string
+	OriginEventID uuid.UUID
+	Currency      string
+	NewInvoiceID  uuid.UUID
+	Amount        decimal.Decimal
+}
+
+type AddAdjustmentLineRow struct {
+	Closed    bool
+	InvoiceID uuid.UUID
+	Status    string
+	Added     bool
+}
+
+// AddAdjustmentLine puts an adjustment line on the open invoice of its
+// tenant, period and currency, creating the invoice when it has none, unless
+// the period is closed. One round trip. It reports whether the period is
+// closed, the invoice it found or created (the zero uuid when none), its
+// status and whether the line was added. A concurrent creation of the same
+// invoice leaves no invoice and no line (the caller retries). An adjustment
+// already a line is inserted again whatever the invoice's status, so that its
+// origin key (invoice_line_origin_key) makes a redelivery a duplicate.
+func (q *Queries) AddAdjustmentLine(ctx context.Context, arg AddAdjustmentLineParams) (AddAdjustmentLineRow, error) {
+	row := q.db.QueryRow(ctx, addAdjustmentLine,
+		arg.TenantID,
+		arg.Period,
+		arg.OriginEventID,
+		arg.Currency,
+		arg.NewInvoiceID,
+		arg.Amount,
+	)
+	var i AddAdjustmentLineRow
+	err := row.Scan(
+		&i.Closed,
+		&i.InvoiceID,
+		&i.Status,
+		&i.Added,
+	)
+	return i, err
+}
+
+const addCharge = `-- name: AddCharge :one
+WITH closed AS (
+    SELECT EXISTS (
+        SELECT 1 FROM period_close pc
+        WHERE pc.tenant_id = $1::text AND pc.period = $2::text) AS closed
+), known AS (
+    SELECT EXISTS (
+        SELECT 1 FROM invoice_charge c WHERE c.origin_event_id = $3::uuid) AS known
+), created AS (
+    INSERT INTO invoice (invoice_id, tenant_id, period, currency)
+    SELECT $4::uuid, $1::text, $2::text, $5::text
+    WHERE NOT (SELECT c.closed FROM closed c)
+    ON CONFLICT (tenant_id, period, currency) DO NOTHING
+    RETURNING invoice_id
+), charge AS (
+    INSERT INTO invoice_charge (origin_event_id, charge_id, tenant_id, period, currency, meter_code,
+                                price_version, unit_price, quantity, amount)
+    SELECT $3::uuid, $6::uuid, $1::text, $2::text, $5::text,
+           $7::text, $8::bigint, $9::numeric, $10::numeric, $11::numeric
+    WHERE NOT (SELECT c.closed FROM closed c) OR (SELECT k.known FROM known k)
+    RETURNING origin_event_id
+)
+SELECT (SELECT c.closed FROM closed c)::boolean AS closed, EXISTS (SELECT 1 FROM charge) AS added
+`
+
+type AddChargeParams struct {
+	TenantID      string
+	Period        string
+	OriginEventID uuid.UUID
+	NewInvoiceID  uuid.UUID
+	Currency      string
+	ChargeID      uuid.UUID
+	MeterCode     string
+	PriceVersion  int64
+	UnitPrice     decimal.Decimal
+	Quantity      decimal.Decimal
+	Amount        decimal.Decimal
+}
+
+type AddChargeRow struct {
+	Closed bool
+	Added  bool
+}
+
+// AddCharge records a ChargeRated as a charge of the open invoice of its
+// tenant, period and currency, creating that invoice when it has none, in
+// one insert-only statement that writes no row another charge writes (the
+// invoice insert does nothing when the invoice exists). Nothing is written
+// when the period is closed, and closed reports it; but a charge already
+// recorded is inserted again whatever the period, so that its origin key
+// (invoice_charge_origin_key) makes a redelivery a duplicate.
+func (q *Queries) AddCharge(ctx context.Context, arg AddChargeParams) (AddChargeRow, error) {
+	row := q.db.QueryRow(ctx, addCharge,
+		arg.TenantID,
+		arg.Period,
+		arg.OriginEventID,
+		arg.NewInvoiceID,
+		arg.Currency,
+		arg.ChargeID,
+		arg.MeterCode,
+		arg.PriceVersion,
+		arg.UnitPrice,
+		arg.Quantity,
+		arg.Amount,
+	)
+	var i AddChargeRow
+	err := row.Scan(&i.Closed, &i.Added)
+	return i, err
+}
+
 const addCorrection = `-- name: AddCorrection :execrows
 INSERT INTO invoice_correction (correction_id, invoice_id, origin_event_id, amount, issued_at, version, event_id)
 SELECT $1, $2, $3, $4, $5, $6, $7
 WHERE NOT EXISTS (
-    SELECT 1 FROM invoice_line l WHERE l.origin_event_id = $3 AND l.kind <> 'rounding')
+    SELECT 1 FROM invoice_line l WHERE l.origin_event_id = $3 AND l.kind = 'adjustment')
 `
 
 type AddCorrectionParams struct {
@@ -49,82 +196,9 @@ func (q *Queries) AddCorrection(ctx context.Context, arg AddCorrectionParams) (i
 	return result.RowsAffected(), nil
 }
 
-const addLine = `-- name: AddLine :one
-WITH closed AS (
-    SELECT EXISTS (
-        SELECT 1 FROM period_close pc
-        WHERE pc.tenant_id = $1::text AND pc.period = $2::text) AS closed
-), existing AS (
-    SELECT i.invoice_id, i.status FROM invoice i
-    WHERE i.tenant_id = $1::text AND i.period = $2::text AND i.currency = $3::text
-), created AS (
-    INSERT INTO invoice (invoice_id, tenant_id, period, currency)
-    SELECT $4::uuid, $1::text, $2::text, $3::text
-    WHERE NOT EXISTS (SELECT 1 FROM existing) AND NOT (SELECT c.closed FROM closed c)
-    ON CONFLICT (tenant_id, period, currency) DO NOTHING
-    RETURNING invoice_id, status
-), target AS (
-    SELECT e.invoice_id, e.status FROM existing e
-    UNION ALL
-    SELECT n.invoice_id, n.status FROM created n
-), line AS (
-    INSERT INTO invoice_line (invoice_id, origin_event_id, kind, amount)
-    SELECT t.invoice_id, $5::uuid, $6::text, $7::numeric FROM target t
-    WHERE t.status = 'open' AND NOT (SELECT c.closed FROM closed c)
-    RETURNING invoice_id
-)
-SELECT (SELECT c.closed FROM closed c)::boolean AS closed,
-       COALESCE((SELECT t.invoice_id FROM target t), '00000000-0000-0000-0000-000000000000')::uuid AS invoice_id,
-       COALESCE((SELECT t.status FROM target t), '')::text AS status,
-       EXISTS (SELECT 1 FROM line) AS added
-`
-
-type AddLineParams struct {
-	TenantID      string
-	Period        string
-	Currency      string
-	NewInvoiceID  uuid.UUID
-	OriginEventID uuid.UUID
-	Kind          string
-	Amount        decimal.Decimal
-}
-
-type AddLineRow struct {
-	Closed    bool
-	InvoiceID uuid.UUID
-	Status    string
-	Added     bool
-}
-
-// AddLine puts a charge or adjustment line on the open invoice of its tenant,
-// period and currency, creating the invoice when it has none, unless the
-// period is closed. One round trip. It reports whether the period is closed,
-// the invoice it found or created (the zero uuid when none), its status and
-// whether the line was added. A concurrent creation of the same invoice
-// leaves no invoice and no line (the caller retries).
-func (q *Queries) AddLine(ctx context.Context, arg AddLineParams) (AddLineRow, error) {
-	row := q.db.QueryRow(ctx, addLine,
-		arg.TenantID,
-		arg.Period,
-		arg.Currency,
-		arg.NewInvoiceID,
-		arg.OriginEventID,
-		arg.Kind,
-		arg.Amount,
-	)
-	var i AddLineRow
-	err := row.Scan(
-		&i.Closed,
-		&i.InvoiceID,
-		&i.Status,
-		&i.Added,
-	)
-	return i, err
-}
-
 const addRoundingLine = `-- name: AddRoundingLine :exec
 INSERT INTO invoice_line (invoice_id, origin_event_id, kind, amount)
-VALUES ($1, $2, 'rounding', $3)
+VALUES ($1, $2::uuid, 'rounding', $3)
 `
 
 type AddRoundingLineParams struct {
@@ -138,8 +212,42 @@ func (q *Queries) AddRoundingLine(ctx context.Context, arg AddRoundingLineParams
 	return err
 }
 
+const findInvoiceToCorrect = `-- name: FindInvoiceToCorrect :one
+SELECT EXISTS (
+           SELECT 1 FROM period_close pc
+           WHERE pc.tenant_id = $1::text AND pc.period = $2::text)::boolean AS closed,
+       COALESCE((SELECT i.invoice_id FROM invoice i
+                 WHERE i.tenant_id = $1::text AND i.period = $2::text
+                   AND i.currency = $3::text), '00000000-0000-0000-0000-000000000000')::uuid AS invoice_id,
+       COALESCE((SELECT i.status FROM invoice i
+                 WHERE i.tenant_id = $1::text AND i.period = $2::text
+                   AND i.currency = $3::text), '')::text AS status
+`
+
+type FindInvoiceToCorrectParams struct {
+	TenantID string
+	Period   string
+	Currency string
+}
+
+type FindInvoiceToCorrectRow struct {
+	Closed    bool
+	InvoiceID uuid.UUID
+	Status    string
+}
+
+// FindInvoiceToCorrect tells an adjustment posted after its period's close
+// whether invoice has applied that close, and the invoice of its currency
+// (the zero uuid when none) with its status.
+func (q *Queries) FindInvoiceToCorrect(ctx context.Context, arg FindInvoiceToCorrectParams) (FindInvoiceToCorrectRow, error) {
+	row := q.db.QueryRow(ctx, findInvoiceToCorrect, arg.TenantID, arg.Period, arg.Currency)
+	var i FindInvoiceToCorrectRow
+	err := row.Scan(&i.Closed, &i.InvoiceID, &i.Status)
+	return i, err
+}
+
 const getInvoice = `-- name: GetInvoice :one
-SELECT invoice_id, tenant_id, period, currency, status, subtotal, total, issued_at
+SELECT invoice_id, tenant_id, period, currency, status, number, subtotal, total, issued_at
 FROM invoice
 WHERE tenant_id = $1 AND invoice_id = $2
 `
@@ -155,6 +263,7 @@ type GetInvoiceRow struct {
 	Period    string
 	Currency  string
 	Status    string
+	Number    pgtype.Int8
 	Subtotal  decimal.NullDecimal
 	Total     decimal.NullDecimal
 	IssuedAt  *time.Time
@@ -169,6 +278,7 @@ func (q *Queries) GetInvoice(ctx context.Context, arg GetInvoiceParams) (GetInvo
 		&i.Period,
 		&i.Currency,
 		&i.Status,
+		&i.Number,
 		&i.Subtotal,
 		&i.Total,
 		&i.IssuedAt,
@@ -178,12 +288,13 @@ func (q *Queries) GetInvoice(ctx context.Context, arg GetInvoiceParams) (GetInvo
 
 const issueInvoice = `-- name: IssueInvoice :execrows
 UPDATE invoice
-SET status = 'issued', subtotal = $1::numeric, total = $2::numeric, issued_at = $3::timestamptz,
-    close_event_id = $4::uuid, issued_event_id = $5::uuid
-WHERE invoice_id = $6 AND status = 'open'
+SET status = 'issued', number = $1::bigint, subtotal = $2::numeric, total = $3::numeric,
+    issued_at = $4::timestamptz, close_event_id = $5::uuid, issued_event_id = $6::uuid
+WHERE invoice_id = $7 AND status = 'open'
 `
 
 type IssueInvoiceParams struct {
+	Number        int64
 	Subtotal      decimal.Decimal
 	Total         decimal.Decimal
 	IssuedAt      time.Time
@@ -194,6 +305,7 @@ type IssueInvoiceParams struct {
 
 func (q *Queries) IssueInvoice(ctx context.Context, arg IssueInvoiceParams) (int64, error) {
 	result, err := q.db.Exec(ctx, issueInvoice,
+		arg.Number,
 		arg.Subtotal,
 		arg.Total,
 		arg.IssuedAt,
@@ -249,15 +361,22 @@ func (q *Queries) ListCorrections(ctx context.Context, invoiceIds []uuid.UUID) (
 }
 
 const listInvoices = `-- name: ListInvoices :many
-SELECT invoice_id, tenant_id, period, currency, status, subtotal, total, issued_at
+SELECT invoice_id, tenant_id, period, currency, status, number, subtotal, total, issued_at
 FROM invoice
-WHERE tenant_id = $1 AND ($2::text IS NULL OR period = $2::text)
-ORDER BY period, currency, invoice_id
+WHERE tenant_id = $1
+  AND ($2::text IS NULL OR period = $2::text)
+  AND ($3::text IS NULL
+       OR (period, currency) > ($3::text, $4::text))
+ORDER BY period, currency
+LIMIT $5
 `
 
 type ListInvoicesParams struct {
-	TenantID string
-	Period   pgtype.Text
+	TenantID      string
+	Period        pgtype.Text
+	AfterPeriod   pgtype.Text
+	AfterCurrency string
+	PageSize      int32
 }
 
 type ListInvoicesRow struct {
@@ -266,13 +385,24 @@ type ListInvoicesRow struct {
 	Period    string
 	Currency  string
 	Status    string
+	Number    pgtype.Int8
 	Subtotal  decimal.NullDecimal
 	Total     decimal.NullDecimal
 	IssuedAt  *time.Time
 }
 
+// ListInvoices reads a page of a tenant's invoices, of one period or of
+// every period (period null), in (period, currency) order after the keyset
+// position (after_period, after_currency), or from the start when that is
+// null.
 func (q *Queries) ListInvoices(ctx context.Context, arg ListInvoicesParams) ([]ListInvoicesRow, error) {
-	rows, err := q.db.Query(ctx, listInvoices, arg.TenantID, arg.Period)
+	rows, err := q.db.Query(ctx, listInvoices,
+		arg.TenantID,
+		arg.Period,
+		arg.AfterPeriod,
+		arg.AfterCurrency,
+		arg.PageSize,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -286,6 +416,7 @@ func (q *Queries) ListInvoices(ctx context.Context, arg ListInvoicesParams) ([]L
 			&i.Period,
 			&i.Currency,
 			&i.Status,
+			&i.Number,
 			&i.Subtotal,
 			&i.Total,
 			&i.IssuedAt,
@@ -300,33 +431,151 @@ func (q *Queries) ListInvoices(ctx context.Context, arg ListInvoicesParams) ([]L
 	return items, nil
 }
 
-const listLines = `-- name: ListLines :many
-SELECT invoice_id, origin_event_id, kind, amount
-FROM invoice_line
-WHERE invoice_id = ANY($1::uuid[])
-ORDER BY invoice_id, line_id
+const listPeriodsInvoices = `-- name: ListPeriodsInvoices :many
+SELECT invoice_id, tenant_id, period, currency, status, number, subtotal, total, issued_at
+FROM invoice
+WHERE tenant_id = $1 AND period = ANY($2::text[])
+ORDER BY period, currency
 `
 
-type ListLinesRow struct {
-	InvoiceID     uuid.UUID
-	OriginEventID uuid.UUID
-	Kind          string
-	Amount        decimal.Decimal
+type ListPeriodsInvoicesParams struct {
+	TenantID string
+	Periods  []string
 }
 
-func (q *Queries) ListLines(ctx context.Context, invoiceIds []uuid.UUID) ([]ListLinesRow, error) {
-	rows, err := q.db.Query(ctx, listLines, invoiceIds)
+type ListPeriodsInvoicesRow struct {
+	InvoiceID uuid.UUID
+	TenantID  string
+	Period    string
+	Currency  string
+	Status    string
+	Number    pgtype.Int8
+	Subtotal  decimal.NullDecimal
+	Total     decimal.NullDecimal
+	IssuedAt  *time.Time
+}
+
+// ListPeriodsInvoices reads a tenant's invoices of the given periods.
+func (q *Queries) ListPeriodsInvoices(ctx context.Context, arg ListPeriodsInvoicesParams) ([]ListPeriodsInvoicesRow, error) {
+	rows, err := q.db.Query(ctx, listPeriodsInvoices, arg.TenantID, arg.Periods)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []ListLinesRow
+	var items []ListPeriodsInvoicesRow
 	for rows.Next() {
-		var i ListLinesRow
+		var i ListPeriodsInvoicesRow
 		if err := rows.Scan(
 			&i.InvoiceID,
-			&i.OriginEventID,
+			&i.TenantID,
+			&i.Period,
+			&i.Currency,
+			&i.Status,
+			&i.Number,
+			&i.Subtotal,
+			&i.Total,
+			&i.IssuedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listStoredLines = `-- name: ListStoredLines :many
+SELECT invoice_id, line_id, kind, origin_event_id, meter_code, price_version, quantity, charge_count, amount
+FROM invoice_line
+WHERE invoice_id = ANY($1::uuid[])
+ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'adjustment' THEN 1 ELSE 2 END,
+         meter_code, price_version, line_id
+`
+
+type ListStoredLinesRow struct {
+	InvoiceID     uuid.UUID
+	LineID        int64
+	Kind          string
+	OriginEventID uuid.NullUUID
+	MeterCode     pgtype.Text
+	PriceVersion  pgtype.Int8
+	Quantity      decimal.NullDecimal
+	ChargeCount   pgtype.Int8
+	Amount        decimal.Decimal
+}
+
+// ListStoredLines reads the lines stored for the invoices: every line of an
+// issued invoice, the adjustment lines of an open one. Charge lines first,
+// by meter and price version, then adjustments in arrival order, then the
+// rounding line.
+func (q *Queries) ListStoredLines(ctx context.Context, invoiceIds []uuid.UUID) ([]ListStoredLinesRow, error) {
+	rows, err := q.db.Query(ctx, listStoredLines, invoiceIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListStoredLinesRow
+	for rows.Next() {
+		var i ListStoredLinesRow
+		if err := rows.Scan(
+			&i.InvoiceID,
+			&i.LineID,
 			&i.Kind,
+			&i.OriginEventID,
+			&i.MeterCode,
+			&i.PriceVersion,
+			&i.Quantity,
+			&i.ChargeCount,
+			&i.Amount,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const liveChargeLines = `-- name: LiveChargeLines :many
+SELECT i.invoice_id, c.meter_code, c.price_version,
+       sum(c.quantity)::numeric AS quantity, count(*)::bigint AS charge_count, sum(c.amount)::numeric AS amount
+FROM invoice i
+JOIN invoice_charge c ON c.tenant_id = i.tenant_id AND c.period = i.period AND c.currency = i.currency
+WHERE i.invoice_id = ANY($1::uuid[]) AND i.status = 'open'
+GROUP BY i.invoice_id, c.meter_code, c.price_version, c.unit_price
+ORDER BY i.invoice_id, c.meter_code, c.price_version, c.unit_price
+`
+
+type LiveChargeLinesRow struct {
+	InvoiceID    uuid.UUID
+	MeterCode    string
+	PriceVersion int64
+	Quantity     decimal.Decimal
+	ChargeCount  int64
+	Amount       decimal.Decimal
+}
+
+// LiveChargeLines computes the charge lines of the open invoices among the
+// given ones from their charges, as the close would materialise them.
+func (q *Queries) LiveChargeLines(ctx context.Context, invoiceIds []uuid.UUID) ([]LiveChargeLinesRow, error) {
+	rows, err := q.db.Query(ctx, liveChargeLines, invoiceIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LiveChargeLinesRow
+	for rows.Next() {
+		var i LiveChargeLinesRow
+		if err := rows.Scan(
+			&i.InvoiceID,
+			&i.MeterCode,
+			&i.PriceVersion,
+			&i.Quantity,
+			&i.ChargeCount,
 			&i.Amount,
 		); err != nil {
 			return nil, err
@@ -359,6 +608,186 @@ func (q *Queries) LockIssuedInvoice(ctx context.Context, invoiceID uuid.UUID) (L
 	var i LockIssuedInvoiceRow
 	err := row.Scan(&i.InvoiceID, &i.NextVersion)
 	return i, err
+}
+
+const lockPeriodInvoices = `-- name: LockPeriodInvoices :many
+SELECT invoice_id, currency, status
+FROM invoice
+WHERE tenant_id = $1 AND period = $2
+ORDER BY currency
+FOR UPDATE
+`
+
+type LockPeriodInvoicesParams struct {
+	TenantID string
+	Period   string
+}
+
+type LockPeriodInvoicesRow struct {
+	InvoiceID uuid.UUID
+	Currency  string
+	Status    string
+}
+
+// LockPeriodInvoices locks the invoices of a tenant's period, in currency
+// order, before the close tallies them: an adjustment line being added
+// holds its invoice (foreign key), so the tally that follows sees it.
+func (q *Queries) LockPeriodInvoices(ctx context.Context, arg LockPeriodInvoicesParams) ([]LockPeriodInvoicesRow, error) {
+	rows, err := q.db.Query(ctx, lockPeriodInvoices, arg.TenantID, arg.Period)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LockPeriodInvoicesRow
+	for rows.Next() {
+		var i LockPeriodInvoicesRow
+		if err := rows.Scan(&i.InvoiceID, &i.Currency, &i.Status); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const materializeChargeLines = `-- name: MaterializeChargeLines :many
+INSERT INTO invoice_line (invoice_id, kind, meter_code, price_version, unit_price, quantity, charge_count, amount)
+SELECT $1::uuid, 'charge', c.meter_code, c.price_version, c.unit_price,
+       sum(c.quantity), count(*), sum(c.amount)
+FROM invoice_charge c
+WHERE c.tenant_id = $2::text AND c.period = $3::text AND c.currency = $4::text
+GROUP BY c.meter_code, c.price_version, c.unit_price
+ORDER BY c.meter_code, c.price_version, c.unit_price
+RETURNING meter_code::text AS meter_code, price_version::bigint AS price_version, unit_price::numeric AS unit_price,
+          quantity::numeric AS quantity, charge_count::bigint AS charge_count, amount
+`
+
+type MaterializeChargeLinesParams struct {
+	InvoiceID uuid.UUID
+	TenantID  string
+	Period    string
+	Currency  string
+}
+
+type MaterializeChargeLinesRow struct {
+	MeterCode    string
+	PriceVersion int64
+	UnitPrice    decimal.Decimal
+	Quantity     decimal.Decimal
+	ChargeCount  int64
+	Amount       decimal.Decimal
+}
+
+// MaterializeChargeLines writes the charge lines of an invoice being issued:
+// one per meter, price version and unit price, summing its charges. It
+// returns them so the caller checks each amount against the version's
+// pricing and the counts against the close.
+func (q *Queries) MaterializeChargeLines(ctx context.Context, arg MaterializeChargeLinesParams) ([]MaterializeChargeLinesRow, error) {
+	rows, err := q.db.Query(ctx, materializeChargeLines,
+		arg.InvoiceID,
+		arg.TenantID,
+		arg.Period,
+		arg.Currency,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []MaterializeChargeLinesRow
+	for rows.Next() {
+		var i MaterializeChargeLinesRow
+		if err := rows.Scan(
+			&i.MeterCode,
+			&i.PriceVersion,
+			&i.UnitPrice,
+			&i.Quantity,
+			&i.ChargeCount,
+			&i.Amount,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const nextInvoiceNumber = `-- name: NextInvoiceNumber :one
+INSERT INTO invoice_number_counter (tenant_id, last_number)
+VALUES ($1, 1)
+ON CONFLICT (tenant_id) DO UPDATE SET last_number = invoice_number_counter.last_number + 1
+RETURNING last_number
+`
+
+// NextInvoiceNumber takes the tenant's next invoice number. The counter row
+// stays locked until the issuing transaction ends, so numbers are gap-free.
+func (q *Queries) NextInvoiceNumber(ctx context.Context, tenantID string) (int64, error) {
+	row := q.db.QueryRow(ctx, nextInvoiceNumber, tenantID)
+	var last_number int64
+	err := row.Scan(&last_number)
+	return last_number, err
+}
+
+const reconciliationCharges = `-- name: ReconciliationCharges :many
+SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
+       c.origin_event_id, c.meter_code, c.price_version, c.quantity, c.amount
+FROM invoice_charge c
+JOIN invoice i ON i.tenant_id = c.tenant_id AND i.period = c.period AND i.currency = c.currency
+WHERE c.tenant_id = $1 AND c.period = ANY($2::text[])
+ORDER BY c.period, c.currency, c.meter_code, c.price_version, c.origin_event_id
+`
+
+type ReconciliationChargesParams struct {
+	TenantID string
+	Periods  []string
+}
+
+type ReconciliationChargesRow struct {
+	InvoiceID     uuid.UUID
+	Issued        bool
+	Period        string
+	Currency      string
+	OriginEventID uuid.UUID
+	MeterCode     string
+	PriceVersion  int64
+	Quantity      decimal.Decimal
+	Amount        decimal.Decimal
+}
+
+// ReconciliationCharges lists the charges of a tenant's invoices of the
+// given periods, each with the charge line that counts it.
+func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationChargesParams) ([]ReconciliationChargesRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationCharges, arg.TenantID, arg.Periods)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationChargesRow
+	for rows.Next() {
+		var i ReconciliationChargesRow
+		if err := rows.Scan(
+			&i.InvoiceID,
+			&i.Issued,
+			&i.Period,
+			&i.Currency,
+			&i.OriginEventID,
+			&i.MeterCode,
+			&i.PriceVersion,
+			&i.Quantity,
+			&i.Amount,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const reconciliationCorrections = `-- name: ReconciliationCorrections :many
@@ -407,9 +836,9 @@ func (q *Queries) ReconciliationCorrections(ctx context.Context, arg Reconciliat
 
 const reconciliationLines = `-- name: ReconciliationLines :many
 SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
-       l.origin_event_id, l.kind, l.amount
+       l.origin_event_id::uuid AS origin_event_id, l.kind, l.amount
 FROM invoice_line l JOIN invoice i ON i.invoice_id = l.invoice_id
-WHERE i.tenant_id = $1 AND i.period = ANY($2::text[])
+WHERE i.tenant_id = $1 AND i.period = ANY($2::text[]) AND l.kind <> 'charge'
 ORDER BY l.line_id
 `
 
@@ -428,8 +857,8 @@ type ReconciliationLinesRow struct {
 	Amount        decimal.Decimal
 }
 
-// ReconciliationLines lists the lines of a tenant's invoices of the given
-// periods, for reconciliation by origin event id.
+// ReconciliationLines lists the adjustment and rounding lines of a tenant's
+// invoices of the given periods, by origin event.
 func (q *Queries) ReconciliationLines(ctx context.Context, arg ReconciliationLinesParams) ([]ReconciliationLinesRow, error) {
 	rows, err := q.db.Query(ctx, reconciliationLines, arg.TenantID, arg.Periods)
 	if err != nil {
@@ -486,53 +915,106 @@ func (q *Queries) RecordClose(ctx context.Context, arg RecordCloseParams) error 
 	return err
 }
 
-const tallyInvoices = `-- name: TallyInvoices :many
-SELECT i.invoice_id, i.currency, i.status,
-       t.charges::bigint AS charges, t.adjustments::bigint AS adjustments, t.subtotal::numeric AS subtotal
-FROM invoice i,
-     LATERAL (
-         SELECT count(*) FILTER (WHERE l.kind = 'charge') AS charges,
-                count(*) FILTER (WHERE l.kind = 'adjustment') AS adjustments,
-                COALESCE(sum(l.amount) FILTER (WHERE l.kind IN ('charge', 'adjustment')), 0) AS subtotal
-         FROM invoice_line l WHERE l.invoice_id = i.invoice_id
-     ) t
-WHERE i.tenant_id = $1 AND i.period = $2
+const tallyAdjustments = `-- name: TallyAdjustments :many
+SELECT i.currency,
+       count(*)::bigint AS adjustments,
+       sum(l.amount)::numeric AS amount,
+       sum(('x' || encode(substr(sha256(convert_to(l.origin_event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::text AS digest
+FROM invoice_line l JOIN invoice i ON i.invoice_id = l.invoice_id
+WHERE i.tenant_id = $1 AND i.period = $2 AND l.kind = 'adjustment'
+GROUP BY i.currency
 ORDER BY i.currency
-FOR UPDATE OF i
 `
 
-type TallyInvoicesParams struct {
+type TallyAdjustmentsParams struct {
 	TenantID string
 	Period   string
 }
 
-type TallyInvoicesRow struct {
-	InvoiceID   uuid.UUID
+type TallyAdjustmentsRow struct {
 	Currency    string
-	Status      string
-	Charges     int64
 	Adjustments int64
-	Subtotal    decimal.Decimal
+	Amount      decimal.Decimal
+	Digest      string
 }
 
-// TallyInvoices locks the invoices of a tenant's period and counts and sums
-// their charge and adjustment lines.
-func (q *Queries) TallyInvoices(ctx context.Context, arg TallyInvoicesParams) ([]TallyInvoicesRow, error) {
-	rows, err := q.db.Query(ctx, tallyInvoices, arg.TenantID, arg.Period)
+// TallyAdjustments counts and sums the adjustment lines of a tenant's period
+// by currency, with the digest of their origin event ids.
+func (q *Queries) TallyAdjustments(ctx context.Context, arg TallyAdjustmentsParams) ([]TallyAdjustmentsRow, error) {
+	rows, err := q.db.Query(ctx, tallyAdjustments, arg.TenantID, arg.Period)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []TallyInvoicesRow
+	var items []TallyAdjustmentsRow
 	for rows.Next() {
-		var i TallyInvoicesRow
+		var i TallyAdjustmentsRow
 		if err := rows.Scan(
-			&i.InvoiceID,
 			&i.Currency,
-			&i.Status,
-			&i.Charges,
 			&i.Adjustments,
-			&i.Subtotal,
+			&i.Amount,
+			&i.Digest,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const tallyCharges = `-- name: TallyCharges :many
+SELECT currency, meter_code, price_version, unit_price,
+       count(*)::bigint AS charges,
+       sum(quantity)::numeric AS quantity,
+       sum(amount)::numeric AS amount,
+       sum(('x' || encode(substr(sha256(convert_to(origin_event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::text AS digest
+FROM invoice_charge
+WHERE tenant_id = $1 AND period = $2
+GROUP BY currency, meter_code, price_version, unit_price
+ORDER BY currency, meter_code, price_version, unit_price
+`
+
+type TallyChargesParams struct {
+	TenantID string
+	Period   string
+}
+
+type TallyChargesRow struct {
+	Currency     string
+	MeterCode    string
+	PriceVersion int64
+	UnitPrice    decimal.Decimal
+	Charges      int64
+	Quantity     decimal.Decimal
+	Amount       decimal.Decimal
+	Digest       string
+}
+
+// TallyCharges groups the charges of a tenant's period by currency and
+// charge line (meter, price version and its unit price): count, exact sums
+// and the digest of their origin event ids (pkg/digest, SQLTerm). Its rows
+// are few (one per line) whatever the number of charges.
+func (q *Queries) TallyCharges(ctx context.Context, arg TallyChargesParams) ([]TallyChargesRow, error) {
+	rows, err := q.db.Query(ctx, tallyCharges, arg.TenantID, arg.Period)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TallyChargesRow
+	for rows.Next() {
+		var i TallyChargesRow
+		if err := rows.Scan(
+			&i.Currency,
+			&i.MeterCode,
+			&i.PriceVersion,
+			&i.UnitPrice,
+			&i.Charges,
+			&i.Quantity,
+			&i.Amount,
+			&i.Digest,
 		); err != nil {
 			return nil, err
 		}

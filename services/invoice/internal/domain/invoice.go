@@ -1,12 +1,15 @@
 // Package domain holds the invoice rules: what a close must find before it
-// issues a period's invoices, and the one rounding an invoice gets, at issue.
-// It knows nothing of HTTP, Kafka or SQL.
+// issues a period's invoices, how a charge line's amount follows from its
+// price version, the stable ids of the lines, and the one rounding an
+// invoice gets, at issue. It knows nothing of HTTP, Kafka or SQL.
 package domain
 
 import (
 	"fmt"
 	"maps"
+	"math/big"
 	"slices"
+	"strconv"
 
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
@@ -27,95 +30,195 @@ const (
 	StatusIssued = "issued"
 )
 
-// Tally is what a close needs to know of one invoice of its period: its
-// charge and adjustment lines, counted and summed.
+// ChargeLineID is the id of the charge line of a meter and price version:
+// "charge/<meterCode>/<priceVersion>".
+func ChargeLineID(meterCode string, priceVersion int64) string {
+	return KindCharge + "/" + meterCode + "/" + strconv.FormatInt(priceVersion, 10)
+}
+
+// AdjustmentLineID is the id of the line of an AdjustmentPosted:
+// "adjustment/<originEventId>".
+func AdjustmentLineID(originEventID uuid.UUID) string {
+	return KindAdjustment + "/" + originEventID.String()
+}
+
+// RoundingLineID is the id of an invoice's rounding line (at most one).
+const RoundingLineID = KindRounding
+
+// Pricing models of a price version (DESIGN.md section 3). Charges carry
+// their unit price only, so unit is the one model invoice prices lines with
+// for now.
+const ModelUnit = "unit"
+
+// Pricing is the pricing function of a price version.
+type Pricing struct {
+	Model     string
+	UnitPrice decimal.Decimal // ModelUnit
+}
+
+// LineAmount is the amount of a charge line: the pricing function of its
+// price version over the line's quantity (the quantity that version rated in
+// the invoice's period). Under unit pricing, quantity x unit price, exact.
+func LineAmount(p Pricing, quantity decimal.Decimal) (decimal.Decimal, error) {
+	switch p.Model {
+	case ModelUnit:
+		return quantity.Mul(p.UnitPrice), nil
+	default:
+		return decimal.Decimal{}, fmt.Errorf("pricing model %q is not supported", p.Model)
+	}
+}
+
+// LineAmountMismatchError: a charge line's charges do not sum to the
+// line's amount under its pricing (a charge was rated at another price).
+type LineAmountMismatchError struct {
+	LineID        string
+	Line, Charges decimal.Decimal
+}
+
+func (e *LineAmountMismatchError) Error() string {
+	return fmt.Sprintf("line %s: the pricing gives %s, its charges sum to %s", e.LineID, e.Line, e.Charges)
+}
+
+// CheckLine checks that a charge line's charges, summed, are the line's
+// amount under its pricing.
+func CheckLine(lineID string, p Pricing, quantity, chargesAmount decimal.Decimal) error {
+	amount, err := LineAmount(p, quantity)
+	if err != nil {
+		return fmt.Errorf("line %s: %w", lineID, err)
+	}
+	if !amount.Equal(chargesAmount) {
+		return &LineAmountMismatchError{LineID: lineID, Line: amount, Charges: chargesAmount}
+	}
+	return nil
+}
+
+// Tally is what a close counted in one currency, or what invoice holds of
+// it: charges and adjustment lines, each counted, summed exactly and
+// digested (pkg/digest: the decimal sum of their event ids' terms). Its
+// fields are those of events.CloseTally, so one converts to the other.
 type Tally struct {
-	InvoiceID   uuid.UUID
-	Currency    string
-	Issued      bool
-	Charges     int64
-	Adjustments int64
-	Subtotal    decimal.Decimal // exact sum of the charge and adjustment lines
+	Charges          int64
+	ChargeAmount     decimal.Decimal
+	ChargeDigest     string
+	Adjustments      int64
+	AdjustmentAmount decimal.Decimal
+	AdjustmentDigest string
 }
 
-// Close is what billing counted when it closed a tenant's period.
-type Close struct {
-	Charges     int64
-	Adjustments int64
-	Totals      map[string]decimal.Decimal // by currency: charges + adjustments, exact
-}
-
-// IncompleteError: the invoices hold fewer lines than the close counted; the
-// missing events may still arrive, so the close waits.
+// IncompleteError: invoice holds fewer charges or adjustments of a currency
+// than the close counted; the missing events may still arrive, so the close
+// waits.
 type IncompleteError struct {
-	HaveCharges, WantCharges         int64
-	HaveAdjustments, WantAdjustments int64
+	Currency   string
+	Have, Want Tally
 }
 
 func (e *IncompleteError) Error() string {
-	return fmt.Sprintf("close counted %d charges and %d adjustments, invoices hold %d and %d",
-		e.WantCharges, e.WantAdjustments, e.HaveCharges, e.HaveAdjustments)
+	return fmt.Sprintf("%s: close counted %d charges and %d adjustments, invoice holds %d and %d",
+		e.Currency, e.Want.Charges, e.Want.Adjustments, e.Have.Charges, e.Have.Adjustments)
 }
 
-// CountsMismatchError: the invoices hold more lines of a kind than the close
-// counted; waiting cannot fix that.
+// CountsMismatchError: invoice holds more charges or adjustments of a
+// currency than the close counted; waiting cannot fix that.
 type CountsMismatchError struct {
-	HaveCharges, WantCharges         int64
-	HaveAdjustments, WantAdjustments int64
+	Currency   string
+	Have, Want Tally
 }
 
 func (e *CountsMismatchError) Error() string {
-	return fmt.Sprintf("close counted %d charges and %d adjustments, invoices hold more: %d and %d",
-		e.WantCharges, e.WantAdjustments, e.HaveCharges, e.HaveAdjustments)
+	return fmt.Sprintf("%s: close counted %d charges and %d adjustments, invoice holds more: %d and %d",
+		e.Currency, e.Want.Charges, e.Want.Adjustments, e.Have.Charges, e.Have.Adjustments)
 }
 
-// TotalsMismatchError: with every counted line present, a currency's lines do
-// not sum to the close's total for it.
+// DigestMismatchError: invoice holds as many charges (or adjustments) of a
+// currency as the close counted, but not the same ones.
+type DigestMismatchError struct {
+	Currency, Kind string
+	Have, Want     string
+}
+
+func (e *DigestMismatchError) Error() string {
+	return fmt.Sprintf("%s %s: as many as the close counted but not the same events: digest %s, close %s",
+		e.Currency, e.Kind, e.Have, e.Want)
+}
+
+// TotalsMismatchError: invoice holds the same charges (or adjustments) of a
+// currency as the close counted, but they do not sum to the close's amount.
 type TotalsMismatchError struct {
-	Currency   string
-	Have, Want decimal.Decimal
+	Currency, Kind string
+	Have, Want     decimal.Decimal
 }
 
 func (e *TotalsMismatchError) Error() string {
-	return fmt.Sprintf("close total for %s is %s, invoice lines sum to %s", e.Currency, e.Want, e.Have)
+	return fmt.Sprintf("%s %s: close amount is %s, invoice's sum to %s", e.Currency, e.Kind, e.Want, e.Have)
 }
 
-// CheckClose decides whether a period's invoices may be issued by close c:
-// the charge and adjustment lines present must be exactly the ones the close
-// counted (fewer: *IncompleteError, wait; more: *CountsMismatchError), and
-// each currency's lines must sum to the close's total for it, a currency
-// absent on either side counting as zero (*TotalsMismatchError). So a
-// currency the close lists with a zero total and no invoice gets none: an
-// invoice exists only once it has a line.
-func CheckClose(c Close, tallies []Tally) error {
-	var charges, adjustments int64
-	sums := make(map[string]decimal.Decimal, len(tallies))
-	for _, t := range tallies {
-		charges += t.Charges
-		adjustments += t.Adjustments
-		sums[t.Currency] = sums[t.Currency].Add(t.Subtotal)
-	}
-	switch {
-	case charges > c.Charges || adjustments > c.Adjustments:
-		return &CountsMismatchError{HaveCharges: charges, WantCharges: c.Charges,
-			HaveAdjustments: adjustments, WantAdjustments: c.Adjustments}
-	case charges < c.Charges || adjustments < c.Adjustments:
-		return &IncompleteError{HaveCharges: charges, WantCharges: c.Charges,
-			HaveAdjustments: adjustments, WantAdjustments: c.Adjustments}
-	}
-	currencies := slices.Sorted(maps.Keys(sums))
-	for cur := range c.Totals {
-		if _, ok := sums[cur]; !ok {
+// CheckClose decides whether a period's invoices may be issued by a close
+// that counted want (by currency), invoice holding have; a currency absent
+// on one side counts as nothing. The sets are compared by count, then by
+// digest (same members), then by amount. It returns, the first that holds:
+// *CountsMismatchError when a currency has more charges or adjustments than
+// counted; *DigestMismatchError or *TotalsMismatchError when a set has the
+// count but not the members or not the amount (no arrival can fix either);
+// *IncompleteError when a set has fewer members (the close waits); nil when
+// every set matches.
+func CheckClose(want, have map[string]Tally) error {
+	currencies := slices.Sorted(maps.Keys(want))
+	for cur := range have {
+		if _, ok := want[cur]; !ok {
 			currencies = append(currencies, cur)
 		}
 	}
 	slices.Sort(currencies)
 	for _, cur := range currencies {
-		if have, want := sums[cur], c.Totals[cur]; !have.Equal(want) {
-			return &TotalsMismatchError{Currency: cur, Have: have, Want: want}
+		if h, w := have[cur], want[cur]; h.Charges > w.Charges || h.Adjustments > w.Adjustments {
+			return &CountsMismatchError{Currency: cur, Have: h, Want: w}
+		}
+	}
+	for _, cur := range currencies {
+		h, w := have[cur], want[cur]
+		if h.Charges == w.Charges {
+			if err := compareSet(cur, KindCharge, h.ChargeDigest, w.ChargeDigest, h.ChargeAmount, w.ChargeAmount); err != nil {
+				return err
+			}
+		}
+		if h.Adjustments == w.Adjustments {
+			if err := compareSet(cur, KindAdjustment, h.AdjustmentDigest, w.AdjustmentDigest, h.AdjustmentAmount, w.AdjustmentAmount); err != nil {
+				return err
+			}
+		}
+	}
+	for _, cur := range currencies {
+		if h, w := have[cur], want[cur]; h.Charges < w.Charges || h.Adjustments < w.Adjustments {
+			return &IncompleteError{Currency: cur, Have: h, Want: w}
 		}
 	}
 	return nil
+}
+
+// compareSet compares two sets of the same size: digest, then amount.
+func compareSet(currency, kind, haveDigest, wantDigest string, haveAmount, wantAmount decimal.Decimal) error {
+	if !sameDigest(haveDigest, wantDigest) {
+		return &DigestMismatchError{Currency: currency, Kind: kind, Have: haveDigest, Want: wantDigest}
+	}
+	if !haveAmount.Equal(wantAmount) {
+		return &TotalsMismatchError{Currency: currency, Kind: kind, Have: haveAmount, Want: wantAmount}
+	}
+	return nil
+}
+
+// sameDigest compares two digests as the integers they write ("" is the
+// empty set's 0); one that is not an integer matches nothing.
+func sameDigest(a, b string) bool {
+	parse := func(s string) (*big.Int, bool) {
+		if s == "" {
+			return new(big.Int), true
+		}
+		return new(big.Int).SetString(s, 10)
+	}
+	x, okX := parse(a)
+	y, okY := parse(b)
+	return okX && okY && x.Cmp(y) == 0
 }
 
 // Amounts are an invoice's figures at issue.

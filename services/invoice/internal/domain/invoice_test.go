@@ -47,38 +47,44 @@ func TestIssueRoundsOnceHalfEven(t *testing.T) {
 }
 
 func TestCheckClose(t *testing.T) {
-	usd := Tally{InvoiceID: uuid.New(), Currency: "USD", Charges: 2, Adjustments: 1, Subtotal: d("10.005")}
-	krw := Tally{InvoiceID: uuid.New(), Currency: "KRW", Charges: 1, Subtotal: d("100.5")}
-	both := []Tally{usd, krw}
-	totals := map[string]decimal.Decimal{"USD": d("10.005"), "KRW": d("100.5")}
+	usd := Tally{Charges: 2, ChargeAmount: d("10.005"), ChargeDigest: "300", Adjustments: 1, AdjustmentAmount: d("-1"), AdjustmentDigest: "7"}
+	krw := Tally{Charges: 1, ChargeAmount: d("100.5"), ChargeDigest: "12", AdjustmentDigest: "0"}
+	have := map[string]Tally{"USD": usd, "KRW": krw}
+	with := func(cur string, edit func(*Tally)) map[string]Tally {
+		out := map[string]Tally{"USD": usd, "KRW": krw}
+		t := out[cur]
+		edit(&t)
+		out[cur] = t
+		return out
+	}
 	tests := []struct {
-		name    string
-		close   Close
-		tallies []Tally
-		want    any // nil, or a pointer to the wanted error type
+		name       string
+		want, have map[string]Tally
+		err        any // nil, or a pointer to the wanted error type
 	}{
-		{"complete", Close{Charges: 3, Adjustments: 1, Totals: totals}, both, nil},
-		{"equal totals written differently", Close{Charges: 3, Adjustments: 1,
-			Totals: map[string]decimal.Decimal{"USD": d("10.0050"), "KRW": d("100.50")}}, both, nil},
-		{"nothing to issue", Close{Totals: map[string]decimal.Decimal{}}, nil, nil},
-		{"zero total without invoice", Close{Charges: 3, Adjustments: 1,
-			Totals: map[string]decimal.Decimal{"USD": d("10.005"), "KRW": d("100.5"), "EUR": d("0")}}, both, nil},
-		{"charge missing", Close{Charges: 4, Adjustments: 1, Totals: totals}, both, new(*IncompleteError)},
-		{"adjustment missing", Close{Charges: 3, Adjustments: 2, Totals: totals}, both, new(*IncompleteError)},
-		{"no invoice yet", Close{Charges: 1, Totals: totals}, nil, new(*IncompleteError)},
-		{"more charges than counted", Close{Charges: 2, Adjustments: 1, Totals: totals}, both, new(*CountsMismatchError)},
-		{"one more, one less", Close{Charges: 4, Adjustments: 0, Totals: totals}, both, new(*CountsMismatchError)},
-		{"total differs", Close{Charges: 3, Adjustments: 1,
-			Totals: map[string]decimal.Decimal{"USD": d("10.01"), "KRW": d("100.5")}}, both, new(*TotalsMismatchError)},
-		{"currency missing from totals", Close{Charges: 3, Adjustments: 1,
-			Totals: map[string]decimal.Decimal{"USD": d("10.005")}}, both, new(*TotalsMismatchError)},
-		{"total without invoice", Close{Charges: 3, Adjustments: 1,
-			Totals: map[string]decimal.Decimal{"USD": d("10.005"), "KRW": d("100.5"), "EUR": d("1")}}, both, new(*TotalsMismatchError)},
+		{"complete", have, have, nil},
+		{"equal amounts written differently", with("USD", func(t *Tally) { t.ChargeAmount = d("10.0050") }), have, nil},
+		{"nothing to issue", map[string]Tally{}, nil, nil},
+		{"empty currency without invoice", with("EUR", func(t *Tally) { t.ChargeDigest, t.AdjustmentDigest = "0", "0" }), have, nil},
+		{"charge missing", with("USD", func(t *Tally) { t.Charges = 3 }), have, new(*IncompleteError)},
+		{"adjustment missing", with("KRW", func(t *Tally) { t.Adjustments = 1 }), have, new(*IncompleteError)},
+		{"nothing here yet", have, nil, new(*IncompleteError)},
+		{"more charges than counted", with("USD", func(t *Tally) { t.Charges = 1 }), have, new(*CountsMismatchError)},
+		{"more in one currency, fewer in another", with("USD", func(t *Tally) { t.Charges = 1 }),
+			with("KRW", func(t *Tally) { t.Charges = 0 }), new(*CountsMismatchError)},
+		{"a currency the close did not count", map[string]Tally{"USD": usd}, have, new(*CountsMismatchError)},
+		{"same count, other charges", with("USD", func(t *Tally) { t.ChargeDigest = "301" }), have, new(*DigestMismatchError)},
+		{"same count, other adjustments", with("USD", func(t *Tally) { t.AdjustmentDigest = "8" }), have, new(*DigestMismatchError)},
+		{"a digest that is no integer", with("USD", func(t *Tally) { t.ChargeDigest = "x" }), have, new(*DigestMismatchError)},
+		{"digest mismatch wins over waiting", with("USD", func(t *Tally) { t.ChargeDigest = "301" }),
+			with("KRW", func(t *Tally) { t.Charges, t.ChargeDigest = 0, "0" }), new(*DigestMismatchError)},
+		{"same charges, other amount", with("USD", func(t *Tally) { t.ChargeAmount = d("10.01") }), have, new(*TotalsMismatchError)},
+		{"same adjustments, other amount", with("USD", func(t *Tally) { t.AdjustmentAmount = d("-2") }), have, new(*TotalsMismatchError)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := CheckClose(tt.close, tt.tallies)
-			switch want := tt.want.(type) {
+			err := CheckClose(tt.want, tt.have)
+			switch want := tt.err.(type) {
 			case nil:
 				if err != nil {
 					t.Fatalf("CheckClose: %v, want nil", err)
@@ -91,11 +97,46 @@ func TestCheckClose(t *testing.T) {
 				if !errors.As(err, want) {
 					t.Fatalf("CheckClose: %v, want *CountsMismatchError", err)
 				}
+			case **DigestMismatchError:
+				if !errors.As(err, want) {
+					t.Fatalf("CheckClose: %v, want *DigestMismatchError", err)
+				}
 			case **TotalsMismatchError:
 				if !errors.As(err, want) {
 					t.Fatalf("CheckClose: %v, want *TotalsMismatchError", err)
 				}
 			}
 		})
+	}
+}
+
+func TestLineAmount(t *testing.T) {
+	unit := Pricing{Model: ModelUnit, UnitPrice: d("0.0125")}
+	got, err := LineAmount(unit, d("1000.5"))
+	if err != nil || !got.Equal(d("12.50625")) {
+		t.Fatalf("LineAmount(unit 0.0125, 1000.5) = %s, %v; want 12.50625", got, err)
+	}
+	if _, err := LineAmount(Pricing{Model: "graduated"}, d("1")); err == nil {
+		t.Fatal("LineAmount under a model invoice does not price: want an error")
+	}
+	if err := CheckLine("charge/api_calls/1", unit, d("1000.5"), d("12.50625")); err != nil {
+		t.Fatalf("CheckLine of a line whose charges sum to its amount: %v", err)
+	}
+	var mismatch *LineAmountMismatchError
+	if err := CheckLine("charge/api_calls/1", unit, d("1000.5"), d("12.51")); !errors.As(err, &mismatch) {
+		t.Fatalf("CheckLine with charges summing to another amount: %v, want *LineAmountMismatchError", err)
+	}
+}
+
+func TestLineIDs(t *testing.T) {
+	id := uuid.MustParse("0190f0a4-0000-7000-8000-000000000001")
+	for got, want := range map[string]string{
+		ChargeLineID("api_calls", 3): "charge/api_calls/3",
+		AdjustmentLineID(id):         "adjustment/0190f0a4-0000-7000-8000-000000000001",
+		RoundingLineID:               "rounding",
+	} {
+		if got != want {
+			t.Errorf("line id %q, want %q", got, want)
+		}
 	}
 }

@@ -1,5 +1,6 @@
 // Package httpapi is the invoice service's HTTP API (DESIGN.md section 7):
-// reading a tenant's invoices with their lines and correction notes.
+// reading a tenant's invoices, page by page, with their aggregated lines and
+// correction notes.
 package httpapi
 
 import (
@@ -14,6 +15,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/httpx"
+	"github.com/usagebilling/billing/pkg/page"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
 )
 
@@ -36,6 +38,7 @@ func (a *API) Routes(r chi.Router) {
 
 type invoiceJSON struct {
 	InvoiceID   uuid.UUID        `json:"invoiceId"`
+	Number      *int64           `json:"number,omitempty"` // absent until issued
 	TenantID    string           `json:"tenantId"`
 	Period      string           `json:"period"`
 	Currency    string           `json:"currency"`
@@ -47,10 +50,17 @@ type invoiceJSON struct {
 	Corrections []correctionJSON `json:"corrections"`
 }
 
+// lineJSON is a line; the charge fields are absent on adjustment and
+// rounding lines, originEventId on charge lines.
 type lineJSON struct {
-	OriginEventID uuid.UUID       `json:"originEventId"`
-	Kind          string          `json:"kind"`
-	Amount        decimal.Decimal `json:"amount"`
+	LineID        string           `json:"lineId"`
+	Kind          string           `json:"kind"`
+	MeterCode     string           `json:"meterCode,omitempty"`
+	PriceVersion  int64            `json:"priceVersion,omitempty"`
+	Quantity      *decimal.Decimal `json:"quantity,omitempty"`
+	ChargeCount   int64            `json:"chargeCount,omitempty"`
+	Amount        decimal.Decimal  `json:"amount"`
+	OriginEventID *uuid.UUID       `json:"originEventId,omitempty"`
 }
 
 type correctionJSON struct {
@@ -62,7 +72,7 @@ type correctionJSON struct {
 
 func toJSON(inv app.Invoice) invoiceJSON {
 	out := invoiceJSON{
-		InvoiceID: inv.InvoiceID, TenantID: inv.TenantID, Period: inv.Period, Currency: inv.Currency,
+		InvoiceID: inv.InvoiceID, Number: inv.Number, TenantID: inv.TenantID, Period: inv.Period, Currency: inv.Currency,
 		Status: inv.Status, Subtotal: inv.Subtotal, Total: inv.Total, IssuedAt: inv.IssuedAt,
 		Lines: make([]lineJSON, len(inv.Lines)), Corrections: make([]correctionJSON, len(inv.Corrections)),
 	}
@@ -75,8 +85,9 @@ func toJSON(inv app.Invoice) invoiceJSON {
 	return out
 }
 
-// list: GET /v1/tenants/{tenantId}/invoices?period=YYYY-MM. Without period
-// (or with an empty one) it lists every period's invoices.
+// list: GET /v1/tenants/{tenantId}/invoices?period=YYYY-MM&limit=&cursor=.
+// Without period (or with an empty one) it lists every period's invoices.
+// Pages are keyset pages in (period, currency) order (pkg/page).
 func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	tenantID, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
 	if p != nil {
@@ -90,14 +101,34 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	invs, err := a.reader.Invoices(r.Context(), tenantID, period)
+	req, p := page.Parse(r.URL.Query())
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	var after *app.Position
+	if !req.First() {
+		var pos app.Position
+		if p := req.After(&pos); p != nil {
+			httpx.WriteProblem(w, p)
+			return
+		}
+		if _, err := events.ParsePeriod(pos.Period); err != nil || pos.Currency == "" {
+			httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_cursor", "cursor must be a next value this API returned"))
+			return
+		}
+		after = &pos
+	}
+	invs, err := a.reader.Invoices(r.Context(), tenantID, period, after, req.Fetch())
 	if err != nil {
 		a.storeError(w, r, err)
 		return
 	}
+	invs, next := page.Cut(req, invs, func(inv app.Invoice) any { return app.PositionOf(inv) })
 	out := struct {
 		Invoices []invoiceJSON `json:"invoices"`
-	}{Invoices: make([]invoiceJSON, len(invs))}
+		Next     *string       `json:"next,omitempty"`
+	}{Invoices: make([]invoiceJSON, len(invs)), Next: next}
 	for i, inv := range invs {
 		out.Invoices[i] = toJSON(inv)
 	}

@@ -2,12 +2,16 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +19,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
 	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
@@ -55,57 +60,73 @@ func TestGetInvoices(t *testing.T) {
 	ib := NewInbox(t)
 	p := NewPeriod(t, "acme", "2026-10")
 	c1, c2 := p.Charge("USD", "3", "0.335"), p.Charge("KRW", "1", "99.5")
+	c3 := p.ChargeOf("USD", "storage_gb", 4, "0.5", "0.01")
+	a1 := p.Adjustment("USD", "-0.5")
 	closed := p.Close()
 	adj := p.Adjustment("USD", "-0.5")
 	q := NewPeriod(t, "acme", "2026-11")
-	c3 := q.Charge("USD", "2", "1.25")
-	Decide(t, pool, ib, c1, c2, closed, adj, c3)
+	c4, c5 := q.Charge("USD", "2", "1.25"), q.Charge("USD", "1", "1.25")
+	Decide(t, pool, ib, c1, c2, c3, a1, closed, adj, c4, c5)
 	srv := server(t, pool)
 
 	status, _, body := get(t, srv, "/v1/tenants/acme/invoices?period=2026-10")
-	if status != 200 {
-		t.Fatalf("list: %d %v", status, body)
+	if status != 200 || body["next"] != nil {
+		t.Fatalf("list: %d %v, want one page", status, body)
 	}
 	list := body["invoices"].([]any)
 	if len(list) != 2 {
 		t.Fatalf("list: %d invoices, want KRW and USD", len(list))
 	}
 	krw, usd := list[0].(map[string]any), list[1].(map[string]any)
-	if krw["currency"] != "KRW" || krw["status"] != "issued" || krw["subtotal"] != "99.5" || krw["total"] != "100" || krw["issuedAt"] == nil {
+	if krw["currency"] != "KRW" || krw["status"] != "issued" || krw["subtotal"] != "99.5" || krw["total"] != "100" ||
+		krw["issuedAt"] == nil || krw["number"] != float64(1) {
 		t.Fatalf("KRW invoice %v", krw)
 	}
-	if usd["currency"] != "USD" || usd["subtotal"] != "1.005" || usd["total"] != "1" {
+	// 1.005 + 0.005 - 0.5 = 0.51.
+	if usd["currency"] != "USD" || usd["subtotal"] != "0.51" || usd["total"] != "0.51" || usd["number"] != float64(2) {
 		t.Fatalf("USD invoice %v", usd)
 	}
-	lines := usd["lines"].([]any)
-	if len(lines) != 2 || lines[0].(map[string]any)["originEventId"] != c1.EventID.String() ||
-		lines[0].(map[string]any)["kind"] != "charge" || lines[0].(map[string]any)["amount"] != "1.005" ||
-		lines[1].(map[string]any)["kind"] != "rounding" || lines[1].(map[string]any)["amount"] != "-0.005" ||
-		lines[1].(map[string]any)["originEventId"] != closed.EventID.String() {
-		t.Fatalf("USD lines %v", lines)
+	lines, _ := json.Marshal(usd["lines"])
+	want := `[{"amount":"1.005","chargeCount":1,"kind":"charge","lineId":"charge/api_calls/1","meterCode":"api_calls","priceVersion":1,"quantity":"3"},` +
+		`{"amount":"0.005","chargeCount":1,"kind":"charge","lineId":"charge/storage_gb/4","meterCode":"storage_gb","priceVersion":4,"quantity":"0.5"},` +
+		`{"amount":"-0.5","kind":"adjustment","lineId":"adjustment/` + a1.EventID.String() + `","originEventId":"` + a1.EventID.String() + `"}]`
+	if string(lines) != want {
+		t.Fatalf("USD lines\n%s\nwant\n%s", lines, want)
 	}
 	corr := usd["corrections"].([]any)
 	if len(corr) != 1 || corr[0].(map[string]any)["originEventId"] != adj.EventID.String() || corr[0].(map[string]any)["amount"] != "-0.5" ||
 		corr[0].(map[string]any)["correctionId"] == "" || corr[0].(map[string]any)["issuedAt"] == nil {
 		t.Fatalf("USD corrections %v", corr)
 	}
+	// The rounding line, on the KRW invoice.
+	lines, _ = json.Marshal(krw["lines"])
+	want = `[{"amount":"99.5","chargeCount":1,"kind":"charge","lineId":"charge/api_calls/1","meterCode":"api_calls","priceVersion":1,"quantity":"1"},` +
+		`{"amount":"0.5","kind":"rounding","lineId":"rounding","originEventId":"` + closed.EventID.String() + `"}]`
+	if string(lines) != want {
+		t.Fatalf("KRW lines\n%s\nwant\n%s", lines, want)
+	}
 
-	// Every period, the open one included.
+	// Every period, the open one included: its charge line computed from its
+	// charges, its subtotal the running sum, no number.
 	_, _, body = get(t, srv, "/v1/tenants/acme/invoices")
 	all := body["invoices"].([]any)
 	if len(all) != 3 {
 		t.Fatalf("all periods: %d invoices, want 3", len(all))
 	}
 	open := all[2].(map[string]any)
-	if open["period"] != "2026-11" || open["status"] != "open" || open["total"] != nil || open["issuedAt"] != nil ||
-		open["subtotal"] != "2.5" || len(open["corrections"].([]any)) != 0 {
+	if _, numbered := open["number"]; numbered || open["period"] != "2026-11" || open["status"] != "open" || open["total"] != nil ||
+		open["issuedAt"] != nil || open["subtotal"] != "3.75" || len(open["corrections"].([]any)) != 0 {
 		t.Fatalf("open invoice %v", open)
+	}
+	if l := open["lines"].([]any); len(l) != 1 || l[0].(map[string]any)["chargeCount"] != float64(2) || l[0].(map[string]any)["quantity"] != "3" {
+		t.Fatalf("open invoice's lines %v, want one line of 2 charges", l)
 	}
 
 	// One invoice by id; the same id under another tenant is not found.
 	id := usd["invoiceId"].(string)
 	status, _, one := get(t, srv, "/v1/tenants/acme/invoices/"+id)
-	if status != 200 || one["invoiceId"] != id || one["tenantId"] != "acme" || one["period"] != "2026-10" || one["total"] != "1" {
+	if status != 200 || one["invoiceId"] != id || one["tenantId"] != "acme" || one["period"] != "2026-10" || one["total"] != "0.51" ||
+		len(one["lines"].([]any)) != 3 || one["number"] != float64(2) {
 		t.Fatalf("get: %d %v", status, one)
 	}
 	// An empty list is an empty array, not null.
@@ -134,6 +155,101 @@ func TestGetInvoices(t *testing.T) {
 			status, ct, body := get(t, srv, tt.path)
 			if status != tt.status || body["code"] != tt.code || ct != "application/problem+json" {
 				t.Fatalf("%s: %d %s %v, want %d %s problem", tt.path, status, ct, body, tt.status, tt.code)
+			}
+		})
+	}
+}
+
+// The list is read page by page: limit invoices a page, next the cursor of
+// the following page, absent on the last; every invoice once, in (period,
+// currency) order, whatever is added meanwhile before the cursor.
+func TestListInvoicesPageByPage(t *testing.T) {
+	pool := pgtest.NewPool(t, Template)
+	ib := NewInbox(t)
+	var envs []envelope.Envelope
+	var want []string
+	for _, period := range []string{"2026-08", "2026-09", "2026-10"} {
+		p := NewPeriod(t, "acme", period)
+		for _, cur := range []string{"EUR", "JPY", "USD"} {
+			envs = append(envs, p.Charge(cur, "1", "1"))
+			want = append(want, period+" "+cur)
+		}
+		if period != "2026-10" {
+			envs = append(envs, p.Close())
+		}
+	}
+	Decide(t, pool, ib, envs...)
+	srv := server(t, pool)
+
+	read := func(query string) []string {
+		t.Helper()
+		var got []string
+		path := "/v1/tenants/acme/invoices?" + query
+		for pages := 0; ; pages++ {
+			status, _, body := get(t, srv, path)
+			if status != 200 || pages > 10 {
+				t.Fatalf("GET %s: %d %v", path, status, body)
+			}
+			invs := body["invoices"].([]any)
+			for _, inv := range invs {
+				m := inv.(map[string]any)
+				got = append(got, m["period"].(string)+" "+m["currency"].(string))
+			}
+			next, ok := body["next"].(string)
+			if !ok {
+				return got
+			}
+			if len(invs) == 0 {
+				t.Fatalf("GET %s: an empty page with a next", path)
+			}
+			path = "/v1/tenants/acme/invoices?" + query + "&cursor=" + url.QueryEscape(next)
+		}
+	}
+	for _, limit := range []int{1, 2, 4, 9, 10} {
+		if got := read(fmt.Sprintf("limit=%d", limit)); !slices.Equal(got, want) {
+			t.Fatalf("limit %d: %v, want %v", limit, got, want)
+		}
+	}
+	if got := read("limit=2&period=2026-09"); !slices.Equal(got, want[3:6]) {
+		t.Fatalf("one period by 2: %v, want %v", got, want[3:6])
+	}
+	status, _, body := get(t, srv, "/v1/tenants/acme/invoices?limit=9")
+	if status != 200 || len(body["invoices"].([]any)) != 9 || body["next"] != nil {
+		t.Fatalf("limit 9 of 9: %d %v, want one page without next", status, body)
+	}
+
+	// A page starts after its cursor: an invoice created before it since
+	// is not read again, one after it is.
+	_, _, first := get(t, srv, "/v1/tenants/acme/invoices?limit=4")
+	next := first["next"].(string)
+	late := NewPeriod(t, "acme", "2026-10")
+	early := NewPeriod(t, "acme", "2026-08")
+	Decide(t, pool, ib, late.Charge("KRW", "1", "1"), early.Charge("KRW", "1", "1"))
+	_, _, second := get(t, srv, "/v1/tenants/acme/invoices?limit=100&cursor="+url.QueryEscape(next))
+	var rest []string
+	for _, inv := range second["invoices"].([]any) {
+		m := inv.(map[string]any)
+		rest = append(rest, m["period"].(string)+" "+m["currency"].(string))
+	}
+	if wantRest := []string{"2026-09 JPY", "2026-09 USD", "2026-10 EUR", "2026-10 JPY", "2026-10 KRW", "2026-10 USD"}; !slices.Equal(rest, wantRest) {
+		t.Fatalf("after the cursor: %v, want %v", rest, wantRest)
+	}
+
+	for _, tt := range []struct {
+		name, query, code string
+	}{
+		{"cursor not base64", "cursor=!!!", "invalid_cursor"},
+		{"cursor not json", "cursor=" + base64.RawURLEncoding.EncodeToString([]byte("nope")), "invalid_cursor"},
+		{"cursor of another shape", "cursor=" + base64.RawURLEncoding.EncodeToString([]byte(`{"x":1}`)), "invalid_cursor"},
+		{"cursor with a bad period", "cursor=" + base64.RawURLEncoding.EncodeToString([]byte(`{"period":"2026-13","currency":"USD"}`)), "invalid_cursor"},
+		{"limit zero", "limit=0", "invalid_limit"},
+		{"limit too large", "limit=1001", "invalid_limit"},
+		{"limit not a number", "limit=ten", "invalid_limit"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			status, ct, body := get(t, srv, "/v1/tenants/acme/invoices?"+tt.query)
+			if status != 400 || body["code"] != tt.code || ct != "application/problem+json" {
+				t.Fatalf("%s: %d %s %v, want 400 %s problem", tt.query, status, ct, body, tt.code)
 			}
 		})
 	}

@@ -1,12 +1,15 @@
 // Package invoicetest helps the invoice service's tests: a migrated database
 // template, billing events built the way billing builds them (envelope.New,
-// gap-free billing_period versions), and deciding them through the real
-// inbox path (Marshal, registry decode, inbox.Decide in a transaction).
+// each charge and adjustment its own aggregate at version 1, a close that
+// tallies what it counts per currency with pkg/digest), and deciding them
+// through the real inbox path (Marshal, registry decode, inbox.Decide in a
+// transaction) with the service's origin constraints.
 package invoicetest
 
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/digest"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
@@ -39,31 +43,33 @@ var Template = pgtest.Template{
 // D parses a decimal.
 func D(s string) decimal.Decimal { return decimal.RequireFromString(s) }
 
-// Period builds the events of one tenant's billing period, numbering them as
-// billing does: every charge, adjustment and close is the next version of
-// aggregate billing_period/<period>.
+// Meter is the meter of Charge.
+const Meter = "api_calls"
+
+// Period builds the events of one tenant's billing period as billing does.
+// Charges and adjustments built before Close are what the close counts;
+// an adjustment built after it is posted after the close (AfterClose).
 type Period struct {
-	t       testing.TB
-	Tenant  string
-	Period  string
-	version int64
-	// Counted are the charges and adjustments built so far, and their
-	// totals, for Close.
-	charges, adjustments int64
-	totals               map[string]decimal.Decimal
+	t      testing.TB
+	Tenant string
+	Period string
+	closed bool
+	// What the close counts, by currency, and the digests behind it.
+	tallies                  map[string]events.CloseTally
+	chargeIDs, adjustmentIDs map[string]*digest.Set
 }
 
 // NewPeriod starts the events of tenant's period.
 func NewPeriod(t testing.TB, tenant, period string) *Period {
-	return &Period{t: t, Tenant: tenant, Period: period, totals: map[string]decimal.Decimal{}}
+	return &Period{t: t, Tenant: tenant, Period: period, tallies: map[string]events.CloseTally{},
+		chargeIDs: map[string]*digest.Set{}, adjustmentIDs: map[string]*digest.Set{}}
 }
 
-func (p *Period) next(eventType string, payload any) envelope.Envelope {
+func (p *Period) build(eventType, aggregateType, aggregateID string, payload any) envelope.Envelope {
 	p.t.Helper()
-	p.version++
 	e, err := envelope.New(envelope.Meta{
 		EventType: eventType, SchemaVersion: 1, TenantID: p.Tenant,
-		AggregateType: events.AggregateBillingPeriod, AggregateID: p.Period, AggregateVersion: p.version,
+		AggregateType: aggregateType, AggregateID: aggregateID, AggregateVersion: 1,
 		OccurredAt: time.Now(), Producer: "billing", CorrelationID: "test-" + p.Tenant,
 	}, payload)
 	if err != nil {
@@ -72,61 +78,102 @@ func (p *Period) next(eventType string, payload any) envelope.Envelope {
 	return e
 }
 
-// Charge builds a ChargeRated of quantity x unitPrice in currency.
+func set(m map[string]*digest.Set, currency string) *digest.Set {
+	s, ok := m[currency]
+	if !ok {
+		s = new(digest.Set)
+		m[currency] = s
+	}
+	return s
+}
+
+// Charge builds a ChargeRated of quantity x unitPrice in currency, for
+// meter Meter at price version 1.
 func (p *Period) Charge(currency, quantity, unitPrice string) envelope.Envelope {
 	p.t.Helper()
+	return p.ChargeOf(currency, Meter, 1, quantity, unitPrice)
+}
+
+// ChargeOf builds a ChargeRated of quantity x unitPrice in currency, for
+// meter at price version. Before Close it counts towards the close.
+func (p *Period) ChargeOf(currency, meter string, version int64, quantity, unitPrice string) envelope.Envelope {
+	p.t.Helper()
 	q, u := D(quantity), D(unitPrice)
-	amount := q.Mul(u)
-	p.charges++
-	p.totals[currency] = p.totals[currency].Add(amount)
-	return p.next(events.TypeChargeRated, events.ChargeRated{
-		ChargeID: uuid.New(), UsageEventID: uuid.New(), UsageID: uuid.New(), MeterCode: "api_calls",
-		Currency: currency, Quantity: q, UnitPrice: u, PriceVersion: 1, Amount: amount,
+	chargeID := uuid.New()
+	e := p.build(events.TypeChargeRated, events.AggregateCharge, chargeID.String(), events.ChargeRated{
+		ChargeID: chargeID, UsageEventID: uuid.New(), UsageID: uuid.New(), MeterCode: meter,
+		Currency: currency, Quantity: q, UnitPrice: u, PriceVersion: version, Amount: q.Mul(u),
 		Period: p.Period, OccurredAt: time.Now().UTC(),
 	})
+	if !p.closed {
+		t := p.tallies[currency]
+		s := set(p.chargeIDs, currency)
+		s.Add(e.EventID)
+		t.Charges, t.ChargeAmount, t.ChargeDigest = t.Charges+1, t.ChargeAmount.Add(q.Mul(u)), s.String()
+		if t.AdjustmentDigest == "" {
+			t.AdjustmentDigest = "0"
+		}
+		p.tallies[currency] = t
+	}
+	return e
 }
 
 // Adjustment builds an AdjustmentPosted of amount in currency. Before Close
-// it counts towards the close.
+// it counts towards the close; after, it is posted after the close.
 func (p *Period) Adjustment(currency, amount string) envelope.Envelope {
 	p.t.Helper()
 	a := D(amount)
-	p.adjustments++
-	p.totals[currency] = p.totals[currency].Add(a)
-	return p.next(events.TypeAdjustmentPosted, events.AdjustmentPosted{
-		AdjustmentID: uuid.New(), CorrectionOf: uuid.New(), Amount: a, Currency: currency,
-		Reason: "test", Period: p.Period,
+	adjustmentID := uuid.New()
+	e := p.build(events.TypeAdjustmentPosted, events.AggregateAdjustment, adjustmentID.String(), events.AdjustmentPosted{
+		AdjustmentID: adjustmentID, CorrectionOf: uuid.New(), Amount: a, Currency: currency,
+		Reason: "test", Period: p.Period, AfterClose: p.closed,
 	})
+	if !p.closed {
+		t := p.tallies[currency]
+		s := set(p.adjustmentIDs, currency)
+		s.Add(e.EventID)
+		t.Adjustments, t.AdjustmentAmount, t.AdjustmentDigest = t.Adjustments+1, t.AdjustmentAmount.Add(a), s.String()
+		if t.ChargeDigest == "" {
+			t.ChargeDigest = "0"
+		}
+		p.tallies[currency] = t
+	}
+	return e
 }
+
+// Tallies returns a copy of what the close would count, by currency.
+func (p *Period) Tallies() map[string]events.CloseTally { return maps.Clone(p.tallies) }
 
 // Close builds the BillingPeriodClosed counting every charge and adjustment
-// built so far.
+// built so far; the adjustments built after it are posted after the close.
 func (p *Period) Close() envelope.Envelope {
 	p.t.Helper()
-	totals := make(map[string]decimal.Decimal, len(p.totals))
-	for c, a := range p.totals {
-		totals[c] = a
-	}
-	return p.CloseWith(p.charges, p.adjustments, totals)
+	return p.CloseWith(p.Tallies())
 }
 
-// CloseWith builds a BillingPeriodClosed with the given counts and totals.
-func (p *Period) CloseWith(charges, adjustments int64, totals map[string]decimal.Decimal) envelope.Envelope {
+// CloseWith builds a BillingPeriodClosed with the given tallies (its counts
+// and totals follow from them).
+func (p *Period) CloseWith(tallies map[string]events.CloseTally) envelope.Envelope {
 	p.t.Helper()
-	return p.next(events.TypeBillingPeriodClosed, events.BillingPeriodClosed{
-		Period: p.Period, ClosedAt: time.Now().UTC(), Charges: charges, Adjustments: adjustments, Totals: totals,
-	})
+	p.closed = true
+	closed := events.BillingPeriodClosed{Period: p.Period, ClosedAt: time.Now().UTC(),
+		Totals: map[string]decimal.Decimal{}, Currencies: map[string]events.CloseTally{}}
+	for cur, t := range tallies {
+		closed.Charges += t.Charges
+		closed.Adjustments += t.Adjustments
+		closed.Totals[cur] = t.ChargeAmount.Add(t.AdjustmentAmount)
+		closed.Currencies[cur] = t
+	}
+	return p.build(events.TypeBillingPeriodClosed, events.AggregateBillingPeriod, p.Period, closed)
 }
-
-// Skip uses up a version without building an event.
-func (p *Period) Skip() { p.version++ }
 
 // NewInbox returns an inbox deciding with the invoice service's handlers.
 func NewInbox(t testing.TB) *inbox.Inbox {
 	t.Helper()
 	reg := envelope.NewRegistry()
 	events.Register(reg)
-	ib, err := inbox.New(reg, app.NewConsumer(discard()).Handlers(), inbox.Options{Service: "invoice"})
+	ib, err := inbox.New(reg, app.NewConsumer(discard()).Handlers(),
+		inbox.Options{Service: "invoice", OriginConstraints: app.OriginConstraints})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +192,17 @@ func Raw(t testing.TB, envs ...envelope.Envelope) [][]byte {
 		out[i] = b
 	}
 	return out
+}
+
+// Sweep runs the inbox's periodic sweep once, as the runner does, and
+// returns how many deferred events it applied.
+func Sweep(t testing.TB, pool *pgxpool.Pool, ib *inbox.Inbox) int {
+	t.Helper()
+	n, err := ib.Sweep(context.Background(), pool, 100)
+	if err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	return n
 }
 
 // Decide decides envs in order, as one batch in one transaction, and returns
