@@ -677,6 +677,10 @@ func queueDeferrals(b *pgx.Batch, ds []deferral) {
 		topics[i], partitions[i], offsets[i] = d.it.msg.Topic, d.it.msg.Partition, d.it.msg.Offset
 	}
 	// A deferred event seen again keeps its first raw bytes and first_seen.
+	// The sweep retries it after 1, 2, 4, 8, then every 10 seconds: an event
+	// that waits for a fact nothing announces (a close waiting for its last
+	// charges, which do not wake it) must not wait minutes once the fact is
+	// here, and one sweep decides at most SweepLimit events.
 	b.Queue(`
 		INSERT INTO inbox_deferred (event_id, wait_key, reason, raw, payload_digest, event_type,
 		                            tenant_id, aggregate_type, aggregate_id, aggregate_version,
@@ -687,8 +691,8 @@ func queueDeferrals(b *pgx.Batch, ds []deferral) {
 		ON CONFLICT (event_id) DO UPDATE
 		SET wait_key = EXCLUDED.wait_key, reason = EXCLUDED.reason,
 		    last_attempt = now(), attempts = inbox_deferred.attempts + 1,
-		    next_attempt = now() + LEAST(interval '1 second' * power(2, LEAST(inbox_deferred.attempts, 12)),
-		                                 interval '5 minutes')`,
+		    next_attempt = now() + LEAST(interval '1 second' * power(2, LEAST(inbox_deferred.attempts, 4)),
+		                                 interval '10 seconds')`,
 		ids, keys, reasons, raws, digests, types, tenants, aggTypes, aggIDs, versions, topics, partitions, offsets)
 }
 
