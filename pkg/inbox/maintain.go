@@ -15,7 +15,7 @@ import (
 // missed: a fact committed by a transaction that ran concurrently with the
 // deferral, or a fact that arrived without an inbox event providing it. An
 // event is due at once after its first deferral, then after backing off
-// exponentially (2s, 4s, ... 5 minutes) each time it is still deferred, so
+// exponentially (2s, 4s, 8s, then every 10s) each time it is still deferred, so
 // many events waiting for a late fact do not load the database. It returns
 // how many events were applied (those woken by them included); an error is
 // transient and stops the sweep.
