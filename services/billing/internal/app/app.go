@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,10 +25,9 @@ const Producer = "billing"
 
 // Service is billing.
 type Service struct {
-	pool    *pgxpool.Pool
-	log     *slog.Logger
-	now     func() time.Time
-	periods sync.Map // "tenant|period" of the period rows known to exist
+	pool *pgxpool.Pool
+	log  *slog.Logger
+	now  func() time.Time
 }
 
 // New returns the billing service on pool.

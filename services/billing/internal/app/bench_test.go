@@ -13,9 +13,9 @@ import (
 
 // BenchmarkRateUsage decides batches of 500 UsageAccepted in one transaction
 // each, as the consumer does with one partition's batch: inbox claim, rating
-// (charge + period version) and the ChargeRated outbox append for every
-// event, one commit. It reports charges/s; the envelopes are built and
-// marshalled outside the timer.
+// (the period's shared lock and the charge, pipelined) and the ChargeRated
+// outbox append for every event, one commit. It reports charges/s; the
+// envelopes are built and marshalled outside the timer.
 //
 //	go test -run '^$' -bench RateUsage -benchtime 20x ./internal/app/
 func BenchmarkRateUsage(b *testing.B) {

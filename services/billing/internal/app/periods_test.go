@@ -9,8 +9,11 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/digest"
+	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/services/billing/internal/app"
@@ -60,23 +63,70 @@ func adjust(t *testing.T, svc *app.Service, tenant string, chargeID uuid.UUID, a
 	return body, nil
 }
 
+// charges returns every charge of a tenant's period, page by page, in line
+// order.
 func charges(t *testing.T, svc *app.Service, tenant, period string) []app.Charge {
 	t.Helper()
-	cs, err := svc.ListCharges(context.Background(), tenant, period)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cs
+	return listAll(t, svc, tenant, app.ChargeFilter{Period: period}, 1000)
 }
 
-func periodStatus(t *testing.T, pool *pgxpool.Pool, tenant, period string) (status string, version int64) {
+// listAll reads every page of a charges list of limit charges each.
+func listAll(t *testing.T, svc *app.Service, tenant string, f app.ChargeFilter, limit int32) []app.Charge {
 	t.Helper()
-	err := pool.QueryRow(context.Background(), `SELECT status, version FROM billing_period WHERE tenant_id = $1 AND period = $2`,
-		tenant, period).Scan(&status, &version)
+	var all []app.Charge
+	var after app.ChargePosition
+	for {
+		page, err := svc.ListCharges(context.Background(), tenant, f, after, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, page...)
+		if int32(len(page)) < limit {
+			return all
+		}
+		after = page[len(page)-1].Position()
+	}
+}
+
+func periodStatus(t *testing.T, pool *pgxpool.Pool, tenant, period string) (status string, closeEventID *uuid.UUID) {
+	t.Helper()
+	err := pool.QueryRow(context.Background(), `SELECT status, close_event_id FROM billing_period WHERE tenant_id = $1 AND period = $2`,
+		tenant, period).Scan(&status, &closeEventID)
 	if err != nil {
 		t.Fatalf("period %s %s: %v", tenant, period, err)
 	}
-	return status, version
+	return status, closeEventID
+}
+
+// checkClose checks a published close against billing's rows: its tallies
+// are the period's charges and pre-close adjustments (counts, exact sums,
+// and digests equal to pkg/digest's over the event ids), and its counts
+// and totals add the tallies up.
+func checkClose(t *testing.T, pool *pgxpool.Pool, tenant string, c events.BillingPeriodClosed) {
+	t.Helper()
+	if ok, why := bt.SameTallies(c.Currencies, bt.Tallies(t, pool, tenant, c.Period)); !ok {
+		t.Fatalf("close of %s %s: %s", tenant, c.Period, why)
+	}
+	var charges, adjustments int64
+	for cur, tally := range c.Currencies {
+		charges += tally.Charges
+		adjustments += tally.Adjustments
+		if !c.Totals[cur].Equal(tally.ChargeAmount.Add(tally.AdjustmentAmount)) {
+			t.Fatalf("close of %s %s: %s total %s is not its tally's %s", tenant, c.Period, cur, c.Totals[cur], bt.JSON(tally))
+		}
+	}
+	if c.Charges != charges || c.Adjustments != adjustments || len(c.Totals) != len(c.Currencies) {
+		t.Fatalf("close of %s %s: counts %d/%d, tallies %d/%d", tenant, c.Period, c.Charges, c.Adjustments, charges, adjustments)
+	}
+}
+
+// digestOf is pkg/digest over ids.
+func digestOf(ids ...uuid.UUID) string {
+	var s digest.Set
+	for _, id := range ids {
+		s.Add(id)
+	}
+	return s.String()
 }
 
 func krwPrice(tenant string) bt.Price {
@@ -124,6 +174,16 @@ func TestCloseRestartedHalfway(t *testing.T) {
 	if feb := charges(t, svc, "t1", "2026-02"); len(feb) != 1 || !feb[0].Late {
 		t.Fatalf("february = %s", bt.JSON(feb))
 	}
+	// An adjustment posted while the period is closing is posted before it
+	// closed: the close counts it.
+	sms := jan[len(jan)-1] // line order: api_calls, then sms
+	if sms.Currency != "KRW" {
+		t.Fatalf("charges = %s", bt.JSON(jan))
+	}
+	closing, err := adjust(t, svc, "t1", sms.ChargeID, "-0.5", "KRW")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if n := len(bt.OfType[events.BillingPeriodClosed](bt.Outbox(t, pool))); n != 0 {
 		t.Fatalf("%d closes published by a half-done close", n)
 	}
@@ -140,18 +200,27 @@ func TestCloseRestartedHalfway(t *testing.T) {
 	}
 	c := closes[0]
 	// USD: 100 x 0.0125 + 0.5 x 0.0125 + 3 x 0.0125 - 0.25 = 1.04375;
-	// KRW: 3 x 13.7 = 41.1 (exact; rounding is the invoice's, at issue).
-	if c.Period != "2026-01" || c.Charges != 4 || c.Adjustments != 1 || len(c.Totals) != 2 ||
-		!c.Totals["USD"].Equal(bt.Dec(t, "1.04375")) || !c.Totals["KRW"].Equal(bt.Dec(t, "41.1")) {
+	// KRW: 3 x 13.7 - 0.5 = 40.6 (exact; rounding is the invoice's, at issue).
+	if c.Period != "2026-01" || c.Charges != 4 || c.Adjustments != 2 || len(c.Totals) != 2 ||
+		!c.Totals["USD"].Equal(bt.Dec(t, "1.04375")) || !c.Totals["KRW"].Equal(bt.Dec(t, "40.6")) {
 		t.Fatalf("close = %s", bt.JSON(c))
 	}
+	usd, krw := c.Currencies["USD"], c.Currencies["KRW"]
+	if usd.Charges != 3 || !usd.ChargeAmount.Equal(bt.Dec(t, "1.29375")) || usd.Adjustments != 1 ||
+		!usd.AdjustmentAmount.Equal(bt.Dec(t, "-0.25")) ||
+		krw.Charges != 1 || !krw.ChargeAmount.Equal(bt.Dec(t, "41.1")) || krw.Adjustments != 1 ||
+		!krw.AdjustmentAmount.Equal(bt.Dec(t, "-0.5")) || krw.AdjustmentDigest != digestOf(closing.EventID) {
+		t.Fatalf("close tallies = %s", bt.JSON(c.Currencies))
+	}
+	checkClose(t, pool, "t1", c)
 	last := out[len(out)-1]
-	if last.Envelope.EventType != events.TypeBillingPeriodClosed || last.Envelope.AggregateVersion != 6 ||
-		last.Envelope.AggregateID != "2026-01" || last.Topic != events.TopicBilling {
+	if last.Envelope.EventType != events.TypeBillingPeriodClosed || last.Envelope.AggregateType != events.AggregateBillingPeriod ||
+		last.Envelope.AggregateID != "2026-01" || last.Envelope.AggregateVersion != 1 ||
+		last.Envelope.PartitionKey != "t1|billing_period|2026-01" || last.Topic != events.TopicBilling {
 		t.Fatalf("close envelope = %+v", last.Envelope)
 	}
-	if st, v := periodStatus(t, pool, "t1", "2026-01"); st != "closed" || v != 6 {
-		t.Fatalf("period = %s v%d", st, v)
+	if st, id := periodStatus(t, pool, "t1", "2026-01"); st != "closed" || id == nil || *id != last.Envelope.EventID {
+		t.Fatalf("period = %s, close event %v", st, id)
 	}
 	// Now the same key replays the answer.
 	if r := closePeriod(t, svc, "t1", "2026-01", key); !r.Replayed {
@@ -168,6 +237,7 @@ func TestCloseRestartedHalfway(t *testing.T) {
 	if len(closes) != 2 || closes[1].Charges != 1 || !closes[1].Totals["USD"].Equal(bt.Dec(t, "0.1125")) {
 		t.Fatalf("february close = %s", bt.JSON(closes))
 	}
+	checkClose(t, pool, "t1", closes[1])
 }
 
 func TestCloseIsIdempotent(t *testing.T) {
@@ -190,9 +260,11 @@ func TestCloseIsIdempotent(t *testing.T) {
 	if got := len(bt.Outbox(t, pool)); got != n {
 		t.Fatalf("closing a closed period published %d more events", got-n)
 	}
-	if _, v := periodStatus(t, pool, "t1", "2026-01"); v != 2 {
-		t.Fatalf("version = %d, want 2", v)
+	closes := bt.OfType[events.BillingPeriodClosed](bt.Outbox(t, pool))
+	if len(closes) != 1 || closes[0].Charges != 1 {
+		t.Fatalf("closes = %s", bt.JSON(closes))
 	}
+	checkClose(t, pool, "t1", closes[0])
 
 	// The same key for another period is refused, and changes nothing.
 	_, err := svc.ClosePeriod(context.Background(), closeRequest("t1", "2026-02", "k1"), "2026-02")
@@ -203,15 +275,20 @@ func TestCloseIsIdempotent(t *testing.T) {
 		t.Fatal("a refused close wrote a period row")
 	}
 
-	// A period with no activity closes with zero counts at version 1.
+	// A period with no activity closes with zero counts and no tallies.
 	closePeriod(t, svc, "t1", "2025-06", "k3")
-	closes := bt.OfType[events.BillingPeriodClosed](bt.Outbox(t, pool))
+	out := bt.Outbox(t, pool)
+	closes = bt.OfType[events.BillingPeriodClosed](out)
 	empty := closes[len(closes)-1]
-	if empty.Period != "2025-06" || empty.Charges != 0 || empty.Adjustments != 0 || len(empty.Totals) != 0 {
+	if empty.Period != "2025-06" || empty.Charges != 0 || empty.Adjustments != 0 || len(empty.Totals) != 0 ||
+		len(empty.Currencies) != 0 {
 		t.Fatalf("empty close = %s", bt.JSON(empty))
 	}
-	if st, v := periodStatus(t, pool, "t1", "2025-06"); st != "closed" || v != 1 {
-		t.Fatalf("empty period = %s v%d", st, v)
+	if e := out[len(out)-1].Envelope; e.AggregateID != "2025-06" || e.AggregateVersion != 1 {
+		t.Fatalf("empty close envelope = %+v", e)
+	}
+	if st, id := periodStatus(t, pool, "t1", "2025-06"); st != "closed" || id == nil {
+		t.Fatalf("empty period = %s, close event %v", st, id)
 	}
 }
 
@@ -268,9 +345,11 @@ func TestAdjustments(t *testing.T) {
 	out := bt.Outbox(t, pool)
 	last := out[len(out)-1]
 	posted, ok := last.Payload.(events.AdjustmentPosted)
-	if !ok || posted.CorrectionOf != c.ChargeID || posted.AdjustmentID != got.AdjustmentID ||
-		last.Envelope.EventID != got.EventID || !posted.Amount.Equal(bt.Dec(t, "-0.05")) ||
-		last.Envelope.AggregateID != "2026-01" || last.Envelope.AggregateVersion != 2 || last.Envelope.TenantID != "t1" {
+	if !ok || posted.CorrectionOf != c.ChargeID || posted.AdjustmentID != got.AdjustmentID || posted.Period != "2026-01" ||
+		posted.AfterClose || last.Envelope.EventID != got.EventID || !posted.Amount.Equal(bt.Dec(t, "-0.05")) ||
+		last.Envelope.AggregateType != events.AggregateAdjustment || last.Envelope.AggregateID != got.AdjustmentID.String() ||
+		last.Envelope.AggregateVersion != 1 || last.Envelope.TenantID != "t1" ||
+		last.Envelope.PartitionKey != "t1|adjustment|"+got.AdjustmentID.String() {
 		t.Fatalf("published %s %+v", bt.JSON(last.Payload), last.Envelope)
 	}
 
@@ -302,70 +381,159 @@ func TestAdjustments(t *testing.T) {
 	}
 }
 
-// Every event of a (tenant, period) is the next version of its aggregate:
-// charges, adjustments, the close, and adjustments after the close.
-func TestPeriodAggregateVersionsAreGapFree(t *testing.T) {
+// Every event billing publishes is its own aggregate at version 1: a
+// ChargeRated is charge/<chargeId>, an AdjustmentPosted
+// adjustment/<adjustmentId>, a close billing_period/<period>, each keyed
+// by it. Nothing orders them; the close proves what it counted by its
+// tallies, and an adjustment posted after the close says so and is not
+// counted.
+func TestEventsAreTheirOwnAggregatesAndTheCloseTalliesThem(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
 
-	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), priceV1("t2").Raw(t),
-		usageAt("t1", 1, "1", jan10).Raw(t), usageAt("t2", 1, "1", jan10).Raw(t), usageAt("t1", 1, "2", jan10).Raw(t))
+	var usage []envelope.Envelope
+	use := func(u bt.Usage) []byte {
+		env, raw := u.Envelope(t)
+		usage = append(usage, env)
+		return raw
+	}
+	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), priceV1("t2").Raw(t), krwPrice("t1").Raw(t),
+		use(usageAt("t1", 1, "1", jan10)), use(usageAt("t2", 1, "1", jan10)), use(usageAt("t1", 1, "2", jan10)),
+		use(bt.Usage{Tenant: "t1", Meter: "sms", Currency: "KRW", PriceVersion: 1, Quantity: "7", OccurredAt: jan20}))
 	c := charges(t, svc, "t1", "2026-01")
-	if _, err := adjust(t, svc, "t1", c[0].ChargeID, "1.5", "USD"); err != nil {
+	before1, err := adjust(t, svc, "t1", c[0].ChargeID, "1.5", "USD")
+	if err != nil {
 		t.Fatal(err)
 	}
-	bt.Decide(t, pool, ib, usageAt("t1", 1, "3", jan20).Raw(t), usageAt("t1", 1, "4", feb3).Raw(t), priceV2("t1").Raw(t),
-		usageAt("t1", 2, "5", jan20).Raw(t))
-	if _, err := adjust(t, svc, "t1", c[1].ChargeID, "-0.01", "USD"); err != nil {
+	bt.Decide(t, pool, ib, use(usageAt("t1", 1, "3", jan20)), use(usageAt("t1", 1, "4", feb3)), priceV2("t1").Raw(t),
+		use(usageAt("t1", 2, "5", jan20)))
+	before2, err := adjust(t, svc, "t1", c[1].ChargeID, "-0.01", "USD")
+	if err != nil {
 		t.Fatal(err)
 	}
 	closePeriod(t, svc, "t1", "2026-01", "close")
 	closePeriod(t, svc, "t1", "2026-01", "close-again")
 	// After the close: late usage goes to February; an adjustment of a
-	// January charge stays January's, after the close.
-	bt.Decide(t, pool, ib, usageAt("t1", 1, "6", jan20).Raw(t))
-	if _, err := adjust(t, svc, "t1", c[0].ChargeID, "-1", "USD"); err != nil {
+	// January charge stays January's, after the close, and is not counted.
+	lateEnv, lateRaw := usageAt("t1", 1, "6", jan20).Envelope(t)
+	usage = append(usage, lateEnv)
+	bt.Decide(t, pool, ib, lateRaw)
+	after, err := adjust(t, svc, "t1", c[0].ChargeID, "-1", "USD")
+	if err != nil {
 		t.Fatal(err)
 	}
+	if after.Period != "2026-01" {
+		t.Fatalf("after-close adjustment reply = %+v", after)
+	}
 
-	type key struct{ tenant, period string }
-	versions := map[key][]int64{}
-	types := map[key][]string{}
-	for _, p := range bt.Outbox(t, pool) {
+	out := bt.Outbox(t, pool)
+	rated := map[uuid.UUID]events.ChargeRated{} // by usage event id
+	var closes []events.BillingPeriodClosed
+	var posted []events.AdjustmentPosted
+	var janCharges []uuid.UUID
+	for _, p := range out {
 		e := p.Envelope
-		if e.AggregateType != events.AggregateBillingPeriod || e.Producer != "billing" {
+		if e.Producer != "billing" || e.AggregateVersion != 1 || p.Topic != events.TopicBilling ||
+			e.PartitionKey != e.TenantID+"|"+e.AggregateType+"|"+e.AggregateID {
 			t.Fatalf("unexpected event %+v", e)
 		}
-		if e.PartitionKey != e.TenantID+"|billing_period|"+e.AggregateID {
-			t.Fatalf("partition key %q", e.PartitionKey)
-		}
-		k := key{e.TenantID, e.AggregateID}
-		versions[k] = append(versions[k], e.AggregateVersion)
-		types[k] = append(types[k], e.EventType)
-	}
-	for k, vs := range versions {
-		for i, v := range vs {
-			if v != int64(i+1) {
-				t.Fatalf("%v versions = %v, want 1..%d in append order", k, vs, len(vs))
+		switch v := p.Payload.(type) {
+		case events.ChargeRated:
+			if e.AggregateType != events.AggregateCharge || e.AggregateID != v.ChargeID.String() ||
+				e.PartitionKey != e.TenantID+"|charge|"+v.ChargeID.String() || e.CausationID != v.UsageEventID.String() {
+				t.Fatalf("ChargeRated %s on %+v", bt.JSON(v), e)
 			}
+			if _, dup := rated[v.UsageEventID]; dup {
+				t.Fatalf("usage %s rated twice", v.UsageEventID)
+			}
+			rated[v.UsageEventID] = v
+			var eventID uuid.UUID
+			if err := pool.QueryRow(context.Background(), `SELECT event_id FROM charge WHERE charge_id = $1`, v.ChargeID).
+				Scan(&eventID); err != nil || eventID != e.EventID {
+				t.Fatalf("charge %s row event %s, published %s: %v", v.ChargeID, eventID, e.EventID, err)
+			}
+			if e.TenantID == "t1" && v.Period == "2026-01" {
+				janCharges = append(janCharges, e.EventID)
+			}
+		case events.AdjustmentPosted:
+			if e.AggregateType != events.AggregateAdjustment || e.AggregateID != v.AdjustmentID.String() {
+				t.Fatalf("AdjustmentPosted %s on %+v", bt.JSON(v), e)
+			}
+			posted = append(posted, v)
+		case events.BillingPeriodClosed:
+			if e.AggregateType != events.AggregateBillingPeriod || e.AggregateID != v.Period {
+				t.Fatalf("BillingPeriodClosed %s on %+v", bt.JSON(v), e)
+			}
+			closes = append(closes, v)
+		default:
+			t.Fatalf("unexpected payload %T", p.Payload)
 		}
 	}
-	jan := types[key{"t1", "2026-01"}]
-	want := []string{"ChargeRated", "ChargeRated", "AdjustmentPosted", "ChargeRated", "ChargeRated", "AdjustmentPosted",
-		"BillingPeriodClosed", "AdjustmentPosted"}
-	if fmt.Sprint(jan) != fmt.Sprint(want) {
-		t.Fatalf("t1 2026-01 events = %v, want %v", jan, want)
+	if len(rated) != len(usage) {
+		t.Fatalf("%d ChargeRated for %d usage events", len(rated), len(usage))
 	}
-	if feb := types[key{"t1", "2026-02"}]; len(feb) != 2 {
-		t.Fatalf("t1 2026-02 events = %v", feb)
+	for _, u := range usage {
+		if _, ok := rated[u.EventID]; !ok {
+			t.Fatalf("usage %s has no ChargeRated", u.EventID)
+		}
 	}
-	if t2 := versions[key{"t2", "2026-01"}]; len(t2) != 1 {
-		t.Fatalf("t2 versions = %v", t2)
+	if late := rated[lateEnv.EventID]; !late.Late || late.Period != "2026-02" {
+		t.Fatalf("late usage rated %s", bt.JSON(late))
 	}
-	closes := bt.OfType[events.BillingPeriodClosed](bt.Outbox(t, pool))
-	if len(closes) != 1 || closes[0].Charges != 4 || closes[0].Adjustments != 2 {
+	if len(posted) != 3 || posted[0].AfterClose || posted[1].AfterClose || !posted[2].AfterClose ||
+		posted[2].AdjustmentID != after.AdjustmentID || posted[2].Period != "2026-01" {
+		t.Fatalf("adjustments = %s", bt.JSON(posted))
+	}
+	var afterClose bool
+	if err := pool.QueryRow(context.Background(), `SELECT after_close FROM adjustment WHERE adjustment_id = $1`,
+		after.AdjustmentID).Scan(&afterClose); err != nil || !afterClose {
+		t.Fatalf("after-close adjustment row: after_close %v, %v", afterClose, err)
+	}
+
+	// One close: January's 5 charges (USD 1 + 2 + 3 at v1, 5 at v2; KRW 7)
+	// and the two adjustments posted before it, not the one after.
+	if len(closes) != 1 {
 		t.Fatalf("closes = %s", bt.JSON(closes))
 	}
+	cl := closes[0]
+	usd, krw := cl.Currencies["USD"], cl.Currencies["KRW"]
+	if cl.Charges != 5 || cl.Adjustments != 2 || usd.Charges != 4 || krw.Charges != 1 ||
+		!usd.ChargeAmount.Equal(bt.Dec(t, "0.175")) || !krw.ChargeAmount.Equal(bt.Dec(t, "95.9")) ||
+		usd.Adjustments != 2 || !usd.AdjustmentAmount.Equal(bt.Dec(t, "1.49")) || krw.Adjustments != 0 ||
+		!cl.Totals["USD"].Equal(bt.Dec(t, "1.665")) {
+		t.Fatalf("close = %s", bt.JSON(cl))
+	}
+	// The SQL digests are pkg/digest's over the published event ids.
+	if usd.AdjustmentDigest != digestOf(before1.EventID, before2.EventID) ||
+		krw.AdjustmentDigest != "0" {
+		t.Fatalf("close digests = %s", bt.JSON(cl.Currencies))
+	}
+	var all digest.Set
+	for _, id := range janCharges {
+		all.Add(id)
+	}
+	usdIDs, krwIDs := chargeEventIDs(t, pool, "t1", "2026-01", "USD"), chargeEventIDs(t, pool, "t1", "2026-01", "KRW")
+	if usd.ChargeDigest != digestOf(usdIDs...) || krw.ChargeDigest != digestOf(krwIDs...) ||
+		digestOf(append(usdIDs, krwIDs...)...) != all.String() || all.Len() != 5 {
+		t.Fatalf("charge digests %s, want USD %s KRW %s", bt.JSON(cl.Currencies), digestOf(usdIDs...), digestOf(krwIDs...))
+	}
+	checkClose(t, pool, "t1", cl)
+}
+
+// chargeEventIDs are the ChargeRated event ids of a period's charges in one
+// currency.
+func chargeEventIDs(t *testing.T, pool *pgxpool.Pool, tenant, period, currency string) []uuid.UUID {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT event_id FROM charge WHERE tenant_id = $1 AND period = $2 AND currency = $3`,
+		tenant, period, currency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }

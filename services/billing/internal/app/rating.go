@@ -78,9 +78,6 @@ func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.De
 	occurred := events.Period(u.OccurredAt)
 	period, late := occurred, false
 	for attempt := 1; ; attempt++ {
-		if err := s.ensurePeriod(ctx, in.TenantID, period); err != nil {
-			return inbox.Outcome{}, err
-		}
 		row, err := db.RateUsageLocked(ctx, tx, db.RateUsageParams{
 			TenantID: in.TenantID, MeterCode: u.MeterCode, Currency: u.Currency,
 			PriceVersion: u.PriceVersion, Period: period, ChargeID: chargeID, EventID: eventID,
@@ -125,19 +122,4 @@ func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.De
 		}
 		period, late = domain.RatingPeriod(occurred, notOpen)
 	}
-}
-
-// ensurePeriod makes sure the tenant's period row exists, outside the rating
-// transaction (see EnsurePeriod); rows are never deleted, so each process
-// asks once per period.
-func (s *Service) ensurePeriod(ctx context.Context, tenantID, period string) error {
-	key := tenantID + "|" + period
-	if _, ok := s.periods.Load(key); ok {
-		return nil
-	}
-	if err := db.New(s.pool).EnsurePeriod(ctx, db.EnsurePeriodParams{TenantID: tenantID, Period: period}); err != nil {
-		return fmt.Errorf("create period %s of %s: %w", period, tenantID, err)
-	}
-	s.periods.Store(key, struct{}{})
-	return nil
 }

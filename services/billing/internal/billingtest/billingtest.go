@@ -6,6 +6,7 @@ package billingtest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/digest"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
@@ -38,6 +40,23 @@ var Template = pgtest.Template{
 func NewPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	return pgtest.NewPool(t, Template)
+}
+
+// NewPoolConns is NewPool with at most maxConns connections, for tests that
+// run more transactions at once than the default pool size allows.
+func NewPoolConns(t testing.TB, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pgtest.NewDB(t, Template))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close) // before the drop NewDB registered
+	return pool
 }
 
 // Registry returns a registry of the event contract.
@@ -221,4 +240,80 @@ func Count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 func JSON(v any) string {
 	b, _ := json.MarshalIndent(v, "", "  ")
 	return string(b)
+}
+
+// Tallies computes in Go, from billing's rows, what the close of a tenant's
+// period must count per currency: its charges and the adjustments not
+// marked after_close, each counted, summed exactly and digested with
+// package digest over their event ids. Comparing a BillingPeriodClosed's
+// Currencies with it checks the close's SQL against the Go digest.
+func Tallies(t testing.TB, pool *pgxpool.Pool, tenant, period string) map[string]events.CloseTally {
+	t.Helper()
+	type acc struct {
+		charges, adjustments         int64
+		chargeAmount, adjustmentAmnt decimal.Decimal
+		chargeDigest, adjustmentDig  digest.Set
+	}
+	accs := map[string]*acc{}
+	get := func(cur string) *acc {
+		if accs[cur] == nil {
+			accs[cur] = &acc{}
+		}
+		return accs[cur]
+	}
+	rows, err := pool.Query(context.Background(), `
+		SELECT 'charge', event_id, currency, amount FROM charge WHERE tenant_id = $1 AND period = $2
+		UNION ALL
+		SELECT 'adjustment', event_id, currency, amount FROM adjustment
+		WHERE tenant_id = $1 AND period = $2 AND NOT after_close`, tenant, period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind, cur string
+		var id uuid.UUID
+		var amount decimal.Decimal
+		if err := rows.Scan(&kind, &id, &cur, &amount); err != nil {
+			t.Fatal(err)
+		}
+		a := get(cur)
+		if kind == "charge" {
+			a.charges++
+			a.chargeAmount = a.chargeAmount.Add(amount)
+			a.chargeDigest.Add(id)
+		} else {
+			a.adjustments++
+			a.adjustmentAmnt = a.adjustmentAmnt.Add(amount)
+			a.adjustmentDig.Add(id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]events.CloseTally, len(accs))
+	for cur, a := range accs {
+		out[cur] = events.CloseTally{
+			Charges: a.charges, ChargeAmount: a.chargeAmount, ChargeDigest: a.chargeDigest.String(),
+			Adjustments: a.adjustments, AdjustmentAmount: a.adjustmentAmnt, AdjustmentDigest: a.adjustmentDig.String(),
+		}
+	}
+	return out
+}
+
+// SameTallies reports whether two sets of tallies are equal, amounts
+// compared as numbers, and if not, why.
+func SameTallies(got, want map[string]events.CloseTally) (bool, string) {
+	if len(got) != len(want) {
+		return false, fmt.Sprintf("%d currencies, want %d:\n%s\nwant\n%s", len(got), len(want), JSON(got), JSON(want))
+	}
+	for cur, w := range want {
+		g, ok := got[cur]
+		if !ok || g.Charges != w.Charges || !g.ChargeAmount.Equal(w.ChargeAmount) || g.ChargeDigest != w.ChargeDigest ||
+			g.Adjustments != w.Adjustments || !g.AdjustmentAmount.Equal(w.AdjustmentAmount) ||
+			g.AdjustmentDigest != w.AdjustmentDigest {
+			return false, fmt.Sprintf("%s: %s, want %s", cur, JSON(g), JSON(w))
+		}
+	}
+	return true, ""
 }

@@ -6,13 +6,6 @@ INSERT INTO price_evidence (tenant_id, meter_code, currency, version, unit_price
 VALUES (@tenant_id, @meter_code, @currency, @version, @unit_price, @effective_at, @price_id, @event_id)
 ON CONFLICT DO NOTHING;
 
--- name: EnsurePeriod :exec
--- Creates a tenant's period row, open, unless it exists. Run on its own, not
--- in a rating transaction: raters of one tenant must never wait for each
--- other's uncommitted insert of the same row.
-INSERT INTO billing_period (tenant_id, period) VALUES (@tenant_id, @period)
-ON CONFLICT DO NOTHING;
-
 -- name: LockPeriodShared :exec
 -- Takes the period's advisory lock shared for the transaction: rating and
 -- adjustments hold it, any number at once; a close takes it exclusively
@@ -28,8 +21,11 @@ SELECT pg_advisory_xact_lock(hashtextextended(@tenant_id::text || '|' || @period
 -- name: RateUsage :one
 -- Rates one usage fact into @period in one statement, under the period's
 -- shared lock: reads the price evidence and the period's status, and inserts
--- the charge when the period is open. No row: the price version is missing.
--- A status other than open: nothing was written.
+-- the charge when the period is open. A period without a row is open: only
+-- a close writes period rows (MarkPeriodClosing, under the exclusive lock),
+-- so raters never write a row another rater may be writing, and a rating
+-- transaction needs no second connection. No row: the price version is
+-- missing. A status other than open: nothing was written.
 WITH price AS (
     SELECT pe.unit_price
     FROM price_evidence pe
@@ -48,10 +44,10 @@ WITH price AS (
            sqlc.arg(currency)::text, sqlc.arg(quantity)::numeric, price.unit_price,
            sqlc.arg(price_version)::bigint, sqlc.arg(quantity)::numeric * price.unit_price,
            sqlc.arg(period)::text, sqlc.arg(late)::boolean, sqlc.arg(occurred_at)::timestamptz
-    FROM price, bp
-    WHERE bp.status = 'open'
+    FROM price LEFT JOIN bp ON true
+    WHERE COALESCE(bp.status, 'open') = 'open'
 )
-SELECT price.unit_price, COALESCE(bp.status, '')::text AS status
+SELECT price.unit_price, COALESCE(bp.status, 'open')::text AS status
 FROM price LEFT JOIN bp ON true;
 
 -- name: NonOpenPeriodsFrom :many
@@ -93,7 +89,8 @@ ORDER BY currency, price_version, charge_id
 LIMIT sqlc.arg(row_limit);
 
 -- name: PeriodStatus :one
-SELECT status FROM billing_period WHERE tenant_id = @tenant_id AND period = @period;
+-- A period's status; open when it has no row yet.
+SELECT COALESCE((SELECT status FROM billing_period WHERE tenant_id = @tenant_id AND period = @period), 'open')::text AS status;
 
 -- name: InsertAdjustment :exec
 INSERT INTO adjustment (adjustment_id, event_id, tenant_id, correction_of, amount, currency, reason,
@@ -102,9 +99,9 @@ VALUES (@adjustment_id, @event_id, @tenant_id, @correction_of, @amount, @currenc
         @period, @after_close);
 
 -- name: MarkPeriodClosing :exec
--- Step 1 of a close: from its commit on, usage of the period is late. A
--- period without activity is created closing; a closing or closed period is
--- left as it is.
+-- Step 1 of a close, under the period's exclusive lock: from its commit on,
+-- usage of the period is late. A period without a row (rating writes none)
+-- is created closing; a closing or closed period is left as it is.
 INSERT INTO billing_period AS b (tenant_id, period, status, closing_at)
 VALUES (@tenant_id, @period, 'closing', now())
 ON CONFLICT (tenant_id, period) DO UPDATE SET status = 'closing', closing_at = now()
@@ -142,7 +139,8 @@ GROUP BY t.currency
 ORDER BY t.currency;
 
 -- name: MarkPeriodClosed :execrows
--- Step 2 of a close, under the row lock LockPeriod took.
+-- Step 2 of a close, under the period's exclusive lock and the row lock
+-- LockPeriod took.
 UPDATE billing_period
 SET status = 'closed', closed_at = sqlc.arg(closed_at)::timestamptz, close_event_id = sqlc.arg(close_event_id)::uuid
 WHERE tenant_id = @tenant_id AND period = @period AND status = 'closing';

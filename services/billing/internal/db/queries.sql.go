@@ -84,24 +84,6 @@ func (q *Queries) CloseTallies(ctx context.Context, arg CloseTalliesParams) ([]C
 	return items, nil
 }
 
-const ensurePeriod = `-- name: EnsurePeriod :exec
-INSERT INTO billing_period (tenant_id, period) VALUES ($1, $2)
-ON CONFLICT DO NOTHING
-`
-
-type EnsurePeriodParams struct {
-	TenantID string
-	Period   string
-}
-
-// Creates a tenant's period row, open, unless it exists. Run on its own, not
-// in a rating transaction: raters of one tenant must never wait for each
-// other's uncommitted insert of the same row.
-func (q *Queries) EnsurePeriod(ctx context.Context, arg EnsurePeriodParams) error {
-	_, err := q.db.Exec(ctx, ensurePeriod, arg.TenantID, arg.Period)
-	return err
-}
-
 const getCharge = `-- name: GetCharge :one
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
        price_version, amount, period, late, occurred_at
@@ -453,7 +435,8 @@ type MarkPeriodClosedParams struct {
 	Period       string
 }
 
-// Step 2 of a close, under the row lock LockPeriod took.
+// Step 2 of a close, under the period's exclusive lock and the row lock
+// LockPeriod took.
 func (q *Queries) MarkPeriodClosed(ctx context.Context, arg MarkPeriodClosedParams) (int64, error) {
 	result, err := q.db.Exec(ctx, markPeriodClosed,
 		arg.ClosedAt,
@@ -479,9 +462,9 @@ type MarkPeriodClosingParams struct {
 	Period   string
 }
 
-// Step 1 of a close: from its commit on, usage of the period is late. A
-// period without activity is created closing; a closing or closed period is
-// left as it is.
+// Step 1 of a close, under the period's exclusive lock: from its commit on,
+// usage of the period is late. A period without a row (rating writes none)
+// is created closing; a closing or closed period is left as it is.
 func (q *Queries) MarkPeriodClosing(ctx context.Context, arg MarkPeriodClosingParams) error {
 	_, err := q.db.Exec(ctx, markPeriodClosing, arg.TenantID, arg.Period)
 	return err
@@ -520,7 +503,7 @@ func (q *Queries) NonOpenPeriodsFrom(ctx context.Context, arg NonOpenPeriodsFrom
 }
 
 const periodStatus = `-- name: PeriodStatus :one
-SELECT status FROM billing_period WHERE tenant_id = $1 AND period = $2
+SELECT COALESCE((SELECT status FROM billing_period WHERE tenant_id = $1 AND period = $2), 'open')::text AS status
 `
 
 type PeriodStatusParams struct {
@@ -528,6 +511,7 @@ type PeriodStatusParams struct {
 	Period   string
 }
 
+// A period's status; open when it has no row yet.
 func (q *Queries) PeriodStatus(ctx context.Context, arg PeriodStatusParams) (string, error) {
 	row := q.db.QueryRow(ctx, periodStatus, arg.TenantID, arg.Period)
 	var status string
@@ -554,10 +538,10 @@ WITH price AS (
            $3::text, $10::numeric, price.unit_price,
            $4::bigint, $10::numeric * price.unit_price,
            $5::text, $11::boolean, $12::timestamptz
-    FROM price, bp
-    WHERE bp.status = 'open'
+    FROM price LEFT JOIN bp ON true
+    WHERE COALESCE(bp.status, 'open') = 'open'
 )
-SELECT price.unit_price, COALESCE(bp.status, '')::text AS status
+SELECT price.unit_price, COALESCE(bp.status, 'open')::text AS status
 FROM price LEFT JOIN bp ON true
 `
 
@@ -583,8 +567,11 @@ type RateUsageRow struct {
 
 // Rates one usage fact into @period in one statement, under the period's
 // shared lock: reads the price evidence and the period's status, and inserts
-// the charge when the period is open. No row: the price version is missing.
-// A status other than open: nothing was written.
+// the charge when the period is open. A period without a row is open: only
+// a close writes period rows (MarkPeriodClosing, under the exclusive lock),
+// so raters never write a row another rater may be writing, and a rating
+// transaction needs no second connection. No row: the price version is
+// missing. A status other than open: nothing was written.
 func (q *Queries) RateUsage(ctx context.Context, arg RateUsageParams) (RateUsageRow, error) {
 	row := q.db.QueryRow(ctx, rateUsage,
 		arg.TenantID,

@@ -168,33 +168,6 @@ func ChargeNotFound(id uuid.UUID) error {
 	return errorf(NotFound, "charge_not_found", "no charge %s for this tenant", id)
 }
 
-// PeriodTotal is one currency's share of a period.
-type PeriodTotal struct {
-	Currency    string
-	Charges     int64
-	Adjustments int64
-	Total       decimal.Decimal
-}
-
-// Summary is what a close reports of a period: counts over all currencies and
-// the exact total (charges + adjustments) per currency.
-type Summary struct {
-	Charges     int64
-	Adjustments int64
-	Totals      map[string]decimal.Decimal
-}
-
-// Summarize adds up a period's per-currency figures.
-func Summarize(rows []PeriodTotal) Summary {
-	s := Summary{Totals: make(map[string]decimal.Decimal, len(rows))}
-	for _, r := range rows {
-		s.Charges += r.Charges
-		s.Adjustments += r.Adjustments
-		s.Totals[r.Currency] = s.Totals[r.Currency].Add(r.Total)
-	}
-	return s
-}
-
 // clip shortens a client's text quoted back in an error detail.
 func clip(s string) string {
 	const max = 64

@@ -120,16 +120,3 @@ func TestCheckAdjustment(t *testing.T) {
 		t.Fatalf("code = %q", code)
 	}
 }
-
-func TestSummarize(t *testing.T) {
-	s := Summarize([]PeriodTotal{
-		{Currency: "KRW", Charges: 2, Total: decimal.RequireFromString("41.1")},
-		{Currency: "USD", Charges: 3, Adjustments: 1, Total: decimal.RequireFromString("1.04375")},
-	})
-	if s.Charges != 5 || s.Adjustments != 1 || !s.Totals["USD"].Equal(decimal.RequireFromString("1.04375")) || len(s.Totals) != 2 {
-		t.Fatalf("summary = %+v", s)
-	}
-	if s := Summarize(nil); s.Charges != 0 || s.Totals == nil || len(s.Totals) != 0 {
-		t.Fatalf("empty summary = %+v", s)
-	}
-}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/pkg/events"
@@ -114,7 +115,7 @@ func (f *fixture) state(t *testing.T) string {
 	err := f.pool.QueryRow(context.Background(), `SELECT concat_ws(' ',
 		(SELECT count(*) FROM adjustment), (SELECT count(*) FROM charge), (SELECT count(*) FROM outbox_event),
 		(SELECT count(*) FROM idempotency_key), (SELECT count(*) FROM billing_period),
-		(SELECT string_agg(tenant_id || period || status || version, ',' ORDER BY tenant_id, period) FROM billing_period))`).Scan(&s)
+		(SELECT string_agg(tenant_id || period || status, ',' ORDER BY tenant_id, period) FROM billing_period))`).Scan(&s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,6 +193,19 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		{"charges: no period", "GET", "/v1/tenants/t1/charges", nil, "", "", 400, "invalid_period"},
 		{"charges: bad period", "GET", "/v1/tenants/t1/charges?period=2026-00", nil, "", "", 400, "invalid_period"},
 		{"charges: invalid tenant", "GET", "/v1/tenants/t$1/charges?period=2026-01", nil, "", "", 400, "invalid_tenant_id"},
+		{"charges: limit 0", "GET", "/v1/tenants/t1/charges?period=2026-01&limit=0", nil, "", "", 400, "invalid_limit"},
+		{"charges: limit over 1000", "GET", "/v1/tenants/t1/charges?period=2026-01&limit=1001", nil, "", "", 400, "invalid_limit"},
+		{"charges: limit not a number", "GET", "/v1/tenants/t1/charges?period=2026-01&limit=ten", nil, "", "", 400, "invalid_limit"},
+		{"charges: negative limit", "GET", "/v1/tenants/t1/charges?period=2026-01&limit=-1", nil, "", "", 400, "invalid_limit"},
+		{"charges: cursor not base64", "GET", "/v1/tenants/t1/charges?period=2026-01&cursor=%25%25", nil, "", "", 400, "invalid_cursor"},
+		{"charges: cursor not json", "GET", "/v1/tenants/t1/charges?period=2026-01&cursor=bm90IGpzb24", nil, "", "", 400, "invalid_cursor"},
+		{"charges: cursor of another shape", "GET", "/v1/tenants/t1/charges?period=2026-01&cursor=WzEsMl0", nil, "", "", 400, "invalid_cursor"},
+		{"charges: cursor with a bad charge id", "GET", "/v1/tenants/t1/charges?period=2026-01&cursor=eyJpZCI6IngifQ", nil, "", "", 400, "invalid_cursor"},
+		{"charges: cursor too long", "GET", "/v1/tenants/t1/charges?period=2026-01&cursor=" + strings.Repeat("e", 2000), nil, "", "", 400, "invalid_cursor"},
+		{"charges: priceVersion 0", "GET", "/v1/tenants/t1/charges?period=2026-01&meterCode=api_calls&priceVersion=0", nil, "", "", 400, "invalid_price_version"},
+		{"charges: negative priceVersion", "GET", "/v1/tenants/t1/charges?period=2026-01&meterCode=api_calls&priceVersion=-2", nil, "", "", 400, "invalid_price_version"},
+		{"charges: priceVersion not a number", "GET", "/v1/tenants/t1/charges?period=2026-01&meterCode=api_calls&priceVersion=v1", nil, "", "", 400, "invalid_price_version"},
+		{"charges: priceVersion without meterCode", "GET", "/v1/tenants/t1/charges?period=2026-01&priceVersion=1", nil, "", "", 400, "invalid_price_version"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := f.state(t)
@@ -343,5 +357,127 @@ func TestDatabaseDownIs503(t *testing.T) {
 		if resp.status != http.StatusServiceUnavailable || resp.problem(t) != "database_unavailable" {
 			t.Errorf("%s %s: %d %s", req.method, req.path, resp.status, resp.body)
 		}
+	}
+}
+
+type chargesPage struct {
+	Charges []struct {
+		ChargeID     string `json:"chargeId"`
+		MeterCode    string `json:"meterCode"`
+		Currency     string `json:"currency"`
+		PriceVersion int64  `json:"priceVersion"`
+		Period       string `json:"period"`
+	} `json:"charges"`
+	Next *string `json:"next"`
+}
+
+// pages reads a charges list page by page and returns the charges as
+// "meter/currency/version/id", in the order read, and the page sizes.
+func (f *fixture) pages(t *testing.T, query string) (all []string, sizes []int) {
+	t.Helper()
+	cursor := ""
+	for range 100 {
+		path := "/v1/tenants/t1/charges?" + query
+		if cursor != "" {
+			path += "&cursor=" + cursor
+		}
+		r := f.do(t, "GET", path, nil, "")
+		var p chargesPage
+		if r.status != 200 || json.Unmarshal(r.body, &p) != nil {
+			t.Fatalf("GET %s: %d %s", path, r.status, r.body)
+		}
+		for _, c := range p.Charges {
+			if c.Period != "2026-01" {
+				t.Fatalf("GET %s: a charge of %s", path, c.Period)
+			}
+			all = append(all, fmt.Sprintf("%s/%s/%d/%s", c.MeterCode, c.Currency, c.PriceVersion, c.ChargeID))
+		}
+		sizes = append(sizes, len(p.Charges))
+		if p.Next == nil {
+			if strings.Contains(string(r.body), `"next"`) {
+				t.Fatalf("GET %s: the last page names next: %s", path, r.body)
+			}
+			return all, sizes
+		}
+		cursor = *p.Next
+	}
+	t.Fatalf("%s: more than 100 pages", query)
+	return nil, nil
+}
+
+// chargesInDB returns t1's January charges matching where, as
+// "meter/currency/version/id", in line order.
+func (f *fixture) chargesInDB(t *testing.T, where string) []string {
+	t.Helper()
+	rows, err := f.pool.Query(context.Background(), `SELECT meter_code || '/' || currency || '/' || price_version || '/' || charge_id
+		FROM charge WHERE tenant_id = 't1' AND period = '2026-01' AND `+where+`
+		ORDER BY meter_code, currency, price_version, charge_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The charges list: pages in line order (meter, currency, price version,
+// charge id) of at most limit charges, next absent on the last page; with
+// meterCode and priceVersion exactly the charges of one invoice line.
+func TestChargesListPagesInLineOrder(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t) // t1 and t2: one api_calls USD v1 charge each in January
+	svc := app.New(f.pool, nil)
+	ib := bt.NewInbox(t, svc)
+	jan15 := time.Date(2026, 1, 15, 0, 0, 0, 0, time.UTC)
+	raws := [][]byte{
+		bt.Price{Tenant: "t1", Meter: "api_calls", Currency: "USD", Version: 2, UnitPrice: "0.25", EffectiveAt: jan15}.Raw(t),
+		bt.Price{Tenant: "t1", Meter: "sms", Currency: "KRW", Version: 1, UnitPrice: "13", EffectiveAt: jan10.AddDate(0, 0, -9)}.Raw(t),
+	}
+	usage := func(tenant, meter, currency string, version int64, at time.Time, n int) {
+		for i := range n {
+			raws = append(raws, bt.Usage{Tenant: tenant, Meter: meter, Currency: currency, PriceVersion: version,
+				Quantity: fmt.Sprint(i + 1), OccurredAt: at}.Raw(t))
+		}
+	}
+	usage("t1", "sms", "KRW", 1, jan10, 3)
+	usage("t1", "api_calls", "USD", 2, jan15.Add(time.Hour), 4)
+	usage("t1", "api_calls", "USD", 1, jan10, 4) // 5 with the fixture's
+	usage("t1", "api_calls", "USD", 2, jan10.AddDate(0, 1, 0), 2)
+	usage("t2", "api_calls", "USD", 1, jan10, 2)
+	bt.Decide(t, f.pool, ib, raws...)
+
+	want := f.chargesInDB(t, "true")
+	if len(want) != 12 {
+		t.Fatalf("t1 January charges = %d, want 12", len(want))
+	}
+	for _, tc := range []struct {
+		name, query, where string
+		sizes              string
+	}{
+		{"default limit", "period=2026-01", "true", "[12]"},
+		{"limit 5", "period=2026-01&limit=5", "true", "[5 5 2]"},
+		{"limit 1", "period=2026-01&limit=1", "true", "[1 1 1 1 1 1 1 1 1 1 1 1]"},
+		{"limit as many as there are: one page, no next", "period=2026-01&limit=12", "true", "[12]"},
+		{"limit one short", "period=2026-01&limit=11", "true", "[11 1]"},
+		{"limit 1000", "period=2026-01&limit=1000", "true", "[12]"},
+		{"one meter", "period=2026-01&meterCode=api_calls&limit=4", "meter_code = 'api_calls'", "[4 4 1]"},
+		{"one line", "period=2026-01&meterCode=api_calls&priceVersion=2&limit=3",
+			"meter_code = 'api_calls' AND price_version = 2", "[3 1]"},
+		{"another line", "period=2026-01&meterCode=api_calls&priceVersion=1", "meter_code = 'api_calls' AND price_version = 1", "[5]"},
+		{"sms", "period=2026-01&meterCode=sms&priceVersion=1&limit=2", "meter_code = 'sms' AND price_version = 1", "[2 1]"},
+		{"no such line", "period=2026-01&meterCode=sms&priceVersion=2", "false", "[0]"},
+		{"no such meter", "period=2026-01&meterCode=storage", "false", "[0]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, sizes := f.pages(t, tc.query)
+			if fmt.Sprint(sizes) != tc.sizes {
+				t.Errorf("page sizes = %v, want %s", sizes, tc.sizes)
+			}
+			if want := f.chargesInDB(t, tc.where); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("charges =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
 	}
 }
