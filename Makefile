@@ -3,13 +3,16 @@ PKGS    := github.com/usagebilling/billing/...
 GO      ?= go
 SQLC    ?= $(shell command -v sqlc 2>/dev/null || echo $$($(GO) env GOPATH)/bin/sqlc)
 
-.PHONY: help demo up demo-library test check sqlc-check unit-test apache-test fuzz bench kafka-jars
+.PHONY: help demo load up demo-library test check sqlc-check unit-test apache-test fuzz bench kafka-jars
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 demo: ## the whole system on this machine: a client bills usage over HTTP, every figure checked and reported
 	$(GO) build -o bin/ ./e2e/cmd/demo && ./bin/demo
+
+load: ## drive usage over HTTP, report accepted/s, end-to-end/s, lag, latencies and a plot (ARGS='-duration 20s -rate 500'; starts the stack itself unless given URLs)
+	$(GO) build -o bin/ ./e2e/cmd/load && ./bin/load $(ARGS)
 
 up: ## the whole system left running (services on 8081-8085) until Ctrl-C; the README has curl calls to try
 	$(GO) build -o bin/ ./e2e/cmd/stack && exec ./bin/stack

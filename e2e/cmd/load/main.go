@@ -1,0 +1,202 @@
+// Command load drives usage facts into the system over HTTP and reports
+// what it really does: facts accepted per second, facts charged end to end
+// (as the query service shows them), the lag, the usage -> query latency,
+// and the outbox relay and inbox latencies from each service's /metrics.
+// It exits non-zero if an accepted fact was lost or charged twice, or if
+// usage answered a fact with a 5xx.
+//
+//	make load                                 # -self: starts the stack here, runs 1m, stops it
+//	make load ARGS='-duration 20s -rate 500'
+//	go run ./e2e/cmd/load -usage http://127.0.0.1:8082 ... -dev-key -tenants 10 -dominant 0.5
+//
+// With no URL flag it starts the whole system in this process (e2e/stack,
+// like `make demo`; the stack's environment variables apply: KAFKA=apache,
+// STACK_INSTANCES, ...) and stops it at the end. The report goes to the
+// terminal and to -out (report.txt, report.json, load.svg).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/usagebilling/billing/e2e/load"
+	"github.com/usagebilling/billing/e2e/stack"
+)
+
+func main() {
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context) int {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	urls := map[string]*string{}
+	for i, s := range load.Services {
+		urls[s] = fs.String(s, fmt.Sprintf("http://127.0.0.1:%d", 8081+i), "base URL of the "+s+" service")
+	}
+	var cfg load.Config
+	self := fs.Bool("self", false, "start the whole stack in this process, run against it, stop it (the default when no URL flag is given)")
+	fs.StringVar(&cfg.Token, "token", "", "bearer token for every call (an operator token, or a tenant token: then its tenant is the one tenant)")
+	fs.BoolVar(&cfg.DevKey, "dev-key", false, "mint a tenant token per tenant with the published development key (the default without -token)")
+	fs.IntVar(&cfg.Tenants, "tenants", 1, "number of tenants")
+	fs.Float64Var(&cfg.Dominant, "dominant", -1, "share of the facts that go to tenant 0 (e.g. 0.5); the rest spread evenly; default: all even")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "offered facts per second; 0 sends flat out")
+	fs.DurationVar(&cfg.Duration, "duration", time.Minute, "how long to send")
+	fs.IntVar(&cfg.Batch, "batch", 500, "facts per POST usage:batch (1-1000)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 4, "requests in flight")
+	fs.DurationVar(&cfg.Drain, "drain", 5*time.Minute, "how long to wait, once sending stops, for every accepted fact to be counted and charged in query")
+	fs.DurationVar(&cfg.Poll, "poll", 250*time.Millisecond, "poll every tenant's query summary this often (never more than 50 polls/s in all)")
+	fs.StringVar(&cfg.RunID, "run-id", "", "prefix of the tenant ids and source event ids (default load-<UTC time>)")
+	out := fs.String("out", "", "directory for report.txt, report.json and load.svg (default a new directory under $TMPDIR)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "load: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	urlGiven := false
+	fs.Visit(func(f *flag.Flag) {
+		if _, ok := urls[f.Name]; ok {
+			urlGiven = true
+		}
+	})
+	if *self && urlGiven {
+		fmt.Fprintln(os.Stderr, "load: -self starts its own stack: give it no URL flag")
+		return 2
+	}
+	if !urlGiven && !*self {
+		*self = true
+		fmt.Println("==> no service URL given: starting the whole stack in this process (-self); it is stopped at the end")
+	}
+	cfg.URLs = map[string]string{}
+	for s, u := range urls {
+		cfg.URLs[s] = *u
+	}
+	if cfg.Token == "" && !cfg.DevKey {
+		cfg.DevKey = true
+		fmt.Println("==> no -token: minting a tenant token per tenant with the published development key (-dev-key)")
+	}
+	if cfg.Token != "" {
+		if t := load.TokenTenant(cfg.Token); t != "" {
+			if cfg.Tenants != 1 {
+				fmt.Fprintf(os.Stderr, "load: -token is a tenant token for %q, which reaches that tenant only: use -tenants 1, an operator token, or -dev-key\n", t)
+				return 2
+			}
+			cfg.TenantIDs = []string{t}
+			fmt.Printf("==> -token is a tenant token: the one tenant is %s (its earlier usage is the baseline)\n", t)
+		}
+	}
+	cfg.Describe = map[string]string{}
+	cfg.Out = os.Stdout
+
+	dir := *out
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "load-*"); err != nil {
+			fmt.Fprintln(os.Stderr, "load:", err)
+			return 1
+		}
+	}
+
+	var s *stack.Stack
+	if *self {
+		opts, err := stack.FromEnv(stack.Options{Logger: stack.ConsoleLogger(os.Stdout)})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "load:", err)
+			return 2
+		}
+		began := time.Now()
+		s, err = stack.Start(ctx, opts)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "load: start the stack:", err)
+			return 1
+		}
+		defer func() {
+			fmt.Println("==> stopping the stack")
+			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := s.Stop(sctx); err != nil {
+				fmt.Fprintln(os.Stderr, "load: stop the stack:", err)
+			}
+		}()
+		cfg.URLs = s.URLs()
+		describeStack(&cfg, opts, time.Since(began))
+	} else {
+		cfg.Describe["stack"] = "given by URL (not started here)"
+		cfg.Describe["kafka"] = "unknown (not started here)"
+	}
+
+	rep, err := load.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		if s != nil {
+			s.Keep()
+			fmt.Fprintf(os.Stderr, "load: service logs are kept in %s/logs\n", s.Dir())
+		}
+		return 1
+	}
+	fmt.Println()
+	rep.WriteText(os.Stdout)
+	if err := rep.WriteFiles(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "load: write the report:", err)
+		return 1
+	}
+	fmt.Printf("\nreport: %s/report.txt, %s/report.json; plot: %s/load.svg\n", dir, dir, dir)
+	if !rep.OK {
+		if s != nil {
+			s.Keep()
+			fmt.Printf("service logs are kept in %s/logs\n", s.Dir())
+		}
+		return 1
+	}
+	return 0
+}
+
+func describeStack(cfg *load.Config, opts stack.Options, took time.Duration) {
+	kafka := opts.Kafka
+	if kafka == "" {
+		kafka = stack.KafkaEmbedded
+		if len(opts.KafkaBrokers) > 0 {
+			kafka = stack.KafkaExternal
+		}
+	}
+	switch kafka {
+	case stack.KafkaEmbedded:
+		kafka += " (kfake, in the load tool's own process)"
+	case stack.KafkaExternal:
+		kafka += " " + strings.Join(opts.KafkaBrokers, ",")
+	}
+	parts := opts.Partitions
+	if parts == 0 {
+		parts = stack.DefaultPartitions
+	}
+	cfg.Describe["stack"] = fmt.Sprintf("started here (-self, e2e/stack) in %s: throwaway PostgreSQL, toxiproxy in front of Kafka and each database, services as processes", took.Round(100*time.Millisecond))
+	cfg.Describe["kafka"] = kafka + ", " + strconv.Itoa(parts) + " partitions per topic"
+	if len(opts.Instances) > 0 {
+		var inst []string
+		for _, s := range load.Services {
+			if n := opts.Instances[s]; n > 0 {
+				inst = append(inst, fmt.Sprintf("%s=%d", s, n))
+			}
+		}
+		cfg.Describe["instances"] = strings.Join(inst, ",")
+	}
+	if opts.PostgresURL != "" {
+		cfg.Describe["postgres"] = "existing server " + opts.PostgresURL
+	}
+}

@@ -1,0 +1,149 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/usagebilling/billing/pkg/auth"
+)
+
+// client calls the services with the right token for each tenant.
+type client struct {
+	http   *http.Client
+	urls   map[string]string
+	tokens map[string]string // by tenant
+	token  string            // for every tenant, when set
+}
+
+func newClient(cfg *Config) (*client, error) {
+	c := &client{
+		http: &http.Client{
+			Timeout: 60 * time.Second,
+			Transport: &http.Transport{
+				MaxIdleConns:        4 * (cfg.Concurrency + 4),
+				MaxIdleConnsPerHost: cfg.Concurrency + 4,
+				IdleConnTimeout:     90 * time.Second,
+			},
+		},
+		urls:   cfg.URLs,
+		tokens: map[string]string{},
+		token:  cfg.Token,
+	}
+	if cfg.Token != "" {
+		return c, nil
+	}
+	ttl := cfg.Duration + cfg.Drain + time.Hour
+	for _, t := range cfg.TenantIDs {
+		tok, err := auth.Token(auth.DevKey, auth.NewClaims("load-"+cfg.RunID, auth.RoleTenant, t, ttl))
+		if err != nil {
+			return nil, fmt.Errorf("mint a token for tenant %s: %w", t, err)
+		}
+		c.tokens[t] = tok
+	}
+	return c, nil
+}
+
+// TokenTenant returns the tenant claim of a tenant token (read, not
+// verified), or "" for any other token: with a tenant token the run can
+// reach that one tenant only.
+func TokenTenant(token string) string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var c struct {
+		Role   string `json:"role"`
+		Tenant string `json:"tenant"`
+	}
+	if json.Unmarshal(raw, &c) != nil || c.Role != auth.RoleTenant {
+		return ""
+	}
+	return c.Tenant
+}
+
+// answer is an HTTP response read whole.
+type answer struct {
+	status int
+	body   []byte
+	header http.Header
+}
+
+// problemCode returns the code of an application/problem+json body, or "".
+func (a answer) problemCode() string {
+	var p struct {
+		Code string `json:"code"`
+	}
+	if json.Unmarshal(a.body, &p) != nil {
+		return ""
+	}
+	return p.Code
+}
+
+func (a answer) String() string {
+	b := strings.TrimSpace(string(a.body))
+	if len(b) > 300 {
+		b = b[:300] + "..."
+	}
+	return fmt.Sprintf("%d %s", a.status, b)
+}
+
+// do sends a request to service for tenant ("" for none: /metrics).
+func (c *client) do(ctx context.Context, method, service, tenant, path string, header map[string]string, body any) (answer, error) {
+	var rd io.Reader
+	if body != nil {
+		switch b := body.(type) {
+		case []byte:
+			rd = bytes.NewReader(b)
+		default:
+			raw, err := json.Marshal(body)
+			if err != nil {
+				return answer{}, err
+			}
+			rd = bytes.NewReader(raw)
+		}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.urls[service], "/")+path, rd)
+	if err != nil {
+		return answer{}, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if tok := c.tokenFor(tenant); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return answer{}, err
+	}
+	return answer{status: resp.StatusCode, body: raw, header: resp.Header}, nil
+}
+
+func (c *client) tokenFor(tenant string) string {
+	if tenant == "" {
+		return ""
+	}
+	if c.token != "" {
+		return c.token
+	}
+	return c.tokens[tenant]
+}

@@ -1,0 +1,176 @@
+package load
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// Services are the five services in the order the report shows them.
+var Services = []string{"meter", "usage", "billing", "invoice", "query"}
+
+// Config is one load run.
+type Config struct {
+	// URLs are the base URLs of the services by name (Services).
+	URLs map[string]string
+	// Token is one bearer token for every call; empty means mint a tenant
+	// token per tenant with the development key (DevKey).
+	Token  string
+	DevKey bool
+
+	// RunID prefixes the tenant ids and the source event ids.
+	RunID string
+	// Tenants is the number of tenants (TenantIDs, when set, name them).
+	Tenants   int
+	TenantIDs []string
+	// Dominant is the share of the facts sent to tenant 0; the others
+	// share the rest evenly. Negative means an even spread.
+	Dominant float64
+	// Rate is the offered load in facts per second; 0 sends flat out.
+	Rate        float64
+	Duration    time.Duration
+	Batch       int
+	Concurrency int
+	// Drain bounds the wait, once sending stops, for query to count and
+	// charge every accepted fact.
+	Drain time.Duration
+	// Poll is the time to poll every tenant's summary once; polls are
+	// spaced at least MinPollGap apart whatever the number of tenants.
+	Poll time.Duration
+
+	MeterCode string
+	UnitPrice decimal.Decimal
+
+	// Describe are facts about the system under test for the report
+	// (Kafka kind, partitions, how it was started).
+	Describe map[string]string
+	// Out receives the progress lines.
+	Out io.Writer
+}
+
+// MinPollGap bounds the polling of query to 50 requests a second.
+const MinPollGap = 20 * time.Millisecond
+
+// Defaults fills in what is zero.
+func (c *Config) Defaults() {
+	if c.Tenants == 0 && len(c.TenantIDs) == 0 {
+		c.Tenants = 1
+	}
+	if c.Duration == 0 {
+		c.Duration = time.Minute
+	}
+	if c.Batch == 0 {
+		c.Batch = 500
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	if c.Drain == 0 {
+		c.Drain = 5 * time.Minute
+	}
+	if c.Poll == 0 {
+		c.Poll = 250 * time.Millisecond
+	}
+	if c.MeterCode == "" {
+		c.MeterCode = "load_calls"
+	}
+	if c.UnitPrice.IsZero() {
+		c.UnitPrice = decimal.RequireFromString("0.001")
+	}
+	if c.RunID == "" {
+		c.RunID = "load-" + time.Now().UTC().Format("20060102-150405")
+	}
+	if len(c.TenantIDs) == 0 {
+		for i := range c.Tenants {
+			c.TenantIDs = append(c.TenantIDs, fmt.Sprintf("%s-t%d", c.RunID, i))
+		}
+	}
+	c.Tenants = len(c.TenantIDs)
+}
+
+// Check reports every unusable setting at once.
+func (c *Config) Check() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	for _, s := range Services {
+		if !strings.HasPrefix(c.URLs[s], "http://") && !strings.HasPrefix(c.URLs[s], "https://") {
+			bad("-%s %q: want a base URL such as http://127.0.0.1:8081", s, c.URLs[s])
+		}
+	}
+	if c.Token == "" && !c.DevKey {
+		bad("no token: give -token, or -dev-key to mint tenant tokens with the development key")
+	}
+	if c.Tenants < 1 {
+		bad("-tenants %d: want at least 1", c.Tenants)
+	}
+	if c.Dominant > 1 {
+		bad("-dominant %g: want a share between 0 and 1", c.Dominant)
+	}
+	if c.Dominant >= 0 && c.Dominant < 1 && c.Tenants == 1 {
+		bad("-dominant %g with one tenant: tenant 0 gets everything", c.Dominant)
+	}
+	if c.Rate < 0 {
+		bad("-rate %g: want facts per second, 0 for flat out", c.Rate)
+	}
+	if c.Batch < 1 || c.Batch > 1000 {
+		bad("-batch %d: want 1 to 1000 facts per request", c.Batch)
+	}
+	if c.Concurrency < 1 {
+		bad("-concurrency %d: want at least 1", c.Concurrency)
+	}
+	if c.Duration <= 0 || c.Drain <= 0 || c.Poll <= 0 {
+		bad("-duration, -drain and -poll must be positive")
+	}
+	if !c.UnitPrice.IsPositive() {
+		bad("unit price %s: want a positive price", c.UnitPrice)
+	}
+	return errors.Join(errs...)
+}
+
+// Weights returns each tenant's share of the facts.
+func (c *Config) Weights() []float64 {
+	w := make([]float64, c.Tenants)
+	if c.Tenants == 1 {
+		w[0] = 1
+		return w
+	}
+	if c.Dominant < 0 {
+		for i := range w {
+			w[i] = 1 / float64(c.Tenants)
+		}
+		return w
+	}
+	w[0] = c.Dominant
+	for i := 1; i < len(w); i++ {
+		w[i] = (1 - c.Dominant) / float64(c.Tenants-1)
+	}
+	return w
+}
+
+// picker chooses the tenant of each batch by smooth weighted round robin:
+// deterministic, and every tenant's share stays within one batch of its
+// weight at all times.
+type picker struct {
+	weights []float64
+	current []float64
+}
+
+func newPicker(weights []float64) *picker {
+	return &picker{weights: weights, current: make([]float64, len(weights))}
+}
+
+func (p *picker) next() int {
+	best := 0
+	for i, w := range p.weights {
+		p.current[i] += w
+		if p.current[i] > p.current[best] {
+			best = i
+		}
+	}
+	p.current[best] -= 1 // the weights sum to 1
+	return best
+}

@@ -1,0 +1,167 @@
+package load
+
+import (
+	"bufio"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+)
+
+// PlotData is what load.svg shows: per second, the facts accepted and the
+// facts charged end to end, and the lag between them.
+type PlotData struct {
+	Title    string
+	Subtitle string
+	Points   []Point
+	// SendEnd is when sending stopped, in seconds after the first send.
+	SendEnd float64
+}
+
+// PlotData returns the plot of the report.
+func (r *Report) PlotData() PlotData {
+	verdict := "OK"
+	if !r.OK {
+		verdict = "FAILED"
+	}
+	return PlotData{
+		Title: fmt.Sprintf("make load %s: accepted %.0f/s sustained, end to end %.0f/s, %s",
+			r.RunID, r.Throughput.AcceptedPerSec, r.Throughput.EndToEndPerSec, verdict),
+		Subtitle: r.ConditionsLine(),
+		Points:   r.Series,
+		SendEnd:  r.Totals.SendSeconds,
+	}
+}
+
+// Plot geometry, in SVG user units.
+const (
+	plotW, plotH     = 960, 640
+	plotLeft         = 80
+	plotRight        = plotW - 30
+	ratesTop, ratesB = 90, 360
+	lagTop, lagB     = 420, 580
+)
+
+// WriteSVG writes the plot as a standalone SVG document: two panels on one
+// time axis, facts/s above (accepted, charged end to end) and the lag
+// (accepted - charged) below.
+func WriteSVG(w io.Writer, d PlotData) error {
+	bw := bufio.NewWriter(w)
+	p := func(format string, args ...any) { fmt.Fprintf(bw, format, args...) }
+	p(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
+	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", plotW, plotH, plotW, plotH)
+	p(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
+	p(`<text x="%d" y="28" font-size="16" font-weight="bold">%s</text>`+"\n", plotLeft, esc(d.Title))
+	p(`<text x="%d" y="50" fill="#444">%s</text>`+"\n", plotLeft, esc(d.Subtitle))
+
+	tMax := d.SendEnd
+	rMax, lagMax := 0.0, 0.0
+	for _, pt := range d.Points {
+		tMax = max(tMax, pt.T)
+		rMax = max(rMax, pt.AcceptedPerSec, pt.ChargedPerSec)
+		lagMax = max(lagMax, pt.Lag)
+	}
+	tMax = max(tMax, 1)
+	xStep := niceStep(tMax, 10)
+	tMax = math.Ceil(tMax/xStep) * xStep
+	rStep := niceStep(max(rMax, 1), 5)
+	rTop := math.Ceil(max(rMax, 1)/rStep) * rStep
+	lStep := niceStep(max(lagMax, 1), 4)
+	lTop := math.Ceil(max(lagMax, 1)/lStep) * lStep
+	x := func(t float64) float64 { return plotLeft + (plotRight-plotLeft)*t/tMax }
+	yR := func(v float64) float64 { return ratesB - (ratesB-ratesTop)*v/rTop }
+	yL := func(v float64) float64 { return lagB - (lagB-lagTop)*v/lTop }
+
+	panel := func(top, bottom float64, yTop, step float64, y func(float64) float64, label string) {
+		p(`<rect x="%d" y="%.1f" width="%d" height="%.1f" fill="none" stroke="#999"/>`+"\n", plotLeft, top, plotRight-plotLeft, bottom-top)
+		for v := 0.0; v <= yTop+step/2; v += step {
+			p(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e5e5e5"/>`+"\n", plotLeft, y(v), plotRight, y(v))
+			p(`<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", plotLeft-6, y(v)+4, num(v))
+		}
+		for t := 0.0; t <= tMax+xStep/2; t += xStep {
+			p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/>`+"\n", x(t), bottom, x(t), bottom+4)
+			p(`<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x(t), bottom+17, num(t))
+		}
+		p(`<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", (top+bottom)/2, esc(label))
+	}
+	panel(ratesTop, ratesB, rTop, rStep, yR, "facts per second")
+	panel(lagTop, lagB, lTop, lStep, yL, "lag (facts)")
+	p(`<text x="%d" y="%d" text-anchor="middle">seconds since the first send</text>`+"\n", (plotLeft+plotRight)/2, lagB+36)
+
+	if d.SendEnd > 0 {
+		for _, r := range [][2]float64{{ratesTop, ratesB}, {lagTop, lagB}} {
+			p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-dasharray="4 3"/>`+"\n", x(d.SendEnd), r[0], x(d.SendEnd), r[1])
+		}
+		p(`<text x="%.1f" y="%d" fill="#555">sending stops</text>`+"\n", x(d.SendEnd)+4, ratesTop+14)
+	}
+
+	// Rates: each second's count at the middle of its second.
+	line := func(color string, width float64, v func(Point) float64) {
+		if len(d.Points) == 0 {
+			return
+		}
+		var b strings.Builder
+		for _, pt := range d.Points {
+			fmt.Fprintf(&b, "%.1f,%.1f ", x(pt.T-0.5), yR(v(pt)))
+		}
+		p(`<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-linejoin="round" points="%s"/>`+"\n", color, width, strings.TrimSpace(b.String()))
+	}
+	line("#1f77b4", 2, func(pt Point) float64 { return pt.AcceptedPerSec })
+	line("#ff7f0e", 2, func(pt Point) float64 { return pt.ChargedPerSec })
+
+	// Lag: an area from zero, at the end of each second.
+	if len(d.Points) > 0 {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%.1f,%.1f ", x(0), yL(0))
+		for _, pt := range d.Points {
+			fmt.Fprintf(&b, "%.1f,%.1f ", x(pt.T), yL(max(pt.Lag, 0)))
+		}
+		fmt.Fprintf(&b, "%.1f,%.1f", x(d.Points[len(d.Points)-1].T), yL(0))
+		p(`<polygon fill="#d62728" fill-opacity="0.25" stroke="#d62728" stroke-width="1.5" points="%s"/>`+"\n", b.String())
+	}
+
+	// Legend, in one row above the panels.
+	legend := []struct{ color, text string }{
+		{"#1f77b4", "accepted/s (usage answered 201)"},
+		{"#ff7f0e", "charged/s end to end (seen in query)"},
+		{"#d62728", "lag = accepted - charged (below)"},
+	}
+	lx := plotLeft
+	for _, l := range legend {
+		p(`<line x1="%d" y1="68" x2="%d" y2="68" stroke="%s" stroke-width="3"/>`+"\n", lx, lx+24, l.color)
+		p(`<text x="%d" y="72">%s</text>`+"\n", lx+30, esc(l.text))
+		lx += 48 + 7*len(l.text)
+	}
+	p("</svg>\n")
+	return bw.Flush()
+}
+
+// niceStep returns a round step (1, 2 or 5 times a power of ten) that
+// cuts 0..v into about n parts.
+func niceStep(v float64, n int) float64 {
+	raw := v / float64(n)
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if raw <= m*mag {
+			return m * mag
+		}
+	}
+	return 10 * mag
+}
+
+func num(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%gM", math.Round(v/1e5)/10)
+	case v >= 1e4:
+		return fmt.Sprintf("%gk", math.Round(v/100)/10)
+	}
+	return fmt.Sprintf("%g", math.Round(v*100)/100)
+}
+
+func esc(s string) string {
+	var b strings.Builder
+	xml.EscapeText(&b, []byte(s))
+	return b.String()
+}

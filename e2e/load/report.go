@@ -1,0 +1,468 @@
+package load
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is what a run found; report.json is this, report.txt WriteText.
+type Report struct {
+	RunID      string      `json:"runId"`
+	Started    time.Time   `json:"started"`
+	Conditions Conditions  `json:"conditions"`
+	Totals     Totals      `json:"totals"`
+	Throughput Throughput  `json:"throughput"`
+	Latency    []Latency   `json:"latency"`
+	Relay      []HistStats `json:"relayCommitToAck"`
+	Inbox      []HistStats `json:"inboxBatchDuration"`
+	Tenants    []Tenant    `json:"tenants"`
+	Series     []Point     `json:"series"`
+	Failures   []string    `json:"failures"`
+	Notes      []string    `json:"notes"`
+	OK         bool        `json:"ok"`
+}
+
+// Conditions are the settings of the run and what is known of the system.
+type Conditions struct {
+	URLs         map[string]string `json:"urls"`
+	Tenants      int               `json:"tenants"`
+	Dominant     float64           `json:"dominantShare"`
+	Rate         float64           `json:"rateFactsPerSecond"` // 0: flat out
+	Batch        int               `json:"batch"`
+	Concurrency  int               `json:"concurrency"`
+	Duration     string            `json:"duration"`
+	Drain        string            `json:"drainTimeout"`
+	PollInterval string            `json:"pollIntervalPerTenant"`
+	Meter        string            `json:"meter"`
+	UnitPrice    string            `json:"unitPriceUSD"`
+	System       map[string]string `json:"system"`
+	Cores        int               `json:"cores"`
+	GOMAXPROCS   int               `json:"gomaxprocs"`
+	Host         string            `json:"host"`
+}
+
+// Totals count facts: sent, what usage answered, what query saw. Counted
+// and Charged are the load's facts (probes aside).
+type Totals struct {
+	Sent          int64            `json:"sent"`
+	Batches       int64            `json:"batches"`
+	Accepted      int64            `json:"accepted"`
+	Created       int64            `json:"created201"`
+	Replayed      int64            `json:"replayed200"`
+	Refused       int64            `json:"refused"`
+	RefusedBy     map[string]int64 `json:"refusedBy"`
+	ServerErrors  map[string]int64 `json:"serverErrorsBy"` // facts per attempt answered 5xx or not at all
+	Retries       int64            `json:"retries"`
+	InDoubt       int64            `json:"inDoubt"`
+	Probes        int64            `json:"probes"`
+	Counted       int64            `json:"countedByQuery"`
+	Charged       int64            `json:"chargedInQuery"`
+	FellBehind    int64            `json:"senderFellBehind"`
+	Polls         int64            `json:"queryPolls"`
+	PollErrors    int64            `json:"queryPollErrors"`
+	Drained       bool             `json:"drained"`
+	DrainSeconds  float64          `json:"drainSeconds"`
+	Interrupted   bool             `json:"interrupted"`
+	SendSeconds   float64          `json:"sendWindowSeconds"`
+	OfferedPerSec float64          `json:"offeredFactsPerSecond"`
+}
+
+// Throughput in facts per second.
+type Throughput struct {
+	AcceptedPerSec  float64 `json:"acceptedPerSecond"`  // accepted / sending window
+	EndToEndPerSec  float64 `json:"endToEndPerSecond"`  // charged in query / (first send -> last charge)
+	LastChargedSecs float64 `json:"lastChargedSeconds"` // after the first send
+}
+
+// Latency is the usage -> query latency of facts, by what query shows.
+type Latency struct {
+	What      string  `json:"what"`
+	Facts     int64   `json:"facts"`
+	P50       float64 `json:"p50Seconds"`
+	P95       float64 `json:"p95Seconds"`
+	P99       float64 `json:"p99Seconds"`
+	Max       float64 `json:"maxSeconds"`
+	Unreached int64   `json:"unreached"`
+	Extra     int64   `json:"extra"`
+}
+
+// Tenant is one tenant's account.
+type Tenant struct {
+	ID       string  `json:"id"`
+	Share    float64 `json:"share"`
+	Sent     int64   `json:"sent"`
+	Accepted int64   `json:"accepted"`
+	Probes   int64   `json:"probes"`
+	InDoubt  int64   `json:"inDoubt"`
+	Counted  int64   `json:"counted"` // probes included
+	Charged  int64   `json:"charged"` // probes included
+}
+
+// Point is one second of the run, T seconds after the first send.
+type Point struct {
+	T              float64 `json:"t"`
+	AcceptedPerSec float64 `json:"acceptedPerSecond"`
+	ChargedPerSec  float64 `json:"chargedPerSecond"`
+	Lag            float64 `json:"lag"` // accepted - charged at the end of the second
+}
+
+// LatencyMethod says how Latency is estimated.
+const LatencyMethod = "FIFO-matched estimate: query tells how many facts of a tenant it has counted (usage.count) " +
+	"and charged (charged USD / unit price), not which; the k-th fact of a tenant to be counted is taken to be the " +
+	"k-th that usage accepted (the response time of its batch), and the moment a count first reached k is taken " +
+	"as the midpoint between the poll that saw it and the poll before (error up to half the poll interval). " +
+	"Negative estimates are clamped to 0; the probe facts are left out."
+
+func buildReport(o *outcome) *Report {
+	cfg := o.cfg
+	r := &Report{RunID: cfg.RunID, Started: o.started}
+	host, _ := os.Hostname()
+	weights := cfg.Weights()
+	r.Conditions = Conditions{
+		URLs: cfg.URLs, Tenants: cfg.Tenants, Dominant: weights[0], Rate: cfg.Rate, Batch: cfg.Batch,
+		Concurrency: cfg.Concurrency, Duration: cfg.Duration.String(), Drain: cfg.Drain.String(),
+		PollInterval: max(cfg.Poll, MinPollGap*time.Duration(cfg.Tenants)).String(),
+		Meter:        cfg.MeterCode, UnitPrice: cfg.UnitPrice.String(), System: cfg.Describe,
+		Cores: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Host: host,
+	}
+
+	t := o.tally
+	t.mu.Lock()
+	r.Totals = Totals{
+		Sent: t.sentFacts, Batches: t.sentBatches, Accepted: t.created + t.replayed, Created: t.created,
+		Replayed: t.replayed, RefusedBy: t.refused, ServerErrors: t.serverErrs, Retries: t.retries,
+		InDoubt: t.inDoubt, FellBehind: t.behind, Polls: o.polls, PollErrors: o.pollErrs,
+		Drained: o.drained, DrainSeconds: (o.drainEnd - o.sendEnd).Seconds(), Interrupted: o.interrupted,
+		SendSeconds: (o.sendEnd - o.sendStart).Seconds(), OfferedPerSec: cfg.Rate,
+	}
+	for _, n := range t.refused {
+		r.Totals.Refused += n
+	}
+	var allAccepts []Step
+	var countSamples, chargeSamples []Sample
+	var allCharges []Step
+	var lastCharge time.Duration
+	for i, tt := range t.tenants {
+		v := o.views[i]
+		r.Totals.Probes += tt.probes
+		r.Totals.Counted += v.counted - tt.probes
+		r.Totals.Charged += v.charged - tt.probes
+		r.Tenants = append(r.Tenants, Tenant{ID: cfg.TenantIDs[i], Share: weights[i], Sent: tt.sent,
+			Accepted: tt.accepted, Probes: tt.probes, InDoubt: tt.inDoubt, Counted: v.counted, Charged: v.charged})
+		allAccepts = append(allAccepts, tt.accepts...)
+		allCharges = append(allCharges, v.chargeReach...)
+		if n := len(v.chargeReach); n > 0 {
+			lastCharge = max(lastCharge, v.chargeReach[n-1].At)
+		}
+		s, un, ex := MatchFIFO(tt.accepts, v.countReach, tt.probes)
+		countSamples = append(countSamples, s...)
+		r.addLatency(0, un, ex)
+		s, un, ex = MatchFIFO(tt.accepts, v.chargeReach, tt.probes)
+		chargeSamples = append(chargeSamples, s...)
+		r.addLatency(1, un, ex)
+		expected := tt.accepted + tt.probes
+		switch {
+		case v.counted < expected:
+			r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: query counted %d of %d accepted facts: %d not counted",
+				cfg.TenantIDs[i], v.counted, expected, expected-v.counted))
+		case v.counted > expected+tt.inDoubt:
+			r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: query counted %d facts, usage accepted %d (%d in doubt): %d counted twice",
+				cfg.TenantIDs[i], v.counted, expected, tt.inDoubt, v.counted-expected-tt.inDoubt))
+		}
+		switch {
+		case v.charged < expected:
+			r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: %d of %d accepted facts charged (in query): %d not charged",
+				cfg.TenantIDs[i], v.charged, expected, expected-v.charged))
+		case v.charged > expected+tt.inDoubt:
+			r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: %d facts charged, usage accepted %d (%d in doubt): %d charged twice",
+				cfg.TenantIDs[i], v.charged, expected, tt.inDoubt, v.charged-expected-tt.inDoubt))
+		}
+		if v.odd != "" {
+			r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: %s", cfg.TenantIDs[i], v.odd))
+		}
+	}
+	t.mu.Unlock()
+
+	if r.Totals.SendSeconds > 0 {
+		r.Throughput.AcceptedPerSec = float64(r.Totals.Accepted) / r.Totals.SendSeconds
+	}
+	if lastCharge > o.sendStart && r.Totals.Charged > 0 {
+		r.Throughput.LastChargedSecs = (lastCharge - o.sendStart).Seconds()
+		r.Throughput.EndToEndPerSec = float64(r.Totals.Charged) / r.Throughput.LastChargedSecs
+	}
+	r.Latency[0].fill(countSamples)
+	r.Latency[1].fill(chargeSamples)
+	r.Relay = histDeltas(o.before, o.after, RelayHistogram)
+	r.Inbox = histDeltas(o.before, o.after, InboxHistogram)
+	r.Series = perSecond(allAccepts, allCharges, o.sendStart, max(o.drainEnd, lastCharge))
+
+	if len(t.serverErrs) > 0 {
+		var parts []string
+		for _, k := range sortedKeys(t.serverErrs) {
+			parts = append(parts, fmt.Sprintf("%s: %d", k, t.serverErrs[k]))
+		}
+		r.Failures = append(r.Failures, fmt.Sprintf("usage answered facts with a 5xx or not at all (facts per attempt; %d retries, %d facts left in doubt): %s",
+			t.retries, t.inDoubt, strings.Join(parts, ", ")))
+	}
+	if !o.drained && !o.interrupted {
+		r.Failures = append(r.Failures, fmt.Sprintf("not every accepted fact was counted and charged in query within the drain timeout (%s)", cfg.Drain))
+	}
+	if o.interrupted {
+		r.Failures = append(r.Failures, "the run was interrupted: the figures are partial")
+	}
+	r.Notes = append(r.Notes, o.notes...)
+	if o.pollErrs > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d of %d query polls failed (last: %s)", o.pollErrs, o.polls, o.pollLastErr))
+	}
+	if t.behind > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("the sender fell more than a second behind the offered rate %d time(s): the system (or this machine) did not take %g facts/s", t.behind, cfg.Rate))
+	}
+	if r.Totals.Refused > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d facts refused (4xx): not a loss, but the load was not what was asked", r.Totals.Refused))
+	}
+	r.OK = len(r.Failures) == 0
+	return r
+}
+
+func (r *Report) addLatency(i int, unreached, extra int64) {
+	if r.Latency == nil {
+		r.Latency = []Latency{{What: "usage -> query counted (usage.count)"}, {What: "usage -> billing -> query charged"}}
+	}
+	r.Latency[i].Unreached += unreached
+	r.Latency[i].Extra += extra
+}
+
+func (l *Latency) fill(samples []Sample) {
+	for _, s := range samples {
+		l.Facts += s.Weight
+	}
+	ps, ok := Percentiles(samples, 50, 95, 99, 100)
+	if ok {
+		l.P50, l.P95, l.P99, l.Max = ps[0], ps[1], ps[2], ps[3]
+	}
+}
+
+// perSecond bins accepted and charged facts by the second after start
+// they happened in, up to end; Lag is their cumulative difference (probes
+// included) at the end of each second.
+func perSecond(accepts, charges []Step, start, end time.Duration) []Point {
+	n := int(math.Ceil((end - start).Seconds()))
+	if n <= 0 {
+		return nil
+	}
+	acc := make([]float64, n)
+	ch := make([]float64, n)
+	var accBefore, chBefore float64
+	add := func(steps []Step, bins []float64, before *float64) {
+		for _, s := range steps {
+			switch b := int((s.At - start) / time.Second); {
+			case s.At < start:
+				*before += float64(s.N)
+			case b < n:
+				bins[b] += float64(s.N)
+			}
+		}
+	}
+	add(accepts, acc, &accBefore)
+	add(charges, ch, &chBefore)
+	pts := make([]Point, n)
+	cumA, cumC := accBefore, chBefore
+	for i := range n {
+		cumA += acc[i]
+		cumC += ch[i]
+		pts[i] = Point{T: float64(i + 1), AcceptedPerSec: acc[i], ChargedPerSec: ch[i], Lag: cumA - cumC}
+	}
+	return pts
+}
+
+// WriteFiles writes report.txt, report.json and load.svg into dir.
+func (r *Report) WriteFiles(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var txt strings.Builder
+	r.WriteText(&txt)
+	if err := os.WriteFile(filepath.Join(dir, "report.txt"), []byte(txt.String()), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "load.svg"))
+	if err != nil {
+		return err
+	}
+	if err := WriteSVG(f, r.PlotData()); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// ConditionsLine is the conditions in one line, for titles.
+func (r *Report) ConditionsLine() string {
+	c := r.Conditions
+	rate := "flat out"
+	if c.Rate > 0 {
+		rate = fmt.Sprintf("rate %g/s", c.Rate)
+	}
+	kafka := "unknown"
+	if f := strings.Fields(strings.TrimSuffix(c.System["kafka"], ",")); len(f) > 0 {
+		kafka = strings.TrimSuffix(f[0], ",")
+	}
+	return fmt.Sprintf("%s, %s, %d tenant(s) (tenant 0 %.0f%%), batch %d, concurrency %d, Kafka %s, %d cores",
+		c.Duration, rate, c.Tenants, 100*c.Dominant, c.Batch, c.Concurrency, kafka, c.Cores)
+}
+
+func ms(s float64) string {
+	switch {
+	case s >= 10:
+		return fmt.Sprintf("%.1fs", s)
+	case s >= 1:
+		return fmt.Sprintf("%.2fs", s)
+	}
+	return fmt.Sprintf("%.1fms", s*1000)
+}
+
+// WriteText writes the report for people.
+func (r *Report) WriteText(w io.Writer) {
+	section := func(title string) *tabwriter.Writer {
+		fmt.Fprintf(w, "\n%s\n%s\n", title, strings.Repeat("-", len(title)))
+		return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	}
+	c := r.Conditions
+	fmt.Fprintf(w, "LOAD REPORT %s (started %s)\n", r.RunID, r.Started.Format(time.RFC3339))
+
+	tw := section("Conditions")
+	for _, s := range Services {
+		fmt.Fprintf(tw, "%s\t%s\n", s, c.URLs[s])
+	}
+	for _, k := range sortedKeys(c.System) {
+		fmt.Fprintf(tw, "%s\t%s\n", k, c.System[k])
+	}
+	rate := "flat out"
+	if c.Rate > 0 {
+		rate = fmt.Sprintf("%g facts/s offered", c.Rate)
+	}
+	fmt.Fprintf(tw, "load\t%s for %s, batches of %d, %d request(s) in flight\n", rate, c.Duration, c.Batch, c.Concurrency)
+	fmt.Fprintf(tw, "tenants\t%d, tenant 0 gets %.1f%% of the facts, the rest evenly\n", c.Tenants, 100*c.Dominant)
+	fmt.Fprintf(tw, "facts\tquantity 1 of meter %s at USD %s, unique sourceEventId, occurredAt now\n", c.Meter, c.UnitPrice)
+	fmt.Fprintf(tw, "query polls\tevery tenant's summary every %s; drain timeout %s\n", c.PollInterval, c.Drain)
+	fmt.Fprintf(tw, "machine\t%s, %d cores (GOMAXPROCS %d), shared by the load tool and whatever runs there\n", c.Host, c.Cores, c.GOMAXPROCS)
+	tw.Flush()
+
+	t := r.Totals
+	tw = section("Totals (facts)")
+	fmt.Fprintf(tw, "sent\t%d in %d batches over %.1fs\n", t.Sent, t.Batches, t.SendSeconds)
+	fmt.Fprintf(tw, "accepted by usage\t%d (201: %d, 200 replay after a retry: %d)\n", t.Accepted, t.Created, t.Replayed)
+	fmt.Fprintf(tw, "refused by usage\t%d%s\n", t.Refused, byKey(t.RefusedBy))
+	fmt.Fprintf(tw, "5xx or no answer\t%d fact-attempts%s; %d retries; %d facts in doubt\n", sum(t.ServerErrors), byKey(t.ServerErrors), t.Retries, t.InDoubt)
+	fmt.Fprintf(tw, "counted by query\t%d (plus %d probe facts)\n", t.Counted, t.Probes)
+	fmt.Fprintf(tw, "charged in query\t%d (plus %d probe facts)\n", t.Charged, t.Probes)
+	drain := "drained"
+	if !t.Drained {
+		drain = "NOT drained"
+	}
+	fmt.Fprintf(tw, "after sending\t%s in %.1fs; %d query polls (%d failed)\n", drain, t.DrainSeconds, t.Polls, t.PollErrors)
+	tw.Flush()
+
+	tp := r.Throughput
+	tw = section("Throughput (facts/s)")
+	fmt.Fprintf(tw, "accepted, sustained\t%.0f/s\t(accepted over the %.1fs sending window)\n", tp.AcceptedPerSec, t.SendSeconds)
+	fmt.Fprintf(tw, "end to end, charged in query\t%.0f/s\t(charged over %.1fs, from the first send to the moment the last fact was charged)\n", tp.EndToEndPerSec, tp.LastChargedSecs)
+	tw.Flush()
+
+	tw = section("Latency per fact, usage accepted -> visible in query")
+	fmt.Fprintln(tw, "what\tfacts\tp50\tp95\tp99\tmax")
+	for _, l := range r.Latency {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", l.What, l.Facts, ms(l.P50), ms(l.P95), ms(l.P99), ms(l.Max))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "method: %s\n", LatencyMethod)
+
+	hist := func(title string, hs []HistStats, unit string) {
+		tw := section(title)
+		if len(hs) == 0 {
+			fmt.Fprintln(tw, "(no service exported it)")
+			tw.Flush()
+			return
+		}
+		fmt.Fprintf(tw, "service\t%s\tmean\tp50\tp95\tp99\n", unit)
+		for _, h := range hs {
+			mean := "-"
+			if h.Count > 0 {
+				mean = ms(h.Mean)
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\n", h.Service, h.Count, mean,
+				over(h, 0, h.P50), over(h, 1, h.P95), over(h, 2, h.P99))
+		}
+		tw.Flush()
+	}
+	hist("Outbox relay, commit -> broker ack ("+RelayHistogram+", /metrics delta over the run)", r.Relay, "rows")
+	hist("Inbox, decide and commit one consumed batch ("+InboxHistogram+", /metrics delta)", r.Inbox, "batches")
+	fmt.Fprintln(w, "percentiles from histogram buckets, interpolated linearly inside a bucket (as histogram_quantile)")
+
+	tw = section("Per tenant (counted and charged include the probe fact)")
+	fmt.Fprintln(tw, "tenant\tshare\tsent\taccepted\tprobe\tin doubt\tcounted\tcharged")
+	for _, tn := range r.Tenants {
+		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t%d\t%d\t%d\t%d\t%d\n", tn.ID, 100*tn.Share, tn.Sent, tn.Accepted, tn.Probes, tn.InDoubt, tn.Counted, tn.Charged)
+	}
+	tw.Flush()
+
+	if len(r.Notes) > 0 {
+		fmt.Fprintln(w, "\nNotes:")
+		for _, n := range r.Notes {
+			fmt.Fprintln(w, "  - "+n)
+		}
+	}
+	fmt.Fprintln(w)
+	if r.OK {
+		fmt.Fprintf(w, "OK: every one of the %d accepted facts (and %d probes) was counted and charged in query exactly once; no 5xx.\n", t.Accepted, t.Probes)
+		return
+	}
+	fmt.Fprintf(w, "FAILED: %d problem(s):\n", len(r.Failures))
+	for _, f := range r.Failures {
+		fmt.Fprintln(w, "  - "+f)
+	}
+}
+
+func over(h HistStats, i int, v float64) string {
+	if h.Count <= 0 {
+		return "-"
+	}
+	if i < len(h.Over) && h.Over[i] {
+		return ">" + ms(v)
+	}
+	return ms(v)
+}
+
+func byKey(m map[string]int64) string {
+	if len(m) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s: %d", k, m[k]))
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+func sum(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

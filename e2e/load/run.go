@@ -1,0 +1,205 @@
+package load
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+)
+
+// SettleTime is how long the sampler keeps polling after every fact was
+// seen counted and charged: a fact counted or charged twice would show
+// after the drain.
+const SettleTime = 3 * time.Second
+
+// outcome is everything a run observed, for the report.
+type outcome struct {
+	cfg         *Config
+	started     time.Time
+	origin      time.Time
+	sendStart   time.Duration
+	sendEnd     time.Duration
+	drainEnd    time.Duration
+	drained     bool
+	interrupted bool
+	tally       *tally
+	views       []tenantView
+	polls       int64
+	pollErrs    int64
+	pollLastErr string
+	before      scrape
+	after       scrape
+	notes       []string
+}
+
+// Run drives the load cfg describes and returns its report. An error means
+// the run could not take place (bad settings, setup failed); a run that
+// took place returns a report, whose OK says whether the system kept its
+// promises.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg.Defaults()
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	if cfg.Out == nil {
+		cfg.Out = io.Discard
+	}
+	progress := func(format string, args ...any) { fmt.Fprintf(cfg.Out, "==> "+format+"\n", args...) }
+	cl, err := newClient(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	o := &outcome{cfg: &cfg, started: time.Now().UTC(), origin: time.Now(), tally: newTally(cfg.Tenants)}
+
+	// Setup: baseline, prices, a probe fact per tenant.
+	smp := newSampler(&cfg, cl, o.origin)
+	if err := smp.baseline(ctx); err != nil {
+		return nil, err
+	}
+	if err := activatePrices(ctx, &cfg, cl, progress); err != nil {
+		return nil, err
+	}
+	if err := probe(ctx, &cfg, cl, o.tally, o.origin, progress); err != nil {
+		return nil, err
+	}
+	o.before, err = scrapeAll(ctx, cl)
+	if err != nil {
+		o.notes = append(o.notes, "at the start: "+err.Error())
+	}
+
+	pollCtx, stopPolls := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	bg.Go(func() { smp.run(pollCtx) })
+	rate := "flat out"
+	if cfg.Rate > 0 {
+		rate = fmt.Sprintf("%g facts/s", cfg.Rate)
+	}
+	progress("sending for %s, %s, batches of %d, %d in flight, %d tenant(s); polling query every %s per tenant",
+		cfg.Duration, rate, cfg.Batch, cfg.Concurrency, cfg.Tenants, max(cfg.Poll, MinPollGap*time.Duration(cfg.Tenants)))
+
+	// Send, printing progress every second.
+	phase := &phaseClock{name: "send", since: time.Now()}
+	stopTicker := make(chan struct{})
+	bg.Go(func() { o.ticker(smp, phase, stopTicker) })
+	d := &driver{cfg: &cfg, cl: cl, tally: o.tally, origin: o.origin}
+	o.sendStart = time.Since(o.origin)
+	sendCtx, stopSending := context.WithTimeout(ctx, cfg.Duration)
+	d.run(sendCtx, ctx)
+	stopSending()
+	o.sendEnd = time.Since(o.origin)
+	o.interrupted = ctx.Err() != nil
+
+	// Drain: wait for query to count and charge every accepted fact.
+	if !o.interrupted {
+		phase.set("drain")
+		progress("sending stopped after %s; waiting up to %s for query to count and charge every accepted fact",
+			(o.sendEnd - o.sendStart).Round(100*time.Millisecond), cfg.Drain)
+		o.drained = o.drain(ctx, smp)
+		o.interrupted = ctx.Err() != nil
+	}
+	o.drainEnd = time.Since(o.origin)
+	if o.drained {
+		phase.set("settle")
+		select {
+		case <-ctx.Done():
+		case <-time.After(SettleTime):
+		}
+	}
+	stopPolls()
+	close(stopTicker)
+	bg.Wait()
+	fctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	smp.round(fctx) // a last reading of every tenant
+	o.after, err = scrapeAll(fctx, cl)
+	if err != nil {
+		o.notes = append(o.notes, "at the end: "+err.Error())
+	}
+	o.views = make([]tenantView, cfg.Tenants)
+	for i := range o.views {
+		o.views[i] = smp.view(i)
+	}
+	smp.mu.Lock()
+	o.polls, o.pollErrs, o.pollLastErr = smp.polls, smp.pollErrs, smp.lastErr
+	smp.mu.Unlock()
+	return buildReport(o), nil
+}
+
+func (o *outcome) drain(ctx context.Context, smp *sampler) bool {
+	deadline := time.After(o.cfg.Drain)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	expected := o.tally.expected()
+	for {
+		if smp.caughtUp(expected) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline:
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// phaseClock names the phase the progress line shows.
+type phaseClock struct {
+	mu    sync.Mutex
+	name  string
+	since time.Time
+}
+
+func (p *phaseClock) set(name string) {
+	p.mu.Lock()
+	p.name, p.since = name, time.Now()
+	p.mu.Unlock()
+}
+
+func (p *phaseClock) get() (string, time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.name, time.Since(p.since)
+}
+
+// ticker prints one progress line a second until stop closes.
+func (o *outcome) ticker(smp *sampler, phase *phaseClock, stop <-chan struct{}) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var prevAcc, prevCharged int64
+	prevAt := time.Now()
+	probes := int64(o.cfg.Tenants)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		s := o.tally.snapshot()
+		counted, charged := smp.totals()
+		now := time.Now()
+		dt := now.Sub(prevAt).Seconds()
+		accRate := float64(s.Accepted-prevAcc) / dt
+		chRate := float64(charged-prevCharged) / dt
+		prevAcc, prevCharged, prevAt = s.Accepted, charged, now
+		name, in := phase.get()
+		var b strings.Builder
+		fmt.Fprintf(&b, "%-6s %4.0fs  sent %d  accepted %d (%.0f/s)", name, in.Seconds(), s.Sent, s.Accepted, accRate)
+		if s.Refused > 0 {
+			fmt.Fprintf(&b, "  refused %d", s.Refused)
+			for _, k := range sortedKeys(s.RefusedBy) {
+				fmt.Fprintf(&b, " [%s: %d]", k, s.RefusedBy[k])
+			}
+		}
+		if s.ServerErrors > 0 {
+			fmt.Fprintf(&b, "  5xx/no answer %d", s.ServerErrors)
+		}
+		// Counted and charged include the probe facts; show the load's.
+		fmt.Fprintf(&b, "  | query counted %d  charged %d (%.0f/s)  lag %d",
+			max(counted-probes, 0), max(charged-probes, 0), chRate, s.Accepted+probes-charged)
+		fmt.Fprintln(o.cfg.Out, b.String())
+	}
+}
