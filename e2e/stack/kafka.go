@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/usagebilling/billing/pkg/faultproxy"
+	"github.com/usagebilling/billing/pkg/kafkabroker"
 )
 
 // startEmbedded starts a one-broker kfake cluster behind a faultproxy and
@@ -51,6 +52,7 @@ func startEmbedded(proxyPort, partitions int, log *slog.Logger) (*faultproxy.Pro
 		kfake.NumBrokers(1),
 		kfake.ListenFn(listen),
 		kfake.DefaultNumPartitions(partitions),
+		kfake.BrokerConfigs(kafkabroker.BrokerConfigs()), // message.max.bytes, as every broker we start
 		kfake.WithLogger(kfakeLogger{log}),
 	)
 	if err != nil {

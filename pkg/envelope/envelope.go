@@ -6,6 +6,10 @@
 // Canonical) and covered by payloadDigest, so a consumer can tell a replay
 // (same eventId, same digest) from a conflicting reuse of an eventId.
 //
+// Every envelope is at most MaxBytes encoded: New and Marshal refuse a larger
+// one with an error wrapping ErrTooLarge, and Decode refuses larger input
+// (ReasonTooLarge) before parsing it.
+//
 // Decoding is strict, and every failure is a *DecodeError whose Reason is
 // machine-readable: ReasonMalformed, ReasonTooLarge, ReasonUnknownEventType,
 // ReasonUnsupportedSchema, ReasonDigestMismatch, MissingField(name) or
@@ -50,6 +54,13 @@ import (
 
 	"github.com/google/uuid"
 )
+
+// MaxBytes is the largest envelope, in bytes of its JSON encoding (Marshal's
+// output, the Kafka record's value), that New and Marshal build and Decode
+// accepts: 64 KiB, whatever a tenant's volume. It is the one size limit of the
+// event pipeline; the Kafka limits (pkg/kafkaconf) are derived from it. An
+// event whose data can grow with volume must be split or paged, not enlarged.
+const MaxBytes = 64 << 10
 
 // MaxIDLength is the longest tenantId, eventType, aggregateType, aggregateId,
 // producer, correlationId and causationId allowed, in bytes.
@@ -136,7 +147,9 @@ func PartitionKey(tenantID, aggregateType, aggregateID string) string {
 // partition key, and RecordedAt set to now. Both times are in UTC, truncated to
 // microseconds so that they survive a PostgreSQL round trip. New checks the
 // result with the rules of Decode and returns a *DecodeError (whose message
-// starts "new envelope:") when m or the payload breaks one.
+// starts "new envelope:") when m or the payload breaks one; an envelope whose
+// encoding is over MaxBytes is refused with ReasonTooLarge and an error that
+// wraps ErrTooLarge and names the event type and the size.
 func New(m Meta, payload any) (Envelope, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
@@ -169,14 +182,32 @@ func New(m Meta, payload any) (Envelope, error) {
 	if err := e.checkFields(); err != nil {
 		return Envelope{}, withOp(err, "new envelope")
 	}
+	out, err := marshalJSON(e)
+	if err != nil {
+		return Envelope{}, fmt.Errorf("new envelope: %w", err)
+	}
+	if err := checkSize(&e, len(out)); err != nil {
+		return Envelope{}, withOp(err, "new envelope")
+	}
 	return e, nil
+}
+
+// checkSize refuses an envelope whose encoding, of size bytes, is over
+// MaxBytes.
+func checkSize(e *Envelope, size int) *DecodeError {
+	if size <= MaxBytes {
+		return nil
+	}
+	return &DecodeError{Reason: ReasonTooLarge, Err: fmt.Errorf("%w: %s v%d is %d bytes encoded, more than envelope.MaxBytes (%d)",
+		ErrTooLarge, e.EventType, e.SchemaVersion, size, MaxBytes)}
 }
 
 // Marshal checks e with the rules of Decode (all but the registry's) and
 // returns its JSON encoding, with the payload in canonical form and both times
 // in UTC. It returns a *DecodeError (whose message starts "marshal
-// envelope:") when a field breaks a rule, so an invalid envelope is refused
-// by its producer instead of being quarantined by every consumer.
+// envelope:") when a field breaks a rule or the encoding is over MaxBytes
+// (ReasonTooLarge, wrapping ErrTooLarge), so an invalid envelope is refused by
+// its producer instead of being quarantined by every consumer.
 func (e Envelope) Marshal() ([]byte, error) {
 	if err := e.checkFields(); err != nil {
 		return nil, withOp(err, "marshal envelope")
@@ -194,6 +225,9 @@ func (e Envelope) Marshal() ([]byte, error) {
 	out, err := marshalJSON(e)
 	if err != nil {
 		return nil, fmt.Errorf("marshal envelope: %w", err)
+	}
+	if err := checkSize(&e, len(out)); err != nil {
+		return nil, withOp(err, "marshal envelope")
 	}
 	return out, nil
 }

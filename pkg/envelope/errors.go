@@ -14,7 +14,8 @@ const (
 	// (syntax error, trailing data, duplicate or unknown top-level field,
 	// invalid UTF-8, nesting too deep).
 	ReasonMalformed = "malformed"
-	// ReasonTooLarge: the input is larger than the registry's MaxSize.
+	// ReasonTooLarge: the input (or, for New and Marshal, the encoding) is
+	// larger than MaxBytes.
 	ReasonTooLarge = "too_large"
 	// ReasonUnknownEventType: no schema version of the event type is
 	// registered.
@@ -25,6 +26,11 @@ const (
 	// ReasonDigestMismatch: payloadDigest is not the digest of the payload.
 	ReasonDigestMismatch = "digest_mismatch"
 )
+
+// ErrTooLarge is wrapped by the error of New, Marshal and Decode for an
+// envelope over MaxBytes (a *DecodeError with ReasonTooLarge), and by
+// outbox.Append's: errors.Is(err, ErrTooLarge) finds it.
+var ErrTooLarge = errors.New("envelope too large")
 
 // MissingField returns the reason for a required field that is absent, null or
 // empty: "missing_field:<name>".

@@ -10,10 +10,6 @@ import (
 	"sync"
 )
 
-// DefaultMaxSize is the largest raw envelope Decode accepts when
-// Registry.MaxSize is not set: 1 MiB.
-const DefaultMaxSize = 1 << 20
-
 // upcaster upgrades a payload from one schema version to the next.
 type upcaster = func(payload json.RawMessage) (json.RawMessage, error)
 
@@ -22,10 +18,6 @@ type upcaster = func(payload json.RawMessage) (json.RawMessage, error)
 // then be called from any number of goroutines. The zero value is an empty
 // registry ready to use; a Registry must not be copied after first use.
 type Registry struct {
-	// MaxSize is the largest raw envelope, in bytes, that Decode accepts.
-	// Zero or less means DefaultMaxSize. Set it before the first Decode.
-	MaxSize int
-
 	mu    sync.RWMutex
 	types map[string]*schemas
 }
@@ -51,9 +43,9 @@ type Decoded struct {
 	PayloadVersion int
 }
 
-// NewRegistry returns an empty registry with MaxSize DefaultMaxSize.
+// NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{MaxSize: DefaultMaxSize}
+	return &Registry{}
 }
 
 // Register makes r decode payloads of (eventType, schemaVersion) into T.
@@ -182,19 +174,15 @@ func (r *Registry) Known(eventType string, schemaVersion int) bool {
 	return reason == ""
 }
 
-// Decode decodes and checks one raw envelope, in this order: size (before any
-// parsing), JSON syntax and top-level field names, each field's rule (see the
+// Decode decodes and checks one raw envelope, in this order: size (at most
+// MaxBytes, checked before any parsing), JSON syntax and top-level field names, each field's rule (see the
 // package documentation), the payload digest, the (eventType, schemaVersion)
 // pair, upcasting, and decoding the payload into its registered type. The
 // first failure is returned as a *DecodeError. Decode never panics on any
 // input; a nil *Registry knows no event type.
 func (r *Registry) Decode(raw []byte) (*Decoded, error) {
-	maxSize := DefaultMaxSize
-	if r != nil && r.MaxSize > 0 {
-		maxSize = r.MaxSize
-	}
-	if len(raw) > maxSize {
-		return nil, newError(ReasonTooLarge, "%d bytes is more than the limit of %d", len(raw), maxSize)
+	if len(raw) > MaxBytes {
+		return nil, newError(ReasonTooLarge, "%w: %d bytes, more than envelope.MaxBytes (%d)", ErrTooLarge, len(raw), MaxBytes)
 	}
 	e, derr := decodeEnvelope(raw)
 	if derr != nil {

@@ -40,8 +40,8 @@ type RunnerConfig struct {
 	MinBackoff time.Duration
 	MaxBackoff time.Duration
 	// Sarama, when set, is the client configuration to start from (TLS,
-	// SASL, timeouts); its consumer settings are overridden. Nil means
-	// kafkaconf.New.
+	// SASL, timeouts); its consumer settings, fetch sizes included
+	// (kafkaconf.SetSizeLimits), are overridden. Nil means kafkaconf.New.
 	Sarama *sarama.Config
 	// Logger receives the runner's logs. Nil discards.
 	Logger *slog.Logger
@@ -132,6 +132,9 @@ func (r *Runner) saramaConfig() *sarama.Config {
 		c = &copied
 	}
 	c.Version = kafkaconf.Version
+	// Fetch whole batches and never skip one as too big: an envelope over
+	// envelope.MaxBytes is read and quarantined as too_large by the decoder.
+	kafkaconf.SetSizeLimits(c)
 	c.Consumer.Offsets.Initial = sarama.OffsetOldest
 	c.Consumer.Offsets.AutoCommit.Enable = true
 	c.Consumer.Return.Errors = true

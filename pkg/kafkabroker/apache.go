@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -425,6 +427,12 @@ func (a *Apache) writeConfig() error {
 		"broker.heartbeat.interval.ms=1000",
 		"num.network.threads=2",
 		"num.io.threads=4",
+	}
+	// The shared settings (message.max.bytes, see kafkaconf's Size limits),
+	// in a stable order.
+	shared := BrokerConfigs()
+	for _, k := range slices.Sorted(maps.Keys(shared)) {
+		props = append(props, k+"="+shared[k])
 	}
 	path := filepath.Join(a.dir, "server.properties")
 	if err := os.WriteFile(path, []byte(strings.Join(props, "\n")+"\n"), 0o644); err != nil {

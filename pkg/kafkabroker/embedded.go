@@ -3,9 +3,12 @@ package kafkabroker
 import (
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/usagebilling/billing/pkg/kafkaconf"
 )
 
 // DefaultPartitions is the partition count of topics created without one
@@ -30,7 +33,19 @@ type Embedded struct {
 	c *kfake.Cluster
 }
 
-// StartEmbedded starts a single-broker kfake cluster on 127.0.0.1.
+// BrokerConfigs returns the broker settings every broker the code base
+// starts shares, as kfake.BrokerConfigs takes them and as server.properties
+// lines (key=value) say them: message.max.bytes is
+// kafkaconf.BrokerMessageMaxBytes, so an envelope at envelope.MaxBytes and a
+// full producer batch pass (see kafkaconf's Size limits).
+func BrokerConfigs() map[string]string {
+	return map[string]string{
+		"message.max.bytes": strconv.Itoa(kafkaconf.BrokerMessageMaxBytes),
+	}
+}
+
+// StartEmbedded starts a single-broker kfake cluster on 127.0.0.1, with
+// BrokerConfigs.
 func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 	if opts.Partitions == 0 {
 		opts.Partitions = DefaultPartitions
@@ -44,6 +59,7 @@ func StartEmbedded(opts EmbeddedOptions) (*Embedded, error) {
 		kfake.NumBrokers(1),
 		kfake.Ports(opts.Port),
 		kfake.DefaultNumPartitions(opts.Partitions),
+		kfake.BrokerConfigs(BrokerConfigs()),
 		kfake.WithLogger(kfakeLogger{orDiscard(opts.Logger)}),
 	)
 	if err != nil {

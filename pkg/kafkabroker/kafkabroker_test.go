@@ -230,6 +230,7 @@ func TestApache(t *testing.T) {
 	}
 
 	t.Run("produce consume", func(t *testing.T) { testProduceConsume(t, a.Addrs()) })
+	t.Run("size limits", func(t *testing.T) { testSizeLimits(t, a.Addrs()) })
 
 	t.Run("kill and start keeps data", func(t *testing.T) {
 		if err := kafkabroker.CreateTopics(ctx, a.Addrs(), 2, "durable"); err != nil {

@@ -1,12 +1,90 @@
 // Package kafkaconf holds the one sarama configuration the system's producers
-// and consumers start from, so every client speaks the same protocol version
-// and fails over on the same timeouts.
+// and consumers start from, so every client speaks the same protocol version,
+// fails over on the same timeouts and agrees on message sizes.
+//
+// # Size limits
+//
+// Every event is an envelope of at most envelope.MaxBytes (64 KiB), refused
+// where it is built (envelope.New, Marshal, outbox.Append). The Kafka limits
+// below are derived from it, so that an envelope at the limit always passes
+// the producer, the broker and the consumer:
+//
+//   - MaxRecordBytes (65 KiB): one record, an envelope plus RecordOverhead.
+//   - MaxBatchBytes (975 KiB): the producer's limit on one partition's record
+//     batch, sarama's Producer.MaxMessageBytes: 15 records at the limit.
+//   - BrokerMessageMaxBytes (976 KiB): message.max.bytes of the brokers
+//     pkg/kafkabroker starts (kfake and Apache Kafka), a full batch plus
+//     headroom.
+//   - FetchBytes (976 KiB): the consumers' per-partition fetch size, one
+//     whole batch at the broker's limit.
+//
+// With your own Kafka: the broker's message.max.bytes (or each topic's
+// max.message.bytes) must be at least MinBrokerMessageMaxBytes, a full batch
+// with its header. Kafka's default, 1048588, is enough; do not lower it below
+// that. Other consumers of the topics need max.partition.fetch.bytes of at
+// least the same (Kafka's default, 1 MiB, is enough).
 package kafkaconf
 
 import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+)
+
+const (
+	// RecordOverhead is the headroom a record needs besides its envelope:
+	// the key (the partition key, at most 3*envelope.MaxIDLength+2 = 386
+	// bytes), the record's own fields (sarama reserves 36 bytes a record)
+	// and the v2 record batch header (61 bytes): 483 bytes today, rounded up
+	// to 1 KiB to leave room for a few record headers.
+	RecordOverhead = 1 << 10
+
+	// MaxRecordBytes is the largest record the system produces: an envelope
+	// at envelope.MaxBytes plus RecordOverhead (66560 bytes).
+	MaxRecordBytes = envelope.MaxBytes + RecordOverhead
+
+	// KafkaDefaultMessageMaxBytes is Apache Kafka's default message.max.bytes
+	// (broker) and max.message.bytes (topic): 1 MiB plus 12 bytes.
+	KafkaDefaultMessageMaxBytes = 1048588
+
+	// batchHeaderBytes is the size of a v2 record batch's header, which
+	// the broker counts against message.max.bytes and sarama does not count
+	// against Producer.MaxMessageBytes.
+	batchHeaderBytes = 61
+
+	// MaxBatchBytes is sarama's Producer.MaxMessageBytes: the largest record
+	// the producer accepts and the largest (uncompressed) batch it builds for
+	// one partition. It is the most whole records at MaxRecordBytes whose
+	// batch still fits Kafka's default limit: 15 records, 998400 bytes (975
+	// KiB). So batches stay large (one hot key is not sent a record at a
+	// time), an envelope at the limit always fits, and a broker left at
+	// Kafka's default accepts every batch.
+	MaxBatchBytes = (KafkaDefaultMessageMaxBytes - batchHeaderBytes) / MaxRecordBytes * MaxRecordBytes
+
+	// MinBrokerMessageMaxBytes is the smallest message.max.bytes (broker) or
+	// max.message.bytes (topic) that accepts every batch the producer
+	// builds: MaxBatchBytes plus the batch header (998461 bytes).
+	MinBrokerMessageMaxBytes = MaxBatchBytes + batchHeaderBytes
+
+	// BrokerMessageMaxBytes is message.max.bytes of the brokers
+	// pkg/kafkabroker starts: a full batch plus RecordOverhead of headroom
+	// (999424 bytes, 976 KiB), at least MinBrokerMessageMaxBytes.
+	BrokerMessageMaxBytes = MaxBatchBytes + RecordOverhead
+
+	// FetchBytes is the consumers' per-partition fetch size
+	// (Consumer.Fetch.Default): a whole batch at BrokerMessageMaxBytes, so
+	// one fetch holds at least one batch.
+	FetchBytes = BrokerMessageMaxBytes
+)
+
+// compile-time checks of the relations above: a record at the limit fits a
+// batch, and a full batch fits our brokers and Kafka's default.
+var (
+	_ [MaxBatchBytes - MaxRecordBytes]struct{}
+	_ [BrokerMessageMaxBytes - MinBrokerMessageMaxBytes]struct{}
+	_ [KafkaDefaultMessageMaxBytes - MinBrokerMessageMaxBytes]struct{}
 )
 
 // Version is the Kafka protocol version the clients announce. Kafka 4.x
@@ -26,7 +104,21 @@ func New(clientID string) *sarama.Config {
 	c.Net.WriteTimeout = 10 * time.Second
 	c.Metadata.Retry.Max = 2
 	c.Metadata.Retry.Backoff = 250 * time.Millisecond
+	SetSizeLimits(c)
 	return c
+}
+
+// SetSizeLimits sets c's producer and consumer sizes to the system's (see
+// Size limits in the package documentation): Producer.MaxMessageBytes to
+// MaxBatchBytes, Consumer.Fetch.Default to FetchBytes, and Consumer.Fetch.Max
+// to 0 (no limit). A bounded Fetch.Max would make sarama skip a batch larger
+// than it, an event lost without a trace; an oversized envelope is instead
+// read and quarantined by the inbox's decoder.
+func SetSizeLimits(c *sarama.Config) {
+	c.Producer.MaxMessageBytes = MaxBatchBytes
+	c.Consumer.Fetch.Default = FetchBytes
+	c.Consumer.Fetch.Max = 0
+	c.Consumer.Fetch.MaxBytes = max(c.Consumer.Fetch.MaxBytes, FetchBytes)
 }
 
 // NewIdempotentProducer returns the producer configuration of the outbox

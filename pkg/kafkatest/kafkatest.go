@@ -6,6 +6,10 @@
 //     started on first use (kafkabroker.StartApache);
 //   - TEST_KAFKA=embedded or unset: a new in-memory kfake broker per test.
 //
+// The brokers it starts carry the system's size limits
+// (kafkabroker.BrokerConfigs); an existing cluster needs message.max.bytes of
+// at least kafkaconf.MinBrokerMessageMaxBytes (Kafka's default is enough).
+//
 // Packages close what this process started with Main:
 //
 //	func TestMain(m *testing.M) { os.Exit(kafkatest.Main(m)) }

@@ -51,10 +51,23 @@ func Shard(partitionKey string) int {
 	return int(h.Sum32() % NumShards)
 }
 
+// checkSize refuses an encoded envelope over envelope.MaxBytes.
+func checkSize(eventType string, size int) error {
+	if size > envelope.MaxBytes {
+		return fmt.Errorf("%w: %s is %d bytes encoded, more than envelope.MaxBytes (%d)",
+			envelope.ErrTooLarge, eventType, size, envelope.MaxBytes)
+	}
+	return nil
+}
+
 // Append writes events to the outbox inside tx, the business transaction that
 // produced them: they are published if and only if tx commits. Events that
 // share a partition key must be appended in their order (for an aggregate,
 // under the aggregate's row lock), which is the order they are published in.
+//
+// Append refuses every event, writing none, when one is invalid or its
+// encoding is over envelope.MaxBytes (an error wrapping envelope.ErrTooLarge):
+// an oversized event is never written, so it can never be sent.
 func Append(ctx context.Context, tx pgx.Tx, topic string, events ...envelope.Envelope) error {
 	if len(events) == 0 {
 		return nil
@@ -70,7 +83,12 @@ func Append(ctx context.Context, tx pgx.Tx, topic string, events ...envelope.Env
 	for i, ev := range events {
 		body, err := ev.Marshal()
 		if err != nil {
-			return fmt.Errorf("append to outbox: marshal %s: %w", ev.EventID, err)
+			return fmt.Errorf("append to outbox: %s %s: %w", ev.EventType, ev.EventID, err)
+		}
+		// Marshal refuses an oversized envelope; checked again here, where
+		// the bytes are written, so no change to Marshal can let one through.
+		if err := checkSize(ev.EventType, len(body)); err != nil {
+			return fmt.Errorf("append to outbox: %s %s: %w", ev.EventType, ev.EventID, err)
 		}
 		ids[i] = ev.EventID
 		keys[i] = ev.PartitionKey

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
 )
 
@@ -19,6 +20,7 @@ type pendingRow struct {
 	EventID   uuid.UUID
 	Topic     string
 	Key       string
+	EventType string
 	Shard     int16
 	Envelope  []byte
 	CreatedAt time.Time
@@ -35,11 +37,11 @@ var afterSend func()
 // the outer LIMIT cuts the last one short, so every shard contributes a
 // prefix of its pending rows, which keeps per-key order.
 const claimQuery = `
-SELECT e.id, e.event_id, e.topic, e.partition_key, e.shard, e.envelope, e.created_at, e.attempts
+SELECT e.id, e.event_id, e.topic, e.partition_key, e.event_type, e.shard, e.envelope, e.created_at, e.attempts
 FROM unnest($1::smallint[]) WITH ORDINALITY AS s(shard, n)
 JOIN outbox_shard o ON o.shard = s.shard AND o.owner = $3 AND o.lease_until > now()
 CROSS JOIN LATERAL (
-    SELECT id, event_id, topic, partition_key, shard, envelope, created_at, attempts
+    SELECT id, event_id, topic, partition_key, event_type, shard, envelope, created_at, attempts
     FROM outbox_event
     WHERE shard = s.shard AND published_at IS NULL AND dead_at IS NULL
     ORDER BY id
@@ -134,15 +136,26 @@ func (r *Relay) send(rows []pendingRow) map[int]error {
 		}
 		r.producer = p
 	}
-	msgs := make([]*sarama.ProducerMessage, len(rows))
+	msgs := make([]*sarama.ProducerMessage, 0, len(rows))
 	for i, row := range rows {
-		msgs[i] = &sarama.ProducerMessage{
+		// Append never writes an envelope over the limit; a row that is
+		// (written before the limit, or by hand) is refused like a record
+		// the broker refuses, and becomes a dead letter.
+		if err := checkSize(row.EventType, len(row.Envelope)); err != nil {
+			failed[i] = err
+			continue
+		}
+		msgs = append(msgs, &sarama.ProducerMessage{
 			Topic:    row.Topic,
 			Key:      sarama.StringEncoder(row.Key),
 			Value:    sarama.ByteEncoder(row.Envelope),
 			Metadata: i,
-		}
+		})
 	}
+	if len(msgs) == 0 {
+		return failed
+	}
+	refused := len(failed)
 	err := r.producer.SendMessages(msgs)
 	if err == nil {
 		return failed
@@ -155,9 +168,9 @@ func (r *Relay) send(rows []pendingRow) map[int]error {
 			}
 		}
 	}
-	if len(failed) == 0 {
-		for i := range rows {
-			failed[i] = err
+	if len(failed) == refused {
+		for _, m := range msgs {
+			failed[m.Metadata.(int)] = err
 		}
 	}
 	// A producer that failed may hold a broken connection or a fenced
@@ -238,6 +251,9 @@ func (r *Relay) recordFailures(ctx context.Context, rows []pendingRow, failed ma
 // (it will fail the same way on every try), as opposed to the broker or the
 // network being unavailable, which is retried for as long as it lasts.
 func blamesMessage(err error) bool {
+	if errors.Is(err, envelope.ErrTooLarge) {
+		return true
+	}
 	// sarama refuses an oversized message itself, before any broker sees it.
 	var cerr sarama.ConfigurationError
 	if errors.As(err, &cerr) {
