@@ -26,6 +26,7 @@ const (
 	EnvStateDir     = "STACK_DIR"           // parent of the run directories
 	EnvKeep         = "STACK_KEEP"          // 1: keep the run directory after stop
 	EnvLogLevel     = "STACK_LOG_LEVEL"     // the services' LOG_LEVEL (default info)
+	EnvPprofBase    = "STACK_PPROF_BASE"    // serve pprof on 127.0.0.1: meter here, usage +1 ... query +4 (one instance each)
 )
 
 // FromEnv returns o with the settings the environment gives (the Env*
@@ -95,6 +96,20 @@ func FromEnv(o Options) (Options, error) {
 			for i, name := range Services {
 				o.Ports[name] = base + i
 			}
+		}
+	}
+	if base, ok := port(EnvPprofBase); ok && base != 0 {
+		if base > 65535-len(Services) {
+			bad(EnvPprofBase, "%d leaves no room for %d ports", base, len(Services))
+		}
+		if o.ServiceEnv == nil {
+			o.ServiceEnv = map[string]map[string]string{}
+		}
+		for i, name := range Services {
+			if o.ServiceEnv[name] == nil {
+				o.ServiceEnv[name] = map[string]string{}
+			}
+			o.ServiceEnv[name]["PPROF_ADDR"] = fmt.Sprintf("127.0.0.1:%d", base+i)
 		}
 	}
 	if v, ok := get(EnvInstances); ok {

@@ -132,6 +132,10 @@ type Config struct {
 	LogLevel    string        // LOG_LEVEL (info): debug, info, warn, error
 	DBMaxConns  int           // DB_MAX_CONNS (10)
 	Shutdown    time.Duration // SHUTDOWN_TIMEOUT (15s)
+	// PprofAddr, when set, serves net/http/pprof on its own listener
+	// (PPROF_ADDR, e.g. 127.0.0.1:6061; off by default). It has no
+	// authentication: bind it to the loopback address.
+	PprofAddr string
 
 	RelayBatch     int           // RELAY_BATCH_SIZE (500)
 	RelayPoll      time.Duration // RELAY_POLL_INTERVAL (1s)
@@ -167,7 +171,7 @@ var DefaultServiceURLs = map[string]string{
 // EnvNames lists the variables Config reads, for documentation and for the
 // check of deploy/compose.yaml.
 var EnvNames = []string{
-	"DATABASE_URL", "KAFKA_BROKERS", "HTTP_ADDR", "LOG_LEVEL", "DB_MAX_CONNS", "SHUTDOWN_TIMEOUT",
+	"DATABASE_URL", "KAFKA_BROKERS", "HTTP_ADDR", "LOG_LEVEL", "DB_MAX_CONNS", "SHUTDOWN_TIMEOUT", "PPROF_ADDR",
 	"RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL", "RELAY_LEASE_TTL", "RELAY_MAX_ATTEMPTS", "RELAY_RETENTION",
 	"CONSUMER_GROUP", "CONSUMER_BATCH_SIZE", "CONSUMER_MAX_WAIT", "CONSUMER_SWEEP_INTERVAL",
 	"AUTH_JWT_KEYS", "AUTH_DEV_KEY", "SERVICE_URLS",
@@ -183,6 +187,7 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 		LogLevel:    e.String("LOG_LEVEL", "info"),
 		DBMaxConns:  e.Int("DB_MAX_CONNS", 10),
 		Shutdown:    e.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
+		PprofAddr:   e.String("PPROF_ADDR", ""),
 
 		RelayBatch:     e.Int("RELAY_BATCH_SIZE", 500),
 		RelayPoll:      e.Duration("RELAY_POLL_INTERVAL", time.Second),

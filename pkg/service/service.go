@@ -209,6 +209,13 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 			errs <- fmt.Errorf("http server: %w", err)
 		}
 	}()
+	if cfg.PprofAddr != "" {
+		stopPprof, err := servePprof(cfg.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stopPprof()
+	}
 	log.Info("service started", "http", ln.Addr().String(), "brokers", cfg.Brokers, "topics", topics)
 
 	var runErr error
