@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/outbox"
 )
 
 // How a batch is decided
@@ -256,6 +257,7 @@ type pending struct {
 	deferrals   []deferral
 	quarantines []quarantine
 	wakeKeys    []string
+	publish     []Publication // of the run's applied events, in order
 }
 
 type deferral struct {
@@ -343,6 +345,7 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 			st.applied[own] = true
 			p.wakeKeys = append(p.wakeKeys, own.key())
 			p.wakeKeys = append(p.wakeKeys, out.Provides...)
+			p.publish = append(p.publish, out.Publish...)
 			res.decisions[i] = it.decision(OutcomeApplied, "")
 			resolve()
 			continue
@@ -599,6 +602,9 @@ func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, savepointOpen
 				return nil
 			})
 	}
+	if err := queuePublications(b, p.publish); err != nil {
+		return nil, err
+	}
 	if savepointOpen {
 		b.Queue("RELEASE SAVEPOINT " + savepoint)
 	}
@@ -640,6 +646,26 @@ func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, savepointOpen
 		}
 	}
 	return woken, nil
+}
+
+// queuePublications queues the outbox appends of a run: consecutive events
+// of one topic in one statement, in the run's order.
+func queuePublications(b *pgx.Batch, ps []Publication) error {
+	for start := 0; start < len(ps); {
+		end := start + 1
+		for end < len(ps) && ps[end].Topic == ps[start].Topic {
+			end++
+		}
+		evs := make([]envelope.Envelope, 0, end-start)
+		for _, p := range ps[start:end] {
+			evs = append(evs, p.Event)
+		}
+		if err := outbox.QueueAppend(b, ps[start].Topic, evs...); err != nil {
+			return fmt.Errorf("publish: %w", err)
+		}
+		start = end
+	}
+	return nil
 }
 
 func dedupe(keys []string) []string {

@@ -110,11 +110,24 @@ type Decision struct {
 
 // Outcome is what a successful handler reports.
 type Outcome struct {
+	// Publish lists the events the application publishes. The inbox appends
+	// them to the outbox in the deciding transaction, with the decisions of
+	// the handler's run (one statement per topic for the whole run, in the
+	// run's order; outbox.QueueAppend), so they commit exactly when the
+	// effect does and cost no round trip of their own. A handler may still
+	// call outbox.Append itself.
+	Publish []Publication
 	// Provides lists the keys this application makes available, e.g.
 	// "price/t1/api_calls/USD@3". Deferred events waiting for one of them are
 	// decided again in the same transaction. The aggregate key of the applied
 	// event (AggregateKey) is provided without being listed.
 	Provides []string
+}
+
+// Publication is an event to publish on a topic.
+type Publication struct {
+	Topic string
+	Event envelope.Envelope
 }
 
 // Handler applies one decoded event inside tx. It returns DeferUntil(key) when

@@ -72,8 +72,44 @@ func Append(ctx context.Context, tx pgx.Tx, topic string, events ...envelope.Env
 	if len(events) == 0 {
 		return nil
 	}
+	args, err := appendArgs(topic, events)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, appendSQL, args...); err != nil {
+		return fmt.Errorf("append to outbox: %w", err)
+	}
+	return nil
+}
+
+// QueueAppend queues on b the statement Append would run, for a caller that
+// sends several statements of one transaction in one round trip (the inbox
+// appends the events of a whole run of decisions so). b must be sent in the
+// business transaction; its error is Append's.
+func QueueAppend(b *pgx.Batch, topic string, events ...envelope.Envelope) error {
+	if len(events) == 0 {
+		return nil
+	}
+	args, err := appendArgs(topic, events)
+	if err != nil {
+		return err
+	}
+	b.Queue(appendSQL, args...)
+	return nil
+}
+
+// appendSQL inserts a call's events; unnest keeps the argument order, so ids
+// (and publish order) follow the order of events.
+const appendSQL = `
+		INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope)
+		SELECT e.event_id, $1, e.partition_key, e.shard, e.event_type, e.envelope
+		FROM unnest($2::uuid[], $3::text[], $4::smallint[], $5::text[], $6::bytea[])
+		     WITH ORDINALITY AS e(event_id, partition_key, shard, event_type, envelope, n)
+		ORDER BY e.n`
+
+func appendArgs(topic string, events []envelope.Envelope) ([]any, error) {
 	if topic == "" {
-		return errors.New("append to outbox: empty topic")
+		return nil, errors.New("append to outbox: empty topic")
 	}
 	ids := make([][16]byte, len(events))
 	keys := make([]string, len(events))
@@ -83,12 +119,12 @@ func Append(ctx context.Context, tx pgx.Tx, topic string, events ...envelope.Env
 	for i, ev := range events {
 		body, err := ev.Marshal()
 		if err != nil {
-			return fmt.Errorf("append to outbox: %s %s: %w", ev.EventType, ev.EventID, err)
+			return nil, fmt.Errorf("append to outbox: %s %s: %w", ev.EventType, ev.EventID, err)
 		}
 		// Marshal refuses an oversized envelope; checked again here, where
 		// the bytes are written, so no change to Marshal can let one through.
 		if err := checkSize(ev.EventType, len(body)); err != nil {
-			return fmt.Errorf("append to outbox: %s %s: %w", ev.EventType, ev.EventID, err)
+			return nil, fmt.Errorf("append to outbox: %s %s: %w", ev.EventType, ev.EventID, err)
 		}
 		ids[i] = ev.EventID
 		keys[i] = ev.PartitionKey
@@ -96,17 +132,5 @@ func Append(ctx context.Context, tx pgx.Tx, topic string, events ...envelope.Env
 		types[i] = ev.EventType
 		bodies[i] = body
 	}
-	// unnest keeps the argument order, so ids (and publish order) follow the
-	// order of events.
-	_, err := tx.Exec(ctx, `
-		INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope)
-		SELECT e.event_id, $1, e.partition_key, e.shard, e.event_type, e.envelope
-		FROM unnest($2::uuid[], $3::text[], $4::smallint[], $5::text[], $6::bytea[])
-		     WITH ORDINALITY AS e(event_id, partition_key, shard, event_type, envelope, n)
-		ORDER BY e.n`,
-		topic, ids, keys, shards, types, bodies)
-	if err != nil {
-		return fmt.Errorf("append to outbox: %w", err)
-	}
-	return nil
+	return []any{topic, ids, keys, shards, types, bodies}, nil
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/services/billing/internal/db"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
@@ -53,8 +52,9 @@ func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.D
 // ChargeRated is appended with it: nothing a charge writes is shared with
 // another charge, so one tenant's usage is rated by every consumer at once.
 // A period's close is kept consistent by the period's advisory lock, held
-// shared here and exclusively by the close (see ClosePeriod). Two round
-// trips in the common case: lock and rate (pipelined), and append.
+// shared here and exclusively by the close (see ClosePeriod). One round
+// trip in the common case: lock and rate, pipelined; ChargeRated is appended
+// by the inbox with the run's decisions (inbox.Outcome.Publish).
 func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
 	u, ok := d.Payload.(events.UsageAccepted)
 	if !ok {
@@ -103,10 +103,7 @@ func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.De
 				return inbox.Outcome{}, err
 			}
 			env.EventID = eventID
-			if err := outbox.Append(ctx, tx, events.TopicBilling, env); err != nil {
-				return inbox.Outcome{}, err
-			}
-			return inbox.Outcome{}, nil
+			return inbox.Outcome{Publish: []inbox.Publication{{Topic: events.TopicBilling, Event: env}}}, nil
 		case domain.StatusClosing, domain.StatusClosed:
 		default:
 			return inbox.Outcome{}, fmt.Errorf("%w: period %s of %s has status %q", ErrInternal, period, in.TenantID, row.Status)
