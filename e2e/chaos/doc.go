@@ -36,14 +36,22 @@
 // versions replicated once each; every accepted usage fact present as sent
 // and priced by the version in effect at its occurredAt (from meter's
 // price table); exactly one charge per usage fact at quantity x that unit
-// price, in the period it occurred in; invoice lines = charges +
-// adjustments, one per origin, on issued invoices whose subtotal, half-even
-// total and rounding line agree; query's projection holding every event
-// once and its totals (folded totals plus unfolded deltas) equal to the
-// services' sums; and each effect's event written to its service's outbox
-// with it (nothing half-written). Findings are lost (an origin without its
-// effect), duplicated (an origin with two effects, or an effect without an
-// origin) and mismatched, each named by id.
+// price, in the period it occurred in; every billing event version 1 of
+// its own aggregate (decision 0007); every charge exactly one
+// invoice_charge row in invoice with the same figures, and none extra;
+// each issued invoice's charge lines the GROUP BY (meter, price version)
+// of its invoice charges (quantity, count, amount), each adjustment the
+// close counted one adjustment line and each one posted after the close
+// one correction note; subtotal, half-even total and rounding line agreeing
+// with the lines and with billing's sums; invoice numbers 1..n per tenant;
+// query's projection holding every event once (an issued invoice as its
+// InvoiceIssued, with its total) and its totals (folded totals plus
+// unfolded deltas) equal to the services' sums; and each effect's event
+// written to its service's outbox with it (nothing half-written). Findings
+// are lost (an origin without its effect), duplicated (an origin with two
+// effects, or an effect without an origin) and mismatched, each named by
+// id. Reconcile reads a snapshot (recon_read.go), then runs one check per
+// step of the pipeline (recon.go).
 //
 // # Real duplicates (Decisions, Kafka.ScanLog)
 //
@@ -56,6 +64,6 @@
 // # Time to recover (Harness.CaughtUp)
 //
 // From a fault's end until every usage fact accepted by then has its
-// charge in billing, its invoice line in invoice and the charge in query's
-// projection. The report shows the longest over a scenario's faults.
+// charge in billing, its copy (invoice_charge) in invoice and the charge in
+// query's projection. The report shows the longest over a scenario's faults.
 package chaos

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -201,7 +202,7 @@ func (h *Harness) WaitQuiet(ctx context.Context, deadline time.Duration) (time.D
 
 // CaughtUp watches, after a fault ended at end, for the system to have
 // carried everything the load had accepted by then all the way through:
-// a charge in billing, an invoice line in invoice and the charge in
+// a charge in billing, its copy in invoice (invoice_charge) and the charge in
 // query's projection for every one of those usage facts. It returns the
 // time from end until then, or an error after deadline.
 func (h *Harness) CaughtUp(ctx context.Context, ledger *Ledger, end time.Time, deadline time.Duration) (time.Duration, error) {
@@ -241,17 +242,17 @@ func (h *Harness) caughtUp(ctx context.Context, usageEvents []string) (bool, str
 	if len(charges) < len(usageEvents) {
 		return false, fmt.Sprintf("%d/%d charged", len(charges), len(usageEvents)), nil
 	}
-	var lines, projected int
+	var invoiced, projected int
 	if err := h.DB["invoice"].QueryRow(ctx,
-		`SELECT count(*) FROM invoice_line WHERE origin_event_id = ANY($1::uuid[])`, charges).Scan(&lines); err != nil {
+		`SELECT count(*) FROM invoice_charge WHERE origin_event_id = ANY($1::uuid[])`, charges).Scan(&invoiced); err != nil {
 		return false, "", err
 	}
 	if err := h.DB["query"].QueryRow(ctx,
 		`SELECT count(*) FROM projected_event WHERE event_id = ANY($1::uuid[])`, charges).Scan(&projected); err != nil {
 		return false, "", err
 	}
-	return lines >= len(charges) && projected >= len(charges),
-		fmt.Sprintf("%d charged, %d invoice lines, %d projected of %d", len(charges), lines, projected, len(usageEvents)), nil
+	return invoiced >= len(charges) && projected >= len(charges),
+		fmt.Sprintf("%d charged, %d in invoice, %d projected of %d", len(charges), invoiced, projected, len(usageEvents)), nil
 }
 
 // Adjustments posted per currency by AdjustAndClose.
@@ -276,17 +277,12 @@ func (h *Harness) AdjustAndClose(ctx context.Context, ledger *Ledger, tenants []
 	}
 	for _, tenant := range tenants {
 		for _, period := range slices.Sorted(maps.Keys(periods[tenant])) {
-			var out struct {
-				Charges []struct {
-					ChargeID string `json:"chargeId"`
-					Currency string `json:"currency"`
-				} `json:"charges"`
-			}
-			if err := h.Client.Get(ctx, "billing", "/v1/tenants/"+tenant+"/charges?period="+period, tenant, &out); err != nil {
+			charges, err := h.periodCharges(ctx, tenant, period)
+			if err != nil {
 				return err
 			}
 			done := map[string]bool{}
-			for _, c := range out.Charges {
+			for _, c := range charges {
 				amount, ok := adjustmentAmounts[c.Currency]
 				if !ok || done[c.Currency] {
 					continue
@@ -313,13 +309,39 @@ func (h *Harness) AdjustAndClose(ctx context.Context, ledger *Ledger, tenants []
 			}
 		}
 		for _, period := range slices.Sorted(maps.Keys(periods[tenant])) {
-			if _, err := h.command(ctx, "billing", "/v1/tenants/"+tenant+"/periods/"+period+"/close", tenant, nil,
-				fmt.Sprintf("chaos-close-%s-%s", tenant, period), http.StatusAccepted); err != nil {
+			if err := h.ClosePeriod(ctx, tenant, period); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// listedCharge is a charge as billing lists it.
+type listedCharge struct {
+	ChargeID string `json:"chargeId"`
+	Currency string `json:"currency"`
+}
+
+// periodCharges lists a tenant's charges of period, page by page (the
+// list's largest page, following next until it is absent).
+func (h *Harness) periodCharges(ctx context.Context, tenant, period string) ([]listedCharge, error) {
+	var all []listedCharge
+	q := url.Values{"period": {period}, "limit": {"1000"}}
+	for {
+		var out struct {
+			Charges []listedCharge `json:"charges"`
+			Next    *string        `json:"next"`
+		}
+		if err := h.Client.Get(ctx, "billing", "/v1/tenants/"+tenant+"/charges?"+q.Encode(), tenant, &out); err != nil {
+			return nil, err
+		}
+		all = append(all, out.Charges...)
+		if out.Next == nil || *out.Next == "" {
+			return all, nil
+		}
+		q.Set("cursor", *out.Next)
+	}
 }
 
 // command sends an idempotent command until it gets want, retrying

@@ -44,7 +44,7 @@ func negativeControl(t *testing.T, h *chaos.Harness) {
 		err := billing.QueryRow(ctx, `
 			SELECT charge_id::text, event_id::text, usage_event_id::text FROM charge c
 			WHERE tenant_id = $1 AND NOT EXISTS (SELECT 1 FROM adjustment a WHERE a.correction_of = c.charge_id)
-			ORDER BY aggregate_version OFFSET $2 LIMIT 1`, tenant, offset).Scan(&chargeID, &eventID, &usageEventID)
+			ORDER BY charge_id OFFSET $2 LIMIT 1`, tenant, offset).Scan(&chargeID, &eventID, &usageEventID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,9 +66,9 @@ func negativeControl(t *testing.T, h *chaos.Harness) {
 	var newCharge string
 	err = tx.QueryRow(ctx, `
 		INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency, quantity,
-		                    unit_price, price_version, amount, period, late, occurred_at, aggregate_version)
+		                    unit_price, price_version, amount, period, late, occurred_at)
 		SELECT gen_random_uuid(), gen_random_uuid(), usage_event_id, usage_id, tenant_id, meter_code, currency, quantity,
-		       unit_price, price_version, amount, period, late, occurred_at, aggregate_version
+		       unit_price, price_version, amount, period, late, occurred_at
 		FROM charge WHERE charge_id = $1::uuid
 		RETURNING charge_id::text`, dupOf).Scan(&newCharge)
 	if err != nil {
@@ -95,11 +95,11 @@ func negativeControl(t *testing.T, h *chaos.Harness) {
 	t.Logf("the reconciliation fails as it must:\n%v", failure)
 	msg := failure.Error()
 	for what, id := range map[string]string{
-		"the usage fact whose charge was deleted":       delUsage,
-		"the deleted charge's event (its invoice line)": delEvent,
-		"the usage fact charged twice":                  dupUsage,
-		"the original of the duplicated charge":         dupOf,
-		"the duplicate charge":                          newCharge,
+		"the usage fact whose charge was deleted":         delUsage,
+		"the deleted charge's event (its invoice charge)": delEvent,
+		"the usage fact charged twice":                    dupUsage,
+		"the original of the duplicated charge":           dupOf,
+		"the duplicate charge":                            newCharge,
 	} {
 		if !strings.Contains(msg, id) {
 			t.Errorf("the reconciliation's failure does not name %s (%s)", what, id)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
@@ -28,19 +27,20 @@ type Finding struct {
 type Reconciliation struct {
 	Tenants []string
 	// Lost: an origin with no effect where one is due (an accepted usage
-	// fact without its charge, a charge without its invoice line, an event
-	// missing from query's projection, ...).
+	// fact without its charge, a charge without its invoice charge, an
+	// event missing from query's projection, ...).
 	Lost []Finding
 	// Duplicated: an origin with more than one effect, or an effect with
-	// no origin (a second charge for one usage fact, a line whose charge
-	// does not exist, ...).
+	// no origin (a second charge for one usage fact, an invoice charge or
+	// line whose origin does not exist, ...).
 	Duplicated []Finding
 	// Mismatch: an effect that exists once but says something else than
 	// its origin (amount, price version, totals), or a broken invariant
 	// that is neither a loss nor a duplicate.
 	Mismatch []Finding
-	// Counts of what was compared.
-	Facts, Charges, Adjustments, InvoiceLines, Invoices, Projected, Prices int
+	// Counts of what was compared. InvoiceCharges are invoice's copies of
+	// the charges; InvoiceLines its lines of every kind.
+	Facts, Charges, Adjustments, InvoiceCharges, InvoiceLines, Invoices, Projected, Prices int
 	// ByVersion counts the usage facts by the price version that priced
 	// them.
 	ByVersion map[int64]int
@@ -85,46 +85,6 @@ func (r *Reconciliation) mismatch(id, format string, args ...any) {
 	r.Mismatch = append(r.Mismatch, Finding{id, fmt.Sprintf(format, args...)})
 }
 
-// Rows read from the databases.
-type (
-	priceRow struct {
-		Tenant, Meter, Currency string
-		Version                 int64
-		UnitPrice               decimal.Decimal
-		EffectiveAt             time.Time
-		EventID                 string
-	}
-	factRow struct {
-		Tenant, SourceSystem, SourceEventID, UsageID, EventID, Meter, Currency string
-		Quantity                                                               decimal.Decimal
-		OccurredAt                                                             time.Time
-		PriceVersion                                                           int64
-	}
-	chargeRow struct {
-		ChargeID, EventID, UsageEventID, UsageID, Tenant, Meter, Currency, Period string
-		Quantity, UnitPrice, Amount                                               decimal.Decimal
-		PriceVersion                                                              int64
-		Late                                                                      bool
-		OccurredAt                                                                time.Time
-	}
-	adjustmentRow struct {
-		AdjustmentID, EventID, Tenant, CorrectionOf, Currency, Period string
-		Amount                                                        decimal.Decimal
-	}
-	invoiceRow struct {
-		InvoiceID, Tenant, Period, Currency, Status, IssuedEventID string
-		Subtotal, Total                                            *decimal.Decimal
-	}
-	lineRow struct {
-		InvoiceID, OriginEventID, Kind string
-		Amount                         decimal.Decimal
-	}
-	projectedRow struct {
-		EventID, EventType, Tenant, OriginEventID, SubjectID, Currency, Meter string
-		Quantity, Amount                                                      *decimal.Decimal
-	}
-)
-
 // Reconcile compares, for tenants, what the client was answered (ledger)
 // with the five databases, by origin event id:
 //
@@ -137,278 +97,168 @@ type (
 //     of that version, in the period it occurred in), and every charge
 //     rates a usage fact;
 //   - every adjustment the client posted exists once;
-//   - invoice lines = charges + adjustments: one line per origin event,
-//     same amount, on the issued invoice of its tenant, period and
-//     currency, whose subtotal, half-even rounded total and rounding line
-//     agree;
-//   - query projects every one of those events once, and its totals (the
+//   - every billing event is version 1 of its own aggregate (a charge, an
+//     adjustment, a period's close), and every closed period has its close;
+//   - every charge is exactly one invoice_charge row in invoice (same
+//     tenant, period, currency, meter, price version, quantity, amount),
+//     and invoice holds none that billing did not rate;
+//   - each issued invoice's charge lines are the GROUP BY (meter, price
+//     version) of its invoice charges: quantity, charge count and amount
+//     the sums, amount = quantity x unit price; each adjustment the close
+//     counted is exactly one adjustment line, each adjustment posted after
+//     the close exactly one correction note; subtotal = the charge and
+//     adjustment lines = billing's charges and counted adjustments, total
+//     = subtotal rounded half-even = subtotal + the rounding line;
+//   - invoice numbers are 1..n per tenant, without a gap or a repeat;
+//   - query projects every one of those events once (an issued invoice
+//     as its InvoiceIssued, with the invoice's total), and its totals (the
 //     folded totals plus the deltas not yet folded, as a summary read
 //     folds them) equal the same sums;
 //   - each service wrote every event of an effect into its outbox with
 //     the effect, and none without (nothing half-written).
 func Reconcile(ctx context.Context, db map[string]*pgxpool.Pool, tenants []string, ledger *Ledger) (*Reconciliation, error) {
-	r := &Reconciliation{Tenants: tenants}
-	// Read every database first.
-	prices, err := collect(ctx, db["meter"], `
-		SELECT tenant_id, meter_code, currency, version, unit_price::text, effective_at, event_id::text
-		FROM price WHERE tenant_id = ANY($1) ORDER BY tenant_id, meter_code, currency, version`, tenants,
-		func(row pgx.CollectableRow) (p priceRow, err error) {
-			var up string
-			err = row.Scan(&p.Tenant, &p.Meter, &p.Currency, &p.Version, &up, &p.EffectiveAt, &p.EventID)
-			p.UnitPrice = decimal.RequireFromString(up)
-			return
-		})
-	if err != nil {
-		return nil, fmt.Errorf("meter prices: %w", err)
-	}
-	evidence := func(service string) (map[string]priceRow, error) {
-		rows, err := collect(ctx, db[service], `
-			SELECT tenant_id, meter_code, currency, version, unit_price::text, effective_at, event_id::text
-			FROM price_evidence WHERE tenant_id = ANY($1)`, tenants,
-			func(row pgx.CollectableRow) (p priceRow, err error) {
-				var up string
-				err = row.Scan(&p.Tenant, &p.Meter, &p.Currency, &p.Version, &up, &p.EffectiveAt, &p.EventID)
-				p.UnitPrice = decimal.RequireFromString(up)
-				return
-			})
-		if err != nil {
-			return nil, fmt.Errorf("%s price evidence: %w", service, err)
-		}
-		out := map[string]priceRow{}
-		for _, p := range rows {
-			out[p.EventID] = p
-		}
-		return out, nil
-	}
-	usageEvidence, err := evidence("usage")
+	s, err := readSnapshot(ctx, db, tenants)
 	if err != nil {
 		return nil, err
 	}
-	billingEvidence, err := evidence("billing")
-	if err != nil {
+	rc := newReconciler(tenants, ledger, s)
+	rc.prices()
+	rc.usageFacts()
+	rc.usageToCharges()
+	rc.adjustmentsPosted()
+	rc.billingVersions()
+	rc.chargesToInvoice()
+	rc.invoiceLines()
+	if err := rc.invoiceTotals(); err != nil {
 		return nil, err
 	}
-	facts, err := collect(ctx, db["usage"], `
-		SELECT tenant_id, source_system, source_event_id, usage_id::text, event_id::text, meter_code, currency,
-		       quantity::text, occurred_at, price_version
-		FROM usage_fact WHERE tenant_id = ANY($1)`, tenants,
-		func(row pgx.CollectableRow) (f factRow, err error) {
-			var q string
-			err = row.Scan(&f.Tenant, &f.SourceSystem, &f.SourceEventID, &f.UsageID, &f.EventID, &f.Meter, &f.Currency,
-				&q, &f.OccurredAt, &f.PriceVersion)
-			f.Quantity = decimal.RequireFromString(q)
-			return
-		})
-	if err != nil {
-		return nil, fmt.Errorf("usage facts: %w", err)
-	}
-	charges, err := collect(ctx, db["billing"], `
-		SELECT charge_id::text, event_id::text, usage_event_id::text, usage_id::text, tenant_id, meter_code, currency,
-		       period, quantity::text, unit_price::text, amount::text, price_version, late, occurred_at
-		FROM charge WHERE tenant_id = ANY($1)`, tenants,
-		func(row pgx.CollectableRow) (c chargeRow, err error) {
-			var q, up, a string
-			err = row.Scan(&c.ChargeID, &c.EventID, &c.UsageEventID, &c.UsageID, &c.Tenant, &c.Meter, &c.Currency,
-				&c.Period, &q, &up, &a, &c.PriceVersion, &c.Late, &c.OccurredAt)
-			c.Quantity, c.UnitPrice, c.Amount = decimal.RequireFromString(q), decimal.RequireFromString(up), decimal.RequireFromString(a)
-			return
-		})
-	if err != nil {
-		return nil, fmt.Errorf("charges: %w", err)
-	}
-	adjustments, err := collect(ctx, db["billing"], `
-		SELECT adjustment_id::text, event_id::text, tenant_id, correction_of::text, currency, period, amount::text
-		FROM adjustment WHERE tenant_id = ANY($1)`, tenants,
-		func(row pgx.CollectableRow) (a adjustmentRow, err error) {
-			var amt string
-			err = row.Scan(&a.AdjustmentID, &a.EventID, &a.Tenant, &a.CorrectionOf, &a.Currency, &a.Period, &amt)
-			a.Amount = decimal.RequireFromString(amt)
-			return
-		})
-	if err != nil {
-		return nil, fmt.Errorf("adjustments: %w", err)
-	}
-	periodStatus := map[string]string{}
-	if err := scanEach(ctx, db["billing"], `SELECT tenant_id, period, status FROM billing_period WHERE tenant_id = ANY($1)`, tenants,
-		func(row pgx.Rows) error {
-			var t, p, s string
-			if err := row.Scan(&t, &p, &s); err != nil {
-				return err
-			}
-			periodStatus[t+"/"+p] = s
-			return nil
-		}); err != nil {
-		return nil, fmt.Errorf("billing periods: %w", err)
-	}
-	invoices, err := collect(ctx, db["invoice"], `
-		SELECT invoice_id::text, tenant_id, period, currency, status, coalesce(issued_event_id::text, ''),
-		       subtotal::text, total::text
-		FROM invoice WHERE tenant_id = ANY($1)`, tenants,
-		func(row pgx.CollectableRow) (i invoiceRow, err error) {
-			var sub, tot *string
-			err = row.Scan(&i.InvoiceID, &i.Tenant, &i.Period, &i.Currency, &i.Status, &i.IssuedEventID, &sub, &tot)
-			if sub != nil {
-				d := decimal.RequireFromString(*sub)
-				i.Subtotal = &d
-			}
-			if tot != nil {
-				d := decimal.RequireFromString(*tot)
-				i.Total = &d
-			}
-			return
-		})
-	if err != nil {
-		return nil, fmt.Errorf("invoices: %w", err)
-	}
-	lines, err := collect(ctx, db["invoice"], `
-		SELECT l.invoice_id::text, l.origin_event_id::text, l.kind, l.amount::text
-		FROM invoice_line l JOIN invoice i USING (invoice_id) WHERE i.tenant_id = ANY($1)`, tenants,
-		func(row pgx.CollectableRow) (l lineRow, err error) {
-			var a string
-			err = row.Scan(&l.InvoiceID, &l.OriginEventID, &l.Kind, &a)
-			l.Amount = decimal.RequireFromString(a)
-			return
-		})
-	if err != nil {
-		return nil, fmt.Errorf("invoice lines: %w", err)
-	}
-	corrections := map[string][]lineRow{}
-	if err := scanEach(ctx, db["invoice"], `
-		SELECT c.invoice_id::text, c.origin_event_id::text, c.amount::text
-		FROM invoice_correction c JOIN invoice i USING (invoice_id) WHERE i.tenant_id = ANY($1)`, tenants,
-		func(row pgx.Rows) error {
-			var l lineRow
-			var a string
-			if err := row.Scan(&l.InvoiceID, &l.OriginEventID, &a); err != nil {
-				return err
-			}
-			l.Kind, l.Amount = "correction", decimal.RequireFromString(a)
-			corrections[l.OriginEventID] = append(corrections[l.OriginEventID], l)
-			return nil
-		}); err != nil {
-		return nil, fmt.Errorf("invoice corrections: %w", err)
-	}
-	closes := map[string]bool{}
-	if err := scanEach(ctx, db["invoice"], `SELECT tenant_id, period FROM period_close WHERE tenant_id = ANY($1)`, tenants,
-		func(row pgx.Rows) error {
-			var t, p string
-			if err := row.Scan(&t, &p); err != nil {
-				return err
-			}
-			closes[t+"/"+p] = true
-			return nil
-		}); err != nil {
-		return nil, fmt.Errorf("period closes: %w", err)
-	}
-	projected, err := collect(ctx, db["query"], `
-		SELECT event_id::text, event_type, tenant_id, coalesce(origin_event_id::text, ''), coalesce(subject_id::text, ''),
-		       coalesce(currency, ''), coalesce(meter_code, ''), quantity::text, amount::text
-		FROM projected_event WHERE tenant_id = ANY($1)`, tenants,
-		func(row pgx.CollectableRow) (p projectedRow, err error) {
-			var q, a *string
-			err = row.Scan(&p.EventID, &p.EventType, &p.Tenant, &p.OriginEventID, &p.SubjectID, &p.Currency, &p.Meter, &q, &a)
-			if q != nil {
-				d := decimal.RequireFromString(*q)
-				p.Quantity = &d
-			}
-			if a != nil {
-				d := decimal.RequireFromString(*a)
-				p.Amount = &d
-			}
-			return
-		})
-	if err != nil {
-		return nil, fmt.Errorf("query projection: %w", err)
-	}
-	projectedLines := map[string]int{}
-	if err := scanEach(ctx, db["query"], `
-		SELECT origin_event_id::text, kind FROM projected_invoice_line WHERE tenant_id = ANY($1)`, tenants,
-		func(row pgx.Rows) error {
-			var o, k string
-			if err := row.Scan(&o, &k); err != nil {
-				return err
-			}
-			projectedLines[o+"/"+k]++
-			return nil
-		}); err != nil {
-		return nil, fmt.Errorf("query invoice lines: %w", err)
-	}
-	totals := map[string]map[string]map[string]decimal.Decimal{} // tenant -> kind -> key -> amount
-	counts := map[string]map[string]int64{}                      // tenant -> kind -> events
-	addTotal := func(t, kind, key string, amount decimal.Decimal, n int64) {
-		if totals[t] == nil {
-			totals[t], counts[t] = map[string]map[string]decimal.Decimal{}, map[string]int64{}
-		}
-		if totals[t][kind] == nil {
-			totals[t][kind] = map[string]decimal.Decimal{}
-		}
-		totals[t][kind][key] = totals[t][kind][key].Add(amount)
-		counts[t][kind] += n
-	}
-	if err := scanEach(ctx, db["query"], `
-		SELECT tenant_id, kind, key, amount::text, events FROM tenant_total WHERE tenant_id = ANY($1)
-		UNION ALL
-		SELECT tenant_id, kind, key, sum(amount)::text, count(*) FROM summary_delta WHERE tenant_id = ANY($1)
-		GROUP BY tenant_id, kind, key`, tenants,
-		func(row pgx.Rows) error {
-			var t, kind, key, a string
-			var n int64
-			if err := row.Scan(&t, &kind, &key, &a, &n); err != nil {
-				return err
-			}
-			addTotal(t, kind, key, decimal.RequireFromString(a), n)
-			return nil
-		}); err != nil {
-		return nil, fmt.Errorf("query totals: %w", err)
-	}
-	outboxes := map[string]map[string]int{} // service -> "type/event id" -> rows
-	for _, service := range []string{"meter", "usage", "billing", "invoice"} {
-		outboxes[service] = map[string]int{}
-		if err := scanEach(ctx, db[service], `
-			SELECT event_type, event_id::text FROM outbox_event WHERE split_part(partition_key, '|', 1) = ANY($1)`, tenants,
-			func(row pgx.Rows) error {
-				var t, id string
-				if err := row.Scan(&t, &id); err != nil {
-					return err
-				}
-				outboxes[service][t+"/"+id]++
-				return nil
-			}); err != nil {
-			return nil, fmt.Errorf("%s outbox: %w", service, err)
-		}
-	}
+	rc.invoiceNumbers()
+	rc.queryProjection()
+	rc.queryTotals()
+	rc.outbox()
+	r := rc.r
+	sortFindings(r.Lost)
+	sortFindings(r.Duplicated)
+	sortFindings(r.Mismatch)
+	return r, nil
+}
 
-	r.Facts, r.Charges, r.Adjustments, r.InvoiceLines, r.Invoices, r.Projected, r.Prices =
-		len(facts), len(charges), len(adjustments), len(lines), len(invoices), len(projected), len(prices)
+// reconciler holds what the checks share: the snapshot, the ledger's
+// records, indexes of the rows by id, and the outbox rows each effect
+// calls for.
+type reconciler struct {
+	r       *Reconciliation
+	s       *snapshot
+	tenants []string
 
-	// Outbox: each effect's event written with it, once; no event of
-	// these types without its effect.
-	outboxWant := map[string]map[string]string{} // service -> type/id -> what
-	want := func(service, eventType, id, what string) {
-		if outboxWant[service] == nil {
-			outboxWant[service] = map[string]string{}
-		}
-		outboxWant[service][eventType+"/"+id] = what
-	}
+	ledgerPrices      []PriceRecord
+	ledgerAdjustments []AdjustmentRecord
+	ledgerFacts       []*Fact
 
-	// Prices.
-	byID := map[string]priceRow{}
-	schedule := map[string][]priceRow{} // tenant/meter/currency -> versions ascending
-	for _, p := range prices {
-		byID[p.EventID] = p
-		k := p.Tenant + "/" + p.Meter + "/" + p.Currency
-		schedule[k] = append(schedule[k], p)
-		want("meter", events.TypePriceActivated, p.EventID, "price "+k)
+	priceByEvent   map[string]priceRow
+	schedule       map[string][]priceRow // tenant/meter/currency -> versions ascending
+	factByEvent    map[string]factRow
+	chargeByEvent  map[string]chargeRow
+	adjByEvent     map[string]adjustmentRow
+	invoiceByID    map[string]invoiceRow
+	invoiceOf      map[string]invoiceRow // tenant/period/currency
+	invoiceCharges map[string]invoiceChargeRow
+
+	// outboxWant: service -> "type/event id" -> the effect that calls for it.
+	outboxWant map[string]map[string]string
+}
+
+func newReconciler(tenants []string, ledger *Ledger, s *snapshot) *reconciler {
+	rc := &reconciler{
+		r: &Reconciliation{Tenants: tenants, ByVersion: map[int64]int{},
+			Facts: len(s.facts), Charges: len(s.charges), Adjustments: len(s.adjustments), InvoiceCharges: len(s.invoiceCharges),
+			InvoiceLines: len(s.lines), Invoices: len(s.invoices), Projected: len(s.projected), Prices: len(s.prices)},
+		s: s, tenants: tenants,
+		priceByEvent: map[string]priceRow{}, schedule: map[string][]priceRow{},
+		factByEvent: map[string]factRow{}, chargeByEvent: map[string]chargeRow{}, adjByEvent: map[string]adjustmentRow{},
+		invoiceByID: map[string]invoiceRow{}, invoiceOf: map[string]invoiceRow{}, invoiceCharges: map[string]invoiceChargeRow{},
+		outboxWant: map[string]map[string]string{},
 	}
 	ledger.mu.Lock()
-	ledgerPrices := slices.Clone(ledger.Prices)
-	ledgerAdjustments := slices.Clone(ledger.Adjustments)
+	rc.ledgerPrices = slices.Clone(ledger.Prices)
+	rc.ledgerAdjustments = slices.Clone(ledger.Adjustments)
 	ledger.mu.Unlock()
-	for _, lp := range ledgerPrices {
-		if !slices.Contains(tenants, lp.Tenant) {
+	rc.ledgerFacts = ledger.Facts(tenants...)
+	for _, p := range s.prices {
+		rc.priceByEvent[p.EventID] = p
+		k := p.Tenant + "/" + p.Meter + "/" + p.Currency
+		rc.schedule[k] = append(rc.schedule[k], p)
+	}
+	for _, ss := range rc.schedule {
+		sort.Slice(ss, func(i, j int) bool { return ss[i].Version < ss[j].Version })
+	}
+	for _, f := range s.facts {
+		rc.factByEvent[f.EventID] = f
+	}
+	for _, c := range s.charges {
+		rc.chargeByEvent[c.EventID] = c
+	}
+	for _, a := range s.adjustments {
+		rc.adjByEvent[a.EventID] = a
+	}
+	for _, inv := range s.invoices {
+		rc.invoiceByID[inv.InvoiceID] = inv
+		rc.invoiceOf[invoiceKey(inv.Tenant, inv.Period, inv.Currency)] = inv
+	}
+	for _, c := range s.invoiceCharges {
+		rc.invoiceCharges[c.OriginEventID] = c
+	}
+	return rc
+}
+
+func invoiceKey(tenant, period, currency string) string {
+	return tenant + "/" + period + "/" + currency
+}
+
+// want records that service's outbox must hold the event eventType/id,
+// written with the effect what.
+func (rc *reconciler) want(service, eventType, id, what string) {
+	if rc.outboxWant[service] == nil {
+		rc.outboxWant[service] = map[string]string{}
+	}
+	rc.outboxWant[service][eventType+"/"+id] = what
+}
+
+func (rc *reconciler) mine(tenant string) bool { return slices.Contains(rc.tenants, tenant) }
+
+// priceAt is the version of tenant's meter in effect at.
+func (rc *reconciler) priceAt(tenant, meter, currency string, at time.Time) (priceRow, bool) {
+	ss := rc.schedule[tenant+"/"+meter+"/"+currency]
+	for i := len(ss) - 1; i >= 0; i-- {
+		if !ss[i].EffectiveAt.After(at) {
+			return ss[i], true
+		}
+	}
+	return priceRow{}, false
+}
+
+// priceVersion is version v of tenant's meter.
+func (rc *reconciler) priceVersion(tenant, meter, currency string, v int64) (priceRow, bool) {
+	for _, p := range rc.schedule[tenant+"/"+meter+"/"+currency] {
+		if p.Version == v {
+			return p, true
+		}
+	}
+	return priceRow{}, false
+}
+
+// prices: meter holds what the client activated, and usage and billing
+// hold each version once as evidence.
+func (rc *reconciler) prices() {
+	r := rc.r
+	for _, p := range rc.s.prices {
+		rc.want("meter", events.TypePriceActivated, p.EventID, "price "+p.Tenant+"/"+p.Meter+"/"+p.Currency)
+	}
+	for _, lp := range rc.ledgerPrices {
+		if !rc.mine(lp.Tenant) {
 			continue
 		}
-		p, ok := byID[lp.EventID]
+		p, ok := rc.priceByEvent[lp.EventID]
 		switch {
 		case !ok:
 			r.lost(lp.EventID, "price %s %s v%d of %s was activated (201) but is not in meter's price table", lp.Meter, lp.Currency, lp.Version, lp.Tenant)
@@ -417,8 +267,9 @@ func Reconcile(ctx context.Context, db map[string]*pgxpool.Pool, tenants []strin
 				lp.Meter, lp.Version, lp.Tenant, p.Version, p.UnitPrice, p.EffectiveAt, lp.Version, lp.UnitPrice, lp.EffectiveAt)
 		}
 	}
-	for service, ev := range map[string]map[string]priceRow{"usage": usageEvidence, "billing": billingEvidence} {
-		for _, p := range prices {
+	for _, service := range []string{"usage", "billing"} {
+		ev := rc.s.evidence[service]
+		for _, p := range rc.s.prices {
 			e, ok := ev[p.EventID]
 			switch {
 			case !ok:
@@ -429,42 +280,24 @@ func Reconcile(ctx context.Context, db map[string]*pgxpool.Pool, tenants []strin
 			}
 		}
 		for id, e := range ev {
-			if _, ok := byID[id]; !ok {
+			if _, ok := rc.priceByEvent[id]; !ok {
 				r.dup(id, "%s holds price evidence %s v%d of %s from event %s, which meter never activated", service, e.Meter, e.Version, e.Tenant, id)
 			}
 		}
 	}
-	for _, ss := range schedule {
-		sort.Slice(ss, func(i, j int) bool { return ss[i].Version < ss[j].Version })
-	}
-	priceAt := func(tenant, meter, currency string, at time.Time) (priceRow, bool) {
-		ss := schedule[tenant+"/"+meter+"/"+currency]
-		for i := len(ss) - 1; i >= 0; i-- {
-			if !ss[i].EffectiveAt.After(at) {
-				return ss[i], true
-			}
-		}
-		return priceRow{}, false
-	}
-	version := func(tenant, meter, currency string, v int64) (priceRow, bool) {
-		for _, p := range schedule[tenant+"/"+meter+"/"+currency] {
-			if p.Version == v {
-				return p, true
-			}
-		}
-		return priceRow{}, false
-	}
+}
 
-	// Usage facts against what the client was answered.
+// usageFacts: usage holds every fact the client saw accepted, as sent,
+// priced by the version in effect at its occurredAt, and nothing else.
+func (rc *reconciler) usageFacts() {
+	r := rc.r
 	factByIdentity := map[string]factRow{}
-	factByEvent := map[string]factRow{}
-	for _, f := range facts {
+	for _, f := range rc.s.facts {
 		factByIdentity[f.Tenant+"|"+f.SourceEventID] = f
-		factByEvent[f.EventID] = f
-		want("usage", events.TypeUsageAccepted, f.EventID, "usage fact "+f.UsageID)
+		rc.want("usage", events.TypeUsageAccepted, f.EventID, "usage fact "+f.UsageID)
 	}
 	sent := map[string]*Fact{}
-	for _, lf := range ledger.Facts(tenants...) {
+	for _, lf := range rc.ledgerFacts {
 		sent[lf.Tenant+"|"+lf.SourceEventID] = lf
 		f, ok := factByIdentity[lf.Tenant+"|"+lf.SourceEventID]
 		switch {
@@ -479,8 +312,7 @@ func Reconcile(ctx context.Context, db map[string]*pgxpool.Pool, tenants []strin
 				f.Meter, f.Quantity, f.OccurredAt, lf.Meter, lf.Quantity, lf.OccurredAt)
 		}
 	}
-	r.ByVersion = map[int64]int{}
-	for _, f := range facts {
+	for _, f := range rc.s.facts {
 		r.ByVersion[f.PriceVersion]++
 		lf, ok := sent[f.Tenant+"|"+f.SourceEventID]
 		switch {
@@ -489,7 +321,7 @@ func Reconcile(ctx context.Context, db map[string]*pgxpool.Pool, tenants []strin
 		case !lf.Accepted && !lf.Unresolved:
 			r.mismatch(f.EventID, "usage fact %s/%s is in usage's database, but its request was never answered as accepted", f.Tenant, f.SourceEventID)
 		}
-		p, ok := priceAt(f.Tenant, f.Meter, f.Currency, f.OccurredAt)
+		p, ok := rc.priceAt(f.Tenant, f.Meter, f.Currency, f.OccurredAt)
 		if !ok {
 			r.mismatch(f.EventID, "usage fact %s (%s at %s) has no %s price in effect in meter's table", f.UsageID, f.Meter, f.OccurredAt, f.Currency)
 		} else if p.Version != f.PriceVersion {
@@ -497,16 +329,19 @@ func Reconcile(ctx context.Context, db map[string]*pgxpool.Pool, tenants []strin
 				f.UsageID, f.Meter, f.OccurredAt.Format(time.RFC3339Nano), f.PriceVersion, p.Version, p.EffectiveAt.Format(time.RFC3339Nano))
 		}
 	}
+}
 
-	// Charges: exactly one per usage fact.
+// usageToCharges: exactly one charge per usage fact, at quantity x the
+// unit price of the fact's version, in the period it occurred in; no
+// charge without a fact.
+func (rc *reconciler) usageToCharges() {
+	r := rc.r
 	chargesOf := map[string][]chargeRow{}
-	chargeByEvent := map[string]chargeRow{}
-	for _, c := range charges {
+	for _, c := range rc.s.charges {
 		chargesOf[c.UsageEventID] = append(chargesOf[c.UsageEventID], c)
-		chargeByEvent[c.EventID] = c
-		want("billing", events.TypeChargeRated, c.EventID, "charge "+c.ChargeID)
+		rc.want("billing", events.TypeChargeRated, c.EventID, "charge "+c.ChargeID)
 	}
-	for _, f := range facts {
+	for _, f := range rc.s.facts {
 		cs := chargesOf[f.EventID]
 		switch len(cs) {
 		case 0:
@@ -521,41 +356,48 @@ func Reconcile(ctx context.Context, db map[string]*pgxpool.Pool, tenants []strin
 			r.dup(f.EventID, "usage fact %s (%s/%s) has %d charges: %s", f.UsageID, f.Tenant, f.SourceEventID, len(cs), strings.Join(ids, ", "))
 		}
 		for _, c := range cs {
-			p, ok := version(c.Tenant, c.Meter, c.Currency, c.PriceVersion)
-			switch {
-			case c.Tenant != f.Tenant || c.UsageID != f.UsageID || c.Meter != f.Meter || c.Currency != f.Currency ||
-				!c.Quantity.Equal(f.Quantity) || c.PriceVersion != f.PriceVersion:
-				r.mismatch(c.ChargeID, "charge %s of usage event %s: %s %s %s v%d, the fact: %s %s %s v%d", c.ChargeID, f.EventID,
-					c.Meter, c.Quantity, c.Currency, c.PriceVersion, f.Meter, f.Quantity, f.Currency, f.PriceVersion)
-			case !ok || !c.UnitPrice.Equal(p.UnitPrice):
-				r.mismatch(c.ChargeID, "charge %s at unit price %s, meter's %s v%d is %s", c.ChargeID, c.UnitPrice, c.Meter, c.PriceVersion, p.UnitPrice)
-			case !c.Amount.Equal(c.Quantity.Mul(c.UnitPrice)):
-				r.mismatch(c.ChargeID, "charge %s: amount %s, quantity %s x unit price %s = %s", c.ChargeID, c.Amount, c.Quantity, c.UnitPrice, c.Quantity.Mul(c.UnitPrice))
-			case c.Late || c.Period != events.Period(f.OccurredAt):
-				r.mismatch(c.ChargeID, "charge %s rated into %s (late %v); the usage occurred in %s, before its period closed",
-					c.ChargeID, c.Period, c.Late, events.Period(f.OccurredAt))
-			}
+			rc.chargeRatesFact(c, f)
 		}
 	}
-	for _, c := range charges {
-		if _, ok := factByEvent[c.UsageEventID]; !ok {
+	for _, c := range rc.s.charges {
+		if _, ok := rc.factByEvent[c.UsageEventID]; !ok {
 			r.dup(c.UsageEventID, "charge %s (event %s) rates usage event %s, which is no usage fact", c.ChargeID, c.EventID, c.UsageEventID)
 		}
 	}
+}
 
-	// Adjustments.
-	adjByEvent := map[string]adjustmentRow{}
-	for _, a := range adjustments {
-		adjByEvent[a.EventID] = a
-		want("billing", events.TypeAdjustmentPosted, a.EventID, "adjustment "+a.AdjustmentID)
+// chargeRatesFact checks one charge against the fact it rates.
+func (rc *reconciler) chargeRatesFact(c chargeRow, f factRow) {
+	p, ok := rc.priceVersion(c.Tenant, c.Meter, c.Currency, c.PriceVersion)
+	switch {
+	case c.Tenant != f.Tenant || c.UsageID != f.UsageID || c.Meter != f.Meter || c.Currency != f.Currency ||
+		!c.Quantity.Equal(f.Quantity) || c.PriceVersion != f.PriceVersion:
+		rc.r.mismatch(c.ChargeID, "charge %s of usage event %s: %s %s %s v%d, the fact: %s %s %s v%d", c.ChargeID, f.EventID,
+			c.Meter, c.Quantity, c.Currency, c.PriceVersion, f.Meter, f.Quantity, f.Currency, f.PriceVersion)
+	case !ok || !c.UnitPrice.Equal(p.UnitPrice):
+		rc.r.mismatch(c.ChargeID, "charge %s at unit price %s, meter's %s v%d is %s", c.ChargeID, c.UnitPrice, c.Meter, c.PriceVersion, p.UnitPrice)
+	case !c.Amount.Equal(c.Quantity.Mul(c.UnitPrice)):
+		rc.r.mismatch(c.ChargeID, "charge %s: amount %s, quantity %s x unit price %s = %s", c.ChargeID, c.Amount, c.Quantity, c.UnitPrice, c.Quantity.Mul(c.UnitPrice))
+	case c.Late || c.Period != events.Period(f.OccurredAt):
+		rc.r.mismatch(c.ChargeID, "charge %s rated into %s (late %v); the usage occurred in %s, before its period closed",
+			c.ChargeID, c.Period, c.Late, events.Period(f.OccurredAt))
+	}
+}
+
+// adjustmentsPosted: every adjustment the client posted exists once, as
+// posted; none that it did not post.
+func (rc *reconciler) adjustmentsPosted() {
+	r := rc.r
+	for _, a := range rc.s.adjustments {
+		rc.want("billing", events.TypeAdjustmentPosted, a.EventID, "adjustment "+a.AdjustmentID)
 	}
 	posted := map[string]bool{}
-	for _, la := range ledgerAdjustments {
-		if !slices.Contains(tenants, la.Tenant) {
+	for _, la := range rc.ledgerAdjustments {
+		if !rc.mine(la.Tenant) {
 			continue
 		}
 		posted[la.EventID] = true
-		a, ok := adjByEvent[la.EventID]
+		a, ok := rc.adjByEvent[la.EventID]
 		switch {
 		case !ok:
 			r.lost(la.EventID, "adjustment %s of %s was posted (201) but is not in billing's database", la.AdjustmentID, la.Tenant)
@@ -564,97 +406,289 @@ func Reconcile(ctx context.Context, db map[string]*pgxpool.Pool, tenants []strin
 				la.Amount, la.Currency, la.CorrectionOf)
 		}
 	}
-	for _, a := range adjustments {
+	for _, a := range rc.s.adjustments {
 		if !posted[a.EventID] {
 			r.dup(a.EventID, "adjustment %s of %s was never posted by the client", a.AdjustmentID, a.Tenant)
 		}
 	}
+}
 
-	// Invoice lines = charges + adjustments.
-	invoiceByID := map[string]invoiceRow{}
-	invoiceOf := map[string]invoiceRow{} // tenant/period/currency
-	for _, inv := range invoices {
-		invoiceByID[inv.InvoiceID] = inv
-		invoiceOf[inv.Tenant+"/"+inv.Period+"/"+inv.Currency] = inv
-		if inv.IssuedEventID != "" {
-			want("invoice", events.TypeInvoiceIssued, inv.IssuedEventID, "invoice "+inv.InvoiceID)
-		}
-	}
-	linesOf := map[string][]lineRow{}
-	var roundingLines []lineRow
-	for _, l := range lines {
-		if l.Kind == "rounding" {
-			roundingLines = append(roundingLines, l)
+// billingVersions: every ChargeRated, AdjustmentPosted and
+// BillingPeriodClosed in billing's outbox is version 1 of its own
+// aggregate (charge/<chargeId>, adjustment/<id>, billing_period/<period>),
+// and no two events share an aggregate. Every closed period has its close.
+func (rc *reconciler) billingVersions() {
+	r := rc.r
+	closeOf := map[string]periodRow{}
+	for _, p := range rc.s.periods {
+		if p.Status != "closed" {
 			continue
 		}
-		linesOf[l.OriginEventID] = append(linesOf[l.OriginEventID], l)
+		if p.CloseEventID == "" {
+			r.lost(p.Tenant+"/"+p.Period, "billing period %s of %s is closed without a close event", p.Period, p.Tenant)
+			continue
+		}
+		closeOf[p.CloseEventID] = p
+		rc.want("billing", events.TypeBillingPeriodClosed, p.CloseEventID, "close of "+p.Tenant+"/"+p.Period)
 	}
-	type origin struct {
-		id, kind, tenant, period, currency string
-		amount                             decimal.Decimal
+	owner := map[string]string{} // tenant's aggregate type/id -> the event holding it
+	for _, e := range rc.s.billingEnvelope {
+		var aggType, aggID string
+		switch e.EventType {
+		case events.TypeChargeRated:
+			aggType = events.AggregateCharge
+			if c, ok := rc.chargeByEvent[e.EventID]; ok {
+				aggID = c.ChargeID
+			}
+		case events.TypeAdjustmentPosted:
+			aggType = events.AggregateAdjustment
+			if a, ok := rc.adjByEvent[e.EventID]; ok {
+				aggID = a.AdjustmentID
+			}
+		case events.TypeBillingPeriodClosed:
+			aggType = events.AggregateBillingPeriod
+			if p, ok := closeOf[e.EventID]; ok {
+				aggID = p.Period
+			}
+		default:
+			continue
+		}
+		agg := e.AggregateType + "/" + e.AggregateID
+		switch {
+		case e.AggregateVersion != 1:
+			r.mismatch(e.EventID, "billing's %s %s is version %d of %s, want version 1 of its own aggregate", e.EventType, e.EventID, e.AggregateVersion, agg)
+		case e.AggregateType != aggType || (aggID != "" && e.AggregateID != aggID):
+			// aggID is empty for an event without its effect: outbox()
+			// names it half-written.
+			r.mismatch(e.EventID, "billing's %s %s is of aggregate %s, want %s/%s", e.EventType, e.EventID, agg, aggType, aggID)
+		}
+		if prev, ok := owner[e.Tenant+"|"+agg]; ok {
+			r.dup(e.EventID, "billing's %s %s and %s are both of %s's aggregate %s", e.EventType, prev, e.EventID, e.Tenant, agg)
+		}
+		owner[e.Tenant+"|"+agg] = e.EventID
 	}
-	var origins []origin
-	for _, c := range charges {
-		origins = append(origins, origin{c.EventID, "charge", c.Tenant, c.Period, c.Currency, c.Amount})
+}
+
+// chargesToInvoice: every charge of billing is exactly one invoice_charge
+// row in invoice with the same figures, and invoice holds none that
+// billing did not rate. (origin_event_id is invoice_charge's primary key:
+// one row per ChargeRated at most.)
+func (rc *reconciler) chargesToInvoice() {
+	r := rc.r
+	for _, c := range rc.s.charges {
+		ic, ok := rc.invoiceCharges[c.EventID]
+		switch {
+		case !ok:
+			r.lost(c.EventID, "charge %s (ChargeRated %s, %s %s %s) is not in invoice's charges", c.ChargeID, c.EventID, c.Tenant, c.Period, c.Amount)
+		case ic.ChargeID != c.ChargeID || ic.Tenant != c.Tenant || ic.Period != c.Period || ic.Currency != c.Currency ||
+			ic.Meter != c.Meter || ic.PriceVersion != c.PriceVersion || !ic.UnitPrice.Equal(c.UnitPrice) ||
+			!ic.Quantity.Equal(c.Quantity) || !ic.Amount.Equal(c.Amount):
+			r.mismatch(c.EventID, "invoice's copy of charge %s (ChargeRated %s): %s %s %s %s v%d %s x %s = %s; billing: %s %s %s %s v%d %s x %s = %s",
+				c.ChargeID, c.EventID, ic.Tenant, ic.Period, ic.Currency, ic.Meter, ic.PriceVersion, ic.Quantity, ic.UnitPrice, ic.Amount,
+				c.Tenant, c.Period, c.Currency, c.Meter, c.PriceVersion, c.Quantity, c.UnitPrice, c.Amount)
+		}
 	}
-	for _, a := range adjustments {
-		origins = append(origins, origin{a.EventID, "adjustment", a.Tenant, a.Period, a.Currency, a.Amount})
+	for _, ic := range rc.s.invoiceCharges {
+		if _, ok := rc.chargeByEvent[ic.OriginEventID]; !ok {
+			r.dup(ic.OriginEventID, "invoice holds charge %s of ChargeRated %s (%s %s %s), which billing never rated",
+				ic.ChargeID, ic.OriginEventID, ic.Tenant, ic.Period, ic.Amount)
+		}
 	}
-	isOrigin := map[string]bool{}
-	sums := map[string]decimal.Decimal{} // tenant/period/currency -> charges + adjustments on the invoice
-	for _, o := range origins {
-		isOrigin[o.id] = true
-		ls := append(slices.Clone(linesOf[o.id]), corrections[o.id]...)
-		switch len(ls) {
+}
+
+// lineKey names one charge line: an invoice, a meter and a price version.
+type lineKey struct {
+	invoice, meter string
+	version        int64
+}
+
+func (k lineKey) String() string { return fmt.Sprintf("%s/%s/v%d", k.invoice, k.meter, k.version) }
+
+// chargeGroup is the GROUP BY of invoice charges behind one charge line.
+type chargeGroup struct {
+	quantity, amount decimal.Decimal
+	count            int64
+	unitPrices       map[string]bool
+}
+
+// invoiceLines: each issued invoice's charge lines are the GROUP BY of
+// its invoice charges; each adjustment the close counted is exactly one
+// adjustment line, each adjustment posted after the close exactly one
+// correction note; no line or note without its origin.
+func (rc *reconciler) invoiceLines() {
+	rc.chargeLines()
+	rc.adjustmentLines()
+}
+
+func (rc *reconciler) chargeLines() {
+	r := rc.r
+	groups := map[lineKey]*chargeGroup{}
+	for _, ic := range rc.s.invoiceCharges {
+		inv, ok := rc.invoiceOf[invoiceKey(ic.Tenant, ic.Period, ic.Currency)]
+		if !ok || inv.Status != "issued" {
+			continue // invoiceTotals names the invoice missing or not issued
+		}
+		k := lineKey{inv.InvoiceID, ic.Meter, ic.PriceVersion}
+		g := groups[k]
+		if g == nil {
+			g = &chargeGroup{unitPrices: map[string]bool{}}
+			groups[k] = g
+		}
+		g.quantity, g.amount, g.count = g.quantity.Add(ic.Quantity), g.amount.Add(ic.Amount), g.count+1
+		g.unitPrices[ic.UnitPrice.String()] = true
+	}
+	seen := map[lineKey]int{}
+	for _, l := range rc.s.lines {
+		if l.Kind != "charge" {
+			continue
+		}
+		k := lineKey{l.InvoiceID, l.Meter, l.PriceVersion}
+		seen[k]++
+		inv := rc.invoiceByID[l.InvoiceID]
+		g, ok := groups[k]
+		switch {
+		case inv.Status != "issued":
+			r.mismatch(k.String(), "invoice %s is %q but holds the charge line %s", l.InvoiceID, inv.Status, k)
+		case !ok:
+			r.dup(k.String(), "invoice %s has a charge line for %s v%d (%s, %d charges, %s), which no invoice charge of it counts",
+				l.InvoiceID, l.Meter, l.PriceVersion, l.Quantity, l.ChargeCount, l.Amount)
+		case !l.Quantity.Equal(g.quantity) || l.ChargeCount != g.count || !l.Amount.Equal(g.amount):
+			r.mismatch(k.String(), "charge line %s: quantity %s, %d charges, amount %s; its invoice charges sum to %s, %d charges, %s",
+				k, l.Quantity, l.ChargeCount, l.Amount, g.quantity, g.count, g.amount)
+		case len(g.unitPrices) != 1 || !g.unitPrices[l.UnitPrice.String()]:
+			r.mismatch(k.String(), "charge line %s at unit price %s; its charges are at %s", k, l.UnitPrice,
+				strings.Join(slices.Sorted(maps.Keys(g.unitPrices)), ", "))
+		case !l.Amount.Equal(l.Quantity.Mul(l.UnitPrice)):
+			r.mismatch(k.String(), "charge line %s: amount %s, quantity %s x unit price %s = %s", k, l.Amount, l.Quantity, l.UnitPrice,
+				l.Quantity.Mul(l.UnitPrice))
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(groups), func(a, b lineKey) int { return strings.Compare(a.String(), b.String()) }) {
+		switch n := seen[k]; {
+		case n == 0:
+			r.lost(k.String(), "invoice %s has no charge line for its %d charges of %s v%d", k.invoice, groups[k].count, k.meter, k.version)
+		case n > 1:
+			r.dup(k.String(), "invoice %s has %d charge lines for %s v%d", k.invoice, n, k.meter, k.version)
+		}
+	}
+}
+
+func (rc *reconciler) adjustmentLines() {
+	r := rc.r
+	linesOf, notesOf := map[string][]lineRow{}, map[string][]lineRow{}
+	for _, l := range rc.s.lines {
+		switch l.Kind {
+		case "charge", "rounding":
+		case "adjustment":
+			linesOf[l.OriginEventID] = append(linesOf[l.OriginEventID], l)
+		default:
+			r.mismatch(l.InvoiceID, "invoice %s has a line of kind %q (origin %s)", l.InvoiceID, l.Kind, l.OriginEventID)
+		}
+	}
+	for _, c := range rc.s.corrections {
+		notesOf[c.OriginEventID] = append(notesOf[c.OriginEventID], c)
+		rc.want("invoice", events.TypeInvoiceCorrectionIssued, c.EventID, "correction of "+c.OriginEventID)
+	}
+	for _, a := range rc.s.adjustments {
+		want, other := linesOf[a.EventID], notesOf[a.EventID]
+		wantKind, otherKind := "adjustment line", "correction note"
+		if a.AfterClose {
+			want, other = other, want
+			wantKind, otherKind = otherKind, wantKind
+		}
+		switch len(want) {
 		case 0:
-			r.lost(o.id, "%s event %s (%s %s %s) has no invoice line", o.kind, o.id, o.tenant, o.period, o.amount)
-			continue
+			r.lost(a.EventID, "adjustment %s (after close: %v, %s %s %s) has no %s", a.AdjustmentID, a.AfterClose, a.Tenant, a.Period, a.Amount, wantKind)
 		case 1:
 		default:
-			r.dup(o.id, "%s event %s has %d invoice lines", o.kind, o.id, len(ls))
+			r.dup(a.EventID, "adjustment %s has %d %ss", a.AdjustmentID, len(want), wantKind)
 		}
-		for _, l := range ls {
-			inv := invoiceByID[l.InvoiceID]
+		if len(other) > 0 {
+			r.dup(a.EventID, "adjustment %s (after close: %v) has a %s on invoice %s as well", a.AdjustmentID, a.AfterClose, otherKind, other[0].InvoiceID)
+		}
+		for _, l := range append(want, other...) {
+			inv := rc.invoiceByID[l.InvoiceID]
 			switch {
-			case l.Kind != o.kind && !(o.kind == "adjustment" && l.Kind == "correction"):
-				r.mismatch(o.id, "%s event %s has a %s line", o.kind, o.id, l.Kind)
-			case !l.Amount.Equal(o.amount):
-				r.mismatch(o.id, "%s event %s: line of %s, the %s is %s", o.kind, o.id, l.Amount, o.kind, o.amount)
-			case inv.Tenant != o.tenant || inv.Period != o.period || inv.Currency != o.currency:
-				r.mismatch(o.id, "%s event %s (%s %s %s) is on invoice %s of %s %s %s", o.kind, o.id, o.tenant, o.period, o.currency,
+			case !l.Amount.Equal(a.Amount) && l.Kind == "adjustment":
+				r.mismatch(a.EventID, "adjustment %s: line of %s, the adjustment is %s", a.AdjustmentID, l.Amount, a.Amount)
+			case inv.Tenant != a.Tenant || inv.Period != a.Period || inv.Currency != a.Currency:
+				r.mismatch(a.EventID, "adjustment %s (%s %s %s) is on invoice %s of %s %s %s", a.AdjustmentID, a.Tenant, a.Period, a.Currency,
 					inv.InvoiceID, inv.Tenant, inv.Period, inv.Currency)
 			}
-			if l.Kind != "correction" {
-				k := inv.Tenant + "/" + inv.Period + "/" + inv.Currency
-				sums[k] = sums[k].Add(l.Amount)
+		}
+	}
+	for _, group := range []map[string][]lineRow{linesOf, notesOf} {
+		for origin, ls := range group {
+			if _, ok := rc.adjByEvent[origin]; !ok {
+				r.dup(origin, "invoice %s has a %s of %s for event %s, which is no adjustment", ls[0].InvoiceID, ls[0].Kind, ls[0].Amount, origin)
 			}
 		}
 	}
-	for origin, ls := range linesOf {
-		if !isOrigin[origin] {
-			r.dup(origin, "invoice %s has a %s line of %s for event %s, which is no charge or adjustment", ls[0].InvoiceID, ls[0].Kind, ls[0].Amount, origin)
-		}
+}
+
+// invoiceTotals: every (tenant, period, currency) with a charge or an
+// adjustment has its period closed in billing, the close applied in
+// invoice (counting what billing counted) and an issued invoice whose
+// subtotal = its charge and adjustment lines = billing's charges and
+// counted adjustments, total = subtotal rounded half-even, and rounding
+// line = total - subtotal (none when it is zero).
+func (rc *reconciler) invoiceTotals() error {
+	r := rc.r
+	billed := map[string]decimal.Decimal{} // tenant/period/currency -> charges + counted adjustments
+	counted := map[string][2]int64{}       // tenant/period -> charges, counted adjustments
+	for _, c := range rc.s.charges {
+		k := invoiceKey(c.Tenant, c.Period, c.Currency)
+		billed[k] = billed[k].Add(c.Amount)
+		n := counted[c.Tenant+"/"+c.Period]
+		counted[c.Tenant+"/"+c.Period] = [2]int64{n[0] + 1, n[1]}
 	}
-	rounding := map[string]decimal.Decimal{}
-	roundingCount := map[string]int{}
-	for _, l := range roundingLines {
-		rounding[l.InvoiceID] = rounding[l.InvoiceID].Add(l.Amount)
-		roundingCount[l.InvoiceID]++
-	}
-	wantInvoices := map[string]bool{}
-	for _, o := range origins {
-		wantInvoices[o.tenant+"/"+o.period+"/"+o.currency] = true
-	}
-	for _, k := range slices.Sorted(maps.Keys(wantInvoices)) {
-		tenant, period, _ := strings.Cut(k, "/")
-		period, currency, _ := strings.Cut(period, "/")
-		if periodStatus[tenant+"/"+period] != "closed" {
-			r.mismatch(tenant+"/"+period, "billing period %s of %s is %q, want closed", period, tenant, periodStatus[tenant+"/"+period])
+	for _, a := range rc.s.adjustments {
+		k := invoiceKey(a.Tenant, a.Period, a.Currency)
+		if a.AfterClose {
+			if _, ok := billed[k]; !ok {
+				billed[k] = decimal.Zero // its invoice must exist, issued
+			}
+			continue
 		}
-		if !closes[tenant+"/"+period] {
-			r.lost(tenant+"/"+period, "invoice never applied the close of %s %s", tenant, period)
+		billed[k] = billed[k].Add(a.Amount)
+		n := counted[a.Tenant+"/"+a.Period]
+		counted[a.Tenant+"/"+a.Period] = [2]int64{n[0], n[1] + 1}
+	}
+	lineSum, rounding, roundingCount := map[string]decimal.Decimal{}, map[string]decimal.Decimal{}, map[string]int{}
+	for _, l := range rc.s.lines {
+		if l.Kind == "rounding" {
+			rounding[l.InvoiceID] = rounding[l.InvoiceID].Add(l.Amount)
+			roundingCount[l.InvoiceID]++
+			continue
 		}
-		inv, ok := invoiceOf[k]
+		lineSum[l.InvoiceID] = lineSum[l.InvoiceID].Add(l.Amount)
+	}
+	status := map[string]string{}
+	for _, p := range rc.s.periods {
+		status[p.Tenant+"/"+p.Period] = p.Status
+	}
+	closes := map[string]closeRow{}
+	for _, c := range rc.s.closes {
+		closes[c.Tenant+"/"+c.Period] = c
+	}
+	checkedPeriod := map[string]bool{}
+	for _, k := range slices.Sorted(maps.Keys(billed)) {
+		tenant, rest, _ := strings.Cut(k, "/")
+		period, currency, _ := strings.Cut(rest, "/")
+		tp := tenant + "/" + period
+		if !checkedPeriod[tp] {
+			checkedPeriod[tp] = true
+			if status[tp] != "closed" {
+				r.mismatch(tp, "billing period %s of %s is %q, want closed", period, tenant, status[tp])
+			}
+			if c, ok := closes[tp]; !ok {
+				r.lost(tp, "invoice never applied the close of %s %s", tenant, period)
+			} else if n := counted[tp]; c.Charges != n[0] || c.Adjustments != n[1] {
+				r.mismatch(tp, "invoice applied the close of %s %s (%s) as %d charges and %d adjustments; billing holds %d and %d counted by the close",
+					tenant, period, c.CloseEventID, c.Charges, c.Adjustments, n[0], n[1])
+			}
+		}
+		inv, ok := rc.invoiceOf[k]
 		if !ok {
 			r.lost(k, "no invoice for %s", k)
 			continue
@@ -665,26 +699,83 @@ func Reconcile(ctx context.Context, db map[string]*pgxpool.Pool, tenants []strin
 		}
 		total, err := money.Round(*inv.Subtotal, currency)
 		if err != nil {
-			return nil, err
+			return err
 		}
+		id := inv.InvoiceID
 		switch {
-		case !inv.Subtotal.Equal(sums[k]):
-			r.mismatch(inv.InvoiceID, "invoice %s (%s): subtotal %s, its charge and adjustment lines sum to %s", inv.InvoiceID, k, inv.Subtotal, sums[k])
+		case !lineSum[id].Equal(billed[k]):
+			r.mismatch(id, "invoice %s (%s): its charge and adjustment lines sum to %s; billing's charges and counted adjustments to %s", id, k, lineSum[id], billed[k])
+		case !inv.Subtotal.Equal(lineSum[id]):
+			r.mismatch(id, "invoice %s (%s): subtotal %s, its charge and adjustment lines sum to %s", id, k, inv.Subtotal, lineSum[id])
 		case !inv.Total.Equal(total):
-			r.mismatch(inv.InvoiceID, "invoice %s (%s): total %s, subtotal %s rounded half-even is %s", inv.InvoiceID, k, inv.Total, inv.Subtotal, total)
-		case !rounding[inv.InvoiceID].Equal(total.Sub(*inv.Subtotal)) || roundingCount[inv.InvoiceID] > 1 ||
-			(roundingCount[inv.InvoiceID] == 1) != !total.Equal(*inv.Subtotal):
-			r.mismatch(inv.InvoiceID, "invoice %s (%s): %d rounding lines of %s for a rounding of %s", inv.InvoiceID, k,
-				roundingCount[inv.InvoiceID], rounding[inv.InvoiceID], total.Sub(*inv.Subtotal))
+			r.mismatch(id, "invoice %s (%s): total %s, subtotal %s rounded half-even is %s", id, k, inv.Total, inv.Subtotal, total)
+		case !inv.Total.Equal(lineSum[id].Add(rounding[id])) || roundingCount[id] > 1 || (roundingCount[id] == 1) == total.Equal(*inv.Subtotal):
+			r.mismatch(id, "invoice %s (%s): total %s, its lines sum to %s with %d rounding lines of %s (rounding due: %s)", id, k,
+				inv.Total, lineSum[id].Add(rounding[id]), roundingCount[id], rounding[id], total.Sub(*inv.Subtotal))
 		}
 	}
+	return nil
+}
 
-	// Query: every event projected once, totals equal the sums.
-	proj := map[string]projectedRow{}
-	for _, p := range projected {
-		proj[p.EventID] = p
+// invoiceNumbers: each tenant's issued invoices are numbered 1..n, no gap
+// and no repeat; an open invoice has no number.
+func (rc *reconciler) invoiceNumbers() {
+	r := rc.r
+	numbers := map[string]map[int64][]string{} // tenant -> number -> invoices
+	issued := map[string]int{}
+	for _, inv := range rc.s.invoices {
+		switch {
+		case inv.Status == "issued" && inv.Number == nil:
+			r.mismatch(inv.InvoiceID, "issued invoice %s of %s has no number", inv.InvoiceID, inv.Tenant)
+		case inv.Status != "issued" && inv.Number != nil:
+			r.mismatch(inv.InvoiceID, "%s invoice %s of %s has number %d", inv.Status, inv.InvoiceID, inv.Tenant, *inv.Number)
+		}
+		if inv.Status != "issued" || inv.Number == nil {
+			continue
+		}
+		issued[inv.Tenant]++
+		if numbers[inv.Tenant] == nil {
+			numbers[inv.Tenant] = map[int64][]string{}
+		}
+		numbers[inv.Tenant][*inv.Number] = append(numbers[inv.Tenant][*inv.Number], inv.InvoiceID)
 	}
-	expectProjected := func(id, eventType, what string, check func(p projectedRow) string) {
+	for _, tenant := range slices.Sorted(maps.Keys(numbers)) {
+		byNumber := numbers[tenant]
+		for _, n := range slices.Sorted(maps.Keys(byNumber)) {
+			ids := byNumber[n]
+			switch {
+			case len(ids) > 1:
+				r.dup(tenant, "invoice number %d of %s is on %d invoices: %s", n, tenant, len(ids), strings.Join(ids, ", "))
+			case n < 1 || n > int64(issued[tenant]):
+				r.mismatch(ids[0], "invoice %s of %s is number %d; %s has %d issued invoices, numbered 1..%d", ids[0], tenant, n, tenant,
+					issued[tenant], issued[tenant])
+			}
+		}
+		for n := int64(1); n <= int64(issued[tenant]); n++ {
+			if _, ok := byNumber[n]; !ok {
+				r.lost(tenant, "invoice number %d of %s is missing: %d invoices issued, numbers %v", n, tenant, issued[tenant],
+					slices.Sorted(maps.Keys(byNumber)))
+			}
+		}
+	}
+}
+
+// queryProjection: query projects every event once, as what it is (an
+// issued invoice as its InvoiceIssued with the invoice's total), and no
+// event no service holds.
+func (rc *reconciler) queryProjection() {
+	r := rc.r
+	proj := map[string]projectedRow{}
+	issuedOf := map[string]int{} // invoice id -> projected InvoiceIssued
+	for _, p := range rc.s.projected {
+		proj[p.EventID] = p
+		if p.EventType == events.TypeInvoiceIssued {
+			issuedOf[p.SubjectID]++
+		}
+	}
+	known := map[string]bool{}
+	expect := func(id, eventType, what string, check func(p projectedRow) string) {
+		known[id] = true
 		p, ok := proj[id]
 		if !ok {
 			r.lost(id, "%s (%s %s) is not in query's projection", what, eventType, id)
@@ -700,166 +791,138 @@ func Reconcile(ctx context.Context, db map[string]*pgxpool.Pool, tenants []strin
 			}
 		}
 	}
-	known := map[string]bool{}
-	for _, p := range prices {
-		known[p.EventID] = true
-		expectProjected(p.EventID, events.TypePriceActivated, "price "+p.Meter, nil)
+	for _, p := range rc.s.prices {
+		expect(p.EventID, events.TypePriceActivated, "price "+p.Meter, nil)
 	}
-	for _, f := range facts {
-		known[f.EventID] = true
-		expectProjected(f.EventID, events.TypeUsageAccepted, "usage fact "+f.UsageID, func(p projectedRow) string {
+	for _, f := range rc.s.facts {
+		expect(f.EventID, events.TypeUsageAccepted, "usage fact "+f.UsageID, func(p projectedRow) string {
 			if p.Quantity == nil || !p.Quantity.Equal(f.Quantity) || p.Meter != f.Meter {
 				return fmt.Sprintf("%s %v, the fact is %s %s", p.Meter, p.Quantity, f.Meter, f.Quantity)
 			}
 			return ""
 		})
 	}
-	for _, c := range charges {
-		known[c.EventID] = true
-		expectProjected(c.EventID, events.TypeChargeRated, "charge "+c.ChargeID, func(p projectedRow) string {
+	for _, c := range rc.s.charges {
+		expect(c.EventID, events.TypeChargeRated, "charge "+c.ChargeID, func(p projectedRow) string {
 			if p.Amount == nil || !p.Amount.Equal(c.Amount) || p.OriginEventID != c.UsageEventID || p.Currency != c.Currency {
 				return fmt.Sprintf("%v %s from %s, the charge is %s %s from %s", p.Amount, p.Currency, p.OriginEventID, c.Amount, c.Currency, c.UsageEventID)
 			}
 			return ""
 		})
 	}
-	for _, a := range adjustments {
-		known[a.EventID] = true
-		expectProjected(a.EventID, events.TypeAdjustmentPosted, "adjustment "+a.AdjustmentID, func(p projectedRow) string {
+	for _, a := range rc.s.adjustments {
+		expect(a.EventID, events.TypeAdjustmentPosted, "adjustment "+a.AdjustmentID, func(p projectedRow) string {
 			if p.Amount == nil || !p.Amount.Equal(a.Amount) {
 				return fmt.Sprintf("%v, the adjustment is %s", p.Amount, a.Amount)
 			}
 			return ""
 		})
 	}
-	for _, inv := range invoices {
-		if inv.IssuedEventID == "" {
+	for _, inv := range rc.s.invoices {
+		if inv.Status != "issued" {
 			continue
 		}
-		known[inv.IssuedEventID] = true
-		expectProjected(inv.IssuedEventID, events.TypeInvoiceIssued, "invoice "+inv.InvoiceID, func(p projectedRow) string {
-			if p.Amount == nil || inv.Total == nil || !p.Amount.Equal(*inv.Total) {
-				return fmt.Sprintf("total %v, the invoice's is %v", p.Amount, inv.Total)
+		rc.want("invoice", events.TypeInvoiceIssued, inv.IssuedEventID, "invoice "+inv.InvoiceID)
+		expect(inv.IssuedEventID, events.TypeInvoiceIssued, "invoice "+inv.InvoiceID, func(p projectedRow) string {
+			if p.SubjectID != inv.InvoiceID || p.Amount == nil || inv.Total == nil || !p.Amount.Equal(*inv.Total) {
+				return fmt.Sprintf("invoice %s total %v, the invoice is %s total %v", p.SubjectID, p.Amount, inv.InvoiceID, inv.Total)
 			}
 			return ""
 		})
-	}
-	for _, l := range lines {
-		inv := invoiceByID[l.InvoiceID]
-		if inv.Status == "issued" && projectedLines[l.OriginEventID+"/"+l.Kind] == 0 && l.Kind != "rounding" {
-			r.lost(l.OriginEventID, "the %s line of %s on invoice %s is not in query's projection of the invoice", l.Kind, l.OriginEventID, l.InvoiceID)
+		if n := issuedOf[inv.InvoiceID]; n > 1 {
+			r.dup(inv.InvoiceID, "query projected invoice %s as issued %d times", inv.InvoiceID, n)
 		}
 	}
-	for _, p := range projected {
+	for _, p := range rc.s.projected {
 		switch p.EventType {
 		case events.TypePriceActivated, events.TypeUsageAccepted, events.TypeChargeRated, events.TypeAdjustmentPosted, events.TypeInvoiceIssued:
 			if !known[p.EventID] {
-				r.dup(p.EventID, "query projected %s %s (origin %s), which no service holds", p.EventType, p.EventID, p.OriginEventID)
+				r.dup(p.EventID, "query projected %s %s (origin %s, subject %s), which no service holds", p.EventType, p.EventID, p.OriginEventID, p.SubjectID)
 			}
 		}
 	}
-	type sumKey struct{ tenant, kind, key string }
-	wantTotals := map[sumKey]decimal.Decimal{}
+}
+
+// queryTotals: query's totals (folded plus unfolded deltas) equal the
+// services' sums: usage by meter, charged, adjusted and invoiced (issued
+// totals plus correction notes) by currency, and the number of facts.
+func (rc *reconciler) queryTotals() {
+	r := rc.r
+	want := map[sumKey]decimal.Decimal{}
+	add := func(k sumKey, d decimal.Decimal) { want[k] = want[k].Add(d) }
 	wantUsageCount := map[string]int64{}
-	for _, f := range facts {
-		wantTotals[sumKey{f.Tenant, "usage", f.Meter}] = wantTotals[sumKey{f.Tenant, "usage", f.Meter}].Add(f.Quantity)
+	for _, f := range rc.s.facts {
+		add(sumKey{f.Tenant, "usage", f.Meter}, f.Quantity)
 		wantUsageCount[f.Tenant]++
 	}
-	for _, c := range charges {
-		k := sumKey{c.Tenant, "charged", c.Currency}
-		wantTotals[k] = wantTotals[k].Add(c.Amount)
+	for _, c := range rc.s.charges {
+		add(sumKey{c.Tenant, "charged", c.Currency}, c.Amount)
 	}
-	for _, a := range adjustments {
-		k := sumKey{a.Tenant, "adjusted", a.Currency}
-		wantTotals[k] = wantTotals[k].Add(a.Amount)
+	for _, a := range rc.s.adjustments {
+		add(sumKey{a.Tenant, "adjusted", a.Currency}, a.Amount)
 	}
-	for _, inv := range invoices {
+	for _, inv := range rc.s.invoices {
 		if inv.Total != nil {
-			k := sumKey{inv.Tenant, "invoiced", inv.Currency}
-			wantTotals[k] = wantTotals[k].Add(*inv.Total)
+			add(sumKey{inv.Tenant, "invoiced", inv.Currency}, *inv.Total)
 		}
 	}
-	for _, cs := range corrections {
-		for _, c := range cs {
-			inv := invoiceByID[c.InvoiceID]
-			k := sumKey{inv.Tenant, "invoiced", inv.Currency}
-			wantTotals[k] = wantTotals[k].Add(c.Amount)
-		}
+	for _, c := range rc.s.corrections {
+		inv := rc.invoiceByID[c.InvoiceID]
+		add(sumKey{inv.Tenant, "invoiced", inv.Currency}, c.Amount)
 	}
-	for _, tenant := range tenants {
-		if counts[tenant]["usage"] != wantUsageCount[tenant] {
-			r.mismatch(tenant, "query counts %d usage facts for %s, usage holds %d", counts[tenant]["usage"], tenant, wantUsageCount[tenant])
+	for _, tenant := range rc.tenants {
+		if got := rc.s.usageCounts[tenant]; got != wantUsageCount[tenant] {
+			r.mismatch(tenant, "query counts %d usage facts for %s, usage holds %d", got, tenant, wantUsageCount[tenant])
 		}
 		for _, kind := range []string{"usage", "charged", "adjusted", "invoiced"} {
 			keys := map[string]bool{}
-			for k := range totals[tenant][kind] {
-				keys[k] = true
-			}
-			for k := range wantTotals {
-				if k.tenant == tenant && k.kind == kind {
-					keys[k.key] = true
+			for _, m := range []map[sumKey]decimal.Decimal{rc.s.totals, want} {
+				for k := range m {
+					if k.tenant == tenant && k.kind == kind {
+						keys[k.key] = true
+					}
 				}
 			}
 			for _, key := range slices.Sorted(maps.Keys(keys)) {
-				got, want := totals[tenant][kind][key], wantTotals[sumKey{tenant, kind, key}]
-				if !got.Equal(want) {
-					r.mismatch(tenant, "query's %s total of %s for %s is %s; the services hold %s", kind, key, tenant, got, want)
+				k := sumKey{tenant, kind, key}
+				if got := rc.s.totals[k]; !got.Equal(want[k]) {
+					r.mismatch(tenant, "query's %s total of %s for %s is %s; the services hold %s", kind, key, tenant, got, want[k])
 				}
 			}
 		}
 	}
+}
 
-	// Nothing half-written: outbox rows and effects one to one.
-	for service, wanted := range outboxWant {
+// outbox: each effect's event written with it, once; no event of these
+// types without its effect (nothing half-written).
+func (rc *reconciler) outbox() {
+	r := rc.r
+	for service, wanted := range rc.outboxWant {
 		for k, what := range wanted {
-			switch n := outboxes[service][k]; {
+			eventType, id, _ := strings.Cut(k, "/")
+			switch n := rc.s.outboxes[service][k]; {
 			case n == 0:
-				r.lost(strings.SplitN(k, "/", 2)[1], "%s's %s has no %s in %s's outbox", service, what, strings.SplitN(k, "/", 2)[0], service)
+				r.lost(id, "%s's %s has no %s in %s's outbox", service, what, eventType, service)
 			case n > 1:
-				r.dup(strings.SplitN(k, "/", 2)[1], "%s's outbox holds %s %d times", service, k, n)
+				r.dup(id, "%s's outbox holds %s %d times", service, k, n)
 			}
 		}
 	}
 	checked := map[string][]string{
 		"meter": {events.TypePriceActivated}, "usage": {events.TypeUsageAccepted},
-		"billing": {events.TypeChargeRated, events.TypeAdjustmentPosted}, "invoice": {events.TypeInvoiceIssued},
+		"billing": {events.TypeChargeRated, events.TypeAdjustmentPosted, events.TypeBillingPeriodClosed},
+		"invoice": {events.TypeInvoiceIssued, events.TypeInvoiceCorrectionIssued},
 	}
-	for service, rows := range outboxes {
+	for service, rows := range rc.s.outboxes {
 		for k := range rows {
 			t, id, _ := strings.Cut(k, "/")
-			if slices.Contains(checked[service], t) && outboxWant[service][k] == "" {
-				r.dup(id, "%s's outbox holds %s %s with no %s behind it (half-written)", service, t, id, strings.ToLower(t))
+			if slices.Contains(checked[service], t) && rc.outboxWant[service][k] == "" {
+				r.dup(id, "%s's outbox holds %s %s with no effect behind it (half-written)", service, t, id)
 			}
 		}
 	}
-	sortFindings(r.Lost)
-	sortFindings(r.Duplicated)
-	sortFindings(r.Mismatch)
-	return r, nil
 }
 
 func sortFindings(fs []Finding) {
 	sort.SliceStable(fs, func(i, j int) bool { return fs[i].Detail < fs[j].Detail })
-}
-
-func collect[T any](ctx context.Context, pool *pgxpool.Pool, sql string, tenants []string, fn pgx.RowToFunc[T]) ([]T, error) {
-	rows, err := pool.Query(ctx, sql, tenants)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, fn)
-}
-
-func scanEach(ctx context.Context, pool *pgxpool.Pool, sql string, tenants []string, fn func(pgx.Rows) error) error {
-	rows, err := pool.Query(ctx, sql, tenants)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
 }

@@ -214,8 +214,8 @@ func (h *Harness) RunScenario(ctx context.Context, sc Scenario) (*Row, *Run, err
 			versions = append(versions, fmt.Sprintf("v%d: %d", v, n))
 		}
 	}
-	r.Note("reconciled %d usage facts (priced by %s), %d charges, %d adjustments, %d invoice lines on %d invoices, %d projected events",
-		rec.Facts, strings.Join(versions, ", "), rec.Charges, rec.Adjustments, rec.InvoiceLines, rec.Invoices, rec.Projected)
+	r.Note("reconciled %d usage facts (priced by %s), %d charges, %d adjustments, %d invoice charges in %d lines on %d invoices, %d projected events",
+		rec.Facts, strings.Join(versions, ", "), rec.Charges, rec.Adjustments, rec.InvoiceCharges, rec.InvoiceLines, rec.Invoices, rec.Projected)
 	if sc.Verify != nil {
 		if err := sc.Verify(ctx, r); err != nil {
 			r.Fail("%v", err)

@@ -4,6 +4,7 @@ package chaos_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -425,28 +426,40 @@ func slowPaths() chaos.Scenario {
 	}
 }
 
-// 7. Out-of-order delivery: events of one aggregate published in reverse
-// order on purpose. The suite takes the outbox shard of the aggregate's
-// partition key from the relays (as a relay instance holds one), lets the
-// service append the events, publishes them itself newest first, marks
-// them published and hands the shard back. Two aggregates: a price series
-// (versions 2-4; usage, billing and query consume it) and a billing period
-// (hundreds of ChargeRated; invoice and query consume it).
+// 7. Out-of-order delivery, on purpose, of the two orders the system
+// depends on. The suite takes outbox shards from the relays (as a relay
+// instance holds one), lets the service append the events, publishes them
+// itself in the order it wants, marks them published and hands the shards
+// back.
+//
+//   - A price series (versions 2-4 of one meter; usage, billing and query
+//     consume it), published newest first: each consumer must defer the
+//     versions whose predecessor is missing and apply them in order.
+//   - A period's close before the charges it counts: charges are their own
+//     aggregates (decision 0007), so nothing orders them; what must hold is
+//     that invoice does not issue an invoice from a close whose tally its
+//     charges do not reach yet. A tenant of its own (s7-closer) sends
+//     facts while billing's every shard is held; once billing has rated
+//     them and the period is closed, BillingPeriodClosed is published
+//     first, then the ChargeRated newest first. Invoice must defer the
+//     close and issue the invoice, counting every charge, once they came.
 func outOfOrder() chaos.Scenario {
+	const closer = "s7-closer"
+	const closerFacts = 60
 	var (
-		priceKey, periodKey string
-		priceHijack         *chaos.ShardHijack
-		periodHijack        *chaos.ShardHijack
-		reversedPrices      int
-		reversedCharges     []string
-		t0                  time.Time
+		priceKey       string
+		priceHijack    *chaos.ShardHijack
+		reversedPrices int
+		closeFirst     []string // the close, then the charges, as published
+		t0             time.Time
 	)
 	cfg := load(45 * time.Second)
 	cfg.PriceChanges = nil // this scenario's price changes are the reversed ones
 	return chaos.Scenario{
 		Key: "s7", Title: "out-of-order delivery", Load: cfg,
 		Setup: func(ctx context.Context, r *chaos.Run) error {
-			acme, globex := r.Tenants[0], r.Tenants[1]
+			r.Extra = append(r.Extra, closer)
+			acme := r.Tenants[0]
 			m := chaos.Meters[0]
 			priceKey = envelope.PartitionKey(acme, events.AggregatePrice, events.PriceSeriesID(m.Code, m.Currency))
 			var err error
@@ -471,32 +484,98 @@ func outOfOrder() chaos.Scenario {
 			}
 			reversedPrices = len(rows)
 			r.Note("published PriceActivated v4, v3, v2 of %s in that order", priceKey)
-			// The billing period: its shard is taken now; the charges
-			// rated while the load runs wait in billing's outbox.
-			periodKey = envelope.PartitionKey(globex, events.AggregateBillingPeriod, events.Period(time.Now()))
-			periodHijack, err = chaos.HijackShard(ctx, r.H.DB["billing"], periodKey)
+			// The closer's price, effective before its facts are sent.
+			_, err = r.Load.ActivatePrice(ctx, closer, m, 0)
 			return err
 		},
 		Faults: func(ctx context.Context, r *chaos.Run) error {
 			if !r.At(ctx, 20*time.Second) {
 				return ctx.Err()
 			}
-			return r.Fault(ctx, "billing period events published newest first", func() error {
-				rows, err := periodHijack.Pending(ctx, periodKey)
+			return r.Fault(ctx, "a period's close published before its charges", func() error {
+				billing := r.H.DB["billing"]
+				shards, err := chaos.HijackAllShards(ctx, billing)
 				if err != nil {
 					return err
 				}
-				if len(rows) < 2 {
-					return fmt.Errorf("billing's outbox holds %d pending events of %s, want many", len(rows), periodKey)
-				}
-				t0 = time.Now()
-				if err := publishReversed(ctx, r, periodHijack, rows); err != nil {
+				released := false
+				defer func() {
+					if !released {
+						_ = shards.Release(context.WithoutCancel(ctx))
+					}
+				}()
+				facts, err := r.Load.SendFacts(ctx, closer, chaos.Meters[0], closerFacts)
+				if err != nil {
 					return err
 				}
-				for _, row := range rows {
-					reversedCharges = append(reversedCharges, row.EventID)
+				period := events.Period(facts[0].OccurredAt)
+				for _, f := range facts {
+					if events.Period(f.OccurredAt) != period {
+						return fmt.Errorf("the closer's facts straddle a month boundary (%s, %s)", period, events.Period(f.OccurredAt))
+					}
 				}
-				r.Note("published %d ChargeRated of %s newest first (v%d down to v1) in %s", len(rows), periodKey, len(rows),
+				if err := chaos.Poll(ctx, time.Minute, "billing rates the closer's facts", func() (bool, string, error) {
+					var n int
+					err := billing.QueryRow(ctx, `SELECT count(*) FROM charge WHERE tenant_id = $1`, closer).Scan(&n)
+					return n == len(facts), fmt.Sprintf("%d of %d charged", n, len(facts)), err
+				}); err != nil {
+					return err
+				}
+				if err := r.H.ClosePeriod(ctx, closer, period); err != nil {
+					return err
+				}
+				if err := chaos.Poll(ctx, time.Minute, "billing closes "+closer+" "+period, func() (bool, string, error) {
+					var status string
+					err := billing.QueryRow(ctx, `SELECT status FROM billing_period WHERE tenant_id = $1 AND period = $2`,
+						closer, period).Scan(&status)
+					return status == "closed", status, err
+				}); err != nil {
+					return err
+				}
+				rows, err := shards.PendingOfTenant(ctx, closer)
+				if err != nil {
+					return err
+				}
+				var close []chaos.OutboxRow
+				var charges []chaos.OutboxRow
+				for _, row := range rows {
+					var env struct {
+						EventType string `json:"eventType"`
+					}
+					if err := json.Unmarshal(row.Envelope, &env); err != nil {
+						return err
+					}
+					switch env.EventType {
+					case events.TypeBillingPeriodClosed:
+						close = append(close, row)
+					case events.TypeChargeRated:
+						charges = append(charges, row)
+					default:
+						return fmt.Errorf("billing's outbox holds a pending %s of %s", env.EventType, closer)
+					}
+				}
+				if len(close) != 1 || len(charges) != len(facts) {
+					return fmt.Errorf("billing's outbox holds %d closes and %d charges of %s pending, want 1 and %d",
+						len(close), len(charges), closer, len(facts))
+				}
+				msgs := []chaos.KeyValue{{Key: close[0].Key, Value: close[0].Envelope}}
+				closeFirst = []string{close[0].EventID}
+				for i := len(charges) - 1; i >= 0; i-- {
+					msgs = append(msgs, chaos.KeyValue{Key: charges[i].Key, Value: charges[i].Envelope})
+					closeFirst = append(closeFirst, charges[i].EventID)
+				}
+				t0 = time.Now()
+				if err := r.H.Kafka.Publish(ctx, close[0].Topic, msgs); err != nil {
+					return err
+				}
+				if err := shards.MarkPublished(ctx, closeFirst); err != nil {
+					return err
+				}
+				released = true
+				if err := shards.Release(ctx); err != nil {
+					return err
+				}
+				r.Note("published the close of %s %s, then its %d ChargeRated newest first, in %s", closer, period, len(charges),
 					time.Since(t0).Round(100*time.Millisecond))
 				return nil
 			})
@@ -511,46 +590,6 @@ func outOfOrder() chaos.Scenario {
 					r.Note("%s deferred %d PriceActivated and applied them in version order", service, n)
 				}
 			}
-			for _, service := range []string{"invoice", "query"} {
-				n := r.Decisions.Outcome(service, "deferred", events.TypeChargeRated)
-				if n < len(reversedCharges)-1 {
-					r.NotProven("%s deferred %d ChargeRated; the %d reversed ones should have made it wait %d times",
-						service, n, len(reversedCharges), len(reversedCharges)-1)
-				} else {
-					r.Note("%s deferred %d ChargeRated and applied them when their predecessors came", service, n)
-				}
-			}
-			// In order: invoice's lines of the reversed charges were
-			// inserted in the charges' version order.
-			var versions []int64
-			rows, err := r.H.DB["invoice"].Query(ctx, `
-				SELECT origin_event_id::text FROM invoice_line WHERE origin_event_id = ANY($1::uuid[]) ORDER BY line_id`, reversedCharges)
-			if err != nil {
-				return err
-			}
-			var order []string
-			for rows.Next() {
-				var id string
-				if err := rows.Scan(&id); err != nil {
-					return err
-				}
-				order = append(order, id)
-			}
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			for _, id := range order {
-				var v int64
-				if err := r.H.DB["billing"].QueryRow(ctx, `SELECT aggregate_version FROM charge WHERE event_id = $1::uuid`, id).Scan(&v); err != nil {
-					return err
-				}
-				versions = append(versions, v)
-			}
-			if !slices.IsSorted(versions) || len(versions) != len(reversedCharges) {
-				r.Fail("invoice applied the reversed charges in the order %v, want versions ascending", versions)
-			} else {
-				r.Note("invoice applied the %d reversed charges in version order (v%d..v%d)", len(versions), versions[0], versions[len(versions)-1])
-			}
 			var evidence []int64
 			if err := r.H.DB["usage"].QueryRow(ctx, `
 				SELECT array_agg(version ORDER BY version) FROM price_evidence WHERE tenant_id = $1 AND meter_code = $2`,
@@ -559,6 +598,23 @@ func outOfOrder() chaos.Scenario {
 			}
 			if !slices.Equal(evidence, []int64{1, 2, 3, 4}) {
 				r.Fail("usage holds price versions %v of the reversed series, want 1-4", evidence)
+			}
+			if len(closeFirst) == 0 {
+				r.Fail("the close was never published before its charges")
+				return nil
+			}
+			if n := r.Decisions.Outcome("invoice", "deferred", events.TypeBillingPeriodClosed); n < 1 {
+				r.NotProven("invoice never deferred a BillingPeriodClosed: nothing shows that a close ahead of its charges waits for them")
+			} else {
+				r.Note("invoice deferred BillingPeriodClosed %d times until the charges it counts came", n)
+			}
+			var issued int
+			if err := r.H.DB["invoice"].QueryRow(ctx, `
+				SELECT count(*) FROM invoice WHERE tenant_id = $1 AND status = 'issued'`, closer).Scan(&issued); err != nil {
+				return err
+			}
+			if issued != 1 {
+				r.Fail("%s has %d issued invoices, want 1", closer, issued)
 			}
 			return nil
 		},
