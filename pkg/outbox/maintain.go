@@ -26,18 +26,34 @@ type Stats struct {
 	DeadLetters      int64
 }
 
-// ReadStats reads the backlog of the outbox.
+// statsHead is how many of each shard's oldest pending rows ReadStats groups
+// by key for MaxPendingPerKey.
+const statsHead = 1000
+
+// ReadStats reads the backlog of the outbox. Its cost must not grow much
+// with the backlog it measures (the relay refreshes it while it drains one):
+// the oldest pending age is read from the head of each shard's pending
+// index, and MaxPendingPerKey counts among the oldest statsHead pending rows
+// of each shard (a hot key crowds its shard's head, so it still shows).
 func ReadStats(ctx context.Context, q Querier) (Stats, error) {
 	var s Stats
 	var age float64
 	err := q.QueryRow(ctx, `
 		SELECT
 		  (SELECT count(*) FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL),
-		  COALESCE((SELECT extract(epoch FROM now() - min(created_at))::float8
-		            FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL), 0),
-		  COALESCE((SELECT max(c) FROM (SELECT count(*) AS c FROM outbox_event
-		            WHERE published_at IS NULL AND dead_at IS NULL GROUP BY partition_key) k), 0),
-		  (SELECT count(*) FROM outbox_event WHERE dead_at IS NOT NULL)`).
+		  COALESCE((SELECT extract(epoch FROM now() - min(h.created_at))::float8
+		            FROM outbox_shard o CROSS JOIN LATERAL (
+		                SELECT created_at FROM outbox_event e
+		                WHERE e.shard = o.shard AND e.published_at IS NULL AND e.dead_at IS NULL
+		                ORDER BY e.id LIMIT 1) h), 0),
+		  COALESCE((SELECT max(c) FROM (
+		                SELECT count(*) AS c
+		                FROM outbox_shard o CROSS JOIN LATERAL (
+		                    SELECT partition_key FROM outbox_event e
+		                    WHERE e.shard = o.shard AND e.published_at IS NULL AND e.dead_at IS NULL
+		                    ORDER BY e.id LIMIT $1) h
+		                GROUP BY h.partition_key) k), 0),
+		  (SELECT count(*) FROM outbox_event WHERE dead_at IS NOT NULL)`, statsHead).
 		Scan(&s.Pending, &age, &s.MaxPendingPerKey, &s.DeadLetters)
 	if err != nil {
 		return Stats{}, fmt.Errorf("read outbox stats: %w", err)

@@ -24,7 +24,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		pending:     gauge("outbox_pending", "Outbox rows not yet published (dead letters excluded)."),
 		oldestAge:   gauge("outbox_oldest_pending_age_seconds", "Age of the oldest pending outbox row."),
-		maxPerKey:   gauge("outbox_max_pending_per_key", "Most pending outbox rows of any one partition key."),
+		maxPerKey:   gauge("outbox_max_pending_per_key", "Most pending outbox rows of any one partition key, among the oldest 1,000 pending rows of each shard."),
 		deadLetters: gauge("outbox_dead_letters", "Outbox rows that exhausted their attempts and wait for an operator."),
 		ownedShards: gauge("outbox_relay_owned_shards", "Shards whose lease this relay holds."),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
