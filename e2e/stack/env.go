@@ -27,6 +27,7 @@ const (
 	EnvKeep         = "STACK_KEEP"          // 1: keep the run directory after stop
 	EnvLogLevel     = "STACK_LOG_LEVEL"     // the services' LOG_LEVEL (default info)
 	EnvPprofBase    = "STACK_PPROF_BASE"    // serve pprof on 127.0.0.1: meter here, usage +1 ... query +4 (one instance each)
+	EnvDirectDB     = "STACK_DIRECT_DB"     // 1: services reach their databases directly, no proxy (load runs)
 )
 
 // FromEnv returns o with the settings the environment gives (the Env*
@@ -111,6 +112,13 @@ func FromEnv(o Options) (Options, error) {
 			}
 			o.ServiceEnv[name]["PPROF_ADDR"] = fmt.Sprintf("127.0.0.1:%d", base+i)
 		}
+	}
+	if v, ok := get(EnvDirectDB); ok {
+		direct, err := strconv.ParseBool(v)
+		if err != nil {
+			bad(EnvDirectDB, "want 1 or 0, got %q", v)
+		}
+		o.DirectDB = direct
 	}
 	if v, ok := get(EnvInstances); ok {
 		o.Instances = map[string]int{}

@@ -100,6 +100,11 @@ type Options struct {
 	// synchronous_commit). Faster, but a PostgreSQL crash then loses
 	// commits: leave it off for tests that kill the database.
 	PostgresFast bool
+	// DirectDB connects the services to their databases directly, with no
+	// proxy in front (Proxy(ProxyDB(...)) is nil then): for load runs, where
+	// the proxy's own latency would be measured as the system's. Fault tests
+	// need the proxies.
+	DirectDB bool
 
 	// Kafka is KafkaEmbedded (default), KafkaApache or KafkaExternal;
 	// KafkaBrokers alone implies KafkaExternal.
@@ -388,6 +393,10 @@ func (s *Stack) startPostgres(ctx context.Context) error {
 		}
 	}
 	for _, name := range s.opts.Services {
+		if s.opts.DirectDB {
+			s.proxied[name] = s.direct[name]
+			continue
+		}
 		p, err := faultproxy.New(ProxyDB(name), "127.0.0.1:0", upstream, s.quiet)
 		if err != nil {
 			return err

@@ -185,7 +185,16 @@ func describeStack(cfg *load.Config, opts stack.Options, took time.Duration) {
 	if parts == 0 {
 		parts = stack.DefaultPartitions
 	}
-	cfg.Describe["stack"] = fmt.Sprintf("started here (-self, e2e/stack) in %s: throwaway PostgreSQL, toxiproxy in front of Kafka and each database, services as processes", took.Round(100*time.Millisecond))
+	proxies := "toxiproxy in front of Kafka and each database"
+	if opts.DirectDB {
+		proxies = "toxiproxy in front of Kafka, databases reached directly (STACK_DIRECT_DB)"
+	}
+	durability := "durable (fsync on)"
+	if opts.PostgresFast {
+		durability = "fsync off"
+	}
+	cfg.Describe["stack"] = fmt.Sprintf("started here (-self, e2e/stack) in %s: throwaway PostgreSQL 15 (%s), %s, services as processes",
+		took.Round(100*time.Millisecond), durability, proxies)
 	cfg.Describe["kafka"] = kafka + ", " + strconv.Itoa(parts) + " partitions per topic"
 	if len(opts.Instances) > 0 {
 		var inst []string
