@@ -38,6 +38,10 @@ type Config struct {
 	// Drain bounds the wait, once sending stops, for query to count and
 	// charge every accepted fact.
 	Drain time.Duration
+	// Close closes every tenant's period after the drain and times the
+	// invoice's issue and its arrival in query, up to CloseTimeout each.
+	Close        bool
+	CloseTimeout time.Duration
 	// Poll is the time to poll every tenant's summary once; polls are
 	// spaced at least MinPollGap apart whatever the number of tenants.
 	Poll time.Duration
@@ -71,6 +75,9 @@ func (c *Config) Defaults() {
 	}
 	if c.Drain == 0 {
 		c.Drain = 5 * time.Minute
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = 5 * time.Minute
 	}
 	if c.Poll == 0 {
 		c.Poll = 250 * time.Millisecond

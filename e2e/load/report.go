@@ -24,6 +24,7 @@ type Report struct {
 	Relay      []HistStats `json:"relayCommitToAck"`
 	Inbox      []HistStats `json:"inboxBatchDuration"`
 	Tenants    []Tenant    `json:"tenants"`
+	Closed     []Closed    `json:"closed,omitempty"`
 	Series     []Point     `json:"series"`
 	Failures   []string    `json:"failures"`
 	Notes      []string    `json:"notes"`
@@ -217,6 +218,12 @@ func buildReport(o *outcome) *Report {
 	}
 	if o.interrupted {
 		r.Failures = append(r.Failures, "the run was interrupted: the figures are partial")
+	}
+	r.Closed = o.closed
+	for _, c := range o.closed {
+		if c.Problem != "" {
+			r.Failures = append(r.Failures, fmt.Sprintf("closing %s %s: %s", c.Tenant, c.Period, c.Problem))
+		}
 	}
 	r.Notes = append(r.Notes, o.notes...)
 	if o.pollErrs > 0 {
@@ -420,6 +427,16 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t%d\t%d\t%d\t%d\t%d\n", tn.ID, 100*tn.Share, tn.Sent, tn.Accepted, tn.Probes, tn.InDoubt, tn.Counted, tn.Charged)
 	}
 	tw.Flush()
+
+	if len(r.Closed) > 0 {
+		tw = section("Close (-close): POST close, then the invoice issued and visible in query, timed from the close's answer")
+		fmt.Fprintln(tw, "tenant\tperiod\tclose answered\tinvoice issued\tin query\tnumber\tcharge lines\tcharges (want)\ttotal (want)")
+		for _, c := range r.Closed {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t+%s\t+%s\t%d\t%d\t%d (%d)\t%s (%s)\n", c.Tenant, c.Period, secs(c.CloseSeconds),
+				secs(c.IssuedSeconds), secs(c.InQuerySeconds), c.Number, c.ChargeLines, c.ChargeCount, c.WantChargeCount, c.Total, c.WantTotal)
+		}
+		tw.Flush()
+	}
 
 	if len(r.Notes) > 0 {
 		fmt.Fprintln(w, "\nNotes:")

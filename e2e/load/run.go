@@ -26,6 +26,7 @@ type outcome struct {
 	interrupted bool
 	tally       *tally
 	views       []tenantView
+	closed      []Closed
 	polls       int64
 	pollErrs    int64
 	pollLastErr string
@@ -110,6 +111,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	stopPolls()
 	close(stopTicker)
 	bg.Wait()
+	if cfg.Close && o.drained && ctx.Err() == nil {
+		period := o.started.Format("2006-01")
+		accepted := make([]int64, len(cfg.TenantIDs))
+		o.tally.mu.Lock()
+		for i, tt := range o.tally.tenants {
+			accepted[i] = tt.accepted + tt.probes
+		}
+		o.tally.mu.Unlock()
+		progress("closing period %s of every tenant and timing its invoice (issued, then visible in query)", period)
+		o.closed = closePeriods(ctx, &cfg, cl, period, accepted, cfg.CloseTimeout, progress)
+	}
 	fctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	smp.round(fctx) // a last reading of every tenant

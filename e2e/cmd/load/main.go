@@ -56,6 +56,8 @@ func run(ctx context.Context) int {
 	fs.IntVar(&cfg.Batch, "batch", 500, "facts per POST usage:batch (1-1000)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 4, "requests in flight")
 	fs.DurationVar(&cfg.Drain, "drain", 5*time.Minute, "how long to wait, once sending stops, for every accepted fact to be counted and charged in query")
+	fs.BoolVar(&cfg.Close, "close", false, "after the drain, close every tenant's period and time its invoice: issued, then visible in query")
+	fs.DurationVar(&cfg.CloseTimeout, "close-timeout", 5*time.Minute, "how long to wait for each closed period's invoice to be issued, and then to show in query")
 	fs.DurationVar(&cfg.Poll, "poll", 250*time.Millisecond, "poll every tenant's query summary this often (never more than 50 polls/s in all)")
 	fs.StringVar(&cfg.RunID, "run-id", "", "prefix of the tenant ids and source event ids (default load-<UTC time>)")
 	out := fs.String("out", "", "directory for report.txt, report.json and load.svg (default a new directory under $TMPDIR)")
