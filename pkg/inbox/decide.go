@@ -31,7 +31,13 @@ import (
 //  2. Walk the run in order, in memory: duplicates, conflicts and version gaps
 //     are decided from what step 1 read (a predecessor claimed in this run
 //     counts only once its handler has succeeded, so handlers always run in
-//     version order); the rest go to their handlers.
+//     version order); the rest go to their handlers. An event type with a
+//     BatchHandler is applied set-wise: consecutive events of that type at
+//     aggregate version 1 that go to a handler are given to it in one call,
+//     in order (events decided without a handler in between are decided on
+//     the way; an event at a later version ends the group, since its
+//     predecessor check needs the group applied). Any other event of the
+//     type comes alone, in a one-element call.
 //  3. One batch: delete the claims of events that were not applied, delete the
 //     deferred rows of events that were, upsert the new deferrals, insert the
 //     quarantines, RELEASE SAVEPOINT, and select the deferred rows waiting for
@@ -48,6 +54,14 @@ import (
 // a stretch of events all waiting for one missing fact costs a few round trips
 // each rather than a run each. The healthy path has no per-event round trip of
 // the inbox's own.
+//
+// A batch handler's error for one item (ItemError) is that item's handler
+// error: the run is rolled back and decided again the same way, the item
+// alone. An error naming no item that is not transient rolls the run back at
+// the group's first event, and the group's events are then decided alone, one
+// call each, until one is not applied (the culprit, whose error becomes its
+// decision); the events after it go back to runs. A transient error, from a
+// handler or a batch handler, is returned: the whole batch is tried again.
 
 const savepoint = "inbox_decide"
 
@@ -59,8 +73,9 @@ type item struct {
 	msg     Message
 	dec     *envelope.Decoded // nil when the message did not decode
 	handler Handler
-	qreason string // set when the message is quarantined without a lookup
-	hint    hint   // what could be read of a message that did not decode
+	batch   BatchHandler // instead of handler
+	qreason string       // set when the message is quarantined without a lookup
+	hint    hint         // what could be read of a message that did not decode
 	woken   bool
 }
 
@@ -117,6 +132,10 @@ func (ib *Inbox) newItem(m Message, woken bool) *item {
 		return it
 	}
 	it.dec = d
+	if b, ok := ib.batch[d.Envelope.EventType]; ok {
+		it.batch = b
+		return it
+	}
 	h, ok := ib.handlers[d.Envelope.EventType]
 	if !ok {
 		it.qreason = envelope.ReasonUnknownEventType
@@ -168,13 +187,20 @@ func (ib *Inbox) process(ctx context.Context, tx pgx.Tx, items []*item) ([]Decis
 	// decided alone until one applies, so a stretch of events that all wait
 	// for one missing fact is not attempted twice each.
 	failing := 0
+	// Items before soloEnd are decided alone until one is not applied: a
+	// batch handler failed for a group without naming the item.
+	soloEnd := -1
 	for start := 0; start < len(items); {
 		var r *runResult
 		var err error
-		if start == isolate || failing >= 2 {
+		if start == isolate || failing >= 2 || start < soloEnd {
 			r, err = ib.run(ctx, tx, items[start:start+1], true)
-			if err == nil && r.decisions[0].Outcome == OutcomeApplied {
-				failing = 0
+			if err == nil {
+				if r.decisions[0].Outcome == OutcomeApplied {
+					failing = 0
+				} else if start < soloEnd {
+					soloEnd = -1 // the culprit: the rest go back to runs
+				}
 			}
 		} else {
 			n := planRun(items[start:])
@@ -188,6 +214,9 @@ func (ib *Inbox) process(ctx context.Context, tx pgx.Tx, items []*item) ([]Decis
 					failing++
 				case r.failAt < 0 && n > 1:
 					failing = 0
+				}
+				if r.soloEnd > 0 {
+					soloEnd = start + r.soloEnd
 				}
 			}
 		}
@@ -237,6 +266,9 @@ type runResult struct {
 	decisions []Decision
 	woken     []*item
 	failAt    int // index of the item whose handler failed; -1 when none
+	// soloEnd, with failAt, ends the items to decide alone (relative, 0 when
+	// none): a batch handler failed for its group without naming an item.
+	soloEnd int
 }
 
 // runState is what step 1 of a run read.
@@ -298,94 +330,83 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 
 	var p pending
 	savepointOpen := len(cands) > 0 // step 1 opened it
-	for i, it := range items {
-		if it.qreason != "" {
-			res.decisions[i] = p.quarantine(it, it.qreason)
+	for i := 0; i < len(items); {
+		it := items[i]
+		if st.settle(&p, res, i, it) {
+			i++
 			continue
 		}
-		e := it.env()
-		id := e.EventID
-		deferredDigest, isDeferred := st.deferred[id]
-		resolve := func() {
-			if isDeferred && deferredDigest == e.PayloadDigest {
-				p.resolved = append(p.resolved, id)
-			}
-		}
-		if !st.claimed[id] {
-			switch digest, seen := st.digests[id]; {
-			case seen && digest == e.PayloadDigest:
-				res.decisions[i] = it.decision(OutcomeDuplicate, "")
-				resolve()
-			case seen:
-				res.decisions[i] = p.quarantine(it, ReasonDigestConflict)
-				resolve() // a deferred copy is quarantined instead
-			default: // another event holds this aggregate version
-				res.decisions[i] = it.decision(OutcomeDuplicate, ReasonVersionApplied)
-				resolve()
-			}
-			continue
-		}
-		if isDeferred && deferredDigest != e.PayloadDigest {
-			p.released = append(p.released, id)
-			res.decisions[i] = p.quarantine(it, ReasonDigestConflict)
-			continue
-		}
-		if e.AggregateVersion > 1 {
-			prev := slotOf(e, e.AggregateVersion-1)
-			holder, ok := st.preds[prev]
-			if !ok || (st.claimed[holder] && !st.applied[prev]) {
-				p.released = append(p.released, id)
-				res.decisions[i] = p.deferral(it, prev.key(), ReasonVersionGap)
+		if it.batch == nil {
+			out, herr := it.handler(ctx, tx, it.dec)
+			if herr == nil {
+				st.apply(&p, res, i, it, out)
+				i++
 				continue
 			}
-		}
-		out, herr := it.handler(ctx, tx, it.dec)
-		if herr == nil {
-			own := slotOf(e, e.AggregateVersion)
-			st.applied[own] = true
-			p.wakeKeys = append(p.wakeKeys, own.key())
-			p.wakeKeys = append(p.wakeKeys, out.Provides...)
-			p.publish = append(p.publish, out.Publish...)
-			res.decisions[i] = it.decision(OutcomeApplied, "")
-			resolve()
+			stop, err := ib.fail(ctx, tx, &p, res, i, it, herr, isolated, &savepointOpen, st)
+			if err != nil || stop {
+				return res, err
+			}
+			i++
 			continue
 		}
-		kind, detail := ib.classify(herr)
-		if kind == failTransient {
-			return nil, fmt.Errorf("apply %s %s: %w", e.EventType, id, herr)
-		}
-		if !isolated {
-			if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint); err != nil {
-				return nil, fmt.Errorf("roll back run: %w", err)
+		// A group: this item and the following ones of its type at version
+		// 1 that go to their handler; the events decided without a handler
+		// in between (duplicates, conflicts, undecodable) are decided on the
+		// way, as their decisions do not depend on the group's effects. An
+		// event at a later version ends the group: its predecessor check
+		// needs the group applied first.
+		group := []int{i}
+		next := i + 1
+		if !isolated && it.env().AggregateVersion == 1 {
+			for next < len(items) {
+				jt := items[next]
+				if jt.qreason == "" && jt.env().AggregateVersion > 1 {
+					break
+				}
+				if st.settle(&p, res, next, jt) {
+					next++
+					continue
+				}
+				if jt.batch == nil || jt.env().EventType != it.env().EventType {
+					break
+				}
+				group = append(group, next)
+				next++
 			}
-			res.failAt = i
-			return res, nil
 		}
-		// The only item of the run: step 3 starts by rolling back its claim
-		// and the handler's writes, then writes its decision outside the
-		// savepoint, so it leaves no committed subtransaction behind (more
-		// than 64 in one transaction overflow PostgreSQL's subxid cache).
-		// An aborted transaction cannot even prepare step 3's statements:
-		// roll back at once then.
-		if tx.Conn().PgConn().TxStatus() == 'E' {
-			if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint); err != nil {
-				return nil, fmt.Errorf("roll back %s: %w", id, err)
+		ds := make([]*envelope.Decoded, len(group))
+		for k, idx := range group {
+			ds[k] = items[idx].dec
+		}
+		outs, herr := it.batch(ctx, tx, ds)
+		if herr == nil && len(outs) != len(group) {
+			return nil, fmt.Errorf("apply %d %s: batch handler returned %d outcomes", len(group), it.env().EventType, len(outs))
+		}
+		if herr == nil {
+			for k, idx := range group {
+				st.apply(&p, res, idx, items[idx], outs[k])
 			}
-			savepointOpen = false
-		} else {
-			p.rollback = true
+			i = next
+			continue
 		}
-		switch kind {
-		case failDefer:
-			res.decisions[i] = p.deferral(it, detail, ReasonMissingFact)
-		case failPermanent:
-			res.decisions[i] = p.quarantine(it, detail)
-			resolve()
-		case failDuplicate:
-			res.decisions[i] = it.decision(OutcomeDuplicate, detail)
-			p.reclaims = append(p.reclaims, it)
-			resolve()
+		at, named := group[0], false
+		var ie *itemError
+		if errors.As(herr, &ie) && ie.index >= 0 && ie.index < len(group) {
+			at, named, herr = group[ie.index], true, ie.err
 		}
+		if !named && len(group) > 1 {
+			// Whatever failed is not known: the group's events are decided
+			// alone, from its first, until one is not applied.
+			if kind, _ := ib.classify(herr); kind != failTransient {
+				res.soloEnd = group[len(group)-1] + 1
+			}
+		}
+		stop, err := ib.fail(ctx, tx, &p, res, at, items[at], herr, isolated, &savepointOpen, st)
+		if err != nil || stop {
+			return res, err
+		}
+		i = at + 1 // isolated: the group is this one item
 	}
 
 	woken, err := ib.write(ctx, tx, &p, savepointOpen)
@@ -394,6 +415,111 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 	}
 	res.woken = woken
 	return res, nil
+}
+
+// settle decides items[i] without its handler when step 1's reads allow:
+// undecodable, already decided (a duplicate or a digest conflict), a
+// conflicting deferred copy, a version gap. It reports whether it decided.
+func (st *runState) settle(p *pending, res *runResult, i int, it *item) bool {
+	if it.qreason != "" {
+		res.decisions[i] = p.quarantine(it, it.qreason)
+		return true
+	}
+	e := it.env()
+	id := e.EventID
+	if !st.claimed[id] {
+		switch digest, seen := st.digests[id]; {
+		case seen && digest == e.PayloadDigest:
+			res.decisions[i] = it.decision(OutcomeDuplicate, "")
+		case seen:
+			res.decisions[i] = p.quarantine(it, ReasonDigestConflict) // a deferred copy is quarantined instead
+		default: // another event holds this aggregate version
+			res.decisions[i] = it.decision(OutcomeDuplicate, ReasonVersionApplied)
+		}
+		st.resolve(p, it)
+		return true
+	}
+	if deferredDigest, isDeferred := st.deferred[id]; isDeferred && deferredDigest != e.PayloadDigest {
+		p.released = append(p.released, id)
+		res.decisions[i] = p.quarantine(it, ReasonDigestConflict)
+		return true
+	}
+	if e.AggregateVersion > 1 {
+		prev := slotOf(e, e.AggregateVersion-1)
+		holder, ok := st.preds[prev]
+		if !ok || (st.claimed[holder] && !st.applied[prev]) {
+			p.released = append(p.released, id)
+			res.decisions[i] = p.deferral(it, prev.key(), ReasonVersionGap)
+			return true
+		}
+	}
+	return false
+}
+
+// resolve deletes the deferred copy of an event decided for good.
+func (st *runState) resolve(p *pending, it *item) {
+	e := it.env()
+	if d, ok := st.deferred[e.EventID]; ok && d == e.PayloadDigest {
+		p.resolved = append(p.resolved, e.EventID)
+	}
+}
+
+// apply records items[i] applied with out.
+func (st *runState) apply(p *pending, res *runResult, i int, it *item, out Outcome) {
+	e := it.env()
+	own := slotOf(e, e.AggregateVersion)
+	st.applied[own] = true
+	p.wakeKeys = append(p.wakeKeys, own.key())
+	p.wakeKeys = append(p.wakeKeys, out.Provides...)
+	p.publish = append(p.publish, out.Publish...)
+	res.decisions[i] = it.decision(OutcomeApplied, "")
+	st.resolve(p, it)
+}
+
+// fail handles the handler error herr of items[i]. A transient error is
+// returned. Unless isolated, the run is rolled back to its savepoint and
+// stop reports items[i] in res.failAt. Isolated, the error becomes the
+// item's decision.
+func (ib *Inbox) fail(ctx context.Context, tx pgx.Tx, p *pending, res *runResult, i int, it *item,
+	herr error, isolated bool, savepointOpen *bool, st *runState) (stop bool, err error) {
+	e := it.env()
+	kind, detail := ib.classify(herr)
+	if kind == failTransient {
+		return true, fmt.Errorf("apply %s %s: %w", e.EventType, e.EventID, herr)
+	}
+	if !isolated {
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint); err != nil {
+			return true, fmt.Errorf("roll back run: %w", err)
+		}
+		res.failAt = i
+		return true, nil
+	}
+	// The only item of the run: step 3 starts by rolling back its claim
+	// and the handler's writes, then writes its decision outside the
+	// savepoint, so it leaves no committed subtransaction behind (more
+	// than 64 in one transaction overflow PostgreSQL's subxid cache).
+	// An aborted transaction cannot even prepare step 3's statements:
+	// roll back at once then.
+	if tx.Conn().PgConn().TxStatus() == 'E' {
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint); err != nil {
+			return true, fmt.Errorf("roll back %s: %w", e.EventID, err)
+		}
+		*savepointOpen = false
+	} else {
+		p.rollback = true
+	}
+	switch kind {
+	case failDefer:
+		res.decisions[i] = p.deferral(it, detail, ReasonMissingFact)
+	case failPermanent:
+		res.decisions[i] = p.quarantine(it, detail)
+		st.resolve(p, it)
+	case failDuplicate:
+		res.decisions[i] = it.decision(OutcomeDuplicate, detail)
+		p.reclaims = append(p.reclaims, it)
+		st.resolve(p, it)
+	}
+	return false, nil
 }
 
 // read is step 1 of a run, in one round trip.
@@ -743,6 +869,10 @@ func (ib *Inbox) classify(err error) (kind failKind, detail string) {
 	var pe *permanentError
 	if errors.As(err, &pe) {
 		return failPermanent, pe.reason
+	}
+	var dup *duplicateError
+	if errors.As(err, &dup) {
+		return failDuplicate, ReasonEffectExists + ":" + dup.what
 	}
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {

@@ -138,6 +138,23 @@ type Publication struct {
 // data exception (SQLSTATE classes 23 and 22) counts as Permanent.
 type Handler func(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (Outcome, error)
 
+// BatchHandler applies several decoded events of one type inside tx, in
+// order, as if a Handler had been called for each in turn, and returns one
+// Outcome per event. It is given consecutive events of a run that are at
+// aggregate version 1 and passed the inbox's checks (see "How a batch is
+// decided"); any other event comes alone, in a one-element slice.
+//
+// Errors are a Handler's, for the whole call or for one item: an error for
+// the item at index i is returned as ItemError(i, err), with err classified
+// like a Handler's (DeferUntil, Permanent, Duplicate, a unique violation, a
+// data exception, or transient). Whatever the call wrote is undone and the
+// events before the item are applied again without it; the item is then
+// decided alone, so a deterministic handler sees its error again there. An
+// error naming no item that is not transient makes the inbox give the call's
+// events one at a time until one is not applied. A BatchHandler should name
+// the first failing item in order.
+type BatchHandler func(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) ([]Outcome, error)
+
 // Quarantined describes a message just quarantined, for Options.OnQuarantine.
 type Quarantined struct {
 	// ID is the inbox_quarantine row.
@@ -175,12 +192,16 @@ type Options struct {
 	// DUPLICATE; on any other constraint it is a Permanent error. Empty means
 	// every unique violation is a DUPLICATE.
 	OriginConstraints []string
+	// BatchHandlers apply event types set-wise (BatchHandler). An event type
+	// has either a handler or a batch handler, not both.
+	BatchHandlers map[string]BatchHandler
 }
 
 // Inbox decides consumed events. It is safe for concurrent use.
 type Inbox struct {
 	registry *envelope.Registry
 	handlers map[string]Handler
+	batch    map[string]BatchHandler
 	opts     Options
 	origin   map[string]bool
 	log      *slog.Logger
@@ -189,7 +210,8 @@ type Inbox struct {
 
 // New returns an Inbox that decodes with registry and applies each event type
 // with its handler. An event type without a handler is quarantined as
-// unknown_event_type. The error reports a failed metrics registration.
+// unknown_event_type, unless Options.BatchHandlers has one for it. The error
+// reports a failed metrics registration or a type with both kinds of handler.
 func New(registry *envelope.Registry, handlers map[string]Handler, opts Options) (*Inbox, error) {
 	if registry == nil {
 		return nil, errors.New("new inbox: nil registry")
@@ -200,6 +222,16 @@ func New(registry *envelope.Registry, handlers map[string]Handler, opts Options)
 			return nil, fmt.Errorf("new inbox: nil handler for %s", t)
 		}
 		hs[t] = h
+	}
+	bs := make(map[string]BatchHandler, len(opts.BatchHandlers))
+	for t, h := range opts.BatchHandlers {
+		if h == nil {
+			return nil, fmt.Errorf("new inbox: nil batch handler for %s", t)
+		}
+		if _, both := hs[t]; both {
+			return nil, fmt.Errorf("new inbox: %s has both a handler and a batch handler", t)
+		}
+		bs[t] = h
 	}
 	log := opts.Logger
 	if log == nil {
@@ -214,7 +246,7 @@ func New(registry *envelope.Registry, handlers map[string]Handler, opts Options)
 	for _, c := range opts.OriginConstraints {
 		origin[c] = true
 	}
-	return &Inbox{registry: registry, handlers: hs, opts: opts, origin: origin, log: log, metrics: m}, nil
+	return &Inbox{registry: registry, handlers: hs, batch: bs, opts: opts, origin: origin, log: log, metrics: m}, nil
 }
 
 // AggregateKey is the wait key of an aggregate's version: a deferred event of
@@ -257,6 +289,41 @@ func (e *permanentError) Error() string {
 }
 
 func (e *permanentError) Unwrap() error { return e.err }
+
+// Duplicate is the error a handler returns when the event's business effect
+// already exists and it found so without raising a unique violation (e.g. an
+// INSERT ... ON CONFLICT DO NOTHING that inserted nothing): the event is a
+// DUPLICATE with reason "effect_exists:<what>", as for a unique violation of
+// an origin constraint.
+func Duplicate(what string) error {
+	if what == "" {
+		what = "duplicate"
+	}
+	return &duplicateError{what: what}
+}
+
+type duplicateError struct{ what string }
+
+func (e *duplicateError) Error() string { return "duplicate: " + e.what }
+
+// ItemError is the error a BatchHandler returns when the item at index (of
+// the slice it was given) failed with err; err is classified as a Handler's
+// error would be.
+func ItemError(index int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &itemError{index: index, err: err}
+}
+
+type itemError struct {
+	index int
+	err   error
+}
+
+func (e *itemError) Error() string { return fmt.Sprintf("item %d: %v", e.index, e.err) }
+
+func (e *itemError) Unwrap() error { return e.err }
 
 // ErrNotRetained is returned by Redecide for an event the inbox holds neither
 // deferred nor quarantined.
@@ -317,7 +384,8 @@ func (ib *Inbox) RefreshGauges(ctx context.Context, q Querier) (Stats, error) {
 func (ib *Inbox) Observe(ds []Decision) {
 	for _, d := range ds {
 		t := d.EventType
-		if _, ok := ib.handlers[t]; !ok {
+		_, ok := ib.handlers[t]
+		if _, batch := ib.batch[t]; !ok && !batch {
 			t = "unknown" // bounded label values: only types this inbox handles
 		}
 		ib.metrics.decisions.WithLabelValues(d.Outcome, t).Inc()

@@ -65,6 +65,9 @@ type Parts struct {
 	// these are only the service's own.
 	Topics   []string
 	Handlers map[string]inbox.Handler
+	// BatchHandlers apply event types set-wise (inbox.BatchHandler); a type
+	// has a handler or a batch handler, not both.
+	BatchHandlers map[string]inbox.BatchHandler
 	// Reconcile serves the service's rows of GET /internal/v1/reconciliation
 	// (nil: none).
 	Reconcile ops.ReconcileFunc
@@ -250,13 +253,15 @@ func NewInbox(spec Spec, d Deps, parts Parts, reg prometheus.Registerer) (*inbox
 	for t, h := range parts.Handlers {
 		handlers[t] = h
 	}
-	if _, taken := handlers[events.TypeRedriveRequested]; taken {
+	_, batched := parts.BatchHandlers[events.TypeRedriveRequested]
+	if _, taken := handlers[events.TypeRedriveRequested]; taken || batched {
 		return nil, nil, fmt.Errorf("build inbox: %s is handled by the service runtime", events.TypeRedriveRequested)
 	}
 	handlers[events.TypeRedriveRequested] = redriver.Handle
 	ib, err := inbox.New(d.Registry, handlers, inbox.Options{
 		Service: spec.Name, Logger: d.Logger, Registerer: reg,
 		OnQuarantine: ops.PublishQuarantine(spec.Name), OriginConstraints: spec.OriginConstraints,
+		BatchHandlers: parts.BatchHandlers,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("build inbox: %w", err)
