@@ -514,29 +514,42 @@ func (r *run) charges(ctx context.Context, tenant string) ([]charge, error) {
 }
 
 func (r *run) chargesWhere(ctx context.Context, tenant, filter string) ([]charge, error) {
-	var all []charge
+	return listAll[charge](ctx, r, r.ep.Billing+"/v1/tenants/"+tenant+"/charges?limit=1000&period="+r.res.Period+filter,
+		"charges", "charges of "+tenant)
+}
+
+// listAll reads every page of a list (DESIGN.md section 7): the items under
+// key, following next until a page has none.
+func listAll[T any](ctx context.Context, r *run, url, key, what string) ([]T, error) {
+	var all []T
 	cursor := ""
 	for {
-		var out struct {
-			Charges []charge `json:"charges"`
-			Next    string   `json:"next"`
-		}
-		url := r.ep.Billing + "/v1/tenants/" + tenant + "/charges?limit=1000&period=" + r.res.Period + filter
+		var page map[string]json.RawMessage
+		u := url
 		if cursor != "" {
-			url += "&cursor=" + cursor
+			u += "&cursor=" + cursor
 		}
-		resp, err := r.call(ctx, http.MethodGet, url, nil, nil, &out)
+		resp, err := r.call(ctx, http.MethodGet, u, nil, nil, &page)
 		if err != nil {
 			return nil, err
 		}
 		if resp.status != http.StatusOK {
-			return nil, fmt.Errorf("charges of %s: status %d: %s", tenant, resp.status, resp.body)
+			return nil, fmt.Errorf("%s: status %d: %s", what, resp.status, resp.body)
 		}
-		all = append(all, out.Charges...)
-		if out.Next == "" {
+		var items []T
+		if err := json.Unmarshal(page[key], &items); err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", what, key, err)
+		}
+		all = append(all, items...)
+		cursor = ""
+		if next, ok := page["next"]; ok {
+			if err := json.Unmarshal(next, &cursor); err != nil {
+				return nil, fmt.Errorf("%s: next: %w", what, err)
+			}
+		}
+		if cursor == "" {
 			return all, nil
 		}
-		cursor = out.Next
 	}
 }
 
@@ -655,30 +668,8 @@ func (r *run) adjustAndClose(ctx context.Context) error {
 
 // invoices reads every invoice of the tenant's period, page by page.
 func (r *run) invoices(ctx context.Context, tenant string) ([]invoiceDoc, error) {
-	var all []invoiceDoc
-	cursor := ""
-	for {
-		var out struct {
-			Invoices []invoiceDoc `json:"invoices"`
-			Next     string       `json:"next"`
-		}
-		url := r.ep.Invoice + "/v1/tenants/" + tenant + "/invoices?period=" + r.res.Period
-		if cursor != "" {
-			url += "&cursor=" + cursor
-		}
-		resp, err := r.call(ctx, http.MethodGet, url, nil, nil, &out)
-		if err != nil {
-			return nil, err
-		}
-		if resp.status != http.StatusOK {
-			return nil, fmt.Errorf("invoices of %s: status %d: %s", tenant, resp.status, resp.body)
-		}
-		all = append(all, out.Invoices...)
-		if out.Next == "" {
-			return all, nil
-		}
-		cursor = out.Next
-	}
+	return listAll[invoiceDoc](ctx, r, r.ep.Invoice+"/v1/tenants/"+tenant+"/invoices?period="+r.res.Period,
+		"invoices", "invoices of "+tenant)
 }
 
 func (r *run) waitInvoices(ctx context.Context) error {
