@@ -43,15 +43,15 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	tenantAPI := httpapi.New(app.NewReader(d.Pool), d.Logger)
 	operatorAPI := httpapi.NewOperator(op, d.Logger)
 	handlers := map[string]inbox.Handler{}
-	maps.Copy(handlers, app.Handlers())
 	maps.Copy(handlers, op.Handlers())
 	return service.Parts{
 		Routes: func(r chi.Router) {
 			tenantAPI.Routes(r)
 			operatorAPI.Routes(r)
 		},
-		Topics:    append(append([]string{}, app.Topics...), events.TopicOps),
-		Handlers:  handlers,
-		Reconcile: op.ReconciliationRows,
+		Topics:        append(append([]string{}, app.Topics...), events.TopicOps),
+		Handlers:      handlers,
+		BatchHandlers: app.BatchHandlers(),
+		Reconcile:     op.ReconciliationRows,
 	}, nil
 }

@@ -46,7 +46,7 @@ func TestRunnerThroughKafka(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	reg := envelope.NewRegistry()
 	events.Register(reg)
-	ib, err := inbox.New(reg, app.Handlers(), inbox.Options{Service: "query", Logger: log})
+	ib, err := inbox.New(reg, nil, inbox.Options{Service: "query", BatchHandlers: app.BatchHandlers(), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
@@ -32,47 +31,74 @@ var Projected = []string{
 	events.TypeBillingPeriodClosed, events.TypeInvoiceIssued, events.TypeInvoiceCorrectionIssued,
 }
 
-// Handlers maps every projected event type to the projecting handler.
-func Handlers() map[string]inbox.Handler {
-	hs := make(map[string]inbox.Handler, len(Projected))
+// BatchHandlers maps every projected event type to the projection.
+func BatchHandlers() map[string]inbox.BatchHandler {
+	hs := make(map[string]inbox.BatchHandler, len(Projected))
 	for _, t := range Projected {
 		hs[t] = project
 	}
 	return hs
 }
 
-// project records the event and its summary delta in one statement. The inbox dedups by event id; a projection that
-// exists anyway is a unique violation of projected_event_pkey, a duplicate.
-func project(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
-	e := &d.Envelope
-	fact, delta, err := domain.Project(d.Payload)
+// project records the events and their summary deltas in one statement. The
+// inbox dedups by event id; an event projected anyway (its projected_event
+// row exists) is a duplicate.
+func project(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) ([]inbox.Outcome, error) {
+	n := len(ds)
+	p := db.ProjectParams{
+		EventIds: make([]uuid.UUID, n), EventTypes: make([]string, n), TenantIds: make([]string, n),
+		AggregateTypes: make([]string, n), AggregateIds: make([]string, n), AggregateVersions: make([]int64, n),
+		OccurredAts: make([]time.Time, n), SubjectIds: make([]string, n), OriginEventIds: make([]string, n),
+		Periods: make([]string, n), MeterCodes: make([]string, n), Currencies: make([]string, n),
+		Quantities: make([]string, n), UnitPrices: make([]string, n), Amounts: make([]string, n),
+		Payloads: make([][]byte, n), DeltaKinds: make([]string, n), DeltaKeys: make([]string, n),
+		DeltaAmounts: make([]decimal.Decimal, n),
+	}
+	for i, d := range ds {
+		e := &d.Envelope
+		fact, delta, err := domain.Project(d.Payload)
+		if err != nil {
+			return nil, inbox.ItemError(i, inbox.Permanent("unprojectable", err))
+		}
+		p.EventIds[i], p.EventTypes[i], p.TenantIds[i] = e.EventID, e.EventType, e.TenantID
+		p.AggregateTypes[i], p.AggregateIds[i], p.AggregateVersions[i] = e.AggregateType, e.AggregateID, e.AggregateVersion
+		p.OccurredAts[i], p.SubjectIds[i], p.OriginEventIds[i] = e.OccurredAt, uuidText(fact.SubjectID), uuidText(fact.OriginEventID)
+		p.Periods[i], p.MeterCodes[i], p.Currencies[i] = fact.Period, fact.MeterCode, fact.Currency
+		p.Quantities[i], p.UnitPrices[i], p.Amounts[i] = decimalText(fact.Quantity), decimalText(fact.UnitPrice), decimalText(fact.Amount)
+		p.Payloads[i] = e.Payload
+		p.DeltaKinds[i], p.DeltaKeys[i], p.DeltaAmounts[i] = delta.Kind, delta.Key, delta.Amount
+	}
+	stored, err := db.New(tx).Project(ctx, p)
 	if err != nil {
-		return inbox.Outcome{}, inbox.Permanent("unprojectable", err)
+		return nil, fmt.Errorf("project %d events: %w", n, err)
 	}
-	q := db.New(tx)
-	if err := q.Project(ctx, db.ProjectParams{
-		EventID: e.EventID, EventType: e.EventType, TenantID: e.TenantID, AggregateType: e.AggregateType,
-		AggregateID: e.AggregateID, AggregateVersion: e.AggregateVersion, OccurredAt: e.OccurredAt,
-		SubjectID: nullUUID(fact.SubjectID), OriginEventID: nullUUID(fact.OriginEventID),
-		Period: nullText(fact.Period), MeterCode: nullText(fact.MeterCode), Currency: nullText(fact.Currency),
-		Quantity: nullDecimal(fact.Quantity), UnitPrice: nullDecimal(fact.UnitPrice), Amount: nullDecimal(fact.Amount),
-		Payload:   e.Payload,
-		DeltaKind: delta.Kind, DeltaKey: delta.Key, DeltaAmount: delta.Amount,
-	}); err != nil {
-		return inbox.Outcome{}, fmt.Errorf("project %s %s: %w", e.EventType, e.EventID, err)
+	if len(stored) != n {
+		have := make(map[uuid.UUID]bool, len(stored))
+		for _, id := range stored {
+			have[id] = true
+		}
+		for i, id := range p.EventIds {
+			if !have[id] {
+				return nil, inbox.ItemError(i, inbox.Duplicate("projected_event_pkey"))
+			}
+		}
 	}
-	return inbox.Outcome{}, nil
+	return make([]inbox.Outcome, n), nil
 }
 
-func nullUUID(id uuid.UUID) uuid.NullUUID { return uuid.NullUUID{UUID: id, Valid: id != uuid.Nil} }
-
-func nullText(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }
-
-func nullDecimal(d *decimal.Decimal) decimal.NullDecimal {
-	if d == nil {
-		return decimal.NullDecimal{}
+// uuidText and decimalText render a nullable column for Project: "" is NULL.
+func uuidText(id uuid.UUID) string {
+	if id == uuid.Nil {
+		return ""
 	}
-	return decimal.NullDecimal{Decimal: *d, Valid: true}
+	return id.String()
+}
+
+func decimalText(d *decimal.Decimal) string {
+	if d == nil {
+		return ""
+	}
+	return d.String()
 }
 
 // Reader reads tenant summaries.

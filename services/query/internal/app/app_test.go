@@ -207,6 +207,39 @@ func TestProjectionIsUniqueByEventID(t *testing.T) {
 	}
 }
 
+// The same within a batch projected in one statement: the forgotten event is
+// the one duplicate, the others are projected once each.
+func TestProjectionDuplicateInABatch(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	ib := NewInbox(t)
+	f := NewFeed(t, "acme")
+	old := f.Usage("api_calls", "USD", "2")
+	Decide(t, pool, ib, old)
+	if _, err := pool.Exec(context.Background(), `DELETE FROM inbox_event`); err != nil {
+		t.Fatal(err)
+	}
+	evs := []Event{f.Usage("api_calls", "USD", "1"), f.Usage("api_calls", "USD", "1"), old,
+		f.Usage("api_calls", "USD", "1"), f.Usage("api_calls", "USD", "1")}
+	ds := Decide(t, pool, ib, evs...)
+	for i, d := range ds {
+		if i == 2 {
+			if d.Outcome != inbox.OutcomeDuplicate || d.Reason != "effect_exists:projected_event_pkey" {
+				t.Fatalf("decision %+v, want duplicate by projected_event_pkey", d)
+			}
+		} else if d.Outcome != inbox.OutcomeApplied {
+			t.Fatalf("decision %d %+v, want applied", i, d)
+		}
+	}
+	s, err := app.NewReader(pool).Summary(context.Background(), "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.UsageCount != 5 || !s.QuantityByMeter["api_calls"].Equal(D("6")) {
+		t.Fatalf("summary %+v, want 5 usages of 6 in all", s)
+	}
+}
+
 func TestUnknownTenantHasAZeroSummary(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, Template)
@@ -222,7 +255,7 @@ func TestUnknownTenantHasAZeroSummary(t *testing.T) {
 // Every public event type has a handler (an unhandled one would be
 // quarantined as unknown_event_type).
 func TestEveryPublicEventTypeIsProjected(t *testing.T) {
-	hs := app.Handlers()
+	hs := app.BatchHandlers()
 	for _, typ := range []string{events.TypePriceActivated, events.TypeUsageAccepted, events.TypeChargeRated,
 		events.TypeAdjustmentPosted, events.TypeBillingPeriodClosed, events.TypeInvoiceIssued, events.TypeInvoiceCorrectionIssued} {
 		if hs[typ] == nil {

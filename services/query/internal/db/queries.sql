@@ -1,18 +1,49 @@
--- name: Project :exec
--- Project records one event and its summary delta, in one round trip. A
--- second projection of the same event is a unique violation of
--- projected_event_pkey (a duplicate).
-WITH ev AS (
+-- name: Project :many
+-- Project records events and their summary deltas, in one statement, in
+-- the order given. An event projected before is left as it is (ON CONFLICT
+-- DO NOTHING on projected_event_pkey) and gets no delta; the event ids
+-- stored are returned. Nullable columns come as text, an empty string for NULL.
+WITH u AS (
+    SELECT unnest(@event_ids::uuid[])                AS event_id,
+           unnest(@event_types::text[])              AS event_type,
+           unnest(@tenant_ids::text[])               AS tenant_id,
+           unnest(@aggregate_types::text[])          AS aggregate_type,
+           unnest(@aggregate_ids::text[])            AS aggregate_id,
+           unnest(@aggregate_versions::bigint[])     AS aggregate_version,
+           unnest(@occurred_ats::timestamptz[])      AS occurred_at,
+           unnest(@subject_ids::text[])              AS subject_id,
+           unnest(@origin_event_ids::text[])         AS origin_event_id,
+           unnest(@periods::text[])                  AS period,
+           unnest(@meter_codes::text[])              AS meter_code,
+           unnest(@currencies::text[])               AS currency,
+           unnest(@quantities::text[])               AS quantity,
+           unnest(@unit_prices::text[])              AS unit_price,
+           unnest(@amounts::text[])                  AS amount,
+           unnest(@payloads::jsonb[])                AS payload,
+           unnest(@delta_kinds::text[])              AS delta_kind,
+           unnest(@delta_keys::text[])               AS delta_key,
+           unnest(@delta_amounts::numeric[])         AS delta_amount,
+           generate_series(1, cardinality(@event_ids::uuid[])) AS n
+), ev AS (
     INSERT INTO projected_event (event_id, event_type, tenant_id, aggregate_type, aggregate_id, aggregate_version,
                                  occurred_at, subject_id, origin_event_id, period, meter_code, currency,
                                  quantity, unit_price, amount, payload)
-    VALUES (@event_id, @event_type, @tenant_id, @aggregate_type, @aggregate_id, @aggregate_version,
-            @occurred_at, @subject_id, sqlc.narg(origin_event_id), sqlc.narg(period), sqlc.narg(meter_code),
-            sqlc.narg(currency), sqlc.narg(quantity), sqlc.narg(unit_price), sqlc.narg(amount), @payload)
-    RETURNING tenant_id, occurred_at
+    SELECT u.event_id, u.event_type, u.tenant_id, u.aggregate_type, u.aggregate_id, u.aggregate_version,
+           u.occurred_at, NULLIF(u.subject_id, '')::uuid, NULLIF(u.origin_event_id, '')::uuid,
+           NULLIF(u.period, ''), NULLIF(u.meter_code, ''), NULLIF(u.currency, ''),
+           NULLIF(u.quantity, '')::numeric, NULLIF(u.unit_price, '')::numeric, NULLIF(u.amount, '')::numeric,
+           u.payload
+    FROM u ORDER BY u.n
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id
+), delta AS (
+    INSERT INTO summary_delta (tenant_id, kind, key, amount, occurred_at)
+    SELECT u.tenant_id, u.delta_kind, u.delta_key, u.delta_amount, u.occurred_at
+    FROM u JOIN ev ON ev.event_id = u.event_id
+    ORDER BY u.n
+    RETURNING 1
 )
-INSERT INTO summary_delta (tenant_id, kind, key, amount, occurred_at)
-SELECT ev.tenant_id, @delta_kind::text, @delta_key::text, @delta_amount::numeric, ev.occurred_at FROM ev;
+SELECT ev.event_id FROM ev;
 
 -- name: LockTenantSummary :exec
 -- LockTenantSummary serialises the folds of one tenant (until commit).

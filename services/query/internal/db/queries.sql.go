@@ -265,68 +265,114 @@ func (q *Queries) LockTenantSummary(ctx context.Context, tenantID string) error 
 	return err
 }
 
-const project = `-- name: Project :exec
-WITH ev AS (
+const project = `-- name: Project :many
+WITH u AS (
+    SELECT unnest($1::uuid[])                AS event_id,
+           unnest($2::text[])              AS event_type,
+           unnest($3::text[])               AS tenant_id,
+           unnest($4::text[])          AS aggregate_type,
+           unnest($5::text[])            AS aggregate_id,
+           unnest($6::bigint[])     AS aggregate_version,
+           unnest($7::timestamptz[])      AS occurred_at,
+           unnest($8::text[])              AS subject_id,
+           unnest($9::text[])         AS origin_event_id,
+           unnest($10::text[])                  AS period,
+           unnest($11::text[])              AS meter_code,
+           unnest($12::text[])               AS currency,
+           unnest($13::text[])               AS quantity,
+           unnest($14::text[])              AS unit_price,
+           unnest($15::text[])                  AS amount,
+           unnest($16::jsonb[])                AS payload,
+           unnest($17::text[])              AS delta_kind,
+           unnest($18::text[])               AS delta_key,
+           unnest($19::numeric[])         AS delta_amount,
+           generate_series(1, cardinality($1::uuid[])) AS n
+), ev AS (
     INSERT INTO projected_event (event_id, event_type, tenant_id, aggregate_type, aggregate_id, aggregate_version,
                                  occurred_at, subject_id, origin_event_id, period, meter_code, currency,
                                  quantity, unit_price, amount, payload)
-    VALUES ($4, $5, $6, $7, $8, $9,
-            $10, $11, $12, $13, $14,
-            $15, $16, $17, $18, $19)
-    RETURNING tenant_id, occurred_at
+    SELECT u.event_id, u.event_type, u.tenant_id, u.aggregate_type, u.aggregate_id, u.aggregate_version,
+           u.occurred_at, NULLIF(u.subject_id, '')::uuid, NULLIF(u.origin_event_id, '')::uuid,
+           NULLIF(u.period, ''), NULLIF(u.meter_code, ''), NULLIF(u.currency, ''),
+           NULLIF(u.quantity, '')::numeric, NULLIF(u.unit_price, '')::numeric, NULLIF(u.amount, '')::numeric,
+           u.payload
+    FROM u ORDER BY u.n
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id
+), delta AS (
+    INSERT INTO summary_delta (tenant_id, kind, key, amount, occurred_at)
+    SELECT u.tenant_id, u.delta_kind, u.delta_key, u.delta_amount, u.occurred_at
+    FROM u JOIN ev ON ev.event_id = u.event_id
+    ORDER BY u.n
+    RETURNING 1
 )
-INSERT INTO summary_delta (tenant_id, kind, key, amount, occurred_at)
-SELECT ev.tenant_id, $1::text, $2::text, $3::numeric, ev.occurred_at FROM ev
+SELECT ev.event_id FROM ev
 `
 
 type ProjectParams struct {
-	DeltaKind        string
-	DeltaKey         string
-	DeltaAmount      decimal.Decimal
-	EventID          uuid.UUID
-	EventType        string
-	TenantID         string
-	AggregateType    string
-	AggregateID      string
-	AggregateVersion int64
-	OccurredAt       time.Time
-	SubjectID        uuid.NullUUID
-	OriginEventID    uuid.NullUUID
-	Period           pgtype.Text
-	MeterCode        pgtype.Text
-	Currency         pgtype.Text
-	Quantity         decimal.NullDecimal
-	UnitPrice        decimal.NullDecimal
-	Amount           decimal.NullDecimal
-	Payload          []byte
+	EventIds          []uuid.UUID
+	EventTypes        []string
+	TenantIds         []string
+	AggregateTypes    []string
+	AggregateIds      []string
+	AggregateVersions []int64
+	OccurredAts       []time.Time
+	SubjectIds        []string
+	OriginEventIds    []string
+	Periods           []string
+	MeterCodes        []string
+	Currencies        []string
+	Quantities        []string
+	UnitPrices        []string
+	Amounts           []string
+	Payloads          [][]byte
+	DeltaKinds        []string
+	DeltaKeys         []string
+	DeltaAmounts      []decimal.Decimal
 }
 
-// Project records one event and its summary delta, in one round trip. A
-// second projection of the same event is a unique violation of
-// projected_event_pkey (a duplicate).
-func (q *Queries) Project(ctx context.Context, arg ProjectParams) error {
-	_, err := q.db.Exec(ctx, project,
-		arg.DeltaKind,
-		arg.DeltaKey,
-		arg.DeltaAmount,
-		arg.EventID,
-		arg.EventType,
-		arg.TenantID,
-		arg.AggregateType,
-		arg.AggregateID,
-		arg.AggregateVersion,
-		arg.OccurredAt,
-		arg.SubjectID,
-		arg.OriginEventID,
-		arg.Period,
-		arg.MeterCode,
-		arg.Currency,
-		arg.Quantity,
-		arg.UnitPrice,
-		arg.Amount,
-		arg.Payload,
+// Project records events and their summary deltas, in one statement, in
+// the order given. An event projected before is left as it is (ON CONFLICT
+// DO NOTHING on projected_event_pkey) and gets no delta; the event ids
+// stored are returned. Nullable columns come as text, an empty string for NULL.
+func (q *Queries) Project(ctx context.Context, arg ProjectParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, project,
+		arg.EventIds,
+		arg.EventTypes,
+		arg.TenantIds,
+		arg.AggregateTypes,
+		arg.AggregateIds,
+		arg.AggregateVersions,
+		arg.OccurredAts,
+		arg.SubjectIds,
+		arg.OriginEventIds,
+		arg.Periods,
+		arg.MeterCodes,
+		arg.Currencies,
+		arg.Quantities,
+		arg.UnitPrices,
+		arg.Amounts,
+		arg.Payloads,
+		arg.DeltaKinds,
+		arg.DeltaKeys,
+		arg.DeltaAmounts,
 	)
-	return err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var event_id uuid.UUID
+		if err := rows.Scan(&event_id); err != nil {
+			return nil, err
+		}
+		items = append(items, event_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const reconciliationAdjustments = `-- name: ReconciliationAdjustments :many

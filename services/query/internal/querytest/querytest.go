@@ -163,7 +163,7 @@ func NewInbox(t testing.TB) *inbox.Inbox {
 	t.Helper()
 	reg := envelope.NewRegistry()
 	events.Register(reg)
-	ib, err := inbox.New(reg, app.Handlers(), inbox.Options{Service: "query"})
+	ib, err := inbox.New(reg, nil, inbox.Options{Service: "query", BatchHandlers: app.BatchHandlers()})
 	if err != nil {
 		t.Fatal(err)
 	}
