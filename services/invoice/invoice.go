@@ -31,10 +31,12 @@ var Spec = service.Spec{
 // Build wires the consumer and the HTTP API.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	reader := app.NewReader(d.Pool)
+	consumer := app.NewConsumer(d.Logger)
 	return service.Parts{
-		Routes:    httpapi.New(reader, d.Logger).Routes,
-		Topics:    app.Topics,
-		Handlers:  app.NewConsumer(d.Logger).Handlers(),
-		Reconcile: reader.ReconciliationRows,
+		Routes:        httpapi.New(reader, d.Logger).Routes,
+		Topics:        app.Topics,
+		Handlers:      consumer.Handlers(),
+		BatchHandlers: consumer.BatchHandlers(),
+		Reconcile:     reader.ReconciliationRows,
 	}, nil
 }

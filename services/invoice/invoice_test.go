@@ -49,8 +49,9 @@ func TestRunnerThroughKafka(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	reg := envelope.NewRegistry()
 	events.Register(reg)
-	ib, err := inbox.New(reg, app.NewConsumer(log).Handlers(),
-		inbox.Options{Service: "invoice", Logger: log, OriginConstraints: app.OriginConstraints})
+	consumer := app.NewConsumer(log)
+	ib, err := inbox.New(reg, consumer.Handlers(), inbox.Options{Service: "invoice", Logger: log,
+		OriginConstraints: app.OriginConstraints, BatchHandlers: consumer.BatchHandlers()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,45 +100,71 @@ func NewConsumer(log *slog.Logger) *Consumer {
 	return &Consumer{log: log, now: time.Now}
 }
 
-// Handlers maps the consumed event types to their inbox handlers.
+// Handlers maps the consumed event types to their inbox handlers, but for
+// ChargeRated (BatchHandlers).
 func (c *Consumer) Handlers() map[string]inbox.Handler {
 	return map[string]inbox.Handler{
-		events.TypeChargeRated:         c.onChargeRated,
 		events.TypeAdjustmentPosted:    c.onAdjustmentPosted,
 		events.TypeBillingPeriodClosed: c.onPeriodClosed,
 	}
 }
 
+// BatchHandlers maps ChargeRated to its set-wise handler.
+func (c *Consumer) BatchHandlers() map[string]inbox.BatchHandler {
+	return map[string]inbox.BatchHandler{events.TypeChargeRated: c.onChargesRated}
+}
+
 // Topics are the topics the handlers consume.
 var Topics = []string{events.TopicBilling}
 
-// onChargeRated records the charge, in one insert-only statement: the
+// onChargesRated records the charges, in one insert-only statement: the
 // tenant's charges are decided by several consumers at once and share no
 // row (the invoice's charge lines are computed from the charges, not
-// counted up by each).
-func (c *Consumer) onChargeRated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
-	p := d.Payload.(events.ChargeRated)
-	e := &d.Envelope
-	if err := checkAggregate(e, events.AggregateCharge, p.ChargeID.String()); err != nil {
-		return inbox.Outcome{}, err
+// counted up by each). A charge already recorded is a duplicate (of
+// invoice_charge_origin_key); one for a period closed, a permanent
+// charge_after_issue.
+func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) ([]inbox.Outcome, error) {
+	n := len(ds)
+	arg := db.AddChargesParams{
+		OriginEventIds: make([]uuid.UUID, n), ChargeIds: make([]uuid.UUID, n), TenantIds: make([]string, n),
+		Periods: make([]string, n), Currencies: make([]string, n), MeterCodes: make([]string, n),
+		PriceVersions: make([]int64, n), UnitPrices: make([]decimal.Decimal, n), Quantities: make([]decimal.Decimal, n),
+		Amounts: make([]decimal.Decimal, n), NewInvoiceIds: make([]uuid.UUID, n),
 	}
-	newID, err := uuid.NewV7()
+	for i, d := range ds {
+		p := d.Payload.(events.ChargeRated)
+		e := &d.Envelope
+		if err := checkAggregate(e, events.AggregateCharge, p.ChargeID.String()); err != nil {
+			return nil, inbox.ItemError(i, err)
+		}
+		newID, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("new invoice id: %w", err)
+		}
+		arg.OriginEventIds[i], arg.ChargeIds[i], arg.TenantIds[i] = e.EventID, p.ChargeID, e.TenantID
+		arg.Periods[i], arg.Currencies[i], arg.MeterCodes[i] = p.Period, p.Currency, p.MeterCode
+		arg.PriceVersions[i], arg.UnitPrices[i], arg.Quantities[i] = p.PriceVersion, p.UnitPrice, p.Quantity
+		arg.Amounts[i], arg.NewInvoiceIds[i] = p.Amount, newID
+	}
+	rows, err := db.New(tx).AddCharges(ctx, arg)
 	if err != nil {
-		return inbox.Outcome{}, fmt.Errorf("new invoice id: %w", err)
+		return nil, fmt.Errorf("add %d charges: %w", n, err)
 	}
-	row, err := db.New(tx).AddCharge(ctx, db.AddChargeParams{
-		TenantID: e.TenantID, Period: p.Period, OriginEventID: e.EventID, NewInvoiceID: newID, Currency: p.Currency,
-		ChargeID: p.ChargeID, MeterCode: p.MeterCode, PriceVersion: p.PriceVersion, UnitPrice: p.UnitPrice,
-		Quantity: p.Quantity, Amount: p.Amount,
-	})
-	switch {
-	case err != nil:
-		return inbox.Outcome{}, fmt.Errorf("add charge %s: %w", e.EventID, err)
-	case !row.Added:
-		return inbox.Outcome{}, inbox.Permanent(ReasonChargeAfterIssue,
-			fmt.Errorf("charge %s for %s %s: the period is closed and its invoices issued", p.ChargeID, e.TenantID, p.Period))
+	if len(rows) != n {
+		return nil, fmt.Errorf("add %d charges: %d results", n, len(rows))
 	}
-	return inbox.Outcome{}, nil
+	for i, row := range rows {
+		switch {
+		case row.Added:
+		case row.Closed && !row.Known:
+			p := ds[i].Payload.(events.ChargeRated)
+			return nil, inbox.ItemError(i, inbox.Permanent(ReasonChargeAfterIssue,
+				fmt.Errorf("charge %s for %s %s: the period is closed and its invoices issued", p.ChargeID, ds[i].Envelope.TenantID, p.Period)))
+		default: // recorded before (or by a delivery committed meanwhile)
+			return nil, inbox.ItemError(i, inbox.Duplicate("invoice_charge_origin_key"))
+		}
+	}
+	return make([]inbox.Outcome, n), nil
 }
 
 // onAdjustmentPosted makes an adjustment the close counted a line of the

@@ -594,6 +594,39 @@ func TestEffectsAreUniqueByOriginEvent(t *testing.T) {
 	}
 }
 
+// Charges decided in one statement keep the per-charge outcomes: in one
+// batch, charges redelivered after the inbox forgot them (of an open and of
+// a closed period) are duplicates, a charge of a closed period is
+// quarantined, and the others are recorded once each.
+func TestChargesOfOneBatchAreDecidedEach(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	ib := NewInbox(t)
+	open := NewPeriod(t, "acme", "2026-11")
+	closedP := NewPeriod(t, "acme", "2026-10")
+	old := open.Charge("USD", "1", "1")
+	oldClosed := closedP.Charge("USD", "2", "1")
+	wantOutcomes(t, Decide(t, pool, ib, old, oldClosed, closedP.Close()), "applied", "applied", "applied")
+	if _, err := pool.Exec(context.Background(), `DELETE FROM inbox_event WHERE event_id = ANY($1)`,
+		[]uuid.UUID{old.EventID, oldClosed.EventID}); err != nil {
+		t.Fatal(err)
+	}
+	batch := []envelope.Envelope{open.Charge("USD", "1", "1"), old, open.Charge("EUR", "1", "1"),
+		closedP.Charge("USD", "1", "1"), open.Charge("USD", "1", "1"), oldClosed, open.Charge("EUR", "1", "1")}
+	wantOutcomes(t, Decide(t, pool, ib, batch...),
+		"applied", "duplicate:effect_exists:invoice_charge_origin_key", "applied",
+		"quarantined:"+app.ReasonChargeAfterIssue, "applied", "duplicate:effect_exists:invoice_charge_origin_key", "applied")
+	if n := count(t, pool, `SELECT count(*) FROM invoice_charge WHERE period = '2026-11'`); n != 5 {
+		t.Fatalf("%d charges of the open period, want 5", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM invoice_charge WHERE period = '2026-10'`); n != 1 {
+		t.Fatalf("%d charges of the closed period, want 1", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM invoice WHERE period = '2026-11'`); n != 2 {
+		t.Fatalf("%d invoices of the open period, want 2 (USD, EUR)", n)
+	}
+}
+
 func TestEventsThatCanNeverApplyAreQuarantined(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, Template)

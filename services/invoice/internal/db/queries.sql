@@ -1,33 +1,53 @@
--- name: AddCharge :one
--- AddCharge records a ChargeRated as a charge of the open invoice of its
--- tenant, period and currency, creating that invoice when it has none, in
--- one insert-only statement that writes no row another charge writes (the
--- invoice insert does nothing when the invoice exists). Nothing is written
--- when the period is closed, and closed reports it; but a charge already
--- recorded is inserted again whatever the period, so that its origin key
--- (invoice_charge_origin_key) makes a redelivery a duplicate.
-WITH closed AS (
-    SELECT EXISTS (
+-- name: AddCharges :many
+-- AddCharges records ChargeRated events, in the order given, each as a
+-- charge of the open invoice of its tenant, period and currency, creating
+-- the invoices missing, in one insert-only statement that writes no row
+-- another charge writes (an invoice insert does nothing when the invoice
+-- exists). It returns per event, in order: whether its period is closed,
+-- whether the charge was added, and, when it was not, whether a charge of
+-- that origin was already recorded (a redelivery: a duplicate). Nothing is
+-- written for a closed period.
+WITH u AS (
+    SELECT unnest(@origin_event_ids::uuid[])  AS origin_event_id,
+           unnest(@charge_ids::uuid[])        AS charge_id,
+           unnest(@tenant_ids::text[])        AS tenant_id,
+           unnest(@periods::text[])           AS period,
+           unnest(@currencies::text[])        AS currency,
+           unnest(@meter_codes::text[])       AS meter_code,
+           unnest(@price_versions::bigint[])  AS price_version,
+           unnest(@unit_prices::numeric[])    AS unit_price,
+           unnest(@quantities::numeric[])     AS quantity,
+           unnest(@amounts::numeric[])        AS amount,
+           unnest(@new_invoice_ids::uuid[])   AS new_invoice_id,
+           generate_series(1, cardinality(@origin_event_ids::uuid[])) AS n
+), c AS (
+    SELECT u.*, EXISTS (
         SELECT 1 FROM period_close pc
-        WHERE pc.tenant_id = @tenant_id::text AND pc.period = @period::text) AS closed
-), known AS (
-    SELECT EXISTS (
-        SELECT 1 FROM invoice_charge c WHERE c.origin_event_id = @origin_event_id::uuid) AS known
+        WHERE pc.tenant_id = u.tenant_id AND pc.period = u.period) AS closed
+    FROM u
 ), created AS (
     INSERT INTO invoice (invoice_id, tenant_id, period, currency)
-    SELECT @new_invoice_id::uuid, @tenant_id::text, @period::text, @currency::text
-    WHERE NOT (SELECT c.closed FROM closed c)
+    SELECT DISTINCT ON (c.tenant_id, c.period, c.currency) c.new_invoice_id, c.tenant_id, c.period, c.currency
+    FROM c WHERE NOT c.closed
+    ORDER BY c.tenant_id, c.period, c.currency, c.n
     ON CONFLICT (tenant_id, period, currency) DO NOTHING
     RETURNING invoice_id
 ), charge AS (
     INSERT INTO invoice_charge (origin_event_id, charge_id, tenant_id, period, currency, meter_code,
                                 price_version, unit_price, quantity, amount)
-    SELECT @origin_event_id::uuid, @charge_id::uuid, @tenant_id::text, @period::text, @currency::text,
-           @meter_code::text, @price_version::bigint, @unit_price::numeric, @quantity::numeric, @amount::numeric
-    WHERE NOT (SELECT c.closed FROM closed c) OR (SELECT k.known FROM known k)
+    SELECT c.origin_event_id, c.charge_id, c.tenant_id, c.period, c.currency,
+           c.meter_code, c.price_version, c.unit_price, c.quantity, c.amount
+    FROM c WHERE NOT c.closed
+    ORDER BY c.n
+    ON CONFLICT (origin_event_id) DO NOTHING
     RETURNING origin_event_id
 )
-SELECT (SELECT c.closed FROM closed c)::boolean AS closed, EXISTS (SELECT 1 FROM charge) AS added;
+SELECT c.closed::boolean AS closed,
+       (a.origin_event_id IS NOT NULL)::boolean AS added,
+       (a.origin_event_id IS NULL AND EXISTS (
+            SELECT 1 FROM invoice_charge k WHERE k.origin_event_id = c.origin_event_id))::boolean AS known
+FROM c LEFT JOIN charge a ON a.origin_event_id = c.origin_event_id
+ORDER BY c.n;
 
 -- name: AddAdjustmentLine :one
 -- AddAdjustmentLine puts an adjustment line on the open invoice of its

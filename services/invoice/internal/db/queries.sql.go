@@ -91,74 +91,108 @@ func (q *Queries) AddAdjustmentLine(ctx context.Context, arg AddAdjustmentLinePa
 	return i, err
 }
 
-const addCharge = `-- name: AddCharge :one
-WITH closed AS (
-    SELECT EXISTS (
+const addCharges = `-- name: AddCharges :many
+WITH u AS (
+    SELECT unnest($1::uuid[])  AS origin_event_id,
+           unnest($2::uuid[])        AS charge_id,
+           unnest($3::text[])        AS tenant_id,
+           unnest($4::text[])           AS period,
+           unnest($5::text[])        AS currency,
+           unnest($6::text[])       AS meter_code,
+           unnest($7::bigint[])  AS price_version,
+           unnest($8::numeric[])    AS unit_price,
+           unnest($9::numeric[])     AS quantity,
+           unnest($10::numeric[])        AS amount,
+           unnest($11::uuid[])   AS new_invoice_id,
+           generate_series(1, cardinality($1::uuid[])) AS n
+), c AS (
+    SELECT u.origin_event_id, u.charge_id, u.tenant_id, u.period, u.currency, u.meter_code, u.price_version, u.unit_price, u.quantity, u.amount, u.new_invoice_id, u.n, EXISTS (
         SELECT 1 FROM period_close pc
-        WHERE pc.tenant_id = $1::text AND pc.period = $2::text) AS closed
-), known AS (
-    SELECT EXISTS (
-        SELECT 1 FROM invoice_charge c WHERE c.origin_event_id = $3::uuid) AS known
+        WHERE pc.tenant_id = u.tenant_id AND pc.period = u.period) AS closed
+    FROM u
 ), created AS (
     INSERT INTO invoice (invoice_id, tenant_id, period, currency)
-    SELECT $4::uuid, $1::text, $2::text, $5::text
-    WHERE NOT (SELECT c.closed FROM closed c)
+    SELECT DISTINCT ON (c.tenant_id, c.period, c.currency) c.new_invoice_id, c.tenant_id, c.period, c.currency
+    FROM c WHERE NOT c.closed
+    ORDER BY c.tenant_id, c.period, c.currency, c.n
     ON CONFLICT (tenant_id, period, currency) DO NOTHING
     RETURNING invoice_id
 ), charge AS (
     INSERT INTO invoice_charge (origin_event_id, charge_id, tenant_id, period, currency, meter_code,
                                 price_version, unit_price, quantity, amount)
-    SELECT $3::uuid, $6::uuid, $1::text, $2::text, $5::text,
-           $7::text, $8::bigint, $9::numeric, $10::numeric, $11::numeric
-    WHERE NOT (SELECT c.closed FROM closed c) OR (SELECT k.known FROM known k)
+    SELECT c.origin_event_id, c.charge_id, c.tenant_id, c.period, c.currency,
+           c.meter_code, c.price_version, c.unit_price, c.quantity, c.amount
+    FROM c WHERE NOT c.closed
+    ORDER BY c.n
+    ON CONFLICT (origin_event_id) DO NOTHING
     RETURNING origin_event_id
 )
-SELECT (SELECT c.closed FROM closed c)::boolean AS closed, EXISTS (SELECT 1 FROM charge) AS added
+SELECT c.closed::boolean AS closed,
+       (a.origin_event_id IS NOT NULL)::boolean AS added,
+       (a.origin_event_id IS NULL AND EXISTS (
+            SELECT 1 FROM invoice_charge k WHERE k.origin_event_id = c.origin_event_id))::boolean AS known
+FROM c LEFT JOIN charge a ON a.origin_event_id = c.origin_event_id
+ORDER BY c.n
 `
 
-type AddChargeParams struct {
-	TenantID      string
-	Period        string
-	OriginEventID uuid.UUID
-	NewInvoiceID  uuid.UUID
-	Currency      string
-	ChargeID      uuid.UUID
-	MeterCode     string
-	PriceVersion  int64
-	UnitPrice     decimal.Decimal
-	Quantity      decimal.Decimal
-	Amount        decimal.Decimal
+type AddChargesParams struct {
+	OriginEventIds []uuid.UUID
+	ChargeIds      []uuid.UUID
+	TenantIds      []string
+	Periods        []string
+	Currencies     []string
+	MeterCodes     []string
+	PriceVersions  []int64
+	UnitPrices     []decimal.Decimal
+	Quantities     []decimal.Decimal
+	Amounts        []decimal.Decimal
+	NewInvoiceIds  []uuid.UUID
 }
 
-type AddChargeRow struct {
+type AddChargesRow struct {
 	Closed bool
 	Added  bool
+	Known  bool
 }
 
-// AddCharge records a ChargeRated as a charge of the open invoice of its
-// tenant, period and currency, creating that invoice when it has none, in
-// one insert-only statement that writes no row another charge writes (the
-// invoice insert does nothing when the invoice exists). Nothing is written
-// when the period is closed, and closed reports it; but a charge already
-// recorded is inserted again whatever the period, so that its origin key
-// (invoice_charge_origin_key) makes a redelivery a duplicate.
-func (q *Queries) AddCharge(ctx context.Context, arg AddChargeParams) (AddChargeRow, error) {
-	row := q.db.QueryRow(ctx, addCharge,
-		arg.TenantID,
-		arg.Period,
-		arg.OriginEventID,
-		arg.NewInvoiceID,
-		arg.Currency,
-		arg.ChargeID,
-		arg.MeterCode,
-		arg.PriceVersion,
-		arg.UnitPrice,
-		arg.Quantity,
-		arg.Amount,
+// AddCharges records ChargeRated events, in the order given, each as a
+// charge of the open invoice of its tenant, period and currency, creating
+// the invoices missing, in one insert-only statement that writes no row
+// another charge writes (an invoice insert does nothing when the invoice
+// exists). It returns per event, in order: whether its period is closed,
+// whether the charge was added, and, when it was not, whether a charge of
+// that origin was already recorded (a redelivery: a duplicate). Nothing is
+// written for a closed period.
+func (q *Queries) AddCharges(ctx context.Context, arg AddChargesParams) ([]AddChargesRow, error) {
+	rows, err := q.db.Query(ctx, addCharges,
+		arg.OriginEventIds,
+		arg.ChargeIds,
+		arg.TenantIds,
+		arg.Periods,
+		arg.Currencies,
+		arg.MeterCodes,
+		arg.PriceVersions,
+		arg.UnitPrices,
+		arg.Quantities,
+		arg.Amounts,
+		arg.NewInvoiceIds,
 	)
-	var i AddChargeRow
-	err := row.Scan(&i.Closed, &i.Added)
-	return i, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AddChargesRow
+	for rows.Next() {
+		var i AddChargesRow
+		if err := rows.Scan(&i.Closed, &i.Added, &i.Known); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const addCorrection = `-- name: AddCorrection :execrows

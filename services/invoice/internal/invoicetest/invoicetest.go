@@ -172,8 +172,9 @@ func NewInbox(t testing.TB) *inbox.Inbox {
 	t.Helper()
 	reg := envelope.NewRegistry()
 	events.Register(reg)
-	ib, err := inbox.New(reg, app.NewConsumer(discard()).Handlers(),
-		inbox.Options{Service: "invoice", OriginConstraints: app.OriginConstraints})
+	consumer := app.NewConsumer(discard())
+	ib, err := inbox.New(reg, consumer.Handlers(),
+		inbox.Options{Service: "invoice", OriginConstraints: app.OriginConstraints, BatchHandlers: consumer.BatchHandlers()})
 	if err != nil {
 		t.Fatal(err)
 	}
