@@ -44,12 +44,17 @@ func (s *Service) Now() time.Time { return s.now() }
 // Topics are the topics billing consumes.
 var Topics = []string{events.TopicMeter, events.TopicUsage}
 
-// Handlers are billing's inbox handlers, by event type.
+// Handlers are billing's inbox handlers, by event type, but for
+// UsageAccepted (BatchHandlers).
 func (s *Service) Handlers() map[string]inbox.Handler {
 	return map[string]inbox.Handler{
 		events.TypePriceActivated: s.OnPriceActivated,
-		events.TypeUsageAccepted:  s.OnUsageAccepted,
 	}
+}
+
+// BatchHandlers are billing's set-wise inbox handlers: UsageAccepted.
+func (s *Service) BatchHandlers() map[string]inbox.BatchHandler {
+	return map[string]inbox.BatchHandler{events.TypeUsageAccepted: s.OnUsagesAccepted}
 }
 
 // inTx runs fn in a transaction and commits it when fn returns nil.

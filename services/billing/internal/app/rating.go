@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
@@ -42,6 +44,98 @@ func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.D
 		return inbox.Outcome{}, fmt.Errorf("insert price evidence: %w", err)
 	}
 	return inbox.Outcome{}, nil
+}
+
+// OnUsagesAccepted rates usage facts as OnUsageAccepted does each, in one
+// round trip for all of them in the common case: the shared locks of their
+// occurrence periods, taken in key order, then one statement that reads each
+// fact's price evidence and period status and inserts the charges of the
+// facts whose period is open. A fact whose price version is missing is
+// deferred (its item error); one whose period is closing or closed is rated
+// alone by OnUsageAccepted, late into the next open period.
+func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) ([]inbox.Outcome, error) {
+	n := len(ds)
+	arg := db.RateUsagesParams{
+		TenantIds: make([]string, n), MeterCodes: make([]string, n), Currencies: make([]string, n),
+		PriceVersions: make([]int64, n), Periods: make([]string, n), ChargeIds: make([]uuid.UUID, n),
+		EventIds: make([]uuid.UUID, n), UsageEventIds: make([]uuid.UUID, n), UsageIds: make([]uuid.UUID, n),
+		Quantities: make([]decimal.Decimal, n), OccurredAts: make([]time.Time, n),
+	}
+	us := make([]events.UsageAccepted, n)
+	for i, d := range ds {
+		u, ok := d.Payload.(events.UsageAccepted)
+		if !ok {
+			return nil, inbox.ItemError(i, inbox.Permanent("unexpected_payload", fmt.Errorf("payload is %T", d.Payload)))
+		}
+		in := &d.Envelope
+		if in.AggregateType != events.AggregateUsage || in.AggregateID != u.UsageID.String() {
+			return nil, inbox.ItemError(i, inbox.Permanent("aggregate_mismatch", fmt.Errorf(
+				"UsageAccepted of usage %s is on aggregate %s/%s", u.UsageID, in.AggregateType, in.AggregateID)))
+		}
+		chargeID, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("new charge id: %w", err)
+		}
+		eventID, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("new event id: %w", err)
+		}
+		us[i] = u
+		arg.TenantIds[i], arg.MeterCodes[i], arg.Currencies[i] = in.TenantID, u.MeterCode, u.Currency
+		arg.PriceVersions[i], arg.Periods[i], arg.ChargeIds[i] = u.PriceVersion, events.Period(u.OccurredAt), chargeID
+		arg.EventIds[i], arg.UsageEventIds[i], arg.UsageIds[i] = eventID, in.EventID, u.UsageID
+		arg.Quantities[i], arg.OccurredAts[i] = u.Quantity, u.OccurredAt
+	}
+	rows, err := db.RateUsagesLocked(ctx, tx, arg)
+	if err != nil {
+		return nil, fmt.Errorf("rate %d usage events: %w", n, err)
+	}
+	if len(rows) != n {
+		return nil, fmt.Errorf("rate %d usage events: %d results", n, len(rows))
+	}
+	outs := make([]inbox.Outcome, n)
+	for i, row := range rows {
+		in, u := &ds[i].Envelope, us[i]
+		if !row.Priced {
+			return nil, inbox.ItemError(i, inbox.DeferUntil(inbox.AggregateKey(in.TenantID, events.AggregatePrice,
+				events.PriceSeriesID(u.MeterCode, u.Currency), u.PriceVersion)))
+		}
+		switch row.Status {
+		case domain.StatusOpen:
+			env, err := s.chargeRated(in, u, arg.ChargeIds[i], arg.EventIds[i], row.UnitPrice, arg.Periods[i], false)
+			if err != nil {
+				return nil, err
+			}
+			outs[i] = inbox.Outcome{Publish: []inbox.Publication{{Topic: events.TopicBilling, Event: env}}}
+		case domain.StatusClosing, domain.StatusClosed:
+			// Nothing was written for it: rated alone, late.
+			out, err := s.OnUsageAccepted(ctx, tx, ds[i])
+			if err != nil {
+				return nil, inbox.ItemError(i, err)
+			}
+			outs[i] = out
+		default:
+			return nil, fmt.Errorf("%w: period %s of %s has status %q", ErrInternal, arg.Periods[i], in.TenantID, row.Status)
+		}
+	}
+	return outs, nil
+}
+
+// chargeRated is the ChargeRated of a charge rated from usage event in.
+func (s *Service) chargeRated(in *envelope.Envelope, u events.UsageAccepted, chargeID, eventID uuid.UUID,
+	unitPrice decimal.Decimal, period string, late bool) (envelope.Envelope, error) {
+	charge := events.ChargeRated{
+		ChargeID: chargeID, UsageEventID: in.EventID, UsageID: u.UsageID, MeterCode: u.MeterCode,
+		Currency: u.Currency, Quantity: u.Quantity, UnitPrice: unitPrice, PriceVersion: u.PriceVersion,
+		Amount: domain.Amount(u.Quantity, unitPrice), Period: period, Late: late, OccurredAt: u.OccurredAt,
+	}
+	env, err := newEvent(events.TypeChargeRated, in.TenantID, events.AggregateCharge, chargeID.String(),
+		s.now(), in.CorrelationID, in, charge)
+	if err != nil {
+		return envelope.Envelope{}, err
+	}
+	env.EventID = eventID
+	return env, nil
 }
 
 // OnUsageAccepted rates one usage fact: exactly one charge per usage event,
@@ -92,17 +186,10 @@ func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.De
 		}
 		switch row.Status {
 		case domain.StatusOpen:
-			charge := events.ChargeRated{
-				ChargeID: chargeID, UsageEventID: in.EventID, UsageID: u.UsageID, MeterCode: u.MeterCode,
-				Currency: u.Currency, Quantity: u.Quantity, UnitPrice: row.UnitPrice, PriceVersion: u.PriceVersion,
-				Amount: domain.Amount(u.Quantity, row.UnitPrice), Period: period, Late: late, OccurredAt: u.OccurredAt,
-			}
-			env, err := newEvent(events.TypeChargeRated, in.TenantID, events.AggregateCharge, chargeID.String(),
-				s.now(), in.CorrelationID, &in, charge)
+			env, err := s.chargeRated(&in, u, chargeID, eventID, row.UnitPrice, period, late)
 			if err != nil {
 				return inbox.Outcome{}, err
 			}
-			env.EventID = eventID
 			return inbox.Outcome{Publish: []inbox.Publication{{Topic: events.TopicBilling, Event: env}}}, nil
 		case domain.StatusClosing, domain.StatusClosed:
 		default:

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -405,5 +406,49 @@ func TestEventsOnTheWrongAggregateAreQuarantined(t *testing.T) {
 		"quarantined:aggregate_mismatch", "quarantined:aggregate_mismatch", "applied")
 	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`) + bt.Count(t, pool, `SELECT count(*) FROM outbox_event`); n != 0 {
 		t.Fatalf("quarantined events wrote %d rows", n)
+	}
+}
+
+// One batch of usage is rated in one statement with the outcomes of rating
+// each alone: usage of a closed period goes late to the next open one, usage
+// whose price version is missing is deferred alone, and the ChargeRated
+// events are published in the batch's order.
+func TestOneBatchRatesEachUsageAsAlone(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "4", jan10).Raw(t))
+	closePeriod(t, svc, "t1", "2026-01", "k-jan")
+	before := len(bt.Outbox(t, pool))
+
+	var raws [][]byte
+	var usage []uuid.UUID
+	for _, u := range []bt.Usage{usageAt("t1", 1, "1", jan10), usageAt("t1", 1, "2", feb3), usageAt("t1", 9, "3", feb3),
+		usageAt("t1", 1, "4", feb3), usageAt("t1", 1, "5", jan20)} {
+		e, r := u.Envelope(t)
+		raws, usage = append(raws, r), append(usage, e.EventID)
+	}
+	wantOutcomes(t, bt.Decide(t, pool, ib, raws...), "applied", "applied", "deferred:missing_fact", "applied", "applied")
+	feb := charges(t, svc, "t1", "2026-02")
+	late := 0
+	for _, c := range feb {
+		if c.Late {
+			late++
+		}
+	}
+	if len(feb) != 4 || late != 2 {
+		t.Fatalf("february charges = %s", bt.JSON(feb))
+	}
+	if jan := charges(t, svc, "t1", "2026-01"); len(jan) != 1 {
+		t.Fatalf("the closed period changed: %s", bt.JSON(jan))
+	}
+	var got []uuid.UUID
+	for _, d := range bt.Outbox(t, pool)[before:] {
+		got = append(got, d.Payload.(events.ChargeRated).UsageEventID)
+	}
+	want := []uuid.UUID{usage[0], usage[1], usage[3], usage[4]}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ChargeRated published for usage %v, want %v", got, want)
 	}
 }

@@ -69,7 +69,7 @@ func Registry() *envelope.Registry {
 // NewInbox returns the inbox over svc's handlers, as service.Main builds it.
 func NewInbox(t testing.TB, svc *app.Service) *inbox.Inbox {
 	t.Helper()
-	ib, err := inbox.New(Registry(), svc.Handlers(), inbox.Options{Service: "billing"})
+	ib, err := inbox.New(Registry(), svc.Handlers(), inbox.Options{Service: "billing", BatchHandlers: svc.BatchHandlers()})
 	if err != nil {
 		t.Fatal(err)
 	}

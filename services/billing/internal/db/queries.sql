@@ -50,6 +50,57 @@ WITH price AS (
 SELECT price.unit_price, COALESCE(bp.status, 'open')::text AS status
 FROM price LEFT JOIN bp ON true;
 
+-- name: LockPeriodsShared :exec
+-- LockPeriodsShared takes the advisory locks of LockPeriodShared of every
+-- distinct (tenant, period) pair given, shared, in the order of their keys
+-- (so raters holding several never wait for each other in a cycle). Run it
+-- as its own statement, before the statement that reads the statuses.
+SELECT count(pg_advisory_xact_lock_shared(l.k))
+FROM (SELECT DISTINCT hashtextextended(u.tenant_id || '|' || u.period, 7365) AS k
+      FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@periods::text[]) AS period) u
+      ORDER BY 1) l;
+
+-- name: RateUsages :many
+-- RateUsages rates usage facts, each into its period, in one statement,
+-- under the periods' shared locks (LockPeriodsShared): RateUsage for every
+-- fact at once. It returns per fact, in the order given, whether its price
+-- version is here, the unit price, and its period's status; the charges of
+-- the facts with a price in an open period are inserted, in that order.
+WITH u AS (
+    SELECT unnest(@tenant_ids::text[])          AS tenant_id,
+           unnest(@meter_codes::text[])         AS meter_code,
+           unnest(@currencies::text[])          AS currency,
+           unnest(@price_versions::bigint[])    AS price_version,
+           unnest(@periods::text[])             AS period,
+           unnest(@charge_ids::uuid[])          AS charge_id,
+           unnest(@event_ids::uuid[])           AS event_id,
+           unnest(@usage_event_ids::uuid[])     AS usage_event_id,
+           unnest(@usage_ids::uuid[])           AS usage_id,
+           unnest(@quantities::numeric[])       AS quantity,
+           unnest(@occurred_ats::timestamptz[]) AS occurred_at,
+           generate_series(1, cardinality(@tenant_ids::text[])) AS n
+), r AS (
+    -- One index probe per fact (scalar subqueries): see inbox's lookups.
+    SELECT u.*,
+           (SELECT pe.unit_price FROM price_evidence pe
+            WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
+              AND pe.currency = u.currency AND pe.version = u.price_version) AS unit_price,
+           COALESCE((SELECT b.status FROM billing_period b
+                     WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
+    FROM u
+), ch AS (
+    INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
+                        quantity, unit_price, price_version, amount, period, late, occurred_at)
+    SELECT r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.tenant_id, r.meter_code, r.currency,
+           r.quantity, r.unit_price, r.price_version, r.quantity * r.unit_price, r.period, false, r.occurred_at
+    FROM r
+    WHERE r.unit_price IS NOT NULL AND r.status = 'open'
+    ORDER BY r.n
+)
+SELECT (r.unit_price IS NOT NULL)::boolean AS priced, COALESCE(r.unit_price, 0)::numeric AS unit_price,
+       r.status::text AS status
+FROM r ORDER BY r.n;
+
 -- name: NonOpenPeriodsFrom :many
 -- The periods from @period on that no longer take charges, in order.
 SELECT period FROM billing_period

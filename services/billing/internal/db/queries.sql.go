@@ -422,6 +422,27 @@ func (q *Queries) LockPeriodShared(ctx context.Context, arg LockPeriodSharedPara
 	return err
 }
 
+const lockPeriodsShared = `-- name: LockPeriodsShared :exec
+SELECT count(pg_advisory_xact_lock_shared(l.k))
+FROM (SELECT DISTINCT hashtextextended(u.tenant_id || '|' || u.period, 7365) AS k
+      FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS period) u
+      ORDER BY 1) l
+`
+
+type LockPeriodsSharedParams struct {
+	TenantIds []string
+	Periods   []string
+}
+
+// LockPeriodsShared takes the advisory locks of LockPeriodShared of every
+// distinct (tenant, period) pair given, shared, in the order of their keys
+// (so raters holding several never wait for each other in a cycle). Run it
+// as its own statement, before the statement that reads the statuses.
+func (q *Queries) LockPeriodsShared(ctx context.Context, arg LockPeriodsSharedParams) error {
+	_, err := q.db.Exec(ctx, lockPeriodsShared, arg.TenantIds, arg.Periods)
+	return err
+}
+
 const markPeriodClosed = `-- name: MarkPeriodClosed :execrows
 UPDATE billing_period
 SET status = 'closed', closed_at = $1::timestamptz, close_event_id = $2::uuid
@@ -590,6 +611,100 @@ func (q *Queries) RateUsage(ctx context.Context, arg RateUsageParams) (RateUsage
 	var i RateUsageRow
 	err := row.Scan(&i.UnitPrice, &i.Status)
 	return i, err
+}
+
+const rateUsages = `-- name: RateUsages :many
+WITH u AS (
+    SELECT unnest($1::text[])          AS tenant_id,
+           unnest($2::text[])         AS meter_code,
+           unnest($3::text[])          AS currency,
+           unnest($4::bigint[])    AS price_version,
+           unnest($5::text[])             AS period,
+           unnest($6::uuid[])          AS charge_id,
+           unnest($7::uuid[])           AS event_id,
+           unnest($8::uuid[])     AS usage_event_id,
+           unnest($9::uuid[])           AS usage_id,
+           unnest($10::numeric[])       AS quantity,
+           unnest($11::timestamptz[]) AS occurred_at,
+           generate_series(1, cardinality($1::text[])) AS n
+), r AS (
+    -- One index probe per fact (scalar subqueries): see inbox's lookups.
+    SELECT u.tenant_id, u.meter_code, u.currency, u.price_version, u.period, u.charge_id, u.event_id, u.usage_event_id, u.usage_id, u.quantity, u.occurred_at, u.n,
+           (SELECT pe.unit_price FROM price_evidence pe
+            WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
+              AND pe.currency = u.currency AND pe.version = u.price_version) AS unit_price,
+           COALESCE((SELECT b.status FROM billing_period b
+                     WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
+    FROM u
+), ch AS (
+    INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
+                        quantity, unit_price, price_version, amount, period, late, occurred_at)
+    SELECT r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.tenant_id, r.meter_code, r.currency,
+           r.quantity, r.unit_price, r.price_version, r.quantity * r.unit_price, r.period, false, r.occurred_at
+    FROM r
+    WHERE r.unit_price IS NOT NULL AND r.status = 'open'
+    ORDER BY r.n
+)
+SELECT (r.unit_price IS NOT NULL)::boolean AS priced, COALESCE(r.unit_price, 0)::numeric AS unit_price,
+       r.status::text AS status
+FROM r ORDER BY r.n
+`
+
+type RateUsagesParams struct {
+	TenantIds     []string
+	MeterCodes    []string
+	Currencies    []string
+	PriceVersions []int64
+	Periods       []string
+	ChargeIds     []uuid.UUID
+	EventIds      []uuid.UUID
+	UsageEventIds []uuid.UUID
+	UsageIds      []uuid.UUID
+	Quantities    []decimal.Decimal
+	OccurredAts   []time.Time
+}
+
+type RateUsagesRow struct {
+	Priced    bool
+	UnitPrice decimal.Decimal
+	Status    string
+}
+
+// RateUsages rates usage facts, each into its period, in one statement,
+// under the periods' shared locks (LockPeriodsShared): RateUsage for every
+// fact at once. It returns per fact, in the order given, whether its price
+// version is here, the unit price, and its period's status; the charges of
+// the facts with a price in an open period are inserted, in that order.
+func (q *Queries) RateUsages(ctx context.Context, arg RateUsagesParams) ([]RateUsagesRow, error) {
+	rows, err := q.db.Query(ctx, rateUsages,
+		arg.TenantIds,
+		arg.MeterCodes,
+		arg.Currencies,
+		arg.PriceVersions,
+		arg.Periods,
+		arg.ChargeIds,
+		arg.EventIds,
+		arg.UsageEventIds,
+		arg.UsageIds,
+		arg.Quantities,
+		arg.OccurredAts,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RateUsagesRow
+	for rows.Next() {
+		var i RateUsagesRow
+		if err := rows.Scan(&i.Priced, &i.UnitPrice, &i.Status); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const reconciliationAdjustments = `-- name: ReconciliationAdjustments :many
