@@ -30,17 +30,26 @@ type Stats struct {
 // by key for MaxPendingPerKey.
 const statsHead = 1000
 
-// ReadStats reads the backlog of the outbox. Its cost must not grow much
-// with the backlog it measures (the relay refreshes it while it drains one):
-// the oldest pending age is read from the head of each shard's pending
-// index, and MaxPendingPerKey counts among the oldest statsHead pending rows
-// of each shard (a hot key crowds its shard's head, so it still shows).
+// PendingCountCap bounds the pending count ReadStats makes: a larger backlog
+// reads as PendingCountCap. Counting is a scan of the pending index (with
+// heap visits for rows not yet all-visible), so an exact count of a backlog
+// of hundreds of thousands took seconds, every refresh, while the relay
+// drained it.
+const PendingCountCap = 100_000
+
+// ReadStats reads the backlog of the outbox. Its cost must not grow with the
+// backlog it measures (the relay refreshes it while it drains one): Pending
+// is counted up to PendingCountCap, the oldest pending age is read from the
+// head of each shard's pending index, and MaxPendingPerKey counts among the
+// oldest statsHead pending rows of each shard (a hot key crowds its shard's
+// head, so it still shows).
 func ReadStats(ctx context.Context, q Querier) (Stats, error) {
 	var s Stats
 	var age float64
 	err := q.QueryRow(ctx, `
 		SELECT
-		  (SELECT count(*) FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL),
+		  (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL
+		                         LIMIT $2) p),
 		  COALESCE((SELECT extract(epoch FROM now() - min(h.created_at))::float8
 		            FROM outbox_shard o CROSS JOIN LATERAL (
 		                SELECT created_at FROM outbox_event e
@@ -53,7 +62,7 @@ func ReadStats(ctx context.Context, q Querier) (Stats, error) {
 		                    WHERE e.shard = o.shard AND e.published_at IS NULL AND e.dead_at IS NULL
 		                    ORDER BY e.id LIMIT $1) h
 		                GROUP BY h.partition_key) k), 0),
-		  (SELECT count(*) FROM outbox_event WHERE dead_at IS NOT NULL)`, statsHead).
+		  (SELECT count(*) FROM outbox_event WHERE dead_at IS NOT NULL)`, statsHead, PendingCountCap).
 		Scan(&s.Pending, &age, &s.MaxPendingPerKey, &s.DeadLetters)
 	if err != nil {
 		return Stats{}, fmt.Errorf("read outbox stats: %w", err)

@@ -22,7 +22,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 	}
 	m := &metrics{
-		pending:     gauge("outbox_pending", "Outbox rows not yet published (dead letters excluded)."),
+		pending:     gauge("outbox_pending", "Outbox rows not yet published (dead letters excluded), counted up to 100,000."),
 		oldestAge:   gauge("outbox_oldest_pending_age_seconds", "Age of the oldest pending outbox row."),
 		maxPerKey:   gauge("outbox_max_pending_per_key", "Most pending outbox rows of any one partition key, among the oldest 1,000 pending rows of each shard."),
 		deadLetters: gauge("outbox_dead_letters", "Outbox rows that exhausted their attempts and wait for an operator."),
