@@ -315,7 +315,7 @@ func (s *Service) ListCharges(ctx context.Context, tenantID string, f ChargeFilt
 		}
 		return out, nil
 	}
-	if after.MeterCode != f.MeterCode { // a first page, or a cursor of another filter
+	if after.MeterCode != f.MeterCode { // the first page
 		after = ChargePosition{MeterCode: f.MeterCode}
 	}
 	version := pgtype.Int8{Int64: f.PriceVersion, Valid: f.PriceVersion > 0}

@@ -168,6 +168,12 @@ func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
+	if !req.First() && f.MeterCode != "" && after.MeterCode != f.MeterCode {
+		// A cursor of another meter's list (or of the whole period's) would
+		// silently start over: refuse it like any cursor not of this list.
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_cursor", "cursor must be a next value this list returned"))
+		return
+	}
 	charges, err := a.svc.ListCharges(r.Context(), tenant, f, after, req.Fetch())
 	if err != nil {
 		a.writeError(w, r, err)

@@ -202,6 +202,7 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		{"charges: cursor of another shape", "GET", "/v1/tenants/t1/charges?period=2026-01&cursor=WzEsMl0", nil, "", "", 400, "invalid_cursor"},
 		{"charges: cursor with a bad charge id", "GET", "/v1/tenants/t1/charges?period=2026-01&cursor=eyJpZCI6IngifQ", nil, "", "", 400, "invalid_cursor"},
 		{"charges: cursor too long", "GET", "/v1/tenants/t1/charges?period=2026-01&cursor=" + strings.Repeat("e", 2000), nil, "", "", 400, "invalid_cursor"},
+		{"charges: cursor of another meter's list", "GET", "/v1/tenants/t1/charges?period=2026-01&meterCode=api_calls&cursor=eyJtIjoic21zIiwiYyI6IlVTRCIsInYiOjEsImlkIjoiMDAwMDAwMDAtMDAwMC0wMDAwLTAwMDAtMDAwMDAwMDAwMDAxIn0", nil, "", "", 400, "invalid_cursor"},
 		{"charges: priceVersion 0", "GET", "/v1/tenants/t1/charges?period=2026-01&meterCode=api_calls&priceVersion=0", nil, "", "", 400, "invalid_price_version"},
 		{"charges: negative priceVersion", "GET", "/v1/tenants/t1/charges?period=2026-01&meterCode=api_calls&priceVersion=-2", nil, "", "", 400, "invalid_price_version"},
 		{"charges: priceVersion not a number", "GET", "/v1/tenants/t1/charges?period=2026-01&meterCode=api_calls&priceVersion=v1", nil, "", "", 400, "invalid_price_version"},
