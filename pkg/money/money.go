@@ -1,6 +1,8 @@
 // Package money holds the exact-decimal rules every service shares: parsing
 // amounts and quantities from decimal strings, currency codes and their minor
-// units, and the one rounding the system does (half-even, at invoice issue).
+// units from the ISO 4217 table kept in this package (iso4217.go), the one
+// rounding the system does (half-even, at invoice issue), and the check that
+// an amount is in whole minor units (what is issued after an invoice).
 package money
 
 import (
@@ -9,7 +11,6 @@ import (
 	"regexp"
 
 	"github.com/shopspring/decimal"
-	"golang.org/x/text/currency"
 )
 
 // MaxDigits bounds the digits of an accepted decimal, so that a request
@@ -52,18 +53,57 @@ func ParseNonNegative(s string) (decimal.Decimal, error) {
 	return d, nil
 }
 
-// Currency checks an ISO 4217 code ("USD", "KRW") and returns its minor-unit
-// scale: 2 for USD, 0 for KRW.
+// Problem codes of the currency and precision rules, stable across the
+// services' APIs.
+const (
+	CodeUnknownCurrency = "unknown_currency"
+	CodeNotInvoiceable  = "currency_not_invoiceable"
+	CodeAmountPrecision = "amount_precision"
+)
+
+var (
+	// ErrUnknownCurrency: not an active ISO 4217 alphabetic code.
+	ErrUnknownCurrency = errors.New("unknown currency")
+	// ErrNotInvoiceable: an ISO 4217 code that is not a circulating
+	// currency (a fund code, a unit of account, a precious metal, XTS or
+	// XXX): no price, charge or invoice can be in it.
+	ErrNotInvoiceable = errors.New("not a currency an invoice can be in")
+	// ErrAmountPrecision: an amount finer than its currency's minor unit
+	// where only whole minor units are allowed.
+	ErrAmountPrecision = errors.New("finer than the currency's minor unit")
+)
+
+// Currency checks a currency an invoice can be in ("USD", "KRW") against the
+// ISO 4217 table and returns its minor unit, the scale amounts are rounded
+// to: 2 for USD, 0 for KRW and JPY, 3 for BHD, IQD and KWD, 4 for CLF. A code
+// that is not in the table wraps ErrUnknownCurrency; a code of the table
+// that is not a circulating currency (XAU, XTS, XXX, CLF, ...) wraps
+// ErrNotInvoiceable.
 func Currency(code string) (scale int32, err error) {
-	if len(code) != 3 || code[0] < 'A' || code[0] > 'Z' || code[1] < 'A' || code[1] > 'Z' || code[2] < 'A' || code[2] > 'Z' {
-		return 0, fmt.Errorf("unknown currency %q: want an upper-case ISO 4217 code", code)
+	c, ok := byCode[code]
+	if !ok {
+		return 0, fmt.Errorf("%w %q: want an upper-case active ISO 4217 code such as \"USD\"", ErrUnknownCurrency, clip(code))
 	}
-	u, err := currency.ParseISO(code)
-	if err != nil {
-		return 0, fmt.Errorf("unknown currency %q", code)
+	if c.Kind != Tender {
+		return 0, fmt.Errorf("%w: %s (%s) is a %s, not a currency an invoice can be in", ErrNotInvoiceable, c.Code, c.Name, c.Kind)
 	}
-	s, _ := currency.Standard.Rounding(u)
-	return int32(s), nil
+	return c.MinorUnits, nil
+}
+
+// ProblemCode is the stable problem code of an error of Currency or
+// CheckMinorUnits: unknown_currency, currency_not_invoiceable or
+// amount_precision; "" for any other error.
+func ProblemCode(err error) string {
+	switch {
+	case errors.Is(err, ErrUnknownCurrency):
+		return CodeUnknownCurrency
+	case errors.Is(err, ErrNotInvoiceable):
+		return CodeNotInvoiceable
+	case errors.Is(err, ErrAmountPrecision):
+		return CodeAmountPrecision
+	default:
+		return ""
+	}
 }
 
 // Round rounds an amount to the currency's minor unit, half to even.
@@ -73,4 +113,29 @@ func Round(amount decimal.Decimal, code string) (decimal.Decimal, error) {
 		return decimal.Decimal{}, err
 	}
 	return amount.RoundBank(scale), nil
+}
+
+// CheckMinorUnits checks that amount is a whole number of the currency's
+// minor units (-0.01 USD, -1 JPY; not -0.005 USD or -0.5 JPY). Trailing
+// zeros do not count: "1.50" USD and "10.00" JPY are whole. It wraps
+// ErrAmountPrecision, or the error of Currency.
+func CheckMinorUnits(amount decimal.Decimal, code string) error {
+	scale, err := Currency(code)
+	if err != nil {
+		return err
+	}
+	if !amount.Truncate(scale).Equal(amount) {
+		return fmt.Errorf("%w: %s %s has more decimals than the %d of its minor unit (ISO 4217)",
+			ErrAmountPrecision, amount, code, scale)
+	}
+	return nil
+}
+
+// clip shortens a client's text quoted back in an error.
+func clip(s string) string {
+	const max = 16
+	if r := []rune(s); len(r) > max {
+		return string(r[:max]) + "..."
+	}
+	return s
 }
