@@ -61,13 +61,9 @@ const (
 	OutcomeQuarantined = "quarantined"
 )
 
-// Reasons the inbox itself gives. Decode failures carry the envelope
-// package's reasons (malformed, unsupported_schema, ...); Permanent handler
-// errors carry the handler's.
+// Reasons a message is not applied besides the quarantine reasons (see
+// reasons.go): why it was deferred, or what made it a duplicate.
 const (
-	// ReasonDigestConflict: the eventId was seen before with another payload
-	// digest.
-	ReasonDigestConflict = "digest_conflict"
 	// ReasonVersionGap: the aggregate's previous version is not applied yet.
 	ReasonVersionGap = "version_gap"
 	// ReasonMissingFact: the handler asked to wait for a fact (DeferUntil).
@@ -271,7 +267,7 @@ func (e *deferError) Error() string { return "defer until " + e.key }
 // applied: it is QUARANTINED with reason (a short machine-readable word).
 func Permanent(reason string, err error) error {
 	if reason == "" {
-		reason = "permanent"
+		reason = ReasonPermanent
 	}
 	return &permanentError{reason: reason, err: err}
 }

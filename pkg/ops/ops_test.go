@@ -9,6 +9,8 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/envelope"
@@ -25,6 +28,7 @@ import (
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/recon"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -76,7 +80,7 @@ func newInbox(t *testing.T, withV2 bool) *inbox.Inbox {
 			}
 			return inbox.Outcome{}, nil
 		},
-		events.TypeRedriveRequested: r.Handle,
+		events.TypeRedriveRequested: inbox.On(r.Handle),
 	}, inbox.Options{Service: "svc", OnQuarantine: ops.PublishQuarantine("svc"), OriginConstraints: []string{"effect_origin_key"}})
 	if err != nil {
 		t.Fatal(err)
@@ -350,7 +354,8 @@ func TestInternalAPI(t *testing.T) {
 	}
 	r := chi.NewRouter()
 	r.Use(auth.Middleware(keys, nil))
-	ops.NewAPI(pool, nil, nil).Routes(r)
+	serveFacts := factsAfter(5)
+	ops.NewAPI(pool, recon.Sets{recon.SetUsageFacts: recon.Set(serveFacts)}, nil).Routes(r)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	c := ops.NewClient(map[string]string{"svc": srv.URL}, keys, "query")
@@ -377,12 +382,31 @@ func TestInternalAPI(t *testing.T) {
 	if err != nil || len(dl.Items) != 0 || dl.Next != nil {
 		t.Fatalf("dead letters %+v, %v", dl, err)
 	}
-	rows, err := c.Reconciliation(ctx, "svc", "acme", []string{"2026-11"})
-	if err != nil || rows.UsageFacts == nil || len(rows.Charges) != 0 {
-		t.Fatalf("reconciliation rows %+v, %v", rows, err)
+	// A reconciliation set, page by page in position order.
+	var facts []recon.UsageFact
+	q := recon.Query{TenantID: "acme", Period: "2026-11", Limit: 2}
+	for {
+		var page []recon.UsageFact
+		if err := c.ReconciliationPage(ctx, "svc", recon.SetUsageFacts, q, &page); err != nil {
+			t.Fatal(err)
+		}
+		facts = append(facts, page...)
+		if len(page) < q.Limit {
+			break
+		}
+		q.After = page[len(page)-1].Pos()
 	}
-	if _, err := c.Reconciliation(ctx, "svc", "acme", []string{"November"}); err == nil {
+	if want, _ := serveFacts(ctx, recon.Query{Limit: 10}); !slices.EqualFunc(facts, want, func(a, b recon.UsageFact) bool {
+		return a.EventID == b.EventID && a.Quantity.Equal(b.Quantity)
+	}) {
+		t.Fatalf("the set read page by page: %+v, want %+v", facts, want)
+	}
+	if err := c.ReconciliationPage(ctx, "svc", recon.SetUsageFacts, recon.Query{TenantID: "acme", Period: "November", Limit: 1}, &facts); err == nil {
 		t.Fatal("a bad period was accepted")
+	}
+	if err := c.ReconciliationPage(ctx, "svc", recon.SetCharges, recon.Query{TenantID: "acme", Period: "2026-11", Limit: 1}, &facts); err == nil ||
+		!strings.Contains(err.Error(), "unknown_set") {
+		t.Fatalf("a set the service does not serve: %v", err)
 	}
 	if _, err := c.Recovery(ctx, "nowhere"); err == nil {
 		t.Fatal("an unknown service was called")
@@ -404,5 +428,24 @@ func TestInternalAPI(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("tenant call: %d", resp.StatusCode)
+	}
+}
+
+// factsAfter serves n usage facts as a reconciliation set does: in position
+// order, after the query's position, at most its limit.
+func factsAfter(n int) func(context.Context, recon.Query) ([]recon.UsageFact, error) {
+	all := make([]recon.UsageFact, n)
+	for i := range all {
+		all[i] = recon.UsageFact{EventID: uuid.New(), UsageID: uuid.New(), MeterCode: "api_calls", Quantity: decimal.NewFromInt(int64(i)), Period: "2026-11"}
+	}
+	slices.SortFunc(all, func(a, b recon.UsageFact) int { return a.Pos().Compare(b.Pos()) })
+	return func(_ context.Context, q recon.Query) ([]recon.UsageFact, error) {
+		var out []recon.UsageFact
+		for _, f := range all {
+			if f.Pos().Compare(q.After) > 0 && len(out) < q.Limit {
+				out = append(out, f)
+			}
+		}
+		return out, nil
 	}
 }

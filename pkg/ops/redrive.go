@@ -72,11 +72,7 @@ func (r *Redriver) SetInbox(ib *inbox.Inbox) { r.inbox = ib }
 
 // Handle acts on a RedriveRequested addressed to the service (others are
 // applied as nothing to do) and appends its RedriveCompleted, in tx.
-func (r *Redriver) Handle(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
-	req, ok := d.Payload.(events.RedriveRequested)
-	if !ok {
-		return inbox.Outcome{}, inbox.Permanent("unexpected_payload", fmt.Errorf("payload is %T", d.Payload))
-	}
+func (r *Redriver) Handle(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, req events.RedriveRequested) (inbox.Outcome, error) {
 	if req.Service != r.service {
 		return inbox.Outcome{}, nil
 	}

@@ -44,6 +44,7 @@ import (
 	"github.com/usagebilling/billing/pkg/ops"
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/recon"
 )
 
 // Deps is what a service's build function gets.
@@ -68,9 +69,9 @@ type Parts struct {
 	// BatchHandlers apply event types set-wise (inbox.BatchHandler); a type
 	// has a handler or a batch handler, not both.
 	BatchHandlers map[string]inbox.BatchHandler
-	// Reconcile serves the service's rows of GET /internal/v1/reconciliation
-	// (nil: none).
-	Reconcile ops.ReconcileFunc
+	// Reconciliation are the sets the service serves at
+	// GET /internal/v1/reconciliation/{set} (nil: none).
+	Reconciliation recon.Sets
 }
 
 // Spec describes a service to Main.
@@ -257,7 +258,7 @@ func NewInbox(spec Spec, d Deps, parts Parts, reg prometheus.Registerer) (*inbox
 	if _, taken := handlers[events.TypeRedriveRequested]; taken || batched {
 		return nil, nil, fmt.Errorf("build inbox: %s is handled by the service runtime", events.TypeRedriveRequested)
 	}
-	handlers[events.TypeRedriveRequested] = redriver.Handle
+	handlers[events.TypeRedriveRequested] = inbox.On(redriver.Handle)
 	ib, err := inbox.New(d.Registry, handlers, inbox.Options{
 		Service: spec.Name, Logger: d.Logger, Registerer: reg,
 		OnQuarantine: ops.PublishQuarantine(spec.Name), OriginConstraints: spec.OriginConstraints,
@@ -280,7 +281,7 @@ func NewInbox(spec Spec, d Deps, parts Parts, reg prometheus.Registerer) (*inbox
 // the keys of d.Config.Auth.
 func NewRouter(d Deps, metrics prometheus.Gatherer, parts Parts) chi.Router {
 	r := newRouter(d.Pool, d.Config.Brokers, metrics, d.Logger, d.Config.Auth)
-	ops.NewAPI(d.Pool, parts.Reconcile, d.Logger).Routes(r)
+	ops.NewAPI(d.Pool, parts.Reconciliation, d.Logger).Routes(r)
 	if parts.Routes != nil {
 		parts.Routes(r)
 	}

@@ -116,7 +116,7 @@ func run(ctx context.Context) error {
 	}
 	registry := envelope.NewRegistry()
 	envelope.Register[reading](registry, eventType, 1)
-	ib, err := inbox.New(registry, map[string]inbox.Handler{eventType: apply}, inbox.Options{Service: "demo", Logger: quiet, Registerer: reg})
+	ib, err := inbox.New(registry, map[string]inbox.Handler{eventType: inbox.On(apply)}, inbox.Options{Service: "demo", Logger: quiet, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -186,8 +186,7 @@ func newEvent(meter string, seq int64, schema int) (envelope.Envelope, error) {
 	}, reading{Meter: meter, Seq: seq})
 }
 
-func apply(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
-	r := d.Payload.(reading)
+func apply(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, r reading) (inbox.Outcome, error) {
 	_, err := tx.Exec(ctx, `INSERT INTO applied_reading VALUES ($1, $2, $3)`, d.Envelope.EventID, r.Meter, r.Seq)
 	return inbox.Outcome{}, err
 }

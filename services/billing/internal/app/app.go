@@ -48,13 +48,13 @@ var Topics = []string{events.TopicMeter, events.TopicUsage}
 // UsageAccepted (BatchHandlers).
 func (s *Service) Handlers() map[string]inbox.Handler {
 	return map[string]inbox.Handler{
-		events.TypePriceActivated: s.OnPriceActivated,
+		events.TypePriceActivated: inbox.On(s.OnPriceActivated),
 	}
 }
 
 // BatchHandlers are billing's set-wise inbox handlers: UsageAccepted.
 func (s *Service) BatchHandlers() map[string]inbox.BatchHandler {
-	return map[string]inbox.BatchHandler{events.TypeUsageAccepted: s.OnUsagesAccepted}
+	return map[string]inbox.BatchHandler{events.TypeUsageAccepted: inbox.OnBatch(s.OnUsagesAccepted)}
 }
 
 // inTx runs fn in a transaction and commits it when fn returns nil.

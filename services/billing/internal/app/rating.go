@@ -24,15 +24,11 @@ const maxRatingAttempts = 4
 // OnPriceActivated replicates a price version as price evidence. A replay of
 // a version changes nothing. Applying it provides the aggregate key
 // price/<meter>.<currency>@version, which wakes usage deferred for it.
-func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
-	p, ok := d.Payload.(events.PriceActivated)
-	if !ok {
-		return inbox.Outcome{}, inbox.Permanent("unexpected_payload", fmt.Errorf("payload is %T", d.Payload))
-	}
+func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceActivated) (inbox.Outcome, error) {
 	e := d.Envelope
 	if e.AggregateType != events.AggregatePrice || e.AggregateID != events.PriceSeriesID(p.MeterCode, p.Currency) ||
 		e.AggregateVersion != p.Version {
-		return inbox.Outcome{}, inbox.Permanent("aggregate_mismatch", fmt.Errorf(
+		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonAggregateMismatch, fmt.Errorf(
 			"PriceActivated of %s v%d is on aggregate %s/%s v%d", events.PriceSeriesID(p.MeterCode, p.Currency),
 			p.Version, e.AggregateType, e.AggregateID, e.AggregateVersion))
 	}
@@ -53,7 +49,7 @@ func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.D
 // facts whose period is open. A fact whose price version is missing is
 // deferred (its item error); one whose period is closing or closed is rated
 // alone by OnUsageAccepted, late into the next open period.
-func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) ([]inbox.Outcome, error) {
+func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, us []events.UsageAccepted) ([]inbox.Outcome, error) {
 	n := len(ds)
 	arg := db.RateUsagesParams{
 		TenantIds: make([]string, n), MeterCodes: make([]string, n), Currencies: make([]string, n),
@@ -61,15 +57,11 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 		EventIds: make([]uuid.UUID, n), UsageEventIds: make([]uuid.UUID, n), UsageIds: make([]uuid.UUID, n),
 		Quantities: make([]decimal.Decimal, n), OccurredAts: make([]time.Time, n),
 	}
-	us := make([]events.UsageAccepted, n)
 	for i, d := range ds {
-		u, ok := d.Payload.(events.UsageAccepted)
-		if !ok {
-			return nil, inbox.ItemError(i, inbox.Permanent("unexpected_payload", fmt.Errorf("payload is %T", d.Payload)))
-		}
+		u := us[i]
 		in := &d.Envelope
 		if in.AggregateType != events.AggregateUsage || in.AggregateID != u.UsageID.String() {
-			return nil, inbox.ItemError(i, inbox.Permanent("aggregate_mismatch", fmt.Errorf(
+			return nil, inbox.ItemError(i, inbox.Permanent(inbox.ReasonAggregateMismatch, fmt.Errorf(
 				"UsageAccepted of usage %s is on aggregate %s/%s", u.UsageID, in.AggregateType, in.AggregateID)))
 		}
 		chargeID, err := uuid.NewV7()
@@ -80,7 +72,6 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 		if err != nil {
 			return nil, fmt.Errorf("new event id: %w", err)
 		}
-		us[i] = u
 		arg.TenantIds[i], arg.MeterCodes[i], arg.Currencies[i] = in.TenantID, u.MeterCode, u.Currency
 		arg.PriceVersions[i], arg.Periods[i], arg.ChargeIds[i] = u.PriceVersion, events.Period(u.OccurredAt), chargeID
 		arg.EventIds[i], arg.UsageEventIds[i], arg.UsageIds[i] = eventID, in.EventID, u.UsageID
@@ -109,7 +100,7 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 			outs[i] = inbox.Outcome{Publish: []inbox.Publication{{Topic: events.TopicBilling, Event: env}}}
 		case domain.StatusClosing, domain.StatusClosed:
 			// Nothing was written for it: rated alone, late.
-			out, err := s.OnUsageAccepted(ctx, tx, ds[i])
+			out, err := s.OnUsageAccepted(ctx, tx, ds[i], u)
 			if err != nil {
 				return nil, inbox.ItemError(i, err)
 			}
@@ -149,14 +140,10 @@ func (s *Service) chargeRated(in *envelope.Envelope, u events.UsageAccepted, cha
 // shared here and exclusively by the close (see ClosePeriod). One round
 // trip in the common case: lock and rate, pipelined; ChargeRated is appended
 // by the inbox with the run's decisions (inbox.Outcome.Publish).
-func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
-	u, ok := d.Payload.(events.UsageAccepted)
-	if !ok {
-		return inbox.Outcome{}, inbox.Permanent("unexpected_payload", fmt.Errorf("payload is %T", d.Payload))
-	}
+func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, u events.UsageAccepted) (inbox.Outcome, error) {
 	in := d.Envelope
 	if in.AggregateType != events.AggregateUsage || in.AggregateID != u.UsageID.String() {
-		return inbox.Outcome{}, inbox.Permanent("aggregate_mismatch", fmt.Errorf(
+		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonAggregateMismatch, fmt.Errorf(
 			"UsageAccepted of usage %s is on aggregate %s/%s", u.UsageID, in.AggregateType, in.AggregateID))
 	}
 	chargeID, err := uuid.NewV7()

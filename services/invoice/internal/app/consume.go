@@ -38,38 +38,19 @@ var OriginConstraints = []string{
 	"period_close_pkey", "period_close_event_key",
 }
 
-// Quarantine reasons of the handlers (inbox.Permanent).
+// Quarantine reasons of the handlers (inbox.Permanent), from the one list
+// in the inbox package, where each is described.
 const (
-	// ReasonChargeAfterIssue: a ChargeRated for a period whose invoices are
-	// issued. Billing rates late usage into the next open period, so this is
-	// a contract breach, never retried.
-	ReasonChargeAfterIssue = "charge_after_issue"
-	// ReasonAdjustmentAfterIssue: an AdjustmentPosted that says the close
-	// counted it (AfterClose false) for an invoice already issued: the close
-	// did not count it after all, a contract breach.
-	ReasonAdjustmentAfterIssue = "adjustment_after_issue"
-	// ReasonNoInvoiceToCorrect: an AdjustmentPosted after the close for a
-	// currency the period has no issued invoice in.
-	ReasonNoInvoiceToCorrect = "no_invoice_to_correct"
-	// ReasonCloseCountsMismatch: invoice holds more charges or adjustments
-	// of a currency than the close counted.
-	ReasonCloseCountsMismatch = "close_counts_mismatch"
-	// ReasonCloseDigestMismatch: invoice holds as many charges (or
-	// adjustments) of a currency as the close counted, but not the same.
-	ReasonCloseDigestMismatch = "close_digest_mismatch"
-	// ReasonCloseTotalsMismatch: invoice holds the charges (or adjustments)
-	// the close counted but they do not sum to the close's amount.
-	ReasonCloseTotalsMismatch = "close_totals_mismatch"
-	// ReasonLineAmountMismatch: a charge line's charges do not sum to the
-	// line's amount under its price version's pricing.
-	ReasonLineAmountMismatch = "line_amount_mismatch"
-	// ReasonPriceVersionConflict: charges of one meter and price version
-	// carry different unit prices (a version's prices are immutable).
-	ReasonPriceVersionConflict = "price_version_conflict"
-	// ReasonAggregateMismatch: the payload's id is not the aggregate the
-	// event belongs to (a charge's charge/<chargeId>, an adjustment's
-	// adjustment/<adjustmentId>, a close's billing_period/<period>).
-	ReasonAggregateMismatch = "aggregate_mismatch"
+	ReasonChargeAfterIssue     = inbox.ReasonChargeAfterIssue
+	ReasonAdjustmentAfterIssue = inbox.ReasonAdjustmentAfterIssue
+	ReasonNoInvoiceToCorrect   = inbox.ReasonNoInvoiceToCorrect
+	ReasonCloseCountsMismatch  = inbox.ReasonCloseCountsMismatch
+	ReasonCloseDigestMismatch  = inbox.ReasonCloseDigestMismatch
+	ReasonCloseTotalsMismatch  = inbox.ReasonCloseTotalsMismatch
+	ReasonLineAmountMismatch   = inbox.ReasonLineAmountMismatch
+	ReasonPriceVersionConflict = inbox.ReasonPriceVersionConflict
+	ReasonAggregateMismatch    = inbox.ReasonAggregateMismatch
+	ReasonUnknownCurrency      = inbox.ReasonUnknownCurrency
 )
 
 // IssuedKey is the inbox wait key of a tenant period's issue: the close
@@ -104,14 +85,14 @@ func NewConsumer(log *slog.Logger) *Consumer {
 // ChargeRated (BatchHandlers).
 func (c *Consumer) Handlers() map[string]inbox.Handler {
 	return map[string]inbox.Handler{
-		events.TypeAdjustmentPosted:    c.onAdjustmentPosted,
-		events.TypeBillingPeriodClosed: c.onPeriodClosed,
+		events.TypeAdjustmentPosted:    inbox.On(c.onAdjustmentPosted),
+		events.TypeBillingPeriodClosed: inbox.On(c.onPeriodClosed),
 	}
 }
 
 // BatchHandlers maps ChargeRated to its set-wise handler.
 func (c *Consumer) BatchHandlers() map[string]inbox.BatchHandler {
-	return map[string]inbox.BatchHandler{events.TypeChargeRated: c.onChargesRated}
+	return map[string]inbox.BatchHandler{events.TypeChargeRated: inbox.OnBatch(c.onChargesRated)}
 }
 
 // Topics are the topics the handlers consume.
@@ -123,7 +104,7 @@ var Topics = []string{events.TopicBilling}
 // counted up by each). A charge already recorded is a duplicate (of
 // invoice_charge_origin_key); one for a period closed, a permanent
 // charge_after_issue.
-func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) ([]inbox.Outcome, error) {
+func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, ps []events.ChargeRated) ([]inbox.Outcome, error) {
 	n := len(ds)
 	arg := db.AddChargesParams{
 		OriginEventIds: make([]uuid.UUID, n), ChargeIds: make([]uuid.UUID, n), TenantIds: make([]string, n),
@@ -132,7 +113,7 @@ func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope
 		Amounts: make([]decimal.Decimal, n), NewInvoiceIds: make([]uuid.UUID, n),
 	}
 	for i, d := range ds {
-		p := d.Payload.(events.ChargeRated)
+		p := ps[i]
 		e := &d.Envelope
 		if err := checkAggregate(e, events.AggregateCharge, p.ChargeID.String()); err != nil {
 			return nil, inbox.ItemError(i, err)
@@ -157,7 +138,7 @@ func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope
 		switch {
 		case row.Added:
 		case row.Closed && !row.Known:
-			p := ds[i].Payload.(events.ChargeRated)
+			p := ps[i]
 			return nil, inbox.ItemError(i, inbox.Permanent(ReasonChargeAfterIssue,
 				fmt.Errorf("charge %s for %s %s: the period is closed and its invoices issued", p.ChargeID, ds[i].Envelope.TenantID, p.Period)))
 		default: // recorded before (or by a delivery committed meanwhile)
@@ -170,8 +151,7 @@ func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope
 // onAdjustmentPosted makes an adjustment the close counted a line of the
 // open invoice, and one posted after the close a correction note of the
 // issued invoice.
-func (c *Consumer) onAdjustmentPosted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
-	p := d.Payload.(events.AdjustmentPosted)
+func (c *Consumer) onAdjustmentPosted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.AdjustmentPosted) (inbox.Outcome, error) {
 	e := &d.Envelope
 	if err := checkAggregate(e, events.AggregateAdjustment, p.AdjustmentID.String()); err != nil {
 		return inbox.Outcome{}, err
@@ -266,8 +246,7 @@ func (c *Consumer) correct(ctx context.Context, tx pgx.Tx, e *envelope.Envelope,
 // and of the adjustment lines, tallied in SQL), and issues every invoice of
 // the period. It provides IssuedKey, which adjustments posted after the
 // close wait for.
-func (c *Consumer) onPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
-	p := d.Payload.(events.BillingPeriodClosed)
+func (c *Consumer) onPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.BillingPeriodClosed) (inbox.Outcome, error) {
 	e := &d.Envelope
 	if err := checkAggregate(e, events.AggregateBillingPeriod, p.Period); err != nil {
 		return inbox.Outcome{}, err
@@ -425,7 +404,7 @@ func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelop
 
 	a, err := domain.Issue(chargeAmount.Add(want.AdjustmentAmount), currency)
 	if err != nil {
-		return envelope.Envelope{}, inbox.Permanent("unknown_currency", err)
+		return envelope.Envelope{}, inbox.Permanent(ReasonUnknownCurrency, err)
 	}
 	if !a.Rounding.IsZero() {
 		if err := q.AddRoundingLine(ctx, db.AddRoundingLineParams{

@@ -58,7 +58,7 @@ func project(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) ([]inbox.Ou
 		e := &d.Envelope
 		fact, delta, err := domain.Project(d.Payload)
 		if err != nil {
-			return nil, inbox.ItemError(i, inbox.Permanent("unprojectable", err))
+			return nil, inbox.ItemError(i, inbox.Permanent(inbox.ReasonUnprojectable, err))
 		}
 		p.EventIds[i], p.EventTypes[i], p.TenantIds[i] = e.EventID, e.EventType, e.TenantID
 		p.AggregateTypes[i], p.AggregateIds[i], p.AggregateVersions[i] = e.AggregateType, e.AggregateID, e.AggregateVersion

@@ -169,24 +169,20 @@ func (o *Operator) Redrive(ctx context.Context, id uuid.UUID) (Redrive, error) {
 // Handlers are the inbox handlers of the ops events query consumes.
 func (o *Operator) Handlers() map[string]inbox.Handler {
 	return map[string]inbox.Handler{
-		events.TypeEventQuarantined: o.onQuarantined,
-		events.TypeRedriveCompleted: o.onCompleted,
+		events.TypeEventQuarantined: inbox.On(o.onQuarantined),
+		events.TypeRedriveCompleted: inbox.On(o.onCompleted),
 	}
 }
 
 // OriginConstraints are the unique constraints of the ops effects' origins.
 var OriginConstraints = []string{"quarantine_notice_event_key", "redrive_audit_source_key", "redrive_audit_state_key"}
 
-func (o *Operator) onQuarantined(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
-	p, ok := d.Payload.(events.EventQuarantined)
-	if !ok {
-		return inbox.Outcome{}, inbox.Permanent("unexpected_payload", fmt.Errorf("payload is %T", d.Payload))
-	}
+func (o *Operator) onQuarantined(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.EventQuarantined) (inbox.Outcome, error) {
 	var quarantined uuid.NullUUID
 	if p.EventID != "" {
 		id, err := uuid.Parse(p.EventID)
 		if err != nil {
-			return inbox.Outcome{}, inbox.Permanent("invalid_event_id", err)
+			return inbox.Outcome{}, inbox.Permanent(inbox.ReasonInvalidEventID, err)
 		}
 		quarantined = uuid.NullUUID{UUID: id, Valid: true}
 	}
@@ -201,14 +197,10 @@ func (o *Operator) onQuarantined(ctx context.Context, tx pgx.Tx, d *envelope.Dec
 	return inbox.Outcome{}, nil
 }
 
-func (o *Operator) onCompleted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
-	p, ok := d.Payload.(events.RedriveCompleted)
-	if !ok {
-		return inbox.Outcome{}, inbox.Permanent("unexpected_payload", fmt.Errorf("payload is %T", d.Payload))
-	}
+func (o *Operator) onCompleted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.RedriveCompleted) (inbox.Outcome, error) {
 	eventID, err := uuid.Parse(p.EventID)
 	if err != nil {
-		return inbox.Outcome{}, inbox.Permanent("invalid_event_id", err)
+		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonInvalidEventID, err)
 	}
 	action := p.Action
 	if action == "" {

@@ -15,13 +15,13 @@ import (
 
 // Reasons a PriceActivated is quarantined.
 const (
-	ReasonAggregateMismatch = "price_aggregate_mismatch"
-	ReasonInvalidMeterCode  = "invalid_meter_code"
+	ReasonAggregateMismatch = inbox.ReasonPriceAggregateMismatch
+	ReasonInvalidMeterCode  = inbox.ReasonInvalidMeterCode
 )
 
 // Handlers returns the inbox handlers of the events usage consumes.
 func (a *App) Handlers() map[string]inbox.Handler {
-	return map[string]inbox.Handler{events.TypePriceActivated: ApplyPriceActivated}
+	return map[string]inbox.Handler{events.TypePriceActivated: inbox.On(ApplyPriceActivated)}
 }
 
 // ApplyPriceActivated records a price version as evidence, inside the
@@ -29,11 +29,7 @@ func (a *App) Handlers() map[string]inbox.Handler {
 // (a version waits for its predecessor), so the evidence has no gaps; a
 // redelivered event is a unique violation on its origin event id or
 // version, which the inbox counts as a duplicate.
-func ApplyPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
-	p, ok := d.Payload.(events.PriceActivated)
-	if !ok {
-		return inbox.Outcome{}, inbox.Permanent("unexpected_payload", fmt.Errorf("payload is %T", d.Payload))
-	}
+func ApplyPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceActivated) (inbox.Outcome, error) {
 	e := d.Envelope
 	if e.AggregateType != events.AggregatePrice || e.AggregateID != events.PriceSeriesID(p.MeterCode, p.Currency) ||
 		e.AggregateVersion != p.Version {
