@@ -7,6 +7,7 @@ package events
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,6 +33,7 @@ var AllTopics = []string{TopicMeter, TopicUsage, TopicBilling, TopicInvoice, Top
 // Event types.
 const (
 	TypePriceActivated          = "PriceActivated"
+	TypePriceScheduleWatermark  = "PriceScheduleWatermark"
 	TypeUsageAccepted           = "UsageAccepted"
 	TypeChargeRated             = "ChargeRated"
 	TypeAdjustmentPosted        = "AdjustmentPosted"
@@ -48,6 +50,13 @@ const (
 	// AggregatePrice is one price series: tenant, meter and currency; id
 	// PriceSeriesID(meterCode, currency); version = the price version.
 	AggregatePrice = "price"
+	// AggregatePriceSchedule carries a price series' watermarks
+	// (PriceScheduleWatermark). Each watermark is its own aggregate at
+	// version 1, id PriceScheduleID(meterCode, currency, knownThrough): a
+	// watermark only raises what a consumer knows (the highest one wins), so
+	// nothing orders them and a lost or quarantined one is superseded by the
+	// next.
+	AggregatePriceSchedule = "price_schedule"
 	// AggregateUsage is one usage fact; id = usageId; always version 1.
 	AggregateUsage = "usage"
 	// AggregateCharge is one charge; id = chargeId; always version 1. A
@@ -86,6 +95,11 @@ const OpsTenant = "_ops"
 // PriceSeriesID is the aggregate id of a tenant's price series.
 func PriceSeriesID(meterCode, currency string) string { return meterCode + "." + currency }
 
+// PriceScheduleID is the aggregate id of one watermark of a price series.
+func PriceScheduleID(meterCode, currency string, knownThrough time.Time) string {
+	return PriceSeriesID(meterCode, currency) + "@" + strconv.FormatInt(knownThrough.UnixMicro(), 10)
+}
+
 // PriceActivated: meter activated a price version.
 type PriceActivated struct {
 	PriceID     uuid.UUID       `json:"priceId"`
@@ -94,6 +108,11 @@ type PriceActivated struct {
 	UnitPrice   decimal.Decimal `json:"unitPrice"`
 	EffectiveAt time.Time       `json:"effectiveAt"`
 	Version     int64           `json:"version"`
+	// KnownThrough is the series' watermark once this version is active:
+	// every version of the series taking effect at or before it is this one
+	// or an earlier one (see PriceScheduleWatermark). Zero in events of
+	// meters that published no watermark.
+	KnownThrough time.Time `json:"knownThrough,omitzero"`
 }
 
 // Validate checks the payload's own rules.
@@ -108,8 +127,35 @@ func (p PriceActivated) Validate() error {
 	)
 }
 
-// UsageAccepted: usage accepted a usage fact and priced it with the price
-// version effective at OccurredAt from its replicated evidence.
+// PriceScheduleWatermark: meter states that the price schedule of a series
+// (tenant, meter, currency) is known through KnownThrough: the versions up
+// to Version are every version taking effect at or before KnownThrough, and
+// any later version takes effect after it (meter refuses an activation that
+// would take effect at or before a watermark it published). A rater may rate
+// a fact that occurred before KnownThrough once it holds versions 1 to
+// Version. Meter publishes one per series ahead of time and again before
+// the last one runs out, whether or not prices change.
+type PriceScheduleWatermark struct {
+	MeterCode    string    `json:"meterCode"`
+	Currency     string    `json:"currency"`
+	Version      int64     `json:"version"`
+	KnownThrough time.Time `json:"knownThrough"`
+}
+
+// Validate checks the payload's own rules.
+func (p PriceScheduleWatermark) Validate() error {
+	return first(
+		need(p.MeterCode != "", "meterCode"),
+		currencyOK(p.Currency),
+		need(p.Version >= 1, "version"),
+		need(!p.KnownThrough.IsZero(), "knownThrough"),
+	)
+}
+
+// UsageAccepted: usage accepted a usage fact. The rater (billing) decides
+// its price version from its own evidence; PriceVersion is what usage
+// attached before decision 0008 and is 0 (absent) in newer events. Billing
+// ignores it.
 type UsageAccepted struct {
 	UsageID       uuid.UUID       `json:"usageId"`
 	SourceSystem  string          `json:"sourceSystem"`
@@ -118,7 +164,7 @@ type UsageAccepted struct {
 	Quantity      decimal.Decimal `json:"quantity"`
 	OccurredAt    time.Time       `json:"occurredAt"`
 	Currency      string          `json:"currency"`
-	PriceVersion  int64           `json:"priceVersion"`
+	PriceVersion  int64           `json:"priceVersion,omitempty"`
 }
 
 // Validate checks the payload's own rules.
@@ -131,7 +177,7 @@ func (p UsageAccepted) Validate() error {
 		need(!p.Quantity.IsNegative(), "quantity"),
 		need(!p.OccurredAt.IsZero(), "occurredAt"),
 		currencyOK(p.Currency),
-		need(p.PriceVersion >= 1, "priceVersion"),
+		need(p.PriceVersion >= 0, "priceVersion"),
 	)
 }
 
@@ -351,6 +397,7 @@ func Register(r *envelope.Registry) {
 	envelope.Register[EventQuarantined](r, TypeEventQuarantined, 1)
 	envelope.Register[RedriveRequested](r, TypeRedriveRequested, 1)
 	envelope.Register[RedriveCompleted](r, TypeRedriveCompleted, 1)
+	envelope.Register[PriceScheduleWatermark](r, TypePriceScheduleWatermark, 1)
 }
 
 // Period returns the billing period (calendar month in UTC) of t: "2026-11".

@@ -72,6 +72,9 @@ type Parts struct {
 	// Reconciliation are the sets the service serves at
 	// GET /internal/v1/reconciliation/{set} (nil: none).
 	Reconciliation recon.Sets
+	// Work, when set, runs beside the relay and the consumer until its
+	// context ends at shutdown, before the pool closes (a periodic job).
+	Work func(ctx context.Context) error
 }
 
 // Spec describes a service to Main.
@@ -197,7 +200,7 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	wg.Go(func() {
 		if err := relay.Run(workCtx); err != nil {
 			errs <- fmt.Errorf("outbox relay: %w", err)
@@ -208,6 +211,13 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 			errs <- fmt.Errorf("consumer: %w", err)
 		}
 	})
+	if parts.Work != nil {
+		wg.Go(func() {
+			if err := parts.Work(workCtx); err != nil {
+				errs <- fmt.Errorf("%s work: %w", spec.Name, err)
+			}
+		})
+	}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("http server: %w", err)

@@ -29,16 +29,37 @@ import (
 // Producer names the meter in the envelopes it builds.
 const Producer = "meter"
 
+// DefaultScheduleLead is how far ahead of now meter publishes a series'
+// schedule watermark by default (decision 0008).
+const DefaultScheduleLead = 5 * time.Second
+
 // App runs the meter's commands against its database.
 type App struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	now  func() time.Time
+	lead time.Duration
 }
 
+// Option configures an App.
+type Option func(*App)
+
+// WithScheduleLead sets how far ahead of now the schedule watermark is
+// published (DefaultScheduleLead): a price activated without effectiveAt
+// takes effect at most this long after its activation, and a rater that
+// receives the watermark within it never waits for it.
+func WithScheduleLead(d time.Duration) Option { return func(a *App) { a.lead = d } }
+
+// WithClock replaces the clock (tests).
+func WithClock(now func() time.Time) Option { return func(a *App) { a.now = now } }
+
 // New returns an App on pool.
-func New(pool *pgxpool.Pool, log *slog.Logger) *App {
-	return &App{pool: pool, log: log, now: time.Now}
+func New(pool *pgxpool.Pool, log *slog.Logger, opts ...Option) *App {
+	a := &App{pool: pool, log: log, now: time.Now, lead: DefaultScheduleLead}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
 }
 
 // Price is one immutable price version as the API shows it.
@@ -126,10 +147,11 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 	// Read the clock once the series is ours, so activation times follow
 	// versions.
 	activatedAt := domain.Instant(a.now())
-	effectiveAt, err := act.Schedule(activatedAt, series.LastEffectiveAt)
+	effectiveAt, err := act.Schedule(activatedAt, series.LastEffectiveAt, series.KnownThrough)
 	if err != nil {
 		return Price{}, err
 	}
+	knownThrough := domain.Watermark(activatedAt, a.lead, series.KnownThrough)
 	version := series.LastVersion + 1
 	priceID, err := uuid.NewV7()
 	if err != nil {
@@ -146,12 +168,13 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 		Producer:         Producer,
 		CorrelationID:    cmd.CorrelationID,
 	}, events.PriceActivated{
-		PriceID:     priceID,
-		MeterCode:   act.MeterCode,
-		Currency:    act.Currency,
-		UnitPrice:   act.UnitPrice,
-		EffectiveAt: effectiveAt,
-		Version:     version,
+		PriceID:      priceID,
+		MeterCode:    act.MeterCode,
+		Currency:     act.Currency,
+		UnitPrice:    act.UnitPrice,
+		EffectiveAt:  effectiveAt,
+		Version:      version,
+		KnownThrough: knownThrough,
 	})
 	if err != nil {
 		return Price{}, fmt.Errorf("build PriceActivated: %w", err)
@@ -164,7 +187,7 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 		return Price{}, fmt.Errorf("insert price version: %w", err)
 	}
 	n, err := q.AdvancePriceSeries(ctx, db.AdvancePriceSeriesParams{
-		Version: version, EffectiveAt: &effectiveAt,
+		Version: version, EffectiveAt: &effectiveAt, KnownThrough: &knownThrough,
 		TenantID: cmd.TenantID, MeterCode: act.MeterCode, Currency: act.Currency,
 	})
 	if err != nil {

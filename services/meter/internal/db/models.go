@@ -29,4 +29,5 @@ type PriceSeries struct {
 	Currency        string
 	LastVersion     int64
 	LastEffectiveAt *time.Time
+	KnownThrough    *time.Time
 }

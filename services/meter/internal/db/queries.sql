@@ -6,13 +6,36 @@ INSERT INTO price_series (tenant_id, meter_code, currency)
 VALUES (@tenant_id, @meter_code, @currency)
 ON CONFLICT (tenant_id, meter_code, currency)
     DO UPDATE SET last_version = price_series.last_version
-RETURNING last_version, last_effective_at;
+RETURNING last_version, last_effective_at, known_through;
 
 -- name: AdvancePriceSeries :execrows
+-- Records the new version and the watermark its PriceActivated carries.
 UPDATE price_series
-SET last_version = @version, last_effective_at = @effective_at
+SET last_version = @version, last_effective_at = @effective_at, known_through = @known_through
 WHERE tenant_id = @tenant_id AND meter_code = @meter_code AND currency = @currency
   AND last_version + 1 = @version;
+
+-- name: LockSchedulesToPublish :many
+-- The series whose published watermark runs out before @refresh_before (or
+-- that have none yet), soonest first, locked: an activation of one of them
+-- waits until the new watermark is committed, and then sees it. Series
+-- another publisher or an activation holds are skipped; the next round
+-- takes them.
+SELECT tenant_id, meter_code, currency, last_version, known_through
+FROM price_series
+WHERE last_version >= 1 AND (known_through IS NULL OR known_through < @refresh_before)
+ORDER BY known_through NULLS FIRST
+LIMIT @max_rows
+FOR UPDATE SKIP LOCKED;
+
+-- name: RaiseKnownThrough :exec
+-- Raises the watermark of locked series; never lowers it.
+UPDATE price_series AS s
+SET known_through = @known_through
+FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@meter_codes::text[]) AS meter_code,
+             unnest(@currencies::text[]) AS currency) AS k
+WHERE s.tenant_id = k.tenant_id AND s.meter_code = k.meter_code AND s.currency = k.currency
+  AND (s.known_through IS NULL OR s.known_through < @known_through);
 
 -- name: InsertPrice :exec
 INSERT INTO price (price_id, tenant_id, meter_code, currency, version, unit_price,

@@ -15,23 +15,26 @@ import (
 
 const advancePriceSeries = `-- name: AdvancePriceSeries :execrows
 UPDATE price_series
-SET last_version = $1, last_effective_at = $2
-WHERE tenant_id = $3 AND meter_code = $4 AND currency = $5
+SET last_version = $1, last_effective_at = $2, known_through = $3
+WHERE tenant_id = $4 AND meter_code = $5 AND currency = $6
   AND last_version + 1 = $1
 `
 
 type AdvancePriceSeriesParams struct {
-	Version     int64
-	EffectiveAt *time.Time
-	TenantID    string
-	MeterCode   string
-	Currency    string
+	Version      int64
+	EffectiveAt  *time.Time
+	KnownThrough *time.Time
+	TenantID     string
+	MeterCode    string
+	Currency     string
 }
 
+// Records the new version and the watermark its PriceActivated carries.
 func (q *Queries) AdvancePriceSeries(ctx context.Context, arg AdvancePriceSeriesParams) (int64, error) {
 	result, err := q.db.Exec(ctx, advancePriceSeries,
 		arg.Version,
 		arg.EffectiveAt,
+		arg.KnownThrough,
 		arg.TenantID,
 		arg.MeterCode,
 		arg.Currency,
@@ -195,7 +198,7 @@ INSERT INTO price_series (tenant_id, meter_code, currency)
 VALUES ($1, $2, $3)
 ON CONFLICT (tenant_id, meter_code, currency)
     DO UPDATE SET last_version = price_series.last_version
-RETURNING last_version, last_effective_at
+RETURNING last_version, last_effective_at, known_through
 `
 
 type LockPriceSeriesParams struct {
@@ -207,6 +210,7 @@ type LockPriceSeriesParams struct {
 type LockPriceSeriesRow struct {
 	LastVersion     int64
 	LastEffectiveAt *time.Time
+	KnownThrough    *time.Time
 }
 
 // Creates the series on its first activation and locks its row until the
@@ -215,6 +219,86 @@ type LockPriceSeriesRow struct {
 func (q *Queries) LockPriceSeries(ctx context.Context, arg LockPriceSeriesParams) (LockPriceSeriesRow, error) {
 	row := q.db.QueryRow(ctx, lockPriceSeries, arg.TenantID, arg.MeterCode, arg.Currency)
 	var i LockPriceSeriesRow
-	err := row.Scan(&i.LastVersion, &i.LastEffectiveAt)
+	err := row.Scan(&i.LastVersion, &i.LastEffectiveAt, &i.KnownThrough)
 	return i, err
+}
+
+const lockSchedulesToPublish = `-- name: LockSchedulesToPublish :many
+SELECT tenant_id, meter_code, currency, last_version, known_through
+FROM price_series
+WHERE last_version >= 1 AND (known_through IS NULL OR known_through < $1)
+ORDER BY known_through NULLS FIRST
+LIMIT $2
+FOR UPDATE SKIP LOCKED
+`
+
+type LockSchedulesToPublishParams struct {
+	RefreshBefore *time.Time
+	MaxRows       int32
+}
+
+type LockSchedulesToPublishRow struct {
+	TenantID     string
+	MeterCode    string
+	Currency     string
+	LastVersion  int64
+	KnownThrough *time.Time
+}
+
+// The series whose published watermark runs out before @refresh_before (or
+// that have none yet), soonest first, locked: an activation of one of them
+// waits until the new watermark is committed, and then sees it. Series
+// another publisher or an activation holds are skipped; the next round
+// takes them.
+func (q *Queries) LockSchedulesToPublish(ctx context.Context, arg LockSchedulesToPublishParams) ([]LockSchedulesToPublishRow, error) {
+	rows, err := q.db.Query(ctx, lockSchedulesToPublish, arg.RefreshBefore, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LockSchedulesToPublishRow
+	for rows.Next() {
+		var i LockSchedulesToPublishRow
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.MeterCode,
+			&i.Currency,
+			&i.LastVersion,
+			&i.KnownThrough,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const raiseKnownThrough = `-- name: RaiseKnownThrough :exec
+UPDATE price_series AS s
+SET known_through = $1
+FROM (SELECT unnest($2::text[]) AS tenant_id, unnest($3::text[]) AS meter_code,
+             unnest($4::text[]) AS currency) AS k
+WHERE s.tenant_id = k.tenant_id AND s.meter_code = k.meter_code AND s.currency = k.currency
+  AND (s.known_through IS NULL OR s.known_through < $1)
+`
+
+type RaiseKnownThroughParams struct {
+	KnownThrough *time.Time
+	TenantIds    []string
+	MeterCodes   []string
+	Currencies   []string
+}
+
+// Raises the watermark of locked series; never lowers it.
+func (q *Queries) RaiseKnownThrough(ctx context.Context, arg RaiseKnownThroughParams) error {
+	_, err := q.db.Exec(ctx, raiseKnownThrough,
+		arg.KnownThrough,
+		arg.TenantIds,
+		arg.MeterCodes,
+		arg.Currencies,
+	)
+	return err
 }

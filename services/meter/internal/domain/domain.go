@@ -49,6 +49,9 @@ const (
 	CodeUnknownCurrency  = "unknown_currency"
 	CodePriceBackdated   = "price_backdated"
 	CodePriceOutOfOrder  = "price_out_of_order"
+	// CodeSchedulePublished: effectiveAt is at or before the watermark
+	// already published for the series (decision 0008).
+	CodeSchedulePublished = "schedule_already_published"
 )
 
 var meterCodeRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
@@ -121,20 +124,35 @@ func ParseTime(field, s string) (time.Time, error) {
 func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
 // Schedule places the activation in its series. activatedAt is now; prev is
-// the effectiveAt of the series' latest version, nil for the first. It
-// returns the new version's effectiveAt: the one requested, or activatedAt.
-// A price may not apply before it was activated (no backdating: a past
-// price is corrected by an adjustment), nor before the version it follows.
-func (a Activation) Schedule(activatedAt time.Time, prev *time.Time) (time.Time, error) {
+// the effectiveAt of the series' latest version, nil for the first;
+// knownThrough is the series' published watermark, nil when none was
+// published. It returns the new version's effectiveAt: the one requested,
+// or activatedAt — or, when the schedule is already published through
+// activatedAt, the first instant after the watermark.
+//
+// A price may not apply before it was activated (no backdating: a past price
+// is corrected by an adjustment), nor before the version it follows, nor at
+// or before a published watermark: raters have been told that nothing
+// changes until then, and may have rated usage on that promise.
+func (a Activation) Schedule(activatedAt time.Time, prev, knownThrough *time.Time) (time.Time, error) {
 	activatedAt = Instant(activatedAt)
 	eff := a.EffectiveAt
 	if eff.IsZero() {
 		eff = activatedAt
+		if knownThrough != nil && !eff.After(*knownThrough) {
+			eff = Instant(*knownThrough).Add(time.Microsecond)
+		}
 	}
 	if eff.Before(activatedAt) {
 		return time.Time{}, rejected(CodePriceBackdated,
 			"effectiveAt %s is before the activation time %s: a price cannot be backdated",
 			eff.Format(time.RFC3339Nano), activatedAt.Format(time.RFC3339Nano))
+	}
+	if knownThrough != nil && !eff.After(*knownThrough) {
+		return time.Time{}, rejected(CodeSchedulePublished,
+			"effectiveAt %s is not after %s, the time through which this price schedule is already published to raters: "+
+				"a new version must take effect after it (omit effectiveAt to take effect as soon as possible)",
+			eff.Format(time.RFC3339Nano), knownThrough.UTC().Format(time.RFC3339Nano))
 	}
 	if prev != nil && eff.Before(*prev) {
 		return time.Time{}, rejected(CodePriceOutOfOrder,
@@ -142,4 +160,14 @@ func (a Activation) Schedule(activatedAt time.Time, prev *time.Time) (time.Time,
 			eff.Format(time.RFC3339Nano), prev.UTC().Format(time.RFC3339Nano))
 	}
 	return eff, nil
+}
+
+// Watermark is the watermark to publish for a series at now, with a lead:
+// now + lead, but never below the one already published.
+func Watermark(now time.Time, lead time.Duration, published *time.Time) time.Time {
+	w := Instant(now).Add(lead)
+	if published != nil && published.After(w) {
+		return Instant(*published)
+	}
+	return w
 }

@@ -62,25 +62,33 @@ func TestSchedule(t *testing.T) {
 	now := time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)
 	later := now.Add(time.Hour)
 	earlier := now.Add(-time.Second)
+	published := now.Add(5 * time.Second)
 	tests := []struct {
 		name      string
 		effective time.Time
 		prev      *time.Time
+		known     *time.Time // the published watermark
 		want      time.Time
 		code      string
 	}{
-		{"default is now", time.Time{}, nil, now, ""},
-		{"future", later, nil, later, ""},
-		{"exactly now", now, nil, now, ""},
-		{"backdated", earlier, nil, time.Time{}, CodePriceBackdated},
-		{"after previous", later, &now, later, ""},
-		{"same as previous", later, &later, later, ""},
-		{"before previous", now, &later, time.Time{}, CodePriceOutOfOrder},
-		{"default before a scheduled previous", time.Time{}, &later, time.Time{}, CodePriceOutOfOrder},
+		{"default is now", time.Time{}, nil, nil, now, ""},
+		{"future", later, nil, nil, later, ""},
+		{"exactly now", now, nil, nil, now, ""},
+		{"backdated", earlier, nil, nil, time.Time{}, CodePriceBackdated},
+		{"after previous", later, &now, nil, later, ""},
+		{"same as previous", later, &later, nil, later, ""},
+		{"before previous", now, &later, nil, time.Time{}, CodePriceOutOfOrder},
+		{"default before a scheduled previous", time.Time{}, &later, nil, time.Time{}, CodePriceOutOfOrder},
+		{"default after a past watermark", time.Time{}, &earlier, &earlier, now, ""},
+		{"default just after a published watermark", time.Time{}, &earlier, &published, published.Add(time.Microsecond), ""},
+		{"at the published watermark", published, &earlier, &published, time.Time{}, CodeSchedulePublished},
+		{"inside the published schedule", now.Add(time.Second), &earlier, &published, time.Time{}, CodeSchedulePublished},
+		{"backdated and inside the schedule", earlier, nil, &published, time.Time{}, CodePriceBackdated},
+		{"after the published watermark", published.Add(time.Microsecond), &earlier, &published, published.Add(time.Microsecond), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Activation{EffectiveAt: tt.effective}.Schedule(now, tt.prev)
+			got, err := Activation{EffectiveAt: tt.effective}.Schedule(now, tt.prev, tt.known)
 			if c := code(err); c != tt.code {
 				t.Fatalf("code = %q, want %q", c, tt.code)
 			}
@@ -88,5 +96,16 @@ func TestSchedule(t *testing.T) {
 				t.Fatalf("effectiveAt = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestWatermarkNeverGoesBack(t *testing.T) {
+	now := time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)
+	ahead := now.Add(time.Minute)
+	if got := Watermark(now, 5*time.Second, nil); !got.Equal(now.Add(5 * time.Second)) {
+		t.Fatalf("first watermark = %v, want now + lead", got)
+	}
+	if got := Watermark(now, 5*time.Second, &ahead); !got.Equal(ahead) {
+		t.Fatalf("watermark = %v, want the one already published (%v)", got, ahead)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/services/meter/internal/app"
 )
 
 type price struct {
@@ -533,5 +534,34 @@ func TestListPricesBadPage(t *testing.T) {
 	}
 	if p := listPage(t, e, "limit=5&cursor="+url.QueryEscape(*allNext)); len(p.Prices) != 2 || p.Next != nil {
 		t.Fatalf("second page: %+v", p)
+	}
+}
+
+// A price may not take effect inside the schedule already published to
+// raters (decision 0009): 422 schedule_already_published, nothing written.
+// Without effectiveAt it takes effect right after the published watermark.
+func TestActivationInsideThePublishedScheduleIsRefused(t *testing.T) {
+	e := newEnv(t)
+	post := func(key, body string) response {
+		return do(t, e.srv, "POST", "/v1/tenants/t1/prices", key, body)
+	}
+	r := post("v1", `{"meterCode":"m","currency":"USD","unitPrice":"1"}`)
+	if r.status != http.StatusCreated {
+		t.Fatalf("v1: %d %s", r.status, r.body)
+	}
+	v1 := decodePrice(t, r.body)
+	before := written(t, e.pool)
+	r = post("inside", fmt.Sprintf(`{"meterCode":"m","currency":"USD","unitPrice":"2","effectiveAt":%q}`,
+		rfc(v1.EffectiveAt.Add(time.Second))))
+	if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, `"code":"schedule_already_published"`) {
+		t.Fatalf("inside the published schedule: %d %s", r.status, r.body)
+	}
+	if n := written(t, e.pool); n != before {
+		t.Fatalf("a refused activation wrote %d rows", n-before)
+	}
+	r = post("v2", `{"meterCode":"m","currency":"USD","unitPrice":"2"}`)
+	v2 := decodePrice(t, r.body)
+	if r.status != http.StatusCreated || !v2.EffectiveAt.After(v1.EffectiveAt.Add(app.DefaultScheduleLead-time.Second)) {
+		t.Fatalf("v2 without effectiveAt: %d %s, want effective after v1's watermark (%s + lead)", r.status, r.body, v1.EffectiveAt)
 	}
 }

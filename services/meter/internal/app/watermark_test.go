@@ -1,0 +1,204 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/services/meter"
+	"github.com/usagebilling/billing/services/meter/internal/app"
+	"github.com/usagebilling/billing/services/meter/internal/domain"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+var tmpl = pgtest.Template{
+	Name:    "meter",
+	Migrate: func(_ context.Context, url string) error { return pgmigrate.Up(url, meter.Spec.Sets()...) },
+}
+
+// clock is a settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+func activate(t *testing.T, a *app.App, key string, eff time.Time) error {
+	t.Helper()
+	_, err := a.ActivatePrice(context.Background(), app.ActivatePrice{
+		TenantID: "t1", IdempotencyKey: key, RequestHash: key,
+		Activation: domain.Activation{MeterCode: "api_calls", Currency: "USD", UnitPrice: mustDec("0.5"), EffectiveAt: eff},
+	})
+	return err
+}
+
+// published is meter's outbox, decoded, in append order.
+func published(t *testing.T, pool *pgxpool.Pool) []*envelope.Decoded {
+	t.Helper()
+	reg := envelope.NewRegistry()
+	events.Register(reg)
+	rows, err := pool.Query(context.Background(), `SELECT envelope FROM outbox_event ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []*envelope.Decoded
+	for rows.Next() {
+		var raw []byte
+		if err := rows.Scan(&raw); err != nil {
+			t.Fatal(err)
+		}
+		d, err := reg.Decode(raw)
+		if err != nil {
+			t.Fatalf("meter published an envelope its consumers cannot decode: %v", err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The watermark is published ahead by the lead, with the activation and
+// again before it runs out, and an activation never takes effect inside it.
+func TestWatermarkPublishedAheadAndRefreshed(t *testing.T) {
+	pool := pgtest.NewPool(t, tmpl)
+	t0 := time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)
+	c := &clock{t: t0}
+	a := app.New(pool, slog.New(slog.DiscardHandler), app.WithScheduleLead(5*time.Second), app.WithClock(c.now))
+	ctx := context.Background()
+
+	if n, err := a.PublishWatermarks(ctx); err != nil || n != 0 {
+		t.Fatalf("no series yet: published %d, %v", n, err)
+	}
+	if err := activate(t, a, "v1", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	evs := published(t, pool)
+	pa := evs[0].Payload.(events.PriceActivated)
+	if !pa.EffectiveAt.Equal(t0) || !pa.KnownThrough.Equal(t0.Add(5*time.Second)) {
+		t.Fatalf("v1 takes effect %v known through %v, want %v and now + lead", pa.EffectiveAt, pa.KnownThrough, t0)
+	}
+	c.set(t0.Add(2 * time.Second)) // 3s left of the 5s lead: not due
+	if n, err := a.PublishWatermarks(ctx); err != nil || n != 0 {
+		t.Fatalf("watermark not due: published %d, %v", n, err)
+	}
+	c.set(t0.Add(3 * time.Second)) // 2s left: due
+	if n, err := a.PublishWatermarks(ctx); err != nil || n != 1 {
+		t.Fatalf("watermark due: published %d, %v", n, err)
+	}
+	evs = published(t, pool)
+	wm, ok := evs[len(evs)-1].Payload.(events.PriceScheduleWatermark)
+	if !ok || wm.Version != 1 || !wm.KnownThrough.Equal(t0.Add(8*time.Second)) || wm.MeterCode != "api_calls" || wm.Currency != "USD" {
+		t.Fatalf("watermark %+v, want api_calls USD v1 through t0+8s", evs[len(evs)-1].Payload)
+	}
+	if e := evs[len(evs)-1].Envelope; e.AggregateType != events.AggregatePriceSchedule || e.AggregateVersion != 1 ||
+		e.AggregateID != events.PriceScheduleID("api_calls", "USD", wm.KnownThrough) {
+		t.Fatalf("watermark on aggregate %s/%s v%d", e.AggregateType, e.AggregateID, e.AggregateVersion)
+	}
+
+	// Inside the published schedule: refused, nothing written.
+	err := activate(t, a, "inside", t0.Add(6*time.Second))
+	if de, ok := err.(*domain.Error); !ok || de.Code != domain.CodeSchedulePublished {
+		t.Fatalf("activation inside the published schedule: %v, want %s", err, domain.CodeSchedulePublished)
+	}
+	// Without effectiveAt: right after the watermark.
+	if err := activate(t, a, "v2", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	evs = published(t, pool)
+	v2 := evs[len(evs)-1].Payload.(events.PriceActivated)
+	if v2.Version != 2 || !v2.EffectiveAt.Equal(t0.Add(8*time.Second+time.Microsecond)) {
+		t.Fatalf("v2 %+v, want version 2 effective right after t0+8s", v2)
+	}
+}
+
+// Activations and watermark publishers racing (two publishers, as two meter
+// instances would run): every watermark meter published holds, that is no
+// version after the one it names takes effect at or before it.
+func TestWatermarksHoldUnderConcurrentActivations(t *testing.T) {
+	pool := pgtest.NewPool(t, tmpl)
+	log := slog.New(slog.DiscardHandler)
+	a := app.New(pool, log, app.WithScheduleLead(0))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var rounds atomic.Int64
+	for range 2 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if _, err := a.PublishWatermarks(ctx); err != nil && ctx.Err() == nil {
+					t.Errorf("publish: %v", err)
+					return
+				}
+				rounds.Add(1)
+			}
+		})
+	}
+	const activations = 60
+	var act sync.WaitGroup
+	for w := range 3 {
+		act.Go(func() {
+			for i := range activations / 3 {
+				var eff time.Time
+				if i%3 == 1 {
+					eff = time.Now().Add(5 * time.Millisecond) // may fall inside a watermark (or pass while waiting): refused then
+				}
+				if err := activate(t, a, fmt.Sprintf("w%d-%d", w, i), eff); err != nil {
+					if de, ok := err.(*domain.Error); !ok || (de.Code != domain.CodeSchedulePublished &&
+						de.Code != domain.CodePriceBackdated && de.Code != domain.CodePriceOutOfOrder) {
+						t.Errorf("activate: %v", err)
+					}
+				}
+			}
+		})
+	}
+	act.Wait()
+	cancel()
+	wg.Wait()
+
+	effective := map[int64]time.Time{}
+	type mark struct {
+		version int64
+		through time.Time
+	}
+	var marks []mark
+	for _, d := range published(t, pool) {
+		switch p := d.Payload.(type) {
+		case events.PriceActivated:
+			effective[p.Version] = p.EffectiveAt
+			marks = append(marks, mark{p.Version, p.KnownThrough})
+		case events.PriceScheduleWatermark:
+			marks = append(marks, mark{p.Version, p.KnownThrough})
+		}
+	}
+	if len(effective) < activations/2 || len(marks) <= len(effective) {
+		t.Fatalf("%d versions and %d watermarks (%d publisher rounds): the race did not happen", len(effective), len(marks), rounds.Load())
+	}
+	for _, m := range marks {
+		for v, eff := range effective {
+			if v > m.version && !eff.After(m.through) {
+				t.Fatalf("watermark of v%d through %s broken: v%d takes effect at %s", m.version,
+					m.through.Format(time.RFC3339Nano), v, eff.Format(time.RFC3339Nano))
+			}
+		}
+	}
+	t.Logf("%d versions, %d watermarks checked", len(effective), len(marks))
+}
+
+func mustDec(s string) decimal.Decimal { return decimal.RequireFromString(s) }

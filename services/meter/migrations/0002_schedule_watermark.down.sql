@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS price_series_known_through;
+ALTER TABLE price_series DROP COLUMN IF EXISTS known_through;
