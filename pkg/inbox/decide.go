@@ -227,6 +227,7 @@ func (ib *Inbox) process(ctx context.Context, tx pgx.Tx, items []*item) ([]Decis
 			isolate = start + r.failAt
 			continue
 		}
+		ib.attempts.forget(r.decisions)
 		copy(out[start:], r.decisions)
 		start += len(r.decisions)
 		if len(r.woken) > 0 {
@@ -301,6 +302,7 @@ type deferral struct {
 type quarantine struct {
 	it     *item
 	reason string
+	detail string // what the handler said: its error, or its panic and stack
 }
 
 // run decides items as one unit under one savepoint. Unless isolated, it
@@ -308,14 +310,15 @@ type quarantine struct {
 // transient, rolls the savepoint back and reports the item's index in
 // failAt. Isolated (one item), the failure becomes the item's decision.
 func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated bool) (*runResult, error) {
-	res := &runResult{decisions: make([]Decision, len(items)), failAt: -1}
+	u := &unit{ib: ib, tx: tx, items: items, isolated: isolated,
+		res: &runResult{decisions: make([]Decision, len(items)), failAt: -1}}
 	var cands []*item
 	for _, it := range items {
 		if it.qreason == "" {
 			cands = append(cands, it)
 		}
 	}
-	st := &runState{
+	u.st = &runState{
 		claimed:  make(map[uuid.UUID]bool, len(cands)),
 		digests:  make(map[uuid.UUID]string, len(cands)),
 		preds:    make(map[slot]uuid.UUID),
@@ -323,98 +326,137 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 		applied:  make(map[slot]bool, len(cands)),
 	}
 	if len(cands) > 0 {
-		if err := st.read(ctx, tx, cands); err != nil {
+		if err := u.st.read(ctx, tx, cands); err != nil {
 			return nil, err
 		}
+		u.savepointOpen = true // step 1 opened it
 	}
-
-	var p pending
-	savepointOpen := len(cands) > 0 // step 1 opened it
 	for i := 0; i < len(items); {
-		it := items[i]
-		if st.settle(&p, res, i, it) {
-			i++
-			continue
-		}
-		if it.batch == nil {
-			out, herr := it.handler(ctx, tx, it.dec)
-			if herr == nil {
-				st.apply(&p, res, i, it, out)
-				i++
-				continue
-			}
-			stop, err := ib.fail(ctx, tx, &p, res, i, it, herr, isolated, &savepointOpen, st)
-			if err != nil || stop {
-				return res, err
-			}
-			i++
-			continue
-		}
-		// A group: this item and the following ones of its type at version
-		// 1 that go to their handler; the events decided without a handler
-		// in between (duplicates, conflicts, undecodable) are decided on the
-		// way, as their decisions do not depend on the group's effects. An
-		// event at a later version ends the group: its predecessor check
-		// needs the group applied first.
-		group := []int{i}
-		next := i + 1
-		if !isolated && it.env().AggregateVersion == 1 {
-			for next < len(items) {
-				jt := items[next]
-				if jt.qreason == "" && jt.env().AggregateVersion > 1 {
-					break
-				}
-				if st.settle(&p, res, next, jt) {
-					next++
-					continue
-				}
-				if jt.batch == nil || jt.env().EventType != it.env().EventType {
-					break
-				}
-				group = append(group, next)
-				next++
-			}
-		}
-		ds := make([]*envelope.Decoded, len(group))
-		for k, idx := range group {
-			ds[k] = items[idx].dec
-		}
-		outs, herr := it.batch(ctx, tx, ds)
-		if herr == nil && len(outs) != len(group) {
-			return nil, fmt.Errorf("apply %d %s: batch handler returned %d outcomes", len(group), it.env().EventType, len(outs))
-		}
-		if herr == nil {
-			for k, idx := range group {
-				st.apply(&p, res, idx, items[idx], outs[k])
-			}
-			i = next
-			continue
-		}
-		at, named := group[0], false
-		var ie *itemError
-		if errors.As(herr, &ie) && ie.index >= 0 && ie.index < len(group) {
-			at, named, herr = group[ie.index], true, ie.err
-		}
-		if !named && len(group) > 1 {
-			// Whatever failed is not known: the group's events are decided
-			// alone, from its first, until one is not applied.
-			if kind, _ := ib.classify(herr); kind != failTransient {
-				res.soloEnd = group[len(group)-1] + 1
-			}
-		}
-		stop, err := ib.fail(ctx, tx, &p, res, at, items[at], herr, isolated, &savepointOpen, st)
+		next, stop, err := u.step(ctx, i)
 		if err != nil || stop {
-			return res, err
+			return u.res, err
 		}
-		i = at + 1 // isolated: the group is this one item
+		i = next
 	}
-
-	woken, err := ib.write(ctx, tx, &p, savepointOpen)
+	woken, err := ib.write(ctx, tx, &u.p, u.savepointOpen)
 	if err != nil {
 		return nil, err
 	}
-	res.woken = woken
-	return res, nil
+	u.res.woken = woken
+	return u.res, nil
+}
+
+// unit is a run on its way: what run's steps share.
+type unit struct {
+	ib            *Inbox
+	tx            pgx.Tx
+	items         []*item
+	isolated      bool
+	st            *runState
+	p             pending
+	res           *runResult
+	savepointOpen bool
+}
+
+// step decides items[i], with its handler unless settle can, or the group of
+// batch-handled events it starts; it returns the index of the next item. stop
+// ends the run (a handler failed; see fail).
+func (u *unit) step(ctx context.Context, i int) (next int, stop bool, err error) {
+	it := u.items[i]
+	if u.st.settle(&u.p, u.res, i, it) {
+		return i + 1, false, nil
+	}
+	if it.batch != nil {
+		return u.group(ctx, i)
+	}
+	var out Outcome
+	var herr error
+	if pe := u.ib.attempts.panicked(it.env().EventID); pe != nil {
+		herr = pe // a known panic stands for the handler
+	} else {
+		out, herr = callHandler(ctx, u.tx, it.handler, it.dec)
+	}
+	if herr == nil {
+		u.st.apply(&u.p, u.res, i, it, out)
+		return i + 1, false, nil
+	}
+	stop, err = u.fail(ctx, i, herr)
+	return i + 1, stop, err
+}
+
+// group applies the group of events that items[i] starts with their batch
+// handler (see gather). An error naming no item that is not transient rolls
+// the run back at the group's first event, to be decided alone with the
+// group's others (soloEnd).
+func (u *unit) group(ctx context.Context, i int) (next int, stop bool, err error) {
+	group, next := u.gather(ctx, i)
+	outs, herr := u.callGroup(ctx, group)
+	if herr == nil && len(outs) != len(group) {
+		return 0, true, fmt.Errorf("apply %d %s: batch handler returned %d outcomes",
+			len(group), u.items[i].env().EventType, len(outs))
+	}
+	if herr == nil {
+		for k, idx := range group {
+			u.st.apply(&u.p, u.res, idx, u.items[idx], outs[k])
+		}
+		return next, false, nil
+	}
+	at := group[0]
+	var ie *itemError
+	if errors.As(herr, &ie) && ie.index >= 0 && ie.index < len(group) {
+		at, herr = group[ie.index], ie.err
+	} else if kind, _ := u.ib.classify(u.tx, herr); len(group) > 1 && kind != failTransient {
+		// Whatever failed is not known: the group's events are decided
+		// alone, from its first, until one is not applied.
+		u.res.soloEnd = group[len(group)-1] + 1
+		return 0, true, u.rollback(ctx, at)
+	}
+	stop, err = u.fail(ctx, at, herr)
+	return at + 1, stop, err // isolated: the group is this one item
+}
+
+// gather returns the group items[i] starts: it and the following events of
+// its type at version 1 that go to their handler. The events decided without
+// a handler in between (duplicates, conflicts, undecodable) are decided on
+// the way, as their decisions do not depend on the group's effects. An event
+// at a later version ends the group: its predecessor check needs the group
+// applied first.
+func (u *unit) gather(_ context.Context, i int) (group []int, next int) {
+	it := u.items[i]
+	group, next = []int{i}, i+1
+	if u.isolated || it.env().AggregateVersion != 1 {
+		return group, next
+	}
+	for next < len(u.items) {
+		jt := u.items[next]
+		if jt.qreason == "" && jt.env().AggregateVersion > 1 {
+			break
+		}
+		if u.st.settle(&u.p, u.res, next, jt) {
+			next++
+			continue
+		}
+		if jt.batch == nil || jt.env().EventType != it.env().EventType {
+			break
+		}
+		group = append(group, next)
+		next++
+	}
+	return group, next
+}
+
+// callGroup calls the batch handler of the group's events; an event whose
+// handler panicked before is that item's error, without a call.
+func (u *unit) callGroup(ctx context.Context, group []int) ([]Outcome, error) {
+	ds := make([]*envelope.Decoded, len(group))
+	for k, idx := range group {
+		it := u.items[idx]
+		if pe := u.ib.attempts.panicked(it.env().EventID); pe != nil {
+			return nil, ItemError(k, pe)
+		}
+		ds[k] = it.dec
+	}
+	return callBatch(ctx, u.tx, u.items[group[0]].batch, ds)
 }
 
 // settle decides items[i] without its handler when step 1's reads allow:
@@ -422,7 +464,7 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 // conflicting deferred copy, a version gap. It reports whether it decided.
 func (st *runState) settle(p *pending, res *runResult, i int, it *item) bool {
 	if it.qreason != "" {
-		res.decisions[i] = p.quarantine(it, it.qreason)
+		res.decisions[i] = p.quarantine(it, it.qreason, "")
 		return true
 	}
 	e := it.env()
@@ -432,7 +474,7 @@ func (st *runState) settle(p *pending, res *runResult, i int, it *item) bool {
 		case seen && digest == e.PayloadDigest:
 			res.decisions[i] = it.decision(OutcomeDuplicate, "")
 		case seen:
-			res.decisions[i] = p.quarantine(it, ReasonDigestConflict) // a deferred copy is quarantined instead
+			res.decisions[i] = p.quarantine(it, ReasonDigestConflict, "") // a deferred copy is quarantined instead
 		default: // another event holds this aggregate version
 			res.decisions[i] = it.decision(OutcomeDuplicate, ReasonVersionApplied)
 		}
@@ -441,7 +483,7 @@ func (st *runState) settle(p *pending, res *runResult, i int, it *item) bool {
 	}
 	if deferredDigest, isDeferred := st.deferred[id]; isDeferred && deferredDigest != e.PayloadDigest {
 		p.released = append(p.released, id)
-		res.decisions[i] = p.quarantine(it, ReasonDigestConflict)
+		res.decisions[i] = p.quarantine(it, ReasonDigestConflict, "")
 		return true
 	}
 	if e.AggregateVersion > 1 {
@@ -476,50 +518,79 @@ func (st *runState) apply(p *pending, res *runResult, i int, it *item, out Outco
 	st.resolve(p, it)
 }
 
-// fail handles the handler error herr of items[i]. A transient error is
-// returned. Unless isolated, the run is rolled back to its savepoint and
-// stop reports items[i] in res.failAt. Isolated, the error becomes the
-// item's decision.
-func (ib *Inbox) fail(ctx context.Context, tx pgx.Tx, p *pending, res *runResult, i int, it *item,
-	herr error, isolated bool, savepointOpen *bool, st *runState) (stop bool, err error) {
+// fail handles the handler error herr of items[i]. A transient error, and
+// an unclassified one within the event's retry budget (a *RetryError), is
+// returned. Otherwise, unless isolated, the run is rolled back to its
+// savepoint and stop reports items[i] in res.failAt. Isolated, the error
+// becomes the item's decision.
+func (u *unit) fail(ctx context.Context, i int, herr error) (stop bool, err error) {
+	it := u.items[i]
 	e := it.env()
-	kind, detail := ib.classify(herr)
-	if kind == failTransient {
+	kind, reason := u.ib.classify(u.tx, herr)
+	detail := errorDetail(herr)
+	switch kind {
+	case failTransient:
 		return true, fmt.Errorf("apply %s %s: %w", e.EventType, e.EventID, herr)
-	}
-	if !isolated {
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint); err != nil {
-			return true, fmt.Errorf("roll back run: %w", err)
+	case failRetry:
+		if n, again := u.ib.attempts.tryAgain(e.EventID, u.ib.budget); again {
+			return true, &RetryError{EventID: e.EventID, EventType: e.EventType, Attempt: n, Budget: u.ib.budget, Err: herr}
 		}
-		res.failAt = i
-		return true, nil
-	}
-	// The only item of the run: step 3 starts by rolling back its claim
-	// and the handler's writes, then writes its decision outside the
-	// savepoint, so it leaves no committed subtransaction behind (more
-	// than 64 in one transaction overflow PostgreSQL's subxid cache).
-	// An aborted transaction cannot even prepare step 3's statements:
-	// roll back at once then.
-	if tx.Conn().PgConn().TxStatus() == 'E' {
-		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint); err != nil {
-			return true, fmt.Errorf("roll back %s: %w", e.EventID, err)
+		kind, reason = failPermanent, ReasonRetriesExhausted // the last attempt
+	case failPanic:
+		var pe *panicError
+		errors.As(herr, &pe)
+		if u.ib.attempts.panic(e.EventID, pe) {
+			u.ib.log.ErrorContext(ctx, "handler panicked", "event_id", e.EventID, "event_type", e.EventType,
+				"panic", fmt.Sprint(pe.value))
 		}
-		*savepointOpen = false
-	} else {
-		p.rollback = true
+		kind, detail = failPermanent, pe.detail()
+	}
+	if !u.isolated {
+		return true, u.rollback(ctx, i)
+	}
+	if err := u.rollbackIsolated(ctx, e); err != nil {
+		return true, err
 	}
 	switch kind {
 	case failDefer:
-		res.decisions[i] = p.deferral(it, detail, ReasonMissingFact)
+		u.res.decisions[i] = u.p.deferral(it, reason, ReasonMissingFact)
 	case failPermanent:
-		res.decisions[i] = p.quarantine(it, detail)
-		st.resolve(p, it)
+		u.res.decisions[i] = u.p.quarantine(it, reason, detail)
+		u.st.resolve(&u.p, it)
 	case failDuplicate:
-		res.decisions[i] = it.decision(OutcomeDuplicate, detail)
-		p.reclaims = append(p.reclaims, it)
-		st.resolve(p, it)
+		u.res.decisions[i] = it.decision(OutcomeDuplicate, reason)
+		u.p.reclaims = append(u.p.reclaims, it)
+		u.st.resolve(&u.p, it)
 	}
 	return false, nil
+}
+
+// rollback rolls the run back to its savepoint, to be decided again from
+// items[i] (res.failAt).
+func (u *unit) rollback(ctx context.Context, i int) error {
+	if _, err := u.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint); err != nil {
+		return fmt.Errorf("roll back run: %w", err)
+	}
+	u.res.failAt = i
+	return nil
+}
+
+// rollbackIsolated undoes the claim and the handler's writes of the run's
+// only item: step 3 starts by rolling back, then writes its decision outside
+// the savepoint, so it leaves no committed subtransaction behind (more than
+// 64 in one transaction overflow PostgreSQL's subxid cache). An aborted
+// transaction cannot even prepare step 3's statements: it is rolled back at
+// once then.
+func (u *unit) rollbackIsolated(ctx context.Context, e *envelope.Envelope) error {
+	if u.tx.Conn().PgConn().TxStatus() != 'E' {
+		u.p.rollback = true
+		return nil
+	}
+	if _, err := u.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint); err != nil {
+		return fmt.Errorf("roll back %s: %w", e.EventID, err)
+	}
+	u.savepointOpen = false
+	return nil
 }
 
 // read is step 1 of a run, in one round trip.
@@ -650,8 +721,8 @@ func (p *pending) deferral(it *item, waitKey, reason string) Decision {
 	return d
 }
 
-func (p *pending) quarantine(it *item, reason string) Decision {
-	p.quarantines = append(p.quarantines, quarantine{it: it, reason: reason})
+func (p *pending) quarantine(it *item, reason, detail string) Decision {
+	p.quarantines = append(p.quarantines, quarantine{it: it, reason: reason, detail: detail})
 	return it.decision(OutcomeQuarantined, reason)
 }
 
@@ -692,6 +763,7 @@ func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, savepointOpen
 		rec := Quarantined{
 			RawSHA256: hex.EncodeToString(sum[:]),
 			Reason:    q.reason,
+			Detail:    q.detail,
 			Topic:     q.it.msg.Topic,
 			Partition: q.it.msg.Partition,
 			Offset:    q.it.msg.Offset,
@@ -704,15 +776,15 @@ func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, savepointOpen
 		}
 		b.Queue(`
 			INSERT INTO inbox_quarantine (raw_sha256, event_id, event_type, tenant_id, reason, raw,
-			                              topic, partition, "offset")
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+			                              topic, partition, "offset", detail)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 			ON CONFLICT (raw_sha256) DO UPDATE
 			SET attempts = inbox_quarantine.attempts + 1, last_seen = now(),
-			    reason = EXCLUDED.reason, state = 'quarantined'
+			    reason = EXCLUDED.reason, detail = EXCLUDED.detail, state = 'quarantined'
 			RETURNING id, attempts, (xmax = 0)`,
 			rec.RawSHA256, pgtype.UUID{Bytes: rec.EventID, Valid: rec.EventID != uuid.Nil},
 			nullText(rec.EventType), nullText(rec.TenantID), rec.Reason, q.it.msg.Raw,
-			rec.Topic, rec.Partition, rec.Offset).
+			rec.Topic, rec.Partition, rec.Offset, nullText(rec.Detail)).
 			QueryRow(func(row pgx.Row) error {
 				var attempts int
 				var inserted bool
@@ -853,22 +925,29 @@ func nullText(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != 
 type failKind int
 
 const (
-	failTransient failKind = iota
+	failTransient failKind = iota // the infrastructure's: retried, never counted
 	failDefer
 	failPermanent
 	failDuplicate
+	failRetry // unclassified: retried within the event's budget
+	failPanic
 )
 
-// classify sorts a handler's error; detail is the wait key, the quarantine
-// reason or the duplicate's reason.
-func (ib *Inbox) classify(err error) (kind failKind, detail string) {
+// classify sorts a handler's error (see "How a failing handler is
+// survived"); detail is the wait key, the quarantine reason or the
+// duplicate's reason.
+func (ib *Inbox) classify(tx pgx.Tx, err error) (kind failKind, detail string) {
+	var pe *panicError
+	if errors.As(err, &pe) {
+		return failPanic, ReasonHandlerPanic
+	}
 	var de *deferError
 	if errors.As(err, &de) {
 		return failDefer, de.key
 	}
-	var pe *permanentError
-	if errors.As(err, &pe) {
-		return failPermanent, pe.reason
+	var perm *permanentError
+	if errors.As(err, &perm) {
+		return failPermanent, perm.reason
 	}
 	var dup *duplicateError
 	if errors.As(err, &dup) {
@@ -892,5 +971,8 @@ func (ib *Inbox) classify(err error) (kind failKind, detail string) {
 			return failPermanent, "data_exception:" + pg.Code
 		}
 	}
-	return failTransient, ""
+	if infrastructure(tx, err) {
+		return failTransient, ""
+	}
+	return failRetry, ""
 }

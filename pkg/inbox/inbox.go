@@ -168,6 +168,10 @@ type Quarantined struct {
 	// Envelope is the decoded envelope when the message decoded (a digest
 	// conflict, a Permanent handler error); nil otherwise.
 	Envelope *envelope.Envelope
+	// Detail is what the handler said, bounded to 8 KiB: its error, or, for
+	// ReasonHandlerPanic, the panic value and the stack. Empty when the inbox
+	// quarantined the message itself.
+	Detail string
 }
 
 // Options configure an Inbox.
@@ -191,6 +195,13 @@ type Options struct {
 	// BatchHandlers apply event types set-wise (BatchHandler). An event type
 	// has either a handler or a batch handler, not both.
 	BatchHandlers map[string]BatchHandler
+	// RetryBudget is how many attempts a handler failing with an error the
+	// inbox cannot classify (not Permanent, DeferUntil or Duplicate, not the
+	// database's or the network's) is given before its event is quarantined
+	// as ReasonRetriesExhausted; DefaultRetryBudget (5) when zero or less.
+	// The attempts are counted in memory, per event, and only those that
+	// fail in the handler: a database outage does not use the budget up.
+	RetryBudget int
 }
 
 // Inbox decides consumed events. It is safe for concurrent use.
@@ -200,6 +211,8 @@ type Inbox struct {
 	batch    map[string]BatchHandler
 	opts     Options
 	origin   map[string]bool
+	budget   int
+	attempts attempts
 	log      *slog.Logger
 	metrics  *metrics
 }
@@ -242,7 +255,12 @@ func New(registry *envelope.Registry, handlers map[string]Handler, opts Options)
 	for _, c := range opts.OriginConstraints {
 		origin[c] = true
 	}
-	return &Inbox{registry: registry, handlers: hs, batch: bs, opts: opts, origin: origin, log: log, metrics: m}, nil
+	budget := opts.RetryBudget
+	if budget <= 0 {
+		budget = DefaultRetryBudget
+	}
+	return &Inbox{registry: registry, handlers: hs, batch: bs, opts: opts, origin: origin, budget: budget,
+		log: log, metrics: m}, nil
 }
 
 // AggregateKey is the wait key of an aggregate's version: a deferred event of

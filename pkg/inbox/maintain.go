@@ -18,7 +18,8 @@ import (
 // exponentially (2s, 4s, 8s, then every 10s) each time it is still deferred, so
 // many events waiting for a late fact do not load the database. It returns
 // how many events were applied (those woken by them included); an error is
-// transient and stops the sweep.
+// transient and stops the sweep, but for a handler failing within its retry
+// budget (RetryError), whose event is tried again by the next sweep.
 func (ib *Inbox) Sweep(ctx context.Context, pool *pgxpool.Pool, limit int) (applied int, err error) {
 	if limit <= 0 {
 		limit = 100
@@ -50,6 +51,13 @@ func (ib *Inbox) Sweep(ctx context.Context, pool *pgxpool.Pool, limit int) (appl
 			ds, err = ib.process(ctx, tx, []*item{ib.newItem(m, false)})
 			return err
 		})
+		var retry *RetryError
+		if errors.As(err, &retry) {
+			// The handler failed within its budget: the next sweep tries
+			// again; the other events are not held up by it.
+			ib.log.WarnContext(ctx, "deferred event failed; will retry", "event_id", id, "err", err)
+			continue
+		}
 		if err != nil {
 			return applied, fmt.Errorf("sweep deferred %s: %w", id, err)
 		}

@@ -33,11 +33,14 @@ type QuarantineFilter struct {
 
 // QuarantinedMessage is one inbox_quarantine row, without its raw bytes.
 type QuarantinedMessage struct {
-	ID         int64
-	EventID    uuid.UUID // zero when the message is not an envelope
-	EventType  string
-	TenantID   string
-	Reason     string
+	ID        int64
+	EventID   uuid.UUID // zero when the message is not an envelope
+	EventType string
+	TenantID  string
+	Reason    string
+	// Detail is what the handler said (Quarantined.Detail); empty when the
+	// inbox quarantined the message itself.
+	Detail     string
 	RawSHA256  string
 	Topic      string
 	Partition  int32
@@ -56,7 +59,7 @@ func ListQuarantine(ctx context.Context, q Lister, f QuarantineFilter) ([]Quaran
 		f.Limit = 100
 	}
 	rows, err := q.Query(ctx, `
-		SELECT id, event_id, COALESCE(event_type, ''), COALESCE(tenant_id, ''), reason, raw_sha256,
+		SELECT id, event_id, COALESCE(event_type, ''), COALESCE(tenant_id, ''), reason, COALESCE(detail, ''), raw_sha256,
 		       topic, partition, "offset", first_seen, last_seen, attempts, state, redriven_at
 		FROM inbox_quarantine
 		WHERE id > $1
@@ -72,7 +75,7 @@ func ListQuarantine(ctx context.Context, q Lister, f QuarantineFilter) ([]Quaran
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (QuarantinedMessage, error) {
 		var m QuarantinedMessage
 		var id pgtype.UUID
-		err := row.Scan(&m.ID, &id, &m.EventType, &m.TenantID, &m.Reason, &m.RawSHA256, &m.Topic, &m.Partition,
+		err := row.Scan(&m.ID, &id, &m.EventType, &m.TenantID, &m.Reason, &m.Detail, &m.RawSHA256, &m.Topic, &m.Partition,
 			&m.Offset, &m.FirstSeen, &m.LastSeen, &m.Attempts, &m.State, &m.RedrivenAt)
 		if id.Valid {
 			m.EventID = id.Bytes

@@ -56,6 +56,10 @@ type RunnerConfig struct {
 // transient failure (the database is down) is retried with backoff, the same
 // batch again, never quarantined and never marked; a quarantined message is
 // marked like any decided one, so the healthy events behind it keep flowing.
+// A handler that fails with an unclassified error is retried the same way
+// until its event's budget (Options.RetryBudget) is used up, then its event
+// is quarantined; one that panics has its event quarantined at once. Neither
+// stops the consumer.
 type Runner struct {
 	pool    *pgxpool.Pool
 	ib      *Inbox
@@ -303,7 +307,11 @@ func (r *Runner) handle(ctx context.Context, s sarama.ConsumerGroupSession, batc
 		}
 		r.metrics.transientErrors.Inc()
 		d := r.backoff(attempt)
-		r.log.WarnContext(ctx, "inbox batch failed; retrying the same batch", "err", err,
+		msg := "inbox batch failed; retrying the same batch"
+		if retry := (*RetryError)(nil); errors.As(err, &retry) {
+			msg = "handler failed; retrying the same batch within the event's budget"
+		}
+		r.log.WarnContext(ctx, msg, "err", err,
 			"topic", last.Topic, "partition", last.Partition, "first_offset", batch[0].Offset,
 			"last_offset", last.Offset, "attempt", attempt+1, "backoff", d)
 		if !sleep(ctx, d) {

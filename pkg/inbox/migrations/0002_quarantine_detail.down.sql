@@ -1,0 +1,1 @@
+ALTER TABLE inbox_quarantine DROP COLUMN detail;
