@@ -10,10 +10,13 @@ package invoice
 import (
 	"context"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
 	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
+	"github.com/usagebilling/billing/services/invoice/internal/webhook"
 	"github.com/usagebilling/billing/services/invoice/migrations"
 )
 
@@ -28,12 +31,29 @@ var Spec = service.Spec{
 	OriginConstraints: app.OriginConstraints,
 }
 
-// Build wires the consumer and the HTTP API.
+// Build wires the consumer, the HTTP API and the webhook delivery worker
+// (settings from the environment: webhook.LoadConfig).
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	reader := app.NewReader(d.Pool)
 	consumer := app.NewConsumer(d.Logger)
+	hooks, err := webhook.LoadConfig(service.NewEnv())
+	if err != nil {
+		return service.Parts{}, err
+	}
+	consumer.Webhooks = &webhook.Recorder{TTL: hooks.TTL}
+	worker, err := webhook.NewWorker(d.Pool, hooks, d.Logger, d.Metrics)
+	if err != nil {
+		return service.Parts{}, err
+	}
+	api := httpapi.New(reader, d.Logger)
+	hookAPI := httpapi.NewWebhooks(webhook.NewEndpoints(d.Pool, hooks.MaxEndpoints), webhook.NewStore(d.Pool, hooks.TTL), d.Logger)
+	var work func(context.Context) error
+	if hooks.Worker {
+		work = worker.Run
+	}
 	return service.Parts{
-		Routes:        httpapi.New(reader, d.Logger).Routes,
+		Work:          work,
+		Routes:        func(r chi.Router) { api.Routes(r); hookAPI.Routes(r) },
 		Topics:        app.Topics,
 		Handlers:      consumer.Handlers(),
 		BatchHandlers: consumer.BatchHandlers(),

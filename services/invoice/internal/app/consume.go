@@ -22,6 +22,7 @@ import (
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/services/invoice/internal/db"
 	"github.com/usagebilling/billing/services/invoice/internal/domain"
+	"github.com/usagebilling/billing/services/invoice/internal/webhook"
 )
 
 // Producer is the envelope producer name of the events this service publishes.
@@ -74,6 +75,9 @@ func CloseKey(tenantID, period string) string {
 type Consumer struct {
 	log *slog.Logger
 	now func() time.Time
+	// Webhooks records the webhook intents of each invoice and correction
+	// note in the transaction that issues it (nil: with webhook.DefaultTTL).
+	Webhooks *webhook.Recorder
 }
 
 // NewConsumer returns the consumer; log receives its notices.
@@ -238,6 +242,9 @@ func (c *Consumer) correct(ctx context.Context, tx pgx.Tx, e *envelope.Envelope,
 		c.log.WarnContext(ctx, "adjustment already invoiced as a line", "event_id", e.EventID, "invoice_id", invoiceID)
 		return nil
 	}
+	if err := c.Webhooks.Record(ctx, tx, ev); err != nil {
+		return err
+	}
 	return outbox.Append(ctx, tx, events.TopicInvoice, ev)
 }
 
@@ -291,6 +298,9 @@ func (c *Consumer) onPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.De
 		envs = append(envs, ev)
 	}
 	if err := outbox.Append(ctx, tx, events.TopicInvoice, envs...); err != nil {
+		return inbox.Outcome{}, err
+	}
+	if err := c.Webhooks.Record(ctx, tx, envs...); err != nil {
 		return inbox.Outcome{}, err
 	}
 	return inbox.Outcome{Provides: []string{IssuedKey(e.TenantID, p.Period)}}, nil

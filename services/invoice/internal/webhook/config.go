@@ -1,0 +1,73 @@
+package webhook
+
+import (
+	"errors"
+	"time"
+
+	"github.com/usagebilling/billing/pkg/service"
+)
+
+// Config is the delivery's settings, from the environment (LoadConfig).
+type Config struct {
+	Worker       bool          // WEBHOOK_WORKER (true): run the delivery worker in this process
+	PollInterval time.Duration // WEBHOOK_POLL_INTERVAL (1s): how often an idle worker looks for due intents
+	Timeout      time.Duration // WEBHOOK_TIMEOUT (10s): one delivery's HTTP request, answer included
+	LeaseTTL     time.Duration // WEBHOOK_LEASE_TTL (30s): how long a claim is held; over Timeout
+	Concurrency  int           // WEBHOOK_CONCURRENCY (8): deliveries in flight per worker
+	BackoffBase  time.Duration // WEBHOOK_BACKOFF_BASE (1s): the first retry's delay, doubled per attempt
+	BackoffMax   time.Duration // WEBHOOK_BACKOFF_MAX (10m): the longest delay between attempts
+	TTL          time.Duration // WEBHOOK_TTL (72h): from the issuing commit to expiry
+	Retention    time.Duration // WEBHOOK_RETENTION (168h): accepted intents are purged after it
+	MaxEndpoints int           // WEBHOOK_MAX_ENDPOINTS (10): active endpoints per tenant
+}
+
+// EnvNames are the variables LoadConfig reads.
+var EnvNames = []string{
+	"WEBHOOK_WORKER", "WEBHOOK_POLL_INTERVAL", "WEBHOOK_TIMEOUT", "WEBHOOK_LEASE_TTL", "WEBHOOK_CONCURRENCY",
+	"WEBHOOK_BACKOFF_BASE", "WEBHOOK_BACKOFF_MAX", "WEBHOOK_TTL", "WEBHOOK_RETENTION", "WEBHOOK_MAX_ENDPOINTS",
+}
+
+// DefaultConfig is the configuration with every default.
+func DefaultConfig() Config {
+	return Config{
+		Worker: true, PollInterval: time.Second, Timeout: 10 * time.Second, LeaseTTL: 30 * time.Second,
+		Concurrency: 8, BackoffBase: time.Second, BackoffMax: 10 * time.Minute, TTL: DefaultTTL,
+		Retention: 7 * 24 * time.Hour, MaxEndpoints: 10,
+	}
+}
+
+// LoadConfig reads the settings from e, each defaulting to DefaultConfig's.
+func LoadConfig(e *service.Env) (Config, error) {
+	d := DefaultConfig()
+	c := Config{
+		Worker:       e.Bool("WEBHOOK_WORKER", d.Worker),
+		PollInterval: e.Duration("WEBHOOK_POLL_INTERVAL", d.PollInterval),
+		Timeout:      e.Duration("WEBHOOK_TIMEOUT", d.Timeout),
+		LeaseTTL:     e.Duration("WEBHOOK_LEASE_TTL", d.LeaseTTL),
+		Concurrency:  e.Int("WEBHOOK_CONCURRENCY", d.Concurrency),
+		BackoffBase:  e.Duration("WEBHOOK_BACKOFF_BASE", d.BackoffBase),
+		BackoffMax:   e.Duration("WEBHOOK_BACKOFF_MAX", d.BackoffMax),
+		TTL:          e.Duration("WEBHOOK_TTL", d.TTL),
+		Retention:    e.Duration("WEBHOOK_RETENTION", d.Retention),
+		MaxEndpoints: e.Int("WEBHOOK_MAX_ENDPOINTS", d.MaxEndpoints),
+	}
+	if err := e.Err(); err != nil {
+		return Config{}, err
+	}
+	return c, c.Check()
+}
+
+// Check reports settings that do not fit together.
+func (c Config) Check() error {
+	var errs []error
+	if c.LeaseTTL <= c.Timeout {
+		errs = append(errs, errors.New("WEBHOOK_LEASE_TTL must be longer than WEBHOOK_TIMEOUT (a lease must outlive the call it covers)"))
+	}
+	if c.BackoffMax < c.BackoffBase {
+		errs = append(errs, errors.New("WEBHOOK_BACKOFF_MAX must be at least WEBHOOK_BACKOFF_BASE"))
+	}
+	if c.PollInterval <= 0 || c.Concurrency <= 0 || c.TTL <= 0 || c.Retention <= 0 || c.MaxEndpoints <= 0 {
+		errs = append(errs, errors.New("webhook durations and counts must be positive"))
+	}
+	return errors.Join(errs...)
+}

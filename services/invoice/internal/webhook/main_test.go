@@ -1,0 +1,10 @@
+package webhook_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/usagebilling/billing/pkg/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }

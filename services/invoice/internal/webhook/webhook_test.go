@@ -1,0 +1,380 @@
+package webhook_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/pgtest"
+	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
+	"github.com/usagebilling/billing/services/invoice/internal/webhook"
+)
+
+// issue issues tenant's period with one invoice per currency (and, with
+// correct, a correction note of the first), through the real inbox path,
+// and returns the Webhook-Id of every invoice event published.
+func issue(t *testing.T, pool *pgxpool.Pool, tenant string, correct bool, currencies ...string) []string {
+	t.Helper()
+	ib := NewInbox(t)
+	p := NewPeriod(t, tenant, "2026-11")
+	var envs []envelope.Envelope
+	for _, cur := range currencies {
+		envs = append(envs, p.Charge(cur, "3", "1.5"))
+	}
+	closed := p.Close()
+	envs = append(envs, closed)
+	if correct {
+		envs = append(envs, p.Adjustment(currencies[0], "-1"))
+	}
+	Decide(t, pool, ib, envs...)
+	// Billing redelivers: the inbox finds duplicates, no intent is written twice.
+	Decide(t, pool, ib, envs...)
+	var keys []string
+	for _, d := range Published(t, pool) {
+		if d.Envelope.TenantID == tenant {
+			keys = append(keys, webhook.Key(&d.Envelope))
+		}
+	}
+	want := len(currencies)
+	if correct {
+		want++
+	}
+	if len(keys) != want {
+		t.Fatalf("%d invoice events published, want %d", len(keys), want)
+	}
+	return keys
+}
+
+func intents(t *testing.T, pool *pgxpool.Pool, status string) []webhook.Intent {
+	t.Helper()
+	out, err := webhook.NewStore(pool, time.Hour).List(context.Background(), webhook.Filter{Status: status, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func byKey(t *testing.T, pool *pgxpool.Pool) map[string]webhook.Intent {
+	t.Helper()
+	out := map[string]webhook.Intent{}
+	for _, i := range intents(t, pool, "") {
+		out[i.IdempotencyKey] = i
+	}
+	return out
+}
+
+func allIn(t *testing.T, pool *pgxpool.Pool, status string, n int) func() bool {
+	return func() bool { return len(intents(t, pool, status)) == n }
+}
+
+// The transaction that issues an invoice or a correction note writes one
+// intent per active endpoint, keyed by the event; redelivered events and a
+// second Record of the same events write nothing more; an endpoint deleted
+// before the issue gets none.
+func TestIntentsAreWrittenWithTheIssue(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	a, b, gone := newReceiver(t), newReceiver(t), newReceiver(t)
+	epA, epB := a.register(t, pool, "acme"), b.register(t, pool, "acme")
+	epGone := gone.register(t, pool, "acme")
+	newReceiver(t).register(t, pool, "other-tenant")
+	if err := webhook.NewEndpoints(pool, 10).Delete(context.Background(), "acme", epGone.ID); err != nil {
+		t.Fatal(err)
+	}
+	keys := issue(t, pool, "acme", true, "USD", "EUR")
+
+	got := intents(t, pool, "")
+	if len(got) != len(keys)*2 {
+		t.Fatalf("%d intents, want %d (3 events x 2 endpoints)", len(got), len(keys)*2)
+	}
+	perEndpoint := map[string][]string{}
+	for _, i := range got {
+		if i.Status != webhook.StatusPending || i.Attempts != 0 || i.TenantID != "acme" {
+			t.Fatalf("intent %+v, want pending, never tried, of acme", i)
+		}
+		if !i.ExpiresAt.After(i.CreatedAt) {
+			t.Fatalf("intent expires %v, created %v", i.ExpiresAt, i.CreatedAt)
+		}
+		perEndpoint[i.EndpointID.String()] = append(perEndpoint[i.EndpointID.String()], i.IdempotencyKey)
+	}
+	slices.Sort(keys)
+	for _, ep := range []webhook.Endpoint{epA, epB} {
+		k := perEndpoint[ep.ID.String()]
+		slices.Sort(k)
+		if !slices.Equal(k, keys) {
+			t.Fatalf("endpoint %s has keys %v, want %v", ep.ID, k, keys)
+		}
+	}
+
+	// Recording the same events again (a replayed transaction) adds nothing.
+	var envs []envelope.Envelope
+	for _, d := range Published(t, pool) {
+		envs = append(envs, d.Envelope)
+	}
+	if err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		return (&webhook.Recorder{TTL: time.Hour}).Record(context.Background(), tx, envs...)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(intents(t, pool, "")); n != len(keys)*2 {
+		t.Fatalf("%d intents after recording again, want %d", n, len(keys)*2)
+	}
+}
+
+// A close that cannot issue yet (charges missing) writes no intent: intents
+// exist only with what they tell.
+func TestNoIntentWithoutAnIssue(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	newReceiver(t).register(t, pool, "acme")
+	ib := NewInbox(t)
+	p := NewPeriod(t, "acme", "2026-11")
+	p.Charge("USD", "1", "1") // counted by the close, never delivered
+	Decide(t, pool, ib, p.Close())
+	if n := len(intents(t, pool, "")); n != 0 {
+		t.Fatalf("%d intents for a close that issued nothing", n)
+	}
+}
+
+// Every invoice event reaches every endpoint with one Webhook-Id and one
+// effect, whatever the endpoints do: one answers slowly, one fails twice
+// before accepting, and two workers share the intents.
+func TestEachInvoiceReachesEachEndpointOnceInEffect(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	slow, flaky := newReceiver(t), newReceiver(t)
+	slow.setBehaviour(func(w http.ResponseWriter, r *http.Request, n int, apply func()) bool {
+		time.Sleep(150 * time.Millisecond) // well within the 500ms timeout
+		return false
+	})
+	flaky.setBehaviour(func(w http.ResponseWriter, r *http.Request, n int, apply func()) bool {
+		if n <= 2 {
+			http.Error(w, "try later", http.StatusInternalServerError)
+			return true
+		}
+		apply()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"erp-%s"}`, r.Header.Get("Webhook-Id"))
+		return true
+	})
+	slow.register(t, pool, "acme")
+	flaky.register(t, pool, "acme")
+	keys := issue(t, pool, "acme", true, "USD", "EUR", "KRW")
+	runWorker(t, pool, testConfig())
+	runWorker(t, pool, testConfig())
+	waitFor(t, "every intent accepted", allIn(t, pool, webhook.StatusAccepted, len(keys)*2))
+
+	for name, rc := range map[string]*receiver{"slow": slow, "flaky": flaky} {
+		want := map[string]int{}
+		for _, k := range keys {
+			want[k] = 1
+		}
+		if got := rc.effects(); !maps.Equal(got, want) {
+			t.Errorf("%s receiver's effects %v, want each of %v once", name, got, keys)
+		}
+		for _, d := range rc.deliveries() {
+			if !d.verified {
+				t.Errorf("%s receiver: a delivery of %s failed the signature check", name, d.key)
+			}
+			var body webhook.Body
+			if err := json.Unmarshal(d.body, &body); err != nil || body.ID != d.key || body.TenantID != "acme" ||
+				(body.Type != webhook.TypeInvoiceIssued && body.Type != webhook.TypeInvoiceCorrectionIssued) {
+				t.Errorf("%s receiver: body %s for %s", name, d.body, d.key)
+			}
+		}
+	}
+	for _, i := range intents(t, pool, webhook.StatusAccepted) {
+		want, attempts := "rcpt-"+i.IdempotencyKey, int32(1)
+		if i.URL == flaky.srv.URL+"/hooks/invoices" {
+			want, attempts = "erp-"+i.IdempotencyKey, 3
+		}
+		if i.ResponseRef != want || i.Attempts != attempts || i.LastStatusCode == nil || *i.LastStatusCode != 200 {
+			t.Errorf("intent %s: ref %q, %d attempts, status %v; want %q, %d attempts, 200",
+				i.IdempotencyKey, i.ResponseRef, i.Attempts, i.LastStatusCode, want, attempts)
+		}
+	}
+	if n := len(flaky.deliveries()); n != len(keys)*3 {
+		t.Errorf("the flaky receiver got %d requests, want 3 per event (%d)", n, len(keys)*3)
+	}
+}
+
+// The receiver applies the effect, then answers after the client gave up:
+// the worker cannot know, tries again with the same Webhook-Id, and the
+// receiver's dedup keeps one effect.
+func TestTimeoutAfterTheReceiverActedIsRedeliveredWithTheSameKey(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	rc := newReceiver(t)
+	rc.setBehaviour(func(w http.ResponseWriter, r *http.Request, n int, apply func()) bool {
+		if n == 1 {
+			apply()
+			<-r.Context().Done() // stall past the client's timeout
+			return true
+		}
+		return false
+	})
+	rc.register(t, pool, "acme")
+	keys := issue(t, pool, "acme", false, "USD")
+	runWorker(t, pool, testConfig())
+	waitFor(t, "the intent accepted", allIn(t, pool, webhook.StatusAccepted, 1))
+
+	ds := rc.deliveries()
+	if len(ds) != 2 || ds[0].key != keys[0] || ds[1].key != keys[0] {
+		t.Fatalf("deliveries %v, want two of %s", ds, keys[0])
+	}
+	if got := rc.effects(); !maps.Equal(got, map[string]int{keys[0]: 1}) {
+		t.Fatalf("effects %v, want one", got)
+	}
+	if i := byKey(t, pool)[keys[0]]; i.Attempts != 2 {
+		t.Fatalf("intent %+v, want 2 attempts", i)
+	}
+}
+
+// A 429 with Retry-After: the next attempt waits at least that long, even
+// though the worker's own backoff is a few milliseconds.
+func TestRetryAfterIsHonoured(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	rc := newReceiver(t)
+	rc.setBehaviour(func(w http.ResponseWriter, r *http.Request, n int, apply func()) bool {
+		if n == 1 {
+			w.Header().Set("Retry-After", "2")
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+			return true
+		}
+		return false
+	})
+	rc.register(t, pool, "acme")
+	issue(t, pool, "acme", false, "USD")
+	runWorker(t, pool, testConfig())
+	waitFor(t, "the intent accepted", allIn(t, pool, webhook.StatusAccepted, 1))
+	ds := rc.deliveries()
+	if len(ds) != 2 {
+		t.Fatalf("%d deliveries, want 2", len(ds))
+	}
+	if gap := ds[1].at.Sub(ds[0].at); gap < 2*time.Second {
+		t.Fatalf("second attempt %v after the 429, before its Retry-After of 2s", gap)
+	}
+}
+
+// A refusal (a 4xx other than 408, 425 and 429) is permanent: the intent
+// fails after one attempt and waits for an operator.
+func TestRefusalFailsPermanently(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	rc := newReceiver(t)
+	rc.setBehaviour(func(w http.ResponseWriter, r *http.Request, n int, apply func()) bool {
+		http.Error(w, "unknown tenant", http.StatusUnprocessableEntity)
+		return true
+	})
+	rc.register(t, pool, "acme")
+	issue(t, pool, "acme", false, "USD")
+	runWorker(t, pool, testConfig())
+	waitFor(t, "the intent failed", allIn(t, pool, webhook.StatusFailed, 1))
+	i := intents(t, pool, webhook.StatusFailed)[0]
+	if i.Attempts != 1 || i.LastStatusCode == nil || *i.LastStatusCode != 422 || i.FinishedAt == nil {
+		t.Fatalf("failed intent %+v, want one attempt answered 422", i)
+	}
+}
+
+// A worker killed between the receiver's answer and recording it: its lease
+// runs out, a fresh worker delivers again with the same Webhook-Id, and the
+// receiver's dedup keeps one effect.
+func TestWorkerKilledAfterTheCallDeliversAgainWithTheSameKey(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	rc := newReceiver(t)
+	rc.register(t, pool, "acme")
+	keys := issue(t, pool, "acme", false, "USD")
+
+	called := make(chan struct{}, 1)
+	stop := runWorker(t, pool, testConfig(), func(w *webhook.Worker) {
+		webhook.SetCrashAfterCall(w, func(string) bool {
+			select {
+			case called <- struct{}{}:
+			default:
+			}
+			return true // never record: as if killed right after the call
+		})
+	})
+	<-called
+	stop()
+	if i := byKey(t, pool)[keys[0]]; i.Status != webhook.StatusLeased || i.Attempts != 1 {
+		t.Fatalf("after the crash the intent is %s with %d attempts, want leased with 1", i.Status, i.Attempts)
+	}
+	runWorker(t, pool, testConfig())
+	waitFor(t, "the intent accepted", allIn(t, pool, webhook.StatusAccepted, 1))
+	ds := rc.deliveries()
+	if len(ds) != 2 || ds[0].key != keys[0] || ds[1].key != keys[0] {
+		t.Fatalf("deliveries %v, want two of %s", ds, keys[0])
+	}
+	if got := rc.effects(); !maps.Equal(got, map[string]int{keys[0]: 1}) {
+		t.Fatalf("effects %v, want one", got)
+	}
+}
+
+// An endpoint down past the intent's expiry: the intent expires into the
+// operator's queue; once the endpoint is back, an operator's retry delivers
+// it with the same Webhook-Id. A retry of an intent not failed or expired
+// changes nothing.
+func TestExpiredIntentIsDeliveredByAnOperatorRetry(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	rc := newReceiver(t)
+	rc.setBehaviour(func(w http.ResponseWriter, r *http.Request, n int, apply func()) bool {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return true
+	})
+	rc.register(t, pool, "acme")
+	keys := issue(t, pool, "acme", false, "USD")
+	// Shorten the intent's life as a 2-second WEBHOOK_TTL would have.
+	if _, err := pool.Exec(context.Background(), `UPDATE webhook_intent SET expires_at = created_at + interval '2 seconds'`); err != nil {
+		t.Fatal(err)
+	}
+	runWorker(t, pool, testConfig())
+	waitFor(t, "the intent expired", allIn(t, pool, webhook.StatusExpired, 1))
+	expired := intents(t, pool, webhook.StatusExpired)[0]
+	if expired.Attempts < 1 || expired.LastStatusCode == nil || *expired.LastStatusCode != 503 {
+		t.Fatalf("expired intent %+v, want attempts answered 503", expired)
+	}
+	tried := len(rc.deliveries())
+
+	rc.setBehaviour(nil) // the endpoint is back
+	store := webhook.NewStore(pool, time.Hour)
+	outcome, status, err := store.Retry(context.Background(), expired.ID)
+	if err != nil || outcome != webhook.RetryRescheduled || status != webhook.StatusPending {
+		t.Fatalf("retry: %s %s %v, want rescheduled, pending", outcome, status, err)
+	}
+	waitFor(t, "the intent accepted", allIn(t, pool, webhook.StatusAccepted, 1))
+	ds := rc.deliveries()
+	if len(ds) != tried+1 || ds[len(ds)-1].key != keys[0] {
+		t.Fatalf("deliveries %d (%d before the retry), want one more of %s", len(ds), tried, keys[0])
+	}
+	if got := rc.effects(); !maps.Equal(got, map[string]int{keys[0]: 1}) {
+		t.Fatalf("effects %v, want one", got)
+	}
+	if i := byKey(t, pool)[keys[0]]; i.OperatorRetries != 1 {
+		t.Fatalf("intent %+v, want one operator retry", i)
+	}
+	outcome, status, err = store.Retry(context.Background(), expired.ID)
+	if err != nil || outcome != webhook.RetryNotRetryable || status != webhook.StatusAccepted {
+		t.Fatalf("second retry: %s %s %v, want not_retryable, accepted", outcome, status, err)
+	}
+	if outcome, _, _ := store.Retry(context.Background(), uuid.New()); outcome != webhook.RetryNotFound {
+		t.Fatalf("retry of an unknown intent: %s", outcome)
+	}
+	stats, err := store.Stats(context.Background())
+	if err != nil || stats.ByStatus[webhook.StatusAccepted] != 1 || stats.OldestPendingAgeSeconds != 0 {
+		t.Fatalf("stats %+v, %v", stats, err)
+	}
+}

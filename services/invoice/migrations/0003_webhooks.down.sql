@@ -1,0 +1,2 @@
+DROP TABLE webhook_intent;
+DROP TABLE webhook_endpoint;
