@@ -79,3 +79,37 @@ type PeriodClose struct {
 	Adjustments  int64
 	AppliedAt    time.Time
 }
+
+type WebhookEndpoint struct {
+	EndpointID uuid.UUID
+	TenantID   string
+	Url        string
+	Secret     string
+	CreatedBy  string
+	CreatedAt  time.Time
+	DeletedAt  *time.Time
+}
+
+type WebhookIntent struct {
+	IntentID        uuid.UUID
+	EndpointID      uuid.UUID
+	TenantID        string
+	IdempotencyKey  string
+	EventID         uuid.UUID
+	EventType       string
+	Body            string
+	Status          string
+	Attempts        int32
+	CreatedAt       time.Time
+	NotBefore       time.Time
+	ExpiresAt       time.Time
+	LeaseOwner      uuid.NullUUID
+	LeaseExpiresAt  *time.Time
+	FirstAttemptAt  *time.Time
+	LastAttemptAt   *time.Time
+	LastStatusCode  pgtype.Int4
+	LastError       pgtype.Text
+	ResponseRef     pgtype.Text
+	FinishedAt      *time.Time
+	OperatorRetries int32
+}
