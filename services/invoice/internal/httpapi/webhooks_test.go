@@ -1,0 +1,168 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/auth"
+	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
+	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
+	"github.com/usagebilling/billing/services/invoice/internal/webhook"
+)
+
+// hookServer serves the webhook routes behind the services' token policy.
+func hookServer(t *testing.T, pool *pgxpool.Pool, maxEndpoints int) *httptest.Server {
+	t.Helper()
+	keys, err := auth.NewKeys(auth.DevKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.Use(auth.Middleware(keys, nil))
+	httpapi.NewWebhooks(webhook.NewEndpoints(pool, maxEndpoints), webhook.NewStore(pool, time.Hour),
+		slog.New(slog.DiscardHandler)).Routes(r)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func call(t *testing.T, srv *httptest.Server, token, method, path, body string) (int, map[string]any, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, srv.URL+path, bytes.NewReader([]byte(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var v map[string]any
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.Fatalf("%s %s: body %q: %v", method, path, raw, err)
+		}
+	}
+	return resp.StatusCode, v, resp.Header
+}
+
+// An endpoint's secret is in the POST answer and nowhere after; the list
+// pages; a delete is final; bad URLs, too many endpoints and another
+// tenant's token are refused.
+func TestWebhookEndpoints(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	srv := hookServer(t, pool, 3)
+	acme := auth.DevToken(auth.RoleTenant, "acme")
+	const base = "/v1/tenants/acme/webhook-endpoints"
+
+	var ids []string
+	for _, u := range []string{"https://erp.example/hooks", "http://127.0.0.1:9000/a", "https://mail.example/x?y=1"} {
+		code, v, h := call(t, srv, acme, http.MethodPost, base, `{"url":"`+u+`"}`)
+		secret, _ := v["secret"].(string)
+		if code != http.StatusCreated || v["url"] != u || !strings.HasPrefix(secret, webhook.SecretPrefix) ||
+			h.Get("Cache-Control") != "no-store" || v["createdBy"] != "dev-tenant" {
+			t.Fatalf("POST %s: %d %v", u, code, v)
+		}
+		ids = append(ids, v["endpointId"].(string))
+	}
+	if code, v, _ := call(t, srv, acme, http.MethodPost, base, `{"url":"https://fourth.example/"}`); code != http.StatusConflict || v["code"] != "too_many_endpoints" {
+		t.Fatalf("a fourth endpoint: %d %v", code, v)
+	}
+	for _, body := range []string{`{"url":"ftp://x.example/"}`, `{"url":"https://u:p@x.example/"}`, `{"url":"/relative"}`} {
+		if code, v, _ := call(t, srv, acme, http.MethodPost, base, body); code != http.StatusBadRequest || v["code"] != "invalid_url" {
+			t.Fatalf("POST %s: %d %v", body, code, v)
+		}
+	}
+	if code, v, _ := call(t, srv, acme, http.MethodPost, base, `{}`); code != http.StatusBadRequest || v["code"] != "missing_field" {
+		t.Fatalf("POST without url: %d %v", code, v)
+	}
+	if code, _, _ := call(t, srv, auth.DevToken(auth.RoleTenant, "other"), http.MethodGet, base, ""); code != http.StatusForbidden {
+		t.Fatalf("another tenant's token: %d", code)
+	}
+
+	// Page by page, without secrets.
+	var listed []string
+	path := base + "?limit=2"
+	for {
+		code, v, _ := call(t, srv, acme, http.MethodGet, path, "")
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", path, code, v)
+		}
+		for _, e := range v["endpoints"].([]any) {
+			ep := e.(map[string]any)
+			if _, ok := ep["secret"]; ok {
+				t.Fatalf("the list shows a secret: %v", ep)
+			}
+			listed = append(listed, ep["endpointId"].(string))
+		}
+		next, ok := v["next"].(string)
+		if !ok {
+			break
+		}
+		path = base + "?limit=2&cursor=" + next
+	}
+	if strings.Join(listed, ",") != strings.Join(ids, ",") {
+		t.Fatalf("listed %v, want %v", listed, ids)
+	}
+	if code, v, _ := call(t, srv, acme, http.MethodGet, base+"?cursor=nope", ""); code != http.StatusBadRequest || v["code"] != "invalid_cursor" {
+		t.Fatalf("bad cursor: %d %v", code, v)
+	}
+
+	if code, _, _ := call(t, srv, acme, http.MethodDelete, base+"/"+ids[0], ""); code != http.StatusNoContent {
+		t.Fatalf("DELETE: %d", code)
+	}
+	if code, v, _ := call(t, srv, acme, http.MethodDelete, base+"/"+ids[0], ""); code != http.StatusNotFound || v["code"] != "not_found" {
+		t.Fatalf("DELETE again: %d %v", code, v)
+	}
+	if code, v, _ := call(t, srv, acme, http.MethodDelete, base+"/not-a-uuid", ""); code != http.StatusBadRequest || v["code"] != "invalid_endpoint_id" {
+		t.Fatalf("DELETE of a bad id: %d %v", code, v)
+	}
+	// The deleted one no longer counts against the limit.
+	if code, v, _ := call(t, srv, acme, http.MethodPost, base, `{"url":"https://fourth.example/"}`); code != http.StatusCreated {
+		t.Fatalf("an endpoint after a delete: %d %v", code, v)
+	}
+}
+
+// The intents' internal endpoints take a service or operator token and
+// check what they are given.
+func TestWebhookIntentsInternal(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	srv := hookServer(t, pool, 3)
+	svc := auth.DevToken(auth.RoleService, "")
+	if code, _, _ := call(t, srv, auth.DevToken(auth.RoleTenant, "acme"), http.MethodGet, "/internal/v1/webhook-intents", ""); code != http.StatusForbidden {
+		t.Fatalf("a tenant token: %d", code)
+	}
+	if code, v, _ := call(t, srv, svc, http.MethodGet, "/internal/v1/webhook-intents?status=pending", ""); code != http.StatusOK || len(v["items"].([]any)) != 0 {
+		t.Fatalf("list: %d %v", code, v)
+	}
+	if code, v, _ := call(t, srv, svc, http.MethodGet, "/internal/v1/webhook-intents?status=lost", ""); code != http.StatusBadRequest || v["code"] != "invalid_status" {
+		t.Fatalf("bad status: %d %v", code, v)
+	}
+	if code, v, _ := call(t, srv, svc, http.MethodGet, "/internal/v1/webhook-intents/stats", ""); code != http.StatusOK ||
+		v["oldestPendingAgeSeconds"] != 0.0 || len(v["byStatus"].(map[string]any)) != 5 {
+		t.Fatalf("stats: %d %v", code, v)
+	}
+	path := "/internal/v1/webhook-intents/0192f0c4-0000-7000-8000-000000000000/retry"
+	if code, v, _ := call(t, srv, svc, http.MethodPost, path, `{"actor":"alice"}`); code != http.StatusBadRequest || v["code"] != "missing_field" {
+		t.Fatalf("retry without reason: %d %v", code, v)
+	}
+	if code, v, _ := call(t, srv, svc, http.MethodPost, path, `{"actor":"alice","correlationId":"c-1","reason":"endpoint fixed"}`); code != http.StatusOK || v["outcome"] != "not_found" {
+		t.Fatalf("retry of an unknown intent: %d %v", code, v)
+	}
+}
