@@ -113,6 +113,9 @@ type PriceActivated struct {
 	// or an earlier one (see PriceScheduleWatermark). Zero in events of
 	// meters that published no watermark.
 	KnownThrough time.Time `json:"knownThrough,omitzero"`
+	// Actor is who activated the price (the token's subject); absent in
+	// events from before actors were recorded.
+	Actor string `json:"actor,omitempty"`
 }
 
 // Validate checks the payload's own rules.
@@ -221,6 +224,9 @@ type AdjustmentPosted struct {
 	Reason       string          `json:"reason"`
 	Period       string          `json:"period"`
 	AfterClose   bool            `json:"afterClose,omitempty"`
+	// Actor is who posted the adjustment (the token's subject); absent in
+	// events from before actors were recorded.
+	Actor string `json:"actor,omitempty"`
 }
 
 // Validate checks the payload's own rules.
@@ -245,6 +251,9 @@ type BillingPeriodClosed struct {
 	Adjustments int64                      `json:"adjustments"`
 	Totals      map[string]decimal.Decimal `json:"totals"` // by currency: charges + adjustments, exact
 	Currencies  map[string]CloseTally      `json:"currencies"`
+	// Actor is who closed the period (the token's subject, or the close
+	// scheduler's name); absent in events from before actors were recorded.
+	Actor string `json:"actor,omitempty"`
 }
 
 // CloseTally is what a close counted in one currency.

@@ -37,6 +37,20 @@ type Request struct {
 	RequestHash    string
 	// CorrelationID is carried into the events; optional.
 	CorrelationID string
+	// Actor is who sent the command (the bearer token's subject), recorded
+	// in the event and the row of every money-changing command; required.
+	Actor string
+}
+
+// ErrNoActor is returned for a money-changing command without an actor:
+// every one records who sent it.
+var ErrNoActor = errors.New("command has no actor")
+
+func (r Request) checkActor() error {
+	if r.Actor == "" {
+		return ErrNoActor
+	}
+	return nil
 }
 
 // ErrKeyReused is returned when the Idempotency-Key came with another request.
@@ -56,9 +70,13 @@ type AdjustmentReply struct {
 // period's shared lock it reads the period's status: posted before the
 // period closed, the close counts it and it is a line of the period's
 // invoice; posted after, it is marked AfterClose and corrects the issued
-// invoice. A *domain.Error reports a broken rule (nothing written),
-// ErrKeyReused a reused key.
+// invoice. A credit is checked against the period's balance in its currency
+// under the credit lock (checkCredit). A *domain.Error reports a broken rule
+// (nothing written), ErrKeyReused a reused key.
 func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjustment) (Reply, error) {
+	if err := r.checkActor(); err != nil {
+		return Reply{}, err
+	}
 	var reply Reply
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		sc := scope("adjustment", r.TenantID)
@@ -88,6 +106,9 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 		if err != nil {
 			return fmt.Errorf("read period %s: %w", charge.Period, err)
 		}
+		if err := checkCredit(ctx, q, r.TenantID, charge.Period, a); err != nil {
+			return err
+		}
 		afterClose := status == domain.StatusClosed
 		adjustmentID, err := uuid.NewV7()
 		if err != nil {
@@ -96,7 +117,7 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 		env, err := newEvent(events.TypeAdjustmentPosted, r.TenantID, events.AggregateAdjustment, adjustmentID.String(),
 			s.now(), r.CorrelationID, nil, events.AdjustmentPosted{
 				AdjustmentID: adjustmentID, CorrectionOf: charge.ChargeID, Amount: a.Amount, Currency: a.Currency,
-				Reason: a.Reason, Period: charge.Period, AfterClose: afterClose,
+				Reason: a.Reason, Period: charge.Period, AfterClose: afterClose, Actor: r.Actor,
 			})
 		if err != nil {
 			return err
@@ -104,6 +125,7 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 		err = q.InsertAdjustment(ctx, db.InsertAdjustmentParams{
 			AdjustmentID: adjustmentID, EventID: env.EventID, TenantID: r.TenantID, CorrectionOf: charge.ChargeID,
 			Amount: a.Amount, Currency: a.Currency, Reason: a.Reason, Period: charge.Period, AfterClose: afterClose,
+			Actor: r.Actor,
 		})
 		if err != nil {
 			return fmt.Errorf("insert adjustment: %w", err)
@@ -124,6 +146,28 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 	return reply, nil
 }
 
+// checkCredit refuses a credit that would take its period's charges below
+// zero in its currency (credit_exceeds_charges), before or after the close.
+// The caller holds the period's shared lock; this takes the credit lock of
+// the period and currency (always after it), so concurrent credits are
+// decided one at a time, and then reads the balance in a statement of its
+// own, whose snapshot sees every credit committed before the lock was
+// granted. Charges rated meanwhile can only raise the balance, so rating
+// never waits for a credit. A debit is not checked.
+func checkCredit(ctx context.Context, q *db.Queries, tenantID, period string, a domain.Adjustment) error {
+	if !domain.CreditNeedsCheck(a.Amount) {
+		return nil
+	}
+	if err := q.LockPeriodCredits(ctx, db.LockPeriodCreditsParams{TenantID: tenantID, Period: period, Currency: a.Currency}); err != nil {
+		return fmt.Errorf("lock credits of %s %s: %w", period, a.Currency, err)
+	}
+	b, err := q.PeriodBalance(ctx, db.PeriodBalanceParams{TenantID: tenantID, Period: period, Currency: a.Currency})
+	if err != nil {
+		return fmt.Errorf("read balance of %s %s: %w", period, a.Currency, err)
+	}
+	return domain.CheckCredit(a.Amount, a.Currency, domain.Balance{Charged: b.Charged, Adjusted: b.Adjusted})
+}
+
 // CloseReply is the body of a period close.
 type CloseReply struct {
 	Period string `json:"period"`
@@ -141,8 +185,12 @@ type CloseReply struct {
 // closed and appends BillingPeriodClosed. No event of the period is ordered
 // before the close: invoice proves its copy complete from the tallies. A
 // crash between the steps leaves the period closing and the next call
-// finishes it; a call on a closed period publishes nothing.
+// finishes it (its actor is the one recorded); a call on a closed period
+// publishes nothing.
 func (s *Service) ClosePeriod(ctx context.Context, r Request, period string) (Reply, error) {
+	if err := r.checkActor(); err != nil {
+		return Reply{}, err
+	}
 	replay, err := s.markClosing(ctx, r, period)
 	if err != nil || replay != nil {
 		return derefReply(replay), err
@@ -223,7 +271,7 @@ func (s *Service) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request
 		return fmt.Errorf("tally period %s: %w", period, err)
 	}
 	closedAt := s.now().UTC().Truncate(time.Microsecond) // as PostgreSQL keeps it
-	closed := events.BillingPeriodClosed{Period: period, ClosedAt: closedAt,
+	closed := events.BillingPeriodClosed{Period: period, ClosedAt: closedAt, Actor: r.Actor,
 		Totals: map[string]decimal.Decimal{}, Currencies: map[string]events.CloseTally{}}
 	for _, row := range rows {
 		closed.Charges += row.Charges
@@ -240,7 +288,7 @@ func (s *Service) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request
 		return err
 	}
 	n, err := q.MarkPeriodClosed(ctx, db.MarkPeriodClosedParams{
-		ClosedAt: closedAt, CloseEventID: env.EventID, TenantID: r.TenantID, Period: period,
+		ClosedAt: closedAt, CloseEventID: env.EventID, TenantID: r.TenantID, Period: period, ClosedBy: r.Actor,
 	})
 	if err != nil {
 		return fmt.Errorf("mark period %s closed: %w", period, err)

@@ -23,6 +23,7 @@ type Adjustment struct {
 	Period       string
 	CreatedAt    time.Time
 	AfterClose   bool
+	Actor        pgtype.Text
 }
 
 type BillingPeriod struct {
@@ -33,6 +34,7 @@ type BillingPeriod struct {
 	ClosingAt    pgtype.Timestamptz
 	ClosedAt     pgtype.Timestamptz
 	CloseEventID pgtype.UUID
+	ClosedBy     pgtype.Text
 }
 
 type Charge struct {

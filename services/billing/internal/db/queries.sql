@@ -145,9 +145,27 @@ SELECT COALESCE((SELECT status FROM billing_period WHERE tenant_id = @tenant_id 
 
 -- name: InsertAdjustment :exec
 INSERT INTO adjustment (adjustment_id, event_id, tenant_id, correction_of, amount, currency, reason,
-                        period, after_close)
+                        period, after_close, actor)
 VALUES (@adjustment_id, @event_id, @tenant_id, @correction_of, @amount, @currency, @reason,
-        @period, @after_close);
+        @period, @after_close, sqlc.arg(actor)::text);
+
+-- name: LockPeriodCredits :exec
+-- Takes the credit lock of a tenant's period and currency, exclusively, for
+-- the transaction: a credit holds it while it reads the period's balance
+-- (PeriodBalance) and inserts itself, so concurrent credits of one period
+-- and currency are decided one after the other and cannot together take
+-- the balance below zero. Rating never takes it (charges only raise the
+-- balance). Taken after the period's shared lock, always in that order, and
+-- as its own statement before PeriodBalance.
+SELECT pg_advisory_xact_lock(hashtextextended(@tenant_id::text || '|' || @period::text || '|' || @currency::text, 7366))::text;
+
+-- name: PeriodBalance :one
+-- What a tenant's period holds in one currency: the exact sum of its
+-- charges and of its adjustments (before and after the close).
+SELECT COALESCE((SELECT sum(c.amount) FROM charge c
+                 WHERE c.tenant_id = @tenant_id AND c.period = @period AND c.currency = @currency), 0)::numeric AS charged,
+       COALESCE((SELECT sum(a.amount) FROM adjustment a
+                 WHERE a.tenant_id = @tenant_id AND a.period = @period AND a.currency = @currency), 0)::numeric AS adjusted;
 
 -- name: MarkPeriodClosing :exec
 -- Step 1 of a close, under the period's exclusive lock: from its commit on,
@@ -191,9 +209,10 @@ ORDER BY t.currency;
 
 -- name: MarkPeriodClosed :execrows
 -- Step 2 of a close, under the period's exclusive lock and the row lock
--- LockPeriod took.
+-- LockPeriod took; closed_by is the actor of the call that finished it.
 UPDATE billing_period
-SET status = 'closed', closed_at = sqlc.arg(closed_at)::timestamptz, close_event_id = sqlc.arg(close_event_id)::uuid
+SET status = 'closed', closed_at = sqlc.arg(closed_at)::timestamptz, close_event_id = sqlc.arg(close_event_id)::uuid,
+    closed_by = sqlc.arg(closed_by)::text
 WHERE tenant_id = @tenant_id AND period = @period AND status = 'closing';
 
 -- name: ReconciliationCharges :many

@@ -135,9 +135,9 @@ func (q *Queries) GetCharge(ctx context.Context, arg GetChargeParams) (GetCharge
 
 const insertAdjustment = `-- name: InsertAdjustment :exec
 INSERT INTO adjustment (adjustment_id, event_id, tenant_id, correction_of, amount, currency, reason,
-                        period, after_close)
+                        period, after_close, actor)
 VALUES ($1, $2, $3, $4, $5, $6, $7,
-        $8, $9)
+        $8, $9, $10::text)
 `
 
 type InsertAdjustmentParams struct {
@@ -150,6 +150,7 @@ type InsertAdjustmentParams struct {
 	Reason       string
 	Period       string
 	AfterClose   bool
+	Actor        string
 }
 
 func (q *Queries) InsertAdjustment(ctx context.Context, arg InsertAdjustmentParams) error {
@@ -163,6 +164,7 @@ func (q *Queries) InsertAdjustment(ctx context.Context, arg InsertAdjustmentPara
 		arg.Reason,
 		arg.Period,
 		arg.AfterClose,
+		arg.Actor,
 	)
 	return err
 }
@@ -388,6 +390,28 @@ func (q *Queries) LockPeriod(ctx context.Context, arg LockPeriodParams) (string,
 	return status, err
 }
 
+const lockPeriodCredits = `-- name: LockPeriodCredits :exec
+SELECT pg_advisory_xact_lock(hashtextextended($1::text || '|' || $2::text || '|' || $3::text, 7366))::text
+`
+
+type LockPeriodCreditsParams struct {
+	TenantID string
+	Period   string
+	Currency string
+}
+
+// Takes the credit lock of a tenant's period and currency, exclusively, for
+// the transaction: a credit holds it while it reads the period's balance
+// (PeriodBalance) and inserts itself, so concurrent credits of one period
+// and currency are decided one after the other and cannot together take
+// the balance below zero. Rating never takes it (charges only raise the
+// balance). Taken after the period's shared lock, always in that order, and
+// as its own statement before PeriodBalance.
+func (q *Queries) LockPeriodCredits(ctx context.Context, arg LockPeriodCreditsParams) error {
+	_, err := q.db.Exec(ctx, lockPeriodCredits, arg.TenantID, arg.Period, arg.Currency)
+	return err
+}
+
 const lockPeriodExclusive = `-- name: LockPeriodExclusive :exec
 SELECT pg_advisory_xact_lock(hashtextextended($1::text || '|' || $2::text, 7365))::text
 `
@@ -445,23 +469,26 @@ func (q *Queries) LockPeriodsShared(ctx context.Context, arg LockPeriodsSharedPa
 
 const markPeriodClosed = `-- name: MarkPeriodClosed :execrows
 UPDATE billing_period
-SET status = 'closed', closed_at = $1::timestamptz, close_event_id = $2::uuid
-WHERE tenant_id = $3 AND period = $4 AND status = 'closing'
+SET status = 'closed', closed_at = $1::timestamptz, close_event_id = $2::uuid,
+    closed_by = $3::text
+WHERE tenant_id = $4 AND period = $5 AND status = 'closing'
 `
 
 type MarkPeriodClosedParams struct {
 	ClosedAt     time.Time
 	CloseEventID uuid.UUID
+	ClosedBy     string
 	TenantID     string
 	Period       string
 }
 
 // Step 2 of a close, under the period's exclusive lock and the row lock
-// LockPeriod took.
+// LockPeriod took; closed_by is the actor of the call that finished it.
 func (q *Queries) MarkPeriodClosed(ctx context.Context, arg MarkPeriodClosedParams) (int64, error) {
 	result, err := q.db.Exec(ctx, markPeriodClosed,
 		arg.ClosedAt,
 		arg.CloseEventID,
+		arg.ClosedBy,
 		arg.TenantID,
 		arg.Period,
 	)
@@ -521,6 +548,33 @@ func (q *Queries) NonOpenPeriodsFrom(ctx context.Context, arg NonOpenPeriodsFrom
 		return nil, err
 	}
 	return items, nil
+}
+
+const periodBalance = `-- name: PeriodBalance :one
+SELECT COALESCE((SELECT sum(c.amount) FROM charge c
+                 WHERE c.tenant_id = $1 AND c.period = $2 AND c.currency = $3), 0)::numeric AS charged,
+       COALESCE((SELECT sum(a.amount) FROM adjustment a
+                 WHERE a.tenant_id = $1 AND a.period = $2 AND a.currency = $3), 0)::numeric AS adjusted
+`
+
+type PeriodBalanceParams struct {
+	TenantID string
+	Period   string
+	Currency string
+}
+
+type PeriodBalanceRow struct {
+	Charged  decimal.Decimal
+	Adjusted decimal.Decimal
+}
+
+// What a tenant's period holds in one currency: the exact sum of its
+// charges and of its adjustments (before and after the close).
+func (q *Queries) PeriodBalance(ctx context.Context, arg PeriodBalanceParams) (PeriodBalanceRow, error) {
+	row := q.db.QueryRow(ctx, periodBalance, arg.TenantID, arg.Period, arg.Currency)
+	var i PeriodBalanceRow
+	err := row.Scan(&i.Charged, &i.Adjusted)
+	return i, err
 }
 
 const periodStatus = `-- name: PeriodStatus :one

@@ -120,7 +120,9 @@ type Adjustment struct {
 
 // ParseAdjustment checks an adjustment request: every field present,
 // correctionOf a charge id, amount a plain non-zero decimal (negative
-// credits), a known currency, a reason of 1 to MaxReasonLength characters.
+// credits) in whole minor units of its currency (amount_precision), a
+// currency an invoice can be in (ISO 4217: unknown_currency,
+// currency_not_invoiceable), a reason of 1 to MaxReasonLength characters.
 // Whether the charge exists and has that currency is checked against the
 // charge (see CheckAdjustment).
 func ParseAdjustment(r AdjustmentRequest) (Adjustment, error) {
@@ -144,14 +146,30 @@ func ParseAdjustment(r AdjustmentRequest) (Adjustment, error) {
 		return Adjustment{}, errorf(Invalid, "invalid_amount", "amount must not be zero")
 	}
 	if _, err := money.Currency(r.Currency); err != nil {
-		return Adjustment{}, errorf(Invalid, "unknown_currency", "%v", err)
+		return Adjustment{}, currencyError(err)
 	}
 	a.Currency = r.Currency
+	if err := money.CheckMinorUnits(a.Amount, a.Currency); err != nil {
+		// Decision 0008: whole minor units only, so that a correction
+		// note is exactly its adjustment.
+		return Adjustment{}, errorf(Unprocessable, money.CodeAmountPrecision, "%v", err)
+	}
 	if n := utf8.RuneCountInString(r.Reason); n > MaxReasonLength {
 		return Adjustment{}, errorf(Invalid, "invalid_field", "reason must be at most %d characters, got %d", MaxReasonLength, n)
 	}
 	a.Reason = r.Reason
 	return a, nil
+}
+
+// currencyError maps a money.Currency error to its problem: a code that is
+// not an active ISO 4217 code is invalid (400 unknown_currency), one that is
+// but names no circulating currency (XAU, XTS, XXX, fund codes) is
+// unprocessable (422 currency_not_invoiceable).
+func currencyError(err error) error {
+	if code := money.ProblemCode(err); code == money.CodeNotInvoiceable {
+		return errorf(Unprocessable, code, "%v", err)
+	}
+	return errorf(Invalid, money.CodeUnknownCurrency, "%v", err)
 }
 
 // CheckAdjustment checks an adjustment against the charge it corrects.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/page"
@@ -90,8 +91,13 @@ func (a *API) postAdjustment(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	actor, p := actorOf(r)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
 	reply, err := a.svc.PostAdjustment(r.Context(), app.Request{
-		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID(r),
+		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID(r), Actor: actor,
 		RequestHash: idempotency.RequestHash(r.Method, r.URL.Path, body),
 	}, adj)
 	if err != nil {
@@ -117,9 +123,14 @@ func (a *API) closePeriod(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	actor, p := actorOf(r)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
 	// The close takes no body; the request is its method and path.
 	reply, err := a.svc.ClosePeriod(r.Context(), app.Request{
-		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID(r),
+		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID(r), Actor: actor,
 		RequestHash: idempotency.RequestHash(r.Method, r.URL.Path, nil),
 	}, period)
 	if err != nil {
@@ -285,6 +296,17 @@ func jsonKind(raw json.RawMessage) string {
 	default:
 		return "number"
 	}
+}
+
+// actorOf is who sent a money-changing command: the subject of the verified
+// bearer token (auth.Middleware put its claims in the request's context).
+// Without one nothing is written: 401.
+func actorOf(r *http.Request) (string, *httpx.Problem) {
+	c, ok := auth.FromContext(r.Context())
+	if !ok || c.Actor() == "" {
+		return "", httpx.NewProblem(http.StatusUnauthorized, "unauthorized", "a money-changing command needs a bearer token naming its actor")
+	}
+	return c.Actor(), nil
 }
 
 var printable = regexp.MustCompile(`^[!-~]{1,128}$`)

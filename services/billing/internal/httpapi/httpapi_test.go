@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/billing/internal/app"
@@ -25,6 +26,21 @@ import (
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// testActor is the subject of the token the tests' requests carry.
+const testActor = "admin@t1.example"
+
+// signedIn stands for auth.Middleware: it puts the claims of a verified
+// billing-admin token of testActor in each request's context, but for a
+// request with header X-No-Token.
+func signedIn(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-No-Token") == "" {
+			r = r.WithContext(auth.WithClaims(r.Context(), auth.NewClaims(testActor, "billing-admin", "", time.Hour)))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
 
 var jan10 = time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
 
@@ -41,6 +57,7 @@ func newFixture(t *testing.T) *fixture {
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
 	r := chi.NewRouter()
+	r.Use(signedIn)
 	httpapi.New(svc, nil).Routes(r)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
@@ -180,6 +197,12 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		{"another tenant's charge", "POST", adj, key, adjustmentBody(f.otherCharge, "1", "USD", "r"), "", 404, "charge_not_found"},
 		{"currency mismatch", "POST", adj, key, adjustmentBody(f.charge, "1", "EUR", "r"), "", 422, "currency_mismatch"},
 		{"key reused", "POST", adj, map[string]string{"Idempotency-Key": "used"}, adjustmentBody(f.charge, "-2", "USD", "first"), "", 422, "idempotency_key_reused"},
+		{"amount finer than the minor unit", "POST", adj, key, adjustmentBody(f.charge, "-0.005", "USD", "r"), "", 422, "amount_precision"},
+		{"a precious metal", "POST", adj, key, adjustmentBody(f.charge, "1", "XAU", "r"), "", 422, "currency_not_invoiceable"},
+		{"the testing code", "POST", adj, key, adjustmentBody(f.charge, "1", "XTS", "r"), "", 422, "currency_not_invoiceable"},
+		// The charge is 1.50 USD, the setup credited 1: 0.50 is left.
+		{"credit beyond the charges", "POST", adj, key, adjustmentBody(f.charge, "-0.51", "USD", "r"), "", 422, "credit_exceeds_charges"},
+		{"no token", "POST", adj, map[string]string{"Idempotency-Key": "k-1", "X-No-Token": "1"}, good, "", 401, "unauthorized"},
 		// POST close
 		{"close: invalid tenant", "POST", "/v1/tenants/t%201/periods/2026-01/close", key, "", "", 400, "invalid_tenant_id"},
 		{"close: missing key", "POST", "/v1/tenants/t1/periods/2026-01/close", nil, "", "", 400, "missing_idempotency_key"},
@@ -188,6 +211,7 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		{"close: a date", "POST", "/v1/tenants/t1/periods/2026-01-31/close", key, "", "", 400, "invalid_period"},
 		{"close: words", "POST", "/v1/tenants/t1/periods/january/close", key, "", "", 400, "invalid_period"},
 		{"close: future", "POST", "/v1/tenants/t1/periods/" + future + "/close", key, "", "", 422, "period_in_future"},
+		{"close: no token", "POST", "/v1/tenants/t1/periods/2026-01/close", map[string]string{"Idempotency-Key": "k-1", "X-No-Token": "1"}, "", "", 401, "unauthorized"},
 		{"close: key reused", "POST", "/v1/tenants/t1/periods/2026-01/close", map[string]string{"Idempotency-Key": "used-close"}, "", "", 422, "idempotency_key_reused"},
 		// GET charges
 		{"charges: no period", "GET", "/v1/tenants/t1/charges", nil, "", "", 400, "invalid_period"},
@@ -285,6 +309,13 @@ func TestAdjustmentOverHTTP(t *testing.T) {
 		last.Envelope.CorrelationID != "ticket-42" {
 		t.Fatalf("published %+v", last.Envelope)
 	}
+	// The token's subject is the actor, in the event and in the row.
+	if p := last.Payload.(events.AdjustmentPosted); p.Actor != testActor {
+		t.Fatalf("AdjustmentPosted actor = %q, want %q", p.Actor, testActor)
+	}
+	if c := bt.Count(t, f.pool, `SELECT count(*) FROM adjustment WHERE actor = $1`, testActor); c != 1 {
+		t.Fatalf("adjustments of %s = %d, want 1", testActor, c)
+	}
 }
 
 func TestCloseAndChargesOverHTTP(t *testing.T) {
@@ -303,8 +334,12 @@ func TestCloseAndChargesOverHTTP(t *testing.T) {
 	if r3.status != http.StatusAccepted || string(r3.body) != string(r.body) {
 		t.Fatalf("close again: %d %s", r3.status, r3.body)
 	}
-	if n := len(bt.OfType[events.BillingPeriodClosed](bt.Outbox(t, f.pool))); n != 1 {
-		t.Fatalf("closes published = %d", n)
+	closes := bt.OfType[events.BillingPeriodClosed](bt.Outbox(t, f.pool))
+	if len(closes) != 1 || closes[0].Actor != testActor {
+		t.Fatalf("closes published = %+v, want one by %s", closes, testActor)
+	}
+	if c := bt.Count(t, f.pool, `SELECT count(*) FROM billing_period WHERE closed_by = $1 AND status = 'closed'`, testActor); c != 1 {
+		t.Fatalf("periods closed by %s = %d, want 1", testActor, c)
 	}
 
 	r = f.do(t, "GET", "/v1/tenants/t1/charges?period=2026-01", nil, "")
@@ -345,6 +380,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	r := chi.NewRouter()
+	r.Use(signedIn)
 	httpapi.New(app.New(pool, nil), nil).Routes(r)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
