@@ -17,32 +17,28 @@ import (
 	"github.com/usagebilling/billing/pkg/recon"
 )
 
-// ReconcileFunc reads a service's reconciliation rows of a tenant for the
-// given periods (what each period means is the service's: see Rows).
-type ReconcileFunc func(ctx context.Context, tenantID string, periods []string) (recon.Rows, error)
-
 // API serves a service's internal, read-only operator endpoints:
 //
 //	GET /internal/v1/recovery
 //	GET /internal/v1/quarantine?reason=&tenantId=&eventId=&state=all&after=&limit=
 //	GET /internal/v1/dead-letters?after=&limit=
-//	GET /internal/v1/reconciliation?tenantId=&period=2026-11[&period=...]
+//	GET /internal/v1/reconciliation/{set}?tenantId=&period=2026-11&after=&limit=
 //
 // They are meant for Query (a service token) and operators; auth.Middleware
 // guards every /internal/ path.
 type API struct {
-	pool      *pgxpool.Pool
-	reconcile ReconcileFunc
-	log       *slog.Logger
+	pool *pgxpool.Pool
+	sets recon.Sets
+	log  *slog.Logger
 }
 
-// NewAPI returns the internal API on pool; reconcile may be nil (the
-// service holds no money flow: its rows are empty).
-func NewAPI(pool *pgxpool.Pool, reconcile ReconcileFunc, log *slog.Logger) *API {
+// NewAPI returns the internal API on pool serving the service's
+// reconciliation sets (nil when it holds no money flow).
+func NewAPI(pool *pgxpool.Pool, sets recon.Sets, log *slog.Logger) *API {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &API{pool: pool, reconcile: reconcile, log: log}
+	return &API{pool: pool, sets: sets, log: log}
 }
 
 // Routes mounts the endpoints on r.
@@ -50,7 +46,7 @@ func (a *API) Routes(r chi.Router) {
 	r.Get("/internal/v1/recovery", a.recovery)
 	r.Get("/internal/v1/quarantine", a.quarantine)
 	r.Get("/internal/v1/dead-letters", a.deadLetters)
-	r.Get("/internal/v1/reconciliation", a.reconciliation)
+	r.Get("/internal/v1/reconciliation/{set}", a.reconciliation)
 }
 
 // ReadRecovery reads the recovery counts of the database pool reaches.
@@ -179,50 +175,57 @@ func (a *API) deadLetters(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, page)
 }
 
+// ReconciliationPage is a page of a reconciliation set; Next is the
+// position to ask after for the next page (absent on the last).
+type ReconciliationPage struct {
+	Items []recon.Row `json:"items"`
+	Next  *string     `json:"next,omitempty"`
+}
+
 func (a *API) reconciliation(w http.ResponseWriter, r *http.Request) {
+	read, ok := a.sets[chi.URLParam(r, "set")]
+	if !ok {
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusNotFound, "unknown_set", "no reconciliation set of that name here"))
+		return
+	}
 	q := r.URL.Query()
 	tenantID, p := httpx.TenantID(q.Get("tenantId"))
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	periods := q["period"]
-	if len(periods) == 0 {
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "missing_field", "period is required"))
+	period := q.Get("period")
+	if _, err := events.ParsePeriod(period); err != nil {
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_period", "period must be YYYY-MM"))
 		return
 	}
-	for _, s := range periods {
-		if _, err := events.ParsePeriod(s); err != nil {
-			httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_period", "period must be YYYY-MM"))
+	limit, p := limitParam(q.Get("limit"))
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	limit = limitOf(limit)
+	var after recon.Position
+	if s := q.Get("after"); s != "" {
+		if err := recon.DecodePosition(s, &after); err != nil {
+			httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_cursor", "after must be a next value this API returned"))
 			return
 		}
 	}
-	rows := recon.Rows{}
-	if a.reconcile != nil {
-		var err error
-		if rows, err = a.reconcile(r.Context(), tenantID, periods); err != nil {
-			a.storeError(w, r, "read reconciliation rows", err)
-			return
-		}
+	rows, err := read(r.Context(), recon.Query{TenantID: tenantID, Period: period, After: after, Limit: limit + 1})
+	if err != nil {
+		a.storeError(w, r, "read reconciliation set", err)
+		return
 	}
-	httpx.WriteJSON(w, http.StatusOK, nonNil(rows))
-}
-
-// nonNil makes every list of r a JSON array, never null.
-func nonNil(r recon.Rows) recon.Rows {
-	r.UsageFacts = orEmpty(r.UsageFacts)
-	r.Charges = orEmpty(r.Charges)
-	r.Adjustments = orEmpty(r.Adjustments)
-	r.InvoiceLines = orEmpty(r.InvoiceLines)
-	r.Corrections = orEmpty(r.Corrections)
-	return r
-}
-
-func orEmpty[T any](s []T) []T {
-	if s == nil {
-		return []T{}
+	page := ReconciliationPage{Items: rows}
+	if len(rows) > limit {
+		next := recon.EncodePosition(rows[limit-1].Pos())
+		page.Items, page.Next = rows[:limit], &next
 	}
-	return s
+	if page.Items == nil {
+		page.Items = []recon.Row{}
+	}
+	httpx.WriteJSON(w, http.StatusOK, page)
 }
 
 func (a *API) storeError(w http.ResponseWriter, r *http.Request, what string, err error) {

@@ -77,11 +77,23 @@ func (c *Client) DeadLetters(ctx context.Context, service string, after int64, l
 	return out, c.get(ctx, service, "/internal/v1/dead-letters", q, &out)
 }
 
-// Reconciliation reads service's reconciliation rows of a tenant.
-func (c *Client) Reconciliation(ctx context.Context, service, tenantID string, periods []string) (recon.Rows, error) {
-	q := url.Values{"tenantId": {tenantID}, "period": periods}
-	var out recon.Rows
-	return out, c.get(ctx, service, "/internal/v1/reconciliation", q, &out)
+// ReconciliationPage reads a page of a reconciliation set of service into
+// items (a pointer to a slice of the set's row type).
+func (c *Client) ReconciliationPage(ctx context.Context, service, set string, q recon.Query, items any) error {
+	v := url.Values{"tenantId": {q.TenantID}, "period": {q.Period}, "limit": {strconv.Itoa(q.Limit)}}
+	if q.After != (recon.Position{}) {
+		v.Set("after", recon.EncodePosition(q.After))
+	}
+	var out struct {
+		Items json.RawMessage `json:"items"`
+	}
+	if err := c.get(ctx, service, "/internal/v1/reconciliation/"+set, v, &out); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(out.Items, items); err != nil {
+		return fmt.Errorf("call %s reconciliation set %s: decode rows: %w", service, set, err)
+	}
+	return nil
 }
 
 func (c *Client) get(ctx context.Context, service, path string, q url.Values, out any) error {

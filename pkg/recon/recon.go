@@ -1,30 +1,17 @@
 // Package recon holds the rows services exchange for reconciliation by
 // origin event id: what each service holds of one tenant's money flow. Each
-// fills its own part (GET /internal/v1/reconciliation): usage the facts,
-// billing the charges and adjustments, invoice the lines and corrections,
-// query its projection of all of them. The types are plain data, so the
-// comparison can be domain code.
+// serves its own sets (GET /internal/v1/reconciliation/{set}, see Sets):
+// usage the facts, billing the charges and adjustments, invoice the lines
+// and corrections, query its projection of all of them. Every set is read
+// page by page in the order of its rows' Position, so the comparison is a
+// merge over ordered streams in bounded memory. The types are plain data,
+// so the comparison can be domain code.
 package recon
 
 import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 )
-
-// Rows are what a service holds of one tenant's money flow.
-type Rows struct {
-	UsageFacts   []UsageFact   `json:"usageFacts"`
-	Charges      []Charge      `json:"charges"`
-	Adjustments  []Adjustment  `json:"adjustments"`
-	InvoiceLines []InvoiceLine `json:"invoiceLines"`
-	// LineTotals are invoice's aggregated lines as it shows them (one per
-	// meter and price version, one per adjustment, the rounding line); the
-	// InvoiceLines rows are what each of them counts, by origin event.
-	LineTotals  []LineTotal  `json:"lineTotals"`
-	Corrections []Correction `json:"corrections"`
-	// Invoices are query's projection of issued invoices (InvoiceIssued).
-	Invoices []Invoice `json:"invoices,omitempty"`
-}
 
 // Invoice is an issued invoice's total as query projected it.
 type Invoice struct {
@@ -77,6 +64,8 @@ type InvoiceLine struct {
 	Amount        decimal.Decimal `json:"amount"`
 	Quantity      decimal.Decimal `json:"quantity"` // charges only
 	LineID        string          `json:"lineId"`   // the line it is counted in
+	// UsageEventID is the UsageAccepted a counted charge rates (charges only).
+	UsageEventID uuid.UUID `json:"usageEventId,omitzero"`
 }
 
 // LineTotal is one aggregated line of an invoice as invoice shows it.

@@ -32,10 +32,10 @@ var Spec = service.Spec{
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	svc := app.New(d.Pool, d.Logger)
 	return service.Parts{
-		Routes:        httpapi.New(svc, d.Logger).Routes,
-		Topics:        app.Topics,
-		Handlers:      svc.Handlers(),
-		BatchHandlers: svc.BatchHandlers(),
-		Reconcile:     svc.ReconciliationRows,
+		Routes:         httpapi.New(svc, d.Logger).Routes,
+		Topics:         app.Topics,
+		Handlers:       svc.Handlers(),
+		BatchHandlers:  svc.BatchHandlers(),
+		Reconciliation: svc.Reconciliation(),
 	}, nil
 }

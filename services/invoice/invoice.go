@@ -52,11 +52,11 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		work = worker.Run
 	}
 	return service.Parts{
-		Work:          work,
-		Routes:        func(r chi.Router) { api.Routes(r); hookAPI.Routes(r) },
-		Topics:        app.Topics,
-		Handlers:      consumer.Handlers(),
-		BatchHandlers: consumer.BatchHandlers(),
-		Reconcile:     reader.ReconciliationRows,
+		Work:           work,
+		Routes:         func(r chi.Router) { api.Routes(r); hookAPI.Routes(r) },
+		Topics:         app.Topics,
+		Handlers:       consumer.Handlers(),
+		BatchHandlers:  consumer.BatchHandlers(),
+		Reconciliation: reader.Reconciliation(),
 	}, nil
 }

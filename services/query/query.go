@@ -49,9 +49,9 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 			tenantAPI.Routes(r)
 			operatorAPI.Routes(r)
 		},
-		Topics:        append(append([]string{}, app.Topics...), events.TopicOps),
-		Handlers:      handlers,
-		BatchHandlers: app.BatchHandlers(),
-		Reconcile:     op.ReconciliationRows,
+		Topics:         append(append([]string{}, app.Topics...), events.TopicOps),
+		Handlers:       handlers,
+		BatchHandlers:  app.BatchHandlers(),
+		Reconciliation: op.Reconciliation(),
 	}, nil
 }

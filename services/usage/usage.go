@@ -31,9 +31,9 @@ var Spec = service.Spec{
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	a := app.New(d.Pool, d.Logger)
 	return service.Parts{
-		Routes:    httpapi.New(a, d.Logger).Routes,
-		Topics:    []string{events.TopicMeter},
-		Handlers:  a.Handlers(),
-		Reconcile: a.ReconciliationRows,
+		Routes:         httpapi.New(a, d.Logger).Routes,
+		Topics:         []string{events.TopicMeter},
+		Handlers:       a.Handlers(),
+		Reconciliation: a.Reconciliation(),
 	}, nil
 }

@@ -4,37 +4,78 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/recon"
 	"github.com/usagebilling/billing/services/billing/internal/db"
 )
 
-// ReconciliationRows returns the tenant's charges rated into periods or
-// rating usage that occurred in them, and its adjustments of periods, read
-// from one snapshot.
-func (s *Service) ReconciliationRows(ctx context.Context, tenantID string, periods []string) (recon.Rows, error) {
-	var out recon.Rows
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		q := db.New(tx)
-		charges, err := q.ReconciliationCharges(ctx, db.ReconciliationChargesParams{TenantID: tenantID, Periods: periods})
-		if err != nil {
-			return fmt.Errorf("read charges of %s: %w", tenantID, err)
-		}
-		adjs, err := q.ReconciliationAdjustments(ctx, db.ReconciliationAdjustmentsParams{TenantID: tenantID, Periods: periods})
-		if err != nil {
-			return fmt.Errorf("read adjustments of %s: %w", tenantID, err)
-		}
-		out.Charges = make([]recon.Charge, len(charges))
-		for i, c := range charges {
-			out.Charges[i] = recon.Charge{EventID: c.EventID, UsageEventID: c.UsageEventID, Currency: c.Currency,
-				Quantity: c.Quantity, Amount: c.Amount, Period: c.Period, OccurredPeriod: c.OccurredPeriod}
-		}
-		out.Adjustments = make([]recon.Adjustment, len(adjs))
-		for i, a := range adjs {
-			out.Adjustments[i] = recon.Adjustment{EventID: a.EventID, Currency: a.Currency, Amount: a.Amount, Period: a.Period}
-		}
-		return nil
-	})
-	return out, err
+// Reconciliation returns the reconciliation sets billing serves: the months
+// a period's reconciliation reads, its charges in usage event order and its
+// adjustments.
+func (s *Service) Reconciliation() recon.Sets {
+	return recon.Sets{
+		recon.SetMonths:      recon.Set(s.reconciliationMonths),
+		recon.SetCharges:     recon.Set(s.reconciliationCharges),
+		recon.SetAdjustments: recon.Set(s.reconciliationAdjustments),
+	}
+}
+
+func (s *Service) reconciliationMonths(ctx context.Context, q recon.Query) ([]recon.Month, error) {
+	month, err := monthOf(q.Period)
+	if err != nil {
+		return nil, err
+	}
+	periods, err := db.New(s.pool).ReconciliationMonths(ctx, db.ReconciliationMonthsParams{TenantID: q.TenantID,
+		Period: q.Period, Month: month})
+	if err != nil {
+		return nil, fmt.Errorf("read the months of %s %s: %w", q.TenantID, q.Period, err)
+	}
+	out := make([]recon.Month, len(periods))
+	for i, p := range periods {
+		out[i] = recon.Month{Period: p}
+	}
+	return out, nil
+}
+
+func (s *Service) reconciliationCharges(ctx context.Context, q recon.Query) ([]recon.Charge, error) {
+	month, err := monthOf(q.Period)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.New(s.pool).ReconciliationCharges(ctx, db.ReconciliationChargesParams{TenantID: q.TenantID,
+		Period: q.Period, Month: month, AfterKey: q.After.Key, AfterID: q.After.ID, RowLimit: int32(q.Limit)})
+	if err != nil {
+		return nil, fmt.Errorf("read charges of %s: %w", q.TenantID, err)
+	}
+	out := make([]recon.Charge, len(rows))
+	for i, c := range rows {
+		out[i] = recon.Charge{EventID: c.EventID, UsageEventID: c.UsageEventID, Currency: c.Currency,
+			Quantity: c.Quantity, Amount: c.Amount, Period: c.Period, OccurredPeriod: c.OccurredPeriod}
+	}
+	return out, nil
+}
+
+func (s *Service) reconciliationAdjustments(ctx context.Context, q recon.Query) ([]recon.Adjustment, error) {
+	rows, err := db.New(s.pool).ReconciliationAdjustments(ctx, db.ReconciliationAdjustmentsParams{TenantID: q.TenantID,
+		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
+	if err != nil {
+		return nil, fmt.Errorf("read adjustments of %s: %w", q.TenantID, err)
+	}
+	out := make([]recon.Adjustment, len(rows))
+	for i, a := range rows {
+		out[i] = recon.Adjustment{EventID: a.EventID, Currency: a.Currency, Amount: a.Amount, Period: a.Period}
+	}
+	return out, nil
+}
+
+// monthOf is a period as the timestamp of its first instant (UTC), as the
+// reconciliation indexes hold occurrence months.
+func monthOf(period string) (pgtype.Timestamp, error) {
+	t, err := events.ParsePeriod(period)
+	if err != nil {
+		return pgtype.Timestamp{}, err
+	}
+	return pgtype.Timestamp{Time: t, Valid: true}, nil
 }

@@ -66,3 +66,11 @@ type PriceEvidence struct {
 	EventID     uuid.UUID
 	RecordedAt  time.Time
 }
+
+type PriceSchedule struct {
+	TenantID     string
+	MeterCode    string
+	Currency     string
+	KnownThrough time.Time
+	UpdatedAt    time.Time
+}

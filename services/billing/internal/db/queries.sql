@@ -6,6 +6,34 @@ INSERT INTO price_evidence (tenant_id, meter_code, currency, version, unit_price
 VALUES (@tenant_id, @meter_code, @currency, @version, @unit_price, @effective_at, @price_id, @event_id)
 ON CONFLICT DO NOTHING;
 
+-- name: HasPriceVersion :one
+-- Whether billing holds a version of a series (and so every version before
+-- it: the inbox applies a series' versions in order).
+SELECT EXISTS (SELECT 1 FROM price_evidence
+               WHERE tenant_id = @tenant_id AND meter_code = @meter_code AND currency = @currency
+                 AND version = @version)::boolean AS held;
+
+-- name: RaiseKnownThrough :one
+-- Raises what billing knows of a series' schedule to @known_through (never
+-- lowers it) and returns what it knew before (NULL: nothing) and whether it
+-- rose (had false: it knew nothing). Called only once billing holds every
+-- version the watermark names.
+WITH prev AS (
+    SELECT s.known_through FROM price_schedule s
+    WHERE s.tenant_id = @tenant_id AND s.meter_code = @meter_code AND s.currency = @currency
+    FOR UPDATE
+), up AS (
+    INSERT INTO price_schedule AS s (tenant_id, meter_code, currency, known_through)
+    VALUES (@tenant_id, @meter_code, @currency, @known_through)
+    ON CONFLICT (tenant_id, meter_code, currency) DO UPDATE
+        SET known_through = EXCLUDED.known_through, updated_at = now()
+        WHERE s.known_through < EXCLUDED.known_through
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM prev)::boolean AS had,
+       COALESCE((SELECT known_through FROM prev), 'epoch')::timestamptz AS previous,
+       EXISTS (SELECT 1 FROM up)::boolean AS raised;
+
 -- name: LockPeriodShared :exec
 -- Takes the period's advisory lock shared for the transaction: rating and
 -- adjustments hold it, any number at once; a close takes it exclusively
@@ -20,19 +48,32 @@ SELECT pg_advisory_xact_lock(hashtextextended(@tenant_id::text || '|' || @period
 
 -- name: RateUsage :one
 -- Rates one usage fact into @period in one statement, under the period's
--- shared lock: reads the price evidence and the period's status, and inserts
--- the charge when the period is open. A period without a row is open: only
--- a close writes period rows (MarkPeriodClosing, under the exclusive lock),
--- so raters never write a row another rater may be writing, and a rating
--- transaction needs no second connection. No row: the price version is
--- missing. A status other than open: nothing was written.
-WITH price AS (
-    SELECT pe.unit_price
-    FROM price_evidence pe
+-- shared lock: reads what billing knows of the series' schedule, the price
+-- version in effect at the fact's occurrence and the period's status, and
+-- inserts the charge when the schedule is known through the occurrence, a
+-- version is in effect and the period is open. A period without a row is
+-- open: only a close writes period rows (MarkPeriodClosing, under the
+-- exclusive lock), so raters never write a row another rater may be
+-- writing, and a rating transaction needs no second connection. known
+-- false: the schedule is not known through the occurrence yet (wait);
+-- priced false: no version is in effect then (before the first); a status
+-- other than open: nothing was written.
+WITH s AS (
+    SELECT ps.known_through FROM price_schedule ps
+    WHERE ps.tenant_id = sqlc.arg(tenant_id)::text AND ps.meter_code = sqlc.arg(meter_code)::text
+      AND ps.currency = sqlc.arg(currency)::text
+), price AS (
+    -- Versions take effect in version order: the highest version already
+    -- in effect is the one. Read only when the schedule is known.
+    SELECT pe.version, pe.unit_price
+    FROM price_evidence pe, s
     WHERE pe.tenant_id = sqlc.arg(tenant_id)::text
       AND pe.meter_code = sqlc.arg(meter_code)::text
       AND pe.currency = sqlc.arg(currency)::text
-      AND pe.version = sqlc.arg(price_version)::bigint
+      AND pe.effective_at <= sqlc.arg(occurred_at)::timestamptz
+      AND sqlc.arg(occurred_at)::timestamptz < s.known_through
+    ORDER BY pe.version DESC
+    LIMIT 1
 ), bp AS (
     SELECT b.status FROM billing_period b
     WHERE b.tenant_id = sqlc.arg(tenant_id)::text AND b.period = sqlc.arg(period)::text
@@ -42,13 +83,16 @@ WITH price AS (
     SELECT sqlc.arg(charge_id)::uuid, sqlc.arg(event_id)::uuid, sqlc.arg(usage_event_id)::uuid,
            sqlc.arg(usage_id)::uuid, sqlc.arg(tenant_id)::text, sqlc.arg(meter_code)::text,
            sqlc.arg(currency)::text, sqlc.arg(quantity)::numeric, price.unit_price,
-           sqlc.arg(price_version)::bigint, sqlc.arg(quantity)::numeric * price.unit_price,
+           price.version, sqlc.arg(quantity)::numeric * price.unit_price,
            sqlc.arg(period)::text, sqlc.arg(late)::boolean, sqlc.arg(occurred_at)::timestamptz
     FROM price LEFT JOIN bp ON true
     WHERE COALESCE(bp.status, 'open') = 'open'
 )
-SELECT price.unit_price, COALESCE(bp.status, 'open')::text AS status
-FROM price LEFT JOIN bp ON true;
+SELECT COALESCE((SELECT sqlc.arg(occurred_at)::timestamptz < s.known_through FROM s), false)::boolean AS known,
+       EXISTS (SELECT 1 FROM price)::boolean AS priced,
+       COALESCE((SELECT price.version FROM price), 0)::bigint AS price_version,
+       COALESCE((SELECT price.unit_price FROM price), 0)::numeric AS unit_price,
+       COALESCE((SELECT bp.status FROM bp), 'open')::text AS status;
 
 -- name: LockPeriodsShared :exec
 -- LockPeriodsShared takes the advisory locks of LockPeriodShared of every
@@ -63,14 +107,15 @@ FROM (SELECT DISTINCT hashtextextended(u.tenant_id || '|' || u.period, 7365) AS 
 -- name: RateUsages :many
 -- RateUsages rates usage facts, each into its period, in one statement,
 -- under the periods' shared locks (LockPeriodsShared): RateUsage for every
--- fact at once. It returns per fact, in the order given, whether its price
--- version is here, the unit price, and its period's status; the charges of
--- the facts with a price in an open period are inserted, in that order.
+-- fact at once. It returns per fact, in the order given, whether the
+-- series' schedule is known through its occurrence, whether a version is in
+-- effect then, that version and its unit price, and its period's status;
+-- the charges of the known, priced facts in an open period are inserted, in
+-- that order.
 WITH u AS (
     SELECT unnest(@tenant_ids::text[])          AS tenant_id,
            unnest(@meter_codes::text[])         AS meter_code,
            unnest(@currencies::text[])          AS currency,
-           unnest(@price_versions::bigint[])    AS price_version,
            unnest(@periods::text[])             AS period,
            unnest(@charge_ids::uuid[])          AS charge_id,
            unnest(@event_ids::uuid[])           AS event_id,
@@ -80,24 +125,32 @@ WITH u AS (
            unnest(@occurred_ats::timestamptz[]) AS occurred_at,
            generate_series(1, cardinality(@tenant_ids::text[])) AS n
 ), r AS (
-    -- One index probe per fact (scalar subqueries): see inbox's lookups.
+    -- One index probe per fact and lookup: see inbox's lookups.
     SELECT u.*,
-           (SELECT pe.unit_price FROM price_evidence pe
-            WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
-              AND pe.currency = u.currency AND pe.version = u.price_version) AS unit_price,
+           COALESCE(u.occurred_at < ps.known_through, false) AS known,
+           p.version AS price_version, p.unit_price,
            COALESCE((SELECT b.status FROM billing_period b
                      WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
     FROM u
+    LEFT JOIN price_schedule ps
+           ON ps.tenant_id = u.tenant_id AND ps.meter_code = u.meter_code AND ps.currency = u.currency
+    LEFT JOIN LATERAL (
+        SELECT pe.version, pe.unit_price FROM price_evidence pe
+        WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
+          AND pe.currency = u.currency AND pe.effective_at <= u.occurred_at
+        ORDER BY pe.version DESC
+        LIMIT 1) p ON u.occurred_at < ps.known_through
 ), ch AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
                         quantity, unit_price, price_version, amount, period, late, occurred_at)
     SELECT r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.tenant_id, r.meter_code, r.currency,
            r.quantity, r.unit_price, r.price_version, r.quantity * r.unit_price, r.period, false, r.occurred_at
     FROM r
-    WHERE r.unit_price IS NOT NULL AND r.status = 'open'
+    WHERE r.known AND r.price_version IS NOT NULL AND r.status = 'open'
     ORDER BY r.n
 )
-SELECT (r.unit_price IS NOT NULL)::boolean AS priced, COALESCE(r.unit_price, 0)::numeric AS unit_price,
+SELECT r.known::boolean AS known, (r.price_version IS NOT NULL)::boolean AS priced,
+       COALESCE(r.price_version, 0)::bigint AS price_version, COALESCE(r.unit_price, 0)::numeric AS unit_price,
        r.status::text AS status
 FROM r ORDER BY r.n;
 
@@ -215,19 +268,52 @@ SET status = 'closed', closed_at = sqlc.arg(closed_at)::timestamptz, close_event
     closed_by = sqlc.arg(closed_by)::text
 WHERE tenant_id = @tenant_id AND period = @period AND status = 'closing';
 
+-- name: ReconciliationMonths :many
+-- ReconciliationMonths lists the months a period's reconciliation reads:
+-- the period, the months its late charges' usage occurred in, and the
+-- periods the usage that occurred in it was rated into late.
+SELECT DISTINCT m.period::text AS period FROM (
+    SELECT to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') AS period
+    FROM charge c WHERE c.tenant_id = @tenant_id AND c.period = @period AND c.late
+    UNION ALL
+    SELECT c.period FROM charge c
+    WHERE c.tenant_id = @tenant_id AND c.late
+      AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = @month::timestamp
+    UNION ALL
+    SELECT @period::text
+) m
+ORDER BY 1;
+
 -- name: ReconciliationCharges :many
--- ReconciliationCharges lists a tenant's charges rated into the given
--- periods or rating usage that occurred in them (UTC months).
-SELECT event_id, usage_event_id, currency, quantity, amount, period,
-       to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
-FROM charge
-WHERE tenant_id = @tenant_id
-  AND (period = ANY(@periods::text[])
-       OR to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') = ANY(@periods::text[]))
-ORDER BY event_id;
+-- ReconciliationCharges reads a page of a tenant's charges rated into a
+-- period or rating usage that occurred in it (late, into a later period),
+-- in (usage event id, event id) order after a position.
+SELECT * FROM (
+    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period,
+            to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
+     FROM charge c
+     WHERE c.tenant_id = @tenant_id AND c.period = @period
+       AND (c.usage_event_id, c.event_id) > (@after_key::uuid, @after_id::uuid)
+     ORDER BY c.usage_event_id, c.event_id
+     LIMIT @row_limit)
+    UNION ALL
+    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period,
+            to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
+     FROM charge c
+     WHERE c.tenant_id = @tenant_id AND c.late AND c.period <> @period
+       AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = @month::timestamp
+       AND (c.usage_event_id, c.event_id) > (@after_key::uuid, @after_id::uuid)
+     ORDER BY c.usage_event_id, c.event_id
+     LIMIT @row_limit)
+) s
+ORDER BY s.usage_event_id, s.event_id
+LIMIT @row_limit;
 
 -- name: ReconciliationAdjustments :many
+-- ReconciliationAdjustments reads a page of a tenant's adjustments of a
+-- period in event id order after a position.
 SELECT event_id, currency, amount, period
 FROM adjustment
-WHERE tenant_id = @tenant_id AND period = ANY(@periods::text[])
-ORDER BY event_id;
+WHERE tenant_id = @tenant_id AND period = @period AND event_id > @after
+ORDER BY event_id
+LIMIT @row_limit;

@@ -133,6 +133,33 @@ func (q *Queries) GetCharge(ctx context.Context, arg GetChargeParams) (GetCharge
 	return i, err
 }
 
+const hasPriceVersion = `-- name: HasPriceVersion :one
+SELECT EXISTS (SELECT 1 FROM price_evidence
+               WHERE tenant_id = $1 AND meter_code = $2 AND currency = $3
+                 AND version = $4)::boolean AS held
+`
+
+type HasPriceVersionParams struct {
+	TenantID  string
+	MeterCode string
+	Currency  string
+	Version   int64
+}
+
+// Whether billing holds a version of a series (and so every version before
+// it: the inbox applies a series' versions in order).
+func (q *Queries) HasPriceVersion(ctx context.Context, arg HasPriceVersionParams) (bool, error) {
+	row := q.db.QueryRow(ctx, hasPriceVersion,
+		arg.TenantID,
+		arg.MeterCode,
+		arg.Currency,
+		arg.Version,
+	)
+	var held bool
+	err := row.Scan(&held)
+	return held, err
+}
+
 const insertAdjustment = `-- name: InsertAdjustment :exec
 INSERT INTO adjustment (adjustment_id, event_id, tenant_id, correction_of, amount, currency, reason,
                         period, after_close, actor)
@@ -594,37 +621,96 @@ func (q *Queries) PeriodStatus(ctx context.Context, arg PeriodStatusParams) (str
 	return status, err
 }
 
+const raiseKnownThrough = `-- name: RaiseKnownThrough :one
+WITH prev AS (
+    SELECT s.known_through FROM price_schedule s
+    WHERE s.tenant_id = $1 AND s.meter_code = $2 AND s.currency = $3
+    FOR UPDATE
+), up AS (
+    INSERT INTO price_schedule AS s (tenant_id, meter_code, currency, known_through)
+    VALUES ($1, $2, $3, $4)
+    ON CONFLICT (tenant_id, meter_code, currency) DO UPDATE
+        SET known_through = EXCLUDED.known_through, updated_at = now()
+        WHERE s.known_through < EXCLUDED.known_through
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM prev)::boolean AS had,
+       COALESCE((SELECT known_through FROM prev), 'epoch')::timestamptz AS previous,
+       EXISTS (SELECT 1 FROM up)::boolean AS raised
+`
+
+type RaiseKnownThroughParams struct {
+	TenantID     string
+	MeterCode    string
+	Currency     string
+	KnownThrough time.Time
+}
+
+type RaiseKnownThroughRow struct {
+	Had      bool
+	Previous time.Time
+	Raised   bool
+}
+
+// Raises what billing knows of a series' schedule to @known_through (never
+// lowers it) and returns what it knew before (NULL: nothing) and whether it
+// rose (had false: it knew nothing). Called only once billing holds every
+// version the watermark names.
+func (q *Queries) RaiseKnownThrough(ctx context.Context, arg RaiseKnownThroughParams) (RaiseKnownThroughRow, error) {
+	row := q.db.QueryRow(ctx, raiseKnownThrough,
+		arg.TenantID,
+		arg.MeterCode,
+		arg.Currency,
+		arg.KnownThrough,
+	)
+	var i RaiseKnownThroughRow
+	err := row.Scan(&i.Had, &i.Previous, &i.Raised)
+	return i, err
+}
+
 const rateUsage = `-- name: RateUsage :one
-WITH price AS (
-    SELECT pe.unit_price
-    FROM price_evidence pe
-    WHERE pe.tenant_id = $1::text
-      AND pe.meter_code = $2::text
-      AND pe.currency = $3::text
-      AND pe.version = $4::bigint
+WITH s AS (
+    SELECT ps.known_through FROM price_schedule ps
+    WHERE ps.tenant_id = $2::text AND ps.meter_code = $3::text
+      AND ps.currency = $4::text
+), price AS (
+    -- Versions take effect in version order: the highest version already
+    -- in effect is the one. Read only when the schedule is known.
+    SELECT pe.version, pe.unit_price
+    FROM price_evidence pe, s
+    WHERE pe.tenant_id = $2::text
+      AND pe.meter_code = $3::text
+      AND pe.currency = $4::text
+      AND pe.effective_at <= $1::timestamptz
+      AND $1::timestamptz < s.known_through
+    ORDER BY pe.version DESC
+    LIMIT 1
 ), bp AS (
     SELECT b.status FROM billing_period b
-    WHERE b.tenant_id = $1::text AND b.period = $5::text
+    WHERE b.tenant_id = $2::text AND b.period = $5::text
 ), ch AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
                         quantity, unit_price, price_version, amount, period, late, occurred_at)
     SELECT $6::uuid, $7::uuid, $8::uuid,
-           $9::uuid, $1::text, $2::text,
-           $3::text, $10::numeric, price.unit_price,
-           $4::bigint, $10::numeric * price.unit_price,
-           $5::text, $11::boolean, $12::timestamptz
+           $9::uuid, $2::text, $3::text,
+           $4::text, $10::numeric, price.unit_price,
+           price.version, $10::numeric * price.unit_price,
+           $5::text, $11::boolean, $1::timestamptz
     FROM price LEFT JOIN bp ON true
     WHERE COALESCE(bp.status, 'open') = 'open'
 )
-SELECT price.unit_price, COALESCE(bp.status, 'open')::text AS status
-FROM price LEFT JOIN bp ON true
+SELECT COALESCE((SELECT $1::timestamptz < s.known_through FROM s), false)::boolean AS known,
+       EXISTS (SELECT 1 FROM price)::boolean AS priced,
+       COALESCE((SELECT price.version FROM price), 0)::bigint AS price_version,
+       COALESCE((SELECT price.unit_price FROM price), 0)::numeric AS unit_price,
+       COALESCE((SELECT bp.status FROM bp), 'open')::text AS status
 `
 
 type RateUsageParams struct {
+	OccurredAt   time.Time
 	TenantID     string
 	MeterCode    string
 	Currency     string
-	PriceVersion int64
 	Period       string
 	ChargeID     uuid.UUID
 	EventID      uuid.UUID
@@ -632,27 +718,33 @@ type RateUsageParams struct {
 	UsageID      uuid.UUID
 	Quantity     decimal.Decimal
 	Late         bool
-	OccurredAt   time.Time
 }
 
 type RateUsageRow struct {
-	UnitPrice decimal.Decimal
-	Status    string
+	Known        bool
+	Priced       bool
+	PriceVersion int64
+	UnitPrice    decimal.Decimal
+	Status       string
 }
 
 // Rates one usage fact into @period in one statement, under the period's
-// shared lock: reads the price evidence and the period's status, and inserts
-// the charge when the period is open. A period without a row is open: only
-// a close writes period rows (MarkPeriodClosing, under the exclusive lock),
-// so raters never write a row another rater may be writing, and a rating
-// transaction needs no second connection. No row: the price version is
-// missing. A status other than open: nothing was written.
+// shared lock: reads what billing knows of the series' schedule, the price
+// version in effect at the fact's occurrence and the period's status, and
+// inserts the charge when the schedule is known through the occurrence, a
+// version is in effect and the period is open. A period without a row is
+// open: only a close writes period rows (MarkPeriodClosing, under the
+// exclusive lock), so raters never write a row another rater may be
+// writing, and a rating transaction needs no second connection. known
+// false: the schedule is not known through the occurrence yet (wait);
+// priced false: no version is in effect then (before the first); a status
+// other than open: nothing was written.
 func (q *Queries) RateUsage(ctx context.Context, arg RateUsageParams) (RateUsageRow, error) {
 	row := q.db.QueryRow(ctx, rateUsage,
+		arg.OccurredAt,
 		arg.TenantID,
 		arg.MeterCode,
 		arg.Currency,
-		arg.PriceVersion,
 		arg.Period,
 		arg.ChargeID,
 		arg.EventID,
@@ -660,10 +752,15 @@ func (q *Queries) RateUsage(ctx context.Context, arg RateUsageParams) (RateUsage
 		arg.UsageID,
 		arg.Quantity,
 		arg.Late,
-		arg.OccurredAt,
 	)
 	var i RateUsageRow
-	err := row.Scan(&i.UnitPrice, &i.Status)
+	err := row.Scan(
+		&i.Known,
+		&i.Priced,
+		&i.PriceVersion,
+		&i.UnitPrice,
+		&i.Status,
+	)
 	return i, err
 }
 
@@ -672,34 +769,41 @@ WITH u AS (
     SELECT unnest($1::text[])          AS tenant_id,
            unnest($2::text[])         AS meter_code,
            unnest($3::text[])          AS currency,
-           unnest($4::bigint[])    AS price_version,
-           unnest($5::text[])             AS period,
-           unnest($6::uuid[])          AS charge_id,
-           unnest($7::uuid[])           AS event_id,
-           unnest($8::uuid[])     AS usage_event_id,
-           unnest($9::uuid[])           AS usage_id,
-           unnest($10::numeric[])       AS quantity,
-           unnest($11::timestamptz[]) AS occurred_at,
+           unnest($4::text[])             AS period,
+           unnest($5::uuid[])          AS charge_id,
+           unnest($6::uuid[])           AS event_id,
+           unnest($7::uuid[])     AS usage_event_id,
+           unnest($8::uuid[])           AS usage_id,
+           unnest($9::numeric[])       AS quantity,
+           unnest($10::timestamptz[]) AS occurred_at,
            generate_series(1, cardinality($1::text[])) AS n
 ), r AS (
-    -- One index probe per fact (scalar subqueries): see inbox's lookups.
-    SELECT u.tenant_id, u.meter_code, u.currency, u.price_version, u.period, u.charge_id, u.event_id, u.usage_event_id, u.usage_id, u.quantity, u.occurred_at, u.n,
-           (SELECT pe.unit_price FROM price_evidence pe
-            WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
-              AND pe.currency = u.currency AND pe.version = u.price_version) AS unit_price,
+    -- One index probe per fact and lookup: see inbox's lookups.
+    SELECT u.tenant_id, u.meter_code, u.currency, u.period, u.charge_id, u.event_id, u.usage_event_id, u.usage_id, u.quantity, u.occurred_at, u.n,
+           COALESCE(u.occurred_at < ps.known_through, false) AS known,
+           p.version AS price_version, p.unit_price,
            COALESCE((SELECT b.status FROM billing_period b
                      WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
     FROM u
+    LEFT JOIN price_schedule ps
+           ON ps.tenant_id = u.tenant_id AND ps.meter_code = u.meter_code AND ps.currency = u.currency
+    LEFT JOIN LATERAL (
+        SELECT pe.version, pe.unit_price FROM price_evidence pe
+        WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
+          AND pe.currency = u.currency AND pe.effective_at <= u.occurred_at
+        ORDER BY pe.version DESC
+        LIMIT 1) p ON u.occurred_at < ps.known_through
 ), ch AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
                         quantity, unit_price, price_version, amount, period, late, occurred_at)
     SELECT r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.tenant_id, r.meter_code, r.currency,
            r.quantity, r.unit_price, r.price_version, r.quantity * r.unit_price, r.period, false, r.occurred_at
     FROM r
-    WHERE r.unit_price IS NOT NULL AND r.status = 'open'
+    WHERE r.known AND r.price_version IS NOT NULL AND r.status = 'open'
     ORDER BY r.n
 )
-SELECT (r.unit_price IS NOT NULL)::boolean AS priced, COALESCE(r.unit_price, 0)::numeric AS unit_price,
+SELECT r.known::boolean AS known, (r.price_version IS NOT NULL)::boolean AS priced,
+       COALESCE(r.price_version, 0)::bigint AS price_version, COALESCE(r.unit_price, 0)::numeric AS unit_price,
        r.status::text AS status
 FROM r ORDER BY r.n
 `
@@ -708,7 +812,6 @@ type RateUsagesParams struct {
 	TenantIds     []string
 	MeterCodes    []string
 	Currencies    []string
-	PriceVersions []int64
 	Periods       []string
 	ChargeIds     []uuid.UUID
 	EventIds      []uuid.UUID
@@ -719,22 +822,25 @@ type RateUsagesParams struct {
 }
 
 type RateUsagesRow struct {
-	Priced    bool
-	UnitPrice decimal.Decimal
-	Status    string
+	Known        bool
+	Priced       bool
+	PriceVersion int64
+	UnitPrice    decimal.Decimal
+	Status       string
 }
 
 // RateUsages rates usage facts, each into its period, in one statement,
 // under the periods' shared locks (LockPeriodsShared): RateUsage for every
-// fact at once. It returns per fact, in the order given, whether its price
-// version is here, the unit price, and its period's status; the charges of
-// the facts with a price in an open period are inserted, in that order.
+// fact at once. It returns per fact, in the order given, whether the
+// series' schedule is known through its occurrence, whether a version is in
+// effect then, that version and its unit price, and its period's status;
+// the charges of the known, priced facts in an open period are inserted, in
+// that order.
 func (q *Queries) RateUsages(ctx context.Context, arg RateUsagesParams) ([]RateUsagesRow, error) {
 	rows, err := q.db.Query(ctx, rateUsages,
 		arg.TenantIds,
 		arg.MeterCodes,
 		arg.Currencies,
-		arg.PriceVersions,
 		arg.Periods,
 		arg.ChargeIds,
 		arg.EventIds,
@@ -750,7 +856,13 @@ func (q *Queries) RateUsages(ctx context.Context, arg RateUsagesParams) ([]RateU
 	var items []RateUsagesRow
 	for rows.Next() {
 		var i RateUsagesRow
-		if err := rows.Scan(&i.Priced, &i.UnitPrice, &i.Status); err != nil {
+		if err := rows.Scan(
+			&i.Known,
+			&i.Priced,
+			&i.PriceVersion,
+			&i.UnitPrice,
+			&i.Status,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -764,13 +876,16 @@ func (q *Queries) RateUsages(ctx context.Context, arg RateUsagesParams) ([]RateU
 const reconciliationAdjustments = `-- name: ReconciliationAdjustments :many
 SELECT event_id, currency, amount, period
 FROM adjustment
-WHERE tenant_id = $1 AND period = ANY($2::text[])
+WHERE tenant_id = $1 AND period = $2 AND event_id > $3
 ORDER BY event_id
+LIMIT $4
 `
 
 type ReconciliationAdjustmentsParams struct {
 	TenantID string
-	Periods  []string
+	Period   string
+	After    uuid.UUID
+	RowLimit int32
 }
 
 type ReconciliationAdjustmentsRow struct {
@@ -780,8 +895,15 @@ type ReconciliationAdjustmentsRow struct {
 	Period   string
 }
 
+// ReconciliationAdjustments reads a page of a tenant's adjustments of a
+// period in event id order after a position.
 func (q *Queries) ReconciliationAdjustments(ctx context.Context, arg ReconciliationAdjustmentsParams) ([]ReconciliationAdjustmentsRow, error) {
-	rows, err := q.db.Query(ctx, reconciliationAdjustments, arg.TenantID, arg.Periods)
+	rows, err := q.db.Query(ctx, reconciliationAdjustments,
+		arg.TenantID,
+		arg.Period,
+		arg.After,
+		arg.RowLimit,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -806,18 +928,35 @@ func (q *Queries) ReconciliationAdjustments(ctx context.Context, arg Reconciliat
 }
 
 const reconciliationCharges = `-- name: ReconciliationCharges :many
-SELECT event_id, usage_event_id, currency, quantity, amount, period,
-       to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
-FROM charge
-WHERE tenant_id = $1
-  AND (period = ANY($2::text[])
-       OR to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') = ANY($2::text[]))
-ORDER BY event_id
+SELECT event_id, usage_event_id, currency, quantity, amount, period, occurred_period FROM (
+    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period,
+            to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
+     FROM charge c
+     WHERE c.tenant_id = $1 AND c.period = $2
+       AND (c.usage_event_id, c.event_id) > ($3::uuid, $4::uuid)
+     ORDER BY c.usage_event_id, c.event_id
+     LIMIT $5)
+    UNION ALL
+    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period,
+            to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
+     FROM charge c
+     WHERE c.tenant_id = $1 AND c.late AND c.period <> $2
+       AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = $6::timestamp
+       AND (c.usage_event_id, c.event_id) > ($3::uuid, $4::uuid)
+     ORDER BY c.usage_event_id, c.event_id
+     LIMIT $5)
+) s
+ORDER BY s.usage_event_id, s.event_id
+LIMIT $5
 `
 
 type ReconciliationChargesParams struct {
 	TenantID string
-	Periods  []string
+	Period   string
+	AfterKey uuid.UUID
+	AfterID  uuid.UUID
+	RowLimit int32
+	Month    pgtype.Timestamp
 }
 
 type ReconciliationChargesRow struct {
@@ -830,10 +969,18 @@ type ReconciliationChargesRow struct {
 	OccurredPeriod string
 }
 
-// ReconciliationCharges lists a tenant's charges rated into the given
-// periods or rating usage that occurred in them (UTC months).
+// ReconciliationCharges reads a page of a tenant's charges rated into a
+// period or rating usage that occurred in it (late, into a later period),
+// in (usage event id, event id) order after a position.
 func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationChargesParams) ([]ReconciliationChargesRow, error) {
-	rows, err := q.db.Query(ctx, reconciliationCharges, arg.TenantID, arg.Periods)
+	rows, err := q.db.Query(ctx, reconciliationCharges,
+		arg.TenantID,
+		arg.Period,
+		arg.AfterKey,
+		arg.AfterID,
+		arg.RowLimit,
+		arg.Month,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -853,6 +1000,49 @@ func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationC
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const reconciliationMonths = `-- name: ReconciliationMonths :many
+SELECT DISTINCT m.period::text AS period FROM (
+    SELECT to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') AS period
+    FROM charge c WHERE c.tenant_id = $1 AND c.period = $2 AND c.late
+    UNION ALL
+    SELECT c.period FROM charge c
+    WHERE c.tenant_id = $1 AND c.late
+      AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = $3::timestamp
+    UNION ALL
+    SELECT $2::text
+) m
+ORDER BY 1
+`
+
+type ReconciliationMonthsParams struct {
+	TenantID string
+	Period   string
+	Month    pgtype.Timestamp
+}
+
+// ReconciliationMonths lists the months a period's reconciliation reads:
+// the period, the months its late charges' usage occurred in, and the
+// periods the usage that occurred in it was rated into late.
+func (q *Queries) ReconciliationMonths(ctx context.Context, arg ReconciliationMonthsParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, reconciliationMonths, arg.TenantID, arg.Period, arg.Month)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var period string
+		if err := rows.Scan(&period); err != nil {
+			return nil, err
+		}
+		items = append(items, period)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

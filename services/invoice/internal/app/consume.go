@@ -111,7 +111,8 @@ var Topics = []string{events.TopicBilling}
 func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, ps []events.ChargeRated) ([]inbox.Outcome, error) {
 	n := len(ds)
 	arg := db.AddChargesParams{
-		OriginEventIds: make([]uuid.UUID, n), ChargeIds: make([]uuid.UUID, n), TenantIds: make([]string, n),
+		OriginEventIds: make([]uuid.UUID, n), ChargeIds: make([]uuid.UUID, n), UsageEventIds: make([]uuid.UUID, n),
+		TenantIds: make([]string, n),
 		Periods: make([]string, n), Currencies: make([]string, n), MeterCodes: make([]string, n),
 		PriceVersions: make([]int64, n), UnitPrices: make([]decimal.Decimal, n), Quantities: make([]decimal.Decimal, n),
 		Amounts: make([]decimal.Decimal, n), NewInvoiceIds: make([]uuid.UUID, n),
@@ -127,6 +128,7 @@ func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope
 			return nil, fmt.Errorf("new invoice id: %w", err)
 		}
 		arg.OriginEventIds[i], arg.ChargeIds[i], arg.TenantIds[i] = e.EventID, p.ChargeID, e.TenantID
+		arg.UsageEventIds[i] = p.UsageEventID
 		arg.Periods[i], arg.Currencies[i], arg.MeterCodes[i] = p.Period, p.Currency, p.MeterCode
 		arg.PriceVersions[i], arg.UnitPrices[i], arg.Quantities[i] = p.PriceVersion, p.UnitPrice, p.Quantity
 		arg.Amounts[i], arg.NewInvoiceIds[i] = p.Amount, newID

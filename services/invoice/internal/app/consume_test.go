@@ -320,10 +320,7 @@ func TestChargeLinesSumTheirCharges(t *testing.T) {
 	open := p.Tallies()
 	closed := p.Close()
 	Decide(t, pool, ib, envs...)
-	beforeIssue, err := app.NewReader(pool).ReconciliationRows(context.Background(), "acme", []string{"2026-11"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	beforeIssue := reconRows(t, pool)
 	Decide(t, pool, ib, closed)
 
 	usd := invoices(t, pool, "acme", "2026-11")["USD"]
@@ -343,9 +340,9 @@ func TestChargeLinesSumTheirCharges(t *testing.T) {
 		}
 	}
 
-	for name, rows := range map[string]func() recon.Rows{
-		"open":   func() recon.Rows { return beforeIssue },
-		"issued": func() recon.Rows { return reconRows(t, pool) },
+	for name, rows := range map[string]func() reconView{
+		"open":   func() reconView { return beforeIssue },
+		"issued": func() reconView { return reconRows(t, pool) },
 	} {
 		r := rows()
 		sums := map[string][3]decimal.Decimal{} // line id: quantity, count, amount of what it counts
@@ -371,13 +368,49 @@ func TestChargeLinesSumTheirCharges(t *testing.T) {
 	}
 }
 
-func reconRows(t *testing.T, pool *pgxpool.Pool) recon.Rows {
+// reconView is what invoice's reconciliation sets hold of acme's 2026-11.
+type reconView struct {
+	InvoiceLines []recon.InvoiceLine // counted charges, adjustment and rounding lines
+	LineTotals   []recon.LineTotal
+}
+
+func reconRows(t *testing.T, pool *pgxpool.Pool) reconView {
 	t.Helper()
-	r, err := app.NewReader(pool).ReconciliationRows(context.Background(), "acme", []string{"2026-11"})
-	if err != nil {
-		t.Fatal(err)
+	sets := app.NewReader(pool).Reconciliation()
+	var v reconView
+	for _, set := range []string{recon.SetInvoiceCharges, recon.SetInvoiceLines} {
+		for _, r := range readSet(t, sets[set]) {
+			v.InvoiceLines = append(v.InvoiceLines, r.(recon.InvoiceLine))
+		}
 	}
-	return r
+	for _, r := range readSet(t, sets[recon.SetLineTotals]) {
+		v.LineTotals = append(v.LineTotals, r.(recon.LineTotal))
+	}
+	return v
+}
+
+// readSet reads a reconciliation set in small pages, checking each row is
+// after the one before.
+func readSet(t *testing.T, read recon.SetFunc) []recon.Row {
+	t.Helper()
+	var out []recon.Row
+	q := recon.Query{TenantID: "acme", Period: "2026-11", Limit: 7}
+	for {
+		page, err := read(t.Context(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page {
+			if len(out) > 0 && r.Pos().Compare(out[len(out)-1].Pos()) <= 0 {
+				t.Fatalf("row %+v is not after %+v", r, out[len(out)-1])
+			}
+			out = append(out, r)
+		}
+		if len(page) < q.Limit {
+			return out
+		}
+		q.After = page[len(page)-1].Pos()
+	}
 }
 
 // One close issues every currency's invoice of the period, each rounded on

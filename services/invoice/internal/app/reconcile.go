@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -11,56 +12,85 @@ import (
 	"github.com/usagebilling/billing/services/invoice/internal/domain"
 )
 
-// ReconciliationRows returns what the tenant's invoices of periods count,
-// read from one snapshot: InvoiceLines one row per origin event (each charge
-// with the charge line that counts it, each adjustment line, each rounding
-// line), LineTotals the lines as the invoices show them, and the correction
-// notes.
-func (r *Reader) ReconciliationRows(ctx context.Context, tenantID string, periods []string) (recon.Rows, error) {
-	var out recon.Rows
+// Reconciliation returns the reconciliation sets invoice serves for the
+// invoices of a period: the charges their charge lines count (in usage
+// event order), their adjustment and rounding lines and correction notes
+// (by origin event), and their lines as the invoices show them.
+func (r *Reader) Reconciliation() recon.Sets {
+	return recon.Sets{
+		recon.SetInvoiceCharges: recon.Set(r.reconciliationCharges),
+		recon.SetInvoiceLines:   recon.Set(r.reconciliationLines),
+		recon.SetCorrections:    recon.Set(r.reconciliationCorrections),
+		recon.SetLineTotals:     recon.Set(r.reconciliationLineTotals),
+	}
+}
+
+func (r *Reader) reconciliationCharges(ctx context.Context, q recon.Query) ([]recon.InvoiceLine, error) {
+	rows, err := db.New(r.pool).ReconciliationCharges(ctx, db.ReconciliationChargesParams{TenantID: q.TenantID,
+		Period: q.Period, AfterKey: q.After.Key, AfterID: q.After.ID, RowLimit: int32(q.Limit)})
+	if err != nil {
+		return nil, fmt.Errorf("read invoice charges of %s: %w", q.TenantID, err)
+	}
+	out := make([]recon.InvoiceLine, len(rows))
+	for i, c := range rows {
+		out[i] = recon.InvoiceLine{InvoiceID: c.InvoiceID, Issued: c.Issued, Period: c.Period, Currency: c.Currency,
+			OriginEventID: c.OriginEventID, UsageEventID: c.UsageEventID, Kind: domain.KindCharge, Amount: c.Amount,
+			Quantity: c.Quantity, LineID: domain.ChargeLineID(c.MeterCode, c.PriceVersion)}
+	}
+	return out, nil
+}
+
+func (r *Reader) reconciliationLines(ctx context.Context, q recon.Query) ([]recon.InvoiceLine, error) {
+	rows, err := db.New(r.pool).ReconciliationLines(ctx, db.ReconciliationLinesParams{TenantID: q.TenantID,
+		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
+	if err != nil {
+		return nil, fmt.Errorf("read invoice lines of %s: %w", q.TenantID, err)
+	}
+	out := make([]recon.InvoiceLine, len(rows))
+	for i, l := range rows {
+		lineID := domain.RoundingLineID
+		if l.Kind == domain.KindAdjustment {
+			lineID = domain.AdjustmentLineID(l.OriginEventID)
+		}
+		out[i] = recon.InvoiceLine{InvoiceID: l.InvoiceID, Issued: l.Issued, Period: l.Period, Currency: l.Currency,
+			OriginEventID: l.OriginEventID, Kind: l.Kind, Amount: l.Amount, LineID: lineID}
+	}
+	return out, nil
+}
+
+func (r *Reader) reconciliationCorrections(ctx context.Context, q recon.Query) ([]recon.Correction, error) {
+	rows, err := db.New(r.pool).ReconciliationCorrections(ctx, db.ReconciliationCorrectionsParams{TenantID: q.TenantID,
+		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
+	if err != nil {
+		return nil, fmt.Errorf("read corrections of %s: %w", q.TenantID, err)
+	}
+	out := make([]recon.Correction, len(rows))
+	for i, c := range rows {
+		out[i] = recon.Correction{InvoiceID: c.InvoiceID, Period: c.Period, OriginEventID: c.OriginEventID, Amount: c.Amount}
+	}
+	return out, nil
+}
+
+// reconciliationLineTotals reads the lines of the period's invoices as the
+// invoices show them (an open invoice's charge lines computed live) and
+// returns those after the position. A period has an invoice per currency,
+// each a line per meter and price version and per adjustment.
+func (r *Reader) reconciliationLineTotals(ctx context.Context, q recon.Query) ([]recon.LineTotal, error) {
+	var out []recon.LineTotal
 	err := pgx.BeginTxFunc(ctx, r.pool, readOnly, func(tx pgx.Tx) error {
-		q := db.New(tx)
-		charges, err := q.ReconciliationCharges(ctx, db.ReconciliationChargesParams{TenantID: tenantID, Periods: periods})
+		qs := db.New(tx)
+		rows, err := qs.ListPeriodsInvoices(ctx, db.ListPeriodsInvoicesParams{TenantID: q.TenantID, Periods: []string{q.Period}})
 		if err != nil {
-			return fmt.Errorf("read invoice charges of %s: %w", tenantID, err)
+			return fmt.Errorf("read invoices of %s: %w", q.TenantID, err)
 		}
-		lines, err := q.ReconciliationLines(ctx, db.ReconciliationLinesParams{TenantID: tenantID, Periods: periods})
-		if err != nil {
-			return fmt.Errorf("read invoice lines of %s: %w", tenantID, err)
+		list := make([]db.ListInvoicesRow, len(rows))
+		for i, row := range rows {
+			list[i] = db.ListInvoicesRow(row)
 		}
-		corrs, err := q.ReconciliationCorrections(ctx, db.ReconciliationCorrectionsParams{TenantID: tenantID, Periods: periods})
-		if err != nil {
-			return fmt.Errorf("read corrections of %s: %w", tenantID, err)
-		}
-		invRows, err := q.ListPeriodsInvoices(ctx, db.ListPeriodsInvoicesParams{TenantID: tenantID, Periods: periods})
-		if err != nil {
-			return fmt.Errorf("read invoices of %s: %w", tenantID, err)
-		}
-		rows := make([]db.ListInvoicesRow, len(invRows))
-		for i, r := range invRows {
-			rows[i] = db.ListInvoicesRow(r)
-		}
-		invs, err := complete(ctx, q, rows)
+		invs, err := complete(ctx, qs, list)
 		if err != nil {
 			return err
 		}
-
-		out.InvoiceLines = make([]recon.InvoiceLine, 0, len(charges)+len(lines))
-		for _, c := range charges {
-			out.InvoiceLines = append(out.InvoiceLines, recon.InvoiceLine{InvoiceID: c.InvoiceID, Issued: c.Issued,
-				Period: c.Period, Currency: c.Currency, OriginEventID: c.OriginEventID, Kind: domain.KindCharge,
-				Amount: c.Amount, Quantity: c.Quantity, LineID: domain.ChargeLineID(c.MeterCode, c.PriceVersion)})
-		}
-		for _, l := range lines {
-			lineID := domain.RoundingLineID
-			if l.Kind == domain.KindAdjustment {
-				lineID = domain.AdjustmentLineID(l.OriginEventID)
-			}
-			out.InvoiceLines = append(out.InvoiceLines, recon.InvoiceLine{InvoiceID: l.InvoiceID, Issued: l.Issued,
-				Period: l.Period, Currency: l.Currency, OriginEventID: l.OriginEventID, Kind: l.Kind, Amount: l.Amount,
-				LineID: lineID})
-		}
-		out.LineTotals = []recon.LineTotal{}
 		for _, inv := range invs {
 			for _, l := range inv.Lines {
 				t := recon.LineTotal{InvoiceID: inv.InvoiceID, LineID: l.LineID, Kind: l.Kind, MeterCode: l.MeterCode,
@@ -68,14 +98,13 @@ func (r *Reader) ReconciliationRows(ctx context.Context, tenantID string, period
 				if l.Quantity != nil {
 					t.Quantity = *l.Quantity
 				}
-				out.LineTotals = append(out.LineTotals, t)
+				if t.Pos().Compare(q.After) > 0 {
+					out = append(out, t)
+				}
 			}
-		}
-		out.Corrections = make([]recon.Correction, len(corrs))
-		for i, c := range corrs {
-			out.Corrections[i] = recon.Correction{InvoiceID: c.InvoiceID, Period: c.Period, OriginEventID: c.OriginEventID, Amount: c.Amount}
 		}
 		return nil
 	})
-	return out, err
+	slices.SortFunc(out, func(a, b recon.LineTotal) int { return a.Pos().Compare(b.Pos()) })
+	return out[:min(len(out), q.Limit)], err
 }

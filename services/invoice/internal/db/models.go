@@ -39,6 +39,7 @@ type InvoiceCharge struct {
 	Quantity      decimal.Decimal
 	Amount        decimal.Decimal
 	CreatedAt     time.Time
+	UsageEventID  uuid.UUID
 }
 
 type InvoiceCorrection struct {

@@ -10,6 +10,7 @@
 WITH u AS (
     SELECT unnest(@origin_event_ids::uuid[])  AS origin_event_id,
            unnest(@charge_ids::uuid[])        AS charge_id,
+           unnest(@usage_event_ids::uuid[])   AS usage_event_id,
            unnest(@tenant_ids::text[])        AS tenant_id,
            unnest(@periods::text[])           AS period,
            unnest(@currencies::text[])        AS currency,
@@ -33,9 +34,9 @@ WITH u AS (
     ON CONFLICT (tenant_id, period, currency) DO NOTHING
     RETURNING invoice_id
 ), charge AS (
-    INSERT INTO invoice_charge (origin_event_id, charge_id, tenant_id, period, currency, meter_code,
+    INSERT INTO invoice_charge (origin_event_id, charge_id, usage_event_id, tenant_id, period, currency, meter_code,
                                 price_version, unit_price, quantity, amount)
-    SELECT c.origin_event_id, c.charge_id, c.tenant_id, c.period, c.currency,
+    SELECT c.origin_event_id, c.charge_id, c.usage_event_id, c.tenant_id, c.period, c.currency,
            c.meter_code, c.price_version, c.unit_price, c.quantity, c.amount
     FROM c WHERE NOT c.closed
     ORDER BY c.n
@@ -252,26 +253,35 @@ WHERE invoice_id = ANY(@invoice_ids::uuid[])
 ORDER BY invoice_id, version;
 
 -- name: ReconciliationCharges :many
--- ReconciliationCharges lists the charges of a tenant's invoices of the
--- given periods, each with the charge line that counts it.
+-- ReconciliationCharges reads a page of the charges a tenant's invoices of
+-- a period count, each with the charge line that counts it, in (usage event
+-- id, origin event id) order after a position.
 SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
-       c.origin_event_id, c.meter_code, c.price_version, c.quantity, c.amount
+       c.origin_event_id, c.usage_event_id, c.meter_code, c.price_version, c.quantity, c.amount
 FROM invoice_charge c
 JOIN invoice i ON i.tenant_id = c.tenant_id AND i.period = c.period AND i.currency = c.currency
-WHERE c.tenant_id = @tenant_id AND c.period = ANY(@periods::text[])
-ORDER BY c.period, c.currency, c.meter_code, c.price_version, c.origin_event_id;
+WHERE c.tenant_id = @tenant_id AND c.period = @period
+  AND (c.usage_event_id, c.origin_event_id) > (@after_key::uuid, @after_id::uuid)
+ORDER BY c.usage_event_id, c.origin_event_id
+LIMIT @row_limit;
 
 -- name: ReconciliationLines :many
--- ReconciliationLines lists the adjustment and rounding lines of a tenant's
--- invoices of the given periods, by origin event.
+-- ReconciliationLines reads a page of the adjustment and rounding lines of
+-- a tenant's invoices of a period, in origin event id order after a
+-- position.
 SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
        l.origin_event_id::uuid AS origin_event_id, l.kind, l.amount
 FROM invoice_line l JOIN invoice i ON i.invoice_id = l.invoice_id
-WHERE i.tenant_id = @tenant_id AND i.period = ANY(@periods::text[]) AND l.kind <> 'charge'
-ORDER BY l.line_id;
+WHERE i.tenant_id = @tenant_id AND i.period = @period AND l.kind <> 'charge'
+  AND l.origin_event_id > @after::uuid
+ORDER BY l.origin_event_id
+LIMIT @row_limit;
 
 -- name: ReconciliationCorrections :many
+-- ReconciliationCorrections reads a page of the correction notes of a
+-- tenant's invoices of a period, in origin event id order after a position.
 SELECT c.invoice_id, i.period, c.origin_event_id, c.amount
 FROM invoice_correction c JOIN invoice i ON i.invoice_id = c.invoice_id
-WHERE i.tenant_id = @tenant_id AND i.period = ANY(@periods::text[])
-ORDER BY c.origin_event_id;
+WHERE i.tenant_id = @tenant_id AND i.period = @period AND c.origin_event_id > @after
+ORDER BY c.origin_event_id
+LIMIT @row_limit;

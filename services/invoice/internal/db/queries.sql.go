@@ -95,18 +95,19 @@ const addCharges = `-- name: AddCharges :many
 WITH u AS (
     SELECT unnest($1::uuid[])  AS origin_event_id,
            unnest($2::uuid[])        AS charge_id,
-           unnest($3::text[])        AS tenant_id,
-           unnest($4::text[])           AS period,
-           unnest($5::text[])        AS currency,
-           unnest($6::text[])       AS meter_code,
-           unnest($7::bigint[])  AS price_version,
-           unnest($8::numeric[])    AS unit_price,
-           unnest($9::numeric[])     AS quantity,
-           unnest($10::numeric[])        AS amount,
-           unnest($11::uuid[])   AS new_invoice_id,
+           unnest($3::uuid[])   AS usage_event_id,
+           unnest($4::text[])        AS tenant_id,
+           unnest($5::text[])           AS period,
+           unnest($6::text[])        AS currency,
+           unnest($7::text[])       AS meter_code,
+           unnest($8::bigint[])  AS price_version,
+           unnest($9::numeric[])    AS unit_price,
+           unnest($10::numeric[])     AS quantity,
+           unnest($11::numeric[])        AS amount,
+           unnest($12::uuid[])   AS new_invoice_id,
            generate_series(1, cardinality($1::uuid[])) AS n
 ), c AS (
-    SELECT u.origin_event_id, u.charge_id, u.tenant_id, u.period, u.currency, u.meter_code, u.price_version, u.unit_price, u.quantity, u.amount, u.new_invoice_id, u.n, EXISTS (
+    SELECT u.origin_event_id, u.charge_id, u.usage_event_id, u.tenant_id, u.period, u.currency, u.meter_code, u.price_version, u.unit_price, u.quantity, u.amount, u.new_invoice_id, u.n, EXISTS (
         SELECT 1 FROM period_close pc
         WHERE pc.tenant_id = u.tenant_id AND pc.period = u.period) AS closed
     FROM u
@@ -118,9 +119,9 @@ WITH u AS (
     ON CONFLICT (tenant_id, period, currency) DO NOTHING
     RETURNING invoice_id
 ), charge AS (
-    INSERT INTO invoice_charge (origin_event_id, charge_id, tenant_id, period, currency, meter_code,
+    INSERT INTO invoice_charge (origin_event_id, charge_id, usage_event_id, tenant_id, period, currency, meter_code,
                                 price_version, unit_price, quantity, amount)
-    SELECT c.origin_event_id, c.charge_id, c.tenant_id, c.period, c.currency,
+    SELECT c.origin_event_id, c.charge_id, c.usage_event_id, c.tenant_id, c.period, c.currency,
            c.meter_code, c.price_version, c.unit_price, c.quantity, c.amount
     FROM c WHERE NOT c.closed
     ORDER BY c.n
@@ -138,6 +139,7 @@ ORDER BY c.n
 type AddChargesParams struct {
 	OriginEventIds []uuid.UUID
 	ChargeIds      []uuid.UUID
+	UsageEventIds  []uuid.UUID
 	TenantIds      []string
 	Periods        []string
 	Currencies     []string
@@ -167,6 +169,7 @@ func (q *Queries) AddCharges(ctx context.Context, arg AddChargesParams) ([]AddCh
 	rows, err := q.db.Query(ctx, addCharges,
 		arg.OriginEventIds,
 		arg.ChargeIds,
+		arg.UsageEventIds,
 		arg.TenantIds,
 		arg.Periods,
 		arg.Currencies,
@@ -768,16 +771,21 @@ func (q *Queries) NextInvoiceNumber(ctx context.Context, tenantID string) (int64
 
 const reconciliationCharges = `-- name: ReconciliationCharges :many
 SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
-       c.origin_event_id, c.meter_code, c.price_version, c.quantity, c.amount
+       c.origin_event_id, c.usage_event_id, c.meter_code, c.price_version, c.quantity, c.amount
 FROM invoice_charge c
 JOIN invoice i ON i.tenant_id = c.tenant_id AND i.period = c.period AND i.currency = c.currency
-WHERE c.tenant_id = $1 AND c.period = ANY($2::text[])
-ORDER BY c.period, c.currency, c.meter_code, c.price_version, c.origin_event_id
+WHERE c.tenant_id = $1 AND c.period = $2
+  AND (c.usage_event_id, c.origin_event_id) > ($3::uuid, $4::uuid)
+ORDER BY c.usage_event_id, c.origin_event_id
+LIMIT $5
 `
 
 type ReconciliationChargesParams struct {
 	TenantID string
-	Periods  []string
+	Period   string
+	AfterKey uuid.UUID
+	AfterID  uuid.UUID
+	RowLimit int32
 }
 
 type ReconciliationChargesRow struct {
@@ -786,16 +794,24 @@ type ReconciliationChargesRow struct {
 	Period        string
 	Currency      string
 	OriginEventID uuid.UUID
+	UsageEventID  uuid.UUID
 	MeterCode     string
 	PriceVersion  int64
 	Quantity      decimal.Decimal
 	Amount        decimal.Decimal
 }
 
-// ReconciliationCharges lists the charges of a tenant's invoices of the
-// given periods, each with the charge line that counts it.
+// ReconciliationCharges reads a page of the charges a tenant's invoices of
+// a period count, each with the charge line that counts it, in (usage event
+// id, origin event id) order after a position.
 func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationChargesParams) ([]ReconciliationChargesRow, error) {
-	rows, err := q.db.Query(ctx, reconciliationCharges, arg.TenantID, arg.Periods)
+	rows, err := q.db.Query(ctx, reconciliationCharges,
+		arg.TenantID,
+		arg.Period,
+		arg.AfterKey,
+		arg.AfterID,
+		arg.RowLimit,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -809,6 +825,7 @@ func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationC
 			&i.Period,
 			&i.Currency,
 			&i.OriginEventID,
+			&i.UsageEventID,
 			&i.MeterCode,
 			&i.PriceVersion,
 			&i.Quantity,
@@ -827,13 +844,16 @@ func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationC
 const reconciliationCorrections = `-- name: ReconciliationCorrections :many
 SELECT c.invoice_id, i.period, c.origin_event_id, c.amount
 FROM invoice_correction c JOIN invoice i ON i.invoice_id = c.invoice_id
-WHERE i.tenant_id = $1 AND i.period = ANY($2::text[])
+WHERE i.tenant_id = $1 AND i.period = $2 AND c.origin_event_id > $3
 ORDER BY c.origin_event_id
+LIMIT $4
 `
 
 type ReconciliationCorrectionsParams struct {
 	TenantID string
-	Periods  []string
+	Period   string
+	After    uuid.UUID
+	RowLimit int32
 }
 
 type ReconciliationCorrectionsRow struct {
@@ -843,8 +863,15 @@ type ReconciliationCorrectionsRow struct {
 	Amount        decimal.Decimal
 }
 
+// ReconciliationCorrections reads a page of the correction notes of a
+// tenant's invoices of a period, in origin event id order after a position.
 func (q *Queries) ReconciliationCorrections(ctx context.Context, arg ReconciliationCorrectionsParams) ([]ReconciliationCorrectionsRow, error) {
-	rows, err := q.db.Query(ctx, reconciliationCorrections, arg.TenantID, arg.Periods)
+	rows, err := q.db.Query(ctx, reconciliationCorrections,
+		arg.TenantID,
+		arg.Period,
+		arg.After,
+		arg.RowLimit,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -872,13 +899,17 @@ const reconciliationLines = `-- name: ReconciliationLines :many
 SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
        l.origin_event_id::uuid AS origin_event_id, l.kind, l.amount
 FROM invoice_line l JOIN invoice i ON i.invoice_id = l.invoice_id
-WHERE i.tenant_id = $1 AND i.period = ANY($2::text[]) AND l.kind <> 'charge'
-ORDER BY l.line_id
+WHERE i.tenant_id = $1 AND i.period = $2 AND l.kind <> 'charge'
+  AND l.origin_event_id > $3::uuid
+ORDER BY l.origin_event_id
+LIMIT $4
 `
 
 type ReconciliationLinesParams struct {
 	TenantID string
-	Periods  []string
+	Period   string
+	After    uuid.UUID
+	RowLimit int32
 }
 
 type ReconciliationLinesRow struct {
@@ -891,10 +922,16 @@ type ReconciliationLinesRow struct {
 	Amount        decimal.Decimal
 }
 
-// ReconciliationLines lists the adjustment and rounding lines of a tenant's
-// invoices of the given periods, by origin event.
+// ReconciliationLines reads a page of the adjustment and rounding lines of
+// a tenant's invoices of a period, in origin event id order after a
+// position.
 func (q *Queries) ReconciliationLines(ctx context.Context, arg ReconciliationLinesParams) ([]ReconciliationLinesRow, error) {
-	rows, err := q.db.Query(ctx, reconciliationLines, arg.TenantID, arg.Periods)
+	rows, err := q.db.Query(ctx, reconciliationLines,
+		arg.TenantID,
+		arg.Period,
+		arg.After,
+		arg.RowLimit,
+	)
 	if err != nil {
 		return nil, err
 	}

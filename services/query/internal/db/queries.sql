@@ -121,40 +121,57 @@ SELECT seq, redrive_id, service, event_id, action, state, outcome, actor, correl
 FROM redrive_audit WHERE redrive_id = @redrive_id ORDER BY seq;
 
 -- name: ReconciliationUsage :many
+-- ReconciliationUsage reads a page of the projected usage facts of a
+-- tenant's month, in event id order after a position.
 SELECT event_id, COALESCE(subject_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_id,
        COALESCE(meter_code, '')::text AS meter_code, COALESCE(quantity, 0)::numeric AS quantity,
        COALESCE(period, '')::text AS period
 FROM projected_event
-WHERE tenant_id = @tenant_id AND event_type = 'UsageAccepted' AND period = ANY(@periods::text[])
-ORDER BY event_id;
+WHERE tenant_id = @tenant_id AND event_type = 'UsageAccepted' AND period = @period::text AND event_id > @after
+ORDER BY event_id
+LIMIT @row_limit;
 
 -- name: ReconciliationCharges :many
+-- ReconciliationCharges reads a page of the projected charges of a tenant's
+-- period, in (usage event id, event id) order after a position.
 SELECT event_id, COALESCE(origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_event_id,
        COALESCE(currency, '')::text AS currency, COALESCE(quantity, 0)::numeric AS quantity,
        COALESCE(amount, 0)::numeric AS amount, COALESCE(period, '')::text AS period
 FROM projected_event
-WHERE tenant_id = @tenant_id AND event_type = 'ChargeRated' AND period = ANY(@periods::text[])
-ORDER BY event_id;
+WHERE tenant_id = @tenant_id AND event_type = 'ChargeRated' AND period = @period::text
+  AND (origin_event_id, event_id) > (@after_key::uuid, @after_id::uuid)
+ORDER BY origin_event_id, event_id
+LIMIT @row_limit;
 
 -- name: ReconciliationAdjustments :many
+-- ReconciliationAdjustments reads a page of the projected adjustments of a
+-- tenant's period, in event id order after a position.
 SELECT event_id, COALESCE(currency, '')::text AS currency, COALESCE(amount, 0)::numeric AS amount,
        COALESCE(period, '')::text AS period
 FROM projected_event
-WHERE tenant_id = @tenant_id AND event_type = 'AdjustmentPosted' AND period = ANY(@periods::text[])
-ORDER BY event_id;
+WHERE tenant_id = @tenant_id AND event_type = 'AdjustmentPosted' AND period = @period::text AND event_id > @after
+ORDER BY event_id
+LIMIT @row_limit;
 
 -- name: ReconciliationInvoices :many
+-- ReconciliationInvoices reads a page of the projected issued invoices of a
+-- tenant's period, in invoice id order after a position.
 SELECT COALESCE(subject_id, '00000000-0000-0000-0000-000000000000')::uuid AS invoice_id,
        COALESCE(period, '')::text AS period, COALESCE(currency, '')::text AS currency,
        COALESCE(amount, 0)::numeric AS total
 FROM projected_event
-WHERE tenant_id = @tenant_id AND event_type = 'InvoiceIssued' AND period = ANY(@periods::text[])
-ORDER BY event_id;
+WHERE tenant_id = @tenant_id AND event_type = 'InvoiceIssued' AND period = @period::text AND subject_id > @after::uuid
+ORDER BY subject_id
+LIMIT @row_limit;
 
 -- name: ReconciliationCorrections :many
+-- ReconciliationCorrections reads a page of the projected correction notes
+-- of a tenant's period, in origin event id order after a position.
 SELECT (payload->>'invoiceId')::uuid AS invoice_id, COALESCE(period, '')::text AS period,
        COALESCE(origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS origin_event_id,
        COALESCE(amount, 0)::numeric AS amount
 FROM projected_event
-WHERE tenant_id = @tenant_id AND event_type = 'InvoiceCorrectionIssued' AND period = ANY(@periods::text[])
-ORDER BY event_id;
+WHERE tenant_id = @tenant_id AND event_type = 'InvoiceCorrectionIssued' AND period = @period::text
+  AND origin_event_id > @after::uuid
+ORDER BY origin_event_id
+LIMIT @row_limit;

@@ -379,13 +379,16 @@ const reconciliationAdjustments = `-- name: ReconciliationAdjustments :many
 SELECT event_id, COALESCE(currency, '')::text AS currency, COALESCE(amount, 0)::numeric AS amount,
        COALESCE(period, '')::text AS period
 FROM projected_event
-WHERE tenant_id = $1 AND event_type = 'AdjustmentPosted' AND period = ANY($2::text[])
+WHERE tenant_id = $1 AND event_type = 'AdjustmentPosted' AND period = $2::text AND event_id > $3
 ORDER BY event_id
+LIMIT $4
 `
 
 type ReconciliationAdjustmentsParams struct {
 	TenantID string
-	Periods  []string
+	Period   string
+	After    uuid.UUID
+	RowLimit int32
 }
 
 type ReconciliationAdjustmentsRow struct {
@@ -395,8 +398,15 @@ type ReconciliationAdjustmentsRow struct {
 	Period   string
 }
 
+// ReconciliationAdjustments reads a page of the projected adjustments of a
+// tenant's period, in event id order after a position.
 func (q *Queries) ReconciliationAdjustments(ctx context.Context, arg ReconciliationAdjustmentsParams) ([]ReconciliationAdjustmentsRow, error) {
-	rows, err := q.db.Query(ctx, reconciliationAdjustments, arg.TenantID, arg.Periods)
+	rows, err := q.db.Query(ctx, reconciliationAdjustments,
+		arg.TenantID,
+		arg.Period,
+		arg.After,
+		arg.RowLimit,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -425,13 +435,18 @@ SELECT event_id, COALESCE(origin_event_id, '00000000-0000-0000-0000-000000000000
        COALESCE(currency, '')::text AS currency, COALESCE(quantity, 0)::numeric AS quantity,
        COALESCE(amount, 0)::numeric AS amount, COALESCE(period, '')::text AS period
 FROM projected_event
-WHERE tenant_id = $1 AND event_type = 'ChargeRated' AND period = ANY($2::text[])
-ORDER BY event_id
+WHERE tenant_id = $1 AND event_type = 'ChargeRated' AND period = $2::text
+  AND (origin_event_id, event_id) > ($3::uuid, $4::uuid)
+ORDER BY origin_event_id, event_id
+LIMIT $5
 `
 
 type ReconciliationChargesParams struct {
 	TenantID string
-	Periods  []string
+	Period   string
+	AfterKey uuid.UUID
+	AfterID  uuid.UUID
+	RowLimit int32
 }
 
 type ReconciliationChargesRow struct {
@@ -443,8 +458,16 @@ type ReconciliationChargesRow struct {
 	Period       string
 }
 
+// ReconciliationCharges reads a page of the projected charges of a tenant's
+// period, in (usage event id, event id) order after a position.
 func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationChargesParams) ([]ReconciliationChargesRow, error) {
-	rows, err := q.db.Query(ctx, reconciliationCharges, arg.TenantID, arg.Periods)
+	rows, err := q.db.Query(ctx, reconciliationCharges,
+		arg.TenantID,
+		arg.Period,
+		arg.AfterKey,
+		arg.AfterID,
+		arg.RowLimit,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -475,13 +498,17 @@ SELECT (payload->>'invoiceId')::uuid AS invoice_id, COALESCE(period, '')::text A
        COALESCE(origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS origin_event_id,
        COALESCE(amount, 0)::numeric AS amount
 FROM projected_event
-WHERE tenant_id = $1 AND event_type = 'InvoiceCorrectionIssued' AND period = ANY($2::text[])
-ORDER BY event_id
+WHERE tenant_id = $1 AND event_type = 'InvoiceCorrectionIssued' AND period = $2::text
+  AND origin_event_id > $3::uuid
+ORDER BY origin_event_id
+LIMIT $4
 `
 
 type ReconciliationCorrectionsParams struct {
 	TenantID string
-	Periods  []string
+	Period   string
+	After    uuid.UUID
+	RowLimit int32
 }
 
 type ReconciliationCorrectionsRow struct {
@@ -491,8 +518,15 @@ type ReconciliationCorrectionsRow struct {
 	Amount        decimal.Decimal
 }
 
+// ReconciliationCorrections reads a page of the projected correction notes
+// of a tenant's period, in origin event id order after a position.
 func (q *Queries) ReconciliationCorrections(ctx context.Context, arg ReconciliationCorrectionsParams) ([]ReconciliationCorrectionsRow, error) {
-	rows, err := q.db.Query(ctx, reconciliationCorrections, arg.TenantID, arg.Periods)
+	rows, err := q.db.Query(ctx, reconciliationCorrections,
+		arg.TenantID,
+		arg.Period,
+		arg.After,
+		arg.RowLimit,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -521,13 +555,16 @@ SELECT COALESCE(subject_id, '00000000-0000-0000-0000-000000000000')::uuid AS inv
        COALESCE(period, '')::text AS period, COALESCE(currency, '')::text AS currency,
        COALESCE(amount, 0)::numeric AS total
 FROM projected_event
-WHERE tenant_id = $1 AND event_type = 'InvoiceIssued' AND period = ANY($2::text[])
-ORDER BY event_id
+WHERE tenant_id = $1 AND event_type = 'InvoiceIssued' AND period = $2::text AND subject_id > $3::uuid
+ORDER BY subject_id
+LIMIT $4
 `
 
 type ReconciliationInvoicesParams struct {
 	TenantID string
-	Periods  []string
+	Period   string
+	After    uuid.UUID
+	RowLimit int32
 }
 
 type ReconciliationInvoicesRow struct {
@@ -537,8 +574,15 @@ type ReconciliationInvoicesRow struct {
 	Total     decimal.Decimal
 }
 
+// ReconciliationInvoices reads a page of the projected issued invoices of a
+// tenant's period, in invoice id order after a position.
 func (q *Queries) ReconciliationInvoices(ctx context.Context, arg ReconciliationInvoicesParams) ([]ReconciliationInvoicesRow, error) {
-	rows, err := q.db.Query(ctx, reconciliationInvoices, arg.TenantID, arg.Periods)
+	rows, err := q.db.Query(ctx, reconciliationInvoices,
+		arg.TenantID,
+		arg.Period,
+		arg.After,
+		arg.RowLimit,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -567,13 +611,16 @@ SELECT event_id, COALESCE(subject_id, '00000000-0000-0000-0000-000000000000')::u
        COALESCE(meter_code, '')::text AS meter_code, COALESCE(quantity, 0)::numeric AS quantity,
        COALESCE(period, '')::text AS period
 FROM projected_event
-WHERE tenant_id = $1 AND event_type = 'UsageAccepted' AND period = ANY($2::text[])
+WHERE tenant_id = $1 AND event_type = 'UsageAccepted' AND period = $2::text AND event_id > $3
 ORDER BY event_id
+LIMIT $4
 `
 
 type ReconciliationUsageParams struct {
 	TenantID string
-	Periods  []string
+	Period   string
+	After    uuid.UUID
+	RowLimit int32
 }
 
 type ReconciliationUsageRow struct {
@@ -584,8 +631,15 @@ type ReconciliationUsageRow struct {
 	Period    string
 }
 
+// ReconciliationUsage reads a page of the projected usage facts of a
+// tenant's month, in event id order after a position.
 func (q *Queries) ReconciliationUsage(ctx context.Context, arg ReconciliationUsageParams) ([]ReconciliationUsageRow, error) {
-	rows, err := q.db.Query(ctx, reconciliationUsage, arg.TenantID, arg.Periods)
+	rows, err := q.db.Query(ctx, reconciliationUsage,
+		arg.TenantID,
+		arg.Period,
+		arg.After,
+		arg.RowLimit,
+	)
 	if err != nil {
 		return nil, err
 	}

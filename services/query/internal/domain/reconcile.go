@@ -2,7 +2,9 @@ package domain
 
 import (
 	"cmp"
+	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/google/uuid"
@@ -44,6 +46,9 @@ const (
 	MismatchUnknownInQuery = "unknown_in_query"
 )
 
+// MaxMismatches is how many mismatches a report lists; it counts them all.
+const MaxMismatches = 1000
+
 // Mismatch is one broken invariant.
 type Mismatch struct {
 	Kind          string
@@ -59,36 +64,35 @@ type Counts struct {
 	QueryUsage   int
 }
 
-// Report is the outcome of a reconciliation: empty Mismatches means healthy.
+// Report is the outcome of a reconciliation: no mismatch means healthy.
+// Mismatches lists at most MaxMismatches of them; MismatchCount counts all.
 type Report struct {
-	TenantID   string
-	Period     string
-	Counts     Counts
-	Mismatches []Mismatch
+	TenantID      string
+	Period        string
+	Counts        Counts
+	Mismatches    []Mismatch
+	MismatchCount int
 }
 
-// Sources are the rows each service returned for a reconciliation.
+// Sources are the ordered streams a reconciliation of a period merges (see
+// recon's sets). "The months" are the period and the months its charges
+// touch (billing's SetMonths): each stream of them is the months' streams
+// merged.
 type Sources struct {
-	Usage   recon.Rows // UsageFacts
-	Billing recon.Rows // Charges, Adjustments
-	Invoice recon.Rows // InvoiceLines, LineTotals, Corrections
-	Query   recon.Rows // the projection of all of them (issued invoices: Invoices)
-}
+	UsageFacts     *recon.Stream[recon.UsageFact]   // usage: the months' facts
+	Charges        *recon.Stream[recon.Charge]      // billing: the period's charges
+	InvoiceCharges *recon.Stream[recon.InvoiceLine] // invoice: the months' counted charges
+	QueryUsage     *recon.Stream[recon.UsageFact]   // query: the months' projected facts
+	QueryCharges   *recon.Stream[recon.Charge]      // query: the months' projected charges
 
-// ChargeMonths returns the periods and usage months the charges of billing
-// rows touch besides period: the usage and invoice rows to read for them.
-func ChargeMonths(period string, billing recon.Rows) []string {
-	set := map[string]bool{period: true}
-	for _, c := range billing.Charges {
-		set[c.Period], set[c.OccurredPeriod] = true, true
-	}
-	delete(set, "")
-	out := make([]string, 0, len(set))
-	for p := range set {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
+	Adjustments      *recon.Stream[recon.Adjustment]  // billing: the period's adjustments
+	InvoiceLines     *recon.Stream[recon.InvoiceLine] // invoice: the months' adjustment and rounding lines
+	Corrections      *recon.Stream[recon.Correction]  // invoice: the period's correction notes
+	QueryAdjustments *recon.Stream[recon.Adjustment]  // query: the period's projected adjustments
+	QueryCorrections *recon.Stream[recon.Correction]  // query: the period's projected corrections
+
+	LineTotals    *recon.Stream[recon.LineTotal] // invoice: the months' lines as shown
+	QueryInvoices *recon.Stream[recon.Invoice]   // query: the period's projected issued invoices
 }
 
 // Reconcile checks the invariants of one tenant and period, by origin event
@@ -103,182 +107,279 @@ func ChargeMonths(period string, billing recon.Rows) []string {
 //
 // The scope is the usage that occurred in the period, the charges rated into
 // it or rating that usage (late usage is rated into a later period), the
-// adjustments of the period, and the lines of the period's invoices. The
-// sources may hold more rows (of the other periods the scope touches);
-// only the scope is checked.
-func Reconcile(tenantID, period string, s Sources) Report {
-	r := &reconciler{report: Report{TenantID: tenantID, Period: period}}
-
-	facts := map[uuid.UUID]recon.UsageFact{}
-	for _, u := range s.Usage.UsageFacts {
-		facts[u.EventID] = u
+// adjustments of the period, and the lines of the invoices that count them.
+// The streams may hold more rows (of the other months the scope touches);
+// only the scope is checked. Reconcile merges the streams in two passes, by
+// usage event id and by adjustment event id, holding the rows of one id at a
+// time and a sum per invoice line: its memory does not grow with the
+// period's volume.
+func Reconcile(ctx context.Context, tenantID, period string, s Sources) (Report, error) {
+	r := &reconciler{period: period, report: Report{TenantID: tenantID, Period: period},
+		lines: map[lineKey]*lineSums{}, inScope: map[uuid.UUID]bool{}, issued: map[uuid.UUID]bool{}}
+	err := r.usagePass(ctx, s)
+	if err == nil {
+		err = r.adjustmentPass(ctx, s)
 	}
-	chargesOf := map[uuid.UUID][]recon.Charge{}
-	billed := map[uuid.UUID]bool{} // charges and adjustments
-	for _, c := range s.Billing.Charges {
-		chargesOf[c.UsageEventID] = append(chargesOf[c.UsageEventID], c)
-		billed[c.EventID] = true
+	if err == nil {
+		err = r.lineTotals(ctx, s.LineTotals)
 	}
-	for _, a := range s.Billing.Adjustments {
-		billed[a.EventID] = true
+	if err == nil {
+		err = r.invoiceTotals(ctx, s.QueryInvoices)
 	}
-
-	// The scope.
-	var usage []recon.UsageFact
-	inScope := map[uuid.UUID]bool{}
-	for _, u := range s.Usage.UsageFacts {
-		if u.Period == period {
-			usage, inScope[u.EventID] = append(usage, u), true
-		}
+	if err != nil {
+		return Report{}, err
 	}
-	var charges []recon.Charge
-	for _, c := range s.Billing.Charges {
-		if c.Period == period || inScope[c.UsageEventID] {
-			charges = append(charges, c)
-			if u, ok := facts[c.UsageEventID]; ok && !inScope[u.EventID] {
-				usage, inScope[u.EventID] = append(usage, u), true
-			}
-		}
-	}
-	var adjustments []recon.Adjustment
-	for _, a := range s.Billing.Adjustments {
-		if a.Period == period {
-			adjustments = append(adjustments, a)
-		}
-	}
-	scoped := map[uuid.UUID]bool{} // charges and adjustments in scope
-	for _, c := range charges {
-		scoped[c.EventID] = true
-	}
-	for _, a := range adjustments {
-		scoped[a.EventID] = true
-	}
-	linesOf := map[uuid.UUID][]recon.InvoiceLine{}
-	var lines []recon.InvoiceLine
-	for _, l := range s.Invoice.InvoiceLines {
-		if l.Kind == "rounding" {
-			continue
-		}
-		linesOf[l.OriginEventID] = append(linesOf[l.OriginEventID], l)
-		if l.Period == period || scoped[l.OriginEventID] {
-			lines = append(lines, l)
-		}
-	}
-	correctionsOf := map[uuid.UUID][]recon.Correction{}
-	for _, c := range s.Invoice.Corrections {
-		correctionsOf[c.OriginEventID] = append(correctionsOf[c.OriginEventID], c)
-	}
-
-	// Usage -> charge.
-	for _, u := range usage {
-		cs := chargesOf[u.EventID]
-		switch {
-		case len(cs) == 0:
-			r.add(MismatchMissingCharge, u.EventID, "usage fact %s has no charge", u.UsageID)
-		case len(cs) > 1:
-			r.add(MismatchDuplicateCharge, u.EventID, "usage fact %s has %d charges", u.UsageID, len(cs))
-		case !cs[0].Quantity.Equal(u.Quantity):
-			r.add(MismatchAmount, u.EventID, "usage quantity %s, charge %s quantity %s", u.Quantity, cs[0].EventID, cs[0].Quantity)
-		}
-	}
-	// Charge -> usage, charge and adjustment -> invoice line.
-	for _, c := range charges {
-		if _, ok := facts[c.UsageEventID]; !ok {
-			r.add(MismatchChargeWithoutUsage, c.EventID, "charge rates usage event %s, which usage does not hold", c.UsageEventID)
-		}
-		r.invoiced(c.EventID, "charge", c.Amount, linesOf[c.EventID], nil)
-	}
-	for _, a := range adjustments {
-		r.invoiced(a.EventID, "adjustment", a.Amount, linesOf[a.EventID], correctionsOf[a.EventID])
-	}
-	// Invoice line -> charge or adjustment.
-	for _, l := range lines {
-		if !billed[l.OriginEventID] {
-			r.add(MismatchLineWithoutOrigin, l.OriginEventID, "%s line of invoice %s has no charge or adjustment in billing", l.Kind, l.InvoiceID)
-		}
-	}
-	invoicedLines := len(lines)
-	for _, a := range adjustments {
-		invoicedLines += len(correctionsOf[a.EventID])
-	}
-
-	// The query projection.
-	q := s.Query
-	qUsage := map[uuid.UUID]recon.UsageFact{}
-	for _, u := range q.UsageFacts {
-		qUsage[u.EventID] = u
-	}
-	queryUsage := 0
-	for _, u := range usage {
-		qu, ok := qUsage[u.EventID]
-		switch {
-		case !ok:
-			r.add(MismatchMissingInQuery, u.EventID, "usage fact %s is not projected", u.UsageID)
-		case !qu.Quantity.Equal(u.Quantity):
-			queryUsage++
-			r.add(MismatchQueryAmount, u.EventID, "usage quantity %s, projected %s", u.Quantity, qu.Quantity)
-		default:
-			queryUsage++
-		}
-	}
-	for _, u := range q.UsageFacts {
-		if _, ok := facts[u.EventID]; !ok && u.Period == period {
-			r.add(MismatchUnknownInQuery, u.EventID, "projected usage fact %s is not in usage", u.UsageID)
-		}
-	}
-	qMoney := map[uuid.UUID]decimal.Decimal{}
-	for _, c := range q.Charges {
-		qMoney[c.EventID] = c.Amount
-	}
-	for _, a := range q.Adjustments {
-		qMoney[a.EventID] = a.Amount
-	}
-	for _, c := range charges {
-		r.projected(c.EventID, "charge", c.Amount, qMoney)
-	}
-	for _, a := range adjustments {
-		r.projected(a.EventID, "adjustment", a.Amount, qMoney)
-	}
-	for _, c := range q.Charges {
-		if !billed[c.EventID] && c.Period == period {
-			r.add(MismatchUnknownInQuery, c.EventID, "projected charge is not in billing")
-		}
-	}
-	for _, a := range q.Adjustments {
-		if !billed[a.EventID] && a.Period == period {
-			r.add(MismatchUnknownInQuery, a.EventID, "projected adjustment is not in billing")
-		}
-	}
-	r.lineTotals(s.Invoice, scoped, period)
-	r.invoiceTotals(s.Invoice, q.Invoices, period)
-	qCorrections := map[uuid.UUID]decimal.Decimal{}
-	for _, c := range q.Corrections {
-		qCorrections[c.OriginEventID] = c.Amount
-	}
-	for _, a := range adjustments {
-		for _, c := range correctionsOf[a.EventID] {
-			amount, ok := qCorrections[c.OriginEventID]
-			switch {
-			case !ok:
-				r.add(MismatchMissingInQuery, c.OriginEventID, "correction of invoice %s is not projected", c.InvoiceID)
-			case !amount.Equal(c.Amount):
-				r.add(MismatchQueryAmount, c.OriginEventID, "correction of invoice %s: %s, projected %s", c.InvoiceID, c.Amount, amount)
-			}
-		}
-	}
-
-	r.report.Counts = Counts{UsageFacts: len(usage), Charges: len(charges), InvoiceLines: invoicedLines, QueryUsage: queryUsage}
 	slices.SortFunc(r.report.Mismatches, func(a, b Mismatch) int {
 		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.OriginEventID.String(), b.OriginEventID.String()),
 			cmp.Compare(a.Detail, b.Detail))
 	})
-	return r.report
+	return r.report, nil
 }
 
-type reconciler struct{ report Report }
+type lineKey struct {
+	invoice uuid.UUID
+	line    string
+}
+
+// lineSums are the sums of what an invoice line counts.
+type lineSums struct {
+	quantity, amount decimal.Decimal
+	charges          int64
+}
+
+type reconciler struct {
+	period  string
+	report  Report
+	lines   map[lineKey]*lineSums // every line of the invoices read
+	inScope map[uuid.UUID]bool    // invoices counting something in scope
+	issued  map[uuid.UUID]bool    // issued invoices of the period
+	totals  map[uuid.UUID]decimal.Decimal
+}
 
 func (r *reconciler) add(kind string, id uuid.UUID, format string, args ...any) {
-	r.report.Mismatches = append(r.report.Mismatches, Mismatch{Kind: kind, OriginEventID: id, Detail: fmt.Sprintf(format, args...)})
+	r.report.MismatchCount++
+	if len(r.report.Mismatches) < MaxMismatches {
+		r.report.Mismatches = append(r.report.Mismatches, Mismatch{Kind: kind, OriginEventID: id, Detail: fmt.Sprintf(format, args...)})
+	}
+}
+
+// count adds what an invoice line counts (a charge, an adjustment, a
+// rounding) to the line's sums, and notes its invoice in scope or issued.
+func (r *reconciler) count(l recon.InvoiceLine, scoped bool) {
+	k := lineKey{l.InvoiceID, l.LineID}
+	m := r.lines[k]
+	if m == nil {
+		m = &lineSums{}
+		r.lines[k] = m
+	}
+	m.amount = m.amount.Add(l.Amount)
+	if l.Kind == "charge" {
+		m.quantity = m.quantity.Add(l.Quantity)
+		m.charges++
+	}
+	if l.Period == r.period || scoped {
+		r.inScope[l.InvoiceID] = true
+	}
+	if l.Issued && l.Period == r.period {
+		r.issued[l.InvoiceID] = true
+	}
+}
+
+// usagePass merges usage facts, charges, the charges invoices count and
+// query's projection of both by usage event id.
+func (r *reconciler) usagePass(ctx context.Context, s Sources) error {
+	for {
+		key, ok, err := recon.MinKey(ctx, s.UsageFacts, s.Charges, s.InvoiceCharges, s.QueryUsage, s.QueryCharges)
+		if err != nil || !ok {
+			return err
+		}
+		var g usageGroup
+		if g.facts, err = s.UsageFacts.Take(ctx, key); err != nil {
+			return err
+		}
+		if g.charges, err = s.Charges.Take(ctx, key); err != nil {
+			return err
+		}
+		if g.counted, err = s.InvoiceCharges.Take(ctx, key); err != nil {
+			return err
+		}
+		if g.queryFacts, err = s.QueryUsage.Take(ctx, key); err != nil {
+			return err
+		}
+		if g.queryCharges, err = s.QueryCharges.Take(ctx, key); err != nil {
+			return err
+		}
+		r.usageGroup(key, g)
+	}
+}
+
+// usageGroup is what the sources hold of one usage event.
+type usageGroup struct {
+	facts        []recon.UsageFact
+	charges      []recon.Charge // all in scope (billing's set is the period's)
+	counted      []recon.InvoiceLine
+	queryFacts   []recon.UsageFact
+	queryCharges []recon.Charge
+}
+
+func (r *reconciler) usageGroup(key uuid.UUID, g usageGroup) {
+	billed := map[uuid.UUID]bool{}
+	for _, c := range g.charges {
+		billed[c.EventID] = true
+	}
+	fact, known := first(g.facts)
+	inScope := known && (fact.Period == r.period || len(g.charges) > 0)
+	if inScope {
+		r.report.Counts.UsageFacts++
+		r.checkFact(fact, g)
+	}
+	for _, qf := range g.queryFacts {
+		if !known && qf.Period == r.period {
+			r.add(MismatchUnknownInQuery, qf.EventID, "projected usage fact %s is not in usage", qf.UsageID)
+		}
+	}
+	projected := map[uuid.UUID]decimal.Decimal{}
+	for _, qc := range g.queryCharges {
+		projected[qc.EventID] = qc.Amount
+		if !billed[qc.EventID] && qc.Period == r.period {
+			r.add(MismatchUnknownInQuery, qc.EventID, "projected charge is not in billing")
+		}
+	}
+	for _, c := range g.charges {
+		r.report.Counts.Charges++
+		if !known {
+			r.add(MismatchChargeWithoutUsage, c.EventID, "charge rates usage event %s, which usage does not hold", key)
+		}
+		var lines []recon.InvoiceLine
+		for _, l := range g.counted {
+			if l.OriginEventID == c.EventID {
+				lines = append(lines, l)
+			}
+		}
+		r.invoiced(c.EventID, "charge", c.Amount, lines, nil)
+		r.projected(c.EventID, "charge", c.Amount, projected)
+	}
+	for _, l := range g.counted {
+		scoped := billed[l.OriginEventID]
+		r.count(l, scoped)
+		if l.Period == r.period || scoped {
+			r.report.Counts.InvoiceLines++
+			if !scoped {
+				r.add(MismatchLineWithoutOrigin, l.OriginEventID, "%s line of invoice %s has no charge or adjustment in billing", l.Kind, l.InvoiceID)
+			}
+		}
+	}
+}
+
+// checkFact checks an in-scope usage fact's charge and projection.
+func (r *reconciler) checkFact(u recon.UsageFact, g usageGroup) {
+	switch cs := g.charges; {
+	case len(cs) == 0:
+		r.add(MismatchMissingCharge, u.EventID, "usage fact %s has no charge", u.UsageID)
+	case len(cs) > 1:
+		r.add(MismatchDuplicateCharge, u.EventID, "usage fact %s has %d charges", u.UsageID, len(cs))
+	case !cs[0].Quantity.Equal(u.Quantity):
+		r.add(MismatchAmount, u.EventID, "usage quantity %s, charge %s quantity %s", u.Quantity, cs[0].EventID, cs[0].Quantity)
+	}
+	qu, ok := first(g.queryFacts)
+	switch {
+	case !ok:
+		r.add(MismatchMissingInQuery, u.EventID, "usage fact %s is not projected", u.UsageID)
+	case !qu.Quantity.Equal(u.Quantity):
+		r.report.Counts.QueryUsage++
+		r.add(MismatchQueryAmount, u.EventID, "usage quantity %s, projected %s", u.Quantity, qu.Quantity)
+	default:
+		r.report.Counts.QueryUsage++
+	}
+}
+
+// adjustmentPass merges adjustments, the adjustment and rounding lines and
+// correction notes that count them, and query's projection of both, by
+// adjustment event id.
+func (r *reconciler) adjustmentPass(ctx context.Context, s Sources) error {
+	for {
+		key, ok, err := recon.MinKey(ctx, s.Adjustments, s.InvoiceLines, s.Corrections, s.QueryAdjustments, s.QueryCorrections)
+		if err != nil || !ok {
+			return err
+		}
+		var g adjustmentGroup
+		if g.adjustments, err = s.Adjustments.Take(ctx, key); err != nil {
+			return err
+		}
+		if g.lines, err = s.InvoiceLines.Take(ctx, key); err != nil {
+			return err
+		}
+		if g.corrections, err = s.Corrections.Take(ctx, key); err != nil {
+			return err
+		}
+		if g.queryAdjustments, err = s.QueryAdjustments.Take(ctx, key); err != nil {
+			return err
+		}
+		if g.queryCorrections, err = s.QueryCorrections.Take(ctx, key); err != nil {
+			return err
+		}
+		r.adjustmentGroup(g)
+	}
+}
+
+// adjustmentGroup is what the sources hold of one adjustment (or the
+// closing event of a rounding line).
+type adjustmentGroup struct {
+	adjustments      []recon.Adjustment
+	lines            []recon.InvoiceLine
+	corrections      []recon.Correction
+	queryAdjustments []recon.Adjustment
+	queryCorrections []recon.Correction
+}
+
+func (r *reconciler) adjustmentGroup(g adjustmentGroup) {
+	a, billed := first(g.adjustments)
+	var lines []recon.InvoiceLine
+	for _, l := range g.lines {
+		r.count(l, billed)
+		if l.Kind == "rounding" {
+			continue
+		}
+		lines = append(lines, l)
+		if l.Period == r.period || billed {
+			r.report.Counts.InvoiceLines++
+			if !billed {
+				r.add(MismatchLineWithoutOrigin, l.OriginEventID, "%s line of invoice %s has no charge or adjustment in billing", l.Kind, l.InvoiceID)
+			}
+		}
+	}
+	for _, qa := range g.queryAdjustments {
+		if !billed && qa.Period == r.period {
+			r.add(MismatchUnknownInQuery, qa.EventID, "projected adjustment is not in billing")
+		}
+	}
+	if !billed {
+		return
+	}
+	r.report.Counts.InvoiceLines += len(g.corrections)
+	r.invoiced(a.EventID, "adjustment", a.Amount, lines, g.corrections)
+	projected := map[uuid.UUID]decimal.Decimal{}
+	for _, qa := range g.queryAdjustments {
+		projected[qa.EventID] = qa.Amount
+	}
+	r.projected(a.EventID, "adjustment", a.Amount, projected)
+	for _, c := range g.corrections {
+		qc, ok := first(g.queryCorrections)
+		switch {
+		case !ok:
+			r.add(MismatchMissingInQuery, c.OriginEventID, "correction of invoice %s is not projected", c.InvoiceID)
+		case !qc.Amount.Equal(c.Amount):
+			r.add(MismatchQueryAmount, c.OriginEventID, "correction of invoice %s: %s, projected %s", c.InvoiceID, c.Amount, qc.Amount)
+		}
+	}
+}
+
+func first[T any](s []T) (T, bool) {
+	if len(s) == 0 {
+		var zero T
+		return zero, false
+	}
+	return s[0], true
 }
 
 // invoiced checks that a charge or an adjustment (origin) is invoiced once,
@@ -307,42 +408,25 @@ func (r *reconciler) projected(id uuid.UUID, what string, amount decimal.Decimal
 	}
 }
 
-// lineTotals checks each aggregated line of the period's invoices against
-// the sums of the origin rows it counts.
-func (r *reconciler) lineTotals(inv recon.Rows, scoped map[uuid.UUID]bool, period string) {
-	type key struct {
-		invoice uuid.UUID
-		line    string
-	}
-	type sums struct {
-		quantity, amount decimal.Decimal
-		charges          int64
-	}
-	members := map[key]*sums{}
-	invoiceInScope := map[uuid.UUID]bool{}
-	for _, l := range inv.InvoiceLines {
-		k := key{l.InvoiceID, l.LineID}
-		m := members[k]
-		if m == nil {
-			m = &sums{}
-			members[k] = m
+// lineTotals checks each line of the invoices in scope, as the invoices show
+// it, against the sums of what it counts, and sums the issued invoices'
+// lines.
+func (r *reconciler) lineTotals(ctx context.Context, totals *recon.Stream[recon.LineTotal]) error {
+	r.totals = map[uuid.UUID]decimal.Decimal{}
+	for {
+		t, ok, err := totals.Next(ctx)
+		if err != nil || !ok {
+			return err
 		}
-		m.amount = m.amount.Add(l.Amount)
-		if l.Kind == "charge" {
-			m.quantity = m.quantity.Add(l.Quantity)
-			m.charges++
+		if r.issued[t.InvoiceID] {
+			r.totals[t.InvoiceID] = r.totals[t.InvoiceID].Add(t.Amount)
 		}
-		if l.Period == period || scoped[l.OriginEventID] {
-			invoiceInScope[l.InvoiceID] = true
-		}
-	}
-	for _, t := range inv.LineTotals {
-		if !invoiceInScope[t.InvoiceID] {
+		if !r.inScope[t.InvoiceID] {
 			continue
 		}
-		m := members[key{t.InvoiceID, t.LineID}]
+		m := r.lines[lineKey{t.InvoiceID, t.LineID}]
 		if m == nil {
-			m = &sums{}
+			m = &lineSums{}
 		}
 		if !m.amount.Equal(t.Amount) || !m.quantity.Equal(t.Quantity) || m.charges != t.ChargeCount {
 			r.add(MismatchLineTotal, t.InvoiceID, "line %s: quantity %s, %d charges, amount %s; what it counts sums to %s, %d, %s",
@@ -353,35 +437,27 @@ func (r *reconciler) lineTotals(inv recon.Rows, scoped map[uuid.UUID]bool, perio
 
 // invoiceTotals checks query's projected total of each issued invoice of the
 // period against the sum of the invoice's lines.
-func (r *reconciler) invoiceTotals(inv recon.Rows, projected []recon.Invoice, period string) {
-	issued := map[uuid.UUID]bool{}
-	for _, l := range inv.InvoiceLines {
-		if l.Issued && l.Period == period {
-			issued[l.InvoiceID] = true
-		}
-	}
-	totals := map[uuid.UUID]decimal.Decimal{}
-	for _, t := range inv.LineTotals {
-		if issued[t.InvoiceID] {
-			totals[t.InvoiceID] = totals[t.InvoiceID].Add(t.Amount)
-		}
-	}
+func (r *reconciler) invoiceTotals(ctx context.Context, projected *recon.Stream[recon.Invoice]) error {
 	got := map[uuid.UUID]decimal.Decimal{}
-	for _, p := range projected {
+	for {
+		p, ok, err := projected.Next(ctx)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
 		got[p.InvoiceID] = p.Total
 	}
-	ids := make([]uuid.UUID, 0, len(totals))
-	for id := range totals {
-		ids = append(ids, id)
-	}
-	slices.SortFunc(ids, func(a, b uuid.UUID) int { return cmp.Compare(a.String(), b.String()) })
+	ids := slices.SortedFunc(maps.Keys(r.totals), func(a, b uuid.UUID) int { return cmp.Compare(a.String(), b.String()) })
 	for _, id := range ids {
 		total, ok := got[id]
 		switch {
 		case !ok:
 			r.add(MismatchMissingInQuery, id, "issued invoice %s is not projected", id)
-		case !total.Equal(totals[id]):
-			r.add(MismatchQueryAmount, id, "invoice %s: lines sum to %s, projected total %s", id, totals[id], total)
+		case !total.Equal(r.totals[id]):
+			r.add(MismatchQueryAmount, id, "invoice %s: lines sum to %s, projected total %s", id, r.totals[id], total)
 		}
 	}
+	return nil
 }

@@ -19,7 +19,78 @@ func d(s string) decimal.Decimal { return decimal.RequireFromString(s) }
 type flow struct {
 	u1, u2, c1, c2, a1, a2 uuid.UUID
 	inv                    uuid.UUID
-	src                    domain.Sources
+	src                    sources
+}
+
+// rows are what a service holds of the tenant.
+type rows struct {
+	UsageFacts   []recon.UsageFact
+	Charges      []recon.Charge
+	Adjustments  []recon.Adjustment
+	InvoiceLines []recon.InvoiceLine
+	LineTotals   []recon.LineTotal
+	Corrections  []recon.Correction
+	Invoices     []recon.Invoice
+}
+
+type sources struct{ Usage, Billing, Invoice, Query rows }
+
+// streams are the sets the services serve of a period's reconciliation, as
+// their queries scope them.
+func (s sources) streams(period string) domain.Sources {
+	months := map[string]bool{period: true}
+	var charges []recon.Charge
+	for _, c := range s.Billing.Charges {
+		if c.Period == period || c.OccurredPeriod == period {
+			charges = append(charges, c)
+			months[c.Period], months[c.OccurredPeriod] = true, true
+		}
+	}
+	inMonths := func(p string) bool { return months[p] }
+	is := func(p string) bool { return p == period }
+	var counted, lines []recon.InvoiceLine
+	for _, l := range s.Invoice.InvoiceLines {
+		if l.Kind == "charge" {
+			counted = append(counted, l)
+		} else {
+			lines = append(lines, l)
+		}
+	}
+	return domain.Sources{
+		UsageFacts:     recon.Rows(where(s.Usage.UsageFacts, func(u recon.UsageFact) bool { return inMonths(u.Period) })),
+		Charges:        recon.Rows(charges),
+		InvoiceCharges: recon.Rows(where(counted, func(l recon.InvoiceLine) bool { return inMonths(l.Period) })),
+		QueryUsage:     recon.Rows(where(s.Query.UsageFacts, func(u recon.UsageFact) bool { return inMonths(u.Period) })),
+		QueryCharges:   recon.Rows(where(s.Query.Charges, func(c recon.Charge) bool { return inMonths(c.Period) })),
+
+		Adjustments:      recon.Rows(where(s.Billing.Adjustments, func(a recon.Adjustment) bool { return is(a.Period) })),
+		InvoiceLines:     recon.Rows(where(lines, func(l recon.InvoiceLine) bool { return inMonths(l.Period) })),
+		Corrections:      recon.Rows(where(s.Invoice.Corrections, func(c recon.Correction) bool { return is(c.Period) })),
+		QueryAdjustments: recon.Rows(where(s.Query.Adjustments, func(a recon.Adjustment) bool { return is(a.Period) })),
+		QueryCorrections: recon.Rows(where(s.Query.Corrections, func(c recon.Correction) bool { return is(c.Period) })),
+
+		LineTotals:    recon.Rows(s.Invoice.LineTotals),
+		QueryInvoices: recon.Rows(where(s.Query.Invoices, func(i recon.Invoice) bool { return is(i.Period) })),
+	}
+}
+
+func where[T any](s []T, keep func(T) bool) []T {
+	var out []T
+	for _, v := range s {
+		if keep(v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func reconcile(t *testing.T, period string, src sources) domain.Report {
+	t.Helper()
+	rep, err := domain.Reconcile(t.Context(), "acme", period, src.streams(period))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
 
 func healthy() *flow {
@@ -37,9 +108,9 @@ func healthy() *flow {
 		{EventID: f.a2, Currency: "USD", Amount: d("0.1"), Period: "2026-11"},
 	}
 	f.src.Invoice.InvoiceLines = []recon.InvoiceLine{
-		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.c1, Kind: "charge", Amount: d("1"),
+		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.c1, UsageEventID: f.u1, Kind: "charge", Amount: d("1"),
 			Quantity: d("10"), LineID: "charge/api_calls/1"},
-		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.c2, Kind: "charge", Amount: d("0.50"),
+		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.c2, UsageEventID: f.u2, Kind: "charge", Amount: d("0.50"),
 			Quantity: d("5"), LineID: "charge/api_calls/1"},
 		{InvoiceID: f.inv, Issued: true, Period: "2026-11", Currency: "USD", OriginEventID: f.a1, Kind: "adjustment", Amount: d("-0.2"),
 			LineID: "adjustment/" + f.a1.String()},
@@ -53,7 +124,7 @@ func healthy() *flow {
 		{InvoiceID: f.inv, LineID: "rounding", Kind: "rounding", Amount: d("0")},
 	}
 	f.src.Invoice.Corrections = []recon.Correction{{InvoiceID: f.inv, Period: "2026-11", OriginEventID: f.a2, Amount: d("0.1")}}
-	f.src.Query = recon.Rows{ // copies: the projection is its own data
+	f.src.Query = rows{ // copies: the projection is its own data
 		UsageFacts:  slices.Clone(f.src.Usage.UsageFacts),
 		Charges:     slices.Clone(f.src.Billing.Charges),
 		Adjustments: slices.Clone(f.src.Billing.Adjustments),
@@ -65,8 +136,8 @@ func healthy() *flow {
 
 func TestReconcileHealthy(t *testing.T) {
 	f := healthy()
-	rep := domain.Reconcile("acme", "2026-11", f.src)
-	if len(rep.Mismatches) != 0 {
+	rep := reconcile(t, "2026-11", f.src)
+	if len(rep.Mismatches) != 0 || rep.MismatchCount != 0 {
 		t.Fatalf("mismatches %+v", rep.Mismatches)
 	}
 	want := domain.Counts{UsageFacts: 2, Charges: 2, InvoiceLines: 4, QueryUsage: 2}
@@ -74,11 +145,8 @@ func TestReconcileHealthy(t *testing.T) {
 		t.Fatalf("counts %+v, want %+v", rep.Counts, want)
 	}
 	// October: u2 occurred then; its charge (rated into November) is found.
-	if rep := domain.Reconcile("acme", "2026-10", f.src); len(rep.Mismatches) != 0 || rep.Counts.UsageFacts != 1 || rep.Counts.Charges != 1 {
+	if rep := reconcile(t, "2026-10", f.src); len(rep.Mismatches) != 0 || rep.Counts.UsageFacts != 1 || rep.Counts.Charges != 1 {
 		t.Fatalf("October: %+v", rep)
-	}
-	if got := domain.ChargeMonths("2026-11", f.src.Billing); len(got) != 2 || got[0] != "2026-10" || got[1] != "2026-11" {
-		t.Fatalf("ChargeMonths = %v", got)
 	}
 }
 
@@ -102,7 +170,7 @@ func TestReconcileNamesEveryMismatch(t *testing.T) {
 			f.src.Billing.Charges = append(f.src.Billing.Charges, extra)
 			f.src.Query.Charges = append(f.src.Query.Charges, extra)
 			f.src.Invoice.InvoiceLines = append(f.src.Invoice.InvoiceLines, recon.InvoiceLine{InvoiceID: f.inv, Issued: false,
-				Period: "2026-11", OriginEventID: extra.EventID, Kind: "charge", Amount: d("1")})
+				Period: "2026-11", OriginEventID: extra.EventID, UsageEventID: f.u1, Kind: "charge", Amount: d("1")})
 		}, []want{{domain.MismatchDuplicateCharge, func(f *flow) uuid.UUID { return f.u1 }}}},
 		{"charge of unknown usage", func(f *flow) {
 			f.src.Usage.UsageFacts = f.src.Usage.UsageFacts[1:]
@@ -152,8 +220,8 @@ func TestReconcileNamesEveryMismatch(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := healthy()
 			tt.break_(f)
-			rep := domain.Reconcile("acme", "2026-11", f.src)
-			if len(rep.Mismatches) != len(tt.want) {
+			rep := reconcile(t, "2026-11", f.src)
+			if len(rep.Mismatches) != len(tt.want) || rep.MismatchCount != len(tt.want) {
 				t.Fatalf("mismatches %+v, want %d", rep.Mismatches, len(tt.want))
 			}
 			for _, w := range tt.want {
@@ -166,5 +234,19 @@ func TestReconcileNamesEveryMismatch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A reconciliation of any volume lists at most MaxMismatches and counts
+// them all.
+func TestReconcileBoundsTheList(t *testing.T) {
+	var src sources
+	for range 1200 {
+		src.Usage.UsageFacts = append(src.Usage.UsageFacts, recon.UsageFact{EventID: uuid.New(), UsageID: uuid.New(), Quantity: d("1"), Period: "2026-11"})
+	}
+	rep := reconcile(t, "2026-11", src)
+	if len(rep.Mismatches) != domain.MaxMismatches || rep.MismatchCount != 2400 || rep.Counts.UsageFacts != 1200 {
+		t.Fatalf("%d listed, %d counted, counts %+v; want %d listed of 2400 (no charge, not projected)",
+			len(rep.Mismatches), rep.MismatchCount, rep.Counts, domain.MaxMismatches)
 	}
 }

@@ -313,7 +313,7 @@ func (a *Operator) reconciliation(w http.ResponseWriter, r *http.Request) {
 		"tenantId": rep.TenantID, "period": rep.Period,
 		"counts": map[string]int{"usageFacts": rep.Counts.UsageFacts, "charges": rep.Counts.Charges,
 			"invoiceLines": rep.Counts.InvoiceLines, "queryUsage": rep.Counts.QueryUsage},
-		"mismatches": ms,
+		"mismatches": ms, "mismatchCount": rep.MismatchCount,
 	})
 }
 

@@ -48,11 +48,13 @@ FROM usage_fact
 WHERE tenant_id = @tenant_id AND usage_id = @usage_id;
 
 -- name: ReconciliationFacts :many
--- ReconciliationFacts lists a tenant's usage facts that occurred in the
--- given months (UTC), for reconciliation by their UsageAccepted event id.
+-- ReconciliationFacts reads a page of a tenant's usage facts that occurred
+-- in a month (UTC), in UsageAccepted event id order after a position.
 SELECT event_id, usage_id, meter_code, quantity,
        to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS period
 FROM usage_fact
 WHERE tenant_id = @tenant_id
-  AND to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') = ANY(@periods::text[])
-ORDER BY event_id;
+  AND date_trunc('month', occurred_at AT TIME ZONE 'UTC') = @month::timestamp
+  AND event_id > @after
+ORDER BY event_id
+LIMIT @row_limit;

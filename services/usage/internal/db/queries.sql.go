@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 )
 
@@ -195,13 +196,17 @@ SELECT event_id, usage_id, meter_code, quantity,
        to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS period
 FROM usage_fact
 WHERE tenant_id = $1
-  AND to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') = ANY($2::text[])
+  AND date_trunc('month', occurred_at AT TIME ZONE 'UTC') = $2::timestamp
+  AND event_id > $3
 ORDER BY event_id
+LIMIT $4
 `
 
 type ReconciliationFactsParams struct {
 	TenantID string
-	Periods  []string
+	Month    pgtype.Timestamp
+	After    uuid.UUID
+	RowLimit int32
 }
 
 type ReconciliationFactsRow struct {
@@ -212,10 +217,15 @@ type ReconciliationFactsRow struct {
 	Period    string
 }
 
-// ReconciliationFacts lists a tenant's usage facts that occurred in the
-// given months (UTC), for reconciliation by their UsageAccepted event id.
+// ReconciliationFacts reads a page of a tenant's usage facts that occurred
+// in a month (UTC), in UsageAccepted event id order after a position.
 func (q *Queries) ReconciliationFacts(ctx context.Context, arg ReconciliationFactsParams) ([]ReconciliationFactsRow, error) {
-	rows, err := q.db.Query(ctx, reconciliationFacts, arg.TenantID, arg.Periods)
+	rows, err := q.db.Query(ctx, reconciliationFacts,
+		arg.TenantID,
+		arg.Month,
+		arg.After,
+		arg.RowLimit,
+	)
 	if err != nil {
 		return nil, err
 	}

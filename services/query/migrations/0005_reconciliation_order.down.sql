@@ -1,0 +1,2 @@
+DROP INDEX projected_charge_reconciliation_idx;
+DROP INDEX projected_usage_reconciliation_idx;

@@ -1,0 +1,1 @@
+DROP INDEX usage_fact_reconciliation_idx;
