@@ -56,6 +56,14 @@ const (
 	// ReasonUnprojectable: the query projection cannot read the event (query).
 	ReasonUnprojectable = "unprojectable"
 
+	// Billing.
+
+	// ReasonNoPriceInEffect: a UsageAccepted occurred before the first price
+	// version of its series takes effect, although billing knows the
+	// schedule through its occurrence (usage refuses such facts: a contract
+	// breach).
+	ReasonNoPriceInEffect = "no_price_in_effect"
+
 	// Invoice.
 
 	// ReasonChargeAfterIssue: a ChargeRated for a period whose invoices are
@@ -86,4 +94,11 @@ const (
 	ReasonPriceVersionConflict = "price_version_conflict"
 	// ReasonUnknownCurrency: an invoice's currency has no known minor unit.
 	ReasonUnknownCurrency = "unknown_currency"
+	// ReasonCreditExceedsCharges: a correction note would take its issued
+	// invoice below zero (billing refuses such a credit at its API).
+	ReasonCreditExceedsCharges = "credit_exceeds_charges"
+	// ReasonAmountPrecision: a correction note finer than its currency's
+	// minor unit (billing refuses such an adjustment at its API; decision
+	// 0008).
+	ReasonAmountPrecision = "amount_precision"
 )

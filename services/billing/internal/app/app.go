@@ -48,7 +48,8 @@ var Topics = []string{events.TopicMeter, events.TopicUsage}
 // UsageAccepted (BatchHandlers).
 func (s *Service) Handlers() map[string]inbox.Handler {
 	return map[string]inbox.Handler{
-		events.TypePriceActivated: inbox.On(s.OnPriceActivated),
+		events.TypePriceActivated:         inbox.On(s.OnPriceActivated),
+		events.TypePriceScheduleWatermark: inbox.On(s.OnPriceScheduleWatermark),
 	}
 }
 

@@ -2,8 +2,8 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,9 +21,12 @@ import (
 // closing while it was being rated (each close moves it one period on).
 const maxRatingAttempts = 4
 
-// OnPriceActivated replicates a price version as price evidence. A replay of
-// a version changes nothing. Applying it provides the aggregate key
-// price/<meter>.<currency>@version, which wakes usage deferred for it.
+// OnPriceActivated replicates a price version as price evidence and raises
+// what billing knows of the series' schedule to the event's knownThrough
+// (decision 0009). A replay of a version changes nothing. Applying it
+// provides the aggregate key of the version, which wakes the series'
+// watermarks waiting for it, and the schedule keys of the seconds it makes
+// known, which wake the usage waiting for them.
 func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceActivated) (inbox.Outcome, error) {
 	e := d.Envelope
 	if e.AggregateType != events.AggregatePrice || e.AggregateID != events.PriceSeriesID(p.MeterCode, p.Currency) ||
@@ -39,21 +42,126 @@ func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.D
 	if err != nil {
 		return inbox.Outcome{}, fmt.Errorf("insert price evidence: %w", err)
 	}
-	return inbox.Outcome{}, nil
+	if p.KnownThrough.IsZero() {
+		return inbox.Outcome{}, nil
+	}
+	keys, err := raiseKnownThrough(ctx, tx, e.TenantID, p.MeterCode, p.Currency, p.KnownThrough)
+	if err != nil {
+		return inbox.Outcome{}, err
+	}
+	return inbox.Outcome{Provides: keys}, nil
+}
+
+// OnPriceScheduleWatermark raises what billing knows of a series' schedule
+// to the watermark's knownThrough, once billing holds the version it names
+// (and so every version before it); until then it is deferred, woken by
+// that version's PriceActivated. A watermark lower than what billing knows
+// changes nothing. It provides the schedule keys of the seconds it makes
+// known.
+func (s *Service) OnPriceScheduleWatermark(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceScheduleWatermark) (inbox.Outcome, error) {
+	e := d.Envelope
+	if e.AggregateType != events.AggregatePriceSchedule || e.AggregateVersion != 1 ||
+		e.AggregateID != events.PriceScheduleID(p.MeterCode, p.Currency, p.KnownThrough) {
+		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonAggregateMismatch, fmt.Errorf(
+			"PriceScheduleWatermark of %s through %s is on aggregate %s/%s v%d", events.PriceSeriesID(p.MeterCode, p.Currency),
+			p.KnownThrough.Format(time.RFC3339Nano), e.AggregateType, e.AggregateID, e.AggregateVersion))
+	}
+	held, err := db.New(tx).HasPriceVersion(ctx, db.HasPriceVersionParams{
+		TenantID: e.TenantID, MeterCode: p.MeterCode, Currency: p.Currency, Version: p.Version,
+	})
+	if err != nil {
+		return inbox.Outcome{}, fmt.Errorf("read price evidence: %w", err)
+	}
+	if !held {
+		return inbox.Outcome{}, inbox.DeferUntil(inbox.AggregateKey(e.TenantID, events.AggregatePrice,
+			events.PriceSeriesID(p.MeterCode, p.Currency), p.Version))
+	}
+	keys, err := raiseKnownThrough(ctx, tx, e.TenantID, p.MeterCode, p.Currency, p.KnownThrough)
+	if err != nil {
+		return inbox.Outcome{}, err
+	}
+	return inbox.Outcome{Provides: keys}, nil
+}
+
+// raiseKnownThrough raises a series' known schedule and returns the
+// schedule keys of the seconds that became known (none when it did not
+// rise).
+func raiseKnownThrough(ctx context.Context, tx pgx.Tx, tenantID, meterCode, currency string, through time.Time) ([]string, error) {
+	row, err := db.New(tx).RaiseKnownThrough(ctx, db.RaiseKnownThroughParams{
+		TenantID: tenantID, MeterCode: meterCode, Currency: currency, KnownThrough: through,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raise known schedule: %w", err)
+	}
+	if !row.Raised {
+		return nil, nil
+	}
+	var prev *time.Time
+	if row.Had {
+		prev = &row.Previous
+	}
+	return ScheduleKeys(tenantID, meterCode, currency, prev, through), nil
+}
+
+// maxScheduleKeys bounds the keys one rise of the known schedule provides:
+// usage waiting on older seconds (billing was far behind) is decided again
+// by the inbox's sweep.
+const maxScheduleKeys = 3600
+
+// ScheduleKey is the wait key of usage that occurred at `at` while billing
+// did not know the series' schedule through it: one key per second of
+// occurrence, so a rise of the known schedule wakes exactly the seconds it
+// covers.
+func ScheduleKey(tenantID, meterCode, currency string, at time.Time) string {
+	return scheduleKey(tenantID, meterCode, currency, at.Unix())
+}
+
+func scheduleKey(tenantID, meterCode, currency string, second int64) string {
+	return "schedule/" + tenantID + "/" + events.PriceSeriesID(meterCode, currency) + "@" + strconv.FormatInt(second, 10)
+}
+
+// ScheduleKeys are the keys of the seconds a rise of the known schedule
+// from prev (nil: nothing known) to through makes known, wholly or in part
+// (usage of a second known in part that is still beyond it waits again, for
+// the next rise, which provides that second again): the seconds from prev's
+// through through's, at most maxScheduleKeys of the latest.
+func ScheduleKeys(tenantID, meterCode, currency string, prev *time.Time, through time.Time) []string {
+	last := floorSecond(through)
+	first := last - maxScheduleKeys + 1
+	if prev != nil {
+		first = max(first, floorSecond(*prev))
+	}
+	keys := make([]string, 0, last-first+1)
+	for sec := first; sec <= last; sec++ {
+		keys = append(keys, scheduleKey(tenantID, meterCode, currency, sec))
+	}
+	return keys
+}
+
+// floorSecond is the Unix second t falls in (time.Unix rounds toward zero
+// before 1970; this floors).
+func floorSecond(t time.Time) int64 {
+	s := t.Unix()
+	if t.Before(time.Unix(s, 0)) {
+		s--
+	}
+	return s
 }
 
 // OnUsagesAccepted rates usage facts as OnUsageAccepted does each, in one
 // round trip for all of them in the common case: the shared locks of their
 // occurrence periods, taken in key order, then one statement that reads each
-// fact's price evidence and period status and inserts the charges of the
-// facts whose period is open. A fact whose price version is missing is
-// deferred (its item error); one whose period is closing or closed is rated
+// fact's known schedule, price version in effect and period status, and
+// inserts the charges of the facts that can be rated. A fact whose series'
+// schedule billing does not know through its occurrence yet is deferred
+// (its item error, ScheduleKey); one that occurred before the series' first
+// version is quarantined; one whose period is closing or closed is rated
 // alone by OnUsageAccepted, late into the next open period.
 func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, us []events.UsageAccepted) ([]inbox.Outcome, error) {
 	n := len(ds)
 	arg := db.RateUsagesParams{
 		TenantIds: make([]string, n), MeterCodes: make([]string, n), Currencies: make([]string, n),
-		PriceVersions: make([]int64, n), Periods: make([]string, n), ChargeIds: make([]uuid.UUID, n),
+		Periods: make([]string, n), ChargeIds: make([]uuid.UUID, n),
 		EventIds: make([]uuid.UUID, n), UsageEventIds: make([]uuid.UUID, n), UsageIds: make([]uuid.UUID, n),
 		Quantities: make([]decimal.Decimal, n), OccurredAts: make([]time.Time, n),
 	}
@@ -73,7 +181,7 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 			return nil, fmt.Errorf("new event id: %w", err)
 		}
 		arg.TenantIds[i], arg.MeterCodes[i], arg.Currencies[i] = in.TenantID, u.MeterCode, u.Currency
-		arg.PriceVersions[i], arg.Periods[i], arg.ChargeIds[i] = u.PriceVersion, events.Period(u.OccurredAt), chargeID
+		arg.Periods[i], arg.ChargeIds[i] = events.Period(u.OccurredAt), chargeID
 		arg.EventIds[i], arg.UsageEventIds[i], arg.UsageIds[i] = eventID, in.EventID, u.UsageID
 		arg.Quantities[i], arg.OccurredAts[i] = u.Quantity, u.OccurredAt
 	}
@@ -87,13 +195,12 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 	outs := make([]inbox.Outcome, n)
 	for i, row := range rows {
 		in, u := &ds[i].Envelope, us[i]
-		if !row.Priced {
-			return nil, inbox.ItemError(i, inbox.DeferUntil(inbox.AggregateKey(in.TenantID, events.AggregatePrice,
-				events.PriceSeriesID(u.MeterCode, u.Currency), u.PriceVersion)))
+		if err := unrated(in, u, row.Known, row.Priced); err != nil {
+			return nil, inbox.ItemError(i, err)
 		}
 		switch row.Status {
 		case domain.StatusOpen:
-			env, err := s.chargeRated(in, u, arg.ChargeIds[i], arg.EventIds[i], row.UnitPrice, arg.Periods[i], false)
+			env, err := s.chargeRated(in, u, arg.ChargeIds[i], arg.EventIds[i], row.PriceVersion, row.UnitPrice, arg.Periods[i], false)
 			if err != nil {
 				return nil, err
 			}
@@ -112,12 +219,30 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 	return outs, nil
 }
 
-// chargeRated is the ChargeRated of a charge rated from usage event in.
+// unrated is the decision on a fact the rating statement did not rate for
+// want of a price: nil when it was priced. Not known: the fact waits until
+// billing knows the series' schedule through its occurrence. Known but not
+// priced: it occurred before the series' first version took effect, which
+// usage refuses, so it is quarantined.
+func unrated(in *envelope.Envelope, u events.UsageAccepted, known, priced bool) error {
+	switch {
+	case !known:
+		return inbox.DeferUntil(ScheduleKey(in.TenantID, u.MeterCode, u.Currency, u.OccurredAt))
+	case !priced:
+		return inbox.Permanent(inbox.ReasonNoPriceInEffect, fmt.Errorf(
+			"usage %s of %s in %s occurred at %s, before the first price version of the series takes effect",
+			u.UsageID, u.MeterCode, u.Currency, u.OccurredAt.Format(time.RFC3339Nano)))
+	}
+	return nil
+}
+
+// chargeRated is the ChargeRated of a charge rated from usage event in at
+// the given price version.
 func (s *Service) chargeRated(in *envelope.Envelope, u events.UsageAccepted, chargeID, eventID uuid.UUID,
-	unitPrice decimal.Decimal, period string, late bool) (envelope.Envelope, error) {
+	version int64, unitPrice decimal.Decimal, period string, late bool) (envelope.Envelope, error) {
 	charge := events.ChargeRated{
 		ChargeID: chargeID, UsageEventID: in.EventID, UsageID: u.UsageID, MeterCode: u.MeterCode,
-		Currency: u.Currency, Quantity: u.Quantity, UnitPrice: unitPrice, PriceVersion: u.PriceVersion,
+		Currency: u.Currency, Quantity: u.Quantity, UnitPrice: unitPrice, PriceVersion: version,
 		Amount: domain.Amount(u.Quantity, unitPrice), Period: period, Late: late, OccurredAt: u.OccurredAt,
 	}
 	env, err := newEvent(events.TypeChargeRated, in.TenantID, events.AggregateCharge, chargeID.String(),
@@ -130,8 +255,9 @@ func (s *Service) chargeRated(in *envelope.Envelope, u events.UsageAccepted, cha
 }
 
 // OnUsageAccepted rates one usage fact: exactly one charge per usage event,
-// at the price version the usage event names, from billing's own evidence
-// (deferred until that version is here), into the period of its occurrence
+// at the price version in effect at its occurrence, from billing's own
+// evidence and only once billing knows the series' schedule through the
+// occurrence (deferred until then), into the period of its occurrence
 // or, when that period is closing or closed, the earliest open period after
 // it (late). The charge is its own aggregate (charge/<id>, version 1) and
 // ChargeRated is appended with it: nothing a charge writes is shared with
@@ -161,19 +287,18 @@ func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.De
 	for attempt := 1; ; attempt++ {
 		row, err := db.RateUsageLocked(ctx, tx, db.RateUsageParams{
 			TenantID: in.TenantID, MeterCode: u.MeterCode, Currency: u.Currency,
-			PriceVersion: u.PriceVersion, Period: period, ChargeID: chargeID, EventID: eventID,
+			Period: period, ChargeID: chargeID, EventID: eventID,
 			UsageEventID: in.EventID, UsageID: u.UsageID, Quantity: u.Quantity, Late: late, OccurredAt: u.OccurredAt,
 		})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return inbox.Outcome{}, inbox.DeferUntil(inbox.AggregateKey(in.TenantID, events.AggregatePrice,
-				events.PriceSeriesID(u.MeterCode, u.Currency), u.PriceVersion))
-		}
 		if err != nil {
 			return inbox.Outcome{}, fmt.Errorf("rate usage event %s: %w", in.EventID, err)
 		}
+		if err := unrated(&in, u, row.Known, row.Priced); err != nil {
+			return inbox.Outcome{}, err
+		}
 		switch row.Status {
 		case domain.StatusOpen:
-			env, err := s.chargeRated(&in, u, chargeID, eventID, row.UnitPrice, period, late)
+			env, err := s.chargeRated(&in, u, chargeID, eventID, row.PriceVersion, row.UnitPrice, period, late)
 			if err != nil {
 				return inbox.Outcome{}, err
 			}

@@ -74,11 +74,11 @@ func TestPriceAtOccurrenceAcrossTwoVersions(t *testing.T) {
 	t.Parallel()
 	svc, _, decide := newService(t)
 
-	// v1 applies from Jan 1, v2 from Jan 15; usage names the version
-	// effective at its occurrence, and billing rates with that version's
-	// evidence.
+	// v1 applies from Jan 1, v2 from Jan 15; billing rates each fact at the
+	// version in effect at its occurrence, from its own evidence (the
+	// version usage names, stale here, is ignored).
 	ds := decide(priceV1("t1").Raw(t), priceV2("t1").Raw(t),
-		usageAt("t1", 1, "1000.5", jan10).Raw(t), usageAt("t1", 2, "3", jan20).Raw(t))
+		usageAt("t1", 2, "1000.5", jan10).Raw(t), usageAt("t1", 1, "3", jan20).Raw(t))
 	wantOutcomes(t, ds, "applied", "applied", "applied", "applied")
 
 	charges := charges(t, svc, "t1", "2026-01")
@@ -101,32 +101,53 @@ func TestPriceAtOccurrenceAcrossTwoVersions(t *testing.T) {
 	}
 }
 
-func TestUsageDeferredUntilItsPriceVersionArrives(t *testing.T) {
+// Billing rates a fact only once it knows the series' schedule through the
+// fact's occurrence (decision 0009): usage beyond the known schedule waits,
+// a watermark naming a version billing lacks waits for that version, and
+// the version's arrival wakes the watermark, which wakes the usage, all in
+// one transaction; the usage is then rated at the version in effect, which
+// it never named.
+func TestUsageDeferredUntilTheScheduleIsKnownThroughIt(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
 
-	usageEnv, usageRaw := usageAt("t1", 2, "10", jan20).Envelope(t)
-	ds := bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageRaw)
+	v1 := priceV1("t1")
+	v1.KnownThrough = jan15
+	usageEnv, usageRaw := usageAt("t1", 0, "10", jan20).Envelope(t)
+	ds := bt.Decide(t, pool, ib, v1.Raw(t), usageRaw)
 	wantOutcomes(t, ds, "applied", "deferred:missing_fact")
-	if want := inbox.AggregateKey("t1", events.AggregatePrice, "api_calls.USD", 2); ds[1].WaitKey != want {
+	if want := app.ScheduleKey("t1", "api_calls", "USD", jan20); ds[1].WaitKey != want {
 		t.Fatalf("wait key = %q, want %q", ds[1].WaitKey, want)
 	}
-	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`); n != 0 {
-		t.Fatalf("%d charges before the price arrived", n)
+	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`) + bt.Count(t, pool, `SELECT count(*) FROM billing_period`); n != 0 {
+		t.Fatalf("a deferred usage left %d charge or period rows", n)
 	}
-	if n := bt.Count(t, pool, `SELECT count(*) FROM billing_period`); n != 0 {
-		t.Fatalf("a deferred usage left %d period rows", n)
-	}
-	// The same usage again while it waits: still deferred, not rated.
+	// The same usage again while it waits: still deferred, not rated. A
+	// watermark that does not pass it (known through its very instant)
+	// wakes it, and it waits again.
+	wantOutcomes(t, bt.Decide(t, pool, ib, usageRaw), "deferred:missing_fact")
+	wm := bt.Watermark{Tenant: "t1", Meter: "api_calls", Currency: "USD", Version: 1, KnownThrough: jan20}
+	wantOutcomes(t, bt.Decide(t, pool, ib, wm.Raw(t)), "applied", "deferred:missing_fact")
 	wantOutcomes(t, bt.Decide(t, pool, ib, usageRaw), "deferred:missing_fact")
 
-	// Price v2 arrives: applying it wakes the usage in the same transaction.
-	ds = bt.Decide(t, pool, ib, priceV2("t1").Raw(t))
-	wantOutcomes(t, ds, "applied", "applied")
-	if !ds[1].Woken || ds[1].EventID != usageEnv.EventID {
-		t.Fatalf("second decision = %+v, want the woken usage", ds[1])
+	// A watermark past the usage that names version 2, which billing lacks:
+	// it waits for version 2.
+	wm2 := bt.Watermark{Tenant: "t1", Meter: "api_calls", Currency: "USD", Version: 2, KnownThrough: jan20.Add(30 * time.Minute)}
+	ds = bt.Decide(t, pool, ib, wm2.Raw(t))
+	wantOutcomes(t, ds, "deferred:missing_fact")
+	if want := inbox.AggregateKey("t1", events.AggregatePrice, "api_calls.USD", 2); ds[0].WaitKey != want {
+		t.Fatalf("watermark wait key = %q, want %q", ds[0].WaitKey, want)
+	}
+	// Version 2 arrives (its own watermark below the usage): it wakes the
+	// watermark, which wakes the usage.
+	v2 := priceV2("t1")
+	v2.KnownThrough = jan20.Add(-time.Hour)
+	ds = bt.Decide(t, pool, ib, v2.Raw(t))
+	wantOutcomes(t, ds, "applied", "applied", "applied")
+	if !ds[2].Woken || ds[2].EventID != usageEnv.EventID {
+		t.Fatalf("third decision = %+v, want the woken usage", ds[2])
 	}
 	// And once more: a duplicate, no second charge.
 	wantOutcomes(t, bt.Decide(t, pool, ib, usageRaw), "duplicate")
@@ -137,8 +158,44 @@ func TestUsageDeferredUntilItsPriceVersionArrives(t *testing.T) {
 		t.Fatalf("charges = %s", bt.JSON(charges))
 	}
 	rated := bt.OfType[events.ChargeRated](bt.Outbox(t, pool))
-	if len(rated) != 1 {
-		t.Fatalf("ChargeRated events = %d, want 1", len(rated))
+	if len(rated) != 1 || rated[0].PriceVersion != 2 {
+		t.Fatalf("ChargeRated events = %s, want one at version 2", bt.JSON(rated))
+	}
+	if n := bt.Count(t, pool, `SELECT count(*) FROM inbox_deferred`); n != 0 {
+		t.Fatalf("%d events still deferred", n)
+	}
+}
+
+// The known schedule only rises: a late, lower watermark changes nothing.
+func TestKnownScheduleNeverFalls(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+	v1 := priceV1("t1")
+	v1.KnownThrough = jan20
+	low := bt.Watermark{Tenant: "t1", Meter: "api_calls", Currency: "USD", Version: 1, KnownThrough: jan15}
+	wantOutcomes(t, bt.Decide(t, pool, ib, v1.Raw(t), low.Raw(t), usageAt("t1", 0, "2", jan20.Add(-time.Second)).Raw(t)),
+		"applied", "applied", "applied")
+	if n := bt.Count(t, pool, `SELECT count(*) FROM price_schedule WHERE known_through = $1`, jan20); n != 1 {
+		t.Fatal("a lower watermark lowered the known schedule")
+	}
+}
+
+// A fact that occurred before the series' first version takes effect, with
+// the schedule known through it, is a contract breach (usage refuses such
+// facts): quarantined, nothing written.
+func TestUsageBeforeTheFirstVersionIsQuarantined(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+	v1 := priceV1("t1")
+	v1.EffectiveAt = jan10
+	wantOutcomes(t, bt.Decide(t, pool, ib, v1.Raw(t), usageAt("t1", 0, "2", jan1).Raw(t)),
+		"applied", "quarantined:no_price_in_effect")
+	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`); n != 0 {
+		t.Fatalf("%d charges", n)
 	}
 }
 
@@ -411,7 +468,7 @@ func TestEventsOnTheWrongAggregateAreQuarantined(t *testing.T) {
 
 // One batch of usage is rated in one statement with the outcomes of rating
 // each alone: usage of a closed period goes late to the next open one, usage
-// whose price version is missing is deferred alone, and the ChargeRated
+// of a series whose schedule is not known is deferred alone, and the ChargeRated
 // events are published in the batch's order.
 func TestOneBatchRatesEachUsageAsAlone(t *testing.T) {
 	t.Parallel()
@@ -424,7 +481,8 @@ func TestOneBatchRatesEachUsageAsAlone(t *testing.T) {
 
 	var raws [][]byte
 	var usage []uuid.UUID
-	for _, u := range []bt.Usage{usageAt("t1", 1, "1", jan10), usageAt("t1", 1, "2", feb3), usageAt("t1", 9, "3", feb3),
+	unknown := bt.Usage{Tenant: "t1", Meter: "sms", Currency: "USD", Quantity: "3", OccurredAt: feb3}
+	for _, u := range []bt.Usage{usageAt("t1", 1, "1", jan10), usageAt("t1", 1, "2", feb3), unknown,
 		usageAt("t1", 1, "4", feb3), usageAt("t1", 1, "5", jan20)} {
 		e, r := u.Envelope(t)
 		raws, usage = append(raws, r), append(usage, e.EventID)

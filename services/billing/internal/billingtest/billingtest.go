@@ -133,7 +133,17 @@ type Price struct {
 	Version                 int64
 	UnitPrice               string
 	EffectiveAt             time.Time
+	// KnownThrough is the series' watermark the event carries; zero means
+	// FarFuture (the schedule is final), Unknown none at all.
+	KnownThrough time.Time
 }
+
+// FarFuture is the default watermark of a Price: tests that are not about
+// the schedule's watermark see every fact's schedule known.
+var FarFuture = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Unknown, as a Price's KnownThrough, publishes no watermark with it.
+var Unknown = time.Unix(0, 1).UTC()
 
 // Raw returns the marshalled envelope of p.
 func (p Price) Raw(t testing.TB) []byte {
@@ -145,16 +155,47 @@ func (p Price) Raw(t testing.TB) []byte {
 	}, events.PriceActivated{
 		PriceID: uuid.Must(uuid.NewV7()), MeterCode: p.Meter, Currency: p.Currency,
 		UnitPrice: Dec(t, p.UnitPrice), EffectiveAt: p.EffectiveAt, Version: p.Version,
+		KnownThrough: p.knownThrough(),
 	})
+	return raw
+}
+
+func (p Price) knownThrough() time.Time {
+	switch {
+	case p.KnownThrough.IsZero():
+		return FarFuture
+	case p.KnownThrough.Equal(Unknown):
+		return time.Time{}
+	}
+	return p.KnownThrough
+}
+
+// Watermark is a PriceScheduleWatermark as meter publishes it.
+type Watermark struct {
+	Tenant, Meter, Currency string
+	Version                 int64
+	KnownThrough            time.Time
+}
+
+// Raw returns the marshalled envelope of w.
+func (w Watermark) Raw(t testing.TB) []byte {
+	t.Helper()
+	_, raw := marshal(t, envelope.Meta{
+		EventType: events.TypePriceScheduleWatermark, SchemaVersion: 1, TenantID: w.Tenant,
+		AggregateType: events.AggregatePriceSchedule, AggregateID: events.PriceScheduleID(w.Meter, w.Currency, w.KnownThrough),
+		AggregateVersion: 1, OccurredAt: w.KnownThrough, Producer: "meter",
+	}, events.PriceScheduleWatermark{MeterCode: w.Meter, Currency: w.Currency, Version: w.Version, KnownThrough: w.KnownThrough})
 	return raw
 }
 
 // Usage is a UsageAccepted as usage publishes it.
 type Usage struct {
 	Tenant, Meter, Currency string
-	PriceVersion            int64
-	Quantity                string
-	OccurredAt              time.Time
+	// PriceVersion is what usage attached before decision 0009; billing
+	// ignores it (0: absent, as usage sends today).
+	PriceVersion int64
+	Quantity     string
+	OccurredAt   time.Time
 }
 
 // Envelope returns the envelope of u and its marshalled bytes; every call

@@ -14,15 +14,15 @@ import (
 func RateUsageLocked(ctx context.Context, tx pgx.Tx, arg RateUsageParams) (RateUsageRow, error) {
 	b := &pgx.Batch{}
 	b.Queue(lockPeriodShared, arg.TenantID, arg.Period)
-	b.Queue(rateUsage, arg.TenantID, arg.MeterCode, arg.Currency, arg.PriceVersion, arg.Period, arg.ChargeID,
-		arg.EventID, arg.UsageEventID, arg.UsageID, arg.Quantity, arg.Late, arg.OccurredAt)
+	b.Queue(rateUsage, arg.OccurredAt, arg.TenantID, arg.MeterCode, arg.Currency, arg.Period, arg.ChargeID,
+		arg.EventID, arg.UsageEventID, arg.UsageID, arg.Quantity, arg.Late)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
 		return RateUsageRow{}, fmt.Errorf("lock period: %w", err)
 	}
 	var i RateUsageRow
-	err := br.QueryRow().Scan(&i.UnitPrice, &i.Status)
+	err := br.QueryRow().Scan(&i.Known, &i.Priced, &i.PriceVersion, &i.UnitPrice, &i.Status)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -36,7 +36,7 @@ func RateUsageLocked(ctx context.Context, tx pgx.Tx, arg RateUsageParams) (RateU
 func RateUsagesLocked(ctx context.Context, tx pgx.Tx, arg RateUsagesParams) ([]RateUsagesRow, error) {
 	b := &pgx.Batch{}
 	b.Queue(lockPeriodsShared, arg.TenantIds, arg.Periods)
-	b.Queue(rateUsages, arg.TenantIds, arg.MeterCodes, arg.Currencies, arg.PriceVersions, arg.Periods,
+	b.Queue(rateUsages, arg.TenantIds, arg.MeterCodes, arg.Currencies, arg.Periods,
 		arg.ChargeIds, arg.EventIds, arg.UsageEventIds, arg.UsageIds, arg.Quantities, arg.OccurredAts)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
@@ -51,7 +51,7 @@ func RateUsagesLocked(ctx context.Context, tx pgx.Tx, arg RateUsagesParams) ([]R
 	items := make([]RateUsagesRow, 0, len(arg.TenantIds))
 	for rows.Next() {
 		var i RateUsagesRow
-		if err := rows.Scan(&i.Priced, &i.UnitPrice, &i.Status); err != nil {
+		if err := rows.Scan(&i.Known, &i.Priced, &i.PriceVersion, &i.UnitPrice, &i.Status); err != nil {
 			rows.Close()
 			_ = br.Close()
 			return nil, err
