@@ -16,10 +16,11 @@ import (
 
 // client calls the services with the right token for each tenant.
 type client struct {
-	http   *http.Client
-	urls   map[string]string
-	tokens map[string]string // by tenant
-	token  string            // for every tenant, when set
+	http     *http.Client
+	urls     map[string]string
+	tokens   map[string]string // by tenant
+	token    string            // for every tenant, when set
+	operator string            // for the operator API; "" when the run has none
 }
 
 func newClient(cfg *Config) (*client, error) {
@@ -37,9 +38,17 @@ func newClient(cfg *Config) (*client, error) {
 		token:  cfg.Token,
 	}
 	if cfg.Token != "" {
+		if TokenTenant(cfg.Token) == "" {
+			c.operator = cfg.Token
+		}
 		return c, nil
 	}
 	ttl := cfg.Duration + cfg.Drain + time.Hour
+	op, err := auth.Token(auth.DevKey, auth.NewClaims("load-"+cfg.RunID, auth.RoleOperator, "", ttl))
+	if err != nil {
+		return nil, fmt.Errorf("mint an operator token: %w", err)
+	}
+	c.operator = op
 	for _, t := range cfg.TenantIDs {
 		tok, err := auth.Token(auth.DevKey, auth.NewClaims("load-"+cfg.RunID, auth.RoleTenant, t, ttl))
 		if err != nil {
@@ -100,6 +109,15 @@ func (a answer) String() string {
 
 // do sends a request to service for tenant ("" for none: /metrics).
 func (c *client) do(ctx context.Context, method, service, tenant, path string, header map[string]string, body any) (answer, error) {
+	return c.send(ctx, c.tokenFor(tenant), method, service, path, header, body)
+}
+
+// doAs sends a request without a body with token.
+func (c *client) doAs(ctx context.Context, token, method, service, path string) (answer, error) {
+	return c.send(ctx, token, method, service, path, nil, nil)
+}
+
+func (c *client) send(ctx context.Context, token, method, service, path string, header map[string]string, body any) (answer, error) {
 	var rd io.Reader
 	if body != nil {
 		switch b := body.(type) {
@@ -120,8 +138,8 @@ func (c *client) do(ctx context.Context, method, service, tenant, path string, h
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if tok := c.tokenFor(tenant); tok != "" {
-		req.Header.Set("Authorization", "Bearer "+tok)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -27,7 +28,14 @@ type Closed struct {
 	Total           decimal.Decimal `json:"total"`
 	WantChargeCount int64           `json:"wantChargeCount"`
 	WantTotal       decimal.Decimal `json:"wantTotal"`
-	Problem         string          `json:"problem,omitempty"`
+	// The operator's reconciliation of the closed period, once query shows
+	// the invoice: how long it took and what it found (not run without an
+	// operator token).
+	Reconciled       bool           `json:"reconciled"`
+	ReconcileSeconds float64        `json:"reconcileSeconds"`
+	ReconcileCounts  map[string]int `json:"reconcileCounts,omitempty"`
+	Mismatches       int            `json:"mismatches"`
+	Problem          string         `json:"problem,omitempty"`
 }
 
 type invoiceLine struct {
@@ -61,12 +69,16 @@ func closePeriods(ctx context.Context, cfg *Config, cl *client, period string, a
 			continue
 		}
 		c.WantTotal = want
-		if err := closeOne(ctx, cfg, cl, c, timeout); err != nil {
+		err = closeOne(ctx, cfg, cl, c, timeout)
+		if err == nil && cl.operator != "" {
+			err = reconcileOne(ctx, cl, c)
+		}
+		if err != nil {
 			c.Problem = err.Error()
 		}
-		progress("closed %s %s: answered in %s, invoice %d issued %s later (%d charge line(s), %d charges, total %s), in query %s later%s",
+		progress("closed %s %s: answered in %s, invoice %d issued %s later (%d charge line(s), %d charges, total %s), in query %s later%s%s",
 			tenant, period, secs(c.CloseSeconds), c.Number, secs(c.IssuedSeconds), c.ChargeLines, c.ChargeCount, c.Total,
-			secs(c.InQuerySeconds), problemSuffix(c.Problem))
+			secs(c.InQuerySeconds), reconciledSuffix(c), problemSuffix(c.Problem))
 	}
 	return out
 }
@@ -152,6 +164,46 @@ func closeOne(ctx context.Context, cfg *Config, cl *client, c *Closed, timeout t
 		return fmt.Errorf("invoice total %s, want %s", c.Total, c.WantTotal)
 	}
 	return nil
+}
+
+// reconcileOne runs the operator's reconciliation of the closed period and
+// requires it empty, with every accepted fact counted.
+func reconcileOne(ctx context.Context, cl *client, c *Closed) error {
+	start := time.Now()
+	a, err := cl.doAs(ctx, cl.operator, http.MethodGet, "query",
+		"/v1/operator/reconciliation?tenantId="+url.QueryEscape(c.Tenant)+"&period="+url.QueryEscape(c.Period))
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	var rep struct {
+		Counts        map[string]int `json:"counts"`
+		MismatchCount int            `json:"mismatchCount"`
+		Mismatches    []struct {
+			Kind, OriginEventID, Detail string
+		} `json:"mismatches"`
+	}
+	if a.status != http.StatusOK || json.Unmarshal(a.body, &rep) != nil {
+		return fmt.Errorf("reconcile: %s", a)
+	}
+	c.Reconciled, c.ReconcileSeconds = true, time.Since(start).Seconds()
+	c.ReconcileCounts, c.Mismatches = rep.Counts, rep.MismatchCount
+	switch {
+	case rep.MismatchCount > 0:
+		return fmt.Errorf("reconciliation found %d mismatches, the first %+v", rep.MismatchCount, rep.Mismatches[0])
+	case int64(rep.Counts["usageFacts"]) != c.WantChargeCount || int64(rep.Counts["charges"]) != c.WantChargeCount:
+		return fmt.Errorf("reconciliation compared %d usage facts and %d charges, want %d", rep.Counts["usageFacts"],
+			rep.Counts["charges"], c.WantChargeCount)
+	}
+	return nil
+}
+
+func reconciledSuffix(c *Closed) string {
+	if !c.Reconciled {
+		return ""
+	}
+	return fmt.Sprintf("; reconciled in %s: %d usage facts, %d charges, %d invoice lines, %d mismatches",
+		secs(c.ReconcileSeconds), c.ReconcileCounts["usageFacts"], c.ReconcileCounts["charges"],
+		c.ReconcileCounts["invoiceLines"], c.Mismatches)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

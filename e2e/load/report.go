@@ -430,10 +430,15 @@ func (r *Report) WriteText(w io.Writer) {
 
 	if len(r.Closed) > 0 {
 		tw = section("Close (-close): POST close, then the invoice issued and visible in query, timed from the close's answer")
-		fmt.Fprintln(tw, "tenant\tperiod\tclose answered\tinvoice issued\tin query\tnumber\tcharge lines\tcharges (want)\ttotal (want)")
+		fmt.Fprintln(tw, "tenant\tperiod\tclose answered\tinvoice issued\tin query\tnumber\tcharge lines\tcharges (want)\ttotal (want)\treconciled\tmismatches")
 		for _, c := range r.Closed {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t+%s\t+%s\t%d\t%d\t%d (%d)\t%s (%s)\n", c.Tenant, c.Period, secs(c.CloseSeconds),
-				secs(c.IssuedSeconds), secs(c.InQuerySeconds), c.Number, c.ChargeLines, c.ChargeCount, c.WantChargeCount, c.Total, c.WantTotal)
+			reconciled := "not run (no operator token)"
+			if c.Reconciled {
+				reconciled = fmt.Sprintf("in %s", secs(c.ReconcileSeconds))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t+%s\t+%s\t%d\t%d\t%d (%d)\t%s (%s)\t%s\t%d\n", c.Tenant, c.Period, secs(c.CloseSeconds),
+				secs(c.IssuedSeconds), secs(c.InQuerySeconds), c.Number, c.ChargeLines, c.ChargeCount, c.WantChargeCount, c.Total, c.WantTotal,
+				reconciled, c.Mismatches)
 		}
 		tw.Flush()
 	}
