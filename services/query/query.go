@@ -42,12 +42,15 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	op := operator.New(d.Pool, ops.NewClient(d.Config.ServiceURLs, d.Config.Auth, operator.Self), d.Logger)
 	tenantAPI := httpapi.New(app.NewReader(d.Pool), d.Logger)
 	operatorAPI := httpapi.NewOperator(op, d.Logger)
+	webhookAPI := httpapi.NewWebhookOperator(
+		operator.NewWebhooks(d.Pool, d.Config.ServiceURLs[operator.WebhookService], d.Config.Auth, d.Logger), d.Logger)
 	handlers := map[string]inbox.Handler{}
 	maps.Copy(handlers, op.Handlers())
 	return service.Parts{
 		Routes: func(r chi.Router) {
 			tenantAPI.Routes(r)
 			operatorAPI.Routes(r)
+			webhookAPI.Routes(r)
 		},
 		Topics:         append(append([]string{}, app.Topics...), events.TopicOps),
 		Handlers:       handlers,

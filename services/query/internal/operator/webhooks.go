@@ -1,0 +1,213 @@
+package operator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/auth"
+	"github.com/usagebilling/billing/pkg/httpx"
+	"github.com/usagebilling/billing/services/query/internal/db"
+)
+
+// ActionRetryWebhookIntent is the audit action of an operator's retry of a
+// webhook intent.
+const ActionRetryWebhookIntent = "retry_webhook_intent"
+
+// WebhookService is the service that owns the webhook intents.
+const WebhookService = "invoice"
+
+// UpstreamProblem is a problem the invoice service answered (a 4xx about
+// the request, passed on to the operator).
+type UpstreamProblem struct {
+	Status int
+	Code   string
+	Detail string
+}
+
+func (p *UpstreamProblem) Error() string {
+	return fmt.Sprintf("%s answered %d %s: %s", WebhookService, p.Status, p.Code, p.Detail)
+}
+
+// Webhooks is the operator's view of the invoice service's webhook intents
+// and the audited retry of one, through the invoice service's
+// /internal/v1/webhook-intents endpoints.
+type Webhooks struct {
+	pool *pgxpool.Pool
+	base string // the invoice service's base URL ("" when not configured)
+	keys auth.Keys
+	hc   *http.Client
+	log  *slog.Logger
+}
+
+// NewWebhooks returns the view, calling the invoice service at base with
+// service tokens signed by keys, and auditing in pool.
+func NewWebhooks(pool *pgxpool.Pool, base string, keys auth.Keys, log *slog.Logger) *Webhooks {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Webhooks{pool: pool, base: strings.TrimRight(base, "/"), keys: keys, hc: &http.Client{Timeout: 10 * time.Second}, log: log}
+}
+
+// IntentPage is a page of intents as the invoice service lists them
+// (passed on as they are) and the cursor of the next.
+type IntentPage struct {
+	Items []json.RawMessage `json:"items"`
+	Next  *string           `json:"next,omitempty"`
+}
+
+// IntentStats are the intents' counts by status and the oldest open age.
+type IntentStats struct {
+	ByStatus                map[string]int64 `json:"byStatus"`
+	OldestPendingAgeSeconds float64          `json:"oldestPendingAgeSeconds"`
+}
+
+// List reads a page of intents; q holds status, tenantId, limit, cursor.
+func (w *Webhooks) List(ctx context.Context, q url.Values) (IntentPage, error) {
+	var out IntentPage
+	return out, w.call(ctx, http.MethodGet, "/internal/v1/webhook-intents", q, nil, &out)
+}
+
+// Stats reads the counts by status and the oldest pending age.
+func (w *Webhooks) Stats(ctx context.Context) (IntentStats, error) {
+	var out IntentStats
+	return out, w.call(ctx, http.MethodGet, "/internal/v1/webhook-intents/stats", nil, nil, &out)
+}
+
+// RetryRequest is an operator's retry of a webhook intent.
+type RetryRequest struct {
+	IntentID      uuid.UUID
+	Reason        string
+	Actor         string // from the credential
+	CorrelationID string
+}
+
+// RetryResult is the audited retry: its redrive id (GET
+// /v1/operator/redrives/{id} shows its audit), the outcome and the intent's
+// status after it.
+type RetryResult struct {
+	RedriveID    uuid.UUID
+	State        string
+	Outcome      string
+	IntentStatus string
+}
+
+// Retry audits the request ('requested': actor, correlation id, reason),
+// asks the invoice service to make the intent pending again, and audits its
+// answer ('completed' with the outcome). When the invoice service cannot be
+// reached the audit stays 'requested' and the error says so; asking again
+// is safe (a rescheduled intent is not_retryable).
+func (w *Webhooks) Retry(ctx context.Context, req RetryRequest) (RetryResult, error) {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return RetryResult{}, fmt.Errorf("new redrive id: %w", err)
+	}
+	if err := w.audit(ctx, id, req, StateRequested, "", req.Actor); err != nil {
+		return RetryResult{}, err
+	}
+	w.log.InfoContext(ctx, "webhook intent retry requested", "redrive_id", id, "intent_id", req.IntentID,
+		"actor", req.Actor, "correlation_id", req.CorrelationID)
+	var answer struct {
+		Outcome string `json:"outcome"`
+		Status  string `json:"status"`
+	}
+	body := map[string]string{"actor": req.Actor, "correlationId": req.CorrelationID, "reason": req.Reason}
+	if err := w.call(ctx, http.MethodPost, "/internal/v1/webhook-intents/"+req.IntentID.String()+"/retry", nil, body, &answer); err != nil {
+		return RetryResult{RedriveID: id, State: StateRequested}, err
+	}
+	if err := w.audit(ctx, id, req, StateCompleted, answer.Outcome, "service:"+WebhookService); err != nil {
+		return RetryResult{RedriveID: id, State: StateRequested}, err
+	}
+	return RetryResult{RedriveID: id, State: StateCompleted, Outcome: answer.Outcome, IntentStatus: answer.Status}, nil
+}
+
+// audit appends one state of a retry to redrive_audit (append-only).
+func (w *Webhooks) audit(ctx context.Context, id uuid.UUID, req RetryRequest, state, outcome, actor string) error {
+	source, err := uuid.NewV7()
+	if err != nil {
+		return fmt.Errorf("new audit source id: %w", err)
+	}
+	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		err := db.New(tx).AppendRedriveAudit(ctx, db.AppendRedriveAuditParams{
+			RedriveID: id, Service: WebhookService, EventID: req.IntentID, Action: ActionRetryWebhookIntent,
+			State: state, Outcome: pgtype.Text{String: outcome, Valid: outcome != ""}, Actor: actor,
+			CorrelationID: req.CorrelationID, Reason: req.Reason, SourceEventID: source,
+		})
+		if err != nil {
+			return fmt.Errorf("audit webhook intent retry %s: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// call makes one request to the invoice service's internal API with a
+// five-minute service token. A 4xx problem is an *UpstreamProblem; any
+// other failure wraps ErrUpstream.
+func (w *Webhooks) call(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	if w.base == "" {
+		return fmt.Errorf("%w: no URL for %s in SERVICE_URLS", ErrUpstream, WebhookService)
+	}
+	token, err := w.keys.Sign(auth.NewClaims(Self, auth.RoleService, "", 5*time.Minute))
+	if err != nil {
+		return err
+	}
+	u := w.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var body io.Reader
+	if in != nil {
+		raw, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUpstream, WebhookService, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := w.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrUpstream, WebhookService, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("%w: %s: read answer: %w", ErrUpstream, WebhookService, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var p httpx.Problem
+		if resp.StatusCode >= 400 && resp.StatusCode < 500 && json.Unmarshal(raw, &p) == nil && p.Code != "" {
+			return &UpstreamProblem{Status: resp.StatusCode, Code: p.Code, Detail: p.Detail}
+		}
+		return fmt.Errorf("%w: %s %s: status %d", ErrUpstream, WebhookService, path, resp.StatusCode)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("%w: %s %s: decode answer: %w", ErrUpstream, WebhookService, path, err)
+	}
+	return nil
+}
+
+// IsUpstreamProblem reports whether err is a problem the invoice service
+// answered about the request, and returns it.
+func IsUpstreamProblem(err error) (*UpstreamProblem, bool) {
+	var p *UpstreamProblem
+	ok := errors.As(err, &p)
+	return p, ok
+}
