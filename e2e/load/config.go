@@ -31,8 +31,11 @@ type Config struct {
 	// share the rest evenly. Negative means an even spread.
 	Dominant float64
 	// Rate is the offered load in facts per second; 0 sends flat out.
-	Rate        float64
-	Duration    time.Duration
+	Rate     float64
+	Duration time.Duration
+	// Facts, when positive, stops the sending once that many facts were
+	// sent (Duration still bounds it).
+	Facts       int64
 	Batch       int
 	Concurrency int
 	// Drain bounds the wait, once sending stops, for query to count and

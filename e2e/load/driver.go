@@ -125,7 +125,16 @@ func (d *driver) generate(ctx context.Context, jobs chan<- job) {
 	}
 	next := time.Now()
 	deadline, hasDeadline := ctx.Deadline()
+	var generated int64
 	for ctx.Err() == nil {
+		n := d.cfg.Batch
+		if d.cfg.Facts > 0 {
+			if generated >= d.cfg.Facts {
+				return
+			}
+			n = int(min(int64(n), d.cfg.Facts-generated))
+		}
+		generated += int64(n)
 		if interval > 0 {
 			if hasDeadline && !next.Before(deadline) {
 				<-ctx.Done() // the next batch is due after the window, which lasts all the same
@@ -148,8 +157,8 @@ func (d *driver) generate(ctx context.Context, jobs chan<- job) {
 			next = next.Add(interval)
 		}
 		t := pick.next()
-		j := job{tenant: t, first: seq[t], n: d.cfg.Batch}
-		seq[t] += int64(d.cfg.Batch)
+		j := job{tenant: t, first: seq[t], n: n}
+		seq[t] += int64(n)
 		select {
 		case <-ctx.Done():
 			return

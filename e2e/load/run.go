@@ -77,8 +77,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Rate > 0 {
 		rate = fmt.Sprintf("%g facts/s", cfg.Rate)
 	}
-	progress("sending for %s, %s, batches of %d, %d in flight, %d tenant(s); polling query every %s per tenant",
-		cfg.Duration, rate, cfg.Batch, cfg.Concurrency, cfg.Tenants, max(cfg.Poll, MinPollGap*time.Duration(cfg.Tenants)))
+	limit := ""
+	if cfg.Facts > 0 {
+		limit = fmt.Sprintf(" or until %d facts are sent", cfg.Facts)
+	}
+	progress("sending for %s%s, %s, batches of %d, %d in flight, %d tenant(s); polling query every %s per tenant",
+		cfg.Duration, limit, rate, cfg.Batch, cfg.Concurrency, cfg.Tenants, max(cfg.Poll, MinPollGap*time.Duration(cfg.Tenants)))
 
 	// Send, printing progress every second.
 	phase := &phaseClock{name: "send", since: time.Now()}

@@ -53,6 +53,7 @@ func run(ctx context.Context) int {
 	fs.Float64Var(&cfg.Dominant, "dominant", -1, "share of the facts that go to tenant 0 (e.g. 0.5); the rest spread evenly; default: all even")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "offered facts per second; 0 sends flat out")
 	fs.DurationVar(&cfg.Duration, "duration", time.Minute, "how long to send")
+	fs.Int64Var(&cfg.Facts, "facts", 0, "stop sending after this many facts (0: send for -duration; -duration still bounds it)")
 	fs.IntVar(&cfg.Batch, "batch", 500, "facts per POST usage:batch (1-1000)")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 4, "requests in flight")
 	fs.DurationVar(&cfg.Drain, "drain", 5*time.Minute, "how long to wait, once sending stops, for every accepted fact to be counted and charged in query")
