@@ -19,6 +19,7 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/money"
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/services/invoice/internal/db"
 	"github.com/usagebilling/billing/services/invoice/internal/domain"
@@ -52,6 +53,8 @@ const (
 	ReasonPriceVersionConflict = inbox.ReasonPriceVersionConflict
 	ReasonAggregateMismatch    = inbox.ReasonAggregateMismatch
 	ReasonUnknownCurrency      = inbox.ReasonUnknownCurrency
+	ReasonCreditExceedsCharges = inbox.ReasonCreditExceedsCharges
+	ReasonAmountPrecision      = inbox.ReasonAmountPrecision
 )
 
 // IssuedKey is the inbox wait key of a tenant period's issue: the close
@@ -213,12 +216,20 @@ var errConcurrentInvoice = errors.New("invoice created concurrently, try again")
 
 // correct turns an adjustment of an issued invoice into a correction note and
 // its InvoiceCorrectionIssued, the invoice aggregate's next version. The
-// issued invoice itself is not touched.
+// issued invoice itself is not touched. Under the invoice's lock (one note
+// at a time) it refuses a note finer than the minor unit or one that would
+// take the invoice below zero (checkCorrection).
 func (c *Consumer) correct(ctx context.Context, tx pgx.Tx, e *envelope.Envelope, p events.AdjustmentPosted, invoiceID uuid.UUID) error {
 	q := db.New(tx)
-	inv, err := q.LockIssuedInvoice(ctx, invoiceID)
-	if err != nil {
+	if _, err := q.LockIssuedInvoice(ctx, invoiceID); err != nil {
 		return fmt.Errorf("lock issued invoice %s: %w", invoiceID, err)
+	}
+	inv, err := q.IssuedInvoiceState(ctx, db.IssuedInvoiceStateParams{InvoiceID: invoiceID, OriginEventID: e.EventID})
+	if err != nil {
+		return fmt.Errorf("read issued invoice %s: %w", invoiceID, err)
+	}
+	if err := checkCorrection(p, invoiceID, inv); err != nil {
+		return err
 	}
 	correctionID, err := uuid.NewV7()
 	if err != nil {
@@ -248,6 +259,23 @@ func (c *Consumer) correct(ctx context.Context, tx pgx.Tx, e *envelope.Envelope,
 		return err
 	}
 	return outbox.Append(ctx, tx, events.TopicInvoice, ev)
+}
+
+// checkCorrection maps the correction rules' verdict to the inbox's: a note
+// that must never be issued is quarantined with its reason.
+func checkCorrection(p events.AdjustmentPosted, invoiceID uuid.UUID, inv db.IssuedInvoiceStateRow) error {
+	err := domain.CheckCorrection(p.Amount, p.Currency, inv.Total, inv.Corrected)
+	var exceeds *domain.CreditExceedsInvoiceError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &exceeds):
+		return inbox.Permanent(ReasonCreditExceedsCharges, fmt.Errorf("adjustment %s of invoice %s: %w", p.AdjustmentID, invoiceID, err))
+	case money.ProblemCode(err) == money.CodeAmountPrecision:
+		return inbox.Permanent(ReasonAmountPrecision, fmt.Errorf("adjustment %s of invoice %s: %w", p.AdjustmentID, invoiceID, err))
+	default:
+		return inbox.Permanent(ReasonUnknownCurrency, fmt.Errorf("adjustment %s of invoice %s: %w", p.AdjustmentID, invoiceID, err))
+	}
 }
 
 // onPeriodClosed records the close, proves invoice holds exactly what the

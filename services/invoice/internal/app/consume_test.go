@@ -497,7 +497,7 @@ func TestCorrectionAfterIssue(t *testing.T) {
 	p := NewPeriod(t, "acme", "2026-11")
 	c1 := p.Charge("USD", "1", "10.005")
 	closed := p.Close()
-	adj1, adj2 := p.Adjustment("USD", "-2.5"), p.Adjustment("USD", "0.001")
+	adj1, adj2 := p.Adjustment("USD", "-2.5"), p.Adjustment("USD", "0.01")
 
 	ds := Decide(t, pool, ib, c1, adj1)
 	wantOutcomes(t, ds, "applied", "deferred:missing_fact")

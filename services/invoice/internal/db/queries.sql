@@ -182,13 +182,27 @@ SET status = 'issued', number = @number::bigint, subtotal = @subtotal::numeric, 
 WHERE invoice_id = @invoice_id AND status = 'open';
 
 -- name: LockIssuedInvoice :one
--- LockIssuedInvoice locks an issued invoice and returns the aggregate version
--- its next correction takes (InvoiceIssued is version 1).
-SELECT i.invoice_id,
-       (SELECT COALESCE(max(c.version), 1) + 1 FROM invoice_correction c WHERE c.invoice_id = i.invoice_id)::bigint AS next_version
+-- LockIssuedInvoice locks an issued invoice: its correction notes are
+-- decided one at a time. Read its state with IssuedInvoiceState in a later
+-- statement, whose snapshot sees every note committed before the lock was
+-- granted (this statement's does not).
+SELECT i.invoice_id
 FROM invoice i
 WHERE i.invoice_id = @invoice_id AND i.status = 'issued'
 FOR UPDATE OF i;
+
+-- name: IssuedInvoiceState :one
+-- IssuedInvoiceState is what a correction note of an issued invoice the
+-- caller holds locked is decided on: the invoice's total, the sum of its
+-- correction notes but the one of @origin_event_id (a redelivered
+-- adjustment is decided as the first time, and is then a duplicate), and
+-- the aggregate version the next note takes (InvoiceIssued is version 1).
+SELECT i.total::numeric AS total,
+       (SELECT COALESCE(sum(c.amount), 0) FROM invoice_correction c
+        WHERE c.invoice_id = i.invoice_id AND c.origin_event_id <> @origin_event_id::uuid)::numeric AS corrected,
+       (SELECT COALESCE(max(c.version), 1) + 1 FROM invoice_correction c WHERE c.invoice_id = i.invoice_id)::bigint AS next_version
+FROM invoice i
+WHERE i.invoice_id = @invoice_id::uuid AND i.status = 'issued';
 
 -- name: AddCorrection :execrows
 -- AddCorrection records a correction note, unless the adjustment is already a

@@ -356,6 +356,38 @@ func (q *Queries) IssueInvoice(ctx context.Context, arg IssueInvoiceParams) (int
 	return result.RowsAffected(), nil
 }
 
+const issuedInvoiceState = `-- name: IssuedInvoiceState :one
+SELECT i.total::numeric AS total,
+       (SELECT COALESCE(sum(c.amount), 0) FROM invoice_correction c
+        WHERE c.invoice_id = i.invoice_id AND c.origin_event_id <> $1::uuid)::numeric AS corrected,
+       (SELECT COALESCE(max(c.version), 1) + 1 FROM invoice_correction c WHERE c.invoice_id = i.invoice_id)::bigint AS next_version
+FROM invoice i
+WHERE i.invoice_id = $2::uuid AND i.status = 'issued'
+`
+
+type IssuedInvoiceStateParams struct {
+	OriginEventID uuid.UUID
+	InvoiceID     uuid.UUID
+}
+
+type IssuedInvoiceStateRow struct {
+	Total       decimal.Decimal
+	Corrected   decimal.Decimal
+	NextVersion int64
+}
+
+// IssuedInvoiceState is what a correction note of an issued invoice the
+// caller holds locked is decided on: the invoice's total, the sum of its
+// correction notes but the one of @origin_event_id (a redelivered
+// adjustment is decided as the first time, and is then a duplicate), and
+// the aggregate version the next note takes (InvoiceIssued is version 1).
+func (q *Queries) IssuedInvoiceState(ctx context.Context, arg IssuedInvoiceStateParams) (IssuedInvoiceStateRow, error) {
+	row := q.db.QueryRow(ctx, issuedInvoiceState, arg.OriginEventID, arg.InvoiceID)
+	var i IssuedInvoiceStateRow
+	err := row.Scan(&i.Total, &i.Corrected, &i.NextVersion)
+	return i, err
+}
+
 const listCorrections = `-- name: ListCorrections :many
 SELECT correction_id, invoice_id, origin_event_id, amount, issued_at
 FROM invoice_correction
@@ -626,25 +658,21 @@ func (q *Queries) LiveChargeLines(ctx context.Context, invoiceIds []uuid.UUID) (
 }
 
 const lockIssuedInvoice = `-- name: LockIssuedInvoice :one
-SELECT i.invoice_id,
-       (SELECT COALESCE(max(c.version), 1) + 1 FROM invoice_correction c WHERE c.invoice_id = i.invoice_id)::bigint AS next_version
+SELECT i.invoice_id
 FROM invoice i
 WHERE i.invoice_id = $1 AND i.status = 'issued'
 FOR UPDATE OF i
 `
 
-type LockIssuedInvoiceRow struct {
-	InvoiceID   uuid.UUID
-	NextVersion int64
-}
-
-// LockIssuedInvoice locks an issued invoice and returns the aggregate version
-// its next correction takes (InvoiceIssued is version 1).
-func (q *Queries) LockIssuedInvoice(ctx context.Context, invoiceID uuid.UUID) (LockIssuedInvoiceRow, error) {
+// LockIssuedInvoice locks an issued invoice: its correction notes are
+// decided one at a time. Read its state with IssuedInvoiceState in a later
+// statement, whose snapshot sees every note committed before the lock was
+// granted (this statement's does not).
+func (q *Queries) LockIssuedInvoice(ctx context.Context, invoiceID uuid.UUID) (uuid.UUID, error) {
 	row := q.db.QueryRow(ctx, lockIssuedInvoice, invoiceID)
-	var i LockIssuedInvoiceRow
-	err := row.Scan(&i.InvoiceID, &i.NextVersion)
-	return i, err
+	var invoice_id uuid.UUID
+	err := row.Scan(&invoice_id)
+	return invoice_id, err
 }
 
 const lockPeriodInvoices = `-- name: LockPeriodInvoices :many
