@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/pgtest"
@@ -377,4 +378,72 @@ func TestExpiredIntentIsDeliveredByAnOperatorRetry(t *testing.T) {
 	if err != nil || stats.ByStatus[webhook.StatusAccepted] != 1 || stats.OldestPendingAgeSeconds != 0 {
 		t.Fatalf("stats %+v, %v", stats, err)
 	}
+}
+
+// A worker whose lease ran out and was taken over records nothing when its
+// call finally returns: the new holder's result stands, and the stale
+// result counts as lost. Both calls carried the same Webhook-Id.
+func TestAStaleLeaseRecordsNothing(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	rc := newReceiver(t)
+	rc.setBehaviour(func(w http.ResponseWriter, r *http.Request, n int, apply func()) bool {
+		apply()
+		w.Header().Set("Webhook-Receipt", fmt.Sprintf("rcpt-%d", n))
+		return true
+	})
+	rc.register(t, pool, "acme")
+	keys := issue(t, pool, "acme", false, "USD")
+
+	reg := prometheus.NewRegistry()
+	stale, err := webhook.NewWorker(pool, testConfig(), nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	called, release := make(chan struct{}), make(chan struct{})
+	webhook.SetCrashAfterCall(stale, func(string) bool {
+		close(called)
+		<-release // hang between the call and the recording, past the lease
+		return false
+	})
+	done := make(chan error, 1)
+	go func() { _, err := stale.Tick(context.Background()); done <- err }()
+	<-called
+
+	stop := runWorker(t, pool, testConfig())
+	waitFor(t, "the new holder's result", allIn(t, pool, webhook.StatusAccepted, 1))
+	stop()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	i := byKey(t, pool)[keys[0]]
+	if i.Status != webhook.StatusAccepted || i.ResponseRef != "rcpt-2" || i.Attempts != 2 {
+		t.Fatalf("intent %+v, want accepted with the second call's receipt", i)
+	}
+	if lost := lostAttempts(t, reg); lost != 1 {
+		t.Fatalf("lost attempts %v, want 1", lost)
+	}
+	if ds := rc.deliveries(); len(ds) != 2 || ds[0].key != ds[1].key {
+		t.Fatalf("deliveries %v, want two with one key", ds)
+	}
+}
+
+// lostAttempts reads webhook_attempts_total{outcome="lost"} from reg.
+func lostAttempts(t *testing.T, reg *prometheus.Registry) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if mf.GetName() == "webhook_attempts_total" && l.GetName() == "outcome" && l.GetValue() == "lost" {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
