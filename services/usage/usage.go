@@ -1,8 +1,9 @@
 // Package usage is the usage service: it accepts usage facts once per
-// (tenant, sourceSystem, sourceEventId), prices each with the version
-// effective at its occurrence from the price evidence it replicates from
-// meter.events.v1, and publishes UsageAccepted on usage.events.v1. Spec is
-// everything service.Main needs.
+// (tenant, sourceSystem, sourceEventId) for meters the tenant has priced
+// (the price evidence it replicates from meter.events.v1 says which, and in
+// which currency), and publishes UsageAccepted on usage.events.v1. The price
+// version of a fact is the rater's to decide (billing, decision 0009). Spec
+// is everything service.Main needs.
 package usage
 
 import (

@@ -54,11 +54,10 @@ const (
 
 // Result is the decision on one usage fact.
 type Result struct {
-	Outcome      Outcome
-	UsageID      uuid.UUID
-	EventID      uuid.UUID
-	PriceVersion int64
-	Err          *domain.Error // when Refused
+	Outcome Outcome
+	UsageID uuid.UUID
+	EventID uuid.UUID
+	Err     *domain.Error // when Refused
 }
 
 // maxAttempts bounds the retries of a batch that lost a deadlock or a
@@ -92,7 +91,6 @@ func retryable(err error) bool {
 // candidate is a fact about to be inserted.
 type candidate struct {
 	usageID uuid.UUID
-	version int64
 	env     envelope.Envelope
 }
 
@@ -182,12 +180,12 @@ func (a *App) decideRound(ctx context.Context, q *db.Queries, tenantID, correlat
 	p := db.InsertUsageFactsParams{TenantID: tenantID, AcceptedAt: acceptedAt}
 	for _, i := range round {
 		u := us[i]
-		currency, version, perr := evidence.Price(u)
+		currency, perr := evidence.Currency(u)
 		if perr != nil {
 			priceErrs[i] = perr
 			continue
 		}
-		c, err := newCandidate(tenantID, correlationID, u, currency, version)
+		c, err := newCandidate(tenantID, correlationID, u, currency)
 		if err != nil {
 			return err
 		}
@@ -199,7 +197,6 @@ func (a *App) decideRound(ctx context.Context, q *db.Queries, tenantID, correlat
 		p.Quantities = append(p.Quantities, u.Quantity)
 		p.OccurredAts = append(p.OccurredAts, u.OccurredAt)
 		p.Currencies = append(p.Currencies, currency)
-		p.PriceVersions = append(p.PriceVersions, version)
 		p.EventIds = append(p.EventIds, c.env.EventID)
 	}
 	inserted := make(map[uuid.UUID]bool, len(cands))
@@ -215,7 +212,7 @@ func (a *App) decideRound(ctx context.Context, q *db.Queries, tenantID, correlat
 	var lookup []int
 	for _, i := range round {
 		if c, ok := cands[i]; ok && inserted[c.usageID] {
-			res[i] = Result{Outcome: Created, UsageID: c.usageID, EventID: c.env.EventID, PriceVersion: c.version}
+			res[i] = Result{Outcome: Created, UsageID: c.usageID, EventID: c.env.EventID}
 			envs[i] = &c.env
 			continue
 		}
@@ -235,7 +232,7 @@ func (a *App) decideRound(ctx context.Context, q *db.Queries, tenantID, correlat
 		f, found := facts[u.Identity()]
 		switch {
 		case found && u.Replays(f):
-			res[i] = Result{Outcome: Replayed, UsageID: f.UsageID, EventID: f.EventID, PriceVersion: f.PriceVersion}
+			res[i] = Result{Outcome: Replayed, UsageID: f.UsageID, EventID: f.EventID}
 		case found:
 			res[i] = Result{Outcome: Refused, Err: domain.ConflictWith(f)}
 		case priceErrs[i] != nil:
@@ -249,7 +246,7 @@ func (a *App) decideRound(ctx context.Context, q *db.Queries, tenantID, correlat
 	return nil
 }
 
-func newCandidate(tenantID, correlationID string, u domain.Usage, currency string, version int64) (*candidate, error) {
+func newCandidate(tenantID, correlationID string, u domain.Usage, currency string) (*candidate, error) {
 	usageID, err := uuid.NewV7()
 	if err != nil {
 		return nil, fmt.Errorf("new usage id: %w", err)
@@ -272,12 +269,11 @@ func newCandidate(tenantID, correlationID string, u domain.Usage, currency strin
 		Quantity:      u.Quantity,
 		OccurredAt:    u.OccurredAt,
 		Currency:      currency,
-		PriceVersion:  version,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build UsageAccepted: %w", err)
 	}
-	return &candidate{usageID: usageID, version: version, env: env}, nil
+	return &candidate{usageID: usageID, env: env}, nil
 }
 
 func factsBySource(ctx context.Context, q *db.Queries, tenantID string, us []domain.Usage, idx []int) (map[domain.Identity]domain.Fact, error) {
@@ -292,17 +288,19 @@ func factsBySource(ctx context.Context, q *db.Queries, tenantID string, us []dom
 	}
 	out := make(map[domain.Identity]domain.Fact, len(rows))
 	for _, r := range rows {
-		f := factOf(r)
+		f := factOf(db.GetUsageFactRow(r))
 		out[domain.Identity{SourceSystem: f.SourceSystem, SourceEventID: f.SourceEventID}] = f
 	}
 	return out, nil
 }
 
-func factOf(r db.UsageFact) domain.Fact {
+// factOf reads a fact's row (GetUsageFact's columns; UsageFactsBySource
+// reads the same).
+func factOf(r db.GetUsageFactRow) domain.Fact {
 	return domain.Fact{
 		UsageID: r.UsageID, TenantID: r.TenantID, SourceSystem: r.SourceSystem, SourceEventID: r.SourceEventID,
 		MeterCode: r.MeterCode, Quantity: r.Quantity, OccurredAt: r.OccurredAt.UTC(), Currency: r.Currency,
-		PriceVersion: r.PriceVersion, EventID: r.EventID, AcceptedAt: r.AcceptedAt.UTC(),
+		EventID: r.EventID, AcceptedAt: r.AcceptedAt.UTC(),
 	}
 }
 

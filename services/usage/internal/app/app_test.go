@@ -11,6 +11,8 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/usage/internal/app"
@@ -146,5 +148,30 @@ func BenchmarkAcceptBatch(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(b.N*size)/elapsed.Seconds(), "facts/s")
 		})
+	}
+}
+
+// The meter's schedule watermarks share its topic: usage absorbs them
+// (applied, no effect) instead of quarantining an unknown event type.
+func TestScheduleWatermarkAbsorbed(t *testing.T) {
+	e := testenv.New(t)
+	through := time.Now().UTC().Truncate(time.Microsecond)
+	env, err := envelope.New(envelope.Meta{
+		EventType: events.TypePriceScheduleWatermark, SchemaVersion: 1, TenantID: "t1",
+		AggregateType: events.AggregatePriceSchedule, AggregateID: events.PriceScheduleID("api", "USD", through),
+		AggregateVersion: 1, OccurredAt: through, Producer: "meter",
+	}, events.PriceScheduleWatermark{MeterCode: "api", Currency: "USD", Version: 1, KnownThrough: through})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := env.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := outcomes(e.Deliver(t, raw)); len(got) != 1 || got[0] != "applied" {
+		t.Fatalf("decisions %v, want applied", got)
+	}
+	if n := e.Count(t, `SELECT count(*) FROM price_evidence`) + e.Count(t, `SELECT count(*) FROM outbox_event`); n != 0 {
+		t.Fatalf("a watermark wrote %d rows", n)
 	}
 }

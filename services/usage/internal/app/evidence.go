@@ -21,7 +21,17 @@ const (
 
 // Handlers returns the inbox handlers of the events usage consumes.
 func (a *App) Handlers() map[string]inbox.Handler {
-	return map[string]inbox.Handler{events.TypePriceActivated: inbox.On(ApplyPriceActivated)}
+	return map[string]inbox.Handler{
+		events.TypePriceActivated:         inbox.On(ApplyPriceActivated),
+		events.TypePriceScheduleWatermark: inbox.On(IgnoreWatermark),
+	}
+}
+
+// IgnoreWatermark absorbs a PriceScheduleWatermark: usage does not rate, so
+// it needs no schedule watermark (billing does), but the event shares the
+// meter's topic.
+func IgnoreWatermark(context.Context, pgx.Tx, *envelope.Decoded, events.PriceScheduleWatermark) (inbox.Outcome, error) {
+	return inbox.Outcome{}, nil
 }
 
 // ApplyPriceActivated records a price version as evidence, inside the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 )
 
@@ -32,7 +33,7 @@ type UsageFact struct {
 	Quantity      decimal.Decimal
 	OccurredAt    time.Time
 	Currency      string
-	PriceVersion  int64
+	PriceVersion  pgtype.Int8
 	EventID       uuid.UUID
 	AcceptedAt    time.Time
 }

@@ -5,7 +5,8 @@ VALUES (@tenant_id, @meter_code, @currency, @version, @price_id, @unit_price,
         @effective_at, @event_id);
 
 -- name: PriceEvidenceForMeters :many
--- The price schedule of the meters of a batch.
+-- The price schedules of the meters of a batch: which currencies each meter
+-- is priced in and when its first version takes effect.
 SELECT meter_code, currency, version, effective_at
 FROM price_evidence
 WHERE tenant_id = @tenant_id AND meter_code = ANY(@meter_codes::text[])
@@ -17,9 +18,9 @@ ORDER BY meter_code, currency, version;
 -- deadlocking; an identity already taken is skipped (the caller looks it up
 -- to answer replay or conflict).
 INSERT INTO usage_fact (usage_id, tenant_id, source_system, source_event_id, meter_code, quantity,
-                        occurred_at, currency, price_version, event_id, accepted_at)
+                        occurred_at, currency, event_id, accepted_at)
 SELECT u.usage_id, @tenant_id::text, u.source_system, u.source_event_id, u.meter_code, u.quantity,
-       u.occurred_at, u.currency, u.price_version, u.event_id, @accepted_at::timestamptz
+       u.occurred_at, u.currency, u.event_id, @accepted_at::timestamptz
 FROM (SELECT unnest(@usage_ids::uuid[])            AS usage_id,
              unnest(@source_systems::text[])       AS source_system,
              unnest(@source_event_ids::text[])     AS source_event_id,
@@ -27,7 +28,6 @@ FROM (SELECT unnest(@usage_ids::uuid[])            AS usage_id,
              unnest(@quantities::numeric[])        AS quantity,
              unnest(@occurred_ats::timestamptz[])  AS occurred_at,
              unnest(@currencies::text[])           AS currency,
-             unnest(@price_versions::bigint[])     AS price_version,
              unnest(@event_ids::uuid[])            AS event_id) AS u
 ORDER BY u.source_system, u.source_event_id
 ON CONFLICT (tenant_id, source_system, source_event_id) DO NOTHING
@@ -35,7 +35,7 @@ RETURNING usage_id;
 
 -- name: UsageFactsBySource :many
 SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
-       currency, price_version, event_id, accepted_at
+       currency, event_id, accepted_at
 FROM usage_fact
 WHERE tenant_id = @tenant_id
   AND (source_system, source_event_id) IN (
@@ -43,7 +43,7 @@ WHERE tenant_id = @tenant_id
 
 -- name: GetUsageFact :one
 SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
-       currency, price_version, event_id, accepted_at
+       currency, event_id, accepted_at
 FROM usage_fact
 WHERE tenant_id = @tenant_id AND usage_id = @usage_id;
 

@@ -16,7 +16,7 @@ import (
 
 const getUsageFact = `-- name: GetUsageFact :one
 SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
-       currency, price_version, event_id, accepted_at
+       currency, event_id, accepted_at
 FROM usage_fact
 WHERE tenant_id = $1 AND usage_id = $2
 `
@@ -26,9 +26,22 @@ type GetUsageFactParams struct {
 	UsageID  uuid.UUID
 }
 
-func (q *Queries) GetUsageFact(ctx context.Context, arg GetUsageFactParams) (UsageFact, error) {
+type GetUsageFactRow struct {
+	UsageID       uuid.UUID
+	TenantID      string
+	SourceSystem  string
+	SourceEventID string
+	MeterCode     string
+	Quantity      decimal.Decimal
+	OccurredAt    time.Time
+	Currency      string
+	EventID       uuid.UUID
+	AcceptedAt    time.Time
+}
+
+func (q *Queries) GetUsageFact(ctx context.Context, arg GetUsageFactParams) (GetUsageFactRow, error) {
 	row := q.db.QueryRow(ctx, getUsageFact, arg.TenantID, arg.UsageID)
-	var i UsageFact
+	var i GetUsageFactRow
 	err := row.Scan(
 		&i.UsageID,
 		&i.TenantID,
@@ -38,7 +51,6 @@ func (q *Queries) GetUsageFact(ctx context.Context, arg GetUsageFactParams) (Usa
 		&i.Quantity,
 		&i.OccurredAt,
 		&i.Currency,
-		&i.PriceVersion,
 		&i.EventID,
 		&i.AcceptedAt,
 	)
@@ -79,9 +91,9 @@ func (q *Queries) InsertPriceEvidence(ctx context.Context, arg InsertPriceEviden
 
 const insertUsageFacts = `-- name: InsertUsageFacts :many
 INSERT INTO usage_fact (usage_id, tenant_id, source_system, source_event_id, meter_code, quantity,
-                        occurred_at, currency, price_version, event_id, accepted_at)
+                        occurred_at, currency, event_id, accepted_at)
 SELECT u.usage_id, $1::text, u.source_system, u.source_event_id, u.meter_code, u.quantity,
-       u.occurred_at, u.currency, u.price_version, u.event_id, $2::timestamptz
+       u.occurred_at, u.currency, u.event_id, $2::timestamptz
 FROM (SELECT unnest($3::uuid[])            AS usage_id,
              unnest($4::text[])       AS source_system,
              unnest($5::text[])     AS source_event_id,
@@ -89,8 +101,7 @@ FROM (SELECT unnest($3::uuid[])            AS usage_id,
              unnest($7::numeric[])        AS quantity,
              unnest($8::timestamptz[])  AS occurred_at,
              unnest($9::text[])           AS currency,
-             unnest($10::bigint[])     AS price_version,
-             unnest($11::uuid[])            AS event_id) AS u
+             unnest($10::uuid[])            AS event_id) AS u
 ORDER BY u.source_system, u.source_event_id
 ON CONFLICT (tenant_id, source_system, source_event_id) DO NOTHING
 RETURNING usage_id
@@ -106,7 +117,6 @@ type InsertUsageFactsParams struct {
 	Quantities     []decimal.Decimal
 	OccurredAts    []time.Time
 	Currencies     []string
-	PriceVersions  []int64
 	EventIds       []uuid.UUID
 }
 
@@ -125,7 +135,6 @@ func (q *Queries) InsertUsageFacts(ctx context.Context, arg InsertUsageFactsPara
 		arg.Quantities,
 		arg.OccurredAts,
 		arg.Currencies,
-		arg.PriceVersions,
 		arg.EventIds,
 	)
 	if err != nil {
@@ -165,7 +174,8 @@ type PriceEvidenceForMetersRow struct {
 	EffectiveAt time.Time
 }
 
-// The price schedule of the meters of a batch.
+// The price schedules of the meters of a batch: which currencies each meter
+// is priced in and when its first version takes effect.
 func (q *Queries) PriceEvidenceForMeters(ctx context.Context, arg PriceEvidenceForMetersParams) ([]PriceEvidenceForMetersRow, error) {
 	rows, err := q.db.Query(ctx, priceEvidenceForMeters, arg.TenantID, arg.MeterCodes)
 	if err != nil {
@@ -252,7 +262,7 @@ func (q *Queries) ReconciliationFacts(ctx context.Context, arg ReconciliationFac
 
 const usageFactsBySource = `-- name: UsageFactsBySource :many
 SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
-       currency, price_version, event_id, accepted_at
+       currency, event_id, accepted_at
 FROM usage_fact
 WHERE tenant_id = $1
   AND (source_system, source_event_id) IN (
@@ -265,15 +275,28 @@ type UsageFactsBySourceParams struct {
 	SourceEventIds []string
 }
 
-func (q *Queries) UsageFactsBySource(ctx context.Context, arg UsageFactsBySourceParams) ([]UsageFact, error) {
+type UsageFactsBySourceRow struct {
+	UsageID       uuid.UUID
+	TenantID      string
+	SourceSystem  string
+	SourceEventID string
+	MeterCode     string
+	Quantity      decimal.Decimal
+	OccurredAt    time.Time
+	Currency      string
+	EventID       uuid.UUID
+	AcceptedAt    time.Time
+}
+
+func (q *Queries) UsageFactsBySource(ctx context.Context, arg UsageFactsBySourceParams) ([]UsageFactsBySourceRow, error) {
 	rows, err := q.db.Query(ctx, usageFactsBySource, arg.TenantID, arg.SourceSystems, arg.SourceEventIds)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []UsageFact
+	var items []UsageFactsBySourceRow
 	for rows.Next() {
-		var i UsageFact
+		var i UsageFactsBySourceRow
 		if err := rows.Scan(
 			&i.UsageID,
 			&i.TenantID,
@@ -283,7 +306,6 @@ func (q *Queries) UsageFactsBySource(ctx context.Context, arg UsageFactsBySource
 			&i.Quantity,
 			&i.OccurredAt,
 			&i.Currency,
-			&i.PriceVersion,
 			&i.EventID,
 			&i.AcceptedAt,
 		); err != nil {

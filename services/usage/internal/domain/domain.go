@@ -177,7 +177,6 @@ type Fact struct {
 	Quantity      decimal.Decimal
 	OccurredAt    time.Time
 	Currency      string
-	PriceVersion  int64
 	EventID       uuid.UUID
 	AcceptedAt    time.Time
 }
@@ -231,14 +230,17 @@ func NewEvidence(versions []PriceVersion) Evidence {
 	return e
 }
 
-// Price returns the currency and the price version that apply to u: the
-// series of u's meter in u's currency (or in the meter's only currency when
-// u names none), and in it the version effective at u.OccurredAt, the one
-// with the latest effectiveAt not after it (the higher version on a tie).
-func (e Evidence) Price(u Usage) (currency string, version int64, err *Error) {
+// Currency returns the currency u is rated in: u's own, or the meter's only
+// currency when u names none. The price version is not usage's to decide
+// (decision 0009): the rater picks it from its own evidence once it knows
+// the schedule through u.OccurredAt. What usage can refuse for sure, it
+// does: a meter never priced for the tenant (or not in u's currency), and
+// an occurrence before the series' first version takes effect (a first
+// version never changes).
+func (e Evidence) Currency(u Usage) (currency string, err *Error) {
 	series := e.byMeter[u.MeterCode]
 	if len(series) == 0 {
-		return "", 0, newError(Rejected, CodeUnknownMeter, "no price is known for meter %q", u.MeterCode)
+		return "", newError(Rejected, CodeUnknownMeter, "no price is known for meter %q", u.MeterCode)
 	}
 	currency = u.Currency
 	if currency == "" {
@@ -248,7 +250,7 @@ func (e Evidence) Price(u Usage) (currency string, version int64, err *Error) {
 				names = append(names, c)
 			}
 			sort.Strings(names)
-			return "", 0, newError(Rejected, CodeCurrencyRequired, "meter %q is priced in %v: name the currency", u.MeterCode, names)
+			return "", newError(Rejected, CodeCurrencyRequired, "meter %q is priced in %v: name the currency", u.MeterCode, names)
 		}
 		for c := range series {
 			currency = c
@@ -256,15 +258,11 @@ func (e Evidence) Price(u Usage) (currency string, version int64, err *Error) {
 	}
 	versions, ok := series[currency]
 	if !ok {
-		return "", 0, newError(Rejected, CodeUnknownMeter, "no price is known for meter %q in %s", u.MeterCode, currency)
+		return "", newError(Rejected, CodeUnknownMeter, "no price is known for meter %q in %s", u.MeterCode, currency)
 	}
-	for i := len(versions) - 1; i >= 0; i-- {
-		if !versions[i].EffectiveAt.After(u.OccurredAt) {
-			// Versions take effect in version order, so the highest version
-			// already effective is the one with the latest effectiveAt.
-			return currency, versions[i].Version, nil
-		}
+	if first := versions[0]; first.Version == 1 && first.EffectiveAt.After(u.OccurredAt) {
+		return "", newError(Rejected, CodeNoPriceInEffect, "no price of meter %q in %s is in effect at %s (the first takes effect at %s)",
+			u.MeterCode, currency, u.OccurredAt.Format(time.RFC3339Nano), first.EffectiveAt.UTC().Format(time.RFC3339Nano))
 	}
-	return "", 0, newError(Rejected, CodeNoPriceInEffect, "no price of meter %q in %s is in effect at %s (the first takes effect at %s)",
-		u.MeterCode, currency, u.OccurredAt.Format(time.RFC3339Nano), versions[0].EffectiveAt.UTC().Format(time.RFC3339Nano))
+	return currency, nil
 }

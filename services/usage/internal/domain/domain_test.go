@@ -60,12 +60,14 @@ func TestParse(t *testing.T) {
 	}
 }
 
-func TestPrice(t *testing.T) {
+// Usage picks the currency and refuses what it can refuse for sure; the
+// version is the rater's (decision 0009).
+func TestCurrency(t *testing.T) {
 	t0 := now.Add(-10 * time.Hour)
 	ev := NewEvidence([]PriceVersion{
 		{MeterCode: "api", Currency: "USD", Version: 3, EffectiveAt: t0.Add(2 * time.Hour)},
 		{MeterCode: "api", Currency: "USD", Version: 1, EffectiveAt: t0},
-		{MeterCode: "api", Currency: "USD", Version: 2, EffectiveAt: t0.Add(2 * time.Hour)}, // same instant as v3
+		{MeterCode: "api", Currency: "USD", Version: 2, EffectiveAt: t0.Add(2 * time.Hour)},
 		{MeterCode: "sms", Currency: "USD", Version: 1, EffectiveAt: t0},
 		{MeterCode: "sms", Currency: "KRW", Version: 1, EffectiveAt: t0.Add(time.Hour)},
 	})
@@ -73,23 +75,20 @@ func TestPrice(t *testing.T) {
 		name, meter, currency string
 		at                    time.Time
 		wantCurrency          string
-		wantVersion           int64
 		code                  string
 	}{
-		{"first version from its start", "api", "", t0, "USD", 1, ""},
-		{"first version", "api", "", t0.Add(time.Hour), "USD", 1, ""},
-		{"tie goes to the higher version", "api", "", t0.Add(2 * time.Hour), "USD", 3, ""},
-		{"latest", "api", "USD", now, "USD", 3, ""},
-		{"before any", "api", "", t0.Add(-time.Nanosecond * 1000), "", 0, CodeNoPriceInEffect},
-		{"unknown meter", "voice", "", now, "", 0, CodeUnknownMeter},
-		{"currency not priced", "api", "EUR", now, "", 0, CodeUnknownMeter},
-		{"several currencies", "sms", "", now, "", 0, CodeCurrencyRequired},
-		{"named currency", "sms", "KRW", now, "KRW", 1, ""},
-		{"named currency not yet in effect", "sms", "KRW", t0, "", 0, CodeNoPriceInEffect},
+		{"first version from its start", "api", "", t0, "USD", ""},
+		{"later", "api", "USD", now, "USD", ""},
+		{"before the first version", "api", "", t0.Add(-time.Microsecond), "", CodeNoPriceInEffect},
+		{"unknown meter", "voice", "", now, "", CodeUnknownMeter},
+		{"currency not priced", "api", "EUR", now, "", CodeUnknownMeter},
+		{"several currencies", "sms", "", now, "", CodeCurrencyRequired},
+		{"named currency", "sms", "KRW", now, "KRW", ""},
+		{"named currency not yet in effect", "sms", "KRW", t0, "", CodeNoPriceInEffect},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cur, v, err := ev.Price(Usage{MeterCode: tt.meter, Currency: tt.currency, OccurredAt: tt.at})
+			cur, err := ev.Currency(Usage{MeterCode: tt.meter, Currency: tt.currency, OccurredAt: tt.at})
 			got := ""
 			if err != nil {
 				got = err.Code
@@ -97,8 +96,8 @@ func TestPrice(t *testing.T) {
 					t.Fatalf("kind %v, want Rejected", err.Kind)
 				}
 			}
-			if got != tt.code || cur != tt.wantCurrency || v != tt.wantVersion {
-				t.Fatalf("got %q %d %q, want %q %d %q", cur, v, got, tt.wantCurrency, tt.wantVersion, tt.code)
+			if got != tt.code || cur != tt.wantCurrency {
+				t.Fatalf("got %q %q, want %q %q", cur, got, tt.wantCurrency, tt.code)
 			}
 		})
 	}

@@ -66,10 +66,11 @@ func (r usageRequest) parse(now time.Time) (domain.Usage, *domain.Error) {
 }
 
 // accepted is the body of 201 and of its replay, 200.
+// The price version is not usage's to say: billing decides it (decision
+// 0009).
 type accepted struct {
-	UsageID      uuid.UUID `json:"usageId"`
-	EventID      uuid.UUID `json:"eventId"`
-	PriceVersion int64     `json:"priceVersion"`
+	UsageID uuid.UUID `json:"usageId"`
+	EventID uuid.UUID `json:"eventId"`
 }
 
 func (api *API) accept(w http.ResponseWriter, r *http.Request) {
@@ -100,7 +101,7 @@ func (api *API) accept(w http.ResponseWriter, r *http.Request) {
 	}
 	switch x := res[0]; x.Outcome {
 	case app.Created, app.Replayed:
-		httpx.WriteJSON(w, statusOf(x), accepted{UsageID: x.UsageID, EventID: x.EventID, PriceVersion: x.PriceVersion})
+		httpx.WriteJSON(w, statusOf(x), accepted{UsageID: x.UsageID, EventID: x.EventID})
 	default:
 		httpx.WriteProblem(w, problemOf(x.Err))
 	}
@@ -114,12 +115,11 @@ type batchRequest struct {
 // status the event would have had on its own, code the problem code when it
 // was refused.
 type batchResult struct {
-	Status       int    `json:"status"`
-	UsageID      string `json:"usageId,omitempty"`
-	EventID      string `json:"eventId,omitempty"`
-	PriceVersion int64  `json:"priceVersion,omitempty"`
-	Code         string `json:"code,omitempty"`
-	Detail       string `json:"detail,omitempty"`
+	Status  int    `json:"status"`
+	UsageID string `json:"usageId,omitempty"`
+	EventID string `json:"eventId,omitempty"`
+	Code    string `json:"code,omitempty"`
+	Detail  string `json:"detail,omitempty"`
 }
 
 func (api *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
@@ -170,8 +170,7 @@ func (api *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
 				results[at[j]] = refused(x.Err)
 				continue
 			}
-			results[at[j]] = batchResult{Status: statusOf(x), UsageID: x.UsageID.String(), EventID: x.EventID.String(),
-				PriceVersion: x.PriceVersion}
+			results[at[j]] = batchResult{Status: statusOf(x), UsageID: x.UsageID.String(), EventID: x.EventID.String()}
 		}
 	}
 	httpx.WriteJSON(w, http.StatusOK, map[string][]batchResult{"results": results})
@@ -187,7 +186,6 @@ type fact struct {
 	Quantity      decimal.Decimal `json:"quantity"`
 	OccurredAt    time.Time       `json:"occurredAt"`
 	Currency      string          `json:"currency"`
-	PriceVersion  int64           `json:"priceVersion"`
 	EventID       uuid.UUID       `json:"eventId"`
 	AcceptedAt    time.Time       `json:"acceptedAt"`
 }
@@ -216,7 +214,7 @@ func (api *API) get(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, fact{
 		UsageID: f.UsageID, TenantID: f.TenantID, SourceSystem: f.SourceSystem, SourceEventID: f.SourceEventID,
 		MeterCode: f.MeterCode, Quantity: f.Quantity, OccurredAt: f.OccurredAt, Currency: f.Currency,
-		PriceVersion: f.PriceVersion, EventID: f.EventID, AcceptedAt: f.AcceptedAt,
+		EventID: f.EventID, AcceptedAt: f.AcceptedAt,
 	})
 }
 
