@@ -61,7 +61,10 @@ import (
 // the group's first event, and the group's events are then decided alone, one
 // call each, until one is not applied (the culprit, whose error becomes its
 // decision); the events after it go back to runs. A transient error, from a
-// handler or a batch handler, is returned: the whole batch is tried again.
+// handler or a batch handler, is returned: the whole batch is tried again. So
+// is an unclassified one within its event's budget; a panic, and the last
+// attempt of the budget, are decided like a Permanent error (see "How a
+// failing handler is survived" in failure.go).
 
 const savepoint = "inbox_decide"
 
@@ -757,8 +760,58 @@ func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, savepointOpen
 				"event_type", d.it.env().EventType, "wait_key", d.waitKey, "reason", d.reason)
 		}
 	}
-	created := make([]Quarantined, 0, len(p.quarantines))
-	for _, q := range p.quarantines {
+	created := ib.queueQuarantines(ctx, b, p.quarantines)
+	if err := queuePublications(b, p.publish); err != nil {
+		return nil, err
+	}
+	if savepointOpen {
+		b.Queue("RELEASE SAVEPOINT " + savepoint)
+	}
+	var woken []*item
+	if keys := dedupe(p.wakeKeys); len(keys) > 0 {
+		// One index probe per key, oldest versions first.
+		b.Queue(`
+			SELECT w.raw, w.topic, w.partition, w."offset"
+			FROM unnest($1::text[]) AS k(wait_key)
+			CROSS JOIN LATERAL (
+				SELECT d.raw, d.topic, d.partition, d."offset", d.aggregate_version, d.first_seen, d.event_id
+				FROM inbox_deferred d
+				WHERE d.wait_key = k.wait_key
+				LIMIT $2
+				FOR UPDATE SKIP LOCKED) AS w
+			ORDER BY w.aggregate_version, w.first_seen, w.event_id
+			LIMIT $2`, keys, maxWake).
+			Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					var m Message
+					if err := rows.Scan(&m.Raw, &m.Topic, &m.Partition, &m.Offset); err != nil {
+						return err
+					}
+					woken = append(woken, ib.newItem(m, true))
+				}
+				return rows.Err()
+			})
+	}
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, fmt.Errorf("record decisions: %w", err)
+		}
+	}
+	if ib.opts.OnQuarantine != nil {
+		for _, q := range *created {
+			if err := ib.opts.OnQuarantine(ctx, tx, q); err != nil {
+				return nil, fmt.Errorf("on quarantine of %s: %w", q.RawSHA256, err)
+			}
+		}
+	}
+	return woken, nil
+}
+
+// queueQuarantines queues the inserts of qs; the returned slice holds, once
+// the batch has run, the rows newly created (not identical bytes seen again).
+func (ib *Inbox) queueQuarantines(ctx context.Context, b *pgx.Batch, qs []quarantine) *[]Quarantined {
+	created := make([]Quarantined, 0, len(qs))
+	for _, q := range qs {
 		sum := sha256.Sum256(q.it.msg.Raw)
 		rec := Quarantined{
 			RawSHA256: hex.EncodeToString(sum[:]),
@@ -800,50 +853,7 @@ func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, savepointOpen
 				return nil
 			})
 	}
-	if err := queuePublications(b, p.publish); err != nil {
-		return nil, err
-	}
-	if savepointOpen {
-		b.Queue("RELEASE SAVEPOINT " + savepoint)
-	}
-	var woken []*item
-	if keys := dedupe(p.wakeKeys); len(keys) > 0 {
-		// One index probe per key, oldest versions first.
-		b.Queue(`
-			SELECT w.raw, w.topic, w.partition, w."offset"
-			FROM unnest($1::text[]) AS k(wait_key)
-			CROSS JOIN LATERAL (
-				SELECT d.raw, d.topic, d.partition, d."offset", d.aggregate_version, d.first_seen, d.event_id
-				FROM inbox_deferred d
-				WHERE d.wait_key = k.wait_key
-				LIMIT $2
-				FOR UPDATE SKIP LOCKED) AS w
-			ORDER BY w.aggregate_version, w.first_seen, w.event_id
-			LIMIT $2`, keys, maxWake).
-			Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					var m Message
-					if err := rows.Scan(&m.Raw, &m.Topic, &m.Partition, &m.Offset); err != nil {
-						return err
-					}
-					woken = append(woken, ib.newItem(m, true))
-				}
-				return rows.Err()
-			})
-	}
-	if b.Len() > 0 {
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return nil, fmt.Errorf("record decisions: %w", err)
-		}
-	}
-	if ib.opts.OnQuarantine != nil {
-		for _, q := range created {
-			if err := ib.opts.OnQuarantine(ctx, tx, q); err != nil {
-				return nil, fmt.Errorf("on quarantine of %s: %w", q.RawSHA256, err)
-			}
-		}
-	}
-	return woken, nil
+	return &created
 }
 
 // queuePublications queues the outbox appends of a run: consecutive events

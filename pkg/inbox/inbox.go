@@ -12,13 +12,23 @@
 //     when the missing event is applied, or by the periodic Sweep.
 //   - QUARANTINED: the message can never be processed as it is (undecodable,
 //     unknown type or schema, the same eventId with another digest, a
-//     Permanent handler error). The raw bytes are kept with the reason, and
-//     the events behind it keep flowing. Redecide redrives it later through the
-//     decoders of the day.
+//     Permanent handler error, a payload of another type than the handler's,
+//     a handler that panicked or failed past its retry budget). The raw bytes
+//     are kept with the reason (one of the list in reasons.go) and what the
+//     handler said, and the events behind it keep flowing. Redecide redrives
+//     it later through the decoders and handlers of the day.
 //
-// Anything else (the database is down, a deadlock, a cancelled context) is
-// transient: Decide returns the error, the caller rolls the transaction back
-// and tries the same messages again. A transient failure is never quarantined.
+// A failure of the infrastructure (the database is down, a deadlock, a
+// cancelled context) is transient: Decide returns the error, the caller rolls
+// the transaction back and tries the same messages again, without limit; it is
+// never quarantined. A handler error the inbox cannot classify is retried the
+// same way, but only Options.RetryBudget times per event (Decide returns a
+// *RetryError meanwhile); then the event is quarantined as
+// ReasonRetriesExhausted. A handler's panic is recovered and quarantines its
+// event as ReasonHandlerPanic with the stack. See failure.go.
+//
+// Handlers are registered typed, On[T] and OnBatch[T], so the payload type is
+// checked in one place.
 //
 // Runner consumes Kafka topics through a consumer group and decides them in
 // batches, marking a message's offset only after its batch has committed.
@@ -128,10 +138,16 @@ type Publication struct {
 
 // Handler applies one decoded event inside tx. It returns DeferUntil(key) when
 // a fact it needs is missing, Permanent(reason, err) when the event can never
-// be applied, and any other error for a transient failure. Whatever it wrote
-// before returning an error is undone. A unique violation it raises counts as
-// DUPLICATE (see Options.OriginConstraints); another integrity violation or a
-// data exception (SQLSTATE classes 23 and 22) counts as Permanent.
+// be applied, Duplicate(what) when its effect exists. Whatever it wrote before
+// returning an error (or panicking) is undone. A unique violation it raises
+// counts as DUPLICATE (see Options.OriginConstraints); another integrity
+// violation or a data exception (SQLSTATE classes 23 and 22) counts as
+// Permanent. An error of the database's connection, a deadlock or a cancelled
+// context is transient, retried without limit; any other error is retried up
+// to Options.RetryBudget times, then quarantines the event
+// (ReasonRetriesExhausted); a panic quarantines it at once
+// (ReasonHandlerPanic). Register handlers with On, which gives them the
+// payload typed.
 type Handler func(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (Outcome, error)
 
 // BatchHandler applies several decoded events of one type inside tx, in
@@ -143,12 +159,14 @@ type Handler func(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (Outcome,
 // Errors are a Handler's, for the whole call or for one item: an error for
 // the item at index i is returned as ItemError(i, err), with err classified
 // like a Handler's (DeferUntil, Permanent, Duplicate, a unique violation, a
-// data exception, or transient). Whatever the call wrote is undone and the
+// data exception, transient, or unclassified and counted against the item's
+// budget). Whatever the call wrote is undone and the
 // events before the item are applied again without it; the item is then
 // decided alone, so a deterministic handler sees its error again there. An
-// error naming no item that is not transient makes the inbox give the call's
-// events one at a time until one is not applied. A BatchHandler should name
-// the first failing item in order.
+// error naming no item that is not transient, and a panic, make the inbox
+// give the call's events one at a time until one is not applied (the one
+// that panics alone is quarantined). A BatchHandler should name the first
+// failing item in order. Register batch handlers with OnBatch.
 type BatchHandler func(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) ([]Outcome, error)
 
 // Quarantined describes a message just quarantined, for Options.OnQuarantine.
