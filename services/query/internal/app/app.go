@@ -31,13 +31,22 @@ var Projected = []string{
 	events.TypeBillingPeriodClosed, events.TypeInvoiceIssued, events.TypeInvoiceCorrectionIssued,
 }
 
-// BatchHandlers maps every projected event type to the projection.
+// BatchHandlers maps every projected event type to the projection, and the
+// meter's schedule watermarks (PriceScheduleWatermark, billing's concern,
+// sent every few seconds per price series) to nothing: they share the
+// meter's topic and are absorbed, not projected.
 func BatchHandlers() map[string]inbox.BatchHandler {
-	hs := make(map[string]inbox.BatchHandler, len(Projected))
+	hs := make(map[string]inbox.BatchHandler, len(Projected)+1)
 	for _, t := range Projected {
 		hs[t] = project
 	}
+	hs[events.TypePriceScheduleWatermark] = absorb
 	return hs
+}
+
+// absorb applies events without effect.
+func absorb(_ context.Context, _ pgx.Tx, ds []*envelope.Decoded) ([]inbox.Outcome, error) {
+	return make([]inbox.Outcome, len(ds)), nil
 }
 
 // project records the events and their summary deltas in one statement. The

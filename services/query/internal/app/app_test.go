@@ -257,7 +257,8 @@ func TestUnknownTenantHasAZeroSummary(t *testing.T) {
 func TestEveryPublicEventTypeIsProjected(t *testing.T) {
 	hs := app.BatchHandlers()
 	for _, typ := range []string{events.TypePriceActivated, events.TypeUsageAccepted, events.TypeChargeRated,
-		events.TypeAdjustmentPosted, events.TypeBillingPeriodClosed, events.TypeInvoiceIssued, events.TypeInvoiceCorrectionIssued} {
+		events.TypeAdjustmentPosted, events.TypeBillingPeriodClosed, events.TypeInvoiceIssued, events.TypeInvoiceCorrectionIssued,
+		events.TypePriceScheduleWatermark} {
 		if hs[typ] == nil {
 			t.Errorf("no handler for %s", typ)
 		}
