@@ -85,7 +85,14 @@ type ActivatePrice struct {
 	RequestHash   string
 	Activation    domain.Activation
 	CorrelationID string
+	// Actor is who sent the command (the bearer token's subject), recorded
+	// in the PriceActivated event and the price row; required.
+	Actor string
 }
+
+// ErrNoActor is returned for an activation without an actor: every
+// money-changing command records who sent it.
+var ErrNoActor = errors.New("command has no actor")
 
 // Receipt is the response of a command: the first one, or its replay.
 type Receipt struct {
@@ -104,6 +111,9 @@ func idempotencyScope(tenantID string) string { return "meter/" + tenantID + "/p
 // request that used the same idempotency key first. Domain errors
 // (*domain.Error) and ErrKeyReused leave nothing written.
 func (a *App) ActivatePrice(ctx context.Context, cmd ActivatePrice) (Receipt, error) {
+	if cmd.Actor == "" {
+		return Receipt{}, ErrNoActor
+	}
 	var rc Receipt
 	scope := idempotencyScope(cmd.TenantID)
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
@@ -175,6 +185,7 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 		EffectiveAt:  effectiveAt,
 		Version:      version,
 		KnownThrough: knownThrough,
+		Actor:        cmd.Actor,
 	})
 	if err != nil {
 		return Price{}, fmt.Errorf("build PriceActivated: %w", err)
@@ -182,7 +193,7 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 	if err := q.InsertPrice(ctx, db.InsertPriceParams{
 		PriceID: priceID, TenantID: cmd.TenantID, MeterCode: act.MeterCode, Currency: act.Currency,
 		Version: version, UnitPrice: act.UnitPrice, EffectiveAt: effectiveAt, ActivatedAt: activatedAt,
-		EventID: env.EventID,
+		EventID: env.EventID, Actor: cmd.Actor,
 	}); err != nil {
 		return Price{}, fmt.Errorf("insert price version: %w", err)
 	}

@@ -41,7 +41,7 @@ func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 func activate(t *testing.T, a *app.App, key string, eff time.Time) error {
 	t.Helper()
 	_, err := a.ActivatePrice(context.Background(), app.ActivatePrice{
-		TenantID: "t1", IdempotencyKey: key, RequestHash: key,
+		TenantID: "t1", IdempotencyKey: key, RequestHash: key, Actor: "admin@t1.example",
 		Activation: domain.Activation{MeterCode: "api_calls", Currency: "USD", UnitPrice: mustDec("0.5"), EffectiveAt: eff},
 	})
 	return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 )
 
@@ -21,6 +22,7 @@ type Price struct {
 	EffectiveAt time.Time
 	ActivatedAt time.Time
 	EventID     uuid.UUID
+	Actor       pgtype.Text
 }
 
 type PriceSeries struct {

@@ -39,9 +39,9 @@ WHERE s.tenant_id = k.tenant_id AND s.meter_code = k.meter_code AND s.currency =
 
 -- name: InsertPrice :exec
 INSERT INTO price (price_id, tenant_id, meter_code, currency, version, unit_price,
-                   effective_at, activated_at, event_id)
+                   effective_at, activated_at, event_id, actor)
 VALUES (@price_id, @tenant_id, @meter_code, @currency, @version, @unit_price,
-        @effective_at, @activated_at, @event_id);
+        @effective_at, @activated_at, @event_id, sqlc.arg(actor)::text);
 
 -- name: ListPrices :many
 -- ListPrices reads a page of a tenant's price versions in (meter_code,
@@ -49,7 +49,7 @@ VALUES (@price_id, @tenant_id, @meter_code, @currency, @version, @unit_price,
 -- ('', '', 0), is before every version). price_version_key serves it: one
 -- index range scan from the position, whatever the page.
 SELECT price_id, tenant_id, meter_code, currency, version, unit_price, effective_at,
-       activated_at, event_id
+       activated_at, event_id, actor
 FROM price
 WHERE tenant_id = @tenant_id
   AND (meter_code, currency, version) > (@after_meter_code::text, @after_currency::text, @after_version::bigint)
@@ -60,7 +60,7 @@ LIMIT @max_rows;
 -- ListMeterPrices is ListPrices of one meter: (currency, version) order
 -- after that position, from the same index.
 SELECT price_id, tenant_id, meter_code, currency, version, unit_price, effective_at,
-       activated_at, event_id
+       activated_at, event_id, actor
 FROM price
 WHERE tenant_id = @tenant_id AND meter_code = @meter_code
   AND (currency, version) > (@after_currency::text, @after_version::bigint)

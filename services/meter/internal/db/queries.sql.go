@@ -47,9 +47,9 @@ func (q *Queries) AdvancePriceSeries(ctx context.Context, arg AdvancePriceSeries
 
 const insertPrice = `-- name: InsertPrice :exec
 INSERT INTO price (price_id, tenant_id, meter_code, currency, version, unit_price,
-                   effective_at, activated_at, event_id)
+                   effective_at, activated_at, event_id, actor)
 VALUES ($1, $2, $3, $4, $5, $6,
-        $7, $8, $9)
+        $7, $8, $9, $10::text)
 `
 
 type InsertPriceParams struct {
@@ -62,6 +62,7 @@ type InsertPriceParams struct {
 	EffectiveAt time.Time
 	ActivatedAt time.Time
 	EventID     uuid.UUID
+	Actor       string
 }
 
 func (q *Queries) InsertPrice(ctx context.Context, arg InsertPriceParams) error {
@@ -75,13 +76,14 @@ func (q *Queries) InsertPrice(ctx context.Context, arg InsertPriceParams) error 
 		arg.EffectiveAt,
 		arg.ActivatedAt,
 		arg.EventID,
+		arg.Actor,
 	)
 	return err
 }
 
 const listMeterPrices = `-- name: ListMeterPrices :many
 SELECT price_id, tenant_id, meter_code, currency, version, unit_price, effective_at,
-       activated_at, event_id
+       activated_at, event_id, actor
 FROM price
 WHERE tenant_id = $1 AND meter_code = $2
   AND (currency, version) > ($3::text, $4::bigint)
@@ -124,6 +126,7 @@ func (q *Queries) ListMeterPrices(ctx context.Context, arg ListMeterPricesParams
 			&i.EffectiveAt,
 			&i.ActivatedAt,
 			&i.EventID,
+			&i.Actor,
 		); err != nil {
 			return nil, err
 		}
@@ -137,7 +140,7 @@ func (q *Queries) ListMeterPrices(ctx context.Context, arg ListMeterPricesParams
 
 const listPrices = `-- name: ListPrices :many
 SELECT price_id, tenant_id, meter_code, currency, version, unit_price, effective_at,
-       activated_at, event_id
+       activated_at, event_id, actor
 FROM price
 WHERE tenant_id = $1
   AND (meter_code, currency, version) > ($2::text, $3::text, $4::bigint)
@@ -182,6 +185,7 @@ func (q *Queries) ListPrices(ctx context.Context, arg ListPricesParams) ([]Price
 			&i.EffectiveAt,
 			&i.ActivatedAt,
 			&i.EventID,
+			&i.Actor,
 		); err != nil {
 			return nil, err
 		}

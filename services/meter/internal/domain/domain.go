@@ -90,6 +90,9 @@ func ParseActivation(meterCode, currency, unitPrice, effectiveAt string) (Activa
 		return Activation{}, err
 	}
 	if _, err := money.Currency(currency); err != nil {
+		if money.ProblemCode(err) == money.CodeNotInvoiceable { // XAU, XTS, XXX, fund codes
+			return Activation{}, rejected(money.CodeNotInvoiceable, "%v", err)
+		}
 		return Activation{}, invalid(CodeUnknownCurrency, "%v", err)
 	}
 	price, err := money.ParseNonNegative(unitPrice)

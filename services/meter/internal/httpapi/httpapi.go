@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/page"
@@ -84,7 +85,14 @@ func (api *API) activatePrice(w http.ResponseWriter, r *http.Request) {
 		api.writeError(w, r, err)
 		return
 	}
+	claims, ok := auth.FromContext(r.Context())
+	if !ok || claims.Actor() == "" {
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusUnauthorized, "unauthorized",
+			"a money-changing command needs a bearer token naming its actor"))
+		return
+	}
 	rc, err := api.app.ActivatePrice(r.Context(), app.ActivatePrice{
+		Actor:          claims.Actor(),
 		TenantID:       tenant,
 		IdempotencyKey: key,
 		RequestHash:    idempotency.RequestHash(r.Method, r.URL.Path, body),

@@ -9,10 +9,12 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/meter"
@@ -21,6 +23,21 @@ import (
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// testActor is the subject of the token the tests' requests carry.
+const testActor = "admin@t1.example"
+
+// signedIn stands for auth.Middleware: it puts the claims of a verified
+// billing-admin token of testActor in each request's context, but for a
+// request with header X-No-Token.
+func signedIn(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-No-Token") == "" {
+			r = r.WithContext(auth.WithClaims(r.Context(), auth.NewClaims(testActor, "billing-admin", "", time.Hour)))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
 
 var tmpl = pgtest.Template{
 	Name: "meter",
@@ -44,6 +61,7 @@ func serve(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	r := chi.NewRouter()
+	r.Use(signedIn)
 	httpapi.New(app.New(pool, log), log).Routes(r)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)

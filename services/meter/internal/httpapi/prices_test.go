@@ -109,6 +109,13 @@ func TestActivatePrice(t *testing.T) {
 	if n := count(t, e.pool, `SELECT count(*) FROM price WHERE event_id = $1`, p.EventID); n != 1 {
 		t.Fatalf("price rows with the event id: %d", n)
 	}
+	// The token's subject is the actor, in the event and in the row.
+	if pa.Actor != testActor {
+		t.Fatalf("PriceActivated actor %q, want %q", pa.Actor, testActor)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM price WHERE event_id = $1 AND actor = $2`, p.EventID, testActor); n != 1 {
+		t.Fatalf("price rows of actor %s: %d", testActor, n)
+	}
 	// Price versions are immutable.
 	for _, sql := range []string{`UPDATE price SET unit_price = 9`, `DELETE FROM price`} {
 		if _, err := e.pool.Exec(context.Background(), sql); err == nil || !strings.Contains(err.Error(), "immutable") {
@@ -302,6 +309,10 @@ func TestBadInput(t *testing.T) {
 		{"price too many digits", "t1", "k", `{"meterCode":"m","currency":"USD","unitPrice":"` + strings.Repeat("9", 39) + `"}`, 400, "invalid_price"},
 		{"unknown currency", "t1", "k", `{"meterCode":"m","currency":"ABC","unitPrice":"1"}`, 400, "unknown_currency"},
 		{"lower-case currency", "t1", "k", `{"meterCode":"m","currency":"usd","unitPrice":"1"}`, 400, "unknown_currency"},
+		{"withdrawn currency", "t1", "k", `{"meterCode":"m","currency":"HRK","unitPrice":"1"}`, 400, "unknown_currency"},
+		{"gold", "t1", "k", `{"meterCode":"m","currency":"XAU","unitPrice":"1"}`, 422, "currency_not_invoiceable"},
+		{"no currency", "t1", "k", `{"meterCode":"m","currency":"XXX","unitPrice":"1"}`, 422, "currency_not_invoiceable"},
+		{"a fund code", "t1", "k", `{"meterCode":"m","currency":"CLF","unitPrice":"1"}`, 422, "currency_not_invoiceable"},
 		{"invalid effectiveAt", "t1", "k", `{"meterCode":"m","currency":"USD","unitPrice":"1","effectiveAt":"next monday"}`, 400, "invalid_field"},
 		{"body too large", "t1", "k", `{"meterCode":"m","currency":"USD","unitPrice":"1","effectiveAt":"` + strings.Repeat(" ", 20<<10) + `"}`, 413, "body_too_large"},
 	}
