@@ -255,16 +255,25 @@ func (h *Harness) caughtUp(ctx context.Context, usageEvents []string) (bool, str
 		fmt.Sprintf("%d charged, %d in invoice, %d projected of %d", len(charges), invoiced, projected, len(usageEvents)), nil
 }
 
-// Adjustments posted per currency by AdjustAndClose.
-var adjustmentAmounts = map[string]decimal.Decimal{
-	"USD": decimal.RequireFromString("-0.25"),
-	"KRW": decimal.RequireFromString("-3"),
-}
+// Adjustments posted per currency by AdjustAndClose: a credit before the
+// close (an adjustment line) and a debit after it (a correction note of the
+// issued invoice).
+var (
+	adjustmentAmounts = map[string]decimal.Decimal{
+		"USD": decimal.RequireFromString("-0.25"),
+		"KRW": decimal.RequireFromString("-3"),
+	}
+	afterCloseAmounts = map[string]decimal.Decimal{
+		"USD": decimal.RequireFromString("0.10"),
+		"KRW": decimal.RequireFromString("2"),
+	}
+)
 
 // AdjustAndClose posts, for each tenant, one adjustment on a charge of
-// each of its currencies, then closes every period its usage fell in, so
-// invoices are issued. Each command is retried through outages with one
-// Idempotency-Key.
+// each of its currencies, closes every period its usage fell in, so
+// invoices are issued, then posts one more adjustment per currency and
+// period, after the close: a correction note. Each command is retried
+// through outages with one Idempotency-Key.
 func (h *Harness) AdjustAndClose(ctx context.Context, ledger *Ledger, tenants []string) error {
 	periods := map[string]map[string]bool{}
 	for _, f := range ledger.Facts(tenants...) {
@@ -276,43 +285,58 @@ func (h *Harness) AdjustAndClose(ctx context.Context, ledger *Ledger, tenants []
 		}
 	}
 	for _, tenant := range tenants {
-		for _, period := range slices.Sorted(maps.Keys(periods[tenant])) {
-			charges, err := h.periodCharges(ctx, tenant, period)
-			if err != nil {
+		tenantPeriods := slices.Sorted(maps.Keys(periods[tenant]))
+		for _, period := range tenantPeriods {
+			if err := h.adjustEachCurrency(ctx, ledger, tenant, period, adjustmentAmounts, "chaos-adj"); err != nil {
 				return err
 			}
-			done := map[string]bool{}
-			for _, c := range charges {
-				amount, ok := adjustmentAmounts[c.Currency]
-				if !ok || done[c.Currency] {
-					continue
-				}
-				done[c.Currency] = true
-				body := map[string]string{"correctionOf": c.ChargeID, "amount": amount.String(), "currency": c.Currency, "reason": "chaos suite goodwill credit"}
-				resp, err := h.command(ctx, "billing", "/v1/tenants/"+tenant+"/adjustments", tenant, body,
-					fmt.Sprintf("chaos-adj-%s-%s-%s", tenant, period, c.Currency), http.StatusCreated)
-				if err != nil {
-					return err
-				}
-				var adj struct {
-					AdjustmentID string `json:"adjustmentId"`
-					EventID      string `json:"eventId"`
-					Period       string `json:"period"`
-				}
-				if err := resp.Decode(&adj); err != nil {
-					return err
-				}
-				ledger.mu.Lock()
-				ledger.Adjustments = append(ledger.Adjustments, AdjustmentRecord{Tenant: tenant, AdjustmentID: adj.AdjustmentID,
-					EventID: adj.EventID, Period: adj.Period, Currency: c.Currency, Amount: amount, CorrectionOf: c.ChargeID})
-				ledger.mu.Unlock()
-			}
 		}
-		for _, period := range slices.Sorted(maps.Keys(periods[tenant])) {
+		for _, period := range tenantPeriods {
 			if err := h.ClosePeriod(ctx, tenant, period); err != nil {
 				return err
 			}
 		}
+		for _, period := range tenantPeriods {
+			if err := h.adjustEachCurrency(ctx, ledger, tenant, period, afterCloseAmounts, "chaos-adj-after-close"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// adjustEachCurrency posts an adjustment of amounts[currency] on the first
+// charge of each currency of the tenant's period.
+func (h *Harness) adjustEachCurrency(ctx context.Context, ledger *Ledger, tenant, period string, amounts map[string]decimal.Decimal, keyPrefix string) error {
+	charges, err := h.periodCharges(ctx, tenant, period)
+	if err != nil {
+		return err
+	}
+	done := map[string]bool{}
+	for _, c := range charges {
+		amount, ok := amounts[c.Currency]
+		if !ok || done[c.Currency] {
+			continue
+		}
+		done[c.Currency] = true
+		body := map[string]string{"correctionOf": c.ChargeID, "amount": amount.String(), "currency": c.Currency, "reason": "chaos suite adjustment"}
+		resp, err := h.command(ctx, "billing", "/v1/tenants/"+tenant+"/adjustments", tenant, body,
+			fmt.Sprintf("%s-%s-%s-%s", keyPrefix, tenant, period, c.Currency), http.StatusCreated)
+		if err != nil {
+			return err
+		}
+		var adj struct {
+			AdjustmentID string `json:"adjustmentId"`
+			EventID      string `json:"eventId"`
+			Period       string `json:"period"`
+		}
+		if err := resp.Decode(&adj); err != nil {
+			return err
+		}
+		ledger.mu.Lock()
+		ledger.Adjustments = append(ledger.Adjustments, AdjustmentRecord{Tenant: tenant, AdjustmentID: adj.AdjustmentID,
+			EventID: adj.EventID, Period: adj.Period, Currency: c.Currency, Amount: amount, CorrectionOf: c.ChargeID})
+		ledger.mu.Unlock()
 	}
 	return nil
 }

@@ -827,7 +827,7 @@ func (rc *reconciler) queryProjection() {
 			if p.SubjectID != inv.InvoiceID || p.Amount == nil || inv.Total == nil || !p.Amount.Equal(*inv.Total) {
 				return fmt.Sprintf("invoice %s total %v, the invoice is %s total %v", p.SubjectID, p.Amount, inv.InvoiceID, inv.Total)
 			}
-			return ""
+			return rc.issuedFigures(inv, p.Issued)
 		})
 		if n := issuedOf[inv.InvoiceID]; n > 1 {
 			r.dup(inv.InvoiceID, "query projected invoice %s as issued %d times", inv.InvoiceID, n)
@@ -841,6 +841,40 @@ func (rc *reconciler) queryProjection() {
 			}
 		}
 	}
+}
+
+// issuedFigures compares what an InvoiceIssued says of its invoice (number,
+// charge lines, charges, adjustments, subtotal, rounding) with the invoice.
+func (rc *reconciler) issuedFigures(inv invoiceRow, got *issuedFigures) string {
+	if got == nil {
+		return "no figures in the event"
+	}
+	var want issuedFigures
+	if inv.Number != nil {
+		want.Number = *inv.Number
+	}
+	if inv.Subtotal != nil {
+		want.Subtotal = *inv.Subtotal
+	}
+	for _, l := range rc.s.lines {
+		if l.InvoiceID != inv.InvoiceID {
+			continue
+		}
+		switch l.Kind {
+		case "charge":
+			want.ChargeLines++
+			want.Charges += l.ChargeCount
+		case "adjustment":
+			want.Adjustments++
+		case "rounding":
+			want.Rounding = want.Rounding.Add(l.Amount)
+		}
+	}
+	if got.Number != want.Number || got.ChargeLines != want.ChargeLines || got.Charges != want.Charges ||
+		got.Adjustments != want.Adjustments || !got.Subtotal.Equal(want.Subtotal) || !got.Rounding.Equal(want.Rounding) {
+		return fmt.Sprintf("the event says %+v, the invoice holds %+v", *got, want)
+	}
+	return ""
 }
 
 // queryTotals: query's totals (folded plus unfolded deltas) equal the

@@ -74,6 +74,12 @@ type (
 	projectedRow struct {
 		EventID, EventType, Tenant, OriginEventID, SubjectID, Currency, Meter string
 		Quantity, Amount                                                      *decimal.Decimal
+		Issued                                                                *issuedFigures // InvoiceIssued only
+	}
+	// issuedFigures are what an InvoiceIssued says of its invoice.
+	issuedFigures struct {
+		Number, ChargeLines, Charges, Adjustments int64
+		Subtotal, Rounding                        decimal.Decimal
 	}
 	// billingEventRow is an event in billing's outbox, as its envelope
 	// names its aggregate.
@@ -298,12 +304,18 @@ func readCloses(ctx context.Context, pool *pgxpool.Pool, tenants []string) ([]cl
 func readProjected(ctx context.Context, pool *pgxpool.Pool, tenants []string) ([]projectedRow, error) {
 	return collect(ctx, pool, `
 		SELECT event_id::text, event_type, tenant_id, coalesce(origin_event_id::text, ''), coalesce(subject_id::text, ''),
-		       coalesce(currency, ''), coalesce(meter_code, ''), quantity::text, amount::text
+		       coalesce(currency, ''), coalesce(meter_code, ''), quantity::text, amount::text,
+		       CASE WHEN event_type = 'InvoiceIssued' THEN payload END
 		FROM projected_event WHERE tenant_id = ANY($1)`, tenants,
 		func(row pgx.CollectableRow) (p projectedRow, err error) {
 			var q, a *string
-			err = row.Scan(&p.EventID, &p.EventType, &p.Tenant, &p.OriginEventID, &p.SubjectID, &p.Currency, &p.Meter, &q, &a)
+			var issued []byte
+			err = row.Scan(&p.EventID, &p.EventType, &p.Tenant, &p.OriginEventID, &p.SubjectID, &p.Currency, &p.Meter, &q, &a, &issued)
 			p.Quantity, p.Amount = decPtr(q), decPtr(a)
+			if err == nil && issued != nil {
+				p.Issued = &issuedFigures{}
+				err = json.Unmarshal(issued, p.Issued)
+			}
 			return
 		})
 }
