@@ -510,3 +510,66 @@ func TestOneBatchRatesEachUsageAsAlone(t *testing.T) {
 		t.Fatalf("ChargeRated published for usage %v, want %v", got, want)
 	}
 }
+
+// A PriceActivated billing quarantines (here: a schema version its release
+// cannot read) holds back what depends on it, visibly and without guessing:
+// the watermark naming that version and the usage after the known schedule
+// wait (deferred, in the recovery counts), and once a release that reads it
+// redrives it, the version, the watermark and the usage are applied in one
+// transaction, the usage at that version.
+func TestQuarantinedPriceActivatedHoldsRatingBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+
+	v1 := priceV1("t1")
+	v1.KnownThrough = jan15
+	v2 := priceV2("t1")
+	v2.KnownThrough = jan20.Add(10 * time.Minute)
+	_, v2Raw := v2.Envelope(t, 2) // schema version 2: this release cannot read it
+	wm := bt.Watermark{Tenant: "t1", Meter: "api_calls", Currency: "USD", Version: 2, KnownThrough: jan20.Add(30 * time.Minute)}
+	usageEnv, usageRaw := usageAt("t1", 0, "10", jan20).Envelope(t)
+	wantOutcomes(t, bt.Decide(t, pool, ib, v1.Raw(t), v2Raw, wm.Raw(t), usageRaw),
+		"applied", "quarantined:unsupported_schema", "deferred:missing_fact", "deferred:missing_fact")
+
+	stats, err := inbox.ReadStats(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.Deferred != 2 || stats.Quarantined != 1 {
+		t.Fatalf("recovery counts %+v, want 2 deferred (watermark, usage) and 1 quarantined", stats)
+	}
+	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`); n != 0 {
+		t.Fatalf("%d charges while the price was quarantined", n)
+	}
+
+	// The next release reads schema version 2; the operator redrives.
+	reg := bt.Registry()
+	envelope.Register[events.PriceActivated](reg, events.TypePriceActivated, 2)
+	next, err := inbox.New(reg, svc.Handlers(), inbox.Options{Service: "billing", BatchHandlers: svc.BatchHandlers()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := pool.QueryRow(ctx, `SELECT id FROM inbox_quarantine`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	var ds []inbox.Decision
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		ds, err = next.RedecideQuarantined(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantOutcomes(t, ds, "applied", "applied", "applied")
+	charges := charges(t, svc, "t1", "2026-01")
+	if len(charges) != 1 || charges[0].PriceVersion != 2 || charges[0].UsageEventID != usageEnv.EventID {
+		t.Fatalf("charges = %s, want the usage at version 2", bt.JSON(charges))
+	}
+	if stats, err = inbox.ReadStats(ctx, pool); err != nil || stats.Deferred != 0 || stats.Quarantined != 0 {
+		t.Fatalf("recovery counts after the redrive %+v (%v), want none", stats, err)
+	}
+}

@@ -148,8 +148,15 @@ var Unknown = time.Unix(0, 1).UTC()
 // Raw returns the marshalled envelope of p.
 func (p Price) Raw(t testing.TB) []byte {
 	t.Helper()
-	_, raw := marshal(t, envelope.Meta{
-		EventType: events.TypePriceActivated, SchemaVersion: 1, TenantID: p.Tenant,
+	_, raw := p.Envelope(t, 1)
+	return raw
+}
+
+// Envelope returns the envelope of p at a schema version, and its bytes.
+func (p Price) Envelope(t testing.TB, schemaVersion int) (envelope.Envelope, []byte) {
+	t.Helper()
+	return marshal(t, envelope.Meta{
+		EventType: events.TypePriceActivated, SchemaVersion: schemaVersion, TenantID: p.Tenant,
 		AggregateType: events.AggregatePrice, AggregateID: events.PriceSeriesID(p.Meter, p.Currency),
 		AggregateVersion: p.Version, OccurredAt: p.EffectiveAt, Producer: "meter",
 	}, events.PriceActivated{
@@ -157,7 +164,6 @@ func (p Price) Raw(t testing.TB) []byte {
 		UnitPrice: Dec(t, p.UnitPrice), EffectiveAt: p.EffectiveAt, Version: p.Version,
 		KnownThrough: p.knownThrough(),
 	})
-	return raw
 }
 
 func (p Price) knownThrough() time.Time {
