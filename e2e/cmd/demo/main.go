@@ -39,7 +39,8 @@ func main() {
 
 func run(ctx context.Context) int {
 	began := time.Now()
-	opts, err := stack.FromEnv(stack.Options{Logger: stack.ConsoleLogger(os.Stdout)})
+	opts, err := stack.FromEnv(stack.Options{Logger: stack.ConsoleLogger(os.Stdout),
+		ServiceEnv: map[string]map[string]string{"invoice": maps.Clone(scenario.WebhookServiceEnv)}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		return 2
@@ -62,6 +63,13 @@ func run(ctx context.Context) int {
 	fmt.Println()
 	progress("acting as a client over HTTP: meter %s, usage %s, billing %s, invoice %s, query %s",
 		s.URL("meter", 0), s.URL("usage", 0), s.URL("billing", 0), s.URL("invoice", 0), s.URL("query", 0))
+	hooks, err := startWebhooks(ctx, s, progress)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo: webhooks:", err)
+		stopStack()
+		return 1
+	}
+	defer hooks.Close()
 	flowBegan := time.Now()
 	res, runErr := scenario.Run(ctx, scenario.EndpointsFrom(s.URLs()), scenario.Config{Progress: progress})
 	flow := time.Since(flowBegan)
@@ -72,6 +80,7 @@ func run(ctx context.Context) int {
 	var recErr error
 	if runErr == nil {
 		op := scenario.DevOperator(s.URL("query", 0), "alice@ops.example")
+		failures = append(failures, webhookStory(ctx, hooks, res, op, progress)...)
 		failures = append(failures, operatorStory(ctx, s, op, res.Sent[0].Tenant, res.Period, progress)...)
 		progress("reading every service's backlog through GET /v1/operator/recovery")
 		recErr = waitFor(ctx, 30*time.Second, progress, "every backlog to drain", func() (bool, error) {
