@@ -157,7 +157,7 @@ func (p PriceScheduleWatermark) Validate() error {
 
 // UsageAccepted: usage accepted a usage fact. The rater (billing) decides
 // its price version from its own evidence; PriceVersion is what usage
-// attached before decision 0008 and is 0 (absent) in newer events. Billing
+// attached before decision 0011 and is 0 (absent) in newer events. Billing
 // ignores it.
 type UsageAccepted struct {
 	UsageID       uuid.UUID       `json:"usageId"`
@@ -397,6 +397,7 @@ type RedriveCompleted struct {
 // Register registers every payload type of the contract, schema version 1.
 func Register(r *envelope.Registry) {
 	envelope.Register[PriceActivated](r, TypePriceActivated, 1)
+	envelope.Register[PriceScheduleWatermark](r, TypePriceScheduleWatermark, 1)
 	envelope.Register[UsageAccepted](r, TypeUsageAccepted, 1)
 	envelope.Register[ChargeRated](r, TypeChargeRated, 1)
 	envelope.Register[AdjustmentPosted](r, TypeAdjustmentPosted, 1)
@@ -406,7 +407,6 @@ func Register(r *envelope.Registry) {
 	envelope.Register[EventQuarantined](r, TypeEventQuarantined, 1)
 	envelope.Register[RedriveRequested](r, TypeRedriveRequested, 1)
 	envelope.Register[RedriveCompleted](r, TypeRedriveCompleted, 1)
-	envelope.Register[PriceScheduleWatermark](r, TypePriceScheduleWatermark, 1)
 }
 
 // Period returns the billing period (calendar month in UTC) of t: "2026-11".

@@ -1,6 +1,6 @@
 // Package meter is the meter service: it owns immutable price versions and
 // publishes PriceActivated on meter.events.v1, and each price series'
-// schedule watermark (PriceScheduleWatermark, decision 0008). Spec is
+// schedule watermark (PriceScheduleWatermark, decision 0011). Spec is
 // everything service.Main needs.
 package meter
 

@@ -2,7 +2,7 @@
 // (tenant, sourceSystem, sourceEventId) for meters the tenant has priced
 // (the price evidence it replicates from meter.events.v1 says which, and in
 // which currency), and publishes UsageAccepted on usage.events.v1. The price
-// version of a fact is the rater's to decide (billing, decision 0009). Spec
+// version of a fact is the rater's to decide (billing, decision 0011). Spec
 // is everything service.Main needs.
 package usage
 

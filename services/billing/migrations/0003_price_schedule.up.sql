@@ -1,4 +1,4 @@
--- What billing knows of each price series' schedule (decision 0009): every
+-- What billing knows of each price series' schedule (decision 0011): every
 -- version taking effect at or before known_through is in price_evidence, so
 -- a fact that occurred before known_through can be rated from the evidence.
 -- Raised by each PriceActivated (its knownThrough) and each

@@ -1,4 +1,4 @@
--- The schedule watermark of a price series (decision 0008): the series is
+-- The schedule watermark of a price series (decision 0011): the series is
 -- published through known_through, every version taking effect at or before
 -- it has been activated, so an activation must take effect after it. NULL:
 -- nothing published yet (a series activated before this migration).

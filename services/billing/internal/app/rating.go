@@ -23,7 +23,7 @@ const maxRatingAttempts = 4
 
 // OnPriceActivated replicates a price version as price evidence and raises
 // what billing knows of the series' schedule to the event's knownThrough
-// (decision 0009). A replay of a version changes nothing. Applying it
+// (decision 0011). A replay of a version changes nothing. Applying it
 // provides the aggregate key of the version, which wakes the series'
 // watermarks waiting for it, and the schedule keys of the seconds it makes
 // known, which wake the usage waiting for them.

@@ -102,7 +102,7 @@ func TestPriceAtOccurrenceAcrossTwoVersions(t *testing.T) {
 }
 
 // Billing rates a fact only once it knows the series' schedule through the
-// fact's occurrence (decision 0009): usage beyond the known schedule waits,
+// fact's occurrence (decision 0011): usage beyond the known schedule waits,
 // a watermark naming a version billing lacks waits for that version, and
 // the version's arrival wakes the watermark, which wakes the usage, all in
 // one transaction; the usage is then rated at the version in effect, which

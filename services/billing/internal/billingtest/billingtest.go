@@ -197,7 +197,7 @@ func (w Watermark) Raw(t testing.TB) []byte {
 // Usage is a UsageAccepted as usage publishes it.
 type Usage struct {
 	Tenant, Meter, Currency string
-	// PriceVersion is what usage attached before decision 0009; billing
+	// PriceVersion is what usage attached before decision 0011; billing
 	// ignores it (0: absent, as usage sends today).
 	PriceVersion int64
 	Quantity     string

@@ -30,7 +30,7 @@ import (
 const Producer = "meter"
 
 // DefaultScheduleLead is how far ahead of now meter publishes a series'
-// schedule watermark by default (decision 0008).
+// schedule watermark by default (decision 0011).
 const DefaultScheduleLead = 5 * time.Second
 
 // App runs the meter's commands against its database.

@@ -50,7 +50,7 @@ const (
 	CodePriceBackdated   = "price_backdated"
 	CodePriceOutOfOrder  = "price_out_of_order"
 	// CodeSchedulePublished: effectiveAt is at or before the watermark
-	// already published for the series (decision 0008).
+	// already published for the series (decision 0011).
 	CodeSchedulePublished = "schedule_already_published"
 )
 

@@ -549,7 +549,7 @@ func TestListPricesBadPage(t *testing.T) {
 }
 
 // A price may not take effect inside the schedule already published to
-// raters (decision 0009): 422 schedule_already_published, nothing written.
+// raters (decision 0011): 422 schedule_already_published, nothing written.
 // Without effectiveAt it takes effect right after the published watermark.
 func TestActivationInsideThePublishedScheduleIsRefused(t *testing.T) {
 	e := newEnv(t)

@@ -232,7 +232,7 @@ func NewEvidence(versions []PriceVersion) Evidence {
 
 // Currency returns the currency u is rated in: u's own, or the meter's only
 // currency when u names none. The price version is not usage's to decide
-// (decision 0009): the rater picks it from its own evidence once it knows
+// (decision 0011): the rater picks it from its own evidence once it knows
 // the schedule through u.OccurredAt. What usage can refuse for sure, it
 // does: a meter never priced for the tenant (or not in u's currency), and
 // an occurrence before the series' first version takes effect (a first

@@ -61,7 +61,7 @@ func TestParse(t *testing.T) {
 }
 
 // Usage picks the currency and refuses what it can refuse for sure; the
-// version is the rater's (decision 0009).
+// version is the rater's (decision 0011).
 func TestCurrency(t *testing.T) {
 	t0 := now.Add(-10 * time.Hour)
 	ev := NewEvidence([]PriceVersion{

@@ -36,7 +36,7 @@ func twoVersions(t *testing.T, e *env) (v1At, v2At time.Time) {
 }
 
 // Usage accepts a fact of a priced meter whatever version is in effect at
-// its occurrence and says no version: the rater decides it (decision 0009).
+// its occurrence and says no version: the rater decides it (decision 0011).
 // Before the series' first version it refuses (a first version never
 // changes).
 func TestAcceptedWithoutAPriceVersion(t *testing.T) {
