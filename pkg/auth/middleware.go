@@ -21,6 +21,11 @@ const (
 	Operator
 	// Internal: another service, or an operator.
 	Internal
+	// Console: the operator console (query's /console). A browser sends no
+	// bearer header, so the middleware lets these paths through and the
+	// console checks its session cookie itself, with the same keys and the
+	// operator role (services/query/internal/console).
+	Console
 )
 
 // RuleFor returns the rule of a request path, and the tenant of a tenant
@@ -31,6 +36,7 @@ const (
 //	/v1/tenants/{tenantId}/...    Tenant
 //	/v1/operator/...              Operator
 //	/internal/...                 Internal
+//	/console, /console/...        Console
 //	anything else                 Operator
 func RuleFor(path string) (Rule, string) {
 	switch {
@@ -41,6 +47,8 @@ func RuleFor(path string) (Rule, string) {
 		return Tenant, tenant
 	case strings.HasPrefix(path, "/internal/"):
 		return Internal, ""
+	case path == "/console" || strings.HasPrefix(path, "/console/"):
+		return Console, ""
 	default:
 		return Operator, ""
 	}
@@ -75,7 +83,7 @@ func Middleware(keys Keys, log *slog.Logger) func(http.Handler) http.Handler {
 				path = r.URL.Path
 			}
 			rule, tenant := RuleFor(path)
-			if rule == Open {
+			if rule == Open || rule == Console {
 				next.ServeHTTP(w, r)
 				return
 			}
