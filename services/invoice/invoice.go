@@ -4,7 +4,9 @@
 // aggregated per meter and price version, rounded once, half-even, with the
 // difference as its own line, numbered gap-free per tenant), turns
 // adjustments after issue into correction notes, and publishes the bounded
-// InvoiceIssued and InvoiceCorrectionIssued through its outbox.
+// InvoiceIssued and InvoiceCorrectionIssued through its outbox. Each issue
+// also records a webhook intent per endpoint of the tenant, which the
+// webhook worker delivers, signed, after commit (internal/webhook).
 package invoice
 
 import (
