@@ -64,6 +64,7 @@ CREATE INDEX webhook_intent_due_idx ON webhook_intent (not_before) WHERE status 
 CREATE INDEX webhook_intent_lease_idx ON webhook_intent (lease_expires_at) WHERE status = 'leased';
 -- The operator's list by status, and the purge of accepted rows.
 CREATE INDEX webhook_intent_status_idx ON webhook_intent (status, intent_id);
+CREATE INDEX webhook_intent_tenant_idx ON webhook_intent (tenant_id, intent_id);
 CREATE INDEX webhook_intent_finished_idx ON webhook_intent (finished_at) WHERE status = 'accepted';
 -- The oldest open intent's age.
 CREATE INDEX webhook_intent_open_idx ON webhook_intent (created_at) WHERE status IN ('pending', 'leased');
