@@ -116,7 +116,7 @@ func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope
 	arg := db.AddChargesParams{
 		OriginEventIds: make([]uuid.UUID, n), ChargeIds: make([]uuid.UUID, n), UsageEventIds: make([]uuid.UUID, n),
 		TenantIds: make([]string, n),
-		Periods: make([]string, n), Currencies: make([]string, n), MeterCodes: make([]string, n),
+		Periods:   make([]string, n), Currencies: make([]string, n), MeterCodes: make([]string, n),
 		PriceVersions: make([]int64, n), UnitPrices: make([]decimal.Decimal, n), Quantities: make([]decimal.Decimal, n),
 		Amounts: make([]decimal.Decimal, n), NewInvoiceIds: make([]uuid.UUID, n),
 	}
