@@ -15,6 +15,7 @@ require (
 	github.com/shopspring/decimal v1.6.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	go.uber.org/goleak v1.3.0
+	pgregory.net/rapid v1.2.0
 )
 
 require (
