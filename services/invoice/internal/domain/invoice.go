@@ -15,6 +15,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/money"
+	"github.com/usagebilling/billing/pkg/pricing"
 )
 
 // Line kinds.
@@ -45,27 +46,55 @@ func AdjustmentLineID(originEventID uuid.UUID) string {
 // RoundingLineID is the id of an invoice's rounding line (at most one).
 const RoundingLineID = KindRounding
 
-// Pricing models of a price version (DESIGN.md section 3). Charges carry
-// their unit price only, so unit is the one model invoice prices lines with
-// for now.
-const ModelUnit = "unit"
+// Pricing models of a price version (DESIGN.md section 3; package pricing).
+// Charges carry an amount under unit pricing only; under the others a
+// line's amount is the version's pricing function over the line's quantity.
+const (
+	ModelUnit      = pricing.Unit
+	ModelGraduated = pricing.Graduated
+	ModelVolume    = pricing.Volume
+	ModelPackage   = pricing.Package
+)
 
-// Pricing is the pricing function of a price version.
+// Pricing is the pricing function of a price version: Model, and the
+// fields of that model (UnitPrice for unit; Tiers for graduated and
+// volume; PackageSize and PackagePrice for package).
 type Pricing struct {
-	Model     string
-	UnitPrice decimal.Decimal // ModelUnit
+	Model        string
+	UnitPrice    decimal.Decimal // ModelUnit
+	Tiers        []pricing.Tier  // ModelGraduated, ModelVolume
+	PackageSize  decimal.Decimal // ModelPackage
+	PackagePrice decimal.Decimal // ModelPackage
+}
+
+// Function is p as package pricing's function.
+func (p Pricing) Function() pricing.Pricing {
+	switch p.Model {
+	case ModelUnit:
+		return pricing.UnitPricing(p.UnitPrice)
+	case ModelPackage:
+		size, price := p.PackageSize, p.PackagePrice
+		return pricing.Pricing{Model: p.Model, PackageSize: &size, PackagePrice: &price}
+	default:
+		return pricing.Pricing{Model: p.Model, Tiers: p.Tiers}
+	}
 }
 
 // LineAmount is the amount of a charge line: the pricing function of its
 // price version over the line's quantity (the quantity that version rated in
-// the invoice's period). Under unit pricing, quantity x unit price, exact.
+// the invoice's period: a version's tiers count from zero in each period).
+// Under unit pricing, quantity x unit price, exact; under the others what
+// package pricing gives, exact too (rounded only at issue, with the
+// invoice's total).
 func LineAmount(p Pricing, quantity decimal.Decimal) (decimal.Decimal, error) {
-	switch p.Model {
-	case ModelUnit:
-		return quantity.Mul(p.UnitPrice), nil
-	default:
-		return decimal.Decimal{}, fmt.Errorf("pricing model %q is not supported", p.Model)
+	f := p.Function()
+	if err := f.Validate(); err != nil {
+		return decimal.Decimal{}, fmt.Errorf("pricing of the line: %w", err)
 	}
+	if quantity.IsNegative() {
+		return decimal.Decimal{}, fmt.Errorf("quantity %s is negative", quantity)
+	}
+	return f.Amount(quantity), nil
 }
 
 // LineAmountMismatchError: a charge line's charges do not sum to the
@@ -80,7 +109,9 @@ func (e *LineAmountMismatchError) Error() string {
 }
 
 // CheckLine checks that a charge line's charges, summed, are the line's
-// amount under its pricing.
+// amount under its pricing. It holds for unit pricing only, where each
+// charge carries its amount; under the other models charges carry none and
+// the line's amount is LineAmount itself.
 func CheckLine(lineID string, p Pricing, quantity, chargesAmount decimal.Decimal) error {
 	amount, err := LineAmount(p, quantity)
 	if err != nil {
