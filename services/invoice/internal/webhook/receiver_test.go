@@ -132,7 +132,7 @@ func (rc *receiver) register(t *testing.T, pool *pgxpool.Pool, tenant string) we
 // testConfig is a quick worker: short timeout, lease and backoff.
 func testConfig() webhook.Config {
 	c := webhook.DefaultConfig()
-	c.PollInterval, c.Timeout, c.LeaseTTL = 20*time.Millisecond, 500*time.Millisecond, 1500*time.Millisecond
+	c.PollInterval, c.Timeout, c.LeaseTTL = 20*time.Millisecond, 2*time.Second, 4*time.Second
 	c.BackoffBase, c.BackoffMax = 10*time.Millisecond, 50*time.Millisecond
 	return c
 }
