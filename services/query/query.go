@@ -20,6 +20,7 @@ import (
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/query/internal/app"
+	"github.com/usagebilling/billing/services/query/internal/console"
 	"github.com/usagebilling/billing/services/query/internal/httpapi"
 	"github.com/usagebilling/billing/services/query/internal/operator"
 	"github.com/usagebilling/billing/services/query/migrations"
@@ -51,6 +52,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 			tenantAPI.Routes(r)
 			operatorAPI.Routes(r)
 			webhookAPI.Routes(r)
+			console.New(op, app.NewReader(d.Pool), d.Config.Auth, d.Logger).Routes(r)
 		},
 		Topics:         append(append([]string{}, app.Topics...), events.TopicOps),
 		Handlers:       handlers,

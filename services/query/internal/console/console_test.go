@@ -1,0 +1,437 @@
+package console_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"html"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/auth"
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/kafkatest"
+	"github.com/usagebilling/billing/pkg/ops"
+	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/services/query/internal/app"
+	"github.com/usagebilling/billing/services/query/internal/console"
+	"github.com/usagebilling/billing/services/query/internal/operator"
+	"github.com/usagebilling/billing/services/query/internal/querytest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(kafkatest.Wrap(m))) }
+
+// fixture is the console on a real query database behind auth.Middleware,
+// as the query service mounts it, with the development key.
+type fixture struct {
+	t    *testing.T
+	pool *pgxpool.Pool
+	op   *operator.Operator
+	srv  *httptest.Server
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), pgtest.NewDB(t, querytest.Template))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	keys, err := auth.NewKeys(auth.DevKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := operator.New(pool, ops.NewClient(nil, keys, operator.Self), nil)
+	r := chi.NewRouter()
+	r.Use(auth.Middleware(keys, nil))
+	console.New(op, app.NewReader(pool), keys, nil).Routes(r)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return &fixture{t: t, pool: pool, op: op, srv: srv}
+}
+
+// response is an answer read whole.
+type response struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// do sends a request with the given cookie (empty: none), following no
+// redirect.
+func (f *fixture) do(method, path, cookie string, form url.Values) response {
+	f.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, f.srv.URL+path, body)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	if cookie != "" {
+		req.AddCookie(&http.Cookie{Name: console.CookieName, Value: cookie})
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// signIn signs in with token and returns the session cookie's value.
+func (f *fixture) signIn(token string) string {
+	f.t.Helper()
+	resp := f.do("POST", "/console/sign-in", "", url.Values{"token": {token}})
+	if resp.status != http.StatusSeeOther || resp.header.Get("Location") != "/console" {
+		f.t.Fatalf("sign-in: %d %v %s", resp.status, resp.header, resp.body)
+	}
+	c := sessionCookie(f.t, resp)
+	return c.Value
+}
+
+func sessionCookie(t *testing.T, resp response) *http.Cookie {
+	t.Helper()
+	for _, c := range (&http.Response{Header: resp.header}).Cookies() {
+		if c.Name == console.CookieName {
+			return c
+		}
+	}
+	t.Fatalf("no %s cookie in %v", console.CookieName, resp.header)
+	return nil
+}
+
+var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrf reads the form token of a signed-in page.
+func csrf(t *testing.T, page response) string {
+	t.Helper()
+	m := csrfInput.FindStringSubmatch(page.body)
+	if m == nil {
+		t.Fatalf("no csrf field in %s", page.body)
+	}
+	return m[1]
+}
+
+func token(t *testing.T, sub, role, tenant string, ttl time.Duration) string {
+	t.Helper()
+	s, err := auth.Token(auth.DevKey, auth.NewClaims(sub, role, tenant, ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// quarantine records the EventQuarantined notice a service would publish,
+// through the operator's own handler in the real inbox.
+func (f *fixture) quarantine(service, tenant, reason string) uuid.UUID {
+	f.t.Helper()
+	reg := envelope.NewRegistry()
+	events.Register(reg)
+	ib, err := inbox.New(reg, f.op.Handlers(), inbox.Options{Service: operator.Self})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	id := uuid.New()
+	sum := sha256.Sum256(id[:])
+	raw := hex.EncodeToString(sum[:])
+	p := events.EventQuarantined{Service: service, EventID: id.String(), EventType: events.TypeUsageAccepted,
+		EventTenantID: tenant, Reason: reason, Topic: events.TopicUsage, QuarantinedAt: time.Now().UTC(), RawSHA256: raw}
+	env, err := envelope.New(envelope.Meta{EventType: events.TypeEventQuarantined, SchemaVersion: 1, TenantID: events.OpsTenant,
+		AggregateType: events.AggregateOps, AggregateID: events.QuarantineAggregateID(service, raw), AggregateVersion: 1,
+		OccurredAt: p.QuarantinedAt, Producer: service}, p)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if ds := querytest.Decide(f.t, f.pool, ib, querytest.Event{Topic: events.TopicOps, Envelope: env}); ds[0].Outcome != inbox.OutcomeApplied {
+		f.t.Fatalf("notice decided %+v", ds[0])
+	}
+	return id
+}
+
+func (f *fixture) auditRows() int {
+	f.t.Helper()
+	var n int
+	if err := f.pool.QueryRow(context.Background(), `SELECT count(*) FROM redrive_audit`).Scan(&n); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+// Without a session every page redirects to the sign-in page and shows no
+// data; a bearer header does not stand in for the cookie, and a cookie
+// holding a tenant's, an expired or a forged token is no session.
+func TestNoDataWithoutASession(t *testing.T) {
+	f := newFixture(t)
+	f.quarantine("billing", "acme", "unsupported_schema")
+	forged, err := auth.Token(auth.Key{ID: "dev", Secret: []byte(strings.Repeat("x", 32))},
+		auth.NewClaims("mallory", auth.RoleOperator, "", time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cookies := map[string]string{
+		"none":    "",
+		"tenant":  token(t, "bob", auth.RoleTenant, "acme", time.Hour),
+		"expired": token(t, "alice", auth.RoleOperator, "", -time.Hour),
+		"forged":  forged,
+		"garbage": "not-a-token",
+	}
+	paths := []string{"/console", "/console/", "/console/quarantine", "/console/dead-letters",
+		"/console/reconciliation?tenantId=acme", "/console/tenants?tenantId=acme", "/console/redrives/" + uuid.NewString()}
+	for name, cookie := range cookies {
+		for _, p := range paths {
+			resp := f.do("GET", p, cookie, nil)
+			if resp.status != http.StatusSeeOther || !strings.HasPrefix(resp.header.Get("Location"), "/console/sign-in") {
+				t.Errorf("%s cookie, GET %s: %d %s, want a redirect to sign-in", name, p, resp.status, resp.header.Get("Location"))
+			}
+			if strings.Contains(resp.body, "acme") || strings.Contains(resp.body, "billing") {
+				t.Errorf("%s cookie, GET %s: data in %s", name, p, resp.body)
+			}
+		}
+	}
+	// An operator's bearer header is the API's credential, not the console's.
+	req, _ := http.NewRequest("GET", f.srv.URL+"/console/quarantine", nil)
+	req.Header.Set("Authorization", "Bearer "+token(t, "alice", auth.RoleOperator, "", time.Hour))
+	resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("bearer header only: %d, want the sign-in redirect", resp.StatusCode)
+	}
+	if page := f.do("GET", "/console/sign-in", "", nil); page.status != 200 || !strings.Contains(page.body, `id="sign-in"`) {
+		t.Errorf("sign-in page: %d %s", page.status, page.body)
+	}
+}
+
+// Sign-in takes only an operator token, and keeps it in an HttpOnly,
+// SameSite=Strict cookie scoped to /console that expires with the token,
+// Secure when the request came over TLS.
+func TestSignIn(t *testing.T) {
+	f := newFixture(t)
+	refused := []struct {
+		name, token string
+		status      int
+	}{
+		{"tenant", token(t, "bob", auth.RoleTenant, "acme", time.Hour), http.StatusForbidden},
+		{"service", token(t, "billing", auth.RoleService, "", time.Hour), http.StatusForbidden},
+		{"expired", token(t, "alice", auth.RoleOperator, "", -time.Hour), http.StatusUnauthorized},
+		{"garbage", "garbage", http.StatusUnauthorized},
+		{"empty", "", http.StatusUnauthorized},
+	}
+	for _, tt := range refused {
+		resp := f.do("POST", "/console/sign-in", "", url.Values{"token": {tt.token}})
+		if resp.status != tt.status || resp.header.Get("Set-Cookie") != "" || !strings.Contains(resp.body, `id="message"`) {
+			t.Errorf("%s token: %d, cookie %q, want %d, no cookie and a message", tt.name, resp.status, resp.header.Get("Set-Cookie"), tt.status)
+		}
+	}
+
+	tok := token(t, "alice@ops.example", auth.RoleOperator, "", time.Hour)
+	resp := f.do("POST", "/console/sign-in", "", url.Values{"token": {"Bearer " + tok}})
+	if resp.status != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d %s", resp.status, resp.body)
+	}
+	c := sessionCookie(t, resp)
+	claims, _ := auth.NewKeys(auth.DevKey)
+	cl, err := claims.Verify(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Value != tok || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Secure || c.Path != "/console" ||
+		!c.Expires.Equal(cl.ExpiresAt.Time.Truncate(time.Second)) {
+		t.Errorf("cookie %+v", c)
+	}
+	page := f.do("GET", "/console", c.Value, nil)
+	if page.status != 200 || !strings.Contains(page.body, `<b id="actor">alice@ops.example</b>`) || !strings.Contains(page.body, `data-service="query"`) {
+		t.Errorf("recovery after sign-in: %d %s", page.status, page.body)
+	}
+	for _, h := range []string{"Cache-Control", "Content-Security-Policy", "X-Content-Type-Options"} {
+		if page.header.Get(h) == "" {
+			t.Errorf("no %s header", h)
+		}
+	}
+
+	// Over TLS the cookie is Secure.
+	tlsSrv := httptest.NewTLSServer(f.srv.Config.Handler)
+	defer tlsSrv.Close()
+	client := tlsSrv.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	client.Transport.(*http.Transport).TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // test server
+	tr, err := client.PostForm(tlsSrv.URL+"/console/sign-in", url.Values{"token": {tok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Body.Close()
+	if cs := tr.Cookies(); len(cs) != 1 || !cs[0].Secure || !cs[0].HttpOnly || cs[0].SameSite != http.SameSiteStrictMode {
+		t.Errorf("cookie over TLS: %+v", cs)
+	}
+}
+
+// A POST behind the sign-in needs its session's form token: none, another
+// session's, or a GET-made guess is refused with nothing done; the right
+// one submits a redrive through operator.Submit with a console correlation
+// id and shows its audit.
+func TestCSRFAndRedrive(t *testing.T) {
+	f := newFixture(t)
+	id := f.quarantine(operator.Self, "acme", "unsupported_schema")
+	alice := f.signIn(token(t, "alice@ops.example", auth.RoleOperator, "", time.Hour))
+	bob := f.signIn(token(t, "bob@ops.example", auth.RoleOperator, "", time.Hour))
+	page := f.do("GET", "/console/quarantine", alice, nil)
+	if page.status != 200 || !strings.Contains(page.body, `data-event="`+id.String()+`"`) {
+		t.Fatalf("quarantine page: %d %s", page.status, page.body)
+	}
+	aliceCSRF, bobCSRF := csrf(t, page), csrf(t, f.do("GET", "/console", bob, nil))
+	form := func(token string) url.Values {
+		v := url.Values{"service": {operator.Self}, "eventId": {id.String()}, "reason": {"decoder fixed"}}
+		if token != "" {
+			v.Set(console.CSRFField, token)
+		}
+		return v
+	}
+	for name, tok := range map[string]string{"no token": "", "another session's": bobCSRF, "made up": "AAAA"} {
+		resp := f.do("POST", "/console/redrives", alice, form(tok))
+		if resp.status != http.StatusForbidden {
+			t.Errorf("%s: %d, want 403", name, resp.status)
+		}
+	}
+	if resp := f.do("POST", "/console/sign-out", alice, url.Values{}); resp.status != http.StatusForbidden {
+		t.Errorf("sign-out without a token: %d, want 403", resp.status)
+	}
+	if n := f.auditRows(); n != 0 {
+		t.Fatalf("%d audit rows after refused posts", n)
+	}
+
+	resp := f.do("POST", "/console/redrives", alice, form(aliceCSRF))
+	loc := resp.header.Get("Location")
+	if resp.status != http.StatusSeeOther || !strings.HasPrefix(loc, "/console/redrives/") {
+		t.Fatalf("redrive: %d %s %s", resp.status, loc, resp.body)
+	}
+	rd, err := f.op.Redrive(t.Context(), uuid.MustParse(strings.TrimPrefix(loc, "/console/redrives/")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := rd.Audit[0]
+	if rd.Service != operator.Self || rd.EventID != id || rd.Action != events.ActionRedecide || a.Actor != "alice@ops.example" ||
+		a.Reason != "decoder fixed" || !strings.HasPrefix(a.CorrelationID, "console-") {
+		t.Errorf("redrive %+v", rd)
+	}
+	view := f.do("GET", loc, alice, nil)
+	if view.status != 200 || !strings.Contains(view.body, `<td id="state">requested</td>`) ||
+		!strings.Contains(view.body, a.CorrelationID) || !strings.Contains(view.body, `http-equiv="refresh"`) {
+		t.Errorf("redrive page: %d %s", view.status, view.body)
+	}
+
+	// Invalid forms are refused before the operator package.
+	for name, v := range map[string]url.Values{
+		"no reason":       {"service": {operator.Self}, "eventId": {id.String()}},
+		"bad event id":    {"service": {operator.Self}, "eventId": {"x"}, "reason": {"r"}},
+		"long reason":     {"service": {operator.Self}, "eventId": {id.String()}, "reason": {strings.Repeat("é", 501)}},
+		"unknown service": {"service": {"nope"}, "eventId": {id.String()}, "reason": {"r"}},
+	} {
+		v.Set(console.CSRFField, aliceCSRF)
+		if resp := f.do("POST", "/console/redrives", alice, v); resp.status != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", name, resp.status)
+		}
+	}
+
+	// Signing out clears the cookie.
+	out := f.do("POST", "/console/sign-out", alice, url.Values{console.CSRFField: {aliceCSRF}})
+	if c := sessionCookie(t, out); out.status != http.StatusSeeOther || c.MaxAge >= 0 || c.Value != "" {
+		t.Errorf("sign-out: %d %+v", out.status, c)
+	}
+}
+
+// The quarantine page filters by service, reason and tenant, pages, and
+// escapes what it shows.
+func TestQuarantinePage(t *testing.T) {
+	f := newFixture(t)
+	a := f.quarantine("billing", "acme", "unsupported_schema")
+	b := f.quarantine(operator.Self, "beta", "<script>alert(1)</script>")
+	alice := f.signIn(token(t, "alice", auth.RoleOperator, "", time.Hour))
+	listed := func(query string) (bool, bool, string) {
+		t.Helper()
+		page := f.do("GET", "/console/quarantine?"+query, alice, nil)
+		if page.status != 200 {
+			t.Fatalf("%s: %d %s", query, page.status, page.body)
+		}
+		return strings.Contains(page.body, a.String()), strings.Contains(page.body, b.String()), page.body
+	}
+	tests := []struct {
+		query        string
+		wantA, wantB bool
+	}{
+		{"", true, true},
+		{"service=billing", true, false},
+		{"service=query", false, true},
+		{"reason=unsupported_schema", true, false},
+		{"tenantId=beta", false, true},
+		{"tenantId=gamma", false, false},
+	}
+	for _, tt := range tests {
+		if gotA, gotB, _ := listed(tt.query); gotA != tt.wantA || gotB != tt.wantB {
+			t.Errorf("%q: listed a %v, b %v; want %v, %v", tt.query, gotA, gotB, tt.wantA, tt.wantB)
+		}
+	}
+	_, _, body := listed("tenantId=beta")
+	if strings.Contains(body, "<script>") || !strings.Contains(body, "&lt;script&gt;alert(1)&lt;/script&gt;") {
+		t.Errorf("reason not escaped: %s", body)
+	}
+	for range console.PageSize + 3 {
+		f.quarantine("usage", "gamma", "malformed")
+	}
+	page := f.do("GET", "/console/quarantine?tenantId=gamma", alice, nil)
+	next := regexp.MustCompile(`href="(/console/quarantine\?[^"]+)" id="next"`).FindStringSubmatch(page.body)
+	if next == nil || strings.Count(page.body, `data-service="usage"`) != console.PageSize {
+		t.Fatalf("first page: want %d rows and a next link in %s", console.PageSize, page.body)
+	}
+	if second := f.do("GET", html.UnescapeString(next[1]), alice, nil); second.status != 200 ||
+		strings.Count(second.body, `data-service="usage"`) != 3 || strings.Contains(second.body, `id="next"`) {
+		t.Errorf("second page of gamma: %d %s", second.status, second.body)
+	}
+	if bad := f.do("GET", "/console/quarantine?after=-1", alice, nil); bad.status != http.StatusBadRequest {
+		t.Errorf("after=-1: %d", bad.status)
+	}
+}
+
+// The tenant page shows query's summary of the tenant's projected events.
+func TestTenantSummaryPage(t *testing.T) {
+	f := newFixture(t)
+	feed := querytest.NewFeed(t, "acme")
+	querytest.Decide(t, f.pool, querytest.NewInbox(t), feed.Usage("api_calls", "USD", "3"), feed.Usage("api_calls", "USD", "4.5"))
+	alice := f.signIn(token(t, "alice", auth.RoleOperator, "", time.Hour))
+	page := f.do("GET", "/console/tenants?tenantId=acme", alice, nil)
+	if page.status != 200 || !strings.Contains(page.body, `<td class="n" id="usage-count">2</td>`) ||
+		!strings.Contains(page.body, `<td>api_calls</td><td class="n">7.5</td>`) {
+		t.Errorf("summary page: %d %s", page.status, page.body)
+	}
+	if bad := f.do("GET", "/console/tenants?tenantId=no/such", alice, nil); bad.status != http.StatusBadRequest {
+		t.Errorf("invalid tenant id: %d", bad.status)
+	}
+	if bad := f.do("GET", "/console/reconciliation?tenantId=acme&period=2026-13", alice, nil); bad.status != http.StatusBadRequest {
+		t.Errorf("invalid period: %d", bad.status)
+	}
+}
