@@ -92,7 +92,7 @@ func ListQuarantine(ctx context.Context, pool *pgxpool.Pool, f inbox.QuarantineF
 			break
 		}
 		item := QuarantineItem{
-			ID: m.ID, EventType: m.EventType, TenantID: m.TenantID, Reason: m.Reason, RawSHA256: m.RawSHA256,
+			ID: m.ID, EventType: m.EventType, TenantID: m.TenantID, Reason: m.Reason, Detail: m.Detail, RawSHA256: m.RawSHA256,
 			Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, FirstSeen: m.FirstSeen, LastSeen: m.LastSeen,
 			Attempts: m.Attempts, State: m.State, RedrivenAt: m.RedrivenAt,
 		}

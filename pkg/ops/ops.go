@@ -36,6 +36,7 @@ type QuarantineItem struct {
 	EventType  string     `json:"eventType"`
 	TenantID   string     `json:"tenantId"`
 	Reason     string     `json:"reason"`
+	Detail     string     `json:"detail,omitempty"` // the handler's error, or its panic and stack; at most 8 KiB
 	RawSHA256  string     `json:"rawSha256"`
 	Topic      string     `json:"topic"`
 	Partition  int32      `json:"partition"`
