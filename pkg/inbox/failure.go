@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -157,6 +158,7 @@ func errorDetail(err error) string {
 // attempts remembers, per event, the failed attempts of its handler and a
 // panic, until the event is decided.
 type attempts struct {
+	n      atomic.Int64 // len(events), read without the lock on the healthy path
 	mu     sync.Mutex
 	events map[uuid.UUID]*attempt
 }
@@ -192,6 +194,9 @@ func (a *attempts) panic(id uuid.UUID, pe *panicError) bool {
 
 // panicked returns the recorded panic of id's handler, or nil.
 func (a *attempts) panicked(id uuid.UUID) *panicError {
+	if a.n.Load() == 0 {
+		return nil
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if at := a.events[id]; at != nil {
@@ -202,14 +207,15 @@ func (a *attempts) panicked(id uuid.UUID) *panicError {
 
 // forget drops what is remembered of the events decided in ds.
 func (a *attempts) forget(ds []Decision) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.events) == 0 {
+	if a.n.Load() == 0 {
 		return
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for _, d := range ds {
 		delete(a.events, d.EventID)
 	}
+	a.n.Store(int64(len(a.events)))
 }
 
 func (a *attempts) entry(id uuid.UUID) *attempt {
@@ -226,6 +232,7 @@ func (a *attempts) entry(id uuid.UUID) *attempt {
 		}
 		at = &attempt{}
 		a.events[id] = at
+		a.n.Store(int64(len(a.events)))
 	}
 	return at
 }

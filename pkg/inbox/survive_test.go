@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -450,5 +451,30 @@ func TestTypedRegistrationMismatch(t *testing.T) {
 		if slices.Contains(origins, "") {
 			t.Fatalf("batch handler given a payload of another type: calls %q", batchCalls)
 		}
+	}
+}
+
+// TestPanicDetailIsBounded: a panic value of any size is kept cut to 8 KiB,
+// still valid UTF-8, in the quarantine row and its announcement.
+func TestPanicDetailIsBounded(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, noticeTmpl)
+	huge := strings.Repeat("é", 20<<10) // 40 KiB of two-byte runes
+	ib, err := inbox.New(newRegistry(), map[string]inbox.Handler{
+		"Noted": inbox.On(func(context.Context, pgx.Tx, *envelope.Decoded, note) (inbox.Outcome, error) {
+			panic(huge)
+		}),
+	}, inbox.Options{Service: "bounded", OnQuarantine: func(ctx context.Context, tx pgx.Tx, q inbox.Quarantined) error {
+		_, err := tx.Exec(ctx, `INSERT INTO notice (event_id, reason, detail) VALUES ($1, $2, $3)`, q.EventID, q.Reason, q.Detail)
+		return err
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := ev(t, "Noted", 1, "b", 1, note{Origin: origin("huge")})
+	wantOutcomes(t, decide(t, ib, pool, raw(t, e)), "quarantined:handler_panic")
+	detail := wantQuarantined(t, pool, e, "", inbox.ReasonHandlerPanic, "panic: éé")
+	if len(detail) < 8<<10-64 || !strings.HasSuffix(detail, "(cut)") || !utf8.ValidString(detail) {
+		t.Fatalf("detail of %d bytes ending %q, want cut near 8 KiB, valid UTF-8", len(detail), detail[len(detail)-16:])
 	}
 }
