@@ -77,7 +77,7 @@ func (r *Redriver) Handle(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, r
 		return inbox.Outcome{}, nil
 	}
 	if r.inbox == nil {
-		return inbox.Outcome{}, errors.New("redrive: no inbox set") // transient: a wiring bug must not lose requests
+		return inbox.Outcome{}, errors.New("redrive: no inbox set") // retried, then quarantined: a wiring bug must not lose requests
 	}
 	action := req.Action
 	if action == "" {
@@ -109,7 +109,8 @@ func (r *Redriver) Handle(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, r
 	return inbox.Outcome{}, nil
 }
 
-// act performs the request; an error is transient.
+// act performs the request; an error is retried by the inbox (without limit
+// for the database's, within the retry budget for any other).
 func (r *Redriver) act(ctx context.Context, tx pgx.Tx, action, eventID string) (outcome, reason string, err error) {
 	id, perr := uuid.Parse(eventID)
 	if perr != nil {
