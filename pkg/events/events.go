@@ -15,6 +15,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/money"
+	"github.com/usagebilling/billing/pkg/pricing"
 )
 
 // Topics. The names are part of the contract.
@@ -113,6 +114,14 @@ type PriceActivated struct {
 	// or an earlier one (see PriceScheduleWatermark). Zero in events of
 	// meters that published no watermark.
 	KnownThrough time.Time `json:"knownThrough,omitzero"`
+	// Model is the version's pricing model (package pricing); empty means
+	// unit, as in events from before the other models. UnitPrice is the
+	// unit price under unit pricing (zero under the others); Tiers,
+	// PackageSize and PackagePrice are the other models' fields.
+	Model        string           `json:"model,omitempty"`
+	Tiers        []pricing.Tier   `json:"tiers,omitempty"`
+	PackageSize  *decimal.Decimal `json:"packageSize,omitempty"`
+	PackagePrice *decimal.Decimal `json:"packagePrice,omitempty"`
 	// Actor is who activated the price (the token's subject); absent in
 	// events from before actors were recorded.
 	Actor string `json:"actor,omitempty"`
@@ -127,7 +136,20 @@ func (p PriceActivated) Validate() error {
 		need(!p.UnitPrice.IsNegative(), "unitPrice"),
 		need(!p.EffectiveAt.IsZero(), "effectiveAt"),
 		need(p.Version >= 1, "version"),
+		need(p.Pricing().Validate() == nil, "model"),
 	)
+}
+
+// Pricing is the version's pricing function.
+func (p PriceActivated) Pricing() pricing.Pricing {
+	switch p.Model {
+	case "", pricing.Unit:
+		return pricing.UnitPricing(p.UnitPrice)
+	case pricing.Package:
+		return pricing.Pricing{Model: p.Model, PackageSize: p.PackageSize, PackagePrice: p.PackagePrice}
+	default:
+		return pricing.Pricing{Model: p.Model, Tiers: p.Tiers}
+	}
 }
 
 // PriceScheduleWatermark: meter states that the price schedule of a series
@@ -199,6 +221,14 @@ type ChargeRated struct {
 	Period       string          `json:"period"`
 	Late         bool            `json:"late"`
 	OccurredAt   time.Time       `json:"occurredAt"`
+	// Model is the price version's pricing model; empty means unit. Under
+	// unit pricing Amount is the charge's exact amount; under the others a
+	// single charge has no amount of its own (UnitPrice and Amount are
+	// zero): the line of its version is priced as a whole at the invoice,
+	// by Pricing, which such a charge carries (at most pricing.MaxTiers
+	// tiers, so the event stays small).
+	Model   string           `json:"model,omitempty"`
+	Pricing *pricing.Pricing `json:"pricing,omitempty"`
 }
 
 // Validate checks the payload's own rules.
@@ -209,6 +239,8 @@ func (p ChargeRated) Validate() error {
 		currencyOK(p.Currency),
 		need(p.Amount.Equal(p.Quantity.Mul(p.UnitPrice)), "amount"),
 		periodOK(p.Period),
+		need(p.Model == "" || p.Model == pricing.Unit ||
+			(p.Pricing != nil && p.Pricing.Model == p.Model && p.Pricing.Validate() == nil && p.Amount.IsZero()), "pricing"),
 	)
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/outbox"
+	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/meter/internal/db"
 	"github.com/usagebilling/billing/services/meter/internal/domain"
 )
@@ -62,17 +63,23 @@ func New(pool *pgxpool.Pool, log *slog.Logger, opts ...Option) *App {
 	return a
 }
 
-// Price is one immutable price version as the API shows it.
+// Price is one immutable price version as the API shows it: its model and
+// that model's fields (unitPrice under unit; tiers under graduated and
+// volume; packageSize and packagePrice under package).
 type Price struct {
-	PriceID     uuid.UUID       `json:"priceId"`
-	TenantID    string          `json:"tenantId"`
-	MeterCode   string          `json:"meterCode"`
-	Currency    string          `json:"currency"`
-	UnitPrice   decimal.Decimal `json:"unitPrice"`
-	EffectiveAt time.Time       `json:"effectiveAt"`
-	Version     int64           `json:"version"`
-	EventID     uuid.UUID       `json:"eventId"`
-	ActivatedAt time.Time       `json:"activatedAt"`
+	PriceID      uuid.UUID        `json:"priceId"`
+	TenantID     string           `json:"tenantId"`
+	MeterCode    string           `json:"meterCode"`
+	Currency     string           `json:"currency"`
+	Model        string           `json:"model"`
+	UnitPrice    *decimal.Decimal `json:"unitPrice,omitempty"`
+	Tiers        []pricing.Tier   `json:"tiers,omitempty"`
+	PackageSize  *decimal.Decimal `json:"packageSize,omitempty"`
+	PackagePrice *decimal.Decimal `json:"packagePrice,omitempty"`
+	EffectiveAt  time.Time        `json:"effectiveAt"`
+	Version      int64            `json:"version"`
+	EventID      uuid.UUID        `json:"eventId"`
+	ActivatedAt  time.Time        `json:"activatedAt"`
 }
 
 // ActivatePrice is the command to activate the next version of a price
@@ -181,7 +188,11 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 		PriceID:      priceID,
 		MeterCode:    act.MeterCode,
 		Currency:     act.Currency,
-		UnitPrice:    act.UnitPrice,
+		UnitPrice:    unitPriceOf(act.Pricing),
+		Model:        act.Pricing.Model,
+		Tiers:        act.Pricing.Tiers,
+		PackageSize:  act.Pricing.PackageSize,
+		PackagePrice: act.Pricing.PackagePrice,
 		EffectiveAt:  effectiveAt,
 		Version:      version,
 		KnownThrough: knownThrough,
@@ -190,10 +201,15 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 	if err != nil {
 		return Price{}, fmt.Errorf("build PriceActivated: %w", err)
 	}
+	tiers, err := tiersJSON(act.Pricing.Tiers)
+	if err != nil {
+		return Price{}, err
+	}
 	if err := q.InsertPrice(ctx, db.InsertPriceParams{
 		PriceID: priceID, TenantID: cmd.TenantID, MeterCode: act.MeterCode, Currency: act.Currency,
-		Version: version, UnitPrice: act.UnitPrice, EffectiveAt: effectiveAt, ActivatedAt: activatedAt,
-		EventID: env.EventID, Actor: cmd.Actor,
+		Version: version, Model: act.Pricing.Model, UnitPrice: nullDecimal(act.Pricing.UnitPrice), Tiers: tiers,
+		PackageSize: nullDecimal(act.Pricing.PackageSize), PackagePrice: nullDecimal(act.Pricing.PackagePrice),
+		EffectiveAt: effectiveAt, ActivatedAt: activatedAt, EventID: env.EventID, Actor: cmd.Actor,
 	}); err != nil {
 		return Price{}, fmt.Errorf("insert price version: %w", err)
 	}
@@ -212,9 +228,45 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 	}
 	return Price{
 		PriceID: priceID, TenantID: cmd.TenantID, MeterCode: act.MeterCode, Currency: act.Currency,
-		UnitPrice: act.UnitPrice, EffectiveAt: effectiveAt, Version: version, EventID: env.EventID,
-		ActivatedAt: activatedAt,
+		Model: act.Pricing.Model, UnitPrice: act.Pricing.UnitPrice, Tiers: act.Pricing.Tiers,
+		PackageSize: act.Pricing.PackageSize, PackagePrice: act.Pricing.PackagePrice,
+		EffectiveAt: effectiveAt, Version: version, EventID: env.EventID, ActivatedAt: activatedAt,
 	}, nil
+}
+
+// unitPriceOf is the unit price a PriceActivated carries: the unit price
+// under unit pricing, zero under the others.
+func unitPriceOf(p pricing.Pricing) decimal.Decimal {
+	if p.UnitPrice == nil {
+		return decimal.Zero
+	}
+	return *p.UnitPrice
+}
+
+func nullDecimal(d *decimal.Decimal) decimal.NullDecimal {
+	if d == nil {
+		return decimal.NullDecimal{}
+	}
+	return decimal.NullDecimal{Decimal: *d, Valid: true}
+}
+
+func ptrDecimal(d decimal.NullDecimal) *decimal.Decimal {
+	if !d.Valid {
+		return nil
+	}
+	return &d.Decimal
+}
+
+// tiersJSON is the tiers column: nil (NULL) without tiers.
+func tiersJSON(ts []pricing.Tier) ([]byte, error) {
+	if len(ts) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(ts)
+	if err != nil {
+		return nil, fmt.Errorf("encode tiers: %w", err)
+	}
+	return b, nil
 }
 
 // PriceKey is a price version's position in the list order: meter code,
@@ -246,14 +298,18 @@ type ListPrices struct {
 // version) order, at most l.Limit of them.
 func (a *App) ListPrices(ctx context.Context, l ListPrices) ([]Price, error) {
 	q := db.New(a.pool)
-	var rows []db.Price
+	var rows []db.ListPricesRow
 	var err error
 	if l.MeterCode == "" {
 		rows, err = q.ListPrices(ctx, db.ListPricesParams{TenantID: l.TenantID, AfterMeterCode: l.After.MeterCode,
 			AfterCurrency: l.After.Currency, AfterVersion: l.After.Version, MaxRows: l.Limit})
 	} else {
-		rows, err = q.ListMeterPrices(ctx, db.ListMeterPricesParams{TenantID: l.TenantID, MeterCode: l.MeterCode,
+		var meterRows []db.ListMeterPricesRow
+		meterRows, err = q.ListMeterPrices(ctx, db.ListMeterPricesParams{TenantID: l.TenantID, MeterCode: l.MeterCode,
 			AfterCurrency: l.After.Currency, AfterVersion: l.After.Version, MaxRows: l.Limit})
+		for _, r := range meterRows {
+			rows = append(rows, db.ListPricesRow(r))
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list prices: %w", err)
@@ -262,8 +318,14 @@ func (a *App) ListPrices(ctx context.Context, l ListPrices) ([]Price, error) {
 	for i, r := range rows {
 		out[i] = Price{
 			PriceID: r.PriceID, TenantID: r.TenantID, MeterCode: r.MeterCode, Currency: r.Currency,
-			UnitPrice: r.UnitPrice, EffectiveAt: r.EffectiveAt.UTC(), Version: r.Version, EventID: r.EventID,
-			ActivatedAt: r.ActivatedAt.UTC(),
+			Model: r.Model, UnitPrice: ptrDecimal(r.UnitPrice), PackageSize: ptrDecimal(r.PackageSize),
+			PackagePrice: ptrDecimal(r.PackagePrice),
+			EffectiveAt:  r.EffectiveAt.UTC(), Version: r.Version, EventID: r.EventID, ActivatedAt: r.ActivatedAt.UTC(),
+		}
+		if len(r.Tiers) > 0 {
+			if err := json.Unmarshal(r.Tiers, &out[i].Tiers); err != nil {
+				return nil, fmt.Errorf("decode tiers of price %s: %w", r.PriceID, err)
+			}
 		}
 	}
 	return out, nil

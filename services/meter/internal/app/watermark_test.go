@@ -17,6 +17,7 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/meter"
 	"github.com/usagebilling/billing/services/meter/internal/app"
 	"github.com/usagebilling/billing/services/meter/internal/domain"
@@ -42,7 +43,7 @@ func activate(t *testing.T, a *app.App, key string, eff time.Time) error {
 	t.Helper()
 	_, err := a.ActivatePrice(context.Background(), app.ActivatePrice{
 		TenantID: "t1", IdempotencyKey: key, RequestHash: key, Actor: "admin@t1.example",
-		Activation: domain.Activation{MeterCode: "api_calls", Currency: "USD", UnitPrice: mustDec("0.5"), EffectiveAt: eff},
+		Activation: domain.Activation{MeterCode: "api_calls", Currency: "USD", Pricing: pricing.UnitPricing(mustDec("0.5")), EffectiveAt: eff},
 	})
 	return err
 }

@@ -13,16 +13,20 @@ import (
 )
 
 type Price struct {
-	PriceID     uuid.UUID
-	TenantID    string
-	MeterCode   string
-	Currency    string
-	Version     int64
-	UnitPrice   decimal.Decimal
-	EffectiveAt time.Time
-	ActivatedAt time.Time
-	EventID     uuid.UUID
-	Actor       pgtype.Text
+	PriceID      uuid.UUID
+	TenantID     string
+	MeterCode    string
+	Currency     string
+	Version      int64
+	UnitPrice    decimal.NullDecimal
+	EffectiveAt  time.Time
+	ActivatedAt  time.Time
+	EventID      uuid.UUID
+	Model        string
+	Tiers        []byte
+	PackageSize  decimal.NullDecimal
+	PackagePrice decimal.NullDecimal
+	Actor        pgtype.Text
 }
 
 type PriceSeries struct {

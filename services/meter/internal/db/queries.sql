@@ -38,18 +38,18 @@ WHERE s.tenant_id = k.tenant_id AND s.meter_code = k.meter_code AND s.currency =
   AND (s.known_through IS NULL OR s.known_through < @known_through);
 
 -- name: InsertPrice :exec
-INSERT INTO price (price_id, tenant_id, meter_code, currency, version, unit_price,
-                   effective_at, activated_at, event_id, actor)
-VALUES (@price_id, @tenant_id, @meter_code, @currency, @version, @unit_price,
-        @effective_at, @activated_at, @event_id, sqlc.arg(actor)::text);
+INSERT INTO price (price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers,
+                   package_size, package_price, effective_at, activated_at, event_id, actor)
+VALUES (@price_id, @tenant_id, @meter_code, @currency, @version, @model, sqlc.narg(unit_price), sqlc.narg(tiers),
+        sqlc.narg(package_size), sqlc.narg(package_price), @effective_at, @activated_at, @event_id, sqlc.arg(actor)::text);
 
 -- name: ListPrices :many
 -- ListPrices reads a page of a tenant's price versions in (meter_code,
 -- currency, version) order, after that keyset position (the zero position,
 -- ('', '', 0), is before every version). price_version_key serves it: one
 -- index range scan from the position, whatever the page.
-SELECT price_id, tenant_id, meter_code, currency, version, unit_price, effective_at,
-       activated_at, event_id, actor
+SELECT price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers, package_size,
+       package_price, effective_at, activated_at, event_id, actor
 FROM price
 WHERE tenant_id = @tenant_id
   AND (meter_code, currency, version) > (@after_meter_code::text, @after_currency::text, @after_version::bigint)
@@ -59,8 +59,8 @@ LIMIT @max_rows;
 -- name: ListMeterPrices :many
 -- ListMeterPrices is ListPrices of one meter: (currency, version) order
 -- after that position, from the same index.
-SELECT price_id, tenant_id, meter_code, currency, version, unit_price, effective_at,
-       activated_at, event_id, actor
+SELECT price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers, package_size,
+       package_price, effective_at, activated_at, event_id, actor
 FROM price
 WHERE tenant_id = @tenant_id AND meter_code = @meter_code
   AND (currency, version) > (@after_currency::text, @after_version::bigint)

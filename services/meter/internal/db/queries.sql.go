@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 )
 
@@ -46,23 +47,27 @@ func (q *Queries) AdvancePriceSeries(ctx context.Context, arg AdvancePriceSeries
 }
 
 const insertPrice = `-- name: InsertPrice :exec
-INSERT INTO price (price_id, tenant_id, meter_code, currency, version, unit_price,
-                   effective_at, activated_at, event_id, actor)
-VALUES ($1, $2, $3, $4, $5, $6,
-        $7, $8, $9, $10::text)
+INSERT INTO price (price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers,
+                   package_size, package_price, effective_at, activated_at, event_id, actor)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+        $9, $10, $11, $12, $13, $14::text)
 `
 
 type InsertPriceParams struct {
-	PriceID     uuid.UUID
-	TenantID    string
-	MeterCode   string
-	Currency    string
-	Version     int64
-	UnitPrice   decimal.Decimal
-	EffectiveAt time.Time
-	ActivatedAt time.Time
-	EventID     uuid.UUID
-	Actor       string
+	PriceID      uuid.UUID
+	TenantID     string
+	MeterCode    string
+	Currency     string
+	Version      int64
+	Model        string
+	UnitPrice    decimal.NullDecimal
+	Tiers        []byte
+	PackageSize  decimal.NullDecimal
+	PackagePrice decimal.NullDecimal
+	EffectiveAt  time.Time
+	ActivatedAt  time.Time
+	EventID      uuid.UUID
+	Actor        string
 }
 
 func (q *Queries) InsertPrice(ctx context.Context, arg InsertPriceParams) error {
@@ -72,7 +77,11 @@ func (q *Queries) InsertPrice(ctx context.Context, arg InsertPriceParams) error 
 		arg.MeterCode,
 		arg.Currency,
 		arg.Version,
+		arg.Model,
 		arg.UnitPrice,
+		arg.Tiers,
+		arg.PackageSize,
+		arg.PackagePrice,
 		arg.EffectiveAt,
 		arg.ActivatedAt,
 		arg.EventID,
@@ -82,8 +91,8 @@ func (q *Queries) InsertPrice(ctx context.Context, arg InsertPriceParams) error 
 }
 
 const listMeterPrices = `-- name: ListMeterPrices :many
-SELECT price_id, tenant_id, meter_code, currency, version, unit_price, effective_at,
-       activated_at, event_id, actor
+SELECT price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers, package_size,
+       package_price, effective_at, activated_at, event_id, actor
 FROM price
 WHERE tenant_id = $1 AND meter_code = $2
   AND (currency, version) > ($3::text, $4::bigint)
@@ -99,9 +108,26 @@ type ListMeterPricesParams struct {
 	MaxRows       int32
 }
 
+type ListMeterPricesRow struct {
+	PriceID      uuid.UUID
+	TenantID     string
+	MeterCode    string
+	Currency     string
+	Version      int64
+	Model        string
+	UnitPrice    decimal.NullDecimal
+	Tiers        []byte
+	PackageSize  decimal.NullDecimal
+	PackagePrice decimal.NullDecimal
+	EffectiveAt  time.Time
+	ActivatedAt  time.Time
+	EventID      uuid.UUID
+	Actor        pgtype.Text
+}
+
 // ListMeterPrices is ListPrices of one meter: (currency, version) order
 // after that position, from the same index.
-func (q *Queries) ListMeterPrices(ctx context.Context, arg ListMeterPricesParams) ([]Price, error) {
+func (q *Queries) ListMeterPrices(ctx context.Context, arg ListMeterPricesParams) ([]ListMeterPricesRow, error) {
 	rows, err := q.db.Query(ctx, listMeterPrices,
 		arg.TenantID,
 		arg.MeterCode,
@@ -113,16 +139,20 @@ func (q *Queries) ListMeterPrices(ctx context.Context, arg ListMeterPricesParams
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Price
+	var items []ListMeterPricesRow
 	for rows.Next() {
-		var i Price
+		var i ListMeterPricesRow
 		if err := rows.Scan(
 			&i.PriceID,
 			&i.TenantID,
 			&i.MeterCode,
 			&i.Currency,
 			&i.Version,
+			&i.Model,
 			&i.UnitPrice,
+			&i.Tiers,
+			&i.PackageSize,
+			&i.PackagePrice,
 			&i.EffectiveAt,
 			&i.ActivatedAt,
 			&i.EventID,
@@ -139,8 +169,8 @@ func (q *Queries) ListMeterPrices(ctx context.Context, arg ListMeterPricesParams
 }
 
 const listPrices = `-- name: ListPrices :many
-SELECT price_id, tenant_id, meter_code, currency, version, unit_price, effective_at,
-       activated_at, event_id, actor
+SELECT price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers, package_size,
+       package_price, effective_at, activated_at, event_id, actor
 FROM price
 WHERE tenant_id = $1
   AND (meter_code, currency, version) > ($2::text, $3::text, $4::bigint)
@@ -156,11 +186,28 @@ type ListPricesParams struct {
 	MaxRows        int32
 }
 
+type ListPricesRow struct {
+	PriceID      uuid.UUID
+	TenantID     string
+	MeterCode    string
+	Currency     string
+	Version      int64
+	Model        string
+	UnitPrice    decimal.NullDecimal
+	Tiers        []byte
+	PackageSize  decimal.NullDecimal
+	PackagePrice decimal.NullDecimal
+	EffectiveAt  time.Time
+	ActivatedAt  time.Time
+	EventID      uuid.UUID
+	Actor        pgtype.Text
+}
+
 // ListPrices reads a page of a tenant's price versions in (meter_code,
 // currency, version) order, after that keyset position (the zero position,
 // (”, ”, 0), is before every version). price_version_key serves it: one
 // index range scan from the position, whatever the page.
-func (q *Queries) ListPrices(ctx context.Context, arg ListPricesParams) ([]Price, error) {
+func (q *Queries) ListPrices(ctx context.Context, arg ListPricesParams) ([]ListPricesRow, error) {
 	rows, err := q.db.Query(ctx, listPrices,
 		arg.TenantID,
 		arg.AfterMeterCode,
@@ -172,16 +219,20 @@ func (q *Queries) ListPrices(ctx context.Context, arg ListPricesParams) ([]Price
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Price
+	var items []ListPricesRow
 	for rows.Next() {
-		var i Price
+		var i ListPricesRow
 		if err := rows.Scan(
 			&i.PriceID,
 			&i.TenantID,
 			&i.MeterCode,
 			&i.Currency,
 			&i.Version,
+			&i.Model,
 			&i.UnitPrice,
+			&i.Tiers,
+			&i.PackageSize,
+			&i.PackagePrice,
 			&i.EffectiveAt,
 			&i.ActivatedAt,
 			&i.EventID,

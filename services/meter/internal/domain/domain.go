@@ -4,6 +4,7 @@
 package domain
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/money"
+	"github.com/usagebilling/billing/pkg/pricing"
 )
 
 // Kind says which sort of rule an Error breaks.
@@ -69,45 +71,123 @@ func CheckMeterCode(code string) error {
 type Activation struct {
 	MeterCode string
 	Currency  string
-	UnitPrice decimal.Decimal
+	// Pricing is the version's pricing function (package pricing), valid.
+	Pricing pricing.Pricing
 	// EffectiveAt is when the price applies from; zero means from the
 	// activation itself.
 	EffectiveAt time.Time
 }
 
-// ParseActivation checks the fields of an activation as sent. effectiveAt
-// may be empty.
-func ParseActivation(meterCode, currency, unitPrice, effectiveAt string) (Activation, error) {
+// Request is an activation as sent: decimal strings, "" when absent.
+// Model "" is unit (a request with unitPrice alone, as before the other
+// models).
+type Request struct {
+	MeterCode, Currency, Model, UnitPrice, EffectiveAt string
+	Tiers                                              []TierRequest
+	PackageSize, PackagePrice                          string
+}
+
+// TierRequest is one tier as sent; UpTo "" is the open, last tier.
+type TierRequest struct {
+	UpTo, UnitPrice, FlatFee string
+}
+
+// ParseActivation checks an activation as sent: the meter, the currency,
+// the pricing of its model (pricing.Pricing.Validate's codes) and
+// effectiveAt, which may be empty.
+func ParseActivation(r Request) (Activation, error) {
 	switch {
-	case meterCode == "":
+	case r.MeterCode == "":
 		return Activation{}, invalid(CodeMissingField, `field "meterCode" is required`)
-	case currency == "":
+	case r.Currency == "":
 		return Activation{}, invalid(CodeMissingField, `field "currency" is required`)
-	case unitPrice == "":
-		return Activation{}, invalid(CodeMissingField, `field "unitPrice" is required`)
 	}
-	if err := CheckMeterCode(meterCode); err != nil {
+	if err := CheckMeterCode(r.MeterCode); err != nil {
 		return Activation{}, err
 	}
-	if _, err := money.Currency(currency); err != nil {
+	if _, err := money.Currency(r.Currency); err != nil {
 		if money.ProblemCode(err) == money.CodeNotInvoiceable { // XAU, XTS, XXX, fund codes
 			return Activation{}, rejected(money.CodeNotInvoiceable, "%v", err)
 		}
 		return Activation{}, invalid(CodeUnknownCurrency, "%v", err)
 	}
-	price, err := money.ParseNonNegative(unitPrice)
+	p, err := parsePricing(r)
 	if err != nil {
-		return Activation{}, invalid(CodeInvalidPrice, "unitPrice %q: %v", unitPrice, err)
+		return Activation{}, err
 	}
-	a := Activation{MeterCode: meterCode, Currency: currency, UnitPrice: price}
-	if effectiveAt != "" {
-		t, err := ParseTime("effectiveAt", effectiveAt)
+	a := Activation{MeterCode: r.MeterCode, Currency: r.Currency, Pricing: p}
+	if r.EffectiveAt != "" {
+		t, err := ParseTime("effectiveAt", r.EffectiveAt)
 		if err != nil {
 			return Activation{}, err
 		}
 		a.EffectiveAt = t
 	}
 	return a, nil
+}
+
+// parsePricing reads the pricing fields as decimals and validates them.
+func parsePricing(r Request) (pricing.Pricing, error) {
+	p := pricing.Pricing{Model: r.Model}
+	if p.Model == "" {
+		p.Model = pricing.Unit
+	}
+	if p.Model == pricing.Unit && r.UnitPrice == "" {
+		return pricing.Pricing{}, invalid(CodeMissingField, `field "unitPrice" is required`)
+	}
+	var err error
+	if p.UnitPrice, err = optDecimal("unitPrice", r.UnitPrice, CodeInvalidPrice); err != nil {
+		return pricing.Pricing{}, err
+	}
+	if p.PackageSize, err = optDecimal("packageSize", r.PackageSize, pricing.CodeInvalidPackage); err != nil {
+		return pricing.Pricing{}, err
+	}
+	if p.PackagePrice, err = optDecimal("packagePrice", r.PackagePrice, CodeInvalidPrice); err != nil {
+		return pricing.Pricing{}, err
+	}
+	for i, t := range r.Tiers {
+		var tier pricing.Tier
+		if tier.UpTo, err = optDecimal(fmt.Sprintf("tiers[%d].upTo", i), t.UpTo, pricing.CodeInvalidTierBound); err != nil {
+			return pricing.Pricing{}, err
+		}
+		for _, f := range []struct {
+			name, text string
+			to         *decimal.Decimal
+		}{{"unitPrice", t.UnitPrice, &tier.UnitPrice}, {"flatFee", t.FlatFee, &tier.FlatFee}} {
+			v, err := optDecimal(fmt.Sprintf("tiers[%d].%s", i, f.name), f.text, CodeInvalidPrice)
+			if err != nil {
+				return pricing.Pricing{}, err
+			}
+			if v != nil {
+				*f.to = *v
+			}
+		}
+		if t.UnitPrice == "" {
+			return pricing.Pricing{}, invalid(CodeMissingField, "tiers[%d] needs \"unitPrice\"", i)
+		}
+		p.Tiers = append(p.Tiers, tier)
+	}
+	if err := p.Validate(); err != nil {
+		var pe *pricing.Error
+		if errors.As(err, &pe) {
+			return pricing.Pricing{}, invalid(pe.Code, "%s", pe.Detail)
+		}
+		return pricing.Pricing{}, err
+	}
+	return p, nil
+}
+
+// optDecimal reads a decimal string; "" is nil. A negative one is left to
+// Validate, which says which rule it breaks.
+func optDecimal(field, s, code string) (*decimal.Decimal, error) {
+	if s == "" {
+		return nil, nil
+	}
+	v, err := money.Parse(s)
+	if err != nil {
+		return nil, invalid(code, "%s %q: %v", field, s, err)
+	}
+	return &v, nil
 }
 
 // ParseTime reads an RFC 3339 time, in UTC and truncated to microseconds

@@ -42,7 +42,46 @@ func TestParseActivation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseActivation(tt.meter, tt.currency, tt.price, tt.effectiveAt)
+			_, err := ParseActivation(Request{MeterCode: tt.meter, Currency: tt.currency, UnitPrice: tt.price, EffectiveAt: tt.effectiveAt})
+			if got := code(err); got != tt.want {
+				t.Fatalf("code = %q, want %q (err %v)", got, tt.want, err)
+			}
+		})
+	}
+}
+
+// The pricing models' requests, and their problem codes (package pricing's,
+// plus the decimals' own).
+func TestParseActivationModels(t *testing.T) {
+	open := TierRequest{UnitPrice: "0.01"}
+	tests := []struct {
+		name string
+		r    Request
+		want string
+	}{
+		{"unit by default", Request{UnitPrice: "0.5"}, ""},
+		{"unit named", Request{Model: "unit", UnitPrice: "0.5"}, ""},
+		{"graduated with a free allowance", Request{Model: "graduated", Tiers: []TierRequest{{UpTo: "1000", UnitPrice: "0"}, {UnitPrice: "0.01", FlatFee: "5"}}}, ""},
+		{"volume", Request{Model: "volume", Tiers: []TierRequest{{UpTo: "10", UnitPrice: "1"}, open}}, ""},
+		{"package", Request{Model: "package", PackageSize: "100", PackagePrice: "2.5"}, ""},
+		{"unknown model", Request{Model: "tiered", UnitPrice: "1"}, "invalid_model"},
+		{"tiers without a model", Request{Tiers: []TierRequest{open}}, CodeMissingField},
+		{"tiers with unit", Request{UnitPrice: "1", Tiers: []TierRequest{open}}, "field_not_for_model"},
+		{"graduated without tiers", Request{Model: "graduated"}, CodeMissingField},
+		{"tier without unit price", Request{Model: "graduated", Tiers: []TierRequest{{FlatFee: "1"}}}, CodeMissingField},
+		{"descending tiers", Request{Model: "graduated", Tiers: []TierRequest{{UpTo: "10", UnitPrice: "1"}, {UpTo: "5", UnitPrice: "1"}, open}}, "tiers_not_ascending"},
+		{"last tier bounded", Request{Model: "volume", Tiers: []TierRequest{{UpTo: "10", UnitPrice: "1"}}}, "last_tier_not_open"},
+		{"bad bound", Request{Model: "volume", Tiers: []TierRequest{{UpTo: "ten", UnitPrice: "1"}, open}}, "invalid_tier_bound"},
+		{"negative fee", Request{Model: "graduated", Tiers: []TierRequest{{UnitPrice: "1", FlatFee: "-1"}}}, CodeInvalidPrice},
+		{"package size zero", Request{Model: "package", PackageSize: "0", PackagePrice: "1"}, "invalid_package_size"},
+		{"package size text", Request{Model: "package", PackageSize: "lots", PackagePrice: "1"}, "invalid_package_size"},
+		{"package without price", Request{Model: "package", PackageSize: "10"}, CodeMissingField},
+		{"13 decimal places", Request{UnitPrice: "0.0000000000001"}, "too_many_decimal_places"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.r.MeterCode, tt.r.Currency = "m", "USD"
+			_, err := ParseActivation(tt.r)
 			if got := code(err); got != tt.want {
 				t.Fatalf("code = %q, want %q (err %v)", got, tt.want, err)
 			}

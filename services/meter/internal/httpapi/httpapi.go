@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/page"
+	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/meter/internal/app"
 	"github.com/usagebilling/billing/services/meter/internal/domain"
 )
@@ -38,11 +40,59 @@ func (api *API) Routes(r chi.Router) {
 	r.Get("/v1/tenants/{tenantId}/prices", api.listPrices)
 }
 
+// activatePriceRequest is {meterCode, currency, unitPrice, effectiveAt} or,
+// for the other models, {meterCode, currency, model, tiers: [{upTo,
+// unitPrice, flatFee}], packageSize, packagePrice, effectiveAt}. Decimals
+// are JSON strings.
 type activatePriceRequest struct {
-	MeterCode   string          `json:"meterCode"`
-	Currency    string          `json:"currency"`
-	UnitPrice   json.RawMessage `json:"unitPrice"`
-	EffectiveAt string          `json:"effectiveAt"`
+	MeterCode    string          `json:"meterCode"`
+	Currency     string          `json:"currency"`
+	Model        string          `json:"model"`
+	UnitPrice    json.RawMessage `json:"unitPrice"`
+	Tiers        []tierRequest   `json:"tiers"`
+	PackageSize  json.RawMessage `json:"packageSize"`
+	PackagePrice json.RawMessage `json:"packagePrice"`
+	EffectiveAt  string          `json:"effectiveAt"`
+}
+
+type tierRequest struct {
+	UpTo      json.RawMessage `json:"upTo"`
+	UnitPrice json.RawMessage `json:"unitPrice"`
+	FlatFee   json.RawMessage `json:"flatFee"`
+}
+
+// decimalField is a decimal string of the request: its name, the problem
+// code of a value that is no string, and where its text goes.
+type decimalField struct {
+	name, code string
+	raw        json.RawMessage
+	to         *string
+}
+
+// request reads the decimal strings of r; a number where a decimal string
+// is expected is refused with the field's code.
+func (r activatePriceRequest) request() (domain.Request, *httpx.Problem) {
+	out := domain.Request{MeterCode: r.MeterCode, Currency: r.Currency, Model: r.Model, EffectiveAt: r.EffectiveAt}
+	fields := []decimalField{
+		{"unitPrice", domain.CodeInvalidPrice, r.UnitPrice, &out.UnitPrice},
+		{"packageSize", pricing.CodeInvalidPackage, r.PackageSize, &out.PackageSize},
+		{"packagePrice", domain.CodeInvalidPrice, r.PackagePrice, &out.PackagePrice},
+	}
+	out.Tiers = make([]domain.TierRequest, len(r.Tiers))
+	for i, t := range r.Tiers {
+		fields = append(fields,
+			decimalField{fmt.Sprintf("tiers[%d].upTo", i), pricing.CodeInvalidTierBound, t.UpTo, &out.Tiers[i].UpTo},
+			decimalField{fmt.Sprintf("tiers[%d].unitPrice", i), domain.CodeInvalidPrice, t.UnitPrice, &out.Tiers[i].UnitPrice},
+			decimalField{fmt.Sprintf("tiers[%d].flatFee", i), domain.CodeInvalidPrice, t.FlatFee, &out.Tiers[i].FlatFee})
+	}
+	for _, f := range fields {
+		s, ok := jsonString(f.raw)
+		if !ok {
+			return domain.Request{}, httpx.Problemf(http.StatusBadRequest, f.code, `%s must be a decimal string such as "0.25"`, f.name)
+		}
+		*f.to = s
+	}
+	return out, nil
 }
 
 func (api *API) activatePrice(w http.ResponseWriter, r *http.Request) {
@@ -75,12 +125,12 @@ func (api *API) activatePrice(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	unitPrice, ok := jsonString(req.UnitPrice)
-	if !ok {
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, domain.CodeInvalidPrice, `unitPrice must be a decimal string such as "0.25"`))
+	dreq, p := req.request()
+	if p != nil {
+		httpx.WriteProblem(w, p)
 		return
 	}
-	act, err := domain.ParseActivation(req.MeterCode, req.Currency, unitPrice, req.EffectiveAt)
+	act, err := domain.ParseActivation(dreq)
 	if err != nil {
 		api.writeError(w, r, err)
 		return

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
@@ -574,5 +575,49 @@ func TestActivationInsideThePublishedScheduleIsRefused(t *testing.T) {
 	v2 := decodePrice(t, r.body)
 	if r.status != http.StatusCreated || !v2.EffectiveAt.After(v1.EffectiveAt.Add(app.DefaultScheduleLead-time.Second)) {
 		t.Fatalf("v2 without effectiveAt: %d %s, want effective after v1's watermark (%s + lead)", r.status, r.body, v1.EffectiveAt)
+	}
+}
+
+// The other pricing models over HTTP: the answer, the list and the
+// PriceActivated carry the model and its fields; an invalid one is refused
+// with its code and writes nothing.
+func TestActivateOtherModels(t *testing.T) {
+	e := newEnv(t)
+	r := do(t, e.srv, "POST", "/v1/tenants/t1/prices", "g1", `{"meterCode":"api","currency":"USD","model":"graduated",
+		"tiers":[{"upTo":"1000","unitPrice":"0"},{"upTo":"10000","unitPrice":"0.002","flatFee":"1"},{"unitPrice":"0.001"}]}`)
+	if r.status != http.StatusCreated || !strings.Contains(r.body, `"model":"graduated"`) || strings.Contains(r.body, `"unitPrice":"0","tiers"`) ||
+		!strings.Contains(r.body, `"tiers":[{"upTo":"1000","unitPrice":"0","flatFee":"0"},{"upTo":"10000","unitPrice":"0.002","flatFee":"1"},{"unitPrice":"0.001","flatFee":"0"}]`) {
+		t.Fatalf("graduated: %d %s", r.status, r.body)
+	}
+	r = do(t, e.srv, "POST", "/v1/tenants/t1/prices", "p1", `{"meterCode":"storage","currency":"USD","model":"package","packageSize":"100","packagePrice":"2.50"}`)
+	if r.status != http.StatusCreated || !strings.Contains(r.body, `"packageSize":"100","packagePrice":"2.5"`) {
+		t.Fatalf("package: %d %s", r.status, r.body)
+	}
+	list := do(t, e.srv, "GET", "/v1/tenants/t1/prices", "", "")
+	if !strings.Contains(list.body, `"model":"graduated"`) || !strings.Contains(list.body, `"model":"package"`) {
+		t.Fatalf("list: %s", list.body)
+	}
+	evs := outboxEvents(t, e.pool)
+	g := evs[0].Payload.(events.PriceActivated)
+	if g.Model != "graduated" || len(g.Tiers) != 3 || !g.Pricing().Amount(decimal.RequireFromString("12000")).Equal(decimal.RequireFromString("21")) {
+		t.Fatalf("PriceActivated %+v", g)
+	}
+
+	before := written(t, e.pool)
+	for body, code := range map[string]string{
+		`{"meterCode":"m","currency":"USD","model":"volume","tiers":[{"upTo":"10","unitPrice":"1"}]}`:                                                "last_tier_not_open",
+		`{"meterCode":"m","currency":"USD","model":"volume","tiers":[{"upTo":"10","unitPrice":"1"},{"upTo":"5","unitPrice":"1"},{"unitPrice":"1"}]}`: "tiers_not_ascending",
+		`{"meterCode":"m","currency":"USD","model":"package","packageSize":"0","packagePrice":"1"}`:                                                  "invalid_package_size",
+		`{"meterCode":"m","currency":"USD","model":"package","packageSize":10,"packagePrice":"1"}`:                                                   "invalid_package_size",
+		`{"meterCode":"m","currency":"USD","model":"flat","unitPrice":"1"}`:                                                                          "invalid_model",
+		`{"meterCode":"m","currency":"USD","unitPrice":"0.1234567890123"}`:                                                                           "too_many_decimal_places",
+	} {
+		r := do(t, e.srv, "POST", "/v1/tenants/t1/prices", "bad-"+code, body)
+		if r.status != http.StatusBadRequest || !strings.Contains(r.body, `"code":"`+code+`"`) {
+			t.Errorf("%s: %d %s, want 400 %s", body, r.status, r.body, code)
+		}
+	}
+	if n := written(t, e.pool); n != before {
+		t.Fatalf("refused activations wrote %d rows", n-before)
 	}
 }
