@@ -116,10 +116,8 @@ func (b *browser) text(sel string) string {
 
 func (b *browser) present(sel string) bool {
 	b.t.Helper()
-	return run(b, "look for "+sel, chromedp.Evaluate[bool](`document.querySelector(`+jsString(sel)+`) !== null`))
+	return run(b, "look for "+sel, chromedp.Evaluate[bool](`document.querySelector(`+strconv.Quote(sel)+`) !== null`))
 }
-
-func jsString(s string) string { return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), "'", `\'`) + "'" }
 
 func (b *browser) screenshot(name string) {
 	b.t.Helper()
@@ -249,7 +247,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("completed row %q", done)
 	}
 	b.screenshot("4-redrive")
-	var charges struct{ Charges []struct{ UsageEventID string } }
+	var charges struct {
+		Charges []struct{ UsageEventID string }
+	}
 	if status, _ := call(t, beta, "GET", s.url("billing")+"/v1/tenants/beta/charges?period="+period, nil, nil, &charges); status != 200 || len(charges.Charges) != 2 {
 		t.Errorf("beta's charges after the redrive: %d %+v", status, charges)
 	}
