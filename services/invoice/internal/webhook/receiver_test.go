@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usagebilling/billing/services/invoice/internal/webhook"
 )
@@ -140,7 +141,13 @@ func testConfig() webhook.Config {
 // runWorker runs a worker until the test ends (or stop is called).
 func runWorker(t *testing.T, pool *pgxpool.Pool, cfg webhook.Config, setup ...func(*webhook.Worker)) (stop func()) {
 	t.Helper()
-	w, err := webhook.NewWorker(pool, cfg, slog.New(slog.DiscardHandler), nil)
+	return runWorkerWith(t, pool, cfg, nil, setup...)
+}
+
+// runWorkerWith is runWorker with the worker's metrics registered in reg.
+func runWorkerWith(t *testing.T, pool *pgxpool.Pool, cfg webhook.Config, reg prometheus.Registerer, setup ...func(*webhook.Worker)) (stop func()) {
+	t.Helper()
+	w, err := webhook.NewWorker(pool, cfg, slog.New(slog.DiscardHandler), reg)
 	if err != nil {
 		t.Fatal(err)
 	}

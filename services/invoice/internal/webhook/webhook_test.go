@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/pgtest"
@@ -171,9 +172,24 @@ func TestEachInvoiceReachesEachEndpointOnceInEffect(t *testing.T) {
 	slow.register(t, pool, "acme")
 	flaky.register(t, pool, "acme")
 	keys := issue(t, pool, "acme", true, "USD", "EUR", "KRW")
-	runWorker(t, pool, testConfig())
-	runWorker(t, pool, testConfig())
+	reg := prometheus.NewRegistry() // the two workers share their metrics, as in one process
+	runWorkerWith(t, pool, testConfig(), reg)
+	runWorkerWith(t, pool, testConfig(), reg)
 	waitFor(t, "every intent accepted", allIn(t, pool, webhook.StatusAccepted, len(keys)*2))
+	waitFor(t, "the oldest pending age back to 0", func() bool { return gauge(t, reg, "webhook_oldest_pending_intent_age_seconds") == 0 })
+	intentCount := uint64(len(keys) * 2)
+	if n := histogramCount(t, reg, "webhook_commit_to_first_attempt_seconds"); n != intentCount {
+		t.Errorf("commit to first attempt observed %d times, want once per intent (%d)", n, intentCount)
+	}
+	if n := histogramCount(t, reg, "webhook_attempts_per_intent"); n != intentCount {
+		t.Errorf("attempts per intent observed %d times, want once per intent (%d)", n, intentCount)
+	}
+	if n := counter(t, reg, "webhook_intents_finished_total", "status", "accepted"); n != float64(intentCount) {
+		t.Errorf("%v intents finished accepted, want %d", n, intentCount)
+	}
+	if n := counter(t, reg, "webhook_attempts_total", "outcome", "retry"); n < float64(2*len(keys)) {
+		t.Errorf("%v retried attempts, want at least the flaky receiver's %d", n, 2*len(keys))
+	}
 
 	for name, rc := range map[string]*receiver{"slow": slow, "flaky": flaky} {
 		want := map[string]int{}
@@ -446,18 +462,45 @@ func TestAStaleLeaseRecordsNothing(t *testing.T) {
 // lostAttempts reads webhook_attempts_total{outcome="lost"} from reg.
 func lostAttempts(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
+	return counter(t, reg, "webhook_attempts_total", "outcome", "lost")
+}
+
+// metricOf finds the metric name{label=value} (any, without a label).
+func metricOf(t *testing.T, reg *prometheus.Registry, name, label, value string) *dto.Metric {
+	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
 		for _, m := range mf.GetMetric() {
+			if label == "" {
+				return m
+			}
 			for _, l := range m.GetLabel() {
-				if mf.GetName() == "webhook_attempts_total" && l.GetName() == "outcome" && l.GetValue() == "lost" {
-					return m.GetCounter().GetValue()
+				if l.GetName() == label && l.GetValue() == value {
+					return m
 				}
 			}
 		}
 	}
-	return 0
+	return nil
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	return metricOf(t, reg, name, label, value).GetCounter().GetValue()
+}
+
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	return metricOf(t, reg, name, "", "").GetGauge().GetValue()
+}
+
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	return metricOf(t, reg, name, "", "").GetHistogram().GetSampleCount()
 }
