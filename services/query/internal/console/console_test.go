@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/pkg/auth"
@@ -26,6 +27,7 @@ import (
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/kafkatest"
 	"github.com/usagebilling/billing/pkg/ops"
+	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/query/internal/app"
 	"github.com/usagebilling/billing/services/query/internal/console"
@@ -251,6 +253,21 @@ func TestSignIn(t *testing.T) {
 	}
 
 	tok := token(t, "alice@ops.example", auth.RoleOperator, "", time.Hour)
+	// A browser posting from another origin (another port is another one).
+	for origin, want := range map[string]int{"http://127.0.0.1:1": http.StatusForbidden, "null": http.StatusForbidden,
+		f.srv.URL: http.StatusSeeOther} {
+		req, _ := http.NewRequest("POST", f.srv.URL+"/console/sign-in", strings.NewReader(url.Values{"token": {tok}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", origin)
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want || (want != http.StatusSeeOther && len(resp.Cookies()) != 0) {
+			t.Errorf("sign-in with Origin %s: %d, cookies %v; want %d", origin, resp.StatusCode, resp.Cookies(), want)
+		}
+	}
 	resp := f.do("POST", "/console/sign-in", "", url.Values{"token": {"Bearer " + tok}})
 	if resp.status != http.StatusSeeOther {
 		t.Fatalf("sign-in: %d %s", resp.status, resp.body)
@@ -433,5 +450,44 @@ func TestTenantSummaryPage(t *testing.T) {
 	}
 	if bad := f.do("GET", "/console/reconciliation?tenantId=acme&period=2026-13", alice, nil); bad.status != http.StatusBadRequest {
 		t.Errorf("invalid period: %d", bad.status)
+	}
+}
+
+// The dead-letter page lists the outbox dead letters (escaped) and releases
+// one through operator.Submit with the release action; reconciliation names
+// an unreachable service instead of showing counts.
+func TestDeadLettersPage(t *testing.T) {
+	f := newFixture(t)
+	feed := querytest.NewFeed(t, "acme")
+	ev := feed.Usage("api_calls", "USD", "1").Envelope
+	err := pgx.BeginFunc(t.Context(), f.pool, func(tx pgx.Tx) error { return outbox.Append(t.Context(), tx, events.TopicUsage, ev) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(t.Context(), `UPDATE outbox_event SET dead_at = now(), attempts = 10, last_error = '<b>refused</b>'`); err != nil {
+		t.Fatal(err)
+	}
+	alice := f.signIn(token(t, "alice", auth.RoleOperator, "", time.Hour))
+	page := f.do("GET", "/console/dead-letters", alice, nil)
+	if page.status != 200 || !strings.Contains(page.body, `data-event="`+ev.EventID.String()+`"`) ||
+		!strings.Contains(page.body, "&lt;b&gt;refused&lt;/b&gt;") {
+		t.Fatalf("dead letters: %d %s", page.status, page.body)
+	}
+	if other := f.do("GET", "/console/dead-letters?service=nope", alice, nil); other.status != http.StatusBadRequest {
+		t.Errorf("unknown service: %d", other.status)
+	}
+	resp := f.do("POST", "/console/dead-letters/release", alice, url.Values{"service": {operator.Self},
+		"eventId": {ev.EventID.String()}, "reason": {"broker fixed"}, console.CSRFField: {csrf(t, page)}})
+	loc := resp.header.Get("Location")
+	if resp.status != http.StatusSeeOther || !strings.HasPrefix(loc, "/console/redrives/") {
+		t.Fatalf("release: %d %s", resp.status, resp.body)
+	}
+	rd, err := f.op.Redrive(t.Context(), uuid.MustParse(strings.TrimPrefix(loc, "/console/redrives/")))
+	if err != nil || rd.Action != events.ActionReleaseDeadLetter || rd.EventID != ev.EventID || rd.Audit[0].Reason != "broker fixed" {
+		t.Errorf("release %+v, %v", rd, err)
+	}
+	if rec := f.do("GET", "/console/reconciliation?tenantId=acme", alice, nil); rec.status != http.StatusBadGateway ||
+		!strings.Contains(rec.body, `id="error"`) {
+		t.Errorf("reconciliation without billing: %d %s", rec.status, rec.body)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -108,6 +109,13 @@ func (c *Console) signInForm(w http.ResponseWriter, r *http.Request) {
 // the session cookie (HttpOnly, SameSite=Strict, Secure over TLS, expiring
 // with the token); any other is refused with the form again and no cookie.
 func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		// There is no session yet to bind a form token to; a browser
+		// names the page a cross-origin POST comes from.
+		c.render(w, r, http.StatusForbidden, "sign-in", "Sign in", signInView{
+			Message: "Sign in from this console's own sign-in page."})
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	token = strings.TrimSpace(strings.TrimPrefix(token, "Bearer "))
@@ -129,6 +137,18 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	})
 	c.log.InfoContext(r.Context(), "console sign-in", "sub", claims.Subject)
 	http.Redirect(w, r, "/console", http.StatusSeeOther)
+}
+
+// sameOrigin: the request names no Origin (not a browser's cross-origin
+// POST) or this host's. It keeps another site from signing the browser in
+// with a token of its choosing.
+func sameOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	return err == nil && u.Host == r.Host
 }
 
 // signOut: POST /console/sign-out clears the cookie. The token itself stays
