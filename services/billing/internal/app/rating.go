@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/billing/internal/db"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
@@ -27,7 +29,7 @@ const maxRatingAttempts = 4
 // provides the aggregate key of the version, which wakes the series'
 // watermarks waiting for it, and the schedule keys of the seconds it makes
 // known, which wake the usage waiting for them.
-func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceActivated) (inbox.Outcome, error) {
+func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceActivated) (_ inbox.Outcome, err error) {
 	e := d.Envelope
 	if e.AggregateType != events.AggregatePrice || e.AggregateID != events.PriceSeriesID(p.MeterCode, p.Currency) ||
 		e.AggregateVersion != p.Version {
@@ -35,10 +37,23 @@ func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.D
 			"PriceActivated of %s v%d is on aggregate %s/%s v%d", events.PriceSeriesID(p.MeterCode, p.Currency),
 			p.Version, e.AggregateType, e.AggregateID, e.AggregateVersion))
 	}
-	_, err := db.New(tx).InsertPriceEvidence(ctx, db.InsertPriceEvidenceParams{
+	pr := p.Pricing()
+	ev := db.InsertPriceEvidenceParams{
 		TenantID: e.TenantID, MeterCode: p.MeterCode, Currency: p.Currency, Version: p.Version,
-		UnitPrice: p.UnitPrice, EffectiveAt: p.EffectiveAt, PriceID: p.PriceID, EventID: e.EventID,
-	})
+		UnitPrice: p.UnitPrice, EffectiveAt: p.EffectiveAt, PriceID: p.PriceID, EventID: e.EventID, Model: pr.Model,
+	}
+	if pr.Model != pricing.Unit {
+		ev.UnitPrice = decimal.Zero
+	}
+	if len(pr.Tiers) > 0 {
+		if ev.Tiers, err = json.Marshal(pr.Tiers); err != nil {
+			return inbox.Outcome{}, fmt.Errorf("encode tiers: %w", err)
+		}
+	}
+	if pr.PackageSize != nil {
+		ev.PackageSize, ev.PackagePrice = *pr.PackageSize, *pr.PackagePrice
+	}
+	_, err = db.New(tx).InsertPriceEvidence(ctx, ev)
 	if err != nil {
 		return inbox.Outcome{}, fmt.Errorf("insert price evidence: %w", err)
 	}
@@ -193,6 +208,16 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 		return nil, fmt.Errorf("rate %d usage events: %d results", n, len(rows))
 	}
 	outs := make([]inbox.Outcome, n)
+	var other []int // rated charges under another model than unit
+	for i, row := range rows {
+		if row.Known && row.Priced && row.Model != pricing.Unit {
+			other = append(other, i)
+		}
+	}
+	pricings, err := versionPricings(ctx, tx, ds, us, rows, other)
+	if err != nil {
+		return nil, err
+	}
 	for i, row := range rows {
 		in, u := &ds[i].Envelope, us[i]
 		if err := unrated(in, u, row.Known, row.Priced); err != nil {
@@ -200,7 +225,8 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 		}
 		switch row.Status {
 		case domain.StatusOpen:
-			env, err := s.chargeRated(in, u, arg.ChargeIds[i], arg.EventIds[i], row.PriceVersion, row.UnitPrice, arg.Periods[i], false)
+			rate := rated{version: row.PriceVersion, unitPrice: row.UnitPrice, pricing: pricings[seriesVersion{in.TenantID, u.MeterCode, u.Currency, row.PriceVersion}]}
+			env, err := s.chargeRated(in, u, arg.ChargeIds[i], arg.EventIds[i], rate, arg.Periods[i], false)
 			if err != nil {
 				return nil, err
 			}
@@ -236,14 +262,79 @@ func unrated(in *envelope.Envelope, u events.UsageAccepted, known, priced bool) 
 	return nil
 }
 
+// rated is the price version a charge was rated at: its unit price (0 under
+// the other models) and, under the other models, its pricing.
+type rated struct {
+	version   int64
+	unitPrice decimal.Decimal
+	pricing   *pricing.Pricing
+}
+
+// seriesVersion names one version of a tenant's price series.
+type seriesVersion struct {
+	tenant, meter, currency string
+	version                 int64
+}
+
+// versionPricings reads the pricing of the versions the charges at idx were
+// rated at (another model than unit), in one round trip; none when idx is
+// empty.
+func versionPricings(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, us []events.UsageAccepted,
+	rows []db.RateUsagesRow, idx []int) (map[seriesVersion]*pricing.Pricing, error) {
+	out := map[seriesVersion]*pricing.Pricing{}
+	byTenant := map[string]*db.VersionPricingsParams{}
+	for _, i := range idx {
+		t := ds[i].Envelope.TenantID
+		if byTenant[t] == nil {
+			byTenant[t] = &db.VersionPricingsParams{TenantID: t}
+		}
+		p := byTenant[t]
+		p.MeterCodes = append(p.MeterCodes, us[i].MeterCode)
+		p.Currencies = append(p.Currencies, us[i].Currency)
+		p.Versions = append(p.Versions, rows[i].PriceVersion)
+	}
+	for t, p := range byTenant {
+		vs, err := db.New(tx).VersionPricings(ctx, *p)
+		if err != nil {
+			return nil, fmt.Errorf("read version pricings: %w", err)
+		}
+		for _, v := range vs {
+			pr, err := evidencePricing(v.Model, v.UnitPrice, v.Tiers, v.PackageSize, v.PackagePrice)
+			if err != nil {
+				return nil, err
+			}
+			out[seriesVersion{t, v.MeterCode, v.Currency, v.Version}] = &pr
+		}
+	}
+	return out, nil
+}
+
+// evidencePricing is the pricing of a price_evidence row.
+func evidencePricing(model string, unitPrice decimal.Decimal, tiers []byte, size, price decimal.Decimal) (pricing.Pricing, error) {
+	switch model {
+	case pricing.Unit:
+		return pricing.UnitPricing(unitPrice), nil
+	case pricing.Package:
+		return pricing.Pricing{Model: model, PackageSize: &size, PackagePrice: &price}, nil
+	}
+	p := pricing.Pricing{Model: model}
+	if err := json.Unmarshal(tiers, &p.Tiers); err != nil {
+		return pricing.Pricing{}, fmt.Errorf("decode tiers of a %s price: %w", model, err)
+	}
+	return p, nil
+}
+
 // chargeRated is the ChargeRated of a charge rated from usage event in at
 // the given price version.
 func (s *Service) chargeRated(in *envelope.Envelope, u events.UsageAccepted, chargeID, eventID uuid.UUID,
-	version int64, unitPrice decimal.Decimal, period string, late bool) (envelope.Envelope, error) {
+	rate rated, period string, late bool) (envelope.Envelope, error) {
 	charge := events.ChargeRated{
 		ChargeID: chargeID, UsageEventID: in.EventID, UsageID: u.UsageID, MeterCode: u.MeterCode,
-		Currency: u.Currency, Quantity: u.Quantity, UnitPrice: unitPrice, PriceVersion: version,
-		Amount: domain.Amount(u.Quantity, unitPrice), Period: period, Late: late, OccurredAt: u.OccurredAt,
+		Currency: u.Currency, Quantity: u.Quantity, UnitPrice: rate.unitPrice, PriceVersion: rate.version,
+		Amount: domain.Amount(u.Quantity, rate.unitPrice), Period: period, Late: late, OccurredAt: u.OccurredAt,
+	}
+	if rate.pricing != nil && rate.pricing.Model != pricing.Unit {
+		charge.Model, charge.Pricing = rate.pricing.Model, rate.pricing
 	}
 	env, err := newEvent(events.TypeChargeRated, in.TenantID, events.AggregateCharge, chargeID.String(),
 		s.now(), in.CorrelationID, in, charge)
@@ -298,7 +389,16 @@ func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.De
 		}
 		switch row.Status {
 		case domain.StatusOpen:
-			env, err := s.chargeRated(&in, u, chargeID, eventID, row.PriceVersion, row.UnitPrice, period, late)
+			rate := rated{version: row.PriceVersion, unitPrice: row.UnitPrice}
+			if row.Model != pricing.Unit {
+				prs, err := versionPricings(ctx, tx, []*envelope.Decoded{d}, []events.UsageAccepted{u},
+					[]db.RateUsagesRow{{PriceVersion: row.PriceVersion}}, []int{0})
+				if err != nil {
+					return inbox.Outcome{}, err
+				}
+				rate.pricing = prs[seriesVersion{in.TenantID, u.MeterCode, u.Currency, row.PriceVersion}]
+			}
+			env, err := s.chargeRated(&in, u, chargeID, eventID, rate, period, late)
 			if err != nil {
 				return inbox.Outcome{}, err
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/billing/internal/app"
 	"github.com/usagebilling/billing/services/billing/migrations"
@@ -136,6 +137,9 @@ type Price struct {
 	// KnownThrough is the series' watermark the event carries; zero means
 	// FarFuture (the schedule is final), Unknown none at all.
 	KnownThrough time.Time
+	// Pricing, when set, is the version's pricing under another model than
+	// unit (UnitPrice is then ignored).
+	Pricing *pricing.Pricing
 }
 
 // FarFuture is the default watermark of a Price: tests that are not about
@@ -155,15 +159,20 @@ func (p Price) Raw(t testing.TB) []byte {
 // Envelope returns the envelope of p at a schema version, and its bytes.
 func (p Price) Envelope(t testing.TB, schemaVersion int) (envelope.Envelope, []byte) {
 	t.Helper()
+	pa := events.PriceActivated{
+		PriceID: uuid.Must(uuid.NewV7()), MeterCode: p.Meter, Currency: p.Currency,
+		EffectiveAt: p.EffectiveAt, Version: p.Version, KnownThrough: p.knownThrough(),
+	}
+	if p.Pricing != nil {
+		pa.Model, pa.Tiers, pa.PackageSize, pa.PackagePrice = p.Pricing.Model, p.Pricing.Tiers, p.Pricing.PackageSize, p.Pricing.PackagePrice
+	} else {
+		pa.UnitPrice = Dec(t, p.UnitPrice)
+	}
 	return marshal(t, envelope.Meta{
 		EventType: events.TypePriceActivated, SchemaVersion: schemaVersion, TenantID: p.Tenant,
 		AggregateType: events.AggregatePrice, AggregateID: events.PriceSeriesID(p.Meter, p.Currency),
 		AggregateVersion: p.Version, OccurredAt: p.EffectiveAt, Producer: "meter",
-	}, events.PriceActivated{
-		PriceID: uuid.Must(uuid.NewV7()), MeterCode: p.Meter, Currency: p.Currency,
-		UnitPrice: Dec(t, p.UnitPrice), EffectiveAt: p.EffectiveAt, Version: p.Version,
-		KnownThrough: p.knownThrough(),
-	})
+	}, pa)
 }
 
 func (p Price) knownThrough() time.Time {

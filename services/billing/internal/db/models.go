@@ -53,18 +53,23 @@ type Charge struct {
 	Late         bool
 	OccurredAt   time.Time
 	CreatedAt    time.Time
+	Model        string
 }
 
 type PriceEvidence struct {
-	TenantID    string
-	MeterCode   string
-	Currency    string
-	Version     int64
-	UnitPrice   decimal.Decimal
-	EffectiveAt time.Time
-	PriceID     uuid.UUID
-	EventID     uuid.UUID
-	RecordedAt  time.Time
+	TenantID     string
+	MeterCode    string
+	Currency     string
+	Version      int64
+	UnitPrice    decimal.Decimal
+	EffectiveAt  time.Time
+	PriceID      uuid.UUID
+	EventID      uuid.UUID
+	RecordedAt   time.Time
+	Model        string
+	Tiers        []byte
+	PackageSize  decimal.Decimal
+	PackagePrice decimal.Decimal
 }
 
 type PriceSchedule struct {

@@ -22,7 +22,7 @@ func RateUsageLocked(ctx context.Context, tx pgx.Tx, arg RateUsageParams) (RateU
 		return RateUsageRow{}, fmt.Errorf("lock period: %w", err)
 	}
 	var i RateUsageRow
-	err := br.QueryRow().Scan(&i.Known, &i.Priced, &i.PriceVersion, &i.UnitPrice, &i.Status)
+	err := br.QueryRow().Scan(&i.Known, &i.Priced, &i.PriceVersion, &i.UnitPrice, &i.Model, &i.Status)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
@@ -51,7 +51,7 @@ func RateUsagesLocked(ctx context.Context, tx pgx.Tx, arg RateUsagesParams) ([]R
 	items := make([]RateUsagesRow, 0, len(arg.TenantIds))
 	for rows.Next() {
 		var i RateUsagesRow
-		if err := rows.Scan(&i.Known, &i.Priced, &i.PriceVersion, &i.UnitPrice, &i.Status); err != nil {
+		if err := rows.Scan(&i.Known, &i.Priced, &i.PriceVersion, &i.UnitPrice, &i.Model, &i.Status); err != nil {
 			rows.Close()
 			_ = br.Close()
 			return nil, err

@@ -2,8 +2,10 @@
 
 -- name: InsertPriceEvidence :execrows
 -- Replicates one price version; a replay of the same version changes nothing.
-INSERT INTO price_evidence (tenant_id, meter_code, currency, version, unit_price, effective_at, price_id, event_id)
-VALUES (@tenant_id, @meter_code, @currency, @version, @unit_price, @effective_at, @price_id, @event_id)
+INSERT INTO price_evidence (tenant_id, meter_code, currency, version, unit_price, effective_at, price_id, event_id,
+                            model, tiers, package_size, package_price)
+VALUES (@tenant_id, @meter_code, @currency, @version, @unit_price, @effective_at, @price_id, @event_id,
+        @model, sqlc.narg(tiers)::jsonb, @package_size, @package_price)
 ON CONFLICT DO NOTHING;
 
 -- name: HasPriceVersion :one
@@ -65,7 +67,7 @@ WITH s AS (
 ), price AS (
     -- Versions take effect in version order: the highest version already
     -- in effect is the one. Read only when the schedule is known.
-    SELECT pe.version, pe.unit_price
+    SELECT pe.version, pe.unit_price, pe.model
     FROM price_evidence pe, s
     WHERE pe.tenant_id = sqlc.arg(tenant_id)::text
       AND pe.meter_code = sqlc.arg(meter_code)::text
@@ -79,12 +81,12 @@ WITH s AS (
     WHERE b.tenant_id = sqlc.arg(tenant_id)::text AND b.period = sqlc.arg(period)::text
 ), ch AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
-                        quantity, unit_price, price_version, amount, period, late, occurred_at)
+                        quantity, unit_price, price_version, amount, period, late, occurred_at, model)
     SELECT sqlc.arg(charge_id)::uuid, sqlc.arg(event_id)::uuid, sqlc.arg(usage_event_id)::uuid,
            sqlc.arg(usage_id)::uuid, sqlc.arg(tenant_id)::text, sqlc.arg(meter_code)::text,
            sqlc.arg(currency)::text, sqlc.arg(quantity)::numeric, price.unit_price,
            price.version, sqlc.arg(quantity)::numeric * price.unit_price,
-           sqlc.arg(period)::text, sqlc.arg(late)::boolean, sqlc.arg(occurred_at)::timestamptz
+           sqlc.arg(period)::text, sqlc.arg(late)::boolean, sqlc.arg(occurred_at)::timestamptz, price.model
     FROM price LEFT JOIN bp ON true
     WHERE COALESCE(bp.status, 'open') = 'open'
 )
@@ -92,6 +94,7 @@ SELECT COALESCE((SELECT sqlc.arg(occurred_at)::timestamptz < s.known_through FRO
        EXISTS (SELECT 1 FROM price)::boolean AS priced,
        COALESCE((SELECT price.version FROM price), 0)::bigint AS price_version,
        COALESCE((SELECT price.unit_price FROM price), 0)::numeric AS unit_price,
+       COALESCE((SELECT price.model FROM price), 'unit')::text AS model,
        COALESCE((SELECT bp.status FROM bp), 'open')::text AS status;
 
 -- name: LockPeriodsShared :exec
@@ -128,31 +131,62 @@ WITH u AS (
     -- One index probe per fact and lookup: see inbox's lookups.
     SELECT u.*,
            COALESCE(u.occurred_at < ps.known_through, false) AS known,
-           p.version AS price_version, p.unit_price,
+           p.version AS price_version, p.unit_price, p.model,
            COALESCE((SELECT b.status FROM billing_period b
                      WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
     FROM u
     LEFT JOIN price_schedule ps
            ON ps.tenant_id = u.tenant_id AND ps.meter_code = u.meter_code AND ps.currency = u.currency
     LEFT JOIN LATERAL (
-        SELECT pe.version, pe.unit_price FROM price_evidence pe
+        SELECT pe.version, pe.unit_price, pe.model FROM price_evidence pe
         WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
           AND pe.currency = u.currency AND pe.effective_at <= u.occurred_at
         ORDER BY pe.version DESC
         LIMIT 1) p ON u.occurred_at < ps.known_through
 ), ch AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
-                        quantity, unit_price, price_version, amount, period, late, occurred_at)
+                        quantity, unit_price, price_version, amount, period, late, occurred_at, model)
     SELECT r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.tenant_id, r.meter_code, r.currency,
-           r.quantity, r.unit_price, r.price_version, r.quantity * r.unit_price, r.period, false, r.occurred_at
+           r.quantity, r.unit_price, r.price_version, r.quantity * r.unit_price, r.period, false, r.occurred_at, r.model
     FROM r
     WHERE r.known AND r.price_version IS NOT NULL AND r.status = 'open'
     ORDER BY r.n
 )
 SELECT r.known::boolean AS known, (r.price_version IS NOT NULL)::boolean AS priced,
        COALESCE(r.price_version, 0)::bigint AS price_version, COALESCE(r.unit_price, 0)::numeric AS unit_price,
-       r.status::text AS status
+       COALESCE(r.model, 'unit')::text AS model, r.status::text AS status
 FROM r ORDER BY r.n;
+
+-- name: VersionPricings :many
+-- The pricing of the given versions of the tenant's series, for the
+-- ChargeRated of charges under the other models than unit.
+SELECT pe.meter_code, pe.currency, pe.version, pe.model, pe.unit_price, pe.tiers, pe.package_size, pe.package_price
+FROM price_evidence pe
+WHERE pe.tenant_id = @tenant_id
+  AND (pe.meter_code, pe.currency, pe.version) IN (
+      SELECT unnest(@meter_codes::text[]), unnest(@currencies::text[]), unnest(@versions::bigint[]));
+
+-- name: PeriodLines :many
+-- A period's charges per meter, currency and price version (what invoice
+-- lines will be), with each version's pricing: the running estimate.
+-- Bounded by meters x versions whatever the number of charges.
+SELECT c.meter_code, c.currency, c.price_version, sum(c.quantity)::numeric AS quantity,
+       sum(c.amount)::numeric AS amount, pe.model, pe.unit_price, pe.tiers, pe.package_size, pe.package_price
+FROM charge c
+JOIN price_evidence pe ON pe.tenant_id = c.tenant_id AND pe.meter_code = c.meter_code
+                      AND pe.currency = c.currency AND pe.version = c.price_version
+WHERE c.tenant_id = @tenant_id AND c.period = @period
+GROUP BY c.meter_code, c.currency, c.price_version, pe.model, pe.unit_price, pe.tiers, pe.package_size, pe.package_price
+ORDER BY c.meter_code, c.currency, c.price_version;
+
+-- name: PeriodAdjustments :many
+-- The adjustments a period's close counts (posted before it closed), summed
+-- per currency.
+SELECT a.currency, sum(a.amount)::numeric AS amount
+FROM adjustment a
+WHERE a.tenant_id = @tenant_id AND a.period = @period AND NOT a.after_close
+GROUP BY a.currency
+ORDER BY a.currency;
 
 -- name: NonOpenPeriodsFrom :many
 -- The periods from @period on that no longer take charges, in order.

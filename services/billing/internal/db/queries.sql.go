@@ -198,20 +198,26 @@ func (q *Queries) InsertAdjustment(ctx context.Context, arg InsertAdjustmentPara
 
 const insertPriceEvidence = `-- name: InsertPriceEvidence :execrows
 
-INSERT INTO price_evidence (tenant_id, meter_code, currency, version, unit_price, effective_at, price_id, event_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+INSERT INTO price_evidence (tenant_id, meter_code, currency, version, unit_price, effective_at, price_id, event_id,
+                            model, tiers, package_size, package_price)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+        $9, $10::jsonb, $11, $12)
 ON CONFLICT DO NOTHING
 `
 
 type InsertPriceEvidenceParams struct {
-	TenantID    string
-	MeterCode   string
-	Currency    string
-	Version     int64
-	UnitPrice   decimal.Decimal
-	EffectiveAt time.Time
-	PriceID     uuid.UUID
-	EventID     uuid.UUID
+	TenantID     string
+	MeterCode    string
+	Currency     string
+	Version      int64
+	UnitPrice    decimal.Decimal
+	EffectiveAt  time.Time
+	PriceID      uuid.UUID
+	EventID      uuid.UUID
+	Model        string
+	Tiers        []byte
+	PackageSize  decimal.Decimal
+	PackagePrice decimal.Decimal
 }
 
 // Billing's business SQL. The outbox, inbox and idempotency SQL lives in pkg.
@@ -226,6 +232,10 @@ func (q *Queries) InsertPriceEvidence(ctx context.Context, arg InsertPriceEviden
 		arg.EffectiveAt,
 		arg.PriceID,
 		arg.EventID,
+		arg.Model,
+		arg.Tiers,
+		arg.PackageSize,
+		arg.PackagePrice,
 	)
 	if err != nil {
 		return 0, err
@@ -577,6 +587,46 @@ func (q *Queries) NonOpenPeriodsFrom(ctx context.Context, arg NonOpenPeriodsFrom
 	return items, nil
 }
 
+const periodAdjustments = `-- name: PeriodAdjustments :many
+SELECT a.currency, sum(a.amount)::numeric AS amount
+FROM adjustment a
+WHERE a.tenant_id = $1 AND a.period = $2 AND NOT a.after_close
+GROUP BY a.currency
+ORDER BY a.currency
+`
+
+type PeriodAdjustmentsParams struct {
+	TenantID string
+	Period   string
+}
+
+type PeriodAdjustmentsRow struct {
+	Currency string
+	Amount   decimal.Decimal
+}
+
+// The adjustments a period's close counts (posted before it closed), summed
+// per currency.
+func (q *Queries) PeriodAdjustments(ctx context.Context, arg PeriodAdjustmentsParams) ([]PeriodAdjustmentsRow, error) {
+	rows, err := q.db.Query(ctx, periodAdjustments, arg.TenantID, arg.Period)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PeriodAdjustmentsRow
+	for rows.Next() {
+		var i PeriodAdjustmentsRow
+		if err := rows.Scan(&i.Currency, &i.Amount); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const periodBalance = `-- name: PeriodBalance :one
 SELECT COALESCE((SELECT sum(c.amount) FROM charge c
                  WHERE c.tenant_id = $1 AND c.period = $2 AND c.currency = $3), 0)::numeric AS charged,
@@ -602,6 +652,69 @@ func (q *Queries) PeriodBalance(ctx context.Context, arg PeriodBalanceParams) (P
 	var i PeriodBalanceRow
 	err := row.Scan(&i.Charged, &i.Adjusted)
 	return i, err
+}
+
+const periodLines = `-- name: PeriodLines :many
+SELECT c.meter_code, c.currency, c.price_version, sum(c.quantity)::numeric AS quantity,
+       sum(c.amount)::numeric AS amount, pe.model, pe.unit_price, pe.tiers, pe.package_size, pe.package_price
+FROM charge c
+JOIN price_evidence pe ON pe.tenant_id = c.tenant_id AND pe.meter_code = c.meter_code
+                      AND pe.currency = c.currency AND pe.version = c.price_version
+WHERE c.tenant_id = $1 AND c.period = $2
+GROUP BY c.meter_code, c.currency, c.price_version, pe.model, pe.unit_price, pe.tiers, pe.package_size, pe.package_price
+ORDER BY c.meter_code, c.currency, c.price_version
+`
+
+type PeriodLinesParams struct {
+	TenantID string
+	Period   string
+}
+
+type PeriodLinesRow struct {
+	MeterCode    string
+	Currency     string
+	PriceVersion int64
+	Quantity     decimal.Decimal
+	Amount       decimal.Decimal
+	Model        string
+	UnitPrice    decimal.Decimal
+	Tiers        []byte
+	PackageSize  decimal.Decimal
+	PackagePrice decimal.Decimal
+}
+
+// A period's charges per meter, currency and price version (what invoice
+// lines will be), with each version's pricing: the running estimate.
+// Bounded by meters x versions whatever the number of charges.
+func (q *Queries) PeriodLines(ctx context.Context, arg PeriodLinesParams) ([]PeriodLinesRow, error) {
+	rows, err := q.db.Query(ctx, periodLines, arg.TenantID, arg.Period)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PeriodLinesRow
+	for rows.Next() {
+		var i PeriodLinesRow
+		if err := rows.Scan(
+			&i.MeterCode,
+			&i.Currency,
+			&i.PriceVersion,
+			&i.Quantity,
+			&i.Amount,
+			&i.Model,
+			&i.UnitPrice,
+			&i.Tiers,
+			&i.PackageSize,
+			&i.PackagePrice,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const periodStatus = `-- name: PeriodStatus :one
@@ -676,7 +789,7 @@ WITH s AS (
 ), price AS (
     -- Versions take effect in version order: the highest version already
     -- in effect is the one. Read only when the schedule is known.
-    SELECT pe.version, pe.unit_price
+    SELECT pe.version, pe.unit_price, pe.model
     FROM price_evidence pe, s
     WHERE pe.tenant_id = $2::text
       AND pe.meter_code = $3::text
@@ -690,12 +803,12 @@ WITH s AS (
     WHERE b.tenant_id = $2::text AND b.period = $5::text
 ), ch AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
-                        quantity, unit_price, price_version, amount, period, late, occurred_at)
+                        quantity, unit_price, price_version, amount, period, late, occurred_at, model)
     SELECT $6::uuid, $7::uuid, $8::uuid,
            $9::uuid, $2::text, $3::text,
            $4::text, $10::numeric, price.unit_price,
            price.version, $10::numeric * price.unit_price,
-           $5::text, $11::boolean, $1::timestamptz
+           $5::text, $11::boolean, $1::timestamptz, price.model
     FROM price LEFT JOIN bp ON true
     WHERE COALESCE(bp.status, 'open') = 'open'
 )
@@ -703,6 +816,7 @@ SELECT COALESCE((SELECT $1::timestamptz < s.known_through FROM s), false)::boole
        EXISTS (SELECT 1 FROM price)::boolean AS priced,
        COALESCE((SELECT price.version FROM price), 0)::bigint AS price_version,
        COALESCE((SELECT price.unit_price FROM price), 0)::numeric AS unit_price,
+       COALESCE((SELECT price.model FROM price), 'unit')::text AS model,
        COALESCE((SELECT bp.status FROM bp), 'open')::text AS status
 `
 
@@ -725,6 +839,7 @@ type RateUsageRow struct {
 	Priced       bool
 	PriceVersion int64
 	UnitPrice    decimal.Decimal
+	Model        string
 	Status       string
 }
 
@@ -759,6 +874,7 @@ func (q *Queries) RateUsage(ctx context.Context, arg RateUsageParams) (RateUsage
 		&i.Priced,
 		&i.PriceVersion,
 		&i.UnitPrice,
+		&i.Model,
 		&i.Status,
 	)
 	return i, err
@@ -781,30 +897,30 @@ WITH u AS (
     -- One index probe per fact and lookup: see inbox's lookups.
     SELECT u.tenant_id, u.meter_code, u.currency, u.period, u.charge_id, u.event_id, u.usage_event_id, u.usage_id, u.quantity, u.occurred_at, u.n,
            COALESCE(u.occurred_at < ps.known_through, false) AS known,
-           p.version AS price_version, p.unit_price,
+           p.version AS price_version, p.unit_price, p.model,
            COALESCE((SELECT b.status FROM billing_period b
                      WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
     FROM u
     LEFT JOIN price_schedule ps
            ON ps.tenant_id = u.tenant_id AND ps.meter_code = u.meter_code AND ps.currency = u.currency
     LEFT JOIN LATERAL (
-        SELECT pe.version, pe.unit_price FROM price_evidence pe
+        SELECT pe.version, pe.unit_price, pe.model FROM price_evidence pe
         WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
           AND pe.currency = u.currency AND pe.effective_at <= u.occurred_at
         ORDER BY pe.version DESC
         LIMIT 1) p ON u.occurred_at < ps.known_through
 ), ch AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
-                        quantity, unit_price, price_version, amount, period, late, occurred_at)
+                        quantity, unit_price, price_version, amount, period, late, occurred_at, model)
     SELECT r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.tenant_id, r.meter_code, r.currency,
-           r.quantity, r.unit_price, r.price_version, r.quantity * r.unit_price, r.period, false, r.occurred_at
+           r.quantity, r.unit_price, r.price_version, r.quantity * r.unit_price, r.period, false, r.occurred_at, r.model
     FROM r
     WHERE r.known AND r.price_version IS NOT NULL AND r.status = 'open'
     ORDER BY r.n
 )
 SELECT r.known::boolean AS known, (r.price_version IS NOT NULL)::boolean AS priced,
        COALESCE(r.price_version, 0)::bigint AS price_version, COALESCE(r.unit_price, 0)::numeric AS unit_price,
-       r.status::text AS status
+       COALESCE(r.model, 'unit')::text AS model, r.status::text AS status
 FROM r ORDER BY r.n
 `
 
@@ -826,6 +942,7 @@ type RateUsagesRow struct {
 	Priced       bool
 	PriceVersion int64
 	UnitPrice    decimal.Decimal
+	Model        string
 	Status       string
 }
 
@@ -861,6 +978,7 @@ func (q *Queries) RateUsages(ctx context.Context, arg RateUsagesParams) ([]RateU
 			&i.Priced,
 			&i.PriceVersion,
 			&i.UnitPrice,
+			&i.Model,
 			&i.Status,
 		); err != nil {
 			return nil, err
@@ -1043,6 +1161,68 @@ func (q *Queries) ReconciliationMonths(ctx context.Context, arg ReconciliationMo
 			return nil, err
 		}
 		items = append(items, period)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const versionPricings = `-- name: VersionPricings :many
+SELECT pe.meter_code, pe.currency, pe.version, pe.model, pe.unit_price, pe.tiers, pe.package_size, pe.package_price
+FROM price_evidence pe
+WHERE pe.tenant_id = $1
+  AND (pe.meter_code, pe.currency, pe.version) IN (
+      SELECT unnest($2::text[]), unnest($3::text[]), unnest($4::bigint[]))
+`
+
+type VersionPricingsParams struct {
+	TenantID   string
+	MeterCodes []string
+	Currencies []string
+	Versions   []int64
+}
+
+type VersionPricingsRow struct {
+	MeterCode    string
+	Currency     string
+	Version      int64
+	Model        string
+	UnitPrice    decimal.Decimal
+	Tiers        []byte
+	PackageSize  decimal.Decimal
+	PackagePrice decimal.Decimal
+}
+
+// The pricing of the given versions of the tenant's series, for the
+// ChargeRated of charges under the other models than unit.
+func (q *Queries) VersionPricings(ctx context.Context, arg VersionPricingsParams) ([]VersionPricingsRow, error) {
+	rows, err := q.db.Query(ctx, versionPricings,
+		arg.TenantID,
+		arg.MeterCodes,
+		arg.Currencies,
+		arg.Versions,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []VersionPricingsRow
+	for rows.Next() {
+		var i VersionPricingsRow
+		if err := rows.Scan(
+			&i.MeterCode,
+			&i.Currency,
+			&i.Version,
+			&i.Model,
+			&i.UnitPrice,
+			&i.Tiers,
+			&i.PackageSize,
+			&i.PackagePrice,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

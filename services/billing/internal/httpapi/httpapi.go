@@ -46,6 +46,30 @@ func (a *API) Routes(r chi.Router) {
 	r.Post("/v1/tenants/{tenantId}/adjustments", a.postAdjustment)
 	r.Post("/v1/tenants/{tenantId}/periods/{period}/close", a.closePeriod)
 	r.Get("/v1/tenants/{tenantId}/charges", a.listCharges)
+	r.Get("/v1/tenants/{tenantId}/periods/{period}", a.getPeriod)
+}
+
+// getPeriod: GET /v1/tenants/{tenantId}/periods/{period} -> {period, status,
+// closesAt, estimate: {currency: amount}}, the running cost of the period so
+// far (app.Estimate). A malformed period is 400 invalid_period; a period
+// with nothing in it is open with an empty estimate.
+func (a *API) getPeriod(w http.ResponseWriter, r *http.Request) {
+	tenant, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	period, err := domain.ParsePeriod(chi.URLParam(r, "period"))
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	est, err := a.svc.PeriodEstimate(r.Context(), tenant, period)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, est)
 }
 
 // adjustmentBody is the request of POST .../adjustments. Amount is kept raw
