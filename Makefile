@@ -51,3 +51,24 @@ kafka-jars: ## fetch the Apache Kafka jars from Maven Central into the user cach
 .PHONY: e2e
 e2e: ## chaos suite: the whole system on a real Apache Kafka under load, faults injected, reconciled (~10 min)
 	KAFKA=apache $(GO) test -tags chaos -count=1 -timeout 40m -v ./e2e/chaos/
+
+# Containers for real (issue 11): a Docker engine from Debian's docker.io and
+# every image built locally with no registry (deploy/offline/, deploy/README.md).
+.PHONY: compose-images compose-demo e2e-containers compose-chaos docker-stop
+compose-images: ## build every image of deploy/compose.yaml locally, no registry (starts a Docker engine if none answers)
+	deploy/offline/engine.sh start
+	deploy/offline/images.sh
+
+compose-demo: compose-images ## deploy/compose.yaml for real on local images: the client flow of make demo, every figure checked; torn down after
+	deploy/offline/engine.sh compose
+	deploy/offline/compose-demo.sh
+
+e2e-containers: compose-images ## TestBillingFlow against containers of the local images (E2E_TARGET=containers, testcontainers-go, reaper off)
+	E2E_TARGET=containers TESTCONTAINERS_RYUK_DISABLED=true $(GO) test -count=1 -timeout 20m -run '^TestBillingFlow$$' -v ./e2e/
+
+compose-chaos: compose-images ## docker kill billing, then Kafka, under load in compose; nothing lost, every period reconciled
+	deploy/offline/engine.sh compose
+	deploy/offline/compose-chaos.sh
+
+docker-stop: ## stop the dockerd that make compose-* started (an engine that was already running is left alone)
+	deploy/offline/engine.sh stop

@@ -289,7 +289,7 @@ func TestTopicInitCreatesAllTopics(t *testing.T) {
 		t.Errorf("%s: PARTITIONS=%q, want a positive count", topicInitService, e["PARTITIONS"])
 	}
 	script := strings.Join(s.Command, " ")
-	for _, part := range []string{"kafka-topics.sh", "--create", "$TOPICS", "$topic", "$PARTITIONS", "$BOOTSTRAP"} {
+	for _, part := range []string{"kafkatool create-topics", "$TOPICS", "-partitions \"$PARTITIONS\"", "-bootstrap \"$BOOTSTRAP\""} {
 		if !strings.Contains(script, part) {
 			t.Errorf("%s: command does not use %q:\n%s", topicInitService, part, script)
 		}

@@ -65,23 +65,91 @@ func stages(ins []instruction) [][]instruction {
 	return out
 }
 
+// globalArgs returns the default values of the ARGs before the first FROM,
+// the ones a FROM line may use.
+func globalArgs(ins []instruction) map[string]string {
+	args := map[string]string{}
+	for _, in := range ins {
+		if in.cmd == "FROM" {
+			break
+		}
+		if in.cmd == "ARG" {
+			name, value, _ := strings.Cut(in.args, "=")
+			args[name] = value
+		}
+	}
+	return args
+}
+
+// stageImage is the image (or stage) a FROM line names, with the ARG
+// defaults expanded, and the stage's own name.
+func stageImage(from instruction, args map[string]string) (image, name string) {
+	f := strings.Fields(from.args)
+	image = os.Expand(f[0], func(k string) string { return args[k] })
+	if len(f) == 3 && strings.EqualFold(f[1], "AS") {
+		name = f[2]
+	}
+	return image, name
+}
+
 // checkDockerfile checks deploy/docker/<name>.Dockerfile: a Go builder that
-// builds the service's real main package statically, a distroless or scratch
-// final stage running as non-root, the service's port, and the probe.
+// builds the service's real main package statically (the source stage), a
+// stage that takes the same binaries built on the host (the offline build,
+// BUILD_FROM=host), a distroless or scratch final stage (the one BASE
+// argument) running as non-root, the service's port, and the probe.
 func checkDockerfile(t *testing.T, root string, spec service.Spec) {
 	t.Helper()
 	name := spec.Name
 	path := filepath.Join("docker", name+".Dockerfile")
-	st := stages(readDockerfile(t, path))
+	all := readDockerfile(t, path)
+	args := globalArgs(all)
+	st := stages(all)
 	if len(st) < 2 {
 		t.Fatalf("%s: want a multi-stage build, got %d stage(s)", path, len(st))
 	}
-	build, final := st[0], st[len(st)-1]
-	if from := build[0].args; !strings.HasPrefix(from, "golang:1.26 ") && from != "golang:1.26" {
-		t.Errorf("%s: builder is %q, want golang:1.26", path, from)
+	byName := map[string][]instruction{}
+	for _, stage := range st {
+		if _, n := stageImage(stage[0], args); n != "" {
+			byName[n] = stage
+		}
 	}
-	if from := strings.Fields(final[0].args)[0]; !strings.HasPrefix(from, "gcr.io/distroless/static") && from != "scratch" {
-		t.Errorf("%s: final stage is %q, want distroless static or scratch", path, from)
+	build, host, final := byName["from-source"], byName["from-host"], st[len(st)-1]
+	if build == nil || host == nil {
+		t.Fatalf("%s: want the stages from-source and from-host (BUILD_FROM)", path)
+	}
+	if from, _ := stageImage(build[0], args); from != "golang:1.26" {
+		t.Errorf("%s: builder is %q, want golang:1.26 (ARG GO_IMAGE)", path, from)
+	}
+	if args["BUILD_FROM"] != "source" {
+		t.Errorf("%s: ARG BUILD_FROM defaults to %q, want source (a user with registry access builds as-is)", path, args["BUILD_FROM"])
+	}
+	selects := false
+	for _, stage := range st {
+		if strings.HasPrefix(stage[0].args, "from-${BUILD_FROM} ") {
+			selects = true
+		}
+	}
+	if !selects {
+		t.Errorf("%s: no `FROM from-${BUILD_FROM} AS ...` stage choosing where the binaries come from", path)
+	}
+	if from := strings.Fields(final[0].args)[0]; from != "${BASE}" {
+		t.Errorf("%s: final stage is FROM %s, want FROM ${BASE} (the one base argument)", path, from)
+	}
+	for _, base := range []string{args["BASE"], "scratch"} { // the registry default and the offline base
+		if !strings.HasPrefix(base, "gcr.io/distroless/static") && base != "scratch" {
+			t.Errorf("%s: base %q, want distroless static or scratch", path, base)
+		}
+	}
+	hostCopies := ""
+	for _, in := range host {
+		if in.cmd == "COPY" {
+			hostCopies += " " + in.args
+		}
+	}
+	for _, bin := range []string{"deploy/.build/bin/" + name, "deploy/.build/bin/probe"} {
+		if !strings.Contains(hostCopies, bin+" ") {
+			t.Errorf("%s: the from-host stage does not copy %s", path, bin)
+		}
 	}
 
 	cmdDir := "./cmd/" + name
@@ -124,7 +192,9 @@ func checkDockerfile(t *testing.T, root string, spec service.Spec) {
 			}
 			f := strings.Fields(in.args)
 			for _, src := range f[:len(f)-1] {
-				if _, err := os.Stat(filepath.Join(root, src)); err != nil {
+				if strings.HasPrefix(src, "deploy/.build/") {
+					// Made by deploy/offline/images.sh, not in the repository.
+				} else if _, err := os.Stat(filepath.Join(root, src)); err != nil {
 					t.Errorf("%s: COPY %s: %v", path, src, err)
 				}
 				if !allowed(src) {

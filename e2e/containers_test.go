@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,10 +35,15 @@ type composeFile struct {
 
 // startContainers runs PostgreSQL, Apache Kafka and the five services as
 // Docker containers on one network (E2E_TARGET=containers), with the images
-// and Dockerfiles deploy/compose.yaml names. Plain containers, not the
-// compose module: the tests need neither toxiproxy nor the monitoring
-// containers, and the compose module would bring a large dependency tree
-// into the workspace. Without a Docker engine it fails, never skips.
+// deploy/compose.yaml names: the local ones `make compose-images` builds
+// (deploy/offline/images.sh, no registry) when the engine has them, else a
+// service image is built from its Dockerfile and the others pulled. Plain
+// containers, not the compose module: the tests need neither toxiproxy nor
+// the monitoring containers, and the compose module would bring a large
+// dependency tree into the workspace. Without a Docker engine it fails,
+// never skips. Where the reaper image (Ryuk) cannot be pulled, set
+// TESTCONTAINERS_RYUK_DISABLED=true (`make e2e-containers` does): every
+// container and the network are removed by the test's cleanup instead.
 func startContainers(t *testing.T) *target {
 	t.Helper()
 	ctx := t.Context()
@@ -78,6 +84,7 @@ func startContainers(t *testing.T) *target {
 	}
 	run := func(name, img string, opts ...testcontainers.ContainerCustomizer) testcontainers.Container {
 		t.Helper()
+		opts = slices.DeleteFunc(opts, func(o testcontainers.ContainerCustomizer) bool { return o == nil })
 		opts = append(opts, network.WithNetwork([]string{name}, nw))
 		c, err := testcontainers.Run(ctx, img, opts...)
 		testcontainers.CleanupContainer(t, c)
@@ -90,8 +97,10 @@ func startContainers(t *testing.T) *target {
 	pg := run("postgres", image("postgres"),
 		testcontainers.WithEnv(map[string]string{"POSTGRES_PASSWORD": "postgres"}),
 		testcontainers.WithExposedPorts("5432/tcp"),
-		testcontainers.WithWaitStrategy(wait.ForLog("database system is ready to accept connections").
-			WithOccurrence(2).WithStartupTimeout(2*time.Minute)))
+		// Over TCP: the init scripts run on a server listening on the unix
+		// socket only, so a TCP answer means initialisation is done.
+		testcontainers.WithWaitStrategy(wait.ForExec([]string{"pg_isready", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres"}).
+			WithStartupTimeout(2*time.Minute)))
 	pgAddr, err := pg.PortEndpoint(ctx, "5432/tcp", "")
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +112,7 @@ func startContainers(t *testing.T) *target {
 
 	kafka := run("kafka", image("kafka"),
 		testcontainers.WithEnv(map[string]string{
-			"CLUSTER_ID":                                             "e2eContainersTarget0001",
+			"CLUSTER_ID":                                             "7cV6kCxOQ8yL9tXo2mQ1rA",
 			"KAFKA_NODE_ID":                                          "1",
 			"KAFKA_PROCESS_ROLES":                                    "broker,controller",
 			"KAFKA_CONTROLLER_QUORUM_VOTERS":                         "1@kafka:9093",
@@ -120,15 +129,14 @@ func startContainers(t *testing.T) *target {
 			"KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR":            "1",
 			"KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS":                 "0",
 		}),
-		testcontainers.WithWaitStrategy(wait.ForExec([]string{"/opt/kafka/bin/kafka-broker-api-versions.sh", "--bootstrap-server", "kafka:9092"}).
+		// kafkatool (deploy/cmd/kafkatool): a metadata round trip.
+		testcontainers.WithWaitStrategy(wait.ForExec([]string{"/usr/local/bin/kafkatool", "ready", "kafka:9092"}).
 			WithStartupTimeout(3*time.Minute)))
-	for _, topic := range events.AllTopics {
-		code, out, err := kafka.Exec(ctx, []string{"/opt/kafka/bin/kafka-topics.sh", "--bootstrap-server", "kafka:9092",
-			"--create", "--if-not-exists", "--topic", topic, "--partitions", "6", "--replication-factor", "1"})
-		if err != nil || code != 0 {
-			b, _ := io.ReadAll(out)
-			t.Fatalf("create topic %s: exit %d, %v: %s", topic, code, err, b)
-		}
+	code, out, err := kafka.Exec(ctx, append([]string{"/usr/local/bin/kafkatool", "create-topics",
+		"-bootstrap", "kafka:9092", "-partitions", "6"}, events.AllTopics...))
+	if err != nil || code != 0 {
+		b, _ := io.ReadAll(out)
+		t.Fatalf("create topics: exit %d, %v: %s", code, err, b)
 	}
 
 	var serviceURLs []string
@@ -142,12 +150,18 @@ func startContainers(t *testing.T) *target {
 			t.Fatalf("deploy/compose.yaml: service %s has no build section", name)
 		}
 		port := fmt.Sprintf("%d/tcp", stack.DefaultPorts()[name])
-		c := run(name, "",
-			testcontainers.WithDockerfile(testcontainers.FromDockerfile{
-				Context:    filepath.Join(deployDir, build.Context),
-				Dockerfile: build.Dockerfile,
-				KeepImage:  true,
-			}),
+		img, source := image(name), testcontainers.WithDockerfile(testcontainers.FromDockerfile{
+			Context:    filepath.Join(deployDir, build.Context),
+			Dockerfile: build.Dockerfile,
+			KeepImage:  true,
+		})
+		if _, err := provider.Client().ImageInspect(ctx, img); err == nil {
+			source = nil // the local image (make compose-images), as compose runs it
+		} else {
+			t.Logf("%s: no local image %s: building it from %s", name, img, build.Dockerfile)
+			img = ""
+		}
+		c := run(name, img, source,
 			testcontainers.WithEnv(map[string]string{
 				"DATABASE_URL":  "postgres://postgres:postgres@postgres:5432/" + name + "?sslmode=disable",
 				"KAFKA_BROKERS": "kafka:9092",

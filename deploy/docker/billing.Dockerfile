@@ -1,14 +1,24 @@
-# syntax=docker/dockerfile:1
-#
 # The billing service. Build context: the repository root.
-#   docker build -f deploy/docker/billing.Dockerfile -t usagebilling/billing .
+#   docker build -f deploy/docker/billing.Dockerfile -t usagebilling/billing:dev .
 #
-# The binary is built from the service's own go.mod (GOWORK=off), the way a
-# release is built: the workspace is for development, and pkg comes in through
-# the module's replace directive. deploy/compose_test.go checks this file
-# against the service (cmd path, port).
+# BASE is the one base image of the final stage: distroless static from a
+# registry (the default), or scratch where no registry is reachable (the
+# binaries are static and run as uid 65532; nothing else is needed).
+# BUILD_FROM says where the binaries come from:
+#   source (default): built here in GO_IMAGE from the service's own go.mod
+#                     (GOWORK=off), the way a release is built: the workspace
+#                     is for development, pkg comes in through the module's
+#                     replace directive;
+#   host:             built on the host by deploy/offline/images.sh with the
+#                     same flags and the workspace's pinned Go toolchain, into
+#                     deploy/.build/bin (no registry).
+# deploy/dockerfile_test.go checks this file against the service (cmd path,
+# port) and deploy/offline/images.sh's host build against the source stage.
+ARG BASE=gcr.io/distroless/static-debian12:nonroot
+ARG GO_IMAGE=golang:1.26
+ARG BUILD_FROM=source
 
-FROM golang:1.26 AS build
+FROM ${GO_IMAGE} AS from-source
 WORKDIR /src
 ENV CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=readonly
 # Module files first, so the download layer is reused until they change.
@@ -23,10 +33,15 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
     cd /src/services/billing && go build -trimpath -ldflags="-s -w" -o /out/billing ./cmd/billing && \
     cd /src/probe && go build -trimpath -ldflags="-s -w" -o /out/probe main.go
 
+FROM scratch AS from-host
+COPY deploy/.build/bin/billing deploy/.build/bin/probe /out/
+
+FROM from-${BUILD_FROM} AS binaries
+
 # Static binaries only: no shell, no libc; uid 65532 (nonroot).
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/billing /usr/local/bin/billing
-COPY --from=build /out/probe /usr/local/bin/probe
+FROM ${BASE}
+COPY --from=binaries /out/billing /usr/local/bin/billing
+COPY --from=binaries /out/probe /usr/local/bin/probe
 USER 65532:65532
 ENV HTTP_ADDR=:8083
 EXPOSE 8083
