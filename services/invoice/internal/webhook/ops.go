@@ -117,14 +117,15 @@ func (s *Store) Retry(ctx context.Context, id uuid.UUID) (outcome, status string
 	if err != nil {
 		return "", "", fmt.Errorf("retry webhook intent %s: %w", id, err)
 	}
+	if n == 1 { // the status it set: a worker may lease it the next moment
+		return RetryRescheduled, StatusPending, nil
+	}
 	st, err := q.GetIntentStatus(ctx, id)
 	switch {
 	case isNoRows(err):
 		return RetryNotFound, "", nil
 	case err != nil:
 		return "", "", fmt.Errorf("read webhook intent %s: %w", id, err)
-	case n == 1:
-		return RetryRescheduled, st.Status, nil
 	default:
 		return RetryNotRetryable, st.Status, nil
 	}
