@@ -112,12 +112,19 @@ func (c *client) do(ctx context.Context, method, service, tenant, path string, h
 	return c.send(ctx, c.tokenFor(tenant), method, service, path, header, body)
 }
 
-// doAs sends a request without a body with token.
+// doAs sends a request without a body with token, bounded by ctx alone
+// (not by the client's 60 s timeout: a reconciliation reads the whole
+// period).
 func (c *client) doAs(ctx context.Context, token, method, service, path string) (answer, error) {
-	return c.send(ctx, token, method, service, path, nil, nil)
+	long := &http.Client{Transport: c.http.Transport}
+	return c.sendWith(ctx, long, token, method, service, path, nil, nil)
 }
 
 func (c *client) send(ctx context.Context, token, method, service, path string, header map[string]string, body any) (answer, error) {
+	return c.sendWith(ctx, c.http, token, method, service, path, header, body)
+}
+
+func (c *client) sendWith(ctx context.Context, hc *http.Client, token, method, service, path string, header map[string]string, body any) (answer, error) {
 	var rd io.Reader
 	if body != nil {
 		switch b := body.(type) {
@@ -144,7 +151,7 @@ func (c *client) send(ctx context.Context, token, method, service, path string, 
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return answer{}, err
 	}

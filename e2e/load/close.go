@@ -30,7 +30,8 @@ type Closed struct {
 	WantTotal       decimal.Decimal `json:"wantTotal"`
 	// The operator's reconciliation of the closed period, once query shows
 	// the invoice: how long it took and what it found (not run without an
-	// operator token).
+	// operator token; Reconciled is false when it did not answer).
+	ReconcileRun     bool           `json:"reconcileRun"`
 	Reconciled       bool           `json:"reconciled"`
 	ReconcileSeconds float64        `json:"reconcileSeconds"`
 	ReconcileCounts  map[string]int `json:"reconcileCounts,omitempty"`
@@ -71,7 +72,9 @@ func closePeriods(ctx context.Context, cfg *Config, cl *client, period string, a
 		c.WantTotal = want
 		err = closeOne(ctx, cfg, cl, c, timeout)
 		if err == nil && cl.operator != "" {
-			err = reconcileOne(ctx, cl, c)
+			rctx, cancel := context.WithTimeout(ctx, timeout)
+			err = reconcileOne(rctx, cl, c)
+			cancel()
 		}
 		if err != nil {
 			c.Problem = err.Error()
@@ -169,6 +172,7 @@ func closeOne(ctx context.Context, cfg *Config, cl *client, c *Closed, timeout t
 // reconcileOne runs the operator's reconciliation of the closed period and
 // requires it empty, with every accepted fact counted.
 func reconcileOne(ctx context.Context, cl *client, c *Closed) error {
+	c.ReconcileRun = true
 	start := time.Now()
 	a, err := cl.doAs(ctx, cl.operator, http.MethodGet, "query",
 		"/v1/operator/reconciliation?tenantId="+url.QueryEscape(c.Tenant)+"&period="+url.QueryEscape(c.Period))

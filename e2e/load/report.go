@@ -433,8 +433,11 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintln(tw, "tenant\tperiod\tclose answered\tinvoice issued\tin query\tnumber\tcharge lines\tcharges (want)\ttotal (want)\treconciled\tmismatches")
 		for _, c := range r.Closed {
 			reconciled := "not run (no operator token)"
-			if c.Reconciled {
+			switch {
+			case c.Reconciled:
 				reconciled = fmt.Sprintf("in %s", secs(c.ReconcileSeconds))
+			case c.ReconcileRun:
+				reconciled = "no answer (see the problem)"
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t+%s\t+%s\t%d\t%d\t%d (%d)\t%s (%s)\t%s\t%d\n", c.Tenant, c.Period, secs(c.CloseSeconds),
 				secs(c.IssuedSeconds), secs(c.InQuerySeconds), c.Number, c.ChargeLines, c.ChargeCount, c.WantChargeCount, c.Total, c.WantTotal,

@@ -199,12 +199,14 @@ func (a *API) reconciliation(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_period", "period must be YYYY-MM"))
 		return
 	}
-	limit, p := limitParam(q.Get("limit"))
+	limit, p := limitParamUpTo(q.Get("limit"), recon.MaxPageSize)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	limit = limitOf(limit)
+	if limit == 0 {
+		limit = recon.PageSize
+	}
 	var after recon.Position
 	if s := q.Get("after"); s != "" {
 		if err := recon.DecodePosition(s, &after); err != nil {
@@ -247,13 +249,16 @@ func limitOf(n int) int {
 	return n
 }
 
-func limitParam(s string) (int, *httpx.Problem) {
+func limitParam(s string) (int, *httpx.Problem) { return limitParamUpTo(s, MaxLimit) }
+
+// limitParamUpTo parses a limit from 1 to most; 0 when absent.
+func limitParamUpTo(s string, most int) (int, *httpx.Problem) {
 	if s == "" {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > MaxLimit {
-		return 0, httpx.Problemf(http.StatusBadRequest, "invalid_limit", "limit must be an integer from 1 to %d", MaxLimit)
+	if err != nil || n < 1 || n > most {
+		return 0, httpx.Problemf(http.StatusBadRequest, "invalid_limit", "limit must be an integer from 1 to %d", most)
 	}
 	return n, nil
 }

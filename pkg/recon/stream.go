@@ -105,8 +105,12 @@ func (i Invoice) Pos() Position { return Position{Key: i.InvoiceID, ID: i.Invoic
 // asked for (or none) means the set is exhausted.
 type PageFunc[T Row] func(ctx context.Context, after Position, limit int) ([]T, error)
 
-// PageSize is how many rows a stream reads at a time.
-const PageSize = 500
+// PageSize is how many rows a stream reads at a time, and MaxPageSize the
+// most a set serves in one page.
+const (
+	PageSize    = 2000
+	MaxPageSize = 5000
+)
 
 // Stream reads a set page by page.
 type Stream[T Row] struct {
@@ -116,14 +120,14 @@ type Stream[T Row] struct {
 }
 
 // Pages returns the stream of a set read by fetch, PageSize rows at a
-// time, the next page read while the current one is taken. The reading
+// time, the next pages read while the current one is taken. The reading
 // stops when ctx ends: cancel it when done with the stream.
 func Pages[T Row](ctx context.Context, fetch PageFunc[T]) *Stream[T] {
 	type page struct {
 		rows []T
 		err  error
 	}
-	pages := make(chan page, 1)
+	pages := make(chan page, 2)
 	go func() {
 		defer close(pages)
 		var after Position
