@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/money"
 	"github.com/usagebilling/billing/pkg/outbox"
+	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/invoice/internal/db"
 	"github.com/usagebilling/billing/services/invoice/internal/domain"
 	"github.com/usagebilling/billing/services/invoice/internal/webhook"
@@ -136,6 +138,9 @@ func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope
 		arg.PriceVersions[i], arg.UnitPrices[i], arg.Quantities[i] = p.PriceVersion, p.UnitPrice, p.Quantity
 		arg.Amounts[i], arg.NewInvoiceIds[i] = p.Amount, newID
 	}
+	if err := recordVersionPricings(ctx, tx, ds, ps); err != nil {
+		return nil, err
+	}
 	rows, err := db.New(tx).AddCharges(ctx, arg)
 	if err != nil {
 		return nil, fmt.Errorf("add %d charges: %w", n, err)
@@ -155,6 +160,32 @@ func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope
 		}
 	}
 	return make([]inbox.Outcome, n), nil
+}
+
+// recordVersionPricings records the pricing the charges under another model
+// than unit carry (their lines are priced by it at issue), in one statement
+// when there are any.
+func recordVersionPricings(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, ps []events.ChargeRated) error {
+	var arg db.RecordVersionPricingsParams
+	for i, p := range ps {
+		if p.Pricing == nil {
+			continue
+		}
+		raw, err := json.Marshal(p.Pricing)
+		if err != nil {
+			return fmt.Errorf("encode pricing: %w", err)
+		}
+		arg.TenantIds, arg.Currencies = append(arg.TenantIds, ds[i].Envelope.TenantID), append(arg.Currencies, p.Currency)
+		arg.MeterCodes, arg.PriceVersions = append(arg.MeterCodes, p.MeterCode), append(arg.PriceVersions, p.PriceVersion)
+		arg.Pricings = append(arg.Pricings, string(raw))
+	}
+	if len(arg.TenantIds) == 0 {
+		return nil
+	}
+	if err := db.New(tx).RecordVersionPricings(ctx, arg); err != nil {
+		return fmt.Errorf("record version pricings: %w", err)
+	}
+	return nil
 }
 
 // onAdjustmentPosted makes an adjustment the close counted a line of the
@@ -409,6 +440,32 @@ func (c *Consumer) checkClose(ctx context.Context, e *envelope.Envelope, p event
 	}
 }
 
+// chargeLineAmount prices a charge line: under unit pricing its charges'
+// amounts, checked against the unit price (domain.CheckLine); under the
+// other models (the version's pricing is known) the version's pricing over
+// the line's quantity (domain.LineAmount), its charges having no amount.
+func chargeLineAmount(l db.ChargeLineSumsRow) (decimal.Decimal, error) {
+	id := domain.ChargeLineID(l.MeterCode, l.PriceVersion)
+	if l.Pricing == nil {
+		if err := domain.CheckLine(id, domain.Pricing{Model: domain.ModelUnit, UnitPrice: l.UnitPrice}, l.Quantity, l.Amount); err != nil {
+			return decimal.Decimal{}, err
+		}
+		return l.Amount, nil
+	}
+	p, err := pricing.Parse(l.Pricing)
+	if err != nil {
+		return decimal.Decimal{}, fmt.Errorf("line %s: pricing of its version: %w", id, err)
+	}
+	if !l.Amount.IsZero() {
+		return decimal.Decimal{}, fmt.Errorf("line %s: %s charges carry amounts (%s)", id, p.Model, l.Amount)
+	}
+	amount, err := domain.LineAmount(domain.PricingOf(p), l.Quantity)
+	if err != nil {
+		return decimal.Decimal{}, fmt.Errorf("line %s: %w", id, err)
+	}
+	return amount, nil
+}
+
 // issue issues one open invoice of a closed period whose charges and
 // adjustments match the close's tally want: it materialises the charge
 // lines (one per meter and price version, grouped in SQL), checks each
@@ -417,22 +474,26 @@ func (c *Consumer) checkClose(ctx context.Context, e *envelope.Envelope, p event
 // InvoiceIssued to publish.
 func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, period string, invoiceID uuid.UUID,
 	currency string, want domain.Tally, now time.Time) (envelope.Envelope, error) {
-	lines, err := q.MaterializeChargeLines(ctx, db.MaterializeChargeLinesParams{
-		InvoiceID: invoiceID, TenantID: e.TenantID, Period: period, Currency: currency,
-	})
+	sums, err := q.ChargeLineSums(ctx, db.ChargeLineSumsParams{TenantID: e.TenantID, Period: period, Currency: currency})
 	if err != nil {
-		return envelope.Envelope{}, fmt.Errorf("write charge lines of %s: %w", invoiceID, err)
+		return envelope.Envelope{}, fmt.Errorf("group charge lines of %s: %w", invoiceID, err)
 	}
 	var charges int64
-	chargeAmount := decimal.Zero
-	for _, l := range lines {
-		id := domain.ChargeLineID(l.MeterCode, l.PriceVersion)
-		err := domain.CheckLine(id, domain.Pricing{Model: domain.ModelUnit, UnitPrice: l.UnitPrice}, l.Quantity, l.Amount)
+	chargeAmount, linesAmount := decimal.Zero, decimal.Zero // the charges' own amounts; the lines'
+	lines := db.InsertChargeLinesParams{InvoiceID: invoiceID}
+	for _, l := range sums {
+		amount, err := chargeLineAmount(l)
 		if err != nil {
 			return envelope.Envelope{}, inbox.Permanent(ReasonLineAmountMismatch, fmt.Errorf("invoice %s: %w", invoiceID, err))
 		}
 		charges += l.ChargeCount
-		chargeAmount = chargeAmount.Add(l.Amount)
+		chargeAmount, linesAmount = chargeAmount.Add(l.Amount), linesAmount.Add(amount)
+		lines.MeterCodes, lines.PriceVersions = append(lines.MeterCodes, l.MeterCode), append(lines.PriceVersions, l.PriceVersion)
+		lines.UnitPrices, lines.Quantities = append(lines.UnitPrices, l.UnitPrice), append(lines.Quantities, l.Quantity)
+		lines.ChargeCounts, lines.Amounts = append(lines.ChargeCounts, l.ChargeCount), append(lines.Amounts, amount)
+	}
+	if err := q.InsertChargeLines(ctx, lines); err != nil {
+		return envelope.Envelope{}, fmt.Errorf("write charge lines of %s: %w", invoiceID, err)
 	}
 	// The lines were grouped by a later statement than the tally: a charge
 	// the close did not count, committed in between, shows here.
@@ -442,7 +503,7 @@ func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelop
 			invoiceID, charges, chargeAmount, want.Charges, want.ChargeAmount))
 	}
 
-	a, err := domain.Issue(chargeAmount.Add(want.AdjustmentAmount), currency)
+	a, err := domain.Issue(linesAmount.Add(want.AdjustmentAmount), currency)
 	if err != nil {
 		return envelope.Envelope{}, inbox.Permanent(ReasonUnknownCurrency, err)
 	}
@@ -459,7 +520,7 @@ func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelop
 	}
 	ev, err := envelope.New(c.meta(e, events.TypeInvoiceIssued, invoiceID, 1, now), events.InvoiceIssued{
 		InvoiceID: invoiceID, Number: number, Period: period, Currency: currency,
-		ChargeLines: int64(len(lines)), Charges: charges, Adjustments: want.Adjustments,
+		ChargeLines: int64(len(sums)), Charges: charges, Adjustments: want.Adjustments,
 		Subtotal: a.Subtotal, Rounding: a.Rounding, Total: a.Total, IssuedAt: now,
 	})
 	if err != nil {

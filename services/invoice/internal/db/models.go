@@ -71,6 +71,14 @@ type InvoiceNumberCounter struct {
 	LastNumber int64
 }
 
+type InvoicePriceVersion struct {
+	TenantID     string
+	Currency     string
+	MeterCode    string
+	PriceVersion int64
+	Pricing      []byte
+}
+
 type PeriodClose struct {
 	TenantID     string
 	Period       string

@@ -299,3 +299,37 @@ FROM invoice_correction c JOIN invoice i ON i.invoice_id = c.invoice_id
 WHERE i.tenant_id = @tenant_id AND i.period = @period AND c.origin_event_id > @after
 ORDER BY c.origin_event_id
 LIMIT @row_limit;
+
+-- name: RecordVersionPricings :exec
+-- Records the pricing of price versions under another model than unit, as
+-- charges bring them; a version already recorded is left as it is.
+INSERT INTO invoice_price_version (tenant_id, currency, meter_code, price_version, pricing)
+SELECT u.tenant_id, u.currency, u.meter_code, u.price_version, u.pricing
+FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@currencies::text[]) AS currency,
+             unnest(@meter_codes::text[]) AS meter_code, unnest(@price_versions::bigint[]) AS price_version,
+             unnest(@pricings::text[])::jsonb AS pricing) u
+ORDER BY 1, 2, 3, 4
+ON CONFLICT DO NOTHING;
+
+-- name: ChargeLineSums :many
+-- ChargeLineSums groups an invoice's charges into its charge lines (one per
+-- meter, price version and unit price) with each version's pricing when it
+-- is not unit (NULL: unit). The caller prices each line and writes it
+-- (InsertChargeLines).
+SELECT c.meter_code, c.price_version, c.unit_price, sum(c.quantity)::numeric AS quantity,
+       count(*)::bigint AS charge_count, sum(c.amount)::numeric AS amount, vp.pricing
+FROM invoice_charge c
+LEFT JOIN invoice_price_version vp
+       ON vp.tenant_id = c.tenant_id AND vp.currency = c.currency AND vp.meter_code = c.meter_code
+      AND vp.price_version = c.price_version
+WHERE c.tenant_id = @tenant_id::text AND c.period = @period::text AND c.currency = @currency::text
+GROUP BY c.meter_code, c.price_version, c.unit_price, vp.pricing
+ORDER BY c.meter_code, c.price_version, c.unit_price;
+
+-- name: InsertChargeLines :exec
+-- Writes an invoice's charge lines, priced.
+INSERT INTO invoice_line (invoice_id, kind, meter_code, price_version, unit_price, quantity, charge_count, amount)
+SELECT @invoice_id::uuid, 'charge', u.meter_code, u.price_version, u.unit_price, u.quantity, u.charge_count, u.amount
+FROM (SELECT unnest(@meter_codes::text[]) AS meter_code, unnest(@price_versions::bigint[]) AS price_version,
+             unnest(@unit_prices::numeric[]) AS unit_price, unnest(@quantities::numeric[]) AS quantity,
+             unnest(@charge_counts::bigint[]) AS charge_count, unnest(@amounts::numeric[]) AS amount) u;

@@ -249,6 +249,66 @@ func (q *Queries) AddRoundingLine(ctx context.Context, arg AddRoundingLineParams
 	return err
 }
 
+const chargeLineSums = `-- name: ChargeLineSums :many
+SELECT c.meter_code, c.price_version, c.unit_price, sum(c.quantity)::numeric AS quantity,
+       count(*)::bigint AS charge_count, sum(c.amount)::numeric AS amount, vp.pricing
+FROM invoice_charge c
+LEFT JOIN invoice_price_version vp
+       ON vp.tenant_id = c.tenant_id AND vp.currency = c.currency AND vp.meter_code = c.meter_code
+      AND vp.price_version = c.price_version
+WHERE c.tenant_id = $1::text AND c.period = $2::text AND c.currency = $3::text
+GROUP BY c.meter_code, c.price_version, c.unit_price, vp.pricing
+ORDER BY c.meter_code, c.price_version, c.unit_price
+`
+
+type ChargeLineSumsParams struct {
+	TenantID string
+	Period   string
+	Currency string
+}
+
+type ChargeLineSumsRow struct {
+	MeterCode    string
+	PriceVersion int64
+	UnitPrice    decimal.Decimal
+	Quantity     decimal.Decimal
+	ChargeCount  int64
+	Amount       decimal.Decimal
+	Pricing      []byte
+}
+
+// ChargeLineSums groups an invoice's charges into its charge lines (one per
+// meter, price version and unit price) with each version's pricing when it
+// is not unit (NULL: unit). The caller prices each line and writes it
+// (InsertChargeLines).
+func (q *Queries) ChargeLineSums(ctx context.Context, arg ChargeLineSumsParams) ([]ChargeLineSumsRow, error) {
+	rows, err := q.db.Query(ctx, chargeLineSums, arg.TenantID, arg.Period, arg.Currency)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChargeLineSumsRow
+	for rows.Next() {
+		var i ChargeLineSumsRow
+		if err := rows.Scan(
+			&i.MeterCode,
+			&i.PriceVersion,
+			&i.UnitPrice,
+			&i.Quantity,
+			&i.ChargeCount,
+			&i.Amount,
+			&i.Pricing,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const findInvoiceToCorrect = `-- name: FindInvoiceToCorrect :one
 SELECT EXISTS (
            SELECT 1 FROM period_close pc
@@ -321,6 +381,38 @@ func (q *Queries) GetInvoice(ctx context.Context, arg GetInvoiceParams) (GetInvo
 		&i.IssuedAt,
 	)
 	return i, err
+}
+
+const insertChargeLines = `-- name: InsertChargeLines :exec
+INSERT INTO invoice_line (invoice_id, kind, meter_code, price_version, unit_price, quantity, charge_count, amount)
+SELECT $1::uuid, 'charge', u.meter_code, u.price_version, u.unit_price, u.quantity, u.charge_count, u.amount
+FROM (SELECT unnest($2::text[]) AS meter_code, unnest($3::bigint[]) AS price_version,
+             unnest($4::numeric[]) AS unit_price, unnest($5::numeric[]) AS quantity,
+             unnest($6::bigint[]) AS charge_count, unnest($7::numeric[]) AS amount) u
+`
+
+type InsertChargeLinesParams struct {
+	InvoiceID     uuid.UUID
+	MeterCodes    []string
+	PriceVersions []int64
+	UnitPrices    []decimal.Decimal
+	Quantities    []decimal.Decimal
+	ChargeCounts  []int64
+	Amounts       []decimal.Decimal
+}
+
+// Writes an invoice's charge lines, priced.
+func (q *Queries) InsertChargeLines(ctx context.Context, arg InsertChargeLinesParams) error {
+	_, err := q.db.Exec(ctx, insertChargeLines,
+		arg.InvoiceID,
+		arg.MeterCodes,
+		arg.PriceVersions,
+		arg.UnitPrices,
+		arg.Quantities,
+		arg.ChargeCounts,
+		arg.Amounts,
+	)
+	return err
 }
 
 const issueInvoice = `-- name: IssueInvoice :execrows
@@ -1010,6 +1102,37 @@ func (q *Queries) RecordClose(ctx context.Context, arg RecordCloseParams) error 
 		arg.ClosedAt,
 		arg.Charges,
 		arg.Adjustments,
+	)
+	return err
+}
+
+const recordVersionPricings = `-- name: RecordVersionPricings :exec
+INSERT INTO invoice_price_version (tenant_id, currency, meter_code, price_version, pricing)
+SELECT u.tenant_id, u.currency, u.meter_code, u.price_version, u.pricing
+FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS currency,
+             unnest($3::text[]) AS meter_code, unnest($4::bigint[]) AS price_version,
+             unnest($5::text[])::jsonb AS pricing) u
+ORDER BY 1, 2, 3, 4
+ON CONFLICT DO NOTHING
+`
+
+type RecordVersionPricingsParams struct {
+	TenantIds     []string
+	Currencies    []string
+	MeterCodes    []string
+	PriceVersions []int64
+	Pricings      []string
+}
+
+// Records the pricing of price versions under another model than unit, as
+// charges bring them; a version already recorded is left as it is.
+func (q *Queries) RecordVersionPricings(ctx context.Context, arg RecordVersionPricingsParams) error {
+	_, err := q.db.Exec(ctx, recordVersionPricings,
+		arg.TenantIds,
+		arg.Currencies,
+		arg.MeterCodes,
+		arg.PriceVersions,
+		arg.Pricings,
 	)
 	return err
 }

@@ -67,6 +67,18 @@ type Pricing struct {
 	PackagePrice decimal.Decimal // ModelPackage
 }
 
+// PricingOf is package pricing's function as a Pricing.
+func PricingOf(f pricing.Pricing) Pricing {
+	p := Pricing{Model: f.Model, Tiers: f.Tiers}
+	if f.UnitPrice != nil {
+		p.UnitPrice = *f.UnitPrice
+	}
+	if f.PackageSize != nil && f.PackagePrice != nil {
+		p.PackageSize, p.PackagePrice = *f.PackageSize, *f.PackagePrice
+	}
+	return p
+}
+
 // Function is p as package pricing's function.
 func (p Pricing) Function() pricing.Pricing {
 	switch p.Model {
