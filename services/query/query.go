@@ -52,7 +52,8 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 			tenantAPI.Routes(r)
 			operatorAPI.Routes(r)
 			webhookAPI.Routes(r)
-			console.New(op, app.NewReader(d.Pool), d.Config.Auth, d.Logger).Routes(r)
+			console.New(op, operator.NewWebhooks(d.Pool, d.Config.ServiceURLs[operator.WebhookService], d.Config.Auth, d.Logger),
+				app.NewReader(d.Pool), d.Config.Auth, d.Logger).Routes(r)
 		},
 		Topics:         append(append([]string{}, app.Topics...), events.TopicOps),
 		Handlers:       handlers,

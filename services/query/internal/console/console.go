@@ -3,7 +3,8 @@
 // no external asset) over the same operator package the operator API uses —
 // recovery per service, the quarantine view and its redrives with their
 // audit, dead letters and their release, reconciliation per tenant and
-// period — and the tenant summaries of the app package. It holds no SQL of
+// period, webhook intents and their retry — and the tenant summaries of the
+// app package. It holds no SQL of
 // its own.
 //
 // The operator signs in with a bearer token, kept in an HttpOnly,
@@ -29,6 +30,7 @@ import (
 // Console serves the operator console.
 type Console struct {
 	op      *operator.Operator
+	hooks   *operator.Webhooks
 	reader  *app.Reader
 	keys    auth.Keys
 	csrfKey []byte // signs the forms' tokens; new at each start
@@ -36,15 +38,15 @@ type Console struct {
 	log     *slog.Logger
 }
 
-// New returns the console over op and reader, admitting operator tokens
-// keys verifies.
-func New(op *operator.Operator, reader *app.Reader, keys auth.Keys, log *slog.Logger) *Console {
+// New returns the console over op, hooks and reader, admitting operator
+// tokens keys verifies.
+func New(op *operator.Operator, hooks *operator.Webhooks, reader *app.Reader, keys auth.Keys, log *slog.Logger) *Console {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	key := make([]byte, 32)
 	_, _ = rand.Read(key) // never fails (crypto/rand)
-	return &Console{op: op, reader: reader, keys: keys, csrfKey: key, pages: parsePages(), log: log}
+	return &Console{op: op, hooks: hooks, reader: reader, keys: keys, csrfKey: key, pages: parsePages(), log: log}
 }
 
 // Routes mounts the console under /console on r.
@@ -64,6 +66,8 @@ func (c *Console) Routes(r chi.Router) {
 			r.Post("/dead-letters/release", c.submit(events.ActionReleaseDeadLetter))
 			r.Get("/reconciliation", c.reconciliation)
 			r.Get("/tenants", c.tenants)
+			r.Get("/webhooks", c.webhooks)
+			r.Post("/webhooks/{intentId}/retry", c.retryIntent)
 		})
 	})
 }

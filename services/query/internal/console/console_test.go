@@ -46,7 +46,11 @@ type fixture struct {
 	srv  *httptest.Server
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureWithInvoice(t, "") }
+
+// newFixtureWithInvoice reaches the invoice service's internal webhook
+// endpoints at invoiceURL (empty: none configured).
+func newFixtureWithInvoice(t *testing.T, invoiceURL string) *fixture {
 	t.Helper()
 	pool, err := pgxpool.New(t.Context(), pgtest.NewDB(t, querytest.Template))
 	if err != nil {
@@ -60,7 +64,7 @@ func newFixture(t *testing.T) *fixture {
 	op := operator.New(pool, ops.NewClient(nil, keys, operator.Self), nil)
 	r := chi.NewRouter()
 	r.Use(auth.Middleware(keys, nil))
-	console.New(op, app.NewReader(pool), keys, nil).Routes(r)
+	console.New(op, operator.NewWebhooks(pool, invoiceURL, keys, nil), app.NewReader(pool), keys, nil).Routes(r)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	return &fixture{t: t, pool: pool, op: op, srv: srv}
@@ -489,5 +493,69 @@ func TestDeadLettersPage(t *testing.T) {
 	if rec := f.do("GET", "/console/reconciliation?tenantId=acme", alice, nil); rec.status != http.StatusBadGateway ||
 		!strings.Contains(rec.body, `id="error"`) {
 		t.Errorf("reconciliation without billing: %d %s", rec.status, rec.body)
+	}
+}
+
+// The webhook page shows the invoice service's intent counts and intents
+// (escaped), and a retry goes through operator.Webhooks.Retry: audited in
+// query's database, answered by the invoice service, shown on the redrive
+// page. The invoice service is a stand-in HTTP server here (its own tests
+// cover delivery); it checks the service token query sends.
+func TestWebhooksPage(t *testing.T) {
+	failed, accepted := uuid.New(), uuid.New()
+	var retried string
+	invoice := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys, _ := auth.NewKeys(auth.DevKey)
+		if c, err := keys.Verify(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")); err != nil || c.Role != auth.RoleService {
+			http.Error(w, "no service token", http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/internal/v1/webhook-intents/stats":
+			_, _ = io.WriteString(w, `{"byStatus":{"failed":1,"accepted":1},"oldestPendingAgeSeconds":0}`)
+		case "/internal/v1/webhook-intents":
+			_, _ = io.WriteString(w, `{"items":[
+				{"intentId":"`+failed.String()+`","tenantId":"acme","eventType":"InvoiceIssued","url":"https://hooks.example/x","status":"failed","attempts":8,"lastStatusCode":500,"lastError":"<i>boom</i>","createdAt":"2026-11-30T10:00:00Z","expiresAt":"2026-12-01T10:00:00Z"},
+				{"intentId":"`+accepted.String()+`","tenantId":"acme","eventType":"InvoiceIssued","url":"https://hooks.example/x","status":"accepted","attempts":1,"createdAt":"2026-11-30T10:00:00Z","expiresAt":"2026-12-01T10:00:00Z"}],
+				"next":"c2"}`)
+		case "/internal/v1/webhook-intents/" + failed.String() + "/retry":
+			retried = r.Method
+			_, _ = io.WriteString(w, `{"intentId":"`+failed.String()+`","outcome":"rescheduled","status":"pending"}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer invoice.Close()
+	f := newFixtureWithInvoice(t, invoice.URL)
+	alice := f.signIn(token(t, "alice", auth.RoleOperator, "", time.Hour))
+	page := f.do("GET", "/console/webhooks?status=failed", alice, nil)
+	if page.status != 200 || !strings.Contains(page.body, `data-intent="`+failed.String()+`"`) ||
+		!strings.Contains(page.body, "&lt;i&gt;boom&lt;/i&gt;") || !strings.Contains(page.body, `data-status="failed">1<`) ||
+		!strings.Contains(page.body, `action="/console/webhooks/`+failed.String()+`/retry"`) ||
+		strings.Contains(page.body, `action="/console/webhooks/`+accepted.String()+`/retry"`) ||
+		!strings.Contains(page.body, `href="/console/webhooks?cursor=c2&amp;status=failed" id="next"`) {
+		t.Fatalf("webhooks page: %d %s", page.status, page.body)
+	}
+	if bad := f.do("GET", "/console/webhooks?status=lost", alice, nil); bad.status != http.StatusBadRequest {
+		t.Errorf("unknown status: %d", bad.status)
+	}
+	resp := f.do("POST", "/console/webhooks/"+failed.String()+"/retry", alice, url.Values{"reason": {"endpoint fixed"},
+		console.CSRFField: {csrf(t, page)}})
+	loc := resp.header.Get("Location")
+	if resp.status != http.StatusSeeOther || !strings.HasPrefix(loc, "/console/redrives/") || retried != http.MethodPost {
+		t.Fatalf("retry: %d %s %s (invoice saw %q)", resp.status, loc, resp.body, retried)
+	}
+	rd, err := f.op.Redrive(t.Context(), uuid.MustParse(strings.TrimPrefix(loc, "/console/redrives/")))
+	if err != nil || rd.Action != operator.ActionRetryWebhookIntent || rd.Outcome != "rescheduled" || len(rd.Audit) != 2 ||
+		rd.Audit[0].Actor != "alice" || !strings.HasPrefix(rd.Audit[0].CorrelationID, "console-") {
+		t.Errorf("retry audit %+v, %v", rd, err)
+	}
+	if view := f.do("GET", loc, alice, nil); view.status != 200 || !strings.Contains(view.body, "rescheduled") {
+		t.Errorf("retry's redrive page: %d", view.status)
+	}
+	g := newFixture(t)
+	if other := g.do("GET", "/console/webhooks", g.signIn(token(t, "a", auth.RoleOperator, "", time.Hour)), nil); other.status != http.StatusBadGateway {
+		t.Errorf("without an invoice URL: %d, want 502", other.status)
 	}
 }

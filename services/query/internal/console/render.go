@@ -18,7 +18,7 @@ var templateFS embed.FS
 // pages are the console's templates by page name, each with the layout.
 type pages map[string]*template.Template
 
-var pageNames = []string{"sign-in", "error", "recovery", "quarantine", "redrive", "dead-letters", "reconciliation", "tenants"}
+var pageNames = []string{"sign-in", "error", "recovery", "quarantine", "redrive", "dead-letters", "reconciliation", "tenants", "webhooks"}
 
 var funcs = template.FuncMap{
 	"time": func(t time.Time) string {
@@ -84,6 +84,10 @@ func (c *Console) invalid(w http.ResponseWriter, r *http.Request, format string,
 // fail renders an operator error as the operator API maps it.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, what string, err error) {
 	status, msg := http.StatusInternalServerError, "Internal error: "+what+" failed (see the service log)."
+	if up, ok := operator.IsUpstreamProblem(err); ok {
+		c.render(w, r, up.Status, "error", "Refused", errorView{Message: up.Error()})
+		return
+	}
 	switch {
 	case errors.Is(err, operator.ErrUnknownService):
 		status, msg = http.StatusBadRequest, err.Error()
