@@ -5,6 +5,7 @@ package chaos_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/usagebilling/billing/e2e/chaos"
+	"github.com/usagebilling/billing/e2e/scenario"
 	"github.com/usagebilling/billing/e2e/stack"
 )
 
@@ -186,6 +188,8 @@ func startStack(t *testing.T, bin string, instances map[string]int) *chaos.Harne
 	}
 	opts.BinDir = bin
 	opts.Instances = instances
+	// Webhook deliveries time out and back off in seconds, as in the demo.
+	opts.ServiceEnv = map[string]map[string]string{"invoice": maps.Clone(scenario.WebhookServiceEnv)}
 	// Nothing kills PostgreSQL itself here: its durability can go.
 	opts.PostgresFast = true
 	opts.Logger = stack.ConsoleLogger(os.Stderr)

@@ -334,9 +334,18 @@ func killEach() chaos.Scenario {
 // groups of two), one of each SIGKILLed in turn mid-load and restarted.
 func twoInstances() chaos.Scenario {
 	var counting sync.WaitGroup
+	var hooks *chaos.Webhooks
 	return chaos.Scenario{
-		Key: "s5", Title: "two instances each", Load: load(75 * time.Second),
+		Key: "s5", Title: "two instances each, webhook endpoints failing", Load: load(75 * time.Second),
+		Setup: func(ctx context.Context, r *chaos.Run) error {
+			var err error
+			hooks, err = chaos.StartWebhooks(ctx, r)
+			return err
+		},
 		Verify: func(ctx context.Context, r *chaos.Run) error {
+			if err := hooks.Verify(ctx, r); err != nil {
+				return err
+			}
 			counting.Wait()
 			s, err := r.H.Sharing(ctx)
 			if err != nil {

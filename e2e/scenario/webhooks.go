@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -143,6 +144,21 @@ func (h *WebhookReceiver) apply(tenant, key string) {
 		return
 	}
 	h.effects[key] = tenant
+}
+
+// Received is what the receiver holds so far: the tenant of every key
+// applied, the deliveries of an applied key it absorbed, the deliveries
+// with a bad signature, and the first deliveries answered with each fault.
+func (h *WebhookReceiver) Received() (effects map[string]string, duplicates, badSignatures int, faulted map[string]int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range h.duplicates {
+		duplicates += n
+	}
+	for _, n := range h.badSig {
+		badSignatures += n
+	}
+	return maps.Clone(h.effects), duplicates, badSignatures, maps.Clone(h.faulted)
 }
 
 // VerifyWebhook is what a receiver checks (services/invoice/README.md):
