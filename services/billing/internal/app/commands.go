@@ -146,28 +146,6 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 	return reply, nil
 }
 
-// checkCredit refuses a credit that would take its period's charges below
-// zero in its currency (credit_exceeds_charges), before or after the close.
-// The caller holds the period's shared lock; this takes the credit lock of
-// the period and currency (always after it), so concurrent credits are
-// decided one at a time, and then reads the balance in a statement of its
-// own, whose snapshot sees every credit committed before the lock was
-// granted. Charges rated meanwhile can only raise the balance, so rating
-// never waits for a credit. A debit is not checked.
-func checkCredit(ctx context.Context, q *db.Queries, tenantID, period string, a domain.Adjustment) error {
-	if !domain.CreditNeedsCheck(a.Amount) {
-		return nil
-	}
-	if err := q.LockPeriodCredits(ctx, db.LockPeriodCreditsParams{TenantID: tenantID, Period: period, Currency: a.Currency}); err != nil {
-		return fmt.Errorf("lock credits of %s %s: %w", period, a.Currency, err)
-	}
-	b, err := q.PeriodBalance(ctx, db.PeriodBalanceParams{TenantID: tenantID, Period: period, Currency: a.Currency})
-	if err != nil {
-		return fmt.Errorf("read balance of %s %s: %w", period, a.Currency, err)
-	}
-	return domain.CheckCredit(a.Amount, a.Currency, domain.Balance{Charged: b.Charged, Adjusted: b.Adjusted})
-}
-
 // CloseReply is the body of a period close.
 type CloseReply struct {
 	Period string `json:"period"`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/idempotency"
+	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/billing/internal/app"
 	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
@@ -219,5 +220,67 @@ func TestCreditAfterClose(t *testing.T) {
 	req.Actor = ""
 	if _, err := svc.ClosePeriod(context.Background(), req, "2026-02"); !errors.Is(err, app.ErrNoActor) {
 		t.Fatalf("close without actor: %v", err)
+	}
+}
+
+// Under graduated and volume pricing a charge has no amount of its own:
+// a credit is checked against the lines priced by their versions. A volume
+// line can fall as usage grows into a cheaper tier, so a credit is checked
+// against the least the line can come to: it stays covered whatever is
+// rated after it.
+func TestCreditsAgainstPricedLines(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+	dec := decimal.RequireFromString
+	upTo := func(s string) *decimal.Decimal { v := dec(s); return &v }
+	// Graduated: the first 10 free, then 1.00 each. Volume: 1.00 each up
+	// to 100, 0.50 each for every unit once past 100.
+	grad := &pricing.Pricing{Model: pricing.Graduated, Tiers: []pricing.Tier{
+		{UpTo: upTo("10"), UnitPrice: dec("0")}, {UnitPrice: dec("1")}}}
+	vol := &pricing.Pricing{Model: pricing.Volume, Tiers: []pricing.Tier{
+		{UpTo: upTo("100"), UnitPrice: dec("1")}, {UnitPrice: dec("0.5")}}}
+	use := func(meter, currency, qty string) []byte {
+		return bt.Usage{Tenant: "t1", Meter: meter, Currency: currency, Quantity: qty, OccurredAt: jan10}.Raw(t)
+	}
+	bt.Decide(t, pool, ib,
+		bt.Price{Tenant: "t1", Meter: "api_calls", Currency: "EUR", Version: 1, EffectiveAt: jan1, Pricing: grad}.Raw(t),
+		bt.Price{Tenant: "t1", Meter: "storage", Currency: "USD", Version: 1, EffectiveAt: jan1, Pricing: vol}.Raw(t),
+		use("api_calls", "EUR", "15"), use("storage", "USD", "100"))
+	jan := charges(t, svc, "t1", "2026-01")
+	if len(jan) != 2 {
+		t.Fatalf("charges = %s", bt.JSON(jan))
+	}
+	byCurrency := map[string]uuid.UUID{jan[0].Currency: jan[0].ChargeID, jan[1].Currency: jan[1].ChargeID}
+	const actor = "admin@t1.example"
+
+	// Graduated, 15 units: 5.00.
+	_, err := post(t, svc, "t1", byCurrency["EUR"], "-5.01", "EUR", actor)
+	wantCode(t, err, "credit_exceeds_charges")
+	if _, err := post(t, svc, "t1", byCurrency["EUR"], "-5", "EUR", actor); err != nil {
+		t.Fatalf("EUR credit of the graduated line: %v", err)
+	}
+	// Volume, 100 units: 100.00 today, but one more unit makes it 50.50:
+	// only what the line can never fall below is credited.
+	_, err = post(t, svc, "t1", byCurrency["USD"], "-50.01", "USD", actor)
+	wantCode(t, err, "credit_exceeds_charges")
+	if _, err := post(t, svc, "t1", byCurrency["USD"], "-50", "USD", actor); err != nil {
+		t.Fatalf("USD credit of the volume line's floor: %v", err)
+	}
+	bt.Decide(t, pool, ib, use("storage", "USD", "1"))
+	if _, err := post(t, svc, "t1", byCurrency["USD"], "-0.50", "USD", actor); err != nil {
+		t.Fatalf("USD credit of what 101 units leave: %v", err)
+	}
+	_, err = post(t, svc, "t1", byCurrency["USD"], "-0.01", "USD", actor)
+	wantCode(t, err, "credit_exceeds_charges")
+	est, err := svc.PeriodEstimate(context.Background(), "t1", "2026-01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The estimate counts the adjustments the close will; all were posted
+	// before it: the period is at exactly zero in both currencies.
+	if !est.Estimate["USD"].IsZero() || !est.Estimate["EUR"].IsZero() {
+		t.Fatalf("estimate %s, want USD 0 and EUR 0", bt.JSON(est))
 	}
 }

@@ -246,13 +246,13 @@ VALUES (@adjustment_id, @event_id, @tenant_id, @correction_of, @amount, @currenc
 -- as its own statement before PeriodBalance.
 SELECT pg_advisory_xact_lock(hashtextextended(@tenant_id::text || '|' || @period::text || '|' || @currency::text, 7366))::text;
 
--- name: PeriodBalance :one
--- What a tenant's period holds in one currency: the exact sum of its
--- charges and of its adjustments (before and after the close).
-SELECT COALESCE((SELECT sum(c.amount) FROM charge c
-                 WHERE c.tenant_id = @tenant_id AND c.period = @period AND c.currency = @currency), 0)::numeric AS charged,
-       COALESCE((SELECT sum(a.amount) FROM adjustment a
-                 WHERE a.tenant_id = @tenant_id AND a.period = @period AND a.currency = @currency), 0)::numeric AS adjusted;
+-- name: PeriodAdjusted :one
+-- The exact sum of a tenant's period's adjustments in one currency, posted
+-- before and after the close (a credit's balance; its charges are priced
+-- from PeriodLines).
+SELECT COALESCE(sum(a.amount), 0)::numeric AS adjusted
+FROM adjustment a
+WHERE a.tenant_id = @tenant_id AND a.period = @period AND a.currency = @currency;
 
 -- name: MarkPeriodClosing :exec
 -- Step 1 of a close, under the period's exclusive lock: from its commit on,

@@ -587,6 +587,28 @@ func (q *Queries) NonOpenPeriodsFrom(ctx context.Context, arg NonOpenPeriodsFrom
 	return items, nil
 }
 
+const periodAdjusted = `-- name: PeriodAdjusted :one
+SELECT COALESCE(sum(a.amount), 0)::numeric AS adjusted
+FROM adjustment a
+WHERE a.tenant_id = $1 AND a.period = $2 AND a.currency = $3
+`
+
+type PeriodAdjustedParams struct {
+	TenantID string
+	Period   string
+	Currency string
+}
+
+// The exact sum of a tenant's period's adjustments in one currency, posted
+// before and after the close (a credit's balance; its charges are priced
+// from PeriodLines).
+func (q *Queries) PeriodAdjusted(ctx context.Context, arg PeriodAdjustedParams) (decimal.Decimal, error) {
+	row := q.db.QueryRow(ctx, periodAdjusted, arg.TenantID, arg.Period, arg.Currency)
+	var adjusted decimal.Decimal
+	err := row.Scan(&adjusted)
+	return adjusted, err
+}
+
 const periodAdjustments = `-- name: PeriodAdjustments :many
 SELECT a.currency, sum(a.amount)::numeric AS amount
 FROM adjustment a
@@ -625,33 +647,6 @@ func (q *Queries) PeriodAdjustments(ctx context.Context, arg PeriodAdjustmentsPa
 		return nil, err
 	}
 	return items, nil
-}
-
-const periodBalance = `-- name: PeriodBalance :one
-SELECT COALESCE((SELECT sum(c.amount) FROM charge c
-                 WHERE c.tenant_id = $1 AND c.period = $2 AND c.currency = $3), 0)::numeric AS charged,
-       COALESCE((SELECT sum(a.amount) FROM adjustment a
-                 WHERE a.tenant_id = $1 AND a.period = $2 AND a.currency = $3), 0)::numeric AS adjusted
-`
-
-type PeriodBalanceParams struct {
-	TenantID string
-	Period   string
-	Currency string
-}
-
-type PeriodBalanceRow struct {
-	Charged  decimal.Decimal
-	Adjusted decimal.Decimal
-}
-
-// What a tenant's period holds in one currency: the exact sum of its
-// charges and of its adjustments (before and after the close).
-func (q *Queries) PeriodBalance(ctx context.Context, arg PeriodBalanceParams) (PeriodBalanceRow, error) {
-	row := q.db.QueryRow(ctx, periodBalance, arg.TenantID, arg.Period, arg.Currency)
-	var i PeriodBalanceRow
-	err := row.Scan(&i.Charged, &i.Adjusted)
-	return i, err
 }
 
 const periodLines = `-- name: PeriodLines :many
