@@ -104,6 +104,13 @@ func TestParseAdjustment(t *testing.T) {
 		{"lower-case currency", with(func(r *AdjustmentRequest) { r.Currency = "usd" }), "unknown_currency"},
 		{"unknown currency", with(func(r *AdjustmentRequest) { r.Currency = "XYZ" }), "unknown_currency"},
 		{"reason too long", with(func(r *AdjustmentRequest) { r.Reason = strings.Repeat("a", 501) }), "invalid_field"},
+		{"finer than a cent", with(func(r *AdjustmentRequest) { r.Amount = "-0.005" }), "amount_precision"},
+		{"whole cents with trailing zeros", with(func(r *AdjustmentRequest) { r.Amount = "-0.500" }), ""},
+		{"half a won", with(func(r *AdjustmentRequest) { r.Amount = "-0.5"; r.Currency = "KRW" }), "amount_precision"},
+		{"a fils", with(func(r *AdjustmentRequest) { r.Amount = "-0.001"; r.Currency = "BHD" }), ""},
+		{"gold", with(func(r *AdjustmentRequest) { r.Currency = "XAU" }), "currency_not_invoiceable"},
+		{"the testing code", with(func(r *AdjustmentRequest) { r.Currency = "XTS" }), "currency_not_invoiceable"},
+		{"withdrawn currency", with(func(r *AdjustmentRequest) { r.Currency = "HRK" }), "unknown_currency"},
 	} {
 		_, err := ParseAdjustment(tc.in)
 		if code := codeOf(err); code != tc.code {
@@ -118,5 +125,26 @@ func TestCheckAdjustment(t *testing.T) {
 	}
 	if code := codeOf(CheckAdjustment(Adjustment{Currency: "EUR"}, "USD")); code != "currency_mismatch" {
 		t.Fatalf("code = %q", code)
+	}
+}
+
+func TestCheckCredit(t *testing.T) {
+	d := decimal.RequireFromString
+	for _, tc := range []struct {
+		name, amount, charged, adjusted string
+		ok                              bool
+	}{
+		{"within the charges", "-0.40", "1", "0", true},
+		{"exactly the charges", "-1", "1", "0", true},
+		{"a cent over", "-1.01", "1", "0", false},
+		{"what earlier credits left", "-0.5", "1", "-0.5", true},
+		{"more than earlier credits left", "-0.51", "1", "-0.5", false},
+		{"a debit is never refused", "5", "0", "-1", true},
+		{"nothing charged", "-0.01", "0", "0", false},
+	} {
+		err := CheckCredit(d(tc.amount), "USD", Balance{Charged: d(tc.charged), Adjusted: d(tc.adjusted)})
+		if (err == nil) != tc.ok || (err != nil && codeOf(err) != "credit_exceeds_charges") {
+			t.Errorf("%s: err = %v, want ok=%v", tc.name, err, tc.ok)
+		}
 	}
 }
