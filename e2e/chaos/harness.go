@@ -19,6 +19,7 @@ import (
 	"github.com/usagebilling/billing/e2e/stack"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/money"
 	"github.com/usagebilling/billing/pkg/outbox"
 )
 
@@ -306,11 +307,18 @@ func (h *Harness) AdjustAndClose(ctx context.Context, ledger *Ledger, tenants []
 }
 
 // adjustEachCurrency posts an adjustment of amounts[currency] on the first
-// charge of each currency of the tenant's period.
+// charge of each currency of the tenant's period. A credit is cut to half
+// the period's charges of the currency (in whole minor units), so that it
+// never exceeds what it credits (credit_exceeds_charges), and skipped when
+// that is nothing.
 func (h *Harness) adjustEachCurrency(ctx context.Context, ledger *Ledger, tenant, period string, amounts map[string]decimal.Decimal, keyPrefix string) error {
 	charges, err := h.periodCharges(ctx, tenant, period)
 	if err != nil {
 		return err
+	}
+	charged := map[string]decimal.Decimal{}
+	for _, c := range charges {
+		charged[c.Currency] = charged[c.Currency].Add(c.Amount)
 	}
 	done := map[string]bool{}
 	for _, c := range charges {
@@ -319,6 +327,17 @@ func (h *Harness) adjustEachCurrency(ctx context.Context, ledger *Ledger, tenant
 			continue
 		}
 		done[c.Currency] = true
+		if amount.IsNegative() {
+			scale, err := money.Currency(c.Currency)
+			if err != nil {
+				return err
+			}
+			amount = decimal.Max(amount, charged[c.Currency].Div(decimal.NewFromInt(2)).Truncate(scale).Neg())
+			if !amount.IsNegative() {
+				h.Progress("%s %s: %s charges too small for a credit; none posted", tenant, period, c.Currency)
+				continue
+			}
+		}
 		body := map[string]string{"correctionOf": c.ChargeID, "amount": amount.String(), "currency": c.Currency, "reason": "chaos suite adjustment"}
 		resp, err := h.command(ctx, "billing", "/v1/tenants/"+tenant+"/adjustments", tenant, body,
 			fmt.Sprintf("%s-%s-%s-%s", keyPrefix, tenant, period, c.Currency), http.StatusCreated)
@@ -343,8 +362,9 @@ func (h *Harness) adjustEachCurrency(ctx context.Context, ledger *Ledger, tenant
 
 // listedCharge is a charge as billing lists it.
 type listedCharge struct {
-	ChargeID string `json:"chargeId"`
-	Currency string `json:"currency"`
+	ChargeID string          `json:"chargeId"`
+	Currency string          `json:"currency"`
+	Amount   decimal.Decimal `json:"amount"`
 }
 
 // periodCharges lists a tenant's charges of period, page by page (the
