@@ -134,7 +134,8 @@ func (b *browser) screenshot(name string) {
 // Redrive button with a reason leads to the outcome applied and the audit of
 // who asked, why and under which correlation id; the reconciliation page
 // shows the counts the operator API reports; the tenant page the summary;
-// after sign-out there is no data again.
+// the dead-letter and webhook pages load; after sign-out there is no data
+// again.
 func TestConsoleInBrowser(t *testing.T) {
 	chromium(t) // before the stack: a skip costs nothing
 	s := newStack(t)
@@ -275,6 +276,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("beta's usage count %s, want 1", n)
 	}
 	b.screenshot("6-tenant")
+
+	// The other pages answer from the real services: no dead letter, the
+	// invoice service's (empty) webhook intents.
+	b.open("/console/dead-letters", "#dead-letters")
+	b.open("/console/webhooks", "#intents")
+	b.screenshot("7-webhooks")
 
 	// Sign out: no data again.
 	b.submit("#sign-out", "#sign-in")
