@@ -113,12 +113,13 @@ func (c *Config) defaults() {
 // Result is what the run saw, beside what it expected, for a report.
 type Result struct {
 	Period   string
-	Prices   []Price      // as meter lists them after activation
-	Sent     []Sent       // per tenant
-	Charges  []ChargeSum  // per tenant and currency
-	Invoices []Invoice    // per tenant and currency
-	Summary  []Summary    // per tenant
-	Took     []StepTiming // how long each step took
+	Prices   []Price       // as meter lists them after activation
+	Sent     []Sent        // per tenant
+	Charges  []ChargeSum   // per tenant and currency
+	Invoices []Invoice     // per tenant and currency
+	Summary  []Summary     // per tenant
+	Models   *ModelsResult // the pricing-models step (a graduated price)
+	Took     []StepTiming  // how long each step took
 	// Mismatches lists every figure or answer that disagrees with what
 	// was sent; empty means the system billed exactly what it was given.
 	Mismatches []string
@@ -130,7 +131,8 @@ type Price struct {
 	PriceID     string          `json:"priceId"`
 	MeterCode   string          `json:"meterCode"`
 	Currency    string          `json:"currency"`
-	UnitPrice   decimal.Decimal `json:"unitPrice"`
+	Model       string          `json:"model"`
+	UnitPrice   decimal.Decimal `json:"unitPrice"` // under unit pricing
 	EffectiveAt time.Time       `json:"effectiveAt"`
 	Version     int64           `json:"version"`
 }
@@ -295,6 +297,7 @@ func Run(ctx context.Context, ep Endpoints, cfg Config) (*Result, error) {
 		{"adjust and close the period", r.adjustAndClose},
 		{"wait for invoices", r.waitInvoices},
 		{"wait for the query summary", r.checkSummary},
+		{"a graduated price, estimated and invoiced", r.pricingModels},
 	}
 	for _, s := range steps {
 		t := time.Now()

@@ -196,9 +196,13 @@ func report(res *scenario.Result) {
 	fmt.Printf("\nREPORT for billing period %s\n", res.Period)
 
 	w := section("Price versions (meter)")
-	fmt.Fprintln(w, "tenant\tmeter\tcurrency\tunit price\tversion\teffective at")
+	fmt.Fprintln(w, "tenant\tmeter\tcurrency\tunit price (model)\tversion\teffective at")
 	for _, p := range res.Prices {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", p.Tenant, p.MeterCode, p.Currency, p.UnitPrice, p.Version, p.EffectiveAt.UTC().Format(time.RFC3339))
+		price := p.UnitPrice.String()
+		if p.Model != "" && p.Model != "unit" {
+			price = "(" + p.Model + ")"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", p.Tenant, p.MeterCode, p.Currency, price, p.Version, p.EffectiveAt.UTC().Format(time.RFC3339))
 	}
 	w.Flush()
 
@@ -224,6 +228,14 @@ func report(res *scenario.Result) {
 			check(inv.Subtotal, inv.WantSubtotal), check(inv.Total, inv.WantTotal))
 	}
 	w.Flush()
+
+	if m := res.Models; m != nil {
+		w = section("A graduated price (meter, billing's estimate, invoice): 1,000 free, then 0.002 (+1.00), above 10,000 0.001")
+		fmt.Fprintln(w, "tenant\tmeter\tfacts\tquantity\testimate (open period)\tinvoice\tgraduated line\ttotal")
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\n", m.Tenant, m.Meter, m.Facts, m.Quantity, check(m.Estimate, m.WantEstimate),
+			m.InvoiceNumber, check(m.Line, m.WantLine), check(m.Total, m.WantTotal))
+		w.Flush()
+	}
 
 	w = section("Query summary (query)")
 	fmt.Fprintln(w, "tenant\tusage facts\tquantity by meter\tcharged\tadjusted\tinvoiced")
