@@ -292,6 +292,9 @@ type Charge struct {
 	Period       string          `json:"period"`
 	Late         bool            `json:"late"`
 	OccurredAt   time.Time       `json:"occurredAt"`
+	// Model is the price version's pricing model; under another than unit
+	// the charge shows no unitPrice and no amount (MarshalJSON).
+	Model string `json:"model"`
 }
 
 // ChargeFilter selects the charges of a list: a period, optionally one meter
@@ -327,6 +330,7 @@ func (s *Service) ListCharges(ctx context.Context, tenantID string, f ChargeFilt
 			ChargeID: c.ChargeID, EventID: c.EventID, UsageEventID: c.UsageEventID, UsageID: c.UsageID,
 			MeterCode: c.MeterCode, Currency: c.Currency, Quantity: c.Quantity, UnitPrice: c.UnitPrice,
 			PriceVersion: c.PriceVersion, Amount: c.Amount, Period: c.Period, Late: c.Late, OccurredAt: c.OccurredAt.UTC(),
+			Model: c.Model,
 		})
 	}
 	if f.MeterCode == "" {

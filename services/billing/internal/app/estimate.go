@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -80,4 +81,19 @@ func LineAmount(l db.PeriodLinesRow) (decimal.Decimal, error) {
 		return decimal.Decimal{}, fmt.Errorf("pricing of %s %s v%d: %w", l.MeterCode, l.Currency, l.PriceVersion, err)
 	}
 	return p.Amount(l.Quantity), nil
+}
+
+// MarshalJSON shows a charge as the charges API does (DESIGN.md section 7):
+// unitPrice and amount under unit pricing only; under the other models a
+// charge has none of its own (its version prices the line as a whole).
+func (c Charge) MarshalJSON() ([]byte, error) {
+	type plain Charge
+	if c.Model == "" || c.Model == pricing.Unit {
+		return json.Marshal(plain(c))
+	}
+	return json.Marshal(struct {
+		plain
+		UnitPrice *decimal.Decimal `json:"unitPrice,omitempty"`
+		Amount    *decimal.Decimal `json:"amount,omitempty"`
+	}{plain: plain(c)})
 }

@@ -2,6 +2,8 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/shopspring/decimal"
@@ -57,6 +59,22 @@ func TestOtherModelsAndThePeriodEstimate(t *testing.T) {
 	}
 	if n := bt.Count(t, pool, `SELECT count(*) FROM charge WHERE model <> 'unit' AND amount = 0 AND unit_price = 0`); n != 4 {
 		t.Fatalf("%d graduated and package charges without amount, want 4", n)
+	}
+
+	// The charges list shows amounts under unit pricing only.
+	charges, err := svc.ListCharges(ctx, "t1", app.ChargeFilter{Period: "2026-01"}, app.ChargePosition{}, 100)
+	if err != nil || len(charges) != 5 {
+		t.Fatalf("charges %d, %v", len(charges), err)
+	}
+	for _, c := range charges {
+		raw, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hasAmount := strings.Contains(string(raw), `"amount"`) && strings.Contains(string(raw), `"unitPrice"`)
+		if hasAmount != (c.Model == "unit") || !strings.Contains(string(raw), `"model":"`+c.Model+`"`) {
+			t.Errorf("charge of %s shown as %s", c.MeterCode, raw)
+		}
 	}
 
 	est, err := svc.PeriodEstimate(ctx, "t1", "2026-01")

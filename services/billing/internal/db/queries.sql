@@ -204,7 +204,7 @@ WHERE tenant_id = @tenant_id AND charge_id = @charge_id;
 -- One page of a period's charges in line order (meter, currency, price
 -- version, charge id), after the keyset position of the previous page.
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at
+       price_version, amount, period, late, occurred_at, model
 FROM charge
 WHERE tenant_id = @tenant_id AND period = @period
   AND (meter_code, currency, price_version, charge_id) >
@@ -217,7 +217,7 @@ LIMIT sqlc.arg(row_limit);
 -- behind one invoice line. The meter is an index equality, so a page costs
 -- the rows it returns.
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at
+       price_version, amount, period, late, occurred_at, model
 FROM charge
 WHERE tenant_id = @tenant_id AND period = @period AND meter_code = @meter_code
   AND (sqlc.narg(price_version)::bigint IS NULL OR price_version = sqlc.narg(price_version)::bigint)

@@ -245,7 +245,7 @@ func (q *Queries) InsertPriceEvidence(ctx context.Context, arg InsertPriceEviden
 
 const listCharges = `-- name: ListCharges :many
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at
+       price_version, amount, period, late, occurred_at, model
 FROM charge
 WHERE tenant_id = $1 AND period = $2
   AND (meter_code, currency, price_version, charge_id) >
@@ -278,6 +278,7 @@ type ListChargesRow struct {
 	Period       string
 	Late         bool
 	OccurredAt   time.Time
+	Model        string
 }
 
 // One page of a period's charges in line order (meter, currency, price
@@ -313,6 +314,7 @@ func (q *Queries) ListCharges(ctx context.Context, arg ListChargesParams) ([]Lis
 			&i.Period,
 			&i.Late,
 			&i.OccurredAt,
+			&i.Model,
 		); err != nil {
 			return nil, err
 		}
@@ -326,7 +328,7 @@ func (q *Queries) ListCharges(ctx context.Context, arg ListChargesParams) ([]Lis
 
 const listMeterCharges = `-- name: ListMeterCharges :many
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at
+       price_version, amount, period, late, occurred_at, model
 FROM charge
 WHERE tenant_id = $1 AND period = $2 AND meter_code = $3
   AND ($4::bigint IS NULL OR price_version = $4::bigint)
@@ -361,6 +363,7 @@ type ListMeterChargesRow struct {
 	Period       string
 	Late         bool
 	OccurredAt   time.Time
+	Model        string
 }
 
 // The same for one meter, and optionally one price version: the charges
@@ -398,6 +401,7 @@ func (q *Queries) ListMeterCharges(ctx context.Context, arg ListMeterChargesPara
 			&i.Period,
 			&i.Late,
 			&i.OccurredAt,
+			&i.Model,
 		); err != nil {
 			return nil, err
 		}
