@@ -95,11 +95,10 @@ type Fact struct {
 	Quantity      decimal.Decimal
 	OccurredAt    time.Time // set when first sent, kept for every retry
 
-	Accepted     bool
-	UsageID      string
-	EventID      string
-	PriceVersion int64
-	AcceptedAt   time.Time // when the client got the accepting answer
+	Accepted   bool
+	UsageID    string
+	EventID    string
+	AcceptedAt time.Time // when the client got the accepting answer
 	// LostAnswer is set when an attempt got no answer (a transport
 	// error), After503 when one was answered 503.
 	LostAnswer, After503 bool
@@ -127,11 +126,10 @@ type usageRequest struct {
 }
 
 type usageAnswer struct {
-	Status       int    `json:"status"`
-	UsageID      string `json:"usageId"`
-	EventID      string `json:"eventId"`
-	PriceVersion int64  `json:"priceVersion"`
-	Code         string `json:"code"`
+	Status  int    `json:"status"`
+	UsageID string `json:"usageId"`
+	EventID string `json:"eventId"`
+	Code    string `json:"code"`
 }
 
 // PriceRecord is a price version the run activated.
@@ -734,7 +732,7 @@ func (ld *Load) send(ctx context.Context, it item, giveUpAt time.Time, dups chan
 }
 
 func (ld *Load) accept(f *Fact, a usageAnswer, replay bool) {
-	f.Accepted, f.UsageID, f.EventID, f.PriceVersion, f.AcceptedAt = true, a.UsageID, a.EventID, a.PriceVersion, time.Now()
+	f.Accepted, f.UsageID, f.EventID, f.AcceptedAt = true, a.UsageID, a.EventID, time.Now()
 	ld.ledger.Stats.Accepted++
 	if replay {
 		f.Ambiguous = true

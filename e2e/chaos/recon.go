@@ -41,7 +41,7 @@ type Reconciliation struct {
 	// Counts of what was compared. InvoiceCharges are invoice's copies of
 	// the charges; InvoiceLines its lines of every kind.
 	Facts, Charges, Adjustments, InvoiceCharges, InvoiceLines, Invoices, Projected, Prices int
-	// ByVersion counts the usage facts by the price version that priced
+	// ByVersion counts the charges by the price version that priced
 	// them.
 	ByVersion map[int64]int
 }
@@ -303,9 +303,9 @@ func (rc *reconciler) usageFacts() {
 		switch {
 		case lf.Accepted && !ok:
 			r.lost(lf.EventID, "usage fact %s/%s was accepted (usage %s) but is not in usage's database", lf.Tenant, lf.SourceEventID, lf.UsageID)
-		case lf.Accepted && (f.UsageID != lf.UsageID || f.EventID != lf.EventID || f.PriceVersion != lf.PriceVersion):
-			r.mismatch(f.EventID, "usage fact %s/%s: database has usage %s event %s v%d, the client was answered usage %s event %s v%d",
-				lf.Tenant, lf.SourceEventID, f.UsageID, f.EventID, f.PriceVersion, lf.UsageID, lf.EventID, lf.PriceVersion)
+		case lf.Accepted && (f.UsageID != lf.UsageID || f.EventID != lf.EventID):
+			r.mismatch(f.EventID, "usage fact %s/%s: database has usage %s event %s, the client was answered usage %s event %s",
+				lf.Tenant, lf.SourceEventID, f.UsageID, f.EventID, lf.UsageID, lf.EventID)
 		}
 		if ok && (f.Meter != lf.Meter || !f.Quantity.Equal(lf.Quantity) || !f.OccurredAt.Equal(lf.OccurredAt) || f.SourceSystem != SourceSystem) {
 			r.mismatch(f.EventID, "usage fact %s/%s holds %s %s at %s, sent %s %s at %s", lf.Tenant, lf.SourceEventID,
@@ -313,7 +313,6 @@ func (rc *reconciler) usageFacts() {
 		}
 	}
 	for _, f := range rc.s.facts {
-		r.ByVersion[f.PriceVersion]++
 		lf, ok := sent[f.Tenant+"|"+f.SourceEventID]
 		switch {
 		case !ok:
@@ -321,12 +320,8 @@ func (rc *reconciler) usageFacts() {
 		case !lf.Accepted && !lf.Unresolved:
 			r.mismatch(f.EventID, "usage fact %s/%s is in usage's database, but its request was never answered as accepted", f.Tenant, f.SourceEventID)
 		}
-		p, ok := rc.priceAt(f.Tenant, f.Meter, f.Currency, f.OccurredAt)
-		if !ok {
+		if _, ok := rc.priceAt(f.Tenant, f.Meter, f.Currency, f.OccurredAt); !ok {
 			r.mismatch(f.EventID, "usage fact %s (%s at %s) has no %s price in effect in meter's table", f.UsageID, f.Meter, f.OccurredAt, f.Currency)
-		} else if p.Version != f.PriceVersion {
-			r.mismatch(f.EventID, "usage fact %s (%s at %s) priced by version %d; the version in effect then is %d (from %s)",
-				f.UsageID, f.Meter, f.OccurredAt.Format(time.RFC3339Nano), f.PriceVersion, p.Version, p.EffectiveAt.Format(time.RFC3339Nano))
 		}
 	}
 }
@@ -368,12 +363,18 @@ func (rc *reconciler) usageToCharges() {
 
 // chargeRatesFact checks one charge against the fact it rates.
 func (rc *reconciler) chargeRatesFact(c chargeRow, f factRow) {
+	rc.r.ByVersion[c.PriceVersion]++
 	p, ok := rc.priceVersion(c.Tenant, c.Meter, c.Currency, c.PriceVersion)
+	inEffect, known := rc.priceAt(f.Tenant, f.Meter, f.Currency, f.OccurredAt)
 	switch {
 	case c.Tenant != f.Tenant || c.UsageID != f.UsageID || c.Meter != f.Meter || c.Currency != f.Currency ||
-		!c.Quantity.Equal(f.Quantity) || c.PriceVersion != f.PriceVersion:
-		rc.r.mismatch(c.ChargeID, "charge %s of usage event %s: %s %s %s v%d, the fact: %s %s %s v%d", c.ChargeID, f.EventID,
-			c.Meter, c.Quantity, c.Currency, c.PriceVersion, f.Meter, f.Quantity, f.Currency, f.PriceVersion)
+		!c.Quantity.Equal(f.Quantity):
+		rc.r.mismatch(c.ChargeID, "charge %s of usage event %s: %s %s %s, the fact: %s %s %s", c.ChargeID, f.EventID,
+			c.Meter, c.Quantity, c.Currency, f.Meter, f.Quantity, f.Currency)
+	case known && c.PriceVersion != inEffect.Version:
+		rc.r.mismatch(c.ChargeID, "charge %s of usage %s (%s at %s) priced by version %d; the version in effect then is %d (from %s)",
+			c.ChargeID, f.UsageID, f.Meter, f.OccurredAt.Format(time.RFC3339Nano), c.PriceVersion, inEffect.Version,
+			inEffect.EffectiveAt.Format(time.RFC3339Nano))
 	case !ok || !c.UnitPrice.Equal(p.UnitPrice):
 		rc.r.mismatch(c.ChargeID, "charge %s at unit price %s, meter's %s v%d is %s", c.ChargeID, c.UnitPrice, c.Meter, c.PriceVersion, p.UnitPrice)
 	case !c.Amount.Equal(c.Quantity.Mul(c.UnitPrice)):

@@ -24,7 +24,6 @@ type (
 		Tenant, SourceSystem, SourceEventID, UsageID, EventID, Meter, Currency string
 		Quantity                                                               decimal.Decimal
 		OccurredAt                                                             time.Time
-		PriceVersion                                                           int64
 	}
 	chargeRow struct {
 		ChargeID, EventID, UsageEventID, UsageID, Tenant, Meter, Currency, Period string
@@ -170,12 +169,12 @@ func (s *snapshot) readEvidence(ctx context.Context, db map[string]*pgxpool.Pool
 func readFacts(ctx context.Context, pool *pgxpool.Pool, tenants []string) ([]factRow, error) {
 	return collect(ctx, pool, `
 		SELECT tenant_id, source_system, source_event_id, usage_id::text, event_id::text, meter_code, currency,
-		       quantity::text, occurred_at, price_version
+		       quantity::text, occurred_at
 		FROM usage_fact WHERE tenant_id = ANY($1)`, tenants,
 		func(row pgx.CollectableRow) (f factRow, err error) {
 			var q string
 			err = row.Scan(&f.Tenant, &f.SourceSystem, &f.SourceEventID, &f.UsageID, &f.EventID, &f.Meter, &f.Currency,
-				&q, &f.OccurredAt, &f.PriceVersion)
+				&q, &f.OccurredAt)
 			f.Quantity = dec(q)
 			return
 		})
