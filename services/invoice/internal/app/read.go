@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/invoice/internal/db"
 	"github.com/usagebilling/billing/services/invoice/internal/domain"
 )
@@ -154,12 +155,20 @@ func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow) ([]
 	for _, l := range live {
 		inv := &out[at[l.InvoiceID]]
 		quantity := l.Quantity
+		amount := l.Amount // unit: the charges' amounts
+		if l.Pricing != nil {
+			p, err := pricing.Parse(l.Pricing)
+			if err != nil {
+				return nil, fmt.Errorf("pricing of line %s: %w", domain.ChargeLineID(l.MeterCode, l.PriceVersion), err)
+			}
+			amount = p.Amount(l.Quantity) // the other models: the version's pricing over the quantity so far
+		}
 		inv.Lines = append(inv.Lines, Line{
 			LineID: domain.ChargeLineID(l.MeterCode, l.PriceVersion), Kind: domain.KindCharge,
 			MeterCode: l.MeterCode, PriceVersion: l.PriceVersion, Quantity: &quantity, ChargeCount: l.ChargeCount,
-			Amount: l.Amount,
+			Amount: amount,
 		})
-		inv.Subtotal = inv.Subtotal.Add(l.Amount)
+		inv.Subtotal = inv.Subtotal.Add(amount)
 	}
 	stored, err := q.ListStoredLines(ctx, ids)
 	if err != nil {

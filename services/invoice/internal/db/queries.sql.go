@@ -703,11 +703,15 @@ func (q *Queries) ListStoredLines(ctx context.Context, invoiceIds []uuid.UUID) (
 
 const liveChargeLines = `-- name: LiveChargeLines :many
 SELECT i.invoice_id, c.meter_code, c.price_version,
-       sum(c.quantity)::numeric AS quantity, count(*)::bigint AS charge_count, sum(c.amount)::numeric AS amount
+       sum(c.quantity)::numeric AS quantity, count(*)::bigint AS charge_count, sum(c.amount)::numeric AS amount,
+       vp.pricing
 FROM invoice i
 JOIN invoice_charge c ON c.tenant_id = i.tenant_id AND c.period = i.period AND c.currency = i.currency
+LEFT JOIN invoice_price_version vp
+       ON vp.tenant_id = c.tenant_id AND vp.currency = c.currency AND vp.meter_code = c.meter_code
+      AND vp.price_version = c.price_version
 WHERE i.invoice_id = ANY($1::uuid[]) AND i.status = 'open'
-GROUP BY i.invoice_id, c.meter_code, c.price_version, c.unit_price
+GROUP BY i.invoice_id, c.meter_code, c.price_version, c.unit_price, vp.pricing
 ORDER BY i.invoice_id, c.meter_code, c.price_version, c.unit_price
 `
 
@@ -718,10 +722,13 @@ type LiveChargeLinesRow struct {
 	Quantity     decimal.Decimal
 	ChargeCount  int64
 	Amount       decimal.Decimal
+	Pricing      []byte
 }
 
 // LiveChargeLines computes the charge lines of the open invoices among the
 // given ones from their charges, as the close would materialise them.
+// A version under another model than unit comes with its pricing (NULL:
+// unit), which prices the line's quantity.
 func (q *Queries) LiveChargeLines(ctx context.Context, invoiceIds []uuid.UUID) ([]LiveChargeLinesRow, error) {
 	rows, err := q.db.Query(ctx, liveChargeLines, invoiceIds)
 	if err != nil {
@@ -738,6 +745,7 @@ func (q *Queries) LiveChargeLines(ctx context.Context, invoiceIds []uuid.UUID) (
 			&i.Quantity,
 			&i.ChargeCount,
 			&i.Amount,
+			&i.Pricing,
 		); err != nil {
 			return nil, err
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
 	"github.com/usagebilling/billing/services/invoice/migrations"
@@ -110,6 +111,31 @@ func (p *Period) ChargeOf(currency, meter string, version int64, quantity, unitP
 		s := set(p.chargeIDs, currency)
 		s.Add(e.EventID)
 		t.Charges, t.ChargeAmount, t.ChargeDigest = t.Charges+1, t.ChargeAmount.Add(q.Mul(u)), s.String()
+		if t.AdjustmentDigest == "" {
+			t.AdjustmentDigest = "0"
+		}
+		p.tallies[currency] = t
+	}
+	return e
+}
+
+// ChargePriced builds a ChargeRated of quantity in currency for meter at a
+// price version under another model than unit: no amount of its own, the
+// version's pricing carried. Before Close it counts towards the close
+// (with amount 0).
+func (p *Period) ChargePriced(currency, meter string, version int64, quantity string, pr pricing.Pricing) envelope.Envelope {
+	p.t.Helper()
+	chargeID := uuid.New()
+	e := p.build(events.TypeChargeRated, events.AggregateCharge, chargeID.String(), events.ChargeRated{
+		ChargeID: chargeID, UsageEventID: uuid.New(), UsageID: uuid.New(), MeterCode: meter,
+		Currency: currency, Quantity: D(quantity), PriceVersion: version, Period: p.Period, OccurredAt: time.Now().UTC(),
+		Model: pr.Model, Pricing: &pr,
+	})
+	if !p.closed {
+		t := p.tallies[currency]
+		s := set(p.chargeIDs, currency)
+		s.Add(e.EventID)
+		t.Charges, t.ChargeDigest = t.Charges+1, s.String()
 		if t.AdjustmentDigest == "" {
 			t.AdjustmentDigest = "0"
 		}
