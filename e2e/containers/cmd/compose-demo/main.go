@@ -24,6 +24,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/usagebilling/billing/e2e/scenario"
 )
 
@@ -184,10 +186,25 @@ func report(res *scenario.Result) {
 	w.Flush()
 
 	w = section("Summary (query)")
-	fmt.Fprintln(w, "tenant\tusage facts\tcharged\tinvoiced")
+	fmt.Fprintln(w, "tenant\tusage facts\tcharged\tadjusted\tinvoiced")
 	for _, s := range res.Summary {
-		fmt.Fprintf(w, "%s\t%d %s\t%v\t%v\n", s.Tenant, s.UsageCount, mark(s.UsageCount == s.WantUsageCount, fmt.Sprint(s.WantUsageCount)),
-			s.Charged, s.Invoiced)
+		fmt.Fprintf(w, "%s\t%d %s\t%s\t%s\t%s\n", s.Tenant, s.UsageCount, mark(s.UsageCount == s.WantUsageCount, fmt.Sprint(s.WantUsageCount)),
+			amounts(s.Charged, s.WantCharged), amounts(s.Adjusted, s.WantAdjusted), amounts(s.Invoiced, s.WantInvoiced))
 	}
 	w.Flush()
+}
+
+// amounts prints per-currency amounts, each marked against the expected one.
+func amounts(got, want map[string]decimal.Decimal) string {
+	var parts []string
+	for _, cur := range slices.Sorted(maps.Keys(want)) {
+		g, ok := got[cur]
+		parts = append(parts, fmt.Sprintf("%s %s %s", cur, g, mark(ok && g.Equal(want[cur]), want[cur].String())))
+	}
+	for cur, g := range got {
+		if _, ok := want[cur]; !ok {
+			parts = append(parts, fmt.Sprintf("%s %s WANT none", cur, g))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
