@@ -39,6 +39,7 @@ const (
 	TypeChargeRated             = "ChargeRated"
 	TypeAdjustmentPosted        = "AdjustmentPosted"
 	TypeBillingPeriodClosed     = "BillingPeriodClosed"
+	TypeBillingPeriodEnded      = "BillingPeriodEnded"
 	TypeInvoiceIssued           = "InvoiceIssued"
 	TypeInvoiceCorrectionIssued = "InvoiceCorrectionIssued"
 	TypeEventQuarantined        = "EventQuarantined"
@@ -70,6 +71,11 @@ const (
 	// AggregateBillingPeriod is one tenant's billing period; id = "2026-11";
 	// its one event is BillingPeriodClosed, version 1: a period closes once.
 	AggregateBillingPeriod = "billing_period"
+	// AggregateBillingPeriodEnd is the end of one tenant's billing period
+	// (its grace began); id = "2026-11"; its one event is
+	// BillingPeriodEnded, version 1. Apart from billing_period so that it
+	// orders nothing: a close may come before or after it.
+	AggregateBillingPeriodEnd = "billing_period_end"
 	// AggregateInvoice is one invoice; version 1 is InvoiceIssued, each
 	// InvoiceCorrectionIssued the next version.
 	AggregateInvoice = "invoice"
@@ -288,6 +294,24 @@ type BillingPeriodClosed struct {
 	Actor string `json:"actor,omitempty"`
 }
 
+// BillingPeriodEnded: a tenant's period ended (its last instant passed in
+// the period's time zone) and is in its grace period until ClosesAt, when
+// billing closes it unless it was closed before (decision 0014). Invoices of
+// the period are draft from it until the close issues them. A few hundred
+// bytes.
+type BillingPeriodEnded struct {
+	Period   string    `json:"period"`
+	TimeZone string    `json:"timeZone"`
+	EndedAt  time.Time `json:"endedAt"`
+	ClosesAt time.Time `json:"closesAt"`
+}
+
+// Validate checks the payload's own rules.
+func (p BillingPeriodEnded) Validate() error {
+	return first(periodOK(p.Period), need(p.TimeZone != "", "timeZone"), need(!p.EndedAt.IsZero(), "endedAt"),
+		need(!p.ClosesAt.Before(p.EndedAt), "closesAt"))
+}
+
 // CloseTally is what a close counted in one currency.
 type CloseTally struct {
 	Charges          int64           `json:"charges"`
@@ -434,6 +458,7 @@ func Register(r *envelope.Registry) {
 	envelope.Register[ChargeRated](r, TypeChargeRated, 1)
 	envelope.Register[AdjustmentPosted](r, TypeAdjustmentPosted, 1)
 	envelope.Register[BillingPeriodClosed](r, TypeBillingPeriodClosed, 1)
+	envelope.Register[BillingPeriodEnded](r, TypeBillingPeriodEnded, 1)
 	envelope.Register[InvoiceIssued](r, TypeInvoiceIssued, 1)
 	envelope.Register[InvoiceCorrectionIssued](r, TypeInvoiceCorrectionIssued, 1)
 	envelope.Register[EventQuarantined](r, TypeEventQuarantined, 1)

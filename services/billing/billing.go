@@ -6,6 +6,11 @@ package billing
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/go-chi/chi/v5"
 
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/service"
@@ -31,11 +36,37 @@ var Spec = service.Spec{
 // Build assembles billing from its dependencies.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	svc := app.New(d.Pool, d.Logger)
+	interval, err := schedulerInterval()
+	if err != nil {
+		return service.Parts{}, err
+	}
+	api := httpapi.New(svc, d.Logger)
 	return service.Parts{
-		Routes:         httpapi.New(svc, d.Logger).Routes,
+		Routes: func(r chi.Router) {
+			api.Routes(r)
+			api.PeriodRoutes(r)
+		},
+		// The close scheduler (decision 0014): closes the periods whose end
+		// plus grace has passed, on every instance (safe: see
+		// app.CloseDuePeriods).
+		Work:           func(ctx context.Context) error { return svc.RunScheduler(ctx, interval) },
 		Topics:         app.Topics,
 		Handlers:       svc.Handlers(),
 		BatchHandlers:  svc.BatchHandlers(),
 		Reconciliation: svc.Reconciliation(),
 	}, nil
+}
+
+// schedulerInterval is BILLING_CLOSE_INTERVAL (a Go duration, default 10s,
+// at least 100ms): how often each instance looks for periods to close.
+func schedulerInterval() (time.Duration, error) {
+	v := os.Getenv("BILLING_CLOSE_INTERVAL")
+	if v == "" {
+		return 10 * time.Second, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 100*time.Millisecond {
+		return 0, fmt.Errorf("BILLING_CLOSE_INTERVAL=%q: want a duration of at least 100ms such as 10s", v)
+	}
+	return d, nil
 }

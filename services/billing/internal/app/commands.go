@@ -169,6 +169,13 @@ func (s *Service) ClosePeriod(ctx context.Context, r Request, period string) (Re
 	if err := r.checkActor(); err != nil {
 		return Reply{}, err
 	}
+	current, err := s.CurrentPeriod(ctx, r.TenantID)
+	if err != nil {
+		return Reply{}, err
+	}
+	if err := domain.CheckBegun(period, current); err != nil {
+		return Reply{}, err
+	}
 	replay, err := s.markClosing(ctx, r, period)
 	if err != nil || replay != nil {
 		return derefReply(replay), err

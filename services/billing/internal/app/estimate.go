@@ -10,6 +10,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/billing/internal/db"
+	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
 
 // Estimate is the running cost of a tenant's period so far: per currency,
@@ -19,11 +20,12 @@ import (
 // its total once, at issue.
 type Estimate struct {
 	Period string `json:"period"`
-	// Status is open, closing or closed (what billing has today).
+	// Status is open (not ended), grace (ended in the tenant's zone, not
+	// closed yet: its usage is still rated into it), closing or closed.
 	Status string `json:"status"`
-	// ClosesAt is when the period closes by itself: null, as periods close
-	// only by an explicit close today (automatic close at period end plus a
-	// grace period is planned, and will set it).
+	// ClosesAt is when the period closes by itself (its end in the tenant's
+	// zone plus its grace period, decision 0014) while it is open or in
+	// grace; null once its close has begun.
 	ClosesAt *time.Time                 `json:"closesAt"`
 	Estimate map[string]decimal.Decimal `json:"estimate"`
 }
@@ -42,8 +44,19 @@ func (s *Service) PeriodEstimate(ctx context.Context, tenantID, period string) (
 		return Estimate{}, fmt.Errorf("snapshot: %w", err)
 	}
 	q := db.New(tx)
-	if out.Status, err = q.PeriodStatus(ctx, db.PeriodStatusParams{TenantID: tenantID, Period: period}); err != nil {
+	stored, err := q.PeriodStatus(ctx, db.PeriodStatusParams{TenantID: tenantID, Period: period})
+	if err != nil {
 		return Estimate{}, fmt.Errorf("read period status: %w", err)
+	}
+	cals, err := calendars(ctx, tx, tenantID)
+	if err != nil {
+		return Estimate{}, err
+	}
+	cal := cals[tenantID]
+	out.Status = cal.Status(period, stored, s.now())
+	if out.Status == domain.StatusOpen || out.Status == domain.StatusGrace {
+		at := cal.ClosesAt(period)
+		out.ClosesAt = &at
 	}
 	lines, err := q.PeriodLines(ctx, db.PeriodLinesParams{TenantID: tenantID, Period: period})
 	if err != nil {

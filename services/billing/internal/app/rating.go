@@ -180,6 +180,10 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 		EventIds: make([]uuid.UUID, n), UsageEventIds: make([]uuid.UUID, n), UsageIds: make([]uuid.UUID, n),
 		Quantities: make([]decimal.Decimal, n), OccurredAts: make([]time.Time, n),
 	}
+	periods, err := s.occurrencePeriods(ctx, tx, ds, us)
+	if err != nil {
+		return nil, err
+	}
 	for i, d := range ds {
 		u := us[i]
 		in := &d.Envelope
@@ -196,7 +200,7 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 			return nil, fmt.Errorf("new event id: %w", err)
 		}
 		arg.TenantIds[i], arg.MeterCodes[i], arg.Currencies[i] = in.TenantID, u.MeterCode, u.Currency
-		arg.Periods[i], arg.ChargeIds[i] = events.Period(u.OccurredAt), chargeID
+		arg.Periods[i], arg.ChargeIds[i] = periods[i], chargeID
 		arg.EventIds[i], arg.UsageEventIds[i], arg.UsageIds[i] = eventID, in.EventID, u.UsageID
 		arg.Quantities[i], arg.OccurredAts[i] = u.Quantity, u.OccurredAt
 	}
@@ -373,7 +377,10 @@ func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.De
 	if err != nil {
 		return inbox.Outcome{}, fmt.Errorf("new event id: %w", err)
 	}
-	occurred := events.Period(u.OccurredAt)
+	occurred, err := s.occurrencePeriod(ctx, tx, in.TenantID, u.OccurredAt)
+	if err != nil {
+		return inbox.Outcome{}, err
+	}
 	period, late := occurred, false
 	for attempt := 1; ; attempt++ {
 		row, err := db.RateUsageLocked(ctx, tx, db.RateUsageParams{

@@ -56,6 +56,14 @@ type Charge struct {
 	Model        string
 }
 
+type PeriodEnded struct {
+	TenantID string
+	Period   string
+	EndedAt  time.Time
+	ClosesAt time.Time
+	EventID  uuid.UUID
+}
+
 type PriceEvidence struct {
 	TenantID     string
 	MeterCode    string
@@ -78,4 +86,13 @@ type PriceSchedule struct {
 	Currency     string
 	KnownThrough time.Time
 	UpdatedAt    time.Time
+}
+
+type TenantSetting struct {
+	TenantID      string
+	EffectiveFrom string
+	TimeZone      string
+	GraceSeconds  int64
+	Actor         string
+	UpdatedAt     time.Time
 }

@@ -351,3 +351,56 @@ FROM adjustment
 WHERE tenant_id = @tenant_id AND period = @period AND event_id > @after
 ORDER BY event_id
 LIMIT @row_limit;
+
+-- name: TenantSettings :many
+-- The period settings rows of the given tenants (decision 0014).
+SELECT tenant_id, effective_from, time_zone, grace_seconds
+FROM tenant_settings
+WHERE tenant_id = ANY(@tenant_ids::text[])
+ORDER BY tenant_id, effective_from;
+
+-- name: LockTenantSettings :exec
+-- A tenant's settings changes are made one at a time.
+SELECT pg_advisory_xact_lock(hashtextextended(@tenant_id::text, 7367))::text;
+
+-- name: PutTenantSettings :exec
+-- The settings of a tenant from a period not yet begun on: replaces a row
+-- already set for that period.
+INSERT INTO tenant_settings (tenant_id, effective_from, time_zone, grace_seconds, actor)
+VALUES (@tenant_id, @effective_from, @time_zone, @grace_seconds, @actor)
+ON CONFLICT (tenant_id, effective_from) DO UPDATE
+    SET time_zone = EXCLUDED.time_zone, grace_seconds = EXCLUDED.grace_seconds, actor = EXCLUDED.actor,
+        updated_at = now();
+
+-- name: UnclosedPeriods :many
+-- The close scheduler's candidates: every (tenant, period) with charges
+-- that is not closed, found by a skip scan of charge_line_order (one index
+-- probe per distinct pair, whatever the number of charges), and the
+-- periods a close left closing; with whether BillingPeriodEnded was
+-- published for them.
+WITH RECURSIVE pairs AS (
+    (SELECT c.tenant_id, c.period FROM charge c ORDER BY c.tenant_id, c.period LIMIT 1)
+    UNION ALL
+    SELECT n.tenant_id, n.period
+    FROM pairs p, LATERAL (
+        SELECT c.tenant_id, c.period FROM charge c
+        WHERE (c.tenant_id, c.period) > (p.tenant_id, p.period)
+        ORDER BY c.tenant_id, c.period
+        LIMIT 1) n
+), candidates AS (
+    SELECT p.tenant_id, p.period FROM pairs p
+    UNION
+    SELECT b.tenant_id, b.period FROM billing_period b WHERE b.status = 'closing'
+)
+SELECT c.tenant_id::text AS tenant_id, c.period::text AS period,
+       EXISTS (SELECT 1 FROM period_ended e WHERE e.tenant_id = c.tenant_id AND e.period = c.period)::boolean AS ended
+FROM candidates c
+WHERE NOT EXISTS (SELECT 1 FROM billing_period b
+                  WHERE b.tenant_id = c.tenant_id AND b.period = c.period AND b.status = 'closed')
+ORDER BY c.tenant_id, c.period;
+
+-- name: InsertPeriodEnded :execrows
+-- Records that a period went into grace; 0 when it already was.
+INSERT INTO period_ended (tenant_id, period, ended_at, closes_at, event_id)
+VALUES (@tenant_id, @period, @ended_at, @closes_at, @event_id)
+ON CONFLICT DO NOTHING;

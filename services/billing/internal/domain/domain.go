@@ -87,16 +87,27 @@ func ParsePeriod(s string) (string, error) {
 }
 
 // ClosablePeriod checks that period can be closed at now: a valid month that
-// has begun (the current month may be closed early; a future one not).
+// has begun in some time zone (UTC+14 is the most ahead); whether it has
+// begun in the tenant's own zone is CheckBegun's (the current month may be
+// closed early; a future one not).
 func ClosablePeriod(s string, now time.Time) (string, error) {
 	p, err := ParsePeriod(s)
 	if err != nil {
 		return "", err
 	}
-	if p > events.Period(now) {
+	if p > events.Period(now.Add(14*time.Hour)) {
 		return "", errorf(Unprocessable, "period_in_future", "period %s has not begun yet", p)
 	}
 	return p, nil
+}
+
+// CheckBegun refuses a period after current, the tenant's period in
+// progress (period_in_future).
+func CheckBegun(period, current string) error {
+	if period > current {
+		return errorf(Unprocessable, "period_in_future", "period %s has not begun yet (the tenant's period in progress is %s)", period, current)
+	}
+	return nil
 }
 
 // MaxReasonLength is the longest adjustment reason, in characters.

@@ -1,0 +1,276 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/idempotency"
+	"github.com/usagebilling/billing/pkg/outbox"
+	"github.com/usagebilling/billing/services/billing/internal/db"
+	"github.com/usagebilling/billing/services/billing/internal/domain"
+)
+
+// SchedulerActor is the actor the close scheduler records on the periods it
+// closes (decision 0010: every close records one).
+const SchedulerActor = "system:scheduler"
+
+// SetClock replaces the service's clock (tests drive time with it).
+func (s *Service) SetClock(now func() time.Time) { s.now = now }
+
+// Calendars are the period calendars of some tenants (decision 0014).
+type Calendars map[string]domain.Calendar
+
+// Period is the period of instant t for tenant: the month of t in the
+// tenant's zone of that period.
+func (c Calendars) Period(tenantID string, t time.Time) string { return c[tenantID].PeriodOf(t) }
+
+// calendars reads the settings of the tenants named and returns their
+// calendars (a tenant without settings has the default one).
+func calendars(ctx context.Context, q db.DBTX, tenantIDs ...string) (Calendars, error) {
+	rows, err := db.New(q).TenantSettings(ctx, tenantIDs)
+	if err != nil {
+		return nil, fmt.Errorf("read tenant settings: %w", err)
+	}
+	by := map[string][]domain.Settings{}
+	for _, r := range rows {
+		st, err := domain.NewSettings(r.EffectiveFrom, r.TimeZone, time.Duration(r.GraceSeconds)*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("%w: settings of %s from %s: %v", ErrInternal, r.TenantID, r.EffectiveFrom, err)
+		}
+		by[r.TenantID] = append(by[r.TenantID], st)
+	}
+	out := make(Calendars, len(tenantIDs))
+	for _, t := range tenantIDs {
+		out[t] = domain.NewCalendar(by[t])
+	}
+	return out, nil
+}
+
+// TenantCalendars reads the calendars of the tenants of some usage events
+// (tenantIDs may repeat): rating takes each fact's period from them.
+func (s *Service) TenantCalendars(ctx context.Context, q db.DBTX, tenantIDs []string) (Calendars, error) {
+	seen := map[string]bool{}
+	var ids []string
+	for _, t := range tenantIDs {
+		if !seen[t] {
+			seen[t] = true
+			ids = append(ids, t)
+		}
+	}
+	return calendars(ctx, q, ids...)
+}
+
+// CurrentPeriod is the tenant's period in progress now.
+func (s *Service) CurrentPeriod(ctx context.Context, tenantID string) (string, error) {
+	cals, err := calendars(ctx, s.pool, tenantID)
+	if err != nil {
+		return "", err
+	}
+	return cals.Period(tenantID, s.now()), nil
+}
+
+// SettingsReply is the body of PUT .../settings: the settings and the first
+// period they apply to.
+type SettingsReply struct {
+	TimeZone      string `json:"timeZone"`
+	GracePeriod   string `json:"gracePeriod"`
+	EffectiveFrom string `json:"effectiveFrom"`
+}
+
+// PutSettings sets a tenant's period settings for the periods not yet
+// begun: from the period after the one in progress SettingsLead from now
+// (so a period keeps the zone and grace it began with, and no fact already
+// rated belongs to a period they change). A second change before that
+// period begins replaces the first. Idempotent by key; records the actor.
+func (s *Service) PutSettings(ctx context.Context, r Request, st domain.Settings) (Reply, error) {
+	if err := r.checkActor(); err != nil {
+		return Reply{}, err
+	}
+	var reply Reply
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		sc := scope("settings", r.TenantID)
+		prev, err := idempotency.Claim(ctx, tx, sc, r.IdempotencyKey, r.RequestHash)
+		if err != nil {
+			return err
+		}
+		if prev != nil && prev.Status != 0 {
+			reply = Reply{Status: prev.Status, Body: prev.Body, Replayed: true}
+			return nil
+		}
+		q := db.New(tx)
+		if err := q.LockTenantSettings(ctx, r.TenantID); err != nil {
+			return fmt.Errorf("lock settings of %s: %w", r.TenantID, err)
+		}
+		cals, err := calendars(ctx, tx, r.TenantID)
+		if err != nil {
+			return err
+		}
+		from := cals[r.TenantID].FirstChangeable(s.now())
+		err = q.PutTenantSettings(ctx, db.PutTenantSettingsParams{
+			TenantID: r.TenantID, EffectiveFrom: from, TimeZone: st.TimeZone,
+			GraceSeconds: int64(st.Grace / time.Second), Actor: r.Actor,
+		})
+		if err != nil {
+			return fmt.Errorf("put settings of %s: %w", r.TenantID, err)
+		}
+		body, err := json.Marshal(SettingsReply{TimeZone: st.TimeZone, GracePeriod: domain.FormatDuration(st.Grace), EffectiveFrom: from})
+		if err != nil {
+			return fmt.Errorf("encode reply: %w", err)
+		}
+		reply = Reply{Status: http.StatusOK, Body: body}
+		return idempotency.Save(ctx, tx, sc, r.IdempotencyKey, reply.Status, body)
+	})
+	if err != nil {
+		return Reply{}, err
+	}
+	return reply, nil
+}
+
+// SchedulerRun is what one pass of the close scheduler did.
+type SchedulerRun struct {
+	Ended  []string // "tenant/period" whose BillingPeriodEnded this pass appended
+	Closed []string // "tenant/period" this pass closed (or finished closing)
+}
+
+// CloseDuePeriods is one pass of the close scheduler: of the periods with
+// charges that are not closed (and those a close left closing), it closes
+// each whose end plus grace has passed, through the same code path as the
+// HTTP close (ClosePeriod, actor SchedulerActor, Idempotency-Key
+// "scheduler/<period>"), and appends BillingPeriodEnded once for each that
+// has ended but is still in grace. Safe with any number of instances at
+// once: a close takes the period's exclusive lock and closes a period once
+// (a second close of it publishes nothing), and BillingPeriodEnded is
+// appended with its period_ended row, whose key lets only one in.
+func (s *Service) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
+	var run SchedulerRun
+	q := db.New(s.pool)
+	cands, err := q.UnclosedPeriods(ctx)
+	if err != nil {
+		return run, fmt.Errorf("find unclosed periods: %w", err)
+	}
+	if len(cands) == 0 {
+		return run, nil
+	}
+	tenants := make([]string, len(cands))
+	for i, c := range cands {
+		tenants[i] = c.TenantID
+	}
+	cals, err := s.TenantCalendars(ctx, s.pool, tenants)
+	if err != nil {
+		return run, err
+	}
+	now := s.now()
+	for _, c := range cands {
+		if err := ctx.Err(); err != nil {
+			return run, err
+		}
+		cal := cals[c.TenantID]
+		name := c.TenantID + "/" + c.Period
+		switch {
+		case !now.Before(cal.ClosesAt(c.Period)):
+			path := fmt.Sprintf("/v1/tenants/%s/periods/%s/close", c.TenantID, c.Period)
+			_, err := s.ClosePeriod(ctx, Request{
+				TenantID: c.TenantID, IdempotencyKey: "scheduler/" + c.Period, Actor: SchedulerActor,
+				RequestHash: idempotency.RequestHash("SCHEDULE", path, nil), CorrelationID: "scheduler-" + c.Period,
+			}, c.Period)
+			if err != nil {
+				return run, fmt.Errorf("close %s: %w", name, err)
+			}
+			run.Closed = append(run.Closed, name)
+		case !c.Ended && !now.Before(cal.End(c.Period)):
+			appended, err := s.periodEnded(ctx, c.TenantID, c.Period, cal)
+			if err != nil {
+				return run, fmt.Errorf("end %s: %w", name, err)
+			}
+			if appended {
+				run.Ended = append(run.Ended, name)
+			}
+		}
+	}
+	return run, nil
+}
+
+// periodEnded records that a period went into grace and appends
+// BillingPeriodEnded, once: false when it was recorded before.
+func (s *Service) periodEnded(ctx context.Context, tenantID, period string, cal domain.Calendar) (bool, error) {
+	ended := events.BillingPeriodEnded{
+		Period: period, TimeZone: cal.Settings(period).TimeZone, EndedAt: cal.End(period), ClosesAt: cal.ClosesAt(period),
+	}
+	env, err := newEvent(events.TypeBillingPeriodEnded, tenantID, events.AggregateBillingPeriodEnd, period,
+		s.now().UTC(), "scheduler-"+period, nil, ended)
+	if err != nil {
+		return false, err
+	}
+	var appended bool
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		n, err := db.New(tx).InsertPeriodEnded(ctx, db.InsertPeriodEndedParams{
+			TenantID: tenantID, Period: period, EndedAt: ended.EndedAt, ClosesAt: ended.ClosesAt, EventID: env.EventID,
+		})
+		if err != nil {
+			return fmt.Errorf("record period end: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		appended = true
+		return outbox.Append(ctx, tx, events.TopicBilling, env)
+	})
+	return appended, err
+}
+
+// RunScheduler runs CloseDuePeriods every interval until ctx ends. A failed
+// pass is logged and retried at the next tick.
+func (s *Service) RunScheduler(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		run, err := s.CloseDuePeriods(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			s.log.WarnContext(ctx, "close scheduler pass failed", "err", err)
+		case len(run.Closed)+len(run.Ended) > 0:
+			s.log.InfoContext(ctx, "close scheduler", "closed", run.Closed, "ended", run.Ended)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// occurrencePeriods are the periods the usage facts us occurred in, each in
+// its tenant's calendar (rating's one read of the settings per batch).
+func (s *Service) occurrencePeriods(ctx context.Context, q db.DBTX, ds []*envelope.Decoded, us []events.UsageAccepted) ([]string, error) {
+	tenants := make([]string, len(ds))
+	for i, d := range ds {
+		tenants[i] = d.Envelope.TenantID
+	}
+	cals, err := s.TenantCalendars(ctx, q, tenants)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(us))
+	for i, u := range us {
+		out[i] = cals.Period(tenants[i], u.OccurredAt)
+	}
+	return out, nil
+}
+
+// occurrencePeriod is the period a tenant's fact that occurred at t belongs to.
+func (s *Service) occurrencePeriod(ctx context.Context, q db.DBTX, tenantID string, t time.Time) (string, error) {
+	cals, err := calendars(ctx, q, tenantID)
+	if err != nil {
+		return "", err
+	}
+	return cals.Period(tenantID, t), nil
+}

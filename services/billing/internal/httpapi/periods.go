@@ -1,0 +1,72 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/usagebilling/billing/pkg/httpx"
+	"github.com/usagebilling/billing/pkg/idempotency"
+	"github.com/usagebilling/billing/services/billing/internal/app"
+	"github.com/usagebilling/billing/services/billing/internal/domain"
+)
+
+// PeriodRoutes mounts the period lifecycle's endpoints (decision 0014):
+// PUT /v1/tenants/{tenantId}/settings.
+func (a *API) PeriodRoutes(r chi.Router) {
+	r.Put("/v1/tenants/{tenantId}/settings", a.putSettings)
+}
+
+// settingsBody is the request of PUT .../settings; an absent field takes its
+// default (UTC, PT1H): the request replaces the settings.
+type settingsBody struct {
+	TimeZone    *string `json:"timeZone"`
+	GracePeriod *string `json:"gracePeriod"`
+}
+
+// putSettings: PUT /v1/tenants/{tenantId}/settings (Idempotency-Key)
+// {timeZone, gracePeriod} -> 200 {timeZone, gracePeriod, effectiveFrom}: the
+// settings of the periods not yet begun, from effectiveFrom on. Problems:
+// invalid_time_zone, invalid_grace_period (400), grace_period_out_of_range
+// (422).
+func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
+	tenant, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	key, p := idempotencyKey(r)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	body, p := readBody(w, r)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	var in settingsBody
+	if p := httpx.DecodeJSON(w, requestWith(r, body), &in, maxBody); p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	st, err := domain.ParseSettings(domain.SettingsRequest{TimeZone: in.TimeZone, GracePeriod: in.GracePeriod})
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	actor, p := actorOf(r)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	reply, err := a.svc.PutSettings(r.Context(), app.Request{
+		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID(r), Actor: actor,
+		RequestHash: idempotency.RequestHash(r.Method, r.URL.Path, body),
+	}, st)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeReply(w, reply)
+}
