@@ -96,12 +96,31 @@ func (c *Consumer) Handlers() map[string]inbox.Handler {
 	return map[string]inbox.Handler{
 		events.TypeAdjustmentPosted:    inbox.On(c.onAdjustmentPosted),
 		events.TypeBillingPeriodClosed: inbox.On(c.onPeriodClosed),
+		events.TypeBillingPeriodEnded:  inbox.On(c.onPeriodEnded),
 	}
 }
 
 // BatchHandlers maps ChargeRated to its set-wise handler.
 func (c *Consumer) BatchHandlers() map[string]inbox.BatchHandler {
 	return map[string]inbox.BatchHandler{events.TypeChargeRated: inbox.OnBatch(c.onChargesRated)}
+}
+
+// onPeriodEnded records that billing's period ended and is in its grace
+// period (decision 0014): the period's open invoices read as draft until
+// its close issues them. Nothing is issued or numbered here. Before or
+// after the close, in any order: an issued invoice stays issued.
+func (c *Consumer) onPeriodEnded(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.BillingPeriodEnded) (inbox.Outcome, error) {
+	e := &d.Envelope
+	if err := checkAggregate(e, events.AggregateBillingPeriodEnd, p.Period); err != nil {
+		return inbox.Outcome{}, err
+	}
+	err := db.New(tx).RecordPeriodEnded(ctx, db.RecordPeriodEndedParams{
+		TenantID: e.TenantID, Period: p.Period, EndedAt: p.EndedAt, ClosesAt: p.ClosesAt, EventID: e.EventID,
+	})
+	if err != nil {
+		return inbox.Outcome{}, fmt.Errorf("record end of %s %s: %w", e.TenantID, p.Period, err)
+	}
+	return inbox.Outcome{}, nil
 }
 
 // Topics are the topics the handlers consume.

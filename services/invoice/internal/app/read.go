@@ -195,6 +195,11 @@ func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow) ([]
 			inv.Subtotal = inv.Subtotal.Add(l.Amount)
 		}
 	}
+	for i, r := range rows {
+		if r.Draft { // open, its period in grace (decision 0014)
+			out[i].Status = domain.StatusDraft
+		}
+	}
 	corrections, err := q.ListCorrections(ctx, ids)
 	if err != nil {
 		return nil, fmt.Errorf("list invoice corrections: %w", err)

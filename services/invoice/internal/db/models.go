@@ -89,6 +89,14 @@ type PeriodClose struct {
 	AppliedAt    time.Time
 }
 
+type PeriodGrace struct {
+	TenantID string
+	Period   string
+	EndedAt  time.Time
+	ClosesAt time.Time
+	EventID  uuid.UUID
+}
+
 type WebhookEndpoint struct {
 	EndpointID uuid.UUID
 	TenantID   string

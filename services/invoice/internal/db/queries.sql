@@ -213,30 +213,36 @@ WHERE NOT EXISTS (
     SELECT 1 FROM invoice_line l WHERE l.origin_event_id = @origin_event_id AND l.kind = 'adjustment');
 
 -- name: GetInvoice :one
-SELECT invoice_id, tenant_id, period, currency, status, number, subtotal, total, issued_at
-FROM invoice
-WHERE tenant_id = @tenant_id AND invoice_id = @invoice_id;
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.total, i.issued_at,
+       (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
+FROM invoice i
+LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
+WHERE i.tenant_id = @tenant_id AND i.invoice_id = @invoice_id;
 
 -- name: ListInvoices :many
 -- ListInvoices reads a page of a tenant's invoices, of one period or of
 -- every period (period null), in (period, currency) order after the keyset
 -- position (after_period, after_currency), or from the start when that is
 -- null.
-SELECT invoice_id, tenant_id, period, currency, status, number, subtotal, total, issued_at
-FROM invoice
-WHERE tenant_id = @tenant_id
-  AND (sqlc.narg(period)::text IS NULL OR period = sqlc.narg(period)::text)
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.total, i.issued_at,
+       (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
+FROM invoice i
+LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
+WHERE i.tenant_id = @tenant_id
+  AND (sqlc.narg(period)::text IS NULL OR i.period = sqlc.narg(period)::text)
   AND (sqlc.narg(after_period)::text IS NULL
-       OR (period, currency) > (sqlc.narg(after_period)::text, @after_currency::text))
-ORDER BY period, currency
+       OR (i.period, i.currency) > (sqlc.narg(after_period)::text, @after_currency::text))
+ORDER BY i.period, i.currency
 LIMIT @page_size;
 
 -- name: ListPeriodsInvoices :many
 -- ListPeriodsInvoices reads a tenant's invoices of the given periods.
-SELECT invoice_id, tenant_id, period, currency, status, number, subtotal, total, issued_at
-FROM invoice
-WHERE tenant_id = @tenant_id AND period = ANY(@periods::text[])
-ORDER BY period, currency;
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.total, i.issued_at,
+       (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
+FROM invoice i
+LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
+WHERE i.tenant_id = @tenant_id AND i.period = ANY(@periods::text[])
+ORDER BY i.period, i.currency;
 
 -- name: ListStoredLines :many
 -- ListStoredLines reads the lines stored for the invoices: every line of an
@@ -339,3 +345,11 @@ SELECT @invoice_id::uuid, 'charge', u.meter_code, u.price_version, u.unit_price,
 FROM (SELECT unnest(@meter_codes::text[]) AS meter_code, unnest(@price_versions::bigint[]) AS price_version,
              unnest(@unit_prices::numeric[]) AS unit_price, unnest(@quantities::numeric[]) AS quantity,
              unnest(@charge_counts::bigint[]) AS charge_count, unnest(@amounts::numeric[]) AS amount) u;
+
+-- name: RecordPeriodEnded :exec
+-- Records that billing's period ended and is in grace (BillingPeriodEnded):
+-- its open invoices read as draft until the close issues them (decision
+-- 0014). A redelivery changes nothing.
+INSERT INTO period_grace (tenant_id, period, ended_at, closes_at, event_id)
+VALUES (@tenant_id, @period, @ended_at, @closes_at, @event_id)
+ON CONFLICT DO NOTHING;

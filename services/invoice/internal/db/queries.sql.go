@@ -344,9 +344,11 @@ func (q *Queries) FindInvoiceToCorrect(ctx context.Context, arg FindInvoiceToCor
 }
 
 const getInvoice = `-- name: GetInvoice :one
-SELECT invoice_id, tenant_id, period, currency, status, number, subtotal, total, issued_at
-FROM invoice
-WHERE tenant_id = $1 AND invoice_id = $2
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.total, i.issued_at,
+       (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
+FROM invoice i
+LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
+WHERE i.tenant_id = $1 AND i.invoice_id = $2
 `
 
 type GetInvoiceParams struct {
@@ -364,6 +366,7 @@ type GetInvoiceRow struct {
 	Subtotal  decimal.NullDecimal
 	Total     decimal.NullDecimal
 	IssuedAt  *time.Time
+	Draft     bool
 }
 
 func (q *Queries) GetInvoice(ctx context.Context, arg GetInvoiceParams) (GetInvoiceRow, error) {
@@ -379,6 +382,7 @@ func (q *Queries) GetInvoice(ctx context.Context, arg GetInvoiceParams) (GetInvo
 		&i.Subtotal,
 		&i.Total,
 		&i.IssuedAt,
+		&i.Draft,
 	)
 	return i, err
 }
@@ -522,13 +526,15 @@ func (q *Queries) ListCorrections(ctx context.Context, invoiceIds []uuid.UUID) (
 }
 
 const listInvoices = `-- name: ListInvoices :many
-SELECT invoice_id, tenant_id, period, currency, status, number, subtotal, total, issued_at
-FROM invoice
-WHERE tenant_id = $1
-  AND ($2::text IS NULL OR period = $2::text)
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.total, i.issued_at,
+       (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
+FROM invoice i
+LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
+WHERE i.tenant_id = $1
+  AND ($2::text IS NULL OR i.period = $2::text)
   AND ($3::text IS NULL
-       OR (period, currency) > ($3::text, $4::text))
-ORDER BY period, currency
+       OR (i.period, i.currency) > ($3::text, $4::text))
+ORDER BY i.period, i.currency
 LIMIT $5
 `
 
@@ -550,6 +556,7 @@ type ListInvoicesRow struct {
 	Subtotal  decimal.NullDecimal
 	Total     decimal.NullDecimal
 	IssuedAt  *time.Time
+	Draft     bool
 }
 
 // ListInvoices reads a page of a tenant's invoices, of one period or of
@@ -581,6 +588,7 @@ func (q *Queries) ListInvoices(ctx context.Context, arg ListInvoicesParams) ([]L
 			&i.Subtotal,
 			&i.Total,
 			&i.IssuedAt,
+			&i.Draft,
 		); err != nil {
 			return nil, err
 		}
@@ -593,10 +601,12 @@ func (q *Queries) ListInvoices(ctx context.Context, arg ListInvoicesParams) ([]L
 }
 
 const listPeriodsInvoices = `-- name: ListPeriodsInvoices :many
-SELECT invoice_id, tenant_id, period, currency, status, number, subtotal, total, issued_at
-FROM invoice
-WHERE tenant_id = $1 AND period = ANY($2::text[])
-ORDER BY period, currency
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.total, i.issued_at,
+       (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
+FROM invoice i
+LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
+WHERE i.tenant_id = $1 AND i.period = ANY($2::text[])
+ORDER BY i.period, i.currency
 `
 
 type ListPeriodsInvoicesParams struct {
@@ -614,6 +624,7 @@ type ListPeriodsInvoicesRow struct {
 	Subtotal  decimal.NullDecimal
 	Total     decimal.NullDecimal
 	IssuedAt  *time.Time
+	Draft     bool
 }
 
 // ListPeriodsInvoices reads a tenant's invoices of the given periods.
@@ -636,6 +647,7 @@ func (q *Queries) ListPeriodsInvoices(ctx context.Context, arg ListPeriodsInvoic
 			&i.Subtotal,
 			&i.Total,
 			&i.IssuedAt,
+			&i.Draft,
 		); err != nil {
 			return nil, err
 		}
@@ -1110,6 +1122,34 @@ func (q *Queries) RecordClose(ctx context.Context, arg RecordCloseParams) error 
 		arg.ClosedAt,
 		arg.Charges,
 		arg.Adjustments,
+	)
+	return err
+}
+
+const recordPeriodEnded = `-- name: RecordPeriodEnded :exec
+INSERT INTO period_grace (tenant_id, period, ended_at, closes_at, event_id)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT DO NOTHING
+`
+
+type RecordPeriodEndedParams struct {
+	TenantID string
+	Period   string
+	EndedAt  time.Time
+	ClosesAt time.Time
+	EventID  uuid.UUID
+}
+
+// Records that billing's period ended and is in grace (BillingPeriodEnded):
+// its open invoices read as draft until the close issues them (decision
+// 0014). A redelivery changes nothing.
+func (q *Queries) RecordPeriodEnded(ctx context.Context, arg RecordPeriodEndedParams) error {
+	_, err := q.db.Exec(ctx, recordPeriodEnded,
+		arg.TenantID,
+		arg.Period,
+		arg.EndedAt,
+		arg.ClosesAt,
+		arg.EventID,
 	)
 	return err
 }

@@ -29,6 +29,10 @@ const (
 const (
 	StatusOpen   = "open"
 	StatusIssued = "issued"
+	// StatusDraft is how an open invoice reads once its period ended and
+	// is in grace (billing's BillingPeriodEnded), until the close issues
+	// it; it is never stored (decision 0014).
+	StatusDraft = "draft"
 )
 
 // ChargeLineID is the id of the charge line of a meter and price version:

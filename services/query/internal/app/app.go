@@ -41,6 +41,9 @@ func BatchHandlers() map[string]inbox.BatchHandler {
 		hs[t] = project
 	}
 	hs[events.TypePriceScheduleWatermark] = absorb
+	// BillingPeriodEnded (a period went into grace, decision 0014) changes
+	// no summary: absorbed.
+	hs[events.TypeBillingPeriodEnded] = absorb
 	return hs
 }
 
