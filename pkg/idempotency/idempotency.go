@@ -1,7 +1,9 @@
 // Package idempotency makes a command safe to retry: the first request with
 // an Idempotency-Key runs and its response is stored in the same transaction
 // as its effect; a replay with the same key and body gets that response back;
-// the same key with another body is refused.
+// the same key with another body is refused. Keys are kept for a TTL
+// (IDEMPOTENCY_TTL, 24 hours by default) and then purged (Purge): a replay
+// after the TTL is a new command.
 package idempotency
 
 import (
@@ -11,8 +13,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
@@ -93,4 +97,20 @@ func Save(ctx context.Context, tx pgx.Tx, scope, key string, status int, body []
 		return fmt.Errorf("save idempotent response: %w", err)
 	}
 	return nil
+}
+
+// Purge deletes up to limit keys created before olderThan (the TTL) and
+// returns how many it deleted; call it again while it returns limit. A
+// request that comes back with a purged key is a new command: it runs again.
+func Purge(ctx context.Context, db interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}, olderThan time.Time, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, `
+		DELETE FROM idempotency_key WHERE (scope, key) IN (
+			SELECT scope, key FROM idempotency_key WHERE created_at < $1
+			LIMIT $2 FOR UPDATE SKIP LOCKED)`, olderThan, limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge idempotency keys: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }

@@ -13,6 +13,9 @@ type metrics struct {
 	deferred    prometheus.Gauge
 	deferredAge prometheus.Gauge
 	quarantined prometheus.Gauge
+	// retention.go
+	purged          prometheus.Counter
+	deferredExpired prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, service string) (*metrics, error) {
@@ -29,6 +32,10 @@ func newMetrics(reg prometheus.Registerer, service string) (*metrics, error) {
 		deferred:    gauge("inbox_deferred", "Deferred events waiting for a predecessor or a fact."),
 		deferredAge: gauge("inbox_deferred_oldest_age_seconds", "Age of the oldest deferred event."),
 		quarantined: gauge("inbox_quarantined", "Quarantined messages not yet redriven."),
+		purged: prometheus.NewCounter(prometheus.CounterOpts{Name: "inbox_events_purged_total",
+			Help: "Decided events deleted from inbox_event past the inbox retention.", ConstLabels: labels}),
+		deferredExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: "inbox_deferred_expired_total",
+			Help: "Deferred events quarantined as deferred_expired past the maximum age.", ConstLabels: labels}),
 	}
 	if reg == nil {
 		return m, nil
@@ -38,6 +45,8 @@ func newMetrics(reg prometheus.Registerer, service string) (*metrics, error) {
 	m.deferred = register(reg, m.deferred, &err)
 	m.deferredAge = register(reg, m.deferredAge, &err)
 	m.quarantined = register(reg, m.quarantined, &err)
+	m.purged = register(reg, m.purged, &err)
+	m.deferredExpired = register(reg, m.deferredExpired, &err)
 	return m, err
 }
 

@@ -34,6 +34,11 @@ const (
 	// ReasonUnexpectedPayload: the decoded payload is not the type the
 	// handler was registered for (On, OnBatch).
 	ReasonUnexpectedPayload = "unexpected_payload"
+	// ReasonDeferredExpired: the event stayed deferred longer than the
+	// maximum age (DEFERRED_MAX_AGE) without its predecessor or fact
+	// arriving; ExpireDeferred moved it here. The detail names what it
+	// waited for. A redrive decides it again.
+	ReasonDeferredExpired = "deferred_expired"
 	// ReasonPermanent: Permanent was given no reason.
 	ReasonPermanent = "permanent"
 

@@ -83,6 +83,20 @@ func (e *Env) Duration(name string, def time.Duration) time.Duration {
 	return d
 }
 
+// Float returns a positive number variable, or def when unset.
+func (e *Env) Float(name string, def float64) float64 {
+	v, ok := e.get(name)
+	if !ok {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f > 0) || f > 1e9 {
+		e.fail(name, "want a positive number, got %q", v)
+		return def
+	}
+	return f
+}
+
 // Bool returns a boolean variable ("true" or "false"), or def when unset.
 func (e *Env) Bool(name string, def bool) bool {
 	v, ok := e.get(name)
@@ -130,8 +144,39 @@ type Config struct {
 	Brokers     []string      // KAFKA_BROKERS (127.0.0.1:9092)
 	HTTPAddr    string        // HTTP_ADDR (:<default port>)
 	LogLevel    string        // LOG_LEVEL (info): debug, info, warn, error
-	DBMaxConns  int           // DB_MAX_CONNS (10)
+	DBMaxConns  int           // DB_MAX_CONNS (10): the HTTP pool (requests and periodic work)
 	Shutdown    time.Duration // SHUTDOWN_TIMEOUT (15s)
+	// MetricsAddr, when set, serves /metrics on its own listener instead of
+	// the API port (METRICS_ADDR, e.g. 127.0.0.1:9100; off by default).
+	MetricsAddr string
+
+	// HTTP server limits. The write timeout runs from the end of the
+	// request's headers, so it must exceed the request deadline.
+	HTTPReadHeaderTimeout time.Duration // HTTP_READ_HEADER_TIMEOUT (10s)
+	HTTPReadTimeout       time.Duration // HTTP_READ_TIMEOUT (30s): headers and body
+	HTTPWriteTimeout      time.Duration // HTTP_WRITE_TIMEOUT (60s)
+	HTTPIdleTimeout       time.Duration // HTTP_IDLE_TIMEOUT (60s): an idle keep-alive
+	HTTPMaxHeaderBytes    int           // HTTP_MAX_HEADER_BYTES (32768)
+	// RequestTimeout is each request's deadline (HTTP_REQUEST_TIMEOUT, 20s):
+	// a handler still running past it answers 503 problem+json "timeout".
+	RequestTimeout time.Duration
+
+	// Database limits.
+	DBConsumerMaxConns int           // DB_CONSUMER_MAX_CONNS (6): consumer, relay, retention
+	DBStatementTimeout time.Duration // DB_STATEMENT_TIMEOUT (30s): PostgreSQL statement_timeout
+	DBAcquireTimeout   time.Duration // DB_ACQUIRE_TIMEOUT (5s): waiting for a pooled connection
+
+	// Per-tenant rate limit of /v1/tenants/{tenantId}/... requests, per
+	// process: a token bucket of RateBurst refilled at RateLimit per second.
+	RateLimit float64 // RATE_LIMIT_RPS (200)
+	RateBurst int     // RATE_LIMIT_BURST (400)
+
+	// Retention.
+	InboxRetention    time.Duration // INBOX_RETENTION (336h, 14 days; longer than the topics' 7 days)
+	IdempotencyTTL    time.Duration // IDEMPOTENCY_TTL (24h)
+	DeferredMaxAge    time.Duration // DEFERRED_MAX_AGE (24h): then quarantined as deferred_expired
+	RetentionInterval time.Duration // RETENTION_INTERVAL (1m): period of the purges
+	RetentionBatch    int           // RETENTION_BATCH_SIZE (1000): rows per purge statement
 	// PprofAddr, when set, serves net/http/pprof on its own listener
 	// (PPROF_ADDR, e.g. 127.0.0.1:6061; off by default). It has no
 	// authentication: bind it to the loopback address.
@@ -171,7 +216,11 @@ var DefaultServiceURLs = map[string]string{
 // EnvNames lists the variables Config reads, for documentation and for the
 // check of deploy/compose.yaml.
 var EnvNames = []string{
-	"DATABASE_URL", "KAFKA_BROKERS", "HTTP_ADDR", "LOG_LEVEL", "DB_MAX_CONNS", "SHUTDOWN_TIMEOUT", "PPROF_ADDR",
+	"DATABASE_URL", "KAFKA_BROKERS", "HTTP_ADDR", "LOG_LEVEL", "DB_MAX_CONNS", "SHUTDOWN_TIMEOUT", "PPROF_ADDR", "METRICS_ADDR",
+	"HTTP_READ_HEADER_TIMEOUT", "HTTP_READ_TIMEOUT", "HTTP_WRITE_TIMEOUT", "HTTP_IDLE_TIMEOUT", "HTTP_MAX_HEADER_BYTES",
+	"HTTP_REQUEST_TIMEOUT", "DB_CONSUMER_MAX_CONNS", "DB_STATEMENT_TIMEOUT", "DB_ACQUIRE_TIMEOUT",
+	"RATE_LIMIT_RPS", "RATE_LIMIT_BURST",
+	"INBOX_RETENTION", "IDEMPOTENCY_TTL", "DEFERRED_MAX_AGE", "RETENTION_INTERVAL", "RETENTION_BATCH_SIZE",
 	"RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL", "RELAY_LEASE_TTL", "RELAY_MAX_ATTEMPTS", "RELAY_RETENTION",
 	"CONSUMER_GROUP", "CONSUMER_BATCH_SIZE", "CONSUMER_MAX_WAIT", "CONSUMER_SWEEP_INTERVAL",
 	"AUTH_JWT_KEYS", "AUTH_DEV_KEY", "SERVICE_URLS",
@@ -188,6 +237,27 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 		DBMaxConns:  e.Int("DB_MAX_CONNS", 10),
 		Shutdown:    e.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 		PprofAddr:   e.String("PPROF_ADDR", ""),
+		MetricsAddr: e.String("METRICS_ADDR", ""),
+
+		HTTPReadHeaderTimeout: e.Duration("HTTP_READ_HEADER_TIMEOUT", 10*time.Second),
+		HTTPReadTimeout:       e.Duration("HTTP_READ_TIMEOUT", 30*time.Second),
+		HTTPWriteTimeout:      e.Duration("HTTP_WRITE_TIMEOUT", 60*time.Second),
+		HTTPIdleTimeout:       e.Duration("HTTP_IDLE_TIMEOUT", 60*time.Second),
+		HTTPMaxHeaderBytes:    e.Int("HTTP_MAX_HEADER_BYTES", 32<<10),
+		RequestTimeout:        e.Duration("HTTP_REQUEST_TIMEOUT", 20*time.Second),
+
+		DBConsumerMaxConns: e.Int("DB_CONSUMER_MAX_CONNS", 6),
+		DBStatementTimeout: e.Duration("DB_STATEMENT_TIMEOUT", 30*time.Second),
+		DBAcquireTimeout:   e.Duration("DB_ACQUIRE_TIMEOUT", 5*time.Second),
+
+		RateLimit: e.Float("RATE_LIMIT_RPS", 200),
+		RateBurst: e.Int("RATE_LIMIT_BURST", 400),
+
+		InboxRetention:    e.Duration("INBOX_RETENTION", 14*24*time.Hour),
+		IdempotencyTTL:    e.Duration("IDEMPOTENCY_TTL", 24*time.Hour),
+		DeferredMaxAge:    e.Duration("DEFERRED_MAX_AGE", 24*time.Hour),
+		RetentionInterval: e.Duration("RETENTION_INTERVAL", time.Minute),
+		RetentionBatch:    e.Int("RETENTION_BATCH_SIZE", 1000),
 
 		RelayBatch:     e.Int("RELAY_BATCH_SIZE", 500),
 		RelayPoll:      e.Duration("RELAY_POLL_INTERVAL", time.Second),
@@ -199,6 +269,9 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 		ConsumerBatch: e.Int("CONSUMER_BATCH_SIZE", 500),
 		ConsumerWait:  e.Duration("CONSUMER_MAX_WAIT", 5*time.Millisecond),
 		SweepInterval: e.Duration("CONSUMER_SWEEP_INTERVAL", 2*time.Second),
+	}
+	if c.HTTPWriteTimeout <= c.RequestTimeout {
+		e.fail("HTTP_WRITE_TIMEOUT", "must exceed HTTP_REQUEST_TIMEOUT (%s), or a late answer is cut off", c.RequestTimeout)
 	}
 	c.DevKey = e.Bool("AUTH_DEV_KEY", false)
 	c.Auth = authKeys(e, c.DevKey)

@@ -143,16 +143,18 @@ func NewLogger(w *os.File, level string) *slog.Logger {
 }
 
 func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
-	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	// Two pools, so a flood of requests cannot starve the consumer and the
+	// relay of connections, nor a consumer backlog the requests.
+	pool, err := OpenPool(ctx, cfg, cfg.DBMaxConns, "http")
 	if err != nil {
-		return fmt.Errorf("DATABASE_URL: %w", err)
-	}
-	pcfg.MaxConns = int32(cfg.DBMaxConns)
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return fmt.Errorf("open database pool: %w", err)
+		return err
 	}
 	defer pool.Close()
+	consumerPool, err := OpenPool(ctx, cfg, cfg.DBConsumerMaxConns, "consumer")
+	if err != nil {
+		return err
+	}
+	defer consumerPool.Close()
 
 	metrics := prometheus.NewRegistry()
 	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -169,7 +171,7 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("build %s: %w", spec.Name, err)
 	}
 
-	relay, err := outbox.NewRelay(pool, outbox.Config{
+	relay, err := outbox.NewRelay(consumerPool, outbox.Config{
 		Brokers: cfg.Brokers, Name: spec.Name + "-relay", BatchSize: cfg.RelayBatch, PollInterval: cfg.RelayPoll,
 		LeaseTTL: cfg.RelayLeaseTTL, MaxAttempts: cfg.RelayMaxTries, Retention: cfg.RelayRetention,
 		Logger: log, Registerer: reg,
@@ -181,7 +183,7 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	runner, err := inbox.NewRunner(pool, ib, inbox.RunnerConfig{
+	runner, err := inbox.NewRunner(consumerPool, ib, inbox.RunnerConfig{
 		Brokers: cfg.Brokers, Group: cfg.ConsumerGroup, Topics: topics,
 		BatchSize: cfg.ConsumerBatch, MaxWait: cfg.ConsumerWait, SweepInterval: cfg.SweepInterval,
 		Logger: log, Registerer: metrics, // the inbox labels its metrics with the service itself
@@ -189,9 +191,14 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("build consumer: %w", err)
 	}
+	retention, err := newRetention(consumerPool, ib, cfg, reg, log)
+	if err != nil {
+		return err
+	}
 
-	router := NewRouter(deps, metrics, parts)
-	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: router, ReadHeaderTimeout: 10 * time.Second}
+	broker := newBrokerHealth(cfg.Brokers, reg, log)
+	router := newServiceRouter(deps, metrics, parts, broker)
+	srv := NewHTTPServer(cfg, router, log)
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
@@ -211,6 +218,8 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 			errs <- fmt.Errorf("consumer: %w", err)
 		}
 	})
+	wg.Go(func() { broker.run(workCtx, 5*time.Second) })
+	wg.Go(func() { retention.run(workCtx) })
 	if parts.Work != nil {
 		wg.Go(func() {
 			if err := parts.Work(workCtx); err != nil {
@@ -223,6 +232,13 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 			errs <- fmt.Errorf("http server: %w", err)
 		}
 	}()
+	if cfg.MetricsAddr != "" {
+		stopMetrics, err := serveMetrics(cfg.MetricsAddr, metrics, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
 	if cfg.PprofAddr != "" {
 		stopPprof, err := servePprof(cfg.PprofAddr, log)
 		if err != nil {
@@ -286,60 +302,94 @@ func NewInbox(spec Spec, d Deps, parts Parts, reg prometheus.Registerer) (*inbox
 }
 
 // NewRouter returns the service's HTTP handler: /healthz, /readyz and
-// /metrics (gathered from metrics), the internal operator endpoints
-// (ops.API), and the service's own routes, all behind auth.Middleware with
-// the keys of d.Config.Auth.
+// /metrics (gathered from metrics; not when Config.MetricsAddr serves them on
+// a listener of their own), the internal operator endpoints (ops.API), and
+// the service's own routes, all behind auth.Middleware with the keys of
+// d.Config.Auth, the request deadline (Config.RequestTimeout) and the
+// per-tenant rate limit (Config.RateLimit, RateBurst). Its /healthz reports
+// the broker as "unknown": the running service probes it (see serve).
 func NewRouter(d Deps, metrics prometheus.Gatherer, parts Parts) chi.Router {
-	r := newRouter(d.Pool, d.Config.Brokers, metrics, d.Logger, d.Config.Auth)
+	return newServiceRouter(d, metrics, parts, nil)
+}
+
+func newServiceRouter(d Deps, metrics prometheus.Gatherer, parts Parts, broker *brokerHealth) chi.Router {
+	r := newRouter(d, metrics, broker)
 	ops.NewAPI(d.Pool, parts.Reconciliation, d.Logger).Routes(r)
 	if parts.Routes != nil {
 		parts.Routes(r)
 	}
+	if err := auth.Check(r); err != nil {
+		panic(err) // a route without declared roles: a programming error
+	}
 	return r
 }
 
-func newRouter(pool *pgxpool.Pool, brokers []string, metrics prometheus.Gatherer, log *slog.Logger, keys auth.Keys) chi.Router {
+func newRouter(d Deps, metrics prometheus.Gatherer, broker *brokerHealth) chi.Router {
+	cfg, log, pool := d.Config, d.Logger, d.Pool
 	r := chi.NewRouter()
 	r.Use(recoverer(log))
-	r.Use(auth.Middleware(keys, log))
+	if cfg.RequestTimeout > 0 {
+		r.Use(httpx.Deadline(cfg.RequestTimeout))
+	}
+	r.Use(auth.Middleware(cfg.Auth, log))
+	if cfg.RateLimit > 0 {
+		r.Use(rateLimiter(cfg, d.Metrics).Middleware)
+	}
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusNotFound, "not_found", "no such resource"))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this resource"))
 	})
-	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	// Liveness: the process answers. The detail says what it reaches, in
+	// words, never a raw error.
+	r.Get("/healthz", func(w http.ResponseWriter, req *http.Request) {
+		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
+		defer cancel()
+		db := "ok"
+		if err := pool.Ping(ctx); err != nil {
+			db = "unavailable"
+		}
+		httpx.WriteJSON(w, http.StatusOK, map[string]any{"status": "ok",
+			"checks": map[string]string{"database": db, "broker": broker.status()}})
 	})
+	// Readiness: the database answers. A broker outage does not make the
+	// service unready: commands still commit, and the outbox publishes them
+	// when the broker is back.
 	r.Get("/readyz", func(w http.ResponseWriter, req *http.Request) {
 		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
 		defer cancel()
-		checks := map[string]string{"database": "ok", "broker": "ok"}
-		status := http.StatusOK
 		if err := pool.Ping(ctx); err != nil {
-			checks["database"], status = err.Error(), http.StatusServiceUnavailable
+			log.Warn("not ready: database unreachable", "err", err)
+			httpx.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unready", "database": "unavailable"})
+			return
 		}
-		if err := brokerReachable(ctx, brokers); err != nil {
-			checks["broker"], status = err.Error(), http.StatusServiceUnavailable
-		}
-		httpx.WriteJSON(w, status, checks)
+		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready", "database": "ok"})
 	})
-	r.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
+	if cfg.MetricsAddr == "" {
+		r.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
+	}
 	return r
 }
 
-func brokerReachable(ctx context.Context, brokers []string) error {
-	var d net.Dialer
-	var last error
-	for _, b := range brokers {
-		c, err := d.DialContext(ctx, "tcp", b)
-		if err == nil {
-			_ = c.Close()
-			return nil
+// rateLimiter is the per-tenant limiter of the process, counting refusals in
+// http_rate_limited_total.
+func rateLimiter(cfg Config, reg prometheus.Registerer) *httpx.RateLimiter {
+	l := httpx.NewRateLimiter(cfg.RateLimit, cfg.RateBurst)
+	limited := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "http_rate_limited_total",
+		Help: "Requests refused with 429 rate_limited by the per-tenant rate limit.",
+	})
+	if reg != nil {
+		if err := reg.Register(limited); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				limited = are.ExistingCollector.(prometheus.Counter)
+			}
 		}
-		last = err
 	}
-	return fmt.Errorf("no broker reachable: %w", last)
+	l.OnLimited = func(string) { limited.Inc() }
+	return l
 }
 
 // recoverer turns a panic into a logged 500 problem; no handler should panic.

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS idempotency_key_created_at;

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS inbox_event_applied_at;

@@ -1,0 +1,107 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/idempotency"
+	"github.com/usagebilling/billing/pkg/inbox"
+)
+
+// KeepNewestAggregates are the aggregate types whose next version may come
+// long after the last (a new price version, an invoice's correction): the
+// inbox keeps the newest applied version of each such aggregate whatever its
+// age, since the gap check of the next version reads it.
+var KeepNewestAggregates = []string{events.AggregatePrice, events.AggregateInvoice}
+
+// retention purges, in the background and in small batches, what each
+// service keeps only for a while: decided inbox events past INBOX_RETENTION,
+// idempotency keys past IDEMPOTENCY_TTL, and deferred events past
+// DEFERRED_MAX_AGE (quarantined as deferred_expired, not deleted).
+type retention struct {
+	pool       *pgxpool.Pool
+	ib         *inbox.Inbox
+	cfg        Config
+	log        *slog.Logger
+	keysPurged prometheus.Counter
+	now        func() time.Time
+}
+
+func newRetention(pool *pgxpool.Pool, ib *inbox.Inbox, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*retention, error) {
+	r := &retention{pool: pool, ib: ib, cfg: cfg, log: log.With("component", "retention"), now: time.Now,
+		keysPurged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idempotency_keys_purged_total",
+			Help: "Idempotency keys deleted past IDEMPOTENCY_TTL.",
+		})}
+	if reg != nil {
+		if err := reg.Register(r.keysPurged); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *retention) run(ctx context.Context) {
+	t := time.NewTicker(r.cfg.RetentionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.once(ctx)
+	}
+}
+
+// once runs each purge until it finds less than a batch (or for at most a
+// minute, so a large backlog is worked off over several ticks).
+func (r *retention) once(ctx context.Context) {
+	stop := r.now().Add(time.Minute)
+	limit := r.cfg.RetentionBatch
+	for r.now().Before(stop) {
+		n, err := inbox.PurgeEvents(ctx, r.pool, r.now().Add(-r.cfg.InboxRetention), KeepNewestAggregates, limit)
+		r.ib.CountPurged(n)
+		if err != nil {
+			r.warn(ctx, err)
+			break
+		}
+		if n < int64(limit) {
+			break
+		}
+	}
+	for r.now().Before(stop) {
+		n, err := idempotency.Purge(ctx, r.pool, r.now().Add(-r.cfg.IdempotencyTTL), limit)
+		r.keysPurged.Add(float64(n))
+		if err != nil {
+			r.warn(ctx, err)
+			break
+		}
+		if n < int64(limit) {
+			break
+		}
+	}
+	// Expiring is heavier (each row is decoded and quarantined with its
+	// notice), so its batches are smaller.
+	for r.now().Before(stop) {
+		n, err := r.ib.ExpireDeferred(ctx, r.pool, r.now().Add(-r.cfg.DeferredMaxAge), min(limit, 100))
+		if err != nil {
+			r.warn(ctx, err)
+			break
+		}
+		if n < min(limit, 100) {
+			break
+		}
+	}
+}
+
+func (r *retention) warn(ctx context.Context, err error) {
+	if ctx.Err() == nil {
+		r.log.WarnContext(ctx, "retention purge failed; next interval tries again", "err", err)
+	}
+}
