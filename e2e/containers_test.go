@@ -47,6 +47,12 @@ type composeFile struct {
 func startContainers(t *testing.T) *target {
 	t.Helper()
 	ctx := t.Context()
+	if host := os.Getenv("DOCKER_HOST"); os.Getenv("TESTCONTAINERS_HOST_OVERRIDE") == "" && (host == "" || strings.HasPrefix(host, "unix://")) {
+		// A local engine publishes the ports on this machine. Without this,
+		// testcontainers-go, finding itself inside a container (a sandbox),
+		// would reach them through the default gateway's address instead.
+		t.Setenv("TESTCONTAINERS_HOST_OVERRIDE", "127.0.0.1")
+	}
 	provider, err := testcontainers.NewDockerProvider()
 	if err == nil {
 		err = provider.Health(ctx)
