@@ -1,0 +1,319 @@
+package money
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// Clock is the model's time. Today it is the wall clock (explicit closes
+// only); a controllable clock for automatic closes plugs in here.
+type Clock interface{ Now() time.Time }
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+// Version is one price version of a series as meter answered it.
+type Version struct {
+	N       int64
+	Eff     time.Time
+	Pricing Pricing
+}
+
+// Series is a tenant's price series of one meter (one currency per meter).
+type Series struct {
+	Meter, Currency string
+	Versions        []Version // in version order
+}
+
+// inEffect is the version in effect at t: the highest version whose
+// effectiveAt is at or before t (decision 0011); nil before the first.
+func (s *Series) inEffect(t time.Time) *Version {
+	var best *Version
+	for i := range s.Versions {
+		v := &s.Versions[i]
+		if !v.Eff.After(t) && (best == nil || v.N > best.N) {
+			best = v
+		}
+	}
+	return best
+}
+
+func (s *Series) version(n int64) *Version {
+	for i := range s.Versions {
+		if s.Versions[i].N == n {
+			return &s.Versions[i]
+		}
+	}
+	return nil
+}
+
+// Fact is an accepted usage fact and the charge the model expects for it.
+type Fact struct {
+	SourceEventID string
+	Meter         string
+	Currency      string
+	Qty           decimal.Decimal
+	At            time.Time
+	UsageID       string
+	EventID       string
+	Period        string // the period it is rated into
+	Version       int64
+	Late          bool
+	ChargeID      string // known once billing listed it
+}
+
+func (f *Fact) body() map[string]any {
+	return map[string]any{"sourceSystem": sourceSystem, "sourceEventId": f.SourceEventID, "meterCode": f.Meter,
+		"quantity": f.Qty.String(), "occurredAt": f.At.UTC().Format(time.RFC3339Nano)}
+}
+
+const sourceSystem = "money-test"
+
+// Adjustment is a posted adjustment.
+type Adjustment struct {
+	Key          string
+	Body         map[string]any
+	AdjustmentID string
+	EventID      string
+	Fact         *Fact
+	Period       string
+	Currency     string
+	Amount       decimal.Decimal
+	AfterClose   bool
+	Raw          []byte // the first answer, for replays
+}
+
+// Period is a billing period of a tenant.
+type Period struct {
+	Name    string
+	Closed  bool
+	Numbers map[string]int64 // currency -> invoice number, once issued (checked as a set)
+}
+
+// Tenant is the model of one tenant.
+type Tenant struct {
+	ID          string
+	Created     time.Time
+	Series      map[string]*Series // by meter
+	Facts       []*Fact
+	byIdentity  map[string]*Fact
+	Adjs        []*Adjustment
+	Periods     map[string]*Period
+	NextNumber  int64
+	Dirty       bool // facts accepted since billing last listed them all
+	Loc         *time.Location
+	nextEventID int
+}
+
+func newTenant(id string, now time.Time) *Tenant {
+	return &Tenant{ID: id, Created: now, Series: map[string]*Series{}, byIdentity: map[string]*Fact{},
+		Periods: map[string]*Period{}, NextNumber: 1, Loc: time.UTC}
+}
+
+// periodOf is the calendar month of t in the tenant's time zone.
+func (t *Tenant) periodOf(at time.Time) string { return at.In(t.Loc).Format("2006-01") }
+
+func nextPeriod(p string) string {
+	m, err := time.Parse("2006-01", p)
+	if err != nil {
+		panic(err)
+	}
+	return m.AddDate(0, 1, 0).Format("2006-01")
+}
+
+func (t *Tenant) period(name string) *Period {
+	p := t.Periods[name]
+	if p == nil {
+		p = &Period{Name: name, Numbers: map[string]int64{}}
+		t.Periods[name] = p
+	}
+	return p
+}
+
+// target is the period a fact occurring at `at` is rated into: its own, or
+// the earliest open period after it when that one is closed (late).
+func (t *Tenant) target(at time.Time) (string, bool) {
+	p := t.periodOf(at)
+	late := false
+	for t.period(p).Closed {
+		p, late = nextPeriod(p), true
+	}
+	return p, late
+}
+
+// earliestOpen is the earliest open period from the tenant's first month.
+func (t *Tenant) earliestOpen() string {
+	p := t.periodOf(t.Created)
+	for t.period(p).Closed {
+		p = nextPeriod(p)
+	}
+	return p
+}
+
+// lineKey is an invoice charge line: one per (meter, price version).
+type lineKey struct {
+	Meter   string
+	Version int64
+}
+
+type line struct {
+	Qty    decimal.Decimal
+	Count  int
+	Amount decimal.Decimal
+	Floor  decimal.Decimal
+}
+
+// lines are the charge lines of period p in currency c, over the facts
+// `include` admits.
+func (t *Tenant) lines(p, c string, include func(*Fact) bool) map[lineKey]*line {
+	out := map[lineKey]*line{}
+	for _, f := range t.Facts {
+		if f.Period != p || f.Currency != c || (include != nil && !include(f)) {
+			continue
+		}
+		k := lineKey{f.Meter, f.Version}
+		l := out[k]
+		if l == nil {
+			l = &line{}
+			out[k] = l
+		}
+		l.Qty = l.Qty.Add(f.Qty)
+		l.Count++
+	}
+	for k, l := range out {
+		pr := t.Series[k.Meter].version(k.Version).Pricing
+		l.Amount = pr.Amount(l.Qty)
+		l.Floor = pr.Floor(l.Qty)
+	}
+	return out
+}
+
+// currencies of period p: those with a charge or an adjustment in it.
+func (t *Tenant) currencies(p string, beforeCloseOnly bool) []string {
+	set := map[string]bool{}
+	for _, f := range t.Facts {
+		if f.Period == p {
+			set[f.Currency] = true
+		}
+	}
+	for _, a := range t.Adjs {
+		if a.Period == p && (!beforeCloseOnly || !a.AfterClose) {
+			set[a.Currency] = true
+		}
+	}
+	return sortedKeys(set)
+}
+
+func (t *Tenant) adjusted(p, c string, afterClose *bool) decimal.Decimal {
+	sum := decimal.Zero
+	for _, a := range t.Adjs {
+		if a.Period == p && a.Currency == c && (afterClose == nil || a.AfterClose == *afterClose) {
+			sum = sum.Add(a.Amount)
+		}
+	}
+	return sum
+}
+
+// room is what a credit in (p, c) may take at most: the lines at their
+// floor plus every adjustment (decision 0010), over the facts include admits.
+func (t *Tenant) room(p, c string, include func(*Fact) bool) decimal.Decimal {
+	sum := t.adjusted(p, c, nil)
+	for _, l := range t.lines(p, c, include) {
+		sum = sum.Add(l.Floor)
+	}
+	return sum
+}
+
+// ExpInvoice is the invoice the model expects.
+type ExpInvoice struct {
+	Currency    string
+	Charge      map[lineKey]*line
+	Adjustments []*Adjustment
+	Subtotal    decimal.Decimal
+	Rounding    decimal.Decimal
+	Total       decimal.Decimal
+	Corrections []*Adjustment
+}
+
+func (t *Tenant) expectInvoice(p, c string) *ExpInvoice {
+	inv := &ExpInvoice{Currency: c, Charge: t.lines(p, c, nil)}
+	sub := decimal.Zero
+	for _, l := range inv.Charge {
+		sub = sub.Add(l.Amount)
+	}
+	for _, a := range t.Adjs {
+		if a.Period != p || a.Currency != c {
+			continue
+		}
+		if a.AfterClose {
+			inv.Corrections = append(inv.Corrections, a)
+		} else {
+			inv.Adjustments = append(inv.Adjustments, a)
+			sub = sub.Add(a.Amount)
+		}
+	}
+	inv.Subtotal = sub
+	inv.Total = roundTotal(sub, c)
+	inv.Rounding = inv.Total.Sub(sub)
+	return inv
+}
+
+// Summary is query's tenant summary as the model expects it.
+type Summary struct {
+	Count           int64
+	QuantityByMeter map[string]decimal.Decimal
+	Charged         map[string]decimal.Decimal
+	Adjusted        map[string]decimal.Decimal
+	Invoiced        map[string]decimal.Decimal
+}
+
+// expectSummary: usage counted from every accepted fact; charged the sum of
+// the charges' own amounts, which only unit charges have (decision 0012:
+// graduated, volume and package charges carry none); adjusted every
+// adjustment; invoiced the issued totals plus the correction notes.
+func (t *Tenant) expectSummary() Summary {
+	s := Summary{QuantityByMeter: map[string]decimal.Decimal{}, Charged: map[string]decimal.Decimal{},
+		Adjusted: map[string]decimal.Decimal{}, Invoiced: map[string]decimal.Decimal{}}
+	for _, f := range t.Facts {
+		s.Count++
+		s.QuantityByMeter[f.Meter] = s.QuantityByMeter[f.Meter].Add(f.Qty)
+		v := t.Series[f.Meter].version(f.Version)
+		if v.Pricing.Model == Unit {
+			s.Charged[f.Currency] = s.Charged[f.Currency].Add(f.Qty.Mul(v.Pricing.UnitPrice))
+		}
+	}
+	for _, a := range t.Adjs {
+		s.Adjusted[a.Currency] = s.Adjusted[a.Currency].Add(a.Amount)
+	}
+	for _, p := range t.Periods {
+		if !p.Closed {
+			continue
+		}
+		for _, c := range t.currencies(p.Name, false) {
+			inv := t.expectInvoice(p.Name, c)
+			if len(inv.Charge) == 0 && len(inv.Adjustments) == 0 {
+				continue
+			}
+			s.Invoiced[c] = s.Invoiced[c].Add(inv.Total)
+			for _, a := range inv.Corrections {
+				s.Invoiced[c] = s.Invoiced[c].Add(a.Amount)
+			}
+		}
+	}
+	return s
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (k lineKey) String() string { return fmt.Sprintf("%s v%d", k.Meter, k.Version) }

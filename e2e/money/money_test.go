@@ -1,0 +1,129 @@
+//go:build money
+
+package money
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/usagebilling/billing/e2e/stack"
+)
+
+// TestMoney runs MONEY_OPS random operations (default 10,000) of seed
+// MONEY_SEED (default: from the clock) against the five services, started
+// here by the stack launcher on the embedded broker, and the reference
+// model. A disagreement prints the seed, then shrinks the operations (by
+// halving, against fresh tenants of the same stack) and prints the shortest
+// failing sequence found.
+func TestMoney(t *testing.T) {
+	n := envInt(t, "MONEY_OPS", 10_000)
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("MONEY_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 0, 64)
+		if err != nil {
+			t.Fatalf("MONEY_SEED=%q: want an unsigned integer", v)
+		}
+		seed = s
+	}
+	mutation = os.Getenv("MONEY_MUTATE")
+	t.Logf("MONEY_SEED=%d MONEY_OPS=%d (replay: make money-test MONEY_SEED=%d MONEY_OPS=%d)", seed, n, seed, n)
+
+	ctx := t.Context()
+	began := time.Now()
+	const lead = time.Second
+	opts, err := stack.FromEnv(stack.Options{PostgresFast: true, DirectDB: true,
+		ServiceEnv: map[string]map[string]string{"meter": {"METER_SCHEDULE_LEAD": lead.String()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := stack.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("start the stack: %v", err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.Stop(sctx); err != nil {
+			t.Logf("stop the stack: %v", err)
+		}
+	})
+	t.Logf("stack started in %s", time.Since(began).Round(time.Millisecond))
+
+	cfg := Config{URLs: s.URLs(), Lead: lead, Settle: 90 * time.Second, Logf: t.Logf,
+		Prefix: fmt.Sprintf("m%x", seed&0xffffffff)}
+	ops := Generate(seed, n)
+	runBegan := time.Now()
+	stats, f, err := Run(ctx, cfg, ops)
+	t.Logf("%s in %s", stats, time.Since(runBegan).Round(time.Millisecond))
+	if err != nil {
+		s.Keep()
+		t.Fatalf("seed %d: %v (logs kept in %s)", seed, err, s.Dir())
+	}
+	if f == nil {
+		return
+	}
+	s.Keep()
+	t.Errorf("seed %d: the services disagree with the model at op %d: %s\nlast steps:\n%s(service logs kept in %s)",
+		seed, f.Op, f.Msg, f.Report(30), s.Dir())
+	shrunk, sf := shrink(ctx, t, cfg, ops[:f.Op+1], f, envDuration(t, "MONEY_SHRINK_TIME", 3*time.Minute))
+	t.Errorf("seed %d: shortened to %d operations (%v), which fail with: %s\nsteps:\n%s", seed, len(shrunk), shrunk, sf.Msg, sf.Report(200))
+}
+
+// shrink removes halves, quarters, ... of the failing operations while the
+// rest still fails the same way, each try on fresh tenants.
+func shrink(ctx context.Context, t *testing.T, cfg Config, ops []Op, f *Failure, budget time.Duration) ([]Op, *Failure) {
+	deadline := time.Now().Add(budget)
+	try := 0
+	attempt := func(cand []Op) *Failure {
+		try++
+		c := cfg
+		c.Prefix = fmt.Sprintf("%s-s%d", cfg.Prefix, try)
+		c.Logf = nil
+		_, g, err := Run(ctx, c, cand)
+		if err != nil || g == nil || g.Kind != f.Kind {
+			return nil
+		}
+		return g
+	}
+	for chunk := len(ops) / 2; chunk >= 1 && time.Now().Before(deadline); chunk /= 2 {
+		for i := 1; i < len(ops) && time.Now().Before(deadline); { // op 0 makes the first tenant
+			end := min(i+chunk, len(ops))
+			cand := append(append([]Op{}, ops[:i]...), ops[end:]...)
+			if g := attempt(cand); g != nil {
+				ops, f = cand[:min(g.Op+1, len(cand))], g
+				t.Logf("shrink: %d operations still fail (%s)", len(ops), g.Kind)
+				continue
+			}
+			i = end
+		}
+	}
+	return ops, f
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s=%q: want a duration", name, v)
+	}
+	return d
+}

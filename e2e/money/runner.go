@@ -1,0 +1,879 @@
+package money
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// meters the tenants may price, one currency each; "ghost" is never priced.
+var meters = []struct{ Code, Currency string }{
+	{"api_calls", "USD"}, {"messages", "USD"}, {"storage_gb", "KRW"}, {"compute_s", "BHD"}, {"tokens", "JPY"},
+}
+
+const ghostMeter = "ghost"
+
+// Config of a run.
+type Config struct {
+	URLs   map[string]string // service -> base URL
+	Prefix string            // tenant ids start with it (unique per run)
+	Lead   time.Duration     // meter's METER_SCHEDULE_LEAD
+	Settle time.Duration     // how long to wait for the system to reach the model's state
+	Mutate string            // a deliberate error in the model (to see the test fail)
+	Clock  Clock
+	Logf   func(format string, args ...any)
+}
+
+// Failure is a disagreement between the services and the model.
+type Failure struct {
+	Op    int    // index of the op that found it
+	Kind  string // a short category, compared while shrinking
+	Msg   string
+	Steps []string // the ops as resolved, up to the failure
+}
+
+func (f *Failure) Error() string { return fmt.Sprintf("op %d: %s", f.Op, f.Msg) }
+
+// Stats of a run.
+type Stats struct {
+	Ops, Facts, Accepted, Refused, Replays, Conflicts, Prices, Adjustments, Credits, CreditsRefused,
+	Corrections, Closes, Invoices, Checks, Settles int
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("%d ops: %d usage facts sent (%d accepted, %d refused, %d replays, %d conflicts), %d price activations, "+
+		"%d adjustments posted (%d credits refused), %d correction notes, %d closes, %d invoices checked, %d checks, %d settles",
+		s.Ops, s.Facts, s.Accepted, s.Refused, s.Replays, s.Conflicts, s.Prices, s.Adjustments, s.CreditsRefused,
+		s.Corrections, s.Closes, s.Invoices, s.Checks, s.Settles)
+}
+
+type runner struct {
+	cfg     Config
+	c       *client
+	tenants []*Tenant
+	active  []*Tenant
+	steps   []string
+	step    int
+	rng     *rand.Rand
+	stats   Stats
+	counter int
+}
+
+type mismatch struct{ kind, msg string }
+
+func (m *mismatch) Error() string { return m.kind + ": " + m.msg }
+
+func fail(kind, format string, args ...any) error {
+	return &mismatch{kind, fmt.Sprintf(format, args...)}
+}
+
+// Run executes ops against the services and the model, then checks every
+// tenant once more. It returns the stats and the first disagreement, or an
+// error the system gave (5xx, transport) that is no disagreement.
+func Run(ctx context.Context, cfg Config, ops []Op) (Stats, *Failure, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = wallClock{}
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	r := &runner{cfg: cfg, c: newClient(cfg.URLs)}
+	began := time.Now()
+	handle := func(i int, err error) (*Failure, error) {
+		var m *mismatch
+		if errors.As(err, &m) {
+			r.note("  !! %s", m.msg)
+			return &Failure{Op: i, Kind: m.kind, Msg: m.msg, Steps: r.steps}, nil
+		}
+		return nil, fmt.Errorf("op %d (%s): %w", i, ops[i], err)
+	}
+	for i, op := range ops {
+		r.step = i
+		r.rng = rand.New(rand.NewPCG(op.Seed, uint64(op.Kind)))
+		if err := r.exec(ctx, op); err != nil {
+			f, err := handle(i, err)
+			return r.stats, f, err
+		}
+		r.stats.Ops++
+		if (i+1)%1000 == 0 {
+			cfg.Logf("%d/%d ops, %s elapsed: %s", i+1, len(ops), time.Since(began).Round(time.Second), r.stats)
+		}
+	}
+	r.step = len(ops)
+	r.note("#%d final check of every tenant", len(ops))
+	for _, t := range r.tenants {
+		if err := r.check(ctx, t); err != nil {
+			f, err := handle(len(ops), err)
+			return r.stats, f, err
+		}
+	}
+	return r.stats, nil, nil
+}
+
+func (r *runner) note(format string, args ...any) { r.steps = append(r.steps, fmt.Sprintf(format, args...)) }
+
+func (r *runner) exec(ctx context.Context, op Op) error {
+	switch op.Kind {
+	case OpNewTenant:
+		return r.newTenant(ctx)
+	}
+	t := r.pickTenant()
+	if t == nil {
+		r.note("#%d %s: skipped, no tenant", r.step, op.Kind)
+		return nil
+	}
+	switch op.Kind {
+	case OpActivate:
+		return r.activate(ctx, t)
+	case OpUsage:
+		return r.usage(ctx, t, false)
+	case OpToBound:
+		return r.usage(ctx, t, true)
+	case OpBatch:
+		return r.batch(ctx, t)
+	case OpReplay:
+		return r.replayOrConflict(ctx, t, false)
+	case OpConflict:
+		return r.replayOrConflict(ctx, t, true)
+	case OpAdjust:
+		return r.adjust(ctx, t)
+	case OpAdjReplay:
+		return r.adjReplay(ctx, t)
+	case OpCheck:
+		r.note("#%d check %s", r.step, t.ID)
+		return r.check(ctx, t)
+	case OpClose:
+		return r.close(ctx)
+	}
+	return fmt.Errorf("unknown op %v", op.Kind)
+}
+
+// pickTenant: mostly the newest active tenant, else the one before.
+func (r *runner) pickTenant() *Tenant {
+	n := len(r.active)
+	if n == 0 {
+		return nil
+	}
+	if n > 1 && r.rng.IntN(3) == 0 {
+		return r.active[n-2]
+	}
+	return r.active[n-1]
+}
+
+func (r *runner) now() time.Time { return r.cfg.Clock.Now() }
+
+func instant(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// ---- prices ----
+
+func (r *runner) newTenant(ctx context.Context) error {
+	r.counter++
+	t := newTenant(fmt.Sprintf("%s-%d", r.cfg.Prefix, len(r.tenants)+1), r.now())
+	r.tenants = append(r.tenants, t)
+	r.active = append(r.active, t)
+	if len(r.active) > 2 { // the oldest retires: a last check
+		old := r.active[0]
+		r.active = r.active[1:]
+		r.note("#%d retire %s (check)", r.step, old.ID)
+		if err := r.check(ctx, old); err != nil {
+			return err
+		}
+	}
+	r.note("#%d new tenant %s", r.step, t.ID)
+	perm := r.rng.Perm(len(meters))
+	k := 2 + r.rng.IntN(len(meters)-1)
+	for _, i := range perm[:k] {
+		if err := r.activateFirst(ctx, t, meters[i].Code, meters[i].Currency); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// activateFirst activates a series' first version (effective now) and waits
+// until usage knows it: a fact before it is then refused no_price_in_effect
+// rather than unknown_meter.
+func (r *runner) activateFirst(ctx context.Context, t *Tenant, meter, currency string) error {
+	t.Series[meter] = &Series{Meter: meter, Currency: currency}
+	if err := r.sendPrice(ctx, t, meter, randomPricing(r.rng, currency), "now", time.Time{}, 201, ""); err != nil {
+		return err
+	}
+	v1 := t.Series[meter].Versions[0]
+	probe := map[string]any{"sourceSystem": sourceSystem, "sourceEventId": "probe-" + meter, "meterCode": meter,
+		"quantity": "1", "occurredAt": v1.Eff.Add(-time.Second).Format(time.RFC3339Nano)}
+	deadline := time.Now().Add(r.cfg.Settle)
+	for {
+		a, err := r.c.do(ctx, "usage", "POST", t.ID, "/usage", probe, nil)
+		if err != nil {
+			return err
+		}
+		if a.Status == 422 && a.Code() == "no_price_in_effect" {
+			return nil
+		}
+		if a.Status != 422 || a.Code() != "unknown_meter" {
+			return fail("usage", "%s: a fact before %s's first price: want 422 no_price_in_effect (or unknown_meter until usage learns the price), got %d %s",
+				t.ID, meter, a.Status, clip(string(a.Body)))
+		}
+		if time.Now().After(deadline) {
+			return fail("settle", "%s: usage did not learn %s's first price within %s", t.ID, meter, r.cfg.Settle)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (r *runner) activate(ctx context.Context, t *Tenant) error {
+	m := meters[r.rng.IntN(len(meters))]
+	s := t.Series[m.Code]
+	if s == nil {
+		r.note("#%d activate %s %s: first version", r.step, t.ID, m.Code)
+		return r.activateFirst(ctx, t, m.Code, m.Currency)
+	}
+	p := randomPricing(r.rng, m.Currency)
+	now := instant(r.now())
+	last := s.Versions[len(s.Versions)-1].Eff
+	safe := now.Add(r.cfg.Lead + 2*time.Second) // beyond any watermark meter can have published
+	x := r.rng.IntN(100)
+	switch {
+	case x < 30: // now: takes effect after the published schedule, unless a later version is scheduled
+		if last.After(now.Add(-time.Millisecond)) && !last.After(safe.Add(time.Second)) {
+			break // whether it would be out of order depends on meter's watermark: make it explicit
+		}
+		if last.After(safe.Add(time.Second)) {
+			return r.sendPrice(ctx, t, m.Code, p, "now", time.Time{}, 422, "price_out_of_order")
+		}
+		return r.sendPrice(ctx, t, m.Code, p, "now", time.Time{}, 201, "")
+	case x < 40: // backdated
+		return r.sendPrice(ctx, t, m.Code, p, "backdated", now.Add(-time.Duration(1+r.rng.IntN(600))*time.Second), 422, "price_backdated")
+	case x < 50: // before the last version's effectiveAt, after the watermark
+		if last.After(safe.Add(2 * time.Millisecond)) {
+			eff := safe.Add(time.Duration(r.rng.Int64N(int64(last.Sub(safe))-1000)) + time.Microsecond)
+			return r.sendPrice(ctx, t, m.Code, p, "out-of-order", instant(eff), 422, "price_out_of_order")
+		}
+	case x < 60: // an invalid price
+		body, code := invalidPricing(r.rng)
+		return r.sendRaw(ctx, t, m.Code, m.Currency, body, code)
+	case x < 65: // the same effectiveAt as the last version, if still ahead
+		if last.After(safe) {
+			return r.sendPrice(ctx, t, m.Code, p, "same-as-last", last, 201, "")
+		}
+	}
+	// a future version
+	eff := maxTime(safe, last).Add(time.Duration(r.rng.Int64N(int64(4 * time.Second))))
+	return r.sendPrice(ctx, t, m.Code, p, "future", instant(eff), 201, "")
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+type priceAnswer struct {
+	Version     int64     `json:"version"`
+	EffectiveAt time.Time `json:"effectiveAt"`
+	Model       string    `json:"model"`
+	MeterCode   string    `json:"meterCode"`
+	Currency    string    `json:"currency"`
+}
+
+func (r *runner) sendPrice(ctx context.Context, t *Tenant, meter string, p Pricing, how string, eff time.Time, wantStatus int, wantCode string) error {
+	s := t.Series[meter]
+	body := p.request()
+	body["meterCode"], body["currency"] = meter, s.Currency
+	if !eff.IsZero() {
+		body["effectiveAt"] = eff.Format(time.RFC3339Nano)
+	}
+	r.stats.Prices++
+	sent := instant(time.Now())
+	a, err := r.c.do(ctx, "meter", "POST", t.ID, "/prices", body, map[string]string{"Idempotency-Key": r.key("price")})
+	if err != nil {
+		return err
+	}
+	desc := fmt.Sprintf("#%d activate %s %s %s (%s", r.step, t.ID, meter, p, how)
+	if !eff.IsZero() {
+		desc += " " + eff.Format(time.RFC3339Nano)
+	}
+	if a.Status != wantStatus || (wantCode != "" && a.Code() != wantCode) {
+		r.note("%s) -> %d %s", desc, a.Status, a.Code())
+		return fail("price", "%s %s: want %d %s, got %d %s", t.ID, meter, wantStatus, wantCode, a.Status, clip(string(a.Body)))
+	}
+	if wantStatus != 201 {
+		r.note("%s) -> %d %s", desc, a.Status, a.Code())
+		return nil
+	}
+	var got priceAnswer
+	if err := a.decode(&got); err != nil {
+		return err
+	}
+	want := int64(len(s.Versions) + 1)
+	if got.Version != want || got.Model != p.Model {
+		return fail("price", "%s %s: want version %d model %s, got %s", t.ID, meter, want, p.Model, clip(string(a.Body)))
+	}
+	if !eff.IsZero() && !got.EffectiveAt.Equal(eff) {
+		return fail("price", "%s %s: asked effectiveAt %s, got %s", t.ID, meter, eff, got.EffectiveAt)
+	}
+	if eff.IsZero() && (got.EffectiveAt.Before(sent) || got.EffectiveAt.After(instant(time.Now()).Add(r.cfg.Lead+time.Second))) {
+		return fail("price", "%s %s: effectiveAt %s of a price activated now (%s) is not within the schedule lead %s",
+			t.ID, meter, got.EffectiveAt, sent, r.cfg.Lead)
+	}
+	s.Versions = append(s.Versions, Version{N: got.Version, Eff: got.EffectiveAt.UTC(), Pricing: p})
+	r.note("%s) -> v%d effective %s", desc, got.Version, got.EffectiveAt.UTC().Format(time.RFC3339Nano))
+	return nil
+}
+
+func (r *runner) sendRaw(ctx context.Context, t *Tenant, meter, currency string, body map[string]any, code string) error {
+	body["meterCode"], body["currency"] = meter, currency
+	r.stats.Prices++
+	a, err := r.c.do(ctx, "meter", "POST", t.ID, "/prices", body, map[string]string{"Idempotency-Key": r.key("price")})
+	if err != nil {
+		return err
+	}
+	r.note("#%d activate %s %s invalid %v -> %d %s", r.step, t.ID, meter, body, a.Status, a.Code())
+	if a.Status != 400 || a.Code() != code {
+		return fail("price", "%s %s invalid price %v: want 400 %s, got %d %s", t.ID, meter, body, code, a.Status, clip(string(a.Body)))
+	}
+	return nil
+}
+
+func (r *runner) key(kind string) string {
+	r.counter++
+	return fmt.Sprintf("%s-%s-%d", r.cfg.Prefix, kind, r.counter)
+}
+
+// ---- usage ----
+
+// occurredAt picks a time for a fact of series s (nil: an unpriced meter):
+// anywhere since shortly before the tenant began, a version's effectiveAt
+// exactly or a microsecond before it, or just now; never in the future.
+func (r *runner) occurredAt(t *Tenant, s *Series) time.Time {
+	now := instant(r.now().Add(-20 * time.Millisecond))
+	lo := instant(t.Created.Add(-300 * time.Millisecond))
+	x := r.rng.IntN(100)
+	if s != nil && x < 25 {
+		v := s.Versions[r.rng.IntN(len(s.Versions))]
+		at := v.Eff
+		if x < 10 {
+			at = at.Add(-time.Microsecond)
+		}
+		if !at.After(now) {
+			return at
+		}
+	}
+	if x < 35 {
+		return now
+	}
+	return instant(lo.Add(time.Duration(r.rng.Int64N(int64(now.Sub(lo)) + 1))))
+}
+
+// newFact makes a fresh fact for t (not sent yet); toBound aims its quantity
+// at a price step of the line it will join.
+func (r *runner) newFact(t *Tenant, toBound bool) (*Fact, *Series, string) {
+	var meter string
+	var s *Series
+	if r.rng.IntN(40) == 0 {
+		meter = ghostMeter
+	} else {
+		m := meters[r.rng.IntN(len(meters))]
+		meter, s = m.Code, t.Series[m.Code]
+	}
+	t.nextEventID++
+	f := &Fact{SourceEventID: fmt.Sprintf("e%d", t.nextEventID), Meter: meter, Qty: randomQty(r.rng)}
+	how := ""
+	if s != nil {
+		f.Currency = s.Currency
+		f.At = r.occurredAt(t, s)
+	} else {
+		f.At = instant(r.now().Add(-time.Second))
+	}
+	if toBound && s != nil {
+		f.At = instant(r.now().Add(-20 * time.Millisecond))
+		if v := s.inEffect(f.At); v != nil {
+			p, _ := t.target(f.At)
+			q := decimal.Zero
+			for _, g := range t.Facts {
+				if g.Period == p && g.Meter == meter && g.Version == v.N {
+					q = q.Add(g.Qty)
+				}
+			}
+			var ahead []decimal.Decimal
+			for _, b := range v.Pricing.Bounds() {
+				if b.GreaterThan(q) {
+					ahead = append(ahead, b)
+				}
+			}
+			if len(ahead) > 0 {
+				b := ahead[r.rng.IntN(len(ahead))]
+				switch r.rng.IntN(3) {
+				case 0:
+					f.Qty, how = b.Sub(q), "to the bound "+b.String()
+				case 1:
+					f.Qty, how = b.Sub(q).Add(quantum), "just past the bound "+b.String()
+				default:
+					f.Qty, how = b.Sub(q).Sub(quantum), "just below the bound "+b.String()
+					if f.Qty.Sign() < 0 {
+						f.Qty = decimal.Zero
+					}
+				}
+			}
+		}
+	}
+	return f, s, how
+}
+
+// expectUsage is the model's answer to a new fact: 201 and the fact as
+// rated, or a refusal code.
+func (r *runner) expectUsage(t *Tenant, f *Fact, s *Series) (int, string) {
+	if prev := t.byIdentity[f.SourceEventID]; prev != nil {
+		if prev.Meter == f.Meter && prev.Qty.Equal(f.Qty) && prev.At.Equal(f.At) {
+			return 200, ""
+		}
+		return 409, "source_event_conflict"
+	}
+	if s == nil {
+		return 422, "unknown_meter"
+	}
+	if s.Versions[0].Eff.After(f.At) {
+		return 422, "no_price_in_effect"
+	}
+	return 201, ""
+}
+
+type usageAnswer struct {
+	UsageID string `json:"usageId"`
+	EventID string `json:"eventId"`
+}
+
+// accept records a fact the service accepted, with the charge it must get.
+func (r *runner) accept(t *Tenant, f *Fact, s *Series, got usageAnswer) {
+	f.UsageID, f.EventID = got.UsageID, got.EventID
+	f.Version = s.inEffect(f.At).N
+	f.Period, f.Late = t.target(f.At)
+	t.Facts = append(t.Facts, f)
+	t.byIdentity[f.SourceEventID] = f
+	t.Dirty = true
+	r.stats.Accepted++
+}
+
+func (r *runner) usage(ctx context.Context, t *Tenant, toBound bool) error {
+	f, s, how := r.newFact(t, toBound)
+	wantStatus, wantCode := r.expectUsage(t, f, s)
+	r.stats.Facts++
+	a, err := r.c.do(ctx, "usage", "POST", t.ID, "/usage", f.body(), nil)
+	if err != nil {
+		return err
+	}
+	r.note("#%d usage %s %s %s %s at %s %s -> %d %s", r.step, t.ID, f.SourceEventID, f.Meter, f.Qty, f.At.Format(time.RFC3339Nano), how, a.Status, a.Code())
+	if a.Status != wantStatus || a.Code() != wantCode {
+		return fail("usage", "%s fact %s (%s %s at %s): want %d %s, got %d %s", t.ID, f.SourceEventID, f.Meter, f.Qty,
+			f.At.Format(time.RFC3339Nano), wantStatus, wantCode, a.Status, clip(string(a.Body)))
+	}
+	if wantStatus != 201 {
+		r.stats.Refused++
+		return nil
+	}
+	var got usageAnswer
+	if err := a.decode(&got); err != nil {
+		return err
+	}
+	r.accept(t, f, s, got)
+	return nil
+}
+
+func (r *runner) replayOrConflict(ctx context.Context, t *Tenant, conflict bool) error {
+	if len(t.Facts) == 0 {
+		r.note("#%d replay/conflict %s: skipped, no fact", r.step, t.ID)
+		return nil
+	}
+	orig := t.Facts[r.rng.IntN(len(t.Facts))]
+	f := *orig
+	what := "replay"
+	if conflict {
+		switch r.rng.IntN(3) {
+		case 0:
+			f.Qty, what = f.Qty.Add(decimal.New(1, -3)), "conflict (quantity)"
+		case 1:
+			f.At, what = f.At.Add(-time.Microsecond), "conflict (occurredAt)"
+		default:
+			for _, m := range meters {
+				if m.Code != f.Meter && t.Series[m.Code] != nil {
+					f.Meter, what = m.Code, "conflict (meter)"
+					break
+				}
+			}
+			if f.Meter == orig.Meter {
+				f.Qty, what = f.Qty.Add(decimal.NewFromInt(1)), "conflict (quantity)"
+			}
+		}
+		r.stats.Conflicts++
+	} else {
+		// the same quantity written otherwise is still the same fact
+		if r.rng.IntN(3) == 0 && f.Qty.Exponent() < 0 {
+			f.Qty = decimal.RequireFromString(f.Qty.StringFixed(-f.Qty.Exponent() + 2))
+			what = "replay (quantity " + f.Qty.StringFixed(-f.Qty.Exponent()+2) + ")"
+		}
+		r.stats.Replays++
+	}
+	body := f.body()
+	if what != "replay" && !conflict {
+		body["quantity"] = orig.Qty.StringFixed(-orig.Qty.Exponent() + 2)
+	}
+	wantStatus, wantCode := r.expectUsage(t, &f, t.Series[f.Meter])
+	r.stats.Facts++
+	a, err := r.c.do(ctx, "usage", "POST", t.ID, "/usage", body, nil)
+	if err != nil {
+		return err
+	}
+	r.note("#%d %s %s %s -> %d %s", r.step, what, t.ID, orig.SourceEventID, a.Status, a.Code())
+	if a.Status != wantStatus || a.Code() != wantCode {
+		return fail("usage", "%s %s of %s: want %d %s, got %d %s", t.ID, what, orig.SourceEventID, wantStatus, wantCode, a.Status, clip(string(a.Body)))
+	}
+	if wantStatus == 200 {
+		var got usageAnswer
+		if err := a.decode(&got); err != nil {
+			return err
+		}
+		if got.UsageID != orig.UsageID || got.EventID != orig.EventID {
+			return fail("usage", "%s replay of %s: want usage %s event %s, got %s", t.ID, orig.SourceEventID, orig.UsageID, orig.EventID, clip(string(a.Body)))
+		}
+	}
+	return nil
+}
+
+func (r *runner) batch(ctx context.Context, t *Tenant) error {
+	n := 2 + r.rng.IntN(8)
+	type item struct {
+		f          *Fact
+		s          *Series
+		status     int
+		code, what string
+		orig       *Fact
+	}
+	var items []item
+	used := map[string]bool{}
+	for len(items) < n {
+		x := r.rng.IntN(10)
+		if x < 3 && len(t.Facts) > 0 {
+			orig := t.Facts[r.rng.IntN(len(t.Facts))]
+			if used[orig.SourceEventID] {
+				continue
+			}
+			used[orig.SourceEventID] = true
+			f := *orig
+			what := "replay"
+			if x == 0 {
+				f.Qty, what = f.Qty.Add(decimal.NewFromInt(2)), "conflict"
+			}
+			st, code := r.expectUsage(t, &f, t.Series[f.Meter])
+			items = append(items, item{&f, t.Series[f.Meter], st, code, what, orig})
+			continue
+		}
+		f, s, _ := r.newFact(t, false)
+		st, code := r.expectUsage(t, f, s)
+		items = append(items, item{f, s, st, code, "new", nil})
+	}
+	events := make([]map[string]any, len(items))
+	var desc []string
+	for i, it := range items {
+		events[i] = it.f.body()
+		desc = append(desc, fmt.Sprintf("%s %s %s %s at %s", it.what, it.f.SourceEventID, it.f.Meter, it.f.Qty, it.f.At.Format(time.RFC3339Nano)))
+	}
+	r.stats.Facts += len(items)
+	a, err := r.c.do(ctx, "usage", "POST", t.ID, "/usage:batch", map[string]any{"events": events}, nil)
+	if err != nil {
+		return err
+	}
+	r.note("#%d batch %s [%s] -> %d", r.step, t.ID, strings.Join(desc, "; "), a.Status)
+	if a.Status != 200 {
+		return fail("usage", "%s batch: want 200, got %d %s", t.ID, a.Status, clip(string(a.Body)))
+	}
+	var got struct {
+		Results []struct {
+			Status  int    `json:"status"`
+			UsageID string `json:"usageId"`
+			EventID string `json:"eventId"`
+			Code    string `json:"code"`
+		} `json:"results"`
+	}
+	if err := a.decode(&got); err != nil {
+		return err
+	}
+	if len(got.Results) != len(items) {
+		return fail("usage", "%s batch of %d: %d results", t.ID, len(items), len(got.Results))
+	}
+	for i, it := range items {
+		res := got.Results[i]
+		if res.Status != it.status || res.Code != it.code {
+			return fail("usage", "%s batch item %d (%s %s): want %d %s, got %d %s", t.ID, i, it.what, it.f.SourceEventID, it.status, it.code, res.Status, res.Code)
+		}
+		switch {
+		case it.status == 201:
+			r.accept(t, it.f, it.s, usageAnswer{res.UsageID, res.EventID})
+		case it.status == 200:
+			r.stats.Replays++
+			if res.UsageID != it.orig.UsageID || res.EventID != it.orig.EventID {
+				return fail("usage", "%s batch replay of %s: want usage %s, got %s", t.ID, it.orig.SourceEventID, it.orig.UsageID, res.UsageID)
+			}
+		case it.status == 409:
+			r.stats.Conflicts++
+		default:
+			r.stats.Refused++
+		}
+	}
+	return nil
+}
+
+// ---- adjustments ----
+
+func (r *runner) adjust(ctx context.Context, t *Tenant) error {
+	var rated []*Fact
+	for _, f := range t.Facts {
+		if f.ChargeID != "" {
+			rated = append(rated, f)
+		}
+	}
+	if len(rated) == 0 {
+		if t.Dirty && r.rng.IntN(2) == 0 {
+			r.note("#%d adjust %s: settle first", r.step, t.ID)
+			return r.settle(ctx, t)
+		}
+		r.note("#%d adjust %s: skipped, no charge listed yet", r.step, t.ID)
+		return nil
+	}
+	f := rated[r.rng.IntN(len(rated))]
+	c := f.Currency
+	unit := decimal.New(1, -minor(c))
+	confirmed := func(g *Fact) bool { return g.ChargeID != "" }
+	currency := c
+	var amount decimal.Decimal
+	var what string
+	x := r.rng.IntN(100)
+	switch {
+	case x < 15: // a debit
+		amount, what = unit.Mul(decimal.NewFromInt(int64(1+r.rng.IntN(500)))), "debit"
+	case x < 23: // finer than the minor unit
+		amount, what = decimal.New(-int64(1+r.rng.IntN(9)), -minor(c)-1).Sub(unit), "too precise"
+	case x < 30: // another currency than the charge's
+		for _, o := range sortedKeys(minorUnits) {
+			if o != c && r.rng.IntN(2) == 0 {
+				currency = o
+				break
+			}
+		}
+		if currency == c {
+			currency = "EUR"
+			if c == "EUR" {
+				currency = "USD"
+			}
+		}
+		amount, what = decimal.NewFromInt(1), "other currency"
+	case x < 50: // exactly what is left to credit
+		if err := r.settleIfDirty(ctx, t); err != nil {
+			return err
+		}
+		amount, what = floorMinor(t.room(f.Period, c, nil), c).Neg(), "credit of all that is left"
+	case x < 62: // a minor unit more than is left
+		if err := r.settleIfDirty(ctx, t); err != nil {
+			return err
+		}
+		amount, what = floorMinor(t.room(f.Period, c, nil), c).Add(unit).Neg(), "credit of a minor unit more than is left"
+	case x < 68: // far too much
+		amount, what = floorMinor(t.room(f.Period, c, nil).Mul(decimal.NewFromInt(2)), c).Add(unit).Neg(), "credit of twice what is left"
+	default: // a small credit
+		room := t.room(f.Period, c, confirmed)
+		max := floorMinor(room.Div(decimal.NewFromInt(3)), c).Div(unit).IntPart()
+		if max < 1 {
+			max = 1
+		}
+		amount, what = unit.Mul(decimal.NewFromInt(1+r.rng.Int64N(max))).Neg(), "small credit"
+	}
+	if amount.IsZero() {
+		amount = unit.Neg()
+	}
+	wantStatus, wantCode := 201, ""
+	switch {
+	case !wholeMinor(amount, currency):
+		wantStatus, wantCode = 422, "amount_precision"
+	case currency != c:
+		wantStatus, wantCode = 422, "currency_mismatch"
+	case amount.Sign() < 0:
+		lower := t.room(f.Period, c, confirmed).Add(amount) // what billing has listed at least
+		upper := t.room(f.Period, c, nil).Add(amount)       // every accepted fact
+		if lower.Sign() < 0 && upper.Sign() >= 0 {
+			if err := r.settle(ctx, t); err != nil {
+				return err
+			}
+			upper = t.room(f.Period, c, nil).Add(amount)
+		}
+		if upper.Sign() < 0 {
+			wantStatus, wantCode = 422, "credit_exceeds_charges"
+		}
+	}
+	p := t.period(f.Period)
+	adj := &Adjustment{Key: r.key("adj"), Fact: f, Period: f.Period, Currency: currency, Amount: amount, AfterClose: p.Closed,
+		Body: map[string]any{"correctionOf": f.ChargeID, "amount": amount.String(), "currency": currency, "reason": what}}
+	a, err := r.c.do(ctx, "billing", "POST", t.ID, "/adjustments", adj.Body, map[string]string{"Idempotency-Key": adj.Key})
+	if err != nil {
+		return err
+	}
+	r.note("#%d adjust %s %s on %s (%s, period %s%s): %s %s -> %d %s", r.step, t.ID, what, f.SourceEventID, f.Meter, f.Period,
+		map[bool]string{true: ", closed", false: ""}[p.Closed], amount, currency, a.Status, a.Code())
+	if a.Status != wantStatus || a.Code() != wantCode {
+		return fail("adjustment", "%s %s of %s %s on charge of %s (period %s): want %d %s, got %d %s", t.ID, what, amount, currency,
+			f.SourceEventID, f.Period, wantStatus, wantCode, a.Status, clip(string(a.Body)))
+	}
+	if wantStatus != 201 {
+		if wantCode == "credit_exceeds_charges" {
+			r.stats.CreditsRefused++
+		}
+		return nil
+	}
+	var got struct {
+		AdjustmentID string `json:"adjustmentId"`
+		EventID      string `json:"eventId"`
+		Period       string `json:"period"`
+	}
+	if err := a.decode(&got); err != nil {
+		return err
+	}
+	if got.Period != f.Period {
+		return fail("adjustment", "%s adjustment on %s: want period %s, got %s", t.ID, f.SourceEventID, f.Period, got.Period)
+	}
+	adj.AdjustmentID, adj.EventID, adj.Raw = got.AdjustmentID, got.EventID, a.Body
+	t.Adjs = append(t.Adjs, adj)
+	r.stats.Adjustments++
+	if adj.AfterClose {
+		r.stats.Corrections++
+	}
+	return nil
+}
+
+func (r *runner) adjReplay(ctx context.Context, t *Tenant) error {
+	if len(t.Adjs) == 0 {
+		r.note("#%d adj-replay %s: skipped, no adjustment", r.step, t.ID)
+		return nil
+	}
+	adj := t.Adjs[r.rng.IntN(len(t.Adjs))]
+	body := adj.Body
+	wantStatus, wantCode, what := 201, "", "replay"
+	if r.rng.IntN(3) == 0 {
+		body = map[string]any{}
+		for k, v := range adj.Body {
+			body[k] = v
+		}
+		body["reason"] = "another reason"
+		wantStatus, wantCode, what = 422, "idempotency_key_reused", "key reused"
+	}
+	a, err := r.c.do(ctx, "billing", "POST", t.ID, "/adjustments", body, map[string]string{"Idempotency-Key": adj.Key})
+	if err != nil {
+		return err
+	}
+	r.note("#%d adj-replay %s %s of %s -> %d %s", r.step, t.ID, what, adj.Key, a.Status, a.Code())
+	if a.Status != wantStatus || a.Code() != wantCode {
+		return fail("adjustment", "%s %s of adjustment %s: want %d %s, got %d %s", t.ID, what, adj.Key, wantStatus, wantCode, a.Status, clip(string(a.Body)))
+	}
+	if wantStatus == 201 {
+		var got struct {
+			AdjustmentID string `json:"adjustmentId"`
+		}
+		if err := a.decode(&got); err != nil {
+			return err
+		}
+		if got.AdjustmentID != adj.AdjustmentID || a.Header.Get("Idempotent-Replayed") != "true" {
+			return fail("adjustment", "%s replay of adjustment %s: want %s replayed, got %s (Idempotent-Replayed %q)", t.ID, adj.Key,
+				adj.AdjustmentID, got.AdjustmentID, a.Header.Get("Idempotent-Replayed"))
+		}
+	}
+	return nil
+}
+
+// ---- closes ----
+
+func (r *runner) close(ctx context.Context) error {
+	// the oldest tenant with an open period that has begun
+	var t *Tenant
+	month := r.now().UTC().Format("2006-01")
+	for _, c := range r.active {
+		if c.earliestOpen() <= month && len(c.Facts) > 0 {
+			t = c
+			break
+		}
+	}
+	if t == nil || r.rng.IntN(8) == 0 {
+		t = r.pickTenant()
+		if r.rng.IntN(2) == 0 {
+			// a period that has not begun
+			p := nextPeriod(month)
+			a, err := r.c.do(ctx, "billing", "POST", t.ID, "/periods/"+p+"/close", nil, map[string]string{"Idempotency-Key": r.key("close")})
+			if err != nil {
+				return err
+			}
+			r.note("#%d close %s %s (not begun) -> %d %s", r.step, t.ID, p, a.Status, a.Code())
+			if a.Status != 422 || a.Code() != "period_in_future" {
+				return fail("close", "%s close of %s: want 422 period_in_future, got %d %s", t.ID, p, a.Status, clip(string(a.Body)))
+			}
+			return nil
+		}
+		var closed []string
+		for _, p := range t.Periods {
+			if p.Closed {
+				closed = append(closed, p.Name)
+			}
+		}
+		if len(closed) == 0 {
+			r.note("#%d close %s: skipped, nothing closed to close again", r.step, t.ID)
+			return nil
+		}
+		sort.Strings(closed)
+		p := closed[r.rng.IntN(len(closed))]
+		a, err := r.c.do(ctx, "billing", "POST", t.ID, "/periods/"+p+"/close", nil, map[string]string{"Idempotency-Key": r.key("close")})
+		if err != nil {
+			return err
+		}
+		r.note("#%d close %s %s again -> %d %s", r.step, t.ID, p, a.Status, a.Code())
+		if a.Status != 202 {
+			return fail("close", "%s second close of %s: want 202, got %d %s", t.ID, p, a.Status, clip(string(a.Body)))
+		}
+		return r.checkInvoices(ctx, t, p)
+	}
+	p := t.earliestOpen()
+	if err := r.settle(ctx, t); err != nil { // every accepted fact is rated into p before the close
+		return err
+	}
+	a, err := r.c.do(ctx, "billing", "POST", t.ID, "/periods/"+p+"/close", nil, map[string]string{"Idempotency-Key": r.key("close")})
+	if err != nil {
+		return err
+	}
+	r.note("#%d close %s %s -> %d %s", r.step, t.ID, p, a.Status, a.Code())
+	if a.Status != 202 {
+		return fail("close", "%s close of %s: want 202, got %d %s", t.ID, p, a.Status, clip(string(a.Body)))
+	}
+	per := t.period(p)
+	per.Closed = true
+	r.stats.Closes++
+	for _, c := range t.currencies(p, true) {
+		per.Numbers[c] = t.NextNumber // the set of numbers is checked, not which currency got which
+		t.NextNumber++
+	}
+	return r.checkInvoices(ctx, t, p)
+}
+
+// String of the run's first steps, for a failure report.
+func (f *Failure) Report(maxSteps int) string {
+	var b strings.Builder
+	steps := f.Steps
+	if len(steps) > maxSteps {
+		fmt.Fprintf(&b, "  ... %d earlier steps\n", len(steps)-maxSteps)
+		steps = steps[len(steps)-maxSteps:]
+	}
+	for _, s := range steps {
+		b.WriteString("  " + s + "\n")
+	}
+	return b.String()
+}
