@@ -45,6 +45,11 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	operatorAPI := httpapi.NewOperator(op, d.Logger)
 	webhookAPI := httpapi.NewWebhookOperator(
 		operator.NewWebhooks(d.Pool, d.Config.ServiceURLs[operator.WebhookService], d.Config.Auth, d.Logger), d.Logger)
+	env := service.NewEnv()
+	interval := env.Duration("QUERY_FOLD_INTERVAL", app.DefaultFoldInterval)
+	if err := env.Err(); err != nil {
+		return service.Parts{}, err
+	}
 	handlers := map[string]inbox.Handler{}
 	maps.Copy(handlers, op.Handlers())
 	return service.Parts{
@@ -59,5 +64,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		Handlers:       handlers,
 		BatchHandlers:  app.BatchHandlers(),
 		Reconciliation: op.Reconciliation(),
+		// Summary deltas are folded in the background (QUERY_FOLD_INTERVAL).
+		Work: app.NewFolder(d.Pool, interval, d.Metrics, d.Logger).Run,
 	}, nil
 }

@@ -71,6 +71,29 @@ ON CONFLICT (tenant_id) DO UPDATE
 SET events = tenant_summary.events + EXCLUDED.events,
     last_event_at = GREATEST(tenant_summary.last_event_at, EXCLUDED.last_event_at);
 
+-- name: ListPendingTotals :many
+-- ListPendingTotals sums a tenant's deltas not folded yet, per kind and key,
+-- for a read that adds them to the folded totals (in one snapshot).
+SELECT kind, key, sum(amount)::numeric AS amount, count(*) AS events
+FROM summary_delta WHERE tenant_id = @tenant_id AND kind <> 'seen'
+GROUP BY kind, key ORDER BY kind, key;
+
+-- name: GetPendingSummary :one
+-- GetPendingSummary counts a tenant's deltas not folded yet and their latest
+-- occurredAt (NULL when there is none).
+SELECT count(*) AS events, max(occurred_at) AS last_event_at
+FROM summary_delta WHERE tenant_id = @tenant_id;
+
+-- name: ListTenantsToFold :many
+-- ListTenantsToFold returns the tenants of the oldest pending deltas, for the
+-- background folder.
+SELECT DISTINCT o.tenant_id FROM (
+    SELECT d.tenant_id FROM summary_delta d ORDER BY d.seq LIMIT @scan::int
+) o;
+
+-- name: CountPendingDeltas :one
+SELECT count(*) FROM summary_delta;
+
 -- name: GetTenantSummary :one
 SELECT tenant_id, events, last_event_at FROM tenant_summary WHERE tenant_id = @tenant_id;
 

@@ -52,6 +52,17 @@ func (q *Queries) AppendRedriveAudit(ctx context.Context, arg AppendRedriveAudit
 	return err
 }
 
+const countPendingDeltas = `-- name: CountPendingDeltas :one
+SELECT count(*) FROM summary_delta
+`
+
+func (q *Queries) CountPendingDeltas(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, countPendingDeltas)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const foldDeltas = `-- name: FoldDeltas :exec
 WITH moved AS (
     DELETE FROM summary_delta d WHERE d.tenant_id = $1::text
@@ -78,6 +89,25 @@ SET events = tenant_summary.events + EXCLUDED.events,
 func (q *Queries) FoldDeltas(ctx context.Context, tenantID string) error {
 	_, err := q.db.Exec(ctx, foldDeltas, tenantID)
 	return err
+}
+
+const getPendingSummary = `-- name: GetPendingSummary :one
+SELECT count(*) AS events, max(occurred_at) AS last_event_at
+FROM summary_delta WHERE tenant_id = $1
+`
+
+type GetPendingSummaryRow struct {
+	Events      int64
+	LastEventAt interface{}
+}
+
+// GetPendingSummary counts a tenant's deltas not folded yet and their latest
+// occurredAt (NULL when there is none).
+func (q *Queries) GetPendingSummary(ctx context.Context, tenantID string) (GetPendingSummaryRow, error) {
+	row := q.db.QueryRow(ctx, getPendingSummary, tenantID)
+	var i GetPendingSummaryRow
+	err := row.Scan(&i.Events, &i.LastEventAt)
+	return i, err
 }
 
 const getTenantSummary = `-- name: GetTenantSummary :one
@@ -131,6 +161,46 @@ func (q *Queries) InsertQuarantineNotice(ctx context.Context, arg InsertQuaranti
 		arg.QuarantinedAt,
 	)
 	return err
+}
+
+const listPendingTotals = `-- name: ListPendingTotals :many
+SELECT kind, key, sum(amount)::numeric AS amount, count(*) AS events
+FROM summary_delta WHERE tenant_id = $1 AND kind <> 'seen'
+GROUP BY kind, key ORDER BY kind, key
+`
+
+type ListPendingTotalsRow struct {
+	Kind   string
+	Key    string
+	Amount decimal.Decimal
+	Events int64
+}
+
+// ListPendingTotals sums a tenant's deltas not folded yet, per kind and key,
+// for a read that adds them to the folded totals (in one snapshot).
+func (q *Queries) ListPendingTotals(ctx context.Context, tenantID string) ([]ListPendingTotalsRow, error) {
+	rows, err := q.db.Query(ctx, listPendingTotals, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListPendingTotalsRow
+	for rows.Next() {
+		var i ListPendingTotalsRow
+		if err := rows.Scan(
+			&i.Kind,
+			&i.Key,
+			&i.Amount,
+			&i.Events,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listQuarantineNotices = `-- name: ListQuarantineNotices :many
@@ -248,6 +318,34 @@ func (q *Queries) ListTenantTotals(ctx context.Context, tenantID string) ([]List
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listTenantsToFold = `-- name: ListTenantsToFold :many
+SELECT DISTINCT o.tenant_id FROM (
+    SELECT d.tenant_id FROM summary_delta d ORDER BY d.seq LIMIT $1::int
+) o
+`
+
+// ListTenantsToFold returns the tenants of the oldest pending deltas, for the
+// background folder.
+func (q *Queries) ListTenantsToFold(ctx context.Context, scan int32) ([]string, error) {
+	rows, err := q.db.Query(ctx, listTenantsToFold, scan)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var tenant_id string
+		if err := rows.Scan(&tenant_id); err != nil {
+			return nil, err
+		}
+		items = append(items, tenant_id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
