@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shopspring/decimal"
 
@@ -23,6 +24,7 @@ func TestOtherModelsAndThePeriodEstimate(t *testing.T) {
 	ctx := context.Background()
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
+	svc.SetClock(func() time.Time { return jan20 }) // January in progress
 	ib := bt.NewInbox(t, svc)
 	dec := decimal.RequireFromString
 	upTo := func(s string) *decimal.Decimal { v := dec(s); return &v }
@@ -83,8 +85,10 @@ func TestOtherModelsAndThePeriodEstimate(t *testing.T) {
 	}
 	// api_calls 1300: 1000 free + 300 x 0.002 + 1 = 1.6; storage 210: 3
 	// packages x 2.5 = 7.5; sms 3 x 0.05 = 0.15.
-	if est.Status != "open" || est.ClosesAt != nil || len(est.Estimate) != 1 || !est.Estimate["USD"].Equal(dec("9.25")) {
-		t.Fatalf("estimate %s, want open, USD 9.25", bt.JSON(est))
+	closesAt := time.Date(2026, 2, 1, 1, 0, 0, 0, time.UTC) // its end in UTC plus the default hour of grace
+	if est.Status != "open" || est.ClosesAt == nil || !est.ClosesAt.Equal(closesAt) || len(est.Estimate) != 1 ||
+		!est.Estimate["USD"].Equal(dec("9.25")) {
+		t.Fatalf("estimate %s, want open, closing at %s, USD 9.25", bt.JSON(est), closesAt)
 	}
 	empty, err := svc.PeriodEstimate(ctx, "t1", "2026-02")
 	if err != nil || empty.Status != "open" || len(empty.Estimate) != 0 {

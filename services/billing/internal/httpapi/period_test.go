@@ -16,8 +16,10 @@ func TestPeriodEstimateOverHTTP(t *testing.T) {
 		t.Fatalf("period: %d %s", r.status, r.body)
 	}
 	est, _ := got["estimate"].(map[string]any)
-	if got["period"] != "2026-01" || got["status"] != "open" || got["closesAt"] != nil || est["USD"] != "1.5" {
-		t.Fatalf("period %s, want 2026-01 open, closesAt null, estimate USD 1.5 (3 x 0.5)", r.body)
+	// January 2026 has ended (the fixture runs on the real clock) and is not
+	// closed: in grace until its end plus the default hour.
+	if got["period"] != "2026-01" || got["status"] != "grace" || got["closesAt"] != "2026-02-01T01:00:00Z" || est["USD"] != "1.5" {
+		t.Fatalf("period %s, want 2026-01 grace, closesAt 2026-02-01T01:00:00Z, estimate USD 1.5 (3 x 0.5)", r.body)
 	}
 	before := f.state(t)
 	for _, p := range []string{"2026-13", "26-01", "latest"} {
@@ -34,7 +36,7 @@ func TestPeriodEstimateOverHTTP(t *testing.T) {
 		t.Fatalf("close: %d %s", r.status, r.body)
 	}
 	r = f.do(t, http.MethodGet, "/v1/tenants/t1/periods/2026-01", nil, "")
-	if err := json.Unmarshal(r.body, &got); err != nil || got["status"] != "closed" {
+	if err := json.Unmarshal(r.body, &got); err != nil || got["status"] != "closed" || got["closesAt"] != nil {
 		t.Fatalf("period after its close: %s", r.body)
 	}
 }
