@@ -156,14 +156,14 @@ func startContainers(t *testing.T) *target {
 			t.Fatalf("deploy/compose.yaml: service %s has no build section", name)
 		}
 		port := fmt.Sprintf("%d/tcp", stack.DefaultPorts()[name])
-		img, source := image(name), testcontainers.WithDockerfile(testcontainers.FromDockerfile{
-			Context:    filepath.Join(deployDir, build.Context),
-			Dockerfile: build.Dockerfile,
-			KeepImage:  true,
-		})
-		if _, err := provider.Client().ImageInspect(ctx, img); err == nil {
-			source = nil // the local image (make compose-images), as compose runs it
-		} else {
+		img := image(name)
+		var source testcontainers.ContainerCustomizer // nil: the local image (make compose-images), as compose runs it
+		if _, err := provider.Client().ImageInspect(ctx, img); err != nil {
+			source = testcontainers.WithDockerfile(testcontainers.FromDockerfile{
+				Context:    filepath.Join(deployDir, build.Context),
+				Dockerfile: build.Dockerfile,
+				KeepImage:  true,
+			})
 			t.Logf("%s: no local image %s: building it from %s", name, img, build.Dockerfile)
 			img = ""
 		}
