@@ -49,7 +49,12 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		// The close scheduler (decision 0014): closes the periods whose end
 		// plus grace has passed, on every instance (safe: see
 		// app.CloseDuePeriods).
-		Work:           func(ctx context.Context) error { return svc.RunScheduler(ctx, interval) },
+		Work: func(ctx context.Context) error {
+			if interval == 0 {
+				return nil
+			}
+			return svc.RunScheduler(ctx, interval)
+		},
 		Topics:         app.Topics,
 		Handlers:       svc.Handlers(),
 		BatchHandlers:  svc.BatchHandlers(),
@@ -58,11 +63,16 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 }
 
 // schedulerInterval is BILLING_CLOSE_INTERVAL (a Go duration, default 10s,
-// at least 100ms): how often each instance looks for periods to close.
+// at least 100ms): how often each instance looks for periods to close;
+// "off" (0) runs no scheduler in this process (periods then close only when
+// someone calls close, or another instance's scheduler closes them).
 func schedulerInterval() (time.Duration, error) {
 	v := os.Getenv("BILLING_CLOSE_INTERVAL")
-	if v == "" {
+	switch v {
+	case "":
 		return 10 * time.Second, nil
+	case "off":
+		return 0, nil
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 100*time.Millisecond {

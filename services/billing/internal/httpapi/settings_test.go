@@ -1,0 +1,74 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/usagebilling/billing/services/billing/internal/app"
+	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
+	"github.com/usagebilling/billing/services/billing/internal/httpapi"
+)
+
+// PUT .../settings: the settings of the periods not yet begun, idempotent by
+// key; every refused request is a problem with its code and writes nothing.
+func TestSettingsOverHTTP(t *testing.T) {
+	f := newFixture(t)
+	r := chi.NewRouter()
+	r.Use(signedIn)
+	api := httpapi.New(app.New(f.pool, nil), nil)
+	api.Routes(r)
+	api.PeriodRoutes(r)
+	f.srv.Config.Handler = r
+	key := func(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
+	rows := func() int {
+		return bt.Count(t, f.pool, `SELECT count(*) FROM tenant_settings`)
+	}
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		body   string
+		status int
+		code   string
+	}{
+		{"unknown zone", key("s1"), `{"timeZone":"Mars/Olympus"}`, 400, "invalid_time_zone"},
+		{"not a duration", key("s1"), `{"gracePeriod":"1h"}`, 400, "invalid_grace_period"},
+		{"months", key("s1"), `{"gracePeriod":"P1M"}`, 400, "invalid_grace_period"},
+		{"too long", key("s1"), `{"gracePeriod":"P8D"}`, 422, "grace_period_out_of_range"},
+		{"no key", nil, `{"timeZone":"Asia/Seoul"}`, 400, "missing_idempotency_key"},
+		{"no token", map[string]string{"Idempotency-Key": "s1", "X-No-Token": "1"}, `{"timeZone":"Asia/Seoul"}`, 401, "unauthorized"},
+	} {
+		got := f.do(t, http.MethodPut, "/v1/tenants/t1/settings", tc.header, tc.body)
+		if got.status != tc.status || got.problem(t) != tc.code {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, got.status, got.body, tc.status, tc.code)
+		}
+	}
+	if n := rows(); n != 0 {
+		t.Fatalf("refused requests wrote %d settings rows", n)
+	}
+	body := `{"timeZone":"Asia/Seoul","gracePeriod":"PT90M"}`
+	first := f.do(t, http.MethodPut, "/v1/tenants/t1/settings", key("s1"), body)
+	var got app.SettingsReply
+	if first.status != http.StatusOK || json.Unmarshal(first.body, &got) != nil ||
+		got.TimeZone != "Asia/Seoul" || got.GracePeriod != "PT1H30M" || got.EffectiveFrom == "" {
+		t.Fatalf("settings: %d %s", first.status, first.body)
+	}
+	again := f.do(t, http.MethodPut, "/v1/tenants/t1/settings", key("s1"), body)
+	if again.status != http.StatusOK || string(again.body) != string(first.body) || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %d %s %v", again.status, again.body, again.header)
+	}
+	other := f.do(t, http.MethodPut, "/v1/tenants/t1/settings", key("s1"), `{"timeZone":"UTC"}`)
+	if other.status != http.StatusUnprocessableEntity || other.problem(t) != "idempotency_key_reused" {
+		t.Fatalf("key reused: %d %s", other.status, other.body)
+	}
+	var zone, actor string
+	var grace int64
+	err := f.pool.QueryRow(context.Background(), `SELECT time_zone, grace_seconds, actor FROM tenant_settings
+		WHERE tenant_id = 't1' AND effective_from = $1`, got.EffectiveFrom).Scan(&zone, &grace, &actor)
+	if err != nil || zone != "Asia/Seoul" || grace != 5400 || actor != testActor || rows() != 1 {
+		t.Fatalf("settings row: %s %d %s (%v), %d rows", zone, grace, actor, err, rows())
+	}
+}
