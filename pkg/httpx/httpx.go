@@ -142,12 +142,17 @@ func Required(pairs ...string) *Problem {
 }
 
 // StoreError maps an unexpected error from the database to a problem: 503
-// database_unavailable when the database cannot be reached (the request
-// changed nothing and may be retried), 500 internal otherwise.
+// timeout when a statement ran past statement_timeout (or lock_timeout) and
+// was cancelled, 503 database_unavailable when the database cannot be
+// reached (either way the request changed nothing and may be retried), 500
+// internal otherwise.
 func StoreError(err error) *Problem {
 	var netErr net.Error
 	var connErr *pgconn.ConnectError
+	var pgErr *pgconn.PgError
 	switch {
+	case errors.As(err, &pgErr) && (pgErr.Code == "57014" || pgErr.Code == "55P03"): // query_canceled, lock_not_available
+		return NewProblem(http.StatusServiceUnavailable, "timeout", "the database statement ran too long and was cancelled; nothing was changed, retry later")
 	case errors.As(err, &connErr), errors.As(err, &netErr), pgconn.SafeToRetry(err),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, io.ErrUnexpectedEOF):
 		return NewProblem(http.StatusServiceUnavailable, "database_unavailable", "the database is unreachable; nothing was changed, retry later")

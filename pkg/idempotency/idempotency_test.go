@@ -1,0 +1,72 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/idempotency"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+var tmpl = pgtest.Template{Name: "idempotency", Migrate: func(_ context.Context, url string) error {
+	return pgmigrate.Up(url, idempotency.Migrations)
+}}
+
+func claim(t *testing.T, pool *pgxpool.Pool, key, body string) (*idempotency.Response, error) {
+	t.Helper()
+	var r *idempotency.Response
+	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+		var err error
+		r, err = idempotency.Claim(context.Background(), tx, "acme/prices", key, idempotency.RequestHash("POST", "/p", []byte(body)))
+		if err != nil || r != nil {
+			return err
+		}
+		return idempotency.Save(context.Background(), tx, "acme/prices", key, 201, []byte(body))
+	})
+	return r, err
+}
+
+// Keys past the TTL are purged, in batches of the limit, and only those; a
+// key that comes back after the TTL is a new command.
+func TestPurgeRemovesOnlyKeysPastTheTTL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, tmpl)
+	for _, k := range []string{"old-1", "old-2", "old-3", "fresh"} {
+		if r, err := claim(t, pool, k, `{"v":1}`); r != nil || err != nil {
+			t.Fatalf("first claim of %s: %v, %v", k, r, err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE idempotency_key SET created_at = now() - interval '25 hours' WHERE key LIKE 'old-%'`); err != nil {
+		t.Fatal(err)
+	}
+	ttl := time.Now().Add(-24 * time.Hour)
+	for _, want := range []int64{2, 1, 0} {
+		n, err := idempotency.Purge(ctx, pool, ttl, 2)
+		if err != nil || n != want {
+			t.Fatalf("purged %d, %v; want %d", n, err, want)
+		}
+	}
+	// Within the TTL: a replay, and another body is refused.
+	if r, err := claim(t, pool, "fresh", `{"v":1}`); err != nil || r == nil || r.Status != 201 {
+		t.Fatalf("replay within the TTL: %v, %v", r, err)
+	}
+	if _, err := claim(t, pool, "fresh", `{"v":2}`); !errors.Is(err, idempotency.ErrKeyReused) {
+		t.Fatalf("other body within the TTL: %v", err)
+	}
+	// After the TTL: a new command, whatever its body.
+	if r, err := claim(t, pool, "old-1", `{"v":2}`); err != nil || r != nil {
+		t.Fatalf("key after the TTL: %v, %v; want a new command", r, err)
+	}
+}
+
+func TestMigrationsUpDownUp(t *testing.T) { pgtest.CheckUpDownUp(t, idempotency.Migrations) }
