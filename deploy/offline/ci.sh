@@ -16,9 +16,15 @@ step() { # step <name> <command>...
   "$@"
   times+=("$(printf '%-34s %4ds' "$name" $(( $(date +%s) - t0 )))")
 }
+engine_was_running=0
+"$DOCKER" info >/dev/null 2>&1 && engine_was_running=1
 finish() {
   local code=$?
-  deploy/offline/engine.sh stop || true
+  if [ "$engine_was_running" = 0 ]; then
+    deploy/offline/engine.sh stop || true
+  else
+    say "ci containers: the Docker engine was running before this run: left running"
+  fi
   say "ci containers: step times"; for l in "${times[@]}"; do echo "    $l"; done
   exit "$code"
 }

@@ -47,7 +47,7 @@ start() {
 stop() {
   [ -f "$STATE/started.pid" ] || { say "engine: no dockerd started by engine.sh: nothing to stop"; return; }
   pid=$(cat "$STATE/started.pid")
-  if kill -0 "$pid" 2>/dev/null; then
+  if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]; then
     say "engine: stopping dockerd (pid $pid)"
     kill -TERM "$pid"
     for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
