@@ -105,7 +105,7 @@ func startContainers(t *testing.T) *target {
 		testcontainers.WithExposedPorts("5432/tcp"),
 		// Over TCP: the init scripts run on a server listening on the unix
 		// socket only, so a TCP answer means initialisation is done.
-		testcontainers.WithWaitStrategy(wait.ForExec([]string{"pg_isready", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres"}).
+		testcontainers.WithWaitStrategyAndDeadline(3*time.Minute, wait.ForExec([]string{"pg_isready", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres"}).
 			WithStartupTimeout(2*time.Minute)))
 	pgAddr, err := pg.PortEndpoint(ctx, "5432/tcp", "")
 	if err != nil {
@@ -136,7 +136,7 @@ func startContainers(t *testing.T) *target {
 			"KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS":                 "0",
 		}),
 		// kafkatool (deploy/cmd/kafkatool): a metadata round trip.
-		testcontainers.WithWaitStrategy(wait.ForExec([]string{"/usr/local/bin/kafkatool", "ready", "kafka:9092"}).
+		testcontainers.WithWaitStrategyAndDeadline(3*time.Minute, wait.ForExec([]string{"/usr/local/bin/kafkatool", "ready", "kafka:9092"}).
 			WithStartupTimeout(3*time.Minute)))
 	code, out, err := kafka.Exec(ctx, append([]string{"/usr/local/bin/kafkatool", "create-topics",
 		"-bootstrap", "kafka:9092", "-partitions", "6"}, events.AllTopics...))
@@ -176,7 +176,7 @@ func startContainers(t *testing.T) *target {
 				"SERVICE_URLS":  strings.Join(serviceURLs, ","),
 			}),
 			testcontainers.WithExposedPorts(port),
-			testcontainers.WithWaitStrategy(wait.ForHTTP("/readyz").WithPort(port).WithStartupTimeout(3*time.Minute)))
+			testcontainers.WithWaitStrategyAndDeadline(3*time.Minute, wait.ForHTTP("/readyz").WithPort(port).WithStartupTimeout(3*time.Minute)))
 		if urls[name], err = c.PortEndpoint(ctx, port, "http"); err != nil {
 			t.Fatal(err)
 		}
