@@ -476,7 +476,7 @@ func randomPricing(rng *rand.Rand, currency string) Pricing {
 			if i == 0 && rng.IntN(3) == 0 {
 				t.UnitPrice = decimal.Zero // a free allowance
 			}
-			if rng.IntN(3) == 0 {
+			if rng.IntN(2) == 0 {
 				t.FlatFee = pick(rng, "1", "0.5", "10", "2.25")
 			}
 			if i < n-1 {

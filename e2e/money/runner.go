@@ -116,7 +116,9 @@ func Run(ctx context.Context, cfg Config, ops []Op) (Stats, *Failure, error) {
 	return r.stats, nil, nil
 }
 
-func (r *runner) note(format string, args ...any) { r.steps = append(r.steps, fmt.Sprintf(format, args...)) }
+func (r *runner) note(format string, args ...any) {
+	r.steps = append(r.steps, fmt.Sprintf(format, args...))
+}
 
 func (r *runner) exec(ctx context.Context, op Op) error {
 	switch op.Kind {
@@ -377,11 +379,16 @@ func (r *runner) occurredAt(t *Tenant, s *Series) time.Time {
 func (r *runner) newFact(t *Tenant, toBound bool) (*Fact, *Series, string) {
 	var meter string
 	var s *Series
-	if r.rng.IntN(40) == 0 {
+	priced := sortedKeys(t.Series)
+	switch x := r.rng.IntN(40); {
+	case x == 0:
 		meter = ghostMeter
-	} else {
+	case x < 3 || len(priced) == 0: // any meter, perhaps one this tenant never priced
 		m := meters[r.rng.IntN(len(meters))]
 		meter, s = m.Code, t.Series[m.Code]
+	default:
+		meter = priced[r.rng.IntN(len(priced))]
+		s = t.Series[meter]
 	}
 	t.nextEventID++
 	f := &Fact{SourceEventID: fmt.Sprintf("e%d", t.nextEventID), Meter: meter, Qty: randomQty(r.rng)}
@@ -483,6 +490,13 @@ func (r *runner) usage(ctx context.Context, t *Tenant, toBound bool) error {
 		return err
 	}
 	r.accept(t, f, s, got)
+	if toBound && how != "" && r.rng.IntN(2) == 0 {
+		// the line now ends at (or next to) a price step: billing's estimate must price it so
+		if err := r.settle(ctx, t); err != nil {
+			return err
+		}
+		return r.checkEstimate(ctx, t, f.Period)
+	}
 	return nil
 }
 
