@@ -1,0 +1,119 @@
+package app_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/services/query/internal/app"
+	. "github.com/usagebilling/billing/services/query/internal/querytest"
+)
+
+// The summary stays exact while the background folder runs concurrently with
+// the consumer's writes: after each committed batch it counts exactly what
+// was committed, and every read in between sees a consistent snapshot
+// (between what was committed before and after it, usage and charges of the
+// same batches together), whether the rows were folded yet or not.
+func TestSummaryExactWhileFolderRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.NewPool(t, Template)
+	ib := NewInbox(t)
+	f := NewFeed(t, "acme")
+	price := D("0.0125")
+	Decide(t, pool, ib, f.Price("api_calls", "USD", price.String()))
+	folder := app.NewFolder(pool, 0, nil, slog.New(slog.DiscardHandler))
+	reader := app.NewReader(pool)
+
+	var committed atomic.Int64
+	var folds, reads atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { // the folder, flat out
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n, err := folder.FoldOnce(ctx)
+			if err != nil {
+				t.Errorf("fold: %v", err)
+				return
+			}
+			folds.Add(int64(n))
+		}
+	})
+	wg.Go(func() { // a reader, checking each snapshot
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			before := committed.Load()
+			s, err := reader.Summary(ctx, "acme")
+			after := committed.Load()
+			if err != nil {
+				t.Errorf("read: %v", err)
+				return
+			}
+			reads.Add(1)
+			n := s.UsageCount
+			if n < before || n > after {
+				t.Errorf("read %d usage facts with %d..%d committed", n, before, after)
+				return
+			}
+			if !s.QuantityByMeter["api_calls"].Equal(decimal.NewFromInt(n)) && n > 0 ||
+				!s.Charged["USD"].Equal(price.Mul(decimal.NewFromInt(n))) && n > 0 {
+				t.Errorf("inconsistent snapshot: %d facts, quantity %s, charged %s", n, s.QuantityByMeter["api_calls"], s.Charged["USD"])
+				return
+			}
+		}
+	})
+
+	const batches, size = 40, 25
+	for range batches {
+		var evs []Event
+		for range size {
+			u := f.Usage("api_calls", "USD", "1")
+			evs = append(evs, u, f.Charge(u, "2026-11", price.String()))
+		}
+		Decide(t, pool, ib, evs...)
+		n := committed.Add(size)
+		s, err := reader.Summary(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.UsageCount != n || !s.QuantityByMeter["api_calls"].Equal(decimal.NewFromInt(n)) ||
+			!s.Charged["USD"].Equal(price.Mul(decimal.NewFromInt(n))) {
+			t.Fatalf("after %d facts: %+v", n, s)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if folds.Load() == 0 || reads.Load() == 0 {
+		t.Fatalf("not proven: %d folds and %d concurrent reads during the writes", folds.Load(), reads.Load())
+	}
+	// A last fold leaves no delta, and the figures do not move.
+	if _, err := folder.FoldOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM summary_delta`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d deltas left after the last fold, %v", left, err)
+	}
+	s, err := reader.Summary(ctx, "acme")
+	if err != nil || s.UsageCount != batches*size || !s.Charged["USD"].Equal(price.Mul(decimal.NewFromInt(batches*size))) {
+		t.Fatalf("final summary %+v, %v", s, err)
+	}
+	t.Logf("%d tenant folds and %d reads ran during %d batches", folds.Load(), reads.Load(), batches)
+}
