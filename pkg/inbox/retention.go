@@ -12,10 +12,10 @@ import (
 // Retention
 //
 // inbox_event is what makes a redelivery a DUPLICATE, so a row must outlive
-// every copy of its event that can still be delivered: the topics keep a
-// message for their retention (7 days in deploy/compose.yaml's topics), so
-// the inbox keeps a decided event for longer (INBOX_RETENTION, 14 days by
-// default). Past that, PurgeEvents deletes it, in small batches. Two kinds
+// every copy of its event that can still be delivered: a topic keeps a
+// message for its retention (Kafka's default, 7 days, which the topics here
+// keep: none sets retention.ms), so the inbox keeps a decided event for
+// longer (INBOX_RETENTION, 14 days by default; raise it with the topics'). Past that, PurgeEvents deletes it, in small batches. Two kinds
 // of row are kept whatever their age:
 //
 //   - the newest applied version of each aggregate of a type listed in
