@@ -52,6 +52,14 @@ kafka-jars: ## fetch the Apache Kafka jars from Maven Central into the user cach
 e2e: ## chaos suite: the whole system on a real Apache Kafka under load, faults injected, reconciled (~10 min)
 	KAFKA=apache $(GO) test -tags chaos -count=1 -timeout 40m -v ./e2e/chaos/
 
+# The model-based money test (issue 10 item 6): random operations against the
+# running services (stack launcher, embedded broker) and an independent model.
+MONEY_OPS  ?= 10000
+MONEY_SEED ?=
+.PHONY: money-test
+money-test: ## random prices, usage, credits, closes and corrections against the running services and an independent model; every invoice, note and summary to the minor unit (MONEY_OPS=10000; MONEY_SEED=<seed> replays a run)
+	MONEY_OPS=$(MONEY_OPS) MONEY_SEED=$(MONEY_SEED) $(GO) test -tags money -count=1 -timeout 60m -v -run '^TestMoney$$' ./e2e/money/
+
 # Containers for real (issue 11): a Docker engine from Debian's docker.io and
 # every image built locally with no registry (deploy/offline/, deploy/README.md).
 .PHONY: compose-images compose-demo e2e-containers compose-chaos docker-stop
