@@ -386,3 +386,27 @@ func codeOf(err error) string {
 	}
 	return fmt.Sprint(err)
 }
+
+// A close that stopped between its steps (the period left closing) is
+// finished by the scheduler's next pass, even before the period's end.
+func TestSchedulerFinishesACloseLeftClosing(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	clk := newClock(jan10)
+	svc := clk.service(pool)
+	ib := bt.NewInbox(t, svc)
+	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 0, "4", jan10).Raw(t))
+	// Step 1 of a close, committed, and nothing after it.
+	if _, err := pool.Exec(context.Background(),
+		`INSERT INTO billing_period (tenant_id, period, status, closing_at) VALUES ('t1', '2026-01', 'closing', now())`); err != nil {
+		t.Fatal(err)
+	}
+	run, err := svc.CloseDuePeriods(context.Background())
+	if err != nil || !slices.Equal(run.Closed, []string{"t1/2026-01"}) {
+		t.Fatalf("pass = %+v, %v", run, err)
+	}
+	closes := bt.OfType[events.BillingPeriodClosed](bt.Outbox(t, pool))
+	if len(closes) != 1 || closes[0].Actor != app.SchedulerActor || closes[0].Charges != 1 {
+		t.Fatalf("closes = %s", bt.JSON(closes))
+	}
+}

@@ -140,8 +140,9 @@ type SchedulerRun struct {
 }
 
 // CloseDuePeriods is one pass of the close scheduler: of the periods with
-// charges that are not closed (and those a close left closing), it closes
-// each whose end plus grace has passed, through the same code path as the
+// charges that are not closed, it closes each whose end plus grace has
+// passed, and finishes each a close left closing (a crash between its
+// steps), through the same code path as the
 // HTTP close (ClosePeriod, actor SchedulerActor, Idempotency-Key
 // "scheduler/<period>"), and appends BillingPeriodEnded once for each that
 // has ended but is still in grace. Safe with any number of instances at
@@ -174,7 +175,7 @@ func (s *Service) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 		cal := cals[c.TenantID]
 		name := c.TenantID + "/" + c.Period
 		switch {
-		case !now.Before(cal.ClosesAt(c.Period)):
+		case c.Closing || !now.Before(cal.ClosesAt(c.Period)):
 			path := fmt.Sprintf("/v1/tenants/%s/periods/%s/close", c.TenantID, c.Period)
 			_, err := s.ClosePeriod(ctx, Request{
 				TenantID: c.TenantID, IdempotencyKey: "scheduler/" + c.Period, Actor: SchedulerActor,

@@ -377,7 +377,7 @@ ON CONFLICT (tenant_id, effective_from) DO UPDATE
 -- that is not closed, found by a skip scan of charge_line_order (one index
 -- probe per distinct pair, whatever the number of charges), and the
 -- periods a close left closing; with whether BillingPeriodEnded was
--- published for them.
+-- published for them and whether they are closing.
 WITH RECURSIVE pairs AS (
     (SELECT c.tenant_id, c.period FROM charge c ORDER BY c.tenant_id, c.period LIMIT 1)
     UNION ALL
@@ -393,7 +393,9 @@ WITH RECURSIVE pairs AS (
     SELECT b.tenant_id, b.period FROM billing_period b WHERE b.status = 'closing'
 )
 SELECT c.tenant_id::text AS tenant_id, c.period::text AS period,
-       EXISTS (SELECT 1 FROM period_ended e WHERE e.tenant_id = c.tenant_id AND e.period = c.period)::boolean AS ended
+       EXISTS (SELECT 1 FROM period_ended e WHERE e.tenant_id = c.tenant_id AND e.period = c.period)::boolean AS ended,
+       EXISTS (SELECT 1 FROM billing_period b
+               WHERE b.tenant_id = c.tenant_id AND b.period = c.period AND b.status = 'closing')::boolean AS closing
 FROM candidates c
 WHERE NOT EXISTS (SELECT 1 FROM billing_period b
                   WHERE b.tenant_id = c.tenant_id AND b.period = c.period AND b.status = 'closed')

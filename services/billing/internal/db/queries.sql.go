@@ -1291,7 +1291,9 @@ WITH RECURSIVE pairs AS (
     SELECT b.tenant_id, b.period FROM billing_period b WHERE b.status = 'closing'
 )
 SELECT c.tenant_id::text AS tenant_id, c.period::text AS period,
-       EXISTS (SELECT 1 FROM period_ended e WHERE e.tenant_id = c.tenant_id AND e.period = c.period)::boolean AS ended
+       EXISTS (SELECT 1 FROM period_ended e WHERE e.tenant_id = c.tenant_id AND e.period = c.period)::boolean AS ended,
+       EXISTS (SELECT 1 FROM billing_period b
+               WHERE b.tenant_id = c.tenant_id AND b.period = c.period AND b.status = 'closing')::boolean AS closing
 FROM candidates c
 WHERE NOT EXISTS (SELECT 1 FROM billing_period b
                   WHERE b.tenant_id = c.tenant_id AND b.period = c.period AND b.status = 'closed')
@@ -1302,13 +1304,14 @@ type UnclosedPeriodsRow struct {
 	TenantID string
 	Period   string
 	Ended    bool
+	Closing  bool
 }
 
 // The close scheduler's candidates: every (tenant, period) with charges
 // that is not closed, found by a skip scan of charge_line_order (one index
 // probe per distinct pair, whatever the number of charges), and the
 // periods a close left closing; with whether BillingPeriodEnded was
-// published for them.
+// published for them and whether they are closing.
 func (q *Queries) UnclosedPeriods(ctx context.Context) ([]UnclosedPeriodsRow, error) {
 	rows, err := q.db.Query(ctx, unclosedPeriods)
 	if err != nil {
@@ -1318,7 +1321,12 @@ func (q *Queries) UnclosedPeriods(ctx context.Context) ([]UnclosedPeriodsRow, er
 	var items []UnclosedPeriodsRow
 	for rows.Next() {
 		var i UnclosedPeriodsRow
-		if err := rows.Scan(&i.TenantID, &i.Period, &i.Ended); err != nil {
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.Period,
+			&i.Ended,
+			&i.Closing,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
