@@ -136,6 +136,21 @@ func readyStatus(url string) int {
 	return resp.StatusCode
 }
 
+// brokerHealth is what url's /healthz says of the broker.
+func brokerHealth(url string) string {
+	c := &http.Client{Timeout: 3 * time.Second}
+	resp, err := c.Get(url + "/healthz")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var h struct {
+		Checks map[string]string `json:"checks"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&h)
+	return h.Checks["broker"]
+}
+
 // eventually polls cond every 100 ms until it holds or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -188,8 +203,10 @@ func TestPortInUse(t *testing.T) {
 	}
 }
 
-// TestProxiesKillRestartStop: cutting a service's database path or the
-// Kafka path makes its /readyz fail and Restore brings it back; Kill and
+// TestProxiesKillRestartStop: cutting a service's database path makes its
+// /readyz fail and Restore brings it back; cutting the Kafka path leaves it
+// ready (the outbox rides the outage out) and /healthz says the broker is
+// unreachable, then reachable again; Kill and
 // Restart work on one instance; Stop leaves no process and no directory.
 func TestProxiesKillRestartStop(t *testing.T) {
 	s, err := stack.Start(t.Context(), stack.Options{
@@ -219,9 +236,18 @@ func TestProxiesKillRestartStop(t *testing.T) {
 		if err := p.Cut(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 20*time.Second, "meter /readyz failing with "+name+" cut", func() bool {
-			return readyStatus(meter) == http.StatusServiceUnavailable
-		})
+		if name == stack.ProxyKafka {
+			eventually(t, 20*time.Second, "meter /healthz reporting the broker unreachable", func() bool {
+				return brokerHealth(meter) == "unreachable"
+			})
+			if got := readyStatus(meter); got != http.StatusOK {
+				t.Errorf("meter /readyz = %d with the broker cut, want 200: readiness follows the database only", got)
+			}
+		} else {
+			eventually(t, 20*time.Second, "meter /readyz failing with "+name+" cut", func() bool {
+				return readyStatus(meter) == http.StatusServiceUnavailable
+			})
+		}
 		if got := readyStatus(s.URL("usage", 0)); name == stack.ProxyDB("meter") && got != http.StatusOK {
 			t.Errorf("usage /readyz = %d with meter's database path cut, want 200: each service has its own path", got)
 		}
@@ -229,7 +255,7 @@ func TestProxiesKillRestartStop(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, 30*time.Second, "meter /readyz back after restoring "+name, func() bool {
-			return readyStatus(meter) == http.StatusOK
+			return readyStatus(meter) == http.StatusOK && brokerHealth(meter) == "ok"
 		})
 	}
 
