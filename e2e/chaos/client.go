@@ -60,6 +60,7 @@ func (c *Client) authorize(tenant string) string {
 	defer c.mu.Unlock()
 	t, ok := c.tokens[tenant]
 	if !ok || time.Since(t.made) > 20*time.Minute {
+		// ingest, viewer and billing-admin: a run sends usage, reads, prices and closes.
 		t = token{header: "Bearer " + auth.DevToken(auth.RoleTenant, tenant), made: time.Now()}
 		c.tokens[tenant] = t
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,7 +51,7 @@ func newClient(cfg *Config) (*client, error) {
 	}
 	c.operator = op
 	for _, t := range cfg.TenantIDs {
-		tok, err := auth.Token(auth.DevKey, auth.NewClaims("load-"+cfg.RunID, auth.RoleTenant, t, ttl))
+		tok, err := auth.Token(auth.DevKey, auth.NewClaimsRoles("load-"+cfg.RunID, t, ttl, auth.TenantRoles...)) // it sends usage, reads, activates prices and closes
 		if err != nil {
 			return nil, fmt.Errorf("mint a token for tenant %s: %w", t, err)
 		}
@@ -72,10 +73,10 @@ func TokenTenant(token string) string {
 		return ""
 	}
 	var c struct {
-		Role   string `json:"role"`
-		Tenant string `json:"tenant"`
+		Roles  []string `json:"roles"`
+		Tenant string   `json:"tenant"`
 	}
-	if json.Unmarshal(raw, &c) != nil || c.Role != auth.RoleTenant {
+	if json.Unmarshal(raw, &c) != nil || !slices.ContainsFunc(c.Roles, auth.TenantScoped) {
 		return ""
 	}
 	return c.Tenant

@@ -960,7 +960,8 @@ func (r *run) call(ctx context.Context, method, url string, body any, headers ma
 
 // DevAuthorize returns an Authorize that sends each tenant a tenant token
 // signed with the published development key (auth.DevToken), made once per
-// tenant.
+// tenant, carrying the three tenant roles (ingest, viewer, billing-admin): a
+// scenario sends usage, reads every figure, activates prices and closes.
 func DevAuthorize() func(tenant string) string {
 	var mu sync.Mutex
 	tokens := map[string]string{}

@@ -15,30 +15,55 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 )
 
-// Roles.
+// Roles. A token carries one or more (its "roles" claim); each route
+// declares the roles it admits (see Allow).
 const (
-	// RoleOperator may call the operator API and any tenant's endpoints.
+	// RoleIngest sends a tenant's usage and reads it back.
+	RoleIngest = "ingest"
+	// RoleViewer reads a tenant's prices, charges, invoices, summary and
+	// period estimate.
+	RoleViewer = "viewer"
+	// RoleBillingAdmin changes a tenant's billing: prices, adjustments,
+	// period closes, settings and webhook endpoints (and reads them).
+	RoleBillingAdmin = "billing-admin"
+	// RoleOperator calls the operator API and uses the console; it reaches
+	// no tenant's endpoints.
 	RoleOperator = "operator"
-	// RoleTenant may call the endpoints of its own tenant only.
-	RoleTenant = "tenant"
 	// RoleService is another service calling an internal endpoint.
 	RoleService = "service"
+
+	// RoleTenant is not a role a token carries: NewClaims expands it to
+	// TenantRoles, the shorthand of the development tokens of tests and the
+	// local stack (auth.DevToken(auth.RoleTenant, "acme")).
+	RoleTenant = "tenant"
 )
+
+// TenantRoles are the roles scoped to one tenant (the token's tenant claim,
+// which must be the route's {tenantId}).
+var TenantRoles = []string{RoleIngest, RoleViewer, RoleBillingAdmin}
+
+// Roles are every role a token may carry.
+var Roles = []string{RoleIngest, RoleViewer, RoleBillingAdmin, RoleOperator, RoleService}
+
+// TenantScoped reports whether role reaches one tenant only.
+func TenantScoped(role string) bool { return slices.Contains(TenantRoles, role) }
 
 // MinSecretLength is the shortest HS256 secret accepted, in bytes.
 const MinSecretLength = 32
 
 // Claims are what a token says about its bearer.
 type Claims struct {
-	// Role is RoleOperator, RoleTenant or RoleService.
-	Role string `json:"role"`
-	// Tenant is the tenant of a tenant token; empty otherwise.
+	// Roles are what the bearer may do: one of Roles each.
+	Roles []string `json:"roles"`
+	// Tenant is the tenant of a token with tenant-scoped roles; empty
+	// otherwise.
 	Tenant string `json:"tenant,omitempty"`
 	jwt.RegisteredClaims
 }
@@ -46,12 +71,26 @@ type Claims struct {
 // Actor is who the bearer is (the subject), for audits.
 func (c Claims) Actor() string { return c.Subject }
 
-// NewClaims returns claims for subject with role (and tenant, for a tenant
-// token) that expire after ttl.
+// Has reports whether the token carries role.
+func (c Claims) Has(role string) bool { return slices.Contains(c.Roles, role) }
+
+// NewClaims returns claims for subject with role (and tenant, for a
+// tenant-scoped role) that expire after ttl. Role RoleTenant stands for
+// TenantRoles.
 func NewClaims(subject, role, tenant string, ttl time.Duration) Claims {
+	roles := []string{role}
+	if role == RoleTenant {
+		roles = slices.Clone(TenantRoles)
+	}
+	return NewClaimsRoles(subject, tenant, ttl, roles...)
+}
+
+// NewClaimsRoles returns claims for subject with roles (and tenant, for
+// tenant-scoped roles) that expire after ttl.
+func NewClaimsRoles(subject, tenant string, ttl time.Duration, roles ...string) Claims {
 	now := time.Now()
 	return Claims{
-		Role:   role,
+		Roles:  roles,
 		Tenant: tenant,
 		RegisteredClaims: jwt.RegisteredClaims{
 			Subject:   subject,
@@ -63,22 +102,34 @@ func NewClaims(subject, role, tenant string, ttl time.Duration) Claims {
 
 var tenantPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
-// check applies the claim rules beyond the signature and the expiry.
+// check applies the claim rules beyond the signature and the expiry: known
+// roles; tenant-scoped roles with a valid tenant and no other kind;
+// operator and service alone, without a tenant.
 func (c Claims) check() error {
 	if strings.TrimSpace(c.Subject) == "" {
 		return errors.New("token has no subject")
 	}
-	switch c.Role {
-	case RoleOperator, RoleService:
-		if c.Tenant != "" {
-			return fmt.Errorf("a %s token names no tenant", c.Role)
+	if len(c.Roles) == 0 {
+		return errors.New("token has no role")
+	}
+	scoped := 0
+	for _, r := range c.Roles {
+		if !slices.Contains(Roles, r) {
+			return fmt.Errorf("unknown role %q", r)
 		}
-	case RoleTenant:
+		if TenantScoped(r) {
+			scoped++
+		}
+	}
+	switch {
+	case scoped == len(c.Roles):
 		if !tenantPattern.MatchString(c.Tenant) {
-			return errors.New("a tenant token needs a valid tenant claim")
+			return errors.New("a tenant-scoped token needs a valid tenant claim")
 		}
-	default:
-		return fmt.Errorf("unknown role %q", c.Role)
+	case len(c.Roles) > 1:
+		return errors.New("operator and service tokens carry one role")
+	case c.Tenant != "":
+		return fmt.Errorf("a %s token names no tenant", c.Roles[0])
 	}
 	return nil
 }
@@ -192,7 +243,30 @@ func (k Keys) Verify(token string) (Claims, error) {
 		return Claims{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
 	if err := c.check(); err != nil {
-		return Claims{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
+		return Claims{}, fmt.Errorf("%w: %w: %w", ErrInvalidToken, errClaims, err)
 	}
 	return c, nil
 }
+
+// Reason is a refused token's reason fit for a client: what was wrong,
+// never a key or the token itself.
+func Reason(err error) string {
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return "expired"
+	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return "not valid yet"
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return "bad signature"
+	case errors.Is(err, jwt.ErrTokenUnverifiable):
+		return "unverifiable (algorithm or key not accepted)"
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return "malformed"
+	case errors.Is(err, errClaims):
+		return "claims not accepted"
+	default:
+		return "not accepted"
+	}
+}
+
+var errClaims = errors.New("claims")

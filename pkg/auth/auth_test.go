@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/usagebilling/billing/pkg/auth"
@@ -76,7 +77,7 @@ func TestVerify(t *testing.T) {
 			if (err == nil) != tt.ok {
 				t.Fatalf("Verify: err = %v, want ok %v", err, tt.ok)
 			}
-			if tt.ok && (c.Actor() != "alice" || c.Role != auth.RoleOperator) {
+			if tt.ok && (c.Actor() != "alice" || !c.Has(auth.RoleOperator)) {
 				t.Fatalf("claims = %+v", c)
 			}
 		})
@@ -101,56 +102,67 @@ func TestParseKeys(t *testing.T) {
 	}
 }
 
-func TestMiddleware(t *testing.T) {
+func TestMiddlewareAndGuard(t *testing.T) {
 	k := keys(t)
 	var reached bool
-	h := auth.Middleware(k, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ok := func(w http.ResponseWriter, r *http.Request) {
 		reached = true
-		c, ok := auth.FromContext(r.Context())
-		if rule, _ := auth.RuleFor(r.URL.Path); !ok && rule != auth.Open && rule != auth.Console {
-			t.Error("no claims in the handler's context")
-		}
+		c, _ := auth.FromContext(r.Context())
 		_ = json.NewEncoder(w).Encode(c)
-	}))
+	}
+	r := chi.NewRouter()
+	r.Use(auth.Middleware(k, nil))
+	r.Get("/healthz", ok)
+	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/summary", auth.Allow(ok, auth.RoleViewer))
+	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/usage", auth.Allow(ok, auth.RoleIngest))
+	r.Method(http.MethodGet, "/v1/operator/recovery", auth.Allow(ok, auth.RoleOperator))
+	r.Method(http.MethodGet, "/internal/v1/recovery", auth.Allow(ok, auth.RoleService))
+	r.Method(http.MethodGet, "/console/sign-in", auth.Public(ok))
+	r.Method(http.MethodGet, "/console/", auth.Allow(ok, auth.RoleOperator)) // no session: 401
+	if err := auth.Check(r); err != nil {
+		t.Fatal(err)
+	}
 	op := sign(t, key, auth.NewClaims("alice", auth.RoleOperator, "", time.Minute))
 	acme := sign(t, key, auth.NewClaims("bob", auth.RoleTenant, "acme", time.Minute))
+	viewer := sign(t, key, auth.NewClaimsRoles("carol", "acme", time.Minute, auth.RoleViewer))
 	svc := sign(t, key, auth.NewClaims("query", auth.RoleService, "", time.Minute))
 	tests := []struct {
-		path, token string
-		want        int
+		method, path, token string
+		want                int
+		code                string
 	}{
-		{"/healthz", "", 200},
-		{"/metrics", "", 200},
-		{"/v1/tenants/acme/summary", "", 401},
-		{"/v1/tenants/acme/summary", "garbage", 401},
-		{"/v1/tenants/acme/summary", acme, 200},
-		{"/v1/tenants/acme/summary", op, 200},
-		{"/v1/tenants/acme/summary", svc, 403},
-		{"/v1/tenants/other/summary", acme, 403},
-		{"/v1/tenants/acmeX/summary", acme, 403},
-		{"/v1/tenants/acme", acme, 200},
-		{"/v1/tenants/%61cme/summary", acme, 403}, // routed as the raw segment
-		{"/v1/operator/recovery", acme, 403},
-		{"/v1/operator/recovery", svc, 403},
-		{"/v1/operator/recovery", op, 200},
-		{"/internal/v1/recovery", acme, 403},
-		{"/internal/v1/recovery", svc, 200},
-		{"/internal/v1/recovery", op, 200},
-		{"/v2/anything", acme, 403},
-		{"/v2/anything", "", 401},
-		{"/console", "", 200}, // the console checks its own session cookie
-		{"/console/quarantine", acme, 200},
-		{"/consoles", "", 401},
+		{"GET", "/healthz", "", 200, ""},
+		{"GET", "/healthz", "garbage", 200, ""},
+		{"GET", "/v1/tenants/acme/summary", "", 401, "unauthorized"},
+		{"GET", "/v1/tenants/acme/summary", "garbage", 401, "invalid_token"},
+		{"GET", "/v1/tenants/acme/summary", acme, 200, ""},
+		{"GET", "/v1/tenants/acme/summary", viewer, 200, ""},
+		{"POST", "/v1/tenants/acme/usage", viewer, 403, "forbidden"},
+		{"POST", "/v1/tenants/acme/usage", acme, 200, ""},
+		{"GET", "/v1/tenants/acme/summary", op, 403, "forbidden"},
+		{"GET", "/v1/tenants/acme/summary", svc, 403, "forbidden"},
+		{"GET", "/v1/tenants/other/summary", acme, 403, "forbidden"},
+		{"GET", "/v1/tenants/acmeX/summary", acme, 403, "forbidden"},
+		{"GET", "/v1/tenants/%61cme/summary", acme, 403, "forbidden"}, // routed as the raw segment
+		{"GET", "/v1/operator/recovery", acme, 403, "forbidden"},
+		{"GET", "/v1/operator/recovery", svc, 403, "forbidden"},
+		{"GET", "/v1/operator/recovery", op, 200, ""},
+		{"GET", "/internal/v1/recovery", acme, 403, "forbidden"},
+		{"GET", "/internal/v1/recovery", op, 403, "forbidden"},
+		{"GET", "/internal/v1/recovery", svc, 200, ""},
+		{"GET", "/v2/anything", "", 401, "unauthorized"},
+		{"GET", "/console/sign-in", "garbage", 200, ""},
+		{"GET", "/console/", op, 401, "unauthorized"}, // the console's session, not a bearer
 	}
 	for _, tt := range tests {
-		t.Run(tt.path, func(t *testing.T) {
+		t.Run(tt.method+tt.path, func(t *testing.T) {
 			reached = false
-			req := httptest.NewRequest(http.MethodGet, tt.path, nil)
+			req := httptest.NewRequest(tt.method, tt.path, nil)
 			if tt.token != "" {
 				req.Header.Set("Authorization", "Bearer "+tt.token)
 			}
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
+			r.ServeHTTP(rec, req)
 			if rec.Code != tt.want {
 				t.Fatalf("status %d, want %d (%s)", rec.Code, tt.want, rec.Body)
 			}
@@ -160,11 +172,27 @@ func TestMiddleware(t *testing.T) {
 			if tt.want != 200 {
 				var p struct{ Code string }
 				_ = json.Unmarshal(rec.Body.Bytes(), &p)
-				want := map[int]string{401: "unauthorized", 403: "forbidden"}[tt.want]
-				if p.Code != want || rec.Header().Get("Content-Type") != "application/problem+json" {
-					t.Fatalf("body %s, want problem %s", rec.Body, want)
+				if p.Code != tt.code || rec.Header().Get("Content-Type") != "application/problem+json" {
+					t.Fatalf("body %s, want problem %s", rec.Body, tt.code)
 				}
 			}
 		})
+	}
+}
+
+// Check refuses a router with a route that declares no roles, and a
+// tenant-scoped role on a route without a tenant.
+func TestCheck(t *testing.T) {
+	h := func(http.ResponseWriter, *http.Request) {}
+	bare := chi.NewRouter()
+	bare.Method(http.MethodGet, "/v1/tenants/{tenantId}/prices", auth.Allow(h, auth.RoleViewer))
+	bare.Get("/v1/tenants/{tenantId}/secrets", h)
+	if err := auth.Check(bare); err == nil || !strings.Contains(err.Error(), "GET /v1/tenants/{tenantId}/secrets declares no roles") {
+		t.Fatalf("Check = %v", err)
+	}
+	untenanted := chi.NewRouter()
+	untenanted.Method(http.MethodGet, "/v1/everything", auth.Allow(h, auth.RoleViewer))
+	if err := auth.Check(untenanted); err == nil {
+		t.Fatal("a tenant-scoped role on a route without {tenantId} was accepted")
 	}
 }

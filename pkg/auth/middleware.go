@@ -9,52 +9,45 @@ import (
 	"github.com/usagebilling/billing/pkg/httpx"
 )
 
-// Rule is who may call a path.
+// Rule is how Middleware treats a path before routing.
 type Rule int
 
 const (
-	// Open: anyone (/healthz, /readyz, /metrics).
+	// Open: anyone (/healthz, /readyz, /metrics); no route there declares
+	// roles.
 	Open Rule = iota
-	// Tenant: a tenant token for the path's tenant, or an operator.
-	Tenant
-	// Operator: an operator.
-	Operator
-	// Internal: another service, or an operator.
-	Internal
+	// Bearer: a valid bearer token is required (401 otherwise); the route's
+	// declared roles (Allow) decide the rest (403).
+	Bearer
 	// Console: the operator console (query's /console). A browser sends no
-	// bearer header, so the middleware lets these paths through and the
-	// console checks its session cookie itself, with the same keys and the
-	// operator role (services/query/internal/console).
+	// bearer header, so the middleware lets these paths through; the
+	// console's session puts the claims of its cookie in the context, and
+	// each console route declares the operator role like any other route.
 	Console
 )
 
-// RuleFor returns the rule of a request path, and the tenant of a tenant
-// path. Paths the policy does not name need an operator, so a new route is
-// closed until the policy opens it.
+// OpenPaths are the paths anyone may call.
+var OpenPaths = []string{"/healthz", "/readyz", "/metrics"}
+
+// RuleFor returns the rule of a request path.
 //
 //	/healthz, /readyz, /metrics   Open
-//	/v1/tenants/{tenantId}/...    Tenant
-//	/v1/operator/...              Operator
-//	/internal/...                 Internal
 //	/console, /console/...        Console
-//	anything else                 Operator
-func RuleFor(path string) (Rule, string) {
+//	anything else                 Bearer
+func RuleFor(path string) Rule {
 	switch {
 	case path == "/healthz" || path == "/readyz" || path == "/metrics":
-		return Open, ""
-	case strings.HasPrefix(path, "/v1/tenants/"):
-		tenant, _, _ := strings.Cut(strings.TrimPrefix(path, "/v1/tenants/"), "/")
-		return Tenant, tenant
-	case strings.HasPrefix(path, "/internal/"):
-		return Internal, ""
+		return Open
 	case path == "/console" || strings.HasPrefix(path, "/console/"):
-		return Console, ""
+		return Console
 	default:
-		return Operator, ""
+		return Bearer
 	}
 }
 
 type ctxKey struct{}
+
+type logKey struct{}
 
 // FromContext returns the verified claims of the request's bearer.
 func FromContext(ctx context.Context) (Claims, bool) {
@@ -67,56 +60,46 @@ func WithClaims(ctx context.Context, c Claims) context.Context {
 	return context.WithValue(ctx, ctxKey{}, c)
 }
 
-// Middleware enforces RuleFor on every request: a missing, malformed,
-// wrongly signed or expired bearer token is 401 unauthorized; a valid token
-// whose role or tenant does not fit the path is 403 forbidden. Neither
-// reaches the handler. The path is the one chi routes on (the raw, escaped
-// path when there is one), so the tenant checked is the tenant routed to.
+func logFrom(ctx context.Context) *slog.Logger {
+	if l, ok := ctx.Value(logKey{}).(*slog.Logger); ok {
+		return l
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// Middleware authenticates every request but those of Open and Console
+// paths: a missing bearer token is 401 unauthorized, a malformed, wrongly
+// signed or expired one 401 invalid_token; neither reaches routing. A valid
+// token's claims go in the request's context, where the route's Guard
+// (Allow) checks its roles and tenant.
 func Middleware(keys Keys, log *slog.Logger) func(http.Handler) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx := context.WithValue(r.Context(), logKey{}, log)
 			path := r.URL.RawPath
 			if path == "" {
 				path = r.URL.Path
 			}
-			rule, tenant := RuleFor(path)
-			if rule == Open || rule == Console {
-				next.ServeHTTP(w, r)
+			if rule := RuleFor(path); rule == Open || rule == Console {
+				next.ServeHTTP(w, r.WithContext(ctx))
 				return
 			}
 			token, ok := bearer(r)
 			if !ok {
-				unauthorized(w, "a bearer token is required")
+				unauthorized(w, "unauthorized", "a bearer token is required")
 				return
 			}
 			c, err := keys.Verify(token)
 			if err != nil {
-				log.InfoContext(r.Context(), "token refused", "method", r.Method, "path", path, "err", err)
-				unauthorized(w, "the bearer token is invalid or expired")
+				log.InfoContext(ctx, "token refused", "method", r.Method, "path", path, "err", err)
+				unauthorized(w, "invalid_token", "the bearer token is refused: "+Reason(err))
 				return
 			}
-			if !allowed(rule, tenant, c) {
-				log.InfoContext(r.Context(), "request forbidden", "method", r.Method, "path", path,
-					"sub", c.Subject, "role", c.Role, "tenant", c.Tenant)
-				httpx.WriteProblem(w, httpx.NewProblem(http.StatusForbidden, "forbidden", "the credential does not allow this request"))
-				return
-			}
-			next.ServeHTTP(w, r.WithContext(WithClaims(r.Context(), c)))
+			next.ServeHTTP(w, r.WithContext(WithClaims(ctx, c)))
 		})
-	}
-}
-
-func allowed(rule Rule, tenant string, c Claims) bool {
-	switch rule {
-	case Tenant:
-		return c.Role == RoleOperator || (c.Role == RoleTenant && tenant != "" && c.Tenant == tenant)
-	case Internal:
-		return c.Role == RoleService || c.Role == RoleOperator
-	default:
-		return c.Role == RoleOperator
 	}
 }
 
@@ -130,7 +113,15 @@ func bearer(r *http.Request) (string, bool) {
 	return token, token != ""
 }
 
-func unauthorized(w http.ResponseWriter, detail string) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="usagebilling"`)
-	httpx.WriteProblem(w, httpx.NewProblem(http.StatusUnauthorized, "unauthorized", detail))
+func unauthorized(w http.ResponseWriter, code, detail string) {
+	if code == "invalid_token" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="usagebilling", error="invalid_token"`)
+	} else {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="usagebilling"`)
+	}
+	httpx.WriteProblem(w, httpx.NewProblem(http.StatusUnauthorized, code, detail))
+}
+
+func forbidden(w http.ResponseWriter) {
+	httpx.WriteProblem(w, httpx.NewProblem(http.StatusForbidden, "forbidden", "the credential does not allow this request"))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/inbox"
@@ -43,10 +44,10 @@ func NewAPI(pool *pgxpool.Pool, sets recon.Sets, log *slog.Logger) *API {
 
 // Routes mounts the endpoints on r.
 func (a *API) Routes(r chi.Router) {
-	r.Get("/internal/v1/recovery", a.recovery)
-	r.Get("/internal/v1/quarantine", a.quarantine)
-	r.Get("/internal/v1/dead-letters", a.deadLetters)
-	r.Get("/internal/v1/reconciliation/{set}", a.reconciliation)
+	r.Method(http.MethodGet, "/internal/v1/recovery", auth.Allow(a.recovery, auth.RoleService))
+	r.Method(http.MethodGet, "/internal/v1/quarantine", auth.Allow(a.quarantine, auth.RoleService))
+	r.Method(http.MethodGet, "/internal/v1/dead-letters", auth.Allow(a.deadLetters, auth.RoleService))
+	r.Method(http.MethodGet, "/internal/v1/reconciliation/{set}", auth.Allow(a.reconciliation, auth.RoleService))
 }
 
 // ReadRecovery reads the recovery counts of the database pool reaches.

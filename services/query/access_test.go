@@ -26,7 +26,10 @@ import (
 	"github.com/usagebilling/billing/pkg/service"
 )
 
-type route struct{ method, pattern string }
+type route struct {
+	method, pattern string
+	handler         http.Handler
+}
 
 // routesOf builds a service's HTTP handler as service.Run does (its own
 // routes, the internal operator endpoints, the open endpoints, behind the
@@ -52,8 +55,8 @@ func routesOf(t *testing.T, spec service.Spec) (*httptest.Server, []route, *pgxp
 	}
 	r := service.NewRouter(d, prometheus.NewRegistry(), parts)
 	var routes []route
-	if err := chi.Walk(r, func(method, pattern string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
-		routes = append(routes, route{method, pattern})
+	if err := chi.Walk(r, func(method, pattern string, h http.Handler, _ ...func(http.Handler) http.Handler) error {
+		routes = append(routes, route{method, pattern, h})
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -88,33 +91,121 @@ func token(t *testing.T, key auth.Key, c auth.Claims) string {
 	return s
 }
 
-// Every route of every service refuses a missing, forged or expired
-// credential with 401, and a credential of the wrong role or another tenant
-// with 403, with a problem and nothing else; only /healthz, /readyz and
-// /metrics are open. The same routes with the right credential get past the
-// policy (to whatever the handler answers).
+// Admitted roles, by route, for every service: the expectation the route
+// declarations (auth.Allow next to each route) must meet. A route a service
+// serves that is missing here, or here and served by none, fails the test.
+var (
+	ingest    = []string{auth.RoleIngest}
+	reader    = []string{auth.RoleViewer, auth.RoleBillingAdmin}
+	admin     = []string{auth.RoleBillingAdmin}
+	operator  = []string{auth.RoleOperator}
+	internal  = []string{auth.RoleService}
+	public    = []string{}
+	wantRoles = map[string][]string{
+		// meter
+		"POST /v1/tenants/{tenantId}/prices": admin,
+		"GET /v1/tenants/{tenantId}/prices":  reader,
+		// usage
+		"POST /v1/tenants/{tenantId}/usage":          ingest,
+		"POST /v1/tenants/{tenantId}/usage:batch":    ingest,
+		"GET /v1/tenants/{tenantId}/usage/{usageId}": ingest,
+		// billing
+		"POST /v1/tenants/{tenantId}/adjustments":            admin,
+		"POST /v1/tenants/{tenantId}/periods/{period}/close": admin,
+		"GET /v1/tenants/{tenantId}/charges":                 reader,
+		"GET /v1/tenants/{tenantId}/periods/{period}":        reader,
+		"PUT /v1/tenants/{tenantId}/settings":                admin,
+		// invoice
+		"GET /v1/tenants/{tenantId}/invoices":                          reader,
+		"GET /v1/tenants/{tenantId}/invoices/{invoiceId}":              reader,
+		"POST /v1/tenants/{tenantId}/webhook-endpoints":                admin,
+		"GET /v1/tenants/{tenantId}/webhook-endpoints":                 admin,
+		"DELETE /v1/tenants/{tenantId}/webhook-endpoints/{endpointId}": admin,
+		"GET /internal/v1/webhook-intents":                             internal,
+		"GET /internal/v1/webhook-intents/stats":                       internal,
+		"POST /internal/v1/webhook-intents/{intentId}/retry":           internal,
+		// query
+		"GET /v1/tenants/{tenantId}/summary":                 reader,
+		"GET /v1/operator/recovery":                          operator,
+		"GET /v1/operator/quarantine":                        operator,
+		"POST /v1/operator/redrives":                         operator,
+		"GET /v1/operator/redrives/{redriveId}":              operator,
+		"GET /v1/operator/dead-letters":                      operator,
+		"POST /v1/operator/dead-letters/release":             operator,
+		"GET /v1/operator/reconciliation":                    operator,
+		"GET /v1/operator/webhook-intents":                   operator,
+		"GET /v1/operator/webhook-intents/stats":             operator,
+		"POST /v1/operator/webhook-intents/{intentId}/retry": operator,
+		"GET /console/sign-in":                               public,
+		"POST /console/sign-in":                              public,
+		"GET /console/":                                      operator,
+		"POST /console/sign-out":                             operator,
+		"GET /console/quarantine":                            operator,
+		"POST /console/redrives":                             operator,
+		"GET /console/redrives/{redriveId}":                  operator,
+		"GET /console/dead-letters":                          operator,
+		"POST /console/dead-letters/release":                 operator,
+		"GET /console/reconciliation":                        operator,
+		"GET /console/tenants":                               operator,
+		"GET /console/webhooks":                              operator,
+		"POST /console/webhooks/{intentId}/retry":            operator,
+		// every service (pkg/ops)
+		"GET /internal/v1/recovery":             internal,
+		"GET /internal/v1/quarantine":           internal,
+		"GET /internal/v1/dead-letters":         internal,
+		"GET /internal/v1/reconciliation/{set}": internal,
+	}
+)
+
+// caller is one credential of the route x role x tenant table: a role, on
+// the path's own tenant (acme) or another's.
+type caller struct {
+	name, role, tenant, token string
+}
+
+// callers are every role, the tenant-scoped ones for tenant acme (the
+// tenant of every path) and for another tenant.
+func callers(t *testing.T) []caller {
+	var out []caller
+	for _, role := range auth.Roles {
+		if !auth.TenantScoped(role) {
+			out = append(out, caller{role, role, "", token(t, auth.DevKey, auth.NewClaims("sub-"+role, role, "", time.Hour))})
+			continue
+		}
+		for _, tenant := range []string{"acme", "other"} {
+			out = append(out, caller{role + "@" + tenant, role, tenant, token(t, auth.DevKey, auth.NewClaims("sub-"+role, role, tenant, time.Hour))})
+		}
+	}
+	return out
+}
+
+// Every route of every service, for every role on its own tenant and on
+// another: the route admits exactly the roles wantRoles lists (a
+// tenant-scoped role on its own tenant only), answering 403 forbidden to
+// every other, and 401 to a missing, forged, unknown-key or expired
+// credential, with a problem and nothing else, writing nothing; only
+// /healthz, /readyz and /metrics are open. A route served without an entry
+// in wantRoles, or without declared roles, fails.
 func TestAccessControlAllRoutes(t *testing.T) {
 	forger := auth.Key{ID: auth.DevKey.ID, Secret: []byte("not-the-development-key-but-32-bytes!")}
 	stranger := auth.Key{ID: "prod", Secret: auth.DevKey.Secret}
 	expired := auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)
 	expired.ExpiresAt = jwt.NewNumericDate(time.Now().Add(-time.Hour))
-	var (
-		opToken      = token(t, auth.DevKey, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour))
-		acmeToken    = token(t, auth.DevKey, auth.NewClaims("bob", auth.RoleTenant, "acme", time.Hour))
-		otherToken   = token(t, auth.DevKey, auth.NewClaims("eve", auth.RoleTenant, "other", time.Hour))
-		serviceToken = token(t, auth.DevKey, auth.NewClaims("query", auth.RoleService, "", time.Hour))
-		forgedToken  = token(t, forger, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour))
-		strangeToken = token(t, stranger, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour))
-		expiredToken = token(t, auth.DevKey, expired)
-	)
-	refusedAlways := []struct{ name, token string }{
-		{"no token", ""}, {"bad signature", forgedToken}, {"unknown key", strangeToken}, {"expired", expiredToken},
-		{"not a JWT", "Zm9vYmFy"},
+	refusedAlways := []struct{ name, token, code string }{
+		{"no token", "", "unauthorized"},
+		{"bad signature", token(t, forger, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)), "invalid_token"},
+		{"unknown key", token(t, stranger, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)), "invalid_token"},
+		{"expired", token(t, auth.DevKey, expired), "invalid_token"},
+		{"not a JWT", "Zm9vYmFy", "invalid_token"},
 	}
+	everyone := callers(t)
+	served := map[string]bool{}
+	ran := 0
 	for _, spec := range specs {
 		t.Run(spec.Name, func(t *testing.T) {
+			ran++
 			srv, routes, pool := routesOf(t, spec)
-			send := func(method, p, tok string) (int, map[string]any) {
+			send := func(method, p, tok string) (int, map[string]any, http.Header) {
 				t.Helper()
 				req, err := http.NewRequest(method, srv.URL+p, strings.NewReader(`{}`))
 				if err != nil {
@@ -123,7 +214,7 @@ func TestAccessControlAllRoutes(t *testing.T) {
 				if tok != "" {
 					req.Header.Set("Authorization", "Bearer "+tok)
 				}
-				resp, err := http.DefaultClient.Do(req)
+				resp, err := noRedirect.Do(req)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -131,71 +222,84 @@ func TestAccessControlAllRoutes(t *testing.T) {
 				b, _ := io.ReadAll(resp.Body)
 				var body map[string]any
 				_ = json.Unmarshal(b, &body)
-				return resp.StatusCode, body
+				return resp.StatusCode, body, resp.Header
+			}
+			problemOnly := func(what string, body map[string]any) {
+				t.Helper()
+				for k := range body {
+					if !slices.Contains([]string{"type", "title", "status", "detail", "code"}, k) {
+						t.Errorf("%s: answer carries %q: %v", what, k, body)
+					}
+				}
+			}
+			outbox := func() int {
+				var n int
+				if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_event`).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
 			}
 			var open []string
 			n := 0
 			for _, rt := range routes {
 				p := path(rt.pattern)
-				rule, _ := auth.RuleFor(p)
-				if rule == auth.Open {
+				if auth.RuleFor(p) == auth.Open {
 					open = append(open, rt.pattern)
 					continue
 				}
-				if rule == auth.Console {
-					consoleRefuses(t, srv.URL, rt.method, rt.pattern, p, opToken, acmeToken)
+				key := rt.method + " " + rt.pattern
+				served[key] = true
+				want, listed := wantRoles[key]
+				if !listed {
+					t.Errorf("%s: served but not in the access table", key)
+					continue
+				}
+				g, guarded := auth.GuardOf(rt.handler)
+				if !guarded {
+					t.Errorf("%s: declares no roles (register it with auth.Allow)", key)
+					continue
+				}
+				if got := g.Roles(); !slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want))) {
+					t.Errorf("%s: declares roles %v, want %v", key, got, want)
+				}
+				if len(want) == 0 != g.IsPublic() {
+					t.Errorf("%s: public %v, want %v", key, g.IsPublic(), len(want) == 0)
+				}
+				if auth.RuleFor(p) == auth.Console {
+					// The console's credential is its session cookie (its
+					// own tests cover it); a bearer never opens a page.
+					if len(want) > 0 {
+						consoleRefuses(t, srv.URL, rt.method, rt.pattern, p, everyone)
+					}
 					continue
 				}
 				n++
-				cases := []struct {
-					name, token string
-					status      int
-				}{}
+				before := outbox()
 				for _, c := range refusedAlways {
-					cases = append(cases, struct {
-						name, token string
-						status      int
-					}{c.name, c.token, 401})
-				}
-				add := func(name, tok string) {
-					cases = append(cases, struct {
-						name, token string
-						status      int
-					}{name, tok, 403})
-				}
-				var allowed []string
-				switch rule {
-				case auth.Tenant:
-					add("other tenant", otherToken)
-					add("service role", serviceToken)
-					allowed = []string{acmeToken, opToken}
-				case auth.Internal:
-					add("tenant role", acmeToken)
-					allowed = []string{serviceToken, opToken}
-				default:
-					add("tenant role", acmeToken)
-					add("service role", serviceToken)
-					allowed = []string{opToken}
-				}
-				for _, c := range cases {
-					status, body := send(rt.method, p, c.token)
-					want := map[int]string{401: "unauthorized", 403: "forbidden"}[c.status]
-					if status != c.status || body["code"] != want {
-						t.Errorf("%s %s, %s: %d %v, want %d %s", rt.method, rt.pattern, c.name, status, body, c.status, want)
+					status, body, _ := send(rt.method, p, c.token)
+					if status != 401 || body["code"] != c.code {
+						t.Errorf("%s, %s: %d %v, want 401 %s", key, c.name, status, body, c.code)
 					}
-					for k := range body {
-						if !slices.Contains([]string{"type", "title", "status", "detail", "code"}, k) {
-							t.Errorf("%s %s, %s: answer carries %q: %v", rt.method, rt.pattern, c.name, k, body)
-						}
+					problemOnly(key+", "+c.name, body)
+				}
+				var admitted []caller
+				for _, c := range everyone {
+					if slices.Contains(want, c.role) && (!auth.TenantScoped(c.role) || c.tenant == "acme") {
+						admitted = append(admitted, c)
+						continue
 					}
+					status, body, _ := send(rt.method, p, c.token)
+					if status != 403 || body["code"] != "forbidden" {
+						t.Errorf("%s as %s: %d %v, want 403 forbidden", key, c.name, status, body)
+					}
+					problemOnly(key+" as "+c.name, body)
 				}
-				var written int
-				if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_event`).Scan(&written); err != nil || written != 0 {
-					t.Errorf("%s %s: %d outbox rows after refused calls (%v)", rt.method, rt.pattern, written, err)
+				if after := outbox(); after != before {
+					t.Errorf("%s: %d outbox rows written by refused calls", key, after-before)
 				}
-				for _, tok := range allowed {
-					if status, body := send(rt.method, p, tok); status == 401 || status == 403 {
-						t.Errorf("%s %s with an allowed credential: %d %v", rt.method, rt.pattern, status, body)
+				for _, c := range admitted {
+					if status, body, _ := send(rt.method, p, c.token); status == 401 || status == 403 {
+						t.Errorf("%s as %s (admitted): %d %v", key, c.name, status, body)
 					}
 				}
 			}
@@ -207,37 +311,39 @@ func TestAccessControlAllRoutes(t *testing.T) {
 			if n < 5 {
 				t.Errorf("only %d guarded routes: %v", n, routes)
 			}
-			t.Logf("%d guarded routes checked", n)
+			t.Logf("%d guarded routes x %d credentials checked", n, len(everyone)+len(refusedAlways))
 		})
+	}
+	for key := range wantRoles {
+		if ran == len(specs) && !served[key] {
+			t.Errorf("%s: in the access table but served by no service", key)
+		}
 	}
 }
 
+var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
 // consoleRefuses checks a route of the operator console (auth.Console): its
-// credential is its own session cookie, so without one every page but the
-// sign-in form redirects to that form, whatever bearer header is sent
-// (console tests cover the session itself).
-func consoleRefuses(t *testing.T, base, method, pattern, p string, tokens ...string) {
+// credential is its own session cookie, so without one every page
+// redirects to the sign-in form, whatever bearer header is sent.
+func consoleRefuses(t *testing.T, base, method, pattern, p string, callers []caller) {
 	t.Helper()
-	if strings.HasSuffix(pattern, "/sign-in") {
-		return // the way in
-	}
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for _, tok := range append([]string{""}, tokens...) {
+	for _, c := range append([]caller{{name: "no token"}}, callers...) {
 		req, err := http.NewRequest(method, base+p, strings.NewReader(`{}`))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tok != "" {
-			req.Header.Set("Authorization", "Bearer "+tok)
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
 		}
-		resp, err := client.Do(req)
+		resp, err := noRedirect.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/console/sign-in" {
-			t.Errorf("%s %s without a console session: %d %s, want a redirect to the sign-in form",
-				method, pattern, resp.StatusCode, resp.Header.Get("Location"))
+			t.Errorf("%s %s with bearer %s and no console session: %d %s, want a redirect to the sign-in form",
+				method, pattern, c.name, resp.StatusCode, resp.Header.Get("Location"))
 		}
 	}
 }

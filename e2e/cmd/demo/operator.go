@@ -153,7 +153,7 @@ func activatePrice(ctx context.Context, meterURL, tenant string) error {
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+auth.DevToken(auth.RoleTenant, tenant))
+	req.Header.Set("Authorization", "Bearer "+auth.DevToken(auth.RoleBillingAdmin, tenant))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", "demo-price-"+tenant)
 	resp, err := http.DefaultClient.Do(req)

@@ -43,10 +43,10 @@ func New(svc *app.Service, log *slog.Logger) *API {
 
 // Routes mounts the endpoints on r.
 func (a *API) Routes(r chi.Router) {
-	r.Post("/v1/tenants/{tenantId}/adjustments", a.postAdjustment)
-	r.Post("/v1/tenants/{tenantId}/periods/{period}/close", a.closePeriod)
-	r.Get("/v1/tenants/{tenantId}/charges", a.listCharges)
-	r.Get("/v1/tenants/{tenantId}/periods/{period}", a.getPeriod)
+	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/adjustments", auth.Allow(a.postAdjustment, auth.RoleBillingAdmin))
+	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/periods/{period}/close", auth.Allow(a.closePeriod, auth.RoleBillingAdmin))
+	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/charges", auth.Allow(a.listCharges, auth.RoleViewer, auth.RoleBillingAdmin))
+	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/periods/{period}", auth.Allow(a.getPeriod, auth.RoleViewer, auth.RoleBillingAdmin))
 }
 
 // getPeriod: GET /v1/tenants/{tenantId}/periods/{period} -> {period, status,

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/pkg/auth"
+	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/billing/internal/app"
@@ -33,14 +34,7 @@ const testActor = "admin@t1.example"
 // signedIn stands for auth.Middleware: it puts the claims of a verified
 // billing-admin token of testActor in each request's context, but for a
 // request with header X-No-Token.
-func signedIn(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-No-Token") == "" {
-			r = r.WithContext(auth.WithClaims(r.Context(), auth.NewClaims(testActor, "billing-admin", "", time.Hour)))
-		}
-		next.ServeHTTP(w, r)
-	})
-}
+var signedIn = authtest.SignedIn(testActor, auth.RoleBillingAdmin)
 
 var jan10 = time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/services/billing/internal/app"
@@ -14,7 +15,7 @@ import (
 // PeriodRoutes mounts the period lifecycle's endpoints (decision 0014):
 // PUT /v1/tenants/{tenantId}/settings.
 func (a *API) PeriodRoutes(r chi.Router) {
-	r.Put("/v1/tenants/{tenantId}/settings", a.putSettings)
+	r.Method(http.MethodPut, "/v1/tenants/{tenantId}/settings", auth.Allow(a.putSettings, auth.RoleBillingAdmin))
 }
 
 // settingsBody is the request of PUT .../settings; an absent field takes its

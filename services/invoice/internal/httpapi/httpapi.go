@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/page"
@@ -32,8 +33,8 @@ func New(reader *app.Reader, log *slog.Logger) *API {
 
 // Routes mounts the endpoints on r.
 func (a *API) Routes(r chi.Router) {
-	r.Get("/v1/tenants/{tenantId}/invoices", a.list)
-	r.Get("/v1/tenants/{tenantId}/invoices/{invoiceId}", a.get)
+	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/invoices", auth.Allow(a.list, auth.RoleViewer, auth.RoleBillingAdmin))
+	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/invoices/{invoiceId}", auth.Allow(a.get, auth.RoleViewer, auth.RoleBillingAdmin))
 }
 
 type invoiceJSON struct {

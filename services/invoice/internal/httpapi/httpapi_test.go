@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
@@ -31,6 +32,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 func server(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
 	t.Helper()
 	r := chi.NewRouter()
+	r.Use(authtest.SignedIn("viewer@acme.example", "viewer"))
 	httpapi.New(app.NewReader(pool), slog.New(slog.DiscardHandler)).Routes(r)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)

@@ -44,12 +44,12 @@ func NewWebhooks(endpoints *webhook.Endpoints, store *webhook.Store, log *slog.L
 
 // Routes mounts the endpoints on r.
 func (a *Webhooks) Routes(r chi.Router) {
-	r.Post("/v1/tenants/{tenantId}/webhook-endpoints", a.create)
-	r.Get("/v1/tenants/{tenantId}/webhook-endpoints", a.list)
-	r.Delete("/v1/tenants/{tenantId}/webhook-endpoints/{endpointId}", a.delete)
-	r.Get("/internal/v1/webhook-intents", a.intents)
-	r.Get("/internal/v1/webhook-intents/stats", a.stats)
-	r.Post("/internal/v1/webhook-intents/{intentId}/retry", a.retry)
+	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/webhook-endpoints", auth.Allow(a.create, auth.RoleBillingAdmin))
+	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/webhook-endpoints", auth.Allow(a.list, auth.RoleBillingAdmin))
+	r.Method(http.MethodDelete, "/v1/tenants/{tenantId}/webhook-endpoints/{endpointId}", auth.Allow(a.delete, auth.RoleBillingAdmin))
+	r.Method(http.MethodGet, "/internal/v1/webhook-intents", auth.Allow(a.intents, auth.RoleService))
+	r.Method(http.MethodGet, "/internal/v1/webhook-intents/stats", auth.Allow(a.stats, auth.RoleService))
+	r.Method(http.MethodPost, "/internal/v1/webhook-intents/{intentId}/retry", auth.Allow(a.retry, auth.RoleService))
 }
 
 type endpointJSON struct {

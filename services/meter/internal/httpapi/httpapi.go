@@ -36,8 +36,8 @@ func New(a *app.App, log *slog.Logger) *API { return &API{app: a, log: log} }
 
 // Routes mounts the endpoints on r.
 func (api *API) Routes(r chi.Router) {
-	r.Post("/v1/tenants/{tenantId}/prices", api.activatePrice)
-	r.Get("/v1/tenants/{tenantId}/prices", api.listPrices)
+	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/prices", auth.Allow(api.activatePrice, auth.RoleBillingAdmin))
+	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/prices", auth.Allow(api.listPrices, auth.RoleViewer, auth.RoleBillingAdmin))
 }
 
 // activatePriceRequest is {meterCode, currency, unitPrice, effectiveAt} or,

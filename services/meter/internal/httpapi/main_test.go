@@ -9,12 +9,12 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/pkg/auth"
+	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/meter"
@@ -30,14 +30,7 @@ const testActor = "admin@t1.example"
 // signedIn stands for auth.Middleware: it puts the claims of a verified
 // billing-admin token of testActor in each request's context, but for a
 // request with header X-No-Token.
-func signedIn(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-No-Token") == "" {
-			r = r.WithContext(auth.WithClaims(r.Context(), auth.NewClaims(testActor, "billing-admin", "", time.Hour)))
-		}
-		next.ServeHTTP(w, r)
-	})
-}
+var signedIn = authtest.SignedIn(testActor, auth.RoleBillingAdmin)
 
 var tmpl = pgtest.Template{
 	Name: "meter",

@@ -46,7 +46,7 @@ func (c *Console) verify(token string) (auth.Claims, error) {
 	if err != nil {
 		return auth.Claims{}, err
 	}
-	if claims.Role != auth.RoleOperator {
+	if !claims.Has(auth.RoleOperator) {
 		return auth.Claims{}, errNotOperator
 	}
 	return claims, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/query/internal/app"
 	"github.com/usagebilling/billing/services/query/internal/httpapi"
@@ -25,6 +26,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 func server(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
 	t.Helper()
 	r := chi.NewRouter()
+	r.Use(authtest.SignedIn("viewer@acme.example", "viewer"))
 	httpapi.New(app.NewReader(pool), slog.New(slog.DiscardHandler)).Routes(r)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)

@@ -33,13 +33,13 @@ func NewOperator(op *operator.Operator, log *slog.Logger) *Operator {
 
 // Routes mounts the operator endpoints on r.
 func (a *Operator) Routes(r chi.Router) {
-	r.Get("/v1/operator/recovery", a.recovery)
-	r.Get("/v1/operator/quarantine", a.quarantine)
-	r.Post("/v1/operator/redrives", a.submit(events.ActionRedecide))
-	r.Get("/v1/operator/redrives/{redriveId}", a.redrive)
-	r.Get("/v1/operator/dead-letters", a.deadLetters)
-	r.Post("/v1/operator/dead-letters/release", a.submit(events.ActionReleaseDeadLetter))
-	r.Get("/v1/operator/reconciliation", a.reconciliation)
+	r.Method(http.MethodGet, "/v1/operator/recovery", auth.Allow(a.recovery, auth.RoleOperator))
+	r.Method(http.MethodGet, "/v1/operator/quarantine", auth.Allow(a.quarantine, auth.RoleOperator))
+	r.Method(http.MethodPost, "/v1/operator/redrives", auth.Allow(a.submit(events.ActionRedecide), auth.RoleOperator))
+	r.Method(http.MethodGet, "/v1/operator/redrives/{redriveId}", auth.Allow(a.redrive, auth.RoleOperator))
+	r.Method(http.MethodGet, "/v1/operator/dead-letters", auth.Allow(a.deadLetters, auth.RoleOperator))
+	r.Method(http.MethodPost, "/v1/operator/dead-letters/release", auth.Allow(a.submit(events.ActionReleaseDeadLetter), auth.RoleOperator))
+	r.Method(http.MethodGet, "/v1/operator/reconciliation", auth.Allow(a.reconciliation, auth.RoleOperator))
 }
 
 type recoveryJSON struct {

@@ -41,9 +41,9 @@ func NewWebhookOperator(hooks *operator.Webhooks, log *slog.Logger) *WebhookOper
 
 // Routes mounts the endpoints on r.
 func (a *WebhookOperator) Routes(r chi.Router) {
-	r.Get("/v1/operator/webhook-intents", a.list)
-	r.Get("/v1/operator/webhook-intents/stats", a.stats)
-	r.Post("/v1/operator/webhook-intents/{intentId}/retry", a.retry)
+	r.Method(http.MethodGet, "/v1/operator/webhook-intents", auth.Allow(a.list, auth.RoleOperator))
+	r.Method(http.MethodGet, "/v1/operator/webhook-intents/stats", auth.Allow(a.stats, auth.RoleOperator))
+	r.Method(http.MethodPost, "/v1/operator/webhook-intents/{intentId}/retry", auth.Allow(a.retry, auth.RoleOperator))
 }
 
 // list: the intents oldest first, of one status and tenant when given, a

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/services/usage/internal/app"
 	"github.com/usagebilling/billing/services/usage/internal/domain"
@@ -37,9 +38,9 @@ func New(a *app.App, log *slog.Logger) *API { return &API{app: a, log: log} }
 // Routes mounts the endpoints on r. chi matches "usage:batch" as a static
 // segment of its own, apart from "usage" and "usage/{usageId}".
 func (api *API) Routes(r chi.Router) {
-	r.Post("/v1/tenants/{tenantId}/usage", api.accept)
-	r.Post("/v1/tenants/{tenantId}/usage:batch", api.acceptBatch)
-	r.Get("/v1/tenants/{tenantId}/usage/{usageId}", api.get)
+	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/usage", auth.Allow(api.accept, auth.RoleIngest))
+	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/usage:batch", auth.Allow(api.acceptBatch, auth.RoleIngest))
+	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/usage/{usageId}", auth.Allow(api.get, auth.RoleIngest))
 }
 
 // usageRequest is one usage fact as sent. quantity is raw so that a JSON

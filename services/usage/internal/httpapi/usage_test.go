@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/services/usage/internal/app"
 	"github.com/usagebilling/billing/services/usage/internal/httpapi"
@@ -501,6 +502,7 @@ func TestDatabaseUnavailable(t *testing.T) {
 	t.Cleanup(pool.Close)
 	log := slog.New(slog.DiscardHandler)
 	router := chi.NewRouter()
+	router.Use(authtest.SignedIn("ingest@acme.example", "ingest"))
 	httpapi.New(app.New(pool, log), log).Routes(router)
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)

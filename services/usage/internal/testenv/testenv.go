@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
@@ -61,6 +62,7 @@ func NewOn(t testing.TB, pool *pgxpool.Pool) *Env {
 		t.Fatalf("build usage: %v", err)
 	}
 	r := chi.NewRouter()
+	r.Use(authtest.SignedIn("ingest@acme.example", "ingest"))
 	parts.Routes(r)
 	ib, err := inbox.New(reg, parts.Handlers, inbox.Options{Service: usage.Spec.Name, Logger: log})
 	if err != nil {

@@ -1,0 +1,127 @@
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// Guard is a route's handler behind the roles the route admits. Every route
+// of every service is registered through Allow (or Public), next to its
+// pattern:
+//
+//	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/prices", auth.Allow(api.activatePrice, auth.RoleBillingAdmin))
+//
+// and Check refuses a router with a route registered otherwise, so a new
+// route has no access until it declares its roles.
+type Guard struct {
+	roles  []string
+	public bool
+	next   http.Handler
+}
+
+// Allow returns h behind roles: a request reaches h only with verified
+// claims (Middleware's bearer, or the console's session) holding one of
+// roles; a tenant-scoped role reaches only the route's own {tenantId}.
+// Without claims: 401 unauthorized; with claims that do not fit: 403
+// forbidden. It panics on no role or an unknown one (a programming error).
+func Allow(h http.HandlerFunc, roles ...string) *Guard {
+	if len(roles) == 0 {
+		panic("auth.Allow: no role")
+	}
+	for _, r := range roles {
+		if !slices.Contains(Roles, r) {
+			panic(fmt.Sprintf("auth.Allow: unknown role %q", r))
+		}
+	}
+	return &Guard{roles: slices.Clone(roles), next: h}
+}
+
+// Public returns h open to anyone, with or without claims (the console's
+// sign-in form).
+func Public(h http.HandlerFunc) *Guard { return &Guard{public: true, next: h} }
+
+// Roles are the roles the route admits; nil for a public route.
+func (g *Guard) Roles() []string { return slices.Clone(g.roles) }
+
+// IsPublic reports whether the route is open to anyone.
+func (g *Guard) IsPublic() bool { return g.public }
+
+// Admits reports whether claims c may call the route for tenant (the
+// route's {tenantId}, "" when it has none).
+func (g *Guard) Admits(c Claims, tenant string) bool {
+	if g.public {
+		return true
+	}
+	for _, role := range g.roles {
+		if !c.Has(role) {
+			continue
+		}
+		if !TenantScoped(role) || (tenant != "" && c.Tenant == tenant) {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.public {
+		g.next.ServeHTTP(w, r)
+		return
+	}
+	c, ok := FromContext(r.Context())
+	if !ok {
+		unauthorized(w, "unauthorized", "a bearer token is required")
+		return
+	}
+	// chi routes on the raw (escaped) path, so the tenant checked is the
+	// tenant routed to.
+	tenant := chi.URLParam(r, "tenantId")
+	if !g.Admits(c, tenant) {
+		logFrom(r.Context()).InfoContext(r.Context(), "request forbidden", "method", r.Method, "path", r.URL.Path,
+			"sub", c.Subject, "roles", c.Roles, "tenant", c.Tenant, "admits", g.roles)
+		forbidden(w)
+		return
+	}
+	g.next.ServeHTTP(w, r)
+}
+
+// GuardOf returns the Guard of a route's handler as chi.Walk reports it.
+func GuardOf(h http.Handler) (*Guard, bool) {
+	g, ok := h.(*Guard)
+	return g, ok
+}
+
+// Check walks every route of r and refuses a route registered without
+// Allow or Public (OpenPaths excepted), and a tenant-scoped role on a route
+// without {tenantId}. A service checks its router at start.
+func Check(r chi.Routes) error {
+	var problems []string
+	err := chi.Walk(r, func(method, pattern string, h http.Handler, _ ...func(http.Handler) http.Handler) error {
+		if slices.Contains(OpenPaths, pattern) {
+			return nil
+		}
+		g, ok := GuardOf(h)
+		if !ok {
+			problems = append(problems, fmt.Sprintf("%s %s declares no roles", method, pattern))
+			return nil
+		}
+		for _, role := range g.roles {
+			if TenantScoped(role) && !strings.Contains(pattern, "{tenantId}") {
+				problems = append(problems, fmt.Sprintf("%s %s: tenant-scoped role %s on a route without {tenantId}", method, pattern, role))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(problems) > 0 {
+		return errors.New("routes without access declarations: " + strings.Join(problems, "; "))
+	}
+	return nil
+}
