@@ -1,6 +1,10 @@
 # The README's commands. `make help` lists them.
 PKGS    := github.com/usagebilling/billing/...
 GO      ?= go
+# The toolchain is pinned by the `toolchain` lines of go.work and every go.mod;
+# auto lets the go command fetch and use it even where $GOROOT/go.env says
+# GOTOOLCHAIN=local (as this machine's Go does). GOTOOLCHAIN=local make ... opts out.
+export GOTOOLCHAIN ?= auto
 SQLC    ?= $(shell command -v sqlc 2>/dev/null || echo $$($(GO) env GOPATH)/bin/sqlc)
 
 .PHONY: help demo load up demo-library test check sqlc-check unit-test apache-test fuzz bench kafka-jars

@@ -117,8 +117,8 @@ func checkDockerfile(t *testing.T, root string, spec service.Spec) {
 	if build == nil || host == nil {
 		t.Fatalf("%s: want the stages from-source and from-host (BUILD_FROM)", path)
 	}
-	if from, _ := stageImage(build[0], args); from != "golang:1.26" {
-		t.Errorf("%s: builder is %q, want golang:1.26 (ARG GO_IMAGE)", path, from)
+	if from, _ := stageImage(build[0], args); from != args["GO_IMAGE"] || !strings.HasPrefix(from, "golang:") {
+		t.Errorf("%s: builder is %q, want the golang image of ARG GO_IMAGE", path, from)
 	}
 	if args["BUILD_FROM"] != "source" {
 		t.Errorf("%s: ARG BUILD_FROM defaults to %q, want source (a user with registry access builds as-is)", path, args["BUILD_FROM"])
@@ -315,6 +315,55 @@ func TestProbeIsStandardLibraryOnly(t *testing.T) {
 		p, _ := strconv.Unquote(imp.Path.Value)
 		if first, _, _ := strings.Cut(p, "/"); strings.Contains(first, ".") {
 			t.Errorf("cmd/probe imports %s: the Dockerfiles build it without a module", p)
+		}
+	}
+}
+
+// TestDockerfileBaseImagesPinned checks that every Dockerfile names its base
+// images by an explicit version tag (a digest would need a registry to
+// resolve), and that the Go image is the toolchain go.work pins, so that an
+// image builds with the Go that CI tests with.
+func TestDockerfileBaseImagesPinned(t *testing.T) {
+	work, err := os.ReadFile("../go.work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	toolchain := ""
+	for line := range strings.Lines(string(work)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "toolchain go"); ok {
+			toolchain = v
+		}
+	}
+	if toolchain == "" {
+		t.Fatal("go.work has no toolchain line")
+	}
+	paths, err := filepath.Glob(filepath.Join("docker", "*.Dockerfile"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no Dockerfiles under docker/ (%v)", err)
+	}
+	for _, path := range paths {
+		all := readDockerfile(t, path)
+		args := globalArgs(all)
+		if img, ok := args["GO_IMAGE"]; ok && img != "golang:"+toolchain && !strings.HasPrefix(img, "golang:"+toolchain+"-") {
+			t.Errorf("%s: GO_IMAGE %s, want golang:%s (go.work's toolchain), optionally -<variant>", path, img, toolchain)
+		}
+		stageNames := map[string]bool{}
+		for _, st := range stages(all) {
+			img, name := stageImage(st[0], args)
+			if name != "" {
+				stageNames[name] = true
+			}
+			if img == "scratch" || stageNames[img] || strings.HasPrefix(img, "from-") {
+				continue
+			}
+			// The version is in the tag (golang:1.27.3-trixie, debian:12.12-slim)
+			// or, for distroless, which has no version tags, in the name
+			// (static-debian12:nonroot).
+			ref := img[strings.LastIndex(img, "/")+1:]
+			_, tag, ok := strings.Cut(ref, ":")
+			if !ok || tag == "latest" || !strings.ContainsAny(ref, "0123456789") {
+				t.Errorf("%s: FROM %s has no version tag", path, img)
+			}
 		}
 	}
 }

@@ -2,7 +2,7 @@
 # the repository root.
 #   docker build -f deploy/docker/kafka.Dockerfile -t usagebilling/kafka:4.1.1 .
 #
-# BASE is the one base image: debian:bookworm-slim from a registry, or the
+# BASE is the one base image: debian:12.12-slim from a registry, or the
 # local Debian base from debootstrap (usagebilling/debian:bookworm).
 # BUILD_FROM says where the broker's jars and kafkatool (the Go health check
 # and topic job, deploy/cmd/kafkatool) come from:
@@ -11,8 +11,12 @@
 #   host:             made on the host by deploy/offline/images.sh into
 #                     deploy/.build/ (the jars of `make kafka-jars`, kafkatool
 #                     built with the workspace's Go toolchain): no registry.
-ARG BASE=debian:bookworm-slim
-ARG GO_IMAGE=golang:1.26
+# Base images pinned by version tag (a digest needs a registry to resolve):
+# GO_IMAGE is the Go toolchain go.work pins (deploy/dockerfile_test.go checks);
+# Debian by point release; distroless publishes no version tags beyond its
+# Debian release (static-debian12).
+ARG BASE=debian:12.12-slim
+ARG GO_IMAGE=golang:1.27.3-trixie
 ARG BUILD_FROM=source
 
 FROM ${BASE} AS jars

@@ -1,11 +1,15 @@
 # PostgreSQL 15 from Debian's packages. Build context: the repository root.
 #   docker build -f deploy/docker/postgres.Dockerfile -t usagebilling/postgres:15 .
 #
-# BASE is the one base image: debian:bookworm-slim from a registry, or the
+# BASE is the one base image: debian:12.12-slim from a registry, or the
 # local Debian base that deploy/offline/images.sh makes with debootstrap
 # (--build-arg BASE=usagebilling/debian:bookworm) where no registry is
 # reachable. apt-get reaches Debian's mirror either way.
-ARG BASE=debian:bookworm-slim
+# Base images pinned by version tag (a digest needs a registry to resolve):
+# GO_IMAGE is the Go toolchain go.work pins (deploy/dockerfile_test.go checks);
+# Debian by point release; distroless publishes no version tags beyond its
+# Debian release (static-debian12).
+ARG BASE=debian:12.12-slim
 FROM ${BASE}
 # No cluster at install time: the entrypoint makes one in PGDATA.
 RUN mkdir -p /etc/postgresql-common/createcluster.d && \

@@ -14,8 +14,12 @@
 #                     deploy/.build/bin (no registry).
 # deploy/dockerfile_test.go checks this file against the service (cmd path,
 # port) and deploy/offline/images.sh's host build against the source stage.
+# Base images pinned by version tag (a digest needs a registry to resolve):
+# GO_IMAGE is the Go toolchain go.work pins (deploy/dockerfile_test.go checks);
+# Debian by point release; distroless publishes no version tags beyond its
+# Debian release (static-debian12).
 ARG BASE=gcr.io/distroless/static-debian12:nonroot
-ARG GO_IMAGE=golang:1.26
+ARG GO_IMAGE=golang:1.27.3-trixie
 ARG BUILD_FROM=source
 
 FROM ${GO_IMAGE} AS from-source

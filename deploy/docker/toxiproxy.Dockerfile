@@ -6,8 +6,12 @@
 # BUILD_FROM: source (default) builds both from the Go module proxy in
 # GO_IMAGE; host copies what deploy/offline/images.sh built on the host into
 # deploy/.build/bin (no registry).
+# Base images pinned by version tag (a digest needs a registry to resolve):
+# GO_IMAGE is the Go toolchain go.work pins (deploy/dockerfile_test.go checks);
+# Debian by point release; distroless publishes no version tags beyond its
+# Debian release (static-debian12).
 ARG BASE=scratch
-ARG GO_IMAGE=golang:1.26
+ARG GO_IMAGE=golang:1.27.3-trixie
 ARG BUILD_FROM=source
 
 FROM ${GO_IMAGE} AS from-source

@@ -2,6 +2,8 @@ module github.com/usagebilling/billing/services/query
 
 go 1.26.0
 
+toolchain go1.27.3
+
 require (
 	github.com/IBM/sarama v1.61.1
 	github.com/chromedp/chromedp v0.23.1
