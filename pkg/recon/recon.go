@@ -11,6 +11,8 @@ package recon
 import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/pricing"
 )
 
 // Invoice is an issued invoice's total as query projected it.
@@ -68,10 +70,21 @@ type InvoiceLine struct {
 	UsageEventID uuid.UUID `json:"usageEventId,omitzero"`
 }
 
+// Price is a price version as meter holds it: the pricing every charge line
+// of the version is held to.
+type Price struct {
+	PriceID   uuid.UUID       `json:"priceId"`
+	MeterCode string          `json:"meterCode"`
+	Currency  string          `json:"currency"`
+	Version   int64           `json:"version"`
+	Pricing   pricing.Pricing `json:"pricing"`
+}
+
 // LineTotal is one aggregated line of an invoice as invoice shows it.
 // LineID matches InvoiceLine.LineID of what it counts.
 type LineTotal struct {
 	InvoiceID    uuid.UUID       `json:"invoiceId"`
+	Currency     string          `json:"currency"`
 	LineID       string          `json:"lineId"`
 	Kind         string          `json:"kind"`
 	MeterCode    string          `json:"meterCode,omitempty"`

@@ -44,6 +44,9 @@ const (
 	// SetLineTotals (invoice): the lines of the month's invoices as the
 	// invoices show them, by invoice id and line id. Row: LineTotal.
 	SetLineTotals = "line-totals"
+	// SetPrices (meter): the tenant's price versions, whatever the month,
+	// by price id. Row: Price.
+	SetPrices = "prices"
 	// SetInvoices (query): the issued invoices of the month as query
 	// projected them, by invoice id. Row: Invoice.
 	SetInvoices = "invoices"
@@ -97,6 +100,9 @@ func (c Correction) Pos() Position { return Position{Key: c.OriginEventID, ID: c
 
 // Pos implements Row: by invoice, then line id.
 func (t LineTotal) Pos() Position { return Position{Key: t.InvoiceID, ID: t.InvoiceID, Line: t.LineID} }
+
+// Pos implements Row: by price id.
+func (p Price) Pos() Position { return Position{Key: p.PriceID, ID: p.PriceID} }
 
 // Pos implements Row: by invoice id.
 func (i Invoice) Pos() Position { return Position{Key: i.InvoiceID, ID: i.InvoiceID} }

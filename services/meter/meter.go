@@ -37,7 +37,8 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	a := app.New(d.Pool, d.Logger, app.WithScheduleLead(lead))
 	api := httpapi.New(a, d.Logger)
 	return service.Parts{
-		Routes: api.Routes,
-		Work:   func(ctx context.Context) error { return a.RunWatermarks(ctx, interval) },
+		Routes:         api.Routes,
+		Work:           func(ctx context.Context) error { return a.RunWatermarks(ctx, interval) },
+		Reconciliation: a.Reconciliation(),
 	}, nil
 }

@@ -93,7 +93,7 @@ func (r *Reader) reconciliationLineTotals(ctx context.Context, q recon.Query) ([
 		}
 		for _, inv := range invs {
 			for _, l := range inv.Lines {
-				t := recon.LineTotal{InvoiceID: inv.InvoiceID, LineID: l.LineID, Kind: l.Kind, MeterCode: l.MeterCode,
+				t := recon.LineTotal{InvoiceID: inv.InvoiceID, Currency: inv.Currency, LineID: l.LineID, Kind: l.Kind, MeterCode: l.MeterCode,
 					PriceVersion: l.PriceVersion, ChargeCount: l.ChargeCount, Amount: l.Amount}
 				if l.Quantity != nil {
 					t.Quantity = *l.Quantity

@@ -66,3 +66,13 @@ WHERE tenant_id = @tenant_id AND meter_code = @meter_code
   AND (currency, version) > (@after_currency::text, @after_version::bigint)
 ORDER BY currency, version
 LIMIT @max_rows;
+
+-- name: ReconciliationPrices :many
+-- ReconciliationPrices reads a page of a tenant's price versions in price
+-- id order after a position: the pricing reconciliation holds each invoice
+-- line to. A tenant has a price version per activation: a few rows.
+SELECT price_id, meter_code, currency, version, model, unit_price, tiers, package_size, package_price
+FROM price
+WHERE tenant_id = @tenant_id AND price_id > @after
+ORDER BY price_id
+LIMIT @max_rows;

@@ -357,3 +357,62 @@ func (q *Queries) RaiseKnownThrough(ctx context.Context, arg RaiseKnownThroughPa
 	)
 	return err
 }
+
+const reconciliationPrices = `-- name: ReconciliationPrices :many
+SELECT price_id, meter_code, currency, version, model, unit_price, tiers, package_size, package_price
+FROM price
+WHERE tenant_id = $1 AND price_id > $2
+ORDER BY price_id
+LIMIT $3
+`
+
+type ReconciliationPricesParams struct {
+	TenantID string
+	After    uuid.UUID
+	MaxRows  int32
+}
+
+type ReconciliationPricesRow struct {
+	PriceID      uuid.UUID
+	MeterCode    string
+	Currency     string
+	Version      int64
+	Model        string
+	UnitPrice    decimal.NullDecimal
+	Tiers        []byte
+	PackageSize  decimal.NullDecimal
+	PackagePrice decimal.NullDecimal
+}
+
+// ReconciliationPrices reads a page of a tenant's price versions in price
+// id order after a position: the pricing reconciliation holds each invoice
+// line to. A tenant has a price version per activation: a few rows.
+func (q *Queries) ReconciliationPrices(ctx context.Context, arg ReconciliationPricesParams) ([]ReconciliationPricesRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationPrices, arg.TenantID, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationPricesRow
+	for rows.Next() {
+		var i ReconciliationPricesRow
+		if err := rows.Scan(
+			&i.PriceID,
+			&i.MeterCode,
+			&i.Currency,
+			&i.Version,
+			&i.Model,
+			&i.UnitPrice,
+			&i.Tiers,
+			&i.PackageSize,
+			&i.PackagePrice,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/recon"
 )
 
@@ -93,6 +94,7 @@ type Sources struct {
 
 	LineTotals    *recon.Stream[recon.LineTotal] // invoice: the months' lines as shown
 	QueryInvoices *recon.Stream[recon.Invoice]   // query: the period's projected issued invoices
+	Prices        *recon.Stream[recon.Price]     // meter: the tenant's price versions
 }
 
 // Reconcile checks the invariants of one tenant and period, by origin event
@@ -115,8 +117,12 @@ type Sources struct {
 // period's volume.
 func Reconcile(ctx context.Context, tenantID, period string, s Sources) (Report, error) {
 	r := &reconciler{period: period, report: Report{TenantID: tenantID, Period: period},
-		lines: map[lineKey]*lineSums{}, inScope: map[uuid.UUID]bool{}, issued: map[uuid.UUID]bool{}}
-	err := r.usagePass(ctx, s)
+		lines: map[lineKey]*lineSums{}, inScope: map[uuid.UUID]bool{}, issued: map[uuid.UUID]bool{},
+		prices: map[priceKey]pricing.Pricing{}}
+	err := r.readPrices(ctx, s.Prices)
+	if err == nil {
+		err = r.usagePass(ctx, s)
+	}
 	if err == nil {
 		err = r.adjustmentPass(ctx, s)
 	}
@@ -147,7 +153,14 @@ type lineSums struct {
 	charges          int64
 }
 
+// priceKey names a price version.
+type priceKey struct {
+	meter, currency string
+	version         int64
+}
+
 type reconciler struct {
+	prices  map[priceKey]pricing.Pricing // meter's, a few per tenant
 	period  string
 	report  Report
 	lines   map[lineKey]*lineSums // every line of the invoices read
@@ -182,6 +195,17 @@ func (r *reconciler) count(l recon.InvoiceLine, scoped bool) {
 	}
 	if l.Issued && l.Period == r.period {
 		r.issued[l.InvoiceID] = true
+	}
+}
+
+// readPrices reads meter's price versions of the tenant.
+func (r *reconciler) readPrices(ctx context.Context, prices *recon.Stream[recon.Price]) error {
+	for {
+		p, ok, err := prices.Next(ctx)
+		if err != nil || !ok {
+			return err
+		}
+		r.prices[priceKey{p.MeterCode, p.Currency, p.Version}] = p.Pricing
 	}
 }
 
@@ -409,8 +433,11 @@ func (r *reconciler) projected(id uuid.UUID, what string, amount decimal.Decimal
 }
 
 // lineTotals checks each line of the invoices in scope, as the invoices show
-// it, against the sums of what it counts, and sums the issued invoices'
-// lines.
+// it, against what it counts: its quantity and charge count are the sums of
+// its charges, a charge line's amount is its price version's pricing (as
+// meter holds it) over that quantity — under unit pricing also the sum of
+// its charges' amounts — and any other line's amount is its origin's. It
+// sums the issued invoices' lines.
 func (r *reconciler) lineTotals(ctx context.Context, totals *recon.Stream[recon.LineTotal]) error {
 	r.totals = map[uuid.UUID]decimal.Decimal{}
 	for {
@@ -421,17 +448,38 @@ func (r *reconciler) lineTotals(ctx context.Context, totals *recon.Stream[recon.
 		if r.issued[t.InvoiceID] {
 			r.totals[t.InvoiceID] = r.totals[t.InvoiceID].Add(t.Amount)
 		}
-		if !r.inScope[t.InvoiceID] {
-			continue
+		if r.inScope[t.InvoiceID] {
+			r.checkLine(t)
 		}
-		m := r.lines[lineKey{t.InvoiceID, t.LineID}]
-		if m == nil {
-			m = &lineSums{}
+	}
+}
+
+func (r *reconciler) checkLine(t recon.LineTotal) {
+	m := r.lines[lineKey{t.InvoiceID, t.LineID}]
+	if m == nil {
+		m = &lineSums{}
+	}
+	wantAmount, unit := m.amount, true
+	if t.Kind == "charge" {
+		p, ok := r.prices[priceKey{t.MeterCode, t.Currency, t.PriceVersion}]
+		if !ok {
+			r.add(MismatchLineTotal, t.InvoiceID, "line %s: meter holds no %s %s version %d", t.LineID, t.MeterCode, t.Currency, t.PriceVersion)
+			return
 		}
-		if !m.amount.Equal(t.Amount) || !m.quantity.Equal(t.Quantity) || m.charges != t.ChargeCount {
-			r.add(MismatchLineTotal, t.InvoiceID, "line %s: quantity %s, %d charges, amount %s; what it counts sums to %s, %d, %s",
-				t.LineID, t.Quantity, t.ChargeCount, t.Amount, m.quantity, m.charges, m.amount)
+		unit = p.Model == pricing.Unit
+		if priced := p.Amount(m.quantity); !priced.Equal(t.Amount) {
+			r.add(MismatchLineTotal, t.InvoiceID, "line %s: amount %s; its %s pricing over the quantity its charges sum to (%s) gives %s",
+				t.LineID, t.Amount, p.Model, m.quantity, priced)
+			return
 		}
+		wantAmount = t.Amount
+		if unit {
+			wantAmount = m.amount
+		}
+	}
+	if !wantAmount.Equal(t.Amount) || !m.quantity.Equal(t.Quantity) || m.charges != t.ChargeCount {
+		r.add(MismatchLineTotal, t.InvoiceID, "line %s: quantity %s, %d charges, amount %s; what it counts sums to %s, %d, %s",
+			t.LineID, t.Quantity, t.ChargeCount, t.Amount, m.quantity, m.charges, m.amount)
 	}
 }
 

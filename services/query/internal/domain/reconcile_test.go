@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/recon"
 	"github.com/usagebilling/billing/services/query/internal/domain"
 )
@@ -33,7 +34,10 @@ type rows struct {
 	Invoices     []recon.Invoice
 }
 
-type sources struct{ Usage, Billing, Invoice, Query rows }
+type sources struct {
+	Usage, Billing, Invoice, Query rows
+	Prices                         []recon.Price // meter's
+}
 
 // streams are the sets the services serve of a period's reconciliation, as
 // their queries scope them.
@@ -71,6 +75,7 @@ func (s sources) streams(period string) domain.Sources {
 
 		LineTotals:    recon.Rows(s.Invoice.LineTotals),
 		QueryInvoices: recon.Rows(where(s.Query.Invoices, func(i recon.Invoice) bool { return is(i.Period) })),
+		Prices:        recon.Rows(s.Prices),
 	}
 }
 
@@ -118,12 +123,14 @@ func healthy() *flow {
 			LineID: "rounding"},
 	}
 	f.src.Invoice.LineTotals = []recon.LineTotal{
-		{InvoiceID: f.inv, LineID: "charge/api_calls/1", Kind: "charge", MeterCode: "api_calls", PriceVersion: 1,
+		{InvoiceID: f.inv, Currency: "USD", LineID: "charge/api_calls/1", Kind: "charge", MeterCode: "api_calls", PriceVersion: 1,
 			Quantity: d("15"), ChargeCount: 2, Amount: d("1.5")},
 		{InvoiceID: f.inv, LineID: "adjustment/" + f.a1.String(), Kind: "adjustment", Amount: d("-0.2")},
 		{InvoiceID: f.inv, LineID: "rounding", Kind: "rounding", Amount: d("0")},
 	}
 	f.src.Invoice.Corrections = []recon.Correction{{InvoiceID: f.inv, Period: "2026-11", OriginEventID: f.a2, Amount: d("0.1")}}
+	f.src.Prices = []recon.Price{{PriceID: uuid.New(), MeterCode: "api_calls", Currency: "USD", Version: 1,
+		Pricing: pricing.UnitPricing(d("0.1"))}}
 	f.src.Query = rows{ // copies: the projection is its own data
 		UsageFacts:  slices.Clone(f.src.Usage.UsageFacts),
 		Charges:     slices.Clone(f.src.Billing.Charges),
@@ -190,6 +197,33 @@ func TestReconcileNamesEveryMismatch(t *testing.T) {
 			{domain.MismatchLineTotal, func(f *flow) uuid.UUID { return f.inv }}}},
 		{"line total differs from what it counts", func(f *flow) {
 			f.src.Invoice.LineTotals[0].Quantity = d("16")
+		}, []want{{domain.MismatchLineTotal, func(f *flow) uuid.UUID { return f.inv }}}},
+		{"line priced by a version meter does not hold", func(f *flow) {
+			f.src.Prices = nil
+		}, []want{{domain.MismatchLineTotal, func(f *flow) uuid.UUID { return f.inv }}}},
+		{"line amount not its version's pricing", func(f *flow) {
+			f.src.Prices[0].Pricing = pricing.UnitPricing(d("0.11"))
+		}, []want{{domain.MismatchLineTotal, func(f *flow) uuid.UUID { return f.inv }}}},
+		{"a graduated line: its charges have no amounts, its pricing gives the line's", func(f *flow) {
+			// 15 units: the first 10 at 0.1, the rest at 0.05 -> 1.25.
+			ten := d("10")
+			f.src.Prices[0].Pricing = pricing.Pricing{Model: pricing.Graduated, Tiers: []pricing.Tier{
+				{UpTo: &ten, UnitPrice: d("0.1")}, {UnitPrice: d("0.05")}}}
+			zero := func(cs []recon.Charge) {
+				for i := range cs {
+					cs[i].Amount = decimal.Zero
+				}
+			}
+			zero(f.src.Billing.Charges)
+			zero(f.src.Query.Charges)
+			f.src.Invoice.InvoiceLines[0].Amount, f.src.Invoice.InvoiceLines[1].Amount = decimal.Zero, decimal.Zero
+			f.src.Invoice.LineTotals[0].Amount = d("1.25")
+			f.src.Query.Invoices[0].Total = d("1.05")
+		}, nil},
+		{"a graduated line priced wrong", func(f *flow) {
+			ten := d("10")
+			f.src.Prices[0].Pricing = pricing.Pricing{Model: pricing.Graduated, Tiers: []pricing.Tier{
+				{UpTo: &ten, UnitPrice: d("0.1")}, {UnitPrice: d("0.05")}}}
 		}, []want{{domain.MismatchLineTotal, func(f *flow) uuid.UUID { return f.inv }}}},
 		{"query lacks the issued invoice", func(f *flow) {
 			f.src.Query.Invoices = nil

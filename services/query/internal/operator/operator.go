@@ -394,6 +394,7 @@ func (o *Operator) Reconcile(ctx context.Context, tenantID, period string) (doma
 
 		LineTotals:    remoteSet[recon.LineTotal](ctx, o, "invoice", recon.SetLineTotals, tenantID, months),
 		QueryInvoices: localSet[recon.Invoice](ctx, local[recon.SetInvoices], tenantID, one),
+		Prices:        remoteSet[recon.Price](ctx, o, "meter", recon.SetPrices, tenantID, one),
 	}
 	return domain.Reconcile(ctx, tenantID, period, src)
 }
