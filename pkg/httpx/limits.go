@@ -181,3 +181,26 @@ func tenantOfPath(path string) (string, bool) {
 	}
 	return t, true
 }
+
+// MaxHeaderBytes refuses a request whose request line and headers exceed n
+// bytes with 431 problem+json "headers_too_large". The server's own limit
+// (http.Server.MaxHeaderBytes) is set above n as a backstop: past it net/http
+// answers 431 itself, in plain text, before any handler runs.
+func MaxHeaderBytes(n int) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			size := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4
+			for k, vs := range r.Header {
+				for _, v := range vs {
+					size += len(k) + len(v) + 4
+				}
+			}
+			if size > n {
+				WriteProblem(w, Problemf(http.StatusRequestHeaderFieldsTooLarge, "headers_too_large",
+					"the request line and headers exceed %d bytes", n))
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}

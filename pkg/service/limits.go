@@ -175,7 +175,11 @@ func serveMetrics(addr string, metrics prometheus.Gatherer, log *slog.Logger) (f
 	}, nil
 }
 
-// NewHTTPServer returns the API server with the limits of cfg.
+// NewHTTPServer returns the API server with the limits of cfg. Its own
+// header limit is a backstop above HTTP_MAX_HEADER_BYTES (at least 1 MiB,
+// net/http's default): the router refuses headers over the setting with a
+// problem (httpx.MaxHeaderBytes); only past the backstop does net/http answer
+// 431 itself, in plain text.
 func NewHTTPServer(cfg Config, h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Addr: cfg.HTTPAddr, Handler: h,
@@ -183,7 +187,7 @@ func NewHTTPServer(cfg Config, h http.Handler, log *slog.Logger) *http.Server {
 		ReadTimeout:       cfg.HTTPReadTimeout,
 		WriteTimeout:      cfg.HTTPWriteTimeout,
 		IdleTimeout:       cfg.HTTPIdleTimeout,
-		MaxHeaderBytes:    cfg.HTTPMaxHeaderBytes,
+		MaxHeaderBytes:    max(2*cfg.HTTPMaxHeaderBytes, http.DefaultMaxHeaderBytes),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 }

@@ -406,3 +406,37 @@ func TestMetricsOnTheirOwnListener(t *testing.T) {
 		t.Fatalf("metrics listener: %d %s", resp.StatusCode, b)
 	}
 }
+
+// Headers over HTTP_MAX_HEADER_BYTES are refused with 431 problem+json over
+// a real connection: the server's own (plain text) limit is above it.
+func TestOversizeHeadersAnswerProblemJSON(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, "postgres://unused/x")
+	addr := serveHTTP(t, cfg, httpx.MaxHeaderBytes(cfg.HTTPMaxHeaderBytes)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/v1/tenants/acme/summary", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Big", strings.Repeat("a", cfg.HTTPMaxHeaderBytes+1))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || resp.Header.Get("Content-Type") != "application/problem+json" ||
+		!strings.Contains(string(b), `"headers_too_large"`) {
+		t.Fatalf("%d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	req.Header.Set("X-Big", "small")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("small headers: %d", resp.StatusCode)
+	}
+}

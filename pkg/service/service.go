@@ -328,6 +328,9 @@ func newRouter(d Deps, metrics prometheus.Gatherer, broker *brokerHealth) chi.Ro
 	cfg, log, pool := d.Config, d.Logger, d.Pool
 	r := chi.NewRouter()
 	r.Use(recoverer(log))
+	if cfg.HTTPMaxHeaderBytes > 0 {
+		r.Use(httpx.MaxHeaderBytes(cfg.HTTPMaxHeaderBytes))
+	}
 	if cfg.RequestTimeout > 0 {
 		r.Use(httpx.Deadline(cfg.RequestTimeout))
 	}
