@@ -48,7 +48,7 @@ type Stats struct {
 
 func (s Stats) String() string {
 	return fmt.Sprintf("%d ops: %d usage facts sent (%d accepted, %d refused, %d replays, %d conflicts), %d price activations, "+
-		"%d adjustments posted (%d credits refused), %d correction notes, %d closes, %d invoices checked, %d checks, %d settles",
+		"%d adjustments posted (%d credits refused), %d correction notes, %d closes, %d invoice comparisons, %d checks, %d settles",
 		s.Ops, s.Facts, s.Accepted, s.Refused, s.Replays, s.Conflicts, s.Prices, s.Adjustments, s.CreditsRefused,
 		s.Corrections, s.Closes, s.Invoices, s.Checks, s.Settles)
 }
