@@ -17,7 +17,8 @@ const (
 
 // mutation is a deliberate error in the model (MONEY_MUTATE), to see the
 // test fail: "graduated-boundary" counts a graduated tier as reached (its
-// flat fee charged) when the quantity is exactly the previous tier's upTo.
+// flat fee charged) when the quantity is exactly the previous tier's upTo;
+// "volume-floor" bounds credits by a volume line's amount, not its floor.
 var mutation string
 
 // quantum is the smallest quantity step: at most 12 decimal places.
@@ -89,7 +90,7 @@ func (p Pricing) Amount(q decimal.Decimal) decimal.Decimal {
 // plus one quantum, the first quantity of the next tier).
 func (p Pricing) Floor(q decimal.Decimal) decimal.Decimal {
 	a := p.Amount(q)
-	if p.Model != Volume {
+	if p.Model != Volume || mutation == "volume-floor" {
 		return a
 	}
 	for _, t := range p.Tiers {
