@@ -70,11 +70,18 @@ func TestMoney(t *testing.T) {
 	t.Errorf("seed %d: the services disagree with the model at op %d: %s\nlast steps:\n%s(service logs kept in %s)",
 		seed, f.Op, f.Msg, f.Report(30), s.Dir())
 	shrunk, sf := shrink(ctx, t, cfg, ops[:f.Op+1], f, envDuration(t, "MONEY_SHRINK_TIME", 3*time.Minute))
-	t.Errorf("seed %d: shortened to %d operations (%v), which fail with: %s\nsteps:\n%s", seed, len(shrunk), shrunk, sf.Msg, sf.Report(200))
+	list := ""
+	if len(shrunk) <= 60 {
+		list = fmt.Sprintf(" %v", shrunk)
+	}
+	t.Errorf("seed %d: shortened to %d operations%s, which fail with: %s\nsteps:\n%s", seed, len(shrunk), list, sf.Msg, sf.Report(200))
 }
 
 // shrink removes halves, quarters, ... of the failing operations while the
-// rest still fails the same way, each try on fresh tenants.
+// rest still fails the same way, each try on fresh tenants of the same stack.
+// Operations pick their tenant when they run, so the first passes keep every
+// new-tenant operation in place (dropping one moves later operations to
+// another tenant); a last pass tries to drop those one by one.
 func shrink(ctx context.Context, t *testing.T, cfg Config, ops []Op, f *Failure, budget time.Duration) ([]Op, *Failure) {
 	deadline := time.Now().Add(budget)
 	try := 0
@@ -89,10 +96,26 @@ func shrink(ctx context.Context, t *testing.T, cfg Config, ops []Op, f *Failure,
 		}
 		return g
 	}
+	// without drops ops[i:end) but the new-tenant operations among them
+	without := func(i, end int, keepTenants bool) []Op {
+		cand := append([]Op{}, ops[:i]...)
+		if keepTenants {
+			for _, o := range ops[i:end] {
+				if o.Kind == OpNewTenant {
+					cand = append(cand, o)
+				}
+			}
+		}
+		return append(cand, ops[end:]...)
+	}
 	for chunk := len(ops) / 2; chunk >= 1 && time.Now().Before(deadline); chunk /= 2 {
 		for i := 1; i < len(ops) && time.Now().Before(deadline); { // op 0 makes the first tenant
 			end := min(i+chunk, len(ops))
-			cand := append(append([]Op{}, ops[:i]...), ops[end:]...)
+			cand := without(i, end, true)
+			if len(cand) == len(ops) {
+				i = end
+				continue
+			}
 			if g := attempt(cand); g != nil {
 				ops, f = cand[:min(g.Op+1, len(cand))], g
 				t.Logf("shrink: %d operations still fail (%s)", len(ops), g.Kind)
@@ -101,6 +124,17 @@ func shrink(ctx context.Context, t *testing.T, cfg Config, ops []Op, f *Failure,
 			i = end
 		}
 	}
+	for i := len(ops) - 1; i >= 1 && time.Now().Before(deadline); i-- {
+		if ops[i].Kind != OpNewTenant {
+			continue
+		}
+		if g := attempt(without(i, i+1, false)); g != nil {
+			cand := without(i, i+1, false)
+			ops, f = cand[:min(g.Op+1, len(cand))], g
+			t.Logf("shrink: %d operations still fail (%s)", len(ops), g.Kind)
+		}
+	}
+	t.Logf("shrink: %d tries", try)
 	return ops, f
 }
 
