@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,14 +90,21 @@ func startContainers(t *testing.T) *target {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(name, img string, opts ...testcontainers.ContainerCustomizer) testcontainers.Container {
-		t.Helper()
+	start := func(name, img string, opts ...testcontainers.ContainerCustomizer) (testcontainers.Container, error) {
 		opts = slices.DeleteFunc(opts, func(o testcontainers.ContainerCustomizer) bool { return o == nil })
 		opts = append(opts, network.WithNetwork([]string{name}, nw))
 		c, err := testcontainers.Run(ctx, img, opts...)
 		testcontainers.CleanupContainer(t, c)
 		if err != nil {
-			t.Fatalf("start container %s (%s): %v", name, img, err)
+			return c, fmt.Errorf("start container %s (%s): %w", name, img, err)
+		}
+		return c, nil
+	}
+	run := func(name, img string, opts ...testcontainers.ContainerCustomizer) testcontainers.Container {
+		t.Helper()
+		c, err := start(name, img, opts...)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return c
 	}
@@ -149,7 +158,11 @@ func startContainers(t *testing.T) *target {
 	for name, port := range stack.DefaultPorts() {
 		serviceURLs = append(serviceURLs, fmt.Sprintf("%s=http://%s:%d", name, name, port))
 	}
+	// The five services start side by side: they never wait for each other.
 	urls := map[string]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var errs []error
 	for _, name := range stack.Services {
 		build := compose.Services[name].Build
 		if build == nil {
@@ -167,19 +180,35 @@ func startContainers(t *testing.T) *target {
 			t.Logf("%s: no local image %s: building it from %s", name, img, build.Dockerfile)
 			img = ""
 		}
-		c := run(name, img, source,
-			testcontainers.WithEnv(map[string]string{
-				"DATABASE_URL":  "postgres://postgres:postgres@postgres:5432/" + name + "?sslmode=disable",
-				"KAFKA_BROKERS": "kafka:9092",
-				"HTTP_ADDR":     fmt.Sprintf(":%d", stack.DefaultPorts()[name]),
-				"AUTH_DEV_KEY":  "true",
-				"SERVICE_URLS":  strings.Join(serviceURLs, ","),
-			}),
-			testcontainers.WithExposedPorts(port),
-			testcontainers.WithWaitStrategyAndDeadline(3*time.Minute, wait.ForHTTP("/readyz").WithPort(port).WithStartupTimeout(3*time.Minute)))
-		if urls[name], err = c.PortEndpoint(ctx, port, "http"); err != nil {
-			t.Fatal(err)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := start(name, img, source,
+				testcontainers.WithEnv(map[string]string{
+					"DATABASE_URL":  "postgres://postgres:postgres@postgres:5432/" + name + "?sslmode=disable",
+					"KAFKA_BROKERS": "kafka:9092",
+					"HTTP_ADDR":     fmt.Sprintf(":%d", stack.DefaultPorts()[name]),
+					"AUTH_DEV_KEY":  "true",
+					"SERVICE_URLS":  strings.Join(serviceURLs, ","),
+				}),
+				testcontainers.WithExposedPorts(port),
+				testcontainers.WithWaitStrategyAndDeadline(3*time.Minute, wait.ForHTTP("/readyz").WithPort(port).WithStartupTimeout(3*time.Minute)))
+			var u string
+			if err == nil {
+				u, err = c.PortEndpoint(ctx, port, "http")
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			urls[name] = u
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatal(errors.Join(errs...))
 	}
 	return &target{urls: urls, dbs: dbs}
 }

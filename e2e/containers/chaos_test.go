@@ -76,7 +76,7 @@ func TestContainerChaos(t *testing.T) {
 	op := scenario.DevOperator(urls["query"], "chaos@ops.example")
 	cfg := load.Config{
 		URLs: urls, DevKey: true, RunID: "chaos-" + time.Now().UTC().Format("150405"),
-		Tenants: 2, Dominant: -1, Rate: 100, Duration: 75 * time.Second, Batch: 25, Concurrency: 2,
+		Tenants: 2, Dominant: -1, Rate: 100, Duration: 60 * time.Second, Batch: 25, Concurrency: 2,
 		Drain: 4 * time.Minute, Close: true, CloseTimeout: 3 * time.Minute,
 		Describe: map[string]string{"stack": "deploy/compose.yaml, local images", "kafka": "usagebilling/kafka:4.1.1"},
 		Out:      &logWriter{t: t},
@@ -93,8 +93,8 @@ func TestContainerChaos(t *testing.T) {
 	}()
 	since := func() time.Duration { return time.Since(loadBegan).Round(100 * time.Millisecond) }
 
-	sleep(ctx, 15*time.Second)
-	billing := killAndRestart(ctx, t, c, "billing", since, 10*time.Second, func(ctx context.Context, f *fault) {
+	sleep(ctx, 10*time.Second)
+	billing := killAndRestart(ctx, t, c, "billing", since, 8*time.Second, func(ctx context.Context, f *fault) {
 		// The process is gone: its port refuses connections.
 		if err := get(ctx, urls["billing"]+"/healthz"); err != nil {
 			f.proof = append(f.proof, "its HTTP port refused: "+short(err))
@@ -102,13 +102,13 @@ func TestContainerChaos(t *testing.T) {
 			f.problem = "billing still answered /healthz after docker kill"
 		}
 	})
-	sleep(ctx, 10*time.Second)
+	sleep(ctx, 5*time.Second)
 	failedBefore := metricSum(ctx, urls["usage"], "outbox_failed_attempts_total", "")
-	kafka := killAndRestart(ctx, t, c, "kafka", since, 20*time.Second, func(ctx context.Context, f *fault) {
+	kafka := killAndRestart(ctx, t, c, "kafka", since, 15*time.Second, func(ctx context.Context, f *fault) {
 		// The services see the broker gone: usage's relay cannot publish, so
 		// its outbox holds the facts accepted meanwhile.
 		var maxPending int64
-		deadline := time.Now().Add(20 * time.Second)
+		deadline := time.Now().Add(12 * time.Second)
 		for time.Now().Before(deadline) && ctx.Err() == nil {
 			if rec, err := op.RecoveryStatus(ctx); err == nil {
 				maxPending = max(maxPending, rec["usage"].OutboxPending)
