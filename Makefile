@@ -52,6 +52,10 @@ bench: ## relay throughput for 1, 10 and 1,000 keys
 kafka-jars: ## fetch the Apache Kafka jars from Maven Central into the user cache
 	$(GO) run ./pkg/cmd/kafka-jars
 
+.PHONY: vulncheck
+vulncheck: ## govulncheck over every module, offline: Go vulnerability DB from the module proxy; fails on reached vulnerabilities (~1.5 min; the first run ~5-15 more: indexes the DB, builds govulncheck)
+	./.ci/vulncheck
+
 .PHONY: e2e
 e2e: ## chaos suite: the whole system on a real Apache Kafka under load, faults injected, reconciled (~10 min)
 	KAFKA=apache $(GO) test -tags chaos -count=1 -timeout 40m -v ./e2e/chaos/
