@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/usagebilling/billing/pkg/auth"
@@ -19,9 +20,12 @@ import (
 type client struct {
 	http     *http.Client
 	urls     map[string]string
-	tokens   map[string]string // by tenant
-	token    string            // for every tenant, when set
-	operator string            // for the operator API; "" when the run has none
+	mu       sync.Mutex
+	tokens   map[string]string    // by tenant
+	minted   map[string]time.Time // by tenant
+	runID    string
+	token    string // for every tenant, when set
+	operator string // for the operator API; "" when the run has none
 }
 
 func newClient(cfg *Config) (*client, error) {
@@ -36,6 +40,7 @@ func newClient(cfg *Config) (*client, error) {
 		},
 		urls:   cfg.URLs,
 		tokens: map[string]string{},
+		minted: map[string]time.Time{},
 		token:  cfg.Token,
 	}
 	if cfg.Token != "" {
@@ -44,18 +49,20 @@ func newClient(cfg *Config) (*client, error) {
 		}
 		return c, nil
 	}
-	ttl := cfg.Duration + cfg.Drain + time.Hour
-	op, err := auth.Token(auth.DevKey, auth.NewClaims("load-"+cfg.RunID, auth.RoleOperator, "", ttl))
+	// Services refuse a token living over auth.MaxUserTTL: tenant tokens are
+	// minted again by tokenFor when half of it has passed; the operator
+	// token (read by the close at the end of a run) is minted for the
+	// longest a service accepts.
+	op, err := auth.Token(auth.DevKey, auth.NewClaims("load-"+cfg.RunID, auth.RoleOperator, "", auth.MaxUserTTL))
 	if err != nil {
 		return nil, fmt.Errorf("mint an operator token: %w", err)
 	}
 	c.operator = op
+	c.runID = cfg.RunID
 	for _, t := range cfg.TenantIDs {
-		tok, err := auth.Token(auth.DevKey, auth.NewClaimsRoles("load-"+cfg.RunID, t, ttl, auth.TenantRoles...)) // it sends usage, reads, activates prices and closes
-		if err != nil {
-			return nil, fmt.Errorf("mint a token for tenant %s: %w", t, err)
+		if _, err := c.mint(t); err != nil {
+			return nil, err
 		}
-		c.tokens[t] = tok
 	}
 	return c, nil
 }
@@ -171,5 +178,24 @@ func (c *client) tokenFor(tenant string) string {
 	if c.token != "" {
 		return c.token
 	}
-	return c.tokens[tenant]
+	c.mu.Lock()
+	tok, made := c.tokens[tenant], c.minted[tenant]
+	c.mu.Unlock()
+	if tok == "" || time.Since(made) > auth.MaxUserTTL/2 {
+		tok, _ = c.mint(tenant) // a development key always signs
+	}
+	return tok
+}
+
+// mint makes tenant's token: the three tenant roles, as the run sends
+// usage, reads, activates prices and closes.
+func (c *client) mint(tenant string) (string, error) {
+	tok, err := auth.Token(auth.DevKey, auth.NewClaimsRoles("load-"+c.runID, tenant, auth.MaxUserTTL, auth.TenantRoles...))
+	if err != nil {
+		return "", fmt.Errorf("mint a token for tenant %s: %w", tenant, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tokens[tenant], c.minted[tenant] = tok, time.Now()
+	return tok, nil
 }

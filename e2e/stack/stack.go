@@ -530,8 +530,8 @@ func (s *Stack) startServices(ctx context.Context, binDir string) error {
 // serviceEnv is the environment of a service's processes: the launcher's
 // own, less every variable the services read (so a stray CONSUMER_GROUP in
 // the caller's shell cannot leak in), plus the stack's settings. The local
-// stack accepts the published development key (AUTH_DEV_KEY); Env can set
-// AUTH_JWT_KEYS instead.
+// stack accepts the published development key (AUTH_DEV_KEY, on its
+// loopback listeners); Env can set AUTH_ISSUER and AUTH_JWKS instead.
 func (s *Stack) serviceEnv(name string) map[string]string {
 	var urls []string
 	for _, other := range s.opts.Services {

@@ -1,14 +1,20 @@
 // Package auth is the access control every service shares: bearer JSON Web
-// Tokens signed with HS256 by one of a set of keys named by key id (the
-// token's "kid" header), whose claims name the caller (sub), its role
-// (operator, tenant or service), the tenant of a tenant token, and an expiry.
+// Tokens signed with Ed25519 (EdDSA), whose claims name the caller (sub),
+// its roles, the tenant of a tenant-scoped token, the issuer (iss), the
+// services it is for (aud) and a bounded lifetime (iat, exp).
 //
-// The keys come from configuration (see ParseKeys). DevKey is a published
-// development key for a laptop and the demo only: a service accepts it only
-// when told to (AUTH_DEV_KEY=true), never by default.
+// Users' tokens (ingest, viewer, billing-admin, operator) come from one
+// issuer; a service signs its own calls to another (role service) with its
+// own key, as issuer of its own name. Public keys come by key id (kid) from a
+// JWKS document (a file or a URL), reloaded so keys rotate without a restart
+// (see Config and Keys).
 //
-// Middleware applies one policy by path to a whole service (see Rule), so no
-// route can be left unprotected by forgetting to wrap it.
+// DevKey is a published development key for a laptop, the tests and the
+// demo only: a service accepts it only when told to (AUTH_DEV_KEY=true), only
+// on a loopback listener, and says so in its log and its metrics.
+//
+// Middleware verifies the bearer of every request; each route declares the
+// roles it admits (Allow), and Check refuses a route that declares none.
 package auth
 
 import (
@@ -20,6 +26,15 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+)
+
+// Services are the services tokens may be for (their aud).
+var Services = []string{"meter", "usage", "billing", "invoice", "query"}
+
+// Lifetimes: the longest a token may live (exp - iat), refused beyond.
+const (
+	MaxUserTTL    = time.Hour
+	MaxServiceTTL = 5 * time.Minute
 )
 
 // Roles. A token carries one or more (its "roles" claim); each route
@@ -54,9 +69,6 @@ var Roles = []string{RoleIngest, RoleViewer, RoleBillingAdmin, RoleOperator, Rol
 
 // TenantScoped reports whether role reaches one tenant only.
 func TenantScoped(role string) bool { return slices.Contains(TenantRoles, role) }
-
-// MinSecretLength is the shortest HS256 secret accepted, in bytes.
-const MinSecretLength = 32
 
 // Claims are what a token says about its bearer.
 type Claims struct {
@@ -134,132 +146,33 @@ func (c Claims) check() error {
 	return nil
 }
 
-// Key is one HS256 signing key.
-type Key struct {
-	// ID is the key id, sent as the token's "kid" header.
-	ID string
-	// Secret is the shared secret, at least MinSecretLength bytes.
-	Secret []byte
-}
-
-// DevKey is the published development key (key id "dev"). Anyone can sign
-// with it: a service accepts it only with AUTH_DEV_KEY=true.
-var DevKey = Key{ID: "dev", Secret: []byte("usagebilling-development-key-never-use-in-production")}
-
-// Token signs claims with key.
-func Token(key Key, c Claims) (string, error) {
-	if err := c.check(); err != nil {
-		return "", fmt.Errorf("sign token: %w", err)
-	}
-	t := jwt.NewWithClaims(jwt.SigningMethodHS256, c)
-	t.Header["kid"] = key.ID
-	s, err := t.SignedString(key.Secret)
-	if err != nil {
-		return "", fmt.Errorf("sign token: %w", err)
-	}
-	return s, nil
-}
-
-// DevToken returns a token signed with DevKey, valid for an hour: role with
-// subject "dev-<role>" (and tenant, for a tenant token). For tests, the demo
-// and the local stack.
-func DevToken(role, tenant string) string {
-	s, err := Token(DevKey, NewClaims("dev-"+role, role, tenant, time.Hour))
-	if err != nil {
-		panic(err) // only a bad role or tenant, a programming error
-	}
-	return s
-}
-
-// Keys verifies tokens with a set of keys and signs with the first.
-type Keys struct {
-	byID map[string][]byte
-	sign Key
-}
-
-// NewKeys returns the key set of keys; the first signs. It refuses an empty
-// set, a repeated or empty id, and a short secret.
-func NewKeys(keys ...Key) (Keys, error) {
-	if len(keys) == 0 {
-		return Keys{}, errors.New("no key")
-	}
-	k := Keys{byID: make(map[string][]byte, len(keys)), sign: keys[0]}
-	for _, key := range keys {
-		switch {
-		case key.ID == "":
-			return Keys{}, errors.New("empty key id")
-		case len(key.Secret) < MinSecretLength:
-			return Keys{}, fmt.Errorf("key %q: secret shorter than %d bytes", key.ID, MinSecretLength)
-		}
-		if _, dup := k.byID[key.ID]; dup {
-			return Keys{}, fmt.Errorf("key %q given twice", key.ID)
-		}
-		k.byID[key.ID] = key.Secret
-	}
-	return k, nil
-}
-
-// ParseKeys reads keys written "kid=secret[,kid=secret...]" (the form of
-// AUTH_JWT_KEYS); the first signs.
-func ParseKeys(s string) ([]Key, error) {
-	var keys []Key
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		id, secret, ok := strings.Cut(part, "=")
-		if !ok {
-			return nil, errors.New(`want kid=secret[,kid=secret...]`)
-		}
-		keys = append(keys, Key{ID: strings.TrimSpace(id), Secret: []byte(strings.TrimSpace(secret))})
-	}
-	if len(keys) == 0 {
-		return nil, errors.New("no key")
-	}
-	return keys, nil
-}
-
-// Sign signs claims with the set's signing key (the first).
-func (k Keys) Sign(c Claims) (string, error) { return Token(k.sign, c) }
-
 // ErrInvalidToken wraps every reason a token is refused.
 var ErrInvalidToken = errors.New("invalid token")
-
-// Verify checks a token's signature (HS256 with the key its kid names), its
-// expiry (required; 30 seconds of clock skew allowed) and its claims.
-func (k Keys) Verify(token string) (Claims, error) {
-	var c Claims
-	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
-		kid, _ := t.Header["kid"].(string)
-		secret, ok := k.byID[kid]
-		if !ok {
-			return nil, fmt.Errorf("unknown key id %q", kid)
-		}
-		return secret, nil
-	}, jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), jwt.WithExpirationRequired(),
-		jwt.WithLeeway(30*time.Second), jwt.WithIssuedAt())
-	if err != nil {
-		return Claims{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
-	}
-	if err := c.check(); err != nil {
-		return Claims{}, fmt.Errorf("%w: %w: %w", ErrInvalidToken, errClaims, err)
-	}
-	return c, nil
-}
 
 // Reason is a refused token's reason fit for a client: what was wrong,
 // never a key or the token itself.
 func Reason(err error) string {
 	switch {
+	case errors.Is(err, errDevKey):
+		return "development key refused on this listener"
+	case errors.Is(err, errIssuer):
+		return "issuer not accepted"
+	case errors.Is(err, errAudience):
+		return "not for this service (aud)"
+	case errors.Is(err, errLifetime):
+		return "lifetime too long or no iat"
+	case errors.Is(err, errCaller):
+		return "this service does not accept calls from that service"
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return "expired"
 	case errors.Is(err, jwt.ErrTokenNotValidYet), errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
 		return "not valid yet"
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
-		return "bad signature"
+		return "bad signature or algorithm not accepted"
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return "a required claim is missing"
 	case errors.Is(err, jwt.ErrTokenUnverifiable):
-		return "unverifiable (algorithm or key not accepted)"
+		return "unverifiable (unknown key id)"
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return "malformed"
 	case errors.Is(err, errClaims):

@@ -101,7 +101,7 @@ func (c *Client) get(ctx context.Context, service, path string, q url.Values, ou
 	if !ok {
 		return fmt.Errorf("%w %q", ErrUnknownService, service)
 	}
-	token, err := c.keys.Sign(auth.NewClaims(c.subject, auth.RoleService, "", 5*time.Minute))
+	token, err := c.keys.ServiceToken(c.subject, service)
 	if err != nil {
 		return err
 	}

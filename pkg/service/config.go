@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
@@ -194,10 +196,14 @@ type Config struct {
 	SweepInterval time.Duration // CONSUMER_SWEEP_INTERVAL (2s)
 
 	// Auth verifies bearer tokens and signs the service's own calls to other
-	// services: AUTH_JWT_KEYS ("kid=secret[,kid=secret...]", HS256 secrets of
-	// at least 32 bytes; the first signs), plus the published development
-	// key auth.DevKey when AUTH_DEV_KEY=true (false). One of the two is
-	// required.
+	// services (package auth, Ed25519): AUTH_ISSUER (the users' issuer),
+	// AUTH_JWKS (the public keys: a file path or an http(s) URL, read again
+	// every AUTH_JWKS_REFRESH, 30s), AUTH_SERVICE_KEY (this service's own
+	// private key, PEM PKCS #8, for its calls; optional) with
+	// AUTH_SERVICE_KEY_ID ("<name>/<version>"), AUTH_SERVICE_CALLERS (the
+	// services whose service tokens it accepts; "query"). AUTH_DEV_KEY=true
+	// (false) accepts the published development keys instead, only with a
+	// loopback HTTP_ADDR (its default then 127.0.0.1:<port>).
 	Auth   auth.Keys
 	DevKey bool // AUTH_DEV_KEY
 	// ServiceURLs are the base URLs of the services, by name, for the
@@ -223,7 +229,7 @@ var EnvNames = []string{
 	"INBOX_RETENTION", "IDEMPOTENCY_TTL", "DEFERRED_MAX_AGE", "RETENTION_INTERVAL", "RETENTION_BATCH_SIZE",
 	"RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL", "RELAY_LEASE_TTL", "RELAY_MAX_ATTEMPTS", "RELAY_RETENTION",
 	"CONSUMER_GROUP", "CONSUMER_BATCH_SIZE", "CONSUMER_MAX_WAIT", "CONSUMER_SWEEP_INTERVAL",
-	"AUTH_JWT_KEYS", "AUTH_DEV_KEY", "SERVICE_URLS",
+	"AUTH_ISSUER", "AUTH_JWKS", "AUTH_JWKS_REFRESH", "AUTH_SERVICE_KEY", "AUTH_SERVICE_KEY_ID", "AUTH_SERVICE_CALLERS", "AUTH_DEV_KEY", "SERVICE_URLS",
 }
 
 // LoadConfig reads Config for service name with its default HTTP port.
@@ -274,7 +280,10 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 		e.fail("HTTP_WRITE_TIMEOUT", "must exceed HTTP_REQUEST_TIMEOUT (%s), or a late answer is cut off", c.RequestTimeout)
 	}
 	c.DevKey = e.Bool("AUTH_DEV_KEY", false)
-	c.Auth = authKeys(e, c.DevKey)
+	if _, set := e.get("HTTP_ADDR"); c.DevKey && !set {
+		c.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", defaultPort)
+	}
+	c.Auth = authKeys(e, name, c.DevKey, c.HTTPAddr)
 	c.ServiceURLs = serviceURLs(e)
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
@@ -287,28 +296,57 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 	return c, e.Err()
 }
 
-func authKeys(e *Env, dev bool) auth.Keys {
-	var keys []auth.Key
-	if v, ok := e.get("AUTH_JWT_KEYS"); ok {
-		parsed, err := auth.ParseKeys(v)
-		if err != nil {
-			e.fail("AUTH_JWT_KEYS", "%v", err) // never echo the secrets
-			return auth.Keys{}
-		}
-		keys = parsed
+func authKeys(e *Env, name string, dev bool, httpAddr string) auth.Keys {
+	cfg := auth.Config{
+		Service: name,
+		Issuer:  e.String("AUTH_ISSUER", ""),
+		JWKS:    e.String("AUTH_JWKS", ""),
+		Refresh: e.Duration("AUTH_JWKS_REFRESH", 30*time.Second),
+		Callers: e.List("AUTH_SERVICE_CALLERS", []string{"query"}),
+		Dev:     dev,
 	}
-	if dev {
-		keys = append(keys, auth.DevKey)
-	}
-	if len(keys) == 0 {
-		e.fail("AUTH_JWT_KEYS", "required (or AUTH_DEV_KEY=true to accept the published development key, never in production)")
+	if dev && !loopbackAddr(httpAddr) {
+		e.fail("AUTH_DEV_KEY", "the published development key is accepted only on a loopback listener; HTTP_ADDR is %q", httpAddr)
 		return auth.Keys{}
 	}
-	k, err := auth.NewKeys(keys...)
+	if !dev {
+		if cfg.Issuer == "" {
+			e.fail("AUTH_ISSUER", "required (or AUTH_DEV_KEY=true on a loopback listener, never in production)")
+		}
+		if cfg.JWKS == "" {
+			e.fail("AUTH_JWKS", "required: a JWKS file or URL (or AUTH_DEV_KEY=true on a loopback listener, never in production)")
+		}
+		if cfg.Issuer == "" || cfg.JWKS == "" {
+			return auth.Keys{}
+		}
+	}
+	if path := e.String("AUTH_SERVICE_KEY", ""); path != "" {
+		priv, err := auth.ReadPrivateKey(path)
+		if err != nil {
+			e.fail("AUTH_SERVICE_KEY", "%v", err) // never echo the key
+			return auth.Keys{}
+		}
+		cfg.ServiceKey = &auth.Key{ID: e.String("AUTH_SERVICE_KEY_ID", name+"/1"), Private: priv}
+	}
+	k, err := auth.New(cfg)
 	if err != nil {
-		e.fail("AUTH_JWT_KEYS", "%v", err)
+		e.fail("AUTH_JWKS", "%v", err)
 	}
 	return k
+}
+
+// loopbackAddr reports whether a listen address is on a loopback address
+// only (not all interfaces).
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 func serviceURLs(e *Env) map[string]string {

@@ -1,9 +1,13 @@
 package service_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/service"
@@ -12,23 +16,44 @@ import (
 const db = "postgres://localhost/x"
 
 func TestAuthConfig(t *testing.T) {
-	secret := strings.Repeat("s", 32)
+	dir := t.TempDir()
+	k1, _ := auth.GenerateKey("k1")
+	jwks := filepath.Join(dir, "jwks.json")
+	svcKey, _ := auth.GenerateKey("svc/1")
+	if err := auth.WriteJWKS(jwks, k1, svcKey); err != nil {
+		t.Fatal(err)
+	}
+	pemKey, _ := auth.MarshalPrivateKey(svcKey.Private)
+	keyFile := filepath.Join(dir, "svc.pem")
+	if err := os.WriteFile(keyFile, pemKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	private := filepath.Join(dir, "private.json")
+	_ = os.WriteFile(private, []byte(`{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"k","x":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","d":"secret-never-echoed"}]}`), 0o644)
+	issuer := "https://issuer.example"
 	tests := []struct {
 		name    string
 		env     map[string]string
 		wantErr string
 		accepts []auth.Key // keys whose tokens verify
 		refuses []auth.Key
+		calls   bool // the service signs calls others (and itself, as an allowed caller) accept
 	}{
-		{name: "nothing set", env: map[string]string{}, wantErr: "AUTH_JWT_KEYS: required"},
-		{name: "dev key", env: map[string]string{"AUTH_DEV_KEY": "true"}, accepts: []auth.Key{auth.DevKey}},
-		{name: "configured keys only", env: map[string]string{"AUTH_JWT_KEYS": "k1=" + secret + ",k2=" + strings.Repeat("t", 40)},
-			accepts: []auth.Key{{ID: "k1", Secret: []byte(secret)}, {ID: "k2", Secret: []byte(strings.Repeat("t", 40))}},
+		{name: "nothing set", env: map[string]string{}, wantErr: "AUTH_ISSUER: required"},
+		{name: "no JWKS", env: map[string]string{"AUTH_ISSUER": issuer}, wantErr: "AUTH_JWKS: required"},
+		{name: "dev key, loopback by default", env: map[string]string{"AUTH_DEV_KEY": "true"}, accepts: []auth.Key{auth.DevKey}},
+		{name: "dev key on every interface", env: map[string]string{"AUTH_DEV_KEY": "true", "HTTP_ADDR": ":8081"}, wantErr: "loopback"},
+		{name: "dev key on a public address", env: map[string]string{"AUTH_DEV_KEY": "true", "HTTP_ADDR": "0.0.0.0:8081"}, wantErr: "loopback"},
+		{name: "JWKS and issuer", env: map[string]string{"AUTH_ISSUER": issuer, "AUTH_JWKS": jwks},
+			accepts: []auth.Key{k1}, refuses: []auth.Key{auth.DevKey}},
+		{name: "dev key explicitly off", env: map[string]string{"AUTH_ISSUER": issuer, "AUTH_JWKS": jwks, "AUTH_DEV_KEY": "false"},
 			refuses: []auth.Key{auth.DevKey}},
-		{name: "dev key explicitly off", env: map[string]string{"AUTH_JWT_KEYS": "k1=" + secret, "AUTH_DEV_KEY": "false"},
-			refuses: []auth.Key{auth.DevKey}},
-		{name: "short secret", env: map[string]string{"AUTH_JWT_KEYS": "k1=short"}, wantErr: "shorter than 32"},
-		{name: "no equals", env: map[string]string{"AUTH_JWT_KEYS": "k1"}, wantErr: "kid=secret"},
+		{name: "service key", env: map[string]string{"AUTH_ISSUER": issuer, "AUTH_JWKS": jwks, "AUTH_SERVICE_KEY": keyFile,
+			"AUTH_SERVICE_KEY_ID": "svc/1", "AUTH_SERVICE_CALLERS": "svc"}, calls: true},
+		{name: "service key of another name", env: map[string]string{"AUTH_ISSUER": issuer, "AUTH_JWKS": jwks, "AUTH_SERVICE_KEY": keyFile,
+			"AUTH_SERVICE_KEY_ID": "query/1"}, wantErr: "does not start with"},
+		{name: "missing JWKS file", env: map[string]string{"AUTH_ISSUER": issuer, "AUTH_JWKS": filepath.Join(dir, "none.json")}, wantErr: "AUTH_JWKS"},
+		{name: "JWKS with a private key", env: map[string]string{"AUTH_ISSUER": issuer, "AUTH_JWKS": private}, wantErr: "private key"},
 		{name: "bad bool", env: map[string]string{"AUTH_DEV_KEY": "yes please"}, wantErr: "AUTH_DEV_KEY"},
 	}
 	for _, tt := range tests {
@@ -39,7 +64,7 @@ func TestAuthConfig(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)
 				}
-				if strings.Contains(err.Error(), "short") && strings.Contains(err.Error(), "k1=short") {
+				if strings.Contains(err.Error(), "secret-never-echoed") {
 					t.Fatal("the error echoes a secret")
 				}
 				return
@@ -47,25 +72,36 @@ func TestAuthConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			sign := func(k auth.Key) string {
+				c := auth.NewClaims("a", auth.RoleOperator, "", time.Minute)
+				c.Issuer, c.Audience = issuer, jwt.ClaimStrings{"svc"}
+				if k.ID == auth.DevKey.ID {
+					c.Issuer = auth.DevIssuer
+				}
+				tok, err := auth.Token(k, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return tok
+			}
 			for _, k := range tt.accepts {
-				tok, _ := auth.Token(k, auth.NewClaims("a", auth.RoleOperator, "", time.Minute))
-				if _, err := cfg.Auth.Verify(tok); err != nil {
+				if _, err := cfg.Auth.Verify(sign(k)); err != nil {
 					t.Errorf("key %s refused: %v", k.ID, err)
 				}
 			}
 			for _, k := range tt.refuses {
-				tok, _ := auth.Token(k, auth.NewClaims("a", auth.RoleOperator, "", time.Minute))
-				if _, err := cfg.Auth.Verify(tok); err == nil {
+				if _, err := cfg.Auth.Verify(sign(k)); err == nil {
 					t.Errorf("key %s accepted", k.ID)
 				}
 			}
-			// The service signs its own calls with the first key.
-			tok, err := cfg.Auth.Sign(auth.NewClaims("svc", auth.RoleService, "", time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := cfg.Auth.Verify(tok); err != nil {
-				t.Fatal(err)
+			if tt.calls {
+				tok, err := cfg.Auth.ServiceToken("svc", "svc")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := cfg.Auth.Verify(tok); err != nil {
+					t.Fatal(err)
+				}
 			}
 		})
 	}

@@ -165,6 +165,9 @@ func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
 		spec.Register(registry)
 	}
 
+	if err := cfg.Auth.Start(log, reg); err != nil {
+		return err
+	}
 	deps := Deps{Config: cfg, Logger: log, Pool: pool, Metrics: reg, Registry: registry}
 	parts, err := spec.Build(ctx, deps)
 	if err != nil {

@@ -168,6 +168,10 @@ type caller struct {
 func callers(t *testing.T) []caller {
 	var out []caller
 	for _, role := range auth.Roles {
+		if role == auth.RoleService { // query, the one service that calls others
+			out = append(out, caller{role, role, "", token(t, auth.DevServiceKey("query"), auth.NewClaims("query", role, "", time.Minute))})
+			continue
+		}
 		if !auth.TenantScoped(role) {
 			out = append(out, caller{role, role, "", token(t, auth.DevKey, auth.NewClaims("sub-"+role, role, "", time.Hour))})
 			continue
@@ -187,15 +191,38 @@ func callers(t *testing.T) []caller {
 // /healthz, /readyz and /metrics are open. A route served without an entry
 // in wantRoles, or without declared roles, fails.
 func TestAccessControlAllRoutes(t *testing.T) {
-	forger := auth.Key{ID: auth.DevKey.ID, Secret: []byte("not-the-development-key-but-32-bytes!")}
-	stranger := auth.Key{ID: "prod", Secret: auth.DevKey.Secret}
+	forger, err := auth.GenerateKey(auth.DevKey.ID) // the development key's id, another key
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := auth.GenerateKey("prod")
+	if err != nil {
+		t.Fatal(err)
+	}
 	expired := auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)
 	expired.ExpiresAt = jwt.NewNumericDate(time.Now().Add(-time.Hour))
+	tooLong := auth.NewClaims("alice", auth.RoleOperator, "", 2*time.Hour)
+	elsewhere := auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)
+	elsewhere.Audience = jwt.ClaimStrings{"elsewhere"}
+	foreign := auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)
+	foreign.Issuer = "https://issuer.example"
+	hs256 := jwt.NewWithClaims(jwt.SigningMethodHS256, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour))
+	hs256.Header["kid"] = auth.DevKey.ID
+	hs256Token, err := hs256.SignedString([]byte(auth.DevKey.Public()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	meter := auth.NewClaims("meter", auth.RoleService, "", time.Minute) // not an allowed caller
 	refusedAlways := []struct{ name, token, code string }{
 		{"no token", "", "unauthorized"},
 		{"bad signature", token(t, forger, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)), "invalid_token"},
 		{"unknown key", token(t, stranger, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)), "invalid_token"},
 		{"expired", token(t, auth.DevKey, expired), "invalid_token"},
+		{"lifetime too long", token(t, auth.DevKey, tooLong), "invalid_token"},
+		{"wrong audience", token(t, auth.DevKey, elsewhere), "invalid_token"},
+		{"wrong issuer", token(t, auth.DevKey, foreign), "invalid_token"},
+		{"HS256", hs256Token, "invalid_token"},
+		{"service not allowed", token(t, auth.DevServiceKey("meter"), meter), "invalid_token"},
 		{"not a JWT", "Zm9vYmFy", "invalid_token"},
 	}
 	everyone := callers(t)

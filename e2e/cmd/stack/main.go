@@ -75,15 +75,15 @@ func describe(s *stack.Stack) {
 		fmt.Printf("  %-12s %s -> %s\n", name, p.Addr(), p.Upstream())
 	}
 
-	token, err := auth.Token(auth.DevKey, auth.NewClaims("dev-tenant", auth.RoleTenant, "demo", 24*time.Hour))
+	token, err := auth.Token(auth.DevKey, auth.NewClaims("dev-tenant", auth.RoleTenant, "demo", auth.MaxUserTTL))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stack: make a token:", err)
 	}
 	u := s.URLs()
 	fmt.Printf(`
 Try (tenant "demo"; the period is the current month, UTC). The stack accepts tokens signed with
-the published development key; this one is for tenant demo, valid 24 hours (a fresh one:
-go run ./pkg/cmd/token -role tenant -tenant demo):
+the published development key; this one is for tenant demo (ingest, viewer, billing-admin), valid
+an hour, the longest a service accepts (a fresh one: go run ./pkg/cmd/token -dev -role tenant -tenant demo):
 
   TOKEN=%[6]s
 

@@ -154,13 +154,13 @@ func (w *Webhooks) audit(ctx context.Context, id uuid.UUID, req RetryRequest, st
 }
 
 // call makes one request to the invoice service's internal API with a
-// five-minute service token. A 4xx problem is an *UpstreamProblem; any
+// one-minute service token signed with query's own key. A 4xx problem is an *UpstreamProblem; any
 // other failure wraps ErrUpstream.
 func (w *Webhooks) call(ctx context.Context, method, path string, q url.Values, in, out any) error {
 	if w.base == "" {
 		return fmt.Errorf("%w: no URL for %s in SERVICE_URLS", ErrUpstream, WebhookService)
 	}
-	token, err := w.keys.Sign(auth.NewClaims(Self, auth.RoleService, "", 5*time.Minute))
+	token, err := w.keys.ServiceToken(Self, WebhookService)
 	if err != nil {
 		return err
 	}
