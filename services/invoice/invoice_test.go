@@ -67,6 +67,7 @@ func TestRunnerThroughKafka(t *testing.T) {
 	}
 	background(t, runner.Run, relay.Run)
 	router := chi.NewRouter()
+	router.Use(auth.Middleware(devKeys(t), log))
 	httpapi.New(app.NewReader(pool), log).Routes(router)
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
@@ -293,4 +294,15 @@ func eventually(t *testing.T, what string, timeout time.Duration, cond func() bo
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// devKeys verifies the development tokens the client sends, as a service
+// with AUTH_DEV_KEY=true does.
+func devKeys(t *testing.T) auth.Keys {
+	t.Helper()
+	k, err := auth.NewKeys(auth.DevKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
