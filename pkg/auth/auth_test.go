@@ -53,9 +53,8 @@ func keys(t *testing.T, jwks ...auth.Key) auth.Keys {
 }
 
 var (
-	queryKey   = mustKey("query/1")
-	meterKey   = mustKey("meter/1")
-	meterAsQry = mustKey("query/2") // in no JWKS
+	queryKey = mustKey("query/1")
+	meterKey = mustKey("meter/1")
 )
 
 // claims are a user's, for billing, from the issuer.
@@ -180,7 +179,6 @@ func TestServiceCallers(t *testing.T) {
 	if _, err := k.Verify(sign(t, meterKey, svc("query"))); err == nil {
 		t.Fatal("meter's key spoke for query")
 	}
-	_ = meterAsQry
 }
 
 func writeJWKS(t *testing.T, ks ...auth.Key) string {
@@ -371,7 +369,6 @@ func TestParseJWKS(t *testing.T) {
 func TestMiddlewareAndGuard(t *testing.T) {
 	k := keys(t)
 	var reached bool
-	_ = k
 	ok := func(w http.ResponseWriter, r *http.Request) {
 		reached = true
 		c, _ := auth.FromContext(r.Context())
