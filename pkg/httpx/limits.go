@@ -19,19 +19,45 @@ import (
 // its own "database_unavailable"), and one that returns having written
 // nothing gets the same answer. What a handler wrote before the deadline
 // stands. The server's WriteTimeout is the backstop for a handler that
-// ignores its context.
+// ignores its context. A handler that reads a whole period on purpose
+// (reconciliation) takes more time with ExtendDeadline.
 func Deadline(d time.Duration) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ctx, cancel := context.WithTimeout(r.Context(), d)
-			defer cancel()
+			ctx, cancel := context.WithCancelCause(r.Context())
+			dl := &requestDeadline{timer: time.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })}
+			defer dl.timer.Stop()
+			defer cancel(nil)
+			ctx = context.WithValue(ctx, deadlineKey{}, dl)
 			tw := &deadlineWriter{ResponseWriter: w, ctx: ctx}
 			next.ServeHTTP(tw, r.WithContext(ctx))
-			if !tw.wroteHeader && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			if !tw.wroteHeader && expired(ctx) {
 				tw.timeout()
 			}
 		})
 	}
+}
+
+type deadlineKey struct{}
+
+// requestDeadline ends a request's context when its timer fires.
+type requestDeadline struct{ timer *time.Timer }
+
+// expired reports whether ctx ended by its request deadline.
+func expired(ctx context.Context) bool {
+	return errors.Is(context.Cause(ctx), context.DeadlineExceeded)
+}
+
+// ExtendDeadline gives the request d from now, instead of what is left of
+// the deadline Deadline set (when it has not passed yet), and moves the
+// connection's write deadline past it: for the few reads that cover a whole
+// period on purpose. Without Deadline in front, it only moves the write
+// deadline.
+func ExtendDeadline(w http.ResponseWriter, r *http.Request, d time.Duration) {
+	if dl, ok := r.Context().Value(deadlineKey{}).(*requestDeadline); ok && !expired(r.Context()) {
+		dl.timer.Reset(d)
+	}
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d + 10*time.Second))
 }
 
 // TimeoutProblem is the answer to a request that ran past its deadline.
@@ -59,7 +85,7 @@ func (w *deadlineWriter) WriteHeader(status int) {
 		}
 		return
 	}
-	if errors.Is(w.ctx.Err(), context.DeadlineExceeded) && status >= 500 {
+	if expired(w.ctx) && status >= 500 {
 		w.timeout()
 		return
 	}

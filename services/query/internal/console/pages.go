@@ -207,6 +207,7 @@ func (c *Console) reconciliation(w http.ResponseWriter, r *http.Request) {
 		c.invalid(w, r, "The period must be YYYY-MM.")
 		return
 	}
+	httpx.ExtendDeadline(w, r, operator.ReconcileTimeout)
 	rep, err := c.op.Reconcile(r.Context(), v.TenantID, v.Period)
 	if err != nil {
 		c.fail(w, r, "reconcile", err)

@@ -289,6 +289,7 @@ type mismatchJSON struct {
 
 // reconciliation: GET /v1/operator/reconciliation?tenantId=&period=.
 func (a *Operator) reconciliation(w http.ResponseWriter, r *http.Request) {
+	httpx.ExtendDeadline(w, r, operator.ReconcileTimeout)
 	q := r.URL.Query()
 	tenantID, p := httpx.TenantID(q.Get("tenantId"))
 	if p != nil {

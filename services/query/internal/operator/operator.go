@@ -363,6 +363,12 @@ func (o *Operator) DeadLetters(ctx context.Context, service string, after DeadLe
 	return out, nil
 }
 
+// ReconcileTimeout bounds a reconciliation: it reads a whole period, page by
+// page (a million facts takes minutes on a small machine), so the HTTP
+// handlers that run one extend their request past the service's request
+// timeout (HTTP_REQUEST_TIMEOUT) up to this.
+const ReconcileTimeout = 15 * time.Minute
+
 // Reconcile compares the tenant's usage facts, charges, invoice lines and
 // query projection of period by origin event id, merging the services'
 // reconciliation sets page by page (see domain.Reconcile). Billing names the
