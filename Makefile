@@ -70,12 +70,19 @@ money-test: ## random prices, usage, credits, closes and corrections against the
 
 # Containers for real (issue 11): a Docker engine from Debian's docker.io and
 # every image built locally with no registry (deploy/offline/, deploy/README.md).
-.PHONY: compose-images compose-demo e2e-containers compose-chaos docker-stop
+.PHONY: compose-keys compose-images compose-demo e2e-containers compose-chaos docker-stop
 compose-images: ## build every image of deploy/compose.yaml locally, no registry (starts a Docker engine if none answers)
 	deploy/offline/engine.sh start
 	deploy/offline/images.sh
 
-compose-demo: compose-images ## deploy/compose.yaml for real on local images: the client flow of make demo, every figure checked; torn down after
+compose-keys: ## the issuer's and query's Ed25519 keys and their JWKS in deploy/keys (once; compose mounts them at /keys)
+	@if [ -f deploy/keys/jwks.json ]; then echo "deploy/keys: keys present"; else \
+	  mkdir -p deploy/keys && \
+	  $(GO) run ./pkg/cmd/token keygen -kid issuer-1 -key deploy/keys/issuer.pem -jwks deploy/keys/jwks.json && \
+	  $(GO) run ./pkg/cmd/token keygen -kid query/1 -key deploy/keys/query.pem -jwks deploy/keys/jwks.json && \
+	  chmod 0644 deploy/keys/query.pem && echo "deploy/keys: issuer-1 and query/1 made (query.pem readable by the container's user)"; fi
+
+compose-demo: compose-keys compose-images ## deploy/compose.yaml for real on local images: the client flow of make demo, every figure checked; torn down after
 	deploy/offline/engine.sh compose
 	deploy/offline/compose-demo.sh
 

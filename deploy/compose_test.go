@@ -7,9 +7,13 @@ package deploy
 // of `docker compose` itself, so a file it rejects fails here too.
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,6 +23,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/billing"
@@ -84,11 +89,58 @@ func env(s types.ServiceConfig) map[string]string {
 // serviceConfig is what the service itself makes of its compose environment.
 func serviceConfig(t *testing.T, p *types.Project, spec service.Spec) service.Config {
 	t.Helper()
-	cfg, err := service.LoadConfig(service.NewEnvFrom(env(composeService(t, p, spec.Name))), spec.Name, spec.DefaultPort)
+	svc := composeService(t, p, spec.Name)
+	e := env(svc)
+	mounted := false
+	for _, v := range svc.Volumes {
+		mounted = mounted || (v.Target == "/keys" && v.ReadOnly)
+	}
+	if !mounted {
+		t.Fatalf("%s: no read-only /keys mount for the keys its AUTH_ variables name", spec.Name)
+	}
+	// The keys `make compose-keys` writes to ./keys, made here as it makes
+	// them, where the container sees /keys.
+	dir := composeKeys(t)
+	for name, v := range e {
+		if rest, ok := strings.CutPrefix(v, "/keys/"); ok {
+			e[name] = filepath.Join(dir, rest)
+		}
+	}
+	cfg, err := service.LoadConfig(service.NewEnvFrom(e), spec.Name, spec.DefaultPort)
 	if err != nil {
 		t.Fatalf("%s rejects its compose environment: %v", spec.Name, err)
 	}
 	return cfg
+}
+
+// composeKeys writes an issuer key, query's service key and their JWKS to
+// a temporary directory, as `make compose-keys` does to deploy/keys.
+func composeKeys(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	var doc auth.JWKS
+	for _, k := range []struct{ kid, file string }{{"issuer-1", "issuer.pem"}, {"query/1", "query.pem"}} {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pemKey, err := auth.MarshalPrivateKey(priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, k.file), pemKey, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		doc.Keys = append(doc.Keys, auth.PublicJWK(auth.Key{ID: k.kid, Private: priv}))
+	}
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "jwks.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func splitHostPort(t *testing.T, addr string) (string, int) {
