@@ -36,7 +36,10 @@ func TestRoundTrip(t *testing.T) {
 	}
 
 	raw := marshal(t, e)
-	if !bytes.Contains(raw, []byte(`"unit":"call <&> `+"\u2028"+`"`)) {
+	// HTML characters are not escaped; U+2028 may be (encoding/json escapes
+	// it inside a RawMessage from Go 1.27 on): either way the payload decodes
+	// to the same canonical bytes, which the digest is over.
+	if !bytes.Contains(raw, []byte(`"unit":"call <&> `+"\u2028"+`"`)) && !bytes.Contains(raw, []byte(`"unit":"call <&> \u2028"`)) {
 		t.Errorf("Marshal escaped the payload: %s", raw)
 	}
 	d, err := newRegistry().Decode(raw)
