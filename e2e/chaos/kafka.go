@@ -41,7 +41,25 @@ type Kafka struct {
 	// and how often each event id was seen per topic.
 	next map[string]map[int32]int64
 	seen map[string]map[string]int
+	// The newest offsets of earlier Lag readings, oldest first: what the
+	// lag is measured against (see LagGrace).
+	history []offsetsAt
 }
+
+// offsetsAt are the newest offsets of every topic and partition at a time.
+type offsetsAt struct {
+	at     time.Time
+	newest map[string]map[int32]int64
+}
+
+// LagGrace: on the meter topic Lag counts the messages published more than
+// LagGrace before the reading (by the newest offsets of a reading LagGrace
+// to twice that ago; without one, every message) that a group has not
+// consumed. Meter publishes its price schedules' watermarks every few
+// seconds whatever the load (decision 0011), so "no meter message
+// unconsumed at this instant" is rarely true of a healthy system; "nothing
+// older than LagGrace" is. Every other topic counts every message.
+const LagGrace = 10 * time.Second
 
 // NewKafka returns a Kafka view of brokers.
 func NewKafka(brokers []string) *Kafka {
@@ -78,7 +96,8 @@ func (k *Kafka) Close() {
 
 // Lag returns, per consumer group, the messages not yet committed: the
 // sum over its topics' partitions of the newest offset minus the group's
-// committed offset (none committed counts from the start).
+// committed offset (none committed counts from the start); on the meter
+// topic, the newest offset of LagGrace ago.
 func (k *Kafka) Lag(ctx context.Context) (map[string]int64, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -112,6 +131,9 @@ func (k *Kafka) lagLocked() (map[string]int64, error) {
 			newest[topic][p] = off
 		}
 	}
+	// The meter topic is measured with LagGrace (its watermarks never stop);
+	// every other topic to its newest offset.
+	meterRef := k.reference(time.Now(), newest)[events.TopicMeter]
 	admin, err := sarama.NewClusterAdminFromClient(c)
 	if err != nil {
 		return nil, err
@@ -143,12 +165,33 @@ func (k *Kafka) lagLocked() (map[string]int64, error) {
 						committed = b.Offset
 					}
 				}
-				lag += max(newest[topic][p]-committed, 0)
+				end := newest[topic][p]
+				if topic == events.TopicMeter {
+					end = meterRef[p]
+				}
+				lag += max(end-committed, 0)
 			}
 		}
 		out[group] = lag
 	}
 	return out, nil
+}
+
+// reference records this reading's newest offsets and returns those of the
+// latest reading between 2 x LagGrace and LagGrace ago, or these when there
+// is none.
+func (k *Kafka) reference(now time.Time, newest map[string]map[int32]int64) map[string]map[int32]int64 {
+	k.history = append(k.history, offsetsAt{at: now, newest: newest})
+	for len(k.history) > 0 && now.Sub(k.history[0].at) > 2*LagGrace {
+		k.history = k.history[1:]
+	}
+	ref := newest
+	for _, h := range k.history {
+		if now.Sub(h.at) >= LagGrace {
+			ref = h.newest
+		}
+	}
+	return ref
 }
 
 // LogDuplicates is what a scan of the topics found.
