@@ -1,0 +1,408 @@
+package billingctl
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/usagebilling/billing/pkg/auth"
+)
+
+// The tenant commands. Each signs (when it signs its own token) only the
+// role its route admits.
+func init() {
+	register(
+		&command{name: "price activate", short: "activate a price of a meter (unit, graduated, volume or package)", role: auth.RoleBillingAdmin, flags: priceActivate},
+		&command{name: "price list", short: "the tenant's prices, every version", role: auth.RoleViewer, flags: priceList},
+		&command{name: "usage send", args: "[FILE|-]", short: "send usage facts from a CSV or NDJSON file (or stdin) in batches; summary of accepted, replayed, refused", role: auth.RoleIngest, flags: usageSend},
+		&command{name: "usage get", args: "USAGE_ID", short: "one usage fact", role: auth.RoleIngest, flags: usageGet},
+		&command{name: "charges", short: "the tenant's charges", role: auth.RoleViewer, flags: chargesList},
+		&command{name: "period show", args: "PERIOD", short: "a period's status and running estimate (PERIOD is YYYY-MM)", role: auth.RoleViewer, flags: periodShow},
+		&command{name: "period close", args: "PERIOD", short: "close a period now", role: auth.RoleBillingAdmin, flags: periodClose},
+		&command{name: "settings set", short: "the tenant's time zone and grace period (for periods not yet started)", role: auth.RoleBillingAdmin, flags: settingsSet},
+		&command{name: "invoice list", short: "the tenant's invoices", role: auth.RoleViewer, flags: invoiceList},
+		&command{name: "invoice show", args: "INVOICE_ID", short: "an invoice: totals and corrections", role: auth.RoleViewer, flags: invoiceShow},
+		&command{name: "invoice lines", args: "INVOICE_ID", short: "an invoice's lines", role: auth.RoleViewer, flags: invoiceLines},
+		&command{name: "adjust", short: "post an adjustment (a negative amount is a credit) against a charge or an invoice line's event", role: auth.RoleBillingAdmin, flags: adjust},
+		&command{name: "summary", short: "the tenant's summary: usage, charged, adjusted, invoiced", role: auth.RoleViewer, flags: summary},
+		&command{name: "webhook add", args: "URL", short: "add a webhook endpoint (its secret is shown once)", role: auth.RoleBillingAdmin, flags: webhookAdd},
+		&command{name: "webhook list", short: "the tenant's webhook endpoints", role: auth.RoleBillingAdmin, flags: webhookList},
+		&command{name: "webhook delete", args: "ENDPOINT_ID", short: "remove a webhook endpoint", role: auth.RoleBillingAdmin, flags: webhookDelete},
+	)
+}
+
+type runFunc = func(ctx context.Context, c *Client, args []string) error
+
+// positional checks the count of positional arguments.
+func positional(args []string, names ...string) error {
+	if len(args) != len(names) {
+		if len(names) == 0 {
+			return usagef("unexpected arguments %q", args)
+		}
+		return usagef("want %s, got %d argument(s)", strings.Join(names, " "), len(args))
+	}
+	return nil
+}
+
+// idempotencyKey is the key a command sends: the one given, else one
+// derived from the request itself, so that running the same command again
+// replays the first answer instead of doing it twice.
+func idempotencyKey(given, method, path string, body any) string {
+	if given != "" {
+		return given
+	}
+	raw, _ := json.Marshal(body)
+	h := sha256.Sum256([]byte(method + " " + path + "\n" + string(raw)))
+	return "billingctl-" + hex.EncodeToString(h[:16])
+}
+
+// command sends a command with an Idempotency-Key and prints its answer,
+// saying when it was a replay.
+func (c *Client) command(ctx context.Context, k call, key string, fields ...string) error {
+	if k.header == nil {
+		k.header = map[string]string{}
+	}
+	k.header["Idempotency-Key"] = idempotencyKey(key, k.method, k.path, k.body)
+	var v map[string]any
+	resp, err := c.decode(ctx, k, &v)
+	if err != nil {
+		return err
+	}
+	if resp.header.Get("Idempotent-Replayed") == "true" && !c.json {
+		fmt.Fprintln(c.err, "(replayed: the first answer to this Idempotency-Key; nothing was done again)")
+	}
+	if v == nil {
+		return nil
+	}
+	return c.object(v, fields...)
+}
+
+// tiersFlag collects --tier UPTO:UNITPRICE[:FLATFEE] (UPTO "inf" or empty
+// for the last tier).
+type tiersFlag []Tier
+
+func (t *tiersFlag) String() string { return fmt.Sprint(len(*t)) }
+
+func (t *tiersFlag) Set(v string) error {
+	parts := strings.Split(v, ":")
+	if len(parts) < 2 || len(parts) > 3 {
+		return fmt.Errorf("want UPTO:UNITPRICE[:FLATFEE], got %q", v)
+	}
+	tier := Tier{UnitPrice: parts[1]}
+	if up := parts[0]; up != "" && up != "inf" {
+		tier.UpTo = &up
+	}
+	if len(parts) == 3 {
+		tier.FlatFee = parts[2]
+	}
+	*t = append(*t, tier)
+	return nil
+}
+
+func priceActivate(fs *flag.FlagSet) runFunc {
+	var req PriceRequest
+	var tiers tiersFlag
+	var key string
+	fs.StringVar(&req.MeterCode, "meter", "", "the meter code (required)")
+	fs.StringVar(&req.Currency, "currency", "", "ISO 4217 currency (required)")
+	fs.StringVar(&req.Model, "model", "", "unit (default), graduated, volume or package")
+	fs.StringVar(&req.UnitPrice, "unit-price", "", "the unit price of a unit price, a decimal")
+	fs.Var(&tiers, "tier", "a tier of a graduated or volume price, UPTO:UNITPRICE[:FLATFEE] (UPTO inf on the last); repeat in order")
+	fs.StringVar(&req.PackageSize, "package-size", "", "units per package of a package price")
+	fs.StringVar(&req.PackagePrice, "package-price", "", "the price of a package")
+	fs.StringVar(&req.EffectiveAt, "effective-at", "", "when the price takes effect, RFC 3339 (default now)")
+	fs.StringVar(&key, "idempotency-key", "", "the Idempotency-Key (default: derived from the request, so a rerun replays)")
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args); err != nil {
+			return err
+		}
+		if req.MeterCode == "" || req.Currency == "" {
+			return usagef("-meter and -currency are required")
+		}
+		req.Tiers = tiers
+		return c.command(ctx, call{service: "meter", method: http.MethodPost, path: c.tenantPath("prices"), body: req}, key,
+			"priceId", "meterCode", "currency", "model", "unitPrice", "tiers", "packageSize", "packagePrice", "effectiveAt", "version", "eventId")
+	}
+}
+
+func priceList(fs *flag.FlagSet) runFunc {
+	var p paging
+	p.register(fs)
+	meter := fs.String("meter", "", "only this meter")
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args); err != nil {
+			return err
+		}
+		q := url.Values{}
+		if *meter != "" {
+			q.Set("meterCode", *meter)
+		}
+		items, next, err := c.list(ctx, call{service: "meter", method: http.MethodGet, path: c.tenantPath("prices"), query: q}, "prices", p)
+		if err != nil {
+			return err
+		}
+		return c.printList("prices", items, next, col("METER", "meterCode"), col("CURRENCY", "currency"), col("VERSION", "version"),
+			col("MODEL", "model"), col("UNIT PRICE", "unitPrice"), col("TIERS", "tiers"), col("PACKAGE", "packageSize"),
+			col("PACKAGE PRICE", "packagePrice"), col("EFFECTIVE AT", "effectiveAt"))
+	}
+}
+
+func usageGet(fs *flag.FlagSet) runFunc {
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args, "USAGE_ID"); err != nil {
+			return err
+		}
+		var v map[string]any
+		if _, err := c.decode(ctx, call{service: "usage", method: http.MethodGet, path: c.tenantPath("usage", args[0])}, &v); err != nil {
+			return err
+		}
+		return c.object(v)
+	}
+}
+
+func chargesList(fs *flag.FlagSet) runFunc {
+	var p paging
+	p.register(fs)
+	period := fs.String("period", "", "only this period (YYYY-MM)")
+	meter := fs.String("meter", "", "only this meter")
+	version := fs.String("price-version", "", "only this price version")
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args); err != nil {
+			return err
+		}
+		q := url.Values{}
+		for k, v := range map[string]string{"period": *period, "meterCode": *meter, "priceVersion": *version} {
+			if v != "" {
+				q.Set(k, v)
+			}
+		}
+		items, next, err := c.list(ctx, call{service: "billing", method: http.MethodGet, path: c.tenantPath("charges"), query: q}, "charges", p)
+		if err != nil {
+			return err
+		}
+		return c.printList("charges", items, next, col("PERIOD", "period"), col("METER", "meterCode"), col("QUANTITY", "quantity"),
+			col("CURRENCY", "currency"), col("UNIT PRICE", "unitPrice"), col("VERSION", "priceVersion"), col("AMOUNT", "amount"),
+			col("LATE", "late"), col("USAGE EVENT", "usageEventId"))
+	}
+}
+
+func periodShow(fs *flag.FlagSet) runFunc {
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args, "PERIOD"); err != nil {
+			return err
+		}
+		var v map[string]any
+		if _, err := c.decode(ctx, call{service: "billing", method: http.MethodGet, path: c.tenantPath("periods", args[0])}, &v); err != nil {
+			return err
+		}
+		return c.object(v, "period", "status", "closesAt", "estimate")
+	}
+}
+
+func periodClose(fs *flag.FlagSet) runFunc {
+	key := fs.String("idempotency-key", "", "the Idempotency-Key (default: derived from the request, so a rerun replays)")
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args, "PERIOD"); err != nil {
+			return err
+		}
+		return c.command(ctx, call{service: "billing", method: http.MethodPost, path: c.tenantPath("periods", args[0], "close")}, *key)
+	}
+}
+
+func settingsSet(fs *flag.FlagSet) runFunc {
+	tz := fs.String("time-zone", "", "IANA time zone of the tenant's periods, such as Europe/Paris")
+	grace := fs.String("grace-period", "", "ISO 8601 duration late usage is still taken after a period ends, such as PT6H")
+	key := fs.String("idempotency-key", "", "the Idempotency-Key (default: derived from the request, so a rerun replays)")
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args); err != nil {
+			return err
+		}
+		var req SettingsRequest
+		if *tz != "" {
+			req.TimeZone = tz
+		}
+		if *grace != "" {
+			req.GracePeriod = grace
+		}
+		if req.TimeZone == nil && req.GracePeriod == nil {
+			return usagef("give -time-zone, -grace-period or both")
+		}
+		return c.command(ctx, call{service: "billing", method: http.MethodPut, path: c.tenantPath("settings"), body: req}, *key)
+	}
+}
+
+func invoiceList(fs *flag.FlagSet) runFunc {
+	var p paging
+	p.register(fs)
+	period := fs.String("period", "", "only this period (YYYY-MM)")
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args); err != nil {
+			return err
+		}
+		q := url.Values{}
+		if *period != "" {
+			q.Set("period", *period)
+		}
+		items, next, err := c.list(ctx, call{service: "invoice", method: http.MethodGet, path: c.tenantPath("invoices"), query: q}, "invoices", p)
+		if err != nil {
+			return err
+		}
+		return c.printList("invoices", items, next, col("INVOICE", "invoiceId"), col("NUMBER", "number"), col("PERIOD", "period"),
+			col("CURRENCY", "currency"), col("STATUS", "status"), col("SUBTOTAL", "subtotal"), col("TOTAL", "total"), col("ISSUED AT", "issuedAt"))
+	}
+}
+
+func (c *Client) invoice(ctx context.Context, id string) (map[string]any, error) {
+	var v map[string]any
+	_, err := c.decode(ctx, call{service: "invoice", method: http.MethodGet, path: c.tenantPath("invoices", id)}, &v)
+	return v, err
+}
+
+func invoiceShow(fs *flag.FlagSet) runFunc {
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args, "INVOICE_ID"); err != nil {
+			return err
+		}
+		v, err := c.invoice(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		if c.json {
+			return c.printJSON(v)
+		}
+		lines, _ := v["lines"].([]any)
+		v["lines"] = json.Number(fmt.Sprint(len(lines)))
+		if err := c.object(v, "invoiceId", "number", "tenantId", "period", "currency", "status", "lines", "subtotal", "total", "issuedAt"); err != nil {
+			return err
+		}
+		if cs := maps(v["corrections"]); len(cs) > 0 {
+			fmt.Fprintln(c.out, "\ncorrections:")
+			c.table(cs, col("CORRECTION", "correctionId"), col("ORIGIN EVENT", "originEventId"), col("AMOUNT", "amount"), col("ISSUED AT", "issuedAt"))
+		}
+		return nil
+	}
+}
+
+// invoiceLines prints an invoice's lines, a page of --limit at a time (the
+// invoice answers them all at once; -cursor is the index to start at).
+func invoiceLines(fs *flag.FlagSet) runFunc {
+	var p paging
+	p.register(fs)
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args, "INVOICE_ID"); err != nil {
+			return err
+		}
+		v, err := c.invoice(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		lines := maps(v["lines"])
+		start := 0
+		if p.cursor != "" {
+			if _, err := fmt.Sscan(p.cursor, &start); err != nil || start < 0 || start > len(lines) {
+				return usagef("-cursor must be a line index from 0 to %d", len(lines))
+			}
+		}
+		end, next := len(lines), ""
+		if !p.all && start+p.limit < len(lines) {
+			end, next = start+p.limit, fmt.Sprint(start+p.limit)
+		}
+		return c.printList("lines", lines[start:end], next, col("KIND", "kind"), col("METER", "meterCode"), col("VERSION", "priceVersion"),
+			col("QUANTITY", "quantity"), col("CHARGES", "chargeCount"), col("AMOUNT", "amount"), col("ORIGIN EVENT", "originEventId"))
+	}
+}
+
+// maps is v as a list of objects (nil when it is not one).
+func maps(v any) []map[string]any {
+	l, _ := v.([]any)
+	var out []map[string]any
+	for _, e := range l {
+		if m, ok := e.(map[string]any); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func adjust(fs *flag.FlagSet) runFunc {
+	var req AdjustmentRequest
+	key := fs.String("idempotency-key", "", "the Idempotency-Key (default: derived from the request, so a rerun replays)")
+	fs.StringVar(&req.CorrectionOf, "correction-of", "", "the event id of the charge or invoice line corrected")
+	fs.StringVar(&req.Amount, "amount", "", "the amount, a decimal; negative for a credit (required)")
+	fs.StringVar(&req.Currency, "currency", "", "ISO 4217 currency (required)")
+	fs.StringVar(&req.Reason, "reason", "", "why (required, audited)")
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args); err != nil {
+			return err
+		}
+		if req.Amount == "" || req.Currency == "" || req.Reason == "" {
+			return usagef("-amount, -currency and -reason are required")
+		}
+		return c.command(ctx, call{service: "billing", method: http.MethodPost, path: c.tenantPath("adjustments"), body: req}, *key)
+	}
+}
+
+func summary(fs *flag.FlagSet) runFunc {
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args); err != nil {
+			return err
+		}
+		var v map[string]any
+		if _, err := c.decode(ctx, call{service: "query", method: http.MethodGet, path: c.tenantPath("summary")}, &v); err != nil {
+			return err
+		}
+		return c.object(v, "tenantId", "usage.count", "usage.quantityByMeter", "charged", "adjusted", "invoiced", "lastEventAt")
+	}
+}
+
+func webhookAdd(fs *flag.FlagSet) runFunc {
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args, "URL"); err != nil {
+			return err
+		}
+		var v map[string]any
+		k := call{service: "invoice", method: http.MethodPost, path: c.tenantPath("webhook-endpoints"), body: WebhookEndpointRequest{URL: args[0]}}
+		if _, err := c.decode(ctx, k, &v); err != nil {
+			return err
+		}
+		return c.object(v, "endpointId", "url", "secret", "createdBy", "createdAt")
+	}
+}
+
+func webhookList(fs *flag.FlagSet) runFunc {
+	var p paging
+	p.register(fs)
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args); err != nil {
+			return err
+		}
+		items, next, err := c.list(ctx, call{service: "invoice", method: http.MethodGet, path: c.tenantPath("webhook-endpoints")}, "endpoints", p)
+		if err != nil {
+			return err
+		}
+		return c.printList("endpoints", items, next, col("ENDPOINT", "endpointId"), col("URL", "url"), col("CREATED BY", "createdBy"), col("CREATED AT", "createdAt"))
+	}
+}
+
+func webhookDelete(fs *flag.FlagSet) runFunc {
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args, "ENDPOINT_ID"); err != nil {
+			return err
+		}
+		if _, err := c.do(ctx, call{service: "invoice", method: http.MethodDelete, path: c.tenantPath("webhook-endpoints", args[0])}); err != nil {
+			return err
+		}
+		if !c.json {
+			fmt.Fprintf(c.out, "endpoint %s removed\n", args[0])
+		} else {
+			return c.printJSON(map[string]string{"endpointId": args[0], "status": "removed"})
+		}
+		return nil
+	}
+}
