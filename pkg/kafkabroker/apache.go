@@ -49,6 +49,29 @@ type ApacheOptions struct {
 	HeapMB int
 	// Logger receives progress messages; nil discards them.
 	Logger *slog.Logger
+	// SASLSSL, when set, adds a SASL_SSL listener beside the PLAINTEXT
+	// one, which the broker itself, Addrs and the readiness checks keep
+	// using. Nil (the default): PLAINTEXT only.
+	SASLSSL *SASLSSLListener
+}
+
+// SASLSSLListener is a SASL_SSL listener on 127.0.0.1, authenticating
+// clients with SCRAM over TLS.
+type SASLSSLListener struct {
+	// Port is the listener's port; zero picks a free one.
+	Port int
+	// CertFile and KeyFile are the broker's certificate (chain) and its
+	// unencrypted PKCS #8 private key, in PEM. The certificate must name
+	// 127.0.0.1 (or whatever name the clients verify).
+	CertFile, KeyFile string
+	// Mechanisms are the SASL mechanisms enabled, SCRAM-SHA-512 and
+	// SCRAM-SHA-256; empty means SCRAM-SHA-512.
+	Mechanisms []string
+	// Users are the SCRAM credentials, name to password, for every
+	// mechanism, added when the storage is formatted (kafka-storage format
+	// --add-scram): a broker started again on formatted storage keeps the
+	// ones it was formatted with.
+	Users map[string]string
 }
 
 // readyTimeout bounds one start, on top of the caller's context: a JVM
@@ -66,6 +89,7 @@ type Apache struct {
 	java       string
 	listenAddr string
 	advertised string
+	saslAddr   string // the SASL_SSL listener's address; empty without one
 	logFile    string
 	log        *slog.Logger
 
@@ -129,6 +153,20 @@ func StartApache(ctx context.Context, opts ApacheOptions) (*Apache, error) {
 		}
 	}
 	a.listenAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(a.opts.Port))
+	if l := a.opts.SASLSSL; l != nil {
+		if l.CertFile == "" || l.KeyFile == "" {
+			return fail(errors.New("kafka SASL_SSL listener: CertFile and KeyFile are required"))
+		}
+		if len(l.Mechanisms) == 0 {
+			l.Mechanisms = []string{"SCRAM-SHA-512"}
+		}
+		if l.Port == 0 {
+			if l.Port, err = freePort(); err != nil {
+				return fail(err)
+			}
+		}
+		a.saslAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(l.Port))
+	}
 	a.advertised = a.opts.AdvertisedAddr
 	if a.advertised == "" {
 		a.advertised = a.listenAddr
@@ -148,6 +186,10 @@ func StartApache(ctx context.Context, opts ApacheOptions) (*Apache, error) {
 // Addrs returns the advertised broker address, the one clients bootstrap
 // from.
 func (a *Apache) Addrs() []string { return []string{a.advertised} }
+
+// SASLSSLAddr returns the address of the SASL_SSL listener (see
+// ApacheOptions.SASLSSL), or "" without one.
+func (a *Apache) SASLSSLAddr() string { return a.saslAddr }
 
 // ListenAddr returns the address the broker really listens on, the one a
 // proxy in front of it forwards to.
@@ -203,6 +245,11 @@ func (a *Apache) startLocked(ctx context.Context) error {
 	}
 	if err := checkPortFree("kafka controller", a.opts.ControllerPort); err != nil {
 		return err
+	}
+	if a.opts.SASLSSL != nil {
+		if err := checkPortFree("kafka SASL_SSL", a.opts.SASLSSL.Port); err != nil {
+			return err
+		}
 	}
 	out, err := os.OpenFile(a.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -383,9 +430,17 @@ func (a *Apache) format(ctx context.Context) error {
 	// A base64url id may start with '-': passed as --cluster-id=<id>, it
 	// cannot be taken for an option.
 	clusterID := base64.RawURLEncoding.EncodeToString(id)
-	cmd := exec.CommandContext(ctx, a.java, "-Xmx256m", "-cp", filepath.Join(a.libDir, "*"),
+	args := []string{"-Xmx256m", "-cp", filepath.Join(a.libDir, "*"),
 		"kafka.tools.StorageTool", "format",
-		"--cluster-id="+clusterID, "-c", filepath.Join(a.dir, "server.properties"), "--ignore-formatted")
+		"--cluster-id=" + clusterID, "-c", filepath.Join(a.dir, "server.properties"), "--ignore-formatted"}
+	if l := a.opts.SASLSSL; l != nil {
+		for _, mech := range l.Mechanisms {
+			for _, user := range slices.Sorted(maps.Keys(l.Users)) {
+				args = append(args, "--add-scram", fmt.Sprintf("%s=[name=%s,password=%s]", mech, user, l.Users[user]))
+			}
+		}
+	}
+	cmd := exec.CommandContext(ctx, a.java, args...)
 	cmd.Dir = a.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	a.log.Info("formatting kafka storage", "dir", logDirs)
@@ -428,6 +483,30 @@ func (a *Apache) writeConfig() error {
 		"num.network.threads=2",
 		"num.io.threads=4",
 	}
+	if l := a.opts.SASLSSL; l != nil {
+		keystore, err := a.writeKeystore(l)
+		if err != nil {
+			return err
+		}
+		props = slices.DeleteFunc(props, func(p string) bool {
+			return strings.HasPrefix(p, "listeners=") || strings.HasPrefix(p, "advertised.listeners=") ||
+				strings.HasPrefix(p, "listener.security.protocol.map=")
+		})
+		mechs := strings.Join(l.Mechanisms, ",")
+		props = append(props,
+			fmt.Sprintf("listeners=PLAINTEXT://127.0.0.1:%d,CONTROLLER://127.0.0.1:%d,SASL_SSL://%s", a.opts.Port, a.opts.ControllerPort, a.saslAddr),
+			"advertised.listeners=PLAINTEXT://"+a.advertised+",SASL_SSL://"+a.saslAddr,
+			"listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+			"sasl.enabled.mechanisms="+mechs,
+			"listener.name.sasl_ssl.ssl.keystore.type=PEM",
+			"listener.name.sasl_ssl.ssl.keystore.location="+keystore,
+			"listener.name.sasl_ssl.ssl.client.auth=none",
+		)
+		for _, mech := range l.Mechanisms {
+			props = append(props, "listener.name.sasl_ssl."+strings.ToLower(mech)+
+				".sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;")
+		}
+	}
 	// The shared settings (message.max.bytes, see kafkaconf's Size limits),
 	// in a stable order.
 	shared := BrokerConfigs()
@@ -439,6 +518,24 @@ func (a *Apache) writeConfig() error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// writeKeystore writes the SASL_SSL listener's key and certificate chain
+// into one PEM file, the form Kafka's PEM key store reads.
+func (a *Apache) writeKeystore(l *SASLSSLListener) (string, error) {
+	key, err := os.ReadFile(l.KeyFile)
+	if err != nil {
+		return "", fmt.Errorf("kafka SASL_SSL key: %w", err)
+	}
+	cert, err := os.ReadFile(l.CertFile)
+	if err != nil {
+		return "", fmt.Errorf("kafka SASL_SSL certificate: %w", err)
+	}
+	path := filepath.Join(a.dir, "sasl-ssl-keystore.pem")
+	if err := os.WriteFile(path, append(append(key, '\n'), cert...), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return path, nil
 }
 
 // findJava returns $JAVA_HOME/bin/java, or java from PATH.

@@ -92,9 +92,10 @@ var (
 // version with the broker, so this also works against kfake.
 var Version = sarama.V4_0_0_0
 
-// New returns a sarama configuration with the system's protocol version and
+// New returns a sarama configuration with the system's protocol version,
 // network timeouts short enough that a cut broker path surfaces as an error
-// within seconds rather than stalling a relay or consumer.
+// within seconds rather than stalling a relay or consumer, and the process's
+// Security (TLS and SASL, see Use).
 func New(clientID string) *sarama.Config {
 	c := sarama.NewConfig()
 	c.Version = Version
@@ -105,6 +106,7 @@ func New(clientID string) *sarama.Config {
 	c.Metadata.Retry.Max = 2
 	c.Metadata.Retry.Backoff = 250 * time.Millisecond
 	SetSizeLimits(c)
+	Current().Apply(c)
 	return c
 }
 
