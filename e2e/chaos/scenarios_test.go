@@ -218,6 +218,7 @@ func killEach() chaos.Scenario {
 		{service: "query", consumerOn: true},
 	}
 	held := map[string][]string{}
+	const redeliveryWatch = 30 * time.Second
 	return chaos.Scenario{
 		Key: "s4", Title: "SIGKILL each service", Load: load(70 * time.Second), NeedDuplicates: true,
 		Setup: func(ctx context.Context, r *chaos.Run) error {
@@ -281,7 +282,10 @@ func killEach() chaos.Scenario {
 						}
 						// The restarted consumer starts from the last committed
 						// offsets: what it had applied after them comes again.
-						for end := time.Now().Add(8 * time.Second); time.Now().Before(end); {
+						// It consumes only once the group has expelled the killed
+						// member (its session timeout, 10 s) and rebalanced, so
+						// the redelivery is watched for well past that.
+						for end := time.Now().Add(redeliveryWatch); time.Now().Before(end); {
 							sleepOrDone(ctx, 500*time.Millisecond)
 							r.H.Decisions.Flush(ctx, k.service, 0)
 							k.consumerDup = r.H.Decisions.Total().Sub(before).Outcome(k.service, "duplicate")
@@ -289,7 +293,7 @@ func killEach() chaos.Scenario {
 								return nil
 							}
 						}
-						r.Note("%s: kill %d redelivered nothing to its consumer (it had committed its offsets); killing again", k.service, attempt)
+						r.Note("%s: kill %d redelivered nothing to its consumer within %s of the restart (it had committed its offsets); killing again", k.service, attempt, redeliveryWatch)
 					}
 					return nil
 				})
