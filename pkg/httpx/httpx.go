@@ -5,6 +5,7 @@
 package httpx
 
 import (
+	"bytes"
 	"context"
 	"net"
 
@@ -63,32 +64,46 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// DecodeJSON reads exactly one JSON object from the body into dst, refusing
-// unknown fields, trailing data and bodies over maxBytes (DefaultMaxBody when
-// 0). The problem names what is wrong: codes body_too_large (413),
-// malformed_json, unknown_field, invalid_field (400).
+// DecodeJSON reads exactly one JSON value from the body into dst, strictly:
+// bodies over maxBytes (DefaultMaxBody when 0) are refused before they are
+// parsed, then CheckJSON's rules (no duplicate or case-variant members, no
+// NUL, invalid UTF-8, huge numbers or trailing data), then encoding/json
+// with unknown fields refused. The problem names what is wrong: codes
+// body_too_large (413), unsupported_media_type (415), malformed_json,
+// unknown_field, invalid_field and CheckJSON's (400).
 func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any, maxBytes int64) *Problem {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBody
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return Problemf(http.StatusUnsupportedMediaType, "unsupported_media_type", "send application/json, not %q", ct)
+		return Problemf(http.StatusUnsupportedMediaType, "unsupported_media_type", "send application/json, not %q", clipText(strings.ToValidUTF8(ct, "?")))
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
+	if err != nil {
+		var maxErr *http.MaxBytesError
+		if errors.As(err, &maxErr) {
+			return Problemf(http.StatusRequestEntityTooLarge, "body_too_large", "body exceeds %d bytes", maxBytes)
+		}
+		return NewProblem(http.StatusBadRequest, "malformed_json", "could not read the body")
+	}
+	return Unmarshal(body, dst)
+}
+
+// Unmarshal decodes body into dst as DecodeJSON does, for a body already
+// read.
+func Unmarshal(body []byte, dst any) *Problem {
+	if p := CheckJSON(body, dst); p != nil {
+		return p
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
 	if err == nil {
-		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
-			return NewProblem(http.StatusBadRequest, "malformed_json", "body must hold exactly one JSON object")
-		}
 		return nil
 	}
-	var maxErr *http.MaxBytesError
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
-	case errors.As(err, &maxErr):
-		return Problemf(http.StatusRequestEntityTooLarge, "body_too_large", "body exceeds %d bytes", maxBytes)
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
 		if field == "" {
@@ -98,7 +113,7 @@ func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any, maxBytes int64)
 	case errors.As(err, &syntaxErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return NewProblem(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return Problemf(http.StatusBadRequest, "unknown_field", "unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		return Problemf(http.StatusBadRequest, "unknown_field", "unknown field %s", clipText(strings.TrimPrefix(err.Error(), "json: unknown field ")))
 	default:
 		return NewProblem(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
 	}

@@ -1,0 +1,150 @@
+package httpx
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+type strictBody struct {
+	MeterCode string          `json:"meterCode"`
+	Quantity  json.RawMessage `json:"quantity"`
+	Count     int             `json:"count"`
+	Tags      map[string]string
+	Tiers     []struct {
+		UpTo string `json:"upTo"`
+	} `json:"tiers"`
+	Nested *struct {
+		Reason string `json:"reason"`
+	} `json:"nested"`
+}
+
+// Every way a body may be lenient is refused with its own code; well-formed
+// bodies decode.
+func TestDecodeJSONStrict(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, body string
+		status     int
+		code       string
+	}{
+		{"ok", `{"meterCode":"api","quantity":"1.5","count":2,"tiers":[{"upTo":"10"}],"nested":{"reason":"r"},"Tags":{"a":"b","A":"c"}}`, 0, ""},
+		{"ok escaped pair", `{"meterCode":"\ud83d\ude00"}`, 0, ""},
+		{"ok escaped quote", `{"meterCode":"a\"\\u0000"}`, 0, ""},
+		{"ok small exponent", `{"quantity":1e10}`, 0, ""},
+		{"duplicate", `{"meterCode":"a","meterCode":"b"}`, 400, CodeDuplicateField},
+		{"case variant duplicate", `{"meterCode":"a","METERCODE":"x"}`, 400, CodeDuplicateField},
+		{"long s duplicate", `{"Tags":{},"Tag\u017f":{}}`, 400, CodeDuplicateField},
+		{"case variant alone", `{"METERCODE":"x"}`, 400, CodeFieldCase},
+		{"duplicate nested", `{"tiers":[{"upTo":"1","upTo":"2"}]}`, 400, CodeDuplicateField},
+		{"duplicate in raw value", `{"quantity":{"a":1,"a":2}}`, 400, CodeDuplicateField},
+		{"duplicate map key", `{"Tags":{"a":"b","a":"c"}}`, 400, CodeDuplicateField},
+		{"unknown", `{"meterCode":"a","x":1}`, 400, "unknown_field"},
+		{"trailing object", `{"meterCode":"a"} {}`, 400, "malformed_json"},
+		{"trailing garbage", `{"meterCode":"a"}x`, 400, "malformed_json"},
+		{"empty", ``, 400, "malformed_json"},
+		{"array", `[]`, 400, "malformed_json"},
+		{"truncated", `{"meterCode":`, 400, "malformed_json"},
+		{"wrong type", `{"count":"2"}`, 400, "invalid_field"},
+		{"escaped NUL", `{"meterCode":"a\u0000b"}`, 400, CodeNULCharacter},
+		{"escaped NUL in a key", `{"Tags":{"a\u0000":"b"}}`, 400, CodeNULCharacter},
+		{"raw NUL", "{\"meterCode\":\"a\x00b\"}", 400, "malformed_json"},
+		{"invalid UTF-8", "{\"meterCode\":\"a\xffb\"}", 400, CodeInvalidUTF8},
+		{"lone high surrogate", `{"meterCode":"\ud800"}`, 400, CodeInvalidUTF8},
+		{"lone low surrogate", `{"meterCode":"\udc00x"}`, 400, CodeInvalidUTF8},
+		{"high then escape", `{"meterCode":"\ud800\n"}`, 400, CodeInvalidUTF8},
+		{"huge exponent", `{"quantity":1e999999999}`, 400, CodeNumberTooLarge},
+		{"huge digits", `{"count":` + strings.Repeat("9", 500) + `}`, 400, CodeNumberTooLarge},
+		{"deep", strings.Repeat(`{"quantity":`, 40) + "1" + strings.Repeat("}", 40), 400, CodeTooDeep},
+		{"deep arrays", `{"quantity":` + strings.Repeat("[", 1000) + strings.Repeat("]", 1000) + `}`, 400, CodeTooDeep},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var dst strictBody
+			req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(c.body))
+			p := DecodeJSON(httptest.NewRecorder(), req, &dst, 0)
+			switch {
+			case c.code == "" && p != nil:
+				t.Fatalf("refused: %v", p)
+			case c.code != "" && (p == nil || p.Code != c.code || p.Status != c.status):
+				t.Fatalf("want %d %s, got %+v", c.status, c.code, p)
+			}
+		})
+	}
+}
+
+func TestDecodeJSONLimitsAndMediaType(t *testing.T) {
+	t.Parallel()
+	var dst strictBody
+	req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"meterCode":"`+strings.Repeat("a", 1<<20)+`"}`))
+	if p := DecodeJSON(httptest.NewRecorder(), req, &dst, 0); p == nil || p.Code != "body_too_large" || p.Status != 413 {
+		t.Fatalf("1 MB string: %+v", p)
+	}
+	req = httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{}`))
+	req.Header.Set("Content-Type", "text/plain")
+	if p := DecodeJSON(httptest.NewRecorder(), req, &dst, 0); p == nil || p.Code != "unsupported_media_type" || p.Status != 415 {
+		t.Fatalf("text/plain: %+v", p)
+	}
+}
+
+func TestCleanText(t *testing.T) {
+	t.Parallel()
+	h := CleanText(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	for _, c := range []struct{ target, code string }{
+		{"/v1/tenants/t1/charges?limit=5", ""},
+		{"/v1/tenants/t%C3%A9/charges", ""},
+		{"/v1/tenants/t%00/charges", CodeNULCharacter},
+		{"/v1/tenants/t%FF/charges", CodeInvalidUTF8},
+		{"/v1/operator/quarantine?reason=a%00", CodeNULCharacter},
+		{"/v1/operator/quarantine?reason=%C3%28", CodeInvalidUTF8},
+		{"/v1/operator/quarantine?a%00=1", CodeNULCharacter},
+		{"/v1/operator/quarantine?reason=%zz", "invalid_query"},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, c.target, nil))
+		if c.code == "" {
+			if rec.Code != http.StatusNoContent {
+				t.Errorf("%s: %d %s", c.target, rec.Code, rec.Body)
+			}
+			continue
+		}
+		var p Problem
+		if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || rec.Code != 400 || p.Code != c.code ||
+			rec.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %s, want 400 %s", c.target, rec.Code, rec.Body, c.code)
+		}
+	}
+}
+
+// FuzzDecodeJSON: whatever the body, DecodeJSON answers a 4xx problem or
+// decodes; what it accepts is valid UTF-8 without NUL, has no duplicate
+// member, and decodes the same with plain encoding/json.
+func FuzzDecodeJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"meterCode":"api","quantity":"1.5","count":2}`, `{"meterCode":"a","METERCODE":"x"}`,
+		`{"quantity":1e999}`, `{"meterCode":"\ud800"}`, `{"meterCode":"a\u0000"}`, `{} {}`,
+		`{"tiers":[{"upTo":"1"}],"nested":{"reason":"r"}}`, `{"Tags":{"a":"b"}}`, "{\"meterCode\":\"\xff\"}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var dst strictBody
+		p := Unmarshal(body, &dst)
+		if p != nil {
+			if p.Status < 400 || p.Status > 499 || p.Code == "" {
+				t.Fatalf("problem %+v", p)
+			}
+			return
+		}
+		if !utf8.Valid(body) || strings.Contains(dst.MeterCode, "\x00") {
+			t.Fatalf("accepted %q", body)
+		}
+		var plain strictBody
+		if err := json.Unmarshal(body, &plain); err != nil {
+			t.Fatalf("accepted %q, which encoding/json refuses: %v", body, err)
+		}
+	})
+}
