@@ -334,6 +334,7 @@ func newRouter(d Deps, metrics prometheus.Gatherer, broker *brokerHealth) chi.Ro
 	if cfg.HTTPMaxHeaderBytes > 0 {
 		r.Use(httpx.MaxHeaderBytes(cfg.HTTPMaxHeaderBytes))
 	}
+	r.Use(httpx.CleanText) // no NUL or invalid UTF-8 in the path or the query
 	if cfg.RequestTimeout > 0 {
 		r.Use(httpx.Deadline(cfg.RequestTimeout))
 	}
