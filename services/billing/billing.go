@@ -35,7 +35,12 @@ var Spec = service.Spec{
 
 // Build assembles billing from its dependencies.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
+	now, err := d.Clock()
+	if err != nil {
+		return service.Parts{}, err
+	}
 	svc := app.New(d.Pool, d.Logger)
+	svc.SetClock(now)
 	interval, err := schedulerInterval()
 	if err != nil {
 		return service.Parts{}, err

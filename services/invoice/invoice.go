@@ -37,7 +37,12 @@ var Spec = service.Spec{
 // (settings from the environment: webhook.LoadConfig).
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	reader := app.NewReader(d.Pool)
+	now, err := d.Clock()
+	if err != nil {
+		return service.Parts{}, err
+	}
 	consumer := app.NewConsumer(d.Logger)
+	consumer.SetClock(now)
 	hooks, err := webhook.LoadConfig(service.NewEnv())
 	if err != nil {
 		return service.Parts{}, err

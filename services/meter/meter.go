@@ -34,7 +34,11 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	if err := env.Err(); err != nil {
 		return service.Parts{}, err
 	}
-	a := app.New(d.Pool, d.Logger, app.WithScheduleLead(lead))
+	now, err := d.Clock()
+	if err != nil {
+		return service.Parts{}, err
+	}
+	a := app.New(d.Pool, d.Logger, app.WithScheduleLead(lead), app.WithClock(now))
 	api := httpapi.New(a, d.Logger)
 	return service.Parts{
 		Routes:         api.Routes,
