@@ -153,6 +153,8 @@ var ErrInvalidToken = errors.New("invalid token")
 // never a key or the token itself.
 func Reason(err error) string {
 	switch {
+	case errors.Is(err, errClaimsJSON):
+		return "claims not strict JSON (a claim named twice or in other letter case, or exp, iat or nbf not a number)"
 	case errors.Is(err, errDevKey):
 		return "development key refused on this listener"
 	case errors.Is(err, errIssuer):

@@ -325,6 +325,9 @@ func (k Keys) verify(token string) (Claims, string, error) {
 		return Claims{}, "", fmt.Errorf("%w: no keys", ErrInvalidToken)
 	}
 	v := k.v
+	if err := checkClaimsJSON(token); err != nil {
+		return Claims{}, "", fmt.Errorf("%w: %w", ErrInvalidToken, err)
+	}
 	var c Claims
 	var kid string
 	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
