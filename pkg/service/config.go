@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/usagebilling/billing/pkg/auth"
+	"github.com/usagebilling/billing/pkg/kafkaconf"
 )
 
 // Env reads settings from environment variables and collects every problem,
@@ -142,12 +143,18 @@ func (e *Env) Err() error {
 // Config is what every service reads from its environment.
 type Config struct {
 	Name        string
-	DatabaseURL string        // DATABASE_URL (required)
+	DatabaseURL string        // DATABASE_URL (required): the role the service runs as, DML only in production
 	Brokers     []string      // KAFKA_BROKERS (127.0.0.1:9092)
 	HTTPAddr    string        // HTTP_ADDR (:<default port>)
 	LogLevel    string        // LOG_LEVEL (info): debug, info, warn, error
 	DBMaxConns  int           // DB_MAX_CONNS (10): the HTTP pool (requests and periodic work)
 	Shutdown    time.Duration // SHUTDOWN_TIMEOUT (15s)
+	// DatabaseMigrateURL is the schema owner's URL, read by `migrate` only
+	// (DATABASE_MIGRATE_URL; unset: DATABASE_URL is the owner).
+	DatabaseMigrateURL string
+	// Kafka is how the clients reach the brokers, TLS and SASL
+	// (KAFKA_SECURITY_PROTOCOL, ...: kafkaconf.SecurityFromEnv).
+	Kafka kafkaconf.Security
 	// MetricsAddr, when set, serves /metrics on its own listener instead of
 	// the API port (METRICS_ADDR, e.g. 127.0.0.1:9100; off by default).
 	MetricsAddr string
@@ -221,8 +228,8 @@ var DefaultServiceURLs = map[string]string{
 
 // EnvNames lists the variables Config reads, for documentation and for the
 // check of deploy/compose.yaml.
-var EnvNames = []string{
-	"DATABASE_URL", "KAFKA_BROKERS", "HTTP_ADDR", "LOG_LEVEL", "DB_MAX_CONNS", "SHUTDOWN_TIMEOUT", "PPROF_ADDR", "METRICS_ADDR",
+var EnvNames = append([]string{
+	"DATABASE_URL", "DATABASE_MIGRATE_URL", "KAFKA_BROKERS", "HTTP_ADDR", "LOG_LEVEL", "DB_MAX_CONNS", "SHUTDOWN_TIMEOUT", "PPROF_ADDR", "METRICS_ADDR",
 	"HTTP_READ_HEADER_TIMEOUT", "HTTP_READ_TIMEOUT", "HTTP_WRITE_TIMEOUT", "HTTP_IDLE_TIMEOUT", "HTTP_MAX_HEADER_BYTES",
 	"HTTP_REQUEST_TIMEOUT", "DB_CONSUMER_MAX_CONNS", "DB_STATEMENT_TIMEOUT", "DB_ACQUIRE_TIMEOUT",
 	"RATE_LIMIT_RPS", "RATE_LIMIT_BURST",
@@ -230,7 +237,7 @@ var EnvNames = []string{
 	"RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL", "RELAY_LEASE_TTL", "RELAY_MAX_ATTEMPTS", "RELAY_RETENTION",
 	"CONSUMER_GROUP", "CONSUMER_BATCH_SIZE", "CONSUMER_MAX_WAIT", "CONSUMER_SWEEP_INTERVAL",
 	"AUTH_ISSUER", "AUTH_JWKS", "AUTH_JWKS_REFRESH", "AUTH_SERVICE_KEY", "AUTH_SERVICE_KEY_ID", "AUTH_SERVICE_CALLERS", "AUTH_DEV_KEY", "SERVICE_URLS",
-}
+}, kafkaconf.EnvNames...)
 
 // LoadConfig reads Config for service name with its default HTTP port.
 func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
@@ -290,8 +297,17 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 	default:
 		e.fail("LOG_LEVEL", "want debug, info, warn or error, got %q", c.LogLevel)
 	}
-	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
-		e.fail("DATABASE_URL", "want a postgres:// URL")
+	c.DatabaseMigrateURL = e.String("DATABASE_MIGRATE_URL", "")
+	for _, v := range [][2]string{{"DATABASE_URL", c.DatabaseURL}, {"DATABASE_MIGRATE_URL", c.DatabaseMigrateURL}} {
+		if v[1] != "" && !strings.HasPrefix(v[1], "postgres://") && !strings.HasPrefix(v[1], "postgresql://") {
+			e.fail(v[0], "want a postgres:// URL")
+		}
+	}
+	var err error
+	if c.Kafka, err = kafkaconf.SecurityFromEnv(e.lookup); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			e.errs = append(e.errs, line)
+		}
 	}
 	return c, e.Err()
 }

@@ -1,7 +1,8 @@
 // Package service is the process around each service's domain: configuration
-// from the environment, JSON logs, migrations at start (and a `migrate`
-// subcommand), the PostgreSQL pool, the HTTP server with /healthz, /readyz and
-// /metrics, the outbox relay, the inbox consumer, and a graceful shutdown that
+// from the environment, JSON logs, a `migrate` subcommand run as the schema
+// owner (migrations at start only when the service itself runs as the
+// owner; see prepareSchema), the PostgreSQL pool, the HTTP server with
+// /healthz, /readyz and /metrics, the outbox relay, the inbox consumer, and a graceful shutdown that
 // stops taking requests, drains the consumer and the relay, then closes the
 // pool. A service's main is one call to Main.
 //
@@ -41,6 +42,7 @@ import (
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/kafkaconf"
 	"github.com/usagebilling/billing/pkg/ops"
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
@@ -123,15 +125,12 @@ func Run(ctx context.Context, spec Spec, args []string, env *Env) error {
 		if args[0] != "migrate" {
 			return fmt.Errorf("unknown command %q: want serve (default) or migrate", args[0])
 		}
-		if err := pgmigrate.Up(cfg.DatabaseURL, spec.Sets()...); err != nil {
-			return err
-		}
-		log.Info("migrations applied")
-		return nil
+		return migrate(ctx, spec, cfg, log)
 	}
-	if err := pgmigrate.Up(cfg.DatabaseURL, spec.Sets()...); err != nil {
+	if err := prepareSchema(ctx, spec, cfg, log); err != nil {
 		return err
 	}
+	kafkaconf.Use(cfg.Kafka)
 	return serve(ctx, spec, cfg, log)
 }
 
