@@ -23,8 +23,8 @@ var decimalText = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?$`)
 var ErrNotDecimal = errors.New("not a decimal number: use digits with an optional '.' fraction, no exponent")
 
 // Parse reads a plain decimal string such as "12.50" or "-3". It refuses
-// exponents, leading '+', leading zeros, blanks, and more than MaxDigits
-// digits.
+// exponents, leading '+', leading zeros, blanks, a signed zero ("-0",
+// "-0.00": ErrNegativeZero) and more than MaxDigits digits.
 func Parse(s string) (decimal.Decimal, error) {
 	if !decimalText.MatchString(s) {
 		return decimal.Decimal{}, ErrNotDecimal
@@ -38,8 +38,15 @@ func Parse(s string) (decimal.Decimal, error) {
 	if digits > MaxDigits {
 		return decimal.Decimal{}, fmt.Errorf("more than %d digits", MaxDigits)
 	}
-	return decimal.RequireFromString(s), nil
+	d := decimal.RequireFromString(s)
+	if s[0] == '-' && d.IsZero() {
+		return decimal.Decimal{}, ErrNegativeZero
+	}
+	return d, nil
 }
+
+// ErrNegativeZero is returned for "-0" and "-0.00": zero has no sign.
+var ErrNegativeZero = errors.New(`a signed zero ("-0"): write zero without a sign`)
 
 // ParseNonNegative is Parse that also refuses negative values.
 func ParseNonNegative(s string) (decimal.Decimal, error) {

@@ -78,10 +78,22 @@ func RatingPeriod(occurred string, notOpen []string) (period string, late bool) 
 	return period, period != occurred
 }
 
-// ParsePeriod checks a period from a request ("2026-11").
+// MinPeriodYear and MaxPeriodYear bound the periods a request may name:
+// "0000-01" or "9999-12" are no billing periods.
+const (
+	MinPeriodYear = 1970
+	MaxPeriodYear = 2199
+)
+
+// ParsePeriod checks a period from a request ("2026-11"): a calendar month
+// YYYY-MM of a year from MinPeriodYear to MaxPeriodYear.
 func ParsePeriod(s string) (string, error) {
-	if _, err := events.ParsePeriod(s); err != nil {
+	t, err := events.ParsePeriod(s)
+	if err != nil {
 		return "", errorf(Invalid, "invalid_period", "period must be a calendar month YYYY-MM, got %q", clip(s))
+	}
+	if y := t.Year(); y < MinPeriodYear || y > MaxPeriodYear {
+		return "", errorf(Invalid, "invalid_period", "period %s: year %d is out of range (%d to %d)", s, y, MinPeriodYear, MaxPeriodYear)
 	}
 	return s, nil
 }

@@ -190,6 +190,22 @@ func optDecimal(field, s, code string) (*decimal.Decimal, error) {
 	return &v, nil
 }
 
+// MinYear and MaxYear bound the years of a time a request may name: the zero
+// time (0001-01-01, which would read as "absent") and year 9999 (a price
+// that blocks every later version) are refused.
+const (
+	MinYear = 1970
+	MaxYear = 2199
+)
+
+// MaxScheduleAhead is how far after its activation a price version may take
+// effect: a version scheduled further ahead would hold back every later one.
+const MaxScheduleAhead = 10 * 365 * 24 * time.Hour
+
+// CodeEffectiveTooFar: effectiveAt more than MaxScheduleAhead after the
+// activation.
+const CodeEffectiveTooFar = "effective_at_too_far"
+
 // ParseTime reads an RFC 3339 time, in UTC and truncated to microseconds
 // (what PostgreSQL keeps).
 func ParseTime(field, s string) (time.Time, error) {
@@ -197,8 +213,8 @@ func ParseTime(field, s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, invalid(CodeInvalidField, "field %q must be an RFC 3339 time such as 2026-11-01T00:00:00Z, got %q", field, s)
 	}
-	if y := t.UTC().Year(); y < 1 || y > 9999 {
-		return time.Time{}, invalid(CodeInvalidField, "field %q: year %d is out of range", field, y)
+	if y := t.UTC().Year(); y < MinYear || y > MaxYear {
+		return time.Time{}, invalid(CodeInvalidField, "field %q: year %d is out of range (%d to %d)", field, y, MinYear, MaxYear)
 	}
 	return Instant(t), nil
 }
@@ -229,6 +245,11 @@ func (a Activation) Schedule(activatedAt time.Time, prev, knownThrough *time.Tim
 	if eff.Before(activatedAt) {
 		return time.Time{}, rejected(CodePriceBackdated,
 			"effectiveAt %s is before the activation time %s: a price cannot be backdated",
+			eff.Format(time.RFC3339Nano), activatedAt.Format(time.RFC3339Nano))
+	}
+	if eff.After(activatedAt.Add(MaxScheduleAhead)) {
+		return time.Time{}, rejected(CodeEffectiveTooFar,
+			"effectiveAt %s is more than 10 years after the activation time %s",
 			eff.Format(time.RFC3339Nano), activatedAt.Format(time.RFC3339Nano))
 	}
 	if knownThrough != nil && !eff.After(*knownThrough) {

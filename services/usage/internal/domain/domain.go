@@ -59,6 +59,13 @@ const (
 // (clock skew between the source and us).
 const MaxFutureSkew = 5 * time.Minute
 
+// MinYear and MaxYear bound the year of occurredAt: the zero time
+// (0001-01-01) and far years name no billing period.
+const (
+	MinYear = 1970
+	MaxYear = 2199
+)
+
 // Limits of the identity fields.
 const (
 	MaxSourceSystem  = 128
@@ -129,15 +136,19 @@ func Parse(r Request, now time.Time) (Usage, *Error) {
 	}
 	if r.Currency != "" {
 		if _, err := money.Currency(r.Currency); err != nil {
-			return Usage{}, newError(Invalid, CodeUnknownCurrency, "%v", err)
+			code := CodeUnknownCurrency
+			if money.ProblemCode(err) == money.CodeNotInvoiceable { // XTS, XXX, metals, funds
+				code = money.CodeNotInvoiceable
+			}
+			return Usage{}, newError(Invalid, code, "%v", err)
 		}
 	}
 	at, err := time.Parse(time.RFC3339Nano, r.OccurredAt)
 	if err != nil {
 		return Usage{}, newError(Invalid, CodeInvalidField, "field \"occurredAt\" must be an RFC 3339 time such as 2026-11-01T12:00:00Z, got %q", r.OccurredAt)
 	}
-	if y := at.UTC().Year(); y < 1 || y > 9999 {
-		return Usage{}, newError(Invalid, CodeInvalidField, "field \"occurredAt\": year %d is out of range", y)
+	if y := at.UTC().Year(); y < MinYear || y > MaxYear {
+		return Usage{}, newError(Invalid, CodeInvalidField, "field \"occurredAt\": year %d is out of range (%d to %d)", y, MinYear, MaxYear)
 	}
 	at = Instant(at)
 	if at.After(now.Add(MaxFutureSkew)) {
