@@ -40,8 +40,12 @@ type Charge struct {
 	Currency       string          `json:"currency"`
 	Quantity       decimal.Decimal `json:"quantity"`
 	Amount         decimal.Decimal `json:"amount"`
-	Period         string          `json:"period"`         // the billing period it was rated into
-	OccurredPeriod string          `json:"occurredPeriod"` // the month the usage occurred in
+	Period         string          `json:"period"` // the billing period it was rated into
+	// OccurredPeriod is the period its usage occurred in, in the tenant's
+	// calendar (decision 0014; billing's set only, empty in query's): the
+	// period it is rated into unless Late, and an earlier one if Late.
+	OccurredPeriod string `json:"occurredPeriod,omitempty"`
+	Late           bool   `json:"late,omitempty"`
 }
 
 // Adjustment is a posted adjustment; EventID is its AdjustmentPosted.

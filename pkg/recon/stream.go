@@ -21,12 +21,14 @@ const (
 	// UsageAccepted event id. Row: UsageFact.
 	SetUsageFacts = "usage-facts"
 	// SetMonths (billing): the months a period's reconciliation reads: the
-	// period, the months its late charges occurred in, and the periods the
-	// usage of the month was rated into late. One page. Row: Month.
+	// period, the UTC months its off-month charges' usage occurred in, and
+	// the periods the usage of the UTC month was rated into off-month (a
+	// charge is off-month when its period is not the UTC month of its
+	// usage: late, or a tenant in another time zone). One page. Row: Month.
 	SetMonths = "months"
-	// SetCharges (billing): charges rated into the month, and the late
-	// charges of usage that occurred in it; (query): projected charges of
-	// the month. By UsageAccepted event id, then charge event id. Row: Charge.
+	// SetCharges (billing): charges rated into the period, and the
+	// off-month charges of usage that occurred in the UTC month; (query):
+	// projected charges of the period. By UsageAccepted event id, then charge event id. Row: Charge.
 	SetCharges = "charges"
 	// SetAdjustments (billing, query): adjustments of the month, by event id.
 	// Row: Adjustment.

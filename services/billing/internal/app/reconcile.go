@@ -13,7 +13,9 @@ import (
 
 // Reconciliation returns the reconciliation sets billing serves: the months
 // a period's reconciliation reads, its charges in usage event order and its
-// adjustments.
+// adjustments. Usage and query group facts by the UTC month they occurred
+// in; a charge rated into another period than that month (late, or a
+// tenant in another time zone) is served from both (see recon.SetMonths).
 func (s *Service) Reconciliation() recon.Sets {
 	return recon.Sets{
 		recon.SetMonths:      recon.Set(s.reconciliationMonths),
@@ -39,6 +41,11 @@ func (s *Service) reconciliationMonths(ctx context.Context, q recon.Query) ([]re
 	return out, nil
 }
 
+// reconciliationCharges reads a page of the period's charges and of the
+// off-month charges of the UTC month of the same name. Each carries the
+// period its usage occurred in by the tenant's calendar (decision 0014), so
+// a reconciliation sees a charge rated into another period than that one
+// without being late (or late into an earlier one).
 func (s *Service) reconciliationCharges(ctx context.Context, q recon.Query) ([]recon.Charge, error) {
 	month, err := monthOf(q.Period)
 	if err != nil {
@@ -49,10 +56,15 @@ func (s *Service) reconciliationCharges(ctx context.Context, q recon.Query) ([]r
 	if err != nil {
 		return nil, fmt.Errorf("read charges of %s: %w", q.TenantID, err)
 	}
+	cals, err := calendars(ctx, s.pool, q.TenantID)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]recon.Charge, len(rows))
 	for i, c := range rows {
 		out[i] = recon.Charge{EventID: c.EventID, UsageEventID: c.UsageEventID, Currency: c.Currency,
-			Quantity: c.Quantity, Amount: c.Amount, Period: c.Period, OccurredPeriod: c.OccurredPeriod}
+			Quantity: c.Quantity, Amount: c.Amount, Period: c.Period, Late: c.Late,
+			OccurredPeriod: cals.Period(q.TenantID, c.OccurredAt)}
 	}
 	return out, nil
 }

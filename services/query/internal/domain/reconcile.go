@@ -35,6 +35,11 @@ const (
 	// MismatchLineTotal: an aggregated invoice line's quantity, charge count
 	// or amount is not the sum of what it counts (the id is the invoice's).
 	MismatchLineTotal = "line_total_mismatch"
+	// MismatchChargePeriod: a charge is not in the period it belongs to: not
+	// late and rated into another period than the one its usage occurred in
+	// by the tenant's calendar, late into a period not after that one, or
+	// counted by an invoice of another period than the charge's.
+	MismatchChargePeriod = "charge_period_mismatch"
 	// MismatchAmount: two services disagree on an amount or quantity.
 	MismatchAmount = "amount_mismatch"
 	// MismatchMissingInQuery: the query projection lacks a fact another
@@ -107,8 +112,10 @@ type Sources struct {
 // amounts, and no others, and each issued invoice's projected total is the
 // sum of its lines.
 //
-// The scope is the usage that occurred in the period, the charges rated into
-// it or rating that usage (late usage is rated into a later period), the
+// The scope is the usage that occurred in the UTC month of the period's
+// name, the charges rated into the period or rating that usage (into another
+// period: late, or a tenant in another time zone whose boundaries are not
+// UTC's), the
 // adjustments of the period, and the lines of the invoices that count them.
 // The streams may hold more rows (of the other months the scope touches);
 // only the scope is checked. Reconcile merges the streams in two passes, by
@@ -280,6 +287,7 @@ func (r *reconciler) usageGroup(key uuid.UUID, g usageGroup) {
 				lines = append(lines, l)
 			}
 		}
+		r.chargePeriod(c, lines)
 		r.invoiced(c.EventID, "charge", c.Amount, lines, nil)
 		r.projected(c.EventID, "charge", c.Amount, projected)
 	}
@@ -291,6 +299,21 @@ func (r *reconciler) usageGroup(key uuid.UUID, g usageGroup) {
 			if !scoped {
 				r.add(MismatchLineWithoutOrigin, l.OriginEventID, "%s line of invoice %s has no charge or adjustment in billing", l.Kind, l.InvoiceID)
 			}
+		}
+	}
+}
+
+// chargePeriod checks that a charge is in the period it belongs to: the
+// period its usage occurred in (billing's calendar of the tenant) unless
+// late, a later one if late, and that the invoice counting it is of its
+// period.
+func (r *reconciler) chargePeriod(c recon.Charge, lines []recon.InvoiceLine) {
+	if c.OccurredPeriod != "" && (c.Late && c.Period <= c.OccurredPeriod || !c.Late && c.Period != c.OccurredPeriod) {
+		r.add(MismatchChargePeriod, c.EventID, "charge rated into %s (late: %t); its usage occurred in %s", c.Period, c.Late, c.OccurredPeriod)
+	}
+	for _, l := range lines {
+		if l.Period != c.Period {
+			r.add(MismatchChargePeriod, c.EventID, "charge of %s is counted by invoice %s of %s", c.Period, l.InvoiceID, l.Period)
 		}
 	}
 }

@@ -42,12 +42,25 @@ type sources struct {
 // streams are the sets the services serve of a period's reconciliation, as
 // their queries scope them.
 func (s sources) streams(period string) domain.Sources {
+	// Usage groups facts by the UTC month they occurred in; billing serves
+	// the period's charges and the off-month ones (rated into another
+	// period than that month) of the month, and names their months.
+	utcMonth := map[uuid.UUID]string{}
+	for _, u := range s.Usage.UsageFacts {
+		utcMonth[u.EventID] = u.Period
+	}
 	months := map[string]bool{period: true}
 	var charges []recon.Charge
 	for _, c := range s.Billing.Charges {
-		if c.Period == period || c.OccurredPeriod == period {
+		m, ok := utcMonth[c.UsageEventID]
+		if !ok {
+			m = c.Period
+		}
+		if c.Period == period || (m == period && c.Period != m) {
 			charges = append(charges, c)
-			months[c.Period], months[c.OccurredPeriod] = true, true
+		}
+		if c.Period != m && (c.Period == period || m == period) {
+			months[c.Period], months[m] = true, true
 		}
 	}
 	inMonths := func(p string) bool { return months[p] }
@@ -106,7 +119,8 @@ func healthy() *flow {
 	}
 	f.src.Billing.Charges = []recon.Charge{
 		{EventID: f.c1, UsageEventID: f.u1, Currency: "USD", Quantity: d("10"), Amount: d("1.0"), Period: "2026-11", OccurredPeriod: "2026-11"},
-		{EventID: f.c2, UsageEventID: f.u2, Currency: "USD", Quantity: d("5"), Amount: d("0.5"), Period: "2026-11", OccurredPeriod: "2026-10"},
+		{EventID: f.c2, UsageEventID: f.u2, Currency: "USD", Quantity: d("5"), Amount: d("0.5"), Period: "2026-11", OccurredPeriod: "2026-10",
+			Late: true},
 	}
 	f.src.Billing.Adjustments = []recon.Adjustment{
 		{EventID: f.a1, Currency: "USD", Amount: d("-0.2"), Period: "2026-11"},
@@ -179,6 +193,13 @@ func TestReconcileNamesEveryMismatch(t *testing.T) {
 			f.src.Invoice.InvoiceLines = append(f.src.Invoice.InvoiceLines, recon.InvoiceLine{InvoiceID: f.inv, Issued: false,
 				Period: "2026-11", OriginEventID: extra.EventID, UsageEventID: f.u1, Kind: "charge", Amount: d("1")})
 		}, []want{{domain.MismatchDuplicateCharge, func(f *flow) uuid.UUID { return f.u1 }}}},
+		{"charge moved to another period", func(f *flow) {
+			f.src.Billing.Charges[0].Period = "2026-12"
+		}, []want{{domain.MismatchChargePeriod, func(f *flow) uuid.UUID { return f.c1 }},
+			{domain.MismatchChargePeriod, func(f *flow) uuid.UUID { return f.c1 }}}},
+		{"late charge into an earlier period", func(f *flow) {
+			f.src.Billing.Charges[1].OccurredPeriod = "2026-12"
+		}, []want{{domain.MismatchChargePeriod, func(f *flow) uuid.UUID { return f.c2 }}}},
 		{"charge of unknown usage", func(f *flow) {
 			f.src.Usage.UsageFacts = f.src.Usage.UsageFacts[1:]
 			f.src.Query.UsageFacts = f.src.Query.UsageFacts[1:]
@@ -282,5 +303,124 @@ func TestReconcileBoundsTheList(t *testing.T) {
 	if len(rep.Mismatches) != domain.MaxMismatches || rep.MismatchCount != 2400 || rep.Counts.UsageFacts != 1200 {
 		t.Fatalf("%d listed, %d counted, counts %+v; want %d listed of 2400 (no charge, not projected)",
 			len(rep.Mismatches), rep.MismatchCount, rep.Counts, domain.MaxMismatches)
+	}
+}
+
+// seoul builds a healthy tenant in Asia/Seoul (UTC+9): periods begin at
+// 15:00 UTC on the last day of the UTC month before. Usage on both sides of
+// the October/November and November/December boundaries: uA at 20:00 UTC
+// on 31 October (a UTC October fact of Seoul November), uB in mid November,
+// uC at 20:00 UTC on 30 November (a UTC November fact of Seoul December),
+// uD at 10:00 UTC on 31 October (Seoul October). Each period has its
+// invoice (November's issued).
+type seoulFlow struct {
+	uA, uB, uC, uD, cA, cB, cC, cD uuid.UUID
+	inv10, inv11, inv12            uuid.UUID
+	src                            sources
+}
+
+func seoul() *seoulFlow {
+	f := &seoulFlow{uA: uuid.New(), uB: uuid.New(), uC: uuid.New(), uD: uuid.New(), cA: uuid.New(), cB: uuid.New(),
+		cC: uuid.New(), cD: uuid.New(), inv10: uuid.New(), inv11: uuid.New(), inv12: uuid.New()}
+	type fact struct {
+		usage, charge, invoice uuid.UUID
+		utcMonth, period       string
+		qty                    string
+	}
+	facts := []fact{
+		{f.uA, f.cA, f.inv11, "2026-10", "2026-11", "1"},
+		{f.uB, f.cB, f.inv11, "2026-11", "2026-11", "2"},
+		{f.uC, f.cC, f.inv12, "2026-11", "2026-12", "4"},
+		{f.uD, f.cD, f.inv10, "2026-10", "2026-10", "8"},
+	}
+	totals := map[uuid.UUID]decimal.Decimal{}
+	quantities := map[uuid.UUID]decimal.Decimal{}
+	counts := map[uuid.UUID]int64{}
+	for _, x := range facts {
+		q := d(x.qty)
+		amount := q.Mul(d("0.1"))
+		f.src.Usage.UsageFacts = append(f.src.Usage.UsageFacts, recon.UsageFact{EventID: x.usage, UsageID: uuid.New(),
+			MeterCode: "api_calls", Quantity: q, Period: x.utcMonth})
+		f.src.Billing.Charges = append(f.src.Billing.Charges, recon.Charge{EventID: x.charge, UsageEventID: x.usage,
+			Currency: "USD", Quantity: q, Amount: amount, Period: x.period, OccurredPeriod: x.period})
+		f.src.Invoice.InvoiceLines = append(f.src.Invoice.InvoiceLines, recon.InvoiceLine{InvoiceID: x.invoice,
+			Issued: x.invoice == f.inv11, Period: x.period, Currency: "USD", OriginEventID: x.charge, UsageEventID: x.usage,
+			Kind: "charge", Amount: amount, Quantity: q, LineID: "charge/api_calls/1"})
+		totals[x.invoice] = totals[x.invoice].Add(amount)
+		quantities[x.invoice] = quantities[x.invoice].Add(q)
+		counts[x.invoice]++
+	}
+	for _, inv := range []uuid.UUID{f.inv10, f.inv11, f.inv12} {
+		f.src.Invoice.LineTotals = append(f.src.Invoice.LineTotals, recon.LineTotal{InvoiceID: inv, Currency: "USD",
+			LineID: "charge/api_calls/1", Kind: "charge", MeterCode: "api_calls", PriceVersion: 1,
+			Quantity: quantities[inv], ChargeCount: counts[inv], Amount: totals[inv]})
+	}
+	f.src.Prices = []recon.Price{{PriceID: uuid.New(), MeterCode: "api_calls", Currency: "USD", Version: 1,
+		Pricing: pricing.UnitPricing(d("0.1"))}}
+	f.src.Query = rows{
+		UsageFacts: slices.Clone(f.src.Usage.UsageFacts),
+		Charges:    slices.Clone(f.src.Billing.Charges),
+		Invoices:   []recon.Invoice{{InvoiceID: f.inv11, Period: "2026-11", Currency: "USD", Total: totals[f.inv11]}},
+	}
+	for i := range f.src.Query.Charges { // query's set carries neither
+		f.src.Query.Charges[i].OccurredPeriod, f.src.Query.Charges[i].Late = "", false
+	}
+	return f
+}
+
+// A tenant in another time zone: usage rated into the neighbouring period of
+// its UTC month reconciles without a mismatch in every period, and the
+// breaks a UTC tenant's reconciliation names are named.
+func TestReconcileTenantInAnotherZone(t *testing.T) {
+	for _, p := range []string{"2026-10", "2026-11", "2026-12"} {
+		if rep := reconcile(t, p, seoul().src); rep.MismatchCount != 0 {
+			t.Errorf("%s: mismatches %+v", p, rep.Mismatches)
+		}
+	}
+	if rep := reconcile(t, "2026-11", seoul().src); rep.Counts.UsageFacts != 3 || rep.Counts.Charges != 3 {
+		t.Errorf("November counts %+v: want uA (rated into it), uB, uC (occurred in UTC November) and their charges", rep.Counts)
+	}
+	type want struct {
+		period, kind string
+		id           func(*seoulFlow) uuid.UUID
+	}
+	tests := []struct {
+		name   string
+		break_ func(*seoulFlow)
+		want   []want
+	}{
+		{"the charge of a fact from the month before deleted", func(f *seoulFlow) {
+			f.src.Billing.Charges = f.src.Billing.Charges[1:]
+		}, []want{
+			{"2026-10", domain.MismatchMissingCharge, func(f *seoulFlow) uuid.UUID { return f.uA }},
+			{"2026-11", domain.MismatchLineWithoutOrigin, func(f *seoulFlow) uuid.UUID { return f.cA }},
+		}},
+		{"a fact rated into the period after charged twice", func(f *seoulFlow) {
+			extra := recon.Charge{EventID: uuid.New(), UsageEventID: f.uC, Currency: "USD", Quantity: d("4"), Amount: d("0.4"),
+				Period: "2026-12", OccurredPeriod: "2026-12"}
+			f.src.Billing.Charges = append(f.src.Billing.Charges, extra)
+		}, []want{{"2026-11", domain.MismatchDuplicateCharge, func(f *seoulFlow) uuid.UUID { return f.uC }}}},
+		{"a wrong amount", func(f *seoulFlow) {
+			f.src.Billing.Charges[2].Amount = d("0.41")
+		}, []want{{"2026-12", domain.MismatchAmount, func(f *seoulFlow) uuid.UUID { return f.cC }}}},
+		{"a charge in the UTC month instead of the tenant's period", func(f *seoulFlow) {
+			f.src.Billing.Charges[0].Period = "2026-10"
+		}, []want{{"2026-10", domain.MismatchChargePeriod, func(f *seoulFlow) uuid.UUID { return f.cA }}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := seoul()
+			tt.break_(f)
+			for _, w := range tt.want {
+				rep := reconcile(t, w.period, f.src)
+				found := false
+				for _, m := range rep.Mismatches {
+					found = found || (m.Kind == w.kind && m.OriginEventID == w.id(f))
+				}
+				if !found {
+					t.Errorf("%s: no %s for %s in %+v", w.period, w.kind, w.id(f), rep.Mismatches)
+				}
+			}
+		})
 	}
 }
