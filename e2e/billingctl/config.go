@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
-
 	"github.com/usagebilling/billing/pkg/auth"
 )
 
@@ -41,15 +39,15 @@ type config struct {
 // Environment variables (besides AUTH_SIGNING_KEY, AUTH_SIGNING_KEY_ID and
 // AUTH_ISSUER, which the token command of pkg/cmd/token reads too).
 const (
-	envURL     = "BILLINGCTL_URL"       // one base URL for every service
-	envURLFmt  = "BILLINGCTL_%s_URL"    // BILLINGCTL_METER_URL, ...
-	envToken   = "BILLINGCTL_TOKEN"     // a bearer token to send as is
-	envDev     = "BILLINGCTL_DEV"       // true: sign with the development key
-	envTenant  = "BILLINGCTL_TENANT"    // the tenant of tenant commands
-	envSubject = "BILLINGCTL_SUBJECT"   // the subject (actor) of a signed token
-	envOutput  = "BILLINGCTL_OUTPUT"    // table or json
-	envTimeout = "BILLINGCTL_TIMEOUT"   // per request
-	defaultTTL = 15 * time.Minute       // a signed token's lifetime
+	envURL     = "BILLINGCTL_URL"     // one base URL for every service
+	envURLFmt  = "BILLINGCTL_%s_URL"  // BILLINGCTL_METER_URL, ...
+	envToken   = "BILLINGCTL_TOKEN"   // a bearer token to send as is
+	envDev     = "BILLINGCTL_DEV"     // true: sign with the development key
+	envTenant  = "BILLINGCTL_TENANT"  // the tenant of tenant commands
+	envSubject = "BILLINGCTL_SUBJECT" // the subject (actor) of a signed token
+	envOutput  = "BILLINGCTL_OUTPUT"  // table or json
+	envTimeout = "BILLINGCTL_TIMEOUT" // per request
+	defaultTTL = 15 * time.Minute     // a signed token's lifetime
 	devWarning = "billingctl: WARNING: signing with the published development key; only a local stack (AUTH_DEV_KEY=true, loopback) accepts it\n"
 )
 
@@ -185,7 +183,7 @@ func (c *config) sign(stdio IO, role string) (string, error) {
 		}
 		key = auth.Key{ID: c.kid, Private: priv}
 		claims.Issuer = c.issuer
-		claims.Audience = jwt.ClaimStrings(services)
+		claims.Audience = append(claims.Audience[:0], services...) // every service
 	}
 	tok, err := auth.Token(key, claims)
 	if err != nil {

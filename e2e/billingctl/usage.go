@@ -32,12 +32,14 @@ type record struct {
 
 // readUsage reads usage events from r: NDJSON (one UsageEvent object a
 // line) or CSV with a header naming the fields (sourceSystem,
-// sourceEventId, meterCode, quantity, occurredAt, currency; only meterCode
-// and quantity are required). An event without sourceSystem gets
-// sourceSystem; one without sourceEventId gets one derived from its content
-// and line, so sending the same file again replays instead of counting
-// twice; one without occurredAt gets the time of reading.
-func readUsage(r io.Reader, format, sourceSystem string, now time.Time) ([]record, error) {
+// sourceEventId, meterCode, quantity, occurredAt, currency; meterCode,
+// quantity and occurredAt are required). An event without sourceSystem gets
+// sourceSystem; one without sourceEventId gets one derived from its line
+// and content, so sending the same file again replays instead of counting
+// twice. No time is made up for an event without occurredAt (a second send
+// would then differ from the first): the input is refused, before any
+// request.
+func readUsage(r io.Reader, format, sourceSystem string) ([]record, error) {
 	var recs []record
 	switch format {
 	case "ndjson":
@@ -70,7 +72,7 @@ func readUsage(r io.Reader, format, sourceSystem string, now time.Time) ([]recor
 		for i, h := range header {
 			at[strings.TrimSpace(h)] = i
 		}
-		for _, f := range []string{"meterCode", "quantity"} {
+		for _, f := range []string{"meterCode", "quantity", "occurredAt"} {
 			if _, ok := at[f]; !ok {
 				return nil, fmt.Errorf("the CSV header %q has no %s column (want sourceSystem, sourceEventId, meterCode, quantity, occurredAt, currency)", strings.Join(header, ","), f)
 			}
@@ -101,7 +103,7 @@ func readUsage(r io.Reader, format, sourceSystem string, now time.Time) ([]recor
 			e.SourceSystem = sourceSystem
 		}
 		if e.OccurredAt == "" {
-			e.OccurredAt = now.UTC().Format(time.RFC3339Nano)
+			return nil, fmt.Errorf("line %d: no occurredAt (the time of the usage, RFC 3339)", recs[i].line)
 		}
 		if e.SourceEventID == "" {
 			h := sha256.Sum256(fmt.Appendf(nil, "%d\x00%s\x00%s\x00%s", recs[i].line, e.MeterCode, e.Quantity, e.OccurredAt))
@@ -176,7 +178,7 @@ func usageSend(fs *flag.FlagSet) runFunc {
 		if in == nil {
 			return usagef("no input: give a file")
 		}
-		recs, err := readUsage(in, *format, *source, time.Now())
+		recs, err := readUsage(in, *format, *source)
 		if err != nil {
 			return usageError{name + ": " + err.Error()}
 		}
