@@ -14,29 +14,6 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-const closeRequest = `-- name: CloseRequest :one
-SELECT close_requested_at::timestamptz AS close_requested_at, COALESCE(close_requested_by, '')::text AS close_requested_by
-FROM billing_period
-WHERE tenant_id = $1 AND period = $2 AND close_requested_at IS NOT NULL
-`
-
-type CloseRequestParams struct {
-	TenantID string
-	Period   string
-}
-
-type CloseRequestRow struct {
-	CloseRequestedAt time.Time
-	CloseRequestedBy string
-}
-
-func (q *Queries) CloseRequest(ctx context.Context, arg CloseRequestParams) (CloseRequestRow, error) {
-	row := q.db.QueryRow(ctx, closeRequest, arg.TenantID, arg.Period)
-	var i CloseRequestRow
-	err := row.Scan(&i.CloseRequestedAt, &i.CloseRequestedBy)
-	return i, err
-}
-
 const closeTallies = `-- name: CloseTallies :many
 SELECT t.currency::text AS currency,
        sum(t.charges)::bigint AS charges,
@@ -871,27 +848,6 @@ func (q *Queries) RaiseKnownThrough(ctx context.Context, arg RaiseKnownThroughPa
 	return i, err
 }
 
-const raiseUsageWatermark = `-- name: RaiseUsageWatermark :exec
-INSERT INTO usage_watermark AS w (partition, partitions, through)
-VALUES ($1, $2, $3)
-ON CONFLICT (partition) DO UPDATE
-SET through = GREATEST(w.through, EXCLUDED.through), partitions = EXCLUDED.partitions, applied_at = now()
-WHERE EXCLUDED.through > w.through
-`
-
-type RaiseUsageWatermarkParams struct {
-	Partition  int32
-	Partitions int32
-	Through    time.Time
-}
-
-// Applies a usage watermark: raises its partition's through (never lowers
-// it) and records the topic's partition count it was sent with.
-func (q *Queries) RaiseUsageWatermark(ctx context.Context, arg RaiseUsageWatermarkParams) error {
-	_, err := q.db.Exec(ctx, raiseUsageWatermark, arg.Partition, arg.Partitions, arg.Through)
-	return err
-}
-
 const rateUsage = `-- name: RateUsage :one
 WITH s AS (
     SELECT ps.known_through FROM price_schedule ps
@@ -1290,84 +1246,6 @@ func (q *Queries) ReconciliationMonths(ctx context.Context, arg ReconciliationMo
 	return items, nil
 }
 
-const requestClose = `-- name: RequestClose :one
-INSERT INTO billing_period AS b (tenant_id, period, close_requested_at, close_requested_by)
-VALUES ($1, $2, $3::timestamptz, $4::text)
-ON CONFLICT (tenant_id, period) DO UPDATE
-SET close_requested_at = COALESCE(b.close_requested_at, EXCLUDED.close_requested_at),
-    close_requested_by = COALESCE(b.close_requested_by, EXCLUDED.close_requested_by)
-RETURNING b.status, b.close_requested_at::timestamptz AS close_requested_at
-`
-
-type RequestCloseParams struct {
-	TenantID    string
-	Period      string
-	RequestedAt time.Time
-	RequestedBy string
-}
-
-type RequestCloseRow struct {
-	Status           string
-	CloseRequestedAt time.Time
-}
-
-// Records a close request under the period's exclusive lock: the first
-// request's time and actor stand. Returns the period's status and when its
-// close was requested.
-func (q *Queries) RequestClose(ctx context.Context, arg RequestCloseParams) (RequestCloseRow, error) {
-	row := q.db.QueryRow(ctx, requestClose,
-		arg.TenantID,
-		arg.Period,
-		arg.RequestedAt,
-		arg.RequestedBy,
-	)
-	var i RequestCloseRow
-	err := row.Scan(&i.Status, &i.CloseRequestedAt)
-	return i, err
-}
-
-const requestedCloses = `-- name: RequestedCloses :many
-SELECT tenant_id, period, close_requested_at::timestamptz AS close_requested_at,
-       COALESCE(close_requested_by, '')::text AS close_requested_by
-FROM billing_period
-WHERE status = 'open' AND close_requested_at IS NOT NULL
-ORDER BY tenant_id, period
-`
-
-type RequestedClosesRow struct {
-	TenantID         string
-	Period           string
-	CloseRequestedAt time.Time
-	CloseRequestedBy string
-}
-
-// The closes requested and waiting (the period still open), for the
-// scheduler to finish.
-func (q *Queries) RequestedCloses(ctx context.Context) ([]RequestedClosesRow, error) {
-	rows, err := q.db.Query(ctx, requestedCloses)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []RequestedClosesRow
-	for rows.Next() {
-		var i RequestedClosesRow
-		if err := rows.Scan(
-			&i.TenantID,
-			&i.Period,
-			&i.CloseRequestedAt,
-			&i.CloseRequestedBy,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const tenantSettings = `-- name: TenantSettings :many
 SELECT tenant_id, effective_from, time_zone, grace_seconds
 FROM tenant_settings
@@ -1460,36 +1338,6 @@ func (q *Queries) UnclosedPeriods(ctx context.Context) ([]UnclosedPeriodsRow, er
 			&i.Ended,
 			&i.Closing,
 		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const usageWatermarks = `-- name: UsageWatermarks :many
-SELECT partition, partitions, through FROM usage_watermark ORDER BY partition
-`
-
-type UsageWatermarksRow struct {
-	Partition  int32
-	Partitions int32
-	Through    time.Time
-}
-
-func (q *Queries) UsageWatermarks(ctx context.Context) ([]UsageWatermarksRow, error) {
-	rows, err := q.db.Query(ctx, usageWatermarks)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []UsageWatermarksRow
-	for rows.Next() {
-		var i UsageWatermarksRow
-		if err := rows.Scan(&i.Partition, &i.Partitions, &i.Through); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
