@@ -507,3 +507,38 @@ func TestDecodedPayloadIsValueOfT(t *testing.T) {
 		t.Errorf("Payload = %#v, want %#v", d.Payload, want)
 	}
 }
+
+func TestTraceparentOf(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	m := envelope.Meta{EventType: "UsageAccepted", SchemaVersion: 1, TenantID: "t1", AggregateType: "usage",
+		AggregateID: "u1", AggregateVersion: 1, OccurredAt: time.Now(), Producer: "usage"}
+	for _, tc := range []struct {
+		name, traceparent, payload string
+	}{
+		{"with traceparent", tp, "x"},
+		{"without", "", "x"},
+		// A payload that holds the key and a traceparent-like value: only
+		// the envelope's own field, the last, counts.
+		{"payload mimics the field", "", `,"traceparent":"` + tp + `"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m.Traceparent = tc.traceparent
+			e, err := envelope.New(m, map[string]string{"note": tc.payload})
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, err := e.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := envelope.TraceparentOf(raw); got != tc.traceparent {
+				t.Errorf("TraceparentOf = %q, want %q", got, tc.traceparent)
+			}
+		})
+	}
+	for _, raw := range []string{"", "}", `{"traceparent":"` + tp + `"}`, `{"a":1,"traceparent":"` + tp[:54] + `x"}`} {
+		if got := envelope.TraceparentOf([]byte(raw)); got != "" {
+			t.Errorf("envelope.TraceparentOf(%q) = %q, want empty", raw, got)
+		}
+	}
+}

@@ -13,9 +13,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/outbox"
+	"github.com/usagebilling/billing/pkg/tracing"
 )
 
 // How a batch is decided
@@ -80,6 +82,8 @@ type item struct {
 	qreason string       // set when the message is quarantined without a lookup
 	hint    hint         // what could be read of a message that did not decode
 	woken   bool
+	span    trace.Span        // the decision's span, while tracing is on (trace.go)
+	cause   trace.SpanContext // the event's traceparent, while tracing is off
 }
 
 // hint is what a message that failed decoding claims to be, when it is a JSON
@@ -182,8 +186,20 @@ func (it *item) decision(outcome, reason string) Decision {
 }
 
 // process decides items in order; see "How a batch is decided".
-func (ib *Inbox) process(ctx context.Context, tx pgx.Tx, items []*item) ([]Decision, error) {
+func (ib *Inbox) process(ctx context.Context, tx pgx.Tx, items []*item) (_ []Decision, err error) {
 	out := make([]Decision, len(items))
+	for _, it := range items {
+		it.startDecision(ctx)
+	}
+	defer func() {
+		for i, it := range items {
+			if err != nil {
+				it.endDecision(nil, err)
+			} else {
+				it.endDecision(&out[i], nil)
+			}
+		}
+	}()
 	var woken []Decision
 	isolate := -1 // index of the item to decide alone next
 	// failing counts handler failures in a row; from two on, items are
@@ -294,6 +310,7 @@ type pending struct {
 	quarantines []quarantine
 	wakeKeys    []string
 	publish     []Publication // of the run's applied events, in order
+	appendSpans []trace.Span  // of publish, ended once written (trace.go)
 }
 
 type deferral struct {
@@ -337,6 +354,7 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 	for i := 0; i < len(items); {
 		next, stop, err := u.step(ctx, i)
 		if err != nil || stop {
+			u.p.endAppends(errRunUndone)
 			return u.res, err
 		}
 		i = next
@@ -377,7 +395,12 @@ func (u *unit) step(ctx context.Context, i int) (next int, stop bool, err error)
 	if pe := u.ib.attempts.panicked(it.env().EventID); pe != nil {
 		herr = pe // a known panic stands for the handler
 	} else {
-		out, herr = callHandler(ctx, u.tx, it.handler, it.dec)
+		hctx, span := it.startHandle(ctx)
+		out, herr = callHandler(hctx, u.tx, it.handler, it.dec)
+		tracing.End(span, herr)
+		if herr == nil {
+			u.p.traceOutcome(hctx, out)
+		}
 	}
 	if herr == nil {
 		u.st.apply(&u.p, u.res, i, it, out)
@@ -449,8 +472,10 @@ func (u *unit) gather(_ context.Context, i int) (group []int, next int) {
 }
 
 // callGroup calls the batch handler of the group's events; an event whose
-// handler panicked before is that item's error, without a call.
-func (u *unit) callGroup(ctx context.Context, group []int) ([]Outcome, error) {
+// handler panicked before is that item's error, without a call. Each event
+// gets its handle span; the call's context carries the one event's span when
+// the group has one event, no event's when it has more.
+func (u *unit) callGroup(ctx context.Context, group []int) (outs []Outcome, err error) {
 	ds := make([]*envelope.Decoded, len(group))
 	for k, idx := range group {
 		it := u.items[idx]
@@ -459,7 +484,35 @@ func (u *unit) callGroup(ctx context.Context, group []int) ([]Outcome, error) {
 		}
 		ds[k] = it.dec
 	}
-	return callBatch(ctx, u.tx, u.items[group[0]].batch, ds)
+	hctxs := make([]context.Context, len(group))
+	spans := make([]trace.Span, len(group))
+	for k, idx := range group {
+		hctxs[k], spans[k] = u.items[idx].startHandle(ctx)
+	}
+	callCtx := ctx
+	if len(group) == 1 {
+		callCtx = hctxs[0]
+	}
+	outs, err = callBatch(callCtx, u.tx, u.items[group[0]].batch, ds)
+	for k, span := range spans {
+		tracing.End(span, itemErr(err, k))
+	}
+	if err == nil && len(outs) == len(group) {
+		for k := range group {
+			u.p.traceOutcome(hctxs[k], outs[k])
+		}
+	}
+	return outs, err
+}
+
+// itemErr is the part of a batch handler's error that concerns item k: all
+// of an error naming no item, nothing of one naming another.
+func itemErr(err error, k int) error {
+	var ie *itemError
+	if errors.As(err, &ie) && ie.index != k {
+		return nil
+	}
+	return err
 }
 
 // settle decides items[i] without its handler when step 1's reads allow:
@@ -793,7 +846,9 @@ func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, savepointOpen
 			})
 	}
 	if b.Len() > 0 {
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		err := tx.SendBatch(ctx, b).Close()
+		p.endAppends(err)
+		if err != nil {
 			return nil, fmt.Errorf("record decisions: %w", err)
 		}
 	}

@@ -19,9 +19,12 @@ import (
 	"hash/fnv"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/tracing"
 )
 
 // NumShards is the number of key shards. It is part of the schema (the
@@ -68,11 +71,22 @@ func checkSize(eventType string, size int) error {
 // Append refuses every event, writing none, when one is invalid or its
 // encoding is over envelope.MaxBytes (an error wrapping envelope.ErrTooLarge):
 // an oversized event is never written, so it can never be sent.
-func Append(ctx context.Context, tx pgx.Tx, topic string, events ...envelope.Envelope) error {
+//
+// Append is traced as "outbox append <topic>" (package tracing), and every
+// event is written with that span's traceparent, so its consumers' spans join
+// the trace; when tracing is off, with the traceparent ctx carries (the
+// consumed event's or the request's), and when ctx carries none, with the
+// event's own. The events passed are not modified.
+func Append(ctx context.Context, tx pgx.Tx, topic string, events ...envelope.Envelope) (err error) {
 	if len(events) == 0 {
 		return nil
 	}
-	args, err := appendArgs(topic, events)
+	ctx, span := tracing.StartSpan(ctx, trace.SpanKindProducer, "outbox append", topic)
+	defer func() { tracing.End(span, err) }()
+	if span.IsRecording() {
+		span.SetAttributes(appendAttributes(topic, events)...)
+	}
+	args, err := appendArgs(topic, tracing.Traceparent(ctx), events)
 	if err != nil {
 		return err
 	}
@@ -82,15 +96,34 @@ func Append(ctx context.Context, tx pgx.Tx, topic string, events ...envelope.Env
 	return nil
 }
 
+// appendAttributes describes an append in the OpenTelemetry messaging
+// conventions (operation "create"); an event's id and type are given when
+// the append has one event.
+func appendAttributes(topic string, events []envelope.Envelope) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
+		attribute.String("messaging.system", "kafka"),
+		attribute.String("messaging.operation.type", "create"),
+		attribute.String("messaging.destination.name", topic),
+		attribute.Int("messaging.batch.message_count", len(events)),
+	}
+	if len(events) == 1 {
+		attrs = append(attrs, attribute.String("messaging.message.id", events[0].EventID.String()),
+			attribute.String("event.type", events[0].EventType), attribute.String("tenant.id", events[0].TenantID))
+	}
+	return attrs
+}
+
 // QueueAppend queues on b the statement Append would run, for a caller that
 // sends several statements of one transaction in one round trip (the inbox
 // appends the events of a whole run of decisions so). b must be sent in the
-// business transaction; its error is Append's.
+// business transaction; its error is Append's. QueueAppend starts no span
+// and writes each event's own traceparent: its caller traces the append (the
+// inbox does, per event).
 func QueueAppend(b *pgx.Batch, topic string, events ...envelope.Envelope) error {
 	if len(events) == 0 {
 		return nil
 	}
-	args, err := appendArgs(topic, events)
+	args, err := appendArgs(topic, "", events)
 	if err != nil {
 		return err
 	}
@@ -107,7 +140,9 @@ const appendSQL = `
 		     WITH ORDINALITY AS e(event_id, partition_key, shard, event_type, envelope, n)
 		ORDER BY e.n`
 
-func appendArgs(topic string, events []envelope.Envelope) ([]any, error) {
+// appendArgs encodes events for appendSQL, each with traceparent when it is
+// not empty.
+func appendArgs(topic, traceparent string, events []envelope.Envelope) ([]any, error) {
 	if topic == "" {
 		return nil, errors.New("append to outbox: empty topic")
 	}
@@ -117,6 +152,9 @@ func appendArgs(topic string, events []envelope.Envelope) ([]any, error) {
 	types := make([]string, len(events))
 	bodies := make([][]byte, len(events))
 	for i, ev := range events {
+		if traceparent != "" {
+			ev.Traceparent = traceparent
+		}
 		body, err := ev.Marshal()
 		if err != nil {
 			return nil, fmt.Errorf("append to outbox: %s %s: %w", ev.EventType, ev.EventID, err)

@@ -9,9 +9,12 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
+	"github.com/usagebilling/billing/pkg/tracing"
 )
 
 // pendingRow is one claimed outbox row.
@@ -70,8 +73,10 @@ func (r *Relay) round(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 
+	spans := startSendSpans(ctx, claimed)
 	failed := r.send(claimed)
 	ackedAt := time.Now()
+	endSendSpans(spans, failed)
 	if afterSend != nil {
 		afterSend()
 	}
@@ -120,6 +125,36 @@ func (r *Relay) dueShards() []int16 {
 	}
 	r.rotate++
 	return due
+}
+
+// startSendSpans starts, when tracing is on, one "outbox send <topic>" span
+// per row, each a child of its event's append span (the envelope's
+// traceparent), so the send shows in the event's trace; nil when off.
+func startSendSpans(ctx context.Context, rows []pendingRow) []trace.Span {
+	if !tracing.Enabled() {
+		return nil
+	}
+	spans := make([]trace.Span, len(rows))
+	for i, row := range rows {
+		parent := tracing.WithTraceparent(ctx, envelope.TraceparentOf(row.Envelope))
+		_, spans[i] = tracing.StartSpan(parent, trace.SpanKindProducer, "outbox send", row.Topic)
+		spans[i].SetAttributes(
+			attribute.String("messaging.system", "kafka"),
+			attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.destination.name", row.Topic),
+			attribute.String("messaging.message.id", row.EventID.String()),
+			attribute.String("messaging.kafka.message.key", row.Key),
+			attribute.String("event.type", row.EventType),
+			attribute.Int("outbox.attempt", row.Attempts+1))
+	}
+	return spans
+}
+
+// endSendSpans ends the spans of startSendSpans, a failed row's with its error.
+func endSendSpans(spans []trace.Span, failed map[int]error) {
+	for i, span := range spans {
+		tracing.End(span, failed[i])
+	}
 }
 
 // send produces the rows and returns the errors by row index. It waits for
