@@ -173,7 +173,7 @@ func TestComposeHasEveryService(t *testing.T) {
 	p := loadCompose(t)
 	want := []string{pgService, kafkaService, topicInitService, proxyService, exporterService, promService, grafanaService}
 	for _, s := range specs {
-		want = append(want, s.Name)
+		want = append(want, s.Name, migrateService(s))
 	}
 	var got []string
 	for name := range p.Services {
@@ -276,6 +276,101 @@ func TestServicePortsAndHealthchecks(t *testing.T) {
 				t.Errorf("%s: healthcheck probes %s, want http://...:%d/readyz", spec.Name, u, spec.DefaultPort)
 			}
 		})
+	}
+}
+
+// migrateService is the one-shot compose service running `<name> migrate`.
+func migrateService(spec service.Spec) string { return spec.Name + "-migrate" }
+
+// migrateConfig is what `<name> migrate` makes of its one-shot's environment.
+func migrateConfig(t *testing.T, p *types.Project, spec service.Spec) service.Config {
+	t.Helper()
+	e := env(composeService(t, p, migrateService(spec)))
+	dir := composeKeys(t)
+	for name, v := range e {
+		if rest, ok := strings.CutPrefix(v, "/keys/"); ok {
+			e[name] = filepath.Join(dir, rest)
+		}
+	}
+	cfg, err := service.LoadConfig(service.NewEnvFrom(e), spec.Name, spec.DefaultPort)
+	if err != nil {
+		t.Fatalf("%s rejects its compose environment: %v", migrateService(spec), err)
+	}
+	return cfg
+}
+
+// TestMigrateStep checks that each service runs as a role other than its
+// database's owner, and starts only after a one-shot of its own image has
+// run `migrate` as the owner for that same database and runtime role.
+func TestMigrateStep(t *testing.T) {
+	p := loadCompose(t)
+	for _, spec := range specs {
+		t.Run(spec.Name, func(t *testing.T) {
+			svc, mig := composeService(t, p, spec.Name), composeService(t, p, migrateService(spec))
+			if mig.Image != svc.Image {
+				t.Errorf("%s runs image %q, want the service's %q", mig.Name, mig.Image, svc.Image)
+			}
+			if !slices.Equal(mig.Command, types.ShellCommand{"migrate"}) {
+				t.Errorf("%s: command %v, want [migrate]", mig.Name, mig.Command)
+			}
+			if mig.Restart != "no" {
+				t.Errorf("%s: restart %q, want \"no\" (a one-shot)", mig.Name, mig.Restart)
+			}
+			if got := svc.DependsOn[mig.Name].Condition; got != types.ServiceConditionCompletedSuccessfully {
+				t.Errorf("%s depends on %s with condition %q, want %q", spec.Name, mig.Name, got, types.ServiceConditionCompletedSuccessfully)
+			}
+			if got := mig.DependsOn[pgService].Condition; got != types.ServiceConditionHealthy {
+				t.Errorf("%s depends on %s with condition %q, want %q", mig.Name, pgService, got, types.ServiceConditionHealthy)
+			}
+			run, m := serviceConfig(t, p, spec), migrateConfig(t, p, spec)
+			if run.DatabaseMigrateURL != "" {
+				t.Errorf("%s is given the owner's DATABASE_MIGRATE_URL: the service needs only its runtime role", spec.Name)
+			}
+			if m.DatabaseMigrateURL == "" {
+				t.Fatalf("%s: DATABASE_MIGRATE_URL is not set", mig.Name)
+			}
+			runDB, runUser, _ := dbName(t, run.DatabaseURL)
+			migDB, owner, _ := dbName(t, m.DatabaseMigrateURL)
+			if _, grantee, _ := dbName(t, m.DatabaseURL); grantee != runUser {
+				t.Errorf("%s grants %q, but %s runs as %q", mig.Name, grantee, spec.Name, runUser)
+			}
+			if migDB != runDB {
+				t.Errorf("%s migrates database %q, %s uses %q", mig.Name, migDB, spec.Name, runDB)
+			}
+			if owner == runUser {
+				t.Errorf("%s runs as %q, its database's owner: want a DML-only role", spec.Name, runUser)
+			}
+		})
+	}
+}
+
+// TestKafkaSecurityMatchesListener checks that each service speaks the
+// security protocol of the broker listener it bootstraps from.
+func TestKafkaSecurityMatchesListener(t *testing.T) {
+	p := loadCompose(t)
+	kenv := env(composeService(t, p, kafkaService))
+	protocols := map[string]string{} // listener name -> protocol
+	for _, l := range strings.Split(kenv["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"], ",") {
+		name, proto, _ := strings.Cut(strings.TrimSpace(l), ":")
+		protocols[name] = proto
+	}
+	advertised := map[string]string{} // host:port -> protocol
+	for _, l := range strings.Split(kenv["KAFKA_ADVERTISED_LISTENERS"], ",") {
+		name, addr, _ := strings.Cut(strings.TrimSpace(l), "://")
+		advertised[addr] = protocols[name]
+	}
+	for _, spec := range specs {
+		cfg := serviceConfig(t, p, spec)
+		want := cfg.Kafka.Protocol
+		for _, b := range cfg.Brokers {
+			// The services reach the broker through toxiproxy, which the
+			// broker advertises: the listener is the one advertising b.
+			if got, ok := advertised[b]; !ok {
+				t.Errorf("%s: no Kafka listener advertises %s", spec.Name, b)
+			} else if got != want {
+				t.Errorf("%s: KAFKA_SECURITY_PROTOCOL %s, but the listener at %s is %s", spec.Name, want, b, got)
+			}
+		}
 	}
 }
 

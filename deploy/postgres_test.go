@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/pgcluster"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/service"
 )
 
 const initSQL = "postgres/init-databases.sql"
@@ -62,16 +64,19 @@ func TestInitScriptMatchesDatabaseURLs(t *testing.T) {
 		}
 	}
 	for _, spec := range specs {
-		cfg := serviceConfig(t, p, spec)
-		db, user, password := dbName(t, cfg.DatabaseURL)
+		db, user, password := dbName(t, migrateConfig(t, p, spec).DatabaseMigrateURL)
 		owner, ok := owners[db]
 		switch {
 		case !ok:
-			t.Errorf("%s: database %q is not created by %s", spec.Name, db, initSQL)
+			t.Errorf("%s: database %q is not created by %s", migrateService(spec), db, initSQL)
 		case owner != user:
-			t.Errorf("%s: connects as %q to database %q owned by %q", spec.Name, user, db, owner)
+			t.Errorf("%s: migrates as %q database %q owned by %q", migrateService(spec), user, db, owner)
 		case roles[user] != password:
-			t.Errorf("%s: the password in DATABASE_URL is not the one %s sets for %q", spec.Name, initSQL, user)
+			t.Errorf("%s: the password in DATABASE_MIGRATE_URL is not the one %s sets for %q", migrateService(spec), initSQL, user)
+		}
+		_, user, password = dbName(t, serviceConfig(t, p, spec).DatabaseURL)
+		if pw, ok := roles[user]; !ok || pw != password {
+			t.Errorf("%s: runs as %q, a role %s does not create with the password of DATABASE_URL", spec.Name, user, initSQL)
 		}
 	}
 	pg := composeService(t, p, pgService)
@@ -81,9 +86,11 @@ func TestInitScriptMatchesDatabaseURLs(t *testing.T) {
 }
 
 // TestInitScriptOnRealPostgres runs the init script on a throwaway
-// PostgreSQL as the superuser, as the postgres image does, then migrates each
-// service's database as the service's own role (not a superuser), and checks
-// that a service cannot connect to another's database.
+// PostgreSQL as the superuser, as the postgres image does, then runs each
+// service's `migrate` with its one-shot's environment (as the database's
+// owner, not a superuser), and checks that each service's runtime role can
+// connect, cannot disable a trigger, and cannot connect to another's
+// database.
 func TestInitScriptOnRealPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a PostgreSQL cluster")
@@ -120,12 +127,31 @@ func TestInitScriptOnRealPostgres(t *testing.T) {
 		return u.String()
 	}
 	urls := map[string]string{}
+	dir := composeKeys(t)
 	for _, spec := range specs {
-		dbURL := local(serviceConfig(t, p, spec).DatabaseURL)
-		urls[spec.Name] = dbURL
-		if err := pgmigrate.Up(dbURL, spec.Sets()...); err != nil {
-			t.Errorf("%s: migrations as the service's role: %v", spec.Name, err)
+		e := env(composeService(t, p, migrateService(spec)))
+		for name, v := range e {
+			if rest, ok := strings.CutPrefix(v, "/keys/"); ok {
+				e[name] = filepath.Join(dir, rest)
+			}
 		}
+		e["DATABASE_URL"], e["DATABASE_MIGRATE_URL"] = local(e["DATABASE_URL"]), local(e["DATABASE_MIGRATE_URL"])
+		if err := service.Run(ctx, spec, []string{"migrate"}, service.NewEnvFrom(e)); err != nil {
+			t.Errorf("%s: %v", migrateService(spec), err)
+		}
+		urls[spec.Name] = local(serviceConfig(t, p, spec).DatabaseURL)
+		conn, err := pgx.Connect(ctx, urls[spec.Name])
+		if err != nil {
+			t.Errorf("%s: runtime role: %v", spec.Name, err)
+			continue
+		}
+		if err := pgmigrate.Check(ctx, urls[spec.Name], spec.Sets()...); err != nil {
+			t.Errorf("%s: the runtime role does not see the migrated schema: %v", spec.Name, err)
+		}
+		if _, err := conn.Exec(ctx, "ALTER TABLE outbox_event DISABLE TRIGGER ALL"); err == nil || !strings.Contains(err.Error(), "must be owner") {
+			t.Errorf("%s: runtime role disabling triggers: %v, want must be owner", spec.Name, err)
+		}
+		_ = conn.Close(ctx)
 	}
 	// meter's role on usage's database.
 	u, _ := url.Parse(urls["usage"])

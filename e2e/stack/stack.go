@@ -164,6 +164,8 @@ type Stack struct {
 	dbNames map[string]string // service -> database name
 	direct  map[string]string // service -> direct database URL
 	proxied map[string]string // service -> database URL through its proxy
+	// roles are each service's URLs as its owner and its runtime role (roles.go).
+	roles map[string]roleURLs
 
 	embedded *kfake.Cluster
 	apache   *kafkabroker.Apache
@@ -235,6 +237,10 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 
 	if err := s.startPostgres(ctx); err != nil {
+		_ = waitBuild()
+		return nil, err
+	}
+	if err := s.createRoles(ctx); err != nil {
 		_ = waitBuild()
 		return nil, err
 	}
@@ -506,6 +512,9 @@ func (s *Stack) startServices(ctx context.Context, binDir string) error {
 	for _, in := range all {
 		in.env = s.serviceEnv(in.service)
 	}
+	if err := s.migrateAll(ctx, binDir); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(filepath.Join(s.dir, "logs"), 0o755); err != nil {
 		return fmt.Errorf("create log directory: %w", err)
 	}
@@ -538,7 +547,7 @@ func (s *Stack) serviceEnv(name string) map[string]string {
 		urls = append(urls, other+"="+s.URL(other, 0))
 	}
 	env := map[string]string{
-		"DATABASE_URL":  s.proxied[name],
+		"DATABASE_URL":  s.runtimeURL(name),
 		"KAFKA_BROKERS": strings.Join(s.brokers, ","),
 		"LOG_LEVEL":     s.opts.LogLevel,
 		"AUTH_DEV_KEY":  "true",
@@ -758,6 +767,9 @@ func (s *Stack) Upgrade(ctx context.Context, service string, instance int, binar
 		return fmt.Errorf("upgrade %s: %w", in.name(), err)
 	}
 	s.log.Info("upgrading", "service", in.name(), "binary", binary)
+	if err := s.migrate(ctx, service, binary); err != nil {
+		return err
+	}
 	if err := in.stop(ctx, 20*time.Second); err != nil {
 		return err
 	}
