@@ -118,6 +118,8 @@ func ParseSettings(r SettingsRequest) (Settings, error) {
 
 var isoDuration = regexp.MustCompile(`^P(?:(\d{1,4})W)?(?:(\d{1,4})D)?(?:T(?:(\d{1,6})H)?(?:(\d{1,8})M)?(?:(\d{1,10})(?:\.(\d{1,9}))?S)?)?$`)
 
+const maxDuration = time.Duration(1<<63 - 1 - 1e9) // room for the fraction of a second
+
 // ParseDuration parses an ISO 8601 duration of weeks, days, hours, minutes
 // and seconds ("PT1H", "P1DT12H", "PT90M", "PT0S"). Years and months are
 // refused: their length depends on the calendar.
@@ -132,6 +134,11 @@ func ParseDuration(s string) (time.Duration, error) {
 			continue
 		}
 		n, _ := strconv.ParseInt(m[i+1], 10, 64)
+		// Each part is at most 10 digits; refuse what time.Duration cannot
+		// hold rather than wrap around into a small duration.
+		if n > int64(maxDuration/unit) || time.Duration(n)*unit > maxDuration-d {
+			return 0, fmt.Errorf("duration %q is too long", clip(s))
+		}
 		d += time.Duration(n) * unit
 	}
 	if m[6] != "" {
