@@ -52,11 +52,12 @@ type offsetsAt struct {
 	newest map[string]map[int32]int64
 }
 
-// LagGrace: on the meter topic Lag counts the messages published more than
+// LagGrace: on the meter and usage topics Lag counts the messages published more than
 // LagGrace before the reading (by the newest offsets of a reading LagGrace
 // to twice that ago; without one, every message) that a group has not
 // consumed. Meter publishes its price schedules' watermarks every few
-// seconds whatever the load (decision 0011), so "no meter message
+// seconds whatever the load (decision 0011), and usage its partitions'
+// watermarks every second (decision 0014), so "no meter or usage message
 // unconsumed at this instant" is rarely true of a healthy system; "nothing
 // older than LagGrace" is. Every other topic counts every message.
 const LagGrace = 10 * time.Second
@@ -131,9 +132,10 @@ func (k *Kafka) lagLocked() (map[string]int64, error) {
 			newest[topic][p] = off
 		}
 	}
-	// The meter topic is measured with LagGrace (its watermarks never stop);
-	// every other topic to its newest offset.
-	meterRef := k.reference(time.Now(), newest)[events.TopicMeter]
+	// The meter and usage topics are measured with LagGrace (their
+	// watermarks never stop: decisions 0011 and 0014); every other topic to
+	// its newest offset.
+	ref := k.reference(time.Now(), newest)
 	admin, err := sarama.NewClusterAdminFromClient(c)
 	if err != nil {
 		return nil, err
@@ -166,8 +168,8 @@ func (k *Kafka) lagLocked() (map[string]int64, error) {
 					}
 				}
 				end := newest[topic][p]
-				if topic == events.TopicMeter {
-					end = meterRef[p]
+				if topic == events.TopicMeter || topic == events.TopicUsage {
+					end = ref[topic][p]
 				}
 				lag += max(end-committed, 0)
 			}

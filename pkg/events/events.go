@@ -455,6 +455,7 @@ func Register(r *envelope.Registry) {
 	envelope.Register[PriceActivated](r, TypePriceActivated, 1)
 	envelope.Register[PriceScheduleWatermark](r, TypePriceScheduleWatermark, 1)
 	envelope.Register[UsageAccepted](r, TypeUsageAccepted, 1)
+	registerUsageWatermark(r)
 	envelope.Register[ChargeRated](r, TypeChargeRated, 1)
 	envelope.Register[AdjustmentPosted](r, TypeAdjustmentPosted, 1)
 	envelope.Register[BillingPeriodClosed](r, TypeBillingPeriodClosed, 1)

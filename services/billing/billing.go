@@ -41,6 +41,21 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	}
 	svc := app.New(d.Pool, d.Logger)
 	svc.SetClock(now)
+	// A close waits for the usage accepted before it (decision 0014):
+	// BILLING_CLOSE_WAIT (default 5s) is how long an HTTP close waits for
+	// usage's watermarks before it answers 202 closing and leaves the rest
+	// to the scheduler.
+	env := service.NewEnv()
+	closeWait := env.Duration("BILLING_CLOSE_WAIT", 5*time.Second)
+	if err := env.Err(); err != nil {
+		return service.Parts{}, err
+	}
+	svc.WaitForUsage(closeWait)
+	if d.Metrics != nil {
+		if err := svc.RegisterMetrics(d.Metrics); err != nil {
+			return service.Parts{}, err
+		}
+	}
 	interval, err := schedulerInterval()
 	if err != nil {
 		return service.Parts{}, err

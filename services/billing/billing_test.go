@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/pkg/auth"
+	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/kafkabroker"
 	"github.com/usagebilling/billing/pkg/kafkatest"
@@ -121,6 +122,9 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 		t.Fatalf("charges: %v %+v", err, list)
 	}
 
+	// Usage's watermarks (decision 0014), as the usage service publishes
+	// them every second: the close waits for them.
+	produce(t, brokers, events.TopicUsage, usageWatermarks(t, 3, time.Now().Add(time.Hour))...)
 	req, _ := http.NewRequest("POST", base+"/v1/tenants/acme/periods/2026-01/close", nil)
 	req.Header.Set("Idempotency-Key", "close-2026-01")
 	resp, err = client.Do(req)
@@ -162,4 +166,26 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// usageWatermarks are usage's watermarks of every partition through through.
+func usageWatermarks(t *testing.T, partitions int32, through time.Time) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for p := range partitions {
+		env, err := envelope.New(envelope.Meta{
+			EventType: events.TypeUsageAcceptedThrough, SchemaVersion: 1, TenantID: events.UsageWatermarkTenant,
+			AggregateType: events.AggregateUsageWatermark, AggregateID: events.UsageWatermarkID(p, through, 0),
+			AggregateVersion: 1, OccurredAt: through, Producer: "usage",
+		}, events.UsageAcceptedThrough{Partition: p, Partitions: partitions, Through: through})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := env.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, raw)
+	}
+	return out
 }

@@ -8,6 +8,7 @@ package usage
 
 import (
 	"context"
+	"time"
 
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
@@ -28,11 +29,23 @@ var Spec = service.Spec{
 	OriginConstraints: []string{"price_evidence_event_id_key"},
 }
 
-// Build wires the HTTP API and the consumer of the meter's events.
+// Build wires the HTTP API, the consumer of the meter's events and the
+// publisher of usage's watermarks (UsageAcceptedThrough, decision 0014):
+// USAGE_WATERMARK_INTERVAL (default 1s) is how often it cuts and publishes.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
+	env := service.NewEnv()
+	interval := env.Duration("USAGE_WATERMARK_INTERVAL", time.Second)
+	if err := env.Err(); err != nil {
+		return service.Parts{}, err
+	}
 	a := app.New(d.Pool, d.Logger)
 	return service.Parts{
-		Routes:         httpapi.New(a, d.Logger).Routes,
+		Routes: httpapi.New(a, d.Logger).Routes,
+		Work: func(ctx context.Context) error {
+			p := &topicPartitions{brokers: d.Config.Brokers}
+			defer p.close()
+			return a.RunWatermarks(ctx, interval, p.count)
+		},
 		Topics:         []string{events.TopicMeter},
 		Handlers:       a.Handlers(),
 		Reconciliation: a.Reconciliation(),

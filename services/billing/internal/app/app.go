@@ -28,6 +28,11 @@ type Service struct {
 	pool *pgxpool.Pool
 	log  *slog.Logger
 	now  func() time.Time
+	// gate: closes wait for usage's watermarks (WaitForUsage); closeWait is
+	// how long an HTTP close waits before it answers closing.
+	gate      bool
+	closeWait time.Duration
+	metrics   *closeMetrics
 }
 
 // New returns the billing service on pool.
@@ -50,6 +55,7 @@ func (s *Service) Handlers() map[string]inbox.Handler {
 	return map[string]inbox.Handler{
 		events.TypePriceActivated:         inbox.On(s.OnPriceActivated),
 		events.TypePriceScheduleWatermark: inbox.On(s.OnPriceScheduleWatermark),
+		events.TypeUsageAcceptedThrough:   inbox.On(s.OnUsageAcceptedThrough),
 	}
 }
 

@@ -165,7 +165,20 @@ type CloseReply struct {
 // crash between the steps leaves the period closing and the next call
 // finishes it (its actor is the one recorded); a call on a closed period
 // publishes nothing.
+//
+// With WaitForUsage, step 1 waits for the usage accepted before the close
+// was requested (decision 0014): the request is recorded first
+// (close_requested_at, the first request's time and actor stand) and the
+// period stays open; the call waits up to the service's close wait for
+// usage's watermarks, then answers 202 {status: "closing"} without saving
+// an answer under the key, and the scheduler finishes the close once usage
+// has caught up (a retry with the key carries on, and answers closed once
+// it is).
 func (s *Service) ClosePeriod(ctx context.Context, r Request, period string) (Reply, error) {
+	return s.closePeriod(ctx, r, period, s.closeWait)
+}
+
+func (s *Service) closePeriod(ctx context.Context, r Request, period string, wait time.Duration) (Reply, error) {
 	if err := r.checkActor(); err != nil {
 		return Reply{}, err
 	}
@@ -175,6 +188,19 @@ func (s *Service) ClosePeriod(ctx context.Context, r Request, period string) (Re
 	}
 	if err := domain.CheckBegun(period, current); err != nil {
 		return Reply{}, err
+	}
+	if s.gate {
+		replay, ready, err := s.requestClose(ctx, r, period, wait)
+		if err != nil || replay != nil {
+			return derefReply(replay), err
+		}
+		if !ready {
+			body, err := json.Marshal(CloseReply{Period: period, Status: domain.StatusClosing})
+			if err != nil {
+				return Reply{}, fmt.Errorf("encode reply: %w", err)
+			}
+			return Reply{Status: http.StatusAccepted, Body: body}, nil
+		}
 	}
 	replay, err := s.markClosing(ctx, r, period)
 	if err != nil || replay != nil {
@@ -188,6 +214,63 @@ func derefReply(r *Reply) Reply {
 		return Reply{}
 	}
 	return *r
+}
+
+// closePoll is how often a waiting close looks at usage's watermarks again.
+const closePoll = 50 * time.Millisecond
+
+// requestClose records the close request (claiming the key first, so a
+// reused key changes nothing and an answered one replays) and waits up to
+// wait for usage to catch up with it: ready when step 1 may run (or the
+// period is closing or closed already).
+func (s *Service) requestClose(ctx context.Context, r Request, period string, wait time.Duration) (*Reply, bool, error) {
+	var replay *Reply
+	var status string
+	var requestedAt time.Time
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		prev, err := idempotency.Claim(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, r.RequestHash)
+		if err != nil {
+			return err
+		}
+		if prev != nil && prev.Status != 0 {
+			replay = &Reply{Status: prev.Status, Body: prev.Body, Replayed: true}
+			return nil
+		}
+		q := db.New(tx)
+		if err := q.LockPeriodExclusive(ctx, db.LockPeriodExclusiveParams{TenantID: r.TenantID, Period: period}); err != nil {
+			return fmt.Errorf("lock period %s: %w", period, err)
+		}
+		row, err := q.RequestClose(ctx, db.RequestCloseParams{TenantID: r.TenantID, Period: period,
+			RequestedAt: s.now().UTC(), RequestedBy: r.Actor})
+		if err != nil {
+			return fmt.Errorf("request close of %s: %w", period, err)
+		}
+		status, requestedAt = row.Status, row.CloseRequestedAt
+		return nil
+	})
+	if err != nil || replay != nil {
+		return replay, false, err
+	}
+	if status != domain.StatusOpen {
+		return nil, true, nil
+	}
+	cals, err := calendars(ctx, s.pool, r.TenantID)
+	if err != nil {
+		return nil, false, err
+	}
+	end := cals[r.TenantID].End(period)
+	deadline := time.Now().Add(wait)
+	for {
+		ready, _, err := s.usageCaughtUp(ctx, s.pool, r.TenantID, end, requestedAt)
+		if err != nil || ready || !time.Now().Add(closePoll).Before(deadline) {
+			return nil, ready, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(closePoll):
+		}
+	}
 }
 
 // markClosing is step 1. It claims the Idempotency-Key first, so a reused key

@@ -3,9 +3,11 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/pricing"
@@ -28,6 +30,11 @@ type Estimate struct {
 	// grace; null once its close has begun.
 	ClosesAt *time.Time                 `json:"closesAt"`
 	Estimate map[string]decimal.Decimal `json:"estimate"`
+	// CloseRequestedAt is when a close was requested that waits for usage
+	// (decision 0014): the period reads closing, its usage is still rated
+	// into it, and WaitingFor says what the close waits for.
+	CloseRequestedAt *time.Time `json:"closeRequestedAt,omitempty"`
+	WaitingFor       string     `json:"waitingFor,omitempty"`
 }
 
 // PeriodEstimate reads the period's status, lines and adjustments, in one
@@ -57,6 +64,25 @@ func (s *Service) PeriodEstimate(ctx context.Context, tenantID, period string) (
 	if out.Status == domain.StatusOpen || out.Status == domain.StatusGrace {
 		at := cal.ClosesAt(period)
 		out.ClosesAt = &at
+	}
+	if stored == domain.StatusOpen {
+		req, err := q.CloseRequest(ctx, db.CloseRequestParams{TenantID: tenantID, Period: period})
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return Estimate{}, fmt.Errorf("read close request: %w", err)
+		default:
+			at := req.CloseRequestedAt.UTC()
+			out.Status, out.ClosesAt, out.CloseRequestedAt = domain.StatusClosing, nil, &at
+			_, why, err := s.usageCaughtUp(ctx, tx, tenantID, cal.End(period), at)
+			if err != nil {
+				return Estimate{}, err
+			}
+			if why == "" {
+				why = "the close scheduler's next pass"
+			}
+			out.WaitingFor = why
+		}
 	}
 	lines, err := q.PeriodLines(ctx, db.PeriodLinesParams{TenantID: tenantID, Period: period})
 	if err != nil {

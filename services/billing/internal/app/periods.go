@@ -152,6 +152,29 @@ type SchedulerRun struct {
 func (s *Service) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 	var run SchedulerRun
 	q := db.New(s.pool)
+	// Closes requested and waiting for usage (decision 0014): finished
+	// once usage has caught up, under the requester's actor.
+	waits, err := q.RequestedCloses(ctx)
+	if err != nil {
+		return run, fmt.Errorf("find requested closes: %w", err)
+	}
+	requested := make(map[string]bool, len(waits))
+	waiting, oldest := 0, time.Duration(0)
+	for _, w := range waits {
+		name := w.TenantID + "/" + w.Period
+		requested[name] = true
+		closed, err := s.scheduledClose(ctx, w.TenantID, w.Period, w.CloseRequestedBy)
+		if err != nil {
+			return run, fmt.Errorf("close %s: %w", name, err)
+		}
+		if closed {
+			run.Closed = append(run.Closed, name)
+			continue
+		}
+		waiting++
+		oldest = max(oldest, s.now().Sub(w.CloseRequestedAt))
+	}
+	s.observeWaiting(waiting, oldest)
 	cands, err := q.UnclosedPeriods(ctx)
 	if err != nil {
 		return run, fmt.Errorf("find unclosed periods: %w", err)
@@ -175,16 +198,16 @@ func (s *Service) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 		cal := cals[c.TenantID]
 		name := c.TenantID + "/" + c.Period
 		switch {
+		case requested[name]:
+			// finished below, by the requester's actor
 		case c.Closing || !now.Before(cal.ClosesAt(c.Period)):
-			path := fmt.Sprintf("/v1/tenants/%s/periods/%s/close", c.TenantID, c.Period)
-			_, err := s.ClosePeriod(ctx, Request{
-				TenantID: c.TenantID, IdempotencyKey: "scheduler/" + c.Period, Actor: SchedulerActor,
-				RequestHash: idempotency.RequestHash("SCHEDULE", path, nil), CorrelationID: "scheduler-" + c.Period,
-			}, c.Period)
+			closed, err := s.scheduledClose(ctx, c.TenantID, c.Period, SchedulerActor)
 			if err != nil {
 				return run, fmt.Errorf("close %s: %w", name, err)
 			}
-			run.Closed = append(run.Closed, name)
+			if closed {
+				run.Closed = append(run.Closed, name)
+			}
 		case !c.Ended && !now.Before(cal.End(c.Period)):
 			appended, err := s.periodEnded(ctx, c.TenantID, c.Period, cal)
 			if err != nil {
@@ -196,6 +219,27 @@ func (s *Service) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 		}
 	}
 	return run, nil
+}
+
+// scheduledClose runs a close for the scheduler, without waiting: true
+// when the period is closed, false when it waits for usage.
+func (s *Service) scheduledClose(ctx context.Context, tenantID, period, actor string) (bool, error) {
+	if actor == "" {
+		actor = SchedulerActor
+	}
+	path := fmt.Sprintf("/v1/tenants/%s/periods/%s/close", tenantID, period)
+	reply, err := s.closePeriod(ctx, Request{
+		TenantID: tenantID, IdempotencyKey: "scheduler/" + period, Actor: actor,
+		RequestHash: idempotency.RequestHash("SCHEDULE", path, nil), CorrelationID: "scheduler-" + period,
+	}, period, 0)
+	if err != nil {
+		return false, err
+	}
+	var body CloseReply
+	if err := json.Unmarshal(reply.Body, &body); err != nil {
+		return false, fmt.Errorf("%w: close answer %q: %v", ErrInternal, reply.Body, err)
+	}
+	return body.Status == domain.StatusClosed, nil
 }
 
 // periodEnded records that a period went into grace and appends

@@ -27,14 +27,16 @@ type Adjustment struct {
 }
 
 type BillingPeriod struct {
-	TenantID     string
-	Period       string
-	Status       string
-	CreatedAt    time.Time
-	ClosingAt    pgtype.Timestamptz
-	ClosedAt     pgtype.Timestamptz
-	CloseEventID pgtype.UUID
-	ClosedBy     pgtype.Text
+	TenantID         string
+	Period           string
+	Status           string
+	CreatedAt        time.Time
+	ClosingAt        pgtype.Timestamptz
+	ClosedAt         pgtype.Timestamptz
+	CloseEventID     pgtype.UUID
+	ClosedBy         pgtype.Text
+	CloseRequestedAt pgtype.Timestamptz
+	CloseRequestedBy pgtype.Text
 }
 
 type Charge struct {
@@ -95,4 +97,11 @@ type TenantSetting struct {
 	GraceSeconds  int64
 	Actor         string
 	UpdatedAt     time.Time
+}
+
+type UsageWatermark struct {
+	Partition  int32
+	Partitions int32
+	Through    time.Time
+	AppliedAt  time.Time
 }

@@ -304,22 +304,14 @@ WHERE tenant_id = @tenant_id AND period = @period AND status = 'closing';
 
 -- name: ReconciliationMonths :many
 -- ReconciliationMonths lists the months a period's reconciliation reads:
--- the period, the UTC months the usage of its charges rated off-month
--- occurred in, and the periods the usage that occurred in the UTC month of
--- the same name was rated into off-month. A charge is off-month when its
--- period is not the UTC month its usage occurred in: late, or a tenant in
--- another time zone (decision 0014); the partial indexes of migration 0008
--- hold those charges, under the same predicate.
+-- the period, the months its late charges' usage occurred in, and the
+-- periods the usage that occurred in it was rated into late.
 SELECT DISTINCT m.period::text AS period FROM (
     SELECT to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') AS period
-    FROM charge c WHERE c.tenant_id = @tenant_id AND c.period = @period
-      AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
-                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+    FROM charge c WHERE c.tenant_id = @tenant_id AND c.period = @period AND c.late
     UNION ALL
     SELECT c.period FROM charge c
-    WHERE c.tenant_id = @tenant_id
-      AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
-                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+    WHERE c.tenant_id = @tenant_id AND c.late
       AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = @month::timestamp
     UNION ALL
     SELECT @period::text
@@ -328,22 +320,21 @@ ORDER BY 1;
 
 -- name: ReconciliationCharges :many
 -- ReconciliationCharges reads a page of a tenant's charges rated into a
--- period or rating usage that occurred in the UTC month of the same name
--- and rated into another period (off-month: late, or a tenant in another
--- time zone), in (usage event id, event id) order after a position.
+-- period or rating usage that occurred in it (late, into a later period),
+-- in (usage event id, event id) order after a position.
 SELECT * FROM (
-    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period, c.late, c.occurred_at
+    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period,
+            to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
      FROM charge c
      WHERE c.tenant_id = @tenant_id AND c.period = @period
        AND (c.usage_event_id, c.event_id) > (@after_key::uuid, @after_id::uuid)
      ORDER BY c.usage_event_id, c.event_id
      LIMIT @row_limit)
     UNION ALL
-    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period, c.late, c.occurred_at
+    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period,
+            to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
      FROM charge c
-     WHERE c.tenant_id = @tenant_id AND c.period <> @period
-       AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
-                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+     WHERE c.tenant_id = @tenant_id AND c.late AND c.period <> @period
        AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = @month::timestamp
        AND (c.usage_event_id, c.event_id) > (@after_key::uuid, @after_id::uuid)
      ORDER BY c.usage_event_id, c.event_id
@@ -415,3 +406,40 @@ ORDER BY c.tenant_id, c.period;
 INSERT INTO period_ended (tenant_id, period, ended_at, closes_at, event_id)
 VALUES (@tenant_id, @period, @ended_at, @closes_at, @event_id)
 ON CONFLICT DO NOTHING;
+
+-- name: RaiseUsageWatermark :exec
+-- Applies a usage watermark: raises its partition's through (never lowers
+-- it) and records the topic's partition count it was sent with.
+INSERT INTO usage_watermark AS w (partition, partitions, through)
+VALUES (@partition, @partitions, @through)
+ON CONFLICT (partition) DO UPDATE
+SET through = GREATEST(w.through, EXCLUDED.through), partitions = EXCLUDED.partitions, applied_at = now()
+WHERE EXCLUDED.through > w.through;
+
+-- name: UsageWatermarks :many
+SELECT partition, partitions, through FROM usage_watermark ORDER BY partition;
+
+-- name: RequestClose :one
+-- Records a close request under the period's exclusive lock: the first
+-- request's time and actor stand. Returns the period's status and when its
+-- close was requested.
+INSERT INTO billing_period AS b (tenant_id, period, close_requested_at, close_requested_by)
+VALUES (@tenant_id, @period, sqlc.arg(requested_at)::timestamptz, sqlc.arg(requested_by)::text)
+ON CONFLICT (tenant_id, period) DO UPDATE
+SET close_requested_at = COALESCE(b.close_requested_at, EXCLUDED.close_requested_at),
+    close_requested_by = COALESCE(b.close_requested_by, EXCLUDED.close_requested_by)
+RETURNING b.status, b.close_requested_at::timestamptz AS close_requested_at;
+
+-- name: CloseRequest :one
+SELECT close_requested_at::timestamptz AS close_requested_at, COALESCE(close_requested_by, '')::text AS close_requested_by
+FROM billing_period
+WHERE tenant_id = @tenant_id AND period = @period AND close_requested_at IS NOT NULL;
+
+-- name: RequestedCloses :many
+-- The closes requested and waiting (the period still open), for the
+-- scheduler to finish.
+SELECT tenant_id, period, close_requested_at::timestamptz AS close_requested_at,
+       COALESCE(close_requested_by, '')::text AS close_requested_by
+FROM billing_period
+WHERE status = 'open' AND close_requested_at IS NOT NULL
+ORDER BY tenant_id, period;

@@ -14,6 +14,29 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+const closeRequest = `-- name: CloseRequest :one
+SELECT close_requested_at::timestamptz AS close_requested_at, COALESCE(close_requested_by, '')::text AS close_requested_by
+FROM billing_period
+WHERE tenant_id = $1 AND period = $2 AND close_requested_at IS NOT NULL
+`
+
+type CloseRequestParams struct {
+	TenantID string
+	Period   string
+}
+
+type CloseRequestRow struct {
+	CloseRequestedAt time.Time
+	CloseRequestedBy string
+}
+
+func (q *Queries) CloseRequest(ctx context.Context, arg CloseRequestParams) (CloseRequestRow, error) {
+	row := q.db.QueryRow(ctx, closeRequest, arg.TenantID, arg.Period)
+	var i CloseRequestRow
+	err := row.Scan(&i.CloseRequestedAt, &i.CloseRequestedBy)
+	return i, err
+}
+
 const closeTallies = `-- name: CloseTallies :many
 SELECT t.currency::text AS currency,
        sum(t.charges)::bigint AS charges,
@@ -848,6 +871,27 @@ func (q *Queries) RaiseKnownThrough(ctx context.Context, arg RaiseKnownThroughPa
 	return i, err
 }
 
+const raiseUsageWatermark = `-- name: RaiseUsageWatermark :exec
+INSERT INTO usage_watermark AS w (partition, partitions, through)
+VALUES ($1, $2, $3)
+ON CONFLICT (partition) DO UPDATE
+SET through = GREATEST(w.through, EXCLUDED.through), partitions = EXCLUDED.partitions, applied_at = now()
+WHERE EXCLUDED.through > w.through
+`
+
+type RaiseUsageWatermarkParams struct {
+	Partition  int32
+	Partitions int32
+	Through    time.Time
+}
+
+// Applies a usage watermark: raises its partition's through (never lowers
+// it) and records the topic's partition count it was sent with.
+func (q *Queries) RaiseUsageWatermark(ctx context.Context, arg RaiseUsageWatermarkParams) error {
+	_, err := q.db.Exec(ctx, raiseUsageWatermark, arg.Partition, arg.Partitions, arg.Through)
+	return err
+}
+
 const rateUsage = `-- name: RateUsage :one
 WITH s AS (
     SELECT ps.known_through FROM price_schedule ps
@@ -1113,19 +1157,19 @@ func (q *Queries) ReconciliationAdjustments(ctx context.Context, arg Reconciliat
 }
 
 const reconciliationCharges = `-- name: ReconciliationCharges :many
-SELECT event_id, usage_event_id, currency, quantity, amount, period, late, occurred_at FROM (
-    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period, c.late, c.occurred_at
+SELECT event_id, usage_event_id, currency, quantity, amount, period, occurred_period FROM (
+    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period,
+            to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
      FROM charge c
      WHERE c.tenant_id = $1 AND c.period = $2
        AND (c.usage_event_id, c.event_id) > ($3::uuid, $4::uuid)
      ORDER BY c.usage_event_id, c.event_id
      LIMIT $5)
     UNION ALL
-    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period, c.late, c.occurred_at
+    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period,
+            to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
      FROM charge c
-     WHERE c.tenant_id = $1 AND c.period <> $2
-       AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
-                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+     WHERE c.tenant_id = $1 AND c.late AND c.period <> $2
        AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = $6::timestamp
        AND (c.usage_event_id, c.event_id) > ($3::uuid, $4::uuid)
      ORDER BY c.usage_event_id, c.event_id
@@ -1145,20 +1189,18 @@ type ReconciliationChargesParams struct {
 }
 
 type ReconciliationChargesRow struct {
-	EventID      uuid.UUID
-	UsageEventID uuid.UUID
-	Currency     string
-	Quantity     decimal.Decimal
-	Amount       decimal.Decimal
-	Period       string
-	Late         bool
-	OccurredAt   time.Time
+	EventID        uuid.UUID
+	UsageEventID   uuid.UUID
+	Currency       string
+	Quantity       decimal.Decimal
+	Amount         decimal.Decimal
+	Period         string
+	OccurredPeriod string
 }
 
 // ReconciliationCharges reads a page of a tenant's charges rated into a
-// period or rating usage that occurred in the UTC month of the same name
-// and rated into another period (off-month: late, or a tenant in another
-// time zone), in (usage event id, event id) order after a position.
+// period or rating usage that occurred in it (late, into a later period),
+// in (usage event id, event id) order after a position.
 func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationChargesParams) ([]ReconciliationChargesRow, error) {
 	rows, err := q.db.Query(ctx, reconciliationCharges,
 		arg.TenantID,
@@ -1182,8 +1224,7 @@ func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationC
 			&i.Quantity,
 			&i.Amount,
 			&i.Period,
-			&i.Late,
-			&i.OccurredAt,
+			&i.OccurredPeriod,
 		); err != nil {
 			return nil, err
 		}
@@ -1198,14 +1239,10 @@ func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationC
 const reconciliationMonths = `-- name: ReconciliationMonths :many
 SELECT DISTINCT m.period::text AS period FROM (
     SELECT to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') AS period
-    FROM charge c WHERE c.tenant_id = $1 AND c.period = $2
-      AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
-                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+    FROM charge c WHERE c.tenant_id = $1 AND c.period = $2 AND c.late
     UNION ALL
     SELECT c.period FROM charge c
-    WHERE c.tenant_id = $1
-      AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
-                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+    WHERE c.tenant_id = $1 AND c.late
       AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = $3::timestamp
     UNION ALL
     SELECT $2::text
@@ -1220,12 +1257,8 @@ type ReconciliationMonthsParams struct {
 }
 
 // ReconciliationMonths lists the months a period's reconciliation reads:
-// the period, the UTC months the usage of its charges rated off-month
-// occurred in, and the periods the usage that occurred in the UTC month of
-// the same name was rated into off-month. A charge is off-month when its
-// period is not the UTC month its usage occurred in: late, or a tenant in
-// another time zone (decision 0014); the partial indexes of migration 0008
-// hold those charges, under the same predicate.
+// the period, the months its late charges' usage occurred in, and the
+// periods the usage that occurred in it was rated into late.
 func (q *Queries) ReconciliationMonths(ctx context.Context, arg ReconciliationMonthsParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, reconciliationMonths, arg.TenantID, arg.Period, arg.Month)
 	if err != nil {
@@ -1239,6 +1272,84 @@ func (q *Queries) ReconciliationMonths(ctx context.Context, arg ReconciliationMo
 			return nil, err
 		}
 		items = append(items, period)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const requestClose = `-- name: RequestClose :one
+INSERT INTO billing_period AS b (tenant_id, period, close_requested_at, close_requested_by)
+VALUES ($1, $2, $3::timestamptz, $4::text)
+ON CONFLICT (tenant_id, period) DO UPDATE
+SET close_requested_at = COALESCE(b.close_requested_at, EXCLUDED.close_requested_at),
+    close_requested_by = COALESCE(b.close_requested_by, EXCLUDED.close_requested_by)
+RETURNING b.status, b.close_requested_at::timestamptz AS close_requested_at
+`
+
+type RequestCloseParams struct {
+	TenantID    string
+	Period      string
+	RequestedAt time.Time
+	RequestedBy string
+}
+
+type RequestCloseRow struct {
+	Status           string
+	CloseRequestedAt time.Time
+}
+
+// Records a close request under the period's exclusive lock: the first
+// request's time and actor stand. Returns the period's status and when its
+// close was requested.
+func (q *Queries) RequestClose(ctx context.Context, arg RequestCloseParams) (RequestCloseRow, error) {
+	row := q.db.QueryRow(ctx, requestClose,
+		arg.TenantID,
+		arg.Period,
+		arg.RequestedAt,
+		arg.RequestedBy,
+	)
+	var i RequestCloseRow
+	err := row.Scan(&i.Status, &i.CloseRequestedAt)
+	return i, err
+}
+
+const requestedCloses = `-- name: RequestedCloses :many
+SELECT tenant_id, period, close_requested_at::timestamptz AS close_requested_at,
+       COALESCE(close_requested_by, '')::text AS close_requested_by
+FROM billing_period
+WHERE status = 'open' AND close_requested_at IS NOT NULL
+ORDER BY tenant_id, period
+`
+
+type RequestedClosesRow struct {
+	TenantID         string
+	Period           string
+	CloseRequestedAt time.Time
+	CloseRequestedBy string
+}
+
+// The closes requested and waiting (the period still open), for the
+// scheduler to finish.
+func (q *Queries) RequestedCloses(ctx context.Context) ([]RequestedClosesRow, error) {
+	rows, err := q.db.Query(ctx, requestedCloses)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RequestedClosesRow
+	for rows.Next() {
+		var i RequestedClosesRow
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.Period,
+			&i.CloseRequestedAt,
+			&i.CloseRequestedBy,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1338,6 +1449,36 @@ func (q *Queries) UnclosedPeriods(ctx context.Context) ([]UnclosedPeriodsRow, er
 			&i.Ended,
 			&i.Closing,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const usageWatermarks = `-- name: UsageWatermarks :many
+SELECT partition, partitions, through FROM usage_watermark ORDER BY partition
+`
+
+type UsageWatermarksRow struct {
+	Partition  int32
+	Partitions int32
+	Through    time.Time
+}
+
+func (q *Queries) UsageWatermarks(ctx context.Context) ([]UsageWatermarksRow, error) {
+	rows, err := q.db.Query(ctx, usageWatermarks)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []UsageWatermarksRow
+	for rows.Next() {
+		var i UsageWatermarksRow
+		if err := rows.Scan(&i.Partition, &i.Partitions, &i.Through); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

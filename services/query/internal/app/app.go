@@ -46,6 +46,9 @@ func BatchHandlers() map[string]inbox.BatchHandler {
 	// BillingPeriodEnded (a period went into grace, decision 0014) changes
 	// no summary: absorbed.
 	hs[events.TypeBillingPeriodEnded] = absorb
+	// Usage's watermarks (UsageAcceptedThrough, decision 0014: billing's
+	// concern, every second per partition) share the usage topic: absorbed.
+	hs[events.TypeUsageAcceptedThrough] = absorb
 	return hs
 }
 

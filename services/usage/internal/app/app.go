@@ -103,8 +103,17 @@ type candidate struct {
 // finds the fact the first one left.
 func (a *App) accept(ctx context.Context, tenantID, correlationID string, us []domain.Usage) ([]Result, error) {
 	res := make([]Result, len(us))
-	acceptedAt := domain.Instant(a.now())
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		// The acceptance time is taken under the acceptance lock, never
+		// before the last cut: a watermark's promise (decision 0014).
+		cut, err := db.LockAcceptance(ctx, tx)
+		if err != nil {
+			return err
+		}
+		acceptedAt := domain.Instant(a.now())
+		if acceptedAt.Before(cut) {
+			acceptedAt = cut
+		}
 		q := db.New(tx)
 		evidence, err := loadEvidence(ctx, q, tenantID, us)
 		if err != nil {

@@ -37,3 +37,11 @@ type UsageFact struct {
 	EventID       uuid.UUID
 	AcceptedAt    time.Time
 }
+
+type UsageWatermarkCut struct {
+	One           bool
+	Through       time.Time
+	OutboxThrough int64
+	Published     bool
+	CutAt         time.Time
+}

@@ -58,3 +58,25 @@ WHERE tenant_id = @tenant_id
   AND event_id > @after
 ORDER BY event_id
 LIMIT @row_limit;
+
+-- name: LockAcceptanceShared :exec
+-- Every accepting transaction holds the acceptance lock shared, first, and
+-- reads the cut after it (AcceptanceCut): a cut waits for the transactions
+-- in flight and the next ones see it (decision 0014).
+SELECT pg_advisory_xact_lock_shared(hashtextextended('usage.acceptance', 0));
+
+-- name: LockAcceptanceExclusive :exec
+SELECT pg_advisory_xact_lock(hashtextextended('usage.acceptance', 0));
+
+-- name: AcceptanceCut :one
+SELECT through, outbox_through, published FROM usage_watermark_cut;
+
+-- name: LockAcceptanceCut :one
+SELECT through, outbox_through, published FROM usage_watermark_cut FOR UPDATE;
+
+-- name: SetAcceptanceCut :exec
+UPDATE usage_watermark_cut
+SET through = @through, outbox_through = @outbox_through, published = false, cut_at = now();
+
+-- name: MarkAcceptanceCutPublished :exec
+UPDATE usage_watermark_cut SET published = true WHERE through = @through;

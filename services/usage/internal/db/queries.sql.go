@@ -14,6 +14,23 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+const acceptanceCut = `-- name: AcceptanceCut :one
+SELECT through, outbox_through, published FROM usage_watermark_cut
+`
+
+type AcceptanceCutRow struct {
+	Through       time.Time
+	OutboxThrough int64
+	Published     bool
+}
+
+func (q *Queries) AcceptanceCut(ctx context.Context) (AcceptanceCutRow, error) {
+	row := q.db.QueryRow(ctx, acceptanceCut)
+	var i AcceptanceCutRow
+	err := row.Scan(&i.Through, &i.OutboxThrough, &i.Published)
+	return i, err
+}
+
 const getUsageFact = `-- name: GetUsageFact :one
 SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
        currency, event_id, accepted_at
@@ -155,6 +172,53 @@ func (q *Queries) InsertUsageFacts(ctx context.Context, arg InsertUsageFactsPara
 	return items, nil
 }
 
+const lockAcceptanceCut = `-- name: LockAcceptanceCut :one
+SELECT through, outbox_through, published FROM usage_watermark_cut FOR UPDATE
+`
+
+type LockAcceptanceCutRow struct {
+	Through       time.Time
+	OutboxThrough int64
+	Published     bool
+}
+
+func (q *Queries) LockAcceptanceCut(ctx context.Context) (LockAcceptanceCutRow, error) {
+	row := q.db.QueryRow(ctx, lockAcceptanceCut)
+	var i LockAcceptanceCutRow
+	err := row.Scan(&i.Through, &i.OutboxThrough, &i.Published)
+	return i, err
+}
+
+const lockAcceptanceExclusive = `-- name: LockAcceptanceExclusive :exec
+SELECT pg_advisory_xact_lock(hashtextextended('usage.acceptance', 0))
+`
+
+func (q *Queries) LockAcceptanceExclusive(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, lockAcceptanceExclusive)
+	return err
+}
+
+const lockAcceptanceShared = `-- name: LockAcceptanceShared :exec
+SELECT pg_advisory_xact_lock_shared(hashtextextended('usage.acceptance', 0))
+`
+
+// Every accepting transaction holds the acceptance lock shared, first, and
+// reads the cut after it (AcceptanceCut): a cut waits for the transactions
+// in flight and the next ones see it (decision 0014).
+func (q *Queries) LockAcceptanceShared(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, lockAcceptanceShared)
+	return err
+}
+
+const markAcceptanceCutPublished = `-- name: MarkAcceptanceCutPublished :exec
+UPDATE usage_watermark_cut SET published = true WHERE through = $1
+`
+
+func (q *Queries) MarkAcceptanceCutPublished(ctx context.Context, through time.Time) error {
+	_, err := q.db.Exec(ctx, markAcceptanceCutPublished, through)
+	return err
+}
+
 const priceEvidenceForMeters = `-- name: PriceEvidenceForMeters :many
 SELECT meter_code, currency, version, effective_at
 FROM price_evidence
@@ -258,6 +322,21 @@ func (q *Queries) ReconciliationFacts(ctx context.Context, arg ReconciliationFac
 		return nil, err
 	}
 	return items, nil
+}
+
+const setAcceptanceCut = `-- name: SetAcceptanceCut :exec
+UPDATE usage_watermark_cut
+SET through = $1, outbox_through = $2, published = false, cut_at = now()
+`
+
+type SetAcceptanceCutParams struct {
+	Through       time.Time
+	OutboxThrough int64
+}
+
+func (q *Queries) SetAcceptanceCut(ctx context.Context, arg SetAcceptanceCutParams) error {
+	_, err := q.db.Exec(ctx, setAcceptanceCut, arg.Through, arg.OutboxThrough)
+	return err
 }
 
 const usageFactsBySource = `-- name: UsageFactsBySource :many

@@ -1,0 +1,223 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/services/usage/internal/app"
+	"github.com/usagebilling/billing/services/usage/internal/domain"
+	"github.com/usagebilling/billing/services/usage/internal/testenv"
+)
+
+// TestWatermarkHoldsUnderConcurrentAcceptance races accepting batches
+// against two watermark publishers and a relay stand-in that acknowledges
+// outbox rows at random moments (marks them published, as the relay does
+// after the broker's ack), on real PostgreSQL. Every watermark appended must
+// hold: every UsageAccepted whose fact was accepted before its through was
+// acknowledged before the watermark was written (so the relay sends it
+// first to every partition), and no fact accepted before a through commits
+// after that watermark.
+func TestWatermarkHoldsUnderConcurrentAcceptance(t *testing.T) {
+	e := testenv.New(t)
+	ctx := context.Background()
+	base := time.Now().Add(-time.Hour).UTC()
+	e.ApplyPrices(t, testenv.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.5", EffectiveAt: base})
+	a := app.New(e.Pool, slog.New(slog.DiscardHandler))
+
+	const partitions = 3
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	// Four accepting clients.
+	var accepted atomic.Int64
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; !stop.Load(); n++ {
+				batch := make([]domain.Usage, 1+n%5)
+				for i := range batch {
+					batch[i] = domain.Usage{SourceSystem: "wm", SourceEventID: fmt.Sprintf("w%d-%d-%d", w, n, i),
+						MeterCode: "api", Quantity: decimal.NewFromInt(1), OccurredAt: base.Add(time.Minute)}
+				}
+				if _, err := a.Accept(ctx, "t1", "", batch); err != nil {
+					errs <- err
+					return
+				}
+				accepted.Add(int64(len(batch)))
+			}
+		}()
+	}
+	// A relay stand-in: acknowledges whatever is pending, now and then.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			if _, err := e.Pool.Exec(ctx, `UPDATE outbox_event SET published_at = now() WHERE published_at IS NULL`); err != nil {
+				errs <- err
+				return
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+	// Two publishers (two usage instances).
+	var published atomic.Int64
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				through, err := a.PublishWatermarks(ctx, partitions)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !through.IsZero() {
+					published.Add(1)
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) && len(errs) == 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if accepted.Load() == 0 || published.Load() < 2 {
+		t.Fatalf("%d facts accepted, %d cuts published: the race did not run", accepted.Load(), published.Load())
+	}
+
+	// Every watermark: per partition, one per cut; the facts accepted before
+	// its through all acknowledged before it was written.
+	rows, err := e.Pool.Query(ctx, `SELECT envelope, created_at FROM outbox_event WHERE event_type = $1 ORDER BY id`,
+		events.TypeUsageAcceptedThrough)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := envelope.NewRegistry()
+	events.Register(reg)
+	type mark struct {
+		through, written time.Time
+	}
+	var marks []mark
+	perCut := map[time.Time]map[int32]bool{}
+	for rows.Next() {
+		var raw []byte
+		var written time.Time
+		if err := rows.Scan(&raw, &written); err != nil {
+			t.Fatal(err)
+		}
+		d, err := reg.Decode(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := d.Payload.(events.UsageAcceptedThrough)
+		if p.Partitions != partitions {
+			t.Fatalf("watermark of %d partitions, want %d", p.Partitions, partitions)
+		}
+		if perCut[p.Through] == nil {
+			perCut[p.Through] = map[int32]bool{}
+			marks = append(marks, mark{p.Through, written})
+		}
+		if perCut[p.Through][p.Partition] {
+			t.Fatalf("two watermarks of partition %d through %s", p.Partition, p.Through)
+		}
+		perCut[p.Through][p.Partition] = true
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for through, ps := range perCut {
+		if len(ps) != partitions {
+			t.Fatalf("cut %s has watermarks of %d partitions, want %d", through, len(ps), partitions)
+		}
+	}
+	for i := 1; i < len(marks); i++ {
+		if !marks[i].through.After(marks[i-1].through) {
+			t.Fatalf("watermark through %s after %s: not rising", marks[i].through, marks[i-1].through)
+		}
+	}
+	checked := 0
+	for _, m := range marks {
+		var late int
+		err := e.Pool.QueryRow(ctx, `
+			SELECT count(*) FROM usage_fact f JOIN outbox_event o ON o.event_id = f.event_id
+			WHERE f.accepted_at < $1 AND (o.published_at IS NULL OR o.published_at > $2)`, m.through, m.written).Scan(&late)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if late > 0 {
+			t.Fatalf("watermark through %s written at %s: %d facts accepted before it acknowledged after it", m.through, m.written, late)
+		}
+		var covered int
+		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM usage_fact WHERE accepted_at < $1`, m.through).Scan(&covered); err != nil {
+			t.Fatal(err)
+		}
+		checked += covered
+	}
+	t.Logf("%d facts accepted, %d cuts of %d partitions; %d (fact, watermark) pairs held", accepted.Load(), len(marks), partitions, checked)
+}
+
+// TestWatermarkWaitsForTheBroker: a cut whose facts are not acknowledged
+// publishes nothing (an idle service still advances: a cut with no facts
+// publishes at once); a dead-lettered fact holds the watermark back.
+func TestWatermarkWaitsForTheBroker(t *testing.T) {
+	e := testenv.New(t)
+	ctx := context.Background()
+	base := time.Now().Add(-time.Hour).UTC()
+	e.ApplyPrices(t, testenv.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.5", EffectiveAt: base})
+	a := app.New(e.Pool, slog.New(slog.DiscardHandler))
+
+	if _, err := a.PublishWatermarks(ctx, 0); !errors.Is(err, app.ErrNoPartitions) {
+		t.Fatalf("no partitions: %v, want ErrNoPartitions", err)
+	}
+	idle, err := a.PublishWatermarks(ctx, 2)
+	if err != nil || idle.IsZero() {
+		t.Fatalf("idle service: watermark %v, %v; want one at once", idle, err)
+	}
+	if _, err := a.Accept(ctx, "t1", "", []domain.Usage{{SourceSystem: "wm", SourceEventID: "1", MeterCode: "api",
+		Quantity: decimal.NewFromInt(1), OccurredAt: base}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if through, err := a.PublishWatermarks(ctx, 2); err != nil || !through.IsZero() {
+			t.Fatalf("fact not acknowledged: watermark %v, %v; want none", through, err)
+		}
+	}
+	// Dead-lettered: still held back.
+	if _, err := e.Pool.Exec(ctx, `UPDATE outbox_event SET dead_at = now() WHERE event_type = 'UsageAccepted'`); err != nil {
+		t.Fatal(err)
+	}
+	if through, err := a.PublishWatermarks(ctx, 2); err != nil || !through.IsZero() {
+		t.Fatalf("fact dead-lettered: watermark %v, %v; want none", through, err)
+	}
+	if _, err := e.Pool.Exec(ctx, `UPDATE outbox_event SET dead_at = NULL, published_at = now() WHERE event_type = 'UsageAccepted'`); err != nil {
+		t.Fatal(err)
+	}
+	through, err := a.PublishWatermarks(ctx, 2)
+	if err != nil || !through.After(idle) {
+		t.Fatalf("fact acknowledged: watermark %v, %v; want one after %v", through, err, idle)
+	}
+	var acceptedAt time.Time
+	if err := e.Pool.QueryRow(ctx, `SELECT accepted_at FROM usage_fact`).Scan(&acceptedAt); err != nil {
+		t.Fatal(err)
+	}
+	if !acceptedAt.Before(through) || acceptedAt.Before(idle) {
+		t.Fatalf("fact accepted at %v: want in [%v, %v)", acceptedAt, idle, through)
+	}
+}

@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS usage_watermark_cut;
