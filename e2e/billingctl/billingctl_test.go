@@ -205,6 +205,18 @@ func tenantFlow(t *testing.T, c *cli) {
 		t.Fatalf("charges -all: %d charges, next %q; want 1201 and no next", len(charges.Charges), charges.Next)
 	}
 
+	// A credit of 0.05 on one charge: the invoice's total is 3.60.
+	credit := []string{"adjust", "-correction-of", charges.Charges[0]["chargeId"].(string), "-amount", "-0.05", "-currency", "USD", "-reason", "goodwill"}
+	var adj map[string]any
+	c.json(&adj, append(tn, credit...)...)
+	if adj["adjustmentId"] == nil || adj["period"] != period {
+		t.Fatalf("adjust: %v", adj)
+	}
+	if r := c.run("", append(tn, credit...)...); r.code != 0 || !strings.Contains(r.errOut, "replayed") {
+		t.Fatalf("adjust again: exit %d, want 0 and a replay told\n%s%s", r.code, r.out, r.errOut)
+	}
+	want = decimal.RequireFromString("3.60")
+
 	out = c.ok(append(tn, "period", "close", period)...)
 	if !strings.Contains(out, period) {
 		t.Fatalf("period close printed:\n%s", out)
@@ -234,14 +246,19 @@ func tenantFlow(t *testing.T, c *cli) {
 	c.json(&lines, append(tn, "invoice", "lines", id, "-all")...)
 	sum := decimal.Zero
 	meters := map[string]string{}
+	credited := ""
 	for _, l := range lines.Lines {
 		sum = sum.Add(decimal.RequireFromString(l["amount"].(string)))
-		if l["kind"] == "charge" {
+		switch l["kind"] {
+		case "charge":
 			meters[l["meterCode"].(string)] = l["quantity"].(string)
+		case "adjustment":
+			credited = l["amount"].(string)
 		}
 	}
-	if !sum.Equal(want) || meters["api_calls"] != "1200" || meters["storage_gb"] != "150" {
-		t.Fatalf("invoice lines sum to %s with quantities %v; want %s, api_calls 1200, storage_gb 150: %v", sum, meters, want, lines.Lines)
+	if !sum.Equal(want) || meters["api_calls"] != "1200" || meters["storage_gb"] != "150" || credited != "-0.05" {
+		t.Fatalf("invoice lines sum to %s with quantities %v and credit %q; want %s, api_calls 1200, storage_gb 150, -0.05: %v",
+			sum, meters, credited, want, lines.Lines)
 	}
 	lines.Next = ""
 	c.json(&lines, append(tn, "invoice", "lines", id, "-limit", "1")...)
@@ -253,7 +270,7 @@ func tenantFlow(t *testing.T, c *cli) {
 		t.Fatalf("invoice lines printed:\n%s", out)
 	}
 	out = c.ok(append(tn, "invoice", "show", id)...)
-	if !strings.Contains(out, "issued") || !strings.Contains(out, "3.65") {
+	if !strings.Contains(out, "issued") || !strings.Contains(out, "3.6") {
 		t.Fatalf("invoice show printed:\n%s", out)
 	}
 }

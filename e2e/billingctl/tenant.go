@@ -22,14 +22,14 @@ func init() {
 		&command{name: "price list", short: "the tenant's prices, every version", role: auth.RoleViewer, flags: priceList},
 		&command{name: "usage send", args: "[FILE|-]", short: "send usage facts from a CSV or NDJSON file (or stdin) in batches; summary of accepted, replayed, refused", role: auth.RoleIngest, flags: usageSend},
 		&command{name: "usage get", args: "USAGE_ID", short: "one usage fact", role: auth.RoleIngest, flags: usageGet},
-		&command{name: "charges", short: "the tenant's charges", role: auth.RoleViewer, flags: chargesList},
+		&command{name: "charges", short: "the tenant's charges of a period (-period)", role: auth.RoleViewer, flags: chargesList},
 		&command{name: "period show", args: "PERIOD", short: "a period's status and running estimate (PERIOD is YYYY-MM)", role: auth.RoleViewer, flags: periodShow},
 		&command{name: "period close", args: "PERIOD", short: "close a period now", role: auth.RoleBillingAdmin, flags: periodClose},
 		&command{name: "settings set", short: "the tenant's time zone and grace period (for periods not yet started)", role: auth.RoleBillingAdmin, flags: settingsSet},
 		&command{name: "invoice list", short: "the tenant's invoices", role: auth.RoleViewer, flags: invoiceList},
 		&command{name: "invoice show", args: "INVOICE_ID", short: "an invoice: totals and corrections", role: auth.RoleViewer, flags: invoiceShow},
 		&command{name: "invoice lines", args: "INVOICE_ID", short: "an invoice's lines", role: auth.RoleViewer, flags: invoiceLines},
-		&command{name: "adjust", short: "post an adjustment (a negative amount is a credit) against a charge or an invoice line's event", role: auth.RoleBillingAdmin, flags: adjust},
+		&command{name: "adjust", short: "post an adjustment to a charge (a negative amount is a credit)", role: auth.RoleBillingAdmin, flags: adjust},
 		&command{name: "summary", short: "the tenant's summary: usage, charged, adjusted, invoiced", role: auth.RoleViewer, flags: summary},
 		&command{name: "webhook add", args: "URL", short: "add a webhook endpoint (its secret is shown once)", role: auth.RoleBillingAdmin, flags: webhookAdd},
 		&command{name: "webhook list", short: "the tenant's webhook endpoints", role: auth.RoleBillingAdmin, flags: webhookList},
@@ -169,7 +169,7 @@ func usageGet(fs *flag.FlagSet) runFunc {
 func chargesList(fs *flag.FlagSet) runFunc {
 	var p paging
 	p.register(fs)
-	period := fs.String("period", "", "only this period (YYYY-MM)")
+	period := fs.String("period", "", "the period, YYYY-MM (required)")
 	meter := fs.String("meter", "", "only this meter")
 	version := fs.String("price-version", "", "only this price version")
 	return func(ctx context.Context, c *Client, args []string) error {
@@ -333,7 +333,7 @@ func maps(v any) []map[string]any {
 func adjust(fs *flag.FlagSet) runFunc {
 	var req AdjustmentRequest
 	key := fs.String("idempotency-key", "", "the Idempotency-Key (default: derived from the request, so a rerun replays)")
-	fs.StringVar(&req.CorrectionOf, "correction-of", "", "the event id of the charge or invoice line corrected")
+	fs.StringVar(&req.CorrectionOf, "correction-of", "", "the chargeId of the charge corrected (required; billingctl charges lists them)")
 	fs.StringVar(&req.Amount, "amount", "", "the amount, a decimal; negative for a credit (required)")
 	fs.StringVar(&req.Currency, "currency", "", "ISO 4217 currency (required)")
 	fs.StringVar(&req.Reason, "reason", "", "why (required, audited)")
@@ -341,8 +341,8 @@ func adjust(fs *flag.FlagSet) runFunc {
 		if err := positional(args); err != nil {
 			return err
 		}
-		if req.Amount == "" || req.Currency == "" || req.Reason == "" {
-			return usagef("-amount, -currency and -reason are required")
+		if req.CorrectionOf == "" || req.Amount == "" || req.Currency == "" || req.Reason == "" {
+			return usagef("-correction-of, -amount, -currency and -reason are required")
 		}
 		return c.command(ctx, call{service: "billing", method: http.MethodPost, path: c.tenantPath("adjustments"), body: req}, *key)
 	}
