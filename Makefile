@@ -7,7 +7,7 @@ GO      ?= go
 export GOTOOLCHAIN ?= auto
 SQLC    ?= $(shell command -v sqlc 2>/dev/null || echo $$($(GO) env GOPATH)/bin/sqlc)
 
-.PHONY: help demo load up demo-library test check sqlc-check unit-test apache-test fuzz bench kafka-jars
+.PHONY: help demo load up billingctl demo-library test check sqlc-check unit-test apache-test fuzz bench kafka-jars
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -20,6 +20,9 @@ load: ## drive usage over HTTP, report accepted/s, end-to-end/s, lag, latencies 
 
 up: ## the whole system left running (services on 8081-8085) until Ctrl-C; the README has curl calls to try
 	$(GO) build -o bin/ ./e2e/cmd/stack && exec ./bin/stack
+
+billingctl: ## build the command line for tenants and operators into bin/ (README: The command line)
+	$(GO) build -o bin/ ./e2e/cmd/billingctl
 
 demo-library: ## the shared mechanisms alone: outbox -> Kafka -> inbox on a throwaway PostgreSQL and kfake
 	$(GO) run ./pkg/cmd/outbox-demo
