@@ -41,6 +41,13 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(kafkatest.Wrap(m))) }
 // broker: an inbox.Runner over the four public topics with the projection
 // handlers, and the HTTP API.
 func TestRunnerThroughKafka(t *testing.T) {
+	brokers, base := runnerThroughKafka(t)
+	flow(t, brokers, base)
+}
+
+// runnerThroughKafka starts the consumer path on a new broker and database
+// and returns the brokers and the HTTP API's base URL.
+func runnerThroughKafka(t *testing.T) ([]string, string) {
 	brokers := kafkaWithTopics(t)
 	pool := pgtest.NewPool(t, Template)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -62,8 +69,7 @@ func TestRunnerThroughKafka(t *testing.T) {
 	httpapi.New(app.NewReader(pool), log).Routes(router)
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
-
-	flow(t, brokers, srv.URL)
+	return brokers, srv.URL
 }
 
 // The same through service.Run, as main runs it.

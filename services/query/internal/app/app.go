@@ -85,6 +85,9 @@ func project(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) ([]inbox.Ou
 		p.Payloads[i] = e.Payload
 		p.DeltaKinds[i], p.DeltaKeys[i], p.DeltaAmounts[i] = delta.Kind, delta.Key, delta.Amount
 	}
+	if err := priceLines(ctx, tx, ds, p.DeltaAmounts); err != nil {
+		return nil, err
+	}
 	stored, err := db.New(tx).Project(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("project %d events: %w", n, err)

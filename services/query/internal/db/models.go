@@ -12,6 +12,15 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+type ChargeLine struct {
+	TenantID     string
+	Period       string
+	Currency     string
+	MeterCode    string
+	PriceVersion int64
+	Quantity     decimal.Decimal
+}
+
 type ProjectedEvent struct {
 	EventID          uuid.UUID
 	EventType        string

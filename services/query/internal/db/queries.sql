@@ -198,3 +198,17 @@ WHERE tenant_id = @tenant_id AND event_type = 'InvoiceCorrectionIssued' AND peri
   AND origin_event_id > @after::uuid
 ORDER BY origin_event_id
 LIMIT @row_limit;
+
+-- name: AddChargeLineQuantities :many
+-- AddChargeLineQuantities adds quantities to charge lines priced as a whole
+-- (one entry per line; in key order, so concurrent batches lock lines in
+-- one order) and returns each line's quantity after the addition.
+INSERT INTO charge_line AS l (tenant_id, period, currency, meter_code, price_version, quantity)
+SELECT u.tenant_id, u.period, u.currency, u.meter_code, u.price_version, u.quantity
+FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@periods::text[]) AS period,
+             unnest(@currencies::text[]) AS currency, unnest(@meter_codes::text[]) AS meter_code,
+             unnest(@price_versions::bigint[]) AS price_version, unnest(@quantities::numeric[]) AS quantity) u
+ORDER BY 1, 2, 3, 4, 5
+ON CONFLICT (tenant_id, period, currency, meter_code, price_version)
+DO UPDATE SET quantity = l.quantity + EXCLUDED.quantity
+RETURNING l.tenant_id, l.period, l.currency, l.meter_code, l.price_version, l.quantity;

@@ -14,6 +14,64 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+const addChargeLineQuantities = `-- name: AddChargeLineQuantities :many
+INSERT INTO charge_line AS l (tenant_id, period, currency, meter_code, price_version, quantity)
+SELECT u.tenant_id, u.period, u.currency, u.meter_code, u.price_version, u.quantity
+FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS period,
+             unnest($3::text[]) AS currency, unnest($4::text[]) AS meter_code,
+             unnest($5::bigint[]) AS price_version, unnest($6::numeric[]) AS quantity) u
+ORDER BY 1, 2, 3, 4, 5
+ON CONFLICT (tenant_id, period, currency, meter_code, price_version)
+DO UPDATE SET quantity = l.quantity + EXCLUDED.quantity
+RETURNING l.tenant_id, l.period, l.currency, l.meter_code, l.price_version, l.quantity
+`
+
+type AddChargeLineQuantitiesParams struct {
+	TenantIds     []string
+	Periods       []string
+	Currencies    []string
+	MeterCodes    []string
+	PriceVersions []int64
+	Quantities    []decimal.Decimal
+}
+
+// AddChargeLineQuantities adds quantities to charge lines priced as a whole
+// (one entry per line; in key order, so concurrent batches lock lines in
+// one order) and returns each line's quantity after the addition.
+func (q *Queries) AddChargeLineQuantities(ctx context.Context, arg AddChargeLineQuantitiesParams) ([]ChargeLine, error) {
+	rows, err := q.db.Query(ctx, addChargeLineQuantities,
+		arg.TenantIds,
+		arg.Periods,
+		arg.Currencies,
+		arg.MeterCodes,
+		arg.PriceVersions,
+		arg.Quantities,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChargeLine
+	for rows.Next() {
+		var i ChargeLine
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.Period,
+			&i.Currency,
+			&i.MeterCode,
+			&i.PriceVersion,
+			&i.Quantity,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const appendRedriveAudit = `-- name: AppendRedriveAudit :exec
 INSERT INTO redrive_audit (redrive_id, service, event_id, action, state, outcome, actor, correlation_id, reason,
                            source_event_id)

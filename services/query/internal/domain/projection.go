@@ -11,12 +11,13 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/pricing"
 )
 
 // Delta kinds: what an event adds to its tenant's summary.
 const (
 	KindUsage    = "usage"    // key: meter code; amount: quantity; each one counts a usage fact
-	KindCharged  = "charged"  // key: currency; amount: the charge
+	KindCharged  = "charged"  // key: currency; amount: the charge (see LineDelta)
 	KindAdjusted = "adjusted" // key: currency; amount: the adjustment
 	KindInvoiced = "invoiced" // key: currency; amount: an invoice's total or a correction's amount
 	KindSeen     = "seen"     // no money: the event only counts for lastEventAt
@@ -118,4 +119,31 @@ func Summarize(tenantID string, totals []Total, lastEventAt *time.Time) Summary 
 		}
 	}
 	return s
+}
+
+// ChargeLine names a charge line: what an invoice (and billing's estimate)
+// prices as a whole under a model other than unit (decision 0012).
+type ChargeLine struct {
+	TenantID, Period, Currency, MeterCode string
+	PriceVersion                          int64
+}
+
+// LinePriced returns the line of a charge whose version is priced by the
+// line (graduated, volume, package) and its pricing; false for a unit
+// charge, whose Amount is its own.
+func LinePriced(tenantID string, c events.ChargeRated) (ChargeLine, pricing.Pricing, bool) {
+	if c.Model == "" || c.Model == pricing.Unit || c.Pricing == nil {
+		return ChargeLine{}, pricing.Pricing{}, false
+	}
+	return ChargeLine{TenantID: tenantID, Period: c.Period, Currency: c.Currency, MeterCode: c.MeterCode,
+		PriceVersion: c.PriceVersion}, *c.Pricing, true
+}
+
+// LineDelta is what a charge of quantity q adds to the price of its line
+// that held before: p(before+q) - p(before). Charges of a line added one
+// after another sum to p(the line's quantity) exactly, in any order (each
+// sees the quantity the ones before it left); under volume pricing a
+// delta may be negative (the line reaches a cheaper tier).
+func LineDelta(p pricing.Pricing, before, q decimal.Decimal) decimal.Decimal {
+	return p.Amount(before.Add(q)).Sub(p.Amount(before))
 }

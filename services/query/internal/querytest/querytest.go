@@ -20,6 +20,7 @@ import (
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/query/internal/app"
 	"github.com/usagebilling/billing/services/query/migrations"
@@ -104,6 +105,18 @@ func (f *Feed) Charge(usage Event, period, unitPrice string) Event {
 		events.ChargeRated{ChargeID: id, UsageEventID: usage.Envelope.EventID, UsageID: u.UsageID,
 			MeterCode: u.MeterCode, Currency: u.Currency, Quantity: u.Quantity, UnitPrice: D(unitPrice),
 			PriceVersion: 1, Amount: amount, Period: period, OccurredAt: u.OccurredAt})
+}
+
+// LineCharge builds the ChargeRated of a usage event under a version of
+// another model than unit: no unit price or amount of its own, the
+// version's pricing carried (decision 0012).
+func (f *Feed) LineCharge(usage Event, period string, version int64, p pricing.Pricing) Event {
+	u := payload[events.UsageAccepted](f.t, usage)
+	id := uuid.New()
+	return f.build(events.TopicBilling, events.TypeChargeRated, "billing", events.AggregateCharge, id.String(), 1,
+		events.ChargeRated{ChargeID: id, UsageEventID: usage.Envelope.EventID, UsageID: u.UsageID,
+			MeterCode: u.MeterCode, Currency: u.Currency, Quantity: u.Quantity, PriceVersion: version,
+			Period: period, OccurredAt: u.OccurredAt, Model: p.Model, Pricing: &p})
 }
 
 // Adjustment builds an AdjustmentPosted.
