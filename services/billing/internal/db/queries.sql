@@ -304,14 +304,22 @@ WHERE tenant_id = @tenant_id AND period = @period AND status = 'closing';
 
 -- name: ReconciliationMonths :many
 -- ReconciliationMonths lists the months a period's reconciliation reads:
--- the period, the months its late charges' usage occurred in, and the
--- periods the usage that occurred in it was rated into late.
+-- the period, the UTC months the usage of its charges rated off-month
+-- occurred in, and the periods the usage that occurred in the UTC month of
+-- the same name was rated into off-month. A charge is off-month when its
+-- period is not the UTC month its usage occurred in: late, or a tenant in
+-- another time zone (decision 0014); the partial indexes of migration 0008
+-- hold those charges, under the same predicate.
 SELECT DISTINCT m.period::text AS period FROM (
     SELECT to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') AS period
-    FROM charge c WHERE c.tenant_id = @tenant_id AND c.period = @period AND c.late
+    FROM charge c WHERE c.tenant_id = @tenant_id AND c.period = @period
+      AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
     UNION ALL
     SELECT c.period FROM charge c
-    WHERE c.tenant_id = @tenant_id AND c.late
+    WHERE c.tenant_id = @tenant_id
+      AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
       AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = @month::timestamp
     UNION ALL
     SELECT @period::text
@@ -320,21 +328,22 @@ ORDER BY 1;
 
 -- name: ReconciliationCharges :many
 -- ReconciliationCharges reads a page of a tenant's charges rated into a
--- period or rating usage that occurred in it (late, into a later period),
--- in (usage event id, event id) order after a position.
+-- period or rating usage that occurred in the UTC month of the same name
+-- and rated into another period (off-month: late, or a tenant in another
+-- time zone), in (usage event id, event id) order after a position.
 SELECT * FROM (
-    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period,
-            to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
+    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period, c.late, c.occurred_at
      FROM charge c
      WHERE c.tenant_id = @tenant_id AND c.period = @period
        AND (c.usage_event_id, c.event_id) > (@after_key::uuid, @after_id::uuid)
      ORDER BY c.usage_event_id, c.event_id
      LIMIT @row_limit)
     UNION ALL
-    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period,
-            to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
+    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period, c.late, c.occurred_at
      FROM charge c
-     WHERE c.tenant_id = @tenant_id AND c.late AND c.period <> @period
+     WHERE c.tenant_id = @tenant_id AND c.period <> @period
+       AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
        AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = @month::timestamp
        AND (c.usage_event_id, c.event_id) > (@after_key::uuid, @after_id::uuid)
      ORDER BY c.usage_event_id, c.event_id

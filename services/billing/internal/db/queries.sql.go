@@ -1157,19 +1157,19 @@ func (q *Queries) ReconciliationAdjustments(ctx context.Context, arg Reconciliat
 }
 
 const reconciliationCharges = `-- name: ReconciliationCharges :many
-SELECT event_id, usage_event_id, currency, quantity, amount, period, occurred_period FROM (
-    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period,
-            to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
+SELECT event_id, usage_event_id, currency, quantity, amount, period, late, occurred_at FROM (
+    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period, c.late, c.occurred_at
      FROM charge c
      WHERE c.tenant_id = $1 AND c.period = $2
        AND (c.usage_event_id, c.event_id) > ($3::uuid, $4::uuid)
      ORDER BY c.usage_event_id, c.event_id
      LIMIT $5)
     UNION ALL
-    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period,
-            to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM')::text AS occurred_period
+    (SELECT c.event_id, c.usage_event_id, c.currency, c.quantity, c.amount, c.period, c.late, c.occurred_at
      FROM charge c
-     WHERE c.tenant_id = $1 AND c.late AND c.period <> $2
+     WHERE c.tenant_id = $1 AND c.period <> $2
+       AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
        AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = $6::timestamp
        AND (c.usage_event_id, c.event_id) > ($3::uuid, $4::uuid)
      ORDER BY c.usage_event_id, c.event_id
@@ -1189,18 +1189,20 @@ type ReconciliationChargesParams struct {
 }
 
 type ReconciliationChargesRow struct {
-	EventID        uuid.UUID
-	UsageEventID   uuid.UUID
-	Currency       string
-	Quantity       decimal.Decimal
-	Amount         decimal.Decimal
-	Period         string
-	OccurredPeriod string
+	EventID      uuid.UUID
+	UsageEventID uuid.UUID
+	Currency     string
+	Quantity     decimal.Decimal
+	Amount       decimal.Decimal
+	Period       string
+	Late         bool
+	OccurredAt   time.Time
 }
 
 // ReconciliationCharges reads a page of a tenant's charges rated into a
-// period or rating usage that occurred in it (late, into a later period),
-// in (usage event id, event id) order after a position.
+// period or rating usage that occurred in the UTC month of the same name
+// and rated into another period (off-month: late, or a tenant in another
+// time zone), in (usage event id, event id) order after a position.
 func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationChargesParams) ([]ReconciliationChargesRow, error) {
 	rows, err := q.db.Query(ctx, reconciliationCharges,
 		arg.TenantID,
@@ -1224,7 +1226,8 @@ func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationC
 			&i.Quantity,
 			&i.Amount,
 			&i.Period,
-			&i.OccurredPeriod,
+			&i.Late,
+			&i.OccurredAt,
 		); err != nil {
 			return nil, err
 		}
@@ -1239,10 +1242,14 @@ func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationC
 const reconciliationMonths = `-- name: ReconciliationMonths :many
 SELECT DISTINCT m.period::text AS period FROM (
     SELECT to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') AS period
-    FROM charge c WHERE c.tenant_id = $1 AND c.period = $2 AND c.late
+    FROM charge c WHERE c.tenant_id = $1 AND c.period = $2
+      AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
     UNION ALL
     SELECT c.period FROM charge c
-    WHERE c.tenant_id = $1 AND c.late
+    WHERE c.tenant_id = $1
+      AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
       AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = $3::timestamp
     UNION ALL
     SELECT $2::text
@@ -1257,8 +1264,12 @@ type ReconciliationMonthsParams struct {
 }
 
 // ReconciliationMonths lists the months a period's reconciliation reads:
-// the period, the months its late charges' usage occurred in, and the
-// periods the usage that occurred in it was rated into late.
+// the period, the UTC months the usage of its charges rated off-month
+// occurred in, and the periods the usage that occurred in the UTC month of
+// the same name was rated into off-month. A charge is off-month when its
+// period is not the UTC month its usage occurred in: late, or a tenant in
+// another time zone (decision 0014); the partial indexes of migration 0008
+// hold those charges, under the same predicate.
 func (q *Queries) ReconciliationMonths(ctx context.Context, arg ReconciliationMonthsParams) ([]string, error) {
 	rows, err := q.db.Query(ctx, reconciliationMonths, arg.TenantID, arg.Period, arg.Month)
 	if err != nil {
