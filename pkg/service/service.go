@@ -47,6 +47,7 @@ import (
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/recon"
+	"github.com/usagebilling/billing/pkg/tracing"
 )
 
 // Deps is what a service's build function gets.
@@ -127,11 +128,15 @@ func Run(ctx context.Context, spec Spec, args []string, env *Env) error {
 		}
 		return migrate(ctx, spec, cfg, log)
 	}
+	tcfg, err := tracing.LoadConfig(env.lookup, spec.Name)
+	if err != nil {
+		return err
+	}
 	if err := prepareSchema(ctx, spec, cfg, log); err != nil {
 		return err
 	}
 	kafkaconf.Use(cfg.Kafka)
-	return serve(ctx, spec, cfg, log)
+	return serve(ctx, spec, cfg, tcfg, log)
 }
 
 // NewLogger returns the JSON logger services use.
@@ -141,7 +146,19 @@ func NewLogger(w *os.File, level string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
-func serve(ctx context.Context, spec Spec, cfg Config, log *slog.Logger) error {
+func serve(ctx context.Context, spec Spec, cfg Config, tcfg tracing.Config, log *slog.Logger) error {
+	// Tracing stops last, after the work that records spans, flushing them.
+	stopTracing, err := tracing.Setup(ctx, tcfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(sctx); err != nil {
+			log.Warn("stop tracing", "err", err)
+		}
+	}()
 	// Two pools, so a flood of requests cannot starve the consumer and the
 	// relay of connections, nor a consumer backlog the requests.
 	pool, err := OpenPool(ctx, cfg, cfg.DBMaxConns, "http")
@@ -329,6 +346,7 @@ func newServiceRouter(d Deps, metrics prometheus.Gatherer, parts Parts, broker *
 func newRouter(d Deps, metrics prometheus.Gatherer, broker *brokerHealth) chi.Router {
 	cfg, log, pool := d.Config, d.Logger, d.Pool
 	r := chi.NewRouter()
+	r.Use(httpx.Trace) // outermost: the span sees the recoverer's 500
 	r.Use(recoverer(log))
 	if cfg.HTTPMaxHeaderBytes > 0 {
 		r.Use(httpx.MaxHeaderBytes(cfg.HTTPMaxHeaderBytes))
