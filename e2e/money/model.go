@@ -271,20 +271,32 @@ type Summary struct {
 	Invoiced        map[string]decimal.Decimal
 }
 
-// expectSummary: usage counted from every accepted fact; charged the sum of
-// the charges' own amounts, which only unit charges have (decision 0012:
-// graduated, volume and package charges carry none); adjusted every
+// expectSummary: usage counted from every accepted fact; charged the unit
+// charges' amounts plus, for graduated, volume and package versions (whose
+// charges carry no amount, decision 0012), each line's pricing over its
+// quantity (a line: the period rated into, meter, version); adjusted every
 // adjustment; invoiced the issued totals plus the correction notes.
 func (t *Tenant) expectSummary() Summary {
 	s := Summary{QuantityByMeter: map[string]decimal.Decimal{}, Charged: map[string]decimal.Decimal{},
 		Adjusted: map[string]decimal.Decimal{}, Invoiced: map[string]decimal.Decimal{}}
+	type line struct {
+		period, meter, currency string
+		version                 int64
+	}
+	lines := map[line]decimal.Decimal{}
 	for _, f := range t.Facts {
 		s.Count++
 		s.QuantityByMeter[f.Meter] = s.QuantityByMeter[f.Meter].Add(f.Qty)
 		v := t.Series[f.Meter].version(f.Version)
 		if v.Pricing.Model == Unit {
 			s.Charged[f.Currency] = s.Charged[f.Currency].Add(f.Qty.Mul(v.Pricing.UnitPrice))
+		} else {
+			k := line{f.Period, f.Meter, f.Currency, f.Version}
+			lines[k] = lines[k].Add(f.Qty)
 		}
+	}
+	for k, q := range lines {
+		s.Charged[k.currency] = s.Charged[k.currency].Add(t.Series[k.meter].version(k.version).Pricing.Amount(q))
 	}
 	for _, a := range t.Adjs {
 		s.Adjusted[a.Currency] = s.Adjusted[a.Currency].Add(a.Amount)
