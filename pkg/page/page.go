@@ -63,7 +63,10 @@ func (r Request) After(dst any) *httpx.Problem {
 	if err != nil {
 		return invalidCursor()
 	}
-	if err := json.Unmarshal(raw, dst); err != nil {
+	// Strictly (httpx.Unmarshal): a cursor holding NUL or invalid UTF-8, a
+	// member twice, or anything but the position's own fields is not one
+	// this API made, and must not reach a query.
+	if p := httpx.Unmarshal(raw, dst); p != nil {
 		return invalidCursor()
 	}
 	return nil
