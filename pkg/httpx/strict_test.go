@@ -148,3 +148,53 @@ func FuzzDecodeJSON(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTenantID: an accepted tenant id is 1-128 of [A-Za-z0-9_-], nothing
+// else; the rate limiter reads the same tenant from a path.
+func FuzzTenantID(f *testing.F) {
+	for _, s := range []string{"acme", "", "a b", "t\x00", "t\xff", strings.Repeat("t", 129), "..", "t%2F", "é"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, p := TenantID(s)
+		if p != nil {
+			if p.Code != "invalid_tenant_id" || p.Status != 400 {
+				t.Fatalf("problem %+v", p)
+			}
+			if _, ok := tenantOfPath("/v1/tenants/" + s); ok && !strings.Contains(s, "/") {
+				t.Fatalf("the rate limiter takes %q as a tenant", s)
+			}
+			return
+		}
+		if got != s || len(s) < 1 || len(s) > 128 || strings.Trim(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") != "" {
+			t.Fatalf("accepted %q", s)
+		}
+	})
+}
+
+// FuzzCheckRequestText: a request CleanText lets through has a path and
+// query parameters of valid UTF-8 without NUL.
+func FuzzCheckRequestText(f *testing.F) {
+	for _, s := range []string{"/v1/tenants/t1/charges?limit=5", "/a%00", "/a%FF", "/q?r=%00", "/q?%zz", "/q?a=%C3%28&b=1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		req, err := http.NewRequest(http.MethodGet, "http://x"+target, nil)
+		if err != nil || req.URL.Path == "" {
+			return
+		}
+		if p := CheckRequestText(req); p != nil {
+			return
+		}
+		if !utf8.ValidString(req.URL.Path) || strings.ContainsRune(req.URL.Path, 0) {
+			t.Fatalf("let %q through", target)
+		}
+		for k, vs := range req.URL.Query() {
+			for _, v := range append(vs, k) {
+				if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+					t.Fatalf("let %q through", target)
+				}
+			}
+		}
+	})
+}
