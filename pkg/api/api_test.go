@@ -6,12 +6,14 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/usagebilling/billing/pkg/api"
 	"github.com/usagebilling/billing/pkg/api/apigen"
 	"github.com/usagebilling/billing/pkg/api/apitest"
 )
 
 // TestDocuments: each service's document loads and validates as OpenAPI 3.1
-// (as far as kin-openapi checks it), written and as served.
+// (as far as kin-openapi checks it: structure, references, schemas under
+// JSON Schema 2020-12, examples), written and as served.
 func TestDocuments(t *testing.T) {
 	for _, s := range apigen.Services {
 		t.Run(s.Name, func(t *testing.T) {
@@ -20,6 +22,15 @@ func TestDocuments(t *testing.T) {
 				t.Fatal(err)
 			}
 			if _, err := apitest.Load(doc); err != nil {
+				t.Fatal(err)
+			}
+			// As served: JSON, which also refuses a key written twice
+			// (the loader above keeps the last).
+			served, err := api.ToJSON(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := apitest.Load(served); err != nil {
 				t.Fatal(err)
 			}
 		})

@@ -16,8 +16,8 @@ import (
 type Rule int
 
 const (
-	// Open: anyone (/healthz, /readyz, /metrics); no route there declares
-	// roles.
+	// Open: anyone (/healthz, /readyz, /metrics, /openapi.json); no route
+	// there declares roles.
 	Open Rule = iota
 	// Bearer: a valid bearer token is required (401 otherwise); the route's
 	// declared roles (Allow) decide the rest (403).
@@ -30,16 +30,17 @@ const (
 )
 
 // OpenPaths are the paths anyone may call.
-var OpenPaths = []string{"/healthz", "/readyz", "/metrics"}
+var OpenPaths = []string{"/healthz", "/readyz", "/metrics", "/openapi.json"}
 
 // RuleFor returns the rule of a request path.
 //
 //	/healthz, /readyz, /metrics   Open
+//	/openapi.json                 Open (the service's API document)
 //	/console, /console/...        Console
 //	anything else                 Bearer
 func RuleFor(path string) Rule {
 	switch {
-	case path == "/healthz" || path == "/readyz" || path == "/metrics":
+	case path == "/healthz" || path == "/readyz" || path == "/metrics" || path == "/openapi.json":
 		return Open
 	case path == "/console" || strings.HasPrefix(path, "/console/"):
 		return Console

@@ -188,7 +188,7 @@ func callers(t *testing.T) []caller {
 // tenant-scoped role on its own tenant only), answering 403 forbidden to
 // every other, and 401 to a missing, forged, unknown-key or expired
 // credential, with a problem and nothing else, writing nothing; only
-// /healthz, /readyz and /metrics are open. A route served without an entry
+// /healthz, /readyz, /metrics and /openapi.json are open. A route served without an entry
 // in wantRoles, or without declared roles, fails.
 func TestAccessControlAllRoutes(t *testing.T) {
 	forger, err := auth.GenerateKey(auth.DevKey.ID) // the development key's id, another key
@@ -332,8 +332,8 @@ func TestAccessControlAllRoutes(t *testing.T) {
 			}
 			slices.Sort(open)
 			open = slices.Compact(open) // /metrics answers every method
-			if !slices.Equal(open, []string{"/healthz", "/metrics", "/readyz"}) {
-				t.Errorf("open routes %v, want only /healthz, /metrics, /readyz", open)
+			if !slices.Equal(open, []string{"/healthz", "/metrics", "/openapi.json", "/readyz"}) {
+				t.Errorf("open routes %v, want only /healthz, /metrics, /openapi.json, /readyz", open)
 			}
 			if n < 5 {
 				t.Errorf("only %d guarded routes: %v", n, routes)

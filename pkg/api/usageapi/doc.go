@@ -4,6 +4,7 @@ package usageapi
 
 import (
 	_ "embed"
+	"net/http"
 	"sync"
 
 	"github.com/usagebilling/billing/pkg/api"
@@ -17,3 +18,7 @@ func YAML() []byte { return spec }
 
 // JSON is the document as served at GET /openapi.json.
 var JSON = sync.OnceValue(func() []byte { return api.MustJSON(spec) })
+
+// Handler serves the document at GET /openapi.json (api.Path), open to
+// anyone.
+func Handler() http.Handler { return api.Handler(JSON()) }

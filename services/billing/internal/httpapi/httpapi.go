@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/usagebilling/billing/pkg/api/billingapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/idempotency"
@@ -47,6 +48,7 @@ func (a *API) Routes(r chi.Router) {
 	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/periods/{period}/close", auth.Allow(a.closePeriod, auth.RoleBillingAdmin))
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/charges", auth.Allow(a.listCharges, auth.RoleViewer, auth.RoleBillingAdmin))
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/periods/{period}", auth.Allow(a.getPeriod, auth.RoleViewer, auth.RoleBillingAdmin))
+	r.Method(http.MethodGet, "/openapi.json", billingapi.Handler())
 }
 
 // getPeriod: GET /v1/tenants/{tenantId}/periods/{period} -> {period, status,

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/api/invoiceapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/httpx"
@@ -35,6 +36,7 @@ func New(reader *app.Reader, log *slog.Logger) *API {
 func (a *API) Routes(r chi.Router) {
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/invoices", auth.Allow(a.list, auth.RoleViewer, auth.RoleBillingAdmin))
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/invoices/{invoiceId}", auth.Allow(a.get, auth.RoleViewer, auth.RoleBillingAdmin))
+	r.Method(http.MethodGet, "/openapi.json", invoiceapi.Handler())
 }
 
 type invoiceJSON struct {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/usagebilling/billing/pkg/api/meterapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/idempotency"
@@ -38,6 +39,7 @@ func New(a *app.App, log *slog.Logger) *API { return &API{app: a, log: log} }
 func (api *API) Routes(r chi.Router) {
 	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/prices", auth.Allow(api.activatePrice, auth.RoleBillingAdmin))
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/prices", auth.Allow(api.listPrices, auth.RoleViewer, auth.RoleBillingAdmin))
+	r.Method(http.MethodGet, "/openapi.json", meterapi.Handler())
 }
 
 // activatePriceRequest is {meterCode, currency, unitPrice, effectiveAt} or,

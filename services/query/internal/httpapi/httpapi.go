@@ -11,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/api/queryapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/services/query/internal/app"
@@ -30,6 +31,7 @@ func New(reader *app.Reader, log *slog.Logger) *API {
 // Routes mounts the endpoints on r.
 func (a *API) Routes(r chi.Router) {
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/summary", auth.Allow(a.summary, auth.RoleViewer, auth.RoleBillingAdmin))
+	r.Method(http.MethodGet, "/openapi.json", queryapi.Handler())
 }
 
 type summaryJSON struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/api/usageapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/services/usage/internal/app"
@@ -41,6 +42,7 @@ func (api *API) Routes(r chi.Router) {
 	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/usage", auth.Allow(api.accept, auth.RoleIngest))
 	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/usage:batch", auth.Allow(api.acceptBatch, auth.RoleIngest))
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/usage/{usageId}", auth.Allow(api.get, auth.RoleIngest))
+	r.Method(http.MethodGet, "/openapi.json", usageapi.Handler())
 }
 
 // usageRequest is one usage fact as sent. quantity is raw so that a JSON
