@@ -265,7 +265,7 @@ func serve(ctx context.Context, spec Spec, cfg Config, tcfg tracing.Config, log 
 		}
 		defer stopPprof()
 	}
-	log.Info("service started", "http", ln.Addr().String(), "brokers", cfg.Brokers, "topics", topics)
+	log.Info("service started", "http", ln.Addr().String(), "brokers", cfg.Brokers, "kafka_security", cfg.Kafka.String(), "topics", topics)
 
 	var runErr error
 	select {
