@@ -219,6 +219,9 @@ type InternalReconciliationPage struct {
 
 // PeriodEstimate defines model for PeriodEstimate.
 type PeriodEstimate struct {
+	// CloseRequestedAt when the close was asked for (closing only)
+	CloseRequestedAt *time.Time `json:"closeRequestedAt,omitempty"`
+
 	// ClosesAt null once the close has begun
 	ClosesAt *time.Time `json:"closesAt"`
 
@@ -226,6 +229,9 @@ type PeriodEstimate struct {
 	Estimate map[string]Decimal `json:"estimate"`
 	Period   string             `json:"period"`
 	Status   PeriodStatus       `json:"status"`
+
+	// WaitingFor while closing: what the close waits for (usage not yet seen past closeRequestedAt, or deferred usage)
+	WaitingFor *string `json:"waitingFor,omitempty"`
 }
 
 // PeriodStatus defines model for PeriodStatus.

@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/api/apitest"
+	"github.com/usagebilling/billing/pkg/api/billingapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/events"
@@ -53,7 +55,7 @@ func newFixture(t *testing.T) *fixture {
 	r := chi.NewRouter()
 	r.Use(signedIn)
 	httpapi.New(svc, nil).Routes(r)
-	srv := httptest.NewServer(r)
+	srv := httptest.NewServer(apitest.Handler(t, billingapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	f := &fixture{pool: pool, srv: srv}
 	var raws [][]byte
@@ -376,7 +378,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 	r := chi.NewRouter()
 	r.Use(signedIn)
 	httpapi.New(app.New(pool, nil), nil).Routes(r)
-	srv := httptest.NewServer(r)
+	srv := httptest.NewServer(apitest.Handler(t, billingapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	f := &fixture{srv: srv}
 	for _, req := range []struct{ method, path, body string }{

@@ -19,6 +19,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/api/apitest"
+	"github.com/usagebilling/billing/pkg/api/invoiceapi"
 	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/pgtest"
@@ -34,7 +36,7 @@ func server(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
 	r := chi.NewRouter()
 	r.Use(authtest.SignedIn("viewer@acme.example", "viewer"))
 	httpapi.New(app.NewReader(pool), slog.New(slog.DiscardHandler)).Routes(r)
-	srv := httptest.NewServer(r)
+	srv := httptest.NewServer(apitest.Handler(t, invoiceapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	return srv
 }

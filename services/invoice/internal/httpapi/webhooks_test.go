@@ -14,6 +14,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/api/apitest"
+	"github.com/usagebilling/billing/pkg/api/invoiceapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
@@ -32,7 +34,7 @@ func hookServer(t *testing.T, pool *pgxpool.Pool, maxEndpoints int) *httptest.Se
 	r.Use(auth.Middleware(keys, nil))
 	httpapi.NewWebhooks(webhook.NewEndpoints(pool, maxEndpoints), webhook.NewStore(pool, time.Hour),
 		slog.New(slog.DiscardHandler)).Routes(r)
-	srv := httptest.NewServer(r)
+	srv := httptest.NewServer(apitest.Handler(t, invoiceapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	return srv
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/api/apitest"
+	"github.com/usagebilling/billing/pkg/api/meterapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
@@ -56,7 +58,7 @@ func serve(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
 	r := chi.NewRouter()
 	r.Use(signedIn)
 	httpapi.New(app.New(pool, log), log).Routes(r)
-	srv := httptest.NewServer(r)
+	srv := httptest.NewServer(apitest.Handler(t, meterapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	return srv
 }

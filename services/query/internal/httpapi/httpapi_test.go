@@ -14,6 +14,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/api/apitest"
+	"github.com/usagebilling/billing/pkg/api/queryapi"
 	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/query/internal/app"
@@ -28,7 +30,7 @@ func server(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
 	r := chi.NewRouter()
 	r.Use(authtest.SignedIn("viewer@acme.example", "viewer"))
 	httpapi.New(app.NewReader(pool), slog.New(slog.DiscardHandler)).Routes(r)
-	srv := httptest.NewServer(r)
+	srv := httptest.NewServer(apitest.Handler(t, queryapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	return srv
 }

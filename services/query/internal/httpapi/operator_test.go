@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/api/apitest"
+	"github.com/usagebilling/billing/pkg/api/queryapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
@@ -50,7 +52,7 @@ func operatorServerOf(t *testing.T, pool *pgxpool.Pool, urls map[string]string) 
 	r := chi.NewRouter()
 	r.Use(auth.Middleware(keys, log))
 	httpapi.NewOperator(op, log).Routes(r)
-	srv := httptest.NewServer(r)
+	srv := httptest.NewServer(apitest.Handler(t, queryapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	return srv, op
 }
@@ -447,7 +449,7 @@ func internalAPI(t *testing.T) (string, *pgxpool.Pool) {
 	r := chi.NewRouter()
 	r.Use(auth.Middleware(keys, nil))
 	ops.NewAPI(pool, nil, nil).Routes(r)
-	srv := httptest.NewServer(r)
+	srv := httptest.NewServer(apitest.Handler(t, queryapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	return srv.URL, pool
 }

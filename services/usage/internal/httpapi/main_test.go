@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usagebilling/billing/pkg/api/apitest"
+	"github.com/usagebilling/billing/pkg/api/usageapi"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/usage/internal/testenv"
 )
@@ -24,7 +26,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := testenv.New(t)
-	srv := httptest.NewServer(e.Router)
+	srv := httptest.NewServer(apitest.Handler(t, usageapi.YAML(), e.Router))
 	t.Cleanup(srv.Close)
 	return &env{Env: e, srv: srv}
 }

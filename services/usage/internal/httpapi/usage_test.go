@@ -14,6 +14,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/api/apitest"
+	"github.com/usagebilling/billing/pkg/api/usageapi"
 	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/services/usage/internal/app"
@@ -504,7 +506,7 @@ func TestDatabaseUnavailable(t *testing.T) {
 	router := chi.NewRouter()
 	router.Use(authtest.SignedIn("ingest@acme.example", "ingest"))
 	httpapi.New(app.New(pool, log), log).Routes(router)
-	srv := httptest.NewServer(router)
+	srv := httptest.NewServer(apitest.Handler(t, usageapi.YAML(), router))
 	t.Cleanup(srv.Close)
 	e := &env{srv: srv}
 	body := usage{SourceSystem: "s", SourceEventID: "x", MeterCode: "api", Quantity: "1", OccurredAt: rfc(time.Now())}.json(t)
