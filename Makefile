@@ -49,6 +49,10 @@ apache-test: ## the outbox and inbox tests again, against a real Apache Kafka br
 fuzz: ## fuzz envelope decoding for a short while
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./pkg/envelope/
 
+.PHONY: openapi
+openapi: ## regenerate the Go types of the services' OpenAPI documents (pkg/api/<service>api/types.gen.go, oapi-codegen); a test in make test fails when they are stale
+	cd pkg && $(GO) run ./cmd/openapi-gen
+
 bench: ## relay throughput for 1, 10 and 1,000 keys
 	$(GO) test -run '^$$' -bench RelayThroughput -benchtime 20000x -count 3 ./pkg/outbox/
 
