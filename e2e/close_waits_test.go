@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/e2e/scenario"
 	"github.com/usagebilling/billing/e2e/stack"
+	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/kafkaconf"
 )
 
 // Issue 10 item 3, decision 0014, against the running meter, usage, billing
@@ -89,6 +92,7 @@ func TestCloseWaitsForUsageDelayedInThePipeline(t *testing.T) {
 	}
 	// The scheduler passes every 500ms and usage cuts every 200ms: several
 	// of each happen while the path is cut, and none may close the period.
+	var requestedAt time.Time
 	for range 3 {
 		time.Sleep(time.Second)
 		var v periodView
@@ -96,6 +100,7 @@ func TestCloseWaitsForUsageDelayedInThePipeline(t *testing.T) {
 		if v.Status != "closing" || v.CloseRequestedAt == nil || v.WaitingFor == "" {
 			t.Fatalf("period while cut = %+v, want closing with a reason", v)
 		}
+		requestedAt = *v.CloseRequestedAt
 		t.Logf("period %s while the path is cut: %s, waiting for: %s", period, v.Status, v.WaitingFor)
 	}
 	if got := c.charges(tenant); len(got) != 1 {
@@ -174,4 +179,75 @@ func TestCloseWaitsForUsageDelayedInThePipeline(t *testing.T) {
 		t.Fatalf("period after restore = %+v, want closed", v)
 	}
 	t.Log(fmt.Sprintf("invoice of %s issued %s after the path was restored, with the delayed fact", period, issuedAfter.Round(10*time.Millisecond)))
+	checkUsageTopic(t, s.KafkaBrokers(), delayed, requestedAt)
+}
+
+// checkUsageTopic reads usage.events.v1 as the broker holds it: every
+// watermark is on the partition it names, and the delayed fact comes before
+// the first watermark of its partition past the close request.
+func checkUsageTopic(t *testing.T, brokers []string, delayedEventID string, requestedAt time.Time) {
+	t.Helper()
+	client, err := sarama.NewClient(brokers, kafkaconf.New("close-wait-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	reg := envelope.NewRegistry()
+	events.Register(reg)
+	partitions, err := client.Partitions(events.TopicUsage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks, factSeen, factBeforeMark := 0, false, false
+	for _, p := range partitions {
+		newest, err := client.GetOffset(events.TopicUsage, p, sarama.OffsetNewest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if newest == 0 {
+			continue
+		}
+		pc, err := consumer.ConsumePartition(events.TopicUsage, p, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		factHere, passed := false, false
+		for msg := range pc.Messages() {
+			d, err := reg.Decode(msg.Value)
+			if err != nil {
+				t.Fatalf("%s/%d@%d: %v", events.TopicUsage, p, msg.Offset, err)
+			}
+			switch w := d.Payload.(type) {
+			case events.UsageAcceptedThrough:
+				marks++
+				if w.Partition != p {
+					t.Fatalf("watermark of partition %d found on partition %d", w.Partition, p)
+				}
+				if !w.Through.Before(requestedAt) && !passed {
+					passed = true
+					factBeforeMark = factBeforeMark || factHere
+				}
+			case events.UsageAccepted:
+				if d.Envelope.EventID.String() == delayedEventID {
+					factSeen, factHere = true, true
+					if passed {
+						t.Fatalf("the delayed fact is on partition %d after a watermark past the close request", p)
+					}
+				}
+			}
+			if msg.Offset >= newest-1 {
+				break
+			}
+		}
+		_ = pc.Close()
+	}
+	if marks == 0 || !factSeen || !factBeforeMark {
+		t.Fatalf("usage topic: %d watermarks, delayed fact seen %v, before a watermark past the request %v", marks, factSeen, factBeforeMark)
+	}
+	t.Logf("usage topic: %d watermarks across %d partitions, each on its own; the delayed fact before its partition's first watermark past the close request", marks, len(partitions))
 }
