@@ -258,7 +258,7 @@ func TestEveryPublicEventTypeIsProjected(t *testing.T) {
 	hs := app.BatchHandlers()
 	for _, typ := range []string{events.TypePriceActivated, events.TypeUsageAccepted, events.TypeChargeRated,
 		events.TypeAdjustmentPosted, events.TypeBillingPeriodClosed, events.TypeInvoiceIssued, events.TypeInvoiceCorrectionIssued,
-		events.TypePriceScheduleWatermark} {
+		events.TypePriceScheduleWatermark, events.TypeBillingPeriodEnded, events.TypeUsageAcceptedThrough} {
 		if hs[typ] == nil {
 			t.Errorf("no handler for %s", typ)
 		}
