@@ -46,8 +46,24 @@ unit-test: ## all Go tests against a throwaway PostgreSQL, kfake and a real Apac
 apache-test: ## the outbox and inbox tests again, against a real Apache Kafka broker instead of kfake
 	TEST_KAFKA=apache $(GO) test -count=1 -timeout 20m ./pkg/outbox/ ./pkg/inbox/
 
-fuzz: ## fuzz envelope decoding for a short while
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./pkg/envelope/
+# Every request parser's fuzz target (package:target). Their seed corpora
+# also run as plain tests in unit-test; `make fuzz` fuzzes each for FUZZTIME
+# (CI: 10s each, through make test); FUZZTIME=5m for a longer hunt.
+FUZZTIME ?= 10s
+FUZZ_TARGETS := ./pkg/envelope/:FuzzDecode ./pkg/envelope/:FuzzCanonical \
+	./pkg/httpx/:FuzzDecodeJSON ./pkg/httpx/:FuzzTenantID ./pkg/httpx/:FuzzCheckRequestText \
+	./pkg/money/:FuzzParse ./pkg/money/:FuzzCurrency ./pkg/page/:FuzzCursor ./pkg/auth/:FuzzVerify \
+	./services/meter/internal/domain/:FuzzParseActivation ./services/usage/internal/domain/:FuzzParse \
+	./services/billing/internal/domain/:FuzzParsePeriod ./services/billing/internal/domain/:FuzzParseDuration \
+	./services/billing/internal/domain/:FuzzTimeZone
+fuzz: ## fuzz every request parser (strict JSON, decimals, currencies, periods, cursors, tenant ids, durations, time zones, activations, usage, tokens, envelopes), FUZZTIME each (default 10s)
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; done
+
+.PHONY: hostile
+hostile: ## hostile-input suite: the five services, every route sent generated bad input and slow clients; never a 5xx, a hang or a write, every refusal problem+json (~3 min)
+	$(GO) test -tags hostile -count=1 -timeout 20m -v -run '^TestHostileInput$$' ./e2e/hostile/
 
 .PHONY: openapi
 openapi: ## regenerate the Go types of the services' OpenAPI documents (pkg/api/<service>api/types.gen.go, oapi-codegen); a test in make test fails when they are stale

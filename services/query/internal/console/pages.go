@@ -110,6 +110,9 @@ func (c *Console) submit(action string) http.HandlerFunc {
 		case service == "" || reason == "":
 			c.invalid(w, r, "A service and a reason are required.")
 			return
+		case httpx.CheckText("service", service) != nil || httpx.CheckText("reason", reason) != nil:
+			c.invalid(w, r, "The service and the reason must be text: valid UTF-8, no NUL character.")
+			return
 		case err != nil:
 			c.invalid(w, r, "The event id must be a UUID.")
 			return

@@ -102,6 +102,9 @@ func (c *Console) retryIntent(w http.ResponseWriter, r *http.Request) {
 	case reason == "":
 		c.invalid(w, r, "A reason is required.")
 		return
+	case httpx.CheckText("reason", reason) != nil:
+		c.invalid(w, r, "The reason must be text: valid UTF-8, no NUL character.")
+		return
 	case utf8.RuneCountInString(reason) > httpapi.MaxReason:
 		c.invalid(w, r, "The reason is longer than %d characters.", httpapi.MaxReason)
 		return
