@@ -8,6 +8,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/pricing"
 )
 
 func d(s string) decimal.Decimal { return decimal.RequireFromString(s) }
@@ -71,5 +72,44 @@ func TestSummarize(t *testing.T) {
 	zero := Summarize("nobody", nil, nil)
 	if zero.UsageCount != 0 || len(zero.Charged) != 0 || zero.QuantityByMeter == nil || zero.LastEventAt != nil {
 		t.Fatalf("empty summary %+v", zero)
+	}
+}
+
+// The charged deltas of a line's charges, each priced against the quantity
+// the ones before it left, sum to the line's pricing over its quantity in
+// every order, under every model (volume deltas may be negative).
+func TestLineDeltasSumToTheLinesPrice(t *testing.T) {
+	ten, hundred := decimal.NewFromInt(10), decimal.NewFromInt(100)
+	size, price := decimal.NewFromInt(10), decimal.RequireFromString("2.5")
+	unit := decimal.RequireFromString("0.01")
+	models := map[string]pricing.Pricing{
+		"unit": pricing.UnitPricing(unit),
+		"graduated": {Model: pricing.Graduated, Tiers: []pricing.Tier{
+			{UpTo: &ten, UnitPrice: decimal.RequireFromString("0.1"), FlatFee: decimal.NewFromInt(2)},
+			{UnitPrice: decimal.RequireFromString("0.05")}}},
+		"volume": {Model: pricing.Volume, Tiers: []pricing.Tier{
+			{UpTo: &ten, UnitPrice: decimal.NewFromInt(1)}, {UpTo: &hundred, UnitPrice: decimal.RequireFromString("0.5")},
+			{UnitPrice: decimal.RequireFromString("0.25")}}},
+		"package": {Model: pricing.Package, PackageSize: &size, PackagePrice: &price},
+	}
+	quantities := []string{"6", "6", "0.5", "95", "3"}
+	orders := [][]int{{0, 1, 2, 3, 4}, {4, 3, 2, 1, 0}, {2, 0, 4, 1, 3}}
+	for name, p := range models {
+		total := decimal.Zero
+		for _, q := range quantities {
+			total = total.Add(decimal.RequireFromString(q))
+		}
+		want := p.Amount(total)
+		for _, order := range orders {
+			before, sum := decimal.Zero, decimal.Zero
+			for _, i := range order {
+				q := decimal.RequireFromString(quantities[i])
+				sum = sum.Add(LineDelta(p, before, q))
+				before = before.Add(q)
+			}
+			if !sum.Equal(want) {
+				t.Errorf("%s, order %v: deltas sum to %s, want %s", name, order, sum, want)
+			}
+		}
 	}
 }
