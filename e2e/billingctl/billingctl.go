@@ -2,7 +2,9 @@
 // and operators (cmd/billingctl is its thin main): every command is a call
 // of the HTTP API of DESIGN.md section 7, with a token it is given or signs
 // itself (pkg/auth), its answer printed as a table or as JSON, and an
-// application/problem+json answer printed with its status and code.
+// application/problem+json answer printed with its status and code. The
+// requests it sends are the types generated from the services' OpenAPI
+// documents (pkg/api); answers are read generically, as tables of fields.
 //
 // Exit codes: 0 done; 1 the service refused the request (a problem); 2 bad
 // usage (an unknown command or flag, a missing argument, an unreadable

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/usagebilling/billing/pkg/api/queryapi"
 	"github.com/usagebilling/billing/pkg/auth"
 )
 
@@ -107,14 +108,14 @@ func correlation(given string) string {
 
 // submitFlags are the flags of a redrive and a dead letter's release.
 type submitFlags struct {
-	req  RedriveRequest
+	req  queryapi.RedriveRequest
 	corr string
 	wait time.Duration
 }
 
 func (s *submitFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.req.Service, "service", "", "the service holding the event (required)")
-	fs.StringVar(&s.req.EventID, "event", "", "the event id (required)")
+	fs.StringVar(&s.req.EventId, "event", "", "the event id (required)")
 	fs.StringVar(&s.req.Reason, "reason", "", "why, for the audit (required)")
 	fs.StringVar(&s.corr, "correlation-id", "", "the X-Correlation-Id (default: a new one)")
 	fs.DurationVar(&s.wait, "wait", 60*time.Second, "how long to wait for the outcome (0: do not wait)")
@@ -123,7 +124,7 @@ func (s *submitFlags) register(fs *flag.FlagSet) {
 // submit posts a redrive or release and, unless told not to wait, polls it
 // until it completes; then prints it with its audit.
 func (c *Client) submit(ctx context.Context, path string, s submitFlags) error {
-	if s.req.Service == "" || s.req.EventID == "" || s.req.Reason == "" {
+	if s.req.Service == "" || s.req.EventId == "" || s.req.Reason == "" {
 		return usagef("-service, -event and -reason are required")
 	}
 	var sub struct {
@@ -315,7 +316,7 @@ func intentsRetry(fs *flag.FlagSet) runFunc {
 		}
 		var v map[string]any
 		if _, err := c.decode(ctx, call{service: "query", method: http.MethodPost, path: "/v1/operator/webhook-intents/" + url.PathEscape(args[0]) + "/retry",
-			body: ReasonRequest{Reason: *reason}, header: map[string]string{"X-Correlation-Id": correlation(*corr)}}, &v); err != nil {
+			body: queryapi.RetryRequest{Reason: *reason}, header: map[string]string{"X-Correlation-Id": correlation(*corr)}}, &v); err != nil {
 			return err
 		}
 		return c.object(v)

@@ -10,7 +10,13 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/api/billingapi"
+	"github.com/usagebilling/billing/pkg/api/invoiceapi"
+	"github.com/usagebilling/billing/pkg/api/meterapi"
 	"github.com/usagebilling/billing/pkg/auth"
 )
 
@@ -83,9 +89,21 @@ func (c *Client) command(ctx context.Context, k call, key string, fields ...stri
 	return c.object(v, fields...)
 }
 
-// tiersFlag collects --tier UPTO:UNITPRICE[:FLATFEE] (UPTO "inf" or empty
+// decimalArg parses a decimal flag: nil when not given.
+func decimalArg(name, v string) (*decimal.Decimal, error) {
+	if v == "" {
+		return nil, nil
+	}
+	d, err := decimal.NewFromString(v)
+	if err != nil {
+		return nil, usagef("-%s %q is not a decimal number such as 0.25", name, v)
+	}
+	return &d, nil
+}
+
+// tiersFlag collects -tier UPTO:UNITPRICE[:FLATFEE] (UPTO "inf" or empty
 // for the last tier).
-type tiersFlag []Tier
+type tiersFlag []meterapi.TierRequest
 
 func (t *tiersFlag) String() string { return fmt.Sprint(len(*t)) }
 
@@ -94,39 +112,69 @@ func (t *tiersFlag) Set(v string) error {
 	if len(parts) < 2 || len(parts) > 3 {
 		return fmt.Errorf("want UPTO:UNITPRICE[:FLATFEE], got %q", v)
 	}
-	tier := Tier{UnitPrice: parts[1]}
+	var tier meterapi.TierRequest
+	var err error
 	if up := parts[0]; up != "" && up != "inf" {
-		tier.UpTo = &up
+		if tier.UpTo, err = decimalArg("tier", up); err != nil {
+			return err
+		}
+	}
+	if tier.UnitPrice, err = decimalArg("tier", parts[1]); err != nil {
+		return err
 	}
 	if len(parts) == 3 {
-		tier.FlatFee = parts[2]
+		if tier.FlatFee, err = decimalArg("tier", parts[2]); err != nil {
+			return err
+		}
 	}
 	*t = append(*t, tier)
 	return nil
 }
 
 func priceActivate(fs *flag.FlagSet) runFunc {
-	var req PriceRequest
 	var tiers tiersFlag
-	var key string
-	fs.StringVar(&req.MeterCode, "meter", "", "the meter code (required)")
-	fs.StringVar(&req.Currency, "currency", "", "ISO 4217 currency (required)")
-	fs.StringVar(&req.Model, "model", "", "unit (default), graduated, volume or package")
-	fs.StringVar(&req.UnitPrice, "unit-price", "", "the unit price of a unit price, a decimal")
+	meter := fs.String("meter", "", "the meter code (required)")
+	currency := fs.String("currency", "", "ISO 4217 currency (required)")
+	model := fs.String("model", "", "unit (default), graduated, volume or package")
+	unitPrice := fs.String("unit-price", "", "the unit price of a unit price, a decimal")
 	fs.Var(&tiers, "tier", "a tier of a graduated or volume price, UPTO:UNITPRICE[:FLATFEE] (UPTO inf on the last); repeat in order")
-	fs.StringVar(&req.PackageSize, "package-size", "", "units per package of a package price")
-	fs.StringVar(&req.PackagePrice, "package-price", "", "the price of a package")
-	fs.StringVar(&req.EffectiveAt, "effective-at", "", "when the price takes effect, RFC 3339 (default now)")
-	fs.StringVar(&key, "idempotency-key", "", "the Idempotency-Key (default: derived from the request, so a rerun replays)")
+	packageSize := fs.String("package-size", "", "units per package of a package price")
+	packagePrice := fs.String("package-price", "", "the price of a package")
+	effectiveAt := fs.String("effective-at", "", "when the price takes effect, RFC 3339 (default now)")
+	key := fs.String("idempotency-key", "", "the Idempotency-Key (default: derived from the request, so a rerun replays)")
 	return func(ctx context.Context, c *Client, args []string) error {
 		if err := positional(args); err != nil {
 			return err
 		}
-		if req.MeterCode == "" || req.Currency == "" {
+		if *meter == "" || *currency == "" {
 			return usagef("-meter and -currency are required")
 		}
-		req.Tiers = tiers
-		return c.command(ctx, call{service: "meter", method: http.MethodPost, path: c.tenantPath("prices"), body: req}, key,
+		req := meterapi.ActivatePriceRequest{MeterCode: *meter, Currency: *currency}
+		var err error
+		if *model != "" {
+			m := meterapi.PricingModel(*model)
+			req.Model = &m
+		}
+		if len(tiers) > 0 {
+			req.Tiers = (*[]meterapi.TierRequest)(&tiers)
+		}
+		if req.UnitPrice, err = decimalArg("unit-price", *unitPrice); err != nil {
+			return err
+		}
+		if req.PackageSize, err = decimalArg("package-size", *packageSize); err != nil {
+			return err
+		}
+		if req.PackagePrice, err = decimalArg("package-price", *packagePrice); err != nil {
+			return err
+		}
+		if *effectiveAt != "" {
+			at, err := time.Parse(time.RFC3339Nano, *effectiveAt)
+			if err != nil {
+				return usagef("-effective-at %q is not an RFC 3339 time such as 2027-01-01T00:00:00Z", *effectiveAt)
+			}
+			req.EffectiveAt = &at
+		}
+		return c.command(ctx, call{service: "meter", method: http.MethodPost, path: c.tenantPath("prices"), body: req}, *key,
 			"priceId", "meterCode", "currency", "model", "unitPrice", "tiers", "packageSize", "packagePrice", "effectiveAt", "version", "eventId")
 	}
 }
@@ -223,7 +271,7 @@ func settingsSet(fs *flag.FlagSet) runFunc {
 		if err := positional(args); err != nil {
 			return err
 		}
-		var req SettingsRequest
+		var req billingapi.SettingsRequest
 		if *tz != "" {
 			req.TimeZone = tz
 		}
@@ -331,19 +379,23 @@ func maps(v any) []map[string]any {
 }
 
 func adjust(fs *flag.FlagSet) runFunc {
-	var req AdjustmentRequest
 	key := fs.String("idempotency-key", "", "the Idempotency-Key (default: derived from the request, so a rerun replays)")
-	fs.StringVar(&req.CorrectionOf, "correction-of", "", "the chargeId of the charge corrected (required; billingctl charges lists them)")
-	fs.StringVar(&req.Amount, "amount", "", "the amount, a decimal; negative for a credit (required)")
-	fs.StringVar(&req.Currency, "currency", "", "ISO 4217 currency (required)")
-	fs.StringVar(&req.Reason, "reason", "", "why (required, audited)")
+	correctionOf := fs.String("correction-of", "", "the chargeId of the charge corrected (required; billingctl charges lists them)")
+	amount := fs.String("amount", "", "the amount, a decimal; negative for a credit (required)")
+	currency := fs.String("currency", "", "ISO 4217 currency (required)")
+	reason := fs.String("reason", "", "why (required, audited)")
 	return func(ctx context.Context, c *Client, args []string) error {
 		if err := positional(args); err != nil {
 			return err
 		}
-		if req.CorrectionOf == "" || req.Amount == "" || req.Currency == "" || req.Reason == "" {
+		if *correctionOf == "" || *amount == "" || *currency == "" || *reason == "" {
 			return usagef("-correction-of, -amount, -currency and -reason are required")
 		}
+		a, err := decimalArg("amount", *amount)
+		if err != nil {
+			return err
+		}
+		req := billingapi.AdjustmentRequest{CorrectionOf: *correctionOf, Amount: *a, Currency: *currency, Reason: *reason}
 		return c.command(ctx, call{service: "billing", method: http.MethodPost, path: c.tenantPath("adjustments"), body: req}, *key)
 	}
 }
@@ -367,7 +419,7 @@ func webhookAdd(fs *flag.FlagSet) runFunc {
 			return err
 		}
 		var v map[string]any
-		k := call{service: "invoice", method: http.MethodPost, path: c.tenantPath("webhook-endpoints"), body: WebhookEndpointRequest{URL: args[0]}}
+		k := call{service: "invoice", method: http.MethodPost, path: c.tenantPath("webhook-endpoints"), body: invoiceapi.WebhookEndpointRequest{Url: args[0]}}
 		if _, err := c.decode(ctx, k, &v); err != nil {
 			return err
 		}

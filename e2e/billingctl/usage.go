@@ -18,6 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/api/usageapi"
 	"github.com/usagebilling/billing/pkg/httpx"
 )
 
@@ -27,20 +30,57 @@ const maxBatch = 1000
 // record is one usage event read from the input, and where.
 type record struct {
 	line  int
-	event UsageEvent
+	event usageapi.UsageRequest
 }
 
-// readUsage reads usage events from r: NDJSON (one UsageEvent object a
-// line) or CSV with a header naming the fields (sourceSystem,
-// sourceEventId, meterCode, quantity, occurredAt, currency; meterCode,
-// quantity and occurredAt are required). An event without sourceSystem gets
-// sourceSystem; one without sourceEventId gets one derived from its line
-// and content, so sending the same file again replays instead of counting
-// twice. No time is made up for an event without occurredAt (a second send
-// would then differ from the first): the input is refused, before any
-// request.
+// usageLine is a line of the input, NDJSON or CSV, before it is checked.
+type usageLine struct {
+	SourceSystem  string  `json:"sourceSystem"`
+	SourceEventID string  `json:"sourceEventId"`
+	MeterCode     string  `json:"meterCode"`
+	Quantity      string  `json:"quantity"`
+	OccurredAt    string  `json:"occurredAt"`
+	Currency      *string `json:"currency"`
+}
+
+// readUsage reads usage events from r: NDJSON (one object a line, with
+// the fields of a usage request) or CSV with a header naming them
+// (sourceSystem, sourceEventId, meterCode, quantity, occurredAt, currency;
+// meterCode, quantity and occurredAt are required). An event without
+// sourceSystem gets sourceSystem; one without sourceEventId gets one derived
+// from its line and content, so sending the same file again replays instead
+// of counting twice. No time is made up for an event without occurredAt (a
+// second send would then differ from the first): such input, a quantity
+// that is no decimal or a time that is no RFC 3339 time is refused, before
+// any request.
 func readUsage(r io.Reader, format, sourceSystem string) ([]record, error) {
 	var recs []record
+	add := func(n int, l usageLine) error {
+		e := usageapi.UsageRequest{SourceSystem: l.SourceSystem, SourceEventId: l.SourceEventID, MeterCode: l.MeterCode, Currency: l.Currency}
+		if l.Currency != nil && *l.Currency == "" {
+			e.Currency = nil
+		}
+		if l.OccurredAt == "" {
+			return fmt.Errorf("line %d: no occurredAt (the time of the usage, RFC 3339)", n)
+		}
+		at, err := time.Parse(time.RFC3339Nano, l.OccurredAt)
+		if err != nil {
+			return fmt.Errorf("line %d: occurredAt %q is not an RFC 3339 time such as 2026-11-01T12:00:00Z", n, l.OccurredAt)
+		}
+		e.OccurredAt = at
+		if e.Quantity, err = decimal.NewFromString(l.Quantity); err != nil {
+			return fmt.Errorf("line %d: quantity %q is not a decimal number", n, l.Quantity)
+		}
+		if e.SourceSystem == "" {
+			e.SourceSystem = sourceSystem
+		}
+		if e.SourceEventId == "" {
+			h := sha256.Sum256(fmt.Appendf(nil, "%d\x00%s\x00%s\x00%s", n, l.MeterCode, l.Quantity, l.OccurredAt))
+			e.SourceEventId = "billingctl-" + hex.EncodeToString(h[:12])
+		}
+		recs = append(recs, record{line: n, event: e})
+		return nil
+	}
 	switch format {
 	case "ndjson":
 		sc := bufio.NewScanner(r)
@@ -52,11 +92,13 @@ func readUsage(r io.Reader, format, sourceSystem string) ([]record, error) {
 			}
 			d := json.NewDecoder(bytes.NewReader(line))
 			d.DisallowUnknownFields()
-			var e UsageEvent
-			if err := d.Decode(&e); err != nil {
+			var l usageLine
+			if err := d.Decode(&l); err != nil {
 				return nil, fmt.Errorf("line %d: %w", n, err)
 			}
-			recs = append(recs, record{line: n, event: e})
+			if err := add(n, l); err != nil {
+				return nil, err
+			}
 		}
 		if err := sc.Err(); err != nil {
 			return nil, err
@@ -91,24 +133,14 @@ func readUsage(r io.Reader, format, sourceSystem string) ([]record, error) {
 				}
 				return ""
 			}
-			recs = append(recs, record{line: n, event: UsageEvent{SourceSystem: get("sourceSystem"), SourceEventID: get("sourceEventId"),
-				MeterCode: get("meterCode"), Quantity: get("quantity"), OccurredAt: get("occurredAt"), Currency: get("currency")}})
+			cur := get("currency")
+			if err := add(n, usageLine{SourceSystem: get("sourceSystem"), SourceEventID: get("sourceEventId"),
+				MeterCode: get("meterCode"), Quantity: get("quantity"), OccurredAt: get("occurredAt"), Currency: &cur}); err != nil {
+				return nil, err
+			}
 		}
 	default:
 		return nil, fmt.Errorf("format %q: want csv or ndjson", format)
-	}
-	for i := range recs {
-		e := &recs[i].event
-		if e.SourceSystem == "" {
-			e.SourceSystem = sourceSystem
-		}
-		if e.OccurredAt == "" {
-			return nil, fmt.Errorf("line %d: no occurredAt (the time of the usage, RFC 3339)", recs[i].line)
-		}
-		if e.SourceEventID == "" {
-			h := sha256.Sum256(fmt.Appendf(nil, "%d\x00%s\x00%s\x00%s", recs[i].line, e.MeterCode, e.Quantity, e.OccurredAt))
-			e.SourceEventID = "billingctl-" + hex.EncodeToString(h[:12])
-		}
 	}
 	return recs, nil
 }
@@ -219,11 +251,11 @@ func (c *Client) sendUsage(ctx context.Context, recs []record, batch, retries in
 	s := SendSummary{Events: len(recs), ByCode: map[string]int{}}
 	for lo := 0; lo < len(recs); lo += batch {
 		hi := min(lo+batch, len(recs))
-		req := UsageBatchRequest{Events: make([]UsageEvent, hi-lo)}
+		req := usageapi.BatchRequest{Events: make([]usageapi.UsageRequest, hi-lo)}
 		for i := lo; i < hi; i++ {
 			req.Events[i-lo] = recs[i].event
 		}
-		var resp UsageBatchResponse
+		var resp usageapi.BatchResponse
 		for attempt := 0; ; attempt++ {
 			_, err := c.decode(ctx, call{service: "usage", method: http.MethodPost, path: c.tenantPath("usage:batch"), body: req}, &resp)
 			if err == nil {
@@ -253,9 +285,10 @@ func (c *Client) sendUsage(ctx context.Context, recs []record, batch, retries in
 				s.Replayed++
 			default:
 				s.Refused++
-				s.ByCode[r.Code]++
-				s.RefusedEvents = append(s.RefusedEvents, RefusedEvent{Line: recs[lo+i].line, SourceEventID: recs[lo+i].event.SourceEventID,
-					Status: r.Status, Code: r.Code, Detail: r.Detail})
+				code, detail := deref(r.Code), deref(r.Detail)
+				s.ByCode[code]++
+				s.RefusedEvents = append(s.RefusedEvents, RefusedEvent{Line: recs[lo+i].line, SourceEventID: recs[lo+i].event.SourceEventId,
+					Status: r.Status, Code: code, Detail: detail})
 			}
 		}
 		if progress {
@@ -267,6 +300,13 @@ func (c *Client) sendUsage(ctx context.Context, recs []record, batch, retries in
 	}
 	s.Seconds = time.Since(start).Seconds()
 	return s, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // retryable reports whether a batch may succeed when sent again: the
