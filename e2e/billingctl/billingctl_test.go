@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,6 +59,79 @@ func TestBillingctl(t *testing.T) {
 	t.Run("operator", func(t *testing.T) { operatorFlow(t, cli.with(t), s) })
 	t.Run("bad input", func(t *testing.T) { badInput(t, cli.with(t)) })
 	t.Run("binary", func(t *testing.T) { binary(t, env) })
+	t.Run("retry", func(t *testing.T) { retry(t, cli.with(t), s) })
+}
+
+// signal is an output that tells once a line holding want was written.
+type signal struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *signal) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return n, err
+}
+
+func (w *signal) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// retry sends usage while the usage service is down: billingctl retries the
+// batch until usage is back, and every fact is taken once.
+func retry(t *testing.T, c *cli, s *stack.Stack) {
+	tenant := fmt.Sprintf("cli-retry-%d", time.Now().UnixNano())
+	c.ok("-tenant", tenant, "price", "activate", "-meter", "api_calls", "-currency", "USD", "-unit-price", "1")
+	at := time.Now().UTC().Add(time.Millisecond).Format(time.RFC3339Nano)
+	probe := fmt.Sprintf(`{"sourceEventId":"p","meterCode":"api_calls","quantity":"1","occurredAt":%q}`+"\n", at)
+	eventually(t, "usage knowing the meter", func() error {
+		if r := c.run(probe, "-tenant", tenant, "usage", "send"); r.code != 0 {
+			return fmt.Errorf("exit %d: %s%s", r.code, r.out, r.errOut)
+		}
+		return nil
+	})
+	var in strings.Builder
+	for i := range 50 {
+		fmt.Fprintf(&in, `{"sourceEventId":"r-%d","meterCode":"api_calls","quantity":"1","occurredAt":%q}`+"\n", i, at)
+	}
+	if err := s.Kill("usage", 0); err != nil {
+		t.Fatal(err)
+	}
+	errOut := &signal{want: "retrying in", seen: make(chan struct{})}
+	var out bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- billingctl.Main(t.Context(), []string{"-tenant", tenant, "usage", "send", "-retries", "10", "-batch", "20", "-o", "json"},
+			billingctl.IO{In: strings.NewReader(in.String()), Out: &out, Err: errOut, Getenv: func(k string) string { return c.env[k] }})
+	}()
+	select {
+	case <-errOut.seen: // the first batch failed and waits to be sent again
+	case code := <-done:
+		t.Fatalf("usage send with usage down: exit %d before any retry\n%s", code, errOut)
+	}
+	if err := s.Restart(t.Context(), "usage", 0); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("usage send across a restart of usage: exit %d\n%s%s", code, out.String(), errOut)
+	}
+	var sent billingctl.SendSummary
+	if err := json.Unmarshal(out.Bytes(), &sent); err != nil {
+		t.Fatal(err)
+	}
+	if sent.Accepted != 50 || sent.Replayed != 0 || sent.Refused != 0 || sent.Retries < 1 || sent.Batches != 3 {
+		t.Fatalf("usage send across a restart: %+v, want 50 accepted in 3 batches after at least one retry", sent)
+	}
 }
 
 // cli runs billingctl.Main in this process.
