@@ -38,7 +38,12 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	if err := env.Err(); err != nil {
 		return service.Parts{}, err
 	}
+	now, err := d.Clock()
+	if err != nil {
+		return service.Parts{}, err
+	}
 	a := app.New(d.Pool, d.Logger)
+	a.SetClock(now)
 	return service.Parts{
 		Routes: httpapi.New(a, d.Logger).Routes,
 		Work: func(ctx context.Context) error {
