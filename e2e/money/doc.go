@@ -1,8 +1,10 @@
 // Package money is the model-based money test (issue 10 item 6, `make
 // money-test`): a seeded sequence of random operations — prices of every
 // model with version changes, usage with replays, conflicts, late and
-// out-of-order facts, credits and debits, explicit closes, corrections after
-// issue — sent over HTTP to the running services, and an in-memory reference
+// out-of-order facts, credits and debits, tenant time zones and grace
+// periods, explicit closes and automatic ones at period end plus grace
+// (driven by a controllable clock), draft invoices during grace, corrections
+// after issue — sent over HTTP to the running services, and an in-memory reference
 // model that predicts every answer, every charge, every invoice, every
 // correction note and every query summary to the minor unit.
 //
@@ -11,8 +13,17 @@
 // (pricing.go) and its minor units (currencies) are its own, from DESIGN.md
 // sections 3 and 7 and decisions 0008, 0010, 0011 and 0012.
 //
-// Time: the model reads time through a Clock and maps instants to periods
-// in a time zone (UTC today). Closes are explicit operations. Automatic
-// closes (period end plus grace) can be added as an operation the model
-// derives from the Clock once the services have them: see the README.
+// Time: every service reads the test clock of decision 0015 (the wall
+// clock plus the offset in CLOCK_OFFSET_FILE), and so does the model
+// (FileClock). Tenants set their time zone and grace period (PUT
+// .../settings, from the period after the one in progress ten minutes
+// ahead); an "advance" operation moves the clock to just after the next
+// period end or close of any tenant (or a while before it, or a day or two
+// past it); the model then expects billing's scheduler to close every period
+// with charges whose end plus grace has passed (it waits until billing reads
+// it closed and compares the issued invoices) and invoice to read the open
+// invoices of a period in grace as draft (compared line by line). After
+// every operation no period ends or closes within 20 minutes of now (the
+// clock is moved past one that comes closer), so the wall clock alone never
+// carries a period into grace or a close unseen.
 package money

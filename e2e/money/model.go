@@ -8,9 +8,16 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// Clock is the model's time. Today it is the wall clock (explicit closes
-// only); a controllable clock for automatic closes plugs in here.
+// Clock is the model's time, the services' own: the wall clock plus the
+// offset the test writes to the services' CLOCK_OFFSET_FILE (decision 0015).
 type Clock interface{ Now() time.Time }
+
+// Driver is a Clock the test can move forward (every service at once).
+type Driver interface {
+	Clock
+	// Advance moves the clock forward to at least to.
+	Advance(to time.Time) error
+}
 
 type wallClock struct{}
 
@@ -104,25 +111,102 @@ type Tenant struct {
 	Adjs        []*Adjustment
 	Periods     map[string]*Period
 	NextNumber  int64
-	Dirty       bool // facts accepted since billing last listed them all
-	Loc         *time.Location
+	Dirty       bool      // facts accepted since billing last listed them all
+	Settings    []Setting // by From, ascending; before the first: UTC, one hour of grace
 	nextEventID int
 }
 
-func newTenant(id string, now time.Time) *Tenant {
-	return &Tenant{ID: id, Created: now, Series: map[string]*Series{}, byIdentity: map[string]*Fact{},
-		Periods: map[string]*Period{}, NextNumber: 1, Loc: time.UTC}
+// Setting is a tenant's time zone and grace period for the periods from
+// From on (DESIGN.md section 3, decision 0014).
+type Setting struct {
+	From  string
+	Zone  *time.Location
+	Grace time.Duration
 }
 
-// periodOf is the calendar month of t in the tenant's time zone.
-func (t *Tenant) periodOf(at time.Time) string { return at.In(t.Loc).Format("2006-01") }
+// defaultSetting: UTC and one hour of grace.
+var defaultSetting = Setting{Zone: time.UTC, Grace: time.Hour}
 
-func nextPeriod(p string) string {
+func newTenant(id string, now time.Time) *Tenant {
+	return &Tenant{ID: id, Created: now, Series: map[string]*Series{}, byIdentity: map[string]*Fact{},
+		Periods: map[string]*Period{}, NextNumber: 1}
+}
+
+// setting of period p: the latest whose From is at or before p.
+func (t *Tenant) setting(p string) Setting {
+	s := defaultSetting
+	for _, x := range t.Settings {
+		if x.From <= p {
+			s = x
+		}
+	}
+	if mutation == "utc-periods" { // a deliberately wrong model: zones ignored
+		s.Zone = time.UTC
+	}
+	return s
+}
+
+// end of period p: the first instant of the next month in p's zone. A
+// period begins where the one before it ended, so periods tile time even
+// across a change of zone (the first period of a new zone is a few hours
+// longer or shorter).
+func (t *Tenant) end(p string) time.Time {
+	m, err := time.Parse("2006-01", nextPeriod(p))
+	if err != nil {
+		panic(err)
+	}
+	return time.Date(m.Year(), m.Month(), 1, 0, 0, 0, 0, t.setting(p).Zone).UTC()
+}
+
+func (t *Tenant) start(p string) time.Time { return t.end(prevPeriod(p)) }
+
+// closesAt is when the scheduler closes p: its end plus its grace.
+func (t *Tenant) closesAt(p string) time.Time { return t.end(p).Add(t.setting(p).Grace) }
+
+// periodOf is the period whose interval holds at: the UTC month of at or
+// a neighbour (zones are within 14 hours of UTC).
+func (t *Tenant) periodOf(at time.Time) string {
+	m := at.UTC().Format("2006-01")
+	for _, p := range []string{prevPeriod(m), m, nextPeriod(m)} {
+		if !at.Before(t.start(p)) && at.Before(t.end(p)) {
+			return p
+		}
+	}
+	panic(fmt.Sprintf("%s: no period holds %s", t.ID, at))
+}
+
+func nextPeriod(p string) string { return addMonths(p, 1) }
+
+func prevPeriod(p string) string { return addMonths(p, -1) }
+
+func addMonths(p string, n int) string {
 	m, err := time.Parse("2006-01", p)
 	if err != nil {
 		panic(err)
 	}
-	return m.AddDate(0, 1, 0).Format("2006-01")
+	return m.AddDate(0, n, 0).Format("2006-01")
+}
+
+// hasCharges: a fact of the tenant is rated into p (the scheduler closes
+// only such periods).
+func (t *Tenant) hasCharges(p string) bool {
+	for _, f := range t.Facts {
+		if f.Period == p {
+			return true
+		}
+	}
+	return false
+}
+
+// openPeriods with charges, in order.
+func (t *Tenant) openCharged() []string {
+	set := map[string]bool{}
+	for _, f := range t.Facts {
+		if !t.period(f.Period).Closed {
+			set[f.Period] = true
+		}
+	}
+	return sortedKeys(set)
 }
 
 func (t *Tenant) period(name string) *Period {

@@ -20,10 +20,12 @@ const (
 	OpAdjReplay
 	OpCheck
 	OpClose
+	OpSettings
+	OpAdvance
 )
 
 var kindNames = [...]string{"new-tenant", "activate", "usage", "batch", "replay", "conflict", "to-bound",
-	"adjust", "adj-replay", "check", "close"}
+	"adjust", "adj-replay", "check", "close", "settings", "advance"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -39,13 +41,16 @@ type Op struct {
 func (o Op) String() string { return fmt.Sprintf("%s#%x", o.Kind, o.Seed) }
 
 // weights of the kinds after the first op (a new tenant); new tenants and
-// closes are rare, so each tenant lives about 300 operations.
+// closes are rare, so each tenant lives about 300 operations, in which the
+// clock moves to the next period end or close of some tenant about five
+// times and the tenant changes its zone and grace about once or twice.
 var weights = []struct {
 	k Kind
 	w int
 }{
 	{OpNewTenant, 3}, {OpActivate, 50}, {OpUsage, 420}, {OpBatch, 40}, {OpReplay, 60}, {OpConflict, 30},
 	{OpToBound, 60}, {OpAdjust, 110}, {OpAdjReplay, 20}, {OpCheck, 12}, {OpClose, 6},
+	{OpSettings, 5}, {OpAdvance, 16},
 }
 
 // Generate is the operation sequence of seed: n ops, the first a new tenant.

@@ -44,13 +44,15 @@ func (f *Failure) Error() string { return fmt.Sprintf("op %d: %s", f.Op, f.Msg) 
 type Stats struct {
 	Ops, Facts, Accepted, Refused, Replays, Conflicts, Prices, Adjustments, Credits, CreditsRefused,
 	Corrections, Closes, Invoices, Checks, Settles int
+	Settings, Advances, AutoCloses, Drafts, Late int
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("%d ops: %d usage facts sent (%d accepted, %d refused, %d replays, %d conflicts), %d price activations, "+
-		"%d adjustments posted (%d credits refused), %d correction notes, %d closes, %d invoice comparisons, %d checks, %d settles",
-		s.Ops, s.Facts, s.Accepted, s.Refused, s.Replays, s.Conflicts, s.Prices, s.Adjustments, s.CreditsRefused,
-		s.Corrections, s.Closes, s.Invoices, s.Checks, s.Settles)
+	return fmt.Sprintf("%d ops: %d usage facts sent (%d accepted, %d late, %d refused, %d replays, %d conflicts), %d price activations, "+
+		"%d adjustments posted (%d credits refused), %d correction notes, %d explicit closes, %d settings changes, "+
+		"%d clock moves, %d automatic closes, %d draft invoice comparisons, %d issued invoice comparisons, %d checks, %d settles",
+		s.Ops, s.Facts, s.Accepted, s.Late, s.Refused, s.Replays, s.Conflicts, s.Prices, s.Adjustments, s.CreditsRefused,
+		s.Corrections, s.Closes, s.Settings, s.Advances, s.AutoCloses, s.Drafts, s.Invoices, s.Checks, s.Settles)
 }
 
 type runner struct {
@@ -93,10 +95,23 @@ func Run(ctx context.Context, cfg Config, ops []Op) (Stats, *Failure, error) {
 		}
 		return nil, fmt.Errorf("op %d (%s): %w", i, ops[i], err)
 	}
+	took := map[Kind]time.Duration{}
+	defer func() {
+		var parts []string
+		for k := range kindNames {
+			if d := took[Kind(k)]; d > 0 {
+				parts = append(parts, fmt.Sprintf("%s %s", Kind(k), d.Round(time.Millisecond)))
+			}
+		}
+		cfg.Logf("time by operation kind: %s", strings.Join(parts, ", "))
+	}()
 	for i, op := range ops {
 		r.step = i
 		r.rng = rand.New(rand.NewPCG(op.Seed, uint64(op.Kind)))
-		if err := r.exec(ctx, op); err != nil {
+		opBegan := time.Now()
+		err := r.exec(ctx, op)
+		took[op.Kind] += time.Since(opBegan)
+		if err != nil {
 			f, err := handle(i, err)
 			return r.stats, f, err
 		}
@@ -121,9 +136,14 @@ func (r *runner) note(format string, args ...any) {
 }
 
 func (r *runner) exec(ctx context.Context, op Op) error {
+	if err := r.keepClear(ctx); err != nil {
+		return err
+	}
 	switch op.Kind {
 	case OpNewTenant:
 		return r.newTenant(ctx)
+	case OpAdvance:
+		return r.advance(ctx)
 	}
 	t := r.pickTenant()
 	if t == nil {
@@ -152,6 +172,8 @@ func (r *runner) exec(ctx context.Context, op Op) error {
 		return r.check(ctx, t)
 	case OpClose:
 		return r.close(ctx)
+	case OpSettings:
+		return r.settings(ctx, t)
 	}
 	return fmt.Errorf("unknown op %v", op.Kind)
 }
@@ -293,7 +315,7 @@ func (r *runner) sendPrice(ctx context.Context, t *Tenant, meter string, p Prici
 		body["effectiveAt"] = eff.Format(time.RFC3339Nano)
 	}
 	r.stats.Prices++
-	sent := instant(time.Now())
+	sent := instant(r.now())
 	a, err := r.c.do(ctx, "meter", "POST", t.ID, "/prices", body, map[string]string{"Idempotency-Key": r.key("price")})
 	if err != nil {
 		return err
@@ -321,7 +343,7 @@ func (r *runner) sendPrice(ctx context.Context, t *Tenant, meter string, p Prici
 	if !eff.IsZero() && !got.EffectiveAt.Equal(eff) {
 		return fail("price", "%s %s: asked effectiveAt %s, got %s", t.ID, meter, eff, got.EffectiveAt)
 	}
-	if eff.IsZero() && (got.EffectiveAt.Before(sent) || got.EffectiveAt.After(instant(time.Now()).Add(r.cfg.Lead+time.Second))) {
+	if eff.IsZero() && (got.EffectiveAt.Before(sent) || got.EffectiveAt.After(instant(r.now()).Add(r.cfg.Lead+time.Second))) {
 		return fail("price", "%s %s: effectiveAt %s of a price activated now (%s) is not within the schedule lead %s",
 			t.ID, meter, got.EffectiveAt, sent, r.cfg.Lead)
 	}
@@ -353,11 +375,33 @@ func (r *runner) key(kind string) string {
 
 // occurredAt picks a time for a fact of series s (nil: an unpriced meter):
 // anywhere since shortly before the tenant began, a version's effectiveAt
-// exactly or a microsecond before it, or just now; never in the future.
+// exactly or a microsecond before it, a period boundary in the tenant's
+// zone exactly or a microsecond either side, or just now; never in the
+// future, and never in a period the scheduler is about to close (dueOpen).
 func (r *runner) occurredAt(t *Tenant, s *Series) time.Time {
+	at := r.occurredAt1(t, s)
+	if now := r.now(); t.dueOpen(at, now) {
+		return instant(now) // in the current period: it closes after now
+	}
+	return at
+}
+
+func (r *runner) occurredAt1(t *Tenant, s *Series) time.Time {
 	now := instant(r.now().Add(-20 * time.Millisecond))
 	lo := instant(t.Created.Add(-300 * time.Millisecond))
 	x := r.rng.IntN(100)
+	if x >= 80 && x < 92 { // at a period boundary of the tenant, in its zone
+		var bounds []time.Time
+		for p := t.periodOf(lo); t.end(p).Before(now); p = nextPeriod(p) {
+			bounds = append(bounds, t.end(p))
+		}
+		if len(bounds) > 0 {
+			b := bounds[r.rng.IntN(len(bounds))].Add(time.Duration(r.rng.IntN(3)-1) * time.Microsecond)
+			if !b.Before(lo) && !b.After(now) {
+				return b
+			}
+		}
+	}
 	if s != nil && x < 25 {
 		v := s.Versions[r.rng.IntN(len(s.Versions))]
 		at := v.Eff
@@ -401,6 +445,9 @@ func (r *runner) newFact(t *Tenant, toBound bool) (*Fact, *Series, string) {
 	}
 	if toBound && s != nil {
 		f.At = instant(r.now().Add(-20 * time.Millisecond))
+		if t.dueOpen(f.At, r.now()) { // just after a clock move past an empty period's close
+			f.At = instant(r.now())
+		}
 		if v := s.inEffect(f.At); v != nil {
 			p, _ := t.target(f.At)
 			q := decimal.Zero
@@ -443,6 +490,9 @@ func (r *runner) expectUsage(t *Tenant, f *Fact, s *Series) (int, string) {
 		}
 		return 409, "source_event_conflict"
 	}
+	if f.At.After(r.now().Add(maxFutureSkew)) {
+		return 422, "occurred_in_future"
+	}
 	if s == nil {
 		return 422, "unknown_meter"
 	}
@@ -451,6 +501,10 @@ func (r *runner) expectUsage(t *Tenant, f *Fact, s *Series) (int, string) {
 	}
 	return 201, ""
 }
+
+// maxFutureSkew: usage refuses a fact that occurred further ahead of its
+// clock (DESIGN.md section 7).
+const maxFutureSkew = 5 * time.Minute
 
 type usageAnswer struct {
 	UsageID string `json:"usageId"`
@@ -462,6 +516,9 @@ func (r *runner) accept(t *Tenant, f *Fact, s *Series, got usageAnswer) {
 	f.UsageID, f.EventID = got.UsageID, got.EventID
 	f.Version = s.inEffect(f.At).N
 	f.Period, f.Late = t.target(f.At)
+	if f.Late {
+		r.stats.Late++
+	}
 	t.Facts = append(t.Facts, f)
 	t.byIdentity[f.SourceEventID] = f
 	t.Dirty = true
@@ -470,6 +527,10 @@ func (r *runner) accept(t *Tenant, f *Fact, s *Series, got usageAnswer) {
 
 func (r *runner) usage(ctx context.Context, t *Tenant, toBound bool) error {
 	f, s, how := r.newFact(t, toBound)
+	if !toBound && r.rng.IntN(50) == 0 {
+		// more than usage's five minutes ahead of the (moved) clock
+		f.At, how = instant(r.now().Add(maxFutureSkew+time.Second+time.Duration(r.rng.Int64N(int64(time.Hour))))), "in the future"
+	}
 	wantStatus, wantCode := r.expectUsage(t, f, s)
 	r.stats.Facts++
 	a, err := r.c.do(ctx, "usage", "POST", t.ID, "/usage", f.body(), nil)
@@ -812,9 +873,9 @@ func (r *runner) adjReplay(ctx context.Context, t *Tenant) error {
 func (r *runner) close(ctx context.Context) error {
 	// the oldest tenant with an open period that has begun
 	var t *Tenant
-	month := r.now().UTC().Format("2006-01")
+	now := r.now()
 	for _, c := range r.active {
-		if c.earliestOpen() <= month && len(c.Facts) > 0 {
+		if c.earliestOpen() <= c.periodOf(now) && len(c.Facts) > 0 {
 			t = c
 			break
 		}
@@ -822,8 +883,8 @@ func (r *runner) close(ctx context.Context) error {
 	if t == nil || r.rng.IntN(8) == 0 {
 		t = r.pickTenant()
 		if r.rng.IntN(2) == 0 {
-			// a period that has not begun
-			p := nextPeriod(month)
+			// a period that has not begun in the tenant's zone
+			p := nextPeriod(t.periodOf(now))
 			a, err := r.c.do(ctx, "billing", "POST", t.ID, "/periods/"+p+"/close", nil, map[string]string{"Idempotency-Key": r.key("close")})
 			if err != nil {
 				return err
@@ -868,13 +929,8 @@ func (r *runner) close(ctx context.Context) error {
 	if a.Status != 202 {
 		return fail("close", "%s close of %s: want 202, got %d %s", t.ID, p, a.Status, clip(string(a.Body)))
 	}
-	per := t.period(p)
-	per.Closed = true
+	r.markClosed(t, p)
 	r.stats.Closes++
-	for _, c := range t.currencies(p, true) {
-		per.Numbers[c] = t.NextNumber // the set of numbers is checked, not which currency got which
-		t.NextNumber++
-	}
 	return r.checkInvoices(ctx, t, p)
 }
 
