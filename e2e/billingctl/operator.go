@@ -21,13 +21,29 @@ import (
 func init() {
 	register(
 		&command{name: "recovery", short: "per service: outbox backlog, dead letters, deferred and quarantined", role: roleOperator, flags: recovery},
-		&command{name: "quarantine", short: "quarantined events (filters: -service, -reason, -tenant-id, -state all)", role: roleOperator, flags: quarantine},
+		&command{name: "quarantine", short: "quarantined events (filters: -service, -reason, -tenant-id, -state all)", role: roleOperator, flags: listCommand(listSpec{
+			service: "query", path: "/v1/operator/quarantine", key: "items",
+			filters: []filter{{"service", "service", "only this service's"}, {"reason", "reason", "only this reason (unsupported_schema, ...)"},
+				{"tenant-id", "tenantId", "only this tenant's"}, {"state", "state", "all: also the events redriven already"}},
+			cols: []column{col("SERVICE", "service"), col("EVENT", "eventId"), col("TYPE", "eventType"),
+				col("TENANT", "tenantId"), col("REASON", "reason"), col("STATE", "state"), col("QUARANTINED AT", "quarantinedAt")},
+		})},
 		&command{name: "redrive", short: "redrive a quarantined event (-service, -event, -reason), wait for its outcome, show its audit", role: roleOperator, flags: redrive},
 		&command{name: "audit", args: "REDRIVE_ID", short: "a redrive (or release, or webhook retry) and its audit trail", role: roleOperator, flags: audit},
-		&command{name: "dead-letters list", short: "outbox dead letters (-service for one service)", role: roleOperator, flags: deadLetters},
+		&command{name: "dead-letters list", short: "outbox dead letters (-service for one service)", role: roleOperator, flags: listCommand(listSpec{
+			service: "query", path: "/v1/operator/dead-letters", key: "items",
+			filters: []filter{{"service", "service", "only this service's"}},
+			cols: []column{col("SERVICE", "service"), col("EVENT", "eventId"), col("TYPE", "eventType"),
+				col("TOPIC", "topic"), col("ATTEMPTS", "attempts"), col("DEAD AT", "deadAt"), col("LAST ERROR", "lastError")},
+		})},
 		&command{name: "dead-letters release", short: "release a dead letter to be sent again (-service, -event, -reason)", role: roleOperator, flags: releaseDeadLetter},
 		&command{name: "reconcile", short: "compare usage facts, charges, invoice lines and query totals of a tenant and period (-tenant-id, -period)", role: roleOperator, flags: reconcile},
-		&command{name: "webhook-intents list", short: "webhook deliveries (filters: -status, -tenant-id)", role: roleOperator, flags: intentsList},
+		&command{name: "webhook-intents list", short: "webhook deliveries (filters: -status, -tenant-id)", role: roleOperator, flags: listCommand(listSpec{
+			service: "query", path: "/v1/operator/webhook-intents", key: "items",
+			filters: []filter{{"status", "status", "only this status: pending, leased, accepted, failed or expired"}, {"tenant-id", "tenantId", "only this tenant's"}},
+			cols: []column{col("INTENT", "intentId"), col("TENANT", "tenantId"), col("TYPE", "eventType"),
+				col("STATUS", "status"), col("ATTEMPTS", "attempts"), col("LAST STATUS", "lastStatusCode"), col("URL", "url"), col("LAST ERROR", "lastError")},
+		})},
 		&command{name: "webhook-intents stats", short: "webhook deliveries by status, the oldest pending", role: roleOperator, flags: intentsStats},
 		&command{name: "webhook-intents retry", args: "INTENT_ID", short: "retry a failed or expired webhook delivery (-reason), audited", role: roleOperator, flags: intentsRetry},
 		&command{name: "token", short: "print a bearer token signed with -key (or -dev) for -role (and -tenant)", flags: token},
@@ -67,32 +83,6 @@ func recovery(fs *flag.FlagSet) runFunc {
 			col("OLDEST (s)", "outboxOldestAgeSeconds"), col("DEAD LETTERS", "deadLetters"), col("DEFERRED", "deferred"),
 			col("OLDEST DEFERRED (s)", "deferredOldestAgeSeconds"), col("QUARANTINED", "quarantined"), col("ERROR", "error"))
 		return nil
-	}
-}
-
-func quarantine(fs *flag.FlagSet) runFunc {
-	var p paging
-	p.register(fs)
-	service := fs.String("service", "", "only this service's")
-	reason := fs.String("reason", "", "only this reason (unsupported_schema, ...)")
-	tenant := fs.String("tenant-id", "", "only this tenant's")
-	state := fs.String("state", "", "all: also the events redriven already")
-	return func(ctx context.Context, c *Client, args []string) error {
-		if err := positional(args); err != nil {
-			return err
-		}
-		q := url.Values{}
-		for k, v := range map[string]string{"service": *service, "reason": *reason, "tenantId": *tenant, "state": *state} {
-			if v != "" {
-				q.Set(k, v)
-			}
-		}
-		items, next, err := c.list(ctx, call{service: "query", method: http.MethodGet, path: "/v1/operator/quarantine", query: q}, "items", p)
-		if err != nil {
-			return err
-		}
-		return c.printList("items", items, next, col("SERVICE", "service"), col("EVENT", "eventId"), col("TYPE", "eventType"),
-			col("TENANT", "tenantId"), col("REASON", "reason"), col("STATE", "state"), col("QUARANTINED AT", "quarantinedAt"))
 	}
 }
 
@@ -212,27 +202,6 @@ func audit(fs *flag.FlagSet) runFunc {
 	}
 }
 
-func deadLetters(fs *flag.FlagSet) runFunc {
-	var p paging
-	p.register(fs)
-	service := fs.String("service", "", "only this service's")
-	return func(ctx context.Context, c *Client, args []string) error {
-		if err := positional(args); err != nil {
-			return err
-		}
-		q := url.Values{}
-		if *service != "" {
-			q.Set("service", *service)
-		}
-		items, next, err := c.list(ctx, call{service: "query", method: http.MethodGet, path: "/v1/operator/dead-letters", query: q}, "items", p)
-		if err != nil {
-			return err
-		}
-		return c.printList("items", items, next, col("SERVICE", "service"), col("EVENT", "eventId"), col("TYPE", "eventType"),
-			col("TOPIC", "topic"), col("ATTEMPTS", "attempts"), col("DEAD AT", "deadAt"), col("LAST ERROR", "lastError"))
-	}
-}
-
 func reconcile(fs *flag.FlagSet) runFunc {
 	tenant := fs.String("tenant-id", "", "the tenant (required)")
 	period := fs.String("period", "", "the period, YYYY-MM (required)")
@@ -264,30 +233,6 @@ func reconcile(fs *flag.FlagSet) runFunc {
 			fmt.Fprintln(c.out, "\nno mismatches: reconciled")
 		}
 		return nil
-	}
-}
-
-func intentsList(fs *flag.FlagSet) runFunc {
-	var p paging
-	p.register(fs)
-	status := fs.String("status", "", "only this status: pending, leased, accepted, failed or expired")
-	tenant := fs.String("tenant-id", "", "only this tenant's")
-	return func(ctx context.Context, c *Client, args []string) error {
-		if err := positional(args); err != nil {
-			return err
-		}
-		q := url.Values{}
-		for k, v := range map[string]string{"status": *status, "tenantId": *tenant} {
-			if v != "" {
-				q.Set(k, v)
-			}
-		}
-		items, next, err := c.list(ctx, call{service: "query", method: http.MethodGet, path: "/v1/operator/webhook-intents", query: q}, "items", p)
-		if err != nil {
-			return err
-		}
-		return c.printList("items", items, next, col("INTENT", "intentId"), col("TENANT", "tenantId"), col("TYPE", "eventType"),
-			col("STATUS", "status"), col("ATTEMPTS", "attempts"), col("LAST STATUS", "lastStatusCode"), col("URL", "url"), col("LAST ERROR", "lastError"))
 	}
 }
 

@@ -25,25 +25,90 @@ import (
 func init() {
 	register(
 		&command{name: "price activate", short: "activate a price of a meter (unit, graduated, volume or package)", role: auth.RoleBillingAdmin, flags: priceActivate},
-		&command{name: "price list", short: "the tenant's prices, every version", role: auth.RoleViewer, flags: priceList},
+		&command{name: "price list", short: "the tenant's prices, every version", role: auth.RoleViewer, flags: listCommand(listSpec{
+			service: "meter", path: "prices", key: "prices",
+			filters: []filter{{"meter", "meterCode", "only this meter"}},
+			cols: []column{col("METER", "meterCode"), col("CURRENCY", "currency"), col("VERSION", "version"),
+				col("MODEL", "model"), col("UNIT PRICE", "unitPrice"), col("TIERS", "tiers"), col("PACKAGE", "packageSize"),
+				col("PACKAGE PRICE", "packagePrice"), col("EFFECTIVE AT", "effectiveAt")},
+		})},
 		&command{name: "usage send", args: "[FILE|-]", short: "send usage facts from a CSV or NDJSON file (or stdin) in batches; summary of accepted, replayed, refused", role: auth.RoleIngest, flags: usageSend},
 		&command{name: "usage get", args: "USAGE_ID", short: "one usage fact", role: auth.RoleIngest, flags: usageGet},
-		&command{name: "charges", short: "the tenant's charges of a period (-period)", role: auth.RoleViewer, flags: chargesList},
+		&command{name: "charges", short: "the tenant's charges of a period (-period)", role: auth.RoleViewer, flags: listCommand(listSpec{
+			service: "billing", path: "charges", key: "charges",
+			filters: []filter{{"period", "period", "the period, YYYY-MM (required)"}, {"meter", "meterCode", "only this meter"},
+				{"price-version", "priceVersion", "only this price version"}},
+			cols: []column{col("PERIOD", "period"), col("METER", "meterCode"), col("QUANTITY", "quantity"),
+				col("CURRENCY", "currency"), col("UNIT PRICE", "unitPrice"), col("VERSION", "priceVersion"), col("AMOUNT", "amount"),
+				col("LATE", "late"), col("USAGE EVENT", "usageEventId")},
+		})},
 		&command{name: "period show", args: "PERIOD", short: "a period's status and running estimate (PERIOD is YYYY-MM)", role: auth.RoleViewer, flags: periodShow},
 		&command{name: "period close", args: "PERIOD", short: "close a period now", role: auth.RoleBillingAdmin, flags: periodClose},
 		&command{name: "settings set", short: "the tenant's time zone and grace period (for periods not yet started)", role: auth.RoleBillingAdmin, flags: settingsSet},
-		&command{name: "invoice list", short: "the tenant's invoices", role: auth.RoleViewer, flags: invoiceList},
+		&command{name: "invoice list", short: "the tenant's invoices", role: auth.RoleViewer, flags: listCommand(listSpec{
+			service: "invoice", path: "invoices", key: "invoices",
+			filters: []filter{{"period", "period", "only this period (YYYY-MM)"}},
+			cols: []column{col("INVOICE", "invoiceId"), col("NUMBER", "number"), col("PERIOD", "period"),
+				col("CURRENCY", "currency"), col("STATUS", "status"), col("SUBTOTAL", "subtotal"), col("TOTAL", "total"), col("ISSUED AT", "issuedAt")},
+		})},
 		&command{name: "invoice show", args: "INVOICE_ID", short: "an invoice: totals and corrections", role: auth.RoleViewer, flags: invoiceShow},
 		&command{name: "invoice lines", args: "INVOICE_ID", short: "an invoice's lines", role: auth.RoleViewer, flags: invoiceLines},
 		&command{name: "adjust", short: "post an adjustment to a charge (a negative amount is a credit)", role: auth.RoleBillingAdmin, flags: adjust},
 		&command{name: "summary", short: "the tenant's summary: usage, charged, adjusted, invoiced", role: auth.RoleViewer, flags: summary},
 		&command{name: "webhook add", args: "URL", short: "add a webhook endpoint (its secret is shown once)", role: auth.RoleBillingAdmin, flags: webhookAdd},
-		&command{name: "webhook list", short: "the tenant's webhook endpoints", role: auth.RoleBillingAdmin, flags: webhookList},
+		&command{name: "webhook list", short: "the tenant's webhook endpoints", role: auth.RoleBillingAdmin, flags: listCommand(listSpec{
+			service: "invoice", path: "webhook-endpoints", key: "endpoints",
+			cols: []column{col("ENDPOINT", "endpointId"), col("URL", "url"), col("CREATED BY", "createdBy"), col("CREATED AT", "createdAt")},
+		})},
 		&command{name: "webhook delete", args: "ENDPOINT_ID", short: "remove a webhook endpoint", role: auth.RoleBillingAdmin, flags: webhookDelete},
 	)
 }
 
 type runFunc = func(ctx context.Context, c *Client, args []string) error
+
+// filter is a list's query parameter, set by a flag.
+type filter struct{ flag, param, help string }
+
+// listSpec is a list command: GET path (under the tenant's path unless it
+// starts with /) on service, its items under key, printed as cols.
+type listSpec struct {
+	service, path, key string
+	filters            []filter
+	cols               []column
+}
+
+// listCommand is the command of a list: its filters, the paging flags
+// (-limit, -all, -cursor), and the table or JSON of the items.
+func listCommand(spec listSpec) func(fs *flag.FlagSet) runFunc {
+	return func(fs *flag.FlagSet) runFunc {
+		var p paging
+		p.register(fs)
+		values := make([]*string, len(spec.filters))
+		for i, f := range spec.filters {
+			values[i] = fs.String(f.flag, "", f.help)
+		}
+		return func(ctx context.Context, c *Client, args []string) error {
+			if err := positional(args); err != nil {
+				return err
+			}
+			q := url.Values{}
+			for i, f := range spec.filters {
+				if *values[i] != "" {
+					q.Set(f.param, *values[i])
+				}
+			}
+			path := spec.path
+			if !strings.HasPrefix(path, "/") {
+				path = c.tenantPath(path)
+			}
+			items, next, err := c.list(ctx, call{service: spec.service, method: http.MethodGet, path: path, query: q}, spec.key, p)
+			if err != nil {
+				return err
+			}
+			return c.printList(spec.key, items, next, spec.cols...)
+		}
+	}
+}
 
 // positional checks the count of positional arguments.
 func positional(args []string, names ...string) error {
@@ -179,28 +244,6 @@ func priceActivate(fs *flag.FlagSet) runFunc {
 	}
 }
 
-func priceList(fs *flag.FlagSet) runFunc {
-	var p paging
-	p.register(fs)
-	meter := fs.String("meter", "", "only this meter")
-	return func(ctx context.Context, c *Client, args []string) error {
-		if err := positional(args); err != nil {
-			return err
-		}
-		q := url.Values{}
-		if *meter != "" {
-			q.Set("meterCode", *meter)
-		}
-		items, next, err := c.list(ctx, call{service: "meter", method: http.MethodGet, path: c.tenantPath("prices"), query: q}, "prices", p)
-		if err != nil {
-			return err
-		}
-		return c.printList("prices", items, next, col("METER", "meterCode"), col("CURRENCY", "currency"), col("VERSION", "version"),
-			col("MODEL", "model"), col("UNIT PRICE", "unitPrice"), col("TIERS", "tiers"), col("PACKAGE", "packageSize"),
-			col("PACKAGE PRICE", "packagePrice"), col("EFFECTIVE AT", "effectiveAt"))
-	}
-}
-
 func usageGet(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, c *Client, args []string) error {
 		if err := positional(args, "USAGE_ID"); err != nil {
@@ -211,32 +254,6 @@ func usageGet(fs *flag.FlagSet) runFunc {
 			return err
 		}
 		return c.object(v)
-	}
-}
-
-func chargesList(fs *flag.FlagSet) runFunc {
-	var p paging
-	p.register(fs)
-	period := fs.String("period", "", "the period, YYYY-MM (required)")
-	meter := fs.String("meter", "", "only this meter")
-	version := fs.String("price-version", "", "only this price version")
-	return func(ctx context.Context, c *Client, args []string) error {
-		if err := positional(args); err != nil {
-			return err
-		}
-		q := url.Values{}
-		for k, v := range map[string]string{"period": *period, "meterCode": *meter, "priceVersion": *version} {
-			if v != "" {
-				q.Set(k, v)
-			}
-		}
-		items, next, err := c.list(ctx, call{service: "billing", method: http.MethodGet, path: c.tenantPath("charges"), query: q}, "charges", p)
-		if err != nil {
-			return err
-		}
-		return c.printList("charges", items, next, col("PERIOD", "period"), col("METER", "meterCode"), col("QUANTITY", "quantity"),
-			col("CURRENCY", "currency"), col("UNIT PRICE", "unitPrice"), col("VERSION", "priceVersion"), col("AMOUNT", "amount"),
-			col("LATE", "late"), col("USAGE EVENT", "usageEventId"))
 	}
 }
 
@@ -282,27 +299,6 @@ func settingsSet(fs *flag.FlagSet) runFunc {
 			return usagef("give -time-zone, -grace-period or both")
 		}
 		return c.command(ctx, call{service: "billing", method: http.MethodPut, path: c.tenantPath("settings"), body: req}, *key)
-	}
-}
-
-func invoiceList(fs *flag.FlagSet) runFunc {
-	var p paging
-	p.register(fs)
-	period := fs.String("period", "", "only this period (YYYY-MM)")
-	return func(ctx context.Context, c *Client, args []string) error {
-		if err := positional(args); err != nil {
-			return err
-		}
-		q := url.Values{}
-		if *period != "" {
-			q.Set("period", *period)
-		}
-		items, next, err := c.list(ctx, call{service: "invoice", method: http.MethodGet, path: c.tenantPath("invoices"), query: q}, "invoices", p)
-		if err != nil {
-			return err
-		}
-		return c.printList("invoices", items, next, col("INVOICE", "invoiceId"), col("NUMBER", "number"), col("PERIOD", "period"),
-			col("CURRENCY", "currency"), col("STATUS", "status"), col("SUBTOTAL", "subtotal"), col("TOTAL", "total"), col("ISSUED AT", "issuedAt"))
 	}
 }
 
@@ -424,21 +420,6 @@ func webhookAdd(fs *flag.FlagSet) runFunc {
 			return err
 		}
 		return c.object(v, "endpointId", "url", "secret", "createdBy", "createdAt")
-	}
-}
-
-func webhookList(fs *flag.FlagSet) runFunc {
-	var p paging
-	p.register(fs)
-	return func(ctx context.Context, c *Client, args []string) error {
-		if err := positional(args); err != nil {
-			return err
-		}
-		items, next, err := c.list(ctx, call{service: "invoice", method: http.MethodGet, path: c.tenantPath("webhook-endpoints")}, "endpoints", p)
-		if err != nil {
-			return err
-		}
-		return c.printList("endpoints", items, next, col("ENDPOINT", "endpointId"), col("URL", "url"), col("CREATED BY", "createdBy"), col("CREATED AT", "createdAt"))
 	}
 }
 
