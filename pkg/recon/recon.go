@@ -35,12 +35,12 @@ type UsageFact struct {
 // Charge is a rated usage fact; EventID is its ChargeRated, UsageEventID
 // the UsageAccepted it rated.
 type Charge struct {
-	EventID        uuid.UUID       `json:"eventId"`
-	UsageEventID   uuid.UUID       `json:"usageEventId"`
-	Currency       string          `json:"currency"`
-	Quantity       decimal.Decimal `json:"quantity"`
-	Amount         decimal.Decimal `json:"amount"`
-	Period         string          `json:"period"` // the billing period it was rated into
+	EventID      uuid.UUID       `json:"eventId"`
+	UsageEventID uuid.UUID       `json:"usageEventId"`
+	Currency     string          `json:"currency"`
+	Quantity     decimal.Decimal `json:"quantity"`
+	Amount       decimal.Decimal `json:"amount"`
+	Period       string          `json:"period"` // the billing period it was rated into
 	// OccurredPeriod is the period its usage occurred in, in the tenant's
 	// calendar (decision 0014; billing's set only, empty in query's): the
 	// period it is rated into unless Late, and an earlier one if Late.
