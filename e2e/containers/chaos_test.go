@@ -177,7 +177,7 @@ func TestContainerChaos(t *testing.T) {
 			continue
 		}
 		for _, m := range rec.Mismatches {
-			t.Errorf("reconciliation of %s %s: %s %s %s", cl.Tenant, cl.Period, m.Kind, m.OriginEventID, m.Detail)
+			t.Errorf("reconciliation of %s %s: %s %s %s", cl.Tenant, cl.Period, m.Kind, m.OriginEventId, m.Detail)
 		}
 		recons = append(recons, recon{cl.Tenant, cl.Period, fmt.Sprintf("usage %d, charges %d, invoice lines %d, query %d",
 			rec.Counts.UsageFacts, rec.Counts.Charges, rec.Counts.InvoiceLines, rec.Counts.QueryUsage), len(rec.Mismatches)})

@@ -8,6 +8,10 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/api/billingapi"
+	"github.com/usagebilling/billing/pkg/api/invoiceapi"
+	"github.com/usagebilling/billing/pkg/api/meterapi"
+	"github.com/usagebilling/billing/pkg/api/usageapi"
 	"github.com/usagebilling/billing/pkg/money"
 )
 
@@ -59,7 +63,7 @@ func (r *run) pricingModels(ctx context.Context) error {
 	res := &ModelsResult{Tenant: tenant, Meter: g.Meter, Currency: g.Currency}
 	r.res.Models = res
 	body := map[string]any{"meterCode": g.Meter, "currency": g.Currency, "model": "graduated", "tiers": g.Tiers}
-	var price Price
+	var price meterapi.Price
 	resp, err := r.call(ctx, http.MethodPost, r.ep.Meter+"/v1/tenants/"+tenant+"/prices", body,
 		map[string]string{"Idempotency-Key": "price-" + tenant + "-" + g.Meter}, &price)
 	if err != nil {
@@ -68,14 +72,13 @@ func (r *run) pricingModels(ctx context.Context) error {
 	if resp.status != http.StatusCreated || price.Version != 1 {
 		return fmt.Errorf("activate the graduated price of %s: status %d: %s", tenant, resp.status, resp.body)
 	}
-	price.Tenant = tenant
-	r.res.Prices = append(r.res.Prices, price)
+	r.res.Prices = append(r.res.Prices, priceOf(tenant, price))
 
 	now := time.Now().UTC()
-	var facts []usageRequest
+	var facts []usageapi.UsageRequest
 	for i := range 12 { // 12 x 1,000.5 calls: across all three tiers
-		facts = append(facts, usageRequest{SourceSystem: "scenario", SourceEventID: fmt.Sprintf("models-%02d", i), MeterCode: g.Meter,
-			Quantity: "1000.5", OccurredAt: now.Add(time.Duration(i) * time.Millisecond).Format(time.RFC3339Nano)})
+		facts = append(facts, usageapi.UsageRequest{SourceSystem: "scenario", SourceEventId: fmt.Sprintf("models-%02d", i), MeterCode: g.Meter,
+			Quantity: decimal.RequireFromString("1000.5"), OccurredAt: now.Add(time.Duration(i) * time.Millisecond)})
 		res.Quantity = res.Quantity.Add(decimal.RequireFromString("1000.5"))
 	}
 	res.Facts = len(facts)
@@ -85,13 +88,13 @@ func (r *run) pricingModels(ctx context.Context) error {
 		if err != nil {
 			return false, "", err
 		}
-		var refused []usageRequest
+		var refused []usageapi.UsageRequest
 		for i, x := range results {
 			switch {
-			case x.Code == "unknown_meter":
+			case deref(x.Code) == "unknown_meter":
 				refused = append(refused, pending[i])
 			case x.Status != http.StatusCreated:
-				r.mismatch("%s %s: status %d code %q, want 201", tenant, pending[i].SourceEventID, x.Status, x.Code)
+				r.mismatch("%s %s: status %d code %q, want 201", tenant, pending[i].SourceEventId, x.Status, deref(x.Code))
 			}
 		}
 		pending = refused
@@ -109,10 +112,7 @@ func (r *run) pricingModels(ctx context.Context) error {
 	}
 
 	res.WantEstimate = graduatedAmount(res.Quantity)
-	var est struct {
-		Status   string                     `json:"status"`
-		Estimate map[string]decimal.Decimal `json:"estimate"`
-	}
+	var est billingapi.PeriodEstimate
 	resp, err = r.call(ctx, http.MethodGet, r.ep.Billing+"/v1/tenants/"+tenant+"/periods/"+r.res.Period, nil, nil, &est)
 	if err != nil {
 		return err
@@ -131,24 +131,24 @@ func (r *run) pricingModels(ctx context.Context) error {
 	if resp.status != http.StatusAccepted {
 		return fmt.Errorf("close %s %s: status %d: %s", tenant, r.res.Period, resp.status, resp.body)
 	}
-	var inv invoiceDoc
+	var inv invoiceapi.Invoice
 	err = r.waitFor(ctx, "the invoice of "+tenant, func() (bool, string, error) {
-		invs, err := listAll[invoiceDoc](ctx, r, r.ep.Invoice+"/v1/tenants/"+tenant+"/invoices?period="+r.res.Period, "invoices", "invoices of "+tenant)
+		invs, err := listAll[invoiceapi.Invoice](ctx, r, r.ep.Invoice+"/v1/tenants/"+tenant+"/invoices?period="+r.res.Period, "invoices", "invoices of "+tenant)
 		if err != nil || len(invs) == 0 {
 			return false, "no invoice yet", err
 		}
 		inv = invs[0]
-		return inv.Status == "issued", "invoice " + inv.Status, nil
+		return inv.Status == "issued", "invoice " + string(inv.Status), nil
 	})
 	if err != nil {
 		return err
 	}
-	res.InvoiceNumber, res.WantLine = inv.Number, res.WantEstimate
+	res.InvoiceNumber, res.WantLine = deref(inv.Number), res.WantEstimate
 	for _, l := range inv.Lines {
-		if l.Kind == "charge" && l.MeterCode == g.Meter {
+		if l.Kind == "charge" && deref(l.MeterCode) == g.Meter {
 			res.Line = l.Amount
-			if !l.Quantity.Equal(res.Quantity) || l.ChargeCount != int64(len(facts)) {
-				r.mismatch("%s's graduated line: %s in %d charges, want %s in %d", tenant, l.Quantity, l.ChargeCount, res.Quantity, len(facts))
+			if !deref(l.Quantity).Equal(res.Quantity) || deref(l.ChargeCount) != int64(len(facts)) {
+				r.mismatch("%s's graduated line: %s in %d charges, want %s in %d", tenant, deref(l.Quantity), deref(l.ChargeCount), res.Quantity, len(facts))
 			}
 		}
 	}
@@ -158,8 +158,8 @@ func (r *run) pricingModels(ctx context.Context) error {
 	if res.WantTotal, err = money.Round(res.WantLine, g.Currency); err != nil {
 		return err
 	}
-	if inv.Total != nil {
-		res.Total = *inv.Total
+	if inv.Total.Valid {
+		res.Total = inv.Total.Decimal
 	}
 	if !res.Total.Equal(res.WantTotal) {
 		r.mismatch("%s's invoice total %s, want %s", tenant, res.Total, res.WantTotal)

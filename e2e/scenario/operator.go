@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/api/queryapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
@@ -101,50 +102,24 @@ func (o Operator) RecoveryStatus(ctx context.Context) (map[string]Recovery, erro
 }
 
 // QuarantineItem is one row of GET /v1/operator/quarantine.
-type QuarantineItem struct {
-	Service       string    `json:"service"`
-	EventID       *string   `json:"eventId"`
-	EventType     string    `json:"eventType"`
-	TenantID      string    `json:"tenantId"`
-	Reason        string    `json:"reason"`
-	QuarantinedAt time.Time `json:"quarantinedAt"`
-	State         string    `json:"state"`
-}
+type QuarantineItem = queryapi.QuarantineItem
 
 // Quarantine lists quarantined events of a tenant (all services).
 func (o Operator) Quarantine(ctx context.Context, tenant string) ([]QuarantineItem, error) {
-	var out struct {
-		Items []QuarantineItem `json:"items"`
-	}
+	var out queryapi.QuarantineList
 	_, err := o.do(ctx, http.MethodGet, "/v1/operator/quarantine?tenantId="+url.QueryEscape(tenant), nil, nil, &out)
 	return out.Items, err
 }
 
 // AuditEntry is one appended state of a redrive.
-type AuditEntry struct {
-	State         string    `json:"state"`
-	Actor         string    `json:"actor"`
-	CorrelationID string    `json:"correlationId"`
-	Reason        string    `json:"reason"`
-	Outcome       *string   `json:"outcome"`
-	At            time.Time `json:"at"`
-}
+type AuditEntry = queryapi.AuditEntry
 
 // Redrive is GET /v1/operator/redrives/{id}.
-type Redrive struct {
-	RedriveID string       `json:"redriveId"`
-	Service   string       `json:"service"`
-	EventID   string       `json:"eventId"`
-	State     string       `json:"state"`
-	Outcome   *string      `json:"outcome"`
-	Audit     []AuditEntry `json:"audit"`
-}
+type Redrive = queryapi.Redrive
 
 // Redrive asks service to re-decide eventID and waits for its completion.
 func (o Operator) Redrive(ctx context.Context, service, eventID, reason, correlationID string, wait time.Duration) (Redrive, error) {
-	var accepted struct {
-		RedriveID string `json:"redriveId"`
-	}
+	var accepted queryapi.RedriveAccepted
 	if _, err := o.do(ctx, http.MethodPost, "/v1/operator/redrives",
 		map[string]string{"service": service, "eventId": eventID, "reason": reason},
 		map[string]string{"X-Correlation-Id": correlationID}, &accepted); err != nil {
@@ -153,14 +128,14 @@ func (o Operator) Redrive(ctx context.Context, service, eventID, reason, correla
 	deadline := time.Now().Add(wait)
 	for {
 		var r Redrive
-		if _, err := o.do(ctx, http.MethodGet, "/v1/operator/redrives/"+accepted.RedriveID, nil, nil, &r); err != nil {
+		if _, err := o.do(ctx, http.MethodGet, "/v1/operator/redrives/"+accepted.RedriveId, nil, nil, &r); err != nil {
 			return r, err
 		}
 		if r.Outcome != nil {
 			return r, nil
 		}
 		if time.Now().After(deadline) {
-			return r, fmt.Errorf("redrive %s of %s in %s: no outcome after %v (state %s)", r.RedriveID, eventID, service, wait, r.State)
+			return r, fmt.Errorf("redrive %s of %s in %s: no outcome after %v (state %s)", r.RedriveId, eventID, service, wait, r.State)
 		}
 		select {
 		case <-ctx.Done():
@@ -171,24 +146,10 @@ func (o Operator) Redrive(ctx context.Context, service, eventID, reason, correla
 }
 
 // Mismatch is one line of a reconciliation.
-type Mismatch struct {
-	Kind          string `json:"kind"`
-	OriginEventID string `json:"originEventId"`
-	Detail        string `json:"detail"`
-}
+type Mismatch = queryapi.Mismatch
 
 // Reconciliation is GET /v1/operator/reconciliation.
-type Reconciliation struct {
-	TenantID string `json:"tenantId"`
-	Period   string `json:"period"`
-	Counts   struct {
-		UsageFacts   int `json:"usageFacts"`
-		Charges      int `json:"charges"`
-		InvoiceLines int `json:"invoiceLines"`
-		QueryUsage   int `json:"queryUsage"`
-	} `json:"counts"`
-	Mismatches []Mismatch `json:"mismatches"`
-}
+type Reconciliation = queryapi.Reconciliation
 
 // Reconcile reads the reconciliation of a tenant's period.
 func (o Operator) Reconcile(ctx context.Context, tenant, period string) (Reconciliation, error) {

@@ -23,8 +23,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/api/billingapi"
+	"github.com/usagebilling/billing/pkg/api/invoiceapi"
+	"github.com/usagebilling/billing/pkg/api/meterapi"
+	"github.com/usagebilling/billing/pkg/api/queryapi"
+	"github.com/usagebilling/billing/pkg/api/usageapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/money"
@@ -125,16 +131,22 @@ type Result struct {
 	Mismatches []string
 }
 
-// Price is one price version.
+// Price is one price version, as the run reports it.
 type Price struct {
-	Tenant      string          `json:"tenantId"`
-	PriceID     string          `json:"priceId"`
-	MeterCode   string          `json:"meterCode"`
-	Currency    string          `json:"currency"`
-	Model       string          `json:"model"`
-	UnitPrice   decimal.Decimal `json:"unitPrice"` // under unit pricing
-	EffectiveAt time.Time       `json:"effectiveAt"`
-	Version     int64           `json:"version"`
+	Tenant      string
+	PriceID     string
+	MeterCode   string
+	Currency    string
+	Model       string
+	UnitPrice   decimal.Decimal // under unit pricing
+	EffectiveAt time.Time
+	Version     int64
+}
+
+// priceOf is the report of a price version of tenant as meter answered it.
+func priceOf(tenant string, p meterapi.Price) Price {
+	return Price{Tenant: tenant, PriceID: p.PriceId.String(), MeterCode: p.MeterCode, Currency: p.Currency,
+		Model: string(p.Model), UnitPrice: deref(p.UnitPrice), EffectiveAt: p.EffectiveAt, Version: p.Version}
 }
 
 // Sent counts the usage requests of one tenant and their answers.
@@ -195,67 +207,6 @@ type expected struct {
 	adjusted map[string]decimal.Decimal
 }
 
-type usageRequest struct {
-	SourceSystem  string `json:"sourceSystem"`
-	SourceEventID string `json:"sourceEventId"`
-	MeterCode     string `json:"meterCode"`
-	Quantity      string `json:"quantity"`
-	OccurredAt    string `json:"occurredAt"`
-}
-
-type batchResult struct {
-	Status  int    `json:"status"`
-	UsageID string `json:"usageId"`
-	EventID string `json:"eventId"`
-	Code    string `json:"code"`
-}
-
-type charge struct {
-	ChargeID     string          `json:"chargeId"`
-	EventID      string          `json:"eventId"`
-	UsageEventID string          `json:"usageEventId"`
-	MeterCode    string          `json:"meterCode"`
-	Currency     string          `json:"currency"`
-	Quantity     decimal.Decimal `json:"quantity"`
-	UnitPrice    decimal.Decimal `json:"unitPrice"`
-	PriceVersion int64           `json:"priceVersion"`
-	Amount       decimal.Decimal `json:"amount"`
-	Period       string          `json:"period"`
-	Late         bool            `json:"late"`
-}
-
-type invoiceLine struct {
-	LineID        string          `json:"lineId"`
-	Kind          string          `json:"kind"`
-	MeterCode     string          `json:"meterCode"`
-	PriceVersion  int64           `json:"priceVersion"`
-	Quantity      decimal.Decimal `json:"quantity"`
-	ChargeCount   int64           `json:"chargeCount"`
-	Amount        decimal.Decimal `json:"amount"`
-	OriginEventID string          `json:"originEventId"`
-}
-
-type invoiceDoc struct {
-	InvoiceID string           `json:"invoiceId"`
-	Number    int64            `json:"number"`
-	Period    string           `json:"period"`
-	Currency  string           `json:"currency"`
-	Status    string           `json:"status"`
-	Lines     []invoiceLine    `json:"lines"`
-	Subtotal  decimal.Decimal  `json:"subtotal"`
-	Total     *decimal.Decimal `json:"total"`
-}
-
-type summaryDoc struct {
-	Usage struct {
-		Count           int64                      `json:"count"`
-		QuantityByMeter map[string]decimal.Decimal `json:"quantityByMeter"`
-	} `json:"usage"`
-	Charged  map[string]decimal.Decimal `json:"charged"`
-	Adjusted map[string]decimal.Decimal `json:"adjusted"`
-	Invoiced map[string]decimal.Decimal `json:"invoiced"`
-}
-
 // run is one execution.
 type run struct {
 	cfg  Config
@@ -263,7 +214,7 @@ type run struct {
 	res  *Result
 	want map[string]*expected
 	// facts[tenant] in the order sent
-	facts map[string][]usageRequest
+	facts map[string][]usageapi.UsageRequest
 	// prices by meter
 	unitPrice map[string]decimal.Decimal
 	currency  map[string]string
@@ -277,7 +228,7 @@ func Run(ctx context.Context, ep Endpoints, cfg Config) (*Result, error) {
 	cfg.defaults()
 	r := &run{
 		cfg: cfg, ep: ep, res: &Result{Period: events.Period(time.Now())},
-		want: map[string]*expected{}, facts: map[string][]usageRequest{},
+		want: map[string]*expected{}, facts: map[string][]usageapi.UsageRequest{},
 		unitPrice: map[string]decimal.Decimal{}, currency: map[string]string{},
 	}
 	for _, t := range cfg.Tenants {
@@ -324,7 +275,7 @@ func (r *run) activatePrices(ctx context.Context) error {
 		for _, p := range Prices {
 			body := map[string]string{"meterCode": p.Meter, "currency": p.Currency, "unitPrice": p.UnitPrice}
 			key := map[string]string{"Idempotency-Key": "price-" + tenant + "-" + p.Meter}
-			var first Price
+			var first meterapi.Price
 			resp, err := r.call(ctx, http.MethodPost, r.ep.Meter+"/v1/tenants/"+tenant+"/prices", body, key, &first)
 			if err != nil {
 				return err
@@ -333,14 +284,14 @@ func (r *run) activatePrices(ctx context.Context) error {
 				return fmt.Errorf("activate %s %s for %s: status %d, version %d: %s", p.Meter, p.Currency, tenant, resp.status, first.Version, resp.body)
 			}
 			// The same command again: the first answer, marked as a replay.
-			var again Price
+			var again meterapi.Price
 			resp, err = r.call(ctx, http.MethodPost, r.ep.Meter+"/v1/tenants/"+tenant+"/prices", body, key, &again)
 			if err != nil {
 				return err
 			}
-			if resp.status != http.StatusCreated || resp.header.Get("Idempotent-Replayed") != "true" || again.PriceID != first.PriceID {
+			if resp.status != http.StatusCreated || resp.header.Get("Idempotent-Replayed") != "true" || again.PriceId != first.PriceId {
 				r.mismatch("price activation replayed with the same Idempotency-Key for %s %s: status %d, Idempotent-Replayed %q, priceId %s (first %s); want the first answer again",
-					tenant, p.Meter, resp.status, resp.header.Get("Idempotent-Replayed"), again.PriceID, first.PriceID)
+					tenant, p.Meter, resp.status, resp.header.Get("Idempotent-Replayed"), again.PriceId, first.PriceId)
 			} else {
 				r.sent(tenant).PriceReplays++
 			}
@@ -348,9 +299,7 @@ func (r *run) activatePrices(ctx context.Context) error {
 			r.currency[p.Meter] = p.Currency
 		}
 		for _, p := range Prices {
-			var out struct {
-				Prices []Price `json:"prices"`
-			}
+			var out meterapi.PriceList
 			resp, err := r.call(ctx, http.MethodGet, r.ep.Meter+"/v1/tenants/"+tenant+"/prices?meterCode="+p.Meter, nil, nil, &out)
 			if err != nil {
 				return err
@@ -359,11 +308,10 @@ func (r *run) activatePrices(ctx context.Context) error {
 				r.mismatch("prices of %s %s: status %d, %d versions; want 200 and 1", tenant, p.Meter, resp.status, len(out.Prices))
 			}
 			for _, got := range out.Prices {
-				got.Tenant = tenant
-				if !got.UnitPrice.Equal(decimal.RequireFromString(p.UnitPrice)) || got.Currency != p.Currency {
-					r.mismatch("price of %s %s: %s %s, want %s %s", tenant, p.Meter, got.UnitPrice, got.Currency, p.UnitPrice, p.Currency)
+				if !deref(got.UnitPrice).Equal(decimal.RequireFromString(p.UnitPrice)) || got.Currency != p.Currency {
+					r.mismatch("price of %s %s: %s %s, want %s %s", tenant, p.Meter, deref(got.UnitPrice), got.Currency, p.UnitPrice, p.Currency)
 				}
-				r.res.Prices = append(r.res.Prices, got)
+				r.res.Prices = append(r.res.Prices, priceOf(tenant, got))
 			}
 		}
 	}
@@ -378,9 +326,9 @@ func (r *run) sendUsage(ctx context.Context) error {
 		tenant := r.cfg.Tenants[i%len(r.cfg.Tenants)]
 		m := Prices[(i/len(r.cfg.Tenants))%len(Prices)].Meter
 		q := decimal.RequireFromString(fmt.Sprintf("%d.%d", i%17+1, i%10))
-		r.facts[tenant] = append(r.facts[tenant], usageRequest{
-			SourceSystem: "scenario", SourceEventID: fmt.Sprintf("ev-%05d", i), MeterCode: m,
-			Quantity: q.String(), OccurredAt: now.Add(time.Duration(i) * time.Millisecond).Format(time.RFC3339Nano),
+		r.facts[tenant] = append(r.facts[tenant], usageapi.UsageRequest{
+			SourceSystem: "scenario", SourceEventId: fmt.Sprintf("ev-%05d", i), MeterCode: m,
+			Quantity: q, OccurredAt: now.Add(time.Duration(i) * time.Millisecond),
 		})
 		w := r.want[tenant]
 		cur := r.currency[m]
@@ -406,13 +354,13 @@ func (r *run) sendUsage(ctx context.Context) error {
 					return false, "", err
 				}
 				r.sent(tenant).Batches++
-				var refused []usageRequest
+				var refused []usageapi.UsageRequest
 				for i, res := range results {
 					switch {
-					case res.Code == "unknown_meter":
+					case deref(res.Code) == "unknown_meter":
 						refused = append(refused, pending[i])
 					case res.Status != http.StatusCreated:
-						r.mismatch("%s %s in a batch: status %d code %q, want 201", tenant, pending[i].SourceEventID, res.Status, res.Code)
+						r.mismatch("%s %s in a batch: status %d code %q, want 201", tenant, pending[i].SourceEventId, res.Status, deref(res.Code))
 					default:
 						r.sent(tenant).Facts++
 					}
@@ -434,7 +382,7 @@ func (r *run) sendUsage(ctx context.Context) error {
 			}
 			r.sent(tenant).Singles++
 			if resp.status != http.StatusCreated {
-				r.mismatch("%s %s sent alone: status %d, want 201: %s", tenant, f.SourceEventID, resp.status, resp.body)
+				r.mismatch("%s %s sent alone: status %d, want 201: %s", tenant, f.SourceEventId, resp.status, resp.body)
 				continue
 			}
 			r.sent(tenant).Facts++
@@ -455,7 +403,7 @@ func (r *run) sendUsage(ctx context.Context) error {
 		}
 		for i, res := range results {
 			if res.Status != http.StatusOK {
-				r.mismatch("%s %s replayed in a batch: status %d code %q, want 200", tenant, all[i].SourceEventID, res.Status, res.Code)
+				r.mismatch("%s %s replayed in a batch: status %d code %q, want 200", tenant, all[i].SourceEventId, res.Status, deref(res.Code))
 				continue
 			}
 			r.sent(tenant).Replays++
@@ -466,7 +414,7 @@ func (r *run) sendUsage(ctx context.Context) error {
 				return err
 			}
 			if resp.status != http.StatusOK {
-				r.mismatch("%s %s replayed alone: status %d, want 200: %s", tenant, f.SourceEventID, resp.status, resp.body)
+				r.mismatch("%s %s replayed alone: status %d, want 200: %s", tenant, f.SourceEventId, resp.status, resp.body)
 				continue
 			}
 			r.sent(tenant).Replays++
@@ -475,10 +423,8 @@ func (r *run) sendUsage(ctx context.Context) error {
 	// One conflict: the first tenant's first fact with another quantity.
 	tenant := r.cfg.Tenants[0]
 	conflict := r.facts[tenant][0]
-	conflict.Quantity = "999"
-	var problem struct {
-		Code string `json:"code"`
-	}
+	conflict.Quantity = decimal.RequireFromString("999")
+	var problem usageapi.Problem
 	resp, err := r.call(ctx, http.MethodPost, r.ep.Usage+"/v1/tenants/"+tenant+"/usage", conflict, nil, &problem)
 	if err != nil {
 		return err
@@ -496,11 +442,9 @@ func (r *run) sendUsage(ctx context.Context) error {
 	return nil
 }
 
-func (r *run) sendBatch(ctx context.Context, tenant string, batch []usageRequest) ([]batchResult, error) {
-	var out struct {
-		Results []batchResult `json:"results"`
-	}
-	resp, err := r.call(ctx, http.MethodPost, r.ep.Usage+"/v1/tenants/"+tenant+"/usage:batch", map[string]any{"events": batch}, nil, &out)
+func (r *run) sendBatch(ctx context.Context, tenant string, batch []usageapi.UsageRequest) ([]usageapi.BatchResult, error) {
+	var out usageapi.BatchResponse
+	resp, err := r.call(ctx, http.MethodPost, r.ep.Usage+"/v1/tenants/"+tenant+"/usage:batch", usageapi.BatchRequest{Events: batch}, nil, &out)
 	if err != nil {
 		return nil, err
 	}
@@ -512,12 +456,12 @@ func (r *run) sendBatch(ctx context.Context, tenant string, batch []usageRequest
 
 // charges reads every charge of the tenant's period, page by page; filter
 // is added to the query string ("&meterCode=...&priceVersion=...").
-func (r *run) charges(ctx context.Context, tenant string) ([]charge, error) {
+func (r *run) charges(ctx context.Context, tenant string) ([]billingapi.Charge, error) {
 	return r.chargesWhere(ctx, tenant, "")
 }
 
-func (r *run) chargesWhere(ctx context.Context, tenant, filter string) ([]charge, error) {
-	return listAll[charge](ctx, r, r.ep.Billing+"/v1/tenants/"+tenant+"/charges?limit=1000&period="+r.res.Period+filter,
+func (r *run) chargesWhere(ctx context.Context, tenant, filter string) ([]billingapi.Charge, error) {
+	return listAll[billingapi.Charge](ctx, r, r.ep.Billing+"/v1/tenants/"+tenant+"/charges?limit=1000&period="+r.res.Period+filter,
 		"charges", "charges of "+tenant)
 }
 
@@ -584,21 +528,21 @@ func (r *run) waitCharges(ctx context.Context) error {
 		}
 		w := r.want[tenant]
 		by := map[string]*ChargeSum{}
-		usageEvents := map[string]bool{}
+		usageEvents := map[uuid.UUID]bool{}
 		for _, c := range cs {
-			if usageEvents[c.UsageEventID] {
-				r.mismatch("%s: two charges for usage event %s", tenant, c.UsageEventID)
+			if usageEvents[c.UsageEventId] {
+				r.mismatch("%s: two charges for usage event %s", tenant, c.UsageEventId)
 			}
-			usageEvents[c.UsageEventID] = true
-			if want := c.Quantity.Mul(c.UnitPrice); !c.Amount.Equal(want) {
-				r.mismatch("%s charge %s: amount %s, want quantity %s x unit price %s = %s", tenant, c.ChargeID, c.Amount, c.Quantity, c.UnitPrice, want)
+			usageEvents[c.UsageEventId] = true
+			if want := c.Quantity.Mul(deref(c.UnitPrice)); !deref(c.Amount).Equal(want) {
+				r.mismatch("%s charge %s: amount %s, want quantity %s x unit price %s = %s", tenant, c.ChargeId, deref(c.Amount), c.Quantity, deref(c.UnitPrice), want)
 			}
-			if p, ok := r.unitPrice[c.MeterCode]; !ok || !c.UnitPrice.Equal(p) || c.PriceVersion != 1 || c.Currency != r.currency[c.MeterCode] {
+			if p, ok := r.unitPrice[c.MeterCode]; !ok || !deref(c.UnitPrice).Equal(p) || c.PriceVersion != 1 || c.Currency != r.currency[c.MeterCode] {
 				r.mismatch("%s charge %s: meter %s at %s %s (price version %d), want %s %s (version 1)",
-					tenant, c.ChargeID, c.MeterCode, c.UnitPrice, c.Currency, c.PriceVersion, p, r.currency[c.MeterCode])
+					tenant, c.ChargeId, c.MeterCode, deref(c.UnitPrice), c.Currency, c.PriceVersion, p, r.currency[c.MeterCode])
 			}
 			if c.Late || c.Period != r.res.Period {
-				r.mismatch("%s charge %s: period %s late %v, want %s on time", tenant, c.ChargeID, c.Period, c.Late, r.res.Period)
+				r.mismatch("%s charge %s: period %s late %v, want %s on time", tenant, c.ChargeId, c.Period, c.Late, r.res.Period)
 			}
 			s := by[c.Currency]
 			if s == nil {
@@ -606,7 +550,7 @@ func (r *run) waitCharges(ctx context.Context) error {
 				by[c.Currency] = s
 			}
 			s.Count++
-			s.Amount = s.Amount.Add(c.Amount)
+			s.Amount = s.Amount.Add(deref(c.Amount))
 			s.Quantity = s.Quantity.Add(c.Quantity)
 		}
 		for _, cur := range sortedKeys(w.charged, by) {
@@ -630,16 +574,13 @@ func (r *run) adjustAndClose(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		i := slices.IndexFunc(cs, func(c charge) bool { return c.Currency == "USD" })
+		i := slices.IndexFunc(cs, func(c billingapi.Charge) bool { return c.Currency == "USD" })
 		if i < 0 {
 			return fmt.Errorf("%s has no USD charge to adjust", tenant)
 		}
-		var adj struct {
-			AdjustmentID string `json:"adjustmentId"`
-			Period       string `json:"period"`
-		}
+		var adj billingapi.Adjustment
 		resp, err := r.call(ctx, http.MethodPost, r.ep.Billing+"/v1/tenants/"+tenant+"/adjustments",
-			map[string]string{"correctionOf": cs[i].ChargeID, "amount": Adjustment.String(), "currency": "USD", "reason": "goodwill credit"},
+			map[string]string{"correctionOf": cs[i].ChargeId.String(), "amount": Adjustment.String(), "currency": "USD", "reason": "goodwill credit"},
 			map[string]string{"Idempotency-Key": "adj-" + tenant}, &adj)
 		if err != nil {
 			return err
@@ -652,10 +593,7 @@ func (r *run) adjustAndClose(ctx context.Context) error {
 		}
 		r.want[tenant].adjusted["USD"] = r.want[tenant].adjusted["USD"].Add(Adjustment)
 
-		var closed struct {
-			Period string `json:"period"`
-			Status string `json:"status"`
-		}
+		var closed billingapi.CloseResponse
 		resp, err = r.call(ctx, http.MethodPost, r.ep.Billing+"/v1/tenants/"+tenant+"/periods/"+r.res.Period+"/close", nil,
 			map[string]string{"Idempotency-Key": "close-" + tenant + "-" + r.res.Period}, &closed)
 		if err != nil {
@@ -670,13 +608,13 @@ func (r *run) adjustAndClose(ctx context.Context) error {
 }
 
 // invoices reads every invoice of the tenant's period, page by page.
-func (r *run) invoices(ctx context.Context, tenant string) ([]invoiceDoc, error) {
-	return listAll[invoiceDoc](ctx, r, r.ep.Invoice+"/v1/tenants/"+tenant+"/invoices?period="+r.res.Period,
+func (r *run) invoices(ctx context.Context, tenant string) ([]invoiceapi.Invoice, error) {
+	return listAll[invoiceapi.Invoice](ctx, r, r.ep.Invoice+"/v1/tenants/"+tenant+"/invoices?period="+r.res.Period,
 		"invoices", "invoices of "+tenant)
 }
 
 func (r *run) waitInvoices(ctx context.Context) error {
-	got := map[string][]invoiceDoc{}
+	got := map[string][]invoiceapi.Invoice{}
 	err := r.waitFor(ctx, "invoices", func() (bool, string, error) {
 		done := true
 		var parts []string
@@ -711,10 +649,10 @@ func (r *run) waitInvoices(ctx context.Context) error {
 			if err := r.checkInvoice(ctx, tenant, inv); err != nil {
 				return err
 			}
-			if inv.Number < 1 || numbers[inv.Number] {
-				r.mismatch("%s %s invoice: number %d is not a new positive number", tenant, inv.Currency, inv.Number)
+			if deref(inv.Number) < 1 || numbers[deref(inv.Number)] {
+				r.mismatch("%s %s invoice: number %d is not a new positive number", tenant, inv.Currency, deref(inv.Number))
 			}
-			numbers[inv.Number] = true
+			numbers[deref(inv.Number)] = true
 		}
 		for n := int64(1); n <= int64(len(numbers)); n++ {
 			if !numbers[n] {
@@ -732,7 +670,7 @@ func (r *run) waitInvoices(ctx context.Context) error {
 // charges billing lists behind it (the amount the version's pricing over the
 // line quantity: quantity x unit price under unit pricing), one line per
 // adjustment, one rounding line when the total differs from the subtotal.
-func (r *run) checkInvoice(ctx context.Context, tenant string, inv invoiceDoc) error {
+func (r *run) checkInvoice(ctx context.Context, tenant string, inv invoiceapi.Invoice) error {
 	w := r.want[tenant]
 	subtotal := w.charged[inv.Currency].Add(w.adjusted[inv.Currency])
 	total, err := money.Round(subtotal, inv.Currency)
@@ -740,27 +678,27 @@ func (r *run) checkInvoice(ctx context.Context, tenant string, inv invoiceDoc) e
 		return err
 	}
 	s := Invoice{
-		Tenant: tenant, Currency: inv.Currency, InvoiceID: inv.InvoiceID, Number: inv.Number, Status: inv.Status,
+		Tenant: tenant, Currency: inv.Currency, InvoiceID: inv.InvoiceId.String(), Number: deref(inv.Number), Status: string(inv.Status),
 		Lines: map[string]int{}, Subtotal: inv.Subtotal, WantSubtotal: subtotal, WantTotal: total,
 	}
-	if inv.Total != nil {
-		s.Total = *inv.Total
+	if inv.Total.Valid {
+		s.Total = inv.Total.Decimal
 	}
 	sum := decimal.Zero
 	lineIDs := map[string]bool{}
 	for _, l := range inv.Lines {
-		s.Lines[l.Kind]++
+		s.Lines[string(l.Kind)]++
 		sum = sum.Add(l.Amount)
-		if lineIDs[l.LineID] {
-			r.mismatch("%s %s invoice: two lines %s", tenant, inv.Currency, l.LineID)
+		if lineIDs[l.LineId] {
+			r.mismatch("%s %s invoice: two lines %s", tenant, inv.Currency, l.LineId)
 		}
-		lineIDs[l.LineID] = true
+		lineIDs[l.LineId] = true
 		switch l.Kind {
 		case "rounding":
 			s.Rounding = s.Rounding.Add(l.Amount)
 		case "charge":
-			s.Charges += l.ChargeCount
-			behind, err := r.chargesWhere(ctx, tenant, fmt.Sprintf("&meterCode=%s&priceVersion=%d", url.QueryEscape(l.MeterCode), l.PriceVersion))
+			s.Charges += deref(l.ChargeCount)
+			behind, err := r.chargesWhere(ctx, tenant, fmt.Sprintf("&meterCode=%s&priceVersion=%d", url.QueryEscape(deref(l.MeterCode)), deref(l.PriceVersion)))
 			if err != nil {
 				return err
 			}
@@ -770,11 +708,11 @@ func (r *run) checkInvoice(ctx context.Context, tenant string, inv invoiceDoc) e
 				if c.Currency != inv.Currency {
 					continue
 				}
-				qty, amount, n = qty.Add(c.Quantity), amount.Add(c.Amount), n+1
+				qty, amount, n = qty.Add(c.Quantity), amount.Add(deref(c.Amount)), n+1
 			}
-			if !qty.Equal(l.Quantity) || !amount.Equal(l.Amount) || n != l.ChargeCount || n == 0 {
+			if !qty.Equal(deref(l.Quantity)) || !amount.Equal(l.Amount) || n != deref(l.ChargeCount) || n == 0 {
 				r.mismatch("%s %s invoice: line %s has quantity %s, %d charges, amount %s; billing lists %s, %d, %s behind it",
-					tenant, inv.Currency, l.LineID, l.Quantity, l.ChargeCount, l.Amount, qty, n, amount)
+					tenant, inv.Currency, l.LineId, deref(l.Quantity), deref(l.ChargeCount), l.Amount, qty, n, amount)
 			}
 		}
 	}
@@ -787,14 +725,14 @@ func (r *run) checkInvoice(ctx context.Context, tenant string, inv invoiceDoc) e
 			tenant, inv.Currency, s.Charges, s.Lines["adjustment"], w.charges[inv.Currency], wantAdjustments)
 	}
 	if inv.Status != "issued" {
-		r.mismatch("%s %s invoice %s: status %q, want issued", tenant, inv.Currency, inv.InvoiceID, inv.Status)
+		r.mismatch("%s %s invoice %s: status %q, want issued", tenant, inv.Currency, inv.InvoiceId, inv.Status)
 	}
 	if !inv.Subtotal.Equal(subtotal) {
 		r.mismatch("%s %s invoice: subtotal %s, want %s (charges + adjustments sent)", tenant, inv.Currency, inv.Subtotal, subtotal)
 	}
-	if inv.Total == nil || !inv.Total.Equal(total) || !sum.Equal(total) {
+	if !inv.Total.Valid || !inv.Total.Decimal.Equal(total) || !sum.Equal(total) {
 		r.mismatch("%s %s invoice: total %v, lines summing to %s; want %s (%s rounded half-even to the minor unit)",
-			tenant, inv.Currency, inv.Total, sum, total, subtotal)
+			tenant, inv.Currency, inv.Total.Decimal, sum, total, subtotal)
 	}
 	if wantRounding := !total.Equal(subtotal); (s.Lines["rounding"] == 1) != wantRounding || s.Lines["rounding"] > 1 ||
 		!s.Rounding.Equal(total.Sub(subtotal)) {
@@ -816,9 +754,9 @@ func (r *run) checkSummary(ctx context.Context) error {
 			}
 			wantInvoiced[cur] = total
 		}
-		var sum summaryDoc
+		var sum queryapi.Summary
 		err := r.waitFor(ctx, "query summary of "+tenant, func() (bool, string, error) {
-			sum = summaryDoc{}
+			sum = queryapi.Summary{}
 			resp, err := r.call(ctx, http.MethodGet, r.ep.Query+"/v1/tenants/"+tenant+"/summary", nil, nil, &sum)
 			if err != nil {
 				return false, "", err
@@ -995,4 +933,13 @@ func (res *Result) Check() error {
 		return nil
 	}
 	return fmt.Errorf("%w:\n  %s", ErrMismatch, strings.Join(res.Mismatches, "\n  "))
+}
+
+// deref is the text of an optional string of an API type ("" when absent).
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }

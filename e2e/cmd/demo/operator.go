@@ -52,8 +52,8 @@ func operatorStory(ctx context.Context, s *stack.Stack, op scenario.Operator, fl
 	fmt.Fprintln(w, "service\tevent\ttype\treason\tstate")
 	for _, it := range items {
 		id := "-"
-		if it.EventID != nil {
-			id = *it.EventID
+		if it.EventId != nil {
+			id = *it.EventId
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", it.Service, short(id), it.EventType, it.Reason, it.State)
 		if id != eventID.String() || it.Reason != "unsupported_schema" {
@@ -85,14 +85,14 @@ func operatorStory(ctx context.Context, s *stack.Stack, op scenario.Operator, fl
 			}
 			var audit []string
 			for _, a := range r.Audit {
-				audit = append(audit, fmt.Sprintf("%s by %s (%s)", a.State, a.Actor, a.CorrelationID))
+				audit = append(audit, fmt.Sprintf("%s by %s (%s)", a.State, a.Actor, a.CorrelationId))
 			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", svc, short(r.RedriveID), attempt+1, deref(r.Outcome), strings.Join(audit, " -> "))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", svc, short(r.RedriveId.String()), attempt+1, deref(r.Outcome), strings.Join(audit, " -> "))
 			if deref(r.Outcome) != want {
 				fail("redrive %d in %s: outcome %s, want %s", attempt+1, svc, deref(r.Outcome), want)
 			}
 			if len(r.Audit) != 2 || r.Audit[0].State != "requested" || r.Audit[0].Actor != op.Actor ||
-				r.Audit[0].CorrelationID != corr || r.Audit[1].State != "completed" {
+				r.Audit[0].CorrelationId != corr || r.Audit[1].State != "completed" {
 				fail("redrive %d in %s: audit %s, want requested by %s (%s) -> completed", attempt+1, svc, strings.Join(audit, " -> "), op.Actor, corr)
 			}
 		}
@@ -116,7 +116,7 @@ func operatorStory(ctx context.Context, s *stack.Stack, op scenario.Operator, fl
 		}
 		var ms []string
 		for _, m := range rec.Mismatches {
-			ms = append(ms, m.Kind+" "+short(m.OriginEventID))
+			ms = append(ms, m.Kind+" "+short(m.OriginEventId.String()))
 		}
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", t, period, rec.Counts.UsageFacts, rec.Counts.Charges,
 			rec.Counts.InvoiceLines, rec.Counts.QueryUsage, orDash(strings.Join(ms, ", ")))
@@ -144,7 +144,7 @@ func namesInjected(ms []scenario.Mismatch, eventID string) bool {
 	for _, m := range ms {
 		kinds[m.Kind] = m
 	}
-	return strings.Contains(kinds["charge_without_usage"].Detail, eventID) && kinds["unknown_in_query"].OriginEventID == eventID
+	return strings.Contains(kinds["charge_without_usage"].Detail, eventID) && kinds["unknown_in_query"].OriginEventId.String() == eventID
 }
 
 func activatePrice(ctx context.Context, meterURL, tenant string) error {

@@ -90,7 +90,7 @@ func run(ctx context.Context) int {
 			if len(rec.Mismatches) > 0 {
 				var kinds []string
 				for _, m := range rec.Mismatches {
-					kinds = append(kinds, m.Kind+" "+m.OriginEventID)
+					kinds = append(kinds, m.Kind+" "+m.OriginEventId.String())
 				}
 				mm = strings.Join(kinds, ", ")
 				failures = append(failures, fmt.Sprintf("reconciliation of %s %s: %s", s.Tenant, res.Period, mm))
