@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/pricing"
 	. "github.com/usagebilling/billing/services/query/internal/querytest"
 )
 
