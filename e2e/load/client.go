@@ -199,3 +199,12 @@ func (c *client) mint(tenant string) (string, error) {
 	c.tokens[tenant], c.minted[tenant] = tok, time.Now()
 	return tok, nil
 }
+
+// deref is the value of an optional field of an API type (zero when absent).
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

@@ -10,6 +10,8 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/api/invoiceapi"
+	"github.com/usagebilling/billing/pkg/api/queryapi"
 	"github.com/usagebilling/billing/pkg/money"
 )
 
@@ -37,21 +39,6 @@ type Closed struct {
 	ReconcileCounts  map[string]int `json:"reconcileCounts,omitempty"`
 	Mismatches       int            `json:"mismatches"`
 	Problem          string         `json:"problem,omitempty"`
-}
-
-type invoiceLine struct {
-	Kind         string `json:"kind"`
-	MeterCode    string `json:"meterCode"`
-	PriceVersion int64  `json:"priceVersion"`
-	ChargeCount  int64  `json:"chargeCount"`
-}
-
-type invoiceDoc struct {
-	Number   int64            `json:"number"`
-	Currency string           `json:"currency"`
-	Status   string           `json:"status"`
-	Lines    []invoiceLine    `json:"lines"`
-	Total    *decimal.Decimal `json:"total"`
 }
 
 // closePeriods closes each tenant's period (the UTC month the facts occurred
@@ -105,24 +92,22 @@ func closeOne(ctx context.Context, cfg *Config, cl *client, c *Closed, timeout t
 		if err != nil {
 			return fmt.Errorf("read invoices: %w", err)
 		}
-		var page struct {
-			Invoices []invoiceDoc `json:"invoices"`
-		}
+		var page invoiceapi.InvoiceList
 		if a.status != http.StatusOK || json.Unmarshal(a.body, &page) != nil {
 			return fmt.Errorf("read invoices: %s", a)
 		}
 		if len(page.Invoices) == 1 && page.Invoices[0].Status == "issued" {
 			inv := page.Invoices[0]
 			c.IssuedSeconds = time.Since(answered).Seconds()
-			c.Number = inv.Number
+			c.Number = deref(inv.Number)
 			for _, l := range inv.Lines {
 				if l.Kind == "charge" {
 					c.ChargeLines++
-					c.ChargeCount += l.ChargeCount
+					c.ChargeCount += deref(l.ChargeCount)
 				}
 			}
-			if inv.Total != nil {
-				c.Total = *inv.Total
+			if inv.Total.Valid {
+				c.Total = inv.Total.Decimal
 			}
 			break
 		}
@@ -139,9 +124,7 @@ func closeOne(ctx context.Context, cfg *Config, cl *client, c *Closed, timeout t
 		if err != nil {
 			return fmt.Errorf("read summary: %w", err)
 		}
-		var s struct {
-			Invoiced map[string]decimal.Decimal `json:"invoiced"`
-		}
+		var s queryapi.Summary
 		if a.status == http.StatusOK && json.Unmarshal(a.body, &s) == nil {
 			if got, ok := s.Invoiced["USD"]; ok {
 				c.InQuerySeconds = time.Since(answered).Seconds()
@@ -179,24 +162,20 @@ func reconcileOne(ctx context.Context, cl *client, c *Closed) error {
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
-	var rep struct {
-		Counts        map[string]int `json:"counts"`
-		MismatchCount int            `json:"mismatchCount"`
-		Mismatches    []struct {
-			Kind, OriginEventID, Detail string
-		} `json:"mismatches"`
-	}
+	var rep queryapi.Reconciliation
 	if a.status != http.StatusOK || json.Unmarshal(a.body, &rep) != nil {
 		return fmt.Errorf("reconcile: %s", a)
 	}
 	c.Reconciled, c.ReconcileSeconds = true, time.Since(start).Seconds()
-	c.ReconcileCounts, c.Mismatches = rep.Counts, rep.MismatchCount
+	counts := map[string]int{"usageFacts": rep.Counts.UsageFacts, "charges": rep.Counts.Charges,
+		"invoiceLines": rep.Counts.InvoiceLines, "queryUsage": rep.Counts.QueryUsage}
+	c.ReconcileCounts, c.Mismatches = counts, rep.MismatchCount
 	switch {
 	case rep.MismatchCount > 0:
 		return fmt.Errorf("reconciliation found %d mismatches, the first %+v", rep.MismatchCount, rep.Mismatches[0])
-	case int64(rep.Counts["usageFacts"]) != c.WantChargeCount || int64(rep.Counts["charges"]) != c.WantChargeCount:
-		return fmt.Errorf("reconciliation compared %d usage facts and %d charges, want %d", rep.Counts["usageFacts"],
-			rep.Counts["charges"], c.WantChargeCount)
+	case int64(rep.Counts.UsageFacts) != c.WantChargeCount || int64(rep.Counts.Charges) != c.WantChargeCount:
+		return fmt.Errorf("reconciliation compared %d usage facts and %d charges, want %d", rep.Counts.UsageFacts,
+			rep.Counts.Charges, c.WantChargeCount)
 	}
 	return nil
 }

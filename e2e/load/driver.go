@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/usagebilling/billing/pkg/api/usageapi"
 )
 
 // MaxAttempts is how often a batch is sent when the answer is a 5xx or no
@@ -167,18 +169,13 @@ func (d *driver) generate(ctx context.Context, jobs chan<- job) {
 	}
 }
 
-type batchResult struct {
-	Status int    `json:"status"`
-	Code   string `json:"code"`
-}
-
 func (d *driver) send(ctx context.Context, j job) {
 	tenant := d.cfg.TenantIDs[j.tenant]
 	facts := make([]fact, j.n)
 	for k := range facts {
 		facts[k] = newFact(d.cfg, fmt.Sprintf("%s-%d-%d", d.cfg.RunID, j.tenant, j.first+int64(k)))
 	}
-	body, _ := json.Marshal(map[string][]fact{"events": facts})
+	body, _ := json.Marshal(usageapi.BatchRequest{Events: facts})
 	d.tally.mu.Lock()
 	d.tally.sentFacts += int64(j.n)
 	d.tally.sentBatches++
@@ -217,9 +214,7 @@ func (d *driver) send(ctx context.Context, j job) {
 			d.tally.mu.Unlock()
 			return
 		}
-		var res struct {
-			Results []batchResult `json:"results"`
-		}
+		var res usageapi.BatchResponse
 		if err := json.Unmarshal(a.body, &res); err != nil || len(res.Results) != j.n {
 			d.tally.mu.Lock()
 			d.tally.serverErrs["200 with an unreadable body"] += int64(j.n)
@@ -233,7 +228,7 @@ func (d *driver) send(ctx context.Context, j job) {
 	}
 }
 
-func (d *driver) record(tenant int, at time.Duration, results []batchResult) {
+func (d *driver) record(tenant int, at time.Duration, results []usageapi.BatchResult) {
 	d.tally.mu.Lock()
 	defer d.tally.mu.Unlock()
 	var accepted int64
@@ -246,11 +241,11 @@ func (d *driver) record(tenant int, at time.Duration, results []batchResult) {
 			d.tally.replayed++
 			accepted++
 		case r.Status >= 500:
-			d.tally.serverErrs[fmt.Sprintf("%d %s (in a batch)", r.Status, r.Code)]++
+			d.tally.serverErrs[fmt.Sprintf("%d %s (in a batch)", r.Status, deref(r.Code))]++
 			d.tally.inDoubt++
 			d.tally.tenants[tenant].inDoubt++
 		default:
-			d.tally.refused[fmt.Sprintf("%d %s", r.Status, r.Code)]++
+			d.tally.refused[fmt.Sprintf("%d %s", r.Status, deref(r.Code))]++
 		}
 	}
 	tt := &d.tally.tenants[tenant]

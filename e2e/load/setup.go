@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/api/usageapi"
 )
 
 // SourceSystem is the sourceSystem of every fact the load sends.
@@ -14,17 +18,11 @@ const SourceSystem = "load"
 const SetupTimeout = 3 * time.Minute
 
 // fact is a usage fact as POST /usage and /usage:batch take it.
-type fact struct {
-	SourceSystem  string `json:"sourceSystem"`
-	SourceEventID string `json:"sourceEventId"`
-	MeterCode     string `json:"meterCode"`
-	Quantity      string `json:"quantity"`
-	OccurredAt    string `json:"occurredAt"`
-}
+type fact = usageapi.UsageRequest
 
 func newFact(cfg *Config, id string) fact {
-	return fact{SourceSystem: SourceSystem, SourceEventID: id, MeterCode: cfg.MeterCode, Quantity: "1",
-		OccurredAt: time.Now().UTC().Format(time.RFC3339Nano)}
+	return fact{SourceSystem: SourceSystem, SourceEventId: id, MeterCode: cfg.MeterCode, Quantity: decimal.NewFromInt(1),
+		OccurredAt: time.Now().UTC()}
 }
 
 // activatePrices activates the load's price for every tenant (201, or 200
