@@ -24,10 +24,10 @@ import (
 //  1. Cut: under the acceptance lock held exclusively (the accepting
 //     transactions hold it shared, and take their acceptance time under it,
 //     never before the last cut), through = max(now, last cut + 1µs) and
-//     the outbox's highest id so far are recorded. Every fact accepted
-//     before through has then committed, with its UsageAccepted at an outbox
-//     id at or below that one; every later fact is accepted at or after
-//     through.
+//     the highest id of the outbox rows not yet acknowledged are recorded.
+//     Every fact accepted before through has then committed, its
+//     UsageAccepted acknowledged already or at an outbox id at or below that
+//     one; every later fact is accepted at or after through.
 //  2. Publish: once no UsageAccepted at or below that id is waiting in the
 //     outbox (published, i.e. acknowledged by the broker with acks=all; a
 //     dead letter waits for ever, so a lost fact is never passed over), one
@@ -120,12 +120,19 @@ func (a *App) cut(ctx context.Context) (db.AcceptanceCutRow, error) {
 }
 
 // The outbox is pkg/outbox's schema; these two reads of it are the
-// watermark's own. outboxHighestID is at or above the id of every row
-// committed so far (the identity's sequence, not a scan); waitingThrough
-// finds a UsageAccepted at or below an id not yet acknowledged, pending or
-// dead, through the outbox's two partial indexes.
+// watermark's own. outboxHighestID, read under the exclusive lock, is the
+// highest id of the rows not yet acknowledged (pending or dead; 0 for none),
+// through the outbox's two partial indexes: every fact accepted before the
+// cut is acknowledged already or at or below it, and every fact accepted
+// after the cut takes a higher id (its insert follows the cut). It reads no
+// sequence: the services' database roles may not read the identity's.
+// waitingThrough finds a UsageAccepted at or below an id not yet
+// acknowledged, pending or dead, through the same indexes.
 const (
-	outboxHighestID = `SELECT last_value FROM outbox_event_id_seq`
+	outboxHighestID = `
+SELECT GREATEST(
+    (SELECT COALESCE(max(id), 0) FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL),
+    (SELECT COALESCE(max(id), 0) FROM outbox_event WHERE dead_at IS NOT NULL AND published_at IS NULL))`
 	waitingThrough  = `
 SELECT EXISTS (SELECT 1 FROM outbox_event
                WHERE published_at IS NULL AND dead_at IS NULL AND id <= $1 AND event_type = $2 AND topic = $3)
