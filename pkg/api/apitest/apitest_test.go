@@ -17,7 +17,9 @@ type recordingT struct {
 	errs []string
 }
 
-func (r *recordingT) Errorf(format string, args ...any) { r.errs = append(r.errs, fmt.Sprintf(format, args...)) }
+func (r *recordingT) Errorf(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, args...))
+}
 
 // TestHandlerFindsWhatIsNotDocumented: the wrapper passes an exchange as
 // documented and reports each kind of departure from the document.
