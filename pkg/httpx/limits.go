@@ -118,7 +118,6 @@ type RateLimiter struct {
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
-	swept   time.Time
 }
 
 type bucket struct {

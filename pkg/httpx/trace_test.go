@@ -76,7 +76,7 @@ func TestTraceServerSpan(t *testing.T) {
 	status := ""
 	for _, kv := range s.Attributes() {
 		if kv.Key == "http.response.status_code" {
-			status = kv.Value.Emit()
+			status = kv.Value.String()
 		}
 	}
 	if status != "202" {

@@ -73,6 +73,7 @@ func (f *faulty) apply(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, n no
 		switch n.Fail {
 		case "panic":
 			var m map[string]int
+			//lint:ignore SA5000 the handler's deliberate bug: a runtime panic, as a real one would be
 			m[n.Origin]++ // assignment to entry in nil map
 		case "error":
 			return errBug

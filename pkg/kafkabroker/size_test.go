@@ -36,6 +36,7 @@ func testSizeLimits(t *testing.T, addrs []string) {
 	if err != nil || len(brokers) == 0 {
 		t.Fatalf("describe cluster: %v (%d brokers)", err, len(brokers))
 	}
+	//lint:ignore SA1019 one resource, one config: the single-resource call reads plainest
 	entries, err := admin.DescribeConfig(sarama.ConfigResource{
 		Type: sarama.BrokerResource, Name: strconv.Itoa(int(brokers[0].ID())), ConfigNames: []string{"message.max.bytes"},
 	})

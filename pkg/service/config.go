@@ -305,9 +305,7 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 	}
 	var err error
 	if c.Kafka, err = kafkaconf.SecurityFromEnv(e.lookup); err != nil {
-		for _, line := range strings.Split(err.Error(), "\n") {
-			e.errs = append(e.errs, line)
-		}
+		e.errs = append(e.errs, strings.Split(err.Error(), "\n")...)
 	}
 	return c, e.Err()
 }
