@@ -37,6 +37,11 @@ func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.D
 			"PriceActivated of %s v%d is on aggregate %s/%s v%d", events.PriceSeriesID(p.MeterCode, p.Currency),
 			p.Version, e.AggregateType, e.AggregateID, e.AggregateVersion))
 	}
+	if !p.KnownThrough.IsZero() {
+		if err := lockSchedule(ctx, tx, e.TenantID, p.MeterCode, p.Currency); err != nil {
+			return inbox.Outcome{}, err
+		}
+	}
 	pr := p.Pricing()
 	ev := db.InsertPriceEvidenceParams{
 		TenantID: e.TenantID, MeterCode: p.MeterCode, Currency: p.Currency, Version: p.Version,
@@ -91,6 +96,9 @@ func (s *Service) OnPriceScheduleWatermark(ctx context.Context, tx pgx.Tx, d *en
 		return inbox.Outcome{}, inbox.DeferUntil(inbox.AggregateKey(e.TenantID, events.AggregatePrice,
 			events.PriceSeriesID(p.MeterCode, p.Currency), p.Version))
 	}
+	if err := lockSchedule(ctx, tx, e.TenantID, p.MeterCode, p.Currency); err != nil {
+		return inbox.Outcome{}, err
+	}
 	keys, err := raiseKnownThrough(ctx, tx, e.TenantID, p.MeterCode, p.Currency, p.KnownThrough)
 	if err != nil {
 		return inbox.Outcome{}, err
@@ -98,9 +106,34 @@ func (s *Service) OnPriceScheduleWatermark(ctx context.Context, tx pgx.Tx, d *en
 	return inbox.Outcome{Provides: keys}, nil
 }
 
-// raiseKnownThrough raises a series' known schedule and returns the
-// schedule keys of the seconds that became known (none when it did not
-// rise).
+// lockSchedule takes the series' schedule row for the transaction, or
+// defers the event when another transaction holds it: waiting for it could
+// deadlock (a batch raises several series in its partition's order, and a
+// series' watermarks spread over partitions). The holder's raise provides
+// scheduleFreeKey when it commits, which decides the event again; so does
+// the inbox's sweep, if the holder rolls back.
+func lockSchedule(ctx context.Context, tx pgx.Tx, tenantID, meterCode, currency string) error {
+	busy, err := db.New(tx).TryLockPriceSchedule(ctx, db.TryLockPriceScheduleParams{
+		TenantID: tenantID, MeterCode: meterCode, Currency: currency,
+	})
+	if err != nil {
+		return fmt.Errorf("lock the price schedule: %w", err)
+	}
+	if busy {
+		return inbox.DeferUntil(scheduleFreeKey(tenantID, meterCode, currency))
+	}
+	return nil
+}
+
+// scheduleFreeKey is provided by every transaction that held a series'
+// schedule row (see lockSchedule).
+func scheduleFreeKey(tenantID, meterCode, currency string) string {
+	return "schedule-free/" + tenantID + "/" + events.PriceSeriesID(meterCode, currency)
+}
+
+// raiseKnownThrough raises a series' known schedule (its row taken by
+// lockSchedule) and returns the schedule keys of the seconds that became
+// known (none when it did not rise) and the series' scheduleFreeKey.
 func raiseKnownThrough(ctx context.Context, tx pgx.Tx, tenantID, meterCode, currency string, through time.Time) ([]string, error) {
 	row, err := db.New(tx).RaiseKnownThrough(ctx, db.RaiseKnownThroughParams{
 		TenantID: tenantID, MeterCode: meterCode, Currency: currency, KnownThrough: through,
@@ -108,14 +141,15 @@ func raiseKnownThrough(ctx context.Context, tx pgx.Tx, tenantID, meterCode, curr
 	if err != nil {
 		return nil, fmt.Errorf("raise known schedule: %w", err)
 	}
+	free := scheduleFreeKey(tenantID, meterCode, currency)
 	if !row.Raised {
-		return nil, nil
+		return []string{free}, nil
 	}
 	var prev *time.Time
 	if row.Had {
 		prev = &row.Previous
 	}
-	return ScheduleKeys(tenantID, meterCode, currency, prev, through), nil
+	return append(ScheduleKeys(tenantID, meterCode, currency, prev, through), free), nil
 }
 
 // maxScheduleKeys bounds the keys one rise of the known schedule provides:

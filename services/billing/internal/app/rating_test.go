@@ -573,3 +573,98 @@ func TestQuarantinedPriceActivatedHoldsRatingBack(t *testing.T) {
 		t.Fatalf("recovery counts after the redrive %+v (%v), want none", stats, err)
 	}
 }
+
+// Two batches raise the schedules of two series in opposite orders, each
+// holding its first series' row while it reaches for the other's: the
+// second raise of each is deferred instead of waiting (waiting would
+// deadlock, and the database would abort one batch), both batches commit,
+// and the sweep applies the deferred watermarks.
+func TestBatchesRaisingSchedulesInOppositeOrdersDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	svc := app.New(pool, nil)
+	ib := bt.NewInbox(t, svc)
+	pa, pb := priceV1("a"), priceV1("b")
+	pa.KnownThrough, pb.KnownThrough = jan10, jan10
+	bt.Decide(t, pool, ib, pa.Raw(t), pb.Raw(t))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	watermark := func(tenant string, through time.Time) []inbox.Message {
+		wm := bt.Watermark{Tenant: tenant, Meter: "api_calls", Currency: "USD", Version: 1, KnownThrough: through}
+		return []inbox.Message{{Raw: wm.Raw(t), Topic: "test"}}
+	}
+	batch := func(first, second string, through time.Time, started chan<- struct{}, other <-chan struct{}) ([]inbox.Decision, error) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		ds, err := ib.Decide(ctx, tx, watermark(first, through))
+		if err != nil {
+			return nil, err
+		}
+		close(started)
+		select {
+		case <-other:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the other batch never raised its first schedule: %w", ctx.Err())
+		}
+		more, err := ib.Decide(ctx, tx, watermark(second, through))
+		if err != nil {
+			return nil, err
+		}
+		return append(ds, more...), tx.Commit(ctx)
+	}
+	type result struct {
+		ds  []inbox.Decision
+		err error
+	}
+	aStarted, bStarted := make(chan struct{}), make(chan struct{})
+	results := make(chan result, 2)
+	go func() {
+		ds, err := batch("a", "b", jan15, aStarted, bStarted)
+		results <- result{ds, err}
+	}()
+	go func() {
+		<-aStarted
+		ds, err := batch("b", "a", jan20, bStarted, aStarted)
+		results <- result{ds, err}
+	}()
+	deferred := 0
+	for range 2 {
+		r := <-results
+		if r.err != nil {
+			t.Fatalf("batch failed: %v", r.err)
+		}
+		if got := outcomes(r.ds); len(got) != 2 || got[0] != "applied" {
+			t.Fatalf("decisions = %v, want the first applied", got)
+		}
+		if r.ds[1].Outcome == "deferred" {
+			deferred++
+		}
+	}
+	if deferred != 2 {
+		t.Fatalf("%d second raises deferred, want both (each row was held by the other batch)", deferred)
+	}
+	if n, err := ib.Sweep(ctx, pool, 100); err != nil || n != 2 {
+		var left []string
+		rows, _ := pool.Query(ctx, `SELECT coalesce(wait_key,'') || ' ' || next_attempt::text FROM inbox_deferred`)
+		for rows.Next() {
+			var s string
+			_ = rows.Scan(&s)
+			left = append(left, s)
+		}
+		t.Fatalf("sweep applied %d (err %v), want 2; deferred: %v", n, err, left)
+	}
+	for _, tenant := range []string{"a", "b"} {
+		if n := bt.Count(t, pool, `SELECT count(*) FROM price_schedule WHERE tenant_id = $1 AND known_through = $2`, tenant, jan20); n != 1 {
+			var got time.Time
+			_ = pool.QueryRow(ctx, `SELECT known_through FROM price_schedule WHERE tenant_id = $1`, tenant).Scan(&got)
+			t.Fatalf("tenant %s: the schedule is known through %s after the sweep, want %s", tenant, got, jan20)
+		}
+	}
+	if n := bt.Count(t, pool, `SELECT count(*) FROM inbox_deferred`); n != 0 {
+		t.Fatalf("%d events still deferred", n)
+	}
+}

@@ -15,6 +15,22 @@ SELECT EXISTS (SELECT 1 FROM price_evidence
                WHERE tenant_id = @tenant_id AND meter_code = @meter_code AND currency = @currency
                  AND version = @version)::boolean AS held;
 
+-- name: TryLockPriceSchedule :one
+-- Locks a series' schedule row for the transaction unless another
+-- transaction holds it: busy is true when the row exists and is locked
+-- elsewhere. The caller then defers instead of waiting, since waiting could
+-- deadlock: one batch may raise several series in an order that another
+-- batch, on another partition, reverses (a series' watermarks are keyed by
+-- their knownThrough, so they spread over partitions).
+WITH mine AS (
+    SELECT 1 FROM price_schedule s
+    WHERE s.tenant_id = @tenant_id AND s.meter_code = @meter_code AND s.currency = @currency
+    FOR UPDATE SKIP LOCKED
+)
+SELECT (EXISTS (SELECT 1 FROM price_schedule s
+                WHERE s.tenant_id = @tenant_id AND s.meter_code = @meter_code AND s.currency = @currency)
+        AND NOT EXISTS (SELECT 1 FROM mine))::boolean AS busy;
+
 -- name: RaiseKnownThrough :one
 -- Raises what billing knows of a series' schedule to @known_through (never
 -- lowers it) and returns what it knew before (NULL: nothing) and whether it

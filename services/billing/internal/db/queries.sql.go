@@ -1408,6 +1408,36 @@ func (q *Queries) TenantSettings(ctx context.Context, tenantIds []string) ([]Ten
 	return items, nil
 }
 
+const tryLockPriceSchedule = `-- name: TryLockPriceSchedule :one
+WITH mine AS (
+    SELECT 1 FROM price_schedule s
+    WHERE s.tenant_id = $1 AND s.meter_code = $2 AND s.currency = $3
+    FOR UPDATE SKIP LOCKED
+)
+SELECT (EXISTS (SELECT 1 FROM price_schedule s
+                WHERE s.tenant_id = $1 AND s.meter_code = $2 AND s.currency = $3)
+        AND NOT EXISTS (SELECT 1 FROM mine))::boolean AS busy
+`
+
+type TryLockPriceScheduleParams struct {
+	TenantID  string
+	MeterCode string
+	Currency  string
+}
+
+// Locks a series' schedule row for the transaction unless another
+// transaction holds it: busy is true when the row exists and is locked
+// elsewhere. The caller then defers instead of waiting, since waiting could
+// deadlock: one batch may raise several series in an order that another
+// batch, on another partition, reverses (a series' watermarks are keyed by
+// their knownThrough, so they spread over partitions).
+func (q *Queries) TryLockPriceSchedule(ctx context.Context, arg TryLockPriceScheduleParams) (bool, error) {
+	row := q.db.QueryRow(ctx, tryLockPriceSchedule, arg.TenantID, arg.MeterCode, arg.Currency)
+	var busy bool
+	err := row.Scan(&busy)
+	return busy, err
+}
+
 const unclosedPeriods = `-- name: UnclosedPeriods :many
 WITH RECURSIVE pairs AS (
     (SELECT c.tenant_id, c.period FROM charge c ORDER BY c.tenant_id, c.period LIMIT 1)
