@@ -187,17 +187,6 @@ func addMonths(p string, n int) string {
 	return m.AddDate(0, n, 0).Format("2006-01")
 }
 
-// hasCharges: a fact of the tenant is rated into p (the scheduler closes
-// only such periods).
-func (t *Tenant) hasCharges(p string) bool {
-	for _, f := range t.Facts {
-		if f.Period == p {
-			return true
-		}
-	}
-	return false
-}
-
 // openPeriods with charges, in order.
 func (t *Tenant) openCharged() []string {
 	set := map[string]bool{}

@@ -68,7 +68,7 @@ func TestMoney(t *testing.T) {
 	runBegan := time.Now()
 	stats, f, err := Run(ctx, cfg, ops)
 	t.Logf("%s in %s; the clock ran %s ahead of the wall clock at the end", stats, time.Since(runBegan).Round(time.Millisecond),
-		clk.Now().Sub(time.Now()).Round(time.Hour))
+		time.Until(clk.Now()).Round(time.Hour))
 	if err != nil {
 		s.Keep()
 		t.Fatalf("seed %d: %v (logs kept in %s)", seed, err, s.Dir())
