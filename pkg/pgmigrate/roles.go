@@ -18,9 +18,8 @@ import (
 //   - the owner, which owns the database and every table, runs the
 //     migrations (`<service> migrate`, with DATABASE_MIGRATE_URL);
 //   - the runtime role the service runs as (DATABASE_URL), with DML only:
-//     SELECT, INSERT, UPDATE and DELETE on the tables, USAGE and SELECT on
-//     the sequences (SELECT reads a sequence's last_value: usage's
-//     watermark does), SELECT alone on the migration tables. It owns nothing, so
+//     SELECT, INSERT, UPDATE and DELETE on the tables, USAGE on the
+//     sequences, SELECT alone on the migration tables. It owns nothing, so
 //     it cannot ALTER, DROP or DISABLE TRIGGER on a table (the immutability
 //     triggers stay on).
 //
@@ -45,9 +44,9 @@ func Grant(ctx context.Context, ownerURL, role string, sets ...Set) error {
 	stmts := []string{
 		"GRANT USAGE ON SCHEMA " + s + " TO " + r,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + s + " TO " + r,
-		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA " + s + " TO " + r,
+		"GRANT USAGE ON ALL SEQUENCES IN SCHEMA " + s + " TO " + r,
 		"ALTER DEFAULT PRIVILEGES IN SCHEMA " + s + " GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO " + r,
-		"ALTER DEFAULT PRIVILEGES IN SCHEMA " + s + " GRANT USAGE, SELECT ON SEQUENCES TO " + r,
+		"ALTER DEFAULT PRIVILEGES IN SCHEMA " + s + " GRANT USAGE ON SEQUENCES TO " + r,
 		// Nothing of the owner's beyond DML: no TRUNCATE, REFERENCES or
 		// TRIGGER granted earlier by hand.
 		"REVOKE TRUNCATE, REFERENCES, TRIGGER ON ALL TABLES IN SCHEMA " + s + " FROM " + r,
