@@ -17,6 +17,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/e2e/stack"
+	"github.com/usagebilling/billing/pkg/api/billingapi"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/money"
@@ -318,7 +319,9 @@ func (h *Harness) adjustEachCurrency(ctx context.Context, ledger *Ledger, tenant
 	}
 	charged := map[string]decimal.Decimal{}
 	for _, c := range charges {
-		charged[c.Currency] = charged[c.Currency].Add(c.Amount)
+		if c.Amount != nil { // the chaos suite prices by unit: every charge has its amount
+			charged[c.Currency] = charged[c.Currency].Add(*c.Amount)
+		}
 	}
 	done := map[string]bool{}
 	for _, c := range charges {
@@ -338,45 +341,31 @@ func (h *Harness) adjustEachCurrency(ctx context.Context, ledger *Ledger, tenant
 				continue
 			}
 		}
-		body := map[string]string{"correctionOf": c.ChargeID, "amount": amount.String(), "currency": c.Currency, "reason": "chaos suite adjustment"}
+		body := billingapi.AdjustmentRequest{CorrectionOf: c.ChargeId.String(), Amount: amount, Currency: c.Currency, Reason: "chaos suite adjustment"}
 		resp, err := h.command(ctx, "billing", "/v1/tenants/"+tenant+"/adjustments", tenant, body,
 			fmt.Sprintf("%s-%s-%s-%s", keyPrefix, tenant, period, c.Currency), http.StatusCreated)
 		if err != nil {
 			return err
 		}
-		var adj struct {
-			AdjustmentID string `json:"adjustmentId"`
-			EventID      string `json:"eventId"`
-			Period       string `json:"period"`
-		}
+		var adj billingapi.Adjustment
 		if err := resp.Decode(&adj); err != nil {
 			return err
 		}
 		ledger.mu.Lock()
-		ledger.Adjustments = append(ledger.Adjustments, AdjustmentRecord{Tenant: tenant, AdjustmentID: adj.AdjustmentID,
-			EventID: adj.EventID, Period: adj.Period, Currency: c.Currency, Amount: amount, CorrectionOf: c.ChargeID})
+		ledger.Adjustments = append(ledger.Adjustments, AdjustmentRecord{Tenant: tenant, AdjustmentID: adj.AdjustmentId.String(),
+			EventID: adj.EventId.String(), Period: adj.Period, Currency: c.Currency, Amount: amount, CorrectionOf: c.ChargeId.String()})
 		ledger.mu.Unlock()
 	}
 	return nil
 }
 
-// listedCharge is a charge as billing lists it.
-type listedCharge struct {
-	ChargeID string          `json:"chargeId"`
-	Currency string          `json:"currency"`
-	Amount   decimal.Decimal `json:"amount"`
-}
-
 // periodCharges lists a tenant's charges of period, page by page (the
 // list's largest page, following next until it is absent).
-func (h *Harness) periodCharges(ctx context.Context, tenant, period string) ([]listedCharge, error) {
-	var all []listedCharge
+func (h *Harness) periodCharges(ctx context.Context, tenant, period string) ([]billingapi.Charge, error) {
+	var all []billingapi.Charge
 	q := url.Values{"period": {period}, "limit": {"1000"}}
 	for {
-		var out struct {
-			Charges []listedCharge `json:"charges"`
-			Next    *string        `json:"next"`
-		}
+		var out billingapi.ChargeList
 		if err := h.Client.Get(ctx, "billing", "/v1/tenants/"+tenant+"/charges?"+q.Encode(), tenant, &out); err != nil {
 			return nil, err
 		}

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/api/meterapi"
+	"github.com/usagebilling/billing/pkg/api/usageapi"
 )
 
 // Meter is a meter the load prices and uses: one currency, and the unit
@@ -110,26 +113,28 @@ type Fact struct {
 	Unresolved bool
 }
 
-func (f *Fact) request() usageRequest {
-	return usageRequest{
-		SourceSystem: SourceSystem, SourceEventID: f.SourceEventID, MeterCode: f.Meter,
-		Quantity: f.Quantity.String(), OccurredAt: f.OccurredAt.Format(time.RFC3339Nano),
+func (f *Fact) request() usageapi.UsageRequest {
+	return usageapi.UsageRequest{
+		SourceSystem: SourceSystem, SourceEventId: f.SourceEventID, MeterCode: f.Meter,
+		Quantity: f.Quantity, OccurredAt: f.OccurredAt,
 	}
 }
 
-type usageRequest struct {
-	SourceSystem  string `json:"sourceSystem"`
-	SourceEventID string `json:"sourceEventId"`
-	MeterCode     string `json:"meterCode"`
-	Quantity      string `json:"quantity"`
-	OccurredAt    string `json:"occurredAt"`
+// usageAnswer is one fact's answer (usageapi.BatchResult, or a single
+// POST's answer) with its optional fields read as empty strings.
+type usageAnswer struct {
+	Status                 int
+	UsageID, EventID, Code string
 }
 
-type usageAnswer struct {
-	Status  int    `json:"status"`
-	UsageID string `json:"usageId"`
-	EventID string `json:"eventId"`
-	Code    string `json:"code"`
+func answerOf(r usageapi.BatchResult) usageAnswer {
+	a := usageAnswer{Status: r.Status}
+	for _, f := range []struct{ dst, src *string }{{&a.UsageID, r.UsageId}, {&a.EventID, r.EventId}, {&a.Code, r.Code}} {
+		if f.src != nil {
+			*f.dst = *f.src
+		}
+	}
+	return a
 }
 
 // PriceRecord is a price version the run activated.
@@ -361,33 +366,32 @@ func ActivatePrice(ctx context.Context, c *Client, ledger *Ledger, versions map[
 	for attempt := 1; ; attempt++ {
 		// Effective lead from now (rounded up to the millisecond, never
 		// before the activation), or at activation when lead is zero.
-		body := map[string]string{"meterCode": m.Code, "currency": m.Currency, "unitPrice": price}
+		unit := decimal.RequireFromString(price)
+		body := meterapi.ActivatePriceRequest{MeterCode: m.Code, Currency: m.Currency, UnitPrice: &unit}
 		eff := time.Now().UTC().Add(lead).Truncate(time.Millisecond).Add(time.Millisecond)
 		if prev, ok := lastEff[key]; ok && eff.Before(prev) {
 			eff = prev
 		}
 		if lead > 0 {
-			body["effectiveAt"] = eff.Format(time.RFC3339Nano)
+			body.EffectiveAt = &eff
 		}
 		idem := fmt.Sprintf("chaos-price-%s-%s-v%d-%d", tenant, m.Code, version, attempt)
 		for {
 			resp, err := c.Do(ctx, "meter", http.MethodPost, "/v1/tenants/"+tenant+"/prices", tenant, body,
 				map[string]string{"Idempotency-Key": idem})
 			if err == nil && resp.Status == http.StatusCreated {
-				var p struct {
-					Version     int64           `json:"version"`
-					EventID     string          `json:"eventId"`
-					UnitPrice   decimal.Decimal `json:"unitPrice"`
-					EffectiveAt time.Time       `json:"effectiveAt"`
-				}
+				var p meterapi.Price
 				if err := resp.Decode(&p); err != nil {
 					return PriceRecord{}, err
+				}
+				if p.UnitPrice == nil {
+					return PriceRecord{}, fmt.Errorf("activate %s %s for %s: answered without a unit price", m.Code, price, tenant)
 				}
 				if p.Version != version {
 					return PriceRecord{}, fmt.Errorf("activate %s %s for %s: version %d, want %d", m.Code, price, tenant, p.Version, version)
 				}
 				rec := PriceRecord{Tenant: tenant, Meter: m.Code, Currency: m.Currency, Version: p.Version,
-					UnitPrice: p.UnitPrice, EffectiveAt: p.EffectiveAt, EventID: p.EventID}
+					UnitPrice: *p.UnitPrice, EffectiveAt: p.EffectiveAt, EventID: p.EventId.String()}
 				versions[key], lastEff[key] = version, p.EffectiveAt
 				ledger.mu.Lock()
 				ledger.Prices = append(ledger.Prices, rec)
@@ -619,7 +623,7 @@ func (ld *Load) send(ctx context.Context, it item, giveUpAt time.Time, dups chan
 			}
 			backoff = min(backoff*2, 2*time.Second)
 		}
-		reqs := make([]usageRequest, 0, len(pending)+1)
+		reqs := make([]usageapi.UsageRequest, 0, len(pending)+1)
 		for _, f := range pending {
 			reqs = append(reqs, f.request())
 		}
@@ -746,7 +750,7 @@ func (ld *Load) accept(f *Fact, a usageAnswer, replay bool) {
 // post sends facts as one request: a single POST .../usage when single,
 // else usage:batch. answers is nil when the whole request was refused
 // (status, code and detail say how); err is a transport error.
-func (ld *Load) post(ctx context.Context, tenant string, reqs []usageRequest, single bool) (answers []usageAnswer, status int, code, detail string, err error) {
+func (ld *Load) post(ctx context.Context, tenant string, reqs []usageapi.UsageRequest, single bool) (answers []usageAnswer, status int, code, detail string, err error) {
 	reqCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if single {
@@ -754,38 +758,38 @@ func (ld *Load) post(ctx context.Context, tenant string, reqs []usageRequest, si
 		if err != nil {
 			return nil, 0, "", "", err
 		}
-		var a usageAnswer
 		if resp.Problem() {
 			if resp.Status == http.StatusServiceUnavailable || resp.Status >= 500 || resp.Status == http.StatusUnauthorized {
 				return nil, resp.Status, resp.Code, string(resp.Body), nil
 			}
-			a.Status, a.Code = resp.Status, resp.Code
-			return []usageAnswer{a}, resp.Status, resp.Code, string(resp.Body), nil
+			return []usageAnswer{{Status: resp.Status, Code: resp.Code}}, resp.Status, resp.Code, string(resp.Body), nil
 		}
 		if resp.Status != http.StatusCreated && resp.Status != http.StatusOK {
 			return nil, resp.Status, resp.Code, string(resp.Body), nil
 		}
-		if err := resp.Decode(&a); err != nil {
+		var u usageapi.Accepted
+		if err := resp.Decode(&u); err != nil {
 			return nil, resp.Status, "undecodable", err.Error(), nil
 		}
-		a.Status = resp.Status
-		return []usageAnswer{a}, resp.Status, "", "", nil
+		return []usageAnswer{{Status: resp.Status, UsageID: u.UsageId.String(), EventID: u.EventId.String()}}, resp.Status, "", "", nil
 	}
 	resp, err := ld.client.Do(reqCtx, "usage", http.MethodPost, "/v1/tenants/"+tenant+"/usage:batch", tenant,
-		map[string]any{"events": reqs}, nil)
+		usageapi.BatchRequest{Events: reqs}, nil)
 	if err != nil {
 		return nil, 0, "", "", err
 	}
 	if resp.Status != http.StatusOK {
 		return nil, resp.Status, resp.Code, string(resp.Body), nil
 	}
-	var out struct {
-		Results []usageAnswer `json:"results"`
-	}
+	var out usageapi.BatchResponse
 	if err := resp.Decode(&out); err != nil || len(out.Results) != len(reqs) {
 		return nil, resp.Status, "undecodable", fmt.Sprintf("%v: %d results for %d events", err, len(out.Results), len(reqs)), nil
 	}
-	return out.Results, http.StatusOK, "", "", nil
+	answers = make([]usageAnswer, len(out.Results))
+	for i, r := range out.Results {
+		answers[i] = answerOf(r)
+	}
+	return answers, http.StatusOK, "", "", nil
 }
 
 // Versions returns the price version last activated per tenant|meter.
