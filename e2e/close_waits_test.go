@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"testing"
@@ -178,7 +177,7 @@ func TestCloseWaitsForUsageDelayedInThePipeline(t *testing.T) {
 	if v.Status != "closed" {
 		t.Fatalf("period after restore = %+v, want closed", v)
 	}
-	t.Log(fmt.Sprintf("invoice of %s issued %s after the path was restored, with the delayed fact", period, issuedAfter.Round(10*time.Millisecond)))
+	t.Logf("invoice of %s issued %s after the path was restored, with the delayed fact", period, issuedAfter.Round(10*time.Millisecond))
 	checkUsageTopic(t, s.KafkaBrokers(), delayed, requestedAt)
 }
 
