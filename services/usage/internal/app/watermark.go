@@ -133,7 +133,7 @@ const (
 SELECT GREATEST(
     (SELECT COALESCE(max(id), 0) FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL),
     (SELECT COALESCE(max(id), 0) FROM outbox_event WHERE dead_at IS NOT NULL AND published_at IS NULL))`
-	waitingThrough  = `
+	waitingThrough = `
 SELECT EXISTS (SELECT 1 FROM outbox_event
                WHERE published_at IS NULL AND dead_at IS NULL AND id <= $1 AND event_type = $2 AND topic = $3)
     OR EXISTS (SELECT 1 FROM outbox_event
