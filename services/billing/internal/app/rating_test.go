@@ -594,25 +594,39 @@ func TestBatchesRaisingSchedulesInOppositeOrdersDoNotDeadlock(t *testing.T) {
 		wm := bt.Watermark{Tenant: tenant, Meter: "api_calls", Currency: "USD", Version: 1, KnownThrough: through}
 		return []inbox.Message{{Raw: wm.Raw(t), Topic: "test"}}
 	}
-	batch := func(first, second string, through time.Time, started chan<- struct{}, other <-chan struct{}) ([]inbox.Decision, error) {
+	// Each batch raises its first series, waits until the other has raised
+	// its own, reaches for the other's series, and commits only once the
+	// other has reached too (or failed): so both reach while both rows are
+	// held.
+	type step struct{ raised, reached chan struct{} }
+	batch := func(first, second string, through time.Time, me, other step) (_ []inbox.Decision, err error) {
+		reachedOnce := sync.OnceFunc(func() { close(me.reached) })
+		defer reachedOnce()
 		tx, err := pool.Begin(ctx)
 		if err != nil {
+			close(me.raised)
 			return nil, err
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 		ds, err := ib.Decide(ctx, tx, watermark(first, through))
+		close(me.raised)
 		if err != nil {
 			return nil, err
 		}
-		close(started)
 		select {
-		case <-other:
+		case <-other.raised:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("the other batch never raised its first schedule: %w", ctx.Err())
 		}
 		more, err := ib.Decide(ctx, tx, watermark(second, through))
+		reachedOnce()
 		if err != nil {
 			return nil, err
+		}
+		select {
+		case <-other.reached:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("the other batch never reached for its second schedule: %w", ctx.Err())
 		}
 		return append(ds, more...), tx.Commit(ctx)
 	}
@@ -620,15 +634,16 @@ func TestBatchesRaisingSchedulesInOppositeOrdersDoNotDeadlock(t *testing.T) {
 		ds  []inbox.Decision
 		err error
 	}
-	aStarted, bStarted := make(chan struct{}), make(chan struct{})
+	a := step{make(chan struct{}), make(chan struct{})}
+	b := step{make(chan struct{}), make(chan struct{})}
 	results := make(chan result, 2)
 	go func() {
-		ds, err := batch("a", "b", jan15, aStarted, bStarted)
+		ds, err := batch("a", "b", jan15, a, b)
 		results <- result{ds, err}
 	}()
 	go func() {
-		<-aStarted
-		ds, err := batch("b", "a", jan20, bStarted, aStarted)
+		<-a.raised
+		ds, err := batch("b", "a", jan20, b, a)
 		results <- result{ds, err}
 	}()
 	deferred := 0
