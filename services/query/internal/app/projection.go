@@ -6,15 +6,11 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/envelope"
@@ -119,149 +115,4 @@ func decimalText(d *decimal.Decimal) string {
 		return ""
 	}
 	return d.String()
-}
-
-// Reader reads tenant summaries.
-type Reader struct {
-	pool *pgxpool.Pool
-}
-
-// NewReader returns a Reader on pool.
-func NewReader(pool *pgxpool.Pool) *Reader { return &Reader{pool: pool} }
-
-// Summary returns the tenant's summary: its folded totals plus the deltas not
-// folded yet, read in one snapshot (a REPEATABLE READ transaction), so the
-// figures are exact whether or not the folder (Folder) ran, or runs
-// meanwhile. A tenant with no event has an all-zero summary. A read never
-// writes and never waits for a fold.
-func (r *Reader) Summary(ctx context.Context, tenantID string) (domain.Summary, error) {
-	var out domain.Summary
-	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		q := db.New(tx)
-		var lastEventAt *time.Time
-		row, err := q.GetTenantSummary(ctx, tenantID)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return fmt.Errorf("read summary of %s: %w", tenantID, err)
-		default:
-			at := row.LastEventAt.UTC()
-			lastEventAt = &at
-		}
-		pending, err := q.GetPendingSummary(ctx, tenantID)
-		if err != nil {
-			return fmt.Errorf("read pending summary of %s: %w", tenantID, err)
-		}
-		if at, ok := pending.LastEventAt.(time.Time); ok && (lastEventAt == nil || at.After(*lastEventAt)) {
-			at = at.UTC()
-			lastEventAt = &at
-		}
-		rows, err := q.ListTenantTotals(ctx, tenantID)
-		if err != nil {
-			return fmt.Errorf("read totals of %s: %w", tenantID, err)
-		}
-		prows, err := q.ListPendingTotals(ctx, tenantID)
-		if err != nil {
-			return fmt.Errorf("read pending totals of %s: %w", tenantID, err)
-		}
-		totals := make([]domain.Total, 0, len(rows)+len(prows))
-		at := map[[2]string]int{}
-		for _, t := range rows {
-			at[[2]string{t.Kind, t.Key}] = len(totals)
-			totals = append(totals, domain.Total{Kind: t.Kind, Key: t.Key, Amount: t.Amount, Events: t.Events})
-		}
-		for _, p := range prows {
-			if i, ok := at[[2]string{p.Kind, p.Key}]; ok {
-				totals[i].Amount = totals[i].Amount.Add(p.Amount)
-				totals[i].Events += p.Events
-				continue
-			}
-			totals = append(totals, domain.Total{Kind: p.Kind, Key: p.Key, Amount: p.Amount, Events: p.Events})
-		}
-		out = domain.Summarize(tenantID, totals, lastEventAt)
-		return nil
-	})
-	return out, err
-}
-
-// Folder moves the summary deltas the consumers insert into the folded
-// totals, in the background, so a read adds up few rows and the table stays
-// small. Folds of one tenant are serialised (an advisory lock); consumers
-// never wait for them, and reads never wait either (see Summary).
-type Folder struct {
-	pool     *pgxpool.Pool
-	interval time.Duration
-	log      *slog.Logger
-	pending  prometheus.Gauge
-	folded   prometheus.Counter
-}
-
-// DefaultFoldInterval is how often the folder runs when not configured.
-const DefaultFoldInterval = time.Second
-
-// NewFolder returns a folder running every interval, with its metrics on
-// reg (nil: none): summary_deltas_pending and summary_folds_total.
-func NewFolder(pool *pgxpool.Pool, interval time.Duration, reg prometheus.Registerer, log *slog.Logger) *Folder {
-	if interval <= 0 {
-		interval = DefaultFoldInterval
-	}
-	f := &Folder{pool: pool, interval: interval, log: log,
-		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "summary_deltas_pending",
-			Help: "Summary deltas not folded into the tenant totals yet (after the last fold)."}),
-		folded: prometheus.NewCounter(prometheus.CounterOpts{Name: "summary_folds_total",
-			Help: "Tenant folds of summary deltas committed by the background folder."}),
-	}
-	if reg != nil {
-		_ = reg.Register(f.pending)
-		_ = reg.Register(f.folded)
-	}
-	return f
-}
-
-// Run folds every interval until ctx ends.
-func (f *Folder) Run(ctx context.Context) error {
-	t := time.NewTicker(f.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		if _, err := f.FoldOnce(ctx); err != nil && ctx.Err() == nil {
-			f.log.WarnContext(ctx, "fold of summary deltas failed; next interval tries again", "err", err)
-		}
-	}
-}
-
-// FoldOnce folds the deltas of the tenants with the oldest pending deltas
-// (up to 100 tenants), one transaction per tenant, and returns how many
-// tenants it folded.
-func (f *Folder) FoldOnce(ctx context.Context) (int, error) {
-	tenants, err := db.New(f.pool).ListTenantsToFold(ctx, 10000)
-	if err != nil {
-		return 0, fmt.Errorf("list tenants to fold: %w", err)
-	}
-	n := 0
-	for _, tenantID := range tenants[:min(len(tenants), 100)] {
-		err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
-			q := db.New(tx)
-			if err := q.LockTenantSummary(ctx, tenantID); err != nil {
-				return fmt.Errorf("lock summary of %s: %w", tenantID, err)
-			}
-			if err := q.FoldDeltas(ctx, tenantID); err != nil {
-				return fmt.Errorf("fold deltas of %s: %w", tenantID, err)
-			}
-			return nil
-		})
-		if err != nil {
-			return n, err
-		}
-		n++
-		f.folded.Inc()
-	}
-	if left, err := db.New(f.pool).CountPendingDeltas(ctx); err == nil {
-		f.pending.Set(float64(left))
-	}
-	return n, nil
 }

@@ -1,0 +1,77 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/services/query/internal/db"
+	"github.com/usagebilling/billing/services/query/internal/domain"
+)
+
+// Reader reads tenant summaries.
+type Reader struct {
+	pool *pgxpool.Pool
+}
+
+// NewReader returns a Reader on pool.
+func NewReader(pool *pgxpool.Pool) *Reader { return &Reader{pool: pool} }
+
+// Summary returns the tenant's summary: its folded totals plus the deltas not
+// folded yet, read in one snapshot (a REPEATABLE READ transaction), so the
+// figures are exact whether or not the folder (Folder) ran, or runs
+// meanwhile. A tenant with no event has an all-zero summary. A read never
+// writes and never waits for a fold.
+func (r *Reader) Summary(ctx context.Context, tenantID string) (domain.Summary, error) {
+	var out domain.Summary
+	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		var lastEventAt *time.Time
+		row, err := q.GetTenantSummary(ctx, tenantID)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("read summary of %s: %w", tenantID, err)
+		default:
+			at := row.LastEventAt.UTC()
+			lastEventAt = &at
+		}
+		pending, err := q.GetPendingSummary(ctx, tenantID)
+		if err != nil {
+			return fmt.Errorf("read pending summary of %s: %w", tenantID, err)
+		}
+		if at, ok := pending.LastEventAt.(time.Time); ok && (lastEventAt == nil || at.After(*lastEventAt)) {
+			at = at.UTC()
+			lastEventAt = &at
+		}
+		rows, err := q.ListTenantTotals(ctx, tenantID)
+		if err != nil {
+			return fmt.Errorf("read totals of %s: %w", tenantID, err)
+		}
+		prows, err := q.ListPendingTotals(ctx, tenantID)
+		if err != nil {
+			return fmt.Errorf("read pending totals of %s: %w", tenantID, err)
+		}
+		totals := make([]domain.Total, 0, len(rows)+len(prows))
+		at := map[[2]string]int{}
+		for _, t := range rows {
+			at[[2]string{t.Kind, t.Key}] = len(totals)
+			totals = append(totals, domain.Total{Kind: t.Kind, Key: t.Key, Amount: t.Amount, Events: t.Events})
+		}
+		for _, p := range prows {
+			if i, ok := at[[2]string{p.Kind, p.Key}]; ok {
+				totals[i].Amount = totals[i].Amount.Add(p.Amount)
+				totals[i].Events += p.Events
+				continue
+			}
+			totals = append(totals, domain.Total{Kind: p.Kind, Key: p.Key, Amount: p.Amount, Events: p.Events})
+		}
+		out = domain.Summarize(tenantID, totals, lastEventAt)
+		return nil
+	})
+	return out, err
+}
