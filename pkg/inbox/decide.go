@@ -649,8 +649,35 @@ func (u *unit) rollbackIsolated(ctx context.Context, e *envelope.Envelope) error
 	return nil
 }
 
-// read is step 1 of a run, in one round trip.
+// read is step 1 of a run, in one round trip: open the savepoint, claim the
+// run's events, and read their digests, their predecessors and their
+// deferred rows.
 func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
+	b := &pgx.Batch{}
+	b.Queue("SAVEPOINT " + savepoint)
+	ids := st.queueClaims(b, cands)
+	// The lookups probe unique indexes one key at a time (scalar subqueries)
+	// rather than join or filter by "= ANY": PostgreSQL then keeps index
+	// scans in its cached generic plans even when they were planned on a new,
+	// empty table, instead of sequential scans that grow with the table.
+	b.Queue(`
+		SELECT k.id, (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.id)
+		FROM unnest($1::uuid[]) AS k(id)`, ids).
+		Query(scanDigests(st.digests))
+	st.queuePredecessors(b, cands)
+	b.Queue(`
+		SELECT k.id, (SELECT d.payload_digest FROM inbox_deferred d WHERE d.event_id = k.id)
+		FROM unnest($1::uuid[]) AS k(id)`, ids).
+		Query(scanDigests(st.deferred))
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("claim %d events: %w", len(cands), err)
+	}
+	return nil
+}
+
+// queueClaims queues the claim of cands in inbox_event, recording those this
+// run claimed; it returns the events' ids.
+func (st *runState) queueClaims(b *pgx.Batch, cands []*item) [][16]byte {
 	n := len(cands)
 	ids := make([][16]byte, n)
 	digests := make([]string, n)
@@ -659,9 +686,6 @@ func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
 	aggTypes := make([]string, n)
 	aggIDs := make([]string, n)
 	versions := make([]int64, n)
-	var preds []slot // predecessors to look up
-	var pTenants, pTypes, pIDs []string
-	var pVersions []int64
 	for i, it := range cands {
 		e := it.env()
 		ids[i] = e.EventID
@@ -671,17 +695,7 @@ func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
 		aggTypes[i] = e.AggregateType
 		aggIDs[i] = e.AggregateID
 		versions[i] = e.AggregateVersion
-		if e.AggregateVersion > 1 {
-			preds = append(preds, slotOf(e, e.AggregateVersion-1))
-			pTenants = append(pTenants, e.TenantID)
-			pTypes = append(pTypes, e.AggregateType)
-			pIDs = append(pIDs, e.AggregateID)
-			pVersions = append(pVersions, e.AggregateVersion-1)
-		}
 	}
-
-	b := &pgx.Batch{}
-	b.Queue("SAVEPOINT " + savepoint)
 	// The claim is the arbiter between concurrent deliveries: it waits for
 	// a transaction holding the same key and then sees its outcome.
 	b.Queue(`
@@ -706,68 +720,66 @@ func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
 			}
 			return rows.Err()
 		})
-	// The lookups probe unique indexes one key at a time (scalar subqueries)
-	// rather than join or filter by "= ANY": PostgreSQL then keeps index
-	// scans in its cached generic plans even when they were planned on a new,
-	// empty table, instead of sequential scans that grow with the table.
+	return ids
+}
+
+// queuePredecessors queues the lookup of the event holding the version before
+// each of cands' (those past version 1), one index probe per key.
+func (st *runState) queuePredecessors(b *pgx.Batch, cands []*item) {
+	var preds []slot
+	var tenants, types, ids []string
+	var versions []int64
+	for _, it := range cands {
+		e := it.env()
+		if e.AggregateVersion > 1 {
+			preds = append(preds, slotOf(e, e.AggregateVersion-1))
+			tenants = append(tenants, e.TenantID)
+			types = append(types, e.AggregateType)
+			ids = append(ids, e.AggregateID)
+			versions = append(versions, e.AggregateVersion-1)
+		}
+	}
+	if len(preds) == 0 {
+		return
+	}
 	b.Queue(`
-		SELECT k.id, (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.id)
-		FROM unnest($1::uuid[]) AS k(id)`, ids).
+		SELECT k.n, (SELECT e.event_id FROM inbox_event e
+		             WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
+		               AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version)
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY
+		     AS k(tenant_id, aggregate_type, aggregate_id, aggregate_version, n)`,
+		tenants, types, ids, versions).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
-				var id uuid.UUID
-				var digest pgtype.Text
-				if err := rows.Scan(&id, &digest); err != nil {
+				var n int
+				var id pgtype.UUID
+				if err := rows.Scan(&n, &id); err != nil {
 					return err
 				}
-				if digest.Valid {
-					st.digests[id] = digest.String
+				if id.Valid {
+					st.preds[preds[n-1]] = id.Bytes
 				}
 			}
 			return rows.Err()
 		})
-	if len(preds) > 0 {
-		b.Queue(`
-			SELECT k.n, (SELECT e.event_id FROM inbox_event e
-			             WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
-			               AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version)
-			FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY
-			     AS k(tenant_id, aggregate_type, aggregate_id, aggregate_version, n)`,
-			pTenants, pTypes, pIDs, pVersions).
-			Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					var n int
-					var id pgtype.UUID
-					if err := rows.Scan(&n, &id); err != nil {
-						return err
-					}
-					if id.Valid {
-						st.preds[preds[n-1]] = id.Bytes
-					}
-				}
-				return rows.Err()
-			})
-	}
-	b.Queue(`
-		SELECT k.id, (SELECT d.payload_digest FROM inbox_deferred d WHERE d.event_id = k.id)
-		FROM unnest($1::uuid[]) AS k(id)`, ids).
-		Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var id uuid.UUID
-				var digest pgtype.Text
-				if err := rows.Scan(&id, &digest); err != nil {
-					return err
-				}
-				if digest.Valid {
-					st.deferred[id] = digest.String
-				}
+}
+
+// scanDigests reads (event id, digest) rows into into, skipping ids that have
+// no row.
+func scanDigests(into map[uuid.UUID]string) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id uuid.UUID
+			var digest pgtype.Text
+			if err := rows.Scan(&id, &digest); err != nil {
+				return err
 			}
-			return rows.Err()
-		})
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("claim %d events: %w", n, err)
+			if digest.Valid {
+				into[id] = digest.String
+			}
+		}
+		return rows.Err()
 	}
-	return nil
 }
 
 func (p *pending) deferral(it *item, waitKey, reason string) Decision {
