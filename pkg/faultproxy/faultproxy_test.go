@@ -203,7 +203,7 @@ func TestPostgresBehindProxy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connect through proxy: %v", err)
 	}
-	defer conn.Close(context.Background())
+	defer conn.Close(t.Context())
 	if err := conn.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestPostgresBehindProxy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connect after restore: %v", err)
 	}
-	defer conn2.Close(context.Background())
+	defer conn2.Close(t.Context())
 	if err := conn2.Ping(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -130,9 +130,9 @@ func decide(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, raws ...[]byte) [
 		msgs[i] = inbox.Message{Raw: r, Topic: "some.topic", Partition: 1, Offset: int64(i)}
 	}
 	var ds []inbox.Decision
-	if err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+	if err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
 		var err error
-		ds, err = ib.Decide(context.Background(), tx, msgs)
+		ds, err = ib.Decide(t.Context(), tx, msgs)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func decide(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, raws ...[]byte) [
 // published returns the payloads of the outbox events of eventType, in order.
 func published[T any](t *testing.T, pool *pgxpool.Pool, eventType string) []T {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT envelope FROM outbox_event WHERE event_type = $1 ORDER BY id`, eventType)
+	rows, err := pool.Query(t.Context(), `SELECT envelope FROM outbox_event WHERE event_type = $1 ORDER BY id`, eventType)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func published[T any](t *testing.T, pool *pgxpool.Pool, eventType string) []T {
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+	if err := pool.QueryRow(t.Context(), sql, args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -247,7 +247,7 @@ func TestRedriveAfterTheFix(t *testing.T) {
 		t.Fatalf("%d quarantine rows redriven, want 1 (kept, never deleted)", n)
 	}
 	var corr string
-	if err := pool.QueryRow(context.Background(), `SELECT convert_from(envelope, 'UTF8')::jsonb->>'correlationId'
+	if err := pool.QueryRow(t.Context(), `SELECT convert_from(envelope, 'UTF8')::jsonb->>'correlationId'
 		FROM outbox_event WHERE event_type = 'RedriveCompleted' ORDER BY id LIMIT 1`).Scan(&corr); err != nil || corr != first.CorrelationID {
 		t.Fatalf("completion correlation id %q (%v), want the request's %q", corr, err, first.CorrelationID)
 	}
@@ -269,10 +269,10 @@ func TestRedriveOutcomesOfTheHandler(t *testing.T) {
 		t.Fatalf("completions %+v", got)
 	}
 	var texts string
-	if err := pool.QueryRow(context.Background(), `SELECT COALESCE(string_agg(text, ','), '') FROM effect`).Scan(&texts); err != nil || texts != "after" {
+	if err := pool.QueryRow(t.Context(), `SELECT COALESCE(string_agg(text, ','), '') FROM effect`).Scan(&texts); err != nil || texts != "after" {
 		t.Fatalf("effects %q (%v), want only the later healthy event's", texts, err)
 	}
-	rec, err := ops.ReadRecovery(context.Background(), pool)
+	rec, err := ops.ReadRecovery(t.Context(), pool)
 	if err != nil || rec.Deferred != 1 || rec.Quarantined != 1 {
 		t.Fatalf("recovery %+v, %v: want the failing one still quarantined, the waiting one deferred", rec, err)
 	}
@@ -303,7 +303,7 @@ func TestDigestConflictStaysQuarantined(t *testing.T) {
 		t.Fatalf("completions %+v, want still quarantined as digest_conflict", got)
 	}
 	var text string
-	if err := pool.QueryRow(context.Background(), `SELECT string_agg(text, ',') FROM effect`).Scan(&text); err != nil || text != "original" {
+	if err := pool.QueryRow(t.Context(), `SELECT string_agg(text, ',') FROM effect`).Scan(&text); err != nil || text != "original" {
 		t.Fatalf("effects %q, %v: the forged copy must never apply", text, err)
 	}
 }
@@ -312,12 +312,12 @@ func TestReleaseDeadLetter(t *testing.T) {
 	pool := pgtest.NewPool(t, tmpl)
 	ib := newInbox(t, false)
 	dead := noted(t, 1, "stuck")
-	if err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
-		return outbox.Append(context.Background(), tx, "some.topic", dead)
+	if err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		return outbox.Append(t.Context(), tx, "some.topic", dead)
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(context.Background(), `UPDATE outbox_event SET dead_at = now(), attempts = 10, last_error = 'broker says no'`); err != nil {
+	if _, err := pool.Exec(t.Context(), `UPDATE outbox_event SET dead_at = now(), attempts = 10, last_error = 'broker says no'`); err != nil {
 		t.Fatal(err)
 	}
 	decide(t, pool, ib, raw(t, redrive(t, "svc", events.ActionReleaseDeadLetter, dead.EventID)),
@@ -359,7 +359,7 @@ func TestInternalAPI(t *testing.T) {
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	c := ops.NewClient(map[string]string{"svc": srv.URL}, keys, "query")
-	ctx := context.Background()
+	ctx := t.Context()
 
 	rec, err := c.Recovery(ctx, "svc")
 	// Three quarantined; three notices pending in the outbox.

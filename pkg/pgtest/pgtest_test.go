@@ -52,7 +52,7 @@ func ids(t *testing.T, databaseURL string) []string {
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
-	defer conn.Close(context.Background())
+	defer conn.Close(t.Context())
 	rows, err := conn.Query(t.Context(), "SELECT id FROM facts ORDER BY id")
 	if err != nil {
 		t.Fatalf("select: %v", err)
@@ -114,7 +114,7 @@ func TestDatabaseDroppedAfterTest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer conn.Close(context.Background()) // left open: the drop must force it
+		defer conn.Close(t.Context()) // left open: the drop must force it
 		if err := conn.QueryRow(t.Context(), "SELECT current_database()").Scan(&name); err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +123,7 @@ func TestDatabaseDroppedAfterTest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close(context.Background())
+	defer admin.Close(t.Context())
 	var exists bool
 	if err := admin.QueryRow(t.Context(), "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestProcessesShareServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
+	defer conn.Close(t.Context())
 	var left []string
 	rows, err := conn.Query(t.Context(), "SELECT datname FROM pg_database WHERE datname LIKE 'pgtest%' AND datname NOT LIKE $1", fmt.Sprintf("%%\\_%d\\_%%", os.Getpid()))
 	if err != nil {

@@ -266,7 +266,7 @@ func TestAcquireTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = pool.Exec(context.Background(), "SELECT 1")
+	_, err = pool.Exec(t.Context(), "SELECT 1")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want the acquire's deadline", err)
 	}

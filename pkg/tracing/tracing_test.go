@@ -1,7 +1,6 @@
 package tracing_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -88,14 +87,14 @@ func TestTraceparentRoundTrip(t *testing.T) {
 	if got := tracing.Format(sc); got != tp {
 		t.Errorf("Format = %s, want %s", got, tp)
 	}
-	if got := tracing.Traceparent(tracing.WithTraceparent(context.Background(), tp)); got != tp {
+	if got := tracing.Traceparent(tracing.WithTraceparent(t.Context(), tp)); got != tp {
 		t.Errorf("Traceparent(WithTraceparent) = %s, want %s", got, tp)
 	}
 	for _, bad := range []string{"", "garbage", strings.ToUpper(tp), "ff" + tp[2:], "00-00000000000000000000000000000000-00f067aa0ba902b7-01"} {
 		if _, ok := tracing.Parse(bad); ok {
 			t.Errorf("Parse(%q) accepted", bad)
 		}
-		if ctx := tracing.WithTraceparent(context.Background(), bad); trace.SpanContextFromContext(ctx).IsValid() {
+		if ctx := tracing.WithTraceparent(t.Context(), bad); trace.SpanContextFromContext(ctx).IsValid() {
 			t.Errorf("WithTraceparent(%q) gave a span context", bad)
 		}
 	}
@@ -108,7 +107,7 @@ func TestOffCostsNothing(t *testing.T) {
 	if tracing.Enabled() {
 		t.Fatal("tracing is on without Setup or Use")
 	}
-	ctx := tracing.WithTraceparent(context.Background(), tp)
+	ctx := tracing.WithTraceparent(t.Context(), tp)
 	allocs := testing.AllocsPerRun(1000, func() {
 		sctx, span := tracing.StartSpan(ctx, trace.SpanKindProducer, "outbox append", "usage.events.v1")
 		if span.IsRecording() || sctx != ctx {
@@ -131,7 +130,7 @@ func TestOffCostsNothing(t *testing.T) {
 //
 //	go test -run '^$' -bench Off ./tracing/
 func BenchmarkOff(b *testing.B) {
-	ctx := context.Background()
+	ctx := b.Context()
 	b.ReportAllocs()
 	for b.Loop() {
 		sc, _ := tracing.Parse(tp)
@@ -147,7 +146,7 @@ func BenchmarkOff(b *testing.B) {
 // BenchmarkOffNoTraceparent is BenchmarkOff for an event without a
 // traceparent: an append from a request that sent none.
 func BenchmarkOffNoTraceparent(b *testing.B) {
-	ctx := context.Background()
+	ctx := b.Context()
 	b.ReportAllocs()
 	for b.Loop() {
 		actx, span := tracing.StartSpan(ctx, trace.SpanKindProducer, "outbox append", "usage.events.v1")
