@@ -72,21 +72,29 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 // body_too_large (413), unsupported_media_type (415), malformed_json,
 // unknown_field, invalid_field and CheckJSON's (400).
 func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any, maxBytes int64) *Problem {
+	_, p := ReadJSON(w, r, dst, maxBytes)
+	return p
+}
+
+// ReadJSON is DecodeJSON for a command that also needs the body it read:
+// an idempotent one hashes it (idempotency.RequestHash) to tell a replay
+// from a reused key.
+func ReadJSON(w http.ResponseWriter, r *http.Request, dst any, maxBytes int64) ([]byte, *Problem) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBody
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return Problemf(http.StatusUnsupportedMediaType, "unsupported_media_type", "send application/json, not %q", clipText(strings.ToValidUTF8(ct, "?")))
+		return nil, Problemf(http.StatusUnsupportedMediaType, "unsupported_media_type", "send application/json, not %q", clipText(strings.ToValidUTF8(ct, "?")))
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
 	if err != nil {
 		var maxErr *http.MaxBytesError
 		if errors.As(err, &maxErr) {
-			return Problemf(http.StatusRequestEntityTooLarge, "body_too_large", "body exceeds %d bytes", maxBytes)
+			return nil, Problemf(http.StatusRequestEntityTooLarge, "body_too_large", "body exceeds %d bytes", maxBytes)
 		}
-		return NewProblem(http.StatusBadRequest, "malformed_json", "could not read the body")
+		return nil, NewProblem(http.StatusBadRequest, "malformed_json", "could not read the body")
 	}
-	return Unmarshal(body, dst)
+	return body, Unmarshal(body, dst)
 }
 
 // Unmarshal decodes body into dst as DecodeJSON does, for a body already

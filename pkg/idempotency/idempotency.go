@@ -114,3 +114,12 @@ func Purge(ctx context.Context, db interface {
 	}
 	return tag.RowsAffected(), nil
 }
+
+// Reply is an idempotent command's answer: the one it gave first, or, on a
+// replay of the same key and request, that stored answer again (Replayed;
+// the HTTP edge marks it, httpx.WriteReply).
+type Reply struct {
+	Status   int
+	Body     []byte
+	Replayed bool
+}
