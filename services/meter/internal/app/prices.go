@@ -102,11 +102,7 @@ type ActivatePrice struct {
 var ErrNoActor = errors.New("command has no actor")
 
 // Receipt is the response of a command: the first one, or its replay.
-type Receipt struct {
-	Status   int
-	Body     []byte
-	Replayed bool
-}
+type Receipt = idempotency.Reply
 
 // ErrKeyReused is returned when the idempotency key was used for another
 // request.
