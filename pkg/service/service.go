@@ -171,10 +171,34 @@ func serve(ctx context.Context, spec Spec, cfg Config, tcfg tracing.Config, log 
 		return err
 	}
 	defer consumerPool.Close()
+	p, err := assemble(ctx, spec, cfg, log, pool, consumerPool)
+	if err != nil {
+		return err
+	}
+	return p.run(ctx)
+}
 
-	metrics := prometheus.NewRegistry()
-	metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg := prometheus.WrapRegistererWith(prometheus.Labels{"service": spec.Name}, metrics)
+// process is a service's parts, assembled and ready to run.
+type process struct {
+	spec      Spec
+	cfg       Config
+	log       *slog.Logger
+	metrics   *prometheus.Registry
+	parts     Parts
+	topics    []string
+	relay     *outbox.Relay
+	runner    *inbox.Runner
+	retention *retention
+	broker    *brokerHealth
+	srv       *http.Server
+}
+
+// assemble builds the service (Spec.Build) and the machinery around it: the
+// relay, the consumer, retention, broker health and the HTTP server.
+func assemble(ctx context.Context, spec Spec, cfg Config, log *slog.Logger, pool, consumerPool *pgxpool.Pool) (*process, error) {
+	p := &process{spec: spec, cfg: cfg, log: log, metrics: prometheus.NewRegistry()}
+	p.metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := prometheus.WrapRegistererWith(prometheus.Labels{"service": spec.Name}, p.metrics)
 	registry := envelope.NewRegistry()
 	events.Register(registry)
 	if spec.Register != nil {
@@ -182,109 +206,124 @@ func serve(ctx context.Context, spec Spec, cfg Config, tcfg tracing.Config, log 
 	}
 
 	if err := cfg.Auth.Start(log, reg); err != nil {
-		return err
+		return nil, err
 	}
 	deps := Deps{Config: cfg, Logger: log, Pool: pool, Metrics: reg, Registry: registry}
 	parts, err := spec.Build(ctx, deps)
 	if err != nil {
-		return fmt.Errorf("build %s: %w", spec.Name, err)
+		return nil, fmt.Errorf("build %s: %w", spec.Name, err)
 	}
+	p.parts = parts
 
-	relay, err := outbox.NewRelay(consumerPool, outbox.Config{
+	p.relay, err = outbox.NewRelay(consumerPool, outbox.Config{
 		Brokers: cfg.Brokers, Name: spec.Name + "-relay", BatchSize: cfg.RelayBatch, PollInterval: cfg.RelayPoll,
 		LeaseTTL: cfg.RelayLeaseTTL, MaxAttempts: cfg.RelayMaxTries, Retention: cfg.RelayRetention,
 		Logger: log, Registerer: reg,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ib, topics, err := NewInbox(spec, deps, parts, metrics)
+	ib, topics, err := NewInbox(spec, deps, parts, p.metrics)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	runner, err := inbox.NewRunner(consumerPool, ib, inbox.RunnerConfig{
+	p.topics = topics
+	p.runner, err = inbox.NewRunner(consumerPool, ib, inbox.RunnerConfig{
 		Brokers: cfg.Brokers, Group: cfg.ConsumerGroup, Topics: topics,
 		BatchSize: cfg.ConsumerBatch, MaxWait: cfg.ConsumerWait, SweepInterval: cfg.SweepInterval,
-		Logger: log, Registerer: metrics, // the inbox labels its metrics with the service itself
+		Logger: log, Registerer: p.metrics, // the inbox labels its metrics with the service itself
 	})
 	if err != nil {
-		return fmt.Errorf("build consumer: %w", err)
+		return nil, fmt.Errorf("build consumer: %w", err)
 	}
-	retention, err := newRetention(consumerPool, ib, cfg, reg, log)
+	p.retention, err = newRetention(consumerPool, ib, cfg, reg, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
-	broker := newBrokerHealth(cfg.Brokers, reg, log)
-	router := newServiceRouter(deps, metrics, parts, broker)
-	srv := NewHTTPServer(cfg, router, log)
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	p.broker = newBrokerHealth(cfg.Brokers, reg, log)
+	p.srv = NewHTTPServer(cfg, newServiceRouter(deps, p.metrics, parts, p.broker), log)
+	return p, nil
+}
+
+// run serves until ctx ends or a part fails, then shuts down: it stops
+// taking requests, then drains the consumer and the relay; the caller closes
+// the pools after.
+func (p *process) run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", p.cfg.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("listen on HTTP_ADDR %s: %w", cfg.HTTPAddr, err)
+		return fmt.Errorf("listen on HTTP_ADDR %s: %w", p.cfg.HTTPAddr, err)
 	}
 
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWork()
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
-	wg.Go(func() {
-		if err := relay.Run(workCtx); err != nil {
-			errs <- fmt.Errorf("outbox relay: %w", err)
-		}
-	})
-	wg.Go(func() {
-		if err := runner.Run(workCtx); err != nil {
-			errs <- fmt.Errorf("consumer: %w", err)
-		}
-	})
-	wg.Go(func() { broker.run(workCtx, 5*time.Second) })
-	wg.Go(func() { retention.run(workCtx) })
-	if parts.Work != nil {
-		wg.Go(func() {
-			if err := parts.Work(workCtx); err != nil {
-				errs <- fmt.Errorf("%s work: %w", spec.Name, err)
-			}
-		})
-	}
+	p.startWork(workCtx, &wg, errs)
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs <- fmt.Errorf("http server: %w", err)
 		}
 	}()
-	if cfg.MetricsAddr != "" {
-		stopMetrics, err := serveMetrics(cfg.MetricsAddr, metrics, log)
+	if p.cfg.MetricsAddr != "" {
+		stopMetrics, err := serveMetrics(p.cfg.MetricsAddr, p.metrics, p.log)
 		if err != nil {
 			return err
 		}
 		defer stopMetrics()
 	}
-	if cfg.PprofAddr != "" {
-		stopPprof, err := servePprof(cfg.PprofAddr, log)
+	if p.cfg.PprofAddr != "" {
+		stopPprof, err := servePprof(p.cfg.PprofAddr, p.log)
 		if err != nil {
 			return err
 		}
 		defer stopPprof()
 	}
-	log.Info("service started", "http", ln.Addr().String(), "brokers", cfg.Brokers, "kafka_security", cfg.Kafka.String(), "topics", topics)
+	p.log.Info("service started", "http", ln.Addr().String(), "brokers", p.cfg.Brokers,
+		"kafka_security", p.cfg.Kafka.String(), "topics", p.topics)
 
 	var runErr error
 	select {
 	case <-ctx.Done():
 	case runErr = <-errs:
-		log.Error("stopping after failure", "err", runErr)
+		p.log.Error("stopping after failure", "err", runErr)
 	}
 	// Stop taking requests, then drain the consumer and the relay, then the
-	// pool closes (deferred).
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.Shutdown)
+	// pool closes (deferred by serve).
+	p.log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), p.cfg.Shutdown)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("http shutdown", "err", err)
+	if err := p.srv.Shutdown(sctx); err != nil {
+		p.log.Warn("http shutdown", "err", err)
 	}
 	stopWork()
 	wg.Wait()
-	log.Info("stopped")
+	p.log.Info("stopped")
 	return runErr
+}
+
+// startWork starts the relay, the consumer, broker health, retention and the
+// service's own work under ctx; a failure is sent on errs.
+func (p *process) startWork(ctx context.Context, wg *sync.WaitGroup, errs chan<- error) {
+	wg.Go(func() {
+		if err := p.relay.Run(ctx); err != nil {
+			errs <- fmt.Errorf("outbox relay: %w", err)
+		}
+	})
+	wg.Go(func() {
+		if err := p.runner.Run(ctx); err != nil {
+			errs <- fmt.Errorf("consumer: %w", err)
+		}
+	})
+	wg.Go(func() { p.broker.run(ctx, 5*time.Second) })
+	wg.Go(func() { p.retention.run(ctx) })
+	if p.parts.Work != nil {
+		wg.Go(func() {
+			if err := p.parts.Work(ctx); err != nil {
+				errs <- fmt.Errorf("%s work: %w", p.spec.Name, err)
+			}
+		})
+	}
 }
 
 // NewInbox builds the service's inbox and returns it with the topics it
