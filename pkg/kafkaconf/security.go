@@ -133,105 +133,145 @@ func Current() Security {
 // not use them, a CA file without a certificate, a certificate without its
 // key. Errors never echo a password.
 func SecurityFromEnv(lookup func(string) (string, bool)) (Security, error) {
-	get := func(name string) string {
-		v, _ := lookup(name)
-		return strings.TrimSpace(v)
-	}
-	var errs []error
-	fail := func(name, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
-	}
-	s := Security{Protocol: strings.ToUpper(get("KAFKA_SECURITY_PROTOCOL"))}
+	r := &envReader{lookup: lookup}
+	s := Security{Protocol: strings.ToUpper(r.get("KAFKA_SECURITY_PROTOCOL"))}
 	switch s.Protocol {
 	case "":
 		s.Protocol = Plaintext
 	case Plaintext, SSL, SASLPlaintext, SASLSSL:
 	default:
-		fail("KAFKA_SECURITY_PROTOCOL", "want PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, got %q", s.Protocol)
-		return Security{}, errors.Join(errs...)
+		r.fail("KAFKA_SECURITY_PROTOCOL", "want PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, got %q", s.Protocol)
+		return Security{}, errors.Join(r.errs...)
 	}
-
-	mechanism, user := strings.ToUpper(get("KAFKA_SASL_MECHANISM")), get("KAFKA_SASL_USERNAME")
-	password, _ := lookup("KAFKA_SASL_PASSWORD")
-	passwordFile := get("KAFKA_SASL_PASSWORD_FILE")
 	if s.sasl() {
-		switch mechanism {
-		case "":
-			mechanism = ScramSHA512
-		case ScramSHA512, ScramSHA256, PlainSASL:
-		default:
-			fail("KAFKA_SASL_MECHANISM", "want SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN, got %q", mechanism)
-		}
-		s.Mechanism, s.Username = mechanism, user
-		if user == "" {
-			fail("KAFKA_SASL_USERNAME", "required with KAFKA_SECURITY_PROTOCOL=%s", s.Protocol)
-		}
-		switch {
-		case password != "" && passwordFile != "":
-			fail("KAFKA_SASL_PASSWORD", "set it or KAFKA_SASL_PASSWORD_FILE, not both")
-		case passwordFile != "":
-			b, err := os.ReadFile(passwordFile)
-			if err != nil {
-				fail("KAFKA_SASL_PASSWORD_FILE", "%v", err)
-			}
-			s.Password = strings.TrimRight(string(b), "\r\n")
-			if err == nil && s.Password == "" {
-				fail("KAFKA_SASL_PASSWORD_FILE", "%s is empty", passwordFile)
-			}
-		case password != "":
-			s.Password = password
-		default:
-			fail("KAFKA_SASL_PASSWORD", "required with KAFKA_SECURITY_PROTOCOL=%s (or KAFKA_SASL_PASSWORD_FILE)", s.Protocol)
-		}
-		if mechanism == PlainSASL && s.Protocol == SASLPlaintext {
-			fail("KAFKA_SASL_MECHANISM", "PLAIN sends the password in the clear: use it with SASL_SSL only")
-		}
+		r.readSASL(&s)
 	} else {
-		for _, name := range []string{"KAFKA_SASL_MECHANISM", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "KAFKA_SASL_PASSWORD_FILE"} {
-			if v, _ := lookup(name); strings.TrimSpace(v) != "" {
-				fail(name, "set, but KAFKA_SECURITY_PROTOCOL=%s uses no SASL (want SASL_SSL or SASL_PLAINTEXT)", s.Protocol)
-			}
-		}
+		r.refuseUnused(saslEnvNames, "set, but KAFKA_SECURITY_PROTOCOL=%s uses no SASL (want SASL_SSL or SASL_PLAINTEXT)", s.Protocol)
 	}
+	if s.tls() {
+		s.TLS = r.readTLS()
+	} else {
+		r.refuseUnused(tlsEnvNames, "set, but KAFKA_SECURITY_PROTOCOL=%s uses no TLS (want SSL or SASL_SSL)", s.Protocol)
+	}
+	return s, sortedJoin(r.errs)
+}
 
-	caFile, certFile, keyFile, serverName := get("KAFKA_TLS_CA_FILE"), get("KAFKA_TLS_CERT_FILE"), get("KAFKA_TLS_KEY_FILE"), get("KAFKA_TLS_SERVER_NAME")
-	if !s.tls() {
-		for name, v := range map[string]string{"KAFKA_TLS_CA_FILE": caFile, "KAFKA_TLS_CERT_FILE": certFile, "KAFKA_TLS_KEY_FILE": keyFile, "KAFKA_TLS_SERVER_NAME": serverName} {
-			if v != "" {
-				fail(name, "set, but KAFKA_SECURITY_PROTOCOL=%s uses no TLS (want SSL or SASL_SSL)", s.Protocol)
-			}
+var (
+	saslEnvNames = []string{"KAFKA_SASL_MECHANISM", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "KAFKA_SASL_PASSWORD_FILE"}
+	tlsEnvNames  = []string{"KAFKA_TLS_CA_FILE", "KAFKA_TLS_CERT_FILE", "KAFKA_TLS_KEY_FILE", "KAFKA_TLS_SERVER_NAME"}
+)
+
+// envReader reads settings and collects what is wrong with them, each
+// problem named by its variable.
+type envReader struct {
+	lookup func(string) (string, bool)
+	errs   []error
+}
+
+// get returns the variable name, trimmed.
+func (r *envReader) get(name string) string {
+	v, _ := r.lookup(name)
+	return strings.TrimSpace(v)
+}
+
+func (r *envReader) fail(name, format string, args ...any) {
+	r.errs = append(r.errs, fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...)))
+}
+
+// refuseUnused fails each of names that is set, saying why (format, args).
+func (r *envReader) refuseUnused(names []string, format string, args ...any) {
+	for _, name := range names {
+		if r.get(name) != "" {
+			r.fail(name, format, args...)
 		}
-		return s, sortedJoin(errs)
 	}
-	s.TLS = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+}
+
+// readSASL reads the mechanism, user and password of s, a SASL protocol.
+func (r *envReader) readSASL(s *Security) {
+	mechanism := strings.ToUpper(r.get("KAFKA_SASL_MECHANISM"))
+	switch mechanism {
+	case "":
+		mechanism = ScramSHA512
+	case ScramSHA512, ScramSHA256, PlainSASL:
+	default:
+		r.fail("KAFKA_SASL_MECHANISM", "want SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN, got %q", mechanism)
+	}
+	s.Mechanism, s.Username = mechanism, r.get("KAFKA_SASL_USERNAME")
+	if s.Username == "" {
+		r.fail("KAFKA_SASL_USERNAME", "required with KAFKA_SECURITY_PROTOCOL=%s", s.Protocol)
+	}
+	s.Password = r.readPassword(s.Protocol)
+	if mechanism == PlainSASL && s.Protocol == SASLPlaintext {
+		r.fail("KAFKA_SASL_MECHANISM", "PLAIN sends the password in the clear: use it with SASL_SSL only")
+	}
+}
+
+// readPassword returns the SASL password, from KAFKA_SASL_PASSWORD (as is)
+// or the file KAFKA_SASL_PASSWORD_FILE names, never both.
+func (r *envReader) readPassword(protocol string) string {
+	password, _ := r.lookup("KAFKA_SASL_PASSWORD")
+	file := r.get("KAFKA_SASL_PASSWORD_FILE")
+	switch {
+	case password != "" && file != "":
+		r.fail("KAFKA_SASL_PASSWORD", "set it or KAFKA_SASL_PASSWORD_FILE, not both")
+		return ""
+	case file != "":
+		b, err := os.ReadFile(file)
 		if err != nil {
-			fail("KAFKA_TLS_CA_FILE", "%v", err)
-		} else {
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				fail("KAFKA_TLS_CA_FILE", "%s holds no PEM certificate", caFile)
-			}
-			s.TLS.RootCAs = pool
+			r.fail("KAFKA_SASL_PASSWORD_FILE", "%v", err)
 		}
+		p := strings.TrimRight(string(b), "\r\n")
+		if err == nil && p == "" {
+			r.fail("KAFKA_SASL_PASSWORD_FILE", "%s is empty", file)
+		}
+		return p
+	case password != "":
+		return password
+	default:
+		r.fail("KAFKA_SASL_PASSWORD", "required with KAFKA_SECURITY_PROTOCOL=%s (or KAFKA_SASL_PASSWORD_FILE)", protocol)
+		return ""
 	}
+}
+
+// readTLS reads the TLS configuration: the roots to trust, the client
+// certificate and the server name.
+func (r *envReader) readTLS() *tls.Config {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.get("KAFKA_TLS_SERVER_NAME")}
+	if caFile := r.get("KAFKA_TLS_CA_FILE"); caFile != "" {
+		c.RootCAs = r.readRoots(caFile)
+	}
+	certFile, keyFile := r.get("KAFKA_TLS_CERT_FILE"), r.get("KAFKA_TLS_KEY_FILE")
 	switch {
 	case certFile != "" && keyFile != "":
 		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			fail("KAFKA_TLS_CERT_FILE", "with KAFKA_TLS_KEY_FILE: %v", err)
+			r.fail("KAFKA_TLS_CERT_FILE", "with KAFKA_TLS_KEY_FILE: %v", err)
 		}
-		s.TLS.Certificates = []tls.Certificate{cert}
+		c.Certificates = []tls.Certificate{cert}
 	case certFile != "":
-		fail("KAFKA_TLS_KEY_FILE", "required with KAFKA_TLS_CERT_FILE")
+		r.fail("KAFKA_TLS_KEY_FILE", "required with KAFKA_TLS_CERT_FILE")
 	case keyFile != "":
-		fail("KAFKA_TLS_CERT_FILE", "required with KAFKA_TLS_KEY_FILE")
+		r.fail("KAFKA_TLS_CERT_FILE", "required with KAFKA_TLS_KEY_FILE")
 	}
-	return s, sortedJoin(errs)
+	return c
 }
 
-// sortedJoin joins errs in a stable order (map iteration above is not).
+// readRoots returns the certificates in caFile (nil when it cannot be read).
+func (r *envReader) readRoots(caFile string) *x509.CertPool {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		r.fail("KAFKA_TLS_CA_FILE", "%v", err)
+		return nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		r.fail("KAFKA_TLS_CA_FILE", "%s holds no PEM certificate", caFile)
+	}
+	return pool
+}
+
+// sortedJoin joins errs in a stable order, whatever order they were found in.
 func sortedJoin(errs []error) error {
 	if len(errs) == 0 {
 		return nil
