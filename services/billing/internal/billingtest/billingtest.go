@@ -1,6 +1,7 @@
-// Package billingtest helps billing's tests: a migrated database per test,
-// the inbox over billing's handlers, and envelopes of the events billing
-// consumes, built and marshalled as their producers do.
+// Package billingtest helps billing's tests: a migrated database per test
+// and the inbox over billing's handlers, both built from billing.Spec by
+// package servicetest as the service builds them, and envelopes of the
+// events billing consumes, built and marshalled as their producers do.
 package billingtest
 
 import (
@@ -19,90 +20,64 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
+	"github.com/usagebilling/billing/services/billing"
 	"github.com/usagebilling/billing/services/billing/internal/app"
-	"github.com/usagebilling/billing/services/billing/migrations"
 )
 
 // Sets are every migration set of billing, shared ones first.
-func Sets() []pgmigrate.Set {
-	return service.Spec{Migrations: []pgmigrate.Set{migrations.Set}}.Sets()
-}
+func Sets() []pgmigrate.Set { return billing.Spec.Sets() }
 
-// Template is billing's migrated template database.
-var Template = pgtest.Template{
-	Name:    "billing",
-	Migrate: func(_ context.Context, url string) error { return pgmigrate.Up(url, Sets()...) },
-}
+// Template is billing's migrated template database (servicetest.Template
+// of billing.Spec).
+var Template = servicetest.Template(billing.Spec)
 
 // NewPool returns a pool on a fresh, migrated database.
 func NewPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	return pgtest.NewPool(t, Template)
+	return servicetest.NewPool(t, billing.Spec)
 }
 
 // NewPoolConns is NewPool with at most maxConns connections, for tests that
 // run more transactions at once than the default pool size allows.
 func NewPoolConns(t testing.TB, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDB(t, Template))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = maxConns
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close) // before the drop NewDB registered
-	return pool
+	return servicetest.NewPoolConns(t, billing.Spec, maxConns)
 }
 
-// Registry returns a registry of the event contract.
-func Registry() *envelope.Registry {
-	r := envelope.NewRegistry()
-	events.Register(r)
-	return r
-}
+// Registry returns billing's event registry.
+func Registry() *envelope.Registry { return servicetest.Registry(billing.Spec) }
 
-// NewInbox returns the inbox over svc's handlers, as service.Main builds it.
+// NewInbox returns the inbox over svc's handlers as service.Main builds it
+// (service.NewInbox with billing.Spec: its OriginConstraints, the redriver
+// and the quarantine announcements).
 func NewInbox(t testing.TB, svc *app.Service) *inbox.Inbox {
 	t.Helper()
-	ib, err := inbox.New(Registry(), svc.Handlers(), inbox.Options{Service: "billing", BatchHandlers: svc.BatchHandlers()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ib
+	return NewRelease(t, svc, nil)
+}
+
+// NewRelease is NewInbox for a release of billing whose Spec.Register
+// registers more (a new schema version of an event).
+func NewRelease(t testing.TB, svc *app.Service, register func(*envelope.Registry)) *inbox.Inbox {
+	t.Helper()
+	spec := billing.Spec
+	spec.Register = register
+	return servicetest.NewInbox(t, spec, service.Parts{
+		Topics: app.Topics, Handlers: svc.Handlers(), BatchHandlers: svc.BatchHandlers(),
+	})
 }
 
 // Decide decides raws in one transaction through ib and commits it.
 func Decide(t testing.TB, pool *pgxpool.Pool, ib *inbox.Inbox, raws ...[]byte) []inbox.Decision {
 	t.Helper()
-	ds, err := TryDecide(context.Background(), pool, ib, raws...)
-	if err != nil {
-		t.Fatalf("decide: %v", err)
-	}
-	return ds
+	return servicetest.Decide(t, pool, ib, servicetest.Messages("test", raws...)...)
 }
 
 // TryDecide is Decide returning its error.
 func TryDecide(ctx context.Context, pool *pgxpool.Pool, ib *inbox.Inbox, raws ...[]byte) ([]inbox.Decision, error) {
-	msgs := make([]inbox.Message, len(raws))
-	for i, r := range raws {
-		msgs[i] = inbox.Message{Raw: r, Topic: "test", Offset: int64(i)}
-	}
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	ds, err := ib.Decide(ctx, tx, msgs)
-	if err != nil {
-		return nil, err
-	}
-	return ds, tx.Commit(ctx)
+	return servicetest.TryDecide(ctx, pool, ib, servicetest.Messages("test", raws...)...)
 }
 
 func marshal(t testing.TB, m envelope.Meta, payload any) (envelope.Envelope, []byte) {

@@ -1,0 +1,180 @@
+// Package servicetest builds what a service's tests need the way package
+// service builds it at run time, from the service's own Spec: a database
+// migrated with Spec.Sets (cloned per test from a template, package pgtest),
+// the event registry with Spec.Register, and the inbox from
+// service.NewInbox, so the tests decide events through the production
+// constructor, with the Spec's OriginConstraints, the ops redriver and the
+// quarantine announcements. CheckConstraints holds a Spec's constraint
+// names to its migrated schema.
+//
+// Each service's harness (billingtest, invoicetest, querytest, usagetest)
+// adds its own events on top of this package.
+package servicetest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/service"
+)
+
+// Template is spec's database migrated with every set the service applies
+// (Spec.Sets: the shared outbox, inbox and idempotency schemas, then its
+// own), once per test process.
+func Template(spec service.Spec) pgtest.Template {
+	return pgtest.Template{
+		Name:    spec.Name,
+		Migrate: func(_ context.Context, url string) error { return pgmigrate.Up(url, spec.Sets()...) },
+	}
+}
+
+// NewDB returns the URL of a fresh database of spec, dropped when the test
+// ends.
+func NewDB(t testing.TB, spec service.Spec) string {
+	t.Helper()
+	return pgtest.NewDB(t, Template(spec))
+}
+
+// NewPool returns a pool on a fresh database of spec, closed when the test
+// ends.
+func NewPool(t testing.TB, spec service.Spec) *pgxpool.Pool {
+	t.Helper()
+	return pgtest.NewPool(t, Template(spec))
+}
+
+// NewPoolConns is NewPool with at most maxConns connections, for tests that
+// run more transactions at once than the default pool size allows.
+func NewPoolConns(t testing.TB, spec service.Spec, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(NewDB(t, spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg) // the pool outlives t.Context (closed in Cleanup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close) // before the drop NewDB registered
+	return pool
+}
+
+// Registry returns the event registry the service decodes with: the
+// contract's schema version 1 and spec.Register's additions.
+func Registry(spec service.Spec) *envelope.Registry {
+	r := envelope.NewRegistry()
+	events.Register(r)
+	if spec.Register != nil {
+		spec.Register(r)
+	}
+	return r
+}
+
+// Deps are the dependencies the service's Build gets, on pool, with a
+// logger that discards and a metrics registry of its own.
+func Deps(spec service.Spec, pool *pgxpool.Pool) service.Deps {
+	return service.Deps{
+		Config: service.Config{Name: spec.Name}, Logger: slog.New(slog.DiscardHandler), Pool: pool,
+		Metrics: prometheus.NewRegistry(), Registry: Registry(spec),
+	}
+}
+
+// NewInbox returns the inbox service.NewInbox builds for spec over the
+// handlers of parts (what the service's Build returns, or the handlers of
+// an application the test configured itself).
+func NewInbox(t testing.TB, spec service.Spec, parts service.Parts) *inbox.Inbox {
+	t.Helper()
+	ib, _, err := service.NewInbox(spec, Deps(spec, nil), parts, nil)
+	if err != nil {
+		t.Fatalf("build the %s inbox: %v", spec.Name, err)
+	}
+	return ib
+}
+
+// Decide decides msgs through ib in one committed transaction, as the
+// consumer does with a batch of one partition, and fails the test on an
+// error.
+func Decide(t testing.TB, pool *pgxpool.Pool, ib *inbox.Inbox, msgs ...inbox.Message) []inbox.Decision {
+	t.Helper()
+	ds, err := TryDecide(t.Context(), pool, ib, msgs...)
+	if err != nil {
+		t.Fatalf("decide: %v", err)
+	}
+	return ds
+}
+
+// TryDecide is Decide returning its error.
+func TryDecide(ctx context.Context, pool *pgxpool.Pool, ib *inbox.Inbox, msgs ...inbox.Message) ([]inbox.Decision, error) {
+	var ds []inbox.Decision
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		ds, err = ib.Decide(ctx, tx, msgs)
+		return err
+	})
+	return ds, err
+}
+
+// Messages numbers raw envelopes as consecutive offsets of one partition of
+// topic.
+func Messages(topic string, raws ...[]byte) []inbox.Message {
+	msgs := make([]inbox.Message, len(raws))
+	for i, r := range raws {
+		msgs[i] = inbox.Message{Raw: r, Topic: topic, Offset: int64(i)}
+	}
+	return msgs
+}
+
+// MissingConstraints returns the names among names that are neither a
+// unique (or primary key, or exclusion) constraint nor a unique index in
+// the database q reads: a unique violation reports one of those as its
+// constraint name, so a name that is neither can never match.
+func MissingConstraints(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, names []string) ([]string, error) {
+	rows, err := q.Query(ctx, `
+		SELECT conname::text FROM pg_constraint WHERE contype IN ('u', 'p', 'x') AND conname::text = ANY($1)
+		UNION
+		SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE i.indisunique AND c.relname::text = ANY($1)`, names)
+	if err != nil {
+		return nil, fmt.Errorf("read constraints: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read constraints: %w", err)
+	}
+	var missing []string
+	for _, n := range names {
+		if !slices.Contains(found, n) {
+			missing = append(missing, n)
+		}
+	}
+	return missing, nil
+}
+
+// CheckConstraints migrates a fresh database of spec and fails the test
+// unless every name of spec.OriginConstraints is a unique constraint or
+// unique index in it.
+func CheckConstraints(t testing.TB, spec service.Spec) {
+	t.Helper()
+	pool := NewPool(t, spec)
+	missing, err := MissingConstraints(t.Context(), pool, spec.OriginConstraints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) > 0 {
+		t.Fatalf("%s: OriginConstraints %v are no unique constraint or index of its schema", spec.Name, missing)
+	}
+}
