@@ -132,7 +132,7 @@ func publishedOrigins(t *testing.T, pool interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) []string {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `
+	rows, err := pool.Query(t.Context(), `
 		SELECT convert_from(envelope, 'UTF8')::jsonb->'payload'->>'origin' FROM outbox_event ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
@@ -332,7 +332,7 @@ func TestBatchTransientRetriesAll(t *testing.T) {
 	b := &batchNotes{transientOnce: true}
 	ib := batchInbox(t, b)
 	raws, _ := notes(t, 6, map[int]note{3: {Origin: origin("flaky"), Fail: "transient"}})
-	ctx := context.Background()
+	ctx := t.Context()
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := ib.Decide(ctx, tx, msgs(raws...))
 		return err

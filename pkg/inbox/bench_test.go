@@ -1,7 +1,6 @@
 package inbox_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/google/uuid"
@@ -37,7 +36,7 @@ func BenchmarkDecide(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			pool := pgtest.NewPool(b, tmpl)
 			ib := newInbox(b, inbox.Options{})
-			ctx := context.Background()
+			ctx := b.Context()
 			events := 0
 			for b.Loop() {
 				b.StopTimer()
@@ -72,7 +71,7 @@ func BenchmarkHandlersOnly(b *testing.B) {
 	pool := pgtest.NewPool(b, tmpl)
 	reg := newRegistry()
 	h := handlers(true)["Noted"]
-	ctx := context.Background()
+	ctx := b.Context()
 	events := 0
 	for b.Loop() {
 		b.StopTimer()

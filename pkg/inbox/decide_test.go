@@ -41,7 +41,7 @@ func TestConcurrentDeliveriesApplyOnce(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			ctx := context.Background()
+			ctx := t.Context()
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				ds, err := ib.Decide(ctx, tx, msgs(m))
 				if err == nil {

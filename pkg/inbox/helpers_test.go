@@ -170,7 +170,7 @@ func msgs(raws ...[]byte) []inbox.Message {
 // decide decides raws in one committed transaction.
 func decide(t testing.TB, ib *inbox.Inbox, pool *pgxpool.Pool, raws ...[]byte) []inbox.Decision {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	var ds []inbox.Decision
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
@@ -203,7 +203,7 @@ func outcomes(ds []inbox.Decision) []string {
 func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+	if err := pool.QueryRow(t.Context(), sql, args...).Scan(&n); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return n
@@ -213,7 +213,7 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 // they were written.
 func effectVersions(t testing.TB, pool *pgxpool.Pool, aggregate string) []int64 {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT version FROM effect WHERE aggregate = $1 ORDER BY seq`, aggregate)
+	rows, err := pool.Query(t.Context(), `SELECT version FROM effect WHERE aggregate = $1 ORDER BY seq`, aggregate)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ func TestPublishedWithTheDecisions(t *testing.T) {
 	wantOutcomes(t, decide(t, ib, pool, raws...), want...)
 	published := func() []string {
 		t.Helper()
-		rows, err := pool.Query(context.Background(), `
+		rows, err := pool.Query(t.Context(), `
 			SELECT convert_from(envelope, 'UTF8')::jsonb->'payload'->>'origin', topic FROM outbox_event ORDER BY id`)
 		if err != nil {
 			t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 // kept type, so the next version still finds its predecessor.
 func TestPurgeEventsRemovesOnlyWhatIsPastItsAge(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool := pgtest.NewPool(t, tmpl)
 	ib := newInbox(t, inbox.Options{})
 	for _, e := range []struct {
@@ -80,7 +80,7 @@ func TestPurgeEventsRemovesOnlyWhatIsPastItsAge(t *testing.T) {
 // back: applied once its predecessor is there, deferred again otherwise.
 func TestExpiredDeferredEventIsQuarantinedAndRedriven(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool := pgtest.NewPool(t, tmpl)
 	reg := prometheus.NewRegistry()
 	var notices []inbox.Quarantined

@@ -201,7 +201,7 @@ func TestRunnerRetriesTransientDatabaseFailure(t *testing.T) {
 		return committed(t, brokers, group, topic) == 1
 	})
 
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := cluster.Stop(ctx); err != nil {
 		t.Fatalf("stop postgres: %v", err)
 	}

@@ -63,7 +63,7 @@ func newEvents(t testing.TB, n, keys int) []envelope.Envelope {
 // appendEvents commits events in transactions of up to 1,000.
 func appendEvents(t testing.TB, pool *pgxpool.Pool, topic string, evs []envelope.Envelope) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	for start := 0; start < len(evs); start += 1000 {
 		end := min(start+1000, len(evs))
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -110,7 +110,7 @@ func waitDrained(t testing.TB, pool *pgxpool.Pool, timeout time.Duration) {
 	t.Helper()
 	waitFor(t, timeout, "outbox drained", func() (bool, string) {
 		var pending int64
-		err := pool.QueryRow(context.Background(),
+		err := pool.QueryRow(t.Context(),
 			`SELECT count(*) FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL`).Scan(&pending)
 		if err != nil {
 			return false, err.Error()

@@ -87,7 +87,7 @@ func TestRelaySurvivesBrokerOutages(t *testing.T) {
 	outage("broker killed",
 		func() { must(t, broker.Kill()) },
 		func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
 			must(t, broker.Start(ctx))
 		})
@@ -110,7 +110,7 @@ func TestRelaySurvivesBrokerOutages(t *testing.T) {
 func maxAttempts(t testing.TB, pool *pgxpool.Pool) int {
 	t.Helper()
 	var n int
-	err := pool.QueryRow(context.Background(),
+	err := pool.QueryRow(t.Context(),
 		`SELECT COALESCE(max(attempts), 0) FROM outbox_event WHERE published_at IS NULL`).Scan(&n)
 	if err != nil {
 		t.Fatal(err)

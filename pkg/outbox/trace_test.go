@@ -35,7 +35,7 @@ func TestAppendAndSendSpans(t *testing.T) {
 
 	evs := newEvents(t, 3, 3)
 	evs[0].Traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" // built with another
-	ctx := tracing.WithTraceparent(context.Background(), requestTraceparent)
+	ctx := tracing.WithTraceparent(t.Context(), requestTraceparent)
 	ctx, request := tracing.StartSpan(ctx, trace.SpanKindServer, "POST /things", "")
 	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return outbox.Append(ctx, tx, topic, evs...) }); err != nil {
 		t.Fatal(err)
@@ -101,14 +101,14 @@ func TestAppendOffKeepsTheCause(t *testing.T) {
 	evs := newEvents(t, 2, 2)
 	own := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	evs[1].Traceparent = own
-	caused := tracing.WithTraceparent(context.Background(), requestTraceparent)
+	caused := tracing.WithTraceparent(t.Context(), requestTraceparent)
 	for _, tc := range []struct {
 		ctx   context.Context
 		topic string
 		want  []string
 	}{
 		{caused, "caused", []string{requestTraceparent, requestTraceparent}},
-		{context.Background(), "uncaused", []string{"", own}},
+		{t.Context(), "uncaused", []string{"", own}},
 	} {
 		if err := pgx.BeginFunc(tc.ctx, pool, func(tx pgx.Tx) error { return outbox.Append(tc.ctx, tx, tc.topic, evs...) }); err != nil {
 			t.Fatal(err)

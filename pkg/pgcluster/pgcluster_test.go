@@ -49,7 +49,7 @@ func exec1(t *testing.T, url, sql string, args ...any) {
 	if err != nil {
 		t.Fatalf("connect %s: %v", url, err)
 	}
-	defer conn.Close(context.Background())
+	defer conn.Close(t.Context())
 	if _, err := conn.Exec(t.Context(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
@@ -61,7 +61,7 @@ func count(t *testing.T, url, sql string) int {
 	if err != nil {
 		t.Fatalf("connect %s: %v", url, err)
 	}
-	defer conn.Close(context.Background())
+	defer conn.Close(t.Context())
 	var n int
 	if err := conn.QueryRow(t.Context(), sql).Scan(&n); err != nil {
 		t.Fatalf("%s: %v", sql, err)
@@ -131,7 +131,7 @@ func TestPortInUse(t *testing.T) {
 
 	c, err := pgcluster.Start(t.Context(), pgcluster.Options{Port: port, Fast: true})
 	if err == nil {
-		_ = c.Remove(context.Background())
+		_ = c.Remove(t.Context())
 		t.Fatalf("Start on a busy port succeeded")
 	}
 	msg := err.Error()
