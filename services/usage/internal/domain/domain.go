@@ -4,7 +4,6 @@
 package domain
 
 import (
-	"fmt"
 	"regexp"
 	"sort"
 	"time"
@@ -13,32 +12,17 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/money"
+	"github.com/usagebilling/billing/pkg/rule"
 )
 
-// Kind says which sort of rule an Error breaks.
-type Kind int
+// Error is a broken rule with a stable machine-readable code (pkg/rule): a
+// malformed request is rule.Invalid (400); usage that cannot be accepted as
+// it stands (no price for it) rule.Unprocessable (422); an identity taken by
+// a fact with other content rule.Conflict (409).
+type Error = rule.Error
 
-const (
-	// Invalid: the request is malformed or out of range.
-	Invalid Kind = iota + 1
-	// Rejected: well formed, but the usage cannot be accepted as it stands
-	// (no price for it).
-	Rejected
-	// Conflict: the identity is taken by a fact with other content.
-	Conflict
-)
-
-// Error is a broken rule with a stable machine-readable code.
-type Error struct {
-	Kind   Kind
-	Code   string
-	Detail string
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Detail }
-
-func newError(kind Kind, code, format string, args ...any) *Error {
-	return &Error{Kind: kind, Code: code, Detail: fmt.Sprintf(format, args...)}
+func newError(kind rule.Kind, code, format string, args ...any) *Error {
+	return rule.Errorf(kind, code, format, args...)
 }
 
 // Codes of the errors this package returns.
@@ -60,10 +44,10 @@ const (
 const MaxFutureSkew = 5 * time.Minute
 
 // MinYear and MaxYear bound the year of occurredAt: the zero time
-// (0001-01-01) and far years name no billing period.
+// (0001-01-01) and far years name no billing period (rule.Time).
 const (
-	MinYear = 1970
-	MaxYear = 2199
+	MinYear = rule.MinYear
+	MaxYear = rule.MaxYear
 )
 
 // Limits of the identity fields.
@@ -77,7 +61,7 @@ var meterCodeRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 // CheckMeterCode checks a meter code: 1-64 characters of A-Z a-z 0-9 _ . -
 func CheckMeterCode(code string) *Error {
 	if !meterCodeRE.MatchString(code) {
-		return newError(Invalid, CodeInvalidMeterCode, "meterCode must be 1-64 characters of A-Z a-z 0-9 _ . -, got %q", code)
+		return newError(rule.Invalid, CodeInvalidMeterCode, "meterCode must be 1-64 characters of A-Z a-z 0-9 _ . -, got %q", code)
 	}
 	return nil
 }
@@ -118,7 +102,7 @@ func Parse(r Request, now time.Time) (Usage, *Error) {
 		{"quantity", r.Quantity}, {"occurredAt", r.OccurredAt},
 	} {
 		if f[1] == "" {
-			return Usage{}, newError(Invalid, CodeMissingField, "field %q is required", f[0])
+			return Usage{}, newError(rule.Invalid, CodeMissingField, "field %q is required", f[0])
 		}
 	}
 	if err := checkID("sourceSystem", r.SourceSystem, MaxSourceSystem); err != nil {
@@ -132,7 +116,7 @@ func Parse(r Request, now time.Time) (Usage, *Error) {
 	}
 	qty, err := money.ParseNonNegative(r.Quantity)
 	if err != nil {
-		return Usage{}, newError(Invalid, CodeInvalidQuantity, "quantity %q: %v", r.Quantity, err)
+		return Usage{}, newError(rule.Invalid, CodeInvalidQuantity, "quantity %q: %v", r.Quantity, err)
 	}
 	if r.Currency != "" {
 		if _, err := money.Currency(r.Currency); err != nil {
@@ -140,19 +124,15 @@ func Parse(r Request, now time.Time) (Usage, *Error) {
 			if money.ProblemCode(err) == money.CodeNotInvoiceable { // XTS, XXX, metals, funds
 				code = money.CodeNotInvoiceable
 			}
-			return Usage{}, newError(Invalid, code, "%v", err)
+			return Usage{}, newError(rule.Invalid, code, "%v", err)
 		}
 	}
-	at, err := time.Parse(time.RFC3339Nano, r.OccurredAt)
-	if err != nil {
-		return Usage{}, newError(Invalid, CodeInvalidField, "field \"occurredAt\" must be an RFC 3339 time such as 2026-11-01T12:00:00Z, got %q", r.OccurredAt)
+	at, terr := rule.Time("occurredAt", r.OccurredAt)
+	if terr != nil {
+		return Usage{}, terr
 	}
-	if y := at.UTC().Year(); y < MinYear || y > MaxYear {
-		return Usage{}, newError(Invalid, CodeInvalidField, "field \"occurredAt\": year %d is out of range (%d to %d)", y, MinYear, MaxYear)
-	}
-	at = Instant(at)
 	if at.After(now.Add(MaxFutureSkew)) {
-		return Usage{}, newError(Rejected, CodeOccurredInFuture, "occurredAt %s is more than %s in the future",
+		return Usage{}, newError(rule.Unprocessable, CodeOccurredInFuture, "occurredAt %s is more than %s in the future",
 			at.Format(time.RFC3339Nano), MaxFutureSkew)
 	}
 	return Usage{
@@ -165,18 +145,18 @@ func Parse(r Request, now time.Time) (Usage, *Error) {
 // spaces.
 func checkID(field, s string, max int) *Error {
 	if len(s) > max {
-		return newError(Invalid, CodeInvalidField, "field %q is longer than %d bytes", field, max)
+		return newError(rule.Invalid, CodeInvalidField, "field %q is longer than %d bytes", field, max)
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] <= ' ' || s[i] >= 0x7f {
-			return newError(Invalid, CodeInvalidField, "field %q must be printable ASCII without spaces", field)
+			return newError(rule.Invalid, CodeInvalidField, "field %q must be printable ASCII without spaces", field)
 		}
 	}
 	return nil
 }
 
 // Instant is t in UTC, truncated to microseconds (what PostgreSQL keeps).
-func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+func Instant(t time.Time) time.Time { return rule.Instant(t) }
 
 // Fact is an accepted usage fact.
 type Fact struct {
@@ -204,7 +184,7 @@ func (u Usage) Replays(f Fact) bool {
 // ConflictWith is the error for usage whose identity f holds with other
 // content.
 func ConflictWith(f Fact) *Error {
-	return newError(Conflict, CodeSourceEventConflict,
+	return newError(rule.Conflict, CodeSourceEventConflict,
 		"sourceEventId %q of sourceSystem %q was accepted before with other content (usage %s)",
 		f.SourceEventID, f.SourceSystem, f.UsageID)
 }
@@ -251,7 +231,7 @@ func NewEvidence(versions []PriceVersion) Evidence {
 func (e Evidence) Currency(u Usage) (currency string, err *Error) {
 	series := e.byMeter[u.MeterCode]
 	if len(series) == 0 {
-		return "", newError(Rejected, CodeUnknownMeter, "no price is known for meter %q", u.MeterCode)
+		return "", newError(rule.Unprocessable, CodeUnknownMeter, "no price is known for meter %q", u.MeterCode)
 	}
 	currency = u.Currency
 	if currency == "" {
@@ -261,7 +241,7 @@ func (e Evidence) Currency(u Usage) (currency string, err *Error) {
 				names = append(names, c)
 			}
 			sort.Strings(names)
-			return "", newError(Rejected, CodeCurrencyRequired, "meter %q is priced in %v: name the currency", u.MeterCode, names)
+			return "", newError(rule.Unprocessable, CodeCurrencyRequired, "meter %q is priced in %v: name the currency", u.MeterCode, names)
 		}
 		for c := range series {
 			currency = c
@@ -269,10 +249,10 @@ func (e Evidence) Currency(u Usage) (currency string, err *Error) {
 	}
 	versions, ok := series[currency]
 	if !ok {
-		return "", newError(Rejected, CodeUnknownMeter, "no price is known for meter %q in %s", u.MeterCode, currency)
+		return "", newError(rule.Unprocessable, CodeUnknownMeter, "no price is known for meter %q in %s", u.MeterCode, currency)
 	}
 	if first := versions[0]; first.Version == 1 && first.EffectiveAt.After(u.OccurredAt) {
-		return "", newError(Rejected, CodeNoPriceInEffect, "no price of meter %q in %s is in effect at %s (the first takes effect at %s)",
+		return "", newError(rule.Unprocessable, CodeNoPriceInEffect, "no price of meter %q in %s is in effect at %s (the first takes effect at %s)",
 			u.MeterCode, currency, u.OccurredAt.Format(time.RFC3339Nano), first.EffectiveAt.UTC().Format(time.RFC3339Nano))
 	}
 	return currency, nil

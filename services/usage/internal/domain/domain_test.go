@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/rule"
 )
 
 var now = time.Date(2026, 11, 5, 12, 0, 0, 0, time.UTC)
@@ -92,8 +94,8 @@ func TestCurrency(t *testing.T) {
 			got := ""
 			if err != nil {
 				got = err.Code
-				if err.Kind != Rejected {
-					t.Fatalf("kind %v, want Rejected", err.Kind)
+				if err.Kind != rule.Unprocessable {
+					t.Fatalf("kind %v, want Unprocessable", err.Kind)
 				}
 			}
 			if got != tt.code || cur != tt.wantCurrency {

@@ -56,16 +56,21 @@ type usageRequest struct {
 	Currency      string          `json:"currency"`
 }
 
-func (r usageRequest) parse(now time.Time) (domain.Usage, *domain.Error) {
-	qty, ok := jsonString(r.Quantity)
-	if !ok {
-		return domain.Usage{}, &domain.Error{Kind: domain.Invalid, Code: domain.CodeInvalidQuantity,
-			Detail: `quantity must be a decimal string such as "12.5"`}
+// parse checks the request: a problem is the answer to it, alone or as its
+// result in a batch.
+func (r usageRequest) parse(now time.Time) (domain.Usage, *httpx.Problem) {
+	qty, p := httpx.DecimalText("quantity", domain.CodeInvalidQuantity, r.Quantity)
+	if p != nil {
+		return domain.Usage{}, p
 	}
-	return domain.Parse(domain.Request{
+	u, err := domain.Parse(domain.Request{
 		SourceSystem: r.SourceSystem, SourceEventID: r.SourceEventID, MeterCode: r.MeterCode,
 		Quantity: qty, OccurredAt: r.OccurredAt, Currency: r.Currency,
 	}, now)
+	if err != nil {
+		return domain.Usage{}, httpx.RuleProblem(err)
+	}
+	return u, nil
 }
 
 // accepted is the body of 201 and of its replay, 200.
@@ -82,7 +87,7 @@ func (api *API) accept(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	correlationID, p := correlationID(r)
+	correlationID, p := httpx.CorrelationID(r, false)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
@@ -92,21 +97,21 @@ func (api *API) accept(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	u, derr := req.parse(api.app.Now())
-	if derr != nil {
-		httpx.WriteProblem(w, problemOf(derr))
+	u, p := req.parse(api.app.Now())
+	if p != nil {
+		httpx.WriteProblem(w, p)
 		return
 	}
 	res, err := api.app.Accept(r.Context(), tenant, correlationID, []domain.Usage{u})
 	if err != nil {
-		api.storeError(w, r, err)
+		httpx.WriteError(w, r, api.log, err)
 		return
 	}
 	switch x := res[0]; x.Outcome {
 	case app.Created, app.Replayed:
 		httpx.WriteJSON(w, statusOf(x), accepted{UsageID: x.UsageID, EventID: x.EventID})
 	default:
-		httpx.WriteProblem(w, problemOf(x.Err))
+		httpx.WriteProblem(w, httpx.RuleProblem(x.Err))
 	}
 }
 
@@ -131,7 +136,7 @@ func (api *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	correlationID, p := correlationID(r)
+	correlationID, p := httpx.CorrelationID(r, false)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
@@ -154,9 +159,9 @@ func (api *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
 	at := make([]int, 0, len(req.Events)) // request index of each valid event
 	now := api.app.Now()
 	for i, e := range req.Events {
-		u, derr := e.parse(now)
-		if derr != nil {
-			results[i] = refused(derr)
+		u, p := e.parse(now)
+		if p != nil {
+			results[i] = refused(p)
 			continue
 		}
 		valid = append(valid, u)
@@ -165,12 +170,12 @@ func (api *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
 	if len(valid) > 0 {
 		res, err := api.app.Accept(r.Context(), tenant, correlationID, valid)
 		if err != nil {
-			api.storeError(w, r, err)
+			httpx.WriteError(w, r, api.log, err)
 			return
 		}
 		for j, x := range res {
 			if x.Outcome == app.Refused {
-				results[at[j]] = refused(x.Err)
+				results[at[j]] = refused(httpx.RuleProblem(x.Err))
 				continue
 			}
 			results[at[j]] = batchResult{Status: statusOf(x), UsageID: x.UsageID.String(), EventID: x.EventID.String()}
@@ -211,7 +216,7 @@ func (api *API) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		api.storeError(w, r, err)
+		httpx.WriteError(w, r, api.log, err)
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, fact{
@@ -228,54 +233,7 @@ func statusOf(x app.Result) int {
 	return http.StatusOK
 }
 
-func statusOfError(e *domain.Error) int {
-	switch e.Kind {
-	case domain.Rejected:
-		return http.StatusUnprocessableEntity
-	case domain.Conflict:
-		return http.StatusConflict
-	default:
-		return http.StatusBadRequest
-	}
-}
-
-func problemOf(e *domain.Error) *httpx.Problem {
-	return httpx.NewProblem(statusOfError(e), e.Code, e.Detail)
-}
-
-func refused(e *domain.Error) batchResult {
-	return batchResult{Status: statusOfError(e), Code: e.Code, Detail: e.Detail}
-}
-
-func (api *API) storeError(w http.ResponseWriter, r *http.Request, err error) {
-	p := httpx.StoreError(err)
-	api.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path,
-		"status", p.Status, "err", err)
-	httpx.WriteProblem(w, p)
-}
-
-// jsonString returns the text of a JSON string value; absent and null are
-// "". ok is false for any other JSON value.
-func jsonString(raw json.RawMessage) (s string, ok bool) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", true
-	}
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false
-	}
-	return s, true
-}
-
-// correlationID reads the optional X-Correlation-Id header.
-func correlationID(r *http.Request) (string, *httpx.Problem) {
-	id := r.Header.Get("X-Correlation-Id")
-	if len(id) > 128 {
-		return "", httpx.NewProblem(http.StatusBadRequest, "invalid_field", "X-Correlation-Id must be at most 128 printable ASCII characters")
-	}
-	for i := 0; i < len(id); i++ {
-		if id[i] <= ' ' || id[i] >= 0x7f {
-			return "", httpx.NewProblem(http.StatusBadRequest, "invalid_field", "X-Correlation-Id must be printable ASCII without spaces")
-		}
-	}
-	return id, nil
+// refused is the result of a batch's event that p refuses.
+func refused(p *httpx.Problem) batchResult {
+	return batchResult{Status: p.Status, Code: p.Code, Detail: p.Detail}
 }
