@@ -337,9 +337,15 @@ func NewLoad(client *Client, ledger *Ledger, cfg LoadConfig) *Load {
 // ActivateInitialPrices activates version 1 of every tenant's meters,
 // effective at once. The load can start when it returns.
 func (ld *Load) ActivateInitialPrices(ctx context.Context) error {
+	return ld.activateAll(ctx, 0)
+}
+
+// activateAll activates the next version of every tenant's meters,
+// effective lead from now.
+func (ld *Load) activateAll(ctx context.Context, lead time.Duration) error {
 	for _, tenant := range ld.cfg.Tenants {
 		for _, m := range ld.cfg.Meters {
-			if _, err := ld.ActivatePrice(ctx, tenant, m, 0); err != nil {
+			if _, err := ld.ActivatePrice(ctx, tenant, m, lead); err != nil {
 				return err
 			}
 		}
@@ -431,24 +437,59 @@ type item struct {
 // when every fact is accepted or given up; ctx ending stops it.
 func (ld *Load) Run(ctx context.Context) error {
 	cfg := ld.cfg
-	began := time.Now()
-	giveUpAt := began.Add(cfg.Duration + cfg.GiveUp)
-	work := make(chan item, len(ld.facts)+16)
-	dups := make(chan []*Fact, len(ld.facts)+16)
-	rng := rand.New(rand.NewPCG(uint64(len(ld.facts)), 7))
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r := &loadRun{
+		ld: ld, began: time.Now(), cancel: cancel,
+		work:      make(chan item, len(ld.facts)+16),
+		dups:      make(chan []*Fact, len(ld.facts)+16),
+		dupBudget: int(float64(len(ld.facts)) * cfg.DuplicateRate),
+	}
+	r.giveUpAt = r.began.Add(cfg.Duration + cfg.GiveUp)
+	items := ld.plan(rand.New(rand.NewPCG(uint64(len(ld.facts)), 7)))
 
-	// Cut the facts into requests: per tenant, batches of 1..MaxBatch.
+	var senders sync.WaitGroup
+	for range cfg.Workers {
+		senders.Go(func() {
+			for it := range r.work {
+				if err := ld.send(runCtx, it, r.giveUpAt, r.dups); err != nil {
+					r.fail(err)
+				}
+			}
+		})
+	}
+	var prices sync.WaitGroup
+	prices.Go(func() { r.changePrices(runCtx) })
+	r.progress = time.NewTicker(5 * time.Second)
+	defer r.progress.Stop()
+	r.dispatch(runCtx, items)
+	r.sendOwedDuplicates(runCtx)
+	close(r.work)
+	r.await(&senders)
+	prices.Wait()
+	if r.err != nil {
+		return r.err
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return r.unresolved()
+}
+
+// plan cuts the facts into requests, per tenant, in batches of
+// 1..MaxBatch (a fifth of them single facts), in an order shuffled by rng.
+func (ld *Load) plan(rng *rand.Rand) []item {
 	var items []item
 	byTenant := map[string][]*Fact{}
 	for _, f := range ld.facts {
 		byTenant[f.Tenant] = append(byTenant[f.Tenant], f)
 	}
-	for _, tenant := range cfg.Tenants {
+	for _, tenant := range ld.cfg.Tenants {
 		fs := byTenant[tenant]
 		for len(fs) > 0 {
 			n, batch := 1, false
 			if rng.IntN(5) != 0 {
-				n, batch = 1+rng.IntN(cfg.MaxBatch), true
+				n, batch = 1+rng.IntN(ld.cfg.MaxBatch), true
 			}
 			n = min(n, len(fs))
 			items = append(items, item{tenant: tenant, facts: fs[:n], batch: batch, repeat: n > 2 && rng.IntN(25) == 0})
@@ -456,119 +497,127 @@ func (ld *Load) Run(ctx context.Context) error {
 		}
 	}
 	rng.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
+	return items
+}
 
-	var wg sync.WaitGroup
-	var sendErr error
-	var errOnce sync.Once
-	fail := func(err error) { errOnce.Do(func() { sendErr = err }) }
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// loadRun is one Run on its way: what its dispatcher, its senders and its
+// price changes share.
+type loadRun struct {
+	ld       *Load
+	began    time.Time
+	giveUpAt time.Time
+	work     chan item
+	dups     chan []*Fact // facts accepted, offered to be sent again on purpose
+	progress *time.Ticker
+	// sent and dupBudget belong to the dispatcher (Run's goroutine).
+	sent      int // facts dispatched
+	dupBudget int // deliberate duplicates still owed
+	cancel    context.CancelFunc
+	errOnce   sync.Once
+	err       error // the first failure; read once the senders and price changes are done
+}
 
-	// Senders.
-	for range cfg.Workers {
-		wg.Go(func() {
-			for it := range work {
-				if err := ld.send(runCtx, it, giveUpAt, dups); err != nil {
-					fail(err)
-					cancel()
-				}
-			}
-		})
-	}
-	// Price changes, while the load runs.
-	var priceWG sync.WaitGroup
-	priceWG.Go(func() {
-		for _, pc := range cfg.PriceChanges {
-			at := began.Add(time.Duration(pc.At * float64(cfg.Duration)))
-			if !sleepCtx(runCtx, time.Until(at)) {
-				return
-			}
-			for _, tenant := range cfg.Tenants {
-				for _, m := range cfg.Meters {
-					rec, err := ld.ActivatePrice(runCtx, tenant, m, pc.Lead)
-					if err != nil {
-						fail(fmt.Errorf("price change: %w", err))
-						cancel()
-						return
-					}
-					_ = rec
-				}
-			}
-			cfg.Progress("activated price version %d of %d meters for %d tenants, effective in %s",
-				ld.versions[cfg.Tenants[0]+"|"+cfg.Meters[0].Code], len(cfg.Meters), len(cfg.Tenants), pc.Lead)
+// fail records the run's first failure and stops the run.
+func (r *loadRun) fail(err error) {
+	r.errOnce.Do(func() { r.err = err })
+	r.cancel()
+}
+
+// changePrices activates the next price version of every tenant's meters at
+// each price change's time.
+func (r *loadRun) changePrices(ctx context.Context) {
+	cfg := r.ld.cfg
+	for _, pc := range cfg.PriceChanges {
+		at := r.began.Add(time.Duration(pc.At * float64(cfg.Duration)))
+		if !sleepCtx(ctx, time.Until(at)) {
+			return
 		}
-	})
-	// Pace: item k goes out when its share of the facts is due.
-	progress := time.NewTicker(5 * time.Second)
-	defer progress.Stop()
-	sent := 0
-	dupBudget := int(float64(len(ld.facts)) * cfg.DuplicateRate)
-dispatch:
-	for k, it := range items {
-		due := began.Add(time.Duration(float64(cfg.Duration) * float64(sent) / float64(len(ld.facts))))
+		if err := r.ld.activateAll(ctx, pc.Lead); err != nil {
+			r.fail(fmt.Errorf("price change: %w", err))
+			return
+		}
+		cfg.Progress("activated price version %d of %d meters for %d tenants, effective in %s",
+			r.ld.versions[cfg.Tenants[0]+"|"+cfg.Meters[0].Code], len(cfg.Meters), len(cfg.Tenants), pc.Lead)
+	}
+}
+
+// dispatch hands items to the senders, item k when its share of the facts
+// is due, passing on deliberate duplicates while it waits.
+func (r *loadRun) dispatch(ctx context.Context, items []item) {
+	total := float64(len(r.ld.facts))
+	for _, it := range items {
+		due := r.began.Add(time.Duration(float64(r.ld.cfg.Duration) * float64(r.sent) / total))
 		for time.Now().Before(due) {
 			select {
-			case <-runCtx.Done():
-				break dispatch
-			case <-progress.C:
-				ld.progress(began, sent)
-			case fs := <-dups:
-				if dupBudget > 0 {
-					n := min(len(fs), dupBudget)
-					dupBudget -= n
-					work <- item{tenant: fs[0].Tenant, facts: fs[:n], dup: true, batch: n > 1}
-				}
+			case <-ctx.Done():
+				return
+			case <-r.progress.C:
+				r.ld.progress(r.began, r.sent)
+			case fs := <-r.dups:
+				r.duplicate(fs)
 			case <-time.After(time.Until(due)):
 			}
 		}
-		work <- it
-		sent += len(it.facts)
-		_ = k
+		r.work <- it
+		r.sent += len(it.facts)
 	}
-	// The deliberate duplicates still owed, for a few seconds more.
+}
+
+// sendOwedDuplicates passes on the deliberate duplicates still owed, for a
+// few seconds more.
+func (r *loadRun) sendOwedDuplicates(ctx context.Context) {
 	tail := time.NewTimer(5 * time.Second)
 	defer tail.Stop()
-	for dupBudget > 0 && runCtx.Err() == nil {
+	for r.dupBudget > 0 && ctx.Err() == nil {
 		select {
-		case fs := <-dups:
-			n := min(len(fs), dupBudget)
-			dupBudget -= n
-			work <- item{tenant: fs[0].Tenant, facts: fs[:n], dup: true, batch: n > 1}
-		case <-progress.C:
-			ld.progress(began, sent)
+		case fs := <-r.dups:
+			r.duplicate(fs)
+		case <-r.progress.C:
+			r.ld.progress(r.began, r.sent)
 		case <-tail.C:
-			dupBudget = 0
+			r.dupBudget = 0
 		}
 	}
-	close(work)
+}
+
+// duplicate sends facts already accepted again, on purpose, within the
+// budget.
+func (r *loadRun) duplicate(fs []*Fact) {
+	if r.dupBudget <= 0 {
+		return
+	}
+	n := min(len(fs), r.dupBudget)
+	r.dupBudget -= n
+	r.work <- item{tenant: fs[0].Tenant, facts: fs[:n], dup: true, batch: n > 1}
+}
+
+// await waits for the senders, reporting progress meanwhile.
+func (r *loadRun) await(senders *sync.WaitGroup) {
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	for waiting := true; waiting; {
+	go func() { senders.Wait(); close(done) }()
+	for {
 		select {
 		case <-done:
-			waiting = false
-		case <-progress.C:
-			ld.progress(began, sent)
+			return
+		case <-r.progress.C:
+			r.ld.progress(r.began, r.sent)
 		}
 	}
-	priceWG.Wait()
-	if sendErr != nil {
-		return sendErr
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	unresolved := 0
-	ld.ledger.mu.Lock()
-	for _, f := range ld.facts {
+}
+
+// unresolved reports the last progress and fails when facts were given up.
+func (r *loadRun) unresolved() error {
+	n := 0
+	r.ld.ledger.mu.Lock()
+	for _, f := range r.ld.facts {
 		if f.Unresolved {
-			unresolved++
+			n++
 		}
 	}
-	ld.ledger.mu.Unlock()
-	ld.progress(began, sent)
-	if unresolved > 0 {
-		return fmt.Errorf("%d usage facts were still not accepted %s after the load ended", unresolved, cfg.GiveUp)
+	r.ld.ledger.mu.Unlock()
+	r.ld.progress(r.began, r.sent)
+	if n > 0 {
+		return fmt.Errorf("%d usage facts were still not accepted %s after the load ended", n, r.ld.cfg.GiveUp)
 	}
 	return nil
 }
@@ -588,48 +637,19 @@ func (ld *Load) progress(began time.Time, sent int) {
 // send delivers one item until every fact in it is accepted (or, for a
 // deliberate duplicate, answered) or giveUpAt passes.
 func (ld *Load) send(ctx context.Context, it item, giveUpAt time.Time, dups chan<- []*Fact) error {
+	ld.stamp(it)
+	l := ld.ledger
 	pending := slices.Clone(it.facts)
 	backoff := 100 * time.Millisecond
-	l := ld.ledger
-	now := time.Now().UTC().Truncate(time.Microsecond)
-	l.mu.Lock()
-	for _, f := range pending {
-		if f.OccurredAt.IsZero() {
-			f.OccurredAt = now
-		}
-	}
-	if it.dup {
-		l.Stats.DupSubmissions += len(pending)
-	}
-	l.mu.Unlock()
 	repeat := it.repeat
 	for attempt := 0; len(pending) > 0; attempt++ {
 		if attempt > 0 {
-			l.mu.Lock()
-			l.Stats.Retries += len(pending)
-			l.mu.Unlock()
-			if time.Now().After(giveUpAt) {
-				l.mu.Lock()
-				for _, f := range pending {
-					if !f.Accepted {
-						f.Unresolved = true
-					}
-				}
-				l.mu.Unlock()
-				return nil
-			}
-			if !sleepCtx(ctx, backoff) {
+			if !ld.awaitRetry(ctx, pending, giveUpAt, backoff) {
 				return nil
 			}
 			backoff = min(backoff*2, 2*time.Second)
 		}
-		reqs := make([]usageapi.UsageRequest, 0, len(pending)+1)
-		for _, f := range pending {
-			reqs = append(reqs, f.request())
-		}
-		if repeat {
-			reqs = append(reqs, pending[0].request())
-		}
+		reqs := requests(pending, repeat)
 		single := len(reqs) == 1 && !it.batch
 		sent := time.Now()
 		answers, status, code, detail, err := ld.post(ctx, it.tenant, reqs, single)
@@ -639,14 +659,7 @@ func (ld *Load) send(ctx context.Context, it item, giveUpAt time.Time, dups chan
 			l.Stats.Batches++
 		}
 		if err != nil {
-			l.Stats.TransportErrors++
-			if l.window != nil {
-				l.window.answers = append(l.window.answers, Answer{At: sent, Detail: truncate(err.Error(), 200)})
-			}
-			for _, f := range pending {
-				f.Attempts++
-				f.LostAnswer = true
-			}
+			ld.lostAnswer(pending, sent, err)
 			l.mu.Unlock()
 			if ctx.Err() != nil {
 				return nil
@@ -655,84 +668,179 @@ func (ld *Load) send(ctx context.Context, it item, giveUpAt time.Time, dups chan
 		}
 		l.observe(sent, status, code, detail)
 		if answers == nil {
-			// The whole request was refused.
-			for _, f := range pending {
-				f.Attempts++
-				if status == http.StatusServiceUnavailable {
-					f.After503 = true
-				}
-			}
-			retry := status == http.StatusServiceUnavailable
-			if !retry {
-				l.unexpected("%s: POST usage for %s answered %d %s: %s", time.Now().Format("15:04:05.000"), it.tenant, status, code, detail)
-				retry = status >= 500 || status == http.StatusUnauthorized
-			}
+			retry := ld.refused(it.tenant, pending, status, code, detail)
 			l.mu.Unlock()
 			if !retry {
 				return fmt.Errorf("usage answered %d %s: %s", status, code, detail)
 			}
 			continue
 		}
-		var next []*Fact
-		var accepted []*Fact
-		for i, f := range pending {
-			a := answers[i]
-			f.Attempts++
-			if a.Code != "" {
-				l.observe(time.Time{}, a.Status, a.Code, "")
-			}
-			switch {
-			case a.Status == http.StatusCreated && !f.Accepted && !it.dup:
-				ld.accept(f, a, false)
-				accepted = append(accepted, f)
-			case a.Status == http.StatusOK && !f.Accepted && !it.dup:
-				// Accepted by an attempt whose answer was lost, or by one
-				// answered 503: that one had committed after all.
-				ld.accept(f, a, true)
-				accepted = append(accepted, f)
-			case a.Status == http.StatusOK && f.Accepted:
-				if a.UsageID != f.UsageID || a.EventID != f.EventID {
-					l.unexpected("%s/%s sent again: answered usage %s event %s, first accepted as usage %s event %s",
-						f.Tenant, f.SourceEventID, a.UsageID, a.EventID, f.UsageID, f.EventID)
-				} else if it.dup {
-					l.Stats.DupReplays++
-				}
-			case a.Status == http.StatusCreated && f.Accepted:
-				l.unexpected("%s/%s sent again was answered 201 (a second usage fact %s for one identity, first %s)",
-					f.Tenant, f.SourceEventID, a.UsageID, f.UsageID)
-			case a.Status == http.StatusUnprocessableEntity && (a.Code == "unknown_meter" || a.Code == "no_price_in_effect"):
-				// Usage has not got the price evidence yet: nothing was
-				// written; later.
-				next = append(next, f)
-			default:
-				l.unexpected("%s/%s: answered %d %s", f.Tenant, f.SourceEventID, a.Status, a.Code)
-			}
-		}
-		if repeat && len(answers) == len(pending)+1 {
-			a := answers[len(pending)]
-			f := pending[0]
-			switch {
-			case f.Accepted && a.Status == http.StatusOK && a.UsageID == f.UsageID:
-				l.Stats.InBatchRepeats++
-				repeat = false
-			case a.Status == http.StatusUnprocessableEntity:
-			default:
-				l.unexpected("%s/%s repeated in one batch: the repeat was answered %d %s usage %s (first: usage %s)",
-					f.Tenant, f.SourceEventID, a.Status, a.Code, a.UsageID, f.UsageID)
-				repeat = false
-			}
+		next, accepted := ld.answered(it, pending, answers)
+		if repeat {
+			repeat = ld.repeatAgain(pending, answers)
 		}
 		l.mu.Unlock()
-		if len(accepted) > 0 && !it.dup && rand.Float64() < ld.cfg.DuplicateRate*4 {
-			n := 1 + rand.IntN(min(len(accepted), 8))
-			select {
-			case dups <- accepted[:n]:
-			default:
-			}
-		}
+		ld.offerDuplicates(it, accepted, dups)
 		pending = next
 	}
 	return nil
+}
+
+// stamp sets the OccurredAt of the item's facts sent for the first time,
+// and counts a deliberate duplicate's submissions.
+func (ld *Load) stamp(it item) {
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	ld.ledger.mu.Lock()
+	defer ld.ledger.mu.Unlock()
+	for _, f := range it.facts {
+		if f.OccurredAt.IsZero() {
+			f.OccurredAt = now
+		}
+	}
+	if it.dup {
+		ld.ledger.Stats.DupSubmissions += len(it.facts)
+	}
+}
+
+// awaitRetry counts the retry of pending and waits backoff before it. It
+// returns false when the item is given up: giveUpAt has passed (the facts
+// not accepted are marked Unresolved) or ctx ended.
+func (ld *Load) awaitRetry(ctx context.Context, pending []*Fact, giveUpAt time.Time, backoff time.Duration) bool {
+	l := ld.ledger
+	l.mu.Lock()
+	l.Stats.Retries += len(pending)
+	l.mu.Unlock()
+	if time.Now().After(giveUpAt) {
+		l.mu.Lock()
+		for _, f := range pending {
+			if !f.Accepted {
+				f.Unresolved = true
+			}
+		}
+		l.mu.Unlock()
+		return false
+	}
+	return sleepCtx(ctx, backoff)
+}
+
+// requests are the usage requests of pending, with pending[0] once more at
+// the end when repeat (an in-batch repeat).
+func requests(pending []*Fact, repeat bool) []usageapi.UsageRequest {
+	reqs := make([]usageapi.UsageRequest, 0, len(pending)+1)
+	for _, f := range pending {
+		reqs = append(reqs, f.request())
+	}
+	if repeat {
+		reqs = append(reqs, pending[0].request())
+	}
+	return reqs
+}
+
+// lostAnswer records an attempt of pending that got no answer (err), with
+// the ledger locked.
+func (ld *Load) lostAnswer(pending []*Fact, sent time.Time, err error) {
+	l := ld.ledger
+	l.Stats.TransportErrors++
+	if l.window != nil {
+		l.window.answers = append(l.window.answers, Answer{At: sent, Detail: truncate(err.Error(), 200)})
+	}
+	for _, f := range pending {
+		f.Attempts++
+		f.LostAnswer = true
+	}
+}
+
+// refused records an attempt of pending refused as a whole, with the ledger
+// locked, and returns whether to retry it: a 503 is expected (an outage);
+// anything else breaks the contract, and is retried when a 5xx or a 401.
+func (ld *Load) refused(tenant string, pending []*Fact, status int, code, detail string) (retry bool) {
+	for _, f := range pending {
+		f.Attempts++
+		if status == http.StatusServiceUnavailable {
+			f.After503 = true
+		}
+	}
+	if status == http.StatusServiceUnavailable {
+		return true
+	}
+	ld.ledger.unexpected("%s: POST usage for %s answered %d %s: %s", time.Now().Format("15:04:05.000"), tenant, status, code, detail)
+	return status >= 500 || status == http.StatusUnauthorized
+}
+
+// answered records the answer to each of pending, with the ledger locked; it
+// returns the facts to send again (usage has not got their price evidence
+// yet) and those accepted now.
+func (ld *Load) answered(it item, pending []*Fact, answers []usageAnswer) (next, accepted []*Fact) {
+	l := ld.ledger
+	for i, f := range pending {
+		a := answers[i]
+		f.Attempts++
+		if a.Code != "" {
+			l.observe(time.Time{}, a.Status, a.Code, "")
+		}
+		switch {
+		case a.Status == http.StatusCreated && !f.Accepted && !it.dup:
+			ld.accept(f, a, false)
+			accepted = append(accepted, f)
+		case a.Status == http.StatusOK && !f.Accepted && !it.dup:
+			// Accepted by an attempt whose answer was lost, or by one
+			// answered 503: that one had committed after all.
+			ld.accept(f, a, true)
+			accepted = append(accepted, f)
+		case a.Status == http.StatusOK && f.Accepted:
+			if a.UsageID != f.UsageID || a.EventID != f.EventID {
+				l.unexpected("%s/%s sent again: answered usage %s event %s, first accepted as usage %s event %s",
+					f.Tenant, f.SourceEventID, a.UsageID, a.EventID, f.UsageID, f.EventID)
+			} else if it.dup {
+				l.Stats.DupReplays++
+			}
+		case a.Status == http.StatusCreated && f.Accepted:
+			l.unexpected("%s/%s sent again was answered 201 (a second usage fact %s for one identity, first %s)",
+				f.Tenant, f.SourceEventID, a.UsageID, f.UsageID)
+		case a.Status == http.StatusUnprocessableEntity && (a.Code == "unknown_meter" || a.Code == "no_price_in_effect"):
+			// Usage has not got the price evidence yet: nothing was
+			// written; later.
+			next = append(next, f)
+		default:
+			l.unexpected("%s/%s: answered %d %s", f.Tenant, f.SourceEventID, a.Status, a.Code)
+		}
+	}
+	return next, accepted
+}
+
+// repeatAgain checks the answer to the in-batch repeat of pending[0], with
+// the ledger locked, and returns whether to repeat it in the next attempt:
+// until it is answered as a replay of the accepted fact, or breaks the
+// contract.
+func (ld *Load) repeatAgain(pending []*Fact, answers []usageAnswer) bool {
+	if len(answers) != len(pending)+1 {
+		return true
+	}
+	a, f := answers[len(pending)], pending[0]
+	switch {
+	case f.Accepted && a.Status == http.StatusOK && a.UsageID == f.UsageID:
+		ld.ledger.Stats.InBatchRepeats++
+		return false
+	case a.Status == http.StatusUnprocessableEntity:
+		return true
+	default:
+		ld.ledger.unexpected("%s/%s repeated in one batch: the repeat was answered %d %s usage %s (first: usage %s)",
+			f.Tenant, f.SourceEventID, a.Status, a.Code, a.UsageID, f.UsageID)
+		return false
+	}
+}
+
+// offerDuplicates now and then offers a few facts just accepted to be sent
+// again on purpose, when dups has room.
+func (ld *Load) offerDuplicates(it item, accepted []*Fact, dups chan<- []*Fact) {
+	if len(accepted) == 0 || it.dup || rand.Float64() >= ld.cfg.DuplicateRate*4 {
+		return
+	}
+	n := 1 + rand.IntN(min(len(accepted), 8))
+	select {
+	case dups <- accepted[:n]:
+	default:
+	}
 }
 
 func (ld *Load) accept(f *Fact, a usageAnswer, replay bool) {
