@@ -3,7 +3,8 @@
 // each charge and adjustment its own aggregate at version 1, a close that
 // tallies what it counts per currency with pkg/digest), and deciding them
 // through the real inbox path (Marshal, registry decode, inbox.Decide in a
-// transaction) with the service's origin constraints.
+// transaction) through the inbox the service builds (package servicetest,
+// invoice.Spec).
 package invoicetest
 
 import (
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
@@ -22,24 +22,16 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/pgmigrate"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
+	"github.com/usagebilling/billing/services/invoice"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
-	"github.com/usagebilling/billing/services/invoice/migrations"
 )
 
-// Spec is the invoice service's spec without its build (enough for Sets).
-var Spec = service.Spec{Name: "invoice", Migrations: []pgmigrate.Set{migrations.Set}}
-
-// Template is the invoice database, migrated once per test process.
-var Template = pgtest.Template{
-	Name: "invoice",
-	Migrate: func(_ context.Context, databaseURL string) error {
-		return pgmigrate.Up(databaseURL, Spec.Sets()...)
-	},
-}
+// Template is the invoice database (servicetest.Template of invoice.Spec),
+// migrated once per test process.
+var Template = servicetest.Template(invoice.Spec)
 
 // D parses a decimal.
 func D(s string) decimal.Decimal { return decimal.RequireFromString(s) }
@@ -193,18 +185,15 @@ func (p *Period) CloseWith(tallies map[string]events.CloseTally) envelope.Envelo
 	return p.build(events.TypeBillingPeriodClosed, events.AggregateBillingPeriod, p.Period, closed)
 }
 
-// NewInbox returns an inbox deciding with the invoice service's handlers.
+// NewInbox returns the inbox service.NewInbox builds for invoice.Spec (its
+// OriginConstraints, the redriver and the quarantine announcements) over the
+// invoice consumer's handlers.
 func NewInbox(t testing.TB) *inbox.Inbox {
 	t.Helper()
-	reg := envelope.NewRegistry()
-	events.Register(reg)
-	consumer := app.NewConsumer(discard())
-	ib, err := inbox.New(reg, consumer.Handlers(),
-		inbox.Options{Service: "invoice", OriginConstraints: app.OriginConstraints, BatchHandlers: consumer.BatchHandlers()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ib
+	consumer := app.NewConsumer(slog.New(slog.DiscardHandler))
+	return servicetest.NewInbox(t, invoice.Spec, service.Parts{
+		Topics: app.Topics, Handlers: consumer.Handlers(), BatchHandlers: consumer.BatchHandlers(),
+	})
 }
 
 // Raw marshals envelopes as the relay sends them.
@@ -242,23 +231,11 @@ func Decide(t testing.TB, pool *pgxpool.Pool, ib *inbox.Inbox, envs ...envelope.
 // DecideRaw is Decide for raw messages.
 func DecideRaw(t testing.TB, pool *pgxpool.Pool, ib *inbox.Inbox, raws ...[]byte) []inbox.Decision {
 	t.Helper()
-	msgs := make([]inbox.Message, len(raws))
-	for i, r := range raws {
-		msgs[i] = inbox.Message{Raw: r, Topic: events.TopicBilling, Partition: 0, Offset: int64(i)}
-	}
-	var ds []inbox.Decision
-	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
-		var err error
-		ds, err = ib.Decide(context.Background(), tx, msgs)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("decide: %v", err)
-	}
-	return ds
+	return servicetest.Decide(t, pool, ib, servicetest.Messages(events.TopicBilling, raws...)...)
 }
 
-// Published returns the events this service appended to its outbox, in order.
+// Published returns the invoice events this service appended to its outbox,
+// in order; the announcements of quarantines on ops.events.v1 are left out.
 func Published(t testing.TB, pool *pgxpool.Pool) []*envelope.Decoded {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT topic, envelope FROM outbox_event ORDER BY id`)
@@ -266,14 +243,16 @@ func Published(t testing.TB, pool *pgxpool.Pool) []*envelope.Decoded {
 		t.Fatalf("read outbox: %v", err)
 	}
 	defer rows.Close()
-	reg := envelope.NewRegistry()
-	events.Register(reg)
+	reg := servicetest.Registry(invoice.Spec)
 	var out []*envelope.Decoded
 	for rows.Next() {
 		var topic string
 		var raw []byte
 		if err := rows.Scan(&topic, &raw); err != nil {
 			t.Fatal(err)
+		}
+		if topic == events.TopicOps {
+			continue // a quarantine's announcement (service.NewInbox)
 		}
 		if topic != events.TopicInvoice {
 			t.Fatalf("outbox row on topic %s, want %s", topic, events.TopicInvoice)
@@ -289,5 +268,3 @@ func Published(t testing.TB, pool *pgxpool.Pool) []*envelope.Decoded {
 	}
 	return out
 }
-
-func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
