@@ -63,7 +63,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		Topics:         append(append([]string{}, app.Topics...), events.TopicOps),
 		Handlers:       handlers,
 		BatchHandlers:  app.BatchHandlers(),
-		Reconciliation: op.Reconciliation(),
+		Reconciliation: app.NewReader(d.Pool).Reconciliation(),
 		// Summary deltas are folded in the background (QUERY_FOLD_INTERVAL).
 		Work: app.NewFolder(d.Pool, interval, d.Metrics, d.Logger).Run,
 	}, nil

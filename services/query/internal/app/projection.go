@@ -1,7 +1,8 @@
 // Package app is the query service's application layer: the inbox handler
 // that projects every public event (a per-event row and a summary delta, in
 // the deciding transaction), the summary read (folded totals plus the deltas
-// not folded yet, in one snapshot), and the background folder.
+// not folded yet, in one snapshot), the background folder, and the
+// reconciliation sets query serves (reconcile.go, as in every service).
 package app
 
 import (

@@ -13,7 +13,7 @@ import (
 	"github.com/usagebilling/billing/services/query/internal/domain"
 )
 
-// Reader reads tenant summaries.
+// Reader reads tenant summaries and query's reconciliation sets.
 type Reader struct {
 	pool *pgxpool.Pool
 }

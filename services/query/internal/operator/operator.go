@@ -28,8 +28,8 @@ import (
 	"github.com/usagebilling/billing/pkg/ops"
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/recon"
+	"github.com/usagebilling/billing/services/query/internal/app"
 	"github.com/usagebilling/billing/services/query/internal/db"
-	"github.com/usagebilling/billing/services/query/internal/domain"
 )
 
 // Self is the query service's name: its own counts are read locally.
@@ -48,6 +48,7 @@ type Operator struct {
 	pool   *pgxpool.Pool
 	client *ops.Client
 	log    *slog.Logger
+	local  recon.Sets // query's own reconciliation sets (app.Reader)
 }
 
 // New returns the Operator on pool, reaching the other services with client.
@@ -55,7 +56,7 @@ func New(pool *pgxpool.Pool, client *ops.Client, log *slog.Logger) *Operator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Operator{pool: pool, client: client, log: log}
+	return &Operator{pool: pool, client: client, log: log, local: app.NewReader(pool).Reconciliation()}
 }
 
 // Services are the services the operator acts on: query and every service
@@ -359,172 +360,6 @@ func (o *Operator) DeadLetters(ctx context.Context, service string, after DeadLe
 		if len(out) >= limit {
 			break
 		}
-	}
-	return out, nil
-}
-
-// ReconcileTimeout bounds a reconciliation: it reads a whole period, page by
-// page (a million facts takes minutes on a small machine), so the HTTP
-// handlers that run one extend their request past the service's request
-// timeout (HTTP_REQUEST_TIMEOUT) up to this.
-const ReconcileTimeout = 15 * time.Minute
-
-// Reconcile compares the tenant's usage facts, charges, invoice lines and
-// query projection of period by origin event id, merging the services'
-// reconciliation sets page by page (see domain.Reconcile). Billing names the
-// months the period's charges touch; the other sets are read for those.
-// Each page is its own snapshot: on a period still receiving traffic a
-// mismatch can be a fact in flight, so recovery is declared on a quiet
-// (closed) period.
-func (o *Operator) Reconcile(ctx context.Context, tenantID, period string) (domain.Report, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // stops the streams' read-ahead
-	months, err := o.months(ctx, tenantID, period)
-	if err != nil {
-		return domain.Report{}, err
-	}
-	local := o.Reconciliation()
-	one := []string{period}
-	src := domain.Sources{
-		UsageFacts:     remoteSet[recon.UsageFact](ctx, o, "usage", recon.SetUsageFacts, tenantID, months),
-		Charges:        remoteSet[recon.Charge](ctx, o, "billing", recon.SetCharges, tenantID, one),
-		InvoiceCharges: remoteSet[recon.InvoiceLine](ctx, o, "invoice", recon.SetInvoiceCharges, tenantID, months),
-		QueryUsage:     localSet[recon.UsageFact](ctx, local[recon.SetUsageFacts], tenantID, months),
-		QueryCharges:   localSet[recon.Charge](ctx, local[recon.SetCharges], tenantID, months),
-
-		Adjustments:      remoteSet[recon.Adjustment](ctx, o, "billing", recon.SetAdjustments, tenantID, one),
-		InvoiceLines:     remoteSet[recon.InvoiceLine](ctx, o, "invoice", recon.SetInvoiceLines, tenantID, months),
-		Corrections:      remoteSet[recon.Correction](ctx, o, "invoice", recon.SetCorrections, tenantID, one),
-		QueryAdjustments: localSet[recon.Adjustment](ctx, local[recon.SetAdjustments], tenantID, one),
-		QueryCorrections: localSet[recon.Correction](ctx, local[recon.SetCorrections], tenantID, one),
-
-		LineTotals:    remoteSet[recon.LineTotal](ctx, o, "invoice", recon.SetLineTotals, tenantID, months),
-		QueryInvoices: localSet[recon.Invoice](ctx, local[recon.SetInvoices], tenantID, one),
-		Prices:        remoteSet[recon.Price](ctx, o, "meter", recon.SetPrices, tenantID, one),
-	}
-	return domain.Reconcile(ctx, tenantID, period, src)
-}
-
-// months reads the months a period's reconciliation reads from billing.
-func (o *Operator) months(ctx context.Context, tenantID, period string) ([]string, error) {
-	var rows []recon.Month
-	q := recon.Query{TenantID: tenantID, Period: period, Limit: ops.MaxLimit}
-	if err := o.client.ReconciliationPage(ctx, "billing", recon.SetMonths, q, &rows); err != nil {
-		return nil, fmt.Errorf("%w: billing: %w", ErrUpstream, err)
-	}
-	months := make([]string, len(rows))
-	for i, m := range rows {
-		months[i] = m.Period
-	}
-	return months, nil
-}
-
-// remoteSet streams a service's set of the tenant's months, merged.
-func remoteSet[T recon.Row](ctx context.Context, o *Operator, service, set, tenantID string, months []string) *recon.Stream[T] {
-	streams := make([]*recon.Stream[T], len(months))
-	for i, m := range months {
-		streams[i] = recon.Pages(ctx, func(ctx context.Context, after recon.Position, limit int) ([]T, error) {
-			var rows []T
-			q := recon.Query{TenantID: tenantID, Period: m, After: after, Limit: limit}
-			if err := o.client.ReconciliationPage(ctx, service, set, q, &rows); err != nil {
-				return nil, fmt.Errorf("%w: %s: %w", ErrUpstream, service, err)
-			}
-			return rows, nil
-		})
-	}
-	return recon.Merge(streams...)
-}
-
-// localSet streams one of query's own sets of the tenant's months, merged.
-func localSet[T recon.Row](ctx context.Context, read recon.SetFunc, tenantID string, months []string) *recon.Stream[T] {
-	streams := make([]*recon.Stream[T], len(months))
-	for i, m := range months {
-		streams[i] = recon.Pages(ctx, func(ctx context.Context, after recon.Position, limit int) ([]T, error) {
-			rows, err := read(ctx, recon.Query{TenantID: tenantID, Period: m, After: after, Limit: limit})
-			out := make([]T, len(rows))
-			for j, r := range rows {
-				out[j] = r.(T)
-			}
-			return out, err
-		})
-	}
-	return recon.Merge(streams...)
-}
-
-// Reconciliation returns the reconciliation sets query serves: its
-// projection of the tenant's money flow, by month.
-func (o *Operator) Reconciliation() recon.Sets {
-	return recon.Sets{
-		recon.SetUsageFacts:  recon.Set(o.reconciliationUsage),
-		recon.SetCharges:     recon.Set(o.reconciliationCharges),
-		recon.SetAdjustments: recon.Set(o.reconciliationAdjustments),
-		recon.SetCorrections: recon.Set(o.reconciliationCorrections),
-		recon.SetInvoices:    recon.Set(o.reconciliationInvoices),
-	}
-}
-
-func (o *Operator) reconciliationUsage(ctx context.Context, q recon.Query) ([]recon.UsageFact, error) {
-	rows, err := db.New(o.pool).ReconciliationUsage(ctx, db.ReconciliationUsageParams{TenantID: q.TenantID,
-		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
-	if err != nil {
-		return nil, fmt.Errorf("read projected usage: %w", err)
-	}
-	out := make([]recon.UsageFact, len(rows))
-	for i, u := range rows {
-		out[i] = recon.UsageFact{EventID: u.EventID, UsageID: u.UsageID, MeterCode: u.MeterCode, Quantity: u.Quantity, Period: u.Period}
-	}
-	return out, nil
-}
-
-func (o *Operator) reconciliationCharges(ctx context.Context, q recon.Query) ([]recon.Charge, error) {
-	rows, err := db.New(o.pool).ReconciliationCharges(ctx, db.ReconciliationChargesParams{TenantID: q.TenantID,
-		Period: q.Period, AfterKey: q.After.Key, AfterID: q.After.ID, RowLimit: int32(q.Limit)})
-	if err != nil {
-		return nil, fmt.Errorf("read projected charges: %w", err)
-	}
-	out := make([]recon.Charge, len(rows))
-	for i, c := range rows {
-		out[i] = recon.Charge{EventID: c.EventID, UsageEventID: c.UsageEventID, Currency: c.Currency,
-			Quantity: c.Quantity, Amount: c.Amount, Period: c.Period}
-	}
-	return out, nil
-}
-
-func (o *Operator) reconciliationAdjustments(ctx context.Context, q recon.Query) ([]recon.Adjustment, error) {
-	rows, err := db.New(o.pool).ReconciliationAdjustments(ctx, db.ReconciliationAdjustmentsParams{TenantID: q.TenantID,
-		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
-	if err != nil {
-		return nil, fmt.Errorf("read projected adjustments: %w", err)
-	}
-	out := make([]recon.Adjustment, len(rows))
-	for i, a := range rows {
-		out[i] = recon.Adjustment{EventID: a.EventID, Currency: a.Currency, Amount: a.Amount, Period: a.Period}
-	}
-	return out, nil
-}
-
-func (o *Operator) reconciliationCorrections(ctx context.Context, q recon.Query) ([]recon.Correction, error) {
-	rows, err := db.New(o.pool).ReconciliationCorrections(ctx, db.ReconciliationCorrectionsParams{TenantID: q.TenantID,
-		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
-	if err != nil {
-		return nil, fmt.Errorf("read projected corrections: %w", err)
-	}
-	out := make([]recon.Correction, len(rows))
-	for i, c := range rows {
-		out[i] = recon.Correction{InvoiceID: c.InvoiceID, Period: c.Period, OriginEventID: c.OriginEventID, Amount: c.Amount}
-	}
-	return out, nil
-}
-
-func (o *Operator) reconciliationInvoices(ctx context.Context, q recon.Query) ([]recon.Invoice, error) {
-	rows, err := db.New(o.pool).ReconciliationInvoices(ctx, db.ReconciliationInvoicesParams{TenantID: q.TenantID,
-		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
-	if err != nil {
-		return nil, fmt.Errorf("read projected invoices: %w", err)
-	}
-	out := make([]recon.Invoice, len(rows))
-	for i, v := range rows {
-		out[i] = recon.Invoice{InvoiceID: v.InvoiceID, Period: v.Period, Currency: v.Currency, Total: v.Total}
 	}
 	return out, nil
 }
