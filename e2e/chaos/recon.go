@@ -634,36 +634,8 @@ func (rc *reconciler) adjustmentLines() {
 // counted adjustments, total = subtotal rounded half-even, and rounding
 // line = total - subtotal (none when it is zero).
 func (rc *reconciler) invoiceTotals() error {
-	r := rc.r
-	billed := map[string]decimal.Decimal{} // tenant/period/currency -> charges + counted adjustments
-	counted := map[string][2]int64{}       // tenant/period -> charges, counted adjustments
-	for _, c := range rc.s.charges {
-		k := invoiceKey(c.Tenant, c.Period, c.Currency)
-		billed[k] = billed[k].Add(c.Amount)
-		n := counted[c.Tenant+"/"+c.Period]
-		counted[c.Tenant+"/"+c.Period] = [2]int64{n[0] + 1, n[1]}
-	}
-	for _, a := range rc.s.adjustments {
-		k := invoiceKey(a.Tenant, a.Period, a.Currency)
-		if a.AfterClose {
-			if _, ok := billed[k]; !ok {
-				billed[k] = decimal.Zero // its invoice must exist, issued
-			}
-			continue
-		}
-		billed[k] = billed[k].Add(a.Amount)
-		n := counted[a.Tenant+"/"+a.Period]
-		counted[a.Tenant+"/"+a.Period] = [2]int64{n[0], n[1] + 1}
-	}
-	lineSum, rounding, roundingCount := map[string]decimal.Decimal{}, map[string]decimal.Decimal{}, map[string]int{}
-	for _, l := range rc.s.lines {
-		if l.Kind == "rounding" {
-			rounding[l.InvoiceID] = rounding[l.InvoiceID].Add(l.Amount)
-			roundingCount[l.InvoiceID]++
-			continue
-		}
-		lineSum[l.InvoiceID] = lineSum[l.InvoiceID].Add(l.Amount)
-	}
+	billed, counted := rc.billed()
+	lines := rc.lineTotals()
 	status := map[string]string{}
 	for _, p := range rc.s.periods {
 		status[p.Tenant+"/"+p.Period] = p.Status
@@ -676,44 +648,110 @@ func (rc *reconciler) invoiceTotals() error {
 	for _, k := range slices.Sorted(maps.Keys(billed)) {
 		tenant, rest, _ := strings.Cut(k, "/")
 		period, currency, _ := strings.Cut(rest, "/")
-		tp := tenant + "/" + period
-		if !checkedPeriod[tp] {
+		if tp := tenant + "/" + period; !checkedPeriod[tp] {
 			checkedPeriod[tp] = true
-			if status[tp] != "closed" {
-				r.mismatch(tp, "billing period %s of %s is %q, want closed", period, tenant, status[tp])
-			}
-			if c, ok := closes[tp]; !ok {
-				r.lost(tp, "invoice never applied the close of %s %s", tenant, period)
-			} else if n := counted[tp]; c.Charges != n[0] || c.Adjustments != n[1] {
-				r.mismatch(tp, "invoice applied the close of %s %s (%s) as %d charges and %d adjustments; billing holds %d and %d counted by the close",
-					tenant, period, c.CloseEventID, c.Charges, c.Adjustments, n[0], n[1])
-			}
+			rc.periodClosed(tenant, period, status[tp], closes, counted[tp])
 		}
-		inv, ok := rc.invoiceOf[k]
-		if !ok {
-			r.lost(k, "no invoice for %s", k)
-			continue
-		}
-		if inv.Status != "issued" || inv.Subtotal == nil || inv.Total == nil {
-			r.mismatch(inv.InvoiceID, "invoice %s (%s) is %s, want issued", inv.InvoiceID, k, inv.Status)
-			continue
-		}
-		total, err := money.Round(*inv.Subtotal, currency)
-		if err != nil {
+		if err := rc.invoiceTotal(k, currency, billed[k], lines); err != nil {
 			return err
 		}
-		id := inv.InvoiceID
-		switch {
-		case !lineSum[id].Equal(billed[k]):
-			r.mismatch(id, "invoice %s (%s): its charge and adjustment lines sum to %s; billing's charges and counted adjustments to %s", id, k, lineSum[id], billed[k])
-		case !inv.Subtotal.Equal(lineSum[id]):
-			r.mismatch(id, "invoice %s (%s): subtotal %s, its charge and adjustment lines sum to %s", id, k, inv.Subtotal, lineSum[id])
-		case !inv.Total.Equal(total):
-			r.mismatch(id, "invoice %s (%s): total %s, subtotal %s rounded half-even is %s", id, k, inv.Total, inv.Subtotal, total)
-		case !inv.Total.Equal(lineSum[id].Add(rounding[id])) || roundingCount[id] > 1 || (roundingCount[id] == 1) == total.Equal(*inv.Subtotal):
-			r.mismatch(id, "invoice %s (%s): total %s, its lines sum to %s with %d rounding lines of %s (rounding due: %s)", id, k,
-				inv.Total, lineSum[id].Add(rounding[id]), roundingCount[id], rounding[id], total.Sub(*inv.Subtotal))
+	}
+	return nil
+}
+
+// billed returns billing's charges and counted adjustments by
+// tenant/period/currency (zero for one with only adjustments after its
+// close: its invoice must exist, issued), and their numbers by
+// tenant/period.
+func (rc *reconciler) billed() (billed map[string]decimal.Decimal, counted map[string][2]int64) {
+	billed = map[string]decimal.Decimal{} // tenant/period/currency -> charges + counted adjustments
+	counted = map[string][2]int64{}       // tenant/period -> charges, counted adjustments
+	for _, c := range rc.s.charges {
+		k := invoiceKey(c.Tenant, c.Period, c.Currency)
+		billed[k] = billed[k].Add(c.Amount)
+		n := counted[c.Tenant+"/"+c.Period]
+		counted[c.Tenant+"/"+c.Period] = [2]int64{n[0] + 1, n[1]}
+	}
+	for _, a := range rc.s.adjustments {
+		k := invoiceKey(a.Tenant, a.Period, a.Currency)
+		if a.AfterClose {
+			if _, ok := billed[k]; !ok {
+				billed[k] = decimal.Zero
+			}
+			continue
 		}
+		billed[k] = billed[k].Add(a.Amount)
+		n := counted[a.Tenant+"/"+a.Period]
+		counted[a.Tenant+"/"+a.Period] = [2]int64{n[0], n[1] + 1}
+	}
+	return billed, counted
+}
+
+// invoiceLineTotals are the sums of each invoice's lines, by invoice id.
+type invoiceLineTotals struct {
+	sum       map[string]decimal.Decimal // charge and adjustment lines
+	rounding  map[string]decimal.Decimal // rounding lines
+	roundings map[string]int             // how many rounding lines
+}
+
+func (rc *reconciler) lineTotals() invoiceLineTotals {
+	t := invoiceLineTotals{sum: map[string]decimal.Decimal{}, rounding: map[string]decimal.Decimal{}, roundings: map[string]int{}}
+	for _, l := range rc.s.lines {
+		if l.Kind == "rounding" {
+			t.rounding[l.InvoiceID] = t.rounding[l.InvoiceID].Add(l.Amount)
+			t.roundings[l.InvoiceID]++
+			continue
+		}
+		t.sum[l.InvoiceID] = t.sum[l.InvoiceID].Add(l.Amount)
+	}
+	return t
+}
+
+// periodClosed: tenant's period is closed in billing (status), and invoice
+// applied the close counting the charges and adjustments billing counted.
+func (rc *reconciler) periodClosed(tenant, period, status string, closes map[string]closeRow, counted [2]int64) {
+	r, tp := rc.r, tenant+"/"+period
+	if status != "closed" {
+		r.mismatch(tp, "billing period %s of %s is %q, want closed", period, tenant, status)
+	}
+	if c, ok := closes[tp]; !ok {
+		r.lost(tp, "invoice never applied the close of %s %s", tenant, period)
+	} else if c.Charges != counted[0] || c.Adjustments != counted[1] {
+		r.mismatch(tp, "invoice applied the close of %s %s (%s) as %d charges and %d adjustments; billing holds %d and %d counted by the close",
+			tenant, period, c.CloseEventID, c.Charges, c.Adjustments, counted[0], counted[1])
+	}
+}
+
+// invoiceTotal: the invoice of k (tenant/period/currency) is issued, its
+// charge and adjustment lines sum to billed, its subtotal to them, its total
+// to the subtotal rounded, and its rounding line makes up the difference.
+func (rc *reconciler) invoiceTotal(k, currency string, billed decimal.Decimal, lines invoiceLineTotals) error {
+	r := rc.r
+	inv, ok := rc.invoiceOf[k]
+	if !ok {
+		r.lost(k, "no invoice for %s", k)
+		return nil
+	}
+	if inv.Status != "issued" || inv.Subtotal == nil || inv.Total == nil {
+		r.mismatch(inv.InvoiceID, "invoice %s (%s) is %s, want issued", inv.InvoiceID, k, inv.Status)
+		return nil
+	}
+	total, err := money.Round(*inv.Subtotal, currency)
+	if err != nil {
+		return err
+	}
+	id := inv.InvoiceID
+	sum, rounding, roundings := lines.sum[id], lines.rounding[id], lines.roundings[id]
+	switch {
+	case !sum.Equal(billed):
+		r.mismatch(id, "invoice %s (%s): its charge and adjustment lines sum to %s; billing's charges and counted adjustments to %s", id, k, sum, billed)
+	case !inv.Subtotal.Equal(sum):
+		r.mismatch(id, "invoice %s (%s): subtotal %s, its charge and adjustment lines sum to %s", id, k, inv.Subtotal, sum)
+	case !inv.Total.Equal(total):
+		r.mismatch(id, "invoice %s (%s): total %s, subtotal %s rounded half-even is %s", id, k, inv.Total, inv.Subtotal, total)
+	case !inv.Total.Equal(sum.Add(rounding)) || roundings > 1 || (roundings == 1) == total.Equal(*inv.Subtotal):
+		r.mismatch(id, "invoice %s (%s): total %s, its lines sum to %s with %d rounding lines of %s (rounding due: %s)", id, k,
+			inv.Total, sum.Add(rounding), roundings, rounding, total.Sub(*inv.Subtotal))
 	}
 	return nil
 }
