@@ -109,6 +109,10 @@ type Envelope struct {
 
 // Meta is what New needs besides the payload.
 type Meta struct {
+	// EventID is optional: an id chosen before the event was built (a row
+	// that records its event's id is written first); it must be a UUIDv7.
+	// New makes a new one when it is zero.
+	EventID uuid.UUID
 	// EventType names the payload's type.
 	EventType string
 	// SchemaVersion is the version of the payload's schema, from 1.
@@ -142,7 +146,7 @@ func PartitionKey(tenantID, aggregateType, aggregateID string) string {
 	return tenantID + "|" + aggregateType + "|" + aggregateID
 }
 
-// New builds an envelope: a new UUIDv7 event id, the payload marshalled with
+// New builds an envelope: a new UUIDv7 event id (or m.EventID), the payload marshalled with
 // encoding/json (without HTML escaping) and canonicalised, its digest, the
 // partition key, and RecordedAt set to now. Both times are in UTC, truncated to
 // microseconds so that they survive a PostgreSQL round trip. New checks the
@@ -151,9 +155,12 @@ func PartitionKey(tenantID, aggregateType, aggregateID string) string {
 // encoding is over MaxBytes is refused with ReasonTooLarge and an error that
 // wraps ErrTooLarge and names the event type and the size.
 func New(m Meta, payload any) (Envelope, error) {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return Envelope{}, fmt.Errorf("new envelope: generate event id: %w", err)
+	id := m.EventID
+	if id == uuid.Nil {
+		var err error
+		if id, err = uuid.NewV7(); err != nil {
+			return Envelope{}, fmt.Errorf("new envelope: generate event id: %w", err)
+		}
 	}
 	e := Envelope{
 		EventID:          id,

@@ -542,3 +542,19 @@ func TestTraceparentOf(t *testing.T) {
 		}
 	}
 }
+
+// TestNewWithChosenEventID: New keeps an event id chosen beforehand and
+// refuses one that is not a UUIDv7.
+func TestNewWithChosenEventID(t *testing.T) {
+	m := testMeta()
+	m.EventID = uuid.Must(uuid.NewV7())
+	if e := newEnvelope(t, m, usageV2{Quantity: "1", Unit: "call"}); e.EventID != m.EventID {
+		t.Fatalf("event id %s, want the chosen %s", e.EventID, m.EventID)
+	}
+	m.EventID = uuid.New() // version 4
+	_, err := envelope.New(m, usageV2{Quantity: "1", Unit: "call"})
+	var derr *envelope.DecodeError
+	if !errors.As(err, &derr) || derr.Reason != envelope.InvalidField("eventId") {
+		t.Fatalf("New with a UUIDv4: %v, want %s", err, envelope.InvalidField("eventId"))
+	}
+}

@@ -450,23 +450,6 @@ type RedriveCompleted struct {
 	Reason    string    `json:"reason,omitempty"`
 }
 
-// Register registers every payload type of the contract, schema version 1.
-func Register(r *envelope.Registry) {
-	envelope.Register[PriceActivated](r, TypePriceActivated, 1)
-	envelope.Register[PriceScheduleWatermark](r, TypePriceScheduleWatermark, 1)
-	envelope.Register[UsageAccepted](r, TypeUsageAccepted, 1)
-	registerUsageWatermark(r)
-	envelope.Register[ChargeRated](r, TypeChargeRated, 1)
-	envelope.Register[AdjustmentPosted](r, TypeAdjustmentPosted, 1)
-	envelope.Register[BillingPeriodClosed](r, TypeBillingPeriodClosed, 1)
-	envelope.Register[BillingPeriodEnded](r, TypeBillingPeriodEnded, 1)
-	envelope.Register[InvoiceIssued](r, TypeInvoiceIssued, 1)
-	envelope.Register[InvoiceCorrectionIssued](r, TypeInvoiceCorrectionIssued, 1)
-	envelope.Register[EventQuarantined](r, TypeEventQuarantined, 1)
-	envelope.Register[RedriveRequested](r, TypeRedriveRequested, 1)
-	envelope.Register[RedriveCompleted](r, TypeRedriveCompleted, 1)
-}
-
 // Period returns the billing period (calendar month in UTC) of t: "2026-11".
 func Period(t time.Time) string { return t.UTC().Format("2006-01") }
 

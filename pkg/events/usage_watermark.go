@@ -3,8 +3,6 @@ package events
 import (
 	"strconv"
 	"time"
-
-	"github.com/usagebilling/billing/pkg/envelope"
 )
 
 // TypeUsageAcceptedThrough is usage's watermark of one partition of
@@ -49,8 +47,4 @@ func (p UsageAcceptedThrough) Validate() error {
 		need(p.Partition >= 0 && p.Partition < p.Partitions, "partition"),
 		need(!p.Through.IsZero(), "through"),
 	)
-}
-
-func registerUsageWatermark(r *envelope.Registry) {
-	envelope.Register[UsageAcceptedThrough](r, TypeUsageAcceptedThrough, 1)
 }
