@@ -22,11 +22,7 @@ import (
 
 // Reply is a command's response: what it answered the first time, or, on a
 // replay of the same Idempotency-Key and request, the stored first answer.
-type Reply struct {
-	Status   int
-	Body     []byte
-	Replayed bool
-}
+type Reply = idempotency.Reply
 
 // Request is what every idempotent command gets besides its own input.
 type Request struct {

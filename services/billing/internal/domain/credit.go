@@ -2,6 +2,8 @@ package domain
 
 import (
 	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/rule"
 )
 
 // Balance is what a tenant's period holds in one currency: the exact sums
@@ -27,7 +29,7 @@ func CheckCredit(amount decimal.Decimal, currency string, b Balance) error {
 		return nil
 	}
 	if after := b.Total().Add(amount); after.IsNegative() {
-		return errorf(Unprocessable, "credit_exceeds_charges",
+		return errorf(rule.Unprocessable, "credit_exceeds_charges",
 			"a credit of %s %s would take the period below zero: its charges are %s and its adjustments %s, so at most %s can be credited",
 			amount.Neg(), currency, b.Charged, b.Adjusted, decimal.Max(b.Total(), decimal.Zero))
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/money"
+	"github.com/usagebilling/billing/pkg/rule"
 )
 
 // Period statuses. An open period takes charges; from the first step of its
@@ -26,29 +27,14 @@ const (
 	StatusClosed  = "closed"
 )
 
-// Kind sorts domain errors; the HTTP layer maps each to a status.
-type Kind int
+// Error is a domain rule broken by a request, with a stable code (pkg/rule):
+// invalid input is rule.Invalid (400), a referenced thing that does not
+// exist for the tenant rule.NotFound (404), well-formed input that breaks a
+// rule rule.Unprocessable (422). The HTTP layer maps the kind to a status.
+type Error = rule.Error
 
-const (
-	// Invalid input (400).
-	Invalid Kind = iota + 1
-	// NotFound: a referenced thing does not exist for this tenant (404).
-	NotFound
-	// Unprocessable: well-formed input that breaks a rule (422).
-	Unprocessable
-)
-
-// Error is a domain rule broken by a request, with a stable code.
-type Error struct {
-	Kind   Kind
-	Code   string
-	Detail string
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Detail }
-
-func errorf(kind Kind, code, format string, args ...any) *Error {
-	return &Error{Kind: kind, Code: code, Detail: fmt.Sprintf(format, args...)}
+func errorf(kind rule.Kind, code, format string, args ...any) *Error {
+	return rule.Errorf(kind, code, format, args...)
 }
 
 // Amount is the exact amount of a charge: quantity x unit price, no rounding.
@@ -90,10 +76,10 @@ const (
 func ParsePeriod(s string) (string, error) {
 	t, err := events.ParsePeriod(s)
 	if err != nil {
-		return "", errorf(Invalid, "invalid_period", "period must be a calendar month YYYY-MM, got %q", clip(s))
+		return "", errorf(rule.Invalid, "invalid_period", "period must be a calendar month YYYY-MM, got %q", clip(s))
 	}
 	if y := t.Year(); y < MinPeriodYear || y > MaxPeriodYear {
-		return "", errorf(Invalid, "invalid_period", "period %s: year %d is out of range (%d to %d)", s, y, MinPeriodYear, MaxPeriodYear)
+		return "", errorf(rule.Invalid, "invalid_period", "period %s: year %d is out of range (%d to %d)", s, y, MinPeriodYear, MaxPeriodYear)
 	}
 	return s, nil
 }
@@ -108,7 +94,7 @@ func ClosablePeriod(s string, now time.Time) (string, error) {
 		return "", err
 	}
 	if p > events.Period(now.Add(14*time.Hour)) {
-		return "", errorf(Unprocessable, "period_in_future", "period %s has not begun yet", p)
+		return "", errorf(rule.Unprocessable, "period_in_future", "period %s has not begun yet", p)
 	}
 	return p, nil
 }
@@ -117,7 +103,7 @@ func ClosablePeriod(s string, now time.Time) (string, error) {
 // progress (period_in_future).
 func CheckBegun(period, current string) error {
 	if period > current {
-		return errorf(Unprocessable, "period_in_future", "period %s has not begun yet (the tenant's period in progress is %s)", period, current)
+		return errorf(rule.Unprocessable, "period_in_future", "period %s has not begun yet (the tenant's period in progress is %s)", period, current)
 	}
 	return nil
 }
@@ -153,20 +139,20 @@ func ParseAdjustment(r AdjustmentRequest) (Adjustment, error) {
 		{"correctionOf", r.CorrectionOf}, {"amount", r.Amount}, {"currency", r.Currency}, {"reason", r.Reason},
 	} {
 		if strings.TrimSpace(f.value) == "" {
-			return Adjustment{}, errorf(Invalid, "missing_field", "field %q is required", f.name)
+			return Adjustment{}, errorf(rule.Invalid, "missing_field", "field %q is required", f.name)
 		}
 	}
 	var a Adjustment
 	id, err := uuid.Parse(r.CorrectionOf)
 	if err != nil || len(r.CorrectionOf) != 36 {
-		return Adjustment{}, errorf(Invalid, "invalid_field", "correctionOf must be a charge id (UUID), got %q", clip(r.CorrectionOf))
+		return Adjustment{}, errorf(rule.Invalid, "invalid_field", "correctionOf must be a charge id (UUID), got %q", clip(r.CorrectionOf))
 	}
 	a.CorrectionOf = id
 	if a.Amount, err = money.Parse(r.Amount); err != nil {
-		return Adjustment{}, errorf(Invalid, "invalid_amount", "amount must be a plain decimal string such as \"-12.50\": %v", err)
+		return Adjustment{}, errorf(rule.Invalid, "invalid_amount", "amount must be a plain decimal string such as \"-12.50\": %v", err)
 	}
 	if a.Amount.IsZero() {
-		return Adjustment{}, errorf(Invalid, "invalid_amount", "amount must not be zero")
+		return Adjustment{}, errorf(rule.Invalid, "invalid_amount", "amount must not be zero")
 	}
 	if _, err := money.Currency(r.Currency); err != nil {
 		return Adjustment{}, currencyError(err)
@@ -175,10 +161,10 @@ func ParseAdjustment(r AdjustmentRequest) (Adjustment, error) {
 	if err := money.CheckMinorUnits(a.Amount, a.Currency); err != nil {
 		// Decision 0008: whole minor units only, so that a correction
 		// note is exactly its adjustment.
-		return Adjustment{}, errorf(Unprocessable, money.CodeAmountPrecision, "%v", err)
+		return Adjustment{}, errorf(rule.Unprocessable, money.CodeAmountPrecision, "%v", err)
 	}
 	if n := utf8.RuneCountInString(r.Reason); n > MaxReasonLength {
-		return Adjustment{}, errorf(Invalid, "invalid_field", "reason must be at most %d characters, got %d", MaxReasonLength, n)
+		return Adjustment{}, errorf(rule.Invalid, "invalid_field", "reason must be at most %d characters, got %d", MaxReasonLength, n)
 	}
 	a.Reason = r.Reason
 	return a, nil
@@ -190,15 +176,15 @@ func ParseAdjustment(r AdjustmentRequest) (Adjustment, error) {
 // unprocessable (422 currency_not_invoiceable).
 func currencyError(err error) error {
 	if code := money.ProblemCode(err); code == money.CodeNotInvoiceable {
-		return errorf(Unprocessable, code, "%v", err)
+		return errorf(rule.Unprocessable, code, "%v", err)
 	}
-	return errorf(Invalid, money.CodeUnknownCurrency, "%v", err)
+	return errorf(rule.Invalid, money.CodeUnknownCurrency, "%v", err)
 }
 
 // CheckAdjustment checks an adjustment against the charge it corrects.
 func CheckAdjustment(a Adjustment, chargeCurrency string) error {
 	if a.Currency != chargeCurrency {
-		return errorf(Unprocessable, "currency_mismatch", "adjustment currency %s differs from the charge's %s", a.Currency, chargeCurrency)
+		return errorf(rule.Unprocessable, "currency_mismatch", "adjustment currency %s differs from the charge's %s", a.Currency, chargeCurrency)
 	}
 	return nil
 }
@@ -206,7 +192,7 @@ func CheckAdjustment(a Adjustment, chargeCurrency string) error {
 // ChargeNotFound is the error for a correctionOf that names no charge of the
 // tenant.
 func ChargeNotFound(id uuid.UUID) error {
-	return errorf(NotFound, "charge_not_found", "no charge %s for this tenant", id)
+	return errorf(rule.NotFound, "charge_not_found", "no charge %s for this tenant", id)
 }
 
 // clip shortens a client's text quoted back in an error detail.

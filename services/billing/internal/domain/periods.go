@@ -10,6 +10,7 @@ import (
 	_ "time/tzdata" // IANA zones even where the host has none (scratch images)
 
 	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/rule"
 )
 
 // Period lifecycle (decision 0014). A tenant's periods are calendar months
@@ -65,7 +66,7 @@ func NewSettings(effectiveFrom, timeZone string, grace time.Duration) (Settings,
 		return Settings{}, err
 	}
 	if grace < 0 || grace > MaxGrace {
-		return Settings{}, errorf(Unprocessable, "grace_period_out_of_range", "gracePeriod must be between PT0S and P7D")
+		return Settings{}, errorf(rule.Unprocessable, "grace_period_out_of_range", "gracePeriod must be between PT0S and P7D")
 	}
 	return Settings{EffectiveFrom: effectiveFrom, TimeZone: timeZone, Grace: grace, loc: loc}, nil
 }
@@ -73,11 +74,11 @@ func NewSettings(effectiveFrom, timeZone string, grace time.Duration) (Settings,
 func loadZone(name string) (*time.Location, error) {
 	// "Local" and "" name no zone a tenant means; LoadLocation takes both.
 	if name == "" || name == "Local" || strings.HasPrefix(name, "/") || strings.Contains(name, "..") {
-		return nil, errorf(Invalid, "invalid_time_zone", "timeZone must be an IANA time zone name such as \"Asia/Seoul\", got %q", clip(name))
+		return nil, errorf(rule.Invalid, "invalid_time_zone", "timeZone must be an IANA time zone name such as \"Asia/Seoul\", got %q", clip(name))
 	}
 	loc, err := time.LoadLocation(name)
 	if err != nil {
-		return nil, errorf(Invalid, "invalid_time_zone", "timeZone must be an IANA time zone name such as \"Asia/Seoul\", got %q", clip(name))
+		return nil, errorf(rule.Invalid, "invalid_time_zone", "timeZone must be an IANA time zone name such as \"Asia/Seoul\", got %q", clip(name))
 	}
 	return loc, nil
 }
@@ -105,11 +106,11 @@ func ParseSettings(r SettingsRequest) (Settings, error) {
 	if r.GracePeriod != nil {
 		g, err := ParseDuration(*r.GracePeriod)
 		if err != nil {
-			return Settings{}, errorf(Invalid, "invalid_grace_period",
+			return Settings{}, errorf(rule.Invalid, "invalid_grace_period",
 				"gracePeriod must be an ISO 8601 duration such as \"PT1H\" or \"P2D\" (days, hours, minutes, seconds), got %q", clip(*r.GracePeriod))
 		}
 		if g < 0 || g > MaxGrace {
-			return Settings{}, errorf(Unprocessable, "grace_period_out_of_range", "gracePeriod must be between PT0S and P7D, got %s", *r.GracePeriod)
+			return Settings{}, errorf(rule.Unprocessable, "grace_period_out_of_range", "gracePeriod must be between PT0S and P7D, got %s", *r.GracePeriod)
 		}
 		s.Grace = g
 	}

@@ -3,14 +3,9 @@
 package httpapi
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -63,12 +58,12 @@ func (a *API) getPeriod(w http.ResponseWriter, r *http.Request) {
 	}
 	period, err := domain.ParsePeriod(chi.URLParam(r, "period"))
 	if err != nil {
-		a.writeError(w, r, err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	est, err := a.svc.PeriodEstimate(r.Context(), tenant, period)
 	if err != nil {
-		a.writeError(w, r, err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, est)
@@ -90,22 +85,23 @@ func (a *API) postAdjustment(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	key, p := idempotencyKey(r)
+	key, p := httpx.IdempotencyKey(r)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	body, p := readBody(w, r)
+	correlationID, p := httpx.CorrelationID(r, false)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
 	var in adjustmentBody
-	if p := httpx.DecodeJSON(w, requestWith(r, body), &in, maxBody); p != nil {
+	body, p := httpx.ReadJSON(w, r, &in, maxBody)
+	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	amount, p := decimalText("amount", in.Amount)
+	amount, p := httpx.DecimalText("amount", "invalid_amount", in.Amount)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
@@ -114,7 +110,7 @@ func (a *API) postAdjustment(w http.ResponseWriter, r *http.Request) {
 		CorrectionOf: in.CorrectionOf, Amount: amount, Currency: in.Currency, Reason: in.Reason,
 	})
 	if err != nil {
-		a.writeError(w, r, err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	actor, p := actorOf(r)
@@ -123,14 +119,14 @@ func (a *API) postAdjustment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply, err := a.svc.PostAdjustment(r.Context(), app.Request{
-		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID(r), Actor: actor,
+		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID, Actor: actor,
 		RequestHash: idempotency.RequestHash(r.Method, r.URL.Path, body),
 	}, adj)
 	if err != nil {
-		a.writeError(w, r, err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
-	writeReply(w, reply)
+	httpx.WriteReply(w, reply)
 }
 
 func (a *API) closePeriod(w http.ResponseWriter, r *http.Request) {
@@ -139,14 +135,19 @@ func (a *API) closePeriod(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	key, p := idempotencyKey(r)
+	key, p := httpx.IdempotencyKey(r)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	correlationID, p := httpx.CorrelationID(r, false)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
 	period, err := domain.ClosablePeriod(chi.URLParam(r, "period"), a.svcNow())
 	if err != nil {
-		a.writeError(w, r, err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	actor, p := actorOf(r)
@@ -156,14 +157,14 @@ func (a *API) closePeriod(w http.ResponseWriter, r *http.Request) {
 	}
 	// The close takes no body; the request is its method and path.
 	reply, err := a.svc.ClosePeriod(r.Context(), app.Request{
-		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID(r), Actor: actor,
+		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID, Actor: actor,
 		RequestHash: idempotency.RequestHash(r.Method, r.URL.Path, nil),
 	}, period)
 	if err != nil {
-		a.writeError(w, r, err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
-	writeReply(w, reply)
+	httpx.WriteReply(w, reply)
 }
 
 // listCharges: GET /v1/tenants/{t}/charges?period=[&meterCode=[&priceVersion=]][&limit=&cursor=]:
@@ -179,7 +180,7 @@ func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	period, err := domain.ParsePeriod(q.Get("period"))
 	if err != nil {
-		a.writeError(w, r, err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	f := app.ChargeFilter{Period: period, MeterCode: q.Get("meterCode")}
@@ -213,7 +214,7 @@ func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
 	}
 	charges, err := a.svc.ListCharges(r.Context(), tenant, f, after, req.Fetch())
 	if err != nil {
-		a.writeError(w, r, err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	charges, next := page.Cut(req, charges, func(c app.Charge) any { return c.Position() })
@@ -228,102 +229,6 @@ func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) svcNow() time.Time { return a.svc.Now() }
 
-// writeError maps an error to its problem: domain rules to 4xx, a reused
-// idempotency key to 422, the rest to 503 (database unreachable) or 500.
-func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	var de *domain.Error
-	switch {
-	case errors.As(err, &de):
-		status := http.StatusBadRequest
-		switch de.Kind {
-		case domain.NotFound:
-			status = http.StatusNotFound
-		case domain.Unprocessable:
-			status = http.StatusUnprocessableEntity
-		}
-		httpx.WriteProblem(w, httpx.NewProblem(status, de.Code, de.Detail))
-	case errors.Is(err, app.ErrKeyReused):
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusUnprocessableEntity, "idempotency_key_reused",
-			"this Idempotency-Key was used with a different request"))
-	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
-		// The client went away; nothing useful to answer.
-	default:
-		p := httpx.StoreError(err)
-		a.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path,
-			"status", p.Status, "err", err)
-		httpx.WriteProblem(w, p)
-	}
-}
-
-func writeReply(w http.ResponseWriter, reply app.Reply) {
-	w.Header().Set("Content-Type", "application/json")
-	if reply.Replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-	}
-	w.WriteHeader(reply.Status)
-	_, _ = w.Write(reply.Body)
-}
-
-func idempotencyKey(r *http.Request) (string, *httpx.Problem) {
-	key := r.Header.Get("Idempotency-Key")
-	if key == "" {
-		return "", httpx.NewProblem(http.StatusBadRequest, "missing_idempotency_key", "send an Idempotency-Key header")
-	}
-	if !idempotency.ValidKey(key) {
-		return "", httpx.NewProblem(http.StatusBadRequest, "invalid_idempotency_key",
-			"Idempotency-Key must be 1-255 printable ASCII characters")
-	}
-	return key, nil
-}
-
-// readBody reads the whole body (bounded) so it can be both decoded and
-// hashed for the idempotency check.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, *httpx.Problem) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		var maxErr *http.MaxBytesError
-		if errors.As(err, &maxErr) {
-			return nil, httpx.Problemf(http.StatusRequestEntityTooLarge, "body_too_large", "body exceeds %d bytes", maxBody)
-		}
-		return nil, httpx.NewProblem(http.StatusBadRequest, "malformed_json", "could not read the body")
-	}
-	return body, nil
-}
-
-func requestWith(r *http.Request, body []byte) *http.Request {
-	r2 := r.Clone(r.Context())
-	r2.Body = io.NopCloser(bytes.NewReader(body))
-	return r2
-}
-
-// decimalText returns the text of a decimal sent as a JSON string; absent or
-// null gives "" (reported as missing by the domain), anything else is
-// invalid_<field>.
-func decimalText(field string, raw json.RawMessage) (string, *httpx.Problem) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var s string
-	if raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
-		return "", httpx.Problemf(http.StatusBadRequest, "invalid_"+field,
-			"%s must be a decimal string such as \"-12.50\", not a JSON %s", field, jsonKind(raw))
-	}
-	return s, nil
-}
-
-func jsonKind(raw json.RawMessage) string {
-	switch raw[0] {
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case 't', 'f':
-		return "boolean"
-	default:
-		return "number"
-	}
-}
-
 // actorOf is who sent a money-changing command: the subject of the verified
 // bearer token (auth.Middleware put its claims in the request's context).
 // Without one nothing is written: 401.
@@ -333,15 +238,4 @@ func actorOf(r *http.Request) (string, *httpx.Problem) {
 		return "", httpx.NewProblem(http.StatusUnauthorized, "unauthorized", "a money-changing command needs a bearer token naming its actor")
 	}
 	return c.Actor(), nil
-}
-
-var printable = regexp.MustCompile(`^[!-~]{1,128}$`)
-
-// correlationID is the request's X-Correlation-Id when it is fit to travel
-// in an envelope; otherwise none.
-func correlationID(r *http.Request) string {
-	if c := r.Header.Get("X-Correlation-Id"); printable.MatchString(c) {
-		return c
-	}
-	return ""
 }

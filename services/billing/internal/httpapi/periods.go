@@ -36,24 +36,25 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	key, p := idempotencyKey(r)
+	key, p := httpx.IdempotencyKey(r)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	body, p := readBody(w, r)
+	correlationID, p := httpx.CorrelationID(r, false)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
 	var in settingsBody
-	if p := httpx.DecodeJSON(w, requestWith(r, body), &in, maxBody); p != nil {
+	body, p := httpx.ReadJSON(w, r, &in, maxBody)
+	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
 	st, err := domain.ParseSettings(domain.SettingsRequest{TimeZone: in.TimeZone, GracePeriod: in.GracePeriod})
 	if err != nil {
-		a.writeError(w, r, err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	actor, p := actorOf(r)
@@ -62,12 +63,12 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reply, err := a.svc.PutSettings(r.Context(), app.Request{
-		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID(r), Actor: actor,
+		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID, Actor: actor,
 		RequestHash: idempotency.RequestHash(r.Method, r.URL.Path, body),
 	}, st)
 	if err != nil {
-		a.writeError(w, r, err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
-	writeReply(w, reply)
+	httpx.WriteReply(w, reply)
 }
