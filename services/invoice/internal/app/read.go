@@ -137,14 +137,7 @@ func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow) ([]
 	for i, r := range rows {
 		ids[i] = r.InvoiceID
 		at[r.InvoiceID] = i
-		out[i] = Invoice{
-			InvoiceID: r.InvoiceID, TenantID: r.TenantID, Period: r.Period, Currency: r.Currency, Status: r.Status,
-			Lines: []Line{}, Corrections: []Correction{},
-		}
-		if r.Status == domain.StatusIssued {
-			number, total, issuedAt := r.Number.Int64, r.Total.Decimal, r.IssuedAt.UTC()
-			out[i].Number, out[i].Subtotal, out[i].Total, out[i].IssuedAt = &number, r.Subtotal.Decimal, &total, &issuedAt
-		}
+		out[i] = invoiceOf(r)
 	}
 	// Charge lines come first: the open invoices' live ones, then the
 	// stored lines (an issued invoice's charge lines, adjustments, rounding).
@@ -153,22 +146,13 @@ func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow) ([]
 		return nil, fmt.Errorf("compute open invoices' charge lines: %w", err)
 	}
 	for _, l := range live {
-		inv := &out[at[l.InvoiceID]]
-		quantity := l.Quantity
-		amount := l.Amount // unit: the charges' amounts
-		if l.Pricing != nil {
-			p, err := pricing.Parse(l.Pricing)
-			if err != nil {
-				return nil, fmt.Errorf("pricing of line %s: %w", domain.ChargeLineID(l.MeterCode, l.PriceVersion), err)
-			}
-			amount = p.Amount(l.Quantity) // the other models: the version's pricing over the quantity so far
+		line, err := liveLine(l)
+		if err != nil {
+			return nil, err
 		}
-		inv.Lines = append(inv.Lines, Line{
-			LineID: domain.ChargeLineID(l.MeterCode, l.PriceVersion), Kind: domain.KindCharge,
-			MeterCode: l.MeterCode, PriceVersion: l.PriceVersion, Quantity: &quantity, ChargeCount: l.ChargeCount,
-			Amount: amount,
-		})
-		inv.Subtotal = inv.Subtotal.Add(amount)
+		inv := &out[at[l.InvoiceID]]
+		inv.Lines = append(inv.Lines, line)
+		inv.Subtotal = inv.Subtotal.Add(line.Amount)
 	}
 	stored, err := q.ListStoredLines(ctx, ids)
 	if err != nil {
@@ -176,21 +160,7 @@ func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow) ([]
 	}
 	for _, l := range stored {
 		inv := &out[at[l.InvoiceID]]
-		line := Line{Kind: l.Kind, Amount: l.Amount}
-		switch l.Kind {
-		case domain.KindCharge:
-			quantity := l.Quantity.Decimal
-			line.LineID = domain.ChargeLineID(l.MeterCode.String, l.PriceVersion.Int64)
-			line.MeterCode, line.PriceVersion, line.Quantity, line.ChargeCount =
-				l.MeterCode.String, l.PriceVersion.Int64, &quantity, l.ChargeCount.Int64
-		case domain.KindAdjustment:
-			origin := l.OriginEventID.UUID
-			line.LineID, line.OriginEventID = domain.AdjustmentLineID(origin), &origin
-		default:
-			origin := l.OriginEventID.UUID
-			line.LineID, line.OriginEventID = domain.RoundingLineID, &origin
-		}
-		inv.Lines = append(inv.Lines, line)
+		inv.Lines = append(inv.Lines, storedLine(l))
 		if inv.Status == domain.StatusOpen && l.Kind != domain.KindRounding {
 			inv.Subtotal = inv.Subtotal.Add(l.Amount)
 		}
@@ -211,4 +181,58 @@ func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow) ([]
 		})
 	}
 	return out, nil
+}
+
+// invoiceOf is the invoice r heads, without lines or corrections yet; an
+// issued one carries its number, subtotal, total and issue time.
+func invoiceOf(r db.ListInvoicesRow) Invoice {
+	inv := Invoice{
+		InvoiceID: r.InvoiceID, TenantID: r.TenantID, Period: r.Period, Currency: r.Currency, Status: r.Status,
+		Lines: []Line{}, Corrections: []Correction{},
+	}
+	if r.Status == domain.StatusIssued {
+		number, total, issuedAt := r.Number.Int64, r.Total.Decimal, r.IssuedAt.UTC()
+		inv.Number, inv.Subtotal, inv.Total, inv.IssuedAt = &number, r.Subtotal.Decimal, &total, &issuedAt
+	}
+	return inv
+}
+
+// liveLine is an open invoice's charge line computed from its charges: unit
+// pricing sums the charges' amounts; the other models apply the version's
+// pricing to the quantity so far.
+func liveLine(l db.LiveChargeLinesRow) (Line, error) {
+	quantity := l.Quantity
+	amount := l.Amount
+	if l.Pricing != nil {
+		p, err := pricing.Parse(l.Pricing)
+		if err != nil {
+			return Line{}, fmt.Errorf("pricing of line %s: %w", domain.ChargeLineID(l.MeterCode, l.PriceVersion), err)
+		}
+		amount = p.Amount(l.Quantity)
+	}
+	return Line{
+		LineID: domain.ChargeLineID(l.MeterCode, l.PriceVersion), Kind: domain.KindCharge,
+		MeterCode: l.MeterCode, PriceVersion: l.PriceVersion, Quantity: &quantity, ChargeCount: l.ChargeCount,
+		Amount: amount,
+	}, nil
+}
+
+// storedLine is a stored line: an issued invoice's charge line, an
+// adjustment or the rounding difference.
+func storedLine(l db.ListStoredLinesRow) Line {
+	line := Line{Kind: l.Kind, Amount: l.Amount}
+	switch l.Kind {
+	case domain.KindCharge:
+		quantity := l.Quantity.Decimal
+		line.LineID = domain.ChargeLineID(l.MeterCode.String, l.PriceVersion.Int64)
+		line.MeterCode, line.PriceVersion, line.Quantity, line.ChargeCount =
+			l.MeterCode.String, l.PriceVersion.Int64, &quantity, l.ChargeCount.Int64
+	case domain.KindAdjustment:
+		origin := l.OriginEventID.UUID
+		line.LineID, line.OriginEventID = domain.AdjustmentLineID(origin), &origin
+	default:
+		origin := l.OriginEventID.UUID
+		line.LineID, line.OriginEventID = domain.RoundingLineID, &origin
+	}
+	return line
 }
