@@ -41,7 +41,7 @@ func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 func activate(t *testing.T, a *app.App, key string, eff time.Time) error {
 	t.Helper()
-	_, err := a.ActivatePrice(context.Background(), app.ActivatePrice{
+	_, err := a.ActivatePrice(t.Context(), app.ActivatePrice{
 		TenantID: "t1", IdempotencyKey: key, RequestHash: key, Actor: "admin@t1.example",
 		Activation: domain.Activation{MeterCode: "api_calls", Currency: "USD", Pricing: pricing.UnitPricing(mustDec("0.5")), EffectiveAt: eff},
 	})
@@ -53,7 +53,7 @@ func published(t *testing.T, pool *pgxpool.Pool) []*envelope.Decoded {
 	t.Helper()
 	reg := envelope.NewRegistry()
 	events.Register(reg)
-	rows, err := pool.Query(context.Background(), `SELECT envelope FROM outbox_event ORDER BY id`)
+	rows, err := pool.Query(t.Context(), `SELECT envelope FROM outbox_event ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestWatermarkPublishedAheadAndRefreshed(t *testing.T) {
 	t0 := time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)
 	c := &clock{t: t0}
 	a := app.New(pool, slog.New(slog.DiscardHandler), app.WithScheduleLead(5*time.Second), app.WithClock(c.now))
-	ctx := context.Background()
+	ctx := t.Context()
 
 	if n, err := a.PublishWatermarks(ctx); err != nil || n != 0 {
 		t.Fatalf("no series yet: published %d, %v", n, err)
@@ -137,7 +137,7 @@ func TestWatermarksHoldUnderConcurrentActivations(t *testing.T) {
 	pool := pgtest.NewPool(t, tmpl)
 	log := slog.New(slog.DiscardHandler)
 	a := app.New(pool, log, app.WithScheduleLead(0))
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	var rounds atomic.Int64
 	for range 2 {

@@ -44,7 +44,7 @@ func TestPriceListsScanTheIndexFromThePosition(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer tx.Rollback(context.Background())
+			defer tx.Rollback(t.Context())
 			if _, err := tx.Exec(t.Context(), `SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off;
 				SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off`); err != nil {
 				t.Fatal(err)

@@ -97,7 +97,7 @@ func do(t *testing.T, srv *httptest.Server, method, path, key, body string) resp
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+	if err := pool.QueryRow(t.Context(), sql, args...).Scan(&n); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return n

@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -49,7 +48,7 @@ func outboxEvents(t *testing.T, pool *pgxpool.Pool) []*envelope.Decoded {
 	t.Helper()
 	reg := envelope.NewRegistry()
 	events.Register(reg)
-	rows, err := pool.Query(context.Background(), `SELECT topic, envelope FROM outbox_event ORDER BY id`)
+	rows, err := pool.Query(t.Context(), `SELECT topic, envelope FROM outbox_event ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +118,7 @@ func TestActivatePrice(t *testing.T) {
 	}
 	// Price versions are immutable.
 	for _, sql := range []string{`UPDATE price SET unit_price = 9`, `DELETE FROM price`} {
-		if _, err := e.pool.Exec(context.Background(), sql); err == nil || !strings.Contains(err.Error(), "immutable") {
+		if _, err := e.pool.Exec(t.Context(), sql); err == nil || !strings.Contains(err.Error(), "immutable") {
 			t.Fatalf("%s: err = %v, want refused as immutable", sql, err)
 		}
 	}
@@ -380,7 +379,7 @@ func TestListPrices(t *testing.T) {
 }
 
 func TestDatabaseUnavailable(t *testing.T) {
-	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+	pool, err := pgxpool.New(t.Context(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
 	if err != nil {
 		t.Fatal(err)
 	}
