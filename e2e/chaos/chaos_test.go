@@ -164,7 +164,7 @@ func binaries(t *testing.T) string {
 			return
 		}
 		progress("building the services")
-		buildErr = stack.Build(context.Background(), root, binDir)
+		buildErr = stack.Build(t.Context(), root, binDir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -199,7 +199,7 @@ func startStack(t *testing.T, bin string, instances map[string]int) *chaos.Harne
 	}
 	h, err := chaos.NewHarness(t.Context(), s, progress)
 	if err != nil {
-		_ = s.Stop(context.Background())
+		_ = s.Stop(t.Context())
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
