@@ -147,75 +147,33 @@ func (h *Harness) RunScenario(ctx context.Context, sc Scenario) (*Row, *Run, err
 	began := time.Now()
 	r := &Run{H: h, Key: sc.Key, Tenants: Tenants(sc.Key), Ledger: NewLedger()}
 	row := &Row{Scenario: sc.Key + " " + sc.Title}
-	fail := func(err error) (*Row, *Run, error) {
+	err := h.runScenario(ctx, sc, r)
+	if err != nil {
 		r.Fail("%v", err)
-		h.fillRow(row, r, sc, began)
-		return row, r, err
 	}
+	h.fillRow(row, r, sc, began)
+	return row, r, err
+}
+
+// runScenario drives sc's load and faults, lets the system come to rest,
+// closes, reconciles and verifies; an error stops it early.
+func (h *Harness) runScenario(ctx context.Context, sc Scenario, r *Run) error {
 	// Baselines: decisions and the topics' logs so far.
 	h.Decisions.ScrapeAll(ctx)
 	before := h.Decisions.Total()
 	if _, err := h.Kafka.ScanLog(ctx); err != nil {
-		return fail(fmt.Errorf("scan the topics before the run: %w", err))
+		return fmt.Errorf("scan the topics before the run: %w", err)
 	}
-
-	cfg := sc.Load
-	cfg.Name, cfg.Tenants = sc.Key, r.Tenants
-	if cfg.Progress == nil {
-		cfg.Progress = h.Progress
-	}
-	r.Load = NewLoad(h.Client, r.Ledger, cfg)
-	if err := r.Load.ActivateInitialPrices(ctx); err != nil {
-		return fail(fmt.Errorf("initial prices: %w", err))
-	}
-	if sc.Setup != nil {
-		if err := sc.Setup(ctx, r); err != nil {
-			return fail(fmt.Errorf("setup: %w", err))
-		}
-	}
-	h.Progress("%s: load of %d facts over %s for %s", sc.Key, cfg.Facts, cfg.Duration, strings.Join(r.Tenants, ", "))
-	r.LoadStart = time.Now()
-	var wg sync.WaitGroup
-	var loadErr, faultErr error
-	wg.Go(func() { loadErr = r.Load.Run(ctx) })
-	if sc.Faults != nil {
-		wg.Go(func() { faultErr = sc.Faults(ctx, r) })
-	}
-	wg.Wait()
-	if err := errors.Join(loadErr, faultErr); err != nil {
-		return fail(err)
+	if err := h.drive(ctx, sc, r); err != nil {
+		return err
 	}
 	h.Progress("%s: load done (%s); waiting for the system to come to rest", sc.Key, r.Since().Round(time.Second))
-	if _, err := h.WaitQuiet(ctx, 5*time.Minute); err != nil {
-		return fail(err)
+	if err := h.settle(ctx, r, before); err != nil {
+		return err
 	}
-	if err := h.AdjustAndClose(ctx, r.Ledger, r.Tenants); err != nil {
-		return fail(fmt.Errorf("adjust and close: %w", err))
+	if err := h.reconcile(ctx, r); err != nil {
+		return err
 	}
-	if _, err := h.WaitQuiet(ctx, 3*time.Minute); err != nil {
-		return fail(fmt.Errorf("after the close: %w", err))
-	}
-	r.watchers.Wait()
-	h.Decisions.ScrapeAll(ctx)
-	r.Decisions = h.Decisions.Total().Sub(before)
-	log, err := h.Kafka.ScanLog(ctx)
-	if err != nil {
-		return fail(fmt.Errorf("scan the topics: %w", err))
-	}
-	r.Log = log
-	rec, err := Reconcile(ctx, h.DB, append(slices.Clone(r.Tenants), r.Extra...), r.Ledger)
-	if err != nil {
-		return fail(fmt.Errorf("reconcile: %w", err))
-	}
-	r.Recon = rec
-	var versions []string
-	for v := int64(1); v <= 10; v++ {
-		if n := rec.ByVersion[v]; n > 0 {
-			versions = append(versions, fmt.Sprintf("v%d: %d", v, n))
-		}
-	}
-	r.Note("reconciled %d usage facts (priced by %s), %d charges, %d adjustments, %d invoice charges in %d lines on %d invoices, %d projected events",
-		rec.Facts, strings.Join(versions, ", "), rec.Charges, rec.Adjustments, rec.InvoiceCharges, rec.InvoiceLines, rec.Invoices, rec.Projected)
 	if sc.Verify != nil {
 		if err := sc.Verify(ctx, r); err != nil {
 			r.Fail("%v", err)
@@ -227,8 +185,79 @@ func (h *Harness) RunScenario(ctx context.Context, sc Scenario) (*Row, *Run, err
 	if sc.NeedDuplicates && r.Decisions.Outcome("", "duplicate") == 0 {
 		r.NotProven("no real duplicate was delivered: nothing shows that duplicates are absorbed")
 	}
-	h.fillRow(row, r, sc, began)
-	return row, r, nil
+	return nil
+}
+
+// drive activates the initial prices, runs sc's setup, then its load and
+// its faults side by side until both are done.
+func (h *Harness) drive(ctx context.Context, sc Scenario, r *Run) error {
+	cfg := sc.Load
+	cfg.Name, cfg.Tenants = sc.Key, r.Tenants
+	if cfg.Progress == nil {
+		cfg.Progress = h.Progress
+	}
+	r.Load = NewLoad(h.Client, r.Ledger, cfg)
+	if err := r.Load.ActivateInitialPrices(ctx); err != nil {
+		return fmt.Errorf("initial prices: %w", err)
+	}
+	if sc.Setup != nil {
+		if err := sc.Setup(ctx, r); err != nil {
+			return fmt.Errorf("setup: %w", err)
+		}
+	}
+	h.Progress("%s: load of %d facts over %s for %s", sc.Key, cfg.Facts, cfg.Duration, strings.Join(r.Tenants, ", "))
+	r.LoadStart = time.Now()
+	var wg sync.WaitGroup
+	var loadErr, faultErr error
+	wg.Go(func() { loadErr = r.Load.Run(ctx) })
+	if sc.Faults != nil {
+		wg.Go(func() { faultErr = sc.Faults(ctx, r) })
+	}
+	wg.Wait()
+	return errors.Join(loadErr, faultErr)
+}
+
+// settle waits for the system to come to rest, adjusts and closes the
+// tenants' periods, waits again, then records the decisions taken since
+// before and the topics' logs.
+func (h *Harness) settle(ctx context.Context, r *Run, before Counts) error {
+	if _, err := h.WaitQuiet(ctx, 5*time.Minute); err != nil {
+		return err
+	}
+	if err := h.AdjustAndClose(ctx, r.Ledger, r.Tenants); err != nil {
+		return fmt.Errorf("adjust and close: %w", err)
+	}
+	if _, err := h.WaitQuiet(ctx, 3*time.Minute); err != nil {
+		return fmt.Errorf("after the close: %w", err)
+	}
+	r.watchers.Wait()
+	h.Decisions.ScrapeAll(ctx)
+	r.Decisions = h.Decisions.Total().Sub(before)
+	log, err := h.Kafka.ScanLog(ctx)
+	if err != nil {
+		return fmt.Errorf("scan the topics: %w", err)
+	}
+	r.Log = log
+	return nil
+}
+
+// reconcile reconciles the run's tenants against its ledger and notes what
+// was reconciled.
+func (h *Harness) reconcile(ctx context.Context, r *Run) error {
+	rec, err := Reconcile(ctx, h.DB, append(slices.Clone(r.Tenants), r.Extra...), r.Ledger)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	r.Recon = rec
+	var versions []string
+	for v := int64(1); v <= 10; v++ {
+		if n := rec.ByVersion[v]; n > 0 {
+			versions = append(versions, fmt.Sprintf("v%d: %d", v, n))
+		}
+	}
+	r.Note("reconciled %d usage facts (priced by %s), %d charges, %d adjustments, %d invoice charges in %d lines on %d invoices, %d projected events",
+		rec.Facts, strings.Join(versions, ", "), rec.Charges, rec.Adjustments, rec.InvoiceCharges, rec.InvoiceLines, rec.Invoices, rec.Projected)
+	return nil
 }
 
 func (h *Harness) fillRow(row *Row, r *Run, sc Scenario, began time.Time) {
