@@ -413,7 +413,7 @@ func TestHandlerFailuresInBigBatch(t *testing.T) {
 	}
 }
 
-func TestRedecideQuarantinedAfterFix(t *testing.T) {
+func TestRedriveQuarantinedAfterFix(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, tmpl)
 	ib := newInbox(t, inbox.Options{})
@@ -421,17 +421,17 @@ func TestRedecideQuarantinedAfterFix(t *testing.T) {
 	next := ev(t, "Noted", 1, "a", 2, note{Origin: "o-a2"})
 	wantOutcomes(t, decide(t, ib, pool, raw(t, bad), raw(t, next)), "quarantined:bad_note", "deferred:version_gap")
 
-	redecide := func(ib *inbox.Inbox, id uuid.UUID) ([]inbox.Decision, error) {
+	redrive := func(ib *inbox.Inbox, id uuid.UUID) ([]inbox.Decision, error) {
 		var ds []inbox.Decision
 		err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
 			var err error
-			ds, err = ib.Redecide(t.Context(), tx, id)
+			ds, err = ib.Redrive(t.Context(), tx, id)
 			return err
 		})
 		return ds, err
 	}
 	// Today's handler still refuses it: quarantined again, same row.
-	ds, err := redecide(ib, bad.EventID)
+	ds, err := redrive(ib, bad.EventID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +444,7 @@ func TestRedecideQuarantinedAfterFix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds, err = redecide(fixed, bad.EventID)
+	ds, err = redrive(fixed, bad.EventID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,17 +456,17 @@ func TestRedecideQuarantinedAfterFix(t *testing.T) {
 		t.Fatalf("quarantine row not marked redriven")
 	}
 	// Asked again, the redrive is a harmless duplicate.
-	ds, err = redecide(fixed, bad.EventID)
+	ds, err = redrive(fixed, bad.EventID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantOutcomes(t, ds, "duplicate")
-	if _, err := redecide(fixed, uuid.Must(uuid.NewV7())); !errors.Is(err, inbox.ErrNotRetained) {
-		t.Fatalf("redecide of an unknown event: %v, want ErrNotRetained", err)
+	if _, err := redrive(fixed, uuid.Must(uuid.NewV7())); !errors.Is(err, inbox.ErrNotRetained) {
+		t.Fatalf("redrive of an unknown event: %v, want ErrNotRetained", err)
 	}
 }
 
-func TestRedecideUnsupportedSchemaWithNewDecoder(t *testing.T) {
+func TestRedriveUnsupportedSchemaWithNewDecoder(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, tmpl)
 	ib := newInbox(t, inbox.Options{})
@@ -481,7 +481,7 @@ func TestRedecideUnsupportedSchemaWithNewDecoder(t *testing.T) {
 	}
 	var ds []inbox.Decision
 	err = pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
-		ds, err = upgraded.Redecide(t.Context(), tx, v2.EventID)
+		ds, err = upgraded.Redrive(t.Context(), tx, v2.EventID)
 		return err
 	})
 	if err != nil {

@@ -15,8 +15,9 @@
 //     Permanent handler error, a payload of another type than the handler's,
 //     a handler that panicked or failed past its retry budget). The raw bytes
 //     are kept with the reason (one of the list in reasons.go) and what the
-//     handler said, and the events behind it keep flowing. Redecide redrives
-//     it later through the decoders and handlers of the day.
+//     handler said, and the events behind it keep flowing. An operator's
+//     Redrive decides it again later through the decoders and handlers of
+//     the day.
 //
 // A failure of the infrastructure (the database is down, a deadlock, a
 // cancelled context) is transient: Decide returns the error, the caller rolls
@@ -357,7 +358,7 @@ func (e *itemError) Error() string { return fmt.Sprintf("item %d: %v", e.index, 
 
 func (e *itemError) Unwrap() error { return e.err }
 
-// ErrNotRetained is returned by Redecide for an event the inbox holds neither
+// ErrNotRetained is returned by Redrive for an event the inbox holds neither
 // deferred nor quarantined.
 var ErrNotRetained = errors.New("event not retained as deferred or quarantined")
 
@@ -411,7 +412,7 @@ func (ib *Inbox) RefreshGauges(ctx context.Context, q Querier) (Stats, error) {
 }
 
 // Observe counts committed decisions in inbox_decisions_total. Call it after
-// the transaction that Decide, Redecide or RedecideQuarantined ran in has
+// the transaction that Decide, Redrive or RedriveQuarantined ran in has
 // committed (Runner and Sweep do), so rolled-back attempts are not counted.
 func (ib *Inbox) Observe(ds []Decision) {
 	for _, d := range ds {

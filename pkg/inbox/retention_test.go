@@ -134,7 +134,7 @@ func TestExpiredDeferredEventIsQuarantinedAndRedriven(t *testing.T) {
 		var ds []inbox.Decision
 		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var err error
-			ds, err = ib.Redecide(ctx, tx, e)
+			ds, err = ib.Redrive(ctx, tx, e)
 			return err
 		}); err != nil {
 			t.Fatal(err)

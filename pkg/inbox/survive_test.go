@@ -176,7 +176,7 @@ func redriveAfterFix(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, f *fault
 	// Still broken: quarantined again (the same row, one more attempt),
 	// after the budget's retries for an unclassified error.
 	for attempt := 1; ; attempt++ {
-		ds, err := redecideErr(t, ib, pool, e.EventID)
+		ds, err := redriveErr(t, ib, pool, e.EventID)
 		var retry *inbox.RetryError
 		if errors.As(err, &retry) && attempt < 10 {
 			continue
@@ -190,7 +190,7 @@ func redriveAfterFix(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, f *fault
 		break
 	}
 	f.broken.Store(false)
-	wantOutcomes(t, redecide(t, ib, pool, e.EventID), "applied")
+	wantOutcomes(t, redrive(t, ib, pool, e.EventID), "applied")
 	if n := count(t, pool, `SELECT count(*) FROM effect WHERE origin = $1`, origin); n != 1 {
 		t.Fatalf("%d effects of the redriven event, want 1", n)
 	}
@@ -199,21 +199,21 @@ func redriveAfterFix(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, f *fault
 	}
 }
 
-func redecide(t *testing.T, ib *inbox.Inbox, pool *pgxpool.Pool, id uuid.UUID) []inbox.Decision {
+func redrive(t *testing.T, ib *inbox.Inbox, pool *pgxpool.Pool, id uuid.UUID) []inbox.Decision {
 	t.Helper()
-	ds, err := redecideErr(t, ib, pool, id)
+	ds, err := redriveErr(t, ib, pool, id)
 	if err != nil {
-		t.Fatalf("redecide %s: %v", id, err)
+		t.Fatalf("redrive %s: %v", id, err)
 	}
 	return ds
 }
 
-func redecideErr(t *testing.T, ib *inbox.Inbox, pool *pgxpool.Pool, id uuid.UUID) ([]inbox.Decision, error) {
+func redriveErr(t *testing.T, ib *inbox.Inbox, pool *pgxpool.Pool, id uuid.UUID) ([]inbox.Decision, error) {
 	t.Helper()
 	var ds []inbox.Decision
 	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
 		var err error
-		ds, err = ib.Redecide(t.Context(), tx, id)
+		ds, err = ib.Redrive(t.Context(), tx, id)
 		return err
 	})
 	return ds, err

@@ -6,9 +6,9 @@
 //     quarantined message is announced as EventQuarantined on ops.events.v1,
 //     through the service's outbox, in the deciding transaction.
 //   - Redriver consumes RedriveRequested from ops.commands.v1: a request
-//     addressed to the service re-decides the retained envelope through
-//     today's decoders (inbox.Redecide), or releases a dead letter of its
-//     outbox, and answers RedriveCompleted on ops.events.v1 through the
+//     addressed to the service redrives the retained envelope through
+//     today's decoders (inbox.Redrive), or a dead letter of its outbox
+//     back to its relay (outbox.RedriveDeadLetter), and answers RedriveCompleted on ops.events.v1 through the
 //     outbox, all in the transaction that decides the request. The inbox
 //     decides a request once, so redelivered requests act once; a second
 //     request for the same event reports what it finds then (a duplicate).

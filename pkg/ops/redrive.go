@@ -66,7 +66,7 @@ func NewRedriver(service string, log *slog.Logger) *Redriver {
 	return &Redriver{service: service, log: log.With("component", "redrive")}
 }
 
-// SetInbox sets the inbox whose retained events the Redriver re-decides.
+// SetInbox sets the inbox whose retained events the Redriver redrives.
 // Call it before the consumer starts.
 func (r *Redriver) SetInbox(ib *inbox.Inbox) { r.inbox = ib }
 
@@ -118,7 +118,7 @@ func (r *Redriver) act(ctx context.Context, tx pgx.Tx, action, eventID string) (
 	}
 	switch action {
 	case events.ActionRedecide:
-		ds, err := r.inbox.Redecide(ctx, tx, id)
+		ds, err := r.inbox.Redrive(ctx, tx, id)
 		if errors.Is(err, inbox.ErrNotRetained) {
 			return events.OutcomeNotFound, "", nil
 		}
@@ -127,7 +127,7 @@ func (r *Redriver) act(ctx context.Context, tx pgx.Tx, action, eventID string) (
 		}
 		return ds[0].Outcome, ds[0].Reason, nil
 	case events.ActionReleaseDeadLetter:
-		released, err := outbox.ReleaseDeadLetter(ctx, tx, id)
+		released, err := outbox.RedriveDeadLetter(ctx, tx, id)
 		if err != nil {
 			return "", "", err
 		}

@@ -98,13 +98,13 @@ func ListDeadLetters(ctx context.Context, q Querier, after int64, limit int) ([]
 	return out, nil
 }
 
-// ReleaseDeadLetter gives a dead letter a fresh set of attempts. It reports
-// whether the event was a dead letter. The caller audits the release.
-func ReleaseDeadLetter(ctx context.Context, q Querier, eventID uuid.UUID) (bool, error) {
+// RedriveDeadLetter gives a dead letter a fresh set of attempts. It reports
+// whether the event was a dead letter. The caller audits the redrive.
+func RedriveDeadLetter(ctx context.Context, q Querier, eventID uuid.UUID) (bool, error) {
 	tag, err := q.Exec(ctx, `UPDATE outbox_event SET dead_at = NULL, attempts = 0
 		WHERE event_id = $1 AND dead_at IS NOT NULL`, eventID)
 	if err != nil {
-		return false, fmt.Errorf("release outbox dead letter %s: %w", eventID, err)
+		return false, fmt.Errorf("redrive outbox dead letter %s: %w", eventID, err)
 	}
 	return tag.RowsAffected() == 1, nil
 }

@@ -185,7 +185,7 @@ func TestMessageRefusedTooOftenBecomesADeadLetter(t *testing.T) {
 	}
 
 	// Released, it is tried again (and refused again, since it is still too big).
-	ok, err := outbox.ReleaseDeadLetter(t.Context(), pool, big.EventID)
+	ok, err := outbox.RedriveDeadLetter(t.Context(), pool, big.EventID)
 	if err != nil || !ok {
 		t.Fatalf("release: %v %v", ok, err)
 	}

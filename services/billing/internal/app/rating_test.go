@@ -559,7 +559,7 @@ func TestQuarantinedPriceActivatedHoldsRatingBack(t *testing.T) {
 	}
 	var ds []inbox.Decision
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		ds, err = next.RedecideQuarantined(ctx, tx, id)
+		ds, err = next.RedriveQuarantined(ctx, tx, id)
 		return err
 	})
 	if err != nil {
