@@ -124,7 +124,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 	}
 	invs, err := a.reader.Invoices(r.Context(), tenantID, period, after, req.Fetch())
 	if err != nil {
-		a.storeError(w, r, err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	invs, next := page.Cut(req, invs, func(inv app.Invoice) any { return app.PositionOf(inv) })
@@ -157,14 +157,8 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		a.storeError(w, r, err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, toJSON(inv))
-}
-
-func (a *API) storeError(w http.ResponseWriter, r *http.Request, err error) {
-	p := httpx.StoreError(err)
-	a.log.ErrorContext(r.Context(), "read invoices", "path", r.URL.Path, "err", err, "status", p.Status)
-	httpx.WriteProblem(w, p)
 }

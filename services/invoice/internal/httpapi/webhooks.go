@@ -4,7 +4,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -90,7 +89,7 @@ func (a *Webhooks) create(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusConflict, "too_many_endpoints", err.Error()))
 		return
 	case err != nil:
-		a.storeError(w, r, "create webhook endpoint", err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
@@ -124,7 +123,7 @@ func (a *Webhooks) list(w http.ResponseWriter, r *http.Request) {
 	}
 	eps, err := a.endpoints.List(r.Context(), tenantID, after.ID, req.Fetch())
 	if err != nil {
-		a.storeError(w, r, "list webhook endpoints", err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	eps, next := page.Cut(req, eps, func(e webhook.Endpoint) any { return idCursor{ID: e.ID} })
@@ -156,7 +155,7 @@ func (a *Webhooks) delete(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, webhook.ErrNotFound):
 		httpx.WriteProblem(w, httpx.Problemf(http.StatusNotFound, "not_found", "tenant %s has no webhook endpoint %s", tenantID, id))
 	case err != nil:
-		a.storeError(w, r, "delete webhook endpoint", err)
+		httpx.WriteError(w, r, a.log, err)
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
@@ -214,7 +213,7 @@ func (a *Webhooks) intents(w http.ResponseWriter, r *http.Request) {
 	f.After, f.Limit = after.ID, req.Fetch()
 	items, err := a.store.List(r.Context(), f)
 	if err != nil {
-		a.storeError(w, r, "list webhook intents", err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	items, next := page.Cut(req, items, func(i webhook.Intent) any { return idCursor{ID: i.ID} })
@@ -237,13 +236,11 @@ func (a *Webhooks) intents(w http.ResponseWriter, r *http.Request) {
 func (a *Webhooks) stats(w http.ResponseWriter, r *http.Request) {
 	s, err := a.store.Stats(r.Context())
 	if err != nil {
-		a.storeError(w, r, "read webhook intent stats", err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"byStatus": s.ByStatus, "oldestPendingAgeSeconds": s.OldestPendingAgeSeconds})
 }
-
-var correlationID = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
 
 // retry: POST /internal/v1/webhook-intents/{intentId}/retry {actor,
 // correlationId, reason}: a failed or expired intent becomes pending and
@@ -267,24 +264,18 @@ func (a *Webhooks) retry(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	if !correlationID.MatchString(body.CorrelationID) || utf8.RuneCountInString(body.Reason) > 500 {
+	if !httpx.ValidCorrelationID(body.CorrelationID) || utf8.RuneCountInString(body.Reason) > 500 {
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_field",
 			"correlationId must be 1-128 printable ASCII characters and reason at most 500 characters"))
 		return
 	}
 	outcome, status, err := a.store.Retry(r.Context(), id)
 	if err != nil {
-		a.storeError(w, r, "retry webhook intent", err)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	claims, _ := auth.FromContext(r.Context())
 	a.log.InfoContext(r.Context(), "webhook intent retry", "intent_id", id, "outcome", outcome, "status", status,
 		"actor", body.Actor, "caller", claims.Actor(), "correlation_id", body.CorrelationID, "reason", body.Reason)
 	httpx.WriteJSON(w, http.StatusOK, map[string]any{"intentId": id, "outcome": outcome, "status": status})
-}
-
-func (a *Webhooks) storeError(w http.ResponseWriter, r *http.Request, what string, err error) {
-	p := httpx.StoreError(err)
-	a.log.ErrorContext(r.Context(), what, "path", r.URL.Path, "err", err, "status", p.Status)
-	httpx.WriteProblem(w, p)
 }

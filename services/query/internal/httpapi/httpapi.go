@@ -59,9 +59,7 @@ func (a *API) summary(w http.ResponseWriter, r *http.Request) {
 	}
 	s, err := a.reader.Summary(r.Context(), tenantID)
 	if err != nil {
-		p := httpx.StoreError(err)
-		a.log.ErrorContext(r.Context(), "read summary", "tenant_id", tenantID, "err", err, "status", p.Status)
-		httpx.WriteProblem(w, p)
+		httpx.WriteError(w, r, a.log, err)
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, summaryJSON{

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"regexp"
 	"time"
 	"unicode/utf8"
 
@@ -138,9 +137,6 @@ type submitJSON struct {
 	Reason  string `json:"reason"`
 }
 
-// correlationID is the envelope's rule for correlationId.
-var correlationID = regexp.MustCompile(`^[\x21-\x7e]{1,128}$`)
-
 // MaxReason is the longest reason an operator may give, in characters.
 const MaxReason = 500
 
@@ -150,13 +146,9 @@ const MaxReason = 500
 // request; asking twice is safe (the second finds a duplicate, or nothing).
 func (a *Operator) submit(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		corr := r.Header.Get("X-Correlation-Id")
-		switch {
-		case corr == "":
-			httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "missing_correlation_id", "the X-Correlation-Id header is required"))
-			return
-		case !correlationID.MatchString(corr):
-			httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_correlation_id", "X-Correlation-Id must be 1-128 printable ASCII characters"))
+		corr, p := httpx.CorrelationID(r, true)
+		if p != nil {
+			httpx.WriteProblem(w, p)
 			return
 		}
 		var body submitJSON

@@ -99,13 +99,9 @@ func (a *WebhookOperator) stats(w http.ResponseWriter, r *http.Request) {
 // retry: an audited retry of a failed or expired intent (redrive_audit,
 // action retry_webhook_intent). Synchronous: the answer has the outcome.
 func (a *WebhookOperator) retry(w http.ResponseWriter, r *http.Request) {
-	corr := r.Header.Get("X-Correlation-Id")
-	switch {
-	case corr == "":
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "missing_correlation_id", "the X-Correlation-Id header is required"))
-		return
-	case !correlationID.MatchString(corr):
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_correlation_id", "X-Correlation-Id must be 1-128 printable ASCII characters"))
+	corr, p := httpx.CorrelationID(r, true)
+	if p != nil {
+		httpx.WriteProblem(w, p)
 		return
 	}
 	id, err := uuid.Parse(chi.URLParam(r, "intentId"))
