@@ -13,33 +13,20 @@ import (
 
 	"github.com/usagebilling/billing/pkg/money"
 	"github.com/usagebilling/billing/pkg/pricing"
+	"github.com/usagebilling/billing/pkg/rule"
 )
 
-// Kind says which sort of rule an Error breaks.
-type Kind int
-
-const (
-	// Invalid: the request itself is malformed or out of range.
-	Invalid Kind = iota + 1
-	// Rejected: the request is well formed but a business rule refuses it.
-	Rejected
-)
-
-// Error is a broken rule with a stable machine-readable code.
-type Error struct {
-	Kind   Kind
-	Code   string
-	Detail string
-}
-
-func (e *Error) Error() string { return e.Code + ": " + e.Detail }
+// Error is a broken rule with a stable machine-readable code (pkg/rule): a
+// malformed request is rule.Invalid (400), a well-formed one a business rule
+// refuses rule.Unprocessable (422).
+type Error = rule.Error
 
 func invalid(code, format string, args ...any) *Error {
-	return &Error{Kind: Invalid, Code: code, Detail: fmt.Sprintf(format, args...)}
+	return rule.Errorf(rule.Invalid, code, format, args...)
 }
 
 func rejected(code, format string, args ...any) *Error {
-	return &Error{Kind: Rejected, Code: code, Detail: fmt.Sprintf(format, args...)}
+	return rule.Errorf(rule.Unprocessable, code, format, args...)
 }
 
 // Codes of the errors this package returns.
@@ -190,12 +177,11 @@ func optDecimal(field, s, code string) (*decimal.Decimal, error) {
 	return &v, nil
 }
 
-// MinYear and MaxYear bound the years of a time a request may name: the zero
-// time (0001-01-01, which would read as "absent") and year 9999 (a price
-// that blocks every later version) are refused.
+// MinYear and MaxYear bound the years of a time a request may name
+// (rule.Time).
 const (
-	MinYear = 1970
-	MaxYear = 2199
+	MinYear = rule.MinYear
+	MaxYear = rule.MaxYear
 )
 
 // MaxScheduleAhead is how far after its activation a price version may take
@@ -207,20 +193,17 @@ const MaxScheduleAhead = 10 * 365 * 24 * time.Hour
 const CodeEffectiveTooFar = "effective_at_too_far"
 
 // ParseTime reads an RFC 3339 time, in UTC and truncated to microseconds
-// (what PostgreSQL keeps).
+// (what PostgreSQL keeps): rule.Time.
 func ParseTime(field, s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := rule.Time(field, s)
 	if err != nil {
-		return time.Time{}, invalid(CodeInvalidField, "field %q must be an RFC 3339 time such as 2026-11-01T00:00:00Z, got %q", field, s)
+		return time.Time{}, err
 	}
-	if y := t.UTC().Year(); y < MinYear || y > MaxYear {
-		return time.Time{}, invalid(CodeInvalidField, "field %q: year %d is out of range (%d to %d)", field, y, MinYear, MaxYear)
-	}
-	return Instant(t), nil
+	return t, nil
 }
 
 // Instant is t in UTC, truncated to microseconds.
-func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+func Instant(t time.Time) time.Time { return rule.Instant(t) }
 
 // Schedule places the activation in its series. activatedAt is now; prev is
 // the effectiveAt of the series' latest version, nil for the first;

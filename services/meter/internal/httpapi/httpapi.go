@@ -3,11 +3,8 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 
@@ -88,9 +85,9 @@ func (r activatePriceRequest) request() (domain.Request, *httpx.Problem) {
 			decimalField{fmt.Sprintf("tiers[%d].flatFee", i), domain.CodeInvalidPrice, t.FlatFee, &out.Tiers[i].FlatFee})
 	}
 	for _, f := range fields {
-		s, ok := jsonString(f.raw)
-		if !ok {
-			return domain.Request{}, httpx.Problemf(http.StatusBadRequest, f.code, `%s must be a decimal string such as "0.25"`, f.name)
+		s, p := httpx.DecimalText(f.name, f.code, f.raw)
+		if p != nil {
+			return domain.Request{}, p
 		}
 		*f.to = s
 	}
@@ -103,27 +100,19 @@ func (api *API) activatePrice(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	key := r.Header.Get("Idempotency-Key")
-	switch {
-	case key == "":
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "missing_idempotency_key", "send an Idempotency-Key header"))
-		return
-	case !idempotency.ValidKey(key):
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_idempotency_key", "Idempotency-Key must be 1-255 printable ASCII characters"))
-		return
-	}
-	correlationID, p := correlationID(r)
+	key, p := httpx.IdempotencyKey(r)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	body, p := readBody(w, r, maxBody)
+	correlationID, p := httpx.CorrelationID(r, false)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
 	var req activatePriceRequest
-	if p := httpx.DecodeJSON(w, r, &req, maxBody); p != nil {
+	body, p := httpx.ReadJSON(w, r, &req, maxBody)
+	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
@@ -134,7 +123,7 @@ func (api *API) activatePrice(w http.ResponseWriter, r *http.Request) {
 	}
 	act, err := domain.ParseActivation(dreq)
 	if err != nil {
-		api.writeError(w, r, err)
+		httpx.WriteError(w, r, api.log, err)
 		return
 	}
 	claims, ok := auth.FromContext(r.Context())
@@ -152,15 +141,10 @@ func (api *API) activatePrice(w http.ResponseWriter, r *http.Request) {
 		CorrelationID:  correlationID,
 	})
 	if err != nil {
-		api.writeError(w, r, err)
+		httpx.WriteError(w, r, api.log, err)
 		return
 	}
-	if rc.Replayed {
-		w.Header().Set("Idempotent-Replayed", "true")
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(rc.Status)
-	_, _ = w.Write(rc.Body)
+	httpx.WriteReply(w, rc)
 }
 
 // priceCursor is the keyset position a page of prices ends at.
@@ -188,7 +172,7 @@ func (api *API) listPrices(w http.ResponseWriter, r *http.Request) {
 	meterCode := q.Get("meterCode")
 	if meterCode != "" {
 		if err := domain.CheckMeterCode(meterCode); err != nil {
-			api.writeError(w, r, err)
+			httpx.WriteError(w, r, api.log, err)
 			return
 		}
 	}
@@ -211,7 +195,7 @@ func (api *API) listPrices(w http.ResponseWriter, r *http.Request) {
 	prices, err := api.app.ListPrices(r.Context(), app.ListPrices{TenantID: tenant, MeterCode: meterCode,
 		After: app.PriceKey(after), Limit: req.Fetch()})
 	if err != nil {
-		api.writeError(w, r, err)
+		httpx.WriteError(w, r, api.log, err)
 		return
 	}
 	prices, next := page.Cut(req, prices, func(p app.Price) any { return priceCursor(p.Key()) })
@@ -219,66 +203,4 @@ func (api *API) listPrices(w http.ResponseWriter, r *http.Request) {
 		prices = []app.Price{}
 	}
 	httpx.WriteJSON(w, http.StatusOK, listPricesResponse{Prices: prices, Next: next})
-}
-
-func (api *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	var de *domain.Error
-	switch {
-	case errors.As(err, &de):
-		status := http.StatusBadRequest
-		if de.Kind == domain.Rejected {
-			status = http.StatusUnprocessableEntity
-		}
-		httpx.WriteProblem(w, httpx.NewProblem(status, de.Code, de.Detail))
-	case errors.Is(err, app.ErrKeyReused):
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusUnprocessableEntity, "idempotency_key_reused",
-			"this Idempotency-Key was used with a different request"))
-	default:
-		p := httpx.StoreError(err)
-		api.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path,
-			"status", p.Status, "err", err)
-		httpx.WriteProblem(w, p)
-	}
-}
-
-// readBody reads the whole body (at most max bytes) and puts it back for
-// decoding; the raw bytes identify the request for idempotency.
-func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, *httpx.Problem) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
-	if err != nil {
-		var maxErr *http.MaxBytesError
-		if errors.As(err, &maxErr) {
-			return nil, httpx.Problemf(http.StatusRequestEntityTooLarge, "body_too_large", "body exceeds %d bytes", max)
-		}
-		return nil, httpx.NewProblem(http.StatusBadRequest, "malformed_json", "could not read the body")
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	return body, nil
-}
-
-// jsonString returns the text of a JSON string value; absent and null are
-// "". ok is false for any other JSON value (a number where a decimal string
-// is expected).
-func jsonString(raw json.RawMessage) (s string, ok bool) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", true
-	}
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", false
-	}
-	return s, true
-}
-
-// correlationID reads the optional X-Correlation-Id header.
-func correlationID(r *http.Request) (string, *httpx.Problem) {
-	id := r.Header.Get("X-Correlation-Id")
-	if len(id) > 128 {
-		return "", httpx.NewProblem(http.StatusBadRequest, "invalid_field", "X-Correlation-Id must be at most 128 printable ASCII characters")
-	}
-	for i := 0; i < len(id); i++ {
-		if id[i] <= ' ' || id[i] >= 0x7f {
-			return "", httpx.NewProblem(http.StatusBadRequest, "invalid_field", "X-Correlation-Id must be printable ASCII without spaces")
-		}
-	}
-	return id, nil
 }
