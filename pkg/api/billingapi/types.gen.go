@@ -382,7 +382,7 @@ type PostAdjustmentParams struct {
 	// IdempotencyKey 1-255 printable ASCII characters. A replay answers the first response with Idempotent-Replayed true; the same key with another body is 422 idempotency_key_reused.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
-	// XCorrelationId at most 128 printable ASCII characters; carried on the events the command writes
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
 	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
 }
 
@@ -407,7 +407,7 @@ type ClosePeriodParams struct {
 	// IdempotencyKey 1-255 printable ASCII characters. A replay answers the first response with Idempotent-Replayed true; the same key with another body is 422 idempotency_key_reused.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
-	// XCorrelationId at most 128 printable ASCII characters; carried on the events the command writes
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
 	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
 }
 
@@ -416,7 +416,7 @@ type PutSettingsParams struct {
 	// IdempotencyKey 1-255 printable ASCII characters. A replay answers the first response with Idempotent-Replayed true; the same key with another body is 422 idempotency_key_reused.
 	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
 
-	// XCorrelationId at most 128 printable ASCII characters; carried on the events the command writes
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
 	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
 }
 

@@ -491,7 +491,7 @@ type OperatorDeadLettersParams struct {
 
 // ReleaseDeadLetterParams defines parameters for ReleaseDeadLetter.
 type ReleaseDeadLetterParams struct {
-	// XCorrelationId 1-128 printable ASCII characters; kept in the audit trail
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), kept in the audit trail; without one 400 missing_correlation_id, a malformed one 400 invalid_correlation_id
 	XCorrelationId RequiredCorrelationId `json:"X-Correlation-Id"`
 }
 
@@ -524,7 +524,7 @@ type OperatorReconciliationParams struct {
 
 // SubmitRedriveParams defines parameters for SubmitRedrive.
 type SubmitRedriveParams struct {
-	// XCorrelationId 1-128 printable ASCII characters; kept in the audit trail
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), kept in the audit trail; without one 400 missing_correlation_id, a malformed one 400 invalid_correlation_id
 	XCorrelationId RequiredCorrelationId `json:"X-Correlation-Id"`
 }
 
@@ -542,7 +542,7 @@ type OperatorWebhookIntentsParams struct {
 
 // RetryWebhookIntentParams defines parameters for RetryWebhookIntent.
 type RetryWebhookIntentParams struct {
-	// XCorrelationId 1-128 printable ASCII characters; kept in the audit trail
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), kept in the audit trail; without one 400 missing_correlation_id, a malformed one 400 invalid_correlation_id
 	XCorrelationId RequiredCorrelationId `json:"X-Correlation-Id"`
 }
 

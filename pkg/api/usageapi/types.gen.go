@@ -282,13 +282,13 @@ type InternalReconciliationParams struct {
 
 // RecordUsageParams defines parameters for RecordUsage.
 type RecordUsageParams struct {
-	// XCorrelationId at most 128 printable ASCII characters; carried on the events the command writes
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
 	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
 }
 
 // RecordUsageBatchParams defines parameters for RecordUsageBatch.
 type RecordUsageBatchParams struct {
-	// XCorrelationId at most 128 printable ASCII characters; carried on the events the command writes
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
 	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
 }
 
