@@ -3,7 +3,6 @@ package ops
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -30,23 +29,31 @@ func PublishQuarantine(service string) func(context.Context, pgx.Tx, inbox.Quara
 			Topic: q.Topic, Partition: q.Partition, Offset: q.Offset, QuarantinedAt: time.Now().UTC(),
 			RawSHA256: q.RawSHA256,
 		}
-		meta := envelope.Meta{
-			EventType: events.TypeEventQuarantined, SchemaVersion: 1, TenantID: events.OpsTenant,
-			AggregateType: events.AggregateOps, AggregateID: events.QuarantineAggregateID(service, q.RawSHA256),
-			AggregateVersion: 1, OccurredAt: p.QuarantinedAt, Producer: service,
+		meta := events.Meta{
+			Producer: service, TenantID: events.OpsTenant,
+			AggregateID: events.QuarantineAggregateID(service, q.RawSHA256), OccurredAt: p.QuarantinedAt,
 		}
 		if q.EventID != uuid.Nil {
 			p.EventID = q.EventID.String()
-			meta.CausationID = p.EventID
 		}
-		if q.Envelope != nil {
-			meta.CorrelationID = q.Envelope.CorrelationID
+		// The notice is caused by the quarantined event: by its envelope when
+		// it decoded, by its id alone when only that could be read (the
+		// correlation id is then that id), by nothing when the bytes are no
+		// envelope.
+		var env envelope.Envelope
+		var err error
+		switch {
+		case q.Envelope != nil:
+			env, err = events.Caused(q.Envelope, p, meta)
+		case q.EventID != uuid.Nil:
+			env, err = events.Caused(&envelope.Envelope{EventID: q.EventID}, p, meta)
+		default:
+			env, err = events.New(p, meta)
 		}
-		env, err := envelope.New(meta, p)
 		if err != nil {
-			return fmt.Errorf("build EventQuarantined: %w", err)
+			return err
 		}
-		return outbox.Append(ctx, tx, events.TopicOps, env)
+		return events.Append(ctx, tx, env)
 	}
 }
 
@@ -91,16 +98,14 @@ func (r *Redriver) Handle(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, r
 		RedriveID: req.RedriveID, Service: r.service, EventID: req.EventID, Action: action,
 		Outcome: outcome, Reason: reason,
 	}
-	env, err := envelope.New(envelope.Meta{
-		EventType: events.TypeRedriveCompleted, SchemaVersion: 1, TenantID: events.OpsTenant,
-		AggregateType: events.AggregateOps, AggregateID: events.RedriveAggregateID(req.RedriveID) + ".completed",
-		AggregateVersion: 1, OccurredAt: time.Now(), Producer: r.service,
-		CorrelationID: d.Envelope.CorrelationID, CausationID: d.Envelope.EventID.String(),
-	}, done)
+	env, err := events.Caused(&d.Envelope, done, events.Meta{
+		Producer: r.service, TenantID: events.OpsTenant,
+		AggregateID: events.RedriveAggregateID(req.RedriveID) + ".completed", OccurredAt: time.Now(),
+	})
 	if err != nil {
-		return inbox.Outcome{}, fmt.Errorf("build RedriveCompleted: %w", err)
+		return inbox.Outcome{}, err
 	}
-	if err := outbox.Append(ctx, tx, events.TopicOps, env); err != nil {
+	if err := events.Append(ctx, tx, env); err != nil {
 		return inbox.Outcome{}, err
 	}
 	r.log.InfoContext(ctx, "redrive completed", "redrive_id", req.RedriveID, "action", action,
@@ -114,7 +119,7 @@ func (r *Redriver) Handle(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, r
 func (r *Redriver) act(ctx context.Context, tx pgx.Tx, action, eventID string) (outcome, reason string, err error) {
 	id, perr := uuid.Parse(eventID)
 	if perr != nil {
-		return events.OutcomeNotFound, "invalid_event_id", nil
+		return events.OutcomeNotFound, inbox.ReasonInvalidEventID, nil
 	}
 	switch action {
 	case events.ActionRedecide:

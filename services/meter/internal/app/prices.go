@@ -18,10 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
-	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/idempotency"
-	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/meter/internal/db"
 	"github.com/usagebilling/billing/services/meter/internal/domain"
@@ -170,17 +168,7 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 	if err != nil {
 		return Price{}, fmt.Errorf("new price id: %w", err)
 	}
-	env, err := envelope.New(envelope.Meta{
-		EventType:        events.TypePriceActivated,
-		SchemaVersion:    1,
-		TenantID:         cmd.TenantID,
-		AggregateType:    events.AggregatePrice,
-		AggregateID:      events.PriceSeriesID(act.MeterCode, act.Currency),
-		AggregateVersion: version,
-		OccurredAt:       activatedAt,
-		Producer:         Producer,
-		CorrelationID:    cmd.CorrelationID,
-	}, events.PriceActivated{
+	env, err := events.New(events.PriceActivated{
 		PriceID:      priceID,
 		MeterCode:    act.MeterCode,
 		Currency:     act.Currency,
@@ -193,9 +181,12 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 		Version:      version,
 		KnownThrough: knownThrough,
 		Actor:        cmd.Actor,
+	}, events.Meta{
+		Producer: Producer, TenantID: cmd.TenantID, AggregateID: events.PriceSeriesID(act.MeterCode, act.Currency),
+		AggregateVersion: version, OccurredAt: activatedAt, CorrelationID: cmd.CorrelationID,
 	})
 	if err != nil {
-		return Price{}, fmt.Errorf("build PriceActivated: %w", err)
+		return Price{}, err
 	}
 	tiers, err := tiersJSON(act.Pricing.Tiers)
 	if err != nil {
@@ -219,7 +210,7 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 	if n != 1 {
 		return Price{}, errors.New("advance price series: the series moved while locked")
 	}
-	if err := outbox.Append(ctx, tx, events.TopicMeter, env); err != nil {
+	if err := events.Append(ctx, tx, env); err != nil {
 		return Price{}, err
 	}
 	return Price{

@@ -9,7 +9,6 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/services/meter/internal/db"
 	"github.com/usagebilling/billing/services/meter/internal/domain"
 )
@@ -59,20 +58,14 @@ func (a *App) publishWatermarks(ctx context.Context) (int, error) {
 			if r.KnownThrough != nil && !r.KnownThrough.Before(through) {
 				continue // another instance's clock is ahead; its watermark stands
 			}
-			env, err := envelope.New(envelope.Meta{
-				EventType:        events.TypePriceScheduleWatermark,
-				SchemaVersion:    1,
-				TenantID:         r.TenantID,
-				AggregateType:    events.AggregatePriceSchedule,
-				AggregateID:      events.PriceScheduleID(r.MeterCode, r.Currency, through),
-				AggregateVersion: 1,
-				OccurredAt:       now,
-				Producer:         Producer,
-			}, events.PriceScheduleWatermark{
+			env, err := events.New(events.PriceScheduleWatermark{
 				MeterCode: r.MeterCode, Currency: r.Currency, Version: r.LastVersion, KnownThrough: through,
+			}, events.Meta{
+				Producer: Producer, TenantID: r.TenantID,
+				AggregateID: events.PriceScheduleID(r.MeterCode, r.Currency, through), OccurredAt: now,
 			})
 			if err != nil {
-				return fmt.Errorf("build PriceScheduleWatermark: %w", err)
+				return err
 			}
 			envs = append(envs, env)
 			p.TenantIds = append(p.TenantIds, r.TenantID)
@@ -86,7 +79,7 @@ func (a *App) publishWatermarks(ctx context.Context) (int, error) {
 		if err := q.RaiseKnownThrough(ctx, p); err != nil {
 			return fmt.Errorf("raise schedule watermarks: %w", err)
 		}
-		return outbox.Append(ctx, tx, events.TopicMeter, envs...)
+		return events.Append(ctx, tx, envs...)
 	})
 	if err != nil {
 		return 0, err
