@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -31,7 +30,7 @@ type metric struct {
 // keep it until they run, and nothing here runs them.
 func lazyPool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), "postgres://deploy-test@127.0.0.1:1/none?sslmode=disable")
+	pool, err := pgxpool.New(t.Context(), "postgres://deploy-test@127.0.0.1:1/none?sslmode=disable")
 	if err != nil {
 		t.Fatal(err)
 	}
