@@ -56,93 +56,116 @@ type usageLine struct {
 func readUsage(r io.Reader, format, sourceSystem string) ([]record, error) {
 	var recs []record
 	add := func(n int, l usageLine) error {
-		e := usageapi.UsageRequest{SourceSystem: l.SourceSystem, SourceEventId: l.SourceEventID, MeterCode: l.MeterCode, Currency: l.Currency}
-		if l.Currency != nil && *l.Currency == "" {
-			e.Currency = nil
-		}
-		if l.OccurredAt == "" {
-			return fmt.Errorf("line %d: no occurredAt (the time of the usage, RFC 3339)", n)
-		}
-		at, err := time.Parse(time.RFC3339Nano, l.OccurredAt)
+		rec, err := checkUsage(n, l, sourceSystem)
 		if err != nil {
-			return fmt.Errorf("line %d: occurredAt %q is not an RFC 3339 time such as 2026-11-01T12:00:00Z", n, l.OccurredAt)
+			return err
 		}
-		e.OccurredAt = at
-		if e.Quantity, err = decimal.NewFromString(l.Quantity); err != nil {
-			return fmt.Errorf("line %d: quantity %q is not a decimal number", n, l.Quantity)
-		}
-		if e.SourceSystem == "" {
-			e.SourceSystem = sourceSystem
-		}
-		if e.SourceEventId == "" {
-			h := sha256.Sum256(fmt.Appendf(nil, "%d\x00%s\x00%s\x00%s", n, l.MeterCode, l.Quantity, l.OccurredAt))
-			e.SourceEventId = "billingctl-" + hex.EncodeToString(h[:12])
-		}
-		recs = append(recs, record{line: n, event: e})
+		recs = append(recs, rec)
 		return nil
 	}
+	var err error
 	switch format {
 	case "ndjson":
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for n := 1; sc.Scan(); n++ {
-			line := bytes.TrimSpace(sc.Bytes())
-			if len(line) == 0 {
-				continue
-			}
-			d := json.NewDecoder(bytes.NewReader(line))
-			d.DisallowUnknownFields()
-			var l usageLine
-			if err := d.Decode(&l); err != nil {
-				return nil, fmt.Errorf("line %d: %w", n, err)
-			}
-			if err := add(n, l); err != nil {
-				return nil, err
-			}
-		}
-		if err := sc.Err(); err != nil {
-			return nil, err
-		}
+		err = readNDJSON(r, add)
 	case "csv":
-		cr := csv.NewReader(r)
-		cr.TrimLeadingSpace = true
-		header, err := cr.Read()
-		if err != nil {
-			return nil, fmt.Errorf("the CSV header: %w", err)
-		}
-		at := map[string]int{}
-		for i, h := range header {
-			at[strings.TrimSpace(h)] = i
-		}
-		for _, f := range []string{"meterCode", "quantity", "occurredAt"} {
-			if _, ok := at[f]; !ok {
-				return nil, fmt.Errorf("the CSV header %q has no %s column (want sourceSystem, sourceEventId, meterCode, quantity, occurredAt, currency)", strings.Join(header, ","), f)
-			}
-		}
-		for n := 2; ; n++ {
-			row, err := cr.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return nil, err
-			}
-			get := func(f string) string {
-				if i, ok := at[f]; ok && i < len(row) {
-					return strings.TrimSpace(row[i])
-				}
-				return ""
-			}
-			cur := get("currency")
-			if err := add(n, usageLine{SourceSystem: get("sourceSystem"), SourceEventID: get("sourceEventId"),
-				MeterCode: get("meterCode"), Quantity: get("quantity"), OccurredAt: get("occurredAt"), Currency: &cur}); err != nil {
-				return nil, err
-			}
-		}
+		err = readCSV(r, add)
 	default:
-		return nil, fmt.Errorf("format %q: want csv or ndjson", format)
+		err = fmt.Errorf("format %q: want csv or ndjson", format)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return recs, nil
+}
+
+// checkUsage makes the usage event of line n (see readUsage).
+func checkUsage(n int, l usageLine, sourceSystem string) (record, error) {
+	e := usageapi.UsageRequest{SourceSystem: l.SourceSystem, SourceEventId: l.SourceEventID, MeterCode: l.MeterCode, Currency: l.Currency}
+	if l.Currency != nil && *l.Currency == "" {
+		e.Currency = nil
+	}
+	if l.OccurredAt == "" {
+		return record{}, fmt.Errorf("line %d: no occurredAt (the time of the usage, RFC 3339)", n)
+	}
+	at, err := time.Parse(time.RFC3339Nano, l.OccurredAt)
+	if err != nil {
+		return record{}, fmt.Errorf("line %d: occurredAt %q is not an RFC 3339 time such as 2026-11-01T12:00:00Z", n, l.OccurredAt)
+	}
+	e.OccurredAt = at
+	if e.Quantity, err = decimal.NewFromString(l.Quantity); err != nil {
+		return record{}, fmt.Errorf("line %d: quantity %q is not a decimal number", n, l.Quantity)
+	}
+	if e.SourceSystem == "" {
+		e.SourceSystem = sourceSystem
+	}
+	if e.SourceEventId == "" {
+		h := sha256.Sum256(fmt.Appendf(nil, "%d\x00%s\x00%s\x00%s", n, l.MeterCode, l.Quantity, l.OccurredAt))
+		e.SourceEventId = "billingctl-" + hex.EncodeToString(h[:12])
+	}
+	return record{line: n, event: e}, nil
+}
+
+// readNDJSON gives add each non-blank line of r, an object of a usage
+// request's fields, with its line number.
+func readNDJSON(r io.Reader, add func(n int, l usageLine) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		d := json.NewDecoder(bytes.NewReader(line))
+		d.DisallowUnknownFields()
+		var l usageLine
+		if err := d.Decode(&l); err != nil {
+			return fmt.Errorf("line %d: %w", n, err)
+		}
+		if err := add(n, l); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+// readCSV gives add each row of r after its header, which names the columns
+// (meterCode, quantity and occurredAt required), with its line number.
+func readCSV(r io.Reader, add func(n int, l usageLine) error) error {
+	cr := csv.NewReader(r)
+	cr.TrimLeadingSpace = true
+	header, err := cr.Read()
+	if err != nil {
+		return fmt.Errorf("the CSV header: %w", err)
+	}
+	at := map[string]int{}
+	for i, h := range header {
+		at[strings.TrimSpace(h)] = i
+	}
+	for _, f := range []string{"meterCode", "quantity", "occurredAt"} {
+		if _, ok := at[f]; !ok {
+			return fmt.Errorf("the CSV header %q has no %s column (want sourceSystem, sourceEventId, meterCode, quantity, occurredAt, currency)", strings.Join(header, ","), f)
+		}
+	}
+	for n := 2; ; n++ {
+		row, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		get := func(f string) string {
+			if i, ok := at[f]; ok && i < len(row) {
+				return strings.TrimSpace(row[i])
+			}
+			return ""
+		}
+		cur := get("currency")
+		if err := add(n, usageLine{SourceSystem: get("sourceSystem"), SourceEventID: get("sourceEventId"),
+			MeterCode: get("meterCode"), Quantity: get("quantity"), OccurredAt: get("occurredAt"), Currency: &cur}); err != nil {
+			return err
+		}
+	}
 }
 
 // SendSummary is what `usage send` did.
