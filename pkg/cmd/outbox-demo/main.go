@@ -61,28 +61,11 @@ func run(ctx context.Context) error {
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 
 	step("starting a throwaway PostgreSQL cluster")
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Fast: true, Logger: quiet})
+	pool, stopDatabase, err := startDatabase(ctx, quiet)
 	if err != nil {
 		return err
 	}
-	defer cluster.Remove(context.Background())
-	if err := cluster.CreateDatabase(ctx, "demo"); err != nil {
-		return err
-	}
-	dbURL := cluster.URL("demo")
-	if err := pgmigrate.Up(dbURL, outbox.Migrations, inbox.Migrations); err != nil {
-		return err
-	}
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if _, err := pool.Exec(ctx, `
-		CREATE TABLE reading (meter text, seq bigint, PRIMARY KEY (meter, seq));
-		CREATE TABLE applied_reading (event_id uuid PRIMARY KEY, meter text NOT NULL, seq bigint NOT NULL)`); err != nil {
-		return err
-	}
+	defer stopDatabase()
 
 	step("starting the embedded Kafka-protocol broker")
 	broker, err := kafkabroker.StartEmbedded(kafkabroker.EmbeddedOptions{Logger: quiet})
@@ -107,25 +90,9 @@ func run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer func() { stopWork(); wg.Wait() }()
 	relayStart := time.Now()
-	for i := range 2 {
-		relay, err := outbox.NewRelay(pool, outbox.Config{Brokers: broker.Addrs(), Name: fmt.Sprintf("relay-%d", i), Logger: quiet, Registerer: reg})
-		if err != nil {
-			return err
-		}
-		wg.Go(func() { _ = relay.Run(work) })
-	}
-	registry := envelope.NewRegistry()
-	envelope.Register[reading](registry, eventType, 1)
-	ib, err := inbox.New(registry, map[string]inbox.Handler{eventType: inbox.On(apply)}, inbox.Options{Service: "demo", Logger: quiet, Registerer: reg})
-	if err != nil {
+	if err := startPipeline(work, &wg, pool, broker.Addrs(), reg, quiet); err != nil {
 		return err
 	}
-	runner, err := inbox.NewRunner(pool, ib, inbox.RunnerConfig{Brokers: broker.Addrs(), Group: "demo", Topics: []string{topic}, Logger: quiet})
-	if err != nil {
-		return err
-	}
-	wg.Go(func() { _ = runner.Run(work) })
-
 	if err := waitFor(ctx, "relays draining the outbox", func() (bool, string, error) {
 		st, err := outbox.ReadStats(ctx, pool)
 		return err == nil && st.Pending == 0, fmt.Sprintf("%d pending", st.Pending), err
@@ -149,6 +116,63 @@ func run(ctx context.Context) error {
 		return err
 	}
 	return report(ctx, pool, reg, relayTook)
+}
+
+// startDatabase starts a throwaway PostgreSQL cluster and returns a pool on
+// its demo database, migrated, with the demo's tables; stop closes the pool
+// and removes the cluster.
+func startDatabase(ctx context.Context, log *slog.Logger) (pool *pgxpool.Pool, stop func(), err error) {
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Fast: true, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = cluster.Remove(context.Background())
+		}
+	}()
+	if err := cluster.CreateDatabase(ctx, "demo"); err != nil {
+		return nil, nil, err
+	}
+	dbURL := cluster.URL("demo")
+	if err := pgmigrate.Up(dbURL, outbox.Migrations, inbox.Migrations); err != nil {
+		return nil, nil, err
+	}
+	pool, err = pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := pool.Exec(ctx, `
+		CREATE TABLE reading (meter text, seq bigint, PRIMARY KEY (meter, seq));
+		CREATE TABLE applied_reading (event_id uuid PRIMARY KEY, meter text NOT NULL, seq bigint NOT NULL)`); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, func() { pool.Close(); _ = cluster.Remove(context.Background()) }, nil
+}
+
+// startPipeline starts two outbox relays and one inbox consumer (applying
+// the readings) under ctx, in wg.
+func startPipeline(ctx context.Context, wg *sync.WaitGroup, pool *pgxpool.Pool, brokers []string, reg *prometheus.Registry, log *slog.Logger) error {
+	for i := range 2 {
+		relay, err := outbox.NewRelay(pool, outbox.Config{Brokers: brokers, Name: fmt.Sprintf("relay-%d", i), Logger: log, Registerer: reg})
+		if err != nil {
+			return err
+		}
+		wg.Go(func() { _ = relay.Run(ctx) })
+	}
+	registry := envelope.NewRegistry()
+	envelope.Register[reading](registry, eventType, 1)
+	ib, err := inbox.New(registry, map[string]inbox.Handler{eventType: inbox.On(apply)}, inbox.Options{Service: "demo", Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	runner, err := inbox.NewRunner(pool, ib, inbox.RunnerConfig{Brokers: brokers, Group: "demo", Topics: []string{topic}, Logger: log})
+	if err != nil {
+		return err
+	}
+	wg.Go(func() { _ = runner.Run(ctx) })
+	return nil
 }
 
 // produce commits the readings, 100 per transaction, each reading row with
