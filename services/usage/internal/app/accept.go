@@ -17,7 +17,6 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/services/usage/internal/db"
 	"github.com/usagebilling/billing/services/usage/internal/domain"
 )
@@ -137,7 +136,7 @@ func (a *App) accept(ctx context.Context, tenantID, correlationID string, us []d
 				out = append(out, *e)
 			}
 		}
-		return outbox.Append(ctx, tx, events.TopicUsage, out...)
+		return events.Append(ctx, tx, out...)
 	})
 	if err != nil {
 		return nil, err
@@ -260,17 +259,7 @@ func newCandidate(tenantID, correlationID string, u domain.Usage, currency strin
 	if err != nil {
 		return nil, fmt.Errorf("new usage id: %w", err)
 	}
-	env, err := envelope.New(envelope.Meta{
-		EventType:        events.TypeUsageAccepted,
-		SchemaVersion:    1,
-		TenantID:         tenantID,
-		AggregateType:    events.AggregateUsage,
-		AggregateID:      usageID.String(),
-		AggregateVersion: 1,
-		OccurredAt:       u.OccurredAt,
-		Producer:         Producer,
-		CorrelationID:    correlationID,
-	}, events.UsageAccepted{
+	env, err := events.New(events.UsageAccepted{
 		UsageID:       usageID,
 		SourceSystem:  u.SourceSystem,
 		SourceEventID: u.SourceEventID,
@@ -278,9 +267,12 @@ func newCandidate(tenantID, correlationID string, u domain.Usage, currency strin
 		Quantity:      u.Quantity,
 		OccurredAt:    u.OccurredAt,
 		Currency:      currency,
+	}, events.Meta{
+		Producer: Producer, TenantID: tenantID, AggregateID: usageID.String(), OccurredAt: u.OccurredAt,
+		CorrelationID: correlationID,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("build UsageAccepted: %w", err)
+		return nil, err
 	}
 	return &candidate{usageID: usageID, env: env}, nil
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/services/usage/internal/db"
 	"github.com/usagebilling/billing/services/usage/internal/domain"
 )
@@ -81,7 +80,7 @@ func (a *App) PublishWatermarks(ctx context.Context, partitions int32) (time.Tim
 			return fmt.Errorf("mark acceptance cut published: %w", err)
 		}
 		published = true
-		return outbox.Append(ctx, tx, events.TopicUsage, envs...)
+		return events.Append(ctx, tx, envs...)
 	})
 	if err != nil || !published {
 		return time.Time{}, err
@@ -162,18 +161,10 @@ func watermarkEvents(through time.Time, partitions int32, now time.Time) ([]enve
 		if err != nil {
 			return nil, err
 		}
-		env, err := envelope.New(envelope.Meta{
-			EventType:        events.TypeUsageAcceptedThrough,
-			SchemaVersion:    1,
-			TenantID:         events.UsageWatermarkTenant,
-			AggregateType:    events.AggregateUsageWatermark,
-			AggregateID:      id,
-			AggregateVersion: 1,
-			OccurredAt:       now,
-			Producer:         Producer,
-		}, events.UsageAcceptedThrough{Partition: p, Partitions: partitions, Through: through})
+		env, err := events.New(events.UsageAcceptedThrough{Partition: p, Partitions: partitions, Through: through},
+			events.Meta{Producer: Producer, TenantID: events.UsageWatermarkTenant, AggregateID: id, OccurredAt: now})
 		if err != nil {
-			return nil, fmt.Errorf("build UsageAcceptedThrough: %w", err)
+			return nil, err
 		}
 		out = append(out, env)
 	}
