@@ -15,7 +15,6 @@ import (
 
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/idempotency"
-	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/services/billing/internal/db"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
@@ -110,11 +109,13 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 		if err != nil {
 			return fmt.Errorf("new adjustment id: %w", err)
 		}
-		env, err := newEvent(events.TypeAdjustmentPosted, r.TenantID, events.AggregateAdjustment, adjustmentID.String(),
-			s.now(), r.CorrelationID, nil, events.AdjustmentPosted{
-				AdjustmentID: adjustmentID, CorrectionOf: charge.ChargeID, Amount: a.Amount, Currency: a.Currency,
-				Reason: a.Reason, Period: charge.Period, AfterClose: afterClose, Actor: r.Actor,
-			})
+		env, err := events.New(events.AdjustmentPosted{
+			AdjustmentID: adjustmentID, CorrectionOf: charge.ChargeID, Amount: a.Amount, Currency: a.Currency,
+			Reason: a.Reason, Period: charge.Period, AfterClose: afterClose, Actor: r.Actor,
+		}, events.Meta{
+			Producer: Producer, TenantID: r.TenantID, AggregateID: adjustmentID.String(), OccurredAt: s.now(),
+			CorrelationID: r.CorrelationID,
+		})
 		if err != nil {
 			return err
 		}
@@ -126,7 +127,7 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 		if err != nil {
 			return fmt.Errorf("insert adjustment: %w", err)
 		}
-		if err := outbox.Append(ctx, tx, events.TopicBilling, env); err != nil {
+		if err := events.Append(ctx, tx, env); err != nil {
 			return err
 		}
 		body, err := json.Marshal(AdjustmentReply{AdjustmentID: adjustmentID, EventID: env.EventID, Period: charge.Period})
@@ -346,8 +347,9 @@ func (s *Service) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request
 			Adjustments: row.Adjustments, AdjustmentAmount: row.AdjustmentAmount, AdjustmentDigest: row.AdjustmentDigest,
 		}
 	}
-	env, err := newEvent(events.TypeBillingPeriodClosed, r.TenantID, events.AggregateBillingPeriod, period, closedAt,
-		r.CorrelationID, nil, closed)
+	env, err := events.New(closed, events.Meta{
+		Producer: Producer, TenantID: r.TenantID, AggregateID: period, OccurredAt: closedAt, CorrelationID: r.CorrelationID,
+	})
 	if err != nil {
 		return err
 	}
@@ -360,7 +362,7 @@ func (s *Service) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request
 	if n != 1 {
 		return fmt.Errorf("%w: period %s of %s was not closing under its lock", ErrInternal, period, r.TenantID)
 	}
-	return outbox.Append(ctx, tx, events.TopicBilling, env)
+	return events.Append(ctx, tx, env)
 }
 
 // Charge is a charge as the API shows it.

@@ -12,7 +12,6 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/idempotency"
-	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/services/billing/internal/db"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
@@ -248,8 +247,10 @@ func (s *Service) periodEnded(ctx context.Context, tenantID, period string, cal 
 	ended := events.BillingPeriodEnded{
 		Period: period, TimeZone: cal.Settings(period).TimeZone, EndedAt: cal.End(period), ClosesAt: cal.ClosesAt(period),
 	}
-	env, err := newEvent(events.TypeBillingPeriodEnded, tenantID, events.AggregateBillingPeriodEnd, period,
-		s.now().UTC(), "scheduler-"+period, nil, ended)
+	env, err := events.New(ended, events.Meta{
+		Producer: Producer, TenantID: tenantID, AggregateID: period, OccurredAt: s.now().UTC(),
+		CorrelationID: "scheduler-" + period,
+	})
 	if err != nil {
 		return false, err
 	}
@@ -265,7 +266,7 @@ func (s *Service) periodEnded(ctx context.Context, tenantID, period string, cal 
 			return nil
 		}
 		appended = true
-		return outbox.Append(ctx, tx, events.TopicBilling, env)
+		return events.Append(ctx, tx, env)
 	})
 	return appended, err
 }

@@ -268,7 +268,7 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 			if err != nil {
 				return nil, err
 			}
-			outs[i] = inbox.Outcome{Publish: []inbox.Publication{{Topic: events.TopicBilling, Event: env}}}
+			outs[i] = inbox.Outcome{Publish: []inbox.Publication{{Topic: events.Topic(env.EventType), Event: env}}}
 		case domain.StatusClosing, domain.StatusClosed:
 			// Nothing was written for it: rated alone, late.
 			out, err := s.OnUsageAccepted(ctx, tx, ds[i], u)
@@ -374,13 +374,9 @@ func (s *Service) chargeRated(in *envelope.Envelope, u events.UsageAccepted, cha
 	if rate.pricing != nil && rate.pricing.Model != pricing.Unit {
 		charge.Model, charge.Pricing = rate.pricing.Model, rate.pricing
 	}
-	env, err := newEvent(events.TypeChargeRated, in.TenantID, events.AggregateCharge, chargeID.String(),
-		s.now(), in.CorrelationID, in, charge)
-	if err != nil {
-		return envelope.Envelope{}, err
-	}
-	env.EventID = eventID
-	return env, nil
+	return events.Caused(in, charge, events.Meta{
+		Producer: Producer, TenantID: in.TenantID, AggregateID: chargeID.String(), OccurredAt: s.now(), EventID: eventID,
+	})
 }
 
 // OnUsageAccepted rates one usage fact: exactly one charge per usage event,
@@ -443,7 +439,7 @@ func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.De
 			if err != nil {
 				return inbox.Outcome{}, err
 			}
-			return inbox.Outcome{Publish: []inbox.Publication{{Topic: events.TopicBilling, Event: env}}}, nil
+			return inbox.Outcome{Publish: []inbox.Publication{{Topic: events.Topic(env.EventType), Event: env}}}, nil
 		case domain.StatusClosing, domain.StatusClosed:
 		default:
 			return inbox.Outcome{}, fmt.Errorf("%w: period %s of %s has status %q", ErrInternal, period, in.TenantID, row.Status)

@@ -1,7 +1,7 @@
 // Package app is billing's application layer: the inbox handlers that
 // replicate price evidence and rate usage, and the commands that post
 // adjustments and close periods. Each runs in one transaction that holds the
-// business change, the events it publishes (outbox.Append) and, for
+// business change, the events it publishes (events.Append) and, for
 // commands, the idempotent response.
 package app
 
@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 )
@@ -78,32 +77,6 @@ func (s *Service) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
-}
-
-// newEvent builds a billing envelope, version 1 of its aggregate (a charge,
-// an adjustment, a period's close: each happens once). cause is the consumed
-// event it follows from, nil for a command.
-func newEvent(eventType, tenantID, aggregateType, aggregateID string, at time.Time, correlationID string,
-	cause *envelope.Envelope, payload any) (envelope.Envelope, error) {
-	meta := envelope.Meta{
-		EventType:        eventType,
-		SchemaVersion:    1,
-		TenantID:         tenantID,
-		AggregateType:    aggregateType,
-		AggregateID:      aggregateID,
-		AggregateVersion: 1,
-		OccurredAt:       at,
-		Producer:         Producer,
-		CorrelationID:    correlationID,
-	}
-	if cause != nil {
-		meta.CausationID, meta.Traceparent = cause.EventID.String(), cause.Traceparent
-	}
-	env, err := envelope.New(meta, payload)
-	if err != nil {
-		return envelope.Envelope{}, fmt.Errorf("build %s: %w", eventType, err)
-	}
-	return env, nil
 }
 
 // ErrInternal marks a broken invariant of billing's own data.
