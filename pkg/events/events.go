@@ -410,32 +410,36 @@ type EventQuarantined struct {
 	RawSHA256     string    `json:"rawSha256"` // identifies the message when it has no event id
 }
 
-// Redrive actions.
+// Redrive actions. Their values are older than the one word for recovery
+// ("redrive") and stay as they are: they travel in RedriveRequested and
+// RedriveCompleted, are stored in query's redrive audit and are shown by the
+// operator API.
 const (
-	// ActionRedecide: decide the retained (quarantined or deferred) consumed
+	// ActionRedrive: decide the retained (quarantined or deferred) consumed
 	// event again through today's decoders. The default.
-	ActionRedecide = "redecide"
-	// ActionReleaseDeadLetter: give an outbox dead letter of the service a
-	// fresh set of attempts.
-	ActionReleaseDeadLetter = "release_dead_letter"
+	ActionRedrive = "redecide"
+	// ActionRedriveDeadLetter: give an outbox dead letter of the service a
+	// fresh set of attempts (it goes back to its relay).
+	ActionRedriveDeadLetter = "release_dead_letter"
 )
 
 // Redrive outcomes besides the inbox's (applied, duplicate, deferred,
 // quarantined).
 const (
 	OutcomeNotFound = "not_found"
+	// OutcomeReleased: the dead letter is back with its relay.
 	OutcomeReleased = "released"
 )
 
-// RedriveRequested: an operator asked a service to act on an event it
-// retains: re-decide a consumed event, or release a dead letter of its
-// outbox. Every service consumes ops.commands.v1 and acts on the requests
+// RedriveRequested: an operator asked a service to redrive an event it
+// retains: a consumed event (decided again), or a dead letter of its outbox
+// (sent again). Every service consumes ops.commands.v1 and acts on the requests
 // addressed to it (Service).
 type RedriveRequested struct {
 	RedriveID uuid.UUID `json:"redriveId"`
 	Service   string    `json:"service"`
 	EventID   string    `json:"eventId"`
-	Action    string    `json:"action,omitempty"` // ActionRedecide (default) | ActionReleaseDeadLetter
+	Action    string    `json:"action,omitempty"` // ActionRedrive (default) | ActionRedriveDeadLetter
 	Reason    string    `json:"reason"`
 	Actor     string    `json:"actor"`
 }

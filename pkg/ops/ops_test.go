@@ -218,7 +218,7 @@ func TestRedriveAfterTheFix(t *testing.T) {
 	ib := newInbox(t, true)
 	first := redrive(t, "svc", "", v2.EventID)
 	other := redrive(t, "elsewhere", "", v2.EventID)
-	second := redrive(t, "svc", events.ActionRedecide, v2.EventID)
+	second := redrive(t, "svc", events.ActionRedrive, v2.EventID)
 	missing := redrive(t, "svc", "", uuid.Must(uuid.NewV7()))
 	ds := decide(t, pool, ib, raw(t, first), raw(t, other), raw(t, first), raw(t, second), raw(t, missing))
 	for i, want := range []string{"applied", "applied", "duplicate", "applied", "applied"} {
@@ -308,7 +308,7 @@ func TestDigestConflictStaysQuarantined(t *testing.T) {
 	}
 }
 
-func TestReleaseDeadLetter(t *testing.T) {
+func TestRedriveDeadLetter(t *testing.T) {
 	pool := pgtest.NewPool(t, tmpl)
 	ib := newInbox(t, false)
 	dead := noted(t, 1, "stuck")
@@ -320,14 +320,14 @@ func TestReleaseDeadLetter(t *testing.T) {
 	if _, err := pool.Exec(t.Context(), `UPDATE outbox_event SET dead_at = now(), attempts = 10, last_error = 'broker says no'`); err != nil {
 		t.Fatal(err)
 	}
-	decide(t, pool, ib, raw(t, redrive(t, "svc", events.ActionReleaseDeadLetter, dead.EventID)),
-		raw(t, redrive(t, "svc", events.ActionReleaseDeadLetter, dead.EventID)))
+	decide(t, pool, ib, raw(t, redrive(t, "svc", events.ActionRedriveDeadLetter, dead.EventID)),
+		raw(t, redrive(t, "svc", events.ActionRedriveDeadLetter, dead.EventID)))
 	got := published[events.RedriveCompleted](t, pool, events.TypeRedriveCompleted)
 	if len(got) != 2 || got[0].Outcome != events.OutcomeReleased || got[1].Outcome != events.OutcomeNotFound {
 		t.Fatalf("completions %+v, want released then not_found", got)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM outbox_event WHERE event_id = $1 AND dead_at IS NULL AND attempts = 0`, dead.EventID); n != 1 {
-		t.Fatal("the dead letter was not released")
+		t.Fatal("the dead letter was not redriven")
 	}
 }
 

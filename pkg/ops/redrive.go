@@ -88,7 +88,7 @@ func (r *Redriver) Handle(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, r
 	}
 	action := req.Action
 	if action == "" {
-		action = events.ActionRedecide
+		action = events.ActionRedrive
 	}
 	outcome, reason, err := r.act(ctx, tx, action, req.EventID)
 	if err != nil {
@@ -122,7 +122,7 @@ func (r *Redriver) act(ctx context.Context, tx pgx.Tx, action, eventID string) (
 		return events.OutcomeNotFound, inbox.ReasonInvalidEventID, nil
 	}
 	switch action {
-	case events.ActionRedecide:
+	case events.ActionRedrive:
 		ds, err := r.inbox.Redrive(ctx, tx, id)
 		if errors.Is(err, inbox.ErrNotRetained) {
 			return events.OutcomeNotFound, "", nil
@@ -131,7 +131,7 @@ func (r *Redriver) act(ctx context.Context, tx pgx.Tx, action, eventID string) (
 			return "", "", err
 		}
 		return ds[0].Outcome, ds[0].Reason, nil
-	case events.ActionReleaseDeadLetter:
+	case events.ActionRedriveDeadLetter:
 		released, err := outbox.RedriveDeadLetter(ctx, tx, id)
 		if err != nil {
 			return "", "", err

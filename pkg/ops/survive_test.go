@@ -86,8 +86,8 @@ func TestRecoveryOfFailingHandlers(t *testing.T) {
 	}
 
 	broken.Store(false)
-	decide(t, pool, ib, raw(t, redrive(t, "svc", events.ActionRedecide, panicking.EventID)),
-		raw(t, redrive(t, "svc", events.ActionRedecide, failing.EventID)))
+	decide(t, pool, ib, raw(t, redrive(t, "svc", events.ActionRedrive, panicking.EventID)),
+		raw(t, redrive(t, "svc", events.ActionRedrive, failing.EventID)))
 	done := published[events.RedriveCompleted](t, pool, events.TypeRedriveCompleted)
 	if len(done) != 2 || done[0].Outcome != inbox.OutcomeApplied || done[1].Outcome != inbox.OutcomeApplied {
 		t.Fatalf("RedriveCompleted published %+v", done)

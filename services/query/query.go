@@ -3,9 +3,10 @@
 // per-event table, kept for reconciliation by origin event id, and into
 // tenant summaries served over HTTP. It is also the one operator surface:
 // the cross-service quarantine view (from the EventQuarantined notices on
-// ops.events.v1), the audited redrive and dead-letter release (through
-// ops.commands.v1), the recovery counts and the reconciliation, read from
-// each service's internal endpoints at SERVICE_URLS.
+// ops.events.v1), the audited redrives of retained events and of outbox
+// dead letters (through ops.commands.v1), the recovery counts and the
+// reconciliation, read from each service's internal endpoints at
+// SERVICE_URLS.
 package query
 
 import (

@@ -2,7 +2,7 @@
 // /console: server-rendered HTML pages (html/template, embedded, no script,
 // no external asset) over the same operator package the operator API uses —
 // recovery per service, the quarantine view and its redrives with their
-// audit, dead letters and their release, reconciliation per tenant and
+// audit, dead letters and their redrive, reconciliation per tenant and
 // period, webhook intents and their retry — and the tenant summaries of the
 // app package. It holds no SQL of
 // its own.
@@ -60,10 +60,10 @@ func (c *Console) Routes(r chi.Router) {
 			r.Method(http.MethodGet, "/", auth.Allow(c.recovery, auth.RoleOperator))
 			r.Method(http.MethodPost, "/sign-out", auth.Allow(c.signOut, auth.RoleOperator))
 			r.Method(http.MethodGet, "/quarantine", auth.Allow(c.quarantine, auth.RoleOperator))
-			r.Method(http.MethodPost, "/redrives", auth.Allow(c.submit(events.ActionRedecide), auth.RoleOperator))
+			r.Method(http.MethodPost, "/redrives", auth.Allow(c.submit(events.ActionRedrive), auth.RoleOperator))
 			r.Method(http.MethodGet, "/redrives/{redriveId}", auth.Allow(c.redrive, auth.RoleOperator))
 			r.Method(http.MethodGet, "/dead-letters", auth.Allow(c.deadLetters, auth.RoleOperator))
-			r.Method(http.MethodPost, "/dead-letters/release", auth.Allow(c.submit(events.ActionReleaseDeadLetter), auth.RoleOperator))
+			r.Method(http.MethodPost, "/dead-letters/release", auth.Allow(c.submit(events.ActionRedriveDeadLetter), auth.RoleOperator))
 			r.Method(http.MethodGet, "/reconciliation", auth.Allow(c.reconciliation, auth.RoleOperator))
 			r.Method(http.MethodGet, "/tenants", auth.Allow(c.tenants, auth.RoleOperator))
 			r.Method(http.MethodGet, "/webhooks", auth.Allow(c.webhooks, auth.RoleOperator))

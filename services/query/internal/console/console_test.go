@@ -359,7 +359,7 @@ func TestCSRFAndRedrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := rd.Audit[0]
-	if rd.Service != operator.Self || rd.EventID != id || rd.Action != events.ActionRedecide || a.Actor != "alice@ops.example" ||
+	if rd.Service != operator.Self || rd.EventID != id || rd.Action != events.ActionRedrive || a.Actor != "alice@ops.example" ||
 		a.Reason != "decoder fixed" || !strings.HasPrefix(a.CorrelationID, "console-") {
 		t.Errorf("redrive %+v", rd)
 	}
@@ -490,7 +490,7 @@ func TestDeadLettersPage(t *testing.T) {
 		t.Fatalf("release: %d %s", resp.status, resp.body)
 	}
 	rd, err := f.op.Redrive(t.Context(), uuid.MustParse(strings.TrimPrefix(loc, "/console/redrives/")))
-	if err != nil || rd.Action != events.ActionReleaseDeadLetter || rd.EventID != ev.EventID || rd.Audit[0].Reason != "broker fixed" {
+	if err != nil || rd.Action != events.ActionRedriveDeadLetter || rd.EventID != ev.EventID || rd.Audit[0].Reason != "broker fixed" {
 		t.Errorf("release %+v, %v", rd, err)
 	}
 	if rec := f.do("GET", "/console/reconciliation?tenantId=acme", alice, nil); rec.status != http.StatusBadGateway ||

@@ -34,10 +34,10 @@ func NewOperator(op *operator.Operator, log *slog.Logger) *Operator {
 func (a *Operator) Routes(r chi.Router) {
 	r.Method(http.MethodGet, "/v1/operator/recovery", auth.Allow(a.recovery, auth.RoleOperator))
 	r.Method(http.MethodGet, "/v1/operator/quarantine", auth.Allow(a.quarantine, auth.RoleOperator))
-	r.Method(http.MethodPost, "/v1/operator/redrives", auth.Allow(a.submit(events.ActionRedecide), auth.RoleOperator))
+	r.Method(http.MethodPost, "/v1/operator/redrives", auth.Allow(a.submit(events.ActionRedrive), auth.RoleOperator))
 	r.Method(http.MethodGet, "/v1/operator/redrives/{redriveId}", auth.Allow(a.redrive, auth.RoleOperator))
 	r.Method(http.MethodGet, "/v1/operator/dead-letters", auth.Allow(a.deadLetters, auth.RoleOperator))
-	r.Method(http.MethodPost, "/v1/operator/dead-letters/release", auth.Allow(a.submit(events.ActionReleaseDeadLetter), auth.RoleOperator))
+	r.Method(http.MethodPost, "/v1/operator/dead-letters/release", auth.Allow(a.submit(events.ActionRedriveDeadLetter), auth.RoleOperator))
 	r.Method(http.MethodGet, "/v1/operator/reconciliation", auth.Allow(a.reconciliation, auth.RoleOperator))
 }
 

@@ -117,7 +117,7 @@ func opsEvent(t *testing.T, eventType, aggID, producer, corr string, payload any
 
 func completed(t *testing.T, id uuid.UUID, service string, eventID uuid.UUID, corr, outcome, reason string) Event {
 	return opsEvent(t, events.TypeRedriveCompleted, events.RedriveAggregateID(id)+".completed", service, corr,
-		events.RedriveCompleted{RedriveID: id, Service: service, EventID: eventID.String(), Action: events.ActionRedecide,
+		events.RedriveCompleted{RedriveID: id, Service: service, EventID: eventID.String(), Action: events.ActionRedrive,
 			Outcome: outcome, Reason: reason})
 }
 

@@ -1,6 +1,7 @@
 // Package operator is the query service's operator application: the
-// audited redrive and dead-letter release commands (an append-only audit row
-// and a RedriveRequested through the outbox, in one transaction), the
+// audited redrives, of a retained consumed event or of an outbox dead letter
+// (an append-only audit row and a RedriveRequested through the outbox, in one
+// transaction), the
 // handlers of the ops events every service publishes (EventQuarantined into
 // the quarantine view, RedriveCompleted into the audit), and the
 // cross-service reads (recovery counts, dead letters, reconciliation) made
@@ -77,7 +78,7 @@ func (o *Operator) knows(service string) bool { return service == Self || o.clie
 type Request struct {
 	Service       string
 	EventID       uuid.UUID
-	Action        string // events.ActionRedecide or events.ActionReleaseDeadLetter
+	Action        string // events.ActionRedrive or events.ActionRedriveDeadLetter
 	Reason        string
 	Actor         string // from the credential
 	CorrelationID string
@@ -205,7 +206,7 @@ func (o *Operator) onCompleted(ctx context.Context, tx pgx.Tx, d *envelope.Decod
 	}
 	action := p.Action
 	if action == "" {
-		action = events.ActionRedecide
+		action = events.ActionRedrive
 	}
 	err = db.New(tx).AppendRedriveAudit(ctx, db.AppendRedriveAuditParams{
 		RedriveID: p.RedriveID, Service: p.Service, EventID: eventID, Action: action, State: StateCompleted,
