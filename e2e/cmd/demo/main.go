@@ -75,58 +75,71 @@ func run(ctx context.Context) int {
 	flow := time.Since(flowBegan)
 	report(res)
 
-	var failures []string
-	var recovery map[string]scenario.Recovery
-	var recErr error
+	var failures, unrecovered []string
 	if runErr == nil {
-		op := scenario.DevOperator(s.URL("query", 0), "alice@ops.example")
-		failures = append(failures, webhookStory(ctx, hooks, res, op, progress)...)
-		failures = append(failures, operatorStory(ctx, s, op, res.Sent[0].Tenant, res.Period, progress)...)
-		progress("reading every service's backlog through GET /v1/operator/recovery")
-		recErr = waitFor(ctx, 30*time.Second, progress, "every backlog to drain", func() (bool, error) {
-			var err error
-			recovery, err = op.RecoveryStatus(ctx)
-			for _, r := range recovery {
-				if !r.Zero() {
-					return false, err
-				}
-			}
-			return err == nil, err
-		})
-		reportRecovery(recovery)
-	}
-	if runErr != nil {
+		failures, unrecovered = operate(ctx, s, hooks, res, progress)
+	} else {
 		failures = append(failures, runErr.Error())
 	}
 	if res != nil {
 		failures = append(failures, res.Mismatches...)
 	}
-	if recErr != nil {
-		failures = append(failures, "recovery status: "+recErr.Error())
-	}
-	for _, name := range slices.Sorted(maps.Keys(recovery)) {
-		if r := recovery[name]; !r.Zero() {
-			failures = append(failures, fmt.Sprintf("%s is not recovered: %s", name, r))
-		}
-	}
-
-	fmt.Println()
-	if len(failures) > 0 {
-		s.Keep()
-		fmt.Printf("FAILED: %d problem(s):\n", len(failures))
-		for _, f := range failures {
-			fmt.Println("  - " + f)
-		}
-		fmt.Printf("service logs are kept in %s/logs\n", s.Dir())
-	} else {
-		fmt.Println("OK: every figure agrees with what was sent, and every backlog is empty.")
-	}
+	failures = append(failures, unrecovered...)
+	conclude(s, failures)
 	stopStack()
 	fmt.Printf("took %s (stack start %s, client flow %s)\n", since(began), startup.Round(100*time.Millisecond), flow.Round(100*time.Millisecond))
 	if len(failures) > 0 {
 		return 1
 	}
 	return 0
+}
+
+// operate plays the webhook and operator stories after the client flow,
+// then waits for every service's backlog to drain; it returns the stories'
+// failures, then the services not recovered.
+func operate(ctx context.Context, s *stack.Stack, hooks *scenario.WebhookReceiver, res *scenario.Result,
+	progress func(string, ...any)) (failures, unrecovered []string) {
+	op := scenario.DevOperator(s.URL("query", 0), "alice@ops.example")
+	failures = append(failures, webhookStory(ctx, hooks, res, op, progress)...)
+	failures = append(failures, operatorStory(ctx, s, op, res.Sent[0].Tenant, res.Period, progress)...)
+	progress("reading every service's backlog through GET /v1/operator/recovery")
+	var recovery map[string]scenario.Recovery
+	err := waitFor(ctx, 30*time.Second, progress, "every backlog to drain", func() (bool, error) {
+		var err error
+		recovery, err = op.RecoveryStatus(ctx)
+		for _, r := range recovery {
+			if !r.Zero() {
+				return false, err
+			}
+		}
+		return err == nil, err
+	})
+	reportRecovery(recovery)
+	if err != nil {
+		unrecovered = append(unrecovered, "recovery status: "+err.Error())
+	}
+	for _, name := range slices.Sorted(maps.Keys(recovery)) {
+		if r := recovery[name]; !r.Zero() {
+			unrecovered = append(unrecovered, fmt.Sprintf("%s is not recovered: %s", name, r))
+		}
+	}
+	return failures, unrecovered
+}
+
+// conclude prints the verdict; on failures it keeps the stack's directory
+// (the service logs) and says where.
+func conclude(s *stack.Stack, failures []string) {
+	fmt.Println()
+	if len(failures) == 0 {
+		fmt.Println("OK: every figure agrees with what was sent, and every backlog is empty.")
+		return
+	}
+	s.Keep()
+	fmt.Printf("FAILED: %d problem(s):\n", len(failures))
+	for _, f := range failures {
+		fmt.Println("  - " + f)
+	}
+	fmt.Printf("service logs are kept in %s/logs\n", s.Dir())
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }

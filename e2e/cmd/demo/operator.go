@@ -28,9 +28,6 @@ const poisonTenant = "umbrella"
 // (audited), redrives it again (a duplicate), and reconciles. It returns
 // the problems found; every step is printed.
 func operatorStory(ctx context.Context, s *stack.Stack, op scenario.Operator, flowTenant, period string, progress func(string, ...any)) []string {
-	var problems []string
-	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-
 	progress("operator story: activating a price for %s, then injecting a UsageAccepted at schema version 2 into usage.events.v1", poisonTenant)
 	if err := activatePrice(ctx, s.URL("meter", 0), poisonTenant); err != nil {
 		return []string{err.Error()}
@@ -39,15 +36,35 @@ func operatorStory(ctx context.Context, s *stack.Stack, op scenario.Operator, fl
 	if err != nil {
 		return []string{err.Error()}
 	}
+	problems, err := showQuarantine(ctx, op, eventID.String(), progress)
+	if err != nil {
+		return []string{err.Error()}
+	}
 
+	progress("operator story: rolling out billing-next and query-next, which read UsageAccepted v2")
+	if err := rollOutNext(ctx, s); err != nil {
+		return append(problems, err.Error())
+	}
+	problems = append(problems, redriveTwice(ctx, op, eventID.String())...)
+	problems = append(problems, showReconciliation(ctx, op, eventID.String(), flowTenant, period, progress)...)
+	fmt.Printf("(%s's mismatches are the injected event, which bypassed the usage service: reconciliation names it.)\n", poisonTenant)
+	return problems
+}
+
+// showQuarantine waits for billing and query to quarantine eventID, prints
+// the quarantine view and returns its problems: each item must be eventID,
+// quarantined as unsupported_schema.
+func showQuarantine(ctx context.Context, op scenario.Operator, eventID string, progress func(string, ...any)) ([]string, error) {
 	var items []scenario.QuarantineItem
-	err = waitFor(ctx, 30*time.Second, progress, "billing and query quarantining it", func() (bool, error) {
+	err := waitFor(ctx, 30*time.Second, progress, "billing and query quarantining it", func() (bool, error) {
+		var err error
 		items, err = op.Quarantine(ctx, poisonTenant)
 		return len(items) >= 2, err
 	})
 	if err != nil {
-		return []string{err.Error()}
+		return nil, err
 	}
+	var problems []string
 	w := section("Operator: GET /v1/operator/quarantine?tenantId=" + poisonTenant)
 	fmt.Fprintln(w, "service\tevent\ttype\treason\tstate")
 	for _, it := range items {
@@ -56,29 +73,41 @@ func operatorStory(ctx context.Context, s *stack.Stack, op scenario.Operator, fl
 			id = *it.EventId
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", it.Service, short(id), it.EventType, it.Reason, it.State)
-		if id != eventID.String() || it.Reason != "unsupported_schema" {
-			fail("quarantine lists %s in %s with reason %s, want %s unsupported_schema", id, it.Service, it.Reason, eventID)
+		if id != eventID || it.Reason != "unsupported_schema" {
+			problems = append(problems, fmt.Sprintf("quarantine lists %s in %s with reason %s, want %s unsupported_schema", id, it.Service, it.Reason, eventID))
 		}
 	}
 	w.Flush()
+	return problems, nil
+}
 
-	progress("operator story: rolling out billing-next and query-next, which read UsageAccepted v2")
+// rollOutNext builds billing-next and query-next and upgrades billing and
+// query to them.
+func rollOutNext(ctx context.Context, s *stack.Stack) error {
 	dir := filepath.Join(s.Dir(), "bin-next")
 	if err := buildNext(ctx, dir); err != nil {
-		return append(problems, err.Error())
+		return err
 	}
 	for _, svc := range []string{"billing", "query"} {
 		if err := s.Upgrade(ctx, svc, 0, filepath.Join(dir, svc+"-next")); err != nil {
-			return append(problems, err.Error())
+			return err
 		}
 	}
+	return nil
+}
 
-	w = section("Operator: POST /v1/operator/redrives, then GET /v1/operator/redrives/{id}")
+// redriveTwice redrives eventID in billing and in query twice, printing
+// each redrive; the first must be applied, the second a duplicate, each
+// audited as requested by the operator, then completed.
+func redriveTwice(ctx context.Context, op scenario.Operator, eventID string) []string {
+	var problems []string
+	fail := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	w := section("Operator: POST /v1/operator/redrives, then GET /v1/operator/redrives/{id}")
 	fmt.Fprintln(w, "service\tredrive\tattempt\toutcome\taudit (state by actor, correlation id)")
 	for _, svc := range []string{"billing", "query"} {
 		for attempt, want := range []string{"applied", "duplicate"} {
 			corr := fmt.Sprintf("demo-fix-%s-%d", svc, attempt+1)
-			r, err := op.Redrive(ctx, svc, eventID.String(), "release reads UsageAccepted v2", corr, 30*time.Second)
+			r, err := op.Redrive(ctx, svc, eventID, "release reads UsageAccepted v2", corr, 30*time.Second)
 			if err != nil {
 				fail("redrive in %s: %v", svc, err)
 				continue
@@ -98,8 +127,15 @@ func operatorStory(ctx context.Context, s *stack.Stack, op scenario.Operator, fl
 		}
 	}
 	w.Flush()
+	return problems
+}
 
-	w = section("Operator: GET /v1/operator/reconciliation")
+// showReconciliation prints the reconciliation of the flow's tenant (no
+// mismatch) and of the poison tenant (the two mismatches naming eventID)
+// and returns its problems.
+func showReconciliation(ctx context.Context, op scenario.Operator, eventID, flowTenant, period string, progress func(string, ...any)) []string {
+	var problems []string
+	w := section("Operator: GET /v1/operator/reconciliation")
 	fmt.Fprintln(w, "tenant\tperiod\tusage facts\tcharges\tinvoice lines\tquery usage\tmismatches")
 	for _, t := range []string{flowTenant, poisonTenant} {
 		var rec scenario.Reconciliation
@@ -112,7 +148,7 @@ func operatorStory(ctx context.Context, s *stack.Stack, op scenario.Operator, fl
 			return err == nil && len(rec.Mismatches) == 0, err
 		})
 		if err != nil {
-			fail("reconciliation of %s: %v", t, err)
+			problems = append(problems, fmt.Sprintf("reconciliation of %s: %v", t, err))
 		}
 		var ms []string
 		for _, m := range rec.Mismatches {
@@ -124,12 +160,11 @@ func operatorStory(ctx context.Context, s *stack.Stack, op scenario.Operator, fl
 		// charge and its query projection have no usage fact behind them,
 		// and reconciliation says so by id: the check working, not a
 		// failure of the story.
-		if t == poisonTenant && !namesInjected(rec.Mismatches, eventID.String()) {
-			fail("reconciliation of %s: %v, want charge_without_usage and unknown_in_query naming %s", t, rec.Mismatches, eventID)
+		if t == poisonTenant && !namesInjected(rec.Mismatches, eventID) {
+			problems = append(problems, fmt.Sprintf("reconciliation of %s: %v, want charge_without_usage and unknown_in_query naming %s", t, rec.Mismatches, eventID))
 		}
 	}
 	w.Flush()
-	fmt.Printf("(%s's mismatches are the injected event, which bypassed the usage service: reconciliation names it.)\n", poisonTenant)
 	return problems
 }
 
