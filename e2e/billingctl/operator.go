@@ -29,14 +29,14 @@ func init() {
 				col("TENANT", "tenantId"), col("REASON", "reason"), col("STATE", "state"), col("QUARANTINED AT", "quarantinedAt")},
 		})},
 		&command{name: "redrive", short: "redrive a quarantined event (-service, -event, -reason), wait for its outcome, show its audit", role: roleOperator, flags: redrive},
-		&command{name: "audit", args: "REDRIVE_ID", short: "a redrive (or release, or webhook retry) and its audit trail", role: roleOperator, flags: audit},
+		&command{name: "audit", args: "REDRIVE_ID", short: "a redrive (of an event or a dead letter, or a webhook retry) and its audit trail", role: roleOperator, flags: audit},
 		&command{name: "dead-letters list", short: "outbox dead letters (-service for one service)", role: roleOperator, flags: listCommand(listSpec{
 			service: "query", path: "/v1/operator/dead-letters", key: "items",
 			filters: []filter{{"service", "service", "only this service's"}},
 			cols: []column{col("SERVICE", "service"), col("EVENT", "eventId"), col("TYPE", "eventType"),
 				col("TOPIC", "topic"), col("ATTEMPTS", "attempts"), col("DEAD AT", "deadAt"), col("LAST ERROR", "lastError")},
 		})},
-		&command{name: "dead-letters release", short: "release a dead letter to be sent again (-service, -event, -reason)", role: roleOperator, flags: releaseDeadLetter},
+		&command{name: "dead-letters release", short: "redrive a dead letter: sent again by its relay (-service, -event, -reason)", role: roleOperator, flags: redriveDeadLetter},
 		&command{name: "reconcile", short: "compare usage facts, charges, invoice lines and query totals of a tenant and period (-tenant-id, -period)", role: roleOperator, flags: reconcile},
 		&command{name: "webhook-intents list", short: "webhook deliveries (filters: -status, -tenant-id)", role: roleOperator, flags: listCommand(listSpec{
 			service: "query", path: "/v1/operator/webhook-intents", key: "items",
@@ -96,7 +96,7 @@ func correlation(given string) string {
 	return "billingctl-" + hex.EncodeToString(b)
 }
 
-// submitFlags are the flags of a redrive and a dead letter's release.
+// submitFlags are the flags of a redrive, of an event or of a dead letter.
 type submitFlags struct {
 	req  queryapi.RedriveRequest
 	corr string
@@ -111,7 +111,7 @@ func (s *submitFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.wait, "wait", 60*time.Second, "how long to wait for the outcome (0: do not wait)")
 }
 
-// submit posts a redrive or release and, unless told not to wait, polls it
+// submit posts a redrive and, unless told not to wait, polls it
 // until it completes; then prints it with its audit.
 func (c *Client) submit(ctx context.Context, path string, s submitFlags) error {
 	if s.req.Service == "" || s.req.EventId == "" || s.req.Reason == "" {
@@ -178,7 +178,7 @@ func redrive(fs *flag.FlagSet) runFunc {
 	}
 }
 
-func releaseDeadLetter(fs *flag.FlagSet) runFunc {
+func redriveDeadLetter(fs *flag.FlagSet) runFunc {
 	var s submitFlags
 	s.register(fs)
 	return func(ctx context.Context, c *Client, args []string) error {

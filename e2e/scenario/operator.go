@@ -117,7 +117,7 @@ type AuditEntry = queryapi.AuditEntry
 // Redrive is GET /v1/operator/redrives/{id}.
 type Redrive = queryapi.Redrive
 
-// Redrive asks service to re-decide eventID and waits for its completion.
+// Redrive asks service to redrive eventID and waits for its completion.
 func (o Operator) Redrive(ctx context.Context, service, eventID, reason, correlationID string, wait time.Duration) (Redrive, error) {
 	var accepted queryapi.RedriveAccepted
 	if _, err := o.do(ctx, http.MethodPost, "/v1/operator/redrives",

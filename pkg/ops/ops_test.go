@@ -253,7 +253,7 @@ func TestRedriveAfterTheFix(t *testing.T) {
 	}
 }
 
-// The redecided event's own failures become the redrive's outcome, and
+// The redriven event's own failures become the redrive's outcome, and
 // leave nothing behind; the requests around it are decided normally.
 func TestRedriveOutcomesOfTheHandler(t *testing.T) {
 	pool := pgtest.NewPool(t, tmpl)
