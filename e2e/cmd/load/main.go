@@ -40,13 +40,56 @@ func main() {
 }
 
 func run(ctx context.Context) int {
+	f, code := parseFlags(os.Args[1:])
+	if f == nil {
+		return code
+	}
+	cfg := f.cfg
+	cfg.Describe = map[string]string{}
+	cfg.Out = os.Stdout
+
+	dir := f.out
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "load-*"); err != nil {
+			fmt.Fprintln(os.Stderr, "load:", err)
+			return 1
+		}
+	}
+
+	var s *stack.Stack
+	if f.self {
+		var stop func()
+		s, stop, code = startStack(ctx, &cfg)
+		if s == nil {
+			return code
+		}
+		defer stop()
+	} else {
+		cfg.Describe["stack"] = "given by URL (not started here)"
+		cfg.Describe["kafka"] = "unknown (not started here)"
+	}
+	return runLoad(ctx, cfg, s, dir)
+}
+
+// flags are the command's flags, parsed.
+type flags struct {
+	cfg  load.Config
+	self bool
+	out  string
+}
+
+// parseFlags parses args. A nil result ends the command with code: 0 after
+// -help, 2 for a usage error (printed).
+func parseFlags(args []string) (*flags, int) {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	urls := map[string]*string{}
 	for i, s := range load.Services {
 		urls[s] = fs.String(s, fmt.Sprintf("http://127.0.0.1:%d", 8081+i), "base URL of the "+s+" service")
 	}
-	var cfg load.Config
-	self := fs.Bool("self", false, "start the whole stack in this process, run against it, stop it (the default when no URL flag is given)")
+	f := &flags{}
+	cfg := &f.cfg
+	fs.BoolVar(&f.self, "self", false, "start the whole stack in this process, run against it, stop it (the default when no URL flag is given)")
 	fs.StringVar(&cfg.Token, "token", "", "bearer token for every call (an operator token, or a tenant token: then its tenant is the one tenant)")
 	fs.BoolVar(&cfg.DevKey, "dev-key", false, "mint a tenant token per tenant with the published development key (the default without -token)")
 	fs.IntVar(&cfg.Tenants, "tenants", 1, "number of tenants")
@@ -61,31 +104,42 @@ func run(ctx context.Context) int {
 	fs.DurationVar(&cfg.CloseTimeout, "close-timeout", 5*time.Minute, "how long to wait for each closed period's invoice to be issued, and then to show in query")
 	fs.DurationVar(&cfg.Poll, "poll", 250*time.Millisecond, "poll every tenant's query summary this often (never more than 50 polls/s in all)")
 	fs.StringVar(&cfg.RunID, "run-id", "", "prefix of the tenant ids and source event ids (default load-<UTC time>)")
-	out := fs.String("out", "", "directory for report.txt, report.json and load.svg (default a new directory under $TMPDIR)")
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	fs.StringVar(&f.out, "out", "", "directory for report.txt, report.json and load.svg (default a new directory under $TMPDIR)")
+	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return 0
+			return nil, 0
 		}
-		return 2
+		return nil, 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "load: unexpected arguments %q\n", fs.Args())
-		return 2
+		return nil, 2
 	}
+	if !f.resolve(fs, urls) {
+		return nil, 2
+	}
+	return f, 0
+}
+
+// resolve settles what the flags leave open: -self when no URL is given,
+// the development key when no token is, and a tenant token's one tenant. It
+// reports false after printing a usage error.
+func (f *flags) resolve(fs *flag.FlagSet, urls map[string]*string) bool {
 	urlGiven := false
-	fs.Visit(func(f *flag.Flag) {
-		if _, ok := urls[f.Name]; ok {
+	fs.Visit(func(fl *flag.Flag) {
+		if _, ok := urls[fl.Name]; ok {
 			urlGiven = true
 		}
 	})
-	if *self && urlGiven {
+	if f.self && urlGiven {
 		fmt.Fprintln(os.Stderr, "load: -self starts its own stack: give it no URL flag")
-		return 2
+		return false
 	}
-	if !urlGiven && !*self {
-		*self = true
+	if !urlGiven && !f.self {
+		f.self = true
 		fmt.Println("==> no service URL given: starting the whole stack in this process (-self); it is stopped at the end")
 	}
+	cfg := &f.cfg
 	cfg.URLs = map[string]string{}
 	for s, u := range urls {
 		cfg.URLs[s] = *u
@@ -98,52 +152,46 @@ func run(ctx context.Context) int {
 		if t := load.TokenTenant(cfg.Token); t != "" {
 			if cfg.Tenants != 1 {
 				fmt.Fprintf(os.Stderr, "load: -token is a tenant token for %q, which reaches that tenant only: use -tenants 1, an operator token, or -dev-key\n", t)
-				return 2
+				return false
 			}
 			cfg.TenantIDs = []string{t}
 			fmt.Printf("==> -token is a tenant token: the one tenant is %s (its earlier usage is the baseline)\n", t)
 		}
 	}
-	cfg.Describe = map[string]string{}
-	cfg.Out = os.Stdout
+	return true
+}
 
-	dir := *out
-	if dir == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "load-*"); err != nil {
-			fmt.Fprintln(os.Stderr, "load:", err)
-			return 1
+// startStack starts the whole stack in this process (from the environment,
+// as `make demo`), points cfg at it and describes it; stop stops it. A nil
+// stack ends the command with code.
+func startStack(ctx context.Context, cfg *load.Config) (s *stack.Stack, stop func(), code int) {
+	opts, err := stack.FromEnv(stack.Options{Logger: stack.ConsoleLogger(os.Stdout)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		return nil, nil, 2
+	}
+	began := time.Now()
+	s, err = stack.Start(ctx, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load: start the stack:", err)
+		return nil, nil, 1
+	}
+	stop = func() {
+		fmt.Println("==> stopping the stack")
+		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := s.Stop(sctx); err != nil {
+			fmt.Fprintln(os.Stderr, "load: stop the stack:", err)
 		}
 	}
+	cfg.URLs = s.URLs()
+	describeStack(cfg, opts, time.Since(began))
+	return s, stop, 0
+}
 
-	var s *stack.Stack
-	if *self {
-		opts, err := stack.FromEnv(stack.Options{Logger: stack.ConsoleLogger(os.Stdout)})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "load:", err)
-			return 2
-		}
-		began := time.Now()
-		s, err = stack.Start(ctx, opts)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "load: start the stack:", err)
-			return 1
-		}
-		defer func() {
-			fmt.Println("==> stopping the stack")
-			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if err := s.Stop(sctx); err != nil {
-				fmt.Fprintln(os.Stderr, "load: stop the stack:", err)
-			}
-		}()
-		cfg.URLs = s.URLs()
-		describeStack(&cfg, opts, time.Since(began))
-	} else {
-		cfg.Describe["stack"] = "given by URL (not started here)"
-		cfg.Describe["kafka"] = "unknown (not started here)"
-	}
-
+// runLoad runs the load and writes its report to the terminal and to dir;
+// on failure it keeps the service logs of s (when started here).
+func runLoad(ctx context.Context, cfg load.Config, s *stack.Stack, dir string) int {
 	rep, err := load.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)
