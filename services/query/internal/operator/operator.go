@@ -27,7 +27,6 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/ops"
-	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/recon"
 	"github.com/usagebilling/billing/services/query/internal/app"
 	"github.com/usagebilling/billing/services/query/internal/db"
@@ -121,14 +120,13 @@ func (o *Operator) Submit(ctx context.Context, req Request) (Redrive, error) {
 	if err != nil {
 		return Redrive{}, fmt.Errorf("new redrive id: %w", err)
 	}
-	env, err := envelope.New(envelope.Meta{
-		EventType: events.TypeRedriveRequested, SchemaVersion: 1, TenantID: events.OpsTenant,
-		AggregateType: events.AggregateOps, AggregateID: events.RedriveAggregateID(id), AggregateVersion: 1,
-		OccurredAt: time.Now(), Producer: Self, CorrelationID: req.CorrelationID,
-	}, events.RedriveRequested{RedriveID: id, Service: req.Service, EventID: req.EventID.String(), Action: req.Action,
-		Reason: req.Reason, Actor: req.Actor})
+	env, err := events.New(events.RedriveRequested{RedriveID: id, Service: req.Service, EventID: req.EventID.String(),
+		Action: req.Action, Reason: req.Reason, Actor: req.Actor}, events.Meta{
+		Producer: Self, TenantID: events.OpsTenant, AggregateID: events.RedriveAggregateID(id), OccurredAt: time.Now(),
+		CorrelationID: req.CorrelationID,
+	})
 	if err != nil {
-		return Redrive{}, fmt.Errorf("build RedriveRequested: %w", err)
+		return Redrive{}, err
 	}
 	err = pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
 		if err := db.New(tx).AppendRedriveAudit(ctx, db.AppendRedriveAuditParams{
@@ -137,7 +135,7 @@ func (o *Operator) Submit(ctx context.Context, req Request) (Redrive, error) {
 		}); err != nil {
 			return fmt.Errorf("audit redrive %s: %w", id, err)
 		}
-		return outbox.Append(ctx, tx, events.TopicOpsCommands, env)
+		return events.Append(ctx, tx, env)
 	})
 	if err != nil {
 		return Redrive{}, err
