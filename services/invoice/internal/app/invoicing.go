@@ -21,7 +21,6 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/money"
-	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/invoice/internal/db"
 	"github.com/usagebilling/billing/services/invoice/internal/domain"
@@ -286,13 +285,12 @@ func (c *Consumer) correct(ctx context.Context, tx pgx.Tx, e *envelope.Envelope,
 		return fmt.Errorf("new correction id: %w", err)
 	}
 	now := c.now().UTC().Truncate(time.Microsecond)
-	ev, err := envelope.New(c.meta(e, events.TypeInvoiceCorrectionIssued, invoiceID, inv.NextVersion, now),
-		events.InvoiceCorrectionIssued{
-			CorrectionID: correctionID, InvoiceID: invoiceID, OriginEventID: e.EventID,
-			Period: p.Period, Currency: p.Currency, Amount: p.Amount, IssuedAt: now,
-		})
+	ev, err := events.Caused(e, events.InvoiceCorrectionIssued{
+		CorrectionID: correctionID, InvoiceID: invoiceID, OriginEventID: e.EventID,
+		Period: p.Period, Currency: p.Currency, Amount: p.Amount, IssuedAt: now,
+	}, invoiceMeta(e, invoiceID, inv.NextVersion, now))
 	if err != nil {
-		return fmt.Errorf("build InvoiceCorrectionIssued: %w", err)
+		return err
 	}
 	n, err := q.AddCorrection(ctx, db.AddCorrectionParams{
 		CorrectionID: correctionID, InvoiceID: invoiceID, OriginEventID: e.EventID, Amount: p.Amount,
@@ -308,7 +306,7 @@ func (c *Consumer) correct(ctx context.Context, tx pgx.Tx, e *envelope.Envelope,
 	if err := c.Webhooks.Record(ctx, tx, ev); err != nil {
 		return err
 	}
-	return outbox.Append(ctx, tx, events.TopicInvoice, ev)
+	return events.Append(ctx, tx, ev)
 }
 
 // checkCorrection maps the correction rules' verdict to the inbox's: a note
@@ -377,7 +375,7 @@ func (c *Consumer) onPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.De
 		}
 		envs = append(envs, ev)
 	}
-	if err := outbox.Append(ctx, tx, events.TopicInvoice, envs...); err != nil {
+	if err := events.Append(ctx, tx, envs...); err != nil {
 		return inbox.Outcome{}, err
 	}
 	if err := c.Webhooks.Record(ctx, tx, envs...); err != nil {
@@ -537,13 +535,13 @@ func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelop
 	if err != nil {
 		return envelope.Envelope{}, fmt.Errorf("take invoice number of %s: %w", e.TenantID, err)
 	}
-	ev, err := envelope.New(c.meta(e, events.TypeInvoiceIssued, invoiceID, 1, now), events.InvoiceIssued{
+	ev, err := events.Caused(e, events.InvoiceIssued{
 		InvoiceID: invoiceID, Number: number, Period: period, Currency: currency,
 		ChargeLines: int64(len(sums)), Charges: charges, Adjustments: want.Adjustments,
 		Subtotal: a.Subtotal, Rounding: a.Rounding, Total: a.Total, IssuedAt: now,
-	})
+	}, invoiceMeta(e, invoiceID, 1, now))
 	if err != nil {
-		return envelope.Envelope{}, fmt.Errorf("build InvoiceIssued: %w", err)
+		return envelope.Envelope{}, err
 	}
 	n, err := q.IssueInvoice(ctx, db.IssueInvoiceParams{
 		InvoiceID: invoiceID, Number: number, Subtotal: a.Subtotal, Total: a.Total, IssuedAt: now,
@@ -568,16 +566,10 @@ func checkAggregate(e *envelope.Envelope, aggregateType, aggregateID string) err
 	return nil
 }
 
-// meta is the envelope metadata of an invoice event caused by consumed event e.
-func (c *Consumer) meta(e *envelope.Envelope, eventType string, invoiceID uuid.UUID, version int64, at time.Time) envelope.Meta {
-	correlation := e.CorrelationID
-	if correlation == "" {
-		correlation = e.EventID.String()
-	}
-	return envelope.Meta{
-		EventType: eventType, SchemaVersion: 1, TenantID: e.TenantID,
-		AggregateType: events.AggregateInvoice, AggregateID: invoiceID.String(), AggregateVersion: version,
-		OccurredAt: at, Producer: Producer, CorrelationID: correlation, CausationID: e.EventID.String(),
-		Traceparent: e.Traceparent,
+// invoiceMeta is the metadata of an event of invoice invoiceID at version,
+// caused by consumed event e (see events.Caused).
+func invoiceMeta(e *envelope.Envelope, invoiceID uuid.UUID, version int64, at time.Time) events.Meta {
+	return events.Meta{
+		Producer: Producer, TenantID: e.TenantID, AggregateID: invoiceID.String(), AggregateVersion: version, OccurredAt: at,
 	}
 }
