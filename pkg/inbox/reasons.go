@@ -3,9 +3,11 @@ package inbox
 import "github.com/usagebilling/billing/pkg/envelope"
 
 // Reasons a message is quarantined, in one list: operators filter on them
-// (GET /internal/v1/quarantine?reason=...) and EventQuarantined carries them,
-// so they are part of the contract and never change once published. A
-// handler quarantines with Permanent(reason, err); it names its reason here.
+// (GET /internal/v1/quarantine?reason=...) and EventQuarantined and
+// RedriveCompleted carry them, so they are part of the contract and never
+// change once published. A handler quarantines with Permanent(reason, err)
+// and names its reason here; code elsewhere refers to these constants, never
+// to the strings.
 //
 // Two families are built rather than listed: envelope.MissingField and
 // envelope.InvalidField ("missing_field:<name>", "invalid_field:<name>"), and
@@ -56,8 +58,12 @@ const (
 	// (usage).
 	ReasonInvalidMeterCode = "invalid_meter_code"
 	// ReasonInvalidEventID: an ops event names an event id that is not a
-	// UUID (query).
+	// UUID (query quarantines it; a service answers such a RedriveRequested
+	// with it, outcome not_found).
 	ReasonInvalidEventID = "invalid_event_id"
+	// ReasonUnknownAction: a RedriveRequested names an action the service
+	// does not know; it answers with this reason, outcome not_found (pkg/ops).
+	ReasonUnknownAction = "unknown_action"
 	// ReasonUnprojectable: the query projection cannot read the event (query).
 	ReasonUnprojectable = "unprojectable"
 

@@ -141,6 +141,6 @@ func (r *Redriver) act(ctx context.Context, tx pgx.Tx, action, eventID string) (
 		}
 		return events.OutcomeReleased, "", nil
 	default:
-		return events.OutcomeNotFound, "unknown_action", nil
+		return events.OutcomeNotFound, inbox.ReasonUnknownAction, nil
 	}
 }
