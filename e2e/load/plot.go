@@ -47,14 +47,34 @@ const (
 // time axis, facts/s above (accepted, charged end to end) and the lag
 // (accepted - charged) below.
 func WriteSVG(w io.Writer, d PlotData) error {
-	bw := bufio.NewWriter(w)
-	p := func(format string, args ...any) { fmt.Fprintf(bw, format, args...) }
-	p(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
-	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", plotW, plotH, plotW, plotH)
-	p(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
-	p(`<text x="%d" y="28" font-size="16" font-weight="bold">%s</text>`+"\n", plotLeft, esc(d.Title))
-	p(`<text x="%d" y="50" fill="#444">%s</text>`+"\n", plotLeft, esc(d.Subtitle))
+	s := newSVGPlot(w, d)
+	s.p(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
+	s.p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", plotW, plotH, plotW, plotH)
+	s.p(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
+	s.p(`<text x="%d" y="28" font-size="16" font-weight="bold">%s</text>`+"\n", plotLeft, esc(d.Title))
+	s.p(`<text x="%d" y="50" fill="#444">%s</text>`+"\n", plotLeft, esc(d.Subtitle))
+	s.panel(ratesTop, ratesB, s.rTop, s.rStep, s.yR, "facts per second")
+	s.panel(lagTop, lagB, s.lTop, s.lStep, s.yL, "lag (facts)")
+	s.p(`<text x="%d" y="%d" text-anchor="middle">seconds since the first send</text>`+"\n", (plotLeft+plotRight)/2, lagB+36)
+	s.sendingStops()
+	s.rate("#1f77b4", 2, func(pt Point) float64 { return pt.AcceptedPerSec })
+	s.rate("#ff7f0e", 2, func(pt Point) float64 { return pt.ChargedPerSec })
+	s.lag()
+	s.legend()
+	s.p("</svg>\n")
+	return s.w.Flush()
+}
 
+// svgPlot is a plot on its way: the data, the writer and the axes' scales.
+type svgPlot struct {
+	w           *bufio.Writer
+	d           PlotData
+	tMax, xStep float64 // time axis
+	rTop, rStep float64 // rates panel
+	lTop, lStep float64 // lag panel
+}
+
+func newSVGPlot(w io.Writer, d PlotData) *svgPlot {
 	tMax := d.SendEnd
 	rMax, lagMax := 0.0, 0.0
 	for _, pt := range d.Points {
@@ -63,65 +83,78 @@ func WriteSVG(w io.Writer, d PlotData) error {
 		lagMax = max(lagMax, pt.Lag)
 	}
 	tMax = max(tMax, 1)
-	xStep := niceStep(tMax, 10)
-	tMax = math.Ceil(tMax/xStep) * xStep
-	rStep := niceStep(max(rMax, 1), 5)
-	rTop := math.Ceil(max(rMax, 1)/rStep) * rStep
-	lStep := niceStep(max(lagMax, 1), 4)
-	lTop := math.Ceil(max(lagMax, 1)/lStep) * lStep
-	x := func(t float64) float64 { return plotLeft + (plotRight-plotLeft)*t/tMax }
-	yR := func(v float64) float64 { return ratesB - (ratesB-ratesTop)*v/rTop }
-	yL := func(v float64) float64 { return lagB - (lagB-lagTop)*v/lTop }
+	s := &svgPlot{w: bufio.NewWriter(w), d: d}
+	s.xStep = niceStep(tMax, 10)
+	s.tMax = math.Ceil(tMax/s.xStep) * s.xStep
+	s.rStep = niceStep(max(rMax, 1), 5)
+	s.rTop = math.Ceil(max(rMax, 1)/s.rStep) * s.rStep
+	s.lStep = niceStep(max(lagMax, 1), 4)
+	s.lTop = math.Ceil(max(lagMax, 1)/s.lStep) * s.lStep
+	return s
+}
 
-	panel := func(top, bottom float64, yTop, step float64, y func(float64) float64, label string) {
-		p(`<rect x="%d" y="%.1f" width="%d" height="%.1f" fill="none" stroke="#999"/>`+"\n", plotLeft, top, plotRight-plotLeft, bottom-top)
-		for v := 0.0; v <= yTop+step/2; v += step {
-			p(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e5e5e5"/>`+"\n", plotLeft, y(v), plotRight, y(v))
-			p(`<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", plotLeft-6, y(v)+4, num(v))
-		}
-		for t := 0.0; t <= tMax+xStep/2; t += xStep {
-			p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/>`+"\n", x(t), bottom, x(t), bottom+4)
-			p(`<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x(t), bottom+17, num(t))
-		}
-		p(`<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", (top+bottom)/2, esc(label))
+func (s *svgPlot) p(format string, args ...any) { fmt.Fprintf(s.w, format, args...) }
+
+func (s *svgPlot) x(t float64) float64  { return plotLeft + (plotRight-plotLeft)*t/s.tMax }
+func (s *svgPlot) yR(v float64) float64 { return ratesB - (ratesB-ratesTop)*v/s.rTop }
+func (s *svgPlot) yL(v float64) float64 { return lagB - (lagB-lagTop)*v/s.lTop }
+
+// panel draws a panel's frame, its value grid up to yTop and the time axis
+// ticks below it.
+func (s *svgPlot) panel(top, bottom float64, yTop, step float64, y func(float64) float64, label string) {
+	s.p(`<rect x="%d" y="%.1f" width="%d" height="%.1f" fill="none" stroke="#999"/>`+"\n", plotLeft, top, plotRight-plotLeft, bottom-top)
+	for v := 0.0; v <= yTop+step/2; v += step {
+		s.p(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e5e5e5"/>`+"\n", plotLeft, y(v), plotRight, y(v))
+		s.p(`<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", plotLeft-6, y(v)+4, num(v))
 	}
-	panel(ratesTop, ratesB, rTop, rStep, yR, "facts per second")
-	panel(lagTop, lagB, lTop, lStep, yL, "lag (facts)")
-	p(`<text x="%d" y="%d" text-anchor="middle">seconds since the first send</text>`+"\n", (plotLeft+plotRight)/2, lagB+36)
-
-	if d.SendEnd > 0 {
-		for _, r := range [][2]float64{{ratesTop, ratesB}, {lagTop, lagB}} {
-			p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-dasharray="4 3"/>`+"\n", x(d.SendEnd), r[0], x(d.SendEnd), r[1])
-		}
-		p(`<text x="%.1f" y="%d" fill="#555">sending stops</text>`+"\n", x(d.SendEnd)+4, ratesTop+14)
+	for t := 0.0; t <= s.tMax+s.xStep/2; t += s.xStep {
+		s.p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/>`+"\n", s.x(t), bottom, s.x(t), bottom+4)
+		s.p(`<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", s.x(t), bottom+17, num(t))
 	}
+	s.p(`<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", (top+bottom)/2, esc(label))
+}
 
-	// Rates: each second's count at the middle of its second.
-	line := func(color string, width float64, v func(Point) float64) {
-		if len(d.Points) == 0 {
-			return
-		}
-		var b strings.Builder
-		for _, pt := range d.Points {
-			fmt.Fprintf(&b, "%.1f,%.1f ", x(pt.T-0.5), yR(v(pt)))
-		}
-		p(`<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-linejoin="round" points="%s"/>`+"\n", color, width, strings.TrimSpace(b.String()))
+// sendingStops marks when sending stopped, across both panels.
+func (s *svgPlot) sendingStops() {
+	if s.d.SendEnd <= 0 {
+		return
 	}
-	line("#1f77b4", 2, func(pt Point) float64 { return pt.AcceptedPerSec })
-	line("#ff7f0e", 2, func(pt Point) float64 { return pt.ChargedPerSec })
-
-	// Lag: an area from zero, at the end of each second.
-	if len(d.Points) > 0 {
-		var b strings.Builder
-		fmt.Fprintf(&b, "%.1f,%.1f ", x(0), yL(0))
-		for _, pt := range d.Points {
-			fmt.Fprintf(&b, "%.1f,%.1f ", x(pt.T), yL(max(pt.Lag, 0)))
-		}
-		fmt.Fprintf(&b, "%.1f,%.1f", x(d.Points[len(d.Points)-1].T), yL(0))
-		p(`<polygon fill="#d62728" fill-opacity="0.25" stroke="#d62728" stroke-width="1.5" points="%s"/>`+"\n", b.String())
+	for _, r := range [][2]float64{{ratesTop, ratesB}, {lagTop, lagB}} {
+		s.p(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#555" stroke-dasharray="4 3"/>`+"\n", s.x(s.d.SendEnd), r[0], s.x(s.d.SendEnd), r[1])
 	}
+	s.p(`<text x="%.1f" y="%d" fill="#555">sending stops</text>`+"\n", s.x(s.d.SendEnd)+4, ratesTop+14)
+}
 
-	// Legend, in one row above the panels.
+// rate draws a rate as a line: each second's count at the middle of its
+// second.
+func (s *svgPlot) rate(color string, width float64, v func(Point) float64) {
+	if len(s.d.Points) == 0 {
+		return
+	}
+	var b strings.Builder
+	for _, pt := range s.d.Points {
+		fmt.Fprintf(&b, "%.1f,%.1f ", s.x(pt.T-0.5), s.yR(v(pt)))
+	}
+	s.p(`<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-linejoin="round" points="%s"/>`+"\n", color, width, strings.TrimSpace(b.String()))
+}
+
+// lag draws the lag as an area from zero, at the end of each second.
+func (s *svgPlot) lag() {
+	pts := s.d.Points
+	if len(pts) == 0 {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%.1f,%.1f ", s.x(0), s.yL(0))
+	for _, pt := range pts {
+		fmt.Fprintf(&b, "%.1f,%.1f ", s.x(pt.T), s.yL(max(pt.Lag, 0)))
+	}
+	fmt.Fprintf(&b, "%.1f,%.1f", s.x(pts[len(pts)-1].T), s.yL(0))
+	s.p(`<polygon fill="#d62728" fill-opacity="0.25" stroke="#d62728" stroke-width="1.5" points="%s"/>`+"\n", b.String())
+}
+
+// legend draws the legend, in one row above the panels.
+func (s *svgPlot) legend() {
 	legend := []struct{ color, text string }{
 		{"#1f77b4", "accepted/s (usage answered 201)"},
 		{"#ff7f0e", "charged/s end to end (seen in query)"},
@@ -129,12 +162,10 @@ func WriteSVG(w io.Writer, d PlotData) error {
 	}
 	lx := plotLeft
 	for _, l := range legend {
-		p(`<line x1="%d" y1="68" x2="%d" y2="68" stroke="%s" stroke-width="3"/>`+"\n", lx, lx+24, l.color)
-		p(`<text x="%d" y="72">%s</text>`+"\n", lx+30, esc(l.text))
+		s.p(`<line x1="%d" y1="68" x2="%d" y2="68" stroke="%s" stroke-width="3"/>`+"\n", lx, lx+24, l.color)
+		s.p(`<text x="%d" y="72">%s</text>`+"\n", lx+30, esc(l.text))
 		lx += 48 + 7*len(l.text)
 	}
-	p("</svg>\n")
-	return bw.Flush()
 }
 
 // niceStep returns a round step (1, 2 or 5 times a power of ten) that
