@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -82,6 +83,9 @@ type Consumer struct {
 	// Webhooks records the webhook intents of each invoice and correction
 	// note in the transaction that issues it (nil: with webhook.DefaultTTL).
 	Webhooks *webhook.Recorder
+	// afterLock, when set (tests), runs after a close locks its invoices
+	// and before it tallies them.
+	afterLock func()
 }
 
 // NewConsumer returns the consumer; log receives its notices.
@@ -345,13 +349,7 @@ func (c *Consumer) onPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.De
 	}); err != nil {
 		return inbox.Outcome{}, fmt.Errorf("record close of %s %s: %w", e.TenantID, p.Period, err)
 	}
-	// Lock first, tally in the statements after: their snapshots see every
-	// adjustment line whose transaction held an invoice of the period.
-	invs, err := q.LockPeriodInvoices(ctx, db.LockPeriodInvoicesParams{TenantID: e.TenantID, Period: p.Period})
-	if err != nil {
-		return inbox.Outcome{}, fmt.Errorf("lock invoices of %s %s: %w", e.TenantID, p.Period, err)
-	}
-	have, err := tally(ctx, q, e.TenantID, p.Period)
+	invs, have, err := c.lockAndTally(ctx, q, e.TenantID, p.Period)
 	if err != nil {
 		return inbox.Outcome{}, err
 	}
@@ -382,6 +380,55 @@ func (c *Consumer) onPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.De
 		return inbox.Outcome{}, err
 	}
 	return inbox.Outcome{Provides: []string{IssuedKey(e.TenantID, p.Period)}}, nil
+}
+
+// maxRelocks bounds how often a close locks its period's invoices again
+// because a charge created a new one meanwhile (lockAndTally); past it, the
+// close waits for the sweep.
+const maxRelocks = 5
+
+// lockAndTally locks the invoices of a tenant's period and tallies what they
+// hold. Lock first, tally in the statements after: their snapshots see every
+// charge and adjustment line whose transaction held a locked invoice (a
+// foreign key share-locks it). A charge of a currency whose invoice did not
+// exist when the lock was taken is not held back: it may commit, with its
+// new invoice, between the lock and the tally, which would then count a
+// charge of an invoice the close neither locked nor issues. So the invoices
+// are locked again, in a newer snapshot that sees the new invoice, until
+// every currency tallied has its invoice locked.
+func (c *Consumer) lockAndTally(ctx context.Context, q *db.Queries, tenantID, period string) ([]db.LockPeriodInvoicesRow, map[string]domain.Tally, error) {
+	for attempt := 0; ; attempt++ {
+		invs, err := q.LockPeriodInvoices(ctx, db.LockPeriodInvoicesParams{TenantID: tenantID, Period: period})
+		if err != nil {
+			return nil, nil, fmt.Errorf("lock invoices of %s %s: %w", tenantID, period, err)
+		}
+		if c.afterLock != nil {
+			c.afterLock()
+		}
+		have, err := tally(ctx, q, tenantID, period)
+		if err != nil {
+			return nil, nil, err
+		}
+		cur, ok := unlocked(invs, have)
+		if ok {
+			return invs, have, nil
+		}
+		if attempt == maxRelocks {
+			return nil, nil, inbox.DeferUntil(CloseKey(tenantID, period))
+		}
+		c.log.InfoContext(ctx, "close locks its invoices again: one was created while it tallied",
+			"tenant_id", tenantID, "period", period, "currency", cur)
+	}
+}
+
+// unlocked returns a currency tallied in have whose invoice is not in invs.
+func unlocked(invs []db.LockPeriodInvoicesRow, have map[string]domain.Tally) (string, bool) {
+	for cur := range have {
+		if !slices.ContainsFunc(invs, func(inv db.LockPeriodInvoicesRow) bool { return inv.Currency == cur }) {
+			return cur, false
+		}
+	}
+	return "", true
 }
 
 // tally is what invoice holds of a tenant's period, by currency, counted and
