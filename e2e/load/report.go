@@ -147,64 +147,84 @@ func buildReport(o *outcome) *Report {
 	for _, n := range t.refused {
 		r.Totals.Refused += n
 	}
-	var allAccepts []Step
-	var countSamples, chargeSamples []Sample
-	var allCharges []Step
-	var lastCharge time.Duration
+	var tl timeline
 	for i, tt := range t.tenants {
-		v := o.views[i]
-		r.Totals.Probes += tt.probes
-		r.Totals.Counted += v.counted - tt.probes
-		r.Totals.Charged += v.charged - tt.probes
-		r.Tenants = append(r.Tenants, Tenant{ID: cfg.TenantIDs[i], Share: weights[i], Sent: tt.sent,
-			Accepted: tt.accepted, Probes: tt.probes, InDoubt: tt.inDoubt, Counted: v.counted, Charged: v.charged})
-		allAccepts = append(allAccepts, tt.accepts...)
-		allCharges = append(allCharges, v.chargeReach...)
-		if n := len(v.chargeReach); n > 0 {
-			lastCharge = max(lastCharge, v.chargeReach[n-1].At)
-		}
-		s, un, ex := MatchFIFO(tt.accepts, v.countReach, tt.probes)
-		countSamples = append(countSamples, s...)
-		r.addLatency(0, un, ex)
-		s, un, ex = MatchFIFO(tt.accepts, v.chargeReach, tt.probes)
-		chargeSamples = append(chargeSamples, s...)
-		r.addLatency(1, un, ex)
-		expected := tt.accepted + tt.probes
-		switch {
-		case v.counted < expected:
-			r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: query counted %d of %d accepted facts: %d not counted",
-				cfg.TenantIDs[i], v.counted, expected, expected-v.counted))
-		case v.counted > expected+tt.inDoubt:
-			r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: query counted %d facts, usage accepted %d (%d in doubt): %d counted twice",
-				cfg.TenantIDs[i], v.counted, expected, tt.inDoubt, v.counted-expected-tt.inDoubt))
-		}
-		switch {
-		case v.charged < expected:
-			r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: %d of %d accepted facts charged (in query): %d not charged",
-				cfg.TenantIDs[i], v.charged, expected, expected-v.charged))
-		case v.charged > expected+tt.inDoubt:
-			r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: %d facts charged, usage accepted %d (%d in doubt): %d charged twice",
-				cfg.TenantIDs[i], v.charged, expected, tt.inDoubt, v.charged-expected-tt.inDoubt))
-		}
-		if v.odd != "" {
-			r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: %s", cfg.TenantIDs[i], v.odd))
-		}
+		r.addTenant(cfg.TenantIDs[i], weights[i], tt, o.views[i], &tl)
 	}
 	t.mu.Unlock()
 
 	if r.Totals.SendSeconds > 0 {
 		r.Throughput.AcceptedPerSec = float64(r.Totals.Accepted) / r.Totals.SendSeconds
 	}
-	if lastCharge > o.sendStart && r.Totals.Charged > 0 {
-		r.Throughput.LastChargedSecs = (lastCharge - o.sendStart).Seconds()
+	if tl.lastCharge > o.sendStart && r.Totals.Charged > 0 {
+		r.Throughput.LastChargedSecs = (tl.lastCharge - o.sendStart).Seconds()
 		r.Throughput.EndToEndPerSec = float64(r.Totals.Charged) / r.Throughput.LastChargedSecs
 	}
-	r.Latency[0].fill(countSamples)
-	r.Latency[1].fill(chargeSamples)
+	r.Latency[0].fill(tl.countSamples)
+	r.Latency[1].fill(tl.chargeSamples)
 	r.Relay = histDeltas(o.before, o.after, RelayHistogram)
 	r.Inbox = histDeltas(o.before, o.after, InboxHistogram)
-	r.Series = perSecond(allAccepts, allCharges, o.sendStart, max(o.drainEnd, lastCharge))
+	r.Series = perSecond(tl.accepts, tl.charges, o.sendStart, max(o.drainEnd, tl.lastCharge))
+	r.judge(o)
+	r.OK = len(r.Failures) == 0
+	return r
+}
 
+// timeline is what every tenant's facts add up to over time: the steps of
+// their accepts and charges and the latency samples matched from them.
+type timeline struct {
+	accepts, charges            []Step
+	countSamples, chargeSamples []Sample
+	lastCharge                  time.Duration
+}
+
+// addTenant adds tenant id's figures (tt as sent, v as query saw them) to
+// the totals, the tenants and tl, and fails a fact counted or charged
+// fewer times or more than usage accepted it.
+func (r *Report) addTenant(id string, share float64, tt tenantTally, v tenantView, tl *timeline) {
+	r.Totals.Probes += tt.probes
+	r.Totals.Counted += v.counted - tt.probes
+	r.Totals.Charged += v.charged - tt.probes
+	r.Tenants = append(r.Tenants, Tenant{ID: id, Share: share, Sent: tt.sent,
+		Accepted: tt.accepted, Probes: tt.probes, InDoubt: tt.inDoubt, Counted: v.counted, Charged: v.charged})
+	tl.accepts = append(tl.accepts, tt.accepts...)
+	tl.charges = append(tl.charges, v.chargeReach...)
+	if n := len(v.chargeReach); n > 0 {
+		tl.lastCharge = max(tl.lastCharge, v.chargeReach[n-1].At)
+	}
+	s, un, ex := MatchFIFO(tt.accepts, v.countReach, tt.probes)
+	tl.countSamples = append(tl.countSamples, s...)
+	r.addLatency(0, un, ex)
+	s, un, ex = MatchFIFO(tt.accepts, v.chargeReach, tt.probes)
+	tl.chargeSamples = append(tl.chargeSamples, s...)
+	r.addLatency(1, un, ex)
+	expected := tt.accepted + tt.probes
+	switch {
+	case v.counted < expected:
+		r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: query counted %d of %d accepted facts: %d not counted",
+			id, v.counted, expected, expected-v.counted))
+	case v.counted > expected+tt.inDoubt:
+		r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: query counted %d facts, usage accepted %d (%d in doubt): %d counted twice",
+			id, v.counted, expected, tt.inDoubt, v.counted-expected-tt.inDoubt))
+	}
+	switch {
+	case v.charged < expected:
+		r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: %d of %d accepted facts charged (in query): %d not charged",
+			id, v.charged, expected, expected-v.charged))
+	case v.charged > expected+tt.inDoubt:
+		r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: %d facts charged, usage accepted %d (%d in doubt): %d charged twice",
+			id, v.charged, expected, tt.inDoubt, v.charged-expected-tt.inDoubt))
+	}
+	if v.odd != "" {
+		r.Failures = append(r.Failures, fmt.Sprintf("tenant %s: %s", id, v.odd))
+	}
+}
+
+// judge adds the run's failures (5xx answers, an incomplete drain, an
+// interruption, a failed close) and notes (failed polls, a sender behind
+// its rate, refused facts).
+func (r *Report) judge(o *outcome) {
+	t, cfg := o.tally, o.cfg
 	if len(t.serverErrs) > 0 {
 		var parts []string
 		for _, k := range sortedKeys(t.serverErrs) {
@@ -235,8 +255,6 @@ func buildReport(o *outcome) *Report {
 	if r.Totals.Refused > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d facts refused (4xx): not a loss, but the load was not what was asked", r.Totals.Refused))
 	}
-	r.OK = len(r.Failures) == 0
-	return r
 }
 
 func (r *Report) addLatency(i int, unreached, extra int64) {
@@ -345,14 +363,28 @@ func ms(s float64) string {
 
 // WriteText writes the report for people.
 func (r *Report) WriteText(w io.Writer) {
-	section := func(title string) *tabwriter.Writer {
-		fmt.Fprintf(w, "\n%s\n%s\n", title, strings.Repeat("-", len(title)))
-		return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	}
-	c := r.Conditions
 	fmt.Fprintf(w, "LOAD REPORT %s (started %s)\n", r.RunID, r.Started.Format(time.RFC3339))
+	r.writeConditions(w)
+	r.writeTotals(w)
+	r.writeSpeed(w)
+	writeHistogram(w, "Outbox relay, commit -> broker ack ("+RelayHistogram+", /metrics delta over the run)", r.Relay, "rows")
+	writeHistogram(w, "Inbox, decide and commit one consumed batch ("+InboxHistogram+", /metrics delta)", r.Inbox, "batches")
+	fmt.Fprintln(w, "percentiles from histogram buckets, interpolated linearly inside a bucket (as histogram_quantile)")
+	r.writeTenants(w)
+	r.writeClosed(w)
+	r.writeVerdict(w)
+}
 
-	tw := section("Conditions")
+// textSection writes a section's title and returns a table writer for its
+// body.
+func textSection(w io.Writer, title string) *tabwriter.Writer {
+	fmt.Fprintf(w, "\n%s\n%s\n", title, strings.Repeat("-", len(title)))
+	return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+}
+
+func (r *Report) writeConditions(w io.Writer) {
+	c := r.Conditions
+	tw := textSection(w, "Conditions")
 	for _, s := range Services {
 		fmt.Fprintf(tw, "%s\t%s\n", s, c.URLs[s])
 	}
@@ -369,9 +401,11 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(tw, "query polls\tevery tenant's summary every %s; drain timeout %s\n", c.PollInterval, c.Drain)
 	fmt.Fprintf(tw, "machine\t%s, %d cores (GOMAXPROCS %d), shared by the load tool and whatever runs there\n", c.Host, c.Cores, c.GOMAXPROCS)
 	tw.Flush()
+}
 
+func (r *Report) writeTotals(w io.Writer) {
 	t := r.Totals
-	tw = section("Totals (facts)")
+	tw := textSection(w, "Totals (facts)")
 	fmt.Fprintf(tw, "sent\t%d in %d batches over %.1fs\n", t.Sent, t.Batches, t.SendSeconds)
 	fmt.Fprintf(tw, "accepted by usage\t%d (201: %d, 200 replay after a retry: %d)\n", t.Accepted, t.Created, t.Replayed)
 	fmt.Fprintf(tw, "refused by usage\t%d%s\n", t.Refused, byKey(t.RefusedBy))
@@ -384,68 +418,78 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "after sending\t%s in %.1fs; %d query polls (%d failed)\n", drain, t.DrainSeconds, t.Polls, t.PollErrors)
 	tw.Flush()
+}
 
+// writeSpeed writes the throughput and the latency per fact.
+func (r *Report) writeSpeed(w io.Writer) {
 	tp := r.Throughput
-	tw = section("Throughput (facts/s)")
-	fmt.Fprintf(tw, "accepted, sustained\t%.0f/s\t(accepted over the %.1fs sending window)\n", tp.AcceptedPerSec, t.SendSeconds)
+	tw := textSection(w, "Throughput (facts/s)")
+	fmt.Fprintf(tw, "accepted, sustained\t%.0f/s\t(accepted over the %.1fs sending window)\n", tp.AcceptedPerSec, r.Totals.SendSeconds)
 	fmt.Fprintf(tw, "end to end, charged in query\t%.0f/s\t(charged over %.1fs, from the first send to the moment the last fact was charged)\n", tp.EndToEndPerSec, tp.LastChargedSecs)
 	tw.Flush()
 
-	tw = section("Latency per fact, usage accepted -> visible in query")
+	tw = textSection(w, "Latency per fact, usage accepted -> visible in query")
 	fmt.Fprintln(tw, "what\tfacts\tp50\tp95\tp99\tmax")
 	for _, l := range r.Latency {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", l.What, l.Facts, ms(l.P50), ms(l.P95), ms(l.P99), ms(l.Max))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "method: %s\n", LatencyMethod)
+}
 
-	hist := func(title string, hs []HistStats, unit string) {
-		tw := section(title)
-		if len(hs) == 0 {
-			fmt.Fprintln(tw, "(no service exported it)")
-			tw.Flush()
-			return
-		}
-		fmt.Fprintf(tw, "service\t%s\tmean\tp50\tp95\tp99\n", unit)
-		for _, h := range hs {
-			mean := "-"
-			if h.Count > 0 {
-				mean = ms(h.Mean)
-			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\n", h.Service, h.Count, mean,
-				over(h, 0, h.P50), over(h, 1, h.P95), over(h, 2, h.P99))
-		}
+// writeHistogram writes the services' figures of one histogram.
+func writeHistogram(w io.Writer, title string, hs []HistStats, unit string) {
+	tw := textSection(w, title)
+	if len(hs) == 0 {
+		fmt.Fprintln(tw, "(no service exported it)")
 		tw.Flush()
+		return
 	}
-	hist("Outbox relay, commit -> broker ack ("+RelayHistogram+", /metrics delta over the run)", r.Relay, "rows")
-	hist("Inbox, decide and commit one consumed batch ("+InboxHistogram+", /metrics delta)", r.Inbox, "batches")
-	fmt.Fprintln(w, "percentiles from histogram buckets, interpolated linearly inside a bucket (as histogram_quantile)")
+	fmt.Fprintf(tw, "service\t%s\tmean\tp50\tp95\tp99\n", unit)
+	for _, h := range hs {
+		mean := "-"
+		if h.Count > 0 {
+			mean = ms(h.Mean)
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\n", h.Service, h.Count, mean,
+			over(h, 0, h.P50), over(h, 1, h.P95), over(h, 2, h.P99))
+	}
+	tw.Flush()
+}
 
-	tw = section("Per tenant (counted and charged include the probe fact)")
+func (r *Report) writeTenants(w io.Writer) {
+	tw := textSection(w, "Per tenant (counted and charged include the probe fact)")
 	fmt.Fprintln(tw, "tenant\tshare\tsent\taccepted\tprobe\tin doubt\tcounted\tcharged")
 	for _, tn := range r.Tenants {
 		fmt.Fprintf(tw, "%s\t%.1f%%\t%d\t%d\t%d\t%d\t%d\t%d\n", tn.ID, 100*tn.Share, tn.Sent, tn.Accepted, tn.Probes, tn.InDoubt, tn.Counted, tn.Charged)
 	}
 	tw.Flush()
+}
 
-	if len(r.Closed) > 0 {
-		tw = section("Close (-close): POST close, then the invoice issued and visible in query, timed from the close's answer")
-		fmt.Fprintln(tw, "tenant\tperiod\tclose answered\tinvoice issued\tin query\tnumber\tcharge lines\tcharges (want)\ttotal (want)\treconciled\tmismatches")
-		for _, c := range r.Closed {
-			reconciled := "not run (no operator token)"
-			switch {
-			case c.Reconciled:
-				reconciled = fmt.Sprintf("in %s", secs(c.ReconcileSeconds))
-			case c.ReconcileRun:
-				reconciled = "no answer (see the problem)"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t+%s\t+%s\t%d\t%d\t%d (%d)\t%s (%s)\t%s\t%d\n", c.Tenant, c.Period, secs(c.CloseSeconds),
-				secs(c.IssuedSeconds), secs(c.InQuerySeconds), c.Number, c.ChargeLines, c.ChargeCount, c.WantChargeCount, c.Total, c.WantTotal,
-				reconciled, c.Mismatches)
-		}
-		tw.Flush()
+// writeClosed writes the closes of -close, when there were any.
+func (r *Report) writeClosed(w io.Writer) {
+	if len(r.Closed) == 0 {
+		return
 	}
+	tw := textSection(w, "Close (-close): POST close, then the invoice issued and visible in query, timed from the close's answer")
+	fmt.Fprintln(tw, "tenant\tperiod\tclose answered\tinvoice issued\tin query\tnumber\tcharge lines\tcharges (want)\ttotal (want)\treconciled\tmismatches")
+	for _, c := range r.Closed {
+		reconciled := "not run (no operator token)"
+		switch {
+		case c.Reconciled:
+			reconciled = fmt.Sprintf("in %s", secs(c.ReconcileSeconds))
+		case c.ReconcileRun:
+			reconciled = "no answer (see the problem)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t+%s\t+%s\t%d\t%d\t%d (%d)\t%s (%s)\t%s\t%d\n", c.Tenant, c.Period, secs(c.CloseSeconds),
+			secs(c.IssuedSeconds), secs(c.InQuerySeconds), c.Number, c.ChargeLines, c.ChargeCount, c.WantChargeCount, c.Total, c.WantTotal,
+			reconciled, c.Mismatches)
+	}
+	tw.Flush()
+}
 
+// writeVerdict writes the notes, then OK or the failures.
+func (r *Report) writeVerdict(w io.Writer) {
 	if len(r.Notes) > 0 {
 		fmt.Fprintln(w, "\nNotes:")
 		for _, n := range r.Notes {
@@ -454,7 +498,7 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	if r.OK {
-		fmt.Fprintf(w, "OK: every one of the %d accepted facts (and %d probes) was counted and charged in query exactly once; no 5xx.\n", t.Accepted, t.Probes)
+		fmt.Fprintf(w, "OK: every one of the %d accepted facts (and %d probes) was counted and charged in query exactly once; no 5xx.\n", r.Totals.Accepted, r.Totals.Probes)
 		return
 	}
 	fmt.Fprintf(w, "FAILED: %d problem(s):\n", len(r.Failures))
