@@ -11,7 +11,6 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/pgtest"
-	"github.com/usagebilling/billing/services/invoice/internal/app"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
 )
 
@@ -26,7 +25,7 @@ func TestCorrectionFinerThanTheMinorUnitIsQuarantined(t *testing.T) {
 	charge, closed := p.Charge("USD", "1", "10"), p.Close()
 	fine, whole := p.Adjustment("USD", "-0.005"), p.Adjustment("USD", "-0.01")
 	wantOutcomes(t, Decide(t, pool, ib, charge, closed, fine, whole),
-		"applied", "applied", "quarantined:"+app.ReasonAmountPrecision, "applied")
+		"applied", "applied", "quarantined:"+inbox.ReasonAmountPrecision, "applied")
 	inv := invoices(t, pool, "acme", "2026-11")["USD"]
 	if len(inv.Corrections) != 1 || !inv.Corrections[0].Amount.Equal(D("-0.01")) {
 		t.Fatalf("corrections %+v, want the -0.01 one only", inv.Corrections)
@@ -51,7 +50,7 @@ func TestCorrectionsNeverTakeTheInvoiceBelowZero(t *testing.T) {
 	c1, c2, over := p.Adjustment("USD", "-4"), p.Adjustment("USD", "-5.5"), p.Adjustment("USD", "-0.01")
 	debit, c3 := p.Adjustment("USD", "1"), p.Adjustment("USD", "-1")
 	wantOutcomes(t, Decide(t, pool, ib, charge, before, closed, c1, c2, over, debit, c3),
-		"applied", "applied", "applied", "applied", "applied", "quarantined:"+app.ReasonCreditExceedsCharges, "applied", "applied")
+		"applied", "applied", "applied", "applied", "applied", "quarantined:"+inbox.ReasonCreditExceedsCharges, "applied", "applied")
 	inv := invoices(t, pool, "acme", "2026-11")["USD"]
 	sum := D("0")
 	for _, c := range inv.Corrections {
@@ -121,7 +120,7 @@ func TestConcurrentCorrectionsOnlyTheOneThatFits(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	wantOutcomes(t, r.ds, "quarantined:"+app.ReasonCreditExceedsCharges)
+	wantOutcomes(t, r.ds, "quarantined:"+inbox.ReasonCreditExceedsCharges)
 	inv := invoices(t, pool, "acme", "2026-11")["USD"]
 	if len(inv.Corrections) != 1 || inv.Corrections[0].OriginEventID != first.EventID {
 		t.Fatalf("corrections %+v, want the first credit only", inv.Corrections)

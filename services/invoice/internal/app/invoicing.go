@@ -42,23 +42,6 @@ var OriginConstraints = []string{
 	"period_close_pkey", "period_close_event_key",
 }
 
-// Quarantine reasons of the handlers (inbox.Permanent), from the one list
-// in the inbox package, where each is described.
-const (
-	ReasonChargeAfterIssue     = inbox.ReasonChargeAfterIssue
-	ReasonAdjustmentAfterIssue = inbox.ReasonAdjustmentAfterIssue
-	ReasonNoInvoiceToCorrect   = inbox.ReasonNoInvoiceToCorrect
-	ReasonCloseCountsMismatch  = inbox.ReasonCloseCountsMismatch
-	ReasonCloseDigestMismatch  = inbox.ReasonCloseDigestMismatch
-	ReasonCloseTotalsMismatch  = inbox.ReasonCloseTotalsMismatch
-	ReasonLineAmountMismatch   = inbox.ReasonLineAmountMismatch
-	ReasonPriceVersionConflict = inbox.ReasonPriceVersionConflict
-	ReasonAggregateMismatch    = inbox.ReasonAggregateMismatch
-	ReasonUnknownCurrency      = inbox.ReasonUnknownCurrency
-	ReasonCreditExceedsCharges = inbox.ReasonCreditExceedsCharges
-	ReasonAmountPrecision      = inbox.ReasonAmountPrecision
-)
-
 // IssuedKey is the inbox wait key of a tenant period's issue: the close
 // that issues the period's invoices provides it, and an adjustment posted
 // after the close (AfterClose) that finds its invoice not issued yet waits
@@ -175,7 +158,7 @@ func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope
 		case row.Added:
 		case row.Closed && !row.Known:
 			p := ps[i]
-			return nil, inbox.ItemError(i, inbox.Permanent(ReasonChargeAfterIssue,
+			return nil, inbox.ItemError(i, inbox.Permanent(inbox.ReasonChargeAfterIssue,
 				fmt.Errorf("charge %s for %s %s: the period is closed and its invoices issued", p.ChargeID, ds[i].Envelope.TenantID, p.Period)))
 		default: // recorded before (or by a delivery committed meanwhile)
 			return nil, inbox.ItemError(i, inbox.Duplicate("invoice_charge_origin_key"))
@@ -235,7 +218,7 @@ func (c *Consumer) onAdjustmentPosted(ctx context.Context, tx pgx.Tx, d *envelop
 	case row.Added:
 		return inbox.Outcome{}, nil
 	case row.Closed || row.Status == domain.StatusIssued:
-		return inbox.Outcome{}, inbox.Permanent(ReasonAdjustmentAfterIssue, fmt.Errorf(
+		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonAdjustmentAfterIssue, fmt.Errorf(
 			"adjustment %s for %s %s %s is counted by the close (afterClose false) but the period is closed and its invoices issued",
 			p.AdjustmentID, e.TenantID, p.Period, p.Currency))
 	default:
@@ -258,7 +241,7 @@ func (c *Consumer) onAdjustmentAfterClose(ctx context.Context, tx pgx.Tx, e *env
 	case !row.Closed:
 		return inbox.DeferUntil(IssuedKey(e.TenantID, p.Period))
 	default:
-		return inbox.Permanent(ReasonNoInvoiceToCorrect,
+		return inbox.Permanent(inbox.ReasonNoInvoiceToCorrect,
 			fmt.Errorf("adjustment %s for %s %s: the period is closed and has no issued %s invoice", p.AdjustmentID, e.TenantID, p.Period, p.Currency))
 	}
 }
@@ -322,11 +305,11 @@ func checkCorrection(p events.AdjustmentPosted, invoiceID uuid.UUID, inv db.Issu
 	case err == nil:
 		return nil
 	case errors.As(err, &exceeds):
-		return inbox.Permanent(ReasonCreditExceedsCharges, fmt.Errorf("adjustment %s of invoice %s: %w", p.AdjustmentID, invoiceID, err))
+		return inbox.Permanent(inbox.ReasonCreditExceedsCharges, fmt.Errorf("adjustment %s of invoice %s: %w", p.AdjustmentID, invoiceID, err))
 	case money.ProblemCode(err) == money.CodeAmountPrecision:
-		return inbox.Permanent(ReasonAmountPrecision, fmt.Errorf("adjustment %s of invoice %s: %w", p.AdjustmentID, invoiceID, err))
+		return inbox.Permanent(inbox.ReasonAmountPrecision, fmt.Errorf("adjustment %s of invoice %s: %w", p.AdjustmentID, invoiceID, err))
 	default:
-		return inbox.Permanent(ReasonUnknownCurrency, fmt.Errorf("adjustment %s of invoice %s: %w", p.AdjustmentID, invoiceID, err))
+		return inbox.Permanent(inbox.ReasonUnknownCurrency, fmt.Errorf("adjustment %s of invoice %s: %w", p.AdjustmentID, invoiceID, err))
 	}
 }
 
@@ -449,7 +432,7 @@ func tally(ctx context.Context, q *db.Queries, tenantID, period string) (map[str
 		// A price version has one unit price: two make two lines of one id.
 		line := r.Currency + " " + domain.ChargeLineID(r.MeterCode, r.PriceVersion)
 		if lines[line] {
-			return nil, inbox.Permanent(ReasonPriceVersionConflict, fmt.Errorf(
+			return nil, inbox.Permanent(inbox.ReasonPriceVersionConflict, fmt.Errorf(
 				"%s %s: charges of %s carry different unit prices", tenantID, period, line))
 		}
 		lines[line] = true
@@ -494,11 +477,11 @@ func (c *Consumer) checkClose(ctx context.Context, e *envelope.Envelope, p event
 			"tenant_id", e.TenantID, "period", p.Period, "detail", err.Error())
 		return inbox.DeferUntil(CloseKey(e.TenantID, p.Period))
 	case errors.As(err, &counts):
-		return inbox.Permanent(ReasonCloseCountsMismatch, err)
+		return inbox.Permanent(inbox.ReasonCloseCountsMismatch, err)
 	case errors.As(err, &digests):
-		return inbox.Permanent(ReasonCloseDigestMismatch, err)
+		return inbox.Permanent(inbox.ReasonCloseDigestMismatch, err)
 	case errors.As(err, &totals):
-		return inbox.Permanent(ReasonCloseTotalsMismatch, err)
+		return inbox.Permanent(inbox.ReasonCloseTotalsMismatch, err)
 	default:
 		return err
 	}
@@ -548,7 +531,7 @@ func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelop
 	for _, l := range sums {
 		amount, err := chargeLineAmount(l)
 		if err != nil {
-			return envelope.Envelope{}, inbox.Permanent(ReasonLineAmountMismatch, fmt.Errorf("invoice %s: %w", invoiceID, err))
+			return envelope.Envelope{}, inbox.Permanent(inbox.ReasonLineAmountMismatch, fmt.Errorf("invoice %s: %w", invoiceID, err))
 		}
 		charges += l.ChargeCount
 		chargeAmount, linesAmount = chargeAmount.Add(l.Amount), linesAmount.Add(amount)
@@ -562,14 +545,14 @@ func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelop
 	// The lines were grouped by a later statement than the tally: a charge
 	// the close did not count, committed in between, shows here.
 	if charges != want.Charges || !chargeAmount.Equal(want.ChargeAmount) {
-		return envelope.Envelope{}, inbox.Permanent(ReasonCloseCountsMismatch, fmt.Errorf(
+		return envelope.Envelope{}, inbox.Permanent(inbox.ReasonCloseCountsMismatch, fmt.Errorf(
 			"invoice %s: the charge lines count %d charges of %s, the close %d of %s",
 			invoiceID, charges, chargeAmount, want.Charges, want.ChargeAmount))
 	}
 
 	a, err := domain.Issue(linesAmount.Add(want.AdjustmentAmount), currency)
 	if err != nil {
-		return envelope.Envelope{}, inbox.Permanent(ReasonUnknownCurrency, err)
+		return envelope.Envelope{}, inbox.Permanent(inbox.ReasonUnknownCurrency, err)
 	}
 	if !a.Rounding.IsZero() {
 		if err := q.AddRoundingLine(ctx, db.AddRoundingLineParams{
@@ -607,7 +590,7 @@ func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelop
 // aggregate it belongs to.
 func checkAggregate(e *envelope.Envelope, aggregateType, aggregateID string) error {
 	if e.AggregateType != aggregateType || e.AggregateID != aggregateID {
-		return inbox.Permanent(ReasonAggregateMismatch, fmt.Errorf("%s %s of aggregate %s/%s carries %s/%s",
+		return inbox.Permanent(inbox.ReasonAggregateMismatch, fmt.Errorf("%s %s of aggregate %s/%s carries %s/%s",
 			e.EventType, e.EventID, e.AggregateType, e.AggregateID, aggregateType, aggregateID))
 	}
 	return nil

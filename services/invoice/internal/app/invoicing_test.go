@@ -460,7 +460,7 @@ func TestInvoiceNumbersAreGapFreePerTenant(t *testing.T) {
 	// then November's; beta its own sequence.
 	envs = append(envs, sep.Close(), other.Close(), oct.CloseWith(wrong), nov.Close())
 	wantOutcomes(t, Decide(t, pool, ib, envs...), "applied", "applied", "applied", "applied", "applied", "applied",
-		"applied", "applied", "quarantined:"+app.ReasonCloseTotalsMismatch, "applied")
+		"applied", "applied", "quarantined:"+inbox.ReasonCloseTotalsMismatch, "applied")
 
 	numbers := map[string]int64{}
 	for _, pc := range [][2]string{{"acme", "2026-09"}, {"acme", "2026-11"}, {"beta", "2026-10"}} {
@@ -648,7 +648,7 @@ func TestChargesOfOneBatchAreDecidedEach(t *testing.T) {
 		closedP.Charge("USD", "1", "1"), open.Charge("USD", "1", "1"), oldClosed, open.Charge("EUR", "1", "1")}
 	wantOutcomes(t, Decide(t, pool, ib, batch...),
 		"applied", "duplicate:effect_exists:invoice_charge_origin_key", "applied",
-		"quarantined:"+app.ReasonChargeAfterIssue, "applied", "duplicate:effect_exists:invoice_charge_origin_key", "applied")
+		"quarantined:"+inbox.ReasonChargeAfterIssue, "applied", "duplicate:effect_exists:invoice_charge_origin_key", "applied")
 	if n := count(t, pool, `SELECT count(*) FROM invoice_charge WHERE period = '2026-11'`); n != 5 {
 		t.Fatalf("%d charges of the open period, want 5", n)
 	}
@@ -678,12 +678,12 @@ func TestEventsThatCanNeverApplyAreQuarantined(t *testing.T) {
 		return pl
 	})
 	wantOutcomes(t, Decide(t, pool, ib, c1, closed, late, counted),
-		"applied", "applied", "quarantined:"+app.ReasonChargeAfterIssue, "quarantined:"+app.ReasonAdjustmentAfterIssue)
+		"applied", "applied", "quarantined:"+inbox.ReasonChargeAfterIssue, "quarantined:"+inbox.ReasonAdjustmentAfterIssue)
 
 	// More charges than the close counted.
 	q := NewPeriod(t, "beta", "2026-11")
 	qc := q.Charge("USD", "1", "1")
-	wantOutcomes(t, Decide(t, pool, ib, qc, q.CloseWith(nil)), "applied", "quarantined:"+app.ReasonCloseCountsMismatch)
+	wantOutcomes(t, Decide(t, pool, ib, qc, q.CloseWith(nil)), "applied", "quarantined:"+inbox.ReasonCloseCountsMismatch)
 
 	// The charges counted, but another amount.
 	r := NewPeriod(t, "gamma", "2026-11")
@@ -692,7 +692,7 @@ func TestEventsThatCanNeverApplyAreQuarantined(t *testing.T) {
 	usd := tallies["USD"]
 	usd.ChargeAmount = D("1.5")
 	tallies["USD"] = usd
-	wantOutcomes(t, Decide(t, pool, ib, rc, r.CloseWith(tallies)), "applied", "quarantined:"+app.ReasonCloseTotalsMismatch)
+	wantOutcomes(t, Decide(t, pool, ib, rc, r.CloseWith(tallies)), "applied", "quarantined:"+inbox.ReasonCloseTotalsMismatch)
 	if inv := invoices(t, pool, "gamma", "2026-11")["USD"]; inv.Status != "open" {
 		t.Fatalf("invoice issued despite the totals mismatch: %+v", inv)
 	}
@@ -700,7 +700,7 @@ func TestEventsThatCanNeverApplyAreQuarantined(t *testing.T) {
 	// One price version at two unit prices.
 	s := NewPeriod(t, "delta", "2026-11")
 	wantOutcomes(t, Decide(t, pool, ib, s.Charge("USD", "1", "1"), s.Charge("USD", "1", "2"), s.Close()),
-		"applied", "applied", "quarantined:"+app.ReasonPriceVersionConflict)
+		"applied", "applied", "quarantined:"+inbox.ReasonPriceVersionConflict)
 
 	// A payload that is not its aggregate.
 	u := NewPeriod(t, "epsilon", "2026-12")
@@ -710,7 +710,7 @@ func TestEventsThatCanNeverApplyAreQuarantined(t *testing.T) {
 		pl.ChargeID = uuid.New()
 		return pl
 	})
-	wantOutcomes(t, Decide(t, pool, ib, bad), "quarantined:"+app.ReasonAggregateMismatch)
+	wantOutcomes(t, Decide(t, pool, ib, bad), "quarantined:"+inbox.ReasonAggregateMismatch)
 }
 
 // As many charges as the close counted, summing to its amount, but not the
@@ -731,7 +731,7 @@ func TestDigestMismatchWithEqualCountQuarantines(t *testing.T) {
 	usd.ChargeDigest = ids.String()
 	counted["USD"] = usd
 	closed := p.CloseWith(counted)
-	wantOutcomes(t, Decide(t, pool, ib, c1, c2, closed), "applied", "applied", "quarantined:"+app.ReasonCloseDigestMismatch)
+	wantOutcomes(t, Decide(t, pool, ib, c1, c2, closed), "applied", "applied", "quarantined:"+inbox.ReasonCloseDigestMismatch)
 	if inv := invoices(t, pool, "acme", "2026-11")["USD"]; inv.Status != "open" || inv.Number != nil {
 		t.Fatalf("invoice %+v, want open: the close did not count its charges", inv)
 	}
@@ -750,7 +750,7 @@ func TestAdjustmentWithoutInvoiceAfterClose(t *testing.T) {
 	c1 := p.Charge("USD", "1", "1")
 	closed := p.Close()
 	adj := p.Adjustment("KRW", "5")
-	wantOutcomes(t, Decide(t, pool, ib, c1, closed, adj), "applied", "applied", "quarantined:"+app.ReasonNoInvoiceToCorrect)
+	wantOutcomes(t, Decide(t, pool, ib, c1, closed, adj), "applied", "applied", "quarantined:"+inbox.ReasonNoInvoiceToCorrect)
 	if n := count(t, pool, `SELECT count(*) FROM invoice WHERE currency = 'KRW'`); n != 0 {
 		t.Fatalf("a KRW invoice was created for a closed period")
 	}
