@@ -53,26 +53,53 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	o := &outcome{cfg: &cfg, started: time.Now().UTC(), origin: time.Now(), tally: newTally(cfg.Tenants)}
-
-	// Setup: baseline, prices, a probe fact per tenant.
 	smp := newSampler(&cfg, cl, o.origin)
-	if err := smp.baseline(ctx); err != nil {
+	if err := o.setup(ctx, cl, smp, progress); err != nil {
 		return nil, err
-	}
-	if err := activatePrices(ctx, &cfg, cl, progress); err != nil {
-		return nil, err
-	}
-	if err := probe(ctx, &cfg, cl, o.tally, o.origin, progress); err != nil {
-		return nil, err
-	}
-	o.before, err = scrapeAll(ctx, cl)
-	if err != nil {
-		o.notes = append(o.notes, "at the start: "+err.Error())
 	}
 
 	pollCtx, stopPolls := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Go(func() { smp.run(pollCtx) })
+	announce(&cfg, progress)
+	// Send, printing progress every second.
+	phase := &phaseClock{name: "send", since: time.Now()}
+	stopTicker := make(chan struct{})
+	bg.Go(func() { o.ticker(smp, phase, stopTicker) })
+	o.send(ctx, cl)
+	o.drainAndSettle(ctx, smp, phase, progress)
+	stopPolls()
+	close(stopTicker)
+	bg.Wait()
+	if cfg.Close && o.drained && ctx.Err() == nil {
+		o.closeAll(ctx, cl, progress)
+	}
+	o.finish(smp, cl)
+	return buildReport(o), nil
+}
+
+// setup reads the baseline, activates the prices, sends a probe fact per
+// tenant and scrapes the services' metrics before the run.
+func (o *outcome) setup(ctx context.Context, cl *client, smp *sampler, progress func(string, ...any)) error {
+	if err := smp.baseline(ctx); err != nil {
+		return err
+	}
+	if err := activatePrices(ctx, o.cfg, cl, progress); err != nil {
+		return err
+	}
+	if err := probe(ctx, o.cfg, cl, o.tally, o.origin, progress); err != nil {
+		return err
+	}
+	var err error
+	o.before, err = scrapeAll(ctx, cl)
+	if err != nil {
+		o.notes = append(o.notes, "at the start: "+err.Error())
+	}
+	return nil
+}
+
+// announce says what the run is about to send.
+func announce(cfg *Config, progress func(string, ...any)) {
 	rate := "flat out"
 	if cfg.Rate > 0 {
 		rate = fmt.Sprintf("%g facts/s", cfg.Rate)
@@ -83,24 +110,26 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	progress("sending for %s%s, %s, batches of %d, %d in flight, %d tenant(s); polling query every %s per tenant",
 		cfg.Duration, limit, rate, cfg.Batch, cfg.Concurrency, cfg.Tenants, max(cfg.Poll, MinPollGap*time.Duration(cfg.Tenants)))
+}
 
-	// Send, printing progress every second.
-	phase := &phaseClock{name: "send", since: time.Now()}
-	stopTicker := make(chan struct{})
-	bg.Go(func() { o.ticker(smp, phase, stopTicker) })
-	d := &driver{cfg: &cfg, cl: cl, tally: o.tally, origin: o.origin}
+// send sends facts for the configured duration, or until ctx ends.
+func (o *outcome) send(ctx context.Context, cl *client) {
+	d := &driver{cfg: o.cfg, cl: cl, tally: o.tally, origin: o.origin}
 	o.sendStart = time.Since(o.origin)
-	sendCtx, stopSending := context.WithTimeout(ctx, cfg.Duration)
+	sendCtx, stopSending := context.WithTimeout(ctx, o.cfg.Duration)
 	d.run(sendCtx, ctx)
 	stopSending()
 	o.sendEnd = time.Since(o.origin)
 	o.interrupted = ctx.Err() != nil
+}
 
-	// Drain: wait for query to count and charge every accepted fact.
+// drainAndSettle waits for query to count and charge every accepted fact
+// (unless the run was interrupted), then, drained, lets the system settle.
+func (o *outcome) drainAndSettle(ctx context.Context, smp *sampler, phase *phaseClock, progress func(string, ...any)) {
 	if !o.interrupted {
 		phase.set("drain")
 		progress("sending stopped after %s; waiting up to %s for query to count and charge every accepted fact",
-			(o.sendEnd - o.sendStart).Round(100*time.Millisecond), cfg.Drain)
+			(o.sendEnd - o.sendStart).Round(100*time.Millisecond), o.cfg.Drain)
 		o.drained = o.drain(ctx, smp)
 		o.interrupted = ctx.Err() != nil
 	}
@@ -112,35 +141,38 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		case <-time.After(SettleTime):
 		}
 	}
-	stopPolls()
-	close(stopTicker)
-	bg.Wait()
-	if cfg.Close && o.drained && ctx.Err() == nil {
-		period := o.started.Format("2006-01")
-		accepted := make([]int64, len(cfg.TenantIDs))
-		o.tally.mu.Lock()
-		for i, tt := range o.tally.tenants {
-			accepted[i] = tt.accepted + tt.probes
-		}
-		o.tally.mu.Unlock()
-		progress("closing period %s of every tenant and timing its invoice (issued, then visible in query)", period)
-		o.closed = closePeriods(ctx, &cfg, cl, period, accepted, cfg.CloseTimeout, progress)
+}
+
+// closeAll closes every tenant's period of the run and times its invoice.
+func (o *outcome) closeAll(ctx context.Context, cl *client, progress func(string, ...any)) {
+	period := o.started.Format("2006-01")
+	accepted := make([]int64, len(o.cfg.TenantIDs))
+	o.tally.mu.Lock()
+	for i, tt := range o.tally.tenants {
+		accepted[i] = tt.accepted + tt.probes
 	}
+	o.tally.mu.Unlock()
+	progress("closing period %s of every tenant and timing its invoice (issued, then visible in query)", period)
+	o.closed = closePeriods(ctx, o.cfg, cl, period, accepted, o.cfg.CloseTimeout, progress)
+}
+
+// finish takes a last reading of every tenant and of the services' metrics.
+func (o *outcome) finish(smp *sampler, cl *client) {
 	fctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	smp.round(fctx) // a last reading of every tenant
+	var err error
 	o.after, err = scrapeAll(fctx, cl)
 	if err != nil {
 		o.notes = append(o.notes, "at the end: "+err.Error())
 	}
-	o.views = make([]tenantView, cfg.Tenants)
+	o.views = make([]tenantView, o.cfg.Tenants)
 	for i := range o.views {
 		o.views[i] = smp.view(i)
 	}
 	smp.mu.Lock()
 	o.polls, o.pollErrs, o.pollLastErr = smp.polls, smp.pollErrs, smp.lastErr
 	smp.mu.Unlock()
-	return buildReport(o), nil
 }
 
 func (o *outcome) drain(ctx context.Context, smp *sampler) bool {
