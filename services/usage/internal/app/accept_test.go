@@ -71,12 +71,12 @@ func TestPriceEvidenceThroughInbox(t *testing.T) {
 	raw := testenv.PriceEvent(t, bad)
 	raw = []byte(replaceOnce(string(raw), `"aggregateId":"fresh.USD"`, `"aggregateId":"wrong.USD"`))
 	raw = []byte(replaceOnce(string(raw), `"partitionKey":"t1|price|fresh.USD"`, `"partitionKey":"t1|price|wrong.USD"`))
-	if got, want := fmt.Sprint(outcomes(e.Deliver(t, raw))), "[quarantined:"+app.ReasonAggregateMismatch+"]"; got != want {
+	if got, want := fmt.Sprint(outcomes(e.Deliver(t, raw))), "[quarantined:"+inbox.ReasonPriceAggregateMismatch+"]"; got != want {
 		t.Fatalf("decisions %s, want %s", got, want)
 	}
 	// So is a meter code the meter would never have accepted.
 	raw = testenv.PriceEvent(t, testenv.Price{Tenant: "t1", Meter: "a/b", Currency: "USD", Version: 1, UnitPrice: "1", EffectiveAt: base})
-	if got, want := fmt.Sprint(outcomes(e.Deliver(t, raw))), "[quarantined:"+app.ReasonInvalidMeterCode+"]"; got != want {
+	if got, want := fmt.Sprint(outcomes(e.Deliver(t, raw))), "[quarantined:"+inbox.ReasonInvalidMeterCode+"]"; got != want {
 		t.Fatalf("decisions %s, want %s", got, want)
 	}
 	if n := e.Count(t, `SELECT count(*) FROM price_evidence WHERE meter_code <> 'api'`); n != 0 {

@@ -13,12 +13,6 @@ import (
 	"github.com/usagebilling/billing/services/usage/internal/domain"
 )
 
-// Reasons a PriceActivated is quarantined.
-const (
-	ReasonAggregateMismatch = inbox.ReasonPriceAggregateMismatch
-	ReasonInvalidMeterCode  = inbox.ReasonInvalidMeterCode
-)
-
 // Handlers returns the inbox handlers of the events usage consumes.
 func (a *App) Handlers() map[string]inbox.Handler {
 	return map[string]inbox.Handler{
@@ -43,12 +37,12 @@ func ApplyPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p 
 	e := d.Envelope
 	if e.AggregateType != events.AggregatePrice || e.AggregateID != events.PriceSeriesID(p.MeterCode, p.Currency) ||
 		e.AggregateVersion != p.Version {
-		return inbox.Outcome{}, inbox.Permanent(ReasonAggregateMismatch, fmt.Errorf(
+		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonPriceAggregateMismatch, fmt.Errorf(
 			"envelope %s/%s@%d does not name price series %s version %d", e.AggregateType, e.AggregateID,
 			e.AggregateVersion, events.PriceSeriesID(p.MeterCode, p.Currency), p.Version))
 	}
 	if err := domain.CheckMeterCode(p.MeterCode); err != nil {
-		return inbox.Outcome{}, inbox.Permanent(ReasonInvalidMeterCode, err)
+		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonInvalidMeterCode, err)
 	}
 	err := db.New(tx).InsertPriceEvidence(ctx, db.InsertPriceEvidenceParams{
 		TenantID: e.TenantID, MeterCode: p.MeterCode, Currency: p.Currency, Version: p.Version,
