@@ -23,7 +23,7 @@ import (
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/usage"
-	"github.com/usagebilling/billing/services/usage/internal/testenv"
+	"github.com/usagebilling/billing/services/usage/internal/usagetest"
 )
 
 // client calls the service as tenant acme, with the development key the
@@ -56,7 +56,7 @@ func TestServiceEndToEnd(t *testing.T) {
 	go func() {
 		defer close(done)
 		runErr = service.Run(runCtx, usage.Spec, nil, service.NewEnvFrom(map[string]string{
-			"AUTH_DEV_KEY": "true", "DATABASE_URL": pgtest.NewDB(t, testenv.Template), "KAFKA_BROKERS": strings.Join(brokers, ","),
+			"AUTH_DEV_KEY": "true", "DATABASE_URL": pgtest.NewDB(t, usagetest.Template), "KAFKA_BROKERS": strings.Join(brokers, ","),
 			"HTTP_ADDR": addr, "LOG_LEVEL": "warn", "RELAY_POLL_INTERVAL": "100ms",
 		}))
 	}()
@@ -83,7 +83,7 @@ func TestServiceEndToEnd(t *testing.T) {
 	})
 
 	// The meter's event, published as the meter's relay would.
-	price := testenv.PriceEvent(t, testenv.Price{Tenant: "acme", Meter: "api", Currency: "USD", Version: 1,
+	price := usagetest.PriceEvent(t, usagetest.Price{Tenant: "acme", Meter: "api", Currency: "USD", Version: 1,
 		UnitPrice: "0.01", EffectiveAt: time.Now().Add(-time.Hour)})
 	produce(t, brokers, events.TopicMeter, price)
 

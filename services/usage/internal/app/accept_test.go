@@ -17,7 +17,7 @@ import (
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/usage/internal/app"
 	"github.com/usagebilling/billing/services/usage/internal/domain"
-	"github.com/usagebilling/billing/services/usage/internal/testenv"
+	"github.com/usagebilling/billing/services/usage/internal/usagetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -34,13 +34,13 @@ func outcomes(ds []inbox.Decision) []string {
 }
 
 func TestPriceEvidenceThroughInbox(t *testing.T) {
-	e := testenv.New(t)
+	e := usagetest.New(t)
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	p := func(v int64) testenv.Price {
-		return testenv.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: v, UnitPrice: "0.5",
+	p := func(v int64) usagetest.Price {
+		return usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: v, UnitPrice: "0.5",
 			EffectiveAt: base.Add(time.Duration(v) * time.Hour)}
 	}
-	v1, v2, v3, v4 := testenv.PriceEvent(t, p(1)), testenv.PriceEvent(t, p(2)), testenv.PriceEvent(t, p(3)), testenv.PriceEvent(t, p(4))
+	v1, v2, v3, v4 := usagetest.PriceEvent(t, p(1)), usagetest.PriceEvent(t, p(2)), usagetest.PriceEvent(t, p(3)), usagetest.PriceEvent(t, p(4))
 
 	// v1, v2 and a redelivery of v1 in one batch.
 	if got, want := fmt.Sprint(outcomes(e.Deliver(t, v1, v2, v1))), "[applied applied duplicate]"; got != want {
@@ -67,15 +67,15 @@ func TestPriceEvidenceThroughInbox(t *testing.T) {
 
 	// An envelope whose aggregate does not name the payload's series is
 	// quarantined, and nothing is recorded.
-	bad := testenv.Price{Tenant: "t1", Meter: "fresh", Currency: "USD", Version: 1, UnitPrice: "1", EffectiveAt: base}
-	raw := testenv.PriceEvent(t, bad)
+	bad := usagetest.Price{Tenant: "t1", Meter: "fresh", Currency: "USD", Version: 1, UnitPrice: "1", EffectiveAt: base}
+	raw := usagetest.PriceEvent(t, bad)
 	raw = []byte(replaceOnce(string(raw), `"aggregateId":"fresh.USD"`, `"aggregateId":"wrong.USD"`))
 	raw = []byte(replaceOnce(string(raw), `"partitionKey":"t1|price|fresh.USD"`, `"partitionKey":"t1|price|wrong.USD"`))
 	if got, want := fmt.Sprint(outcomes(e.Deliver(t, raw))), "[quarantined:"+inbox.ReasonPriceAggregateMismatch+"]"; got != want {
 		t.Fatalf("decisions %s, want %s", got, want)
 	}
 	// So is a meter code the meter would never have accepted.
-	raw = testenv.PriceEvent(t, testenv.Price{Tenant: "t1", Meter: "a/b", Currency: "USD", Version: 1, UnitPrice: "1", EffectiveAt: base})
+	raw = usagetest.PriceEvent(t, usagetest.Price{Tenant: "t1", Meter: "a/b", Currency: "USD", Version: 1, UnitPrice: "1", EffectiveAt: base})
 	if got, want := fmt.Sprint(outcomes(e.Deliver(t, raw))), "[quarantined:"+inbox.ReasonInvalidMeterCode+"]"; got != want {
 		t.Fatalf("decisions %s, want %s", got, want)
 	}
@@ -98,11 +98,11 @@ func replaceOnce(s, old, new string) string {
 func BenchmarkAcceptBatch(b *testing.B) {
 	for _, workers := range []int{1, 4} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			e := testenv.New(b)
+			e := usagetest.New(b)
 			base := time.Now().Add(-48 * time.Hour).UTC()
 			e.ApplyPrices(b,
-				testenv.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.001", EffectiveAt: base},
-				testenv.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 2, UnitPrice: "0.002", EffectiveAt: base.Add(24 * time.Hour)},
+				usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.001", EffectiveAt: base},
+				usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 2, UnitPrice: "0.002", EffectiveAt: base.Add(24 * time.Hour)},
 			)
 			a := app.New(e.Pool, slog.New(slog.DiscardHandler))
 			const size = 500
@@ -154,7 +154,7 @@ func BenchmarkAcceptBatch(b *testing.B) {
 // The meter's schedule watermarks share its topic: usage absorbs them
 // (applied, no effect) instead of quarantining an unknown event type.
 func TestScheduleWatermarkAbsorbed(t *testing.T) {
-	e := testenv.New(t)
+	e := usagetest.New(t)
 	through := time.Now().UTC().Truncate(time.Microsecond)
 	env, err := envelope.New(envelope.Meta{
 		EventType: events.TypePriceScheduleWatermark, SchemaVersion: 1, TenantID: "t1",

@@ -16,7 +16,7 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/services/usage/internal/app"
 	"github.com/usagebilling/billing/services/usage/internal/domain"
-	"github.com/usagebilling/billing/services/usage/internal/testenv"
+	"github.com/usagebilling/billing/services/usage/internal/usagetest"
 )
 
 // TestWatermarkHoldsUnderConcurrentAcceptance races accepting batches
@@ -28,10 +28,10 @@ import (
 // first to every partition), and no fact accepted before a through commits
 // after that watermark.
 func TestWatermarkHoldsUnderConcurrentAcceptance(t *testing.T) {
-	e := testenv.New(t)
+	e := usagetest.New(t)
 	ctx := context.Background()
 	base := time.Now().Add(-time.Hour).UTC()
-	e.ApplyPrices(t, testenv.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.5", EffectiveAt: base})
+	e.ApplyPrices(t, usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.5", EffectiveAt: base})
 	a := app.New(e.Pool, slog.New(slog.DiscardHandler))
 
 	const partitions = 3
@@ -177,10 +177,10 @@ func TestWatermarkHoldsUnderConcurrentAcceptance(t *testing.T) {
 // publishes nothing (an idle service still advances: a cut with no facts
 // publishes at once); a dead-lettered fact holds the watermark back.
 func TestWatermarkWaitsForTheBroker(t *testing.T) {
-	e := testenv.New(t)
+	e := usagetest.New(t)
 	ctx := context.Background()
 	base := time.Now().Add(-time.Hour).UTC()
-	e.ApplyPrices(t, testenv.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.5", EffectiveAt: base})
+	e.ApplyPrices(t, usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.5", EffectiveAt: base})
 	a := app.New(e.Pool, slog.New(slog.DiscardHandler))
 
 	if _, err := a.PublishWatermarks(ctx, 0); !errors.Is(err, app.ErrNoPartitions) {

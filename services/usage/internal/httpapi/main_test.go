@@ -13,19 +13,19 @@ import (
 	"github.com/usagebilling/billing/pkg/api/apitest"
 	"github.com/usagebilling/billing/pkg/api/usageapi"
 	"github.com/usagebilling/billing/pkg/pgtest"
-	"github.com/usagebilling/billing/services/usage/internal/testenv"
+	"github.com/usagebilling/billing/services/usage/internal/usagetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 type env struct {
-	*testenv.Env
+	*usagetest.Env
 	srv *httptest.Server
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := testenv.New(t)
+	e := usagetest.New(t)
 	srv := httptest.NewServer(apitest.Handler(t, usageapi.YAML(), e.Router))
 	t.Cleanup(srv.Close)
 	return &env{Env: e, srv: srv}

@@ -20,7 +20,7 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/services/usage/internal/app"
 	"github.com/usagebilling/billing/services/usage/internal/httpapi"
-	"github.com/usagebilling/billing/services/usage/internal/testenv"
+	"github.com/usagebilling/billing/services/usage/internal/usagetest"
 )
 
 const path = "/v1/tenants/t1/usage"
@@ -32,8 +32,8 @@ func twoVersions(t *testing.T, e *env) (v1At, v2At time.Time) {
 	v1At = time.Now().Add(-2 * time.Hour).UTC().Truncate(time.Second)
 	v2At = v1At.Add(time.Hour)
 	e.ApplyPrices(t,
-		testenv.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.10", EffectiveAt: v1At},
-		testenv.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 2, UnitPrice: "0.20", EffectiveAt: v2At},
+		usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.10", EffectiveAt: v1At},
+		usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 2, UnitPrice: "0.20", EffectiveAt: v2At},
 	)
 	return v1At, v2At
 }
@@ -229,10 +229,10 @@ func TestPriceEvidenceRules(t *testing.T) {
 	e := newEnv(t)
 	past := time.Now().Add(-time.Hour)
 	e.ApplyPrices(t,
-		testenv.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "1", EffectiveAt: past},
-		testenv.Price{Tenant: "t1", Meter: "sms", Currency: "USD", Version: 1, UnitPrice: "1", EffectiveAt: past},
-		testenv.Price{Tenant: "t1", Meter: "sms", Currency: "KRW", Version: 1, UnitPrice: "15", EffectiveAt: past},
-		testenv.Price{Tenant: "t2", Meter: "mms", Currency: "USD", Version: 1, UnitPrice: "1", EffectiveAt: past},
+		usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "1", EffectiveAt: past},
+		usagetest.Price{Tenant: "t1", Meter: "sms", Currency: "USD", Version: 1, UnitPrice: "1", EffectiveAt: past},
+		usagetest.Price{Tenant: "t1", Meter: "sms", Currency: "KRW", Version: 1, UnitPrice: "15", EffectiveAt: past},
+		usagetest.Price{Tenant: "t2", Meter: "mms", Currency: "USD", Version: 1, UnitPrice: "1", EffectiveAt: past},
 	)
 	at := rfc(time.Now())
 	tests := []struct {
@@ -277,7 +277,7 @@ func TestPriceEvidenceRules(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("replay: %d %s", r.status, r.body)
 	}
-	e.ApplyPrices(t, testenv.Price{Tenant: "t1", Meter: "api", Currency: "EUR", Version: 1, UnitPrice: "1", EffectiveAt: past})
+	e.ApplyPrices(t, usagetest.Price{Tenant: "t1", Meter: "api", Currency: "EUR", Version: 1, UnitPrice: "1", EffectiveAt: past})
 	if r2 := e.do(t, "POST", path, usage{SourceSystem: "s", SourceEventID: "5", MeterCode: "api", Quantity: "1", OccurredAt: at}.json(t)); r2.status != 200 || r2.body != r.body {
 		t.Fatalf("replay after a second currency: %d %s", r2.status, r2.body)
 	}

@@ -1,38 +1,31 @@
-// Package testenv gives tests a usage service on a throwaway PostgreSQL
-// database with its real wiring (usage.Build), and feeds it price evidence
-// the way production does: PriceActivated envelopes decided by the inbox.
-package testenv
+// Package usagetest gives tests a usage service on a throwaway PostgreSQL
+// database with its real wiring (usage.Build, and the inbox service.NewInbox
+// builds for usage.Spec, through package servicetest), and feeds it price
+// evidence the way production does: PriceActivated envelopes decided by the
+// inbox.
+package usagetest
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/pgmigrate"
-	"github.com/usagebilling/billing/pkg/pgtest"
-	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/usage"
 )
 
-// Template is the migrated usage database tests clone.
-var Template = pgtest.Template{
-	Name: "usage",
-	Migrate: func(_ context.Context, url string) error {
-		return pgmigrate.Up(url, usage.Spec.Sets()...)
-	},
-}
+// Template is the migrated usage database tests clone
+// (servicetest.Template of usage.Spec).
+var Template = servicetest.Template(usage.Spec)
 
 // Env is a usage service on its own database.
 type Env struct {
@@ -45,30 +38,22 @@ type Env struct {
 // New builds the service on a new database.
 func New(t testing.TB) *Env {
 	t.Helper()
-	return NewOn(t, pgtest.NewPool(t, Template))
+	return NewOn(t, servicetest.NewPool(t, usage.Spec))
 }
 
 // NewOn builds the service on pool.
 func NewOn(t testing.TB, pool *pgxpool.Pool) *Env {
 	t.Helper()
-	reg := envelope.NewRegistry()
-	events.Register(reg)
-	log := slog.New(slog.DiscardHandler)
-	parts, err := usage.Build(context.Background(), service.Deps{
-		Config: service.Config{Name: usage.Spec.Name}, Logger: log, Pool: pool,
-		Metrics: prometheus.NewRegistry(), Registry: reg,
-	})
+	deps := servicetest.Deps(usage.Spec, pool)
+	parts, err := usage.Build(t.Context(), deps)
 	if err != nil {
 		t.Fatalf("build usage: %v", err)
 	}
 	r := chi.NewRouter()
 	r.Use(authtest.SignedIn("ingest@acme.example", "ingest"))
 	parts.Routes(r)
-	ib, err := inbox.New(reg, parts.Handlers, inbox.Options{Service: usage.Spec.Name, Logger: log})
-	if err != nil {
-		t.Fatalf("new inbox: %v", err)
-	}
-	return &Env{Pool: pool, Router: r, Inbox: ib, Registry: reg}
+	ib := servicetest.NewInbox(t, usage.Spec, parts)
+	return &Env{Pool: pool, Router: r, Inbox: ib, Registry: deps.Registry}
 }
 
 // Price describes a PriceActivated event.
@@ -105,21 +90,7 @@ func PriceEvent(t testing.TB, p Price) []byte {
 // transaction, as the consumer does with a batch of one partition.
 func (e *Env) Deliver(t testing.TB, raws ...[]byte) []inbox.Decision {
 	t.Helper()
-	msgs := make([]inbox.Message, len(raws))
-	for i, r := range raws {
-		msgs[i] = inbox.Message{Raw: r, Topic: events.TopicMeter, Partition: 0, Offset: int64(i)}
-	}
-	ctx := context.Background()
-	var ds []inbox.Decision
-	err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
-		var err error
-		ds, err = e.Inbox.Decide(ctx, tx, msgs)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("decide: %v", err)
-	}
-	return ds
+	return servicetest.Decide(t, e.Pool, e.Inbox, servicetest.Messages(events.TopicMeter, raws...)...)
 }
 
 // ApplyPrices delivers price events and fails unless each is applied.
@@ -146,7 +117,8 @@ func (e *Env) Count(t testing.TB, sql string, args ...any) int {
 	return n
 }
 
-// OutboxEvents decodes the outbox rows, in append order.
+// OutboxEvents decodes the outbox rows of usage's events, in append order;
+// the announcements of quarantines on ops.events.v1 are left out.
 func (e *Env) OutboxEvents(t testing.TB) []*envelope.Decoded {
 	t.Helper()
 	rows, err := e.Pool.Query(context.Background(), `SELECT topic, envelope FROM outbox_event ORDER BY id`)
@@ -160,6 +132,9 @@ func (e *Env) OutboxEvents(t testing.TB) []*envelope.Decoded {
 		var raw []byte
 		if err := rows.Scan(&topic, &raw); err != nil {
 			t.Fatal(err)
+		}
+		if topic == events.TopicOps {
+			continue // a quarantine's announcement (service.NewInbox)
 		}
 		if topic != events.TopicUsage {
 			t.Fatalf("outbox topic %s, want %s", topic, events.TopicUsage)
