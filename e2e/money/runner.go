@@ -622,37 +622,7 @@ func (r *runner) replayOrConflict(ctx context.Context, t *Tenant, conflict bool)
 }
 
 func (r *runner) batch(ctx context.Context, t *Tenant) error {
-	n := 2 + r.rng.IntN(8)
-	type item struct {
-		f          *Fact
-		s          *Series
-		status     int
-		code, what string
-		orig       *Fact
-	}
-	var items []item
-	used := map[string]bool{}
-	for len(items) < n {
-		x := r.rng.IntN(10)
-		if x < 3 && len(t.Facts) > 0 {
-			orig := t.Facts[r.rng.IntN(len(t.Facts))]
-			if used[orig.SourceEventID] {
-				continue
-			}
-			used[orig.SourceEventID] = true
-			f := *orig
-			what := "replay"
-			if x == 0 {
-				f.Qty, what = f.Qty.Add(decimal.NewFromInt(2)), "conflict"
-			}
-			st, code := r.expectUsage(t, &f, t.Series[f.Meter])
-			items = append(items, item{&f, t.Series[f.Meter], st, code, what, orig})
-			continue
-		}
-		f, s, _ := r.newFact(t, false)
-		st, code := r.expectUsage(t, f, s)
-		items = append(items, item{f, s, st, code, "new", nil})
-	}
+	items := r.batchItems(t, 2+r.rng.IntN(8))
 	events := make([]map[string]any, len(items))
 	var desc []string
 	for i, it := range items {
@@ -669,12 +639,7 @@ func (r *runner) batch(ctx context.Context, t *Tenant) error {
 		return fail("usage", "%s batch: want 200, got %d %s", t.ID, a.Status, clip(string(a.Body)))
 	}
 	var got struct {
-		Results []struct {
-			Status  int    `json:"status"`
-			UsageID string `json:"usageId"`
-			EventID string `json:"eventId"`
-			Code    string `json:"code"`
-		} `json:"results"`
+		Results []batchResult `json:"results"`
 	}
 	if err := a.decode(&got); err != nil {
 		return err
@@ -683,23 +648,77 @@ func (r *runner) batch(ctx context.Context, t *Tenant) error {
 		return fail("usage", "%s batch of %d: %d results", t.ID, len(items), len(got.Results))
 	}
 	for i, it := range items {
-		res := got.Results[i]
-		if res.Status != it.status || res.Code != it.code {
-			return fail("usage", "%s batch item %d (%s %s): want %d %s, got %d %s", t.ID, i, it.what, it.f.SourceEventID, it.status, it.code, res.Status, res.Code)
+		if err := r.batchResult(t, i, it, got.Results[i]); err != nil {
+			return err
 		}
-		switch {
-		case it.status == 201:
-			r.accept(t, it.f, it.s, usageAnswer{res.UsageID, res.EventID})
-		case it.status == 200:
-			r.stats.Replays++
-			if res.UsageID != it.orig.UsageID || res.EventID != it.orig.EventID {
-				return fail("usage", "%s batch replay of %s: want usage %s, got %s", t.ID, it.orig.SourceEventID, it.orig.UsageID, res.UsageID)
+	}
+	return nil
+}
+
+// batchItem is one event of a usage batch and the model's answer to it.
+type batchItem struct {
+	f          *Fact
+	s          *Series
+	status     int
+	code, what string
+	orig       *Fact // the fact replayed or conflicted with
+}
+
+// batchResult is usage's answer to one event of a batch.
+type batchResult struct {
+	Status  int    `json:"status"`
+	UsageID string `json:"usageId"`
+	EventID string `json:"eventId"`
+	Code    string `json:"code"`
+}
+
+// batchItems makes n events for a batch: replays and conflicts of distinct
+// accepted facts (three in ten, while there are any), and new facts.
+func (r *runner) batchItems(t *Tenant, n int) []batchItem {
+	var items []batchItem
+	used := map[string]bool{}
+	for len(items) < n {
+		x := r.rng.IntN(10)
+		if x < 3 && len(t.Facts) > 0 {
+			orig := t.Facts[r.rng.IntN(len(t.Facts))]
+			if used[orig.SourceEventID] {
+				continue
 			}
-		case it.status == 409:
-			r.stats.Conflicts++
-		default:
-			r.stats.Refused++
+			used[orig.SourceEventID] = true
+			f := *orig
+			what := "replay"
+			if x == 0 {
+				f.Qty, what = f.Qty.Add(decimal.NewFromInt(2)), "conflict"
+			}
+			st, code := r.expectUsage(t, &f, t.Series[f.Meter])
+			items = append(items, batchItem{&f, t.Series[f.Meter], st, code, what, orig})
+			continue
 		}
+		f, s, _ := r.newFact(t, false)
+		st, code := r.expectUsage(t, f, s)
+		items = append(items, batchItem{f, s, st, code, "new", nil})
+	}
+	return items
+}
+
+// batchResult checks usage's answer to item i of a batch against the
+// model's and records it.
+func (r *runner) batchResult(t *Tenant, i int, it batchItem, res batchResult) error {
+	if res.Status != it.status || res.Code != it.code {
+		return fail("usage", "%s batch item %d (%s %s): want %d %s, got %d %s", t.ID, i, it.what, it.f.SourceEventID, it.status, it.code, res.Status, res.Code)
+	}
+	switch {
+	case it.status == 201:
+		r.accept(t, it.f, it.s, usageAnswer{res.UsageID, res.EventID})
+	case it.status == 200:
+		r.stats.Replays++
+		if res.UsageID != it.orig.UsageID || res.EventID != it.orig.EventID {
+			return fail("usage", "%s batch replay of %s: want usage %s, got %s", t.ID, it.orig.SourceEventID, it.orig.UsageID, res.UsageID)
+		}
+	case it.status == 409:
+		r.stats.Conflicts++
+	default:
+		r.stats.Refused++
 	}
 	return nil
 }
@@ -722,12 +741,43 @@ func (r *runner) adjust(ctx context.Context, t *Tenant) error {
 		return nil
 	}
 	f := rated[r.rng.IntN(len(rated))]
+	amount, currency, what, err := r.adjustment(ctx, t, f)
+	if err != nil {
+		return err
+	}
+	wantStatus, wantCode, err := r.expectAdjustment(ctx, t, f, amount, currency)
+	if err != nil {
+		return err
+	}
+	p := t.period(f.Period)
+	adj := &Adjustment{Key: r.key("adj"), Fact: f, Period: f.Period, Currency: currency, Amount: amount, AfterClose: p.Closed,
+		Body: map[string]any{"correctionOf": f.ChargeID, "amount": amount.String(), "currency": currency, "reason": what}}
+	a, err := r.c.do(ctx, "billing", "POST", t.ID, "/adjustments", adj.Body, map[string]string{"Idempotency-Key": adj.Key})
+	if err != nil {
+		return err
+	}
+	r.note("#%d adjust %s %s on %s (%s, period %s%s): %s %s -> %d %s", r.step, t.ID, what, f.SourceEventID, f.Meter, f.Period,
+		map[bool]string{true: ", closed", false: ""}[p.Closed], amount, currency, a.Status, a.Code())
+	if a.Status != wantStatus || a.Code() != wantCode {
+		return fail("adjustment", "%s %s of %s %s on charge of %s (period %s): want %d %s, got %d %s", t.ID, what, amount, currency,
+			f.SourceEventID, f.Period, wantStatus, wantCode, a.Status, clip(string(a.Body)))
+	}
+	if wantStatus != 201 {
+		if wantCode == "credit_exceeds_charges" {
+			r.stats.CreditsRefused++
+		}
+		return nil
+	}
+	return r.adjusted(t, f, adj, a)
+}
+
+// adjustment picks an adjustment of the charge of f: a debit, a credit
+// (small, all that is left, a minor unit more, far too much), an amount
+// finer than the minor unit or one in another currency; what describes it.
+func (r *runner) adjustment(ctx context.Context, t *Tenant, f *Fact) (amount decimal.Decimal, currency, what string, err error) {
 	c := f.Currency
 	unit := decimal.New(1, -minor(c))
-	confirmed := func(g *Fact) bool { return g.ChargeID != "" }
-	currency := c
-	var amount decimal.Decimal
-	var what string
+	currency = c
 	x := r.rng.IntN(100)
 	switch {
 	case x < 15: // a debit
@@ -750,12 +800,12 @@ func (r *runner) adjust(ctx context.Context, t *Tenant) error {
 		amount, what = decimal.NewFromInt(1), "other currency"
 	case x < 50: // exactly what is left to credit
 		if err := r.settleIfDirty(ctx, t); err != nil {
-			return err
+			return amount, "", "", err
 		}
 		amount, what = floorMinor(t.room(f.Period, c, nil), c).Neg(), "credit of all that is left"
 	case x < 62: // a minor unit more than is left
 		if err := r.settleIfDirty(ctx, t); err != nil {
-			return err
+			return amount, "", "", err
 		}
 		amount, what = floorMinor(t.room(f.Period, c, nil), c).Add(unit).Neg(), "credit of a minor unit more than is left"
 	case x < 68: // far too much
@@ -771,44 +821,40 @@ func (r *runner) adjust(ctx context.Context, t *Tenant) error {
 	if amount.IsZero() {
 		amount = unit.Neg()
 	}
-	wantStatus, wantCode := 201, ""
+	return amount, currency, what, nil
+}
+
+// confirmed: billing has listed the fact's charge.
+func confirmed(g *Fact) bool { return g.ChargeID != "" }
+
+// expectAdjustment is the model's answer to an adjustment of amount in
+// currency on the charge of f. A credit that only the charges billing has
+// not listed yet could cover settles the tenant first, so the model knows.
+func (r *runner) expectAdjustment(ctx context.Context, t *Tenant, f *Fact, amount decimal.Decimal, currency string) (int, string, error) {
+	c := f.Currency
 	switch {
 	case !wholeMinor(amount, currency):
-		wantStatus, wantCode = 422, "amount_precision"
+		return 422, "amount_precision", nil
 	case currency != c:
-		wantStatus, wantCode = 422, "currency_mismatch"
+		return 422, "currency_mismatch", nil
 	case amount.Sign() < 0:
 		lower := t.room(f.Period, c, confirmed).Add(amount) // what billing has listed at least
 		upper := t.room(f.Period, c, nil).Add(amount)       // every accepted fact
 		if lower.Sign() < 0 && upper.Sign() >= 0 {
 			if err := r.settle(ctx, t); err != nil {
-				return err
+				return 0, "", err
 			}
 			upper = t.room(f.Period, c, nil).Add(amount)
 		}
 		if upper.Sign() < 0 {
-			wantStatus, wantCode = 422, "credit_exceeds_charges"
+			return 422, "credit_exceeds_charges", nil
 		}
 	}
-	p := t.period(f.Period)
-	adj := &Adjustment{Key: r.key("adj"), Fact: f, Period: f.Period, Currency: currency, Amount: amount, AfterClose: p.Closed,
-		Body: map[string]any{"correctionOf": f.ChargeID, "amount": amount.String(), "currency": currency, "reason": what}}
-	a, err := r.c.do(ctx, "billing", "POST", t.ID, "/adjustments", adj.Body, map[string]string{"Idempotency-Key": adj.Key})
-	if err != nil {
-		return err
-	}
-	r.note("#%d adjust %s %s on %s (%s, period %s%s): %s %s -> %d %s", r.step, t.ID, what, f.SourceEventID, f.Meter, f.Period,
-		map[bool]string{true: ", closed", false: ""}[p.Closed], amount, currency, a.Status, a.Code())
-	if a.Status != wantStatus || a.Code() != wantCode {
-		return fail("adjustment", "%s %s of %s %s on charge of %s (period %s): want %d %s, got %d %s", t.ID, what, amount, currency,
-			f.SourceEventID, f.Period, wantStatus, wantCode, a.Status, clip(string(a.Body)))
-	}
-	if wantStatus != 201 {
-		if wantCode == "credit_exceeds_charges" {
-			r.stats.CreditsRefused++
-		}
-		return nil
-	}
+	return 201, "", nil
+}
+
+// adjusted checks and records an accepted adjustment (a, answered 201).
+func (r *runner) adjusted(t *Tenant, f *Fact, adj *Adjustment, a answer) error {
 	var got struct {
 		AdjustmentID string `json:"adjustmentId"`
 		EventID      string `json:"eventId"`
