@@ -59,9 +59,29 @@ func graduatedAmount(q decimal.Decimal) decimal.Decimal {
 // across its tiers, checks the period's running estimate, closes the
 // period and checks the issued invoice's graduated line and total.
 func (r *run) pricingModels(ctx context.Context) error {
-	tenant, g := ModelsTenant, Graduated
-	res := &ModelsResult{Tenant: tenant, Meter: g.Meter, Currency: g.Currency}
+	res := &ModelsResult{Tenant: ModelsTenant, Meter: Graduated.Meter, Currency: Graduated.Currency}
 	r.res.Models = res
+	if err := r.activateGraduated(ctx); err != nil {
+		return err
+	}
+	if err := r.sendAcrossTiers(ctx, res); err != nil {
+		return err
+	}
+	if err := r.checkGraduatedEstimate(ctx, res); err != nil {
+		return err
+	}
+	if err := r.checkGraduatedInvoice(ctx, res); err != nil {
+		return err
+	}
+	r.cfg.Progress("graduated price for %s: %s calls, estimate %s, invoice line %s, total %s",
+		res.Tenant, res.Quantity, res.Estimate, res.Line, res.Total)
+	return nil
+}
+
+// activateGraduated activates Graduated as version 1 of ModelsTenant's
+// meter.
+func (r *run) activateGraduated(ctx context.Context) error {
+	tenant, g := ModelsTenant, Graduated
 	body := map[string]any{"meterCode": g.Meter, "currency": g.Currency, "model": "graduated", "tiers": g.Tiers}
 	var price meterapi.Price
 	resp, err := r.call(ctx, http.MethodPost, r.ep.Meter+"/v1/tenants/"+tenant+"/prices", body,
@@ -73,17 +93,24 @@ func (r *run) pricingModels(ctx context.Context) error {
 		return fmt.Errorf("activate the graduated price of %s: status %d: %s", tenant, resp.status, resp.body)
 	}
 	r.res.Prices = append(r.res.Prices, priceOf(tenant, price))
+	return nil
+}
 
+// sendAcrossTiers sends 12 facts of 1,000.5 calls (across all three tiers),
+// again while usage does not know the price yet, and waits for their
+// charges.
+func (r *run) sendAcrossTiers(ctx context.Context, res *ModelsResult) error {
+	tenant := res.Tenant
 	now := time.Now().UTC()
 	var facts []usageapi.UsageRequest
-	for i := range 12 { // 12 x 1,000.5 calls: across all three tiers
-		facts = append(facts, usageapi.UsageRequest{SourceSystem: "scenario", SourceEventId: fmt.Sprintf("models-%02d", i), MeterCode: g.Meter,
+	for i := range 12 {
+		facts = append(facts, usageapi.UsageRequest{SourceSystem: "scenario", SourceEventId: fmt.Sprintf("models-%02d", i), MeterCode: res.Meter,
 			Quantity: decimal.RequireFromString("1000.5"), OccurredAt: now.Add(time.Duration(i) * time.Millisecond)})
 		res.Quantity = res.Quantity.Add(decimal.RequireFromString("1000.5"))
 	}
 	res.Facts = len(facts)
 	pending := facts
-	err = r.waitFor(ctx, "usage to know the graduated price of "+tenant, func() (bool, string, error) {
+	err := r.waitFor(ctx, "usage to know the graduated price of "+tenant, func() (bool, string, error) {
 		results, err := r.sendBatch(ctx, tenant, pending)
 		if err != nil {
 			return false, "", err
@@ -103,27 +130,35 @@ func (r *run) pricingModels(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = r.waitFor(ctx, "the graduated charges of "+tenant, func() (bool, string, error) {
+	return r.waitFor(ctx, "the graduated charges of "+tenant, func() (bool, string, error) {
 		cs, err := r.charges(ctx, tenant)
 		return len(cs) >= len(facts), fmt.Sprintf("%d/%d charges", len(cs), len(facts)), err
 	})
-	if err != nil {
-		return err
-	}
+}
 
+// checkGraduatedEstimate checks billing's running estimate of the open
+// period against the graduated price of the quantity sent.
+func (r *run) checkGraduatedEstimate(ctx context.Context, res *ModelsResult) error {
+	tenant := res.Tenant
 	res.WantEstimate = graduatedAmount(res.Quantity)
 	var est billingapi.PeriodEstimate
-	resp, err = r.call(ctx, http.MethodGet, r.ep.Billing+"/v1/tenants/"+tenant+"/periods/"+r.res.Period, nil, nil, &est)
+	resp, err := r.call(ctx, http.MethodGet, r.ep.Billing+"/v1/tenants/"+tenant+"/periods/"+r.res.Period, nil, nil, &est)
 	if err != nil {
 		return err
 	}
-	res.Estimate = est.Estimate[g.Currency]
+	res.Estimate = est.Estimate[res.Currency]
 	if resp.status != http.StatusOK || est.Status != "open" || !res.Estimate.Equal(res.WantEstimate) {
 		r.mismatch("estimate of %s %s: status %d %q, %s %s; want open, %s", tenant, r.res.Period, resp.status, est.Status,
-			g.Currency, res.Estimate, res.WantEstimate)
+			res.Currency, res.Estimate, res.WantEstimate)
 	}
+	return nil
+}
 
-	resp, err = r.call(ctx, http.MethodPost, r.ep.Billing+"/v1/tenants/"+tenant+"/periods/"+r.res.Period+"/close", nil,
+// checkGraduatedInvoice closes the period, waits for its invoice to be
+// issued and checks its graduated line and its total.
+func (r *run) checkGraduatedInvoice(ctx context.Context, res *ModelsResult) error {
+	tenant := res.Tenant
+	resp, err := r.call(ctx, http.MethodPost, r.ep.Billing+"/v1/tenants/"+tenant+"/periods/"+r.res.Period+"/close", nil,
 		map[string]string{"Idempotency-Key": "close-" + tenant + "-" + r.res.Period}, nil)
 	if err != nil {
 		return err
@@ -145,17 +180,17 @@ func (r *run) pricingModels(ctx context.Context) error {
 	}
 	res.InvoiceNumber, res.WantLine = deref(inv.Number), res.WantEstimate
 	for _, l := range inv.Lines {
-		if l.Kind == "charge" && deref(l.MeterCode) == g.Meter {
+		if l.Kind == "charge" && deref(l.MeterCode) == res.Meter {
 			res.Line = l.Amount
-			if !deref(l.Quantity).Equal(res.Quantity) || deref(l.ChargeCount) != int64(len(facts)) {
-				r.mismatch("%s's graduated line: %s in %d charges, want %s in %d", tenant, deref(l.Quantity), deref(l.ChargeCount), res.Quantity, len(facts))
+			if !deref(l.Quantity).Equal(res.Quantity) || deref(l.ChargeCount) != int64(res.Facts) {
+				r.mismatch("%s's graduated line: %s in %d charges, want %s in %d", tenant, deref(l.Quantity), deref(l.ChargeCount), res.Quantity, res.Facts)
 			}
 		}
 	}
 	if !res.Line.Equal(res.WantLine) {
 		r.mismatch("%s's graduated line: %s, want %s", tenant, res.Line, res.WantLine)
 	}
-	if res.WantTotal, err = money.Round(res.WantLine, g.Currency); err != nil {
+	if res.WantTotal, err = money.Round(res.WantLine, res.Currency); err != nil {
 		return err
 	}
 	if inv.Total.Valid {
@@ -164,7 +199,5 @@ func (r *run) pricingModels(ctx context.Context) error {
 	if !res.Total.Equal(res.WantTotal) {
 		r.mismatch("%s's invoice total %s, want %s", tenant, res.Total, res.WantTotal)
 	}
-	r.cfg.Progress("graduated price for %s: %s calls, estimate %s, invoice line %s, total %s",
-		tenant, res.Quantity, res.Estimate, res.Line, res.Total)
 	return nil
 }

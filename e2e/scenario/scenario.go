@@ -321,7 +321,33 @@ func (r *run) activatePrices(ctx context.Context) error {
 }
 
 func (r *run) sendUsage(ctx context.Context) error {
-	now := time.Now().UTC()
+	r.makeFacts(time.Now().UTC())
+	for _, tenant := range r.cfg.Tenants {
+		if err := r.sendFacts(ctx, tenant); err != nil {
+			return err
+		}
+	}
+	r.cfg.Progress("sent %d usage facts for %d tenants (batches of %d, the last %d per tenant one by one)",
+		r.cfg.Facts, len(r.cfg.Tenants), r.cfg.Batch, r.cfg.SingleFacts)
+	for _, tenant := range r.cfg.Tenants {
+		if err := r.replay(ctx, tenant); err != nil {
+			return err
+		}
+	}
+	if err := r.sendConflict(ctx); err != nil {
+		return err
+	}
+	replays := 0
+	for _, s := range r.res.Sent {
+		replays += s.Replays
+	}
+	r.cfg.Progress("replayed %d facts (all answered as replays) and sent 1 conflicting fact (answered 409 source_event_conflict)", replays)
+	return nil
+}
+
+// makeFacts makes the flow's facts, spread over the tenants and meters, and
+// what they must add up to.
+func (r *run) makeFacts(now time.Time) {
 	for i := range r.cfg.Facts {
 		tenant := r.cfg.Tenants[i%len(r.cfg.Tenants)]
 		m := Prices[(i/len(r.cfg.Tenants))%len(Prices)].Meter
@@ -337,90 +363,99 @@ func (r *run) sendUsage(ctx context.Context) error {
 		w.charged[cur] = w.charged[cur].Add(q.Mul(r.unitPrice[m]))
 		w.charges[cur]++
 	}
-	for _, tenant := range r.cfg.Tenants {
-		all := r.facts[tenant]
-		singles := min(r.cfg.SingleFacts, len(all))
-		batched := all[:len(all)-singles]
-		for start := 0; start < len(batched); start += r.cfg.Batch {
-			batch := batched[start:min(start+r.cfg.Batch, len(batched))]
-			// Usage learns prices from meter's events; until one arrives
-			// it refuses that meter's facts (unknown_meter) and writes
-			// nothing for them. Only those are sent again, so every fact
-			// must be answered 201 exactly once.
-			pending := batch
-			err := r.waitFor(ctx, "usage to know the prices of "+tenant, func() (bool, string, error) {
-				results, err := r.sendBatch(ctx, tenant, pending)
-				if err != nil {
-					return false, "", err
-				}
-				r.sent(tenant).Batches++
-				var refused []usageapi.UsageRequest
-				for i, res := range results {
-					switch {
-					case deref(res.Code) == "unknown_meter":
-						refused = append(refused, pending[i])
-					case res.Status != http.StatusCreated:
-						r.mismatch("%s %s in a batch: status %d code %q, want 201", tenant, pending[i].SourceEventId, res.Status, deref(res.Code))
-					default:
-						r.sent(tenant).Facts++
-					}
-				}
-				if len(refused) > 0 {
-					r.sent(tenant).UnknownMeterTry++
-				}
-				pending = refused
-				return len(pending) == 0, fmt.Sprintf("usage answers unknown_meter for %d facts: PriceActivated not consumed yet", len(pending)), nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-		for _, f := range all[len(batched):] {
-			resp, err := r.call(ctx, http.MethodPost, r.ep.Usage+"/v1/tenants/"+tenant+"/usage", f, nil, nil)
-			if err != nil {
-				return err
-			}
-			r.sent(tenant).Singles++
-			if resp.status != http.StatusCreated {
-				r.mismatch("%s %s sent alone: status %d, want 201: %s", tenant, f.SourceEventId, resp.status, resp.body)
-				continue
-			}
-			r.sent(tenant).Facts++
+}
+
+// sendFacts sends the tenant's facts: in batches, then the last
+// SingleFacts one by one; each must be answered 201.
+func (r *run) sendFacts(ctx context.Context, tenant string) error {
+	all := r.facts[tenant]
+	singles := min(r.cfg.SingleFacts, len(all))
+	batched := all[:len(all)-singles]
+	for start := 0; start < len(batched); start += r.cfg.Batch {
+		if err := r.sendUntilKnown(ctx, tenant, batched[start:min(start+r.cfg.Batch, len(batched))]); err != nil {
+			return err
 		}
 	}
-	r.cfg.Progress("sent %d usage facts for %d tenants (batches of %d, the last %d per tenant one by one)",
-		r.cfg.Facts, len(r.cfg.Tenants), r.cfg.Batch, r.cfg.SingleFacts)
-
-	// Replays: the first facts of every tenant again, in a batch and one
-	// by one; each must be answered 200, a replay, never a new fact.
-	for _, tenant := range r.cfg.Tenants {
-		all := r.facts[tenant]
-		n := min(r.cfg.Replays, len(all))
-		inBatch := n * 2 / 3
-		results, err := r.sendBatch(ctx, tenant, all[:inBatch])
+	for _, f := range all[len(batched):] {
+		resp, err := r.call(ctx, http.MethodPost, r.ep.Usage+"/v1/tenants/"+tenant+"/usage", f, nil, nil)
 		if err != nil {
 			return err
 		}
-		for i, res := range results {
-			if res.Status != http.StatusOK {
-				r.mismatch("%s %s replayed in a batch: status %d code %q, want 200", tenant, all[i].SourceEventId, res.Status, deref(res.Code))
-				continue
-			}
-			r.sent(tenant).Replays++
+		r.sent(tenant).Singles++
+		if resp.status != http.StatusCreated {
+			r.mismatch("%s %s sent alone: status %d, want 201: %s", tenant, f.SourceEventId, resp.status, resp.body)
+			continue
 		}
-		for _, f := range all[inBatch:n] {
-			resp, err := r.call(ctx, http.MethodPost, r.ep.Usage+"/v1/tenants/"+tenant+"/usage", f, nil, nil)
-			if err != nil {
-				return err
-			}
-			if resp.status != http.StatusOK {
-				r.mismatch("%s %s replayed alone: status %d, want 200: %s", tenant, f.SourceEventId, resp.status, resp.body)
-				continue
-			}
-			r.sent(tenant).Replays++
-		}
+		r.sent(tenant).Facts++
 	}
-	// One conflict: the first tenant's first fact with another quantity.
+	return nil
+}
+
+// sendUntilKnown sends a batch of the tenant's facts. Usage learns prices
+// from meter's events; until one arrives it refuses that meter's facts
+// (unknown_meter) and writes nothing for them. Only those are sent again,
+// so every fact must be answered 201 exactly once.
+func (r *run) sendUntilKnown(ctx context.Context, tenant string, batch []usageapi.UsageRequest) error {
+	pending := batch
+	return r.waitFor(ctx, "usage to know the prices of "+tenant, func() (bool, string, error) {
+		results, err := r.sendBatch(ctx, tenant, pending)
+		if err != nil {
+			return false, "", err
+		}
+		r.sent(tenant).Batches++
+		var refused []usageapi.UsageRequest
+		for i, res := range results {
+			switch {
+			case deref(res.Code) == "unknown_meter":
+				refused = append(refused, pending[i])
+			case res.Status != http.StatusCreated:
+				r.mismatch("%s %s in a batch: status %d code %q, want 201", tenant, pending[i].SourceEventId, res.Status, deref(res.Code))
+			default:
+				r.sent(tenant).Facts++
+			}
+		}
+		if len(refused) > 0 {
+			r.sent(tenant).UnknownMeterTry++
+		}
+		pending = refused
+		return len(pending) == 0, fmt.Sprintf("usage answers unknown_meter for %d facts: PriceActivated not consumed yet", len(pending)), nil
+	})
+}
+
+// replay sends the tenant's first facts again, in a batch and one by one;
+// each must be answered 200, a replay, never a new fact.
+func (r *run) replay(ctx context.Context, tenant string) error {
+	all := r.facts[tenant]
+	n := min(r.cfg.Replays, len(all))
+	inBatch := n * 2 / 3
+	results, err := r.sendBatch(ctx, tenant, all[:inBatch])
+	if err != nil {
+		return err
+	}
+	for i, res := range results {
+		if res.Status != http.StatusOK {
+			r.mismatch("%s %s replayed in a batch: status %d code %q, want 200", tenant, all[i].SourceEventId, res.Status, deref(res.Code))
+			continue
+		}
+		r.sent(tenant).Replays++
+	}
+	for _, f := range all[inBatch:n] {
+		resp, err := r.call(ctx, http.MethodPost, r.ep.Usage+"/v1/tenants/"+tenant+"/usage", f, nil, nil)
+		if err != nil {
+			return err
+		}
+		if resp.status != http.StatusOK {
+			r.mismatch("%s %s replayed alone: status %d, want 200: %s", tenant, f.SourceEventId, resp.status, resp.body)
+			continue
+		}
+		r.sent(tenant).Replays++
+	}
+	return nil
+}
+
+// sendConflict sends the first tenant's first fact with another quantity;
+// it must be answered 409 source_event_conflict.
+func (r *run) sendConflict(ctx context.Context) error {
 	tenant := r.cfg.Tenants[0]
 	conflict := r.facts[tenant][0]
 	conflict.Quantity = decimal.RequireFromString("999")
@@ -434,11 +469,6 @@ func (r *run) sendUsage(ctx context.Context) error {
 	} else {
 		r.sent(tenant).Conflicts++
 	}
-	replays := 0
-	for _, s := range r.res.Sent {
-		replays += s.Replays
-	}
-	r.cfg.Progress("replayed %d facts (all answered as replays) and sent 1 conflicting fact (answered 409 source_event_conflict)", replays)
 	return nil
 }
 
