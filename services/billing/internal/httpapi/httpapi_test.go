@@ -167,6 +167,8 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		{"tenant too long", "POST", "/v1/tenants/" + strings.Repeat("t", 129) + "/adjustments", key, good, "", 400, "invalid_tenant_id"},
 		{"missing idempotency key", "POST", adj, nil, good, "", 400, "missing_idempotency_key"},
 		{"invalid idempotency key", "POST", adj, map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}, good, "", 400, "invalid_idempotency_key"},
+		{"correlation id with a space", "POST", adj, map[string]string{"Idempotency-Key": "k-1", "X-Correlation-Id": "ticket 42"}, good, "", 400, "invalid_correlation_id"},
+		{"correlation id too long", "POST", adj, map[string]string{"Idempotency-Key": "k-1", "X-Correlation-Id": strings.Repeat("c", 129)}, good, "", 400, "invalid_correlation_id"},
 		{"malformed json", "POST", adj, key, `{"correctionOf":`, "", 400, "malformed_json"},
 		{"empty body", "POST", adj, key, ``, "", 400, "malformed_json"},
 		{"not an object", "POST", adj, key, `["x"]`, "", 400, "malformed_json"},
@@ -202,6 +204,7 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		// POST close
 		{"close: invalid tenant", "POST", "/v1/tenants/t%201/periods/2026-01/close", key, "", "", 400, "invalid_tenant_id"},
 		{"close: missing key", "POST", "/v1/tenants/t1/periods/2026-01/close", nil, "", "", 400, "missing_idempotency_key"},
+		{"close: correlation id not ASCII", "POST", "/v1/tenants/t1/periods/2026-01/close", map[string]string{"Idempotency-Key": "k-1", "X-Correlation-Id": "caf\u00e9"}, "", "", 400, "invalid_correlation_id"},
 		{"close: month 13", "POST", "/v1/tenants/t1/periods/2026-13/close", key, "", "", 400, "invalid_period"},
 		{"close: short month", "POST", "/v1/tenants/t1/periods/2026-1/close", key, "", "", 400, "invalid_period"},
 		{"close: a date", "POST", "/v1/tenants/t1/periods/2026-01-31/close", key, "", "", 400, "invalid_period"},
