@@ -273,6 +273,11 @@ func checkK8sDeployments(p *problems, _ map[string][]byte, o *k8sObjects, f k8sF
 		checkProbe(p, what, "readiness", c, c.ReadinessProbe, "/readyz", spec.DefaultPort)
 		checkProbe(p, what, "liveness", c, c.LivenessProbe, "/healthz", spec.DefaultPort)
 		checkSecurity(p, what, pod)
+		if !slices.ContainsFunc(pod.TopologySpreadConstraints, func(c corev1.TopologySpreadConstraint) bool {
+			return c.TopologyKey == "kubernetes.io/hostname" && matches(p, what, c.LabelSelector, d.Spec.Template.Labels)
+		}) {
+			p.add("%s: no topology spread over kubernetes.io/hostname selecting its pods: its replicas may share a node", what)
+		}
 
 		env, refs := podEnv(p, what, o, pod, c, f.keysDir)
 		cfg, ok := loadServiceConfig(p, what, spec, env)

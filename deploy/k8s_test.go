@@ -323,6 +323,7 @@ func TestK8sRefusesWrongManifests(t *testing.T) {
 		{"metadata reachable", "networkpolicy.yaml", "              - 169.254.0.0/16\n", "", 1, "invoice: egress to 169.254.169.254"},
 		{"no Kafka egress", "networkpolicy.yaml", "port: 9092", "port: 9093", -1, "egress to Kafka on TCP 9092"},
 		{"wrong service url", "config.yaml", "billing=http://billing:8083", "billing=http://billing:8080", 1, "SERVICE_URLS has billing="},
+		{"replicas on one node", "usage.yaml", "topologyKey: kubernetes.io/hostname", "topologyKey: topology.kubernetes.io/zone", 1, "usage: Deployment: no topology spread over kubernetes.io/hostname"},
 		{"jwks not mounted", "meter.yaml", "mountPath: /keys", "mountPath: /etc/keys", 1, "meter: Deployment: AUTH_JWKS=/keys/jwks.json is no file the pod mounts"},
 	}
 	for _, c := range cases {
