@@ -18,7 +18,6 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/usagebilling/billing/pkg/auth"
-	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/kafkabroker"
@@ -51,12 +50,7 @@ func runnerThroughKafka(t *testing.T) ([]string, string) {
 	brokers := kafkaWithTopics(t)
 	pool := pgtest.NewPool(t, Template)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	reg := envelope.NewRegistry()
-	events.Register(reg)
-	ib, err := inbox.New(reg, nil, inbox.Options{Service: "query", BatchHandlers: app.BatchHandlers(), Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ib := NewInbox(t)
 	runner, err := inbox.NewRunner(pool, ib, inbox.RunnerConfig{
 		Brokers: brokers, Group: "query", Topics: app.Topics, SweepInterval: 200 * time.Millisecond, Logger: log,
 	})

@@ -155,12 +155,7 @@ func token(t *testing.T, sub, role, tenant string, ttl time.Duration) string {
 // through the operator's own handler in the real inbox.
 func (f *fixture) quarantine(service, tenant, reason string) uuid.UUID {
 	f.t.Helper()
-	reg := envelope.NewRegistry()
-	events.Register(reg)
-	ib, err := inbox.New(reg, f.op.Handlers(), inbox.Options{Service: operator.Self})
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	ib := querytest.NewInboxWith(f.t, f.op.Handlers())
 	id := uuid.New()
 	sum := sha256.Sum256(id[:])
 	raw := hex.EncodeToString(sum[:])

@@ -95,13 +95,7 @@ func call(t *testing.T, c *http.Client, method, url, corr, body string, out any)
 // opsInbox decides ops events with the operator's handlers.
 func opsInbox(t *testing.T, op *operator.Operator) *inbox.Inbox {
 	t.Helper()
-	reg := envelope.NewRegistry()
-	events.Register(reg)
-	ib, err := inbox.New(reg, op.Handlers(), inbox.Options{Service: "query", OriginConstraints: operator.OriginConstraints})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ib
+	return NewInboxWith(t, op.Handlers())
 }
 
 func opsEvent(t *testing.T, eventType, aggID, producer, corr string, payload any) Event {

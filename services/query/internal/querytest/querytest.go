@@ -2,40 +2,32 @@
 // template, public events built the way their producers build them
 // (envelope.New, each aggregate's version rule), and deciding them through
 // the real inbox path (Marshal, registry decode, inbox.Decide in a
-// transaction).
+// transaction) through the inbox the service builds (package servicetest,
+// query.Spec).
 package querytest
 
 import (
-	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/pgmigrate"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
+	"github.com/usagebilling/billing/services/query"
 	"github.com/usagebilling/billing/services/query/internal/app"
-	"github.com/usagebilling/billing/services/query/migrations"
 )
 
-// Spec is the query service's spec without its build (enough for Sets).
-var Spec = service.Spec{Name: "query", Migrations: []pgmigrate.Set{migrations.Set}}
-
-// Template is the query database, migrated once per test process.
-var Template = pgtest.Template{
-	Name: "query",
-	Migrate: func(_ context.Context, databaseURL string) error {
-		return pgmigrate.Up(databaseURL, Spec.Sets()...)
-	},
-}
+// Template is the query database (servicetest.Template of query.Spec),
+// migrated once per test process.
+var Template = servicetest.Template(query.Spec)
 
 // D parses a decimal.
 func D(s string) decimal.Decimal { return decimal.RequireFromString(s) }
@@ -158,8 +150,7 @@ func (f *Feed) Correction(invoiceID uuid.UUID, adjustment Event, period, currenc
 
 func payload[T any](t testing.TB, e Event) T {
 	t.Helper()
-	reg := envelope.NewRegistry()
-	events.Register(reg)
+	reg := servicetest.Registry(query.Spec)
 	raw, err := e.Envelope.Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -171,16 +162,21 @@ func payload[T any](t testing.TB, e Event) T {
 	return d.Payload.(T)
 }
 
-// NewInbox returns an inbox deciding with the query service's handlers.
+// NewInbox returns the inbox service.NewInbox builds for query.Spec (its
+// OriginConstraints, the redriver and the quarantine announcements) over
+// the projection's batch handlers.
 func NewInbox(t testing.TB) *inbox.Inbox {
 	t.Helper()
-	reg := envelope.NewRegistry()
-	events.Register(reg)
-	ib, err := inbox.New(reg, nil, inbox.Options{Service: "query", BatchHandlers: app.BatchHandlers()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ib
+	return NewInboxWith(t, nil)
+}
+
+// NewInboxWith is NewInbox with handlers beside the projection's, as the
+// service adds the operator's (operator.Operator.Handlers).
+func NewInboxWith(t testing.TB, handlers map[string]inbox.Handler) *inbox.Inbox {
+	t.Helper()
+	return servicetest.NewInbox(t, query.Spec, service.Parts{
+		Topics: append(slices.Clone(app.Topics), events.TopicOps), Handlers: handlers, BatchHandlers: app.BatchHandlers(),
+	})
 }
 
 // Decide decides evs in order, as one batch in one transaction.
@@ -194,14 +190,5 @@ func Decide(t testing.TB, pool *pgxpool.Pool, ib *inbox.Inbox, evs ...Event) []i
 		}
 		msgs[i] = inbox.Message{Raw: raw, Topic: e.Topic, Offset: int64(i)}
 	}
-	var ds []inbox.Decision
-	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
-		var err error
-		ds, err = ib.Decide(context.Background(), tx, msgs)
-		return err
-	})
-	if err != nil {
-		t.Fatalf("decide: %v", err)
-	}
-	return ds
+	return servicetest.Decide(t, pool, ib, msgs...)
 }
