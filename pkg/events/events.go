@@ -1,7 +1,10 @@
 // Package events is the public event contract between the services: topic
-// names, event types, their aggregates and payloads (schema version 1). A
-// producer builds payloads from these types and a consumer registers them
-// with Register, so both sides read one definition.
+// names, event types, their aggregates and payloads (schema version 1). One
+// table (contract.go) gives each payload type its event type, topic and
+// aggregate type. A producer builds every event with New (a command's) or
+// Caused (one emitted while handling another) and appends it with Append,
+// on its type's topic; a consumer registers the payload types with
+// Register, so both sides read one definition.
 package events
 
 import (
