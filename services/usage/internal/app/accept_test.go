@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -61,7 +60,7 @@ func TestPriceEvidenceThroughInbox(t *testing.T) {
 		t.Fatalf("%d evidence rows, want 4", n)
 	}
 	var unit decimal.Decimal
-	if err := e.Pool.QueryRow(context.Background(), `SELECT unit_price FROM price_evidence WHERE version = 3`).Scan(&unit); err != nil || unit.String() != "0.5" {
+	if err := e.Pool.QueryRow(t.Context(), `SELECT unit_price FROM price_evidence WHERE version = 3`).Scan(&unit); err != nil || unit.String() != "0.5" {
 		t.Fatalf("unit price %v, %v", unit, err)
 	}
 
@@ -126,7 +125,7 @@ func BenchmarkAcceptBatch(b *testing.B) {
 			for range workers {
 				go func() {
 					for batch := range batches {
-						res, err := a.Accept(context.Background(), "t1", "", batch)
+						res, err := a.Accept(b.Context(), "t1", "", batch)
 						if err != nil {
 							errs <- err
 							return

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,7 +28,7 @@ import (
 // after that watermark.
 func TestWatermarkHoldsUnderConcurrentAcceptance(t *testing.T) {
 	e := usagetest.New(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	base := time.Now().Add(-time.Hour).UTC()
 	e.ApplyPrices(t, usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.5", EffectiveAt: base})
 	a := app.New(e.Pool, slog.New(slog.DiscardHandler))
@@ -178,7 +177,7 @@ func TestWatermarkHoldsUnderConcurrentAcceptance(t *testing.T) {
 // publishes at once); a dead-lettered fact holds the watermark back.
 func TestWatermarkWaitsForTheBroker(t *testing.T) {
 	e := usagetest.New(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	base := time.Now().Add(-time.Hour).UTC()
 	e.ApplyPrices(t, usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.5", EffectiveAt: base})
 	a := app.New(e.Pool, slog.New(slog.DiscardHandler))

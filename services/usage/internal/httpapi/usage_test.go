@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -497,7 +496,7 @@ func TestGetUsage(t *testing.T) {
 }
 
 func TestDatabaseUnavailable(t *testing.T) {
-	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+	pool, err := pgxpool.New(t.Context(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
 	if err != nil {
 		t.Fatal(err)
 	}
