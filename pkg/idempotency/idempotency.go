@@ -89,6 +89,19 @@ func Claim(ctx context.Context, tx pgx.Tx, scope, key, requestHash string) (*Res
 	return &r, nil
 }
 
+// ClaimReply is Claim for a command that answers a Reply, with the one rule
+// of what a replay is: it returns nil when the caller is to run the command
+// (it is first, or an earlier attempt of a command in steps claimed the key
+// and has not saved an answer yet), the stored answer marked Replayed, or
+// ErrKeyReused.
+func ClaimReply(ctx context.Context, tx pgx.Tx, scope, key, requestHash string) (*Reply, error) {
+	prev, err := Claim(ctx, tx, scope, key, requestHash)
+	if err != nil || prev == nil || prev.Status == 0 {
+		return nil, err
+	}
+	return &Reply{Status: prev.Status, Body: prev.Body, Replayed: true}, nil
+}
+
 // Save stores the response of the command that claimed key.
 func Save(ctx context.Context, tx pgx.Tx, scope, key string, status int, body []byte) error {
 	_, err := tx.Exec(ctx, `UPDATE idempotency_key SET status = $3, body = $4 WHERE scope = $1 AND key = $2`,

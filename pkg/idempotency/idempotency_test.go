@@ -70,3 +70,38 @@ func TestPurgeRemovesOnlyKeysPastTheTTL(t *testing.T) {
 }
 
 func TestMigrationsUpDownUp(t *testing.T) { pgtest.CheckUpDownUp(t, idempotency.Migrations) }
+
+// ClaimReply: the first request runs; a replay gets the stored answer marked
+// Replayed; a key claimed but not answered yet (a command in steps) runs
+// again; another request with the key is refused.
+func TestClaimReply(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, tmpl)
+	hash := idempotency.RequestHash("POST", "/close", nil)
+	claimReply := func(key, hash string, save bool) (*idempotency.Reply, error) {
+		var r *idempotency.Reply
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			r, err = idempotency.ClaimReply(ctx, tx, "acme/close", key, hash)
+			if err != nil || r != nil || !save {
+				return err
+			}
+			return idempotency.Save(ctx, tx, "acme/close", key, 202, []byte(`{"status":"closed"}`))
+		})
+		return r, err
+	}
+	if r, err := claimReply("k", hash, false); r != nil || err != nil {
+		t.Fatalf("first claim: %+v, %v; want to run", r, err)
+	}
+	if r, err := claimReply("k", hash, true); r != nil || err != nil {
+		t.Fatalf("claimed, not answered: %+v, %v; want to run again", r, err)
+	}
+	r, err := claimReply("k", hash, true)
+	if err != nil || r == nil || !r.Replayed || r.Status != 202 || string(r.Body) != `{"status":"closed"}` {
+		t.Fatalf("replay: %+v, %v", r, err)
+	}
+	if _, err := claimReply("k", idempotency.RequestHash("POST", "/other", nil), true); !errors.Is(err, idempotency.ErrKeyReused) {
+		t.Fatalf("another request: %v; want ErrKeyReused", err)
+	}
+}

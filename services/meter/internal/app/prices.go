@@ -118,12 +118,12 @@ func (a *App) ActivatePrice(ctx context.Context, cmd ActivatePrice) (Receipt, er
 	var rc Receipt
 	scope := idempotencyScope(cmd.TenantID)
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		stored, err := idempotency.Claim(ctx, tx, scope, cmd.IdempotencyKey, cmd.RequestHash)
+		replay, err := idempotency.ClaimReply(ctx, tx, scope, cmd.IdempotencyKey, cmd.RequestHash)
 		if err != nil {
 			return err
 		}
-		if stored != nil {
-			rc = Receipt{Status: stored.Status, Body: stored.Body, Replayed: true}
+		if replay != nil {
+			rc = *replay
 			return nil
 		}
 		price, err := a.activate(ctx, tx, cmd)
