@@ -489,8 +489,8 @@ type OperatorDeadLettersParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
-// ReleaseDeadLetterParams defines parameters for ReleaseDeadLetter.
-type ReleaseDeadLetterParams struct {
+// RedriveDeadLetterParams defines parameters for RedriveDeadLetter.
+type RedriveDeadLetterParams struct {
 	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), kept in the audit trail; without one 400 missing_correlation_id, a malformed one 400 invalid_correlation_id
 	XCorrelationId RequiredCorrelationId `json:"X-Correlation-Id"`
 }
@@ -546,8 +546,8 @@ type RetryWebhookIntentParams struct {
 	XCorrelationId RequiredCorrelationId `json:"X-Correlation-Id"`
 }
 
-// ReleaseDeadLetterJSONRequestBody defines body for ReleaseDeadLetter for application/json ContentType.
-type ReleaseDeadLetterJSONRequestBody = RedriveRequest
+// RedriveDeadLetterJSONRequestBody defines body for RedriveDeadLetter for application/json ContentType.
+type RedriveDeadLetterJSONRequestBody = RedriveRequest
 
 // SubmitRedriveJSONRequestBody defines body for SubmitRedrive for application/json ContentType.
 type SubmitRedriveJSONRequestBody = RedriveRequest
