@@ -95,12 +95,12 @@ func (s *Service) PutSettings(ctx context.Context, r Request, st domain.Settings
 	var reply Reply
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		sc := scope("settings", r.TenantID)
-		prev, err := idempotency.Claim(ctx, tx, sc, r.IdempotencyKey, r.RequestHash)
+		replay, err := idempotency.ClaimReply(ctx, tx, sc, r.IdempotencyKey, r.RequestHash)
 		if err != nil {
 			return err
 		}
-		if prev != nil && prev.Status != 0 {
-			reply = Reply{Status: prev.Status, Body: prev.Body, Replayed: true}
+		if replay != nil {
+			reply = *replay
 			return nil
 		}
 		q := db.New(tx)
