@@ -4,7 +4,7 @@
 // the event registry with Spec.Register, and the inbox from
 // service.NewInbox, so the tests decide events through the production
 // constructor, with the Spec's OriginConstraints, the ops redriver and the
-// quarantine announcements. CheckConstraints holds a Spec's constraint
+// quarantine announcements. MissingConstraints holds a Spec's constraint
 // names to its migrated schema.
 //
 // Each service's harness (billingtest, invoicetest, querytest, usagetest)
@@ -164,17 +164,57 @@ func MissingConstraints(ctx context.Context, q interface {
 	return missing, nil
 }
 
-// CheckConstraints migrates a fresh database of spec and fails the test
-// unless every name of spec.OriginConstraints is a unique constraint or
-// unique index in it.
-func CheckConstraints(t testing.TB, spec service.Spec) {
+// Published is an event the service appended to its outbox, decoded.
+type Published struct {
+	Topic string
+	*envelope.Decoded
+}
+
+// Outbox returns the events in the service's outbox, in append order,
+// decoded with spec's registry; an envelope its consumers could not decode
+// fails the test.
+func Outbox(t testing.TB, spec service.Spec, pool *pgxpool.Pool) []Published {
 	t.Helper()
-	pool := NewPool(t, spec)
-	missing, err := MissingConstraints(t.Context(), pool, spec.OriginConstraints)
+	rows, err := pool.Query(t.Context(), `SELECT topic, envelope FROM outbox_event ORDER BY id`)
 	if err != nil {
+		t.Fatalf("read the outbox: %v", err)
+	}
+	defer rows.Close()
+	reg := Registry(spec)
+	var out []Published
+	for rows.Next() {
+		var topic string
+		var raw []byte
+		if err := rows.Scan(&topic, &raw); err != nil {
+			t.Fatal(err)
+		}
+		d, err := reg.Decode(raw)
+		if err != nil {
+			t.Fatalf("%s published an envelope its consumers cannot decode: %v\n%s", spec.Name, err, raw)
+		}
+		out = append(out, Published{Topic: topic, Decoded: d})
+	}
+	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(missing) > 0 {
-		t.Fatalf("%s: OriginConstraints %v are no unique constraint or index of its schema", spec.Name, missing)
+	return out
+}
+
+// Events returns the events the service published on topic, from its
+// outbox, in append order. The announcements of quarantines on
+// ops.events.v1 (service.NewInbox) are left out; a row on any other topic
+// fails the test.
+func Events(t testing.TB, spec service.Spec, pool *pgxpool.Pool, topic string) []*envelope.Decoded {
+	t.Helper()
+	var out []*envelope.Decoded
+	for _, p := range Outbox(t, spec, pool) {
+		switch p.Topic {
+		case topic:
+			out = append(out, p.Decoded)
+		case events.TopicOps:
+		default:
+			t.Fatalf("%s's outbox has a row on topic %s, want %s", spec.Name, p.Topic, topic)
+		}
 	}
+	return out
 }

@@ -238,33 +238,5 @@ func DecideRaw(t testing.TB, pool *pgxpool.Pool, ib *inbox.Inbox, raws ...[]byte
 // in order; the announcements of quarantines on ops.events.v1 are left out.
 func Published(t testing.TB, pool *pgxpool.Pool) []*envelope.Decoded {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT topic, envelope FROM outbox_event ORDER BY id`)
-	if err != nil {
-		t.Fatalf("read outbox: %v", err)
-	}
-	defer rows.Close()
-	reg := servicetest.Registry(invoice.Spec)
-	var out []*envelope.Decoded
-	for rows.Next() {
-		var topic string
-		var raw []byte
-		if err := rows.Scan(&topic, &raw); err != nil {
-			t.Fatal(err)
-		}
-		if topic == events.TopicOps {
-			continue // a quarantine's announcement (service.NewInbox)
-		}
-		if topic != events.TopicInvoice {
-			t.Fatalf("outbox row on topic %s, want %s", topic, events.TopicInvoice)
-		}
-		d, err := reg.Decode(raw)
-		if err != nil {
-			t.Fatalf("decode outbox row: %v", err)
-		}
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return servicetest.Events(t, invoice.Spec, pool, events.TopicInvoice)
 }

@@ -121,32 +121,5 @@ func (e *Env) Count(t testing.TB, sql string, args ...any) int {
 // the announcements of quarantines on ops.events.v1 are left out.
 func (e *Env) OutboxEvents(t testing.TB) []*envelope.Decoded {
 	t.Helper()
-	rows, err := e.Pool.Query(context.Background(), `SELECT topic, envelope FROM outbox_event ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var out []*envelope.Decoded
-	for rows.Next() {
-		var topic string
-		var raw []byte
-		if err := rows.Scan(&topic, &raw); err != nil {
-			t.Fatal(err)
-		}
-		if topic == events.TopicOps {
-			continue // a quarantine's announcement (service.NewInbox)
-		}
-		if topic != events.TopicUsage {
-			t.Fatalf("outbox topic %s, want %s", topic, events.TopicUsage)
-		}
-		d, err := e.Registry.Decode(raw)
-		if err != nil {
-			t.Fatalf("decode outbox envelope: %v", err)
-		}
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return servicetest.Events(t, usage.Spec, e.Pool, events.TopicUsage)
 }
