@@ -226,3 +226,61 @@ func TestReadJSON(t *testing.T) {
 	_, p = ReadJSON(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/", strings.NewReader(`{"reason":"`+strings.Repeat("r", 100)+`"}`)), &dst, 32)
 	wantProblem(t, p, 413, "body_too_large")
 }
+
+// ReadCommand checks the key, then the correlation id, then the body, and
+// hashes method, path and body.
+func TestReadCommand(t *testing.T) {
+	t.Parallel()
+	type in struct {
+		Reason string `json:"reason"`
+	}
+	req := func(key, corr, body string) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/v1/tenants/t1/adjustments", strings.NewReader(body))
+		if key != "" {
+			r.Header.Set(HeaderIdempotencyKey, key)
+		}
+		if corr != "" {
+			r.Header.Set(HeaderCorrelationID, corr)
+		}
+		return r
+	}
+	cases := []struct {
+		name, key, corr, body string
+		noBody                bool
+		status                int
+		code                  string
+	}{
+		{"ok", "k", "c-1", `{"reason":"r"}`, false, 0, ""},
+		{"ok without correlation", "k", "", `{"reason":"r"}`, false, 0, ""},
+		{"ok without a body", "k", "", ``, true, 0, ""},
+		{"key before all", "", "a b", `{`, false, 400, CodeMissingIdempotencyKey},
+		{"correlation before body", "k", "a b", `{`, false, 400, CodeInvalidCorrelationID},
+		{"body", "k", "c-1", `{"reason":1}`, false, 400, "invalid_field"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var dst *in
+			if !c.noBody {
+				dst = &in{}
+			}
+			var target any
+			if dst != nil {
+				target = dst
+			}
+			cmd, p := ReadCommand(httptest.NewRecorder(), req(c.key, c.corr, c.body), target, 0)
+			wantProblem(t, p, c.status, c.code)
+			if p != nil {
+				return
+			}
+			var body []byte
+			if !c.noBody {
+				body = []byte(c.body)
+			}
+			want := Command{IdempotencyKey: c.key, CorrelationID: c.corr,
+				RequestHash: idempotency.RequestHash(http.MethodPost, "/v1/tenants/t1/adjustments", body)}
+			if cmd != want {
+				t.Fatalf("got %+v, want %+v", cmd, want)
+			}
+		})
+	}
+}

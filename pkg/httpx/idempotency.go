@@ -35,6 +35,41 @@ func IdempotencyKey(r *http.Request) (string, *Problem) {
 	return key, nil
 }
 
+// Command is what every idempotent command's request carries besides its
+// own input.
+type Command struct {
+	// IdempotencyKey is the client's key (IdempotencyKey).
+	IdempotencyKey string
+	// CorrelationID is the optional X-Correlation-Id (CorrelationID).
+	CorrelationID string
+	// RequestHash identifies the request, its method, path and body
+	// (idempotency.RequestHash), to tell a replay from a reused key.
+	RequestHash string
+}
+
+// ReadCommand reads an idempotent command's request, in this order: its
+// Idempotency-Key (IdempotencyKey), its optional X-Correlation-Id
+// (CorrelationID) and, unless dst is nil (a command without a body), its
+// JSON body into dst (ReadJSON, at most maxBody bytes). The first problem
+// found is the answer.
+func ReadCommand(w http.ResponseWriter, r *http.Request, dst any, maxBody int64) (Command, *Problem) {
+	key, p := IdempotencyKey(r)
+	if p != nil {
+		return Command{}, p
+	}
+	corr, p := CorrelationID(r, false)
+	if p != nil {
+		return Command{}, p
+	}
+	var body []byte
+	if dst != nil {
+		if body, p = ReadJSON(w, r, dst, maxBody); p != nil {
+			return Command{}, p
+		}
+	}
+	return Command{IdempotencyKey: key, CorrelationID: corr, RequestHash: idempotency.RequestHash(r.Method, r.URL.Path, body)}, nil
+}
+
 // WriteReply writes an idempotent command's answer, a JSON body with its
 // status; a replay of the stored first answer is marked Idempotent-Replayed:
 // true and is otherwise the same.

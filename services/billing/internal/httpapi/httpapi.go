@@ -14,7 +14,6 @@ import (
 	"github.com/usagebilling/billing/pkg/api/billingapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
-	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/page"
 	"github.com/usagebilling/billing/services/billing/internal/app"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
@@ -85,18 +84,8 @@ func (a *API) postAdjustment(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	key, p := httpx.IdempotencyKey(r)
-	if p != nil {
-		httpx.WriteProblem(w, p)
-		return
-	}
-	correlationID, p := httpx.CorrelationID(r, false)
-	if p != nil {
-		httpx.WriteProblem(w, p)
-		return
-	}
 	var in adjustmentBody
-	body, p := httpx.ReadJSON(w, r, &in, maxBody)
+	cmd, p := httpx.ReadCommand(w, r, &in, maxBody)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
@@ -118,10 +107,7 @@ func (a *API) postAdjustment(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	reply, err := a.svc.PostAdjustment(r.Context(), app.Request{
-		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID, Actor: actor,
-		RequestHash: idempotency.RequestHash(r.Method, r.URL.Path, body),
-	}, adj)
+	reply, err := a.svc.PostAdjustment(r.Context(), request(tenant, cmd, actor), adj)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -135,12 +121,8 @@ func (a *API) closePeriod(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	key, p := httpx.IdempotencyKey(r)
-	if p != nil {
-		httpx.WriteProblem(w, p)
-		return
-	}
-	correlationID, p := httpx.CorrelationID(r, false)
+	// The close takes no body; the request is its method and path.
+	cmd, p := httpx.ReadCommand(w, r, nil, maxBody)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
@@ -155,11 +137,7 @@ func (a *API) closePeriod(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	// The close takes no body; the request is its method and path.
-	reply, err := a.svc.ClosePeriod(r.Context(), app.Request{
-		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID, Actor: actor,
-		RequestHash: idempotency.RequestHash(r.Method, r.URL.Path, nil),
-	}, period)
+	reply, err := a.svc.ClosePeriod(r.Context(), request(tenant, cmd, actor), period)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -228,6 +206,12 @@ func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) svcNow() time.Time { return a.svc.Now() }
+
+// request is the app's request of a command.
+func request(tenant string, cmd httpx.Command, actor string) app.Request {
+	return app.Request{TenantID: tenant, IdempotencyKey: cmd.IdempotencyKey, CorrelationID: cmd.CorrelationID,
+		RequestHash: cmd.RequestHash, Actor: actor}
+}
 
 // actorOf is who sent a money-changing command: the subject of the verified
 // bearer token (auth.Middleware put its claims in the request's context).

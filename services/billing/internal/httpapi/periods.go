@@ -7,8 +7,6 @@ import (
 
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
-	"github.com/usagebilling/billing/pkg/idempotency"
-	"github.com/usagebilling/billing/services/billing/internal/app"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
 
@@ -36,18 +34,8 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	key, p := httpx.IdempotencyKey(r)
-	if p != nil {
-		httpx.WriteProblem(w, p)
-		return
-	}
-	correlationID, p := httpx.CorrelationID(r, false)
-	if p != nil {
-		httpx.WriteProblem(w, p)
-		return
-	}
 	var in settingsBody
-	body, p := httpx.ReadJSON(w, r, &in, maxBody)
+	cmd, p := httpx.ReadCommand(w, r, &in, maxBody)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
@@ -62,10 +50,7 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	reply, err := a.svc.PutSettings(r.Context(), app.Request{
-		TenantID: tenant, IdempotencyKey: key, CorrelationID: correlationID, Actor: actor,
-		RequestHash: idempotency.RequestHash(r.Method, r.URL.Path, body),
-	}, st)
+	reply, err := a.svc.PutSettings(r.Context(), request(tenant, cmd, actor), st)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return

@@ -13,7 +13,6 @@ import (
 	"github.com/usagebilling/billing/pkg/api/meterapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
-	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/page"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/meter/internal/app"
@@ -100,18 +99,8 @@ func (api *API) activatePrice(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	key, p := httpx.IdempotencyKey(r)
-	if p != nil {
-		httpx.WriteProblem(w, p)
-		return
-	}
-	correlationID, p := httpx.CorrelationID(r, false)
-	if p != nil {
-		httpx.WriteProblem(w, p)
-		return
-	}
 	var req activatePriceRequest
-	body, p := httpx.ReadJSON(w, r, &req, maxBody)
+	cmd, p := httpx.ReadCommand(w, r, &req, maxBody)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
@@ -135,10 +124,10 @@ func (api *API) activatePrice(w http.ResponseWriter, r *http.Request) {
 	rc, err := api.app.ActivatePrice(r.Context(), app.ActivatePrice{
 		Actor:          claims.Actor(),
 		TenantID:       tenant,
-		IdempotencyKey: key,
-		RequestHash:    idempotency.RequestHash(r.Method, r.URL.Path, body),
+		IdempotencyKey: cmd.IdempotencyKey,
+		RequestHash:    cmd.RequestHash,
 		Activation:     act,
-		CorrelationID:  correlationID,
+		CorrelationID:  cmd.CorrelationID,
 	})
 	if err != nil {
 		httpx.WriteError(w, r, api.log, err)
