@@ -29,13 +29,25 @@ type Operator struct {
 }
 
 // DevOperator returns an operator client for actor with a token signed by the
-// published development key.
+// environment's signer (auth.SignerFromEnv: the published development key
+// unless AUTH_SIGNING_KEY names the issuer's key), valid for an hour. A
+// signer the environment gets wrong panics with its reason.
 func DevOperator(queryURL, actor string) Operator {
-	tok, err := auth.Token(auth.DevKey, auth.NewClaims(actor, auth.RoleOperator, "", time.Hour))
+	tok, err := signToken(actor, auth.RoleOperator, "")
 	if err != nil {
-		panic(err) // the development key always signs
+		panic(err)
 	}
 	return Operator{QueryURL: queryURL, Token: "Bearer " + tok, Actor: actor}
+}
+
+// signToken signs a token for subject with role (and tenant) by the
+// environment's signer, the one key of every client of package scenario.
+func signToken(subject, role, tenant string) (string, error) {
+	s, err := auth.SignerFromEnv()
+	if err != nil {
+		return "", fmt.Errorf("scenario: sign a %s token: %w", role, err)
+	}
+	return s.Token(subject, role, tenant)
 }
 
 func (o Operator) do(ctx context.Context, method, path string, body any, headers map[string]string, out any) (int, error) {

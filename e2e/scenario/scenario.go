@@ -78,8 +78,9 @@ type Config struct {
 	Client *http.Client
 	// Authorize returns the Authorization header ("Bearer <token>") for
 	// requests on a tenant's paths (/v1/tenants/{tenant}/...); nil means
-	// DevAuthorize, for services that accept the published development
-	// key (AUTH_DEV_KEY=true: the local stack, deploy/compose.yaml).
+	// DevAuthorize: tokens of the environment's signer (auth.SignerFromEnv:
+	// the development key of the local stack, or the key AUTH_SIGNING_KEY
+	// names, as for deploy/compose.yaml).
 	Authorize func(tenant string) string
 	// Progress receives what the scenario is doing and waiting for; nil
 	// discards it.
@@ -927,9 +928,12 @@ func (r *run) call(ctx context.Context, method, url string, body any, headers ma
 }
 
 // DevAuthorize returns an Authorize that sends each tenant a tenant token
-// signed with the published development key (auth.DevToken), made once per
-// tenant, carrying the three tenant roles (ingest, viewer, billing-admin): a
-// scenario sends usage, reads every figure, activates prices and closes.
+// signed by the environment's signer (auth.SignerFromEnv: the published
+// development key unless AUTH_SIGNING_KEY names the issuer's key), made once
+// per tenant, carrying the three tenant roles (ingest, viewer,
+// billing-admin): a scenario sends usage, reads every figure, activates
+// prices and closes. A signer the environment gets wrong panics with its
+// reason at the first request.
 func DevAuthorize() func(tenant string) string {
 	var mu sync.Mutex
 	tokens := map[string]string{}
@@ -937,7 +941,11 @@ func DevAuthorize() func(tenant string) string {
 		mu.Lock()
 		defer mu.Unlock()
 		if tokens[tenant] == "" {
-			tokens[tenant] = "Bearer " + auth.DevToken(auth.RoleTenant, tenant)
+			tok, err := signToken("dev-tenant", auth.RoleTenant, tenant)
+			if err != nil {
+				panic(err)
+			}
+			tokens[tenant] = "Bearer " + tok
 		}
 		return tokens[tenant]
 	}
