@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 
 	"github.com/usagebilling/billing/e2e/scenario"
 	"github.com/usagebilling/billing/e2e/stack"
+	"github.com/usagebilling/billing/e2e/stack/stacktest"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
@@ -26,31 +25,12 @@ import (
 // is cut; once it is restored the fact is rated into that period, not late,
 // and is on the period's issued invoice.
 func TestCloseWaitsForUsageDelayedInThePipeline(t *testing.T) {
-	opts := stack.Options{
-		BinDir:   binaries(t),
+	s := stacktest.Start(t, stack.Options{
+		BinDir:   stacktest.Binaries(t),
 		Services: []string{"meter", "usage", "billing", "invoice"},
 		Env: map[string]string{"CONSUMER_SWEEP_INTERVAL": "500ms", "METER_SCHEDULE_LEAD": "1s",
 			"METER_WATERMARK_INTERVAL": "200ms", "USAGE_WATERMARK_INTERVAL": "200ms",
 			"BILLING_CLOSE_WAIT": "1s", "BILLING_CLOSE_INTERVAL": "500ms"},
-	}
-	if testing.Verbose() {
-		opts.Logger = stack.ConsoleLogger(os.Stderr)
-	}
-	s, err := stack.Start(t.Context(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, name := range s.Services() {
-				t.Logf("last lines of %s:\n%s", s.LogFile(name, 0), tail(s.LogFile(name, 0), 30))
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("stop the stack: %v", err)
-		}
 	})
 	c := &schedClient{t: t, urls: s.URLs(), auth: scenario.DevAuthorize(), http: &http.Client{Timeout: 30 * time.Second},
 		probes: map[string]bool{}}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/usagebilling/billing/e2e/scenario"
 	"github.com/usagebilling/billing/e2e/stack"
+	"github.com/usagebilling/billing/e2e/stack/stacktest"
 	"github.com/usagebilling/billing/pkg/events"
 )
 
@@ -149,32 +149,12 @@ func testModelsOnAnInvoice(t *testing.T, c *schedClient) {
 // while usage that occurred then is in flight.
 func startSchedStack(t *testing.T) *stack.Stack {
 	t.Helper()
-	opts := stack.Options{
-		BinDir:   binaries(t),
+	return stacktest.Start(t, stack.Options{
+		BinDir:   stacktest.Binaries(t),
 		Services: []string{"meter", "usage", "billing", "invoice"},
 		Env: map[string]string{"CONSUMER_SWEEP_INTERVAL": "500ms", "METER_SCHEDULE_LEAD": "100ms",
 			"METER_WATERMARK_INTERVAL": "100ms"},
-	}
-	if testing.Verbose() {
-		opts.Logger = stack.ConsoleLogger(os.Stderr)
-	}
-	s, err := stack.Start(t.Context(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, name := range s.Services() {
-				t.Logf("last lines of %s:\n%s", s.LogFile(name, 0), tail(s.LogFile(name, 0), 30))
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("stop the stack: %v", err)
-		}
 	})
-	return s
 }
 
 // Prices are activated without effectiveAt every 100ms while two clients

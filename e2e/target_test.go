@@ -1,16 +1,11 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
-	"log/slog"
 	"os"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/usagebilling/billing/e2e/stack"
+	"github.com/usagebilling/billing/e2e/stack/stacktest"
 	"github.com/usagebilling/billing/pkg/kafkatest"
 	"github.com/usagebilling/billing/pkg/pgtest"
 )
@@ -28,13 +23,7 @@ import (
 //     the quickest to debug.
 const EnvTarget = "E2E_TARGET"
 
-func TestMain(m *testing.M) {
-	code := pgtest.Main(kafkatest.Wrap(m))
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(kafkatest.Wrap(stacktest.Wrap(m)))) }
 
 // target is a running system the tests drive over HTTP.
 type target struct {
@@ -57,80 +46,13 @@ func startTarget(t *testing.T) *target {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// binaries builds the services once per test process.
-func binaries(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		root, err := stack.WorkspaceRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		if binDir, buildErr = os.MkdirTemp("", "e2e-bin-"); buildErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		buildErr = stack.Build(ctx, root, binDir)
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
-}
-
 // startLocal starts the stack launcher's processes; on failure it logs the
 // end of every service's log.
 func startLocal(t *testing.T) *target {
 	t.Helper()
-	logger := slog.New(slog.DiscardHandler)
-	if testing.Verbose() {
-		logger = stack.ConsoleLogger(os.Stderr)
-	}
-	opts := stack.Options{
-		BinDir: binaries(t),
-		Logger: logger,
+	s := stacktest.Start(t, stack.Options{
+		BinDir: stacktest.Binaries(t),
 		Env:    map[string]string{"CONSUMER_SWEEP_INTERVAL": "500ms"},
-	}
-	if v := os.Getenv(kafkatest.EnvKafka); v != "" && os.Getenv(stack.EnvKafka) == "" {
-		opts.Kafka = v // TEST_KAFKA=apache, as for the other packages' tests
-	}
-	opts, err := stack.FromEnv(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := stack.Start(t.Context(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, name := range s.Services() {
-				for i := range s.Instances(name) {
-					t.Logf("last lines of %s:\n%s", s.LogFile(name, i), tail(s.LogFile(name, i), 30))
-				}
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("stop the stack: %v", err)
-		}
 	})
 	return &target{urls: s.URLs(), dbs: s.DatabaseURLs()}
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(%v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

@@ -8,10 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/usagebilling/billing/e2e/scenario"
 	"github.com/usagebilling/billing/e2e/stack"
+	"github.com/usagebilling/billing/e2e/stack/stacktest"
 	"github.com/usagebilling/billing/pkg/events"
 )
 
@@ -303,31 +302,7 @@ func render(spans []span, roots ...string) []string {
 // launcher) with env added to theirs, and returns their base URLs.
 func startTracedStack(t *testing.T, env map[string]string) map[string]string {
 	t.Helper()
-	logger := slog.New(slog.DiscardHandler)
-	if testing.Verbose() {
-		logger = stack.ConsoleLogger(os.Stderr)
-	}
-	opts, err := stack.FromEnv(stack.Options{BinDir: binaries(t), Logger: logger, Env: env})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := stack.Start(t.Context(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, name := range s.Services() {
-				t.Logf("last lines of %s:\n%s", s.LogFile(name, 0), tail(s.LogFile(name, 0), 20))
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("stop the stack: %v", err)
-		}
-	})
-	return s.URLs()
+	return stacktest.Start(t, stack.Options{BinDir: stacktest.Binaries(t), Env: env}).URLs()
 }
 
 // tracedClient sends JSON requests with a tenant's token and, when given, a

@@ -2,7 +2,6 @@ package billingctl_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/usagebilling/billing/e2e/billingctl"
 	"github.com/usagebilling/billing/e2e/scenario"
 	"github.com/usagebilling/billing/e2e/stack"
+	"github.com/usagebilling/billing/e2e/stack/stacktest"
 	"github.com/usagebilling/billing/pkg/auth"
 )
 
@@ -26,29 +26,8 @@ import (
 // e2e/stack (a throwaway PostgreSQL, the embedded Kafka-protocol broker):
 // a tenant's flow, an operator's, and bad input.
 func TestBillingctl(t *testing.T) {
-	opts, err := stack.FromEnv(stack.Options{PostgresFast: true,
+	s := stacktest.Start(t, stack.Options{PostgresFast: true,
 		Env: map[string]string{"CONSUMER_SWEEP_INTERVAL": "500ms"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := stack.Start(t.Context(), opts)
-	if err != nil {
-		t.Fatalf("start the stack: %v", err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, name := range s.Services() {
-				raw, _ := os.ReadFile(s.LogFile(name, 0))
-				lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
-				t.Logf("last lines of %s:\n%s", name, strings.Join(lines[max(0, len(lines)-15):], "\n"))
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("stop the stack: %v", err)
-		}
-	})
 	env := map[string]string{"BILLINGCTL_DEV": "true", "BILLINGCTL_SUBJECT": "alice"}
 	for name, u := range s.URLs() {
 		env["BILLINGCTL_"+strings.ToUpper(name)+"_URL"] = u

@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usagebilling/billing/e2e/stack"
+	"github.com/usagebilling/billing/e2e/stack/stacktest"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
@@ -561,28 +562,13 @@ func summaryTotals(v map[string]any) string {
 func TestHostileInput(t *testing.T) {
 	ctx := t.Context()
 	began := time.Now()
-	opts, err := stack.FromEnv(stack.Options{PostgresFast: true, DirectDB: true, Env: map[string]string{
+	s := stacktest.Start(t, stack.Options{PostgresFast: true, DirectDB: true, Env: map[string]string{
 		"HTTP_READ_HEADER_TIMEOUT": readHeaderTimeout.String(),
 		"HTTP_READ_TIMEOUT":        readTimeout.String(),
 		"HTTP_IDLE_TIMEOUT":        idleTimeout.String(),
 		"RATE_LIMIT_RPS":           "100000", // the suite's own rate is not what is tested
 		"RATE_LIMIT_BURST":         "100000",
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := stack.Start(ctx, opts)
-	if err != nil {
-		t.Fatalf("start the stack: %v", err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := s.Stop(sctx); err != nil {
-			t.Logf("stop the stack: %v", err)
-		}
-	})
-	t.Logf("stack started in %s", time.Since(began).Round(time.Millisecond))
 	urls := s.URLs()
 	routes := routesOf(t, s)
 	served := map[string][]string{}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/usagebilling/billing/e2e/stack"
+	"github.com/usagebilling/billing/e2e/stack/stacktest"
 )
 
 // TestMoney runs MONEY_OPS random operations (default 10,000) of seed
@@ -34,7 +35,6 @@ func TestMoney(t *testing.T) {
 	t.Logf("MONEY_SEED=%d MONEY_OPS=%d (replay: make money-test MONEY_SEED=%d MONEY_OPS=%d)", seed, n, seed, n)
 
 	ctx := t.Context()
-	began := time.Now()
 	const lead = time.Second
 	// Every service reads the test clock the model moves (decision 0015);
 	// billing's scheduler looks for due periods every 200ms.
@@ -42,25 +42,10 @@ func TestMoney(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := stack.FromEnv(stack.Options{PostgresFast: true, DirectDB: true,
+	s := stacktest.Start(t, stack.Options{PostgresFast: true, DirectDB: true,
 		Env: map[string]string{"CLOCK_OFFSET_FILE": clk.Path},
 		ServiceEnv: map[string]map[string]string{"meter": {"METER_SCHEDULE_LEAD": lead.String()},
 			"billing": {"BILLING_CLOSE_INTERVAL": "200ms"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := stack.Start(ctx, opts)
-	if err != nil {
-		t.Fatalf("start the stack: %v", err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := s.Stop(sctx); err != nil {
-			t.Logf("stop the stack: %v", err)
-		}
-	})
-	t.Logf("stack started in %s", time.Since(began).Round(time.Millisecond))
 
 	cfg := Config{URLs: s.URLs(), Lead: lead, Settle: 90 * time.Second, Logf: t.Logf, Clock: clk,
 		Prefix: fmt.Sprintf("m%x", seed&0xffffffff)}

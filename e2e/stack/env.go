@@ -33,34 +33,64 @@ const (
 // FromEnv returns o with the settings the environment gives (the Env*
 // variables), reporting every malformed one at once.
 func FromEnv(o Options) (Options, error) {
-	var problems []string
-	bad := func(name, format string, args ...any) {
-		problems = append(problems, name+": "+fmt.Sprintf(format, args...))
+	var e envReader
+	e.kafka(&o)
+	e.postgres(&o)
+	e.ports(&o)
+	e.run(&o)
+	if len(e.problems) > 0 {
+		return o, errors.New("invalid environment:\n  " + strings.Join(e.problems, "\n  "))
 	}
-	get := func(name string) (string, bool) {
-		v := strings.TrimSpace(os.Getenv(name))
-		return v, v != ""
-	}
-	port := func(name string) (int, bool) {
-		v, ok := get(name)
-		if !ok {
-			return 0, false
-		}
-		p, err := strconv.Atoi(v)
-		if err != nil || p < 0 || p > 65535 {
-			bad(name, "want a port number (0 for a free one), got %q", v)
-			return 0, false
-		}
-		return p, true
-	}
+	return o, nil
+}
 
-	if v, ok := get(EnvKafka); ok {
+// envReader reads the Env* variables and collects what is wrong with them.
+type envReader struct{ problems []string }
+
+func (e *envReader) bad(name, format string, args ...any) {
+	e.problems = append(e.problems, name+": "+fmt.Sprintf(format, args...))
+}
+
+func (e *envReader) get(name string) (string, bool) {
+	v := strings.TrimSpace(os.Getenv(name))
+	return v, v != ""
+}
+
+func (e *envReader) port(name string) (int, bool) {
+	v, ok := e.get(name)
+	if !ok {
+		return 0, false
+	}
+	p, err := strconv.Atoi(v)
+	if err != nil || p < 0 || p > 65535 {
+		e.bad(name, "want a port number (0 for a free one), got %q", v)
+		return 0, false
+	}
+	return p, true
+}
+
+func (e *envReader) bool(name string) (bool, bool) {
+	v, ok := e.get(name)
+	if !ok {
+		return false, false
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		e.bad(name, "want 1 or 0, got %q", v)
+	}
+	return b, true
+}
+
+// kafka reads the broker's settings: KAFKA, KAFKA_BROKERS, the proxy's port
+// and the partitions.
+func (e *envReader) kafka(o *Options) {
+	if v, ok := e.get(EnvKafka); ok {
 		if v != KafkaEmbedded && v != KafkaApache {
-			bad(EnvKafka, "want %q or %q (or set %s for an existing cluster), got %q", KafkaEmbedded, KafkaApache, EnvKafkaBrokers, v)
+			e.bad(EnvKafka, "want %q or %q (or set %s for an existing cluster), got %q", KafkaEmbedded, KafkaApache, EnvKafkaBrokers, v)
 		}
 		o.Kafka = v
 	}
-	if v, ok := get(EnvKafkaBrokers); ok {
+	if v, ok := e.get(EnvKafkaBrokers); ok {
 		o.KafkaBrokers = nil
 		for _, b := range strings.Split(v, ",") {
 			if b = strings.TrimSpace(b); b != "" {
@@ -68,29 +98,41 @@ func FromEnv(o Options) (Options, error) {
 			}
 		}
 		if o.Kafka == KafkaApache {
-			bad(EnvKafkaBrokers, "set together with %s=apache: pick one", EnvKafka)
+			e.bad(EnvKafkaBrokers, "set together with %s=apache: pick one", EnvKafka)
 		}
 		o.Kafka = KafkaExternal
 	}
-	if v, ok := get(EnvPostgresURL); ok {
-		o.PostgresURL = v
-	}
-	if p, ok := port(EnvPostgresPort); ok {
-		o.PostgresPort = p
-	}
-	if p, ok := port(EnvKafkaPort); ok {
+	if p, ok := e.port(EnvKafkaPort); ok {
 		o.KafkaPort = p
 	}
-	if v, ok := get(EnvPartitions); ok {
+	if v, ok := e.get(EnvPartitions); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
-			bad(EnvPartitions, "want a positive count, got %q", v)
+			e.bad(EnvPartitions, "want a positive count, got %q", v)
 		}
 		o.Partitions = n
 	}
-	if base, ok := port(EnvPortBase); ok {
+}
+
+// postgres reads the database's settings: an existing server or the
+// throwaway cluster's port, and whether the services bypass the proxies.
+func (e *envReader) postgres(o *Options) {
+	if v, ok := e.get(EnvPostgresURL); ok {
+		o.PostgresURL = v
+	}
+	if p, ok := e.port(EnvPostgresPort); ok {
+		o.PostgresPort = p
+	}
+	if direct, ok := e.bool(EnvDirectDB); ok {
+		o.DirectDB = direct
+	}
+}
+
+// ports reads the services' HTTP and pprof port bases.
+func (e *envReader) ports(o *Options) {
+	if base, ok := e.port(EnvPortBase); ok {
 		if base > 65535-len(Services) {
-			bad(EnvPortBase, "%d leaves no room for %d ports", base, len(Services))
+			e.bad(EnvPortBase, "%d leaves no room for %d ports", base, len(Services))
 		}
 		o.Ports = map[string]int{}
 		if base != 0 {
@@ -99,9 +141,9 @@ func FromEnv(o Options) (Options, error) {
 			}
 		}
 	}
-	if base, ok := port(EnvPprofBase); ok && base != 0 {
+	if base, ok := e.port(EnvPprofBase); ok && base != 0 {
 		if base > 65535-len(Services) {
-			bad(EnvPprofBase, "%d leaves no room for %d ports", base, len(Services))
+			e.bad(EnvPprofBase, "%d leaves no room for %d ports", base, len(Services))
 		}
 		if o.ServiceEnv == nil {
 			o.ServiceEnv = map[string]map[string]string{}
@@ -113,42 +155,32 @@ func FromEnv(o Options) (Options, error) {
 			o.ServiceEnv[name]["PPROF_ADDR"] = fmt.Sprintf("127.0.0.1:%d", base+i)
 		}
 	}
-	if v, ok := get(EnvDirectDB); ok {
-		direct, err := strconv.ParseBool(v)
-		if err != nil {
-			bad(EnvDirectDB, "want 1 or 0, got %q", v)
-		}
-		o.DirectDB = direct
-	}
-	if v, ok := get(EnvInstances); ok {
+}
+
+// run reads the instances per service, the state directory, whether to
+// keep it, and the services' log level.
+func (e *envReader) run(o *Options) {
+	if v, ok := e.get(EnvInstances); ok {
 		o.Instances = map[string]int{}
 		for _, kv := range strings.Split(v, ",") {
 			name, count, found := strings.Cut(strings.TrimSpace(kv), "=")
 			n, err := strconv.Atoi(count)
 			if !found || err != nil || n < 1 {
-				bad(EnvInstances, "want service=count,... such as usage=2,billing=2, got %q", v)
+				e.bad(EnvInstances, "want service=count,... such as usage=2,billing=2, got %q", v)
 				break
 			}
 			o.Instances[name] = n
 		}
 	}
-	if v, ok := get(EnvStateDir); ok {
+	if v, ok := e.get(EnvStateDir); ok {
 		o.StateDir = v
 	}
-	if v, ok := get(EnvKeep); ok {
-		keep, err := strconv.ParseBool(v)
-		if err != nil {
-			bad(EnvKeep, "want 1 or 0, got %q", v)
-		}
+	if keep, ok := e.bool(EnvKeep); ok {
 		o.Keep = keep
 	}
-	if v, ok := get(EnvLogLevel); ok {
+	if v, ok := e.get(EnvLogLevel); ok {
 		o.LogLevel = v
 	}
-	if len(problems) > 0 {
-		return o, errors.New("invalid environment:\n  " + strings.Join(problems, "\n  "))
-	}
-	return o, nil
 }
 
 // ConsoleLogger returns a logger for people watching a terminal: progress

@@ -258,11 +258,40 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	return s, nil
 }
 
+// normalize fills in o's defaults and reports every inconsistent option at
+// once.
 func (o *Options) normalize() error {
-	var problems []string
+	problems := o.normalizeKafka()
+	problems = append(problems, o.normalizeServices()...)
+	problems = append(problems, o.normalizePostgres()...)
+	if o.LogLevel == "" {
+		o.LogLevel = "info"
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 2 * time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 	if o.StateDir == "" {
 		o.StateDir = DefaultStateDir()
 	}
+	if o.BinDir == "" && o.SourceDir == "" {
+		root, err := WorkspaceRoot()
+		if err != nil {
+			problems = append(problems, err.Error())
+		}
+		o.SourceDir = root
+	}
+	if len(problems) > 0 {
+		return errors.New("stack options:\n  " + strings.Join(problems, "\n  "))
+	}
+	return nil
+}
+
+// normalizeKafka settles which broker to use and the topics' partitions.
+func (o *Options) normalizeKafka() []string {
+	var problems []string
 	if o.Kafka == "" {
 		o.Kafka = KafkaEmbedded
 		if len(o.KafkaBrokers) > 0 {
@@ -290,6 +319,12 @@ func (o *Options) normalize() error {
 	if o.Partitions < 0 {
 		problems = append(problems, fmt.Sprintf("Partitions %d: want a positive count", o.Partitions))
 	}
+	return problems
+}
+
+// normalizeServices checks the services named, their instances and ports.
+func (o *Options) normalizeServices() []string {
+	var problems []string
 	if len(o.Services) == 0 {
 		o.Services = slices.Clone(Services)
 	}
@@ -308,6 +343,13 @@ func (o *Options) normalize() error {
 			problems = append(problems, fmt.Sprintf("Ports[%q] = %d: want a service name and a port", name, p))
 		}
 	}
+	return problems
+}
+
+// normalizePostgres checks an existing server's URL against the throwaway
+// cluster's port and names the databases' prefix.
+func (o *Options) normalizePostgres() []string {
+	var problems []string
 	if o.PostgresURL != "" {
 		if o.PostgresPort != 0 {
 			problems = append(problems, "PostgresPort is the throwaway cluster's port; with PostgresURL there is none")
@@ -319,26 +361,7 @@ func (o *Options) normalize() error {
 	if o.DatabasePrefix == "" {
 		o.DatabasePrefix = "usagebilling"
 	}
-	if o.LogLevel == "" {
-		o.LogLevel = "info"
-	}
-	if o.ReadyTimeout == 0 {
-		o.ReadyTimeout = 2 * time.Minute
-	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.BinDir == "" && o.SourceDir == "" {
-		root, err := WorkspaceRoot()
-		if err != nil {
-			problems = append(problems, err.Error())
-		}
-		o.SourceDir = root
-	}
-	if len(problems) > 0 {
-		return errors.New("stack options:\n  " + strings.Join(problems, "\n  "))
-	}
-	return nil
+	return problems
 }
 
 // quietLogger passes only warnings and errors of the libraries the stack

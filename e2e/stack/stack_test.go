@@ -14,12 +14,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/usagebilling/billing/e2e/stack"
+	"github.com/usagebilling/billing/e2e/stack/stacktest"
 )
 
 // envChild makes the test binary a launcher (see TestMain) instead of
@@ -46,11 +46,7 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(envChild); v != "" {
 		os.Exit(runChild(v))
 	}
-	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
-	os.Exit(code)
+	os.Exit(stacktest.Wrap(m).Run())
 }
 
 // runChild is the launcher process of TestSecondStartAfterKilledLauncher:
@@ -74,31 +70,6 @@ func runChild(config string) int {
 	// Killed by the test long before this; never outlive it.
 	time.Sleep(5 * time.Minute)
 	return 1
-}
-
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-func binaries(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		root, err := stack.WorkspaceRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		if binDir, buildErr = os.MkdirTemp("", "stack-bin-"); buildErr != nil {
-			return
-		}
-		buildErr = stack.Build(context.Background(), root, binDir)
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
 }
 
 func logger() *slog.Logger {
@@ -210,7 +181,7 @@ func TestPortInUse(t *testing.T) {
 // Restart work on one instance; Stop leaves no process and no directory.
 func TestProxiesKillRestartStop(t *testing.T) {
 	s, err := stack.Start(t.Context(), stack.Options{
-		StateDir: t.TempDir(), BinDir: binaries(t), Logger: logger(),
+		StateDir: t.TempDir(), BinDir: stacktest.Binaries(t), Logger: logger(),
 		Services:  []string{"meter", "usage"},
 		Instances: map[string]int{"usage": 2},
 	})
@@ -309,7 +280,7 @@ func TestProxiesKillRestartStop(t *testing.T) {
 func TestSecondStartAfterKilledLauncher(t *testing.T) {
 	ports := freePorts(t, len(stack.Services)+2)
 	opts := childOptions{
-		StateDir: t.TempDir(), BinDir: binaries(t), Ports: map[string]int{},
+		StateDir: t.TempDir(), BinDir: stacktest.Binaries(t), Ports: map[string]int{},
 		PostgresPort: ports[len(ports)-2], KafkaPort: ports[len(ports)-1],
 	}
 	for i, name := range stack.Services {

@@ -1,0 +1,93 @@
+package stack_test
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/usagebilling/billing/e2e/stack"
+)
+
+// FromEnv maps each variable onto its option, and reports every malformed
+// one at once, by name.
+func TestFromEnv(t *testing.T) {
+	for _, name := range []string{stack.EnvKafka, stack.EnvKafkaBrokers, stack.EnvPostgresURL, stack.EnvPostgresPort,
+		stack.EnvKafkaPort, stack.EnvPartitions, stack.EnvPortBase, stack.EnvInstances, stack.EnvStateDir, stack.EnvKeep,
+		stack.EnvLogLevel, stack.EnvPprofBase, stack.EnvDirectDB} {
+		t.Setenv(name, "")
+	}
+	t.Run("every variable", func(t *testing.T) {
+		for k, v := range map[string]string{
+			stack.EnvKafkaBrokers: "a:9092, b:9092", stack.EnvPostgresURL: "postgres://u@h:5432/postgres",
+			stack.EnvPartitions: "3", stack.EnvPortBase: "9000", stack.EnvPprofBase: "6060",
+			stack.EnvDirectDB: "1", stack.EnvInstances: "usage=2,billing=3", stack.EnvStateDir: "/tmp/s",
+			stack.EnvKeep: "true", stack.EnvLogLevel: "warn",
+		} {
+			t.Setenv(k, v)
+		}
+		o, err := stack.FromEnv(stack.Options{ServiceEnv: map[string]map[string]string{"usage": {"X": "1"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Kafka != stack.KafkaExternal || !slices.Equal(o.KafkaBrokers, []string{"a:9092", "b:9092"}) ||
+			o.PostgresURL != "postgres://u@h:5432/postgres" || o.Partitions != 3 || !o.DirectDB ||
+			o.StateDir != "/tmp/s" || !o.Keep || o.LogLevel != "warn" {
+			t.Fatalf("options %+v", o)
+		}
+		if want := map[string]int{"meter": 9000, "usage": 9001, "billing": 9002, "invoice": 9003, "query": 9004}; !maps.Equal(o.Ports, want) {
+			t.Fatalf("ports %v, want %v", o.Ports, want)
+		}
+		if want := map[string]int{"usage": 2, "billing": 3}; !maps.Equal(o.Instances, want) {
+			t.Fatalf("instances %v, want %v", o.Instances, want)
+		}
+		if got := o.ServiceEnv["usage"]; got["X"] != "1" || got["PPROF_ADDR"] != "127.0.0.1:6061" {
+			t.Fatalf("usage's environment %v, want X kept and PPROF_ADDR 127.0.0.1:6061", got)
+		}
+	})
+	t.Run("malformed", func(t *testing.T) {
+		bad := map[string]string{
+			stack.EnvKafka: "redpanda", stack.EnvPostgresPort: "70000", stack.EnvKafkaPort: "x", stack.EnvPartitions: "0",
+			stack.EnvPortBase: "65534", stack.EnvInstances: "usage", stack.EnvKeep: "maybe", stack.EnvDirectDB: "2",
+		}
+		for k, v := range bad {
+			t.Setenv(k, v)
+		}
+		_, err := stack.FromEnv(stack.Options{})
+		if err == nil {
+			t.Fatal("no error")
+		}
+		for name := range bad {
+			if !strings.Contains(err.Error(), "\n  "+name+": ") {
+				t.Errorf("%s not reported:\n%v", name, err)
+			}
+		}
+	})
+}
+
+// Start refuses inconsistent options before it starts anything, naming
+// every problem at once.
+func TestStartRefusesInconsistentOptions(t *testing.T) {
+	_, err := stack.Start(t.Context(), stack.Options{
+		StateDir: t.TempDir(), BinDir: t.TempDir(),
+		Kafka: "redpanda", Partitions: -1,
+		Services: []string{"meter", "ledger"}, Instances: map[string]int{"usage": -1}, Ports: map[string]int{"query": 70000},
+		PostgresURL: "postgres://u@h:5432/postgres", PostgresPort: 5433,
+	})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{`Kafka "redpanda"`, "Partitions -1", `unknown service "ledger"`, `Instances["usage"] = -1`,
+		`Ports["query"] = 70000`, "PostgresPort is the throwaway cluster's port"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q not reported:\n%v", want, err)
+		}
+	}
+	_, err = stack.Start(t.Context(), stack.Options{StateDir: t.TempDir(), BinDir: t.TempDir(),
+		Kafka: stack.KafkaExternal, KafkaPort: 9092})
+	for _, want := range []string{"needs KafkaBrokers", "KafkaPort is the port of the launcher's Kafka proxy"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q not reported: %v", want, err)
+		}
+	}
+}
