@@ -21,8 +21,9 @@ import (
 type Targets func(service string) []string
 
 // Client talks to the services over HTTP as a tenant would. Its only
-// credential handling is authorize: a tenant token signed with the
-// published development key the local stack accepts (auth.DevToken),
+// credential handling is authorize: a tenant token signed by the
+// environment's signer (auth.SignerFromEnv: the published development key
+// the local stack accepts, unless AUTH_SIGNING_KEY names the issuer's key),
 // remade every 20 minutes so a long run never sends an expired one.
 type Client struct {
 	targets Targets
@@ -61,7 +62,11 @@ func (c *Client) authorize(tenant string) string {
 	t, ok := c.tokens[tenant]
 	if !ok || time.Since(t.made) > 20*time.Minute {
 		// ingest, viewer and billing-admin: a run sends usage, reads, prices and closes.
-		t = token{header: "Bearer " + auth.DevToken(auth.RoleTenant, tenant), made: time.Now()}
+		tok, err := auth.TokenFromEnv("dev-tenant", auth.RoleTenant, tenant)
+		if err != nil {
+			panic(fmt.Sprintf("chaos client: sign a token for %s: %v", tenant, err)) // the environment names a bad key
+		}
+		t = token{header: "Bearer " + tok, made: time.Now()}
 		c.tokens[tenant] = t
 	}
 	return t.header

@@ -53,7 +53,9 @@ func newClient(cfg *Config) (*client, error) {
 	// minted again by tokenFor when half of it has passed; the operator
 	// token (read by the close at the end of a run) is minted for the
 	// longest a service accepts.
-	op, err := auth.Token(auth.DevKey, auth.NewClaims("load-"+cfg.RunID, auth.RoleOperator, "", auth.MaxUserTTL))
+	// The environment's signer (auth.SignerFromEnv): the development key
+	// unless AUTH_SIGNING_KEY names the issuer's key.
+	op, err := auth.TokenFromEnv("load-"+cfg.RunID, auth.RoleOperator, "")
 	if err != nil {
 		return nil, fmt.Errorf("mint an operator token: %w", err)
 	}
@@ -182,7 +184,7 @@ func (c *client) tokenFor(tenant string) string {
 	tok, made := c.tokens[tenant], c.minted[tenant]
 	c.mu.Unlock()
 	if tok == "" || time.Since(made) > auth.MaxUserTTL/2 {
-		tok, _ = c.mint(tenant) // a development key always signs
+		tok, _ = c.mint(tenant) // the signer signed every tenant's first token in newClient
 	}
 	return tok
 }
@@ -190,7 +192,7 @@ func (c *client) tokenFor(tenant string) string {
 // mint makes tenant's token: the three tenant roles, as the run sends
 // usage, reads, activates prices and closes.
 func (c *client) mint(tenant string) (string, error) {
-	tok, err := auth.Token(auth.DevKey, auth.NewClaimsRoles("load-"+c.runID, tenant, auth.MaxUserTTL, auth.TenantRoles...))
+	tok, err := auth.TokenFromEnv("load-"+c.runID, auth.RoleTenant, tenant)
 	if err != nil {
 		return "", fmt.Errorf("mint a token for tenant %s: %w", tenant, err)
 	}

@@ -60,7 +60,12 @@ func (c *client) token(tenant string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.tokens[tenant] == "" {
-		c.tokens[tenant] = "Bearer " + auth.DevToken(auth.RoleTenant, tenant)
+		// the development key unless AUTH_SIGNING_KEY names the issuer's
+		tok, err := auth.TokenFromEnv("dev-tenant", auth.RoleTenant, tenant)
+		if err != nil {
+			panic(fmt.Sprintf("money client: sign a token for %s: %v", tenant, err)) // the environment names a bad key
+		}
+		c.tokens[tenant] = "Bearer " + tok
 	}
 	return c.tokens[tenant]
 }

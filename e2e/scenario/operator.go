@@ -33,21 +33,11 @@ type Operator struct {
 // unless AUTH_SIGNING_KEY names the issuer's key), valid for an hour. A
 // signer the environment gets wrong panics with its reason.
 func DevOperator(queryURL, actor string) Operator {
-	tok, err := signToken(actor, auth.RoleOperator, "")
+	tok, err := auth.TokenFromEnv(actor, auth.RoleOperator, "")
 	if err != nil {
-		panic(err)
+		panic(fmt.Sprintf("scenario: operator token: %v", err)) // the environment names a bad key
 	}
 	return Operator{QueryURL: queryURL, Token: "Bearer " + tok, Actor: actor}
-}
-
-// signToken signs a token for subject with role (and tenant) by the
-// environment's signer, the one key of every client of package scenario.
-func signToken(subject, role, tenant string) (string, error) {
-	s, err := auth.SignerFromEnv()
-	if err != nil {
-		return "", fmt.Errorf("scenario: sign a %s token: %w", role, err)
-	}
-	return s.Token(subject, role, tenant)
 }
 
 func (o Operator) do(ctx context.Context, method, path string, body any, headers map[string]string, out any) (int, error) {

@@ -139,3 +139,13 @@ func (s Signer) Sign(c Claims) (string, error) {
 func (s Signer) Token(subject, role, tenant string) (string, error) {
 	return s.Sign(NewClaims(subject, role, tenant, MaxUserTTL))
 }
+
+// TokenFromEnv returns s.Token(subject, role, tenant) of the environment's
+// signer (SignerFromEnv): what a client that has no signer of its own sends.
+func TokenFromEnv(subject, role, tenant string) (string, error) {
+	s, err := SignerFromEnv()
+	if err != nil {
+		return "", fmt.Errorf("sign a %s token: %w", role, err)
+	}
+	return s.Token(subject, role, tenant)
+}

@@ -188,7 +188,11 @@ func activatePrice(ctx context.Context, meterURL, tenant string) error {
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+auth.DevToken(auth.RoleBillingAdmin, tenant))
+	tok, err := auth.TokenFromEnv("dev-billing-admin", auth.RoleBillingAdmin, tenant)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", "demo-price-"+tenant)
 	resp, err := http.DefaultClient.Do(req)

@@ -75,7 +75,7 @@ func describe(s *stack.Stack) {
 		fmt.Printf("  %-12s %s -> %s\n", name, p.Addr(), p.Upstream())
 	}
 
-	token, err := auth.Token(auth.DevKey, auth.NewClaims("dev-tenant", auth.RoleTenant, "demo", auth.MaxUserTTL))
+	token, err := auth.TokenFromEnv("dev-tenant", auth.RoleTenant, "demo")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "stack: make a token:", err)
 	}
