@@ -46,14 +46,7 @@ func TestRunnerThroughKafka(t *testing.T) {
 	brokers := kafkaWithTopics(t)
 	pool := pgtest.NewPool(t, Template)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	reg := envelope.NewRegistry()
-	events.Register(reg)
-	consumer := app.NewConsumer(log)
-	ib, err := inbox.New(reg, consumer.Handlers(), inbox.Options{Service: "invoice", Logger: log,
-		OriginConstraints: app.OriginConstraints, BatchHandlers: consumer.BatchHandlers()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ib := NewInbox(t)
 	runner, err := inbox.NewRunner(pool, ib, inbox.RunnerConfig{
 		Brokers: brokers, Group: "invoice", Topics: app.Topics, SweepInterval: 200 * time.Millisecond, Logger: log,
 	})
