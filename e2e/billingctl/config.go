@@ -36,8 +36,9 @@ type config struct {
 	tokenTTL time.Duration
 }
 
-// Environment variables (besides AUTH_SIGNING_KEY, AUTH_SIGNING_KEY_ID and
-// AUTH_ISSUER, which the token command of pkg/cmd/token reads too).
+// Environment variables (besides auth.EnvSigningKey, EnvSigningKeyID and
+// EnvIssuer, the signer's names every client reads: AUTH_SIGNING_KEY,
+// AUTH_SIGNING_KEY_ID, AUTH_ISSUER).
 const (
 	envURL     = "BILLINGCTL_URL"     // one base URL for every service
 	envURLFmt  = "BILLINGCTL_%s_URL"  // BILLINGCTL_METER_URL, ...
@@ -56,9 +57,9 @@ func configFromEnv(getenv func(string) string) *config {
 		url:      getenv(envURL),
 		urls:     map[string]string{},
 		token:    getenv(envToken),
-		keyFile:  getenv("AUTH_SIGNING_KEY"),
-		kid:      getenv("AUTH_SIGNING_KEY_ID"),
-		issuer:   getenv("AUTH_ISSUER"),
+		keyFile:  getenv(auth.EnvSigningKey),
+		kid:      getenv(auth.EnvSigningKeyID),
+		issuer:   getenv(auth.EnvIssuer),
 		subject:  getenv(envSubject),
 		tenant:   getenv(envTenant),
 		output:   getenv(envOutput),
@@ -153,7 +154,8 @@ func (c *config) bearer(role string, stdio IO) (string, error) {
 }
 
 // sign signs a token for role (a comma list of roles) with the configured
-// key, through pkg/auth.
+// key, through auth.Signer. Unlike the test clients (auth.SignerFromEnv),
+// billingctl never falls back to the development key: it wants -dev.
 func (c *config) sign(stdio IO, role string) (string, error) {
 	roles := strings.Split(role, ",")
 	tenant := ""
@@ -166,26 +168,24 @@ func (c *config) sign(stdio IO, role string) (string, error) {
 		return "", usagef("a tenant token needs -tenant (or %s)", envTenant)
 	}
 	claims := auth.NewClaimsRoles(c.subject, tenant, c.tokenTTL, roles...)
-	var key auth.Key
+	var signer auth.Signer
 	switch {
 	case c.dev:
 		fmt.Fprint(stdio.Err, devWarning)
-		key = auth.DevKey
+		signer = auth.DevSigner
 	case c.keyFile == "":
 		return "", usagef("no credential: -token (or %s), -key with -kid and -iss (or AUTH_SIGNING_KEY, AUTH_SIGNING_KEY_ID, AUTH_ISSUER), or -dev for a local stack", envToken)
 	default:
 		if c.kid == "" || c.issuer == "" {
 			return "", usagef("-key needs -kid and -iss (or AUTH_SIGNING_KEY_ID, AUTH_ISSUER)")
 		}
-		priv, err := auth.ReadPrivateKey(c.keyFile)
+		s, err := auth.ReadSigner(c.keyFile, c.kid, c.issuer)
 		if err != nil {
 			return "", usageError{err.Error()}
 		}
-		key = auth.Key{ID: c.kid, Private: priv}
-		claims.Issuer = c.issuer
-		claims.Audience = append(claims.Audience[:0], services...) // every service
+		signer = s
 	}
-	tok, err := auth.Token(key, claims)
+	tok, err := signer.Sign(claims) // as the signer's issuer, for every service
 	if err != nil {
 		return "", usageError{err.Error()}
 	}
