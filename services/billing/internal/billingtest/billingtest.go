@@ -220,28 +220,9 @@ type Published struct {
 // Outbox returns the events in billing's outbox, in append order, decoded.
 func Outbox(t testing.TB, pool *pgxpool.Pool) []Published {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT topic, envelope FROM outbox_event ORDER BY id`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	reg := Registry()
 	var out []Published
-	for rows.Next() {
-		var p Published
-		var raw []byte
-		if err := rows.Scan(&p.Topic, &raw); err != nil {
-			t.Fatal(err)
-		}
-		d, err := reg.Decode(raw)
-		if err != nil {
-			t.Fatalf("billing published an envelope its consumers cannot decode: %v\n%s", err, raw)
-		}
-		p.Envelope, p.Payload = d.Envelope, d.Payload
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+	for _, p := range servicetest.Outbox(t, billing.Spec, pool) {
+		out = append(out, Published{Topic: p.Topic, Envelope: p.Envelope, Payload: p.Payload})
 	}
 	return out
 }
