@@ -1,0 +1,107 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/idempotency"
+	"github.com/usagebilling/billing/services/billing/internal/db"
+	"github.com/usagebilling/billing/services/billing/internal/domain"
+)
+
+// AdjustmentReply is the body of a posted adjustment.
+type AdjustmentReply struct {
+	AdjustmentID uuid.UUID `json:"adjustmentId"`
+	EventID      uuid.UUID `json:"eventId"`
+	Period       string    `json:"period"`
+}
+
+// PostAdjustment posts a correction of one of the tenant's charges: it
+// belongs to the charge's period, closed or not (AdjustmentPosted). Under the
+// period's shared lock it reads the period's status: posted before the
+// period closed, the close counts it and it is a line of the period's
+// invoice; posted after, it is marked AfterClose and corrects the issued
+// invoice. A credit is checked against the period's balance in its currency
+// under the credit lock (checkCredit). A *domain.Error reports a broken rule
+// (nothing written), ErrKeyReused a reused key.
+func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjustment) (Reply, error) {
+	if err := r.checkActor(); err != nil {
+		return Reply{}, err
+	}
+	var reply Reply
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		sc := scope("adjustment", r.TenantID)
+		prev, err := idempotency.Claim(ctx, tx, sc, r.IdempotencyKey, r.RequestHash)
+		if err != nil {
+			return err
+		}
+		if prev != nil && prev.Status != 0 {
+			reply = Reply{Status: prev.Status, Body: prev.Body, Replayed: true}
+			return nil
+		}
+		q := db.New(tx)
+		charge, err := q.GetCharge(ctx, db.GetChargeParams{TenantID: r.TenantID, ChargeID: a.CorrectionOf})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.ChargeNotFound(a.CorrectionOf)
+		}
+		if err != nil {
+			return fmt.Errorf("read charge %s: %w", a.CorrectionOf, err)
+		}
+		if err := domain.CheckAdjustment(a, charge.Currency); err != nil {
+			return err
+		}
+		if err := q.LockPeriodShared(ctx, db.LockPeriodSharedParams{TenantID: r.TenantID, Period: charge.Period}); err != nil {
+			return fmt.Errorf("lock period %s: %w", charge.Period, err)
+		}
+		status, err := q.PeriodStatus(ctx, db.PeriodStatusParams{TenantID: r.TenantID, Period: charge.Period})
+		if err != nil {
+			return fmt.Errorf("read period %s: %w", charge.Period, err)
+		}
+		if err := checkCredit(ctx, q, r.TenantID, charge.Period, a); err != nil {
+			return err
+		}
+		afterClose := status == domain.StatusClosed
+		adjustmentID, err := uuid.NewV7()
+		if err != nil {
+			return fmt.Errorf("new adjustment id: %w", err)
+		}
+		env, err := events.New(events.AdjustmentPosted{
+			AdjustmentID: adjustmentID, CorrectionOf: charge.ChargeID, Amount: a.Amount, Currency: a.Currency,
+			Reason: a.Reason, Period: charge.Period, AfterClose: afterClose, Actor: r.Actor,
+		}, events.Meta{
+			Producer: Producer, TenantID: r.TenantID, AggregateID: adjustmentID.String(), OccurredAt: s.now(),
+			CorrelationID: r.CorrelationID,
+		})
+		if err != nil {
+			return err
+		}
+		err = q.InsertAdjustment(ctx, db.InsertAdjustmentParams{
+			AdjustmentID: adjustmentID, EventID: env.EventID, TenantID: r.TenantID, CorrectionOf: charge.ChargeID,
+			Amount: a.Amount, Currency: a.Currency, Reason: a.Reason, Period: charge.Period, AfterClose: afterClose,
+			Actor: r.Actor,
+		})
+		if err != nil {
+			return fmt.Errorf("insert adjustment: %w", err)
+		}
+		if err := events.Append(ctx, tx, env); err != nil {
+			return err
+		}
+		body, err := json.Marshal(AdjustmentReply{AdjustmentID: adjustmentID, EventID: env.EventID, Period: charge.Period})
+		if err != nil {
+			return fmt.Errorf("encode reply: %w", err)
+		}
+		reply = Reply{Status: http.StatusCreated, Body: body}
+		return idempotency.Save(ctx, tx, sc, r.IdempotencyKey, reply.Status, body)
+	})
+	if err != nil {
+		return Reply{}, err
+	}
+	return reply, nil
+}

@@ -1,0 +1,97 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/services/billing/internal/db"
+)
+
+// Charge is a charge as the API shows it.
+type Charge struct {
+	ChargeID     uuid.UUID       `json:"chargeId"`
+	EventID      uuid.UUID       `json:"eventId"`
+	UsageEventID uuid.UUID       `json:"usageEventId"`
+	UsageID      uuid.UUID       `json:"usageId"`
+	MeterCode    string          `json:"meterCode"`
+	Currency     string          `json:"currency"`
+	Quantity     decimal.Decimal `json:"quantity"`
+	UnitPrice    decimal.Decimal `json:"unitPrice"`
+	PriceVersion int64           `json:"priceVersion"`
+	Amount       decimal.Decimal `json:"amount"`
+	Period       string          `json:"period"`
+	Late         bool            `json:"late"`
+	OccurredAt   time.Time       `json:"occurredAt"`
+	// Model is the price version's pricing model; under another than unit
+	// the charge shows no unitPrice and no amount (MarshalJSON).
+	Model string `json:"model"`
+}
+
+// ChargeFilter selects the charges of a list: a period, optionally one meter
+// and one of its price versions (the charges behind one invoice line).
+type ChargeFilter struct {
+	Period       string
+	MeterCode    string // "" for every meter
+	PriceVersion int64  // 0 for every version; needs MeterCode
+}
+
+// ChargePosition is the keyset position of a charge in line order: the
+// cursor of a charges page.
+type ChargePosition struct {
+	MeterCode    string    `json:"m"`
+	Currency     string    `json:"c"`
+	PriceVersion int64     `json:"v"`
+	ChargeID     uuid.UUID `json:"id"`
+}
+
+// Position is the charge's keyset position.
+func (c Charge) Position() ChargePosition {
+	return ChargePosition{MeterCode: c.MeterCode, Currency: c.Currency, PriceVersion: c.PriceVersion, ChargeID: c.ChargeID}
+}
+
+// ListCharges returns up to limit charges of a tenant matching f, in line
+// order (meter, currency, price version, charge id) after position after
+// (the zero position for the first page).
+func (s *Service) ListCharges(ctx context.Context, tenantID string, f ChargeFilter, after ChargePosition, limit int32) ([]Charge, error) {
+	q := db.New(s.pool)
+	var out []Charge
+	add := func(c db.ListChargesRow) {
+		out = append(out, Charge{
+			ChargeID: c.ChargeID, EventID: c.EventID, UsageEventID: c.UsageEventID, UsageID: c.UsageID,
+			MeterCode: c.MeterCode, Currency: c.Currency, Quantity: c.Quantity, UnitPrice: c.UnitPrice,
+			PriceVersion: c.PriceVersion, Amount: c.Amount, Period: c.Period, Late: c.Late, OccurredAt: c.OccurredAt.UTC(),
+			Model: c.Model,
+		})
+	}
+	if f.MeterCode == "" {
+		rows, err := q.ListCharges(ctx, db.ListChargesParams{TenantID: tenantID, Period: f.Period,
+			AfterMeter: after.MeterCode, AfterCurrency: after.Currency, AfterVersion: after.PriceVersion,
+			AfterCharge: after.ChargeID, RowLimit: limit})
+		if err != nil {
+			return nil, fmt.Errorf("list charges: %w", err)
+		}
+		for _, c := range rows {
+			add(c)
+		}
+		return out, nil
+	}
+	if after.MeterCode != f.MeterCode { // the first page
+		after = ChargePosition{MeterCode: f.MeterCode}
+	}
+	version := pgtype.Int8{Int64: f.PriceVersion, Valid: f.PriceVersion > 0}
+	rows, err := q.ListMeterCharges(ctx, db.ListMeterChargesParams{TenantID: tenantID, Period: f.Period,
+		MeterCode: f.MeterCode, PriceVersion: version, AfterCurrency: after.Currency, AfterVersion: after.PriceVersion,
+		AfterCharge: after.ChargeID, RowLimit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("list charges: %w", err)
+	}
+	for _, c := range rows {
+		add(db.ListChargesRow(c))
+	}
+	return out, nil
+}

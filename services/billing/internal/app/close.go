@@ -1,0 +1,239 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/idempotency"
+	"github.com/usagebilling/billing/services/billing/internal/db"
+	"github.com/usagebilling/billing/services/billing/internal/domain"
+)
+
+// CloseReply is the body of a period close.
+type CloseReply struct {
+	Period string `json:"period"`
+	Status string `json:"status"`
+}
+
+// ClosePeriod closes a tenant's period, restartably and idempotently.
+//
+// Step 1 (its own transaction) takes the period's advisory lock exclusively,
+// so the rating transactions that hold it shared have committed, and marks
+// the period closing: from its commit on, usage of the period is rated late
+// into a later period. Step 2, in one transaction under the same exclusive
+// lock, counts, sums and digests the period's charges and adjustments per
+// currency (what invoice must find before it issues), marks the period
+// closed and appends BillingPeriodClosed. No event of the period is ordered
+// before the close: invoice proves its copy complete from the tallies. A
+// crash between the steps leaves the period closing and the next call
+// finishes it (its actor is the one recorded); a call on a closed period
+// publishes nothing.
+//
+// With WaitForUsage, step 1 waits for the usage accepted before the close
+// was requested (decision 0014): the request is recorded first
+// (close_requested_at, the first request's time and actor stand) and the
+// period stays open; the call waits up to the service's close wait for
+// usage's watermarks, then answers 202 {status: "closing"} without saving
+// an answer under the key, and the scheduler finishes the close once usage
+// has caught up (a retry with the key carries on, and answers closed once
+// it is).
+func (s *Service) ClosePeriod(ctx context.Context, r Request, period string) (Reply, error) {
+	return s.closePeriod(ctx, r, period, s.closeWait)
+}
+
+func (s *Service) closePeriod(ctx context.Context, r Request, period string, wait time.Duration) (Reply, error) {
+	if err := r.checkActor(); err != nil {
+		return Reply{}, err
+	}
+	current, err := s.CurrentPeriod(ctx, r.TenantID)
+	if err != nil {
+		return Reply{}, err
+	}
+	if err := domain.CheckBegun(period, current); err != nil {
+		return Reply{}, err
+	}
+	if s.gate {
+		replay, ready, err := s.requestClose(ctx, r, period, wait)
+		if err != nil || replay != nil {
+			return derefReply(replay), err
+		}
+		if !ready {
+			body, err := json.Marshal(CloseReply{Period: period, Status: domain.StatusClosing})
+			if err != nil {
+				return Reply{}, fmt.Errorf("encode reply: %w", err)
+			}
+			return Reply{Status: http.StatusAccepted, Body: body}, nil
+		}
+	}
+	replay, err := s.markClosing(ctx, r, period)
+	if err != nil || replay != nil {
+		return derefReply(replay), err
+	}
+	return s.finishClose(ctx, r, period)
+}
+
+func derefReply(r *Reply) Reply {
+	if r == nil {
+		return Reply{}
+	}
+	return *r
+}
+
+// closePoll is how often a waiting close looks at usage's watermarks again.
+const closePoll = 50 * time.Millisecond
+
+// requestClose records the close request (claiming the key first, so a
+// reused key changes nothing and an answered one replays) and waits up to
+// wait for usage to catch up with it: ready when step 1 may run (or the
+// period is closing or closed already).
+func (s *Service) requestClose(ctx context.Context, r Request, period string, wait time.Duration) (*Reply, bool, error) {
+	var replay *Reply
+	var status string
+	var requestedAt time.Time
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		prev, err := idempotency.Claim(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, r.RequestHash)
+		if err != nil {
+			return err
+		}
+		if prev != nil && prev.Status != 0 {
+			replay = &Reply{Status: prev.Status, Body: prev.Body, Replayed: true}
+			return nil
+		}
+		q := db.New(tx)
+		if err := q.LockPeriodExclusive(ctx, db.LockPeriodExclusiveParams{TenantID: r.TenantID, Period: period}); err != nil {
+			return fmt.Errorf("lock period %s: %w", period, err)
+		}
+		row, err := q.RequestClose(ctx, db.RequestCloseParams{TenantID: r.TenantID, Period: period,
+			RequestedAt: s.now().UTC(), RequestedBy: r.Actor})
+		if err != nil {
+			return fmt.Errorf("request close of %s: %w", period, err)
+		}
+		status, requestedAt = row.Status, row.CloseRequestedAt
+		return nil
+	})
+	if err != nil || replay != nil {
+		return replay, false, err
+	}
+	if status != domain.StatusOpen {
+		return nil, true, nil
+	}
+	cals, err := calendars(ctx, s.pool, r.TenantID)
+	if err != nil {
+		return nil, false, err
+	}
+	end := cals[r.TenantID].End(period)
+	deadline := time.Now().Add(wait)
+	for {
+		ready, _, err := s.usageCaughtUp(ctx, s.pool, r.TenantID, end, requestedAt)
+		if err != nil || ready || !time.Now().Add(closePoll).Before(deadline) {
+			return nil, ready, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(closePoll):
+		}
+	}
+}
+
+// markClosing is step 1. It claims the Idempotency-Key first, so a reused key
+// changes nothing; a stored answer is returned as a replay. The key stays
+// claimed without an answer until step 2 saves one; a retry after a crash
+// finds it so and carries on.
+func (s *Service) markClosing(ctx context.Context, r Request, period string) (*Reply, error) {
+	var replay *Reply
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		prev, err := idempotency.Claim(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, r.RequestHash)
+		if err != nil {
+			return err
+		}
+		if prev != nil && prev.Status != 0 {
+			replay = &Reply{Status: prev.Status, Body: prev.Body, Replayed: true}
+			return nil
+		}
+		q := db.New(tx)
+		if err := q.LockPeriodExclusive(ctx, db.LockPeriodExclusiveParams{TenantID: r.TenantID, Period: period}); err != nil {
+			return fmt.Errorf("lock period %s: %w", period, err)
+		}
+		if err := q.MarkPeriodClosing(ctx, db.MarkPeriodClosingParams{TenantID: r.TenantID, Period: period}); err != nil {
+			return fmt.Errorf("mark period %s closing: %w", period, err)
+		}
+		return nil
+	})
+	return replay, err
+}
+
+// finishClose is step 2.
+func (s *Service) finishClose(ctx context.Context, r Request, period string) (Reply, error) {
+	var reply Reply
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		if err := q.LockPeriodExclusive(ctx, db.LockPeriodExclusiveParams{TenantID: r.TenantID, Period: period}); err != nil {
+			return fmt.Errorf("lock period %s: %w", period, err)
+		}
+		status, err := q.LockPeriod(ctx, db.LockPeriodParams{TenantID: r.TenantID, Period: period})
+		if err != nil {
+			return fmt.Errorf("lock period %s: %w", period, err)
+		}
+		if status == domain.StatusClosing {
+			if err := s.close(ctx, tx, q, r, period); err != nil {
+				return err
+			}
+		} else if status != domain.StatusClosed {
+			return fmt.Errorf("%w: period %s of %s is %s after it was marked closing", ErrInternal, period, r.TenantID, status)
+		}
+		body, err := json.Marshal(CloseReply{Period: period, Status: domain.StatusClosed})
+		if err != nil {
+			return fmt.Errorf("encode reply: %w", err)
+		}
+		reply = Reply{Status: http.StatusAccepted, Body: body}
+		return idempotency.Save(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, reply.Status, body)
+	})
+	if err != nil {
+		return Reply{}, err
+	}
+	return reply, nil
+}
+
+// close counts and closes a period the caller holds locked.
+func (s *Service) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, period string) error {
+	rows, err := q.CloseTallies(ctx, db.CloseTalliesParams{TenantID: r.TenantID, Period: period})
+	if err != nil {
+		return fmt.Errorf("tally period %s: %w", period, err)
+	}
+	closedAt := s.now().UTC().Truncate(time.Microsecond) // as PostgreSQL keeps it
+	closed := events.BillingPeriodClosed{Period: period, ClosedAt: closedAt, Actor: r.Actor,
+		Totals: map[string]decimal.Decimal{}, Currencies: map[string]events.CloseTally{}}
+	for _, row := range rows {
+		closed.Charges += row.Charges
+		closed.Adjustments += row.Adjustments
+		closed.Totals[row.Currency] = row.ChargeAmount.Add(row.AdjustmentAmount)
+		closed.Currencies[row.Currency] = events.CloseTally{
+			Charges: row.Charges, ChargeAmount: row.ChargeAmount, ChargeDigest: row.ChargeDigest,
+			Adjustments: row.Adjustments, AdjustmentAmount: row.AdjustmentAmount, AdjustmentDigest: row.AdjustmentDigest,
+		}
+	}
+	env, err := events.New(closed, events.Meta{
+		Producer: Producer, TenantID: r.TenantID, AggregateID: period, OccurredAt: closedAt, CorrelationID: r.CorrelationID,
+	})
+	if err != nil {
+		return err
+	}
+	n, err := q.MarkPeriodClosed(ctx, db.MarkPeriodClosedParams{
+		ClosedAt: closedAt, CloseEventID: env.EventID, TenantID: r.TenantID, Period: period, ClosedBy: r.Actor,
+	})
+	if err != nil {
+		return fmt.Errorf("mark period %s closed: %w", period, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: period %s of %s was not closing under its lock", ErrInternal, period, r.TenantID)
+	}
+	return events.Append(ctx, tx, env)
+}
