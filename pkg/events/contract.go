@@ -27,6 +27,8 @@ type kind struct {
 // at.
 const SchemaVersion = 1
 
+// kindOf is the row of payload type T: its event type is T's, so a payload
+// can never be published or registered under another type's name.
 func kindOf[T Payload](topic, aggregateType string) kind {
 	var zero T
 	t := zero.eventType()
