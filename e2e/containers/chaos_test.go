@@ -43,6 +43,11 @@ func TestContainerChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	signer, err := Signer() // load's and the operator's tokens
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("signing tokens with %s", signer)
 	project := os.Getenv("COMPOSE_PROJECT")
 	if project == "" {
 		project = "usagebilling-chaos"
@@ -74,6 +79,8 @@ func TestContainerChaos(t *testing.T) {
 		urls[s] = fmt.Sprintf("http://127.0.0.1:%d", 8081+i)
 	}
 	op := scenario.DevOperator(urls["query"], "chaos@ops.example")
+	// DevKey: mint a token per tenant, by the environment's signer (here
+	// the compose key; the field is named for the local stack's key).
 	cfg := load.Config{
 		URLs: urls, DevKey: true, RunID: "chaos-" + time.Now().UTC().Format("150405"),
 		Tenants: 2, Dominant: -1, Rate: 100, Duration: 60 * time.Second, Batch: 25, Concurrency: 2,

@@ -4,19 +4,45 @@
 // containers; `make compose-chaos`) and the client of `make compose-demo`
 // (cmd/compose-demo). The images are the local ones deploy/offline/images.sh
 // builds; nothing is pulled or built here.
+//
+// The services in containers verify tokens with the keys of `make
+// compose-keys` (deploy/keys/jwks.json, issuer usagebilling-compose) and
+// refuse the published development key (decision 0013): every client here
+// signs with auth.SignerFromEnv, to which the make targets give
+// deploy/keys/issuer.pem (see Signer).
 package containers
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/usagebilling/billing/pkg/auth"
 )
+
+// Signer returns the clients' signer (auth.SignerFromEnv) when it is not the
+// development key, which the services in containers refuse; else an error
+// saying what to set. The make targets (compose-demo, e2e-containers,
+// compose-chaos) set it.
+func Signer() (auth.Signer, error) {
+	s, err := auth.SignerFromEnv()
+	if err != nil {
+		return auth.Signer{}, err
+	}
+	if s.Dev() {
+		return auth.Signer{}, errors.New("the services in containers refuse the published development key (decision 0013): " +
+			"sign with the compose keys of `make compose-keys`: AUTH_SIGNING_KEY=deploy/keys/issuer.pem " +
+			"AUTH_SIGNING_KEY_ID=issuer-1 AUTH_ISSUER=usagebilling-compose (the make targets set them)")
+	}
+	return s, nil
+}
 
 // Docker is the Docker CLI the package runs: $DOCKER, else the Debian
 // docker.io package's /usr/bin/docker, else docker on PATH (as

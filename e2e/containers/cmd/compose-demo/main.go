@@ -8,6 +8,11 @@
 // reconciliation of every tenant's period to be empty
 // (GET /v1/operator/reconciliation). It exits non-zero on any disagreement.
 //
+// Its tokens are signed by the environment's signer (containers.Signer: the
+// compose issuer's key, deploy/keys/issuer.pem, which `make compose-demo`
+// names in AUTH_SIGNING_KEY); it refuses to start with the development key,
+// which the containers refuse.
+//
 // It starts and stops nothing: deploy/offline/compose-demo.sh does that.
 package main
 
@@ -26,6 +31,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/e2e/containers"
 	"github.com/usagebilling/billing/e2e/scenario"
 )
 
@@ -48,6 +54,12 @@ func run(ctx context.Context) int {
 	}
 	began := time.Now()
 	progress := func(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
+	signer, err := containers.Signer()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compose-demo:", err)
+		return 2
+	}
+	progress("signing tokens with %s", signer)
 	progress("acting as a client over HTTP: meter %s, usage %s, billing %s, invoice %s, query %s",
 		urls["meter"], urls["usage"], urls["billing"], urls["invoice"], urls["query"])
 
