@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/usagebilling/billing/e2e/containers"
 	"github.com/usagebilling/billing/e2e/stack"
 	"github.com/usagebilling/billing/pkg/events"
 )
@@ -32,7 +34,44 @@ type composeFile struct {
 			Context    string `yaml:"context"`
 			Dockerfile string `yaml:"dockerfile"`
 		} `yaml:"build"`
+		Environment map[string]string `yaml:"environment"`
 	} `yaml:"services"`
+}
+
+// keysDir is where compose mounts deploy/keys (make compose-keys) in every
+// service container.
+const keysDir = "/keys/"
+
+// serviceAuth is how a service container verifies tokens, as compose runs
+// it: the AUTH_ variables deploy/compose.yaml gives it (AUTH_ISSUER,
+// AUTH_JWKS; query's AUTH_SERVICE_KEY and AUTH_SERVICE_KEY_ID) and the files
+// of deploy/keys they name under /keys, copied in (compose mounts the
+// folder). The clients' issuer must be the one the services check.
+func serviceAuth(t *testing.T, compose composeFile, deployDir, name, clientIssuer string) (map[string]string, []testcontainers.ContainerFile) {
+	t.Helper()
+	env := map[string]string{}
+	var files []testcontainers.ContainerFile
+	for k, v := range compose.Services[name].Environment {
+		if !strings.HasPrefix(k, "AUTH_") {
+			continue
+		}
+		env[k] = v
+		if rel, ok := strings.CutPrefix(v, keysDir); ok {
+			host := filepath.Join(deployDir, "keys", rel)
+			if _, err := os.Stat(host); err != nil {
+				t.Fatalf("%s: %s=%s: %v (run `make compose-keys`)", name, k, v, err)
+			}
+			// Readable by the image's non-root user, as compose-keys leaves them.
+			files = append(files, testcontainers.ContainerFile{HostFilePath: host, ContainerFilePath: v, FileMode: 0o444})
+		}
+	}
+	if env["AUTH_JWKS"] == "" || env["AUTH_ISSUER"] == "" {
+		t.Fatalf("deploy/compose.yaml: service %s has no AUTH_JWKS or AUTH_ISSUER", name)
+	}
+	if env["AUTH_ISSUER"] != clientIssuer {
+		t.Fatalf("the clients sign as issuer %q (AUTH_ISSUER), %s checks %q (deploy/compose.yaml)", clientIssuer, name, env["AUTH_ISSUER"])
+	}
+	return env, files
 }
 
 // startContainers runs PostgreSQL, Apache Kafka and the five services as
@@ -63,6 +102,11 @@ func startContainers(t *testing.T) *target {
 		t.Fatalf("%s=containers needs a Docker engine, and none answers: %v\n"+
 			"unset %s to run against the local launcher, which needs no Docker (that is what CI runs)", EnvTarget, err, EnvTarget)
 	}
+	signer, err := containers.Signer() // the scenario's tokens
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("signing tokens with %s", signer)
 
 	root, err := stack.WorkspaceRoot()
 	if err != nil {
@@ -180,17 +224,19 @@ func startContainers(t *testing.T) *target {
 			t.Logf("%s: no local image %s: building it from %s", name, img, build.Dockerfile)
 			img = ""
 		}
+		env, keys := serviceAuth(t, compose, deployDir, name, signer.Issuer())
+		maps.Copy(env, map[string]string{
+			"DATABASE_URL":  "postgres://postgres:postgres@postgres:5432/" + name + "?sslmode=disable",
+			"KAFKA_BROKERS": "kafka:9092",
+			"HTTP_ADDR":     fmt.Sprintf(":%d", stack.DefaultPorts()[name]),
+			"SERVICE_URLS":  strings.Join(serviceURLs, ","),
+		})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c, err := start(name, img, source,
-				testcontainers.WithEnv(map[string]string{
-					"DATABASE_URL":  "postgres://postgres:postgres@postgres:5432/" + name + "?sslmode=disable",
-					"KAFKA_BROKERS": "kafka:9092",
-					"HTTP_ADDR":     fmt.Sprintf(":%d", stack.DefaultPorts()[name]),
-					"AUTH_DEV_KEY":  "true",
-					"SERVICE_URLS":  strings.Join(serviceURLs, ","),
-				}),
+				testcontainers.WithEnv(env),
+				testcontainers.WithFiles(keys...),
 				testcontainers.WithExposedPorts(port),
 				testcontainers.WithWaitStrategyAndDeadline(3*time.Minute, wait.ForHTTP("/readyz").WithPort(port).WithStartupTimeout(3*time.Minute)))
 			var u string
