@@ -69,6 +69,16 @@ func (e *envReader) port(name string) (int, bool) {
 	return p, true
 }
 
+// portBase reads the port of the first service, the others following it,
+// checking that there is room for them all.
+func (e *envReader) portBase(name string) (int, bool) {
+	base, ok := e.port(name)
+	if ok && base > 65535-len(Services) {
+		e.bad(name, "%d leaves no room for %d ports", base, len(Services))
+	}
+	return base, ok
+}
+
 func (e *envReader) bool(name string) (bool, bool) {
 	v, ok := e.get(name)
 	if !ok {
@@ -130,10 +140,7 @@ func (e *envReader) postgres(o *Options) {
 
 // ports reads the services' HTTP and pprof port bases.
 func (e *envReader) ports(o *Options) {
-	if base, ok := e.port(EnvPortBase); ok {
-		if base > 65535-len(Services) {
-			e.bad(EnvPortBase, "%d leaves no room for %d ports", base, len(Services))
-		}
+	if base, ok := e.portBase(EnvPortBase); ok {
 		o.Ports = map[string]int{}
 		if base != 0 {
 			for i, name := range Services {
@@ -141,10 +148,7 @@ func (e *envReader) ports(o *Options) {
 			}
 		}
 	}
-	if base, ok := e.port(EnvPprofBase); ok && base != 0 {
-		if base > 65535-len(Services) {
-			e.bad(EnvPprofBase, "%d leaves no room for %d ports", base, len(Services))
-		}
+	if base, ok := e.portBase(EnvPprofBase); ok && base != 0 {
 		if o.ServiceEnv == nil {
 			o.ServiceEnv = map[string]map[string]string{}
 		}
