@@ -111,16 +111,22 @@ compose-keys: ## the issuer's and query's Ed25519 keys and their JWKS in deploy/
 	  $(GO) run ./pkg/cmd/token keygen -kid query/1 -key deploy/keys/query.pem -jwks deploy/keys/jwks.json && \
 	  chmod 0644 deploy/keys/query.pem && echo "deploy/keys: issuer-1 and query/1 made (query.pem readable by the container's user)"; fi
 
+# The clients of the container targets sign with the compose issuer's key
+# (auth.SignerFromEnv): the services in containers verify tokens with
+# deploy/keys/jwks.json as issuer usagebilling-compose (deploy/compose.yaml)
+# and refuse the development key.
+COMPOSE_SIGNER = AUTH_SIGNING_KEY=$(CURDIR)/deploy/keys/issuer.pem AUTH_SIGNING_KEY_ID=issuer-1 AUTH_ISSUER=usagebilling-compose
+
 compose-demo: compose-keys compose-images ## deploy/compose.yaml for real on local images: the client flow of make demo, every figure checked; torn down after
 	deploy/offline/engine.sh compose
-	deploy/offline/compose-demo.sh
+	$(COMPOSE_SIGNER) deploy/offline/compose-demo.sh
 
-e2e-containers: compose-images ## TestBillingFlow against containers of the local images (E2E_TARGET=containers, testcontainers-go, reaper off)
-	E2E_TARGET=containers TESTCONTAINERS_RYUK_DISABLED=true $(GO) test -count=1 -timeout 20m -run '^TestBillingFlow$$' -v ./e2e/
+e2e-containers: compose-keys compose-images ## TestBillingFlow against containers of the local images (E2E_TARGET=containers, testcontainers-go, reaper off)
+	$(COMPOSE_SIGNER) E2E_TARGET=containers TESTCONTAINERS_RYUK_DISABLED=true $(GO) test -count=1 -timeout 20m -run '^TestBillingFlow$$' -v ./e2e/
 
-compose-chaos: compose-images ## docker kill billing, then Kafka, under load in compose; nothing lost, every period reconciled
+compose-chaos: compose-keys compose-images ## docker kill billing, then Kafka, under load in compose; nothing lost, every period reconciled
 	deploy/offline/engine.sh compose
-	deploy/offline/compose-chaos.sh
+	$(COMPOSE_SIGNER) deploy/offline/compose-chaos.sh
 
 docker-stop: ## stop the dockerd that make compose-* started (an engine that was already running is left alone)
 	deploy/offline/engine.sh stop
