@@ -19,9 +19,9 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/kafkabroker"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
-	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/meter"
 )
 
@@ -31,10 +31,7 @@ var client = auth.Client(auth.DevToken(auth.RoleTenant, "acme"))
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-var tmpl = pgtest.Template{
-	Name:    "meter",
-	Migrate: func(_ context.Context, url string) error { return pgmigrate.Up(url, meter.Spec.Sets()...) },
-}
+var tmpl = servicetest.Template(meter.Spec)
 
 // TestServiceEndToEnd runs the whole service as main does (service.Run:
 // migrations, HTTP, outbox relay) against an embedded broker of its own

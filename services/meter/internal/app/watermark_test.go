@@ -15,9 +15,9 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/pricing"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/meter"
 	"github.com/usagebilling/billing/services/meter/internal/app"
 	"github.com/usagebilling/billing/services/meter/internal/domain"
@@ -25,10 +25,7 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
-var tmpl = pgtest.Template{
-	Name:    "meter",
-	Migrate: func(_ context.Context, url string) error { return pgmigrate.Up(url, meter.Spec.Sets()...) },
-}
+var tmpl = servicetest.Template(meter.Spec)
 
 // clock is a settable test clock.
 type clock struct {

@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,8 +16,8 @@ import (
 	"github.com/usagebilling/billing/pkg/api/meterapi"
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/auth/authtest"
-	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/meter"
 	"github.com/usagebilling/billing/services/meter/internal/app"
 	"github.com/usagebilling/billing/services/meter/internal/httpapi"
@@ -34,12 +33,7 @@ const testActor = "admin@t1.example"
 // request with header X-No-Token.
 var signedIn = authtest.SignedIn(testActor, auth.RoleBillingAdmin)
 
-var tmpl = pgtest.Template{
-	Name: "meter",
-	Migrate: func(_ context.Context, url string) error {
-		return pgmigrate.Up(url, meter.Spec.Sets()...)
-	},
-}
+var tmpl = servicetest.Template(meter.Spec)
 
 type env struct {
 	srv  *httptest.Server
