@@ -38,12 +38,12 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 	var reply Reply
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		sc := scope("adjustment", r.TenantID)
-		prev, err := idempotency.Claim(ctx, tx, sc, r.IdempotencyKey, r.RequestHash)
+		replay, err := idempotency.ClaimReply(ctx, tx, sc, r.IdempotencyKey, r.RequestHash)
 		if err != nil {
 			return err
 		}
-		if prev != nil && prev.Status != 0 {
-			reply = Reply{Status: prev.Status, Body: prev.Body, Replayed: true}
+		if replay != nil {
+			reply = *replay
 			return nil
 		}
 		q := db.New(tx)

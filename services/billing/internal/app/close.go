@@ -98,13 +98,9 @@ func (s *Service) requestClose(ctx context.Context, r Request, period string, wa
 	var status string
 	var requestedAt time.Time
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		prev, err := idempotency.Claim(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, r.RequestHash)
-		if err != nil {
+		var err error
+		if replay, err = idempotency.ClaimReply(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, r.RequestHash); err != nil || replay != nil {
 			return err
-		}
-		if prev != nil && prev.Status != 0 {
-			replay = &Reply{Status: prev.Status, Body: prev.Body, Replayed: true}
-			return nil
 		}
 		q := db.New(tx)
 		if err := q.LockPeriodExclusive(ctx, db.LockPeriodExclusiveParams{TenantID: r.TenantID, Period: period}); err != nil {
@@ -150,13 +146,9 @@ func (s *Service) requestClose(ctx context.Context, r Request, period string, wa
 func (s *Service) markClosing(ctx context.Context, r Request, period string) (*Reply, error) {
 	var replay *Reply
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		prev, err := idempotency.Claim(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, r.RequestHash)
-		if err != nil {
+		var err error
+		if replay, err = idempotency.ClaimReply(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, r.RequestHash); err != nil || replay != nil {
 			return err
-		}
-		if prev != nil && prev.Status != 0 {
-			replay = &Reply{Status: prev.Status, Body: prev.Body, Replayed: true}
-			return nil
 		}
 		q := db.New(tx)
 		if err := q.LockPeriodExclusive(ctx, db.LockPeriodExclusiveParams{TenantID: r.TenantID, Period: period}); err != nil {
