@@ -22,8 +22,8 @@ import (
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
 )
 
 type route struct {
@@ -36,7 +36,7 @@ type route struct {
 // access policy) and lists every route.
 func routesOf(t *testing.T, spec service.Spec) (*httptest.Server, []route, *pgxpool.Pool) {
 	t.Helper()
-	dbURL := pgtest.NewDB(t, templates[spec.Name])
+	dbURL := servicetest.NewDB(t, spec)
 	cfg, err := service.LoadConfig(service.NewEnvFrom(map[string]string{"DATABASE_URL": dbURL, "AUTH_DEV_KEY": "true"}), spec.Name, spec.DefaultPort)
 	if err != nil {
 		t.Fatal(err)

@@ -21,9 +21,8 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/kafkabroker"
-	"github.com/usagebilling/billing/pkg/pgmigrate"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/billing"
 	"github.com/usagebilling/billing/services/invoice"
 	"github.com/usagebilling/billing/services/meter"
@@ -32,17 +31,6 @@ import (
 )
 
 var specs = []service.Spec{meter.Spec, usage.Spec, billing.Spec, invoice.Spec, query.Spec}
-
-// templates are the five services' databases, each migrated once.
-var templates = func() map[string]pgtest.Template {
-	out := map[string]pgtest.Template{}
-	for _, s := range specs {
-		out[s.Name] = pgtest.Template{Name: "all-" + s.Name, Migrate: func(_ context.Context, url string) error {
-			return pgmigrate.Up(url, s.Sets()...)
-		}}
-	}
-	return out
-}()
 
 // stack runs the five services in this process with service.Run, each with
 // its own database, on one Kafka-protocol broker, as main runs them.
@@ -64,7 +52,7 @@ func newStack(t *testing.T) *stack {
 	s := &stack{t: t, brokers: kafkaWithTopics(t), addrs: map[string]string{}, dbs: map[string]string{}, procs: map[string]*proc{}}
 	for _, spec := range specs {
 		s.addrs[spec.Name] = freeAddr(t)
-		s.dbs[spec.Name] = pgtest.NewDB(t, templates[spec.Name])
+		s.dbs[spec.Name] = servicetest.NewDB(t, spec)
 	}
 	t.Cleanup(func() {
 		for name := range s.procs {

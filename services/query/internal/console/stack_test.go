@@ -16,9 +16,8 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/kafkabroker"
 	"github.com/usagebilling/billing/pkg/kafkatest"
-	"github.com/usagebilling/billing/pkg/pgmigrate"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/billing"
 	"github.com/usagebilling/billing/services/invoice"
 	"github.com/usagebilling/billing/services/meter"
@@ -30,16 +29,6 @@ import (
 // Kafka-protocol broker, as services/query/recovery_test.go runs them.
 
 var specs = []service.Spec{meter.Spec, usage.Spec, billing.Spec, invoice.Spec, query.Spec}
-
-var templates = func() map[string]pgtest.Template {
-	out := map[string]pgtest.Template{}
-	for _, s := range specs {
-		out[s.Name] = pgtest.Template{Name: "console-" + s.Name, Migrate: func(_ context.Context, url string) error {
-			return pgmigrate.Up(url, s.Sets()...)
-		}}
-	}
-	return out
-}()
 
 type stack struct {
 	t       *testing.T
@@ -65,7 +54,7 @@ func newStack(t *testing.T) *stack {
 	s := &stack{t: t, brokers: brokers, addrs: map[string]string{}, dbs: map[string]string{}, procs: map[string]*proc{}}
 	for _, spec := range specs {
 		s.addrs[spec.Name] = freeAddr(t)
-		s.dbs[spec.Name] = pgtest.NewDB(t, templates[spec.Name])
+		s.dbs[spec.Name] = servicetest.NewDB(t, spec)
 	}
 	t.Cleanup(func() {
 		for name := range s.procs {
