@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -110,6 +111,19 @@ func Save(ctx context.Context, tx pgx.Tx, scope, key string, status int, body []
 		return fmt.Errorf("save idempotent response: %w", err)
 	}
 	return nil
+}
+
+// SaveReply answers the command that claimed key: v encoded as JSON, with
+// status, stored in tx (Save) and returned as the Reply to send.
+func SaveReply(ctx context.Context, tx pgx.Tx, scope, key string, status int, v any) (Reply, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return Reply{}, fmt.Errorf("encode reply: %w", err)
+	}
+	if err := Save(ctx, tx, scope, key, status, body); err != nil {
+		return Reply{}, err
+	}
+	return Reply{Status: status, Body: body}, nil
 }
 
 // Purge deletes up to limit keys created before olderThan (the TTL) and

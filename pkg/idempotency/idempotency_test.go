@@ -71,8 +71,8 @@ func TestPurgeRemovesOnlyKeysPastTheTTL(t *testing.T) {
 
 func TestMigrationsUpDownUp(t *testing.T) { pgtest.CheckUpDownUp(t, idempotency.Migrations) }
 
-// ClaimReply: the first request runs; a replay gets the stored answer marked
-// Replayed; a key claimed but not answered yet (a command in steps) runs
+// ClaimReply and SaveReply: the first request runs and its answer is
+// stored; a replay gets the stored answer marked Replayed; a key claimed but not answered yet (a command in steps) runs
 // again; another request with the key is refused.
 func TestClaimReply(t *testing.T) {
 	t.Parallel()
@@ -87,7 +87,11 @@ func TestClaimReply(t *testing.T) {
 			if err != nil || r != nil || !save {
 				return err
 			}
-			return idempotency.Save(ctx, tx, "acme/close", key, 202, []byte(`{"status":"closed"}`))
+			saved, err := idempotency.SaveReply(ctx, tx, "acme/close", key, 202, map[string]string{"status": "closed"})
+			if err == nil && (saved.Status != 202 || string(saved.Body) != `{"status":"closed"}` || saved.Replayed) {
+				t.Errorf("saved %+v", saved)
+			}
+			return err
 		})
 		return r, err
 	}

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -93,12 +92,9 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 		if err := events.Append(ctx, tx, env); err != nil {
 			return err
 		}
-		body, err := json.Marshal(AdjustmentReply{AdjustmentID: adjustmentID, EventID: env.EventID, Period: charge.Period})
-		if err != nil {
-			return fmt.Errorf("encode reply: %w", err)
-		}
-		reply = Reply{Status: http.StatusCreated, Body: body}
-		return idempotency.Save(ctx, tx, sc, r.IdempotencyKey, reply.Status, body)
+		reply, err = idempotency.SaveReply(ctx, tx, sc, r.IdempotencyKey, http.StatusCreated,
+			AdjustmentReply{AdjustmentID: adjustmentID, EventID: env.EventID, Period: charge.Period})
+		return err
 	})
 	if err != nil {
 		return Reply{}, err

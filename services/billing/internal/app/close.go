@@ -181,12 +181,9 @@ func (s *Service) finishClose(ctx context.Context, r Request, period string) (Re
 		} else if status != domain.StatusClosed {
 			return fmt.Errorf("%w: period %s of %s is %s after it was marked closing", ErrInternal, period, r.TenantID, status)
 		}
-		body, err := json.Marshal(CloseReply{Period: period, Status: domain.StatusClosed})
-		if err != nil {
-			return fmt.Errorf("encode reply: %w", err)
-		}
-		reply = Reply{Status: http.StatusAccepted, Body: body}
-		return idempotency.Save(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, reply.Status, body)
+		reply, err = idempotency.SaveReply(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, http.StatusAccepted,
+			CloseReply{Period: period, Status: domain.StatusClosed})
+		return err
 	})
 	if err != nil {
 		return Reply{}, err

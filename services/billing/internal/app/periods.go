@@ -119,12 +119,9 @@ func (s *Service) PutSettings(ctx context.Context, r Request, st domain.Settings
 		if err != nil {
 			return fmt.Errorf("put settings of %s: %w", r.TenantID, err)
 		}
-		body, err := json.Marshal(SettingsReply{TimeZone: st.TimeZone, GracePeriod: domain.FormatDuration(st.Grace), EffectiveFrom: from})
-		if err != nil {
-			return fmt.Errorf("encode reply: %w", err)
-		}
-		reply = Reply{Status: http.StatusOK, Body: body}
-		return idempotency.Save(ctx, tx, sc, r.IdempotencyKey, reply.Status, body)
+		reply, err = idempotency.SaveReply(ctx, tx, sc, r.IdempotencyKey, http.StatusOK,
+			SettingsReply{TimeZone: st.TimeZone, GracePeriod: domain.FormatDuration(st.Grace), EffectiveFrom: from})
+		return err
 	})
 	if err != nil {
 		return Reply{}, err

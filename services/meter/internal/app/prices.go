@@ -130,15 +130,8 @@ func (a *App) ActivatePrice(ctx context.Context, cmd ActivatePrice) (Receipt, er
 		if err != nil {
 			return err
 		}
-		body, err := json.Marshal(price)
-		if err != nil {
-			return fmt.Errorf("encode price: %w", err)
-		}
-		if err := idempotency.Save(ctx, tx, scope, cmd.IdempotencyKey, http.StatusCreated, body); err != nil {
-			return err
-		}
-		rc = Receipt{Status: http.StatusCreated, Body: body}
-		return nil
+		rc, err = idempotency.SaveReply(ctx, tx, scope, cmd.IdempotencyKey, http.StatusCreated, price)
+		return err
 	})
 	if err != nil {
 		return Receipt{}, err
