@@ -19,16 +19,12 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/billing"
 	"github.com/usagebilling/billing/services/billing/internal/app"
 )
-
-// Sets are every migration set of billing, shared ones first.
-func Sets() []pgmigrate.Set { return billing.Spec.Sets() }
 
 // Template is billing's migrated template database (servicetest.Template
 // of billing.Spec).
