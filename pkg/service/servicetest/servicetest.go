@@ -4,8 +4,9 @@
 // the event registry with Spec.Register, and the inbox from
 // service.NewInbox, so the tests decide events through the production
 // constructor, with the Spec's OriginConstraints, the ops redriver and the
-// quarantine announcements. MissingConstraints holds a Spec's constraint
-// names to its migrated schema.
+// quarantine announcements. Outbox and Events read back what the service
+// published; MissingConstraints holds a Spec's constraint names to its
+// migrated schema.
 //
 // Each service's harness (billingtest, invoicetest, querytest, usagetest)
 // adds its own events on top of this package.
