@@ -267,7 +267,7 @@ func TestReadCommand(t *testing.T) {
 			if dst != nil {
 				target = dst
 			}
-			cmd, p := ReadCommand(httptest.NewRecorder(), req(c.key, c.corr, c.body), target, 0)
+			cmd, p := ReadCommand(httptest.NewRecorder(), req(c.key, c.corr, c.body), target)
 			wantProblem(t, p, c.status, c.code)
 			if p != nil {
 				return

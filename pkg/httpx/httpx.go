@@ -22,6 +22,10 @@ import (
 // DefaultMaxBody is the largest request body DecodeJSON accepts by default.
 const DefaultMaxBody = 64 << 10
 
+// MaxCommandBody is the largest body of one command (a price activation, a
+// usage fact, an adjustment, settings): far above any valid one.
+const MaxCommandBody = 16 << 10
+
 // Problem is an RFC 9457 problem detail with a stable code.
 type Problem struct {
 	Type   string `json:"type"`

@@ -50,9 +50,9 @@ type Command struct {
 // ReadCommand reads an idempotent command's request, in this order: its
 // Idempotency-Key (IdempotencyKey), its optional X-Correlation-Id
 // (CorrelationID) and, unless dst is nil (a command without a body), its
-// JSON body into dst (ReadJSON, at most maxBody bytes). The first problem
-// found is the answer.
-func ReadCommand(w http.ResponseWriter, r *http.Request, dst any, maxBody int64) (Command, *Problem) {
+// JSON body into dst (ReadJSON, at most MaxCommandBody bytes). The first
+// problem found is the answer.
+func ReadCommand(w http.ResponseWriter, r *http.Request, dst any) (Command, *Problem) {
 	key, p := IdempotencyKey(r)
 	if p != nil {
 		return Command{}, p
@@ -63,7 +63,7 @@ func ReadCommand(w http.ResponseWriter, r *http.Request, dst any, maxBody int64)
 	}
 	var body []byte
 	if dst != nil {
-		if body, p = ReadJSON(w, r, dst, maxBody); p != nil {
+		if body, p = ReadJSON(w, r, dst, MaxCommandBody); p != nil {
 			return Command{}, p
 		}
 	}

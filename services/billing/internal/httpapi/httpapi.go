@@ -19,9 +19,6 @@ import (
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
 
-// maxBody bounds request bodies.
-const maxBody = 16 << 10
-
 // API serves billing's HTTP endpoints.
 type API struct {
 	svc *app.Service
@@ -85,7 +82,7 @@ func (a *API) postAdjustment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in adjustmentBody
-	cmd, p := httpx.ReadCommand(w, r, &in, maxBody)
+	cmd, p := httpx.ReadCommand(w, r, &in)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
@@ -122,7 +119,7 @@ func (a *API) closePeriod(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The close takes no body; the request is its method and path.
-	cmd, p := httpx.ReadCommand(w, r, nil, maxBody)
+	cmd, p := httpx.ReadCommand(w, r, nil)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return

@@ -35,7 +35,7 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var in settingsBody
-	cmd, p := httpx.ReadCommand(w, r, &in, maxBody)
+	cmd, p := httpx.ReadCommand(w, r, &in)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return

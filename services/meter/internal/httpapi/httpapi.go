@@ -19,9 +19,6 @@ import (
 	"github.com/usagebilling/billing/services/meter/internal/domain"
 )
 
-// maxBody bounds a price activation request.
-const maxBody = 16 << 10
-
 // API serves the meter's HTTP endpoints.
 type API struct {
 	app *app.App
@@ -100,7 +97,7 @@ func (api *API) activatePrice(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req activatePriceRequest
-	cmd, p := httpx.ReadCommand(w, r, &req, maxBody)
+	cmd, p := httpx.ReadCommand(w, r, &req)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return

@@ -23,7 +23,6 @@ import (
 // Request limits.
 const (
 	MaxBatch     = 1000
-	maxBody      = 16 << 10
 	maxBatchBody = 2 << 20
 )
 
@@ -93,7 +92,7 @@ func (api *API) accept(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req usageRequest
-	if p := httpx.DecodeJSON(w, r, &req, maxBody); p != nil {
+	if p := httpx.DecodeJSON(w, r, &req, httpx.MaxCommandBody); p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
