@@ -13,7 +13,6 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/auth"
@@ -32,93 +31,12 @@ import (
 
 var specs = []service.Spec{meter.Spec, usage.Spec, billing.Spec, invoice.Spec, query.Spec}
 
-// stack runs the five services in this process with service.Run, each with
-// its own database, on one Kafka-protocol broker, as main runs them.
-type stack struct {
-	t       *testing.T
-	brokers []string
-	addrs   map[string]string
-	dbs     map[string]string
-	procs   map[string]*proc
-}
-
-type proc struct {
-	stop context.CancelFunc
-	done chan error
-}
-
-func newStack(t *testing.T) *stack {
+// newStack runs the five services in this process (servicetest.StartServices),
+// each on its own database, on a broker with the topics, as main runs them.
+func newStack(t *testing.T) *servicetest.Services {
 	t.Helper()
-	s := &stack{t: t, brokers: kafkaWithTopics(t), addrs: map[string]string{}, dbs: map[string]string{}, procs: map[string]*proc{}}
-	for _, spec := range specs {
-		s.addrs[spec.Name] = freeAddr(t)
-		s.dbs[spec.Name] = servicetest.NewDB(t, spec)
-	}
-	t.Cleanup(func() {
-		for name := range s.procs {
-			s.stop(name)
-		}
-	})
-	for _, spec := range specs {
-		s.start(spec)
-	}
-	return s
-}
-
-func (s *stack) url(name string) string { return "http://" + s.addrs[name] }
-
-func (s *stack) start(spec service.Spec) {
-	s.t.Helper()
-	var urls []string
-	for _, sp := range specs {
-		urls = append(urls, sp.Name+"="+s.url(sp.Name))
-	}
-	env := service.NewEnvFrom(map[string]string{
-		"DATABASE_URL": s.dbs[spec.Name], "KAFKA_BROKERS": strings.Join(s.brokers, ","), "HTTP_ADDR": s.addrs[spec.Name],
-		"LOG_LEVEL": "error", "AUTH_DEV_KEY": "true", "SERVICE_URLS": strings.Join(urls, ","),
-		"CONSUMER_SWEEP_INTERVAL": "200ms", "RELAY_POLL_INTERVAL": "100ms",
-	})
-	ctx, stop := context.WithCancel(context.Background())
-	p := &proc{stop: stop, done: make(chan error, 1)}
-	go func() { p.done <- service.Run(ctx, spec, nil, env) }()
-	s.procs[spec.Name] = p
-	eventually(s.t, spec.Name+" ready", time.Minute, func() bool {
-		select {
-		case err := <-p.done:
-			s.t.Fatalf("%s stopped: %v", spec.Name, err)
-		default:
-		}
-		resp, err := http.Get(s.url(spec.Name) + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-}
-
-func (s *stack) stop(name string) {
-	p := s.procs[name]
-	delete(s.procs, name)
-	p.stop()
-	select {
-	case err := <-p.done:
-		if err != nil {
-			s.t.Errorf("%s: %v", name, err)
-		}
-	case <-time.After(30 * time.Second):
-		s.t.Errorf("%s did not stop", name)
-	}
-}
-
-func (s *stack) pool(name string) *pgxpool.Pool {
-	s.t.Helper()
-	pool, err := pgxpool.New(context.Background(), s.dbs[name])
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(pool.Close)
-	return pool
+	return servicetest.StartServices(t, kafkaWithTopics(t),
+		map[string]string{"CONSUMER_SWEEP_INTERVAL": "200ms", "RELAY_POLL_INTERVAL": "100ms"}, specs...)
 }
 
 // call sends a JSON request and decodes a 2xx JSON answer into out; it
@@ -239,7 +157,7 @@ func TestOperatorRecovery(t *testing.T) {
 
 	// Healthy before: prices for acme and beta, a usage fact of each.
 	for tenant, c := range map[string]*http.Client{"acme": acme, "beta": beta} {
-		if status, code := call(t, c, "POST", s.url("meter")+"/v1/tenants/"+tenant+"/prices",
+		if status, code := call(t, c, "POST", s.URL("meter")+"/v1/tenants/"+tenant+"/prices",
 			map[string]string{"Idempotency-Key": "price-" + tenant},
 			map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, nil); status != http.StatusCreated {
 			t.Fatalf("price of %s: %d %s", tenant, status, code)
@@ -249,7 +167,7 @@ func TestOperatorRecovery(t *testing.T) {
 		t.Helper()
 		var a accepted
 		eventually(t, "usage "+source+" accepted", time.Minute, func() bool {
-			status, code := call(t, c, "POST", s.url("usage")+"/v1/tenants/"+tenant+"/usage", nil, map[string]string{
+			status, code := call(t, c, "POST", s.URL("usage")+"/v1/tenants/"+tenant+"/usage", nil, map[string]string{
 				"sourceSystem": "crm", "sourceEventId": source, "meterCode": "api_calls", "quantity": qty,
 				"occurredAt": time.Now().UTC().Format(time.RFC3339Nano)}, &a)
 			if status != http.StatusCreated && code != "unknown_meter" {
@@ -263,7 +181,7 @@ func TestOperatorRecovery(t *testing.T) {
 		var out struct {
 			Charges []struct{ UsageEventID, Amount string }
 		}
-		if status, _ := call(t, c, "GET", s.url("billing")+"/v1/tenants/"+tenant+"/charges?period="+period, nil, nil, &out); status != 200 {
+		if status, _ := call(t, c, "GET", s.URL("billing")+"/v1/tenants/"+tenant+"/charges?period="+period, nil, nil, &out); status != 200 {
 			return nil
 		}
 		m := map[string]string{}
@@ -284,7 +202,7 @@ func TestOperatorRecovery(t *testing.T) {
 		AggregateType: events.AggregateUsage, AggregateID: v2UsageID.String(), Producer: "usage"},
 		events.UsageAccepted{UsageID: v2UsageID, SourceSystem: "crm", SourceEventID: "v2", MeterCode: "api_calls",
 			Quantity: decimal.RequireFromString("3"), OccurredAt: time.Now().UTC(), Currency: "USD", PriceVersion: 1})
-	produceRaw(t, s.brokers, events.TopicUsage, v2.PartitionKey, marshal(t, v2))
+	produceRaw(t, s.Brokers, events.TopicUsage, v2.PartitionKey, marshal(t, v2))
 
 	badDigest := build(t, envelope.Meta{EventType: events.TypePriceActivated, TenantID: "beta", AggregateType: events.AggregatePrice,
 		AggregateID: events.PriceSeriesID("sms", "USD"), Producer: "meter"},
@@ -296,20 +214,20 @@ func TestOperatorRecovery(t *testing.T) {
 	}
 	doc["payloadDigest"] = strings.Repeat("ab", 32)
 	tampered, _ := json.Marshal(doc)
-	produceRaw(t, s.brokers, events.TopicMeter, badDigest.PartitionKey, tampered)
+	produceRaw(t, s.Brokers, events.TopicMeter, badDigest.PartitionKey, tampered)
 
 	unknown := build(t, envelope.Meta{EventType: "UsageRetracted", TenantID: "beta", AggregateType: events.AggregateBillingPeriod,
 		AggregateID: period, Producer: "billing"}, map[string]string{"why": "no such event"})
-	produceRaw(t, s.brokers, events.TopicBilling, unknown.PartitionKey, marshal(t, unknown))
+	produceRaw(t, s.Brokers, events.TopicBilling, unknown.PartitionKey, marshal(t, unknown))
 
-	produceRaw(t, s.brokers, events.TopicInvoice, "junk", []byte("\xff\xfe this is not an envelope"))
+	produceRaw(t, s.Brokers, events.TopicInvoice, "junk", []byte("\xff\xfe this is not an envelope"))
 
 	forged := build(t, envelope.Meta{EventType: events.TypeUsageAccepted, TenantID: "acme", AggregateType: events.AggregateUsage,
 		AggregateID: u1.UsageID.String(), Producer: "usage"},
 		events.UsageAccepted{UsageID: u1.UsageID, SourceSystem: "crm", SourceEventID: "u1", MeterCode: "api_calls",
 			Quantity: decimal.RequireFromString("100000"), OccurredAt: time.Now().UTC(), Currency: "USD", PriceVersion: 1})
 	forged.EventID = u1.EventID // same event id, other content
-	produceRaw(t, s.brokers, events.TopicUsage, forged.PartitionKey, marshal(t, forged))
+	produceRaw(t, s.Brokers, events.TopicUsage, forged.PartitionKey, marshal(t, forged))
 
 	// Healthy after.
 	u2 := postUsage(acme, "acme", "u2", "50")
@@ -319,7 +237,7 @@ func TestOperatorRecovery(t *testing.T) {
 	})
 	eventually(t, "query projected u1 and u2", time.Minute, func() bool {
 		var sum struct{ Usage struct{ Count int } }
-		status, _ := call(t, acme, "GET", s.url("query")+"/v1/tenants/acme/summary", nil, nil, &sum)
+		status, _ := call(t, acme, "GET", s.URL("query")+"/v1/tenants/acme/summary", nil, nil, &sum)
 		return status == 200 && sum.Usage.Count == 2
 	})
 
@@ -343,7 +261,7 @@ func TestOperatorRecovery(t *testing.T) {
 			Items []quarantineItem
 			Next  *string
 		}
-		if status, code := call(t, op, "GET", s.url("query")+"/v1/operator/quarantine?"+query, nil, nil, &page); status != 200 {
+		if status, code := call(t, op, "GET", s.URL("query")+"/v1/operator/quarantine?"+query, nil, nil, &page); status != 200 {
 			t.Fatalf("quarantine view: %d %s", status, code)
 		}
 		return page.Items
@@ -376,7 +294,7 @@ func TestOperatorRecovery(t *testing.T) {
 			OutboxPending                      int
 		}
 	}
-	if status, _ := call(t, op, "GET", s.url("query")+"/v1/operator/recovery", nil, nil, &rec); status != 200 {
+	if status, _ := call(t, op, "GET", s.URL("query")+"/v1/operator/recovery", nil, nil, &rec); status != 200 {
 		t.Fatal(status)
 	}
 	for name, n := range map[string]int{"meter": 0, "usage": 1, "billing": 3, "invoice": 1, "query": 5} {
@@ -388,13 +306,13 @@ func TestOperatorRecovery(t *testing.T) {
 	redrive := func(service, eventID, corr string) redriveView {
 		t.Helper()
 		var acc struct{ RedriveID, State string }
-		if status, code := call(t, op, "POST", s.url("query")+"/v1/operator/redrives", map[string]string{"X-Correlation-Id": corr},
+		if status, code := call(t, op, "POST", s.URL("query")+"/v1/operator/redrives", map[string]string{"X-Correlation-Id": corr},
 			map[string]string{"service": service, "eventId": eventID, "reason": "redrive " + corr}, &acc); status != http.StatusAccepted {
 			t.Fatalf("redrive: %d %s", status, code)
 		}
 		var rv redriveView
 		eventually(t, "redrive "+corr+" completed", time.Minute, func() bool {
-			status, _ := call(t, op, "GET", s.url("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
+			status, _ := call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
 			return status == 200 && rv.State == "completed"
 		})
 		return rv
@@ -412,12 +330,12 @@ func TestOperatorRecovery(t *testing.T) {
 	}
 
 	// The fix: billing restarts with a decoder for UsageAccepted v2.
-	s.stop("billing")
+	s.Stop("billing")
 	fixed := billing.Spec
 	fixed.Register = func(r *envelope.Registry) {
 		envelope.Register[events.UsageAccepted](r, events.TypeUsageAccepted, 2)
 	}
-	s.start(fixed)
+	s.Start(fixed)
 
 	rv := redrive("billing", v2.EventID.String(), "fix-v2")
 	if outcome(rv) != "applied" || rv.Service != "billing" || rv.EventID != v2.EventID.String() || len(rv.Audit) != 2 {
@@ -454,7 +372,7 @@ func TestOperatorRecovery(t *testing.T) {
 
 	// A dead letter of meter's outbox is listed and released.
 	var dead uuid.UUID
-	if err := s.pool("meter").QueryRow(ctx, `
+	if err := s.Pool("meter").QueryRow(ctx, `
 		UPDATE outbox_event SET published_at = NULL, dead_at = now(), attempts = 10, last_error = 'refused (test)'
 		WHERE id = (SELECT min(id) FROM outbox_event WHERE event_type = 'PriceActivated') RETURNING event_id`).Scan(&dead); err != nil {
 		t.Fatal(err)
@@ -462,27 +380,27 @@ func TestOperatorRecovery(t *testing.T) {
 	var dls struct {
 		Items []struct{ Service, EventID, LastError string }
 	}
-	if status, _ := call(t, op, "GET", s.url("query")+"/v1/operator/dead-letters", nil, nil, &dls); status != 200 ||
+	if status, _ := call(t, op, "GET", s.URL("query")+"/v1/operator/dead-letters", nil, nil, &dls); status != 200 ||
 		len(dls.Items) != 1 || dls.Items[0].Service != "meter" || dls.Items[0].EventID != dead.String() {
 		t.Fatalf("dead letters: %+v", dls)
 	}
 	var acc struct{ RedriveID string }
-	if status, code := call(t, op, "POST", s.url("query")+"/v1/operator/dead-letters/release", map[string]string{"X-Correlation-Id": "release-1"},
+	if status, code := call(t, op, "POST", s.URL("query")+"/v1/operator/dead-letters/release", map[string]string{"X-Correlation-Id": "release-1"},
 		map[string]string{"service": "meter", "eventId": dead.String(), "reason": "broker fixed"}, &acc); status != http.StatusAccepted {
 		t.Fatalf("release: %d %s", status, code)
 	}
 	eventually(t, "the dead letter released and published again", time.Minute, func() bool {
 		var rv redriveView
-		call(t, op, "GET", s.url("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
+		call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
 		var published bool
-		_ = s.pool("meter").QueryRow(ctx, `SELECT published_at IS NOT NULL FROM outbox_event WHERE event_id = $1`, dead).Scan(&published)
+		_ = s.Pool("meter").QueryRow(ctx, `SELECT published_at IS NOT NULL FROM outbox_event WHERE event_id = $1`, dead).Scan(&published)
 		return outcome(rv) == "released" && published
 	})
 
 	// Reconciliation of the healthy tenant is empty, with the counts.
 	reconcile := func() reconciliation {
 		var r reconciliation
-		if status, code := call(t, op, "GET", s.url("query")+"/v1/operator/reconciliation?tenantId=acme&period="+period, nil, nil, &r); status != 200 {
+		if status, code := call(t, op, "GET", s.URL("query")+"/v1/operator/reconciliation?tenantId=acme&period="+period, nil, nil, &r); status != 200 {
 			t.Fatalf("reconciliation: %d %s", status, code)
 		}
 		return r
@@ -493,7 +411,7 @@ func TestOperatorRecovery(t *testing.T) {
 	}
 
 	// A charge deleted behind billing's back is named by its usage event id.
-	if _, err := s.pool("billing").Exec(ctx, `DELETE FROM charge WHERE usage_event_id = $1`, u2.EventID); err != nil {
+	if _, err := s.Pool("billing").Exec(ctx, `DELETE FROM charge WHERE usage_event_id = $1`, u2.EventID); err != nil {
 		t.Fatal(err)
 	}
 	r := reconcile()

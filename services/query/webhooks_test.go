@@ -70,7 +70,7 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 	period := events.Period(time.Now())
 
 	var ep struct{ EndpointID, Secret string }
-	if status, code := call(t, acme, "POST", s.url("invoice")+"/v1/tenants/acme/webhook-endpoints", nil,
+	if status, code := call(t, acme, "POST", s.URL("invoice")+"/v1/tenants/acme/webhook-endpoints", nil,
 		map[string]string{"url": receiver.URL + "/billing-events"}, &ep); status != http.StatusCreated {
 		t.Fatalf("register endpoint: %d %s", status, code)
 	}
@@ -78,12 +78,12 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 	rc.secret = ep.Secret
 	rc.mu.Unlock()
 
-	if status, code := call(t, acme, "POST", s.url("meter")+"/v1/tenants/acme/prices", map[string]string{"Idempotency-Key": "p1"},
+	if status, code := call(t, acme, "POST", s.URL("meter")+"/v1/tenants/acme/prices", map[string]string{"Idempotency-Key": "p1"},
 		map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, nil); status != http.StatusCreated {
 		t.Fatalf("price: %d %s", status, code)
 	}
 	eventually(t, "usage accepted", time.Minute, func() bool {
-		status, code := call(t, acme, "POST", s.url("usage")+"/v1/tenants/acme/usage", nil, map[string]string{
+		status, code := call(t, acme, "POST", s.URL("usage")+"/v1/tenants/acme/usage", nil, map[string]string{
 			"sourceSystem": "crm", "sourceEventId": "w1", "meterCode": "api_calls", "quantity": "100",
 			"occurredAt": time.Now().UTC().Format(time.RFC3339Nano)}, nil)
 		if status != http.StatusCreated && code != "unknown_meter" {
@@ -93,10 +93,10 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 	})
 	eventually(t, "the charge", time.Minute, func() bool {
 		var out struct{ Charges []any }
-		status, _ := call(t, acme, "GET", s.url("billing")+"/v1/tenants/acme/charges?period="+period, nil, nil, &out)
+		status, _ := call(t, acme, "GET", s.URL("billing")+"/v1/tenants/acme/charges?period="+period, nil, nil, &out)
 		return status == 200 && len(out.Charges) == 1
 	})
-	if status, code := call(t, acme, "POST", s.url("billing")+"/v1/tenants/acme/periods/"+period+"/close",
+	if status, code := call(t, acme, "POST", s.URL("billing")+"/v1/tenants/acme/periods/"+period+"/close",
 		map[string]string{"Idempotency-Key": "close-1"}, nil, nil); status != http.StatusAccepted {
 		t.Fatalf("close: %d %s", status, code)
 	}
@@ -107,7 +107,7 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 	}
 	list := func(status string) []intent {
 		var out struct{ Items []intent }
-		if code, pc := call(t, op, "GET", s.url("query")+"/v1/operator/webhook-intents?tenantId=acme&status="+status, nil, nil, &out); code != 200 {
+		if code, pc := call(t, op, "GET", s.URL("query")+"/v1/operator/webhook-intents?tenantId=acme&status="+status, nil, nil, &out); code != 200 {
 			t.Fatalf("list %s intents: %d %s", status, code, pc)
 		}
 		return out.Items
@@ -120,14 +120,14 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 	var stats struct {
 		ByStatus map[string]int
 	}
-	if code, _ := call(t, op, "GET", s.url("query")+"/v1/operator/webhook-intents/stats", nil, nil, &stats); code != 200 || stats.ByStatus["expired"] != 1 {
+	if code, _ := call(t, op, "GET", s.URL("query")+"/v1/operator/webhook-intents/stats", nil, nil, &stats); code != 200 || stats.ByStatus["expired"] != 1 {
 		t.Fatalf("stats: %d %+v", code, stats)
 	}
 
 	rc.mu.Lock()
 	rc.up = true
 	rc.mu.Unlock()
-	retryURL := s.url("query") + "/v1/operator/webhook-intents/" + expired.IntentID + "/retry"
+	retryURL := s.URL("query") + "/v1/operator/webhook-intents/" + expired.IntentID + "/retry"
 	if code, pc := call(t, op, "POST", retryURL, nil, map[string]string{"reason": "endpoint back"}, nil); code != 400 || pc != "missing_correlation_id" {
 		t.Fatalf("retry without a correlation id: %d %s", code, pc)
 	}
@@ -150,7 +150,7 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 		Outcome                *string
 		Audit                  []struct{ State, Actor, CorrelationID, Reason string }
 	}
-	if code, _ := call(t, op, "GET", s.url("query")+"/v1/operator/redrives/"+res.RedriveID, nil, nil, &audit); code != 200 {
+	if code, _ := call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+res.RedriveID, nil, nil, &audit); code != 200 {
 		t.Fatalf("audit: %d", code)
 	}
 	raw, _ := json.Marshal(audit)

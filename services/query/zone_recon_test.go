@@ -36,7 +36,7 @@ func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 	for _, x := range tenants {
 		admin := auth.Client(auth.DevToken(auth.RoleBillingAdmin, x.id))
 		var st struct{ EffectiveFrom string }
-		if status, code := call(t, admin, "PUT", s.url("billing")+"/v1/tenants/"+x.id+"/settings",
+		if status, code := call(t, admin, "PUT", s.URL("billing")+"/v1/tenants/"+x.id+"/settings",
 			map[string]string{"Idempotency-Key": "zone-" + x.id},
 			map[string]string{"timeZone": x.zone, "gracePeriod": "P7D"}, &st); status != http.StatusOK {
 			t.Fatalf("settings of %s: %d %s", x.id, status, code)
@@ -51,7 +51,7 @@ func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 		}
 		x.first = st.EffectiveFrom
 		x.boundary = time.Date(first.Year(), first.Month()+1, 1, 0, 0, 0, 0, loc).UTC()
-		if status, code := call(t, auth.Client(auth.DevToken(auth.RoleTenant, x.id)), "POST", s.url("meter")+"/v1/tenants/"+x.id+"/prices",
+		if status, code := call(t, auth.Client(auth.DevToken(auth.RoleTenant, x.id)), "POST", s.URL("meter")+"/v1/tenants/"+x.id+"/prices",
 			map[string]string{"Idempotency-Key": "price-" + x.id},
 			map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, nil); status != http.StatusCreated {
 			t.Fatalf("price of %s: %d %s", x.id, status, code)
@@ -69,7 +69,7 @@ func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 			last := ""
 			defer func() { t.Logf("%s %s: last refusal %q", x.id, source, last) }()
 			eventually(t, x.id+" "+source+" accepted", time.Minute, func() bool {
-				status, code := call(t, c, "POST", s.url("usage")+"/v1/tenants/"+x.id+"/usage", nil, map[string]string{
+				status, code := call(t, c, "POST", s.URL("usage")+"/v1/tenants/"+x.id+"/usage", nil, map[string]string{
 					"sourceSystem": "crm", "sourceEventId": source, "meterCode": "api_calls", "quantity": "10",
 					"occurredAt": at.Format(time.RFC3339Nano)}, &a)
 				last = code
@@ -91,14 +91,14 @@ func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 	}
 	reconcile := func(x *tenant, period string) recon {
 		var r recon
-		if status, code := call(t, op, "GET", s.url("query")+"/v1/operator/reconciliation?tenantId="+x.id+"&period="+period, nil, nil, &r); status != 200 {
+		if status, code := call(t, op, "GET", s.URL("query")+"/v1/operator/reconciliation?tenantId="+x.id+"&period="+period, nil, nil, &r); status != 200 {
 			t.Fatalf("reconciliation of %s %s: %d %s", x.id, period, status, code)
 		}
 		return r
 	}
 	chargePeriod := func(x *tenant, a accepted) string {
 		var p string
-		_ = s.pool("billing").QueryRow(ctx, `SELECT period FROM charge WHERE usage_event_id = $1`, a.EventID).Scan(&p)
+		_ = s.Pool("billing").QueryRow(ctx, `SELECT period FROM charge WHERE usage_event_id = $1`, a.EventID).Scan(&p)
 		return p
 	}
 	for _, x := range tenants {
@@ -127,7 +127,7 @@ func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 	// Seoul: the charge of the fact after the boundary (UTC month: the
 	// first period) moved into the first period.
 	seoul, la := tenants[0], tenants[1]
-	if _, err := s.pool("billing").Exec(ctx, `UPDATE charge SET period = $2 WHERE usage_event_id = $1`, seoul.after.EventID, seoul.first); err != nil {
+	if _, err := s.Pool("billing").Exec(ctx, `UPDATE charge SET period = $2 WHERE usage_event_id = $1`, seoul.after.EventID, seoul.first); err != nil {
 		t.Fatal(err)
 	}
 	if r := reconcile(seoul, seoul.first); !has(r, "charge_period_mismatch", "") {
@@ -135,7 +135,7 @@ func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 	}
 	// Los Angeles: the charge of the fact before the boundary (UTC month:
 	// the second period, rated into the first) deleted.
-	if _, err := s.pool("billing").Exec(ctx, `DELETE FROM charge WHERE usage_event_id = $1`, la.before.EventID); err != nil {
+	if _, err := s.Pool("billing").Exec(ctx, `DELETE FROM charge WHERE usage_event_id = $1`, la.before.EventID); err != nil {
 		t.Fatal(err)
 	}
 	if r := reconcile(la, second(la)); !has(r, "missing_charge", la.before.EventID.String()) {

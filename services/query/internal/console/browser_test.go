@@ -145,12 +145,12 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// A healthy fact, then a UsageAccepted at schema version 2 that billing
 	// and query cannot read yet.
-	if status, code := call(t, beta, "POST", s.url("meter")+"/v1/tenants/beta/prices", map[string]string{"Idempotency-Key": "price-beta"},
+	if status, code := call(t, beta, "POST", s.URL("meter")+"/v1/tenants/beta/prices", map[string]string{"Idempotency-Key": "price-beta"},
 		map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, nil); status != http.StatusCreated {
 		t.Fatalf("price: %d %s", status, code)
 	}
 	eventually(t, "a usage fact accepted", time.Minute, func() bool {
-		status, code := call(t, beta, "POST", s.url("usage")+"/v1/tenants/beta/usage", nil, map[string]string{
+		status, code := call(t, beta, "POST", s.URL("usage")+"/v1/tenants/beta/usage", nil, map[string]string{
 			"sourceSystem": "crm", "sourceEventId": "b1", "meterCode": "api_calls", "quantity": "1",
 			"occurredAt": time.Now().UTC().Format(time.RFC3339Nano)}, nil)
 		if status != http.StatusCreated && code != "unknown_meter" {
@@ -170,21 +170,21 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	produceRaw(t, s.brokers, events.TopicUsage, v2.PartitionKey, raw)
+	produceRaw(t, s.Brokers, events.TopicUsage, v2.PartitionKey, raw)
 	eventually(t, "billing's quarantine listed and the fact projected", time.Minute, func() bool {
 		var page struct{ Items []struct{ Service string } }
 		var sum struct{ Usage struct{ Count int } }
-		call(t, operatorClient, "GET", s.url("query")+"/v1/operator/quarantine?service=billing", nil, nil, &page)
-		call(t, beta, "GET", s.url("query")+"/v1/tenants/beta/summary", nil, nil, &sum)
+		call(t, operatorClient, "GET", s.URL("query")+"/v1/operator/quarantine?service=billing", nil, nil, &page)
+		call(t, beta, "GET", s.URL("query")+"/v1/tenants/beta/summary", nil, nil, &sum)
 		return len(page.Items) == 1 && sum.Usage.Count == 1
 	})
 	// The fix: billing restarts able to read version 2.
-	s.stop("billing")
+	s.Stop("billing")
 	fixed := billing.Spec
 	fixed.Register = func(r *envelope.Registry) { envelope.Register[events.UsageAccepted](r, events.TypeUsageAccepted, 2) }
-	s.start(fixed)
+	s.Start(fixed)
 
-	b := newBrowser(t, s.url("query"))
+	b := newBrowser(t, s.URL("query"))
 
 	// No data without a token: the sign-in page.
 	b.open("/console/quarantine", "#sign-in")
@@ -251,14 +251,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	var charges struct {
 		Charges []struct{ UsageEventID string }
 	}
-	if status, _ := call(t, beta, "GET", s.url("billing")+"/v1/tenants/beta/charges?period="+period, nil, nil, &charges); status != 200 || len(charges.Charges) != 2 {
+	if status, _ := call(t, beta, "GET", s.URL("billing")+"/v1/tenants/beta/charges?period="+period, nil, nil, &charges); status != 200 || len(charges.Charges) != 2 {
 		t.Errorf("beta's charges after the redrive: %d %+v", status, charges)
 	}
 
 	// Reconciliation shows the counts the operator API reports.
 	b.open("/console/reconciliation?tenantId=beta&period="+period, "#counts")
 	var rep struct{ Counts map[string]int }
-	if status, code := call(t, operatorClient, "GET", s.url("query")+"/v1/operator/reconciliation?tenantId=beta&period="+period, nil, nil, &rep); status != 200 {
+	if status, code := call(t, operatorClient, "GET", s.URL("query")+"/v1/operator/reconciliation?tenantId=beta&period="+period, nil, nil, &rep); status != 200 {
 		t.Fatalf("reconciliation: %d %s", status, code)
 	}
 	for id, key := range map[string]string{"#usage-facts": "usageFacts", "#charges": "charges", "#invoice-lines": "invoiceLines", "#query-usage": "queryUsage"} {

@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -30,87 +28,18 @@ import (
 
 var specs = []service.Spec{meter.Spec, usage.Spec, billing.Spec, invoice.Spec, query.Spec}
 
-type stack struct {
-	t       *testing.T
-	brokers []string
-	addrs   map[string]string
-	dbs     map[string]string
-	procs   map[string]*proc
-}
-
-type proc struct {
-	stop context.CancelFunc
-	done chan error
-}
-
-func newStack(t *testing.T) *stack {
+// newStack runs the five services in this process (servicetest.StartServices),
+// each on its own database, on a broker with the topics.
+func newStack(t *testing.T) *servicetest.Services {
 	t.Helper()
 	brokers := kafkatest.Brokers(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	if err := kafkabroker.CreateTopics(ctx, brokers, 3, events.AllTopics...); err != nil {
 		t.Fatal(err)
 	}
-	s := &stack{t: t, brokers: brokers, addrs: map[string]string{}, dbs: map[string]string{}, procs: map[string]*proc{}}
-	for _, spec := range specs {
-		s.addrs[spec.Name] = freeAddr(t)
-		s.dbs[spec.Name] = servicetest.NewDB(t, spec)
-	}
-	t.Cleanup(func() {
-		for name := range s.procs {
-			s.stop(name)
-		}
-	})
-	for _, spec := range specs {
-		s.start(spec)
-	}
-	return s
-}
-
-func (s *stack) url(name string) string { return "http://" + s.addrs[name] }
-
-func (s *stack) start(spec service.Spec) {
-	s.t.Helper()
-	var urls []string
-	for _, sp := range specs {
-		urls = append(urls, sp.Name+"="+s.url(sp.Name))
-	}
-	env := service.NewEnvFrom(map[string]string{
-		"DATABASE_URL": s.dbs[spec.Name], "KAFKA_BROKERS": strings.Join(s.brokers, ","), "HTTP_ADDR": s.addrs[spec.Name],
-		"LOG_LEVEL": "error", "AUTH_DEV_KEY": "true", "SERVICE_URLS": strings.Join(urls, ","),
-		"CONSUMER_SWEEP_INTERVAL": "200ms", "RELAY_POLL_INTERVAL": "100ms",
-	})
-	ctx, stop := context.WithCancel(context.Background())
-	p := &proc{stop: stop, done: make(chan error, 1)}
-	go func() { p.done <- service.Run(ctx, spec, nil, env) }()
-	s.procs[spec.Name] = p
-	eventually(s.t, spec.Name+" ready", time.Minute, func() bool {
-		select {
-		case err := <-p.done:
-			s.t.Fatalf("%s stopped: %v", spec.Name, err)
-		default:
-		}
-		resp, err := http.Get(s.url(spec.Name) + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-}
-
-func (s *stack) stop(name string) {
-	p := s.procs[name]
-	delete(s.procs, name)
-	p.stop()
-	select {
-	case err := <-p.done:
-		if err != nil {
-			s.t.Errorf("%s: %v", name, err)
-		}
-	case <-time.After(30 * time.Second):
-		s.t.Errorf("%s did not stop", name)
-	}
+	return servicetest.StartServices(t, brokers,
+		map[string]string{"CONSUMER_SWEEP_INTERVAL": "200ms", "RELAY_POLL_INTERVAL": "100ms"}, specs...)
 }
 
 // call sends a JSON request and decodes a 2xx JSON answer into out; it
@@ -162,16 +91,6 @@ func produceRaw(t *testing.T, brokers []string, topic, key string, raw []byte) {
 	if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key), Value: sarama.ByteEncoder(raw)}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // eventually polls cond until it holds or timeout passes.
