@@ -1,9 +1,9 @@
 package inbox
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/usagebilling/billing/pkg/collector"
 )
 
 // metrics of an Inbox. Every metric carries the service as a constant label,
@@ -41,12 +41,12 @@ func newMetrics(reg prometheus.Registerer, service string) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	m.decisions = register(reg, m.decisions, &err)
-	m.deferred = register(reg, m.deferred, &err)
-	m.deferredAge = register(reg, m.deferredAge, &err)
-	m.quarantined = register(reg, m.quarantined, &err)
-	m.purged = register(reg, m.purged, &err)
-	m.deferredExpired = register(reg, m.deferredExpired, &err)
+	m.decisions = collector.Register(reg, m.decisions, &err)
+	m.deferred = collector.Register(reg, m.deferred, &err)
+	m.deferredAge = collector.Register(reg, m.deferredAge, &err)
+	m.quarantined = collector.Register(reg, m.quarantined, &err)
+	m.purged = collector.Register(reg, m.purged, &err)
+	m.deferredExpired = collector.Register(reg, m.deferredExpired, &err)
 	return m, err
 }
 
@@ -75,25 +75,7 @@ func newRunnerMetrics(reg prometheus.Registerer, service string) (*runnerMetrics
 		return m, nil
 	}
 	var err error
-	m.batchDuration = register(reg, m.batchDuration, &err)
-	m.transientErrors = register(reg, m.transientErrors, &err)
+	m.batchDuration = collector.Register(reg, m.batchDuration, &err)
+	m.transientErrors = collector.Register(reg, m.transientErrors, &err)
 	return m, err
-}
-
-// register registers c, or returns the collector already registered under
-// its name and labels, so that several inboxes of one service in one process
-// share their metrics.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	*errp = errors.Join(*errp, err)
-	return c
 }

@@ -1,9 +1,9 @@
 package outbox
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/usagebilling/billing/pkg/collector"
 )
 
 type metrics struct {
@@ -41,30 +41,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	m.pending = register(reg, m.pending, &err)
-	m.oldestAge = register(reg, m.oldestAge, &err)
-	m.maxPerKey = register(reg, m.maxPerKey, &err)
-	m.deadLetters = register(reg, m.deadLetters, &err)
-	m.ownedShards = register(reg, m.ownedShards, &err)
-	m.published = register(reg, m.published, &err)
-	m.failedAttempts = register(reg, m.failedAttempts, &err)
-	m.commitToAck = register(reg, m.commitToAck, &err)
+	m.pending = collector.Register(reg, m.pending, &err)
+	m.oldestAge = collector.Register(reg, m.oldestAge, &err)
+	m.maxPerKey = collector.Register(reg, m.maxPerKey, &err)
+	m.deadLetters = collector.Register(reg, m.deadLetters, &err)
+	m.ownedShards = collector.Register(reg, m.ownedShards, &err)
+	m.published = collector.Register(reg, m.published, &err)
+	m.failedAttempts = collector.Register(reg, m.failedAttempts, &err)
+	m.commitToAck = collector.Register(reg, m.commitToAck, &err)
 	return m, err
-}
-
-// register registers c, or returns the collector already registered under
-// its name, so that several relays in one process share their metrics.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	*errp = errors.Join(*errp, err)
-	return c
 }

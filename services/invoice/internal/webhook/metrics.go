@@ -1,9 +1,9 @@
 package webhook
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/usagebilling/billing/pkg/collector"
 )
 
 type metrics struct {
@@ -43,29 +43,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	var err error
-	m.commitToFirstAttempt = register(reg, m.commitToFirstAttempt, &err)
-	m.oldestPendingAge = register(reg, m.oldestPendingAge, &err)
-	m.attemptsPerIntent = register(reg, m.attemptsPerIntent, &err)
-	m.attempts = register(reg, m.attempts, &err)
-	m.finished = register(reg, m.finished, &err)
+	m.commitToFirstAttempt = collector.Register(reg, m.commitToFirstAttempt, &err)
+	m.oldestPendingAge = collector.Register(reg, m.oldestPendingAge, &err)
+	m.attemptsPerIntent = collector.Register(reg, m.attemptsPerIntent, &err)
+	m.attempts = collector.Register(reg, m.attempts, &err)
+	m.finished = collector.Register(reg, m.finished, &err)
 	return m, err
-}
-
-// register registers c, or returns the collector already registered under
-// its name, so that several workers in one process share their metrics.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
-	err := reg.Register(c)
-	if err == nil {
-		return c
-	}
-	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
-		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
-		}
-	}
-	*errp = errors.Join(*errp, err)
-	return c
 }
 
 func (m *metrics) ended(status string, attempts int32) {
