@@ -59,6 +59,18 @@ func FromContext(ctx context.Context) (Claims, bool) {
 	return c, ok
 }
 
+// ActorOf returns the actor a money-changing command is recorded under: the
+// subject of the request's verified bearer token, or 401 unauthorized when
+// there is none.
+func ActorOf(r *http.Request) (string, *httpx.Problem) {
+	c, ok := FromContext(r.Context())
+	if !ok || c.Actor() == "" {
+		return "", httpx.NewProblem(http.StatusUnauthorized, "unauthorized",
+			"a money-changing command needs a bearer token naming its actor")
+	}
+	return c.Actor(), nil
+}
+
 // WithClaims returns ctx carrying c (what Middleware does for a request).
 func WithClaims(ctx context.Context, c Claims) context.Context {
 	return context.WithValue(ctx, ctxKey{}, c)

@@ -99,7 +99,7 @@ func (a *API) postAdjustment(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, a.log, err)
 		return
 	}
-	actor, p := actorOf(r)
+	actor, p := auth.ActorOf(r)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
@@ -129,7 +129,7 @@ func (a *API) closePeriod(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, a.log, err)
 		return
 	}
-	actor, p := actorOf(r)
+	actor, p := auth.ActorOf(r)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
@@ -208,15 +208,4 @@ func (a *API) svcNow() time.Time { return a.svc.Now() }
 func request(tenant string, cmd httpx.Command, actor string) app.Request {
 	return app.Request{TenantID: tenant, IdempotencyKey: cmd.IdempotencyKey, CorrelationID: cmd.CorrelationID,
 		RequestHash: cmd.RequestHash, Actor: actor}
-}
-
-// actorOf is who sent a money-changing command: the subject of the verified
-// bearer token (auth.Middleware put its claims in the request's context).
-// Without one nothing is written: 401.
-func actorOf(r *http.Request) (string, *httpx.Problem) {
-	c, ok := auth.FromContext(r.Context())
-	if !ok || c.Actor() == "" {
-		return "", httpx.NewProblem(http.StatusUnauthorized, "unauthorized", "a money-changing command needs a bearer token naming its actor")
-	}
-	return c.Actor(), nil
 }

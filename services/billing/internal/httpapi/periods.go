@@ -45,7 +45,7 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, a.log, err)
 		return
 	}
-	actor, p := actorOf(r)
+	actor, p := auth.ActorOf(r)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return

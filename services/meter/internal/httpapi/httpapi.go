@@ -112,14 +112,13 @@ func (api *API) activatePrice(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteError(w, r, api.log, err)
 		return
 	}
-	claims, ok := auth.FromContext(r.Context())
-	if !ok || claims.Actor() == "" {
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusUnauthorized, "unauthorized",
-			"a money-changing command needs a bearer token naming its actor"))
+	actor, p := auth.ActorOf(r)
+	if p != nil {
+		httpx.WriteProblem(w, p)
 		return
 	}
 	rc, err := api.app.ActivatePrice(r.Context(), app.ActivatePrice{
-		Actor:          claims.Actor(),
+		Actor:          actor,
 		TenantID:       tenant,
 		IdempotencyKey: cmd.IdempotencyKey,
 		RequestHash:    cmd.RequestHash,
