@@ -15,6 +15,7 @@ import (
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/outbox"
+	"github.com/usagebilling/billing/pkg/page"
 	"github.com/usagebilling/billing/pkg/recon"
 )
 
@@ -113,7 +114,7 @@ func (a *API) quarantine(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	if f.Limit, p = limitParam(q.Get("limit")); p != nil {
+	if f.Limit, p = page.Limit(q.Get("limit"), 0, MaxLimit); p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
@@ -163,7 +164,7 @@ func (a *API) deadLetters(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	limit, p := limitParam(q.Get("limit"))
+	limit, p := page.Limit(q.Get("limit"), 0, MaxLimit)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
@@ -200,13 +201,10 @@ func (a *API) reconciliation(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_period", "period must be YYYY-MM"))
 		return
 	}
-	limit, p := limitParamUpTo(q.Get("limit"), recon.MaxPageSize)
+	limit, p := page.Limit(q.Get("limit"), recon.PageSize, recon.MaxPageSize)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
-	}
-	if limit == 0 {
-		limit = recon.PageSize
 	}
 	var after recon.Position
 	if s := q.Get("after"); s != "" {
@@ -248,20 +246,6 @@ func limitOf(n int) int {
 		return MaxLimit
 	}
 	return n
-}
-
-func limitParam(s string) (int, *httpx.Problem) { return limitParamUpTo(s, MaxLimit) }
-
-// limitParamUpTo parses a limit from 1 to most; 0 when absent.
-func limitParamUpTo(s string, most int) (int, *httpx.Problem) {
-	if s == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > most {
-		return 0, httpx.Problemf(http.StatusBadRequest, "invalid_limit", "limit must be an integer from 1 to %d", most)
-	}
-	return n, nil
 }
 
 func cursor(s string) (int64, *httpx.Problem) {

@@ -37,19 +37,28 @@ func (r Request) First() bool { return r.cursor == "" }
 // Parse reads `limit` and `cursor` from a query string. Problems:
 // invalid_limit and invalid_cursor (400).
 func Parse(q url.Values) (Request, *httpx.Problem) {
-	req := Request{Limit: DefaultLimit, cursor: q.Get("cursor")}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > MaxLimit {
-			return Request{}, httpx.Problemf(http.StatusBadRequest, "invalid_limit",
-				"limit must be an integer from 1 to %d", MaxLimit)
-		}
-		req.Limit = n
+	limit, p := Limit(q.Get("limit"), DefaultLimit, MaxLimit)
+	if p != nil {
+		return Request{}, p
 	}
+	req := Request{Limit: limit, cursor: q.Get("cursor")}
 	if len(req.cursor) > maxCursor {
 		return Request{}, invalidCursor()
 	}
 	return req, nil
+}
+
+// Limit reads a `limit` parameter: an integer from 1 to most, def when
+// absent. Problem: invalid_limit (400).
+func Limit(s string, def, most int) (int, *httpx.Problem) {
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > most {
+		return 0, httpx.Problemf(http.StatusBadRequest, "invalid_limit", "limit must be an integer from 1 to %d", most)
+	}
+	return n, nil
 }
 
 // After decodes the request's cursor into dst, the keyset position a previous

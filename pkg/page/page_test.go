@@ -195,3 +195,29 @@ func checkProblem(t *testing.T, p *httpx.Problem, code string) {
 		t.Fatalf("problem %d %s, want 400 %s", p.Status, p.Code, code)
 	}
 }
+
+// Limit is the one reading of `limit`: def when absent, 1 to most, else
+// invalid_limit naming the bound.
+func TestLimit(t *testing.T) {
+	tests := []struct {
+		in       string
+		def, max int
+		want     int
+		problem  bool
+	}{
+		{"", 100, 500, 100, false}, {"", 0, 500, 0, false}, {"1", 100, 500, 1, false}, {"500", 100, 500, 500, false},
+		{"501", 100, 500, 0, true}, {"0", 100, 500, 0, true}, {"-1", 100, 500, 0, true}, {"1e2", 100, 500, 0, true},
+	}
+	for _, tt := range tests {
+		n, p := page.Limit(tt.in, tt.def, tt.max)
+		if tt.problem {
+			if p == nil || p.Status != http.StatusBadRequest || p.Code != "invalid_limit" || !strings.Contains(p.Detail, "500") {
+				t.Errorf("Limit(%q): %d, %+v, want 400 invalid_limit naming 500", tt.in, n, p)
+			}
+			continue
+		}
+		if p != nil || n != tt.want {
+			t.Errorf("Limit(%q, %d, %d) = %d, %+v, want %d", tt.in, tt.def, tt.max, n, p, tt.want)
+		}
+	}
+}
