@@ -51,7 +51,7 @@ func freeAddr(t *testing.T) string {
 func TestServiceRatesPublishesAndCloses(t *testing.T) {
 	t.Parallel()
 	brokers := kafkatest.Brokers(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	if err := kafkabroker.CreateTopics(ctx, brokers, 3, events.AllTopics...); err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 		"AUTH_DEV_KEY": "true", "DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers[0], "HTTP_ADDR": addr, "LOG_LEVEL": "warn",
 		"CONSUMER_GROUP": "billing-" + t.Name(), "RELAY_POLL_INTERVAL": "100ms",
 	})
-	runCtx, stop := context.WithCancel(context.Background())
+	runCtx, stop := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- service.Run(runCtx, billing.Spec, nil, env) }()
 	defer func() {
@@ -94,7 +94,7 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 	produce(t, brokers, events.TopicMeter,
 		bt.Price{Tenant: "acme", Meter: "api_calls", Currency: "USD", Version: 1, UnitPrice: "0.001", EffectiveAt: jan1}.Raw(t))
 
-	pool, err := pgxpool.New(context.Background(), dbURL)
+	pool, err := pgxpool.New(t.Context(), dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}

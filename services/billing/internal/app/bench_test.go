@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -30,7 +29,7 @@ func benchmarkRateUsage(b *testing.B, batch, tenants int) {
 	pool := bt.NewPool(b)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(b, svc)
-	ctx := context.Background()
+	ctx := b.Context()
 	names := make([]string, tenants)
 	for i := range names {
 		names[i] = fmt.Sprintf("bench%d", i)

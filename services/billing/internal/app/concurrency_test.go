@@ -80,7 +80,7 @@ func (r ratingRace) run(t *testing.T) raceResult {
 	}
 	total := r.workers * r.batches
 
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	var committed atomic.Int64
 	start := make([]chan struct{}, len(r.closes))
@@ -195,7 +195,7 @@ func (r ratingRace) run(t *testing.T) raceResult {
 func (res raceResult) check(t *testing.T, closed ...string) map[string]int {
 	t.Helper()
 	pool := res.pool
-	ctx := context.Background()
+	ctx := t.Context()
 	if n := bt.Count(t, pool, `SELECT count(*) FROM unnest($1::uuid[]) AS u(id)
 		WHERE (SELECT count(*) FROM charge c WHERE c.usage_event_id = u.id) <> 1`, res.usage); n != 0 {
 		t.Fatalf("%d usage events without exactly one charge", n)

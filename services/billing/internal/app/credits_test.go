@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -29,7 +28,7 @@ func post(t *testing.T, svc *app.Service, tenant string, charge uuid.UUID, amoun
 		return app.Reply{}, err
 	}
 	key := uuid.NewString()
-	return svc.PostAdjustment(context.Background(), app.Request{
+	return svc.PostAdjustment(t.Context(), app.Request{
 		TenantID: tenant, IdempotencyKey: key, RequestHash: idempotency.RequestHash("POST", "/adj", []byte(key)), Actor: actor,
 	}, a)
 }
@@ -48,7 +47,7 @@ func adjusted(t *testing.T, pool *pgxpool.Pool, tenant, period, currency string)
 	t.Helper()
 	var sum decimal.Decimal
 	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT COALESCE(sum(amount), 0), count(*) FROM adjustment
+	if err := pool.QueryRow(t.Context(), `SELECT COALESCE(sum(amount), 0), count(*) FROM adjustment
 		WHERE tenant_id = $1 AND period = $2 AND currency = $3`, tenant, period, currency).Scan(&sum, &n); err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +217,7 @@ func TestCreditAfterClose(t *testing.T) {
 	}
 	req := closeRequest("t1", "2026-02", "close-feb")
 	req.Actor = ""
-	if _, err := svc.ClosePeriod(context.Background(), req, "2026-02"); !errors.Is(err, app.ErrNoActor) {
+	if _, err := svc.ClosePeriod(t.Context(), req, "2026-02"); !errors.Is(err, app.ErrNoActor) {
 		t.Fatalf("close without actor: %v", err)
 	}
 }
@@ -274,7 +273,7 @@ func TestCreditsAgainstPricedLines(t *testing.T) {
 	}
 	_, err = post(t, svc, "t1", byCurrency["USD"], "-0.01", "USD", actor)
 	wantCode(t, err, "credit_exceeds_charges")
-	est, err := svc.PeriodEstimate(context.Background(), "t1", "2026-01")
+	est, err := svc.PeriodEstimate(t.Context(), "t1", "2026-01")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -21,7 +20,7 @@ import (
 // unit charges' exact amounts and the adjustments.
 func TestOtherModelsAndThePeriodEstimate(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	svc.SetClock(func() time.Time { return jan20 }) // January in progress

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,7 +45,7 @@ func putSettings(t *testing.T, svc *app.Service, tenant, zone, grace string) app
 		t.Fatal(err)
 	}
 	body := fmt.Sprintf(`{"timeZone":%q,"gracePeriod":%q}`, zone, grace)
-	reply, err := svc.PutSettings(context.Background(), app.Request{
+	reply, err := svc.PutSettings(t.Context(), app.Request{
 		TenantID: tenant, IdempotencyKey: "settings-" + body, Actor: "admin@" + tenant + ".example",
 		RequestHash: idempotency.RequestHash(http.MethodPut, "/v1/tenants/"+tenant+"/settings", []byte(body)),
 	}, st)
@@ -62,7 +61,7 @@ func putSettings(t *testing.T, svc *app.Service, tenant, zone, grace string) app
 
 func chargePeriods(t *testing.T, pool *pgxpool.Pool, tenant string) map[string]string {
 	t.Helper()
-	rows, err := pool.Query(context.Background(),
+	rows, err := pool.Query(t.Context(),
 		`SELECT to_char(occurred_at AT TIME ZONE 'UTC', 'MM-DD"T"HH24:MI'), period FROM charge WHERE tenant_id = $1`, tenant)
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +147,7 @@ func TestSettingsApplyOnlyToFuturePeriods(t *testing.T) {
 	pool := bt.NewPool(t)
 	clk := newClock(jan10)
 	svc := clk.service(pool)
-	ctx := context.Background()
+	ctx := t.Context()
 	if got := putSettings(t, svc, "t1", "America/New_York", "PT2H"); got.EffectiveFrom != "2026-02" {
 		t.Fatalf("effective from %s, want 2026-02", got.EffectiveFrom)
 	}
@@ -253,7 +252,7 @@ func TestSchedulerClosesOnceWithTwoInstances(t *testing.T) {
 		for i := range 6 {
 			svc := []*app.Service{a, b}[i%2]
 			wg.Go(func() {
-				run, err := svc.CloseDuePeriods(context.Background())
+				run, err := svc.CloseDuePeriods(t.Context())
 				if err != nil {
 					t.Error(err)
 				}
@@ -281,7 +280,7 @@ func TestSchedulerClosesOnceWithTwoInstances(t *testing.T) {
 		return out
 	}
 	status := func(tenant string) (string, *time.Time) {
-		est, err := a.PeriodEstimate(context.Background(), tenant, "2026-01")
+		est, err := a.PeriodEstimate(t.Context(), tenant, "2026-01")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,14 +343,14 @@ func TestExplicitCloseDuringGrace(t *testing.T) {
 	ib := bt.NewInbox(t, svc)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 0, "4", jan10).Raw(t))
 	clk.set(time.Date(2026, 2, 1, 0, 10, 0, 0, time.UTC))
-	if run, err := svc.CloseDuePeriods(context.Background()); err != nil || len(run.Ended) != 1 {
+	if run, err := svc.CloseDuePeriods(t.Context()); err != nil || len(run.Ended) != 1 {
 		t.Fatalf("grace pass = %+v, %v", run, err)
 	}
 	// Usage of January accepted during grace is still January's.
 	bt.Decide(t, pool, ib, usageAt("t1", 0, "1", jan20).Raw(t))
 	closePeriod(t, svc, "t1", "2026-01", "close-in-grace")
 	clk.set(time.Date(2026, 2, 1, 2, 0, 0, 0, time.UTC))
-	if run, err := svc.CloseDuePeriods(context.Background()); err != nil || len(run.Closed)+len(run.Ended) > 0 {
+	if run, err := svc.CloseDuePeriods(t.Context()); err != nil || len(run.Closed)+len(run.Ended) > 0 {
 		t.Fatalf("pass after the explicit close = %+v, %v", run, err)
 	}
 	closes := bt.OfType[events.BillingPeriodClosed](bt.Outbox(t, pool))
@@ -373,7 +372,7 @@ func TestCloseOfAPeriodNotBegunInTheTenantsZone(t *testing.T) {
 	svc := clk.service(pool)
 	putSettings(t, svc, "seoul", "Asia/Seoul", "PT1H") // from 2026-12
 	clk.set(time.Date(2026, 12, 31, 16, 0, 0, 0, time.UTC))
-	if _, err := svc.ClosePeriod(context.Background(), closeRequest("utc", "2027-01", "k"), "2027-01"); codeOf(err) != "period_in_future" {
+	if _, err := svc.ClosePeriod(t.Context(), closeRequest("utc", "2027-01", "k"), "2027-01"); codeOf(err) != "period_in_future" {
 		t.Fatalf("close of 2027-01 in UTC: %v, want period_in_future", err)
 	}
 	closePeriod(t, svc, "seoul", "2027-01", "k")
@@ -397,11 +396,11 @@ func TestSchedulerFinishesACloseLeftClosing(t *testing.T) {
 	ib := bt.NewInbox(t, svc)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 0, "4", jan10).Raw(t))
 	// Step 1 of a close, committed, and nothing after it.
-	if _, err := pool.Exec(context.Background(),
+	if _, err := pool.Exec(t.Context(),
 		`INSERT INTO billing_period (tenant_id, period, status, closing_at) VALUES ('t1', '2026-01', 'closing', now())`); err != nil {
 		t.Fatal(err)
 	}
-	run, err := svc.CloseDuePeriods(context.Background())
+	run, err := svc.CloseDuePeriods(t.Context())
 	if err != nil || !slices.Equal(run.Closed, []string{"t1/2026-01"}) {
 		t.Fatalf("pass = %+v, %v", run, err)
 	}

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,7 +29,7 @@ func closeRequest(tenant, period, key string) app.Request {
 
 func closePeriod(t *testing.T, svc *app.Service, tenant, period, key string) app.Reply {
 	t.Helper()
-	reply, err := svc.ClosePeriod(context.Background(), closeRequest(tenant, period, key), period)
+	reply, err := svc.ClosePeriod(t.Context(), closeRequest(tenant, period, key), period)
 	if err != nil {
 		t.Fatalf("close %s %s: %v", tenant, period, err)
 	}
@@ -51,7 +50,7 @@ func adjust(t *testing.T, svc *app.Service, tenant string, chargeID uuid.UUID, a
 		t.Fatal(err)
 	}
 	key := uuid.NewString()
-	reply, err := svc.PostAdjustment(context.Background(), app.Request{
+	reply, err := svc.PostAdjustment(t.Context(), app.Request{
 		TenantID: tenant, IdempotencyKey: key, RequestHash: idempotency.RequestHash("POST", "/adj", []byte(key)),
 		Actor: "admin@" + tenant + ".example",
 	}, a)
@@ -78,7 +77,7 @@ func listAll(t *testing.T, svc *app.Service, tenant string, f app.ChargeFilter, 
 	var all []app.Charge
 	var after app.ChargePosition
 	for {
-		page, err := svc.ListCharges(context.Background(), tenant, f, after, limit)
+		page, err := svc.ListCharges(t.Context(), tenant, f, after, limit)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +91,7 @@ func listAll(t *testing.T, svc *app.Service, tenant string, f app.ChargeFilter, 
 
 func periodStatus(t *testing.T, pool *pgxpool.Pool, tenant, period string) (status string, closeEventID *uuid.UUID) {
 	t.Helper()
-	err := pool.QueryRow(context.Background(), `SELECT status, close_event_id FROM billing_period WHERE tenant_id = $1 AND period = $2`,
+	err := pool.QueryRow(t.Context(), `SELECT status, close_event_id FROM billing_period WHERE tenant_id = $1 AND period = $2`,
 		tenant, period).Scan(&status, &closeEventID)
 	if err != nil {
 		t.Fatalf("period %s %s: %v", tenant, period, err)
@@ -140,7 +139,7 @@ func TestCloseRestartedHalfway(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), krwPrice("t1").Raw(t),
 		usageAt("t1", 1, "100", jan10).Raw(t), usageAt("t1", 1, "0.5", jan20).Raw(t), usageAt("t1", 1, "3", jan20).Raw(t),
@@ -269,7 +268,7 @@ func TestCloseIsIdempotent(t *testing.T) {
 	checkClose(t, pool, "t1", closes[0])
 
 	// The same key for another period is refused, and changes nothing.
-	_, err := svc.ClosePeriod(context.Background(), closeRequest("t1", "2026-02", "k1"), "2026-02")
+	_, err := svc.ClosePeriod(t.Context(), closeRequest("t1", "2026-02", "k1"), "2026-02")
 	if !errors.Is(err, app.ErrKeyReused) {
 		t.Fatalf("err = %v, want key reused", err)
 	}
@@ -304,7 +303,7 @@ func TestConcurrentClosesPublishOnce(t *testing.T) {
 	for i := range 6 {
 		go func() {
 			key := fmt.Sprintf("k%d", i%2) // two keys, three requests each
-			_, err := svc.ClosePeriod(context.Background(), closeRequest("t1", "2026-01", key), "2026-01")
+			_, err := svc.ClosePeriod(t.Context(), closeRequest("t1", "2026-01", key), "2026-01")
 			errs <- err
 		}()
 	}
@@ -337,7 +336,7 @@ func TestAdjustments(t *testing.T) {
 	}
 	var correctionOf uuid.UUID
 	var amount string
-	if err := pool.QueryRow(context.Background(), `SELECT correction_of, amount::text FROM adjustment WHERE adjustment_id = $1`,
+	if err := pool.QueryRow(t.Context(), `SELECT correction_of, amount::text FROM adjustment WHERE adjustment_id = $1`,
 		got.AdjustmentID).Scan(&correctionOf, &amount); err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +451,7 @@ func TestEventsAreTheirOwnAggregatesAndTheCloseTalliesThem(t *testing.T) {
 			}
 			rated[v.UsageEventID] = v
 			var eventID uuid.UUID
-			if err := pool.QueryRow(context.Background(), `SELECT event_id FROM charge WHERE charge_id = $1`, v.ChargeID).
+			if err := pool.QueryRow(t.Context(), `SELECT event_id FROM charge WHERE charge_id = $1`, v.ChargeID).
 				Scan(&eventID); err != nil || eventID != e.EventID {
 				t.Fatalf("charge %s row event %s, published %s: %v", v.ChargeID, eventID, e.EventID, err)
 			}
@@ -489,7 +488,7 @@ func TestEventsAreTheirOwnAggregatesAndTheCloseTalliesThem(t *testing.T) {
 		t.Fatalf("adjustments = %s", bt.JSON(posted))
 	}
 	var afterClose bool
-	if err := pool.QueryRow(context.Background(), `SELECT after_close FROM adjustment WHERE adjustment_id = $1`,
+	if err := pool.QueryRow(t.Context(), `SELECT after_close FROM adjustment WHERE adjustment_id = $1`,
 		after.AdjustmentID).Scan(&afterClose); err != nil || !afterClose {
 		t.Fatalf("after-close adjustment row: after_close %v, %v", afterClose, err)
 	}
@@ -528,7 +527,7 @@ func TestEventsAreTheirOwnAggregatesAndTheCloseTalliesThem(t *testing.T) {
 // currency.
 func chargeEventIDs(t *testing.T, pool *pgxpool.Pool, tenant, period, currency string) []uuid.UUID {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT event_id FROM charge WHERE tenant_id = $1 AND period = $2 AND currency = $3`,
+	rows, err := pool.Query(t.Context(), `SELECT event_id FROM charge WHERE tenant_id = $1 AND period = $2 AND currency = $3`,
 		tenant, period, currency)
 	if err != nil {
 		t.Fatal(err)

@@ -215,7 +215,7 @@ func TestSameUsageDeliveredEightTimesConcurrently(t *testing.T) {
 	for range deliveries {
 		wg.Go(func() {
 			<-start
-			ds, err := bt.TryDecide(context.Background(), pool, ib, usageRaw)
+			ds, err := bt.TryDecide(t.Context(), pool, ib, usageRaw)
 			if err != nil {
 				errs <- err
 				return
@@ -323,7 +323,7 @@ func TestConcurrentBatchesOverTheSameTenantsDoNotWait(t *testing.T) {
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
 	bt.Decide(t, pool, ib, priceV1("a").Raw(t), priceV1("b").Raw(t))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
 	batch := func(first, second string, started chan<- struct{}, other <-chan struct{}) error {
@@ -376,7 +376,7 @@ func TestRatingNeedsNoSecondConnection(t *testing.T) {
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
 	n := int(pool.Config().MaxConns)
@@ -423,7 +423,7 @@ func TestPriceEvidenceIsReplicatedOnce(t *testing.T) {
 		t.Fatalf("evidence rows = %d", n)
 	}
 	var price string
-	if err := pool.QueryRow(context.Background(), `SELECT unit_price::text FROM price_evidence`).Scan(&price); err != nil || price != "0.0125" {
+	if err := pool.QueryRow(t.Context(), `SELECT unit_price::text FROM price_evidence`).Scan(&price); err != nil || price != "0.0125" {
 		t.Fatalf("unit price = %q, %v", price, err)
 	}
 }
@@ -523,7 +523,7 @@ func TestOneBatchRatesEachUsageAsAlone(t *testing.T) {
 // transaction, the usage at that version.
 func TestQuarantinedPriceActivatedHoldsRatingBack(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"maps"
 	"slices"
 	"testing"
@@ -21,7 +20,7 @@ func readSet[T recon.Row](t *testing.T, sets recon.Sets, set, tenant, period str
 	var out []T
 	q := recon.Query{TenantID: tenant, Period: period, Limit: limit}
 	for {
-		rows, err := sets[set](context.Background(), q)
+		rows, err := sets[set](t.Context(), q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +38,7 @@ func readSet[T recon.Row](t *testing.T, sets recon.Sets, set, tenant, period str
 // usage event id -> the UTC month it occurred in, and -> its charge's period.
 func utcFacts(t *testing.T, pool *pgxpool.Pool, tenant string) (utcMonth, period map[uuid.UUID]string) {
 	t.Helper()
-	rows, err := pool.Query(context.Background(),
+	rows, err := pool.Query(t.Context(),
 		`SELECT usage_event_id, to_char(occurred_at AT TIME ZONE 'UTC', 'YYYY-MM'), period FROM charge WHERE tenant_id = $1`, tenant)
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +161,7 @@ func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 	// A charge moved into the UTC month of its usage (the period a
 	// UTC-month reconciliation expected) is out of its period.
 	var moved uuid.UUID
-	if err := pool.QueryRow(context.Background(), `
+	if err := pool.QueryRow(t.Context(), `
 		UPDATE charge SET period = '2026-02'
 		WHERE tenant_id = 'seoul' AND occurred_at = '2026-02-28T20:00:00Z' RETURNING usage_event_id`).Scan(&moved); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -38,7 +37,7 @@ func usageMark(t *testing.T, partition, partitions int32, through time.Time) []b
 // requester's actor, counting every such fact, none late.
 func TestCloseWaitsForUsageWatermarks(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool := bt.NewPool(t)
 	clk := newClock(jan10)
 	svc := clk.service(pool)

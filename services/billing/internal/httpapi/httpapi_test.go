@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -73,7 +72,7 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) chargeOf(t *testing.T, tenant string) string {
 	t.Helper()
 	var id string
-	if err := f.pool.QueryRow(context.Background(), `SELECT charge_id::text FROM charge WHERE tenant_id = $1`, tenant).Scan(&id); err != nil {
+	if err := f.pool.QueryRow(t.Context(), `SELECT charge_id::text FROM charge WHERE tenant_id = $1`, tenant).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -125,7 +124,7 @@ func (f *fixture) do(t *testing.T, method, path string, header map[string]string
 func (f *fixture) state(t *testing.T) string {
 	t.Helper()
 	var s string
-	err := f.pool.QueryRow(context.Background(), `SELECT concat_ws(' ',
+	err := f.pool.QueryRow(t.Context(), `SELECT concat_ws(' ',
 		(SELECT count(*) FROM adjustment), (SELECT count(*) FROM charge), (SELECT count(*) FROM outbox_event),
 		(SELECT count(*) FROM idempotency_key), (SELECT count(*) FROM billing_period),
 		(SELECT string_agg(tenant_id || period || status, ',' ORDER BY tenant_id, period) FROM billing_period))`).Scan(&s)
@@ -373,7 +372,7 @@ func TestCloseAndChargesOverHTTP(t *testing.T) {
 
 func TestDatabaseDownIs503(t *testing.T) {
 	t.Parallel()
-	pool, err := pgxpool.New(context.Background(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+	pool, err := pgxpool.New(t.Context(), "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +444,7 @@ func (f *fixture) pages(t *testing.T, query string) (all []string, sizes []int) 
 // "meter/currency/version/id", in line order.
 func (f *fixture) chargesInDB(t *testing.T, where string) []string {
 	t.Helper()
-	rows, err := f.pool.Query(context.Background(), `SELECT meter_code || '/' || currency || '/' || price_version || '/' || charge_id
+	rows, err := f.pool.Query(t.Context(), `SELECT meter_code || '/' || currency || '/' || price_version || '/' || charge_id
 		FROM charge WHERE tenant_id = 't1' AND period = '2026-01' AND `+where+`
 		ORDER BY meter_code, currency, price_version, charge_id`)
 	if err != nil {

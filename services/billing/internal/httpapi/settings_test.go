@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"testing"
@@ -66,7 +65,7 @@ func TestSettingsOverHTTP(t *testing.T) {
 	}
 	var zone, actor string
 	var grace int64
-	err := f.pool.QueryRow(context.Background(), `SELECT time_zone, grace_seconds, actor FROM tenant_settings
+	err := f.pool.QueryRow(t.Context(), `SELECT time_zone, grace_seconds, actor FROM tenant_settings
 		WHERE tenant_id = 't1' AND effective_from = $1`, got.EffectiveFrom).Scan(&zone, &grace, &actor)
 	if err != nil || zone != "Asia/Seoul" || grace != 5400 || actor != testActor || rows() != 1 {
 		t.Fatalf("settings row: %s %d %s (%v), %d rows", zone, grace, actor, err, rows())
