@@ -1,7 +1,6 @@
 package query_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -41,7 +40,7 @@ func routesOf(t *testing.T, spec service.Spec) (*httptest.Server, []route, *pgxp
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := pgxpool.New(context.Background(), dbURL)
+	pool, err := pgxpool.New(t.Context(), dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +48,7 @@ func routesOf(t *testing.T, spec service.Spec) (*httptest.Server, []route, *pgxp
 	reg := envelope.NewRegistry()
 	events.Register(reg)
 	d := service.Deps{Config: cfg, Logger: slog.New(slog.DiscardHandler), Pool: pool, Metrics: prometheus.NewRegistry(), Registry: reg}
-	parts, err := spec.Build(context.Background(), d)
+	parts, err := spec.Build(t.Context(), d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +260,7 @@ func TestAccessControlAllRoutes(t *testing.T) {
 			}
 			outbox := func() int {
 				var n int
-				if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM outbox_event`).Scan(&n); err != nil {
+				if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event`).Scan(&n); err != nil {
 					t.Fatal(err)
 				}
 				return n

@@ -2,7 +2,6 @@ package query_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -149,7 +148,7 @@ type reconciliation struct {
 // the healthy flow and names the ids of a row broken behind its back.
 func TestOperatorRecovery(t *testing.T) {
 	s := newStack(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	op := auth.Client(mustToken(t, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)))
 	acme := auth.Client(auth.DevToken(auth.RoleTenant, "acme"))
 	beta := auth.Client(auth.DevToken(auth.RoleTenant, "beta"))

@@ -1,7 +1,6 @@
 package query_test
 
 import (
-	"context"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -22,7 +21,7 @@ func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 	offsets := filepath.Join(t.TempDir(), "clock-offset")
 	t.Setenv("CLOCK_OFFSET_FILE", offsets) // read from the process's environment by every service
 	s := newStack(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	op := auth.Client(mustToken(t, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)))
 
 	type tenant struct {

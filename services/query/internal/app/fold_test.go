@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -21,7 +20,7 @@ import (
 // same batches together), whether the rows were folded yet or not.
 func TestSummaryExactWhileFolderRuns(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool := pgtest.NewPool(t, Template)
 	ib := NewInbox(t)
 	f := NewFeed(t, "acme")

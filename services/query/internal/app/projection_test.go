@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -89,7 +88,7 @@ func scenario(t *testing.T, tenant string, n int) ([]Event, *want) {
 
 func check(t *testing.T, pool *pgxpool.Pool, tenant string, w *want) {
 	t.Helper()
-	s, err := app.NewReader(pool).Summary(context.Background(), tenant)
+	s, err := app.NewReader(pool).Summary(t.Context(), tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +114,7 @@ func check(t *testing.T, pool *pgxpool.Pool, tenant string, w *want) {
 		t.Fatalf("%s lastEventAt %v, want %v", tenant, s.LastEventAt, w.last)
 	}
 	var events int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM projected_event WHERE tenant_id = $1`,
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM projected_event WHERE tenant_id = $1`,
 		tenant).Scan(&events); err != nil {
 		t.Fatal(err)
 	}
@@ -167,13 +166,13 @@ func TestSummaryIndependentOfOrder(t *testing.T) {
 	for start := 0; start < len(shuffled); start += 5 {
 		Decide(t, pool, ib, shuffled[start:min(start+5, len(shuffled))]...)
 		if start == 10 { // a read while events are still missing folds what is there
-			if _, err := app.NewReader(pool).Summary(context.Background(), "acme"); err != nil {
+			if _, err := app.NewReader(pool).Summary(t.Context(), "acme"); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	var deferred int
-	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM inbox_deferred`).Scan(&deferred); err != nil {
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM inbox_deferred`).Scan(&deferred); err != nil {
 		t.Fatal(err)
 	}
 	if deferred != 0 {
@@ -191,14 +190,14 @@ func TestProjectionIsUniqueByEventID(t *testing.T) {
 	f := NewFeed(t, "acme")
 	u := f.Usage("api_calls", "USD", "2")
 	Decide(t, pool, ib, u)
-	if _, err := pool.Exec(context.Background(), `DELETE FROM inbox_event`); err != nil {
+	if _, err := pool.Exec(t.Context(), `DELETE FROM inbox_event`); err != nil {
 		t.Fatal(err)
 	}
 	ds := Decide(t, pool, ib, u)
 	if ds[0].Outcome != inbox.OutcomeDuplicate || ds[0].Reason != "effect_exists:projected_event_pkey" {
 		t.Fatalf("decision %+v, want duplicate by projected_event_pkey", ds[0])
 	}
-	s, err := app.NewReader(pool).Summary(context.Background(), "acme")
+	s, err := app.NewReader(pool).Summary(t.Context(), "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +215,7 @@ func TestProjectionDuplicateInABatch(t *testing.T) {
 	f := NewFeed(t, "acme")
 	old := f.Usage("api_calls", "USD", "2")
 	Decide(t, pool, ib, old)
-	if _, err := pool.Exec(context.Background(), `DELETE FROM inbox_event`); err != nil {
+	if _, err := pool.Exec(t.Context(), `DELETE FROM inbox_event`); err != nil {
 		t.Fatal(err)
 	}
 	evs := []Event{f.Usage("api_calls", "USD", "1"), f.Usage("api_calls", "USD", "1"), old,
@@ -231,7 +230,7 @@ func TestProjectionDuplicateInABatch(t *testing.T) {
 			t.Fatalf("decision %d %+v, want applied", i, d)
 		}
 	}
-	s, err := app.NewReader(pool).Summary(context.Background(), "acme")
+	s, err := app.NewReader(pool).Summary(t.Context(), "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +242,7 @@ func TestProjectionDuplicateInABatch(t *testing.T) {
 func TestUnknownTenantHasAZeroSummary(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, Template)
-	s, err := app.NewReader(pool).Summary(context.Background(), "nobody")
+	s, err := app.NewReader(pool).Summary(t.Context(), "nobody")
 	if err != nil {
 		t.Fatal(err)
 	}

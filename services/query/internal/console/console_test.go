@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
@@ -176,7 +175,7 @@ func (f *fixture) quarantine(service, tenant, reason string) uuid.UUID {
 func (f *fixture) auditRows() int {
 	f.t.Helper()
 	var n int
-	if err := f.pool.QueryRow(context.Background(), `SELECT count(*) FROM redrive_audit`).Scan(&n); err != nil {
+	if err := f.pool.QueryRow(f.t.Context(), `SELECT count(*) FROM redrive_audit`).Scan(&n); err != nil {
 		f.t.Fatal(err)
 	}
 	return n

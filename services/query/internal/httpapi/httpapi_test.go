@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -107,7 +106,7 @@ func TestGetSummary(t *testing.T) {
 
 func TestDatabaseDownIs503(t *testing.T) {
 	// Nothing listens on port 1: every connection attempt fails.
-	pool, err := pgxpool.New(context.Background(), "postgres://query@127.0.0.1:1/query?connect_timeout=2")
+	pool, err := pgxpool.New(t.Context(), "postgres://query@127.0.0.1:1/query?connect_timeout=2")
 	if err != nil {
 		t.Fatal(err)
 	}

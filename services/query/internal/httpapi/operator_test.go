@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -152,7 +151,7 @@ func TestRedriveIsAudited(t *testing.T) {
 	}
 	// The request went out through the outbox, addressed to usage.
 	var raw []byte
-	if err := pool.QueryRow(context.Background(), `SELECT envelope FROM outbox_event WHERE topic = $1`, events.TopicOpsCommands).Scan(&raw); err != nil {
+	if err := pool.QueryRow(t.Context(), `SELECT envelope FROM outbox_event WHERE topic = $1`, events.TopicOpsCommands).Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
 	reg := envelope.NewRegistry()
@@ -192,7 +191,7 @@ func TestRedriveIsAudited(t *testing.T) {
 
 	// The audit is append-only.
 	for _, sql := range []string{`UPDATE redrive_audit SET actor = 'mallory'`, `DELETE FROM redrive_audit`, `TRUNCATE redrive_audit`} {
-		if _, err := pool.Exec(context.Background(), sql); err == nil || !strings.Contains(err.Error(), "append-only") {
+		if _, err := pool.Exec(t.Context(), sql); err == nil || !strings.Contains(err.Error(), "append-only") {
 			t.Errorf("%s: %v, want refused", sql, err)
 		}
 	}
@@ -231,7 +230,7 @@ func TestSubmitRefusesBadInput(t *testing.T) {
 		})
 	}
 	var n int
-	if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM redrive_audit) + (SELECT count(*) FROM outbox_event)`).Scan(&n); err != nil || n != 0 {
+	if err := pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM redrive_audit) + (SELECT count(*) FROM outbox_event)`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d rows written (%v), want none", n, err)
 	}
 }
@@ -300,8 +299,8 @@ func TestQuarantineView(t *testing.T) {
 func TestRecoveryShowsAnUnreachableService(t *testing.T) {
 	pool := pgtest.NewPool(t, Template)
 	srv, _ := operatorServer(t, pool)
-	if err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
-		_, err := tx.Exec(context.Background(), `INSERT INTO inbox_quarantine (raw_sha256, reason, raw, topic, partition, "offset")
+	if err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(t.Context(), `INSERT INTO inbox_quarantine (raw_sha256, reason, raw, topic, partition, "offset")
 			VALUES ('abc', 'malformed', '\x00', 't', 0, 0)`)
 		return err
 	}); err != nil {
@@ -453,7 +452,7 @@ func internalAPI(t *testing.T) (string, *pgxpool.Pool) {
 // outbox order.
 func deadLetters(t *testing.T, pool *pgxpool.Pool, n int) []string {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope, attempts, last_error, dead_at)
 		SELECT gen_random_uuid(), 'usage.events.v1', 'k', 0, 'UsageAccepted', '\x00'::bytea, 10, 'refused (test)',
