@@ -93,7 +93,7 @@ func TestServiceRun(t *testing.T) {
 func kafkaWithTopics(t *testing.T) []string {
 	t.Helper()
 	brokers := kafkatest.Brokers(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	if err := kafkabroker.CreateTopics(ctx, brokers, 3, events.AllTopics...); err != nil {
 		t.Fatal(err)

@@ -44,7 +44,7 @@ func TestServiceEndToEnd(t *testing.T) {
 	}
 	t.Cleanup(broker.Close)
 	brokers := broker.Addrs()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	if err := kafkabroker.CreateTopics(ctx, brokers, 1, events.AllTopics...); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -59,7 +58,7 @@ func TestCorrectionsNeverTakeTheInvoiceBelowZero(t *testing.T) {
 	if !inv.Total.Equal(D("9.5")) || len(inv.Corrections) != 4 || !inv.Total.Add(sum).IsZero() {
 		t.Fatalf("invoice total %s with corrections %+v, want 9.50 corrected to exactly 0", inv.Total, inv.Corrections)
 	}
-	if _, err := pool.Exec(context.Background(), `DELETE FROM inbox_event WHERE event_id = $1`, c2.EventID); err != nil {
+	if _, err := pool.Exec(t.Context(), `DELETE FROM inbox_event WHERE event_id = $1`, c2.EventID); err != nil {
 		t.Fatal(err)
 	}
 	wantOutcomes(t, Decide(t, pool, ib, c2), "duplicate:effect_exists:invoice_correction_origin_key")
@@ -72,7 +71,7 @@ func TestConcurrentCorrectionsOnlyTheOneThatFits(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, Template)
 	ib := NewInbox(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	p := NewPeriod(t, "acme", "2026-11")
 	charge, closed := p.Charge("USD", "1", "10"), p.Close()
 	first, second := p.Adjustment("USD", "-6"), p.Adjustment("USD", "-6")

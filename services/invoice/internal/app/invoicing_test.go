@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -29,7 +28,7 @@ import (
 
 func invoices(t *testing.T, pool *pgxpool.Pool, tenant, period string) map[string]app.Invoice {
 	t.Helper()
-	invs, err := app.NewReader(pool).Invoices(context.Background(), tenant, period, nil, 1000)
+	invs, err := app.NewReader(pool).Invoices(t.Context(), tenant, period, nil, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +66,7 @@ func wantOutcomes(t *testing.T, ds []inbox.Decision, want ...string) {
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+	if err := pool.QueryRow(t.Context(), sql, args...).Scan(&n); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return n
@@ -611,7 +610,7 @@ func TestEffectsAreUniqueByOriginEvent(t *testing.T) {
 	closed := p.Close()
 	adj := p.Adjustment("USD", "-1")
 	Decide(t, pool, ib, c1, a1, closed, adj)
-	if _, err := pool.Exec(context.Background(), `DELETE FROM inbox_event WHERE event_id = ANY($1)`,
+	if _, err := pool.Exec(t.Context(), `DELETE FROM inbox_event WHERE event_id = ANY($1)`,
 		[]uuid.UUID{c1.EventID, a1.EventID, closed.EventID, adj.EventID}); err != nil {
 		t.Fatal(err)
 	}
@@ -640,7 +639,7 @@ func TestChargesOfOneBatchAreDecidedEach(t *testing.T) {
 	old := open.Charge("USD", "1", "1")
 	oldClosed := closedP.Charge("USD", "2", "1")
 	wantOutcomes(t, Decide(t, pool, ib, old, oldClosed, closedP.Close()), "applied", "applied", "applied")
-	if _, err := pool.Exec(context.Background(), `DELETE FROM inbox_event WHERE event_id = ANY($1)`,
+	if _, err := pool.Exec(t.Context(), `DELETE FROM inbox_event WHERE event_id = ANY($1)`,
 		[]uuid.UUID{old.EventID, oldClosed.EventID}); err != nil {
 		t.Fatal(err)
 	}
@@ -790,7 +789,7 @@ func TestIssuedDataIsImmutable(t *testing.T) {
 		`UPDATE invoice_correction SET amount = 0`,
 		`DELETE FROM invoice_correction`,
 	} {
-		if _, err := pool.Exec(context.Background(), sql); err == nil {
+		if _, err := pool.Exec(t.Context(), sql); err == nil {
 			t.Errorf("%s: succeeded, want refused", sql)
 		}
 	}
@@ -808,7 +807,7 @@ func TestTallyDigestIsDigestSQLTerm(t *testing.T) {
 	}
 	var got string
 	query := `SELECT COALESCE(sum(` + strings.ReplaceAll(digest.SQLTerm, "col", "id") + `), 0)::text FROM unnest($1::uuid[]) AS t(id)`
-	if err := pool.QueryRow(context.Background(), query, ids).Scan(&got); err != nil {
+	if err := pool.QueryRow(t.Context(), query, ids).Scan(&got); err != nil {
 		t.Fatal(err)
 	}
 	if got != want.String() {

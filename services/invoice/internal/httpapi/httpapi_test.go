@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -261,7 +260,7 @@ func TestListInvoicesPageByPage(t *testing.T) {
 
 func TestDatabaseDownIs503(t *testing.T) {
 	// Nothing listens on port 1: every connection attempt fails.
-	pool, err := pgxpool.New(context.Background(), "postgres://invoice@127.0.0.1:1/invoice?connect_timeout=2")
+	pool, err := pgxpool.New(t.Context(), "postgres://invoice@127.0.0.1:1/invoice?connect_timeout=2")
 	if err != nil {
 		t.Fatal(err)
 	}

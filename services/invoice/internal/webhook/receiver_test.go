@@ -120,7 +120,7 @@ func (rc *receiver) effects() map[string]int {
 // register makes rc an endpoint of tenant.
 func (rc *receiver) register(t *testing.T, pool *pgxpool.Pool, tenant string) webhook.Endpoint {
 	t.Helper()
-	ep, err := webhook.NewEndpoints(pool, 10).Create(context.Background(), tenant, rc.srv.URL+"/hooks/invoices", "test")
+	ep, err := webhook.NewEndpoints(pool, 10).Create(t.Context(), tenant, rc.srv.URL+"/hooks/invoices", "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package webhook_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -59,7 +58,7 @@ func issue(t *testing.T, pool *pgxpool.Pool, tenant string, correct bool, curren
 
 func intents(t *testing.T, pool *pgxpool.Pool, status string) []webhook.Intent {
 	t.Helper()
-	out, err := webhook.NewStore(pool, time.Hour).List(context.Background(), webhook.Filter{Status: status, Limit: 1000})
+	out, err := webhook.NewStore(pool, time.Hour).List(t.Context(), webhook.Filter{Status: status, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +89,7 @@ func TestIntentsAreWrittenWithTheIssue(t *testing.T) {
 	epA, epB := a.register(t, pool, "acme"), b.register(t, pool, "acme")
 	epGone := gone.register(t, pool, "acme")
 	newReceiver(t).register(t, pool, "other-tenant")
-	if err := webhook.NewEndpoints(pool, 10).Delete(context.Background(), "acme", epGone.ID); err != nil {
+	if err := webhook.NewEndpoints(pool, 10).Delete(t.Context(), "acme", epGone.ID); err != nil {
 		t.Fatal(err)
 	}
 	keys := issue(t, pool, "acme", true, "USD", "EUR")
@@ -123,8 +122,8 @@ func TestIntentsAreWrittenWithTheIssue(t *testing.T) {
 	for _, d := range Published(t, pool) {
 		envs = append(envs, d.Envelope)
 	}
-	if err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
-		return (&webhook.Recorder{TTL: time.Hour}).Record(context.Background(), tx, envs...)
+	if err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		return (&webhook.Recorder{TTL: time.Hour}).Record(t.Context(), tx, envs...)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +368,7 @@ func TestExpiredIntentIsDeliveredByAnOperatorRetry(t *testing.T) {
 	rc.register(t, pool, "acme")
 	keys := issue(t, pool, "acme", false, "USD")
 	// Shorten the intent's life as a 2-second WEBHOOK_TTL would have.
-	if _, err := pool.Exec(context.Background(), `UPDATE webhook_intent SET expires_at = created_at + interval '2 seconds'`); err != nil {
+	if _, err := pool.Exec(t.Context(), `UPDATE webhook_intent SET expires_at = created_at + interval '2 seconds'`); err != nil {
 		t.Fatal(err)
 	}
 	runWorker(t, pool, testConfig())
@@ -382,7 +381,7 @@ func TestExpiredIntentIsDeliveredByAnOperatorRetry(t *testing.T) {
 
 	rc.setBehaviour(nil) // the endpoint is back
 	store := webhook.NewStore(pool, time.Hour)
-	outcome, status, err := store.Retry(context.Background(), expired.ID)
+	outcome, status, err := store.Retry(t.Context(), expired.ID)
 	if err != nil || outcome != webhook.RetryRescheduled || status != webhook.StatusPending {
 		t.Fatalf("retry: %s %s %v, want rescheduled, pending", outcome, status, err)
 	}
@@ -397,14 +396,14 @@ func TestExpiredIntentIsDeliveredByAnOperatorRetry(t *testing.T) {
 	if i := byKey(t, pool)[keys[0]]; i.OperatorRetries != 1 {
 		t.Fatalf("intent %+v, want one operator retry", i)
 	}
-	outcome, status, err = store.Retry(context.Background(), expired.ID)
+	outcome, status, err = store.Retry(t.Context(), expired.ID)
 	if err != nil || outcome != webhook.RetryNotRetryable || status != webhook.StatusAccepted {
 		t.Fatalf("second retry: %s %s %v, want not_retryable, accepted", outcome, status, err)
 	}
-	if outcome, _, _ := store.Retry(context.Background(), uuid.New()); outcome != webhook.RetryNotFound {
+	if outcome, _, _ := store.Retry(t.Context(), uuid.New()); outcome != webhook.RetryNotFound {
 		t.Fatalf("retry of an unknown intent: %s", outcome)
 	}
-	stats, err := store.Stats(context.Background())
+	stats, err := store.Stats(t.Context())
 	if err != nil || stats.ByStatus[webhook.StatusAccepted] != 1 || stats.OldestPendingAgeSeconds != 0 {
 		t.Fatalf("stats %+v, %v", stats, err)
 	}
@@ -437,7 +436,7 @@ func TestAStaleLeaseRecordsNothing(t *testing.T) {
 		return false
 	})
 	done := make(chan error, 1)
-	go func() { _, err := stale.Tick(context.Background()); done <- err }()
+	go func() { _, err := stale.Tick(t.Context()); done <- err }()
 	<-called
 
 	stop := runWorker(t, pool, testConfig())
