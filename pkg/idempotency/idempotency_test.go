@@ -24,13 +24,13 @@ var tmpl = pgtest.Template{Name: "idempotency", Migrate: func(_ context.Context,
 func claim(t *testing.T, pool *pgxpool.Pool, key, body string) (*idempotency.Response, error) {
 	t.Helper()
 	var r *idempotency.Response
-	err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
 		var err error
-		r, err = idempotency.Claim(context.Background(), tx, "acme/prices", key, idempotency.RequestHash("POST", "/p", []byte(body)))
+		r, err = idempotency.Claim(t.Context(), tx, "acme/prices", key, idempotency.RequestHash("POST", "/p", []byte(body)))
 		if err != nil || r != nil {
 			return err
 		}
-		return idempotency.Save(context.Background(), tx, "acme/prices", key, 201, []byte(body))
+		return idempotency.Save(t.Context(), tx, "acme/prices", key, 201, []byte(body))
 	})
 	return r, err
 }
@@ -39,7 +39,7 @@ func claim(t *testing.T, pool *pgxpool.Pool, key, body string) (*idempotency.Res
 // key that comes back after the TTL is a new command.
 func TestPurgeRemovesOnlyKeysPastTheTTL(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	pool := pgtest.NewPool(t, tmpl)
 	for _, k := range []string{"old-1", "old-2", "old-3", "fresh"} {
 		if r, err := claim(t, pool, k, `{"v":1}`); r != nil || err != nil {
