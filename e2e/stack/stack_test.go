@@ -350,7 +350,7 @@ func TestSecondStartAfterKilledLauncher(t *testing.T) {
 	if err != nil {
 		t.Fatalf("second start after a killed launcher: %v", err)
 	}
-	defer s.Stop(context.Background())
+	defer s.Stop(t.Context())
 	if _, err := os.Stat(ready.Dir); !os.IsNotExist(err) {
 		t.Errorf("the killed launcher's directory %s is still there: %v", ready.Dir, err)
 	}
