@@ -3,13 +3,11 @@ package billing_test
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"os"
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/pkg/auth"
@@ -19,6 +17,7 @@ import (
 	"github.com/usagebilling/billing/pkg/kafkatest"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/billing"
 	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
 )
@@ -36,16 +35,6 @@ func TestMigrationsUpDownUp(t *testing.T) {
 	pgtest.CheckUpDownUp(t, billing.Spec.Sets()...)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // The whole process as `billing` runs it: migrations at start, the consumer
 // on the real topics, the HTTP API, and the relay publishing to the broker.
 func TestServiceRatesPublishesAndCloses(t *testing.T) {
@@ -57,7 +46,7 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	dbURL := pgtest.NewDB(t, empty)
-	addr := freeAddr(t)
+	addr := servicetest.FreeAddr(t)
 	env := service.NewEnvFrom(map[string]string{
 		"AUTH_DEV_KEY": "true", "DATABASE_URL": dbURL, "KAFKA_BROKERS": brokers[0], "HTTP_ADDR": addr, "LOG_LEVEL": "warn",
 		"CONSUMER_GROUP": "billing-" + t.Name(), "RELAY_POLL_INTERVAL": "100ms",
@@ -72,7 +61,7 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 		}
 	}()
 	base := "http://" + addr
-	waitFor(t, "readyz", func() bool {
+	servicetest.Eventually(t, "readyz", time.Minute, func() bool {
 		select {
 		case err := <-done:
 			done <- err
@@ -90,16 +79,16 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 	jan1 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	usageEnv, usageRaw := bt.Usage{Tenant: "acme", Meter: "api_calls", Currency: "USD", PriceVersion: 1, Quantity: "1200",
 		OccurredAt: jan1.Add(36 * time.Hour)}.Envelope(t)
-	produce(t, brokers, events.TopicUsage, usageRaw)
-	produce(t, brokers, events.TopicMeter,
-		bt.Price{Tenant: "acme", Meter: "api_calls", Currency: "USD", Version: 1, UnitPrice: "0.001", EffectiveAt: jan1}.Raw(t))
+	kafkatest.Produce(t, brokers, events.TopicUsage, kafkatest.Values(usageRaw)...)
+	kafkatest.Produce(t, brokers, events.TopicMeter, kafkatest.Values(
+		bt.Price{Tenant: "acme", Meter: "api_calls", Currency: "USD", Version: 1, UnitPrice: "0.001", EffectiveAt: jan1}.Raw(t))...)
 
 	pool, err := pgxpool.New(t.Context(), dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	waitFor(t, "ChargeRated published", func() bool {
+	servicetest.Eventually(t, "ChargeRated published", time.Minute, func() bool {
 		return bt.Count(t, pool, `SELECT count(*) FROM outbox_event WHERE event_type = 'ChargeRated' AND published_at IS NOT NULL`) == 1
 	})
 	resp, err := client.Get(base + "/v1/tenants/acme/charges?period=2026-01")
@@ -120,7 +109,7 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 
 	// Usage's watermarks (decision 0014), as the usage service publishes
 	// them every second: the close waits for them.
-	produce(t, brokers, events.TopicUsage, usageWatermarks(t, 3, time.Now().Add(time.Hour))...)
+	kafkatest.Produce(t, brokers, events.TopicUsage, kafkatest.Values(usageWatermarks(t, 3, time.Now().Add(time.Hour))...)...)
 	req, _ := http.NewRequest("POST", base+"/v1/tenants/acme/periods/2026-01/close", nil)
 	req.Header.Set("Idempotency-Key", "close-2026-01")
 	resp, err = client.Do(req)
@@ -131,37 +120,9 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("close: %d", resp.StatusCode)
 	}
-	waitFor(t, "BillingPeriodClosed published", func() bool {
+	servicetest.Eventually(t, "BillingPeriodClosed published", time.Minute, func() bool {
 		return bt.Count(t, pool, `SELECT count(*) FROM outbox_event WHERE event_type = 'BillingPeriodClosed' AND published_at IS NOT NULL`) == 1
 	})
-}
-
-func produce(t *testing.T, brokers []string, topic string, raws ...[]byte) {
-	t.Helper()
-	cfg := sarama.NewConfig()
-	cfg.Version = kafkabroker.SaramaVersion()
-	cfg.Producer.Return.Successes = true
-	p, err := sarama.NewSyncProducer(brokers, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	for _, raw := range raws {
-		if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(raw)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // usageWatermarks are usage's watermarks of every partition through through.

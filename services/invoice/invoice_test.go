@@ -3,14 +3,11 @@ package invoice_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +23,7 @@ import (
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/invoice"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
 	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
@@ -43,7 +41,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(kafkatest.Wrap(m))) }
 // HTTP API. Billing events produced out of order and duplicated end as issued
 // invoices whose InvoiceIssued reach invoice.events.v1.
 func TestRunnerThroughKafka(t *testing.T) {
-	brokers := kafkaWithTopics(t)
+	brokers := kafkatest.BrokersWithTopics(t, 3, events.AllTopics...)
 	pool := pgtest.NewPool(t, Template)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ib := NewInbox(t)
@@ -57,7 +55,7 @@ func TestRunnerThroughKafka(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	background(t, runner.Run, relay.Run)
+	servicetest.Background(t, runner.Run, relay.Run)
 	router := chi.NewRouter()
 	router.Use(auth.Middleware(devKeys(t), log))
 	httpapi.New(app.NewReader(pool), log).Routes(router)
@@ -70,17 +68,17 @@ func TestRunnerThroughKafka(t *testing.T) {
 // The same through service.Run, as main runs it: migrations, runner, relay,
 // HTTP with /healthz and /readyz.
 func TestServiceRun(t *testing.T) {
-	brokers := kafkaWithTopics(t)
+	brokers := kafkatest.BrokersWithTopics(t, 3, events.AllTopics...)
 	dbURL := pgtest.NewDB(t, Template)
-	addr := freeAddr(t)
-	early := background(t, func(ctx context.Context) error {
+	addr := servicetest.FreeAddr(t)
+	early := servicetest.Background(t, func(ctx context.Context) error {
 		return service.Run(ctx, invoice.Spec, nil, service.NewEnvFrom(map[string]string{
 			"AUTH_DEV_KEY": "true", "DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "HTTP_ADDR": addr,
 			"LOG_LEVEL": "warn", "CONSUMER_SWEEP_INTERVAL": "200ms", "RELAY_POLL_INTERVAL": "100ms",
 		}))
 	})
 	base := "http://" + addr
-	eventually(t, "the service to be ready", time.Minute, func() bool {
+	servicetest.Eventually(t, "the service to be ready", time.Minute, func() bool {
 		if err := early(); err != nil {
 			t.Fatalf("service.Run: %v", err)
 		}
@@ -90,58 +88,6 @@ func TestServiceRun(t *testing.T) {
 	flow(t, brokers, base)
 }
 
-func kafkaWithTopics(t *testing.T) []string {
-	t.Helper()
-	brokers := kafkatest.Brokers(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := kafkabroker.CreateTopics(ctx, brokers, 3, events.AllTopics...); err != nil {
-		t.Fatal(err)
-	}
-	return brokers
-}
-
-// background runs each fn until the test ends, then stops it and checks it
-// returned nil. The returned function reports an fn that returned early.
-func background(t *testing.T, fns ...func(context.Context) error) (early func() error) {
-	t.Helper()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, len(fns))
-	var first atomic.Pointer[error]
-	for _, fn := range fns {
-		go func() {
-			err := fn(ctx)
-			if ctx.Err() == nil {
-				if err == nil {
-					err = errors.New("returned before it was stopped")
-				}
-				first.CompareAndSwap(nil, &err)
-			}
-			done <- err
-		}()
-	}
-	t.Cleanup(func() {
-		stop()
-		for range fns {
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("background: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("background work did not stop")
-				return
-			}
-		}
-	})
-	return func() error {
-		if err := first.Load(); err != nil {
-			return *err
-		}
-		return nil
-	}
-}
-
 func flow(t *testing.T, brokers []string, base string) {
 	t.Helper()
 	p := NewPeriod(t, "acme", "2026-11")
@@ -149,10 +95,10 @@ func flow(t *testing.T, brokers []string, base string) {
 	closed := p.Close()
 	// The close before its last charge (each charge is its own aggregate,
 	// on any partition), and duplicates.
-	produce(t, brokers, c1, c2, closed, c1, c3, closed, c2)
+	kafkatest.Produce(t, brokers, events.TopicBilling, kafkatest.Envelopes(t, c1, c2, closed, c1, c3, closed, c2)...)
 
 	var inv map[string]any
-	eventually(t, "the invoices issued", time.Minute, func() bool {
+	servicetest.Eventually(t, "the invoices issued", time.Minute, func() bool {
 		var body struct {
 			Invoices []map[string]any `json:"invoices"`
 		}
@@ -185,16 +131,6 @@ func flow(t *testing.T, brokers []string, base string) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func saramaConfig() *sarama.Config {
 	cfg := sarama.NewConfig()
 	cfg.Version = kafkabroker.SaramaVersion()
@@ -202,23 +138,6 @@ func saramaConfig() *sarama.Config {
 	cfg.Producer.RequiredAcks = sarama.WaitForAll
 	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
 	return cfg
-}
-
-// produce sends envs keyed by their partition keys, in order.
-func produce(t *testing.T, brokers []string, envs ...envelope.Envelope) {
-	t.Helper()
-	p, err := sarama.NewSyncProducer(brokers, saramaConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	for i, raw := range Raw(t, envs...) {
-		if _, _, err := p.SendMessage(&sarama.ProducerMessage{
-			Topic: events.TopicBilling, Key: sarama.StringEncoder(envs[i].PartitionKey), Value: sarama.ByteEncoder(raw),
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // consume reads topic from the start until it has n envelopes.
@@ -275,17 +194,6 @@ func getJSON(url string, v any) int {
 		return -1
 	}
 	return resp.StatusCode
-}
-
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // devKeys verifies the development tokens the client sends, as a service

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -49,7 +48,7 @@ func TestServiceEndToEnd(t *testing.T) {
 	if err := kafkabroker.CreateTopics(ctx, brokers, 1, events.AllTopics...); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := servicetest.FreeAddr(t)
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	var runErr error
@@ -141,16 +140,6 @@ func TestServiceEndToEnd(t *testing.T) {
 			t.Fatal(errors.New("timed out waiting for PriceActivated on the broker"))
 		}
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func status(url string) int {

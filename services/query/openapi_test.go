@@ -13,6 +13,7 @@ import (
 	"github.com/usagebilling/billing/pkg/api/meterapi"
 	"github.com/usagebilling/billing/pkg/api/queryapi"
 	"github.com/usagebilling/billing/pkg/api/usageapi"
+	"github.com/usagebilling/billing/services/query/internal/querytest"
 )
 
 // documents are the services' OpenAPI documents (pkg/api), by service.
@@ -30,7 +31,7 @@ var documents = map[string]struct{ yaml, json []byte }{
 // route; and the service serves the document at GET /openapi.json without
 // a token, as valid OpenAPI 3.1 JSON, the same as the embedded one.
 func TestOpenAPIDocumentsMatchRouters(t *testing.T) {
-	for _, spec := range specs {
+	for _, spec := range querytest.Specs {
 		t.Run(spec.Name, func(t *testing.T) {
 			doc, ok := documents[spec.Name]
 			if !ok {

@@ -3,27 +3,23 @@ package query_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/go-chi/chi/v5"
 
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/kafkabroker"
 	"github.com/usagebilling/billing/pkg/kafkatest"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/query"
 	"github.com/usagebilling/billing/services/query/internal/app"
 	"github.com/usagebilling/billing/services/query/internal/httpapi"
@@ -47,7 +43,7 @@ func TestRunnerThroughKafka(t *testing.T) {
 // runnerThroughKafka starts the consumer path on a new broker and database
 // and returns the brokers and the HTTP API's base URL.
 func runnerThroughKafka(t *testing.T) ([]string, string) {
-	brokers := kafkaWithTopics(t)
+	brokers := kafkatest.BrokersWithTopics(t, 3, events.AllTopics...)
 	pool := pgtest.NewPool(t, Template)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ib := NewInbox(t)
@@ -57,7 +53,7 @@ func runnerThroughKafka(t *testing.T) ([]string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	background(t, runner.Run)
+	servicetest.Background(t, runner.Run)
 	router := chi.NewRouter()
 	router.Use(auth.Middleware(devKeys(t), log))
 	httpapi.New(app.NewReader(pool), log).Routes(router)
@@ -68,17 +64,17 @@ func runnerThroughKafka(t *testing.T) ([]string, string) {
 
 // The same through service.Run, as main runs it.
 func TestServiceRun(t *testing.T) {
-	brokers := kafkaWithTopics(t)
+	brokers := kafkatest.BrokersWithTopics(t, 3, events.AllTopics...)
 	dbURL := pgtest.NewDB(t, Template)
-	addr := freeAddr(t)
-	early := background(t, func(ctx context.Context) error {
+	addr := servicetest.FreeAddr(t)
+	early := servicetest.Background(t, func(ctx context.Context) error {
 		return service.Run(ctx, query.Spec, nil, service.NewEnvFrom(map[string]string{
 			"AUTH_DEV_KEY": "true", "DATABASE_URL": dbURL, "KAFKA_BROKERS": strings.Join(brokers, ","), "HTTP_ADDR": addr,
 			"LOG_LEVEL": "warn", "CONSUMER_SWEEP_INTERVAL": "200ms",
 		}))
 	})
 	base := "http://" + addr
-	eventually(t, "the service to be ready", time.Minute, func() bool {
+	servicetest.Eventually(t, "the service to be ready", time.Minute, func() bool {
 		if err := early(); err != nil {
 			t.Fatalf("service.Run: %v", err)
 		}
@@ -140,92 +136,6 @@ func flow(t *testing.T, brokers []string, base string) {
 	}
 }
 
-func kafkaWithTopics(t *testing.T) []string {
-	t.Helper()
-	brokers := kafkatest.Brokers(t)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := kafkabroker.CreateTopics(ctx, brokers, 3, events.AllTopics...); err != nil {
-		t.Fatal(err)
-	}
-	return brokers
-}
-
-func produce(t *testing.T, brokers []string, evs ...Event) {
-	t.Helper()
-	cfg := sarama.NewConfig()
-	cfg.Version = kafkabroker.SaramaVersion()
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
-	p, err := sarama.NewSyncProducer(brokers, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	for _, e := range evs {
-		raw, err := e.Envelope.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := p.SendMessage(&sarama.ProducerMessage{
-			Topic: e.Topic, Key: sarama.StringEncoder(e.Envelope.PartitionKey), Value: sarama.ByteEncoder(raw),
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// background runs each fn until the test ends, then stops it and checks it
-// returned nil. The returned function reports an fn that returned early.
-func background(t *testing.T, fns ...func(context.Context) error) (early func() error) {
-	t.Helper()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, len(fns))
-	var first atomic.Pointer[error]
-	for _, fn := range fns {
-		go func() {
-			err := fn(ctx)
-			if ctx.Err() == nil {
-				if err == nil {
-					err = errors.New("returned before it was stopped")
-				}
-				first.CompareAndSwap(nil, &err)
-			}
-			done <- err
-		}()
-	}
-	t.Cleanup(func() {
-		stop()
-		for range fns {
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("background: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("background work did not stop")
-				return
-			}
-		}
-	})
-	return func() error {
-		if err := first.Load(); err != nil {
-			return *err
-		}
-		return nil
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 func getJSON(url string, v any) int {
 	resp, err := client.Get(url)
 	if err != nil {
@@ -238,17 +148,6 @@ func getJSON(url string, v any) int {
 	return resp.StatusCode
 }
 
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // devKeys verifies the development tokens the client sends, as a service
 // with AUTH_DEV_KEY=true does.
 func devKeys(t *testing.T) auth.Keys {
@@ -258,4 +157,12 @@ func devKeys(t *testing.T) auth.Keys {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// produce sends evs, each to its topic, in order.
+func produce(t *testing.T, brokers []string, evs ...Event) {
+	t.Helper()
+	for _, e := range evs {
+		kafkatest.Produce(t, brokers, e.Topic, kafkatest.Envelopes(t, e.Envelope)...)
+	}
 }

@@ -1,16 +1,13 @@
 package query_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
@@ -18,76 +15,11 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/kafkabroker"
-	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/pkg/kafkatest"
 	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/billing"
-	"github.com/usagebilling/billing/services/invoice"
-	"github.com/usagebilling/billing/services/meter"
-	"github.com/usagebilling/billing/services/query"
-	"github.com/usagebilling/billing/services/usage"
+	"github.com/usagebilling/billing/services/query/internal/querytest"
 )
-
-var specs = []service.Spec{meter.Spec, usage.Spec, billing.Spec, invoice.Spec, query.Spec}
-
-// newStack runs the five services in this process (servicetest.StartServices),
-// each on its own database, on a broker with the topics, as main runs them.
-func newStack(t *testing.T) *servicetest.Services {
-	t.Helper()
-	return servicetest.StartServices(t, kafkaWithTopics(t),
-		map[string]string{"CONSUMER_SWEEP_INTERVAL": "200ms", "RELAY_POLL_INTERVAL": "100ms"}, specs...)
-}
-
-// call sends a JSON request and decodes a 2xx JSON answer into out; it
-// returns the status and the problem code, if any.
-func call(t *testing.T, c *http.Client, method, url string, header map[string]string, body any, out any) (int, string) {
-	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("%s %s: decode %s: %v", method, url, b, err)
-		}
-	}
-	var p struct{ Code string }
-	_ = json.Unmarshal(b, &p)
-	return resp.StatusCode, p.Code
-}
-
-func produceRaw(t *testing.T, brokers []string, topic, key string, raw []byte) {
-	t.Helper()
-	cfg := sarama.NewConfig()
-	cfg.Version = kafkabroker.SaramaVersion()
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
-	p, err := sarama.NewSyncProducer(brokers, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key), Value: sarama.ByteEncoder(raw)}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func build(t *testing.T, m envelope.Meta, payload any) envelope.Envelope {
 	t.Helper()
@@ -147,7 +79,7 @@ type reconciliation struct {
 // quarantined, a dead letter is released, and reconciliation is empty on
 // the healthy flow and names the ids of a row broken behind its back.
 func TestOperatorRecovery(t *testing.T) {
-	s := newStack(t)
+	s := querytest.NewStack(t)
 	ctx := t.Context()
 	op := auth.Client(mustToken(t, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)))
 	acme := auth.Client(auth.DevToken(auth.RoleTenant, "acme"))
@@ -156,7 +88,7 @@ func TestOperatorRecovery(t *testing.T) {
 
 	// Healthy before: prices for acme and beta, a usage fact of each.
 	for tenant, c := range map[string]*http.Client{"acme": acme, "beta": beta} {
-		if status, code := call(t, c, "POST", s.URL("meter")+"/v1/tenants/"+tenant+"/prices",
+		if status, code := querytest.Call(t, c, "POST", s.URL("meter")+"/v1/tenants/"+tenant+"/prices",
 			map[string]string{"Idempotency-Key": "price-" + tenant},
 			map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, nil); status != http.StatusCreated {
 			t.Fatalf("price of %s: %d %s", tenant, status, code)
@@ -165,8 +97,8 @@ func TestOperatorRecovery(t *testing.T) {
 	postUsage := func(c *http.Client, tenant, source, qty string) accepted {
 		t.Helper()
 		var a accepted
-		eventually(t, "usage "+source+" accepted", time.Minute, func() bool {
-			status, code := call(t, c, "POST", s.URL("usage")+"/v1/tenants/"+tenant+"/usage", nil, map[string]string{
+		servicetest.Eventually(t, "usage "+source+" accepted", time.Minute, func() bool {
+			status, code := querytest.Call(t, c, "POST", s.URL("usage")+"/v1/tenants/"+tenant+"/usage", nil, map[string]string{
 				"sourceSystem": "crm", "sourceEventId": source, "meterCode": "api_calls", "quantity": qty,
 				"occurredAt": time.Now().UTC().Format(time.RFC3339Nano)}, &a)
 			if status != http.StatusCreated && code != "unknown_meter" {
@@ -180,7 +112,7 @@ func TestOperatorRecovery(t *testing.T) {
 		var out struct {
 			Charges []struct{ UsageEventID, Amount string }
 		}
-		if status, _ := call(t, c, "GET", s.URL("billing")+"/v1/tenants/"+tenant+"/charges?period="+period, nil, nil, &out); status != 200 {
+		if status, _ := querytest.Call(t, c, "GET", s.URL("billing")+"/v1/tenants/"+tenant+"/charges?period="+period, nil, nil, &out); status != 200 {
 			return nil
 		}
 		m := map[string]string{}
@@ -191,7 +123,7 @@ func TestOperatorRecovery(t *testing.T) {
 	}
 	u1 := postUsage(acme, "acme", "u1", "100")
 	b1 := postUsage(beta, "beta", "b1", "1")
-	eventually(t, "u1 and b1 charged", time.Minute, func() bool {
+	servicetest.Eventually(t, "u1 and b1 charged", time.Minute, func() bool {
 		return charges(acme, "acme")[u1.EventID.String()] == "1" && charges(beta, "beta")[b1.EventID.String()] == "0.01"
 	})
 
@@ -201,7 +133,7 @@ func TestOperatorRecovery(t *testing.T) {
 		AggregateType: events.AggregateUsage, AggregateID: v2UsageID.String(), Producer: "usage"},
 		events.UsageAccepted{UsageID: v2UsageID, SourceSystem: "crm", SourceEventID: "v2", MeterCode: "api_calls",
 			Quantity: decimal.RequireFromString("3"), OccurredAt: time.Now().UTC(), Currency: "USD", PriceVersion: 1})
-	produceRaw(t, s.Brokers, events.TopicUsage, v2.PartitionKey, marshal(t, v2))
+	kafkatest.Produce(t, s.Brokers, events.TopicUsage, kafkatest.Record{Key: v2.PartitionKey, Value: marshal(t, v2)})
 
 	badDigest := build(t, envelope.Meta{EventType: events.TypePriceActivated, TenantID: "beta", AggregateType: events.AggregatePrice,
 		AggregateID: events.PriceSeriesID("sms", "USD"), Producer: "meter"},
@@ -213,30 +145,30 @@ func TestOperatorRecovery(t *testing.T) {
 	}
 	doc["payloadDigest"] = strings.Repeat("ab", 32)
 	tampered, _ := json.Marshal(doc)
-	produceRaw(t, s.Brokers, events.TopicMeter, badDigest.PartitionKey, tampered)
+	kafkatest.Produce(t, s.Brokers, events.TopicMeter, kafkatest.Record{Key: badDigest.PartitionKey, Value: tampered})
 
 	unknown := build(t, envelope.Meta{EventType: "UsageRetracted", TenantID: "beta", AggregateType: events.AggregateBillingPeriod,
 		AggregateID: period, Producer: "billing"}, map[string]string{"why": "no such event"})
-	produceRaw(t, s.Brokers, events.TopicBilling, unknown.PartitionKey, marshal(t, unknown))
+	kafkatest.Produce(t, s.Brokers, events.TopicBilling, kafkatest.Record{Key: unknown.PartitionKey, Value: marshal(t, unknown)})
 
-	produceRaw(t, s.Brokers, events.TopicInvoice, "junk", []byte("\xff\xfe this is not an envelope"))
+	kafkatest.Produce(t, s.Brokers, events.TopicInvoice, kafkatest.Record{Key: "junk", Value: []byte("\xff\xfe this is not an envelope")})
 
 	forged := build(t, envelope.Meta{EventType: events.TypeUsageAccepted, TenantID: "acme", AggregateType: events.AggregateUsage,
 		AggregateID: u1.UsageID.String(), Producer: "usage"},
 		events.UsageAccepted{UsageID: u1.UsageID, SourceSystem: "crm", SourceEventID: "u1", MeterCode: "api_calls",
 			Quantity: decimal.RequireFromString("100000"), OccurredAt: time.Now().UTC(), Currency: "USD", PriceVersion: 1})
 	forged.EventID = u1.EventID // same event id, other content
-	produceRaw(t, s.Brokers, events.TopicUsage, forged.PartitionKey, marshal(t, forged))
+	kafkatest.Produce(t, s.Brokers, events.TopicUsage, kafkatest.Record{Key: forged.PartitionKey, Value: marshal(t, forged)})
 
 	// Healthy after.
 	u2 := postUsage(acme, "acme", "u2", "50")
-	eventually(t, "u2 charged and u1 unchanged", time.Minute, func() bool {
+	servicetest.Eventually(t, "u2 charged and u1 unchanged", time.Minute, func() bool {
 		c := charges(acme, "acme")
 		return len(c) == 2 && c[u1.EventID.String()] == "1" && c[u2.EventID.String()] == "0.5"
 	})
-	eventually(t, "query projected u1 and u2", time.Minute, func() bool {
+	servicetest.Eventually(t, "query projected u1 and u2", time.Minute, func() bool {
 		var sum struct{ Usage struct{ Count int } }
-		status, _ := call(t, acme, "GET", s.URL("query")+"/v1/tenants/acme/summary", nil, nil, &sum)
+		status, _ := querytest.Call(t, acme, "GET", s.URL("query")+"/v1/tenants/acme/summary", nil, nil, &sum)
 		return status == 200 && sum.Usage.Count == 2
 	})
 
@@ -260,12 +192,12 @@ func TestOperatorRecovery(t *testing.T) {
 			Items []quarantineItem
 			Next  *string
 		}
-		if status, code := call(t, op, "GET", s.URL("query")+"/v1/operator/quarantine?"+query, nil, nil, &page); status != 200 {
+		if status, code := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/quarantine?"+query, nil, nil, &page); status != 200 {
 			t.Fatalf("quarantine view: %d %s", status, code)
 		}
 		return page.Items
 	}
-	eventually(t, "every quarantine listed", time.Minute, func() bool { return len(listed("limit=100")) == len(want) })
+	servicetest.Eventually(t, "every quarantine listed", time.Minute, func() bool { return len(listed("limit=100")) == len(want) })
 	items := listed("limit=100")
 	for _, w := range want {
 		found := false
@@ -293,7 +225,7 @@ func TestOperatorRecovery(t *testing.T) {
 			OutboxPending                      int
 		}
 	}
-	if status, _ := call(t, op, "GET", s.URL("query")+"/v1/operator/recovery", nil, nil, &rec); status != 200 {
+	if status, _ := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/recovery", nil, nil, &rec); status != 200 {
 		t.Fatal(status)
 	}
 	for name, n := range map[string]int{"meter": 0, "usage": 1, "billing": 3, "invoice": 1, "query": 5} {
@@ -305,13 +237,13 @@ func TestOperatorRecovery(t *testing.T) {
 	redrive := func(service, eventID, corr string) redriveView {
 		t.Helper()
 		var acc struct{ RedriveID, State string }
-		if status, code := call(t, op, "POST", s.URL("query")+"/v1/operator/redrives", map[string]string{"X-Correlation-Id": corr},
+		if status, code := querytest.Call(t, op, "POST", s.URL("query")+"/v1/operator/redrives", map[string]string{"X-Correlation-Id": corr},
 			map[string]string{"service": service, "eventId": eventID, "reason": "redrive " + corr}, &acc); status != http.StatusAccepted {
 			t.Fatalf("redrive: %d %s", status, code)
 		}
 		var rv redriveView
-		eventually(t, "redrive "+corr+" completed", time.Minute, func() bool {
-			status, _ := call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
+		servicetest.Eventually(t, "redrive "+corr+" completed", time.Minute, func() bool {
+			status, _ := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
 			return status == 200 && rv.State == "completed"
 		})
 		return rv
@@ -379,18 +311,18 @@ func TestOperatorRecovery(t *testing.T) {
 	var dls struct {
 		Items []struct{ Service, EventID, LastError string }
 	}
-	if status, _ := call(t, op, "GET", s.URL("query")+"/v1/operator/dead-letters", nil, nil, &dls); status != 200 ||
+	if status, _ := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/dead-letters", nil, nil, &dls); status != 200 ||
 		len(dls.Items) != 1 || dls.Items[0].Service != "meter" || dls.Items[0].EventID != dead.String() {
 		t.Fatalf("dead letters: %+v", dls)
 	}
 	var acc struct{ RedriveID string }
-	if status, code := call(t, op, "POST", s.URL("query")+"/v1/operator/dead-letters/release", map[string]string{"X-Correlation-Id": "release-1"},
+	if status, code := querytest.Call(t, op, "POST", s.URL("query")+"/v1/operator/dead-letters/release", map[string]string{"X-Correlation-Id": "release-1"},
 		map[string]string{"service": "meter", "eventId": dead.String(), "reason": "broker fixed"}, &acc); status != http.StatusAccepted {
 		t.Fatalf("release: %d %s", status, code)
 	}
-	eventually(t, "the dead letter released and published again", time.Minute, func() bool {
+	servicetest.Eventually(t, "the dead letter released and published again", time.Minute, func() bool {
 		var rv redriveView
-		call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
+		querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
 		var published bool
 		_ = s.Pool("meter").QueryRow(ctx, `SELECT published_at IS NOT NULL FROM outbox_event WHERE event_id = $1`, dead).Scan(&published)
 		return outcome(rv) == "released" && published
@@ -399,12 +331,12 @@ func TestOperatorRecovery(t *testing.T) {
 	// Reconciliation of the healthy tenant is empty, with the counts.
 	reconcile := func() reconciliation {
 		var r reconciliation
-		if status, code := call(t, op, "GET", s.URL("query")+"/v1/operator/reconciliation?tenantId=acme&period="+period, nil, nil, &r); status != 200 {
+		if status, code := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/reconciliation?tenantId=acme&period="+period, nil, nil, &r); status != 200 {
 			t.Fatalf("reconciliation: %d %s", status, code)
 		}
 		return r
 	}
-	eventually(t, "an empty reconciliation", time.Minute, func() bool { return len(reconcile().Mismatches) == 0 })
+	servicetest.Eventually(t, "an empty reconciliation", time.Minute, func() bool { return len(reconcile().Mismatches) == 0 })
 	if r := reconcile(); r.Counts["usageFacts"] != 2 || r.Counts["charges"] != 2 || r.Counts["invoiceLines"] != 2 || r.Counts["queryUsage"] != 2 {
 		t.Errorf("counts %+v", r.Counts)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -20,8 +19,10 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/kafkabroker"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
+	"github.com/usagebilling/billing/pkg/kafkatest"
 	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/usage"
 	"github.com/usagebilling/billing/services/usage/internal/usagetest"
 )
@@ -49,7 +50,7 @@ func TestServiceEndToEnd(t *testing.T) {
 	if err := kafkabroker.CreateTopics(ctx, brokers, 1, events.AllTopics...); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := servicetest.FreeAddr(t)
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	var runErr error
@@ -72,7 +73,7 @@ func TestServiceEndToEnd(t *testing.T) {
 		}
 	})
 	base := "http://" + addr
-	waitFor(t, "readyz", func() bool {
+	servicetest.Eventually(t, "readyz", 30*time.Second, func() bool {
 		select {
 		case <-done:
 			t.Fatalf("service stopped: %v", runErr)
@@ -85,14 +86,14 @@ func TestServiceEndToEnd(t *testing.T) {
 	// The meter's event, published as the meter's relay would.
 	price := usagetest.PriceEvent(t, usagetest.Price{Tenant: "acme", Meter: "api", Currency: "USD", Version: 1,
 		UnitPrice: "0.01", EffectiveAt: time.Now().Add(-time.Hour)})
-	produce(t, brokers, events.TopicMeter, price)
+	kafkatest.Produce(t, brokers, events.TopicMeter, kafkatest.Keyed(t, price)...)
 
 	body := fmt.Sprintf(`{"sourceSystem":"gw","sourceEventId":"1","meterCode":"api","quantity":"3","occurredAt":%q}`,
 		time.Now().UTC().Format(time.RFC3339))
 	var status int
 	var resp string
 	// The evidence arrives asynchronously: unknown_meter until it does.
-	waitFor(t, "usage accepted", func() bool {
+	servicetest.Eventually(t, "usage accepted", 30*time.Second, func() bool {
 		status, resp = post(t, base+"/v1/tenants/acme/usage", body)
 		return status != http.StatusUnprocessableEntity
 	})
@@ -119,27 +120,6 @@ func TestServiceEndToEnd(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func get(url string) (int, error) {
 	resp, err := client.Get(url)
 	if err != nil {
@@ -159,26 +139,6 @@ func post(t *testing.T, url, body string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-func produce(t *testing.T, brokers []string, topic string, raw []byte) {
-	t.Helper()
-	var e struct {
-		PartitionKey string `json:"partitionKey"`
-	}
-	if err := json.Unmarshal(raw, &e); err != nil {
-		t.Fatal(err)
-	}
-	p, err := sarama.NewSyncProducer(brokers, kafkaconf.NewIdempotentProducer("usage-test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if _, _, err := p.SendMessage(&sarama.ProducerMessage{
-		Topic: topic, Key: sarama.StringEncoder(e.PartitionKey), Value: sarama.ByteEncoder(raw),
-	}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // consumeUntil reads partition 0 of topic from the start until match

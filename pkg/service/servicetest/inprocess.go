@@ -3,7 +3,6 @@ package servicetest
 import (
 	"context"
 	"maps"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -42,7 +41,7 @@ func StartServices(t testing.TB, brokers []string, env map[string]string, specs 
 		procs: map[string]*process{}}
 	for _, spec := range specs {
 		s.names = append(s.names, spec.Name)
-		s.addrs[spec.Name] = freeAddr(t)
+		s.addrs[spec.Name] = FreeAddr(t)
 		s.dbs[spec.Name] = NewDB(t, spec)
 	}
 	t.Cleanup(func() {
@@ -137,14 +136,4 @@ func (s *Services) Stop(name string) {
 	case <-time.After(30 * time.Second):
 		s.t.Errorf("%s did not stop", name)
 	}
-}
-
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

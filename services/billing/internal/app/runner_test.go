@@ -6,41 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/kafkabroker"
 	"github.com/usagebilling/billing/pkg/kafkatest"
 	"github.com/usagebilling/billing/services/billing/internal/app"
 	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
 )
-
-// produce sends raw envelopes keyed by their partition key, as the outbox
-// relay does.
-func produce(t *testing.T, brokers []string, topic string, raws ...[]byte) {
-	t.Helper()
-	cfg := sarama.NewConfig()
-	cfg.Version = kafkabroker.SaramaVersion()
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
-	p, err := sarama.NewSyncProducer(brokers, cfg)
-	if err != nil {
-		t.Fatalf("new producer: %v", err)
-	}
-	defer p.Close()
-	reg := bt.Registry()
-	for _, raw := range raws {
-		d, err := reg.Decode(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(d.Envelope.PartitionKey), Value: sarama.ByteEncoder(raw)}
-		if _, _, err := p.SendMessage(msg); err != nil {
-			t.Fatalf("produce: %v", err)
-		}
-	}
-}
 
 // The real consumer path: a Kafka consumer group on a real Kafka-protocol
 // broker feeding the inbox with billing's handlers, several partitions,
@@ -65,14 +36,14 @@ func TestRunnerRatesUsageFromTheBroker(t *testing.T) {
 	}
 	// Usage first (it waits for its prices), then the prices, then all of it
 	// again.
-	produce(t, brokers, usageTopic, usage...)
+	kafkatest.Produce(t, brokers, usageTopic, kafkatest.Keyed(t, usage...)...)
 	var prices [][]byte
 	for _, tenant := range []string{"t1", "t2", "t3"} {
 		prices = append(prices, priceV1(tenant).Raw(t), priceV2(tenant).Raw(t))
 	}
-	produce(t, brokers, meterTopic, prices...)
-	produce(t, brokers, usageTopic, usage...)
-	produce(t, brokers, meterTopic, prices...)
+	kafkatest.Produce(t, brokers, meterTopic, kafkatest.Keyed(t, prices...)...)
+	kafkatest.Produce(t, brokers, usageTopic, kafkatest.Keyed(t, usage...)...)
+	kafkatest.Produce(t, brokers, meterTopic, kafkatest.Keyed(t, prices...)...)
 
 	r, err := inbox.NewRunner(pool, ib, inbox.RunnerConfig{
 		Brokers: brokers, Group: "billing-test", Topics: []string{meterTopic, usageTopic},
