@@ -18,6 +18,7 @@ import (
 	"github.com/usagebilling/billing/e2e/chaos"
 	"github.com/usagebilling/billing/e2e/scenario"
 	"github.com/usagebilling/billing/e2e/stack"
+	"github.com/usagebilling/billing/e2e/stack/stacktest"
 )
 
 // The suite: `make e2e` (go test -tags chaos ./e2e/chaos/). Scenarios 1-4,
@@ -103,7 +104,8 @@ func TestChaos(t *testing.T) {
 			t.Errorf("the suite accepted %d usage facts, want at least 20,000", facts)
 		}
 	})
-	bin := binaries(t)
+	progress("building the services")
+	bin := stacktest.Binaries(t)
 
 	t.Run("single", func(t *testing.T) {
 		h := startStack(t, bin, nil)
@@ -145,40 +147,7 @@ func runScenario(t *testing.T, h *chaos.Harness, sc chaos.Scenario) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-func binaries(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		root, err := stack.WorkspaceRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binDir, buildErr = os.MkdirTemp("", "chaos-bin-")
-		if buildErr != nil {
-			return
-		}
-		progress("building the services")
-		buildErr = stack.Build(t.Context(), root, binDir)
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(stacktest.Wrap(m).Run()) }
 
 func startStack(t *testing.T, bin string, instances map[string]int) *chaos.Harness {
 	t.Helper()
