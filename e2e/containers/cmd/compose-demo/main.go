@@ -73,47 +73,10 @@ func run(ctx context.Context) int {
 		failures = append(failures, runErr.Error())
 	}
 
-	op := scenario.DevOperator(urls["query"], "compose-demo@ops.example")
 	if runErr == nil {
-		progress("reading every service's backlog through GET /v1/operator/recovery")
-		recovery, err := waitRecovered(ctx, op, 60*time.Second, progress)
-		w := section("Operator: GET /v1/operator/recovery")
-		fmt.Fprintln(w, "service\tbacklog")
-		for _, name := range slices.Sorted(maps.Keys(recovery)) {
-			fmt.Fprintf(w, "%s\t%s\n", name, recovery[name])
-			if !recovery[name].Zero() {
-				failures = append(failures, fmt.Sprintf("%s is not recovered: %s", name, recovery[name]))
-			}
-		}
-		w.Flush()
-		if err != nil {
-			failures = append(failures, "recovery status: "+err.Error())
-		}
-
-		w = section("Operator: GET /v1/operator/reconciliation")
-		fmt.Fprintln(w, "tenant\tperiod\tusage facts\tcharges\tinvoice lines\tquery usage\tmismatches")
-		for _, s := range res.Sent {
-			rec, err := op.Reconcile(ctx, s.Tenant, res.Period)
-			if err != nil {
-				failures = append(failures, fmt.Sprintf("reconcile %s %s: %v", s.Tenant, res.Period, err))
-				continue
-			}
-			mm := "none"
-			if len(rec.Mismatches) > 0 {
-				var kinds []string
-				for _, m := range rec.Mismatches {
-					kinds = append(kinds, m.Kind+" "+m.OriginEventId.String())
-				}
-				mm = strings.Join(kinds, ", ")
-				failures = append(failures, fmt.Sprintf("reconciliation of %s %s: %s", s.Tenant, res.Period, mm))
-			}
-			if rec.Counts.UsageFacts != s.Facts {
-				failures = append(failures, fmt.Sprintf("reconciliation of %s counts %d usage facts, %d were accepted", s.Tenant, rec.Counts.UsageFacts, s.Facts))
-			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Tenant, res.Period, rec.Counts.UsageFacts, rec.Counts.Charges,
-				rec.Counts.InvoiceLines, rec.Counts.QueryUsage, mm)
-		}
-		w.Flush()
+		op := scenario.DevOperator(urls["query"], "compose-demo@ops.example")
+		failures = append(failures, checkRecovered(ctx, op, progress)...)
+		failures = append(failures, checkReconciled(ctx, op, res)...)
 	}
 
 	fmt.Println()
@@ -127,6 +90,59 @@ func run(ctx context.Context) int {
 	fmt.Printf("OK: every figure agrees with what was sent, every backlog is empty, every reconciliation is empty (client flow %s).\n",
 		time.Since(began).Round(100*time.Millisecond))
 	return 0
+}
+
+// checkRecovered shows every service's backlog (GET /v1/operator/recovery)
+// once it is empty, or after a minute; it returns what is not recovered.
+func checkRecovered(ctx context.Context, op scenario.Operator, progress func(string, ...any)) []string {
+	var failures []string
+	progress("reading every service's backlog through GET /v1/operator/recovery")
+	recovery, err := waitRecovered(ctx, op, 60*time.Second, progress)
+	w := section("Operator: GET /v1/operator/recovery")
+	fmt.Fprintln(w, "service\tbacklog")
+	for _, name := range slices.Sorted(maps.Keys(recovery)) {
+		fmt.Fprintf(w, "%s\t%s\n", name, recovery[name])
+		if !recovery[name].Zero() {
+			failures = append(failures, fmt.Sprintf("%s is not recovered: %s", name, recovery[name]))
+		}
+	}
+	w.Flush()
+	if err != nil {
+		failures = append(failures, "recovery status: "+err.Error())
+	}
+	return failures
+}
+
+// checkReconciled shows each tenant's reconciliation of the period
+// (GET /v1/operator/reconciliation); it returns every mismatch and every
+// count that differs from what was accepted.
+func checkReconciled(ctx context.Context, op scenario.Operator, res *scenario.Result) []string {
+	var failures []string
+	w := section("Operator: GET /v1/operator/reconciliation")
+	fmt.Fprintln(w, "tenant\tperiod\tusage facts\tcharges\tinvoice lines\tquery usage\tmismatches")
+	for _, s := range res.Sent {
+		rec, err := op.Reconcile(ctx, s.Tenant, res.Period)
+		if err != nil {
+			failures = append(failures, fmt.Sprintf("reconcile %s %s: %v", s.Tenant, res.Period, err))
+			continue
+		}
+		mm := "none"
+		if len(rec.Mismatches) > 0 {
+			var kinds []string
+			for _, m := range rec.Mismatches {
+				kinds = append(kinds, m.Kind+" "+m.OriginEventId.String())
+			}
+			mm = strings.Join(kinds, ", ")
+			failures = append(failures, fmt.Sprintf("reconciliation of %s %s: %s", s.Tenant, res.Period, mm))
+		}
+		if rec.Counts.UsageFacts != s.Facts {
+			failures = append(failures, fmt.Sprintf("reconciliation of %s counts %d usage facts, %d were accepted", s.Tenant, rec.Counts.UsageFacts, s.Facts))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Tenant, res.Period, rec.Counts.UsageFacts, rec.Counts.Charges,
+			rec.Counts.InvoiceLines, rec.Counts.QueryUsage, mm)
+	}
+	w.Flush()
+	return failures
 }
 
 // waitRecovered polls the recovery status until every service's backlog is
