@@ -18,7 +18,8 @@ type Config struct {
 	// URLs are the base URLs of the services by name (Services).
 	URLs map[string]string
 	// Token is one bearer token for every call; empty means mint a tenant
-	// token per tenant with the development key (DevKey).
+	// token per tenant (DevKey) with the environment's signer
+	// (auth.SignerFromEnv: the development key unless AUTH_SIGNING_KEY is set).
 	Token  string
 	DevKey bool
 

@@ -91,7 +91,7 @@ func parseFlags(args []string) (*flags, int) {
 	cfg := &f.cfg
 	fs.BoolVar(&f.self, "self", false, "start the whole stack in this process, run against it, stop it (the default when no URL flag is given)")
 	fs.StringVar(&cfg.Token, "token", "", "bearer token for every call (an operator token, or a tenant token: then its tenant is the one tenant)")
-	fs.BoolVar(&cfg.DevKey, "dev-key", false, "mint a tenant token per tenant with the published development key (the default without -token)")
+	fs.BoolVar(&cfg.DevKey, "dev-key", false, "mint a tenant token per tenant with the environment's signer: the published development key unless AUTH_SIGNING_KEY, AUTH_SIGNING_KEY_ID and AUTH_ISSUER name another (the default without -token)")
 	fs.IntVar(&cfg.Tenants, "tenants", 1, "number of tenants")
 	fs.Float64Var(&cfg.Dominant, "dominant", -1, "share of the facts that go to tenant 0 (e.g. 0.5); the rest spread evenly; default: all even")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "offered facts per second; 0 sends flat out")
@@ -146,7 +146,7 @@ func (f *flags) resolve(fs *flag.FlagSet, urls map[string]*string) bool {
 	}
 	if cfg.Token == "" && !cfg.DevKey {
 		cfg.DevKey = true
-		fmt.Println("==> no -token: minting a tenant token per tenant with the published development key (-dev-key)")
+		fmt.Println("==> no -token: minting a tenant token per tenant with the environment's signer (-dev-key; the development key unless AUTH_SIGNING_KEY is set)")
 	}
 	if cfg.Token != "" {
 		if t := load.TokenTenant(cfg.Token); t != "" {
