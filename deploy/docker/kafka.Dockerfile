@@ -45,7 +45,7 @@ FROM from-${BUILD_FROM} AS inputs
 FROM ${BASE}
 RUN apt-get update -qq && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless >/dev/null && \
-    rm -rf /var/lib/apt/lists/* /usr/share/doc /usr/share/man && \
+    apt-get clean && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /usr/share/doc /usr/share/man && \
     useradd --system --uid 1000 --home-dir /var/lib/kafka --create-home kafka && \
     mkdir -p /var/lib/kafka/data /opt/kafka/config && chown -R kafka:kafka /var/lib/kafka /opt/kafka/config
 COPY --from=inputs /lib /opt/kafka/lib

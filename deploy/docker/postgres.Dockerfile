@@ -16,7 +16,7 @@ RUN mkdir -p /etc/postgresql-common/createcluster.d && \
     echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/no-main.conf && \
     apt-get update -qq && \
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql-15 >/dev/null && \
-    rm -rf /var/lib/apt/lists/* /usr/share/doc /usr/share/man && \
+    apt-get clean && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /usr/share/doc /usr/share/man && \
     mkdir -p /docker-entrypoint-initdb.d /var/lib/postgresql/data /var/run/postgresql && \
     chown -R postgres:postgres /var/lib/postgresql /var/run/postgresql && chmod 700 /var/lib/postgresql/data
 ENV PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

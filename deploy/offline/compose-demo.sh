@@ -5,14 +5,15 @@
 # network, volumes) at the end, also on failure and on Ctrl-C.
 #
 # Offline it starts the core of the file: postgres, kafka, topic-init,
-# toxiproxy and the five services. kafka-exporter, Prometheus and Grafana
-# are left out: they come from registry images (see deploy/README.md).
+# toxiproxy, the five services and Prometheus; the client then runs the
+# Grafana dashboard's queries against Prometheus. kafka-exporter and Grafana
+# are left out: Debian packages neither (see deploy/README.md).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
 PROJECT=${COMPOSE_PROJECT:-usagebilling-demo}
-CORE=(postgres kafka topic-init toxiproxy meter usage billing invoice query)
+CORE=(postgres kafka topic-init toxiproxy meter usage billing invoice query prometheus)
 compose() { "$DOCKER" compose -f deploy/compose.yaml -p "$PROJECT" "$@"; }
 
 torn=0
@@ -29,7 +30,7 @@ trap teardown EXIT
 trap 'say "interrupted"; teardown; exit 130' INT TERM
 
 began=$(date +%s)
-for port in 8081 8082 8083 8084 8085 8474 29092; do
+for port in 8081 8082 8083 8084 8085 8474 9090 29092; do
   if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then
     die "port $port on 127.0.0.1 is taken (a \`make up\` or another compose project?): compose.yaml publishes it"
   fi

@@ -6,6 +6,7 @@
 #                                  ~/.cache/usagebilling/, so later runs import it in seconds)
 #   usagebilling/postgres:15       PostgreSQL 15 from Debian's packages, on that base
 #   usagebilling/kafka:4.1.1       Debian's OpenJDK 17 and the broker jars of `make kafka-jars`
+#   usagebilling/prometheus:2.42   Prometheus from Debian's packages, on that base
 #   usagebilling/toxiproxy:2.12.0  toxiproxy built from the Go module proxy, FROM scratch
 #   usagebilling/<service>:dev     the five services, FROM scratch
 #
@@ -88,6 +89,7 @@ base
 binaries
 build usagebilling/postgres:15 deploy/docker/postgres.Dockerfile BASE=$BASE_IMAGE
 build usagebilling/kafka:4.1.1 deploy/docker/kafka.Dockerfile BASE=$BASE_IMAGE BUILD_FROM=host
+build usagebilling/prometheus:2.42 deploy/docker/prometheus.Dockerfile BASE=$BASE_IMAGE
 build usagebilling/toxiproxy:2.12.0 deploy/docker/toxiproxy.Dockerfile BASE=scratch BUILD_FROM=host
 for s in "${SERVICES[@]}"; do
   build "usagebilling/$s:dev" "deploy/docker/$s.Dockerfile" BASE=scratch BUILD_FROM=host

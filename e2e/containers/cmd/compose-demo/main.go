@@ -6,7 +6,10 @@
 // what it sent. Then, through query's operator API, it waits for every
 // service's backlog to drain (GET /v1/operator/recovery) and requires the
 // reconciliation of every tenant's period to be empty
-// (GET /v1/operator/reconciliation). It exits non-zero on any disagreement.
+// (GET /v1/operator/reconciliation). Last, it runs every query of the
+// Grafana dashboard against Prometheus and requires data for each (but the
+// Kafka exporter's lag, which the offline profile does not run). It exits
+// non-zero on any disagreement.
 //
 // Its tokens are signed by the environment's signer (containers.Signer: the
 // compose issuer's key, deploy/keys/issuer.pem, which `make compose-demo`
@@ -48,6 +51,8 @@ func run(ctx context.Context) int {
 	for i, name := range []string{"meter", "usage", "billing", "invoice", "query"} {
 		flags[name] = flag.String(name, fmt.Sprintf("http://127.0.0.1:%d", 8081+i), "base URL of the "+name+" service")
 	}
+	prom := flag.String("prometheus", "http://127.0.0.1:9090", "base URL of Prometheus, for the dashboard's queries (empty: not checked)")
+	dashboard := flag.String("dashboard", "deploy/grafana/dashboards/usage-billing.json", "the Grafana dashboard whose queries are run against Prometheus")
 	flag.Parse()
 	for name, u := range flags {
 		urls[name] = *u
@@ -77,6 +82,9 @@ func run(ctx context.Context) int {
 		op := scenario.DevOperator(urls["query"], "compose-demo@ops.example")
 		failures = append(failures, checkRecovered(ctx, op, progress)...)
 		failures = append(failures, checkReconciled(ctx, op, res)...)
+		if *prom != "" {
+			failures = append(failures, checkDashboard(ctx, *prom, *dashboard, time.Minute, progress)...)
+		}
 	}
 
 	fmt.Println()
@@ -87,8 +95,12 @@ func run(ctx context.Context) int {
 		}
 		return 1
 	}
-	fmt.Printf("OK: every figure agrees with what was sent, every backlog is empty, every reconciliation is empty (client flow %s).\n",
-		time.Since(began).Round(100*time.Millisecond))
+	dash := ", the dashboard has data"
+	if *prom == "" {
+		dash = " (the dashboard not checked)"
+	}
+	fmt.Printf("OK: every figure agrees with what was sent, every backlog is empty, every reconciliation is empty%s (client flow %s).\n",
+		dash, time.Since(began).Round(100*time.Millisecond))
 	return 0
 }
 
