@@ -148,20 +148,26 @@ func TestWatermarksHoldUnderConcurrentActivations(t *testing.T) {
 			}
 		})
 	}
-	const activations = 60
+	// Activations go on until 30 versions are accepted (some are refused as
+	// inside a watermark, which is the race), or 600 attempts.
+	const versions, attempts = 30, 600
+	var accepted, tried atomic.Int64
 	var act sync.WaitGroup
 	for w := range 3 {
 		act.Go(func() {
-			for i := range activations / 3 {
+			for i := 0; accepted.Load() < versions && tried.Add(1) <= attempts; i++ {
 				var eff time.Time
 				if i%3 == 1 {
 					eff = time.Now().Add(5 * time.Millisecond) // may fall inside a watermark (or pass while waiting): refused then
 				}
-				if err := activate(t, a, fmt.Sprintf("w%d-%d", w, i), eff); err != nil {
-					if de, ok := err.(*domain.Error); !ok || (de.Code != domain.CodeSchedulePublished &&
-						de.Code != domain.CodePriceBackdated && de.Code != domain.CodePriceOutOfOrder) {
-						t.Errorf("activate: %v", err)
-					}
+				err := activate(t, a, fmt.Sprintf("w%d-%d", w, i), eff)
+				if err == nil {
+					accepted.Add(1)
+					continue
+				}
+				if de, ok := err.(*domain.Error); !ok || (de.Code != domain.CodeSchedulePublished &&
+					de.Code != domain.CodePriceBackdated && de.Code != domain.CodePriceOutOfOrder) {
+					t.Errorf("activate: %v", err)
 				}
 			}
 		})
@@ -185,8 +191,9 @@ func TestWatermarksHoldUnderConcurrentActivations(t *testing.T) {
 			marks = append(marks, mark{p.Version, p.KnownThrough})
 		}
 	}
-	if len(effective) < activations/2 || len(marks) <= len(effective) {
-		t.Fatalf("%d versions and %d watermarks (%d publisher rounds): the race did not happen", len(effective), len(marks), rounds.Load())
+	if len(effective) < versions || len(marks) <= len(effective) {
+		t.Fatalf("%d versions and %d watermarks (%d publisher rounds, %d activations tried): the race did not happen",
+			len(effective), len(marks), rounds.Load(), tried.Load())
 	}
 	for _, m := range marks {
 		for v, eff := range effective {
@@ -196,7 +203,7 @@ func TestWatermarksHoldUnderConcurrentActivations(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d versions, %d watermarks checked", len(effective), len(marks))
+	t.Logf("%d versions, %d watermarks checked (%d activations tried)", len(effective), len(marks), tried.Load())
 }
 
 func mustDec(s string) decimal.Decimal { return decimal.RequireFromString(s) }
