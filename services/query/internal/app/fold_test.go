@@ -21,6 +21,7 @@ import (
 func TestSummaryExactWhileFolderRuns(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
+	const batches, size = 40, 25
 	pool := pgtest.NewPool(t, Template)
 	ib := NewInbox(t)
 	f := NewFeed(t, "acme")
@@ -29,7 +30,10 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 	folder := app.NewFolder(pool, 0, nil, slog.New(slog.DiscardHandler))
 	reader := app.NewReader(pool)
 
-	var committed atomic.Int64
+	// started is raised before a batch commits and committed after: a read
+	// can land between a batch's commit and the raise of committed, so a
+	// snapshot is bounded by committed before the read and started after it.
+	var started, committed atomic.Int64
 	var folds, reads atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -57,15 +61,15 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 			}
 			before := committed.Load()
 			s, err := reader.Summary(ctx, "acme")
-			after := committed.Load()
+			after := started.Load()
 			if err != nil {
 				t.Errorf("read: %v", err)
 				return
 			}
 			reads.Add(1)
 			n := s.UsageCount
-			if n < before || n > after {
-				t.Errorf("read %d usage facts with %d..%d committed", n, before, after)
+			if n < before || n > after || n%size != 0 {
+				t.Errorf("read %d usage facts with %d committed and %d started (batches of %d)", n, before, after, size)
 				return
 			}
 			if !s.QuantityByMeter["api_calls"].Equal(decimal.NewFromInt(n)) && n > 0 ||
@@ -76,13 +80,13 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 		}
 	})
 
-	const batches, size = 40, 25
 	for range batches {
 		var evs []Event
 		for range size {
 			u := f.Usage("api_calls", "USD", "1")
 			evs = append(evs, u, f.Charge(u, "2026-11", price.String()))
 		}
+		started.Add(size)
 		Decide(t, pool, ib, evs...)
 		n := committed.Add(size)
 		s, err := reader.Summary(ctx, "acme")
