@@ -27,7 +27,7 @@ billingctl: ## build the command line for tenants and operators into bin/ (READM
 demo-library: ## the shared mechanisms alone: outbox -> Kafka -> inbox on a throwaway PostgreSQL and kfake
 	$(GO) run ./pkg/cmd/outbox-demo
 
-test: check lint sqlc-check unit-test apache-test fuzz ## run every check and test (what CI runs)
+test: check lint sqlc-check unit-test apache-test race fuzz ## run every check and test (what CI runs)
 
 check: ## gofmt, go vet, and the module files are tidy
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -66,6 +66,24 @@ STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $$($(GO) env G
 lint: ## staticcheck over every module with every build tag (staticcheck.conf says which checks and why); install: GOTOOLCHAIN=go1.27.3 go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 	@for m in pkg services/* e2e deploy; do echo "staticcheck $$m"; \
 	  (cd $$m && $(STATICCHECK) -tags chaos,containers,hostile,money ./...) || exit 1; done
+
+# The packages whose goroutines share state: the outbox relay and its shard
+# leases, the inbox runner, the service run group, the rate limiter, the
+# webhook worker, query's folder, billing's close scheduler, the load tool.
+RACE_PKGS := ./pkg/outbox/ ./pkg/inbox/ ./pkg/service/ ./pkg/httpx/ \
+	./services/invoice/internal/webhook/ ./services/query/internal/app/ \
+	./services/billing/internal/app/ ./e2e/load/
+.PHONY: race
+race: ## the race detector over the packages that run goroutines against shared state, then a short load run with the load tool and all five services built with -race (a data race fails it)
+	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
+	@out=$$(mktemp -d) && $(GO) build -race -o $$out/ ./e2e/cmd/load && \
+	  GOFLAGS=-race STACK_DIR=$$out/stack STACK_KEEP=1 STACK_DIRECT_DB=1 $$out/load -duration 10s -rate 200 -close -out $$out/report && \
+	  if grep -rl 'WARNING: DATA RACE' $$out/stack; then echo "race: a service reported a data race (in the logs named above)"; exit 1; fi; \
+	  rm -rf $$out
+
+.PHONY: flakes
+flakes: ## hunt flaky tests: every package's tests 5 times and each system suite 3 times while busy loops hold the cores; report of every failure (ARGS='-count 2 -suites unit,money')
+	$(GO) build -o bin/ ./e2e/cmd/flakes && ./bin/flakes $(ARGS)
 
 .PHONY: hostile
 hostile: ## hostile-input suite: the five services, every route sent generated bad input and slow clients; never a 5xx, a hang or a write, every refusal problem+json (~3 min)
