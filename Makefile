@@ -40,6 +40,11 @@ sqlc-check: ## regenerating each service's sqlc code changes nothing
 	@for d in services/*/; do [ -f $$d/sqlc.yaml ] || continue; \
 	  echo "sqlc diff $$d"; (cd $$d && $(SQLC) diff) || exit 1; done
 
+.PHONY: generate
+generate: openapi ## regenerate everything generated: each service's sqlc code (services/*/sqlc.yaml) and the OpenAPI types (make openapi); make test fails when either is stale
+	@for d in services/*/; do [ -f $$d/sqlc.yaml ] || continue; \
+	  echo "sqlc generate $$d"; (cd $$d && $(SQLC) generate) || exit 1; done
+
 unit-test: ## all Go tests against a throwaway PostgreSQL, kfake and a real Apache Kafka
 	$(GO) test -count=1 -timeout 30m $(PKGS)
 
@@ -107,16 +112,16 @@ vulncheck: ## govulncheck over every module, offline: Go vulnerability DB from t
 e2e: ## chaos suite: the whole system on a real Apache Kafka under load, faults injected, reconciled (~10 min)
 	KAFKA=apache $(GO) test -tags chaos -count=1 -timeout 40m -v ./e2e/chaos/
 
-# The model-based money test (issue 10 item 6): random operations against the
-# running services (stack launcher, embedded broker) and an independent model.
+# The model-based money test: random operations against the running services
+# (stack launcher, embedded broker) and an independent model (docs/money.md).
 MONEY_OPS  ?= 10000
 MONEY_SEED ?=
 .PHONY: money-test
 money-test: ## random prices, usage, credits, closes and corrections against the running services and an independent model; every invoice, note and summary to the minor unit (MONEY_OPS=10000; MONEY_SEED=<seed> replays a run)
 	MONEY_OPS=$(MONEY_OPS) MONEY_SEED=$(MONEY_SEED) $(GO) test -tags money -count=1 -timeout 60m -v -run '^TestMoney$$' ./e2e/money/
 
-# Containers for real (issue 11): a Docker engine from Debian's docker.io and
-# every image built locally with no registry (deploy/offline/, deploy/README.md).
+# Containers for real: a Docker engine from Debian's docker.io and every image
+# built locally with no registry (deploy/offline/, deploy/README.md).
 .PHONY: compose-keys compose-images compose-demo e2e-containers compose-chaos docker-stop
 compose-images: ## build every image of deploy/compose.yaml locally, no registry (starts a Docker engine if none answers)
 	deploy/offline/engine.sh start
