@@ -17,9 +17,9 @@ import (
 	"github.com/usagebilling/billing/pkg/kafkaconf"
 )
 
-// Issue 10 item 3, decision 0014, against the running meter, usage, billing
-// and invoice (separate processes, real PostgreSQL, the embedded broker
-// behind its fault proxy): a fact accepted while the path from usage
+// A close waits for usage's watermarks (decision 0014), against the running
+// meter, usage, billing and invoice (separate processes, real PostgreSQL,
+// the embedded broker behind its fault proxy): a fact accepted while the path from usage
 // through the broker to billing is cut, then a close of its period: the
 // close waits (the period reads closing and is not closed) while the path
 // is cut; once it is restored the fact is rated into that period, not late,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI's container steps (issue 11): a Docker engine from Debian's docker.io,
+# CI's container steps: a Docker engine from Debian's docker.io,
 # the compose plugin and the images built locally, then `make compose-demo`,
 # `make e2e-containers` and `make compose-chaos`, each timed.
 #

@@ -1,5 +1,5 @@
-// Package hostile is the hostile-input suite (issue 12 item 6, `make
-// hostile`): the five services started by the stack launcher, every route
+// Package hostile is the hostile-input suite (`make hostile`,
+// docs/testing.md): the five services started by the stack launcher, every route
 // of their routers (enumerated from the routers themselves) sent generated
 // bad input — bad JSON, wrong types, duplicate and case-variant members,
 // trailing data, huge numbers, NUL and invalid UTF-8, 1 MB strings,

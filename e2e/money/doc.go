@@ -1,5 +1,5 @@
-// Package money is the model-based money test (issue 10 item 6, `make
-// money-test`): a seeded sequence of random operations — prices of every
+// Package money is the model-based money test (`make money-test`,
+// docs/money.md): a seeded sequence of random operations — prices of every
 // model with version changes, usage with replays, conflicts, late and
 // out-of-order facts, credits and debits, tenant time zones and grace
 // periods, explicit closes and automatic ones at period end plus grace

@@ -17,8 +17,8 @@ import (
 // locked the period's invoices and before it tallied them (another consumer
 // decides it meanwhile). The close counts the charge, so it must also lock
 // and issue the invoice: it locks again until every currency it tallied has
-// its invoice locked. Before, it issued the USD invoice and left the KRW
-// one open for good, the close applied (a flaky end-to-end test found it).
+// its invoice locked; otherwise it would issue the USD invoice and leave
+// the KRW one open for good, the close applied.
 func TestCloseLocksAnInvoiceCreatedWhileItTallies(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, Template)

@@ -27,9 +27,8 @@ import (
 //	GET    /internal/v1/webhook-intents/stats -> {byStatus, oldestPendingAgeSeconds}
 //	POST   /internal/v1/webhook-intents/{intentId}/retry {actor, correlationId, reason} -> {intentId, outcome, status}
 //
-// The endpoint routes take a tenant token for the tenant (or an operator),
-// as every tenant route does today; with roles (issue 12) they become
-// billing-admin's. The internal routes take a service or operator token.
+// The endpoint routes take a billing-admin token for the tenant; the
+// internal routes a service token (query's operator calls).
 type Webhooks struct {
 	endpoints *webhook.Endpoints
 	store     *webhook.Store

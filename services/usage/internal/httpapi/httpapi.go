@@ -74,7 +74,7 @@ func (r usageRequest) parse(now time.Time) (domain.Usage, *httpx.Problem) {
 
 // accepted is the body of 201 and of its replay, 200.
 // The price version is not usage's to say: billing decides it (decision
-// 0009).
+// 0011).
 type accepted struct {
 	UsageID uuid.UUID `json:"usageId"`
 	EventID uuid.UUID `json:"eventId"`
