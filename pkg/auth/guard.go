@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/usagebilling/billing/pkg/httpx"
 )
 
 // Guard is a route's handler behind the roles the route admits. Every route
@@ -73,9 +75,13 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.next.ServeHTTP(w, r)
 		return
 	}
+	// The rate limit's token is taken once access is decided: the tenant's
+	// for an admitted request, the caller's for a refused one.
 	c, ok := FromContext(r.Context())
 	if !ok {
-		unauthorized(w, "unauthorized", "a bearer token is required")
+		if httpx.Limit(w, r, callerKey(r, Claims{})) {
+			unauthorized(w, "unauthorized", "a bearer token is required")
+		}
 		return
 	}
 	// chi routes on the raw (escaped) path, so the tenant checked is the
@@ -84,10 +90,21 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !g.Admits(c, tenant) {
 		logFrom(r.Context()).InfoContext(r.Context(), "request forbidden", "method", r.Method, "path", r.URL.Path,
 			"sub", c.Subject, "roles", c.Roles, "tenant", c.Tenant, "admits", g.roles)
-		forbidden(w)
+		if httpx.Limit(w, r, callerKey(r, c)) {
+			forbidden(w)
+		}
+		return
+	}
+	if !httpx.LimitTenant(w, r) {
 		return
 	}
 	g.next.ServeHTTP(w, r)
+}
+
+// callerKey is the rate limit's bucket of a refused request: the caller of
+// claims c, or its address when c is empty.
+func callerKey(r *http.Request, c Claims) string {
+	return httpx.CallerKey(r, c.Issuer, c.Tenant, c.Subject)
 }
 
 // GuardOf returns the Guard of a route's handler as chi.Walk reports it.

@@ -85,7 +85,8 @@ func logFrom(ctx context.Context) *slog.Logger {
 
 // Middleware authenticates every request but those of Open and Console
 // paths: a missing bearer token is 401 unauthorized, a malformed, wrongly
-// signed or expired one 401 invalid_token; neither reaches routing. A valid
+// signed or expired one 401 invalid_token; neither reaches routing, and
+// each takes a token of its address's rate-limit bucket (httpx.Limit). A valid
 // token's claims go in the request's context, where the route's Guard
 // (Allow) checks its roles and tenant.
 func Middleware(keys Keys, log *slog.Logger) func(http.Handler) http.Handler {
@@ -105,7 +106,9 @@ func Middleware(keys Keys, log *slog.Logger) func(http.Handler) http.Handler {
 			}
 			token, ok := bearer(r)
 			if !ok {
-				unauthorized(w, "unauthorized", "a bearer token is required")
+				if httpx.Limit(w, r, callerKey(r, Claims{})) {
+					unauthorized(w, "unauthorized", "a bearer token is required")
+				}
 				return
 			}
 			c, kid, err := keys.verify(token)
@@ -118,7 +121,9 @@ func Middleware(keys Keys, log *slog.Logger) func(http.Handler) http.Handler {
 			}
 			if err != nil {
 				log.InfoContext(ctx, "token refused", "method", r.Method, "path", path, "err", err)
-				unauthorized(w, "invalid_token", "the bearer token is refused: "+Reason(err))
+				if httpx.Limit(w, r, callerKey(r, Claims{})) {
+					unauthorized(w, "invalid_token", "the bearer token is refused: "+Reason(err))
+				}
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(WithClaims(ctx, c)))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -106,15 +107,20 @@ func (w *deadlineWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection (Flush, deadlines).
 func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// RateLimiter limits each tenant's requests with a token bucket held in
-// memory by this process: Burst tokens, refilled at Rate per second; a
-// request takes one. Several instances of a service each limit on their own.
+// RateLimiter limits requests with token buckets held in memory by this
+// process: Burst tokens per key, refilled at Rate per second; a request
+// takes one. Several instances of a service each limit on their own.
+//
+// The key is chosen after authorisation (see Limit): an admitted request to
+// /v1/tenants/{tenantId}/... takes its tenant's token, a refused one (401,
+// 403) its caller's, so no caller can spend another tenant's tokens.
 type RateLimiter struct {
 	rate  float64
 	burst float64
 	now   func() time.Time
-	// OnLimited, when set, is called for each refused request.
-	OnLimited func(tenantID string)
+	// OnLimited, when set, is called for each refused request with the key
+	// of the spent bucket (TenantKey, CallerKey).
+	OnLimited func(key string)
 
 	mu      sync.Mutex
 	buckets map[string]*bucket
@@ -125,30 +131,30 @@ type bucket struct {
 	at     time.Time
 }
 
-// maxIdleBuckets: beyond this many tenants, full buckets are forgotten (a
+// maxIdleBuckets: beyond this many keys, full buckets are forgotten (a
 // full bucket is what a new one would be), so the map stays bounded by the
-// tenants active within one refill time.
+// keys active within one refill time.
 const maxIdleBuckets = 10000
 
-// NewRateLimiter returns a limiter of rate requests per second per tenant
+// NewRateLimiter returns a limiter of rate requests per second per key
 // with bursts of burst.
 func NewRateLimiter(rate float64, burst int) *RateLimiter {
 	return &RateLimiter{rate: rate, burst: float64(max(burst, 1)), now: time.Now, buckets: map[string]*bucket{}}
 }
 
-// Allow takes a token of tenantID's bucket; when there is none it returns
-// false and how long until there is one.
-func (l *RateLimiter) Allow(tenantID string) (bool, time.Duration) {
+// Allow takes a token of key's bucket; when there is none it returns false
+// and how long until there is one.
+func (l *RateLimiter) Allow(key string) (bool, time.Duration) {
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b, ok := l.buckets[tenantID]
+	b, ok := l.buckets[key]
 	if !ok {
 		if len(l.buckets) >= maxIdleBuckets {
 			l.sweep(now)
 		}
 		b = &bucket{tokens: l.burst, at: now}
-		l.buckets[tenantID] = b
+		l.buckets[key] = b
 	}
 	if el := now.Sub(b.at).Seconds(); el > 0 {
 		b.tokens = math.Min(l.burst, b.tokens+el*l.rate)
@@ -170,27 +176,68 @@ func (l *RateLimiter) sweep(now time.Time) {
 	}
 }
 
-// Middleware refuses a request to /v1/tenants/{tenantId}/... past its
-// tenant's rate with 429 problem+json "rate_limited" and Retry-After (whole
-// seconds, at least 1). Other paths are not limited. Mount it after
-// authentication, so only a tenant's accepted requests use its tokens.
+type limiterKey struct{}
+
+// Middleware puts l in each request's context, where the route's access
+// check (auth.Guard, and auth.Middleware for a refused token) takes a token
+// with Limit once it knows who may call: it takes none itself, so a request
+// refused 401 or 403 never spends the tenant's tokens of the path it names.
+// Mount it before authentication.
 func (l *RateLimiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant, ok := tenantOfPath(r.URL.Path)
-		if ok {
-			if allowed, wait := l.Allow(tenant); !allowed {
-				if l.OnLimited != nil {
-					l.OnLimited(tenant)
-				}
-				secs := max(1, int(math.Ceil(wait.Seconds())))
-				w.Header().Set("Retry-After", strconv.Itoa(secs))
-				WriteProblem(w, Problemf(http.StatusTooManyRequests, "rate_limited",
-					"this tenant's requests exceed %g per second (bursts of %g); retry after %d s", l.rate, l.burst, secs))
-				return
-			}
-		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), limiterKey{}, l)))
 	})
+}
+
+// TenantKey is the bucket of an admitted request to tenant's paths.
+func TenantKey(tenant string) string { return "tenant/" + tenant }
+
+// CallerKey is the bucket of a refused request: its caller's identity (the
+// issuer and subject of its verified token, with the token's tenant), or
+// its address when it has no verified token.
+func CallerKey(r *http.Request, issuer, tenant, subject string) string {
+	if subject != "" {
+		return "caller/" + issuer + "/" + tenant + "/" + subject
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "addr/" + host
+}
+
+// Limit takes a token of key's bucket from the rate limiter Middleware put
+// in r's context; past the rate it answers 429 problem+json "rate_limited"
+// with Retry-After (whole seconds, at least 1) and returns false. Without a
+// limiter (RATE_LIMIT_RPS=0) it returns true.
+func Limit(w http.ResponseWriter, r *http.Request, key string) bool {
+	l, ok := r.Context().Value(limiterKey{}).(*RateLimiter)
+	if !ok {
+		return true
+	}
+	allowed, wait := l.Allow(key)
+	if allowed {
+		return true
+	}
+	if l.OnLimited != nil {
+		l.OnLimited(key)
+	}
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	WriteProblem(w, Problemf(http.StatusTooManyRequests, "rate_limited",
+		"these requests exceed %g per second (bursts of %g); retry after %d s", l.rate, l.burst, secs))
+	return false
+}
+
+// LimitTenant is Limit for an admitted request: the token of the tenant of
+// its /v1/tenants/{tenantId}/... path, when that is a valid tenant id;
+// requests to other paths are not limited.
+func LimitTenant(w http.ResponseWriter, r *http.Request) bool {
+	tenant, ok := tenantOfPath(r.URL.Path)
+	if !ok {
+		return true
+	}
+	return Limit(w, r, TenantKey(tenant))
 }
 
 // tenantOfPath returns the tenant of /v1/tenants/{tenantId}/..., when it is

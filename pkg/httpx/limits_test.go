@@ -10,13 +10,18 @@ import (
 
 // The per-tenant limit answers 429 rate_limited with Retry-After once a
 // tenant's burst is spent, leaves other tenants and other paths alone, and
-// lets the tenant through again once its bucket refilled.
+// lets the tenant through again once its bucket refilled. The middleware
+// itself takes no token: the access check does, with LimitTenant.
 func TestRateLimitAnswers429AndRecovers(t *testing.T) {
 	t.Parallel()
 	l := NewRateLimiter(2, 2) // 2 requests/s, bursts of 2
 	limited := 0
 	l.OnLimited = func(string) { limited++ }
-	h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if LimitTenant(w, r) {
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
 	do := func(path string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), http.MethodPost, path, nil))
@@ -47,6 +52,25 @@ func TestRateLimitAnswers429AndRecovers(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // Retry-After: 1
 	if rec := do("/v1/tenants/acme/usage"); rec.Code != http.StatusNoContent {
 		t.Fatalf("after Retry-After: %d", rec.Code)
+	}
+}
+
+// Without a limiter in the context (RATE_LIMIT_RPS=0), Limit lets every
+// request through; a refused request's key is its caller, or its address.
+func TestLimitWithoutLimiterAndCallerKeys(t *testing.T) {
+	t.Parallel()
+	r := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/v1/tenants/acme/x", nil)
+	r.RemoteAddr = "192.0.2.7:5555"
+	for range 10 {
+		if !Limit(httptest.NewRecorder(), r, TenantKey("acme")) {
+			t.Fatal("limited without a limiter")
+		}
+	}
+	if k := CallerKey(r, "iss", "acme", "alice"); k != "caller/iss/acme/alice" {
+		t.Fatalf("caller key %q", k)
+	}
+	if k := CallerKey(r, "", "", ""); k != "addr/192.0.2.7" {
+		t.Fatalf("address key %q", k)
 	}
 }
 

@@ -175,8 +175,10 @@ type Config struct {
 	DBStatementTimeout time.Duration // DB_STATEMENT_TIMEOUT (30s): PostgreSQL statement_timeout
 	DBAcquireTimeout   time.Duration // DB_ACQUIRE_TIMEOUT (5s): waiting for a pooled connection
 
-	// Per-tenant rate limit of /v1/tenants/{tenantId}/... requests, per
-	// process: a token bucket of RateBurst refilled at RateLimit per second.
+	// Per-tenant rate limit of admitted /v1/tenants/{tenantId}/... requests,
+	// per process: a token bucket of RateBurst refilled at RateLimit per
+	// second. Refused requests (401, 403) take a bucket of the same size of
+	// their caller (token subject, or address without a valid token).
 	RateLimit float64 // RATE_LIMIT_RPS (200)
 	RateBurst int     // RATE_LIMIT_BURST (400)
 

@@ -364,7 +364,8 @@ func NewInbox(spec Spec, d Deps, parts Parts, reg prometheus.Registerer) (*inbox
 // a listener of their own), the internal operator endpoints (ops.API), and
 // the service's own routes, all behind auth.Middleware with the keys of
 // d.Config.Auth, the request deadline (Config.RequestTimeout) and the
-// per-tenant rate limit (Config.RateLimit, RateBurst). Its /healthz reports
+// rate limit (Config.RateLimit, RateBurst: per tenant for admitted
+// requests, per caller for refused ones). Its /healthz reports
 // the broker as "unknown": the running service probes it (see serve).
 func NewRouter(d Deps, metrics prometheus.Gatherer, parts Parts) chi.Router {
 	return newServiceRouter(d, metrics, parts, nil)
@@ -394,10 +395,13 @@ func newRouter(d Deps, metrics prometheus.Gatherer, broker *brokerHealth) chi.Ro
 	if cfg.RequestTimeout > 0 {
 		r.Use(httpx.Deadline(cfg.RequestTimeout))
 	}
-	r.Use(auth.Middleware(cfg.Auth, log))
+	// The limiter takes no token itself: auth.Middleware and each route's
+	// Guard take one once access is decided (the tenant's when admitted, the
+	// caller's when refused), so one tenant cannot spend another's.
 	if cfg.RateLimit > 0 {
 		r.Use(rateLimiter(cfg, d.Metrics).Middleware)
 	}
+	r.Use(auth.Middleware(cfg.Auth, log))
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusNotFound, "not_found", "no such resource"))
 	})
@@ -435,13 +439,13 @@ func newRouter(d Deps, metrics prometheus.Gatherer, broker *brokerHealth) chi.Ro
 	return r
 }
 
-// rateLimiter is the per-tenant limiter of the process, counting refusals in
+// rateLimiter is the limiter of the process, counting refusals in
 // http_rate_limited_total.
 func rateLimiter(cfg Config, reg prometheus.Registerer) *httpx.RateLimiter {
 	l := httpx.NewRateLimiter(cfg.RateLimit, cfg.RateBurst)
 	limited := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "http_rate_limited_total",
-		Help: "Requests refused with 429 rate_limited by the per-tenant rate limit.",
+		Help: "Requests refused with 429 rate_limited by the rate limit (a tenant's admitted requests, or a caller's refused ones).",
 	})
 	if reg != nil {
 		if err := reg.Register(limited); err != nil {
