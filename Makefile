@@ -18,6 +18,10 @@ demo: ## the whole system on this machine: a client bills usage over HTTP, every
 load: ## drive usage over HTTP, report accepted/s, end-to-end/s, lag, latencies and a plot (ARGS='-duration 20s -rate 500'; starts the stack itself unless given URLs)
 	$(GO) build -o bin/ ./e2e/cmd/load && ./bin/load $(ARGS)
 
+.PHONY: floor
+floor: ## the floor of a fact: the design's database work per fact on a throwaway PostgreSQL (fsync on), CPU-ms per fact; writes bin/floor.json for make load (ARGS='-runs 3'; decision 0017)
+	$(GO) build -o bin/ ./e2e/cmd/floor && ./bin/floor $(ARGS)
+
 up: ## the whole system left running (services on 8081-8085) until Ctrl-C; the README has curl calls to try
 	$(GO) build -o bin/ ./e2e/cmd/stack && exec ./bin/stack
 
