@@ -219,8 +219,8 @@ func result(cfg Config, started time.Time, took time.Duration, before, after cpu
 	r := &Result{
 		Started: started.UTC(), Facts: cfg.Facts, Batch: cfg.Batch, FoldEvery: cfg.FoldEvery,
 		Seconds: took.Seconds(), FactsPerSec: n / took.Seconds(),
-		PostgresMS: procstat.Millis(after.postgres - before.postgres),
-		ClientMS:   procstat.Millis(after.client - before.client),
+		PostgresMS:     procstat.Millis(after.postgres - before.postgres),
+		ClientMS:       procstat.Millis(after.client - before.client),
 		BackendPerFact: map[string]float64{}, Commits: commits,
 		Conditions: "one client, one connection per service database, statements in sequence; PostgreSQL from pgcluster (fsync on, synchronous_commit on)",
 	}
