@@ -74,7 +74,8 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 // NUL, invalid UTF-8, huge numbers or trailing data), then encoding/json
 // with unknown fields refused. The problem names what is wrong: codes
 // body_too_large (413), unsupported_media_type (415), malformed_json,
-// unknown_field, invalid_field and CheckJSON's (400).
+// unknown_field, invalid_field and CheckJSON's (400). The Content-Type,
+// when given, must be application/json with no charset or charset=utf-8.
 func DecodeJSON(w http.ResponseWriter, r *http.Request, dst any, maxBytes int64) *Problem {
 	_, p := ReadJSON(w, r, dst, maxBytes)
 	return p
@@ -87,8 +88,8 @@ func ReadJSON(w http.ResponseWriter, r *http.Request, dst any, maxBytes int64) (
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBody
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return nil, Problemf(http.StatusUnsupportedMediaType, "unsupported_media_type", "send application/json, not %q", clipText(strings.ToValidUTF8(ct, "?")))
+	if p := checkMediaType(r.Header.Get("Content-Type")); p != nil {
+		return nil, p
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBytes))
 	if err != nil {

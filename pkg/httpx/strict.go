@@ -371,8 +371,9 @@ func CheckText(what, s string) *Problem {
 
 // CleanText refuses, before any handler reads them, a request whose path or
 // query parameters (names and values, percent-decoded) are not valid UTF-8
-// or hold NUL (CheckText), and a query string that does not parse
-// (invalid_query, 400). Handlers and the database then see only text they
+// or hold NUL (CheckText), a query string that does not parse
+// (invalid_query, 400) and a query parameter given more than once
+// (repeated_query_parameter, 400). Handlers and the database then see only text they
 // can store.
 func CleanText(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -396,6 +397,9 @@ func CheckRequestText(r *http.Request) *Problem {
 	for k, vs := range q {
 		if p := CheckText("a query parameter name", k); p != nil {
 			return p
+		}
+		if len(vs) > 1 {
+			return repeatedParameter(k)
 		}
 		for _, v := range vs {
 			if p := CheckText(fmt.Sprintf("query parameter %q", clipText(strings.ToValidUTF8(k, "?"))), v); p != nil {
