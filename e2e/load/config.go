@@ -58,6 +58,17 @@ type Config struct {
 	Describe map[string]string
 	// Out receives the progress lines.
 	Out io.Writer
+
+	// Processes, when set, lists the processes of the system under test by
+	// group (the stack's, when the load tool started it), for the CPU per
+	// fact of each; nil: the report has the machine's all-in figure only,
+	// and NoProcesses says why.
+	Processes   func() []ProcessGroup
+	NoProcesses string
+	// Floor is the floor's PostgreSQL CPU-ms per fact (make floor), for the
+	// ratios; FloorSource says where it came from. 0: no ratio.
+	Floor       float64
+	FloorSource string
 }
 
 // MinPollGap bounds the polling of query to 50 requests a second.

@@ -23,6 +23,7 @@ type Report struct {
 	Latency    []Latency   `json:"latency"`
 	Relay      []HistStats `json:"relayCommitToAck"`
 	Inbox      []HistStats `json:"inboxBatchDuration"`
+	CPU        CPU         `json:"cpuPerFact"`
 	Tenants    []Tenant    `json:"tenants"`
 	Closed     []Closed    `json:"closed,omitempty"`
 	Series     []Point     `json:"series"`
@@ -162,6 +163,9 @@ func buildReport(o *outcome) *Report {
 	}
 	r.Latency[0].fill(tl.countSamples)
 	r.Latency[1].fill(tl.chargeSamples)
+	if o.cpu != nil {
+		r.CPU = o.cpu.figures(cfg, o.sendStart, tl.lastCharge, r.Totals.Charged)
+	}
 	r.Relay = histDeltas(o.before, o.after, RelayHistogram)
 	r.Inbox = histDeltas(o.before, o.after, InboxHistogram)
 	r.Series = perSecond(tl.accepts, tl.charges, o.sendStart, max(o.drainEnd, tl.lastCharge))
@@ -367,6 +371,7 @@ func (r *Report) WriteText(w io.Writer) {
 	r.writeConditions(w)
 	r.writeTotals(w)
 	r.writeSpeed(w)
+	r.writeCPU(w)
 	writeHistogram(w, "Outbox relay, commit -> broker ack ("+RelayHistogram+", /metrics delta over the run)", r.Relay, "rows")
 	writeHistogram(w, "Inbox, decide and commit one consumed batch ("+InboxHistogram+", /metrics delta)", r.Inbox, "batches")
 	fmt.Fprintln(w, "percentiles from histogram buckets, interpolated linearly inside a bucket (as histogram_quantile)")
@@ -435,6 +440,40 @@ func (r *Report) writeSpeed(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "method: %s\n", LatencyMethod)
+}
+
+// writeCPU writes the CPU per fact: all-in, per process group, and their
+// ratios to the floor.
+func (r *Report) writeCPU(w io.Writer) {
+	c := r.CPU
+	tw := textSection(w, "CPU per fact (CPU-ms per fact charged, first send -> last charge)")
+	floor := func(v float64) string {
+		if c.Floor <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1fx", v/c.Floor)
+	}
+	if c.Facts > 0 && c.WindowSeconds > 0 {
+		fmt.Fprintln(tw, "what\tCPU-ms/fact\tshare\tto the floor")
+		for _, g := range c.Groups {
+			fmt.Fprintf(tw, "%s\t%.3f\t%.0f%%\t%s\n", g.Name, g.PerFact, 100*g.Share, floor(g.PerFact))
+		}
+		if len(c.Groups) > 0 {
+			fmt.Fprintf(tw, "rest of the machine (kernel, other processes)\t%.3f\t%.0f%%\t\n", c.Rest, 100*c.Rest/c.AllIn)
+		}
+		fmt.Fprintf(tw, "all-in (the machine's busy CPU, /proc/stat)\t%.3f\t100%%\t%s\n", c.AllIn, floor(c.AllIn))
+		tw.Flush()
+		fmt.Fprintf(w, "window %.1fs, %d facts charged, machine %.0f%% busy (%d cores)", c.WindowSeconds, c.Facts, 100*c.MachineBusy, c.Cores)
+		if c.Floor > 0 {
+			fmt.Fprintf(w, "; the floor: PostgreSQL %.3f CPU-ms per fact (%s)", c.Floor, c.FloorSource)
+		}
+		fmt.Fprintln(w)
+	} else {
+		tw.Flush()
+	}
+	if c.Note != "" {
+		fmt.Fprintln(w, "note: "+c.Note)
+	}
 }
 
 // writeHistogram writes the services' figures of one histogram.

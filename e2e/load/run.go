@@ -32,6 +32,7 @@ type outcome struct {
 	pollLastErr string
 	before      scrape
 	after       scrape
+	cpu         *cpuMeter
 	notes       []string
 }
 
@@ -66,8 +67,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	phase := &phaseClock{name: "send", since: time.Now()}
 	stopTicker := make(chan struct{})
 	bg.Go(func() { o.ticker(smp, phase, stopTicker) })
+	o.cpu = startCPUMeter(cfg.Processes, o.origin)
 	o.send(ctx, cl)
 	o.drainAndSettle(ctx, smp, phase, progress)
+	o.cpu.finish()
 	stopPolls()
 	close(stopTicker)
 	bg.Wait()

@@ -1,8 +1,12 @@
 // Command load drives usage facts into the system over HTTP and reports
 // what it really does: facts accepted per second, facts charged end to end
 // (as the query service shows them), the lag, the usage -> query latency,
-// and the outbox relay and inbox latencies from each service's /metrics.
-// It exits non-zero if an accepted fact was lost or charged twice, or if
+// the outbox relay and inbox latencies from each service's /metrics, and
+// the CPU per fact charged: all-in (the machine's busy CPU from /proc/stat,
+// first send to last charge) and, when it started the stack, per process
+// group (each service, PostgreSQL, the load tool with the embedded broker)
+// from /proc/<pid>/stat, with their ratios to the floor of `make floor`
+// (read from bin/floor.json, or -floor-ms). It exits non-zero if an accepted fact was lost or charged twice, or if
 // usage answered a fact with a 5xx.
 //
 //	make load                                 # -self: starts the stack here, runs 1m, stops it
@@ -17,11 +21,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -65,18 +71,23 @@ func run(ctx context.Context) int {
 			return code
 		}
 		defer stop()
+		cfg.Processes = stackGroups(s)
 	} else {
 		cfg.Describe["stack"] = "given by URL (not started here)"
 		cfg.Describe["kafka"] = "unknown (not started here)"
+		cfg.NoProcesses = "no figure per process group: this stack was given by URL, not started here, so the load tool " +
+			"knows none of its processes (which may not even run on this machine); the all-in figure is this machine's busy CPU, whoever used it"
 	}
 	return runLoad(ctx, cfg, s, dir)
 }
 
 // flags are the command's flags, parsed.
 type flags struct {
-	cfg  load.Config
-	self bool
-	out  string
+	cfg       load.Config
+	self      bool
+	out       string
+	floorMS   float64
+	floorFile string
 }
 
 // parseFlags parses args. A nil result ends the command with code: 0 after
@@ -105,6 +116,8 @@ func parseFlags(args []string) (*flags, int) {
 	fs.DurationVar(&cfg.Poll, "poll", 250*time.Millisecond, "poll every tenant's query summary this often (never more than 50 polls/s in all)")
 	fs.StringVar(&cfg.RunID, "run-id", "", "prefix of the tenant ids and source event ids (default load-<UTC time>)")
 	fs.StringVar(&f.out, "out", "", "directory for report.txt, report.json and load.svg (default a new directory under $TMPDIR)")
+	fs.Float64Var(&f.floorMS, "floor-ms", 0, "the floor, PostgreSQL CPU-ms per fact, to report the CPU per fact against (overrides -floor)")
+	fs.StringVar(&f.floorFile, "floor", "bin/floor.json", "file make floor writes: its postgresCpuMsPerFact is the floor the CPU per fact is reported against, unless -floor-ms is given (no ratio when the file is missing)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, 0
@@ -118,7 +131,72 @@ func parseFlags(args []string) (*flags, int) {
 	if !f.resolve(fs, urls) {
 		return nil, 2
 	}
+	if err := f.resolveFloor(); err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		return nil, 2
+	}
 	return f, 0
+}
+
+// resolveFloor sets the floor of the CPU figures: -floor-ms, else the
+// file of -floor when it exists.
+func (f *flags) resolveFloor() error {
+	if f.floorMS < 0 {
+		return fmt.Errorf("-floor-ms %g: want CPU-ms per fact", f.floorMS)
+	}
+	if f.floorMS > 0 {
+		f.cfg.Floor, f.cfg.FloorSource = f.floorMS, "-floor-ms"
+		return nil
+	}
+	if f.floorFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(f.floorFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("-floor: %w", err)
+	}
+	var fl struct {
+		PostgresPerFact float64 `json:"postgresCpuMsPerFact"`
+		Runs            []struct {
+			Started time.Time `json:"started"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal(b, &fl); err != nil || fl.PostgresPerFact <= 0 {
+		return fmt.Errorf("-floor %s: not a file of make floor (no postgresCpuMsPerFact): %v", f.floorFile, err)
+	}
+	f.cfg.Floor = fl.PostgresPerFact
+	f.cfg.FloorSource = fmt.Sprintf("%s, median of %d run(s) of make floor", f.floorFile, len(fl.Runs))
+	if n := len(fl.Runs); n > 0 {
+		f.cfg.FloorSource += " of " + fl.Runs[n-1].Started.Format("2006-01-02 15:04 UTC")
+	}
+	return nil
+}
+
+// loadToolGroup names the load tool's own process: it holds the embedded
+// broker (kfake) and the proxies when the stack runs them.
+const loadToolGroup = "load tool (with the embedded broker and proxies)"
+
+// stackGroups lists the processes of s by group, for the CPU per fact: each
+// service's instances, PostgreSQL (the postmaster and its children), and
+// this process (its own time only: its children are the services).
+func stackGroups(s *stack.Stack) func() []load.ProcessGroup {
+	return func() []load.ProcessGroup {
+		pids := map[string][]int{}
+		for _, p := range s.Processes() {
+			name, _, _ := strings.Cut(p.Name, ".")
+			pids[name] = append(pids[name], p.PID)
+		}
+		var out []load.ProcessGroup
+		for _, name := range append(slices.Clone(load.Services), "postgres") {
+			if len(pids[name]) > 0 {
+				out = append(out, load.ProcessGroup{Name: name, PIDs: pids[name]})
+			}
+		}
+		return append(out, load.ProcessGroup{Name: loadToolGroup, PIDs: []int{os.Getpid()}, OwnOnly: true})
+	}
 }
 
 // resolve settles what the flags leave open: -self when no URL is given,

@@ -1,0 +1,241 @@
+package load
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/usagebilling/billing/e2e/procstat"
+)
+
+// ProcessGroup is a set of processes whose CPU the report shows together:
+// a service's instances, PostgreSQL (its postmaster, whose children are
+// counted with it), the load tool itself.
+type ProcessGroup struct {
+	Name string
+	PIDs []int
+	// OwnOnly counts the processes' own time but not their children's:
+	// the load tool's children are the services, counted in their groups.
+	OwnOnly bool
+}
+
+// CPU is the run's CPU per fact over the window from the first send to
+// the moment the last fact was charged, divided by the facts charged.
+type CPU struct {
+	WindowSeconds float64 `json:"windowSeconds"`
+	Facts         int64   `json:"factsCharged"`
+	// AllIn is the whole machine's busy CPU (/proc/stat: all but idle and
+	// iowait), per fact: everything that ran on the machine in the window.
+	AllIn       float64 `json:"allInCpuMsPerFact"`
+	MachineBusy float64 `json:"machineBusyShare"`
+	Cores       int     `json:"cores"`
+	// Groups are the processes the stack started, and the load tool, per
+	// fact (/proc/<pid>/stat); empty when the load tool did not start the
+	// stack (Note says why).
+	Groups []CPUGroup `json:"groups,omitempty"`
+	// Rest is AllIn less the groups: the kernel's own work and every other
+	// process on the machine.
+	Rest float64 `json:"restOfMachineCpuMsPerFact,omitempty"`
+	// Floor is the floor's PostgreSQL CPU-ms per fact (make floor), when
+	// known, and where it came from; Ratio is AllIn / Floor.
+	Floor       float64 `json:"floorCpuMsPerFact,omitempty"`
+	FloorSource string  `json:"floorSource,omitempty"`
+	Ratio       float64 `json:"allInToFloor,omitempty"`
+	Note        string  `json:"note,omitempty"`
+}
+
+// CPUGroup is one process group's CPU per fact.
+type CPUGroup struct {
+	Name    string  `json:"name"`
+	PerFact float64 `json:"cpuMsPerFact"`
+	Share   float64 `json:"shareOfAllIn"`
+	Floor   float64 `json:"toFloor,omitempty"` // PerFact / the floor
+}
+
+// cpuSample is one reading: ticks of the machine and of every process.
+type cpuSample struct {
+	at    time.Duration // since the run's origin
+	busy  float64
+	idle  float64
+	ticks map[string]float64 // group -> ticks
+}
+
+// cpuMeter samples the machine's and the groups' CPU until stopped, so
+// the window can be cut afterwards at the first send and the last charge.
+type cpuMeter struct {
+	groups  func() []ProcessGroup
+	origin  time.Time
+	every   time.Duration
+	mu      sync.Mutex
+	samples []cpuSample
+	errs    []string
+	order   []string // group names, in the order groups first gave them
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// cpuEvery is the meter's sampling interval; the window's ends are
+// interpolated between samples.
+const cpuEvery = 250 * time.Millisecond
+
+func startCPUMeter(groups func() []ProcessGroup, origin time.Time) *cpuMeter {
+	m := &cpuMeter{groups: groups, origin: origin, every: cpuEvery, stop: make(chan struct{}), done: make(chan struct{})}
+	m.sample()
+	go func() {
+		defer close(m.done)
+		t := time.NewTicker(m.every)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.stop:
+				m.sample()
+				return
+			case <-t.C:
+				m.sample()
+			}
+		}
+	}()
+	return m
+}
+
+func (m *cpuMeter) finish() {
+	close(m.stop)
+	<-m.done
+}
+
+func (m *cpuMeter) sample() {
+	s := cpuSample{at: time.Since(m.origin), ticks: map[string]float64{}}
+	mach, err := procstat.ReadMachine()
+	if err != nil {
+		m.note(err.Error())
+		return
+	}
+	s.busy, s.idle = float64(mach.Busy), float64(mach.Idle)
+	if m.groups != nil {
+		for _, g := range m.groups() {
+			m.mu.Lock()
+			if !slices.Contains(m.order, g.Name) {
+				m.order = append(m.order, g.Name)
+			}
+			m.mu.Unlock()
+			for _, pid := range g.PIDs {
+				t, err := groupTicks(pid, g.OwnOnly)
+				if err != nil {
+					m.note(fmt.Sprintf("%s (pid %d): %v", g.Name, pid, err))
+					continue
+				}
+				s.ticks[g.Name] += float64(t)
+			}
+		}
+	}
+	m.mu.Lock()
+	m.samples = append(m.samples, s)
+	m.mu.Unlock()
+}
+
+func groupTicks(pid int, ownOnly bool) (uint64, error) {
+	if !ownOnly {
+		return procstat.Tree(pid)
+	}
+	s, err := procstat.ReadStat(pid)
+	return s.Own(), err
+}
+
+// figures is cpuFigures over the meter's samples, with the errors it met
+// and why it has no groups in the note.
+func (m *cpuMeter) figures(cfg *Config, from, to time.Duration, facts int64) CPU {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := cpuFigures(m.samples, m.order, from, to, facts, runtime.NumCPU(), cfg.Floor, cfg.FloorSource)
+	var notes []string
+	if c.Note != "" {
+		notes = append(notes, c.Note)
+	}
+	if m.groups == nil && cfg.NoProcesses != "" {
+		notes = append(notes, cfg.NoProcesses)
+	}
+	if len(m.errs) > 0 {
+		notes = append(notes, "reading /proc failed: "+strings.Join(m.errs, "; "))
+	}
+	if cfg.Floor <= 0 {
+		notes = append(notes, "no floor to compare with: run make floor (it writes bin/floor.json) or give -floor-ms")
+	}
+	c.Note = strings.Join(notes, "; ")
+	return c
+}
+
+func (m *cpuMeter) note(s string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.errs) < 5 {
+		m.errs = append(m.errs, s)
+	}
+}
+
+// at interpolates the samples at t: ticks of the machine and the groups.
+func at(samples []cpuSample, t time.Duration) cpuSample {
+	i := sort.Search(len(samples), func(i int) bool { return samples[i].at >= t })
+	switch {
+	case i == 0:
+		return samples[0]
+	case i == len(samples):
+		return samples[len(samples)-1]
+	}
+	a, b := samples[i-1], samples[i]
+	f := 0.0
+	if b.at > a.at {
+		f = float64(t-a.at) / float64(b.at-a.at)
+	}
+	lerp := func(x, y float64) float64 { return x + f*(y-x) }
+	out := cpuSample{at: t, busy: lerp(a.busy, b.busy), idle: lerp(a.idle, b.idle), ticks: map[string]float64{}}
+	for k, y := range b.ticks {
+		out.ticks[k] = lerp(a.ticks[k], y)
+	}
+	return out
+}
+
+// cpuFigures cuts the window [from, to] out of the samples and divides by
+// facts; floor (CPU-ms per fact, 0 when unknown) gives the ratios.
+func cpuFigures(samples []cpuSample, order []string, from, to time.Duration, facts int64, cores int,
+	floor float64, floorSource string) CPU {
+	c := CPU{WindowSeconds: (to - from).Seconds(), Facts: facts, Cores: cores, Floor: floor, FloorSource: floorSource}
+	if len(samples) < 2 || facts <= 0 || to <= from {
+		c.Note = "no CPU figure: no fact was charged, or the meter took too few samples"
+		return c
+	}
+	a, b := at(samples, from), at(samples, to)
+	tick := float64(procstat.Tick) / float64(time.Millisecond)
+	perFact := func(ticks float64) float64 { return ticks * tick / float64(facts) }
+	busy := b.busy - a.busy
+	c.AllIn = perFact(busy)
+	if all := busy + b.idle - a.idle; all > 0 {
+		c.MachineBusy = busy / all
+	}
+	if floor > 0 {
+		c.Ratio = c.AllIn / floor
+	}
+	var groups float64
+	for _, name := range order {
+		d := b.ticks[name] - a.ticks[name]
+		if _, ok := b.ticks[name]; !ok {
+			continue
+		}
+		g := CPUGroup{Name: name, PerFact: perFact(d)}
+		if c.AllIn > 0 {
+			g.Share = g.PerFact / c.AllIn
+		}
+		if floor > 0 {
+			g.Floor = g.PerFact / floor
+		}
+		c.Groups = append(c.Groups, g)
+		groups += g.PerFact
+	}
+	if len(c.Groups) > 0 {
+		c.Rest = c.AllIn - groups
+	}
+	return c
+}
