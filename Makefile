@@ -87,7 +87,7 @@ race: ## the race detector over the packages that run goroutines against shared 
 	$(GO) test -race -count=1 -timeout 30m $(RACE_PKGS)
 	@out=$$(mktemp -d) && $(GO) build -race -o $$out/ ./e2e/cmd/load && \
 	  GOFLAGS=-race STACK_DIR=$$out/stack STACK_KEEP=1 STACK_DIRECT_DB=1 $$out/load -duration 10s -rate 200 -close -out $$out/report && \
-	  if grep -rl 'WARNING: DATA RACE' $$out/stack; then echo "race: a service reported a data race (in the logs named above)"; exit 1; fi; \
+	  if grep -l 'WARNING: DATA RACE' $$out/stack/*/logs/*; then echo "race: a service reported a data race (in the logs named above)"; exit 1; fi; \
 	  rm -rf $$out
 
 .PHONY: flakes
