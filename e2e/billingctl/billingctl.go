@@ -1,6 +1,6 @@
 // Package billingctl is the command line of the billing system for tenants
 // and operators (cmd/billingctl is its thin main): every command is a call
-// of the HTTP API of DESIGN.md section 7, with a token it is given or signs
+// of the services' HTTP API (pkg/api), with a token it is given or signs
 // itself (pkg/auth), its answer printed as a table or as JSON, and an
 // application/problem+json answer printed with its status and code. The
 // requests it sends are the types generated from the services' OpenAPI

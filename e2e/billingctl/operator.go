@@ -16,8 +16,7 @@ import (
 	"github.com/usagebilling/billing/pkg/auth"
 )
 
-// The operator commands: the operator API of query (DESIGN.md sections 7
-// and 8).
+// The operator commands: the operator API of query (docs/operating.md).
 func init() {
 	register(
 		&command{name: "recovery", short: "per service: outbox backlog, dead letters, deferred and quarantined", role: roleOperator, flags: recovery},

@@ -529,7 +529,7 @@ func randomPricing(rng *rand.Rand, currency string) Pricing {
 }
 
 // invalidPricing is a price meter must refuse, and the code it refuses
-// with (meter's README and DESIGN.md section 7).
+// with (meter's OpenAPI document, pkg/api/meterapi/openapi.yaml).
 func invalidPricing(rng *rand.Rand) (map[string]any, string) {
 	switch rng.IntN(3) {
 	case 0:

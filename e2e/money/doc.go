@@ -10,11 +10,11 @@
 //
 // The model is written independently of the services: it imports nothing
 // from services/, nor pkg/pricing or pkg/money. Its pricing arithmetic
-// (pricing.go) and its minor units (currencies) are its own, from DESIGN.md
-// sections 3 and 7 and decisions 0008, 0010, 0011 and 0012.
+// (pricing.go) and its minor units (currencies) are its own, from docs/money.md, the
+// OpenAPI documents and decisions 0008, 0010, 0011 and 0012.
 //
-// Time: every service reads the test clock of decision 0015 (the wall
-// clock plus the offset in CLOCK_OFFSET_FILE), and so does the model
+// Time: every service reads the test clock of decision 0015, the wall
+// clock plus the offset in CLOCK_OFFSET_FILE, and so does the model
 // (FileClock). Tenants set their time zone and grace period (PUT
 // .../settings, from the period after the one in progress ten minutes
 // ahead); an "advance" operation moves the clock to just after the next

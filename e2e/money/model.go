@@ -117,7 +117,7 @@ type Tenant struct {
 }
 
 // Setting is a tenant's time zone and grace period for the periods from
-// From on (DESIGN.md section 3, decision 0014).
+// From on (docs/money.md, decision 0014).
 type Setting struct {
 	From  string
 	Zone  *time.Location

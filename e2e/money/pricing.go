@@ -7,7 +7,7 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// The pricing models of a price version (DESIGN.md section 3, decision 0012).
+// The pricing models of a price version (docs/money.md, decision 0012).
 const (
 	Unit      = "unit"
 	Graduated = "graduated"
@@ -120,7 +120,7 @@ func (p Pricing) Bounds() []decimal.Decimal {
 	return out
 }
 
-// request is the meter API's body for p (DESIGN.md section 7).
+// request is the meter API's body for p (pkg/api/meterapi/openapi.yaml).
 func (p Pricing) request() map[string]any {
 	b := map[string]any{"model": p.Model}
 	switch p.Model {

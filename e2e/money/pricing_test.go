@@ -8,8 +8,8 @@ import (
 
 func bound(s string) *decimal.Decimal { d := dec(s); return &d }
 
-// The model's own arithmetic, against the figures DESIGN.md, the decisions
-// and the README state.
+// The model's own arithmetic, against the figures docs/money.md and the
+// decisions state.
 func TestModelArithmetic(t *testing.T) {
 	demo := Pricing{Model: Graduated, Tiers: []Tier{
 		{UpTo: bound("1000"), UnitPrice: dec("0")},

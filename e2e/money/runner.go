@@ -503,7 +503,7 @@ func (r *runner) expectUsage(t *Tenant, f *Fact, s *Series) (int, string) {
 }
 
 // maxFutureSkew: usage refuses a fact that occurred further ahead of its
-// clock (DESIGN.md section 7).
+// clock (occurred_in_future).
 const maxFutureSkew = 5 * time.Minute
 
 type usageAnswer struct {

@@ -496,7 +496,7 @@ func (r *run) chargesWhere(ctx context.Context, tenant, filter string) ([]billin
 		"charges", "charges of "+tenant)
 }
 
-// listAll reads every page of a list (DESIGN.md section 7): the items under
+// listAll reads every page of a list (pkg/page): the items under
 // key, following next until a page has none.
 func listAll[T any](ctx context.Context, r *run, url, key, what string) ([]T, error) {
 	var all []T

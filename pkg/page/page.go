@@ -1,5 +1,5 @@
 // Package page is the list contract every service's HTTP API shares
-// (DESIGN.md section 7): a list takes `limit` (default 100, at most 1000) and
+// (docs/design.md): a list takes `limit` (default 100, at most 1000) and
 // an opaque `cursor`, and answers `next`, absent on the last page. A cursor is
 // the keyset position after the last item of a page, encoded as base64url
 // JSON, so a page is read with an index range scan whatever the list's size

@@ -1,6 +1,6 @@
-// Package pricing is the pricing function of a price version (DESIGN.md
-// section 3): its model, what a valid one is, and the exact amount it gives
-// a quantity. Meter validates prices with it, billing estimates with it and
+// Package pricing is the pricing function of a price version
+// (docs/money.md, decision 0012): its model, what a valid one is, and the
+// exact amount it gives a quantity. Meter validates prices with it, billing estimates with it and
 // invoice prices its lines with it, so the three read one definition. It
 // knows nothing of HTTP, Kafka or SQL.
 //

@@ -122,7 +122,7 @@ func LineAmount(l db.PeriodLinesRow) (decimal.Decimal, error) {
 	return p.Amount(l.Quantity), nil
 }
 
-// MarshalJSON shows a charge as the charges API does (DESIGN.md section 7):
+// MarshalJSON shows a charge as the charges API does (pkg/api/billingapi/openapi.yaml):
 // unitPrice and amount under unit pricing only; under the other models a
 // charge has none of its own (its version prices the line as a whole).
 func (c Charge) MarshalJSON() ([]byte, error) {

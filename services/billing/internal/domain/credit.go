@@ -23,7 +23,7 @@ func CreditNeedsCheck(amount decimal.Decimal) bool { return amount.IsNegative() 
 
 // CheckCredit checks that a credit does not take its period's charges
 // below zero in its currency: credits never exceed what they credit
-// (DESIGN.md section 3). A credit equal to what is left is allowed.
+// (docs/money.md, decision 0010). A credit equal to what is left is allowed.
 func CheckCredit(amount decimal.Decimal, currency string, b Balance) error {
 	if !CreditNeedsCheck(amount) {
 		return nil

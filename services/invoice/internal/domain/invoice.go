@@ -50,7 +50,7 @@ func AdjustmentLineID(originEventID uuid.UUID) string {
 // RoundingLineID is the id of an invoice's rounding line (at most one).
 const RoundingLineID = KindRounding
 
-// Pricing models of a price version (DESIGN.md section 3; package pricing).
+// Pricing models of a price version (docs/money.md; package pricing).
 // Charges carry an amount under unit pricing only; under the others a
 // line's amount is the version's pricing function over the line's quantity.
 const (

@@ -1,4 +1,4 @@
-// Package httpapi is the invoice service's HTTP API (DESIGN.md section 7):
+// Package httpapi is the invoice service's HTTP API (pkg/api/invoiceapi/openapi.yaml):
 // reading a tenant's invoices, page by page, with their aggregated lines and
 // correction notes.
 package httpapi

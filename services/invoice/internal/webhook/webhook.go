@@ -1,6 +1,5 @@
 // Package webhook tells a tenant's own systems about its invoices through
-// signed HTTP webhooks, delivered through durable intents (DESIGN.md, issue
-// 15; source document 004): the transaction that issues an invoice or a
+// signed HTTP webhooks, delivered through durable intents: the transaction that issues an invoice or a
 // correction note records, for each active endpoint of the tenant, an intent
 // (what to send, to whom, under which idempotency key, until when); a Worker
 // delivers it after commit under a lease, never inside a database

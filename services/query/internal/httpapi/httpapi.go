@@ -1,4 +1,4 @@
-// Package httpapi is the query service's HTTP API (DESIGN.md section 7): the
+// Package httpapi is the query service's HTTP API (pkg/api/queryapi/openapi.yaml): the
 // tenant summary (API) and the operator API (Operator). Handlers map
 // requests to the app and operator packages and their errors to problems.
 package httpapi
