@@ -59,14 +59,18 @@ func FromContext(ctx context.Context) (Claims, bool) {
 	return c, ok
 }
 
-// ActorOf returns the actor a money-changing command is recorded under: the
-// subject of the request's verified bearer token, or 401 unauthorized when
-// there is none.
+// ActorOf returns the actor a money-changing or audited command is
+// recorded under: the subject of the request's verified bearer token, or
+// 401 unauthorized when there is none, 400 control_character when it holds
+// a control character (httpx.FreeText).
 func ActorOf(r *http.Request) (string, *httpx.Problem) {
 	c, ok := FromContext(r.Context())
 	if !ok || c.Actor() == "" {
 		return "", httpx.NewProblem(http.StatusUnauthorized, "unauthorized",
 			"a money-changing command needs a bearer token naming its actor")
+	}
+	if p := httpx.FreeText("the token's subject (the actor)", c.Actor()); p != nil {
+		return "", p
 	}
 	return c.Actor(), nil
 }

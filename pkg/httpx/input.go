@@ -4,9 +4,10 @@ import (
 	"mime"
 	"net/http"
 	"strings"
-	"unicode"
 
 	"github.com/google/uuid"
+
+	"github.com/usagebilling/billing/pkg/rule"
 )
 
 // The problem codes of the input rules every route shares, all 400.
@@ -15,10 +16,9 @@ const (
 	// (?limit=1&limit=500); no route takes a list that way, and taking the
 	// first would hide the client's mistake.
 	CodeRepeatedQueryParameter = "repeated_query_parameter"
-	// CodeControlCharacter: a control character (U+0000-U+001F, U+007F-U+009F:
-	// BEL, ESC, tab, newline...) in free text that is stored and shown to
-	// operators (a reason, an actor).
-	CodeControlCharacter = "control_character"
+	// CodeControlCharacter: a control character in free text that is stored
+	// and shown to operators (rule.FreeText).
+	CodeControlCharacter = rule.CodeControlCharacter
 	// CodeInvalidEventID: an event id that is not a UUID in its canonical
 	// form (36 characters, 8-4-4-4-12 hexadecimal digits) or is the nil
 	// UUID. Braced, "urn:uuid:" and bare 32-digit forms are refused, so one
@@ -55,9 +55,8 @@ func EventID(field, s string) (uuid.UUID, *Problem) {
 // actor): no control character (400 control_character naming field).
 // CheckJSON has already refused NUL and invalid UTF-8.
 func FreeText(field, s string) *Problem {
-	if strings.ContainsFunc(s, unicode.IsControl) {
-		return Problemf(http.StatusBadRequest, CodeControlCharacter,
-			"%s must not hold control characters (U+0000-U+001F, U+007F-U+009F)", field)
+	if e := rule.FreeText(field, s); e != nil {
+		return RuleProblem(e)
 	}
 	return nil
 }

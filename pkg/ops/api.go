@@ -119,9 +119,9 @@ func (a *API) quarantine(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s := q.Get("eventId"); s != "" {
-		id, err := uuid.Parse(s)
-		if err != nil {
-			httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_event_id", "eventId must be a UUID"))
+		id, p := httpx.EventID("eventId", s)
+		if p != nil {
+			httpx.WriteProblem(w, p)
 			return
 		}
 		f.EventID = id

@@ -8,7 +8,9 @@ package rule
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
 )
 
 // Kind says which sort of rule an Error breaks.
@@ -92,3 +94,19 @@ func Time(field, s string) (time.Time, *Error) {
 
 // Instant is t in UTC, truncated to microseconds (what PostgreSQL keeps).
 func Instant(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// CodeControlCharacter: a control character (U+0000-U+001F, U+007F-U+009F:
+// BEL, ESC, tab, newline...) in free text that is stored and shown to
+// operators (a reason, an actor).
+const CodeControlCharacter = "control_character"
+
+// FreeText checks text a client gives to be stored and shown (a reason, an
+// actor): a control character is an Invalid control_character error naming
+// field, so no terminal escape or bell reaches an audit log or a console.
+func FreeText(field, s string) *Error {
+	if strings.ContainsFunc(s, unicode.IsControl) {
+		return Errorf(Invalid, CodeControlCharacter,
+			"field %q must not hold control characters (U+0000-U+001F, U+007F-U+009F)", field)
+	}
+	return nil
+}

@@ -105,16 +105,17 @@ func filterOf(q url.Values, names ...string) url.Values {
 func (c *Console) submit(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		service, reason := r.PostFormValue("service"), r.PostFormValue("reason")
-		eventID, err := uuid.Parse(r.PostFormValue("eventId"))
+		eventID, ok := httpx.ParseUUID(r.PostFormValue("eventId"))
 		switch {
 		case service == "" || reason == "":
 			c.invalid(w, r, "A service and a reason are required.")
 			return
-		case httpx.CheckText("service", service) != nil || httpx.CheckText("reason", reason) != nil:
-			c.invalid(w, r, "The service and the reason must be text: valid UTF-8, no NUL character.")
+		case httpx.CheckText("service", service) != nil || httpx.CheckText("reason", reason) != nil ||
+			httpx.FreeText("reason", reason) != nil:
+			c.invalid(w, r, "The service and the reason must be text: valid UTF-8, no NUL or control character.")
 			return
-		case err != nil:
-			c.invalid(w, r, "The event id must be a UUID.")
+		case !ok:
+			c.invalid(w, r, "The event id must be a UUID in its canonical form (not the nil UUID).")
 			return
 		case utf8.RuneCountInString(reason) > httpapi.MaxReason:
 			c.invalid(w, r, "The reason is longer than %d characters.", httpapi.MaxReason)

@@ -18,7 +18,7 @@ import (
 	"github.com/usagebilling/billing/services/query/internal/operator"
 )
 
-// Operator serves the operator API (DESIGN.md section 7). auth.Middleware
+// Operator serves the operator API (pkg/api/queryapi/openapi.yaml). auth.Middleware
 // admits only operator credentials to /v1/operator/.
 type Operator struct {
 	op  *operator.Operator
@@ -160,18 +160,26 @@ func (a *Operator) submit(action string) http.HandlerFunc {
 			httpx.WriteProblem(w, p)
 			return
 		}
-		eventID, err := uuid.Parse(body.EventID)
-		if err != nil {
-			httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_event_id", "eventId must be a UUID"))
+		eventID, p := httpx.EventID("eventId", body.EventID)
+		if p != nil {
+			httpx.WriteProblem(w, p)
 			return
 		}
 		if utf8.RuneCountInString(body.Reason) > MaxReason {
 			httpx.WriteProblem(w, httpx.Problemf(http.StatusBadRequest, "invalid_field", "reason is longer than %d characters", MaxReason))
 			return
 		}
-		claims, _ := auth.FromContext(r.Context())
+		if p := httpx.FreeText("reason", body.Reason); p != nil {
+			httpx.WriteProblem(w, p)
+			return
+		}
+		actor, p := auth.ActorOf(r)
+		if p != nil {
+			httpx.WriteProblem(w, p)
+			return
+		}
 		rd, err := a.op.Submit(r.Context(), operator.Request{Service: body.Service, EventID: eventID, Action: action,
-			Reason: body.Reason, Actor: claims.Actor(), CorrelationID: corr})
+			Reason: body.Reason, Actor: actor, CorrelationID: corr})
 		if err != nil {
 			a.fail(w, r, "submit "+action, err)
 			return

@@ -220,10 +220,30 @@ func TestSubmitRefusesBadInput(t *testing.T) {
 		{"unknown service", "/v1/operator/redrives", "c", `{"service":"ledger","eventId":"` + id + `","reason":"r"}`, 400, "unknown_service"},
 		{"release: unknown service", "/v1/operator/dead-letters/release", "c", `{"service":"ledger","eventId":"` + id + `","reason":"r"}`, 400, "unknown_service"},
 		{"release: no correlation id", "/v1/operator/dead-letters/release", "", `{"service":"usage","eventId":"` + id + `","reason":"r"}`, 400, "missing_correlation_id"},
+		{"reason with BEL", "/v1/operator/redrives", "c", `{"service":"usage","eventId":"` + id + `","reason":"r\u0007"}`, 400, "control_character"},
+		{"release: reason with ESC", "/v1/operator/dead-letters/release", "c", `{"service":"usage","eventId":"` + id + `","reason":"\u001b[2Jr"}`, 400, "control_character"},
+		{"actor with ESC", "/v1/operator/redrives", "c", `{"service":"usage","eventId":"` + id + `","reason":"r"}`, 400, "control_character"},
 	}
+	// One event has one spelling: uuid.Parse's other forms, and the nil
+	// UUID, are refused on both commands.
+	for _, path := range []string{"/v1/operator/redrives", "/v1/operator/dead-letters/release"} {
+		for _, e := range []string{"00000000-0000-0000-0000-000000000000", "{" + id + "}", "urn:uuid:" + id,
+			strings.ReplaceAll(id, "-", "")} {
+			tests = append(tests, struct {
+				name, path, corr, body string
+				status                 int
+				code                   string
+			}{path + " " + e, path, "c", `{"service":"usage","eventId":"` + e + `","reason":"r"}`, 400, "invalid_event_id"})
+		}
+	}
+	mallory := auth.Client(mustToken(auth.NewClaims("mal\u001b[31mlory", auth.RoleOperator, "", time.Hour)))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			status, code := call(t, alice, "POST", srv.URL+tt.path, tt.corr, tt.body, nil)
+			c := alice
+			if strings.HasPrefix(tt.name, "actor") {
+				c = mallory
+			}
+			status, code := call(t, c, "POST", srv.URL+tt.path, tt.corr, tt.body, nil)
 			if status != tt.status || code != tt.code {
 				t.Fatalf("%d %s, want %d %s", status, code, tt.status, tt.code)
 			}
