@@ -37,9 +37,11 @@ type CPU struct {
 	// fact (/proc/<pid>/stat); empty when the load tool did not start the
 	// stack (Note says why).
 	Groups []CPUGroup `json:"groups,omitempty"`
-	// Rest is AllIn less the groups: the kernel's own work and every other
-	// process on the machine.
-	Rest float64 `json:"restOfMachineCpuMsPerFact,omitempty"`
+	// System is the groups' sum: the system under test and the load tool,
+	// whatever else runs on the machine. Rest is AllIn less System: the
+	// kernel's own work and every other process on the machine.
+	System float64 `json:"systemCpuMsPerFact,omitempty"`
+	Rest   float64 `json:"restOfMachineCpuMsPerFact,omitempty"`
 	// Floor is the floor's PostgreSQL CPU-ms per fact (make floor), when
 	// known, and where it came from; Ratio is AllIn / Floor.
 	Floor       float64 `json:"floorCpuMsPerFact,omitempty"`
@@ -235,7 +237,7 @@ func cpuFigures(samples []cpuSample, order []string, from, to time.Duration, fac
 		groups += g.PerFact
 	}
 	if len(c.Groups) > 0 {
-		c.Rest = c.AllIn - groups
+		c.System, c.Rest = groups, c.AllIn-groups
 	}
 	return c
 }

@@ -37,6 +37,9 @@ func TestCPUFigures(t *testing.T) {
 			t.Errorf("group %d = %+v, want %+v", i, g, w)
 		}
 	}
+	if !near(c.System, 2.4) {
+		t.Errorf("system %v, want 2.4", c.System)
+	}
 	if !near(c.Rest, 3-0.8-1.2-0.4) {
 		t.Errorf("rest %v, want %v", c.Rest, 3-0.8-1.2-0.4)
 	}

@@ -459,6 +459,7 @@ func (r *Report) writeCPU(w io.Writer) {
 			fmt.Fprintf(tw, "%s\t%.3f\t%.0f%%\t%s\n", g.Name, g.PerFact, 100*g.Share, floor(g.PerFact))
 		}
 		if len(c.Groups) > 0 {
+			fmt.Fprintf(tw, "the system and the load tool (the rows above)\t%.3f\t%.0f%%\t%s\n", c.System, 100*c.System/c.AllIn, floor(c.System))
 			fmt.Fprintf(tw, "rest of the machine (kernel, other processes)\t%.3f\t%.0f%%\t\n", c.Rest, 100*c.Rest/c.AllIn)
 		}
 		fmt.Fprintf(tw, "all-in (the machine's busy CPU, /proc/stat)\t%.3f\t100%%\t%s\n", c.AllIn, floor(c.AllIn))
