@@ -490,10 +490,7 @@ func checkDecisionRefs(rel, text string, records map[string]record) ([]string, i
 // begin no word of title, compared by their first five letters so that
 // "lock" fits "locks" and "scheduled" fits "scheduler".
 func wordsNotIn(words, title string) []string {
-	var titleWords []string
-	for _, w := range wordRE.FindAllString(strings.ToLower(title), -1) {
-		titleWords = append(titleWords, w)
-	}
+	titleWords := wordRE.FindAllString(strings.ToLower(title), -1)
 	var missing []string
 	for _, w := range wordRE.FindAllString(strings.ToLower(words), -1) {
 		if len(w) < 4 {
