@@ -145,6 +145,12 @@ type InternalDeadLetterPage struct {
 	Next *string `json:"next"`
 }
 
+// InternalIntentStatus defines model for InternalIntentStatus.
+type InternalIntentStatus struct {
+	IntentId Uuid         `json:"intentId"`
+	Status   IntentStatus `json:"status"`
+}
+
 // InternalQuarantineItem defines model for InternalQuarantineItem.
 type InternalQuarantineItem struct {
 	Attempts int `json:"attempts"`

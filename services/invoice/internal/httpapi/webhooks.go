@@ -25,7 +25,10 @@ import (
 //	DELETE /v1/tenants/{tenantId}/webhook-endpoints/{endpointId} -> 204
 //	GET    /internal/v1/webhook-intents?status=&tenantId=&limit=&cursor= -> {items, next}
 //	GET    /internal/v1/webhook-intents/stats -> {byStatus, oldestPendingAgeSeconds}
+//	GET    /internal/v1/webhook-intents/{intentId} -> {intentId, status}
 //	POST   /internal/v1/webhook-intents/{intentId}/retry {actor, correlationId, reason} -> {intentId, outcome, status}
+//
+// An intent id that names no intent is 404 webhook_intent_not_found.
 //
 // The endpoint routes take a billing-admin token for the tenant; the
 // internal routes a service token (query's operator calls).
@@ -47,7 +50,45 @@ func (a *Webhooks) Routes(r chi.Router) {
 	r.Method(http.MethodDelete, "/v1/tenants/{tenantId}/webhook-endpoints/{endpointId}", auth.Allow(a.delete, auth.RoleBillingAdmin))
 	r.Method(http.MethodGet, "/internal/v1/webhook-intents", auth.Allow(a.intents, auth.RoleService))
 	r.Method(http.MethodGet, "/internal/v1/webhook-intents/stats", auth.Allow(a.stats, auth.RoleService))
+	r.Method(http.MethodGet, "/internal/v1/webhook-intents/{intentId}", auth.Allow(a.intent, auth.RoleService))
 	r.Method(http.MethodPost, "/internal/v1/webhook-intents/{intentId}/retry", auth.Allow(a.retry, auth.RoleService))
+}
+
+// CodeIntentNotFound: the intent id names no webhook intent (404).
+const CodeIntentNotFound = "webhook_intent_not_found"
+
+func intentNotFound() *httpx.Problem {
+	return httpx.NewProblem(http.StatusNotFound, CodeIntentNotFound, "no webhook intent with that id")
+}
+
+// intentID reads the route's {intentId}: a UUID in its canonical form, not
+// nil (400 invalid_intent_id).
+func intentID(r *http.Request) (uuid.UUID, *httpx.Problem) {
+	id, ok := httpx.ParseUUID(chi.URLParam(r, "intentId"))
+	if !ok {
+		return uuid.Nil, httpx.NewProblem(http.StatusBadRequest, "invalid_intent_id", "intent id must be a UUID in its canonical form, not the nil UUID")
+	}
+	return id, nil
+}
+
+// intent: GET /internal/v1/webhook-intents/{intentId}: whether the intent
+// exists and its status (query checks before it audits a retry).
+func (a *Webhooks) intent(w http.ResponseWriter, r *http.Request) {
+	id, p := intentID(r)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	status, found, err := a.store.Status(r.Context(), id)
+	if err != nil {
+		httpx.WriteError(w, r, a.log, err)
+		return
+	}
+	if !found {
+		httpx.WriteProblem(w, intentNotFound())
+		return
+	}
+	httpx.WriteJSON(w, http.StatusOK, map[string]any{"intentId": id, "status": status})
 }
 
 type endpointJSON struct {
@@ -243,11 +284,12 @@ func (a *Webhooks) stats(w http.ResponseWriter, r *http.Request) {
 
 // retry: POST /internal/v1/webhook-intents/{intentId}/retry {actor,
 // correlationId, reason}: a failed or expired intent becomes pending and
-// due. Query audits the request; the invoice service logs who asked.
+// due; no such intent is 404 webhook_intent_not_found. Query audits the
+// request; the invoice service logs who asked.
 func (a *Webhooks) retry(w http.ResponseWriter, r *http.Request) {
-	id, err := uuid.Parse(chi.URLParam(r, "intentId"))
-	if err != nil {
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_intent_id", "intent id must be a UUID"))
+	id, p := intentID(r)
+	if p != nil {
+		httpx.WriteProblem(w, p)
 		return
 	}
 	var body struct {
@@ -268,9 +310,19 @@ func (a *Webhooks) retry(w http.ResponseWriter, r *http.Request) {
 			"correlationId must be 1-128 printable ASCII characters and reason at most 500 characters"))
 		return
 	}
+	for _, f := range [][2]string{{"actor", body.Actor}, {"reason", body.Reason}} {
+		if p := httpx.FreeText(f[0], f[1]); p != nil {
+			httpx.WriteProblem(w, p)
+			return
+		}
+	}
 	outcome, status, err := a.store.Retry(r.Context(), id)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
+		return
+	}
+	if outcome == webhook.RetryNotFound {
+		httpx.WriteProblem(w, intentNotFound())
 		return
 	}
 	claims, _ := auth.FromContext(r.Context())

@@ -164,7 +164,24 @@ func TestWebhookIntentsInternal(t *testing.T) {
 	if code, v, _ := call(t, srv, svc, http.MethodPost, path, `{"actor":"alice"}`); code != http.StatusBadRequest || v["code"] != "missing_field" {
 		t.Fatalf("retry without reason: %d %v", code, v)
 	}
-	if code, v, _ := call(t, srv, svc, http.MethodPost, path, `{"actor":"alice","correlationId":"c-1","reason":"endpoint fixed"}`); code != http.StatusOK || v["outcome"] != "not_found" {
+	if code, v, _ := call(t, srv, svc, http.MethodPost, path, `{"actor":"alice","correlationId":"c-1","reason":"endpoint fixed"}`); code != http.StatusNotFound || v["code"] != "webhook_intent_not_found" {
 		t.Fatalf("retry of an unknown intent: %d %v", code, v)
+	}
+	if code, v, _ := call(t, srv, svc, http.MethodGet, strings.TrimSuffix(path, "/retry"), ""); code != http.StatusNotFound || v["code"] != "webhook_intent_not_found" {
+		t.Fatalf("read of an unknown intent: %d %v", code, v)
+	}
+	for body, want := range map[string]string{
+		`{"actor":"al\u001bice","correlationId":"c-1","reason":"r"}`: "control_character",
+		`{"actor":"alice","correlationId":"c-1","reason":"r\u0007"}`: "control_character",
+	} {
+		if code, v, _ := call(t, srv, svc, http.MethodPost, path, body); code != http.StatusBadRequest || v["code"] != want {
+			t.Fatalf("retry %s: %d %v, want 400 %s", body, code, v, want)
+		}
+	}
+	for _, id := range []string{"00000000-0000-0000-0000-000000000000", "0192f0c4000070008000000000000000"} {
+		if code, v, _ := call(t, srv, svc, http.MethodPost, "/internal/v1/webhook-intents/"+id+"/retry",
+			`{"actor":"alice","correlationId":"c-1","reason":"r"}`); code != http.StatusBadRequest || v["code"] != "invalid_intent_id" {
+			t.Fatalf("retry of intent %s: %d %v", id, code, v)
+		}
 	}
 }

@@ -131,6 +131,20 @@ func (s *Store) Retry(ctx context.Context, id uuid.UUID) (outcome, status string
 	}
 }
 
+// Status reads an intent's status; found is false when there is no such
+// intent.
+func (s *Store) Status(ctx context.Context, id uuid.UUID) (status string, found bool, err error) {
+	st, err := webhookdb.New(s.pool).GetIntentStatus(ctx, id)
+	switch {
+	case isNoRows(err):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("read webhook intent %s: %w", id, err)
+	default:
+		return st.Status, true, nil
+	}
+}
+
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
 func text(s string) pgtype.Text { return pgtype.Text{String: s, Valid: s != ""} }

@@ -516,6 +516,8 @@ func TestWebhooksPage(t *testing.T) {
 				{"intentId":"`+failed.String()+`","tenantId":"acme","eventType":"InvoiceIssued","url":"https://hooks.example/x","status":"failed","attempts":8,"lastStatusCode":500,"lastError":"<i>boom</i>","createdAt":"2026-11-30T10:00:00Z","expiresAt":"2026-12-01T10:00:00Z"},
 				{"intentId":"`+accepted.String()+`","tenantId":"acme","eventType":"InvoiceIssued","url":"https://hooks.example/x","status":"accepted","attempts":1,"createdAt":"2026-11-30T10:00:00Z","expiresAt":"2026-12-01T10:00:00Z"}],
 				"next":"c2"}`)
+		case "/internal/v1/webhook-intents/" + failed.String():
+			_, _ = io.WriteString(w, `{"intentId":"`+failed.String()+`","status":"failed"}`)
 		case "/internal/v1/webhook-intents/" + failed.String() + "/retry":
 			retried = r.Method
 			_, _ = io.WriteString(w, `{"intentId":"`+failed.String()+`","outcome":"rescheduled","status":"pending"}`)

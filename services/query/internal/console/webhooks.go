@@ -93,17 +93,17 @@ func (c *Console) webhooks(w http.ResponseWriter, r *http.Request) {
 // operator API's audited retry, through operator.Webhooks.Retry with a
 // correlation id made for it; then the retry's audit on the redrive page.
 func (c *Console) retryIntent(w http.ResponseWriter, r *http.Request) {
-	id, err := uuid.Parse(chi.URLParam(r, "intentId"))
+	id, ok := httpx.ParseUUID(chi.URLParam(r, "intentId"))
 	reason := r.PostFormValue("reason")
 	switch {
-	case err != nil:
+	case !ok:
 		c.invalid(w, r, "The intent id must be a UUID.")
 		return
 	case reason == "":
 		c.invalid(w, r, "A reason is required.")
 		return
-	case httpx.CheckText("reason", reason) != nil:
-		c.invalid(w, r, "The reason must be text: valid UTF-8, no NUL character.")
+	case httpx.CheckText("reason", reason) != nil || httpx.FreeText("reason", reason) != nil:
+		c.invalid(w, r, "The reason must be text: valid UTF-8, no NUL or control character.")
 		return
 	case utf8.RuneCountInString(reason) > httpapi.MaxReason:
 		c.invalid(w, r, "The reason is longer than %d characters.", httpapi.MaxReason)

@@ -104,9 +104,9 @@ func (a *WebhookOperator) retry(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	id, err := uuid.Parse(chi.URLParam(r, "intentId"))
-	if err != nil {
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_intent_id", "intentId must be a UUID"))
+	id, ok := httpx.ParseUUID(chi.URLParam(r, "intentId"))
+	if !ok {
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_intent_id", "intentId must be a UUID in its canonical form, not the nil UUID"))
 		return
 	}
 	var body struct {
@@ -124,9 +124,17 @@ func (a *WebhookOperator) retry(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.Problemf(http.StatusBadRequest, "invalid_field", "reason is longer than %d characters", MaxReason))
 		return
 	}
-	claims, _ := auth.FromContext(r.Context())
+	if p := httpx.FreeText("reason", body.Reason); p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
+	actor, p := auth.ActorOf(r)
+	if p != nil {
+		httpx.WriteProblem(w, p)
+		return
+	}
 	res, err := a.hooks.Retry(r.Context(), operator.RetryRequest{IntentID: id, Reason: body.Reason,
-		Actor: claims.Actor(), CorrelationID: corr})
+		Actor: actor, CorrelationID: corr})
 	if res.RedriveID != uuid.Nil {
 		w.Header().Set("Location", "/v1/operator/redrives/"+res.RedriveID.String())
 	}

@@ -27,6 +27,10 @@ import (
 // webhook intent.
 const ActionRetryWebhookIntent = "retry_webhook_intent"
 
+// RetryNotFound is the outcome audited when the intent went away between
+// the check and the retry.
+const RetryNotFound = "not_found"
+
 // WebhookService is the service that owns the webhook intents.
 const WebhookService = "invoice"
 
@@ -105,12 +109,21 @@ type RetryResult struct {
 	IntentStatus string
 }
 
-// Retry audits the request ('requested': actor, correlation id, reason),
-// asks the invoice service to make the intent pending again, and audits its
-// answer ('completed' with the outcome). When the invoice service cannot be
-// reached the audit stays 'requested' and the error says so; asking again
-// is safe (a rescheduled intent is not_retryable).
+// Retry checks that the intent exists (an unknown one is the invoice
+// service's 404 webhook_intent_not_found, an *UpstreamProblem, and nothing
+// is written), audits the request ('requested': actor, correlation id,
+// reason), asks the invoice service to make the intent pending again, and
+// audits its answer ('completed' with the outcome; not_found when the
+// intent went away in between). When the invoice service cannot be reached
+// after the check the audit stays 'requested' and the error says so; asking
+// again is safe (a rescheduled intent is not_retryable).
 func (w *Webhooks) Retry(ctx context.Context, req RetryRequest) (RetryResult, error) {
+	var found struct {
+		Status string `json:"status"`
+	}
+	if err := w.call(ctx, http.MethodGet, "/internal/v1/webhook-intents/"+req.IntentID.String(), nil, nil, &found); err != nil {
+		return RetryResult{}, err
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return RetryResult{}, fmt.Errorf("new redrive id: %w", err)
@@ -126,6 +139,12 @@ func (w *Webhooks) Retry(ctx context.Context, req RetryRequest) (RetryResult, er
 	}
 	body := map[string]string{"actor": req.Actor, "correlationId": req.CorrelationID, "reason": req.Reason}
 	if err := w.call(ctx, http.MethodPost, "/internal/v1/webhook-intents/"+req.IntentID.String()+"/retry", nil, body, &answer); err != nil {
+		if up, ok := IsUpstreamProblem(err); ok && up.Status == http.StatusNotFound {
+			if aerr := w.audit(ctx, id, req, StateCompleted, RetryNotFound, "service:"+WebhookService); aerr != nil {
+				return RetryResult{RedriveID: id, State: StateRequested}, aerr
+			}
+			return RetryResult{RedriveID: id, State: StateCompleted, Outcome: RetryNotFound}, err
+		}
 		return RetryResult{RedriveID: id, State: StateRequested}, err
 	}
 	if err := w.audit(ctx, id, req, StateCompleted, answer.Outcome, "service:"+WebhookService); err != nil {
