@@ -49,7 +49,8 @@ const MaxDepth = 16
 // object (for a struct, not even in other letter case), members of a struct
 // named exactly as its fields (encoding/json matches case-insensitively),
 // no number longer than MaxNumberChars or with an exponent beyond two
-// digits, nesting at most MaxDepth, nothing after the value. Unknown fields
+// digits, nesting at most MaxDepth, nothing after the value, and not null
+// for a struct or a map (the decoder would leave it untouched). Unknown fields
 // and wrong types are left to the decoder (DecodeJSON). It returns nil when
 // the body passes, or a 400 problem: malformed_json, invalid_utf8,
 // nul_character, duplicate_field, field_name_case, number_too_large,
@@ -72,6 +73,11 @@ func CheckJSON(body []byte, dst any) *Problem {
 	if err != nil {
 		return NewProblem(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
 	}
+	if tok == nil && wantsObject(t) {
+		// encoding/json leaves the value as it was: a command would run
+		// with every field absent (PUT settings would reset them).
+		return NewProblem(http.StatusBadRequest, "malformed_json", "body must be a JSON object, not null")
+	}
 	if p := w.value(tok, t, "", 0); p != nil {
 		return p
 	}
@@ -79,6 +85,15 @@ func CheckJSON(body []byte, dst any) *Problem {
 		return NewProblem(http.StatusBadRequest, "malformed_json", "body must hold exactly one JSON value, with nothing after it")
 	}
 	return nil
+}
+
+// wantsObject reports whether t (through pointers) is a struct or a map: a
+// body decoded into one must be a JSON object.
+func wantsObject(t reflect.Type) bool {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t != nil && (t.Kind() == reflect.Struct || t.Kind() == reflect.Map)
 }
 
 // checkEscapes refuses \u0000 and escaped lone surrogates in the strings of

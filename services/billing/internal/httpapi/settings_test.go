@@ -38,6 +38,8 @@ func TestSettingsOverHTTP(t *testing.T) {
 		{"months", key("s1"), `{"gracePeriod":"P1M"}`, 400, "invalid_grace_period"},
 		{"too long", key("s1"), `{"gracePeriod":"P8D"}`, 422, "grace_period_out_of_range"},
 		{"no key", nil, `{"timeZone":"Asia/Seoul"}`, 400, "missing_idempotency_key"},
+		{"null body (would reset the settings)", key("s1"), `null`, 400, "malformed_json"},
+		{"charset utf-16", map[string]string{"Idempotency-Key": "s1", "Content-Type": "application/json; charset=utf-16"}, `{"timeZone":"Asia/Seoul"}`, 415, "unsupported_media_type"},
 		{"no token", map[string]string{"Idempotency-Key": "s1", "X-No-Token": "1"}, `{"timeZone":"Asia/Seoul"}`, 401, "unauthorized"},
 	} {
 		got := f.do(t, http.MethodPut, "/v1/tenants/t1/settings", tc.header, tc.body)
