@@ -131,7 +131,8 @@ type Adjustment struct {
 // correctionOf a charge id, amount a plain non-zero decimal (negative
 // credits) in whole minor units of its currency (amount_precision), a
 // currency an invoice can be in (ISO 4217: unknown_currency,
-// currency_not_invoiceable), a reason of 1 to MaxReasonLength characters.
+// currency_not_invoiceable), a reason of 1 to MaxReasonLength characters
+// without control characters (control_character).
 // Whether the charge exists and has that currency is checked against the
 // charge (see CheckAdjustment).
 func ParseAdjustment(r AdjustmentRequest) (Adjustment, error) {
@@ -165,6 +166,9 @@ func ParseAdjustment(r AdjustmentRequest) (Adjustment, error) {
 	}
 	if n := utf8.RuneCountInString(r.Reason); n > MaxReasonLength {
 		return Adjustment{}, errorf(rule.Invalid, "invalid_field", "reason must be at most %d characters, got %d", MaxReasonLength, n)
+	}
+	if e := rule.FreeText("reason", r.Reason); e != nil {
+		return Adjustment{}, e
 	}
 	a.Reason = r.Reason
 	return a, nil
