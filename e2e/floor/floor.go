@@ -149,8 +149,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	// Let the warm-up's checkpoint-free WAL and autovacuum settle a moment
-	// out of the window; what they do during it is counted.
+	// A pause between the warm-up and the window; whatever the background
+	// processes (autovacuum, the WAL writer) do during the window is counted.
 	time.Sleep(time.Second)
 
 	postmaster := procstat.PostmasterPID(cluster.Dir() + "/data")
