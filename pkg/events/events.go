@@ -19,6 +19,7 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/money"
 	"github.com/usagebilling/billing/pkg/pricing"
+	"github.com/usagebilling/billing/pkg/rule"
 )
 
 // Topics. The names are part of the contract.
@@ -460,11 +461,16 @@ type RedriveCompleted struct {
 // Period returns the billing period (calendar month in UTC) of t: "2026-11".
 func Period(t time.Time) string { return t.UTC().Format("2006-01") }
 
-// ParsePeriod checks a period string and returns its first instant.
+// ParsePeriod checks a period string, a calendar month YYYY-MM of a year
+// from rule.MinYear to rule.MaxYear (1970 to 2199: "0000-01" and "9999-12"
+// are no billing periods), and returns its first instant.
 func ParsePeriod(s string) (time.Time, error) {
 	t, err := time.Parse("2006-01", s)
 	if err != nil || Period(t) != s {
 		return time.Time{}, fmt.Errorf("invalid period %q: want YYYY-MM", s)
+	}
+	if y := t.Year(); y < rule.MinYear || y > rule.MaxYear {
+		return time.Time{}, fmt.Errorf("invalid period %q: year %d is out of range (%d to %d)", s, y, rule.MinYear, rule.MaxYear)
 	}
 	return t, nil
 }

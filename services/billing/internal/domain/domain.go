@@ -65,10 +65,11 @@ func RatingPeriod(occurred string, notOpen []string) (period string, late bool) 
 }
 
 // MinPeriodYear and MaxPeriodYear bound the periods a request may name:
-// "0000-01" or "9999-12" are no billing periods.
+// "0000-01" or "9999-12" are no billing periods (events.ParsePeriod's
+// range, rule.MinYear to rule.MaxYear).
 const (
-	MinPeriodYear = 1970
-	MaxPeriodYear = 2199
+	MinPeriodYear = rule.MinYear
+	MaxPeriodYear = rule.MaxYear
 )
 
 // ParsePeriod checks a period from a request ("2026-11"): a calendar month

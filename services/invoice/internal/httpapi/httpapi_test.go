@@ -153,6 +153,9 @@ func TestGetInvoices(t *testing.T) {
 		{"period with a day", "/v1/tenants/acme/invoices?period=2026-10-01", 400, "invalid_period"},
 		{"period words", "/v1/tenants/acme/invoices?period=october", 400, "invalid_period"},
 		{"period single digit month", "/v1/tenants/acme/invoices?period=2026-1", 400, "invalid_period"},
+		{"period of year 0", "/v1/tenants/acme/invoices?period=0000-01", 400, "invalid_period"},
+		{"period of year 9999", "/v1/tenants/acme/invoices?period=9999-12", 400, "invalid_period"},
+		{"period before 1970", "/v1/tenants/acme/invoices?period=1969-12", 400, "invalid_period"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			status, ct, body := get(t, srv, tt.path)

@@ -345,9 +345,11 @@ func TestRecoveryShowsAnUnreachableService(t *testing.T) {
 	if status, code := call(t, alice, "GET", srv.URL+"/v1/operator/reconciliation?tenantId=acme&period=2026-11", "", "", nil); status != 502 || code != "service_unavailable" {
 		t.Errorf("reconciliation without billing: %d %s", status, code)
 	}
-	for _, q := range []string{"tenantId=a%20b&period=2026-11", "tenantId=acme&period=2026-13", "tenantId=acme"} {
-		if status, _ := call(t, alice, "GET", srv.URL+"/v1/operator/reconciliation?"+q, "", "", nil); status != 400 {
-			t.Errorf("%s: %d, want 400", q, status)
+	for _, q := range []string{"tenantId=a%20b&period=2026-11", "tenantId=acme&period=2026-13", "tenantId=acme",
+		"tenantId=acme&period=0000-01", "tenantId=acme&period=9999-12", "tenantId=acme&period=1969-12"} {
+		if status, code := call(t, alice, "GET", srv.URL+"/v1/operator/reconciliation?"+q, "", "", nil); status != 400 ||
+			(strings.Contains(q, "period=") && !strings.Contains(q, "%20") && code != "invalid_period") {
+			t.Errorf("%s: %d %s, want 400 invalid_period", q, status, code)
 		}
 	}
 }
