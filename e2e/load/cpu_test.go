@@ -2,6 +2,7 @@ package load
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -67,5 +68,22 @@ func TestCPUAtClampsOutsideTheSamples(t *testing.T) {
 	}
 	if got := at(samples, 1250*time.Millisecond).busy; !near(got, 12.5) {
 		t.Errorf("between: %v, want 12.5", got)
+	}
+}
+
+func TestCPUFiguresOfAStackNotStartedHere(t *testing.T) {
+	m := startCPUMeter(nil, time.Now())
+	time.Sleep(10 * time.Millisecond)
+	m.finish()
+	cfg := &Config{NoProcesses: "not started here", Floor: 0.2, FloorSource: "test"}
+	c := m.figures(cfg, 0, time.Hour, 100)
+	if len(c.Groups) != 0 || c.System != 0 {
+		t.Errorf("groups %+v, system %v: want none without processes", c.Groups, c.System)
+	}
+	if !strings.Contains(c.Note, "not started here") {
+		t.Errorf("note %q: want the reason there are no groups", c.Note)
+	}
+	if c.Floor != 0.2 || c.FloorSource != "test" {
+		t.Errorf("floor %v from %q, want 0.2 from test", c.Floor, c.FloorSource)
 	}
 }
