@@ -237,7 +237,7 @@ func TestDashboardUsesRealMetrics(t *testing.T) {
 			}
 		}
 	}
-	// What the issue asks the dashboard to show.
+	// What the dashboard must show: backlogs, decisions, publish latency, consumer lag.
 	for _, want := range []string{
 		"outbox_pending", "outbox_oldest_pending_age_seconds", "outbox_commit_to_ack_seconds",
 		"inbox_decisions_total", "inbox_deferred", "inbox_quarantined", "kafka_consumergroup_lag",
