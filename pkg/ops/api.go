@@ -110,6 +110,12 @@ func (a *API) quarantine(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := inbox.QuarantineFilter{Reason: q.Get("reason"), TenantID: q.Get("tenantId"), All: q.Get("state") == "all"}
 	var p *httpx.Problem
+	if f.TenantID != "" {
+		if _, p = httpx.TenantID(f.TenantID); p != nil {
+			httpx.WriteProblem(w, p)
+			return
+		}
+	}
 	if f.After, p = cursor(q.Get("after")); p != nil {
 		httpx.WriteProblem(w, p)
 		return

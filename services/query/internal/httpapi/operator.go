@@ -4,6 +4,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -87,10 +89,23 @@ type listJSON[T any] struct {
 
 // quarantine: GET /v1/operator/quarantine?service=&reason=&tenantId=
 // [&state=all][&limit=][&cursor=]: the messages still quarantined (all:
-// also those redriven), oldest first, a page at a time (pkg/page).
+// also those redriven), oldest first, a page at a time (pkg/page). A
+// service that is none of auth.Services is 400 unknown_service, a tenant id
+// that is none (httpx.TenantID) 400 invalid_tenant_id.
 func (a *Operator) quarantine(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := operator.QuarantineFilter{Service: q.Get("service"), Reason: q.Get("reason"), TenantID: q.Get("tenantId")}
+	if f.Service != "" && !slices.Contains(auth.Services, f.Service) {
+		httpx.WriteProblem(w, httpx.Problemf(http.StatusBadRequest, "unknown_service",
+			"service must be one of %s", strings.Join(auth.Services, ", ")))
+		return
+	}
+	if f.TenantID != "" {
+		if _, p := httpx.TenantID(f.TenantID); p != nil {
+			httpx.WriteProblem(w, p)
+			return
+		}
+	}
 	switch q.Get("state") {
 	case "", "quarantined":
 	case "all":

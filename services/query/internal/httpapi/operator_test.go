@@ -296,6 +296,18 @@ func TestQuarantineView(t *testing.T) {
 			t.Errorf("%s: %d %d items, want %d", query, status, len(p.Items), want)
 		}
 	}
+	// Filters that can match nothing are the client's mistake, said so.
+	for path, want := range map[string]string{
+		"/v1/operator/quarantine?service=nosuch":                            "unknown_service",
+		"/v1/operator/quarantine?tenantId=" + strings.Repeat("t", 1000):     "invalid_tenant_id",
+		"/v1/operator/quarantine?tenantId=a%20b":                            "invalid_tenant_id",
+		"/v1/operator/dead-letters?service=nosuch":                          "unknown_service",
+		"/v1/operator/reconciliation?tenantId=" + strings.Repeat("t", 1000): "invalid_tenant_id",
+	} {
+		if status, code := call(t, alice, "GET", srv.URL+path, "", "", nil); status != 400 || code != want {
+			t.Errorf("%.60s: %d %s, want 400 %s", path, status, code, want)
+		}
+	}
 
 	// Redriven e1 (applied) leaves the default view; e3 still quarantined stays.
 	Decide(t, pool, ib, completed(t, uuid.New(), "billing", e1, "c", "applied", ""),
