@@ -3,8 +3,7 @@
 // fact and outbox rows, every relay's claim and mark, every inbox decision,
 // the charge, the invoice's charge, query's projections and their fold),
 // batched as the services batch, on a throwaway cluster with fsync on.
-// Decision 0017 (docs/decisions/0017-the-floor-of-a-fact.md) says what is
-// in it and why.
+// docs/decisions/0017-the-floor-of-a-fact.md says what is in it and why.
 //
 //	make floor                         # 60,000 facts, once
 //	make floor ARGS='-runs 3'          # three runs on fresh clusters, the median
