@@ -14,8 +14,8 @@ import (
 // The checks of this file read the repository's text and nothing else: no
 // network, no build, no service. They keep what a reader is told true:
 //
-//   - TestDocsCommands: every `make <target>` in the README and the docs
-//     names a target of the Makefile, every relative link leads to a file
+//   - TestDocsCommands: every `make <target>` in the README, the docs and
+//     the decision records names a target of the Makefile, every relative link leads to a file
 //     (and heading) that exists, and every repository path in code names a
 //     file or directory that exists;
 //   - TestDecisionReferences: every "decision NNNN" and "decisions/NNNN" in
@@ -36,12 +36,12 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-// docFiles are the pages a reader follows: the README, docs/*.md, and the
-// README of deploy/ and of each service.
+// docFiles are the pages a reader follows: the README, docs/*.md, the
+// decision records, and the README of deploy/ and of each service.
 func docFiles(t *testing.T, root string) []string {
 	t.Helper()
 	var files []string
-	for _, pattern := range []string{"README.md", "docs/*.md", "deploy/README.md", "deploy/*/README.md", "services/*/README.md"} {
+	for _, pattern := range []string{"README.md", "docs/*.md", "docs/decisions/*.md", "deploy/README.md", "deploy/*/README.md", "services/*/README.md"} {
 		m, err := filepath.Glob(filepath.Join(root, pattern))
 		if err != nil {
 			t.Fatal(err)
@@ -374,16 +374,17 @@ func TestDecisionReferencesFindWrongOnes(t *testing.T) {
 		"0011": {"0011-price-schedule-watermark.md", "The rater decides the price version, from a schedule meter publishes with a watermark"},
 	}
 	text := "// billing decides it (decision\n// 0011 (price schedule)); see decisions 0009 and 0011,\n" +
+		"// decision 0011 (docs/decisions/0011-price-schedule-watermark.md),\n" +
 		"// decision 0042, decision 0009 (price watermark),\n" +
 		"// docs/decisions/0011-price-schedule.md and decisions/0009-handler-failures-panic-and-retry-budget.md\n"
 	got, n := checkDecisionRefs("x.go", text, records)
 	want := []string{
-		`x.go:3: decision 0042: no such record in docs/decisions`,
-		`x.go:3: decision 0009 (price watermark): "price", "watermark" not in its title "A handler that panics or keeps failing quarantines its event"`,
-		`x.go:4: decisions/0011-price-schedule: the record is 0011-price-schedule-watermark.md`,
+		`x.go:4: decision 0042: no such record in docs/decisions`,
+		`x.go:4: decision 0009 (price watermark): "price", "watermark" not in its title "A handler that panics or keeps failing quarantines its event"`,
+		`x.go:5: decisions/0011-price-schedule: the record is 0011-price-schedule-watermark.md`,
 	}
-	if !slices.Equal(got, want) || n != 7 {
-		t.Errorf("%d references, problems found:\n%s\nwant 7 and:\n%s", n, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	if !slices.Equal(got, want) || n != 9 {
+		t.Errorf("%d references, problems found:\n%s\nwant 9 and:\n%s", n, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
@@ -461,7 +462,8 @@ func checkDecisionRefs(rel, text string, records map[string]record) ([]string, i
 				report(m[0], "decision %s: no such record in docs/decisions", n)
 			}
 		}
-		if m[4] < 0 || len(numbers) != 1 {
+		// A parenthesis that gives the record's file is checked below.
+		if m[4] < 0 || len(numbers) != 1 || recordRE.MatchString(joined[m[4]:m[5]]) {
 			continue
 		}
 		r, ok := records[numbers[0]]
