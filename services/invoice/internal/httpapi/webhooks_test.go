@@ -85,7 +85,8 @@ func TestWebhookEndpoints(t *testing.T) {
 	if code, v, _ := call(t, srv, acme, http.MethodPost, base, `{"url":"https://fourth.example/"}`); code != http.StatusConflict || v["code"] != "too_many_endpoints" {
 		t.Fatalf("a fourth endpoint: %d %v", code, v)
 	}
-	for _, body := range []string{`{"url":"ftp://x.example/"}`, `{"url":"https://u:p@x.example/"}`, `{"url":"/relative"}`} {
+	for _, body := range []string{`{"url":"ftp://x.example/"}`, `{"url":"https://u:p@x.example/"}`, `{"url":"/relative"}`,
+		`{"url":"https://x.example:99999/"}`, `{"url":"https://x.example:0/"}`} {
 		if code, v, _ := call(t, srv, acme, http.MethodPost, base, body); code != http.StatusBadRequest || v["code"] != "invalid_url" {
 			t.Fatalf("POST %s: %d %v", body, code, v)
 		}

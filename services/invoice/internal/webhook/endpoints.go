@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,9 +35,10 @@ func (e *InvalidURLError) Unwrap() error { return ErrInvalidURL }
 // MaxURL is the longest URL an endpoint may have, in bytes.
 const MaxURL = 2048
 
-// CheckURL accepts an absolute http or https URL with a host, no
-// credentials (user:password@) and no fragment. Private and loopback
-// addresses are accepted: this reference system runs on a laptop.
+// CheckURL accepts an absolute http or https URL with a host, a port (when
+// given) from 1 to 65535 in plain digits, no credentials (user:password@)
+// and no fragment. Private and loopback addresses are accepted: this
+// reference system runs on a laptop.
 func CheckURL(raw string) (*url.URL, error) {
 	if raw == "" || len(raw) > MaxURL {
 		return nil, &InvalidURLError{fmt.Sprintf("want 1 to %d bytes", MaxURL)}
@@ -56,8 +58,21 @@ func CheckURL(raw string) (*url.URL, error) {
 		return nil, &InvalidURLError{"must not carry credentials"}
 	case u.Fragment != "" || strings.Contains(raw, "#"):
 		return nil, &InvalidURLError{"must not have a fragment"}
+	case !validPort(u):
+		return nil, &InvalidURLError{"the port must be 1 to 65535"}
 	}
 	return u, nil
+}
+
+// validPort reports whether u's port, if any, is 1-65535 written without
+// leading zeros; "host:" (a colon with no port) is refused.
+func validPort(u *url.URL) bool {
+	p := u.Port()
+	if p == "" {
+		return !strings.HasSuffix(u.Host, ":")
+	}
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535 && strconv.Itoa(n) == p
 }
 
 // Endpoint is a tenant's webhook endpoint. Secret is set only in the answer

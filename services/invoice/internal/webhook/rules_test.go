@@ -10,7 +10,8 @@ import (
 )
 
 func TestCheckURL(t *testing.T) {
-	ok := []string{"https://erp.example/hooks", "http://127.0.0.1:9000/x?tenant=acme", "https://[::1]:8443/"}
+	ok := []string{"https://erp.example/hooks", "http://127.0.0.1:9000/x?tenant=acme", "https://[::1]:8443/",
+		"https://erp.example:1/", "https://erp.example:65535/"}
 	for _, u := range ok {
 		if _, err := webhook.CheckURL(u); err != nil {
 			t.Errorf("%s refused: %v", u, err)
@@ -18,7 +19,9 @@ func TestCheckURL(t *testing.T) {
 	}
 	bad := []string{"", "ftp://erp.example/", "erp.example/hooks", "https://user:pw@erp.example/", "https://tok@erp.example/",
 		"https:///path", "https://erp.example/#frag", "https://erp.example/a b", "javascript:alert(1)",
-		"https://erp.example/" + string(make([]byte, 2100))}
+		"https://erp.example/" + string(make([]byte, 2100)),
+		"https://erp.example:99999/", "https://erp.example:0/", "https://erp.example:65536/", "https://erp.example:/",
+		"https://erp.example:0443/", "https://[::1]:99999/"}
 	for _, u := range bad {
 		if _, err := webhook.CheckURL(u); !errors.Is(err, webhook.ErrInvalidURL) {
 			t.Errorf("%.40q accepted (%v)", u, err)
