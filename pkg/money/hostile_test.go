@@ -64,3 +64,30 @@ func FuzzCurrency(f *testing.F) {
 		}
 	})
 }
+
+// The business bounds: 18 digits before the point, 12 after, for
+// quantities; a price of 38 nines times a quantity of 38 nines (a 76-digit
+// charge) cannot be asked for.
+func TestBounds(t *testing.T) {
+	for s, code := range map[string]string{
+		"999999999999999999":              "",
+		"999999999999999999.999999999999": "",
+		"0.000000000001":                  "",
+		"1.500000000000000":               "", // trailing zeros do not count
+		"1000000000000000000":             CodeOutOfRange,
+		strings.Repeat("9", 38):           CodeOutOfRange,
+		"0.0000000000001":                 CodeTooPrecise,
+	} {
+		_, err := ParseQuantity(s)
+		if got := BoundsCode(err); got != code || (code == "" && err != nil) {
+			t.Errorf("ParseQuantity(%q): %v (code %q), want code %q", s, err, got, code)
+		}
+	}
+	if _, err := ParseQuantity("-1"); err == nil || BoundsCode(err) != "" {
+		t.Errorf("a negative quantity: %v", err)
+	}
+	d, _ := Parse("-" + strings.Repeat("9", 19))
+	if err := CheckRange(d); BoundsCode(err) != CodeOutOfRange {
+		t.Errorf("a negative amount of 19 digits: %v", err)
+	}
+}

@@ -45,6 +45,91 @@ func Parse(s string) (decimal.Decimal, error) {
 	return d, nil
 }
 
+// The business bounds of a quantity, a price or an amount a request may
+// give: at most MaxIntegerDigits digits before the point (below 10^18, a
+// quintillion) and, for quantities and prices, at most MaxScale decimal
+// places (amounts have their currency's minor unit, CheckMinorUnits). A
+// charge, quantity times price, then stays below 10^36 with at most 24
+// decimal places, where Parse's 38 digits would let it reach 76.
+const (
+	MaxIntegerDigits = 18
+	MaxScale         = 12
+)
+
+// Problem codes of the bounds, stable across the services' APIs (400).
+const (
+	// CodeOutOfRange: more than MaxIntegerDigits digits before the point.
+	CodeOutOfRange = "decimal_out_of_range"
+	// CodeTooPrecise: more than MaxScale decimal places (the code of
+	// pricing's own scale rule).
+	CodeTooPrecise = "too_many_decimal_places"
+)
+
+var (
+	// ErrOutOfRange: a value of more than MaxIntegerDigits integer digits.
+	ErrOutOfRange = errors.New("out of range")
+	// ErrTooPrecise: a value of more than MaxScale decimal places.
+	ErrTooPrecise = errors.New("too many decimal places")
+)
+
+var integerBound = decimal.New(1, MaxIntegerDigits)
+
+// CheckRange refuses d with more than MaxIntegerDigits digits before the
+// point (|d| >= 10^18), wrapping ErrOutOfRange.
+func CheckRange(d decimal.Decimal) error {
+	if d.Abs().Cmp(integerBound) >= 0 {
+		return fmt.Errorf("%w: %s has more than %d digits before the point", ErrOutOfRange, clipDecimal(d), MaxIntegerDigits)
+	}
+	return nil
+}
+
+// CheckScale refuses d with more than MaxScale significant decimal places
+// (trailing zeros do not count), wrapping ErrTooPrecise.
+func CheckScale(d decimal.Decimal) error {
+	if !d.Equal(d.Truncate(MaxScale)) {
+		return fmt.Errorf("%w: %s has more than %d decimal places", ErrTooPrecise, clipDecimal(d), MaxScale)
+	}
+	return nil
+}
+
+// ParseQuantity reads a quantity: ParseNonNegative within the bounds
+// (CheckRange, CheckScale).
+func ParseQuantity(s string) (decimal.Decimal, error) {
+	d, err := ParseNonNegative(s)
+	if err != nil {
+		return d, err
+	}
+	if err := CheckRange(d); err != nil {
+		return decimal.Decimal{}, err
+	}
+	if err := CheckScale(d); err != nil {
+		return decimal.Decimal{}, err
+	}
+	return d, nil
+}
+
+// BoundsCode is the problem code of an error of CheckRange, CheckScale or
+// ParseQuantity's bounds: decimal_out_of_range or too_many_decimal_places;
+// "" for any other error.
+func BoundsCode(err error) string {
+	switch {
+	case errors.Is(err, ErrOutOfRange):
+		return CodeOutOfRange
+	case errors.Is(err, ErrTooPrecise):
+		return CodeTooPrecise
+	default:
+		return ""
+	}
+}
+
+func clipDecimal(d decimal.Decimal) string {
+	s := d.String()
+	if len(s) > 24 {
+		return s[:24] + "..."
+	}
+	return s
+}
+
 // ErrNegativeZero is returned for "-0" and "-0.00": zero has no sign.
 var ErrNegativeZero = errors.New(`a signed zero ("-0"): write zero without a sign`)
 

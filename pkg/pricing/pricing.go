@@ -26,6 +26,8 @@ import (
 	"fmt"
 
 	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/money"
 )
 
 // Models.
@@ -41,8 +43,10 @@ const (
 	// MaxTiers bounds a version's tiers (and so the size of the events
 	// that carry them).
 	MaxTiers = 20
-	// MaxScale is the most decimal places of a price, fee, bound or size.
-	MaxScale = 12
+	// MaxScale is the most decimal places of a price, fee, bound or size
+	// (money.MaxScale); each also has at most money.MaxIntegerDigits
+	// digits before the point (decimal_out_of_range).
+	MaxScale = money.MaxScale
 )
 
 // Problem codes of Validate's errors. They are part of meter's HTTP
@@ -57,7 +61,8 @@ const (
 	CodeInvalidTierBound  = "invalid_tier_bound"
 	CodeInvalidPrice      = "invalid_price"
 	CodeInvalidPackage    = "invalid_package_size"
-	CodeTooPrecise        = "too_many_decimal_places"
+	CodeTooPrecise        = money.CodeTooPrecise
+	CodeOutOfRange        = money.CodeOutOfRange
 )
 
 // Error is an invalid pricing, with a stable code.
@@ -186,6 +191,9 @@ func price(field string, d decimal.Decimal) error {
 func scale(field string, d decimal.Decimal) error {
 	if -d.Exponent() > MaxScale && !d.Equal(d.Truncate(MaxScale)) {
 		return invalid(CodeTooPrecise, "%s has more than %d decimal places: %s", field, MaxScale, d)
+	}
+	if err := money.CheckRange(d); err != nil {
+		return invalid(CodeOutOfRange, "%s: %v", field, err)
 	}
 	return nil
 }

@@ -156,6 +156,9 @@ func ParseAdjustment(r AdjustmentRequest) (Adjustment, error) {
 	if a.Amount.IsZero() {
 		return Adjustment{}, errorf(rule.Invalid, "invalid_amount", "amount must not be zero")
 	}
+	if err := money.CheckRange(a.Amount); err != nil {
+		return Adjustment{}, errorf(rule.Invalid, money.CodeOutOfRange, "amount: %v", err)
+	}
 	if _, err := money.Currency(r.Currency); err != nil {
 		return Adjustment{}, currencyError(err)
 	}

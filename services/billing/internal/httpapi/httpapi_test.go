@@ -16,15 +16,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/usagebilling/billing/pkg/api/apitest"
 	"github.com/usagebilling/billing/pkg/api/billingapi"
 	"github.com/usagebilling/billing/pkg/auth"
-	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/billing/internal/app"
 	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
 	"github.com/usagebilling/billing/services/billing/internal/httpapi"
+	"github.com/usagebilling/billing/testkit/apitest"
+	"github.com/usagebilling/billing/testkit/authtest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -192,6 +192,8 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		{"not json", "POST", adj, key, good, "text/plain", 415, "unsupported_media_type"},
 		{"charset utf-16", "POST", adj, key, good, "application/json; charset=utf-16", 415, "unsupported_media_type"},
 		{"null body", "POST", adj, key, `null`, "", 400, "malformed_json"},
+		{"amount of 19 integer digits", "POST", adj, key, adjustmentBody(f.charge, "1"+strings.Repeat("0", 18), "USD", "r"), "", 400, "decimal_out_of_range"},
+		{"amount of 38 nines", "POST", adj, key, adjustmentBody(f.charge, strings.Repeat("9", 38), "USD", "r"), "", 400, "decimal_out_of_range"},
 		{"reason with BEL", "POST", adj, key, `{"correctionOf":"` + f.charge + `","amount":"-0.25","currency":"USD","reason":"refund\u0007"}`, "", 400, "control_character"},
 		{"reason with ESC", "POST", adj, key, `{"correctionOf":"` + f.charge + `","amount":"-0.25","currency":"USD","reason":"\u001b[31mrefund"}`, "", 400, "control_character"},
 		{"unknown charge", "POST", adj, key, adjustmentBody("01a22984-85a2-755b-a3ef-a289f2b96b22", "1", "USD", "r"), "", 404, "charge_not_found"},

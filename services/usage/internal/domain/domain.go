@@ -114,7 +114,11 @@ func Parse(r Request, now time.Time) (Usage, *Error) {
 	if err := CheckMeterCode(r.MeterCode); err != nil {
 		return Usage{}, err
 	}
-	qty, err := money.ParseNonNegative(r.Quantity)
+	qty, err := money.ParseQuantity(r.Quantity)
+	if code := money.BoundsCode(err); code != "" {
+		// Business bounds: at most 18 digits before the point, 12 after.
+		return Usage{}, newError(rule.Invalid, code, "quantity: %v", err)
+	}
 	if err != nil {
 		return Usage{}, newError(rule.Invalid, CodeInvalidQuantity, "quantity %q: %v", r.Quantity, err)
 	}

@@ -13,13 +13,13 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/usagebilling/billing/pkg/api/apitest"
 	"github.com/usagebilling/billing/pkg/api/usageapi"
-	"github.com/usagebilling/billing/pkg/auth/authtest"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/services/usage/internal/app"
 	"github.com/usagebilling/billing/services/usage/internal/httpapi"
 	"github.com/usagebilling/billing/services/usage/internal/usagetest"
+	"github.com/usagebilling/billing/testkit/apitest"
+	"github.com/usagebilling/billing/testkit/authtest"
 )
 
 const path = "/v1/tenants/t1/usage"
@@ -435,6 +435,9 @@ func TestBadInput(t *testing.T) {
 		{"quantity not a number", "t1", ok(func(u *usage) { u.Quantity = "lots" }), 400, "invalid_quantity"},
 		{"quantity as JSON number", "t1", ok(func(u *usage) { u.Quantity = 5 }), 400, "invalid_quantity"},
 		{"quantity too many digits", "t1", ok(func(u *usage) { u.Quantity = strings.Repeat("9", 39) }), 400, "invalid_quantity"},
+		{"quantity of 38 nines", "t1", ok(func(u *usage) { u.Quantity = strings.Repeat("9", 38) }), 400, "decimal_out_of_range"},
+		{"quantity of 19 integer digits", "t1", ok(func(u *usage) { u.Quantity = "1" + strings.Repeat("0", 18) }), 400, "decimal_out_of_range"},
+		{"quantity of 13 decimal places", "t1", ok(func(u *usage) { u.Quantity = "0." + strings.Repeat("0", 12) + "1" }), 400, "too_many_decimal_places"},
 		{"unknown currency", "t1", ok(func(u *usage) { u.Currency = "ABC" }), 400, "unknown_currency"},
 		{"occurredAt not RFC 3339", "t1", ok(func(u *usage) { u.OccurredAt = "2026-11-01 10:00" }), 400, "invalid_field"},
 		{"occurredAt year 0", "t1", ok(func(u *usage) { u.OccurredAt = "0000-01-01T00:00:00Z" }), 400, "invalid_field"},
