@@ -282,6 +282,82 @@ func badBodies() []struct {
 	}
 }
 
+// lenient is an input a hostile client found accepted (issue 27, item 8):
+// an otherwise valid command or read, with one thing wrong. Each must be
+// refused with its stable code; the read-back shows nothing was written.
+type lenient struct {
+	service, method, path string
+	operator              bool   // an operator's token; else the suite's tenant's (every tenant role)
+	contentType           string // "" for application/json
+	body                  string
+	status                int
+	code                  string
+}
+
+func lenientInputs() []lenient {
+	id := uuid.NewString()
+	ops := func(method, path, body string, status int, code string) lenient {
+		return lenient{service: "query", method: method, path: path, operator: true, body: body, status: status, code: code}
+	}
+	ten := func(service, method, path, body string, status int, code string) lenient {
+		return lenient{service: service, method: method, path: "/v1/tenants/" + tenant + path, body: body, status: status, code: code}
+	}
+	redrive := func(eventID, reason string) string {
+		return `{"service":"usage","eventId":"` + eventID + `","reason":"` + reason + `"}`
+	}
+	nines := strings.Repeat("9", 38)
+	out := []lenient{
+		ops("POST", "/v1/operator/webhook-intents/"+id+"/retry", `{"reason":"endpoint fixed"}`, 404, "webhook_intent_not_found"),
+		ops("POST", "/v1/operator/webhook-intents/"+id+"/retry", `{"reason":"bell\u0007"}`, 400, "control_character"),
+		ops("POST", "/v1/operator/redrives", redrive(id, `bell\u0007`), 400, "control_character"),
+		ops("POST", "/v1/operator/dead-letters/release", redrive(id, `\u001b[2Jclear`), 400, "control_character"),
+		ops("GET", "/v1/operator/reconciliation?tenantId="+tenant+"&period=0000-01", "", 400, "invalid_period"),
+		ops("GET", "/v1/operator/quarantine?tenantId="+strings.Repeat("t", 1000), "", 400, "invalid_tenant_id"),
+		ops("GET", "/v1/operator/quarantine?service=nosuch", "", 400, "unknown_service"),
+		ops("GET", "/v1/operator/dead-letters?service=nosuch", "", 400, "unknown_service"),
+		ops("GET", "/v1/operator/quarantine?limit=1&limit=500", "", 400, "repeated_query_parameter"),
+		ten("invoice", "GET", "/invoices?period=0000-01", "", 400, "invalid_period"),
+		ten("invoice", "GET", "/invoices?limit=1&limit=2", "", 400, "repeated_query_parameter"),
+		ten("invoice", "POST", "/webhook-endpoints", `{"url":"https://hooks.example:99999/x"}`, 400, "invalid_url"),
+		ten("billing", "PUT", "/settings", `null`, 400, "malformed_json"),
+		ten("billing", "POST", "/adjustments", `{"correctionOf":"`+id+`","amount":"-1","currency":"USD","reason":"bell\u0007"}`, 400, "control_character"),
+		ten("billing", "POST", "/adjustments", `{"correctionOf":"`+id+`","amount":"`+nines+`","currency":"USD","reason":"r"}`, 400, "decimal_out_of_range"),
+		ten("meter", "POST", "/prices", `{"meterCode":"api","currency":"USD","unitPrice":"`+nines+`"}`, 400, "decimal_out_of_range"),
+		ten("usage", "POST", "/usage", `{"sourceSystem":"s","sourceEventId":"e","meterCode":"api","quantity":"`+nines+`","occurredAt":"`+
+			time.Now().UTC().Format(time.RFC3339)+`"}`, 400, "decimal_out_of_range"),
+	}
+	for _, e := range []string{uuid.Nil.String(), "{" + id + "}", "urn:uuid:" + id, strings.ReplaceAll(id, "-", "")} {
+		out = append(out,
+			ops("POST", "/v1/operator/redrives", redrive(e, "r"), 400, "invalid_event_id"),
+			ops("POST", "/v1/operator/dead-letters/release", redrive(e, "r"), 400, "invalid_event_id"))
+	}
+	utf16 := ten("billing", "PUT", "/settings", `{"timeZone":"UTC"}`, 415, "unsupported_media_type")
+	utf16.contentType = "application/json; charset=utf-16"
+	return append(out, utf16)
+}
+
+// lenientRequest is the request of l, with a fresh Idempotency-Key.
+func lenientRequest(l lenient) request {
+	h := http.Header{}
+	if l.operator {
+		h.Set("Authorization", "Bearer "+auth.DevToken(auth.RoleOperator, ""))
+	} else {
+		h.Set("Authorization", "Bearer "+auth.DevToken(auth.RoleTenant, tenant))
+	}
+	h.Set("Idempotency-Key", uuid.NewString())
+	h.Set("X-Correlation-Id", "hostile-"+uuid.NewString()[:8])
+	ct := l.contentType
+	if ct == "" {
+		ct = "application/json"
+	}
+	h.Set("Content-Type", ct)
+	var body []byte
+	if l.body != "" {
+		body = []byte(l.body)
+	}
+	return request{"lenient " + clip(l.body), l.method, l.path, h, body}
+}
+
 // console is the operator console's session: its routes are a browser's,
 // signed in with a cookie, their forms carrying a CSRF token; their
 // refusals are HTML pages for a person, not problem+json.
@@ -595,6 +671,26 @@ func TestHostileInput(t *testing.T) {
 			status, code, html, err := sendHTML(ctx, client, urls[r.service], in)
 			tl.add(outcome{route: r.String(), input: in.name, status: status, problem: code, err: err, html: html && isConsole(r)})
 		}
+	}
+	// The lenient inputs, each with its own stable refusal; and an actor
+	// (the token's subject) holding a control character.
+	for _, l := range lenientInputs() {
+		status, code, err := send(ctx, client, urls[l.service], lenientRequest(l))
+		name := l.service + " " + l.method + " " + strings.SplitN(l.path, "?", 2)[0]
+		tl.add(outcome{route: name, input: "lenient", status: status, problem: code, err: err})
+		if err == nil && (status != l.status || code != l.code) {
+			t.Errorf("lenient input %s %s %s: %d %s, want %d %s", l.service, l.method, clip(l.path)+" "+clip(l.body), status, code, l.status, l.code)
+		}
+	}
+	mallory, err := auth.Token(auth.DevKey, auth.NewClaims("mal\u001b[31mlory", auth.RoleOperator, "", time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor := lenientRequest(lenient{method: "POST", path: "/v1/operator/redrives", operator: true,
+		body: `{"service":"usage","eventId":"` + uuid.NewString() + `","reason":"r"}`})
+	actor.header.Set("Authorization", "Bearer "+mallory)
+	if status, code, err := send(ctx, client, urls["query"], actor); err != nil || status != 400 || code != "control_character" {
+		t.Errorf("an actor with ESC: %d %s %v, want 400 control_character", status, code, err)
 	}
 	slow := slowClients(t, strings.TrimPrefix(urls["usage"], "http://"))
 	for _, o := range slow {
