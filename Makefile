@@ -29,7 +29,7 @@ billingctl: ## build the command line for tenants and operators into bin/ (READM
 	$(GO) build -o bin/ ./e2e/cmd/billingctl
 
 demo-library: ## the shared mechanisms alone: outbox -> Kafka -> inbox on a throwaway PostgreSQL and kfake
-	$(GO) run ./pkg/cmd/outbox-demo
+	$(GO) run ./testkit/cmd/outbox-demo
 
 test: check lint sqlc-check unit-test apache-test race fuzz ## run every check and test (what CI runs)
 
@@ -37,7 +37,7 @@ check: ## gofmt, go vet, and the module files are tidy
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
-	@for m in pkg services/* e2e deploy; do \
+	@for m in pkg testkit services/* e2e deploy; do \
 	  (cd $$m && GOWORK=off $(GO) mod tidy -diff >/dev/null) || { echo "go.mod of $$m is not tidy: run (cd $$m && GOWORK=off go mod tidy)"; exit 1; }; done
 
 sqlc-check: ## regenerating each service's sqlc code changes nothing
@@ -73,7 +73,7 @@ fuzz: ## fuzz every request parser (strict JSON, decimals, currencies, periods, 
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $$($(GO) env GOPATH)/bin/staticcheck)
 .PHONY: lint
 lint: ## staticcheck over every module with every build tag (staticcheck.conf says which checks and why); install: GOTOOLCHAIN=go1.27.3 go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
-	@for m in pkg services/* e2e deploy; do echo "staticcheck $$m"; \
+	@for m in pkg testkit services/* e2e deploy; do echo "staticcheck $$m"; \
 	  (cd $$m && $(STATICCHECK) -tags chaos,containers,hostile,money ./...) || exit 1; done
 
 # The packages whose goroutines share state: the outbox relay and its shard
@@ -100,13 +100,13 @@ hostile: ## hostile-input suite: the five services, every route sent generated b
 
 .PHONY: openapi
 openapi: ## regenerate the Go types of the services' OpenAPI documents (pkg/api/<service>api/types.gen.go, oapi-codegen); a test in make test fails when they are stale
-	cd pkg && $(GO) run ./cmd/openapi-gen
+	$(GO) run ./testkit/cmd/openapi-gen
 
 bench: ## relay throughput for 1, 10 and 1,000 keys
 	$(GO) test -run '^$$' -bench RelayThroughput -benchtime 20000x -count 3 ./pkg/outbox/
 
 kafka-jars: ## fetch the Apache Kafka jars from Maven Central into the user cache
-	$(GO) run ./pkg/cmd/kafka-jars
+	$(GO) run ./testkit/cmd/kafka-jars
 
 .PHONY: vulncheck
 vulncheck: ## govulncheck over every module, offline: Go vulnerability DB from the module proxy; fails on reached vulnerabilities (~1.5 min; the first run ~5-15 more: indexes the DB, builds govulncheck)

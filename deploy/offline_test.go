@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/usagebilling/billing/pkg/kafkabroker"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
 )
 
 func TestOfflineImagesMatchCompose(t *testing.T) {
@@ -73,7 +73,7 @@ func TestKafkaImageVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(pom), "<artifactId>kafka_2.13</artifactId>\n      <version>"+kafkabroker.DefaultVersion+"</version>") {
-		t.Errorf("docker/kafka/pom.xml does not fetch kafka_2.13 %s, the version of the offline jars (pkg/kafkabroker)", kafkabroker.DefaultVersion)
+		t.Errorf("docker/kafka/pom.xml does not fetch kafka_2.13 %s, the version of the offline jars (testkit/kafkabroker)", kafkabroker.DefaultVersion)
 	}
 	p := loadCompose(t)
 	if img := composeService(t, p, kafkaService).Image; !strings.HasSuffix(img, ":"+kafkabroker.DefaultVersion) {

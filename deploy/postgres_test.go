@@ -13,9 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/usagebilling/billing/pkg/pgcluster"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/testkit/pgcluster"
 )
 
 const initSQL = "postgres/init-databases.sql"

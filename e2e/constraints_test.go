@@ -5,12 +5,12 @@ import (
 	"testing"
 
 	"github.com/usagebilling/billing/pkg/service"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/billing"
 	"github.com/usagebilling/billing/services/invoice"
 	"github.com/usagebilling/billing/services/meter"
 	"github.com/usagebilling/billing/services/query"
 	"github.com/usagebilling/billing/services/usage"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 // Every constraint name a service's Spec lists (OriginConstraints, which

@@ -94,6 +94,7 @@ require (
 	github.com/tklauser/numcpus v0.12.0 // indirect
 	github.com/twmb/franz-go v1.22.3 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
+	github.com/usagebilling/billing/testkit v0.0.0
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
 	github.com/xdg-go/scram v1.1.2 // indirect
 	github.com/xdg-go/stringprep v1.0.4 // indirect
@@ -127,3 +128,5 @@ replace (
 	github.com/usagebilling/billing/services/query => ../services/query
 	github.com/usagebilling/billing/services/usage => ../services/usage
 )
+
+replace github.com/usagebilling/billing/testkit => ../testkit

@@ -4,15 +4,15 @@ import (
 	"testing"
 
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/kafkabroker"
-	"github.com/usagebilling/billing/pkg/kafkatest"
 	"github.com/usagebilling/billing/pkg/service"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/billing"
 	"github.com/usagebilling/billing/services/invoice"
 	"github.com/usagebilling/billing/services/meter"
 	"github.com/usagebilling/billing/services/query"
 	"github.com/usagebilling/billing/services/usage"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
+	"github.com/usagebilling/billing/testkit/kafkatest"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 var specs = []service.Spec{meter.Spec, usage.Spec, billing.Spec, invoice.Spec, query.Spec}

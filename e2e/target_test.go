@@ -6,8 +6,8 @@ import (
 
 	"github.com/usagebilling/billing/e2e/stack"
 	"github.com/usagebilling/billing/e2e/stack/stacktest"
-	"github.com/usagebilling/billing/pkg/kafkatest"
-	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/testkit/kafkatest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // EnvTarget chooses what the e2e tests run against:

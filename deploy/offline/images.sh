@@ -71,7 +71,7 @@ binaries() {
     mv "$gobin/server" "$out/toxiproxy-server"; mv "$gobin/cli" "$out/toxiproxy-cli"; rm -rf "$gobin"
   fi
   say "kafka: the broker jars (make kafka-jars: Maven Central once, then the cache) into $BUILD/kafka/lib"
-  local lib; lib=$(go run ./pkg/cmd/kafka-jars)
+  local lib; lib=$(go run ./testkit/cmd/kafka-jars)
   rm -rf "$BUILD/kafka/lib"; mkdir -p "$BUILD/kafka"; cp -r "$lib" "$BUILD/kafka/lib"
 }
 

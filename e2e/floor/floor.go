@@ -24,12 +24,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/usagebilling/billing/e2e/procstat"
-	"github.com/usagebilling/billing/pkg/pgcluster"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/services/billing"
 	"github.com/usagebilling/billing/services/invoice"
 	"github.com/usagebilling/billing/services/query"
 	"github.com/usagebilling/billing/services/usage"
+	"github.com/usagebilling/billing/testkit/pgcluster"
 )
 
 // Config is one floor run.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/usagebilling/billing/pkg/faultproxy"
-	"github.com/usagebilling/billing/pkg/kafkabroker"
+	"github.com/usagebilling/billing/testkit/faultproxy"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
 )
 
 // startEmbedded starts a one-broker kfake cluster behind a faultproxy and
@@ -22,7 +22,7 @@ import (
 // kfake has no advertised-listener setting; it advertises the address of
 // its listener (net.Listener.Addr). Its ListenFn option lets us hand it a
 // listener we opened ourselves, whose Addr reports the proxy's address.
-// pkg/kafkabroker.StartEmbedded does not expose ListenFn, hence kfake here.
+// testkit/kafkabroker.StartEmbedded does not expose ListenFn, hence kfake here.
 func startEmbedded(proxyPort, partitions int, log *slog.Logger) (*faultproxy.Proxy, *kfake.Cluster, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

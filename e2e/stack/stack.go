@@ -42,9 +42,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/faultproxy"
-	"github.com/usagebilling/billing/pkg/kafkabroker"
-	"github.com/usagebilling/billing/pkg/pgcluster"
+	"github.com/usagebilling/billing/testkit/faultproxy"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
+	"github.com/usagebilling/billing/testkit/pgcluster"
 )
 
 // Services lists the five services in the order they are started and shown.

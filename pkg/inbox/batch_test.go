@@ -12,7 +12,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // batchNotes applies Noted set-wise like the test domain's handler: one

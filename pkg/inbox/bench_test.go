@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // BenchmarkDecide decides batches of 500 fresh events, each in one

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // PurgeEvents deletes only what was decided before the retention, in

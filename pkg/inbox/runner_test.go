@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/kafkabroker"
-	"github.com/usagebilling/billing/pkg/kafkatest"
-	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
+	"github.com/usagebilling/billing/testkit/kafkatest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // produce sends raws to partition 0 of topic, in order.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/tracing"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // The tests here are not parallel: tracing.Use sets the process's tracer.

@@ -13,7 +13,7 @@
 //   - MaxBatchBytes (975 KiB): the producer's limit on one partition's record
 //     batch, sarama's Producer.MaxMessageBytes: 15 records at the limit.
 //   - BrokerMessageMaxBytes (976 KiB): message.max.bytes of the brokers
-//     pkg/kafkabroker starts (kfake and Apache Kafka), a full batch plus
+//     testkit/kafkabroker starts (kfake and Apache Kafka), a full batch plus
 //     headroom.
 //   - FetchBytes (976 KiB): the consumers' per-partition fetch size, one
 //     whole batch at the broker's limit.
@@ -69,7 +69,7 @@ const (
 	MinBrokerMessageMaxBytes = MaxBatchBytes + batchHeaderBytes
 
 	// BrokerMessageMaxBytes is message.max.bytes of the brokers
-	// pkg/kafkabroker starts: a full batch plus RecordOverhead of headroom
+	// testkit/kafkabroker starts: a full batch plus RecordOverhead of headroom
 	// (999424 bytes, 976 KiB), at least MinBrokerMessageMaxBytes.
 	BrokerMessageMaxBytes = MaxBatchBytes + RecordOverhead
 

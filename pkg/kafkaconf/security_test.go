@@ -17,8 +17,8 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/usagebilling/billing/pkg/kafkabroker"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
 )
 
 func lookup(m map[string]string) func(string) (string, bool) {

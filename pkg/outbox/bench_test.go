@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usagebilling/billing/pkg/kafkatest"
 	"github.com/usagebilling/billing/pkg/outbox"
-	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/testkit/kafkatest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // BenchmarkRelayThroughput measures Postgres -> Kafka relay throughput with

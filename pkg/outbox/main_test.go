@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/usagebilling/billing/pkg/kafkatest"
-	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/testkit/kafkatest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) {

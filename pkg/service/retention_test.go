@@ -10,7 +10,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/pgtest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // One pass of the service's retention with the default settings removes

@@ -49,6 +49,7 @@ require (
 	github.com/twmb/franz-go v1.22.3 // indirect
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
+	github.com/usagebilling/billing/testkit v0.0.0
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
 	github.com/xdg-go/scram v1.1.2 // indirect
 	github.com/xdg-go/stringprep v1.0.4 // indirect
@@ -75,3 +76,5 @@ require (
 )
 
 replace github.com/usagebilling/billing/pkg => ../../pkg
+
+replace github.com/usagebilling/billing/testkit => ../../testkit

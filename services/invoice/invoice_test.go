@@ -18,16 +18,16 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/kafkabroker"
-	"github.com/usagebilling/billing/pkg/kafkatest"
 	"github.com/usagebilling/billing/pkg/outbox"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/invoice"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
 	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
+	"github.com/usagebilling/billing/testkit/kafkatest"
+	"github.com/usagebilling/billing/testkit/pgtest"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 // client calls the service as tenant acme, with the development key the

@@ -7,13 +7,13 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/usagebilling/billing/pkg/api/apitest"
 	"github.com/usagebilling/billing/pkg/api/billingapi"
 	"github.com/usagebilling/billing/pkg/api/invoiceapi"
 	"github.com/usagebilling/billing/pkg/api/meterapi"
 	"github.com/usagebilling/billing/pkg/api/queryapi"
 	"github.com/usagebilling/billing/pkg/api/usageapi"
 	"github.com/usagebilling/billing/services/query/internal/querytest"
+	"github.com/usagebilling/billing/testkit/apitest"
 )
 
 // documents are the services' OpenAPI documents (pkg/api), by service.

@@ -15,10 +15,10 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/kafkatest"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/billing"
 	"github.com/usagebilling/billing/services/query/internal/querytest"
+	"github.com/usagebilling/billing/testkit/kafkatest"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 func build(t *testing.T, m envelope.Meta, payload any) envelope.Envelope {

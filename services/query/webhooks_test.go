@@ -15,8 +15,8 @@ import (
 
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/query/internal/querytest"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 // hookReceiver is a tenant's endpoint: down (503) until up is set, it

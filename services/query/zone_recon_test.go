@@ -8,8 +8,8 @@ import (
 
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/clock"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/query/internal/querytest"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 // The operator's reconciliation of tenants in Asia/Seoul and

@@ -16,7 +16,7 @@ import (
 // Service is one document and the package generated from it.
 type Service struct {
 	Name string // meter, usage, billing, invoice, query
-	Dir  string // pkg/api/<name>api, relative to the module pkg
+	Dir  string // <name>api, relative to pkg/api
 }
 
 // Package is the Go package name of the generated types.

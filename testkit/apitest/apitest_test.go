@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/usagebilling/billing/pkg/api/apitest"
 	"github.com/usagebilling/billing/pkg/api/meterapi"
+	"github.com/usagebilling/billing/testkit/apitest"
 )
 
 // recordingT keeps the errors a check reports instead of failing.

@@ -20,7 +20,7 @@ import (
 	"github.com/IBM/sarama"
 	"go.uber.org/goleak"
 
-	"github.com/usagebilling/billing/pkg/kafkabroker"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
 )
 
 func TestMain(m *testing.M) {

@@ -11,8 +11,8 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/usagebilling/billing/pkg/envelope"
-	"github.com/usagebilling/billing/pkg/kafkabroker"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
 )
 
 // testSizeLimits checks a broker against kafkaconf's size limits: it reports

@@ -38,8 +38,8 @@ import (
 	"github.com/IBM/sarama"
 	"go.uber.org/goleak"
 
-	"github.com/usagebilling/billing/pkg/kafkabroker"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
 )
 
 // Environment variables choosing the broker.

@@ -12,8 +12,8 @@ import (
 	"github.com/IBM/sarama"
 	"go.uber.org/goleak"
 
-	"github.com/usagebilling/billing/pkg/kafkabroker"
-	"github.com/usagebilling/billing/pkg/kafkatest"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
+	"github.com/usagebilling/billing/testkit/kafkatest"
 )
 
 func TestMain(m *testing.M) {

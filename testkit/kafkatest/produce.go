@@ -9,7 +9,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/usagebilling/billing/pkg/envelope"
-	"github.com/usagebilling/billing/pkg/kafkabroker"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
 )
 
 // Record is a message for Produce: its key (none when empty) and its value.

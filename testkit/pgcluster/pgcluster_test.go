@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
-	"github.com/usagebilling/billing/pkg/pgcluster"
+	"github.com/usagebilling/billing/testkit/pgcluster"
 )
 
 func TestMain(m *testing.M) {

@@ -32,7 +32,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/usagebilling/billing/pkg/pgcluster"
+	"github.com/usagebilling/billing/testkit/pgcluster"
 )
 
 // EnvDatabaseURL names the environment variable holding the URL of an

@@ -27,8 +27,8 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // Template is spec's database migrated with every set the service applies

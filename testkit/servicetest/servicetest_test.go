@@ -16,9 +16,9 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
+	"github.com/usagebilling/billing/testkit/pgtest"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/usagebilling/billing/e2e/stack"
-	"github.com/usagebilling/billing/pkg/kafkatest"
+	"github.com/usagebilling/billing/testkit/kafkatest"
 )
 
 // LogLines is how many last lines of each service instance's log a failed

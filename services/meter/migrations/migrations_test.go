@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/meter"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }

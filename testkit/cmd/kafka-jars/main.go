@@ -10,7 +10,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/usagebilling/billing/pkg/kafkabroker"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
 )
 
 func main() {

@@ -1,7 +1,7 @@
 // Command openapi-gen regenerates the Go types of each service's OpenAPI
 // document (pkg/api/<name>api/types.gen.go); with arguments, only those
-// services'. Run from the module pkg or the
-// repository root: `make openapi`.
+// services'. Run from the repository root or the module testkit:
+// `make openapi`.
 package main
 
 import (
@@ -10,13 +10,13 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/usagebilling/billing/pkg/api/apigen"
+	"github.com/usagebilling/billing/testkit/apigen"
 )
 
 func main() {
-	root := "api"
+	root := filepath.Join("pkg", "api")
 	if _, err := os.Stat(root); err != nil {
-		root = filepath.Join("pkg", "api")
+		root = filepath.Join("..", "pkg", "api")
 	}
 	for _, s := range apigen.Services {
 		if len(os.Args) > 1 && !slices.Contains(os.Args[1:], s.Name) {

@@ -24,11 +24,11 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/kafkabroker"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
 	"github.com/usagebilling/billing/pkg/outbox"
-	"github.com/usagebilling/billing/pkg/pgcluster"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
+	"github.com/usagebilling/billing/testkit/pgcluster"
 )
 
 const (

@@ -8,9 +8,9 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/kafkatest"
 	"github.com/usagebilling/billing/services/billing/internal/app"
 	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
+	"github.com/usagebilling/billing/testkit/kafkatest"
 )
 
 // The real consumer path: a Kafka consumer group on a real Kafka-protocol

@@ -21,9 +21,9 @@ import (
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/service"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/billing"
 	"github.com/usagebilling/billing/services/billing/internal/app"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 // Template is billing's migrated template database (servicetest.Template

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/usagebilling/billing/pkg/pgtest"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // BenchmarkChargeRated decides ChargeRated events in batches of 500 (one

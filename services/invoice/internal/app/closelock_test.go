@@ -5,12 +5,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/service"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/invoice"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
+	"github.com/usagebilling/billing/testkit/pgtest"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 // A charge of a new currency commits, with its new invoice, after the close

@@ -9,8 +9,8 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // A correction note is issued in whole minor units only (decision 0008):

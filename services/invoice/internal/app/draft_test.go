@@ -6,8 +6,8 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // periodEnded is billing's BillingPeriodEnded of a tenant's period.

@@ -19,11 +19,11 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/recon"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
 	"github.com/usagebilling/billing/services/invoice/internal/domain"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 func invoices(t *testing.T, pool *pgxpool.Pool, tenant, period string) map[string]app.Invoice {

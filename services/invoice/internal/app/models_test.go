@@ -6,9 +6,9 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/envelope"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/pricing"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // Charges of graduated, volume and package versions carry no amounts: their

@@ -14,13 +14,13 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/usagebilling/billing/pkg/api/apitest"
 	"github.com/usagebilling/billing/pkg/api/invoiceapi"
 	"github.com/usagebilling/billing/pkg/auth"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
 	"github.com/usagebilling/billing/services/invoice/internal/webhook"
+	"github.com/usagebilling/billing/testkit/apitest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // hookServer serves the webhook routes behind the services' token policy.

@@ -24,9 +24,9 @@ import (
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/service"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/invoice"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 // Template is the invoice database (servicetest.Template of invoice.Spec),

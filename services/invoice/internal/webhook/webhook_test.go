@@ -16,9 +16,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/usagebilling/billing/pkg/envelope"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
 	"github.com/usagebilling/billing/services/invoice/internal/webhook"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // issue issues tenant's period with one invoice per currency (and, with

@@ -15,12 +15,12 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/pricing"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/meter"
 	"github.com/usagebilling/billing/services/meter/internal/app"
 	"github.com/usagebilling/billing/services/meter/internal/domain"
+	"github.com/usagebilling/billing/testkit/pgtest"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/usagebilling/billing/pkg/pgmigrate"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/meter/migrations"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }

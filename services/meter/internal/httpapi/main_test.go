@@ -12,15 +12,15 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/usagebilling/billing/pkg/api/apitest"
 	"github.com/usagebilling/billing/pkg/api/meterapi"
 	"github.com/usagebilling/billing/pkg/auth"
-	"github.com/usagebilling/billing/pkg/auth/authtest"
-	"github.com/usagebilling/billing/pkg/pgtest"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/meter"
 	"github.com/usagebilling/billing/services/meter/internal/app"
 	"github.com/usagebilling/billing/services/meter/internal/httpapi"
+	"github.com/usagebilling/billing/testkit/apitest"
+	"github.com/usagebilling/billing/testkit/authtest"
+	"github.com/usagebilling/billing/testkit/pgtest"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }

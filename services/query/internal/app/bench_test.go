@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/usagebilling/billing/pkg/pgtest"
 	. "github.com/usagebilling/billing/services/query/internal/querytest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // BenchmarkUsageAccepted decides UsageAccepted events in batches of 500 (one

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/pkg/pricing"
 	. "github.com/usagebilling/billing/services/query/internal/querytest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // BenchmarkChargeRated projects charges in batches of 500 over 10 tenants:

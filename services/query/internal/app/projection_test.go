@@ -11,9 +11,9 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/money"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/query/internal/app"
 	. "github.com/usagebilling/billing/services/query/internal/querytest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // want is a tenant's summary computed by the test from its own inputs.

@@ -20,9 +20,9 @@ import (
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/service"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/query"
 	"github.com/usagebilling/billing/services/query/internal/app"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 // Template is the query database (servicetest.Template of query.Spec),

@@ -4,14 +4,14 @@ import (
 	"testing"
 
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/kafkatest"
 	"github.com/usagebilling/billing/pkg/service"
-	"github.com/usagebilling/billing/pkg/service/servicetest"
 	"github.com/usagebilling/billing/services/billing"
 	"github.com/usagebilling/billing/services/invoice"
 	"github.com/usagebilling/billing/services/meter"
 	"github.com/usagebilling/billing/services/query"
 	"github.com/usagebilling/billing/services/usage"
+	"github.com/usagebilling/billing/testkit/kafkatest"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 // Specs are the five services, in the order they start.

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/usagebilling/billing/pkg/api/apitest"
 	"github.com/usagebilling/billing/pkg/api/usageapi"
-	"github.com/usagebilling/billing/pkg/pgtest"
 	"github.com/usagebilling/billing/services/usage/internal/usagetest"
+	"github.com/usagebilling/billing/testkit/apitest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
