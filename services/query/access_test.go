@@ -129,6 +129,7 @@ var (
 		"DELETE /v1/tenants/{tenantId}/webhook-endpoints/{endpointId}": admin,
 		"GET /internal/v1/webhook-intents":                             internal,
 		"GET /internal/v1/webhook-intents/stats":                       internal,
+		"GET /internal/v1/webhook-intents/{intentId}":                  internal,
 		"POST /internal/v1/webhook-intents/{intentId}/retry":           internal,
 		// query
 		"GET /v1/tenants/{tenantId}/summary":                 reader,
