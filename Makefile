@@ -26,7 +26,7 @@ up: ## the whole system left running (services on 8081-8085) until Ctrl-C; the R
 	$(GO) build -o bin/ ./e2e/cmd/stack && exec ./bin/stack
 
 billingctl: ## build the command line for tenants and operators into bin/ (README: The command line)
-	$(GO) build -o bin/ ./e2e/cmd/billingctl
+	$(GO) build -o bin/ ./cmd/billingctl
 
 demo-library: ## the shared mechanisms alone: outbox -> Kafka -> inbox on a throwaway PostgreSQL and kfake
 	$(GO) run ./testkit/cmd/outbox-demo
@@ -37,7 +37,7 @@ check: ## gofmt, go vet, and the module files are tidy
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
-	@for m in pkg testkit services/* e2e deploy; do \
+	@for m in pkg testkit cmd services/* e2e deploy; do \
 	  (cd $$m && GOWORK=off $(GO) mod tidy -diff >/dev/null) || { echo "go.mod of $$m is not tidy: run (cd $$m && GOWORK=off go mod tidy)"; exit 1; }; done
 
 sqlc-check: ## regenerating each service's sqlc code changes nothing
@@ -73,7 +73,7 @@ fuzz: ## fuzz every request parser (strict JSON, decimals, currencies, periods, 
 STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $$($(GO) env GOPATH)/bin/staticcheck)
 .PHONY: lint
 lint: ## staticcheck over every module with every build tag (staticcheck.conf says which checks and why); install: GOTOOLCHAIN=go1.27.3 go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
-	@for m in pkg testkit services/* e2e deploy; do echo "staticcheck $$m"; \
+	@for m in pkg testkit cmd services/* e2e deploy; do echo "staticcheck $$m"; \
 	  (cd $$m && $(STATICCHECK) -tags chaos,containers,hostile,money ./...) || exit 1; done
 
 # The packages whose goroutines share state: the outbox relay and its shard
@@ -134,8 +134,8 @@ compose-images: ## build every image of deploy/compose.yaml locally, no registry
 compose-keys: ## the issuer's and query's Ed25519 keys and their JWKS in deploy/keys (once; compose mounts them at /keys)
 	@if [ -f deploy/keys/jwks.json ]; then echo "deploy/keys: keys present"; else \
 	  mkdir -p deploy/keys && \
-	  $(GO) run ./pkg/cmd/token keygen -kid issuer-1 -key deploy/keys/issuer.pem -jwks deploy/keys/jwks.json && \
-	  $(GO) run ./pkg/cmd/token keygen -kid query/1 -key deploy/keys/query.pem -jwks deploy/keys/jwks.json && \
+	  $(GO) run ./cmd/token keygen -kid issuer-1 -key deploy/keys/issuer.pem -jwks deploy/keys/jwks.json && \
+	  $(GO) run ./cmd/token keygen -kid query/1 -key deploy/keys/query.pem -jwks deploy/keys/jwks.json && \
 	  chmod 0644 deploy/keys/query.pem && echo "deploy/keys: issuer-1 and query/1 made (query.pem readable by the container's user)"; fi
 
 # The clients of the container targets sign with the compose issuer's key

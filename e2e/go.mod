@@ -94,6 +94,7 @@ require (
 	github.com/tklauser/numcpus v0.12.0 // indirect
 	github.com/twmb/franz-go v1.22.3 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
+	github.com/usagebilling/billing/cmd v0.0.0
 	github.com/usagebilling/billing/testkit v0.0.0
 	github.com/xdg-go/pbkdf2 v1.0.0 // indirect
 	github.com/xdg-go/scram v1.1.2 // indirect
@@ -130,3 +131,5 @@ replace (
 )
 
 replace github.com/usagebilling/billing/testkit => ../testkit
+
+replace github.com/usagebilling/billing/cmd => ../cmd

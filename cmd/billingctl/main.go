@@ -1,8 +1,8 @@
 // Command billingctl is the billing system's command line for tenants and
-// operators; package billingctl has the commands. `billingctl help` lists
+// operators; package cli has the commands. `billingctl help` lists
 // them.
 //
-//	go install ./e2e/cmd/billingctl   # from the repository's root
+//	go install ./cmd/billingctl   # from the repository's root
 package main
 
 import (
@@ -10,14 +10,14 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/usagebilling/billing/e2e/billingctl"
+	"github.com/usagebilling/billing/cmd/billingctl/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	fi, err := os.Stderr.Stat()
 	terminal := err == nil && fi.Mode()&os.ModeCharDevice != 0
-	code := billingctl.Main(ctx, os.Args[1:], billingctl.IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Terminal: terminal})
+	code := cli.Main(ctx, os.Args[1:], cli.IO{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Terminal: terminal})
 	stop()
 	os.Exit(code)
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
-	"github.com/usagebilling/billing/e2e/billingctl"
+	"github.com/usagebilling/billing/cmd/billingctl/cli"
 	"github.com/usagebilling/billing/e2e/scenario"
 	"github.com/usagebilling/billing/e2e/stack"
 	"github.com/usagebilling/billing/e2e/stack/stacktest"
@@ -32,13 +32,13 @@ func TestBillingctl(t *testing.T) {
 	for name, u := range s.URLs() {
 		env["BILLINGCTL_"+strings.ToUpper(name)+"_URL"] = u
 	}
-	cli := &cli{t: t, env: env}
+	c := &ctl{t: t, env: env}
 
-	t.Run("tenant", func(t *testing.T) { tenantFlow(t, cli.with(t)) })
-	t.Run("operator", func(t *testing.T) { operatorFlow(t, cli.with(t), s) })
-	t.Run("bad input", func(t *testing.T) { badInput(t, cli.with(t)) })
+	t.Run("tenant", func(t *testing.T) { tenantFlow(t, c.with(t)) })
+	t.Run("operator", func(t *testing.T) { operatorFlow(t, c.with(t), s) })
+	t.Run("bad input", func(t *testing.T) { badInput(t, c.with(t)) })
 	t.Run("binary", func(t *testing.T) { binary(t, env) })
-	t.Run("retry", func(t *testing.T) { retry(t, cli.with(t), s) })
+	t.Run("retry", func(t *testing.T) { retry(t, c.with(t), s) })
 }
 
 // signal is an output that tells once a line holding want was written.
@@ -68,7 +68,7 @@ func (w *signal) String() string {
 
 // retry sends usage while the usage service is down: billingctl retries the
 // batch until usage is back, and every fact is taken once.
-func retry(t *testing.T, c *cli, s *stack.Stack) {
+func retry(t *testing.T, c *ctl, s *stack.Stack) {
 	tenant := fmt.Sprintf("cli-retry-%d", time.Now().UnixNano())
 	c.ok("-tenant", tenant, "price", "activate", "-meter", "api_calls", "-currency", "USD", "-unit-price", "1")
 	at := time.Now().UTC().Add(time.Millisecond).Format(time.RFC3339Nano)
@@ -90,8 +90,8 @@ func retry(t *testing.T, c *cli, s *stack.Stack) {
 	var out bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- billingctl.Main(t.Context(), []string{"-tenant", tenant, "usage", "send", "-retries", "10", "-batch", "20", "-o", "json"},
-			billingctl.IO{In: strings.NewReader(in.String()), Out: &out, Err: errOut, Getenv: func(k string) string { return c.env[k] }})
+		done <- cli.Main(t.Context(), []string{"-tenant", tenant, "usage", "send", "-retries", "10", "-batch", "20", "-o", "json"},
+			cli.IO{In: strings.NewReader(in.String()), Out: &out, Err: errOut, Getenv: func(k string) string { return c.env[k] }})
 	}()
 	select {
 	case <-errOut.seen: // the first batch failed and waits to be sent again
@@ -104,7 +104,7 @@ func retry(t *testing.T, c *cli, s *stack.Stack) {
 	if code := <-done; code != 0 {
 		t.Fatalf("usage send across a restart of usage: exit %d\n%s%s", code, out.String(), errOut)
 	}
-	var sent billingctl.SendSummary
+	var sent cli.SendSummary
 	if err := json.Unmarshal(out.Bytes(), &sent); err != nil {
 		t.Fatal(err)
 	}
@@ -113,13 +113,13 @@ func retry(t *testing.T, c *cli, s *stack.Stack) {
 	}
 }
 
-// cli runs billingctl.Main in this process.
-type cli struct {
+// ctl runs cli.Main in this process.
+type ctl struct {
 	t   *testing.T
 	env map[string]string
 }
 
-func (c *cli) with(t *testing.T) *cli { return &cli{t: t, env: c.env} }
+func (c *ctl) with(t *testing.T) *ctl { return &ctl{t: t, env: c.env} }
 
 // result is one run: its exit code and outputs.
 type result struct {
@@ -127,16 +127,16 @@ type result struct {
 	out, errOut string
 }
 
-func (c *cli) run(stdin string, args ...string) result {
+func (c *ctl) run(stdin string, args ...string) result {
 	c.t.Helper()
 	var out, errOut bytes.Buffer
-	code := billingctl.Main(c.t.Context(), args, billingctl.IO{In: strings.NewReader(stdin), Out: &out, Err: &errOut,
+	code := cli.Main(c.t.Context(), args, cli.IO{In: strings.NewReader(stdin), Out: &out, Err: &errOut,
 		Getenv: func(k string) string { return c.env[k] }})
 	return result{code: code, out: out.String(), errOut: errOut.String()}
 }
 
 // ok runs args, fails the test unless they exit 0, and returns the output.
-func (c *cli) ok(args ...string) string {
+func (c *ctl) ok(args ...string) string {
 	c.t.Helper()
 	r := c.run("", args...)
 	if r.code != 0 {
@@ -146,7 +146,7 @@ func (c *cli) ok(args ...string) string {
 }
 
 // json runs args with -o json and decodes the output.
-func (c *cli) json(v any, args ...string) {
+func (c *ctl) json(v any, args ...string) {
 	c.t.Helper()
 	out := c.ok(append(args, "-o", "json")...)
 	if err := json.Unmarshal([]byte(out), v); err != nil {
@@ -171,7 +171,7 @@ func eventually(t *testing.T, what string, check func() error) {
 	}
 }
 
-func tenantFlow(t *testing.T, c *cli) {
+func tenantFlow(t *testing.T, c *ctl) {
 	tenant := fmt.Sprintf("cli-%d", time.Now().UnixNano())
 	period := time.Now().UTC().Format("2006-01")
 	tn := []string{"-tenant", tenant}
@@ -216,7 +216,7 @@ func tenantFlow(t *testing.T, c *cli) {
 		}
 		return nil
 	})
-	var sent billingctl.SendSummary
+	var sent cli.SendSummary
 	c.json(&sent, append(tn, "usage", "send", file)...)
 	if sent.Events != 1201 || sent.Accepted != 1199 || sent.Replayed != 2 || sent.Refused != 0 || sent.Batches != 3 {
 		t.Fatalf("usage send: %+v, want 1199 accepted and the 2 sent before replayed, in 3 batches", sent)
@@ -327,7 +327,7 @@ func tenantFlow(t *testing.T, c *cli) {
 	}
 }
 
-func operatorFlow(t *testing.T, c *cli, s *stack.Stack) {
+func operatorFlow(t *testing.T, c *ctl, s *stack.Stack) {
 	tenant := fmt.Sprintf("cli-op-%d", time.Now().UnixNano())
 	c.ok("-tenant", tenant, "price", "activate", "-meter", "api_calls", "-currency", "USD", "-unit-price", "0.002")
 	// A UsageAccepted at schema version 2, which today's billing and query
@@ -390,28 +390,28 @@ func operatorFlow(t *testing.T, c *cli, s *stack.Stack) {
 	}
 }
 
-func badInput(t *testing.T, c *cli) {
+func badInput(t *testing.T, c *ctl) {
 	for _, tc := range []struct {
 		name     string
 		args     []string
 		code     int
 		contains string
 	}{
-		{"unknown flag", []string{"recovery", "-frobnicate"}, billingctl.ExitUsage, "flag provided but not defined: -frobnicate"},
-		{"unknown command", []string{"frobnicate"}, billingctl.ExitUsage, `unknown command "frobnicate"`},
-		{"missing argument", []string{"-tenant", "acme", "invoice", "show"}, billingctl.ExitUsage, "want INVOICE_ID"},
-		{"no tenant", []string{"summary"}, billingctl.ExitUsage, "needs -tenant"},
-		{"bad output", []string{"recovery", "-o", "yaml"}, billingctl.ExitUsage, "-o must be table or json"},
+		{"unknown flag", []string{"recovery", "-frobnicate"}, cli.ExitUsage, "flag provided but not defined: -frobnicate"},
+		{"unknown command", []string{"frobnicate"}, cli.ExitUsage, `unknown command "frobnicate"`},
+		{"missing argument", []string{"-tenant", "acme", "invoice", "show"}, cli.ExitUsage, "want INVOICE_ID"},
+		{"no tenant", []string{"summary"}, cli.ExitUsage, "needs -tenant"},
+		{"bad output", []string{"recovery", "-o", "yaml"}, cli.ExitUsage, "-o must be table or json"},
 		{"not a decimal", []string{"-tenant", "acme", "price", "activate", "-meter", "m", "-currency", "USD", "-unit-price", "abc"},
-			billingctl.ExitUsage, `-unit-price "abc" is not a decimal number`},
+			cli.ExitUsage, `-unit-price "abc" is not a decimal number`},
 		{"refused: tiers not ascending", []string{"-tenant", "acme", "price", "activate", "-meter", "m", "-currency", "USD", "-model", "graduated",
-			"-tier", "100:0.01", "-tier", "50:0.02", "-tier", "inf:0.01"}, billingctl.ExitRefused, "refused: 400 Bad Request (code tiers_not_ascending)"},
+			"-tier", "100:0.01", "-tier", "50:0.02", "-tier", "inf:0.01"}, cli.ExitRefused, "refused: 400 Bad Request (code tiers_not_ascending)"},
 		{"refused: invalid period", []string{"-tenant", "acme", "period", "show", "2024-13"},
-			billingctl.ExitRefused, "(code invalid_period)"},
+			cli.ExitRefused, "(code invalid_period)"},
 		{"refused: tenant token on the operator API", []string{"recovery", "-token", auth.DevToken(auth.RoleTenant, "acme")},
-			billingctl.ExitRefused, "403 Forbidden (code forbidden)"},
-		{"refused: forged token", []string{"recovery", "-token", "not-a-token"}, billingctl.ExitRefused, "401 Unauthorized"},
-		{"unreachable", []string{"recovery", "-query-url", "http://127.0.0.1:1"}, billingctl.ExitUnavailable, "connection refused"},
+			cli.ExitRefused, "403 Forbidden (code forbidden)"},
+		{"refused: forged token", []string{"recovery", "-token", "not-a-token"}, cli.ExitRefused, "401 Unauthorized"},
+		{"unreachable", []string{"recovery", "-query-url", "http://127.0.0.1:1"}, cli.ExitUnavailable, "connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := c.run("", tc.args...)
@@ -437,17 +437,17 @@ func badInput(t *testing.T, c *cli) {
 {"sourceEventId":"c","meterCode":"api_calls","quantity":"-1","occurredAt":%q}
 `, at, at)
 	r := c.run(nd, "-tenant", tenant, "usage", "send", "-format", "ndjson", "-")
-	if r.code != billingctl.ExitSomeRefused || !strings.Contains(r.out, "0 accepted, 1 replayed, 2 refused") ||
+	if r.code != cli.ExitSomeRefused || !strings.Contains(r.out, "0 accepted, 1 replayed, 2 refused") ||
 		!strings.Contains(r.out, "unknown_meter") || !strings.Contains(r.out, "invalid_quantity") || !strings.Contains(r.errOut, "2 of 3 events refused") {
-		t.Fatalf("usage send with refused events: exit %d, want %d\n%s%s", r.code, billingctl.ExitSomeRefused, r.out, r.errOut)
+		t.Fatalf("usage send with refused events: exit %d, want %d\n%s%s", r.code, cli.ExitSomeRefused, r.out, r.errOut)
 	}
 	// Input that cannot be read, or has no time for a fact, changes
 	// nothing: exit 2 before any request.
 	for _, in := range []string{"meterCode,quantity,occurredAt\n\"unterminated\n", "meterCode,quantity\napi_calls,1\n",
 		"meterCode,quantity,occurredAt\napi_calls,one," + at + "\n", "meterCode,quantity,occurredAt\napi_calls,1,yesterday\n"} {
 		r = c.run(in, "-tenant", tenant, "usage", "send", "-format", "csv")
-		if r.code != billingctl.ExitUsage {
-			t.Fatalf("usage send of %q: exit %d, want %d\n%s%s", in, r.code, billingctl.ExitUsage, r.out, r.errOut)
+		if r.code != cli.ExitUsage {
+			t.Fatalf("usage send of %q: exit %d, want %d\n%s%s", in, r.code, cli.ExitUsage, r.out, r.errOut)
 		}
 	}
 	var sum struct{ Usage struct{ Count int } }
@@ -467,7 +467,7 @@ func binary(t *testing.T, env map[string]string) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "billingctl")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./e2e/cmd/billingctl")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/billingctl")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build billingctl: %v\n%s", err, out)

@@ -1,5 +1,5 @@
-// Package billingctl is the command line of the billing system for tenants
-// and operators (cmd/billingctl is its thin main): every command is a call
+// Package cli is the command line of the billing system for tenants
+// and operators (cmd/billingctl, its thin main, builds the billingctl binary): every command is a call
 // of the services' HTTP API (pkg/api), with a token it is given or signs
 // itself (pkg/auth), its answer printed as a table or as JSON, and an
 // application/problem+json answer printed with its status and code. The
@@ -10,7 +10,7 @@
 // usage (an unknown command or flag, a missing argument, an unreadable
 // file); 3 a service could not be reached or answered something other than
 // the contract; 4 `usage send` finished but refused some events.
-package billingctl
+package cli
 
 import (
 	"context"

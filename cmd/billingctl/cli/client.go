@@ -1,4 +1,4 @@
-package billingctl
+package cli
 
 import (
 	"bytes"

@@ -83,7 +83,7 @@ func describe(s *stack.Stack) {
 	fmt.Printf(`
 Try (tenant "demo"; the period is the current month, UTC). The stack accepts tokens signed with
 the published development key; this one is for tenant demo (ingest, viewer, billing-admin), valid
-an hour, the longest a service accepts (a fresh one: go run ./pkg/cmd/token -dev -role tenant -tenant demo):
+an hour, the longest a service accepts (a fresh one: go run ./cmd/token -dev -role tenant -tenant demo):
 
   TOKEN=%[6]s
 
