@@ -15,13 +15,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/usagebilling/billing/pkg/pgcodec"
 )
 
 // OpenPool opens a pool of at most maxConns connections to the service's
 // database, every connection with the statement_timeout of
 // cfg.DBStatementTimeout, and every acquire bounded by cfg.DBAcquireTimeout
 // (ended sooner by its context). name labels the pool in the logs
-// (application_name).
+// (application_name). Every connection sends decimals and ids in binary
+// (pgcodec.Register).
 func OpenPool(ctx context.Context, cfg Config, maxConns int, name string) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
@@ -36,6 +38,10 @@ func OpenPool(ctx context.Context, cfg Config, maxConns int, name string) (*pgxp
 	}
 	if cfg.DBAcquireTimeout > 0 && pcfg.ConnConfig.Tracer == nil {
 		pcfg.ConnConfig.Tracer = acquireTimeout(cfg.DBAcquireTimeout)
+	}
+	pcfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		pgcodec.Register(conn.TypeMap())
+		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

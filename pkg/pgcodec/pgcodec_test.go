@@ -1,0 +1,136 @@
+package pgcodec
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/shopspring/decimal"
+)
+
+// decodeNumeric reads PostgreSQL's binary numeric with pgx's own codec.
+func decodeNumeric(t *testing.T, m *pgtype.Map, b []byte) decimal.Decimal {
+	t.Helper()
+	var n pgtype.Numeric
+	if err := m.Scan(pgtype.NumericOID, pgtype.BinaryFormatCode, b, &n); err != nil {
+		t.Fatalf("scan %x: %v", b, err)
+	}
+	return decimal.NewFromBigInt(n.Int, n.Exp)
+}
+
+func TestDecimalRoundTrip(t *testing.T) {
+	values := []string{
+		"0", "0.00", "1", "-1", "1.5", "1.50", "12.345", "-0.0001", "0.00001", "10000", "12345678",
+		"100.00", "99999999.9999999", "123456789012345", "-123456789012345", "0.000000000001",
+		"1234567890.12345", "123456789012345678", "-999999999999999999.999999999999",
+		"123456789012345678901234567890.123456789", "1e20", "5e-30", "7e3",
+	}
+	m := pgtype.NewMap()
+	Register(m)
+	plain := pgtype.NewMap()
+	for _, s := range values {
+		d := decimal.RequireFromString(s)
+		b, err := m.Encode(pgtype.NumericOID, pgtype.BinaryFormatCode, d, nil)
+		if err != nil {
+			t.Fatalf("encode %s: %v", s, err)
+		}
+		if got := decodeNumeric(t, plain, b); !got.Equal(d) {
+			t.Errorf("%s: decoded %s (%x)", s, got, b)
+		}
+		// The same bytes as PostgreSQL's: pgx's encoding of the text.
+		want, err := plain.Encode(pgtype.NumericOID, pgtype.BinaryFormatCode, pgtype.Numeric{Int: d.Coefficient(), Exp: d.Exponent(), Valid: true}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := decodeNumeric(t, plain, want); !got.Equal(d) {
+			t.Fatalf("%s: pgx's own encoding decodes to %s", s, got)
+		}
+		if dscale(b) != dscale(want) && d.Exponent() < 0 {
+			t.Errorf("%s: dscale %d, pgx %d", s, dscale(b), dscale(want))
+		}
+	}
+}
+
+func dscale(b []byte) int { return int(b[6])<<8 | int(b[7]) }
+
+// TestDecimalBytes pins the encoding of a few values to PostgreSQL's
+// numeric_send output.
+func TestDecimalBytes(t *testing.T) {
+	m := pgtype.NewMap()
+	Register(m)
+	for _, tc := range []struct {
+		in   string
+		want []byte
+	}{
+		{"0", []byte{0, 0, 0, 0, 0, 0, 0, 0}},
+		{"0.00", []byte{0, 0, 0, 0, 0, 0, 0, 2}},
+		{"1.50", []byte{0, 2, 0, 0, 0, 0, 0, 2, 0, 1, 0x13, 0x88}},                    // 1 . 5000
+		{"-12345.6", []byte{0, 3, 0, 1, 0x40, 0, 0, 1, 0, 1, 0x09, 0x29, 0x17, 0x70}}, // 1 2345 . 6000
+		{"20000", []byte{0, 1, 0, 1, 0, 0, 0, 0, 0, 2}},                               // 2 0000
+		{"0.0001", []byte{0, 1, 0xff, 0xff, 0, 0, 0, 4, 0, 1}},
+	} {
+		got, err := m.Encode(pgtype.NumericOID, pgtype.BinaryFormatCode, decimal.RequireFromString(tc.in), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, tc.want) {
+			t.Errorf("%s: got %x, want %x", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestArraysAndNulls(t *testing.T) {
+	m := pgtype.NewMap()
+	Register(m)
+	plain := pgtype.NewMap()
+	ds := []decimal.Decimal{decimal.RequireFromString("1.25"), decimal.RequireFromString("-7"), decimal.RequireFromString("123456789012345678901.5")}
+	b, err := m.Encode(pgtype.NumericArrayOID, pgtype.BinaryFormatCode, ds, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []pgtype.Numeric
+	if err := plain.Scan(pgtype.NumericArrayOID, pgtype.BinaryFormatCode, b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(ds) {
+		t.Fatalf("%d elements, want %d", len(got), len(ds))
+	}
+	for i := range ds {
+		if g := decimal.NewFromBigInt(got[i].Int, got[i].Exp); !g.Equal(ds[i]) {
+			t.Errorf("element %d: %s, want %s", i, g, ds[i])
+		}
+	}
+
+	ids := []uuid.UUID{uuid.New(), uuid.New()}
+	b, err = m.Encode(pgtype.UUIDArrayOID, pgtype.BinaryFormatCode, ids, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotIDs []uuid.UUID
+	if err := plain.Scan(pgtype.UUIDArrayOID, pgtype.BinaryFormatCode, b, &gotIDs); err != nil {
+		t.Fatal(err)
+	}
+	if len(gotIDs) != 2 || gotIDs[0] != ids[0] || gotIDs[1] != ids[1] {
+		t.Errorf("uuids %v, want %v", gotIDs, ids)
+	}
+	for _, empty := range []any{[]decimal.Decimal{}, []uuid.UUID{}} {
+		oid := uint32(pgtype.NumericArrayOID)
+		if _, ok := empty.([]uuid.UUID); ok {
+			oid = pgtype.UUIDArrayOID
+		}
+		b, err := m.Encode(oid, pgtype.BinaryFormatCode, empty, nil)
+		if err != nil || b == nil {
+			t.Errorf("empty %T: %x, %v", empty, b, err)
+		}
+	}
+	for _, null := range []any{[]decimal.Decimal(nil), decimal.NullDecimal{}} {
+		oid := uint32(pgtype.NumericArrayOID)
+		if _, ok := null.(decimal.NullDecimal); ok {
+			oid = pgtype.NumericOID
+		}
+		if b, err := m.Encode(oid, pgtype.BinaryFormatCode, null, nil); err != nil || b != nil {
+			t.Errorf("%T: %x, %v, want NULL", null, b, err)
+		}
+	}
+}
