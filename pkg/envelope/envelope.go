@@ -105,6 +105,25 @@ type Envelope struct {
 	CausationID string `json:"causationId,omitempty"`
 	// Traceparent is the W3C traceparent of the producing span, when present.
 	Traceparent string `json:"traceparent,omitempty"`
+
+	// sealed is the canonical payload and its digest as New or Decode made
+	// and checked them, so that Marshal need not canonicalise and hash the
+	// payload again while Payload and PayloadDigest are still those (the
+	// same bytes, not a copy: replace Payload rather than change its bytes
+	// in place). Every consumer checks the digest again when it decodes.
+	sealed seal
+}
+
+// seal is a payload in canonical form and its digest.
+type seal struct {
+	payload []byte
+	digest  string
+}
+
+// holds reports whether payload and digest are the ones sealed.
+func (s seal) holds(payload []byte, digest string) bool {
+	return len(s.payload) > 0 && len(payload) == len(s.payload) && &payload[0] == &s.payload[0] &&
+		digest == s.digest
 }
 
 // Meta is what New needs besides the payload.
@@ -189,6 +208,7 @@ func New(m Meta, payload any) (Envelope, error) {
 	if err := e.checkFields(); err != nil {
 		return Envelope{}, withOp(err, "new envelope")
 	}
+	e.sealed = seal{payload: e.Payload, digest: e.PayloadDigest}
 	out, err := marshalJSON(e)
 	if err != nil {
 		return Envelope{}, fmt.Errorf("new envelope: %w", err)
@@ -214,19 +234,23 @@ func checkSize(e *Envelope, size int) *DecodeError {
 // in UTC. It returns a *DecodeError (whose message starts "marshal
 // envelope:") when a field breaks a rule or the encoding is over MaxBytes
 // (ReasonTooLarge, wrapping ErrTooLarge), so an invalid envelope is refused by
-// its producer instead of being quarantined by every consumer.
+// its producer instead of being quarantined by every consumer. The payload
+// of an envelope from New or Decode, while it is still that one, is not
+// canonicalised and hashed again: New and Decode did that once.
 func (e Envelope) Marshal() ([]byte, error) {
 	if err := e.checkFields(); err != nil {
 		return nil, withOp(err, "marshal envelope")
 	}
-	canon, err := Canonical(e.Payload)
-	if err != nil {
-		return nil, withOp(invalid("payload", "%w", err), "marshal envelope")
+	if !e.sealed.holds(e.Payload, e.PayloadDigest) {
+		canon, err := Canonical(e.Payload)
+		if err != nil {
+			return nil, withOp(invalid("payload", "%w", err), "marshal envelope")
+		}
+		if digestOf(canon) != e.PayloadDigest {
+			return nil, withOp(newError(ReasonDigestMismatch, "payloadDigest %s does not match the payload", e.PayloadDigest), "marshal envelope")
+		}
+		e.Payload = canon
 	}
-	if digestOf(canon) != e.PayloadDigest {
-		return nil, withOp(newError(ReasonDigestMismatch, "payloadDigest %s does not match the payload", e.PayloadDigest), "marshal envelope")
-	}
-	e.Payload = canon
 	e.OccurredAt = e.OccurredAt.UTC()
 	e.RecordedAt = e.RecordedAt.UTC()
 	out, err := marshalJSON(e)
@@ -613,6 +637,7 @@ func decodeEnvelope(raw []byte) (Envelope, *DecodeError) {
 	if digestOf(e.Payload) != e.PayloadDigest {
 		return Envelope{}, newError(ReasonDigestMismatch, "payloadDigest %s does not match the payload", e.PayloadDigest)
 	}
+	e.sealed = seal{payload: e.Payload, digest: e.PayloadDigest}
 	return e, nil
 }
 
