@@ -363,10 +363,18 @@ func TestCSRFAndRedrive(t *testing.T) {
 		t.Errorf("redrive page: %d %s", view.status, view.body)
 	}
 
-	// Invalid forms are refused before the operator package.
+	// Invalid forms are refused before the operator package, and write
+	// nothing.
+	audited := f.auditRows()
 	for name, v := range map[string]url.Values{
 		"no reason":       {"service": {operator.Self}, "eventId": {id.String()}},
 		"bad event id":    {"service": {operator.Self}, "eventId": {"x"}, "reason": {"r"}},
+		"nil event id":    {"service": {operator.Self}, "eventId": {uuid.Nil.String()}, "reason": {"r"}},
+		"braced event id": {"service": {operator.Self}, "eventId": {"{" + id.String() + "}"}, "reason": {"r"}},
+		"urn event id":    {"service": {operator.Self}, "eventId": {"urn:uuid:" + id.String()}, "reason": {"r"}},
+		"bare event id":   {"service": {operator.Self}, "eventId": {strings.ReplaceAll(id.String(), "-", "")}, "reason": {"r"}},
+		"BEL in reason":   {"service": {operator.Self}, "eventId": {id.String()}, "reason": {"r\a"}},
+		"ESC in reason":   {"service": {operator.Self}, "eventId": {id.String()}, "reason": {"\x1b[2Jr"}},
 		"long reason":     {"service": {operator.Self}, "eventId": {id.String()}, "reason": {strings.Repeat("é", 501)}},
 		"unknown service": {"service": {"nope"}, "eventId": {id.String()}, "reason": {"r"}},
 	} {
@@ -374,6 +382,14 @@ func TestCSRFAndRedrive(t *testing.T) {
 		if resp := f.do("POST", "/console/redrives", alice, v); resp.status != http.StatusBadRequest {
 			t.Errorf("%s: %d, want 400", name, resp.status)
 		}
+	}
+	mallory := f.signIn(token(t, "mal\x1b[31mlory", auth.RoleOperator, "", time.Hour))
+	malloryForm := form(csrf(t, f.do("GET", "/console", mallory, nil)))
+	if resp := f.do("POST", "/console/redrives", mallory, malloryForm); resp.status != http.StatusBadRequest {
+		t.Errorf("an actor with ESC: %d, want 400", resp.status)
+	}
+	if n := f.auditRows(); n != audited {
+		t.Errorf("refused forms wrote %d audit rows", n-audited)
 	}
 
 	// Signing out clears the cookie.

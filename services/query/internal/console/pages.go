@@ -122,6 +122,10 @@ func (c *Console) submit(action string) http.HandlerFunc {
 			return
 		}
 		claims, _ := auth.FromContext(r.Context())
+		if httpx.FreeText("actor", claims.Actor()) != nil {
+			c.invalid(w, r, "The signed-in subject holds a control character; it cannot be recorded as the actor.")
+			return
+		}
 		rd, err := c.op.Submit(r.Context(), operator.Request{Service: service, EventID: eventID, Action: action,
 			Reason: reason, Actor: claims.Actor(), CorrelationID: "console-" + uuid.NewString()})
 		if err != nil {

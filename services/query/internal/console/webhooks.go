@@ -110,6 +110,10 @@ func (c *Console) retryIntent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	claims, _ := auth.FromContext(r.Context())
+	if httpx.FreeText("actor", claims.Actor()) != nil {
+		c.invalid(w, r, "The signed-in subject holds a control character; it cannot be recorded as the actor.")
+		return
+	}
 	res, err := c.hooks.Retry(r.Context(), operator.RetryRequest{IntentID: id, Reason: reason, Actor: claims.Actor(),
 		CorrelationID: "console-" + uuid.NewString()})
 	if err != nil {
