@@ -49,8 +49,11 @@ func Parse(s string) (decimal.Decimal, error) {
 // give: at most MaxIntegerDigits digits before the point (below 10^18, a
 // quintillion) and, for quantities and prices, at most MaxScale decimal
 // places (amounts have their currency's minor unit, CheckMinorUnits). A
-// charge, quantity times price, then stays below 10^36 with at most 24
-// decimal places, where Parse's 38 digits would let it reach 76.
+// unit-priced charge, quantity times price, then stays below 10^36 with at
+// most 24 decimal places, where Parse's 38 digits let it reach 76 digits;
+// the other models are bounded by the same inputs (tiers: at most 20 such
+// products and fees; packages: the package count, at most quantity over
+// the smallest package size, times the package price).
 const (
 	MaxIntegerDigits = 18
 	MaxScale         = 12
