@@ -82,7 +82,7 @@ func (s *scanner) object() ([]byte, error) {
 	if s.data[s.pos] != '{' {
 		return nil, s.errorf("not a JSON object")
 	}
-	out, err := s.value(nil, 0)
+	out, err := s.canonicalValue(0)
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +134,123 @@ func (s *scanner) expect(c byte) error {
 	}
 	s.pos++
 	return nil
+}
+
+// canonicalValue returns the canonical form of the next JSON value, in a new
+// slice. A value already in canonical form (what every producer's New and
+// Marshal write) is checked where it lies and copied, without decoding its
+// strings and sorting its members again; any other value is rebuilt by value.
+func (s *scanner) canonicalValue(depth int) ([]byte, error) {
+	start := s.pos
+	if s.isCanonical(depth) {
+		return append([]byte(nil), s.data[start:s.pos]...), nil
+	}
+	s.pos = start
+	return s.value(nil, depth)
+}
+
+// isCanonical reads the next value and reports whether it is in canonical
+// form and would be read by value without error: no whitespace, members in
+// strictly increasing order of keys, strings without escapes. It gives up
+// (false, s.pos anywhere) at the first byte that is not, so that value reads
+// the value again and says what is wrong or rebuilds it; a string with an
+// escape, canonical or not, is left to value too.
+func (s *scanner) isCanonical(depth int) bool {
+	switch c := s.peek(); {
+	case c == '{':
+		if depth >= s.maxDepth {
+			return false
+		}
+		s.pos++
+		if s.peek() == '}' {
+			s.pos++
+			return true
+		}
+		var prev []byte
+		for first := true; ; first = false {
+			key, ok := s.plainString()
+			if !ok || !first && string(key) <= string(prev) || s.peek() != ':' {
+				return false
+			}
+			prev = key
+			s.pos++
+			if !s.isCanonical(depth + 1) {
+				return false
+			}
+			switch s.peek() {
+			case ',':
+				s.pos++
+			case '}':
+				s.pos++
+				return true
+			default:
+				return false
+			}
+		}
+	case c == '[':
+		if depth >= s.maxDepth {
+			return false
+		}
+		s.pos++
+		if s.peek() == ']' {
+			s.pos++
+			return true
+		}
+		for {
+			if !s.isCanonical(depth + 1) {
+				return false
+			}
+			switch s.peek() {
+			case ',':
+				s.pos++
+			case ']':
+				s.pos++
+				return true
+			default:
+				return false
+			}
+		}
+	case c == '"':
+		_, ok := s.plainString()
+		return ok
+	case c == '-' || (c >= '0' && c <= '9'):
+		return s.skipNumber() == nil
+	case c == 't':
+		return s.skipLiteral("true")
+	case c == 'f':
+		return s.skipLiteral("false")
+	case c == 'n':
+		return s.skipLiteral("null")
+	default:
+		return false
+	}
+}
+
+// plainString reads a string without escapes or control characters and
+// returns its bytes between the quotes; false for any other input.
+func (s *scanner) plainString() ([]byte, bool) {
+	if s.peek() != '"' {
+		return nil, false
+	}
+	start := s.pos + 1
+	for i := start; i < len(s.data); i++ {
+		switch c := s.data[i]; {
+		case c == '"':
+			s.pos = i + 1
+			return s.data[start:i], true
+		case c == '\\' || c < 0x20:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+func (s *scanner) skipLiteral(lit string) bool {
+	if !strings.HasPrefix(string(s.data[s.pos:min(len(s.data), s.pos+len(lit))]), lit) {
+		return false
+	}
+	s.pos += len(lit)
+	return true
 }
 
 // value appends the canonical form of the next JSON value to dst. depth is the
@@ -276,6 +393,14 @@ func (s *scanner) arrayValue(dst []byte, depth int) ([]byte, error) {
 // number reads a JSON number and returns its literal text.
 func (s *scanner) number() (string, error) {
 	start := s.pos
+	if err := s.skipNumber(); err != nil {
+		return "", err
+	}
+	return string(s.data[start:s.pos]), nil
+}
+
+// skipNumber reads a JSON number.
+func (s *scanner) skipNumber() error {
 	if s.peek() == '-' {
 		s.pos++
 	}
@@ -285,12 +410,12 @@ func (s *scanner) number() (string, error) {
 	case c >= '1' && c <= '9':
 		s.digits()
 	default:
-		return "", s.errorf("invalid number")
+		return s.errorf("invalid number")
 	}
 	if s.peek() == '.' {
 		s.pos++
 		if !s.digits() {
-			return "", s.errorf("invalid number: no digits after the decimal point")
+			return s.errorf("invalid number: no digits after the decimal point")
 		}
 	}
 	if c := s.peek(); c == 'e' || c == 'E' {
@@ -299,10 +424,10 @@ func (s *scanner) number() (string, error) {
 			s.pos++
 		}
 		if !s.digits() {
-			return "", s.errorf("invalid number: no digits in the exponent")
+			return s.errorf("invalid number: no digits in the exponent")
 		}
 	}
-	return string(s.data[start:s.pos]), nil
+	return nil
 }
 
 // digits skips decimal digits and reports whether there was at least one.

@@ -559,7 +559,7 @@ func (s *scanner) field(f *rawField) error {
 	case c == '{' || c == '[':
 		f.kind = kindComposite
 		f.object = c == '{'
-		f.canon, err = s.value(nil, 1)
+		f.canon, err = s.canonicalValue(1)
 	case c == 'n':
 		f.kind = kindNull
 		_, err = s.literal(nil, "null")
