@@ -27,6 +27,9 @@ WORKDIR /src
 ENV CGO_ENABLED=0 GOWORK=off GOFLAGS=-mod=readonly
 # Module files first, so the download layer is reused until they change.
 COPY pkg/go.mod pkg/go.sum pkg/
+# testkit (test tooling) is in the module graph through pkg's tests; its
+# module files are enough for go mod download, no package of it is built.
+COPY testkit/go.mod testkit/go.sum testkit/
 COPY services/billing/go.mod services/billing/go.sum services/billing/
 RUN --mount=type=cache,target=/go/pkg/mod \
     cd services/billing && go mod download

@@ -5,30 +5,24 @@ go 1.26.0
 toolchain go1.27.3
 
 require (
-	github.com/chromedp/chromedp v0.23.1
 	github.com/go-chi/chi/v5 v5.5.0
-	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/shopspring/decimal v1.6.0
 	github.com/usagebilling/billing/pkg v0.0.0
-	github.com/usagebilling/billing/services/billing v0.0.0
-	github.com/usagebilling/billing/services/invoice v0.0.0
-	github.com/usagebilling/billing/services/meter v0.0.0
-	github.com/usagebilling/billing/services/usage v0.0.0
 )
+
+require github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 
 require (
 	github.com/IBM/sarama v1.61.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/eapache/go-resiliency v1.7.0 // indirect
 	github.com/getkin/kin-openapi v0.153.0 // indirect
-	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
@@ -83,13 +77,5 @@ require (
 )
 
 replace github.com/usagebilling/billing/pkg => ../../pkg
-
-// The operator recovery test runs all five services in one process.
-replace (
-	github.com/usagebilling/billing/services/billing => ../billing
-	github.com/usagebilling/billing/services/invoice => ../invoice
-	github.com/usagebilling/billing/services/meter => ../meter
-	github.com/usagebilling/billing/services/usage => ../usage
-)
 
 replace github.com/usagebilling/billing/testkit => ../../testkit

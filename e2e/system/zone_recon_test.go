@@ -1,4 +1,4 @@
-package query_test
+package system_test
 
 import (
 	"net/http"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/clock"
-	"github.com/usagebilling/billing/services/query/internal/querytest"
 	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
@@ -22,7 +21,7 @@ import (
 func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 	offsets := filepath.Join(t.TempDir(), "clock-offset")
 	t.Setenv("CLOCK_OFFSET_FILE", offsets) // read from the process's environment by every service
-	s := querytest.NewStack(t)
+	s := newStack(t)
 	ctx := t.Context()
 	op := auth.Client(mustToken(t, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)))
 
@@ -37,7 +36,7 @@ func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 	for _, x := range tenants {
 		admin := auth.Client(auth.DevToken(auth.RoleBillingAdmin, x.id))
 		var st struct{ EffectiveFrom string }
-		if status, code := querytest.Call(t, admin, "PUT", s.URL("billing")+"/v1/tenants/"+x.id+"/settings",
+		if status, code := call(t, admin, "PUT", s.URL("billing")+"/v1/tenants/"+x.id+"/settings",
 			map[string]string{"Idempotency-Key": "zone-" + x.id},
 			map[string]string{"timeZone": x.zone, "gracePeriod": "P7D"}, &st); status != http.StatusOK {
 			t.Fatalf("settings of %s: %d %s", x.id, status, code)
@@ -52,7 +51,7 @@ func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 		}
 		x.first = st.EffectiveFrom
 		x.boundary = time.Date(first.Year(), first.Month()+1, 1, 0, 0, 0, 0, loc).UTC()
-		if status, code := querytest.Call(t, auth.Client(auth.DevToken(auth.RoleTenant, x.id)), "POST", s.URL("meter")+"/v1/tenants/"+x.id+"/prices",
+		if status, code := call(t, auth.Client(auth.DevToken(auth.RoleTenant, x.id)), "POST", s.URL("meter")+"/v1/tenants/"+x.id+"/prices",
 			map[string]string{"Idempotency-Key": "price-" + x.id},
 			map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, nil); status != http.StatusCreated {
 			t.Fatalf("price of %s: %d %s", x.id, status, code)
@@ -70,7 +69,7 @@ func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 			last := ""
 			defer func() { t.Logf("%s %s: last refusal %q", x.id, source, last) }()
 			servicetest.Eventually(t, x.id+" "+source+" accepted", time.Minute, func() bool {
-				status, code := querytest.Call(t, c, "POST", s.URL("usage")+"/v1/tenants/"+x.id+"/usage", nil, map[string]string{
+				status, code := call(t, c, "POST", s.URL("usage")+"/v1/tenants/"+x.id+"/usage", nil, map[string]string{
 					"sourceSystem": "crm", "sourceEventId": source, "meterCode": "api_calls", "quantity": "10",
 					"occurredAt": at.Format(time.RFC3339Nano)}, &a)
 				last = code
@@ -92,7 +91,7 @@ func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 	}
 	reconcile := func(x *tenant, period string) recon {
 		var r recon
-		if status, code := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/reconciliation?tenantId="+x.id+"&period="+period, nil, nil, &r); status != 200 {
+		if status, code := call(t, op, "GET", s.URL("query")+"/v1/operator/reconciliation?tenantId="+x.id+"&period="+period, nil, nil, &r); status != 200 {
 			t.Fatalf("reconciliation of %s %s: %d %s", x.id, period, status, code)
 		}
 		return r

@@ -1,4 +1,4 @@
-package query_test
+package system_test
 
 import (
 	"crypto/hmac"
@@ -15,7 +15,6 @@ import (
 
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/services/query/internal/querytest"
 	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
@@ -66,13 +65,13 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 	rc := &hookReceiver{effects: map[string]int{}}
 	receiver := httptest.NewServer(rc)
 	t.Cleanup(receiver.Close)
-	s := querytest.NewStack(t)
+	s := newStack(t)
 	op := auth.Client(mustToken(t, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)))
 	acme := auth.Client(auth.DevToken(auth.RoleTenant, "acme"))
 	period := events.Period(time.Now())
 
 	var ep struct{ EndpointID, Secret string }
-	if status, code := querytest.Call(t, acme, "POST", s.URL("invoice")+"/v1/tenants/acme/webhook-endpoints", nil,
+	if status, code := call(t, acme, "POST", s.URL("invoice")+"/v1/tenants/acme/webhook-endpoints", nil,
 		map[string]string{"url": receiver.URL + "/billing-events"}, &ep); status != http.StatusCreated {
 		t.Fatalf("register endpoint: %d %s", status, code)
 	}
@@ -80,12 +79,12 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 	rc.secret = ep.Secret
 	rc.mu.Unlock()
 
-	if status, code := querytest.Call(t, acme, "POST", s.URL("meter")+"/v1/tenants/acme/prices", map[string]string{"Idempotency-Key": "p1"},
+	if status, code := call(t, acme, "POST", s.URL("meter")+"/v1/tenants/acme/prices", map[string]string{"Idempotency-Key": "p1"},
 		map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, nil); status != http.StatusCreated {
 		t.Fatalf("price: %d %s", status, code)
 	}
 	servicetest.Eventually(t, "usage accepted", time.Minute, func() bool {
-		status, code := querytest.Call(t, acme, "POST", s.URL("usage")+"/v1/tenants/acme/usage", nil, map[string]string{
+		status, code := call(t, acme, "POST", s.URL("usage")+"/v1/tenants/acme/usage", nil, map[string]string{
 			"sourceSystem": "crm", "sourceEventId": "w1", "meterCode": "api_calls", "quantity": "100",
 			"occurredAt": time.Now().UTC().Format(time.RFC3339Nano)}, nil)
 		if status != http.StatusCreated && code != "unknown_meter" {
@@ -95,10 +94,10 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 	})
 	servicetest.Eventually(t, "the charge", time.Minute, func() bool {
 		var out struct{ Charges []any }
-		status, _ := querytest.Call(t, acme, "GET", s.URL("billing")+"/v1/tenants/acme/charges?period="+period, nil, nil, &out)
+		status, _ := call(t, acme, "GET", s.URL("billing")+"/v1/tenants/acme/charges?period="+period, nil, nil, &out)
 		return status == 200 && len(out.Charges) == 1
 	})
-	if status, code := querytest.Call(t, acme, "POST", s.URL("billing")+"/v1/tenants/acme/periods/"+period+"/close",
+	if status, code := call(t, acme, "POST", s.URL("billing")+"/v1/tenants/acme/periods/"+period+"/close",
 		map[string]string{"Idempotency-Key": "close-1"}, nil, nil); status != http.StatusAccepted {
 		t.Fatalf("close: %d %s", status, code)
 	}
@@ -109,7 +108,7 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 	}
 	list := func(status string) []intent {
 		var out struct{ Items []intent }
-		if code, pc := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/webhook-intents?tenantId=acme&status="+status, nil, nil, &out); code != 200 {
+		if code, pc := call(t, op, "GET", s.URL("query")+"/v1/operator/webhook-intents?tenantId=acme&status="+status, nil, nil, &out); code != 200 {
 			t.Fatalf("list %s intents: %d %s", status, code, pc)
 		}
 		return out.Items
@@ -122,7 +121,7 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 	var stats struct {
 		ByStatus map[string]int
 	}
-	if code, _ := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/webhook-intents/stats", nil, nil, &stats); code != 200 || stats.ByStatus["expired"] != 1 {
+	if code, _ := call(t, op, "GET", s.URL("query")+"/v1/operator/webhook-intents/stats", nil, nil, &stats); code != 200 || stats.ByStatus["expired"] != 1 {
 		t.Fatalf("stats: %d %+v", code, stats)
 	}
 
@@ -130,11 +129,11 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 	rc.up = true
 	rc.mu.Unlock()
 	retryURL := s.URL("query") + "/v1/operator/webhook-intents/" + expired.IntentID + "/retry"
-	if code, pc := querytest.Call(t, op, "POST", retryURL, nil, map[string]string{"reason": "endpoint back"}, nil); code != 400 || pc != "missing_correlation_id" {
+	if code, pc := call(t, op, "POST", retryURL, nil, map[string]string{"reason": "endpoint back"}, nil); code != 400 || pc != "missing_correlation_id" {
 		t.Fatalf("retry without a correlation id: %d %s", code, pc)
 	}
 	var res struct{ RedriveID, State, Outcome, IntentStatus string }
-	if code, pc := querytest.Call(t, op, "POST", retryURL, map[string]string{"X-Correlation-Id": "hook-fix-1"},
+	if code, pc := call(t, op, "POST", retryURL, map[string]string{"X-Correlation-Id": "hook-fix-1"},
 		map[string]string{"reason": "endpoint back"}, &res); code != 200 || res.Outcome != "rescheduled" || res.State != "completed" {
 		t.Fatalf("retry: %d %s %+v", code, pc, res)
 	}
@@ -152,7 +151,7 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 		Outcome                *string
 		Audit                  []struct{ State, Actor, CorrelationID, Reason string }
 	}
-	if code, _ := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+res.RedriveID, nil, nil, &audit); code != 200 {
+	if code, _ := call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+res.RedriveID, nil, nil, &audit); code != 200 {
 		t.Fatalf("audit: %d", code)
 	}
 	raw, _ := json.Marshal(audit)
@@ -163,7 +162,7 @@ func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 		t.Fatalf("audit %s", raw)
 	}
 	// A second retry finds it accepted: nothing happens, and it is audited too.
-	if code, _ := querytest.Call(t, op, "POST", retryURL, map[string]string{"X-Correlation-Id": "hook-fix-2"},
+	if code, _ := call(t, op, "POST", retryURL, map[string]string{"X-Correlation-Id": "hook-fix-2"},
 		map[string]string{"reason": "again"}, &res); code != 200 || res.Outcome != "not_retryable" || res.IntentStatus != "accepted" {
 		t.Fatalf("second retry: %d %+v", code, res)
 	}

@@ -1,4 +1,4 @@
-package query_test
+package system_test
 
 import (
 	"encoding/json"
@@ -16,7 +16,6 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/services/billing"
-	"github.com/usagebilling/billing/services/query/internal/querytest"
 	"github.com/usagebilling/billing/testkit/kafkatest"
 	"github.com/usagebilling/billing/testkit/servicetest"
 )
@@ -79,7 +78,7 @@ type reconciliation struct {
 // quarantined, a dead letter is released, and reconciliation is empty on
 // the healthy flow and names the ids of a row broken behind its back.
 func TestOperatorRecovery(t *testing.T) {
-	s := querytest.NewStack(t)
+	s := newStack(t)
 	ctx := t.Context()
 	op := auth.Client(mustToken(t, auth.NewClaims("alice", auth.RoleOperator, "", time.Hour)))
 	acme := auth.Client(auth.DevToken(auth.RoleTenant, "acme"))
@@ -88,7 +87,7 @@ func TestOperatorRecovery(t *testing.T) {
 
 	// Healthy before: prices for acme and beta, a usage fact of each.
 	for tenant, c := range map[string]*http.Client{"acme": acme, "beta": beta} {
-		if status, code := querytest.Call(t, c, "POST", s.URL("meter")+"/v1/tenants/"+tenant+"/prices",
+		if status, code := call(t, c, "POST", s.URL("meter")+"/v1/tenants/"+tenant+"/prices",
 			map[string]string{"Idempotency-Key": "price-" + tenant},
 			map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, nil); status != http.StatusCreated {
 			t.Fatalf("price of %s: %d %s", tenant, status, code)
@@ -98,7 +97,7 @@ func TestOperatorRecovery(t *testing.T) {
 		t.Helper()
 		var a accepted
 		servicetest.Eventually(t, "usage "+source+" accepted", time.Minute, func() bool {
-			status, code := querytest.Call(t, c, "POST", s.URL("usage")+"/v1/tenants/"+tenant+"/usage", nil, map[string]string{
+			status, code := call(t, c, "POST", s.URL("usage")+"/v1/tenants/"+tenant+"/usage", nil, map[string]string{
 				"sourceSystem": "crm", "sourceEventId": source, "meterCode": "api_calls", "quantity": qty,
 				"occurredAt": time.Now().UTC().Format(time.RFC3339Nano)}, &a)
 			if status != http.StatusCreated && code != "unknown_meter" {
@@ -112,7 +111,7 @@ func TestOperatorRecovery(t *testing.T) {
 		var out struct {
 			Charges []struct{ UsageEventID, Amount string }
 		}
-		if status, _ := querytest.Call(t, c, "GET", s.URL("billing")+"/v1/tenants/"+tenant+"/charges?period="+period, nil, nil, &out); status != 200 {
+		if status, _ := call(t, c, "GET", s.URL("billing")+"/v1/tenants/"+tenant+"/charges?period="+period, nil, nil, &out); status != 200 {
 			return nil
 		}
 		m := map[string]string{}
@@ -168,7 +167,7 @@ func TestOperatorRecovery(t *testing.T) {
 	})
 	servicetest.Eventually(t, "query projected u1 and u2", time.Minute, func() bool {
 		var sum struct{ Usage struct{ Count int } }
-		status, _ := querytest.Call(t, acme, "GET", s.URL("query")+"/v1/tenants/acme/summary", nil, nil, &sum)
+		status, _ := call(t, acme, "GET", s.URL("query")+"/v1/tenants/acme/summary", nil, nil, &sum)
 		return status == 200 && sum.Usage.Count == 2
 	})
 
@@ -192,7 +191,7 @@ func TestOperatorRecovery(t *testing.T) {
 			Items []quarantineItem
 			Next  *string
 		}
-		if status, code := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/quarantine?"+query, nil, nil, &page); status != 200 {
+		if status, code := call(t, op, "GET", s.URL("query")+"/v1/operator/quarantine?"+query, nil, nil, &page); status != 200 {
 			t.Fatalf("quarantine view: %d %s", status, code)
 		}
 		return page.Items
@@ -225,7 +224,7 @@ func TestOperatorRecovery(t *testing.T) {
 			OutboxPending                      int
 		}
 	}
-	if status, _ := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/recovery", nil, nil, &rec); status != 200 {
+	if status, _ := call(t, op, "GET", s.URL("query")+"/v1/operator/recovery", nil, nil, &rec); status != 200 {
 		t.Fatal(status)
 	}
 	for name, n := range map[string]int{"meter": 0, "usage": 1, "billing": 3, "invoice": 1, "query": 5} {
@@ -237,13 +236,13 @@ func TestOperatorRecovery(t *testing.T) {
 	redrive := func(service, eventID, corr string) redriveView {
 		t.Helper()
 		var acc struct{ RedriveID, State string }
-		if status, code := querytest.Call(t, op, "POST", s.URL("query")+"/v1/operator/redrives", map[string]string{"X-Correlation-Id": corr},
+		if status, code := call(t, op, "POST", s.URL("query")+"/v1/operator/redrives", map[string]string{"X-Correlation-Id": corr},
 			map[string]string{"service": service, "eventId": eventID, "reason": "redrive " + corr}, &acc); status != http.StatusAccepted {
 			t.Fatalf("redrive: %d %s", status, code)
 		}
 		var rv redriveView
 		servicetest.Eventually(t, "redrive "+corr+" completed", time.Minute, func() bool {
-			status, _ := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
+			status, _ := call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
 			return status == 200 && rv.State == "completed"
 		})
 		return rv
@@ -311,18 +310,18 @@ func TestOperatorRecovery(t *testing.T) {
 	var dls struct {
 		Items []struct{ Service, EventID, LastError string }
 	}
-	if status, _ := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/dead-letters", nil, nil, &dls); status != 200 ||
+	if status, _ := call(t, op, "GET", s.URL("query")+"/v1/operator/dead-letters", nil, nil, &dls); status != 200 ||
 		len(dls.Items) != 1 || dls.Items[0].Service != "meter" || dls.Items[0].EventID != dead.String() {
 		t.Fatalf("dead letters: %+v", dls)
 	}
 	var acc struct{ RedriveID string }
-	if status, code := querytest.Call(t, op, "POST", s.URL("query")+"/v1/operator/dead-letters/release", map[string]string{"X-Correlation-Id": "release-1"},
+	if status, code := call(t, op, "POST", s.URL("query")+"/v1/operator/dead-letters/release", map[string]string{"X-Correlation-Id": "release-1"},
 		map[string]string{"service": "meter", "eventId": dead.String(), "reason": "broker fixed"}, &acc); status != http.StatusAccepted {
 		t.Fatalf("release: %d %s", status, code)
 	}
 	servicetest.Eventually(t, "the dead letter released and published again", time.Minute, func() bool {
 		var rv redriveView
-		querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
+		call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
 		var published bool
 		_ = s.Pool("meter").QueryRow(ctx, `SELECT published_at IS NOT NULL FROM outbox_event WHERE event_id = $1`, dead).Scan(&published)
 		return outcome(rv) == "released" && published
@@ -331,7 +330,7 @@ func TestOperatorRecovery(t *testing.T) {
 	// Reconciliation of the healthy tenant is empty, with the counts.
 	reconcile := func() reconciliation {
 		var r reconciliation
-		if status, code := querytest.Call(t, op, "GET", s.URL("query")+"/v1/operator/reconciliation?tenantId=acme&period="+period, nil, nil, &r); status != 200 {
+		if status, code := call(t, op, "GET", s.URL("query")+"/v1/operator/reconciliation?tenantId=acme&period="+period, nil, nil, &r); status != 200 {
 			t.Fatalf("reconciliation: %d %s", status, code)
 		}
 		return r

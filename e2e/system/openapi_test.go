@@ -1,4 +1,4 @@
-package query_test
+package system_test
 
 import (
 	"bytes"
@@ -12,7 +12,6 @@ import (
 	"github.com/usagebilling/billing/pkg/api/meterapi"
 	"github.com/usagebilling/billing/pkg/api/queryapi"
 	"github.com/usagebilling/billing/pkg/api/usageapi"
-	"github.com/usagebilling/billing/services/query/internal/querytest"
 	"github.com/usagebilling/billing/testkit/apitest"
 )
 
@@ -31,7 +30,7 @@ var documents = map[string]struct{ yaml, json []byte }{
 // route; and the service serves the document at GET /openapi.json without
 // a token, as valid OpenAPI 3.1 JSON, the same as the embedded one.
 func TestOpenAPIDocumentsMatchRouters(t *testing.T) {
-	for _, spec := range querytest.Specs {
+	for _, spec := range specs {
 		t.Run(spec.Name, func(t *testing.T) {
 			doc, ok := documents[spec.Name]
 			if !ok {

@@ -1,4 +1,4 @@
-package query_test
+package system_test
 
 import (
 	"encoding/json"
@@ -22,7 +22,6 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/service"
-	"github.com/usagebilling/billing/services/query/internal/querytest"
 	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
@@ -235,7 +234,7 @@ func TestAccessControlAllRoutes(t *testing.T) {
 	everyone := callers(t)
 	served := map[string]bool{}
 	ran := 0
-	for _, spec := range querytest.Specs {
+	for _, spec := range specs {
 		t.Run(spec.Name, func(t *testing.T) {
 			ran++
 			srv, routes, pool := routesOf(t, spec)
@@ -349,7 +348,7 @@ func TestAccessControlAllRoutes(t *testing.T) {
 		})
 	}
 	for key := range wantRoles {
-		if ran == len(querytest.Specs) && !served[key] {
+		if ran == len(specs) && !served[key] {
 			t.Errorf("%s: in the access table but served by no service", key)
 		}
 	}

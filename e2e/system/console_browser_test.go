@@ -1,4 +1,4 @@
-package console_test
+package system_test
 
 import (
 	"context"
@@ -19,7 +19,6 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/services/billing"
-	"github.com/usagebilling/billing/services/query/internal/querytest"
 	"github.com/usagebilling/billing/testkit/kafkatest"
 	"github.com/usagebilling/billing/testkit/servicetest"
 )
@@ -141,19 +140,19 @@ func (b *browser) screenshot(name string) {
 // again.
 func TestConsoleInBrowser(t *testing.T) {
 	chromium(t) // before the stack: a skip costs nothing
-	s := querytest.NewStack(t)
+	s := newStack(t)
 	operatorClient := auth.Client(auth.DevToken(auth.RoleOperator, ""))
 	beta := auth.Client(auth.DevToken(auth.RoleTenant, "beta"))
 	period := events.Period(time.Now())
 
 	// A healthy fact, then a UsageAccepted at schema version 2 that billing
 	// and query cannot read yet.
-	if status, code := querytest.Call(t, beta, "POST", s.URL("meter")+"/v1/tenants/beta/prices", map[string]string{"Idempotency-Key": "price-beta"},
+	if status, code := call(t, beta, "POST", s.URL("meter")+"/v1/tenants/beta/prices", map[string]string{"Idempotency-Key": "price-beta"},
 		map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, nil); status != http.StatusCreated {
 		t.Fatalf("price: %d %s", status, code)
 	}
 	servicetest.Eventually(t, "a usage fact accepted", time.Minute, func() bool {
-		status, code := querytest.Call(t, beta, "POST", s.URL("usage")+"/v1/tenants/beta/usage", nil, map[string]string{
+		status, code := call(t, beta, "POST", s.URL("usage")+"/v1/tenants/beta/usage", nil, map[string]string{
 			"sourceSystem": "crm", "sourceEventId": "b1", "meterCode": "api_calls", "quantity": "1",
 			"occurredAt": time.Now().UTC().Format(time.RFC3339Nano)}, nil)
 		if status != http.StatusCreated && code != "unknown_meter" {
@@ -177,8 +176,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	servicetest.Eventually(t, "billing's quarantine listed and the fact projected", time.Minute, func() bool {
 		var page struct{ Items []struct{ Service string } }
 		var sum struct{ Usage struct{ Count int } }
-		querytest.Call(t, operatorClient, "GET", s.URL("query")+"/v1/operator/quarantine?service=billing", nil, nil, &page)
-		querytest.Call(t, beta, "GET", s.URL("query")+"/v1/tenants/beta/summary", nil, nil, &sum)
+		call(t, operatorClient, "GET", s.URL("query")+"/v1/operator/quarantine?service=billing", nil, nil, &page)
+		call(t, beta, "GET", s.URL("query")+"/v1/tenants/beta/summary", nil, nil, &sum)
 		return len(page.Items) == 1 && sum.Usage.Count == 1
 	})
 	// The fix: billing restarts able to read version 2.
@@ -254,14 +253,14 @@ func TestConsoleInBrowser(t *testing.T) {
 	var charges struct {
 		Charges []struct{ UsageEventID string }
 	}
-	if status, _ := querytest.Call(t, beta, "GET", s.URL("billing")+"/v1/tenants/beta/charges?period="+period, nil, nil, &charges); status != 200 || len(charges.Charges) != 2 {
+	if status, _ := call(t, beta, "GET", s.URL("billing")+"/v1/tenants/beta/charges?period="+period, nil, nil, &charges); status != 200 || len(charges.Charges) != 2 {
 		t.Errorf("beta's charges after the redrive: %d %+v", status, charges)
 	}
 
 	// Reconciliation shows the counts the operator API reports.
 	b.open("/console/reconciliation?tenantId=beta&period="+period, "#counts")
 	var rep struct{ Counts map[string]int }
-	if status, code := querytest.Call(t, operatorClient, "GET", s.URL("query")+"/v1/operator/reconciliation?tenantId=beta&period="+period, nil, nil, &rep); status != 200 {
+	if status, code := call(t, operatorClient, "GET", s.URL("query")+"/v1/operator/reconciliation?tenantId=beta&period="+period, nil, nil, &rep); status != 200 {
 		t.Fatalf("reconciliation: %d %s", status, code)
 	}
 	for id, key := range map[string]string{"#usage-facts": "usageFacts", "#charges": "charges", "#invoice-lines": "invoiceLines", "#query-usage": "queryUsage"} {
