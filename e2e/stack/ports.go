@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/usagebilling/billing/testkit/freeport"
 )
 
 // PortInUseError reports the configured ports that something else holds,
@@ -111,14 +113,10 @@ func kafkaProxyError(port int, err error) error {
 	return err
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort picks a port outside the ephemeral range: services, proxies and
+// the database are restarted on their ports, and a client connection must
+// not have taken one meanwhile (freeport).
+func freePort() (int, error) { return freeport.Port() }
 
 // portHolder names the process listening on TCP port, from /proc (Linux;
 // other processes' sockets are visible to root or their owner), or "".

@@ -16,12 +16,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/rs/zerolog"
+
+	"github.com/usagebilling/billing/testkit/freeport"
 )
 
 // Proxy forwards TCP connections from Addr to an upstream address, with
@@ -39,13 +43,24 @@ type Proxy struct {
 }
 
 // New starts a proxy named name that listens on listen (host:port;
-// "127.0.0.1:0" picks a free port, kept across Cut and Restore) and
+// "127.0.0.1:0" picks a free port outside the ephemeral range, kept across
+// Cut and Restore) and
 // forwards each connection to upstream, dialled when the connection
 // arrives. A nil log discards toxiproxy's messages; they go to log at
 // debug level.
 func New(name, listen, upstream string, log *slog.Logger) (*Proxy, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if host, port, err := net.SplitHostPort(listen); err == nil && port == "0" && (host == "127.0.0.1" || host == "localhost") {
+		// Restore listens again on the same port: pick it outside the
+		// ephemeral range, where no client connection can take it while the
+		// proxy is cut (freeport).
+		p, err := freeport.Port()
+		if err != nil {
+			return nil, fmt.Errorf("start proxy %s: %w", name, err)
+		}
+		listen = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 	}
 	zl := zerolog.New(slogWriter{log}).Level(zerolog.InfoLevel)
 	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zl)

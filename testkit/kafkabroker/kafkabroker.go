@@ -17,6 +17,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/usagebilling/billing/pkg/kafkaconf"
+	"github.com/usagebilling/billing/testkit/freeport"
 )
 
 // SaramaVersion returns the Kafka protocol version the code base configures
@@ -125,14 +126,9 @@ func topicsReady(admin sarama.ClusterAdmin, topics []string) error {
 	return nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort picks a port outside the ephemeral range: the server is
+// restarted on it, and a client connection must not have taken it meanwhile.
+func freePort() (int, error) { return freeport.Port() }
 
 // checkPortFree returns a clear error when port on 127.0.0.1 is taken.
 func checkPortFree(what string, port int) error {

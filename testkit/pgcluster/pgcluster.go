@@ -36,6 +36,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/usagebilling/billing/testkit/freeport"
 )
 
 // DefaultMaxConnections is the max_connections setting used when
@@ -575,14 +577,9 @@ func isFile(p string) bool {
 	return err == nil && !fi.IsDir()
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort picks a port outside the ephemeral range: the server is
+// restarted on it, and a client connection must not have taken it meanwhile.
+func freePort() (int, error) { return freeport.Port() }
 
 func checkPortFree(port int) error {
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))

@@ -3,21 +3,23 @@ package servicetest
 import (
 	"context"
 	"errors"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/usagebilling/billing/testkit/freeport"
 )
 
-// FreeAddr returns a loopback address nothing listens on at the moment.
+// FreeAddr returns a loopback address nothing listens on at the moment,
+// outside the ports the kernel gives outgoing connections (freeport), so a
+// service restarted on it finds it free again.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // Eventually polls cond every 100 ms until it holds; the test fails when
