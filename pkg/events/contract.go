@@ -8,9 +8,11 @@ import (
 
 // Payload is the payload of an event of the contract: its Go type names its
 // event type, and through it the topic, aggregate type and schema version
-// (the table kinds). Only this package's payload types are Payloads.
+// (the table kinds, which lists every payload type of the contract). A
+// consumer keys its handlers by Type (inbox.Handle), so a handler's key
+// and its payload type cannot disagree.
 type Payload interface {
-	eventType() string
+	Type() string
 }
 
 // kind is what the contract fixes for one event type: the payload's Go type
@@ -31,7 +33,7 @@ const SchemaVersion = 1
 // can never be published or registered under another type's name.
 func kindOf[T Payload](topic, aggregateType string) kind {
 	var zero T
-	t := zero.eventType()
+	t := zero.Type()
 	return kind{eventType: t, topic: topic, aggregateType: aggregateType,
 		register: func(r *envelope.Registry) { envelope.Register[T](r, t, SchemaVersion) }}
 }
@@ -90,18 +92,18 @@ func Topic(eventType string) string { return byType[eventType].topic }
 // eventType, "" for a type outside the contract.
 func AggregateType(eventType string) string { return byType[eventType].aggregateType }
 
-// The event type of each payload.
+// The event type of each payload, the key of its row in kinds.
 
-func (PriceActivated) eventType() string          { return TypePriceActivated }
-func (PriceScheduleWatermark) eventType() string  { return TypePriceScheduleWatermark }
-func (UsageAccepted) eventType() string           { return TypeUsageAccepted }
-func (UsageAcceptedThrough) eventType() string    { return TypeUsageAcceptedThrough }
-func (ChargeRated) eventType() string             { return TypeChargeRated }
-func (AdjustmentPosted) eventType() string        { return TypeAdjustmentPosted }
-func (BillingPeriodClosed) eventType() string     { return TypeBillingPeriodClosed }
-func (BillingPeriodEnded) eventType() string      { return TypeBillingPeriodEnded }
-func (InvoiceIssued) eventType() string           { return TypeInvoiceIssued }
-func (InvoiceCorrectionIssued) eventType() string { return TypeInvoiceCorrectionIssued }
-func (EventQuarantined) eventType() string        { return TypeEventQuarantined }
-func (RedriveRequested) eventType() string        { return TypeRedriveRequested }
-func (RedriveCompleted) eventType() string        { return TypeRedriveCompleted }
+func (PriceActivated) Type() string          { return TypePriceActivated }
+func (PriceScheduleWatermark) Type() string  { return TypePriceScheduleWatermark }
+func (UsageAccepted) Type() string           { return TypeUsageAccepted }
+func (UsageAcceptedThrough) Type() string    { return TypeUsageAcceptedThrough }
+func (ChargeRated) Type() string             { return TypeChargeRated }
+func (AdjustmentPosted) Type() string        { return TypeAdjustmentPosted }
+func (BillingPeriodClosed) Type() string     { return TypeBillingPeriodClosed }
+func (BillingPeriodEnded) Type() string      { return TypeBillingPeriodEnded }
+func (InvoiceIssued) Type() string           { return TypeInvoiceIssued }
+func (InvoiceCorrectionIssued) Type() string { return TypeInvoiceCorrectionIssued }
+func (EventQuarantined) Type() string        { return TypeEventQuarantined }
+func (RedriveRequested) Type() string        { return TypeRedriveRequested }
+func (RedriveCompleted) Type() string        { return TypeRedriveCompleted }

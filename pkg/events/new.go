@@ -55,7 +55,7 @@ func New(payload Payload, m Meta) (envelope.Envelope, error) {
 // id and one trace. m.CorrelationID must be empty.
 func Caused(by *envelope.Envelope, payload Payload, m Meta) (envelope.Envelope, error) {
 	if m.CorrelationID != "" {
-		return envelope.Envelope{}, fmt.Errorf("build %s: %w", payload.eventType(), errCausedCorrelation)
+		return envelope.Envelope{}, fmt.Errorf("build %s: %w", payload.Type(), errCausedCorrelation)
 	}
 	m.CorrelationID = by.CorrelationID
 	if m.CorrelationID == "" {
@@ -65,7 +65,7 @@ func Caused(by *envelope.Envelope, payload Payload, m Meta) (envelope.Envelope, 
 }
 
 func build(payload Payload, m Meta, causationID, traceparent string) (envelope.Envelope, error) {
-	t := payload.eventType()
+	t := payload.Type()
 	k, ok := byType[t]
 	if !ok {
 		return envelope.Envelope{}, fmt.Errorf("build %s: not in the contract's table of event types", t)
