@@ -8,9 +8,7 @@ package usage
 
 import (
 	"context"
-	"time"
 
-	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/usage/internal/app"
@@ -34,7 +32,7 @@ var Spec = service.Spec{
 // USAGE_WATERMARK_INTERVAL (default 1s) is how often it cuts and publishes.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	env := service.NewEnv()
-	interval := env.Duration("USAGE_WATERMARK_INTERVAL", time.Second)
+	cfg := app.Config{WatermarkInterval: env.Duration("USAGE_WATERMARK_INTERVAL", app.DefaultWatermarkInterval)}
 	if err := env.Err(); err != nil {
 		return service.Parts{}, err
 	}
@@ -42,16 +40,15 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	if err != nil {
 		return service.Parts{}, err
 	}
-	a := app.New(d.Pool, d.Logger)
-	a.SetClock(now)
+	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Clock: now}, cfg)
 	return service.Parts{
 		Routes: httpapi.New(a, d.Logger).Routes,
 		Work: func(ctx context.Context) error {
 			p := &topicPartitions{brokers: d.Config.Brokers}
 			defer p.close()
-			return a.RunWatermarks(ctx, interval, p.count)
+			return a.RunWatermarks(ctx, p.count)
 		},
-		Topics:         []string{events.TopicMeter},
+		Topics:         app.Topics,
 		Handlers:       a.Handlers(),
 		Reconciliation: a.Reconciliation(),
 	}, nil

@@ -1,19 +1,14 @@
-// Package app holds the usage service's commands: accepting usage facts (a
-// whole batch decided in one transaction), reading one back, and applying
-// the meter's PriceActivated events to the replicated price evidence.
 package app
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
@@ -23,21 +18,6 @@ import (
 
 // Producer names the usage service in the envelopes it builds.
 const Producer = "usage"
-
-// App runs the usage service's commands against its database.
-type App struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
-	now  func() time.Time
-}
-
-// New returns an App on pool.
-func New(pool *pgxpool.Pool, log *slog.Logger) *App {
-	return &App{pool: pool, log: log, now: time.Now}
-}
-
-// Now is the App's clock, for checks made before a command runs.
-func (a *App) Now() time.Time { return a.now() }
 
 // Outcome is how one usage fact of a command was decided.
 type Outcome int

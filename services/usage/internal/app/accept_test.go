@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -103,7 +102,7 @@ func BenchmarkAcceptBatch(b *testing.B) {
 				usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.001", EffectiveAt: base},
 				usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 2, UnitPrice: "0.002", EffectiveAt: base.Add(24 * time.Hour)},
 			)
-			a := app.New(e.Pool, slog.New(slog.DiscardHandler))
+			a := app.New(app.Deps{Pool: e.Pool}, app.Config{})
 			const size = 500
 			batches := make(chan []domain.Usage, workers)
 			go func() {

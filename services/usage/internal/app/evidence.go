@@ -13,18 +13,10 @@ import (
 	"github.com/usagebilling/billing/services/usage/internal/domain"
 )
 
-// Handlers returns the inbox handlers of the events usage consumes.
-func (a *App) Handlers() map[string]inbox.Handler {
-	return map[string]inbox.Handler{
-		events.TypePriceActivated:         inbox.On(ApplyPriceActivated),
-		events.TypePriceScheduleWatermark: inbox.On(IgnoreWatermark),
-	}
-}
-
 // IgnoreWatermark absorbs a PriceScheduleWatermark: usage does not rate, so
 // it needs no schedule watermark (billing does), but the event shares the
 // meter's topic.
-func IgnoreWatermark(context.Context, pgx.Tx, *envelope.Decoded, events.PriceScheduleWatermark) (inbox.Outcome, error) {
+func (a *App) IgnoreWatermark(context.Context, pgx.Tx, *envelope.Decoded, events.PriceScheduleWatermark) (inbox.Outcome, error) {
 	return inbox.Outcome{}, nil
 }
 
@@ -33,7 +25,7 @@ func IgnoreWatermark(context.Context, pgx.Tx, *envelope.Decoded, events.PriceSch
 // (a version waits for its predecessor), so the evidence has no gaps; a
 // redelivered event is a unique violation on its origin event id or
 // version, which the inbox counts as a duplicate.
-func ApplyPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceActivated) (inbox.Outcome, error) {
+func (a *App) ApplyPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceActivated) (inbox.Outcome, error) {
 	e := d.Envelope
 	if e.AggregateType != events.AggregatePrice || e.AggregateID != events.PriceSeriesID(p.MeterCode, p.Currency) ||
 		e.AggregateVersion != p.Version {

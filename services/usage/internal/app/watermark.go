@@ -188,11 +188,12 @@ func watermarkID(hash sarama.Partitioner, p, partitions int32, through time.Time
 	return "", fmt.Errorf("no key of partition %d of %d found", p, partitions)
 }
 
-// RunWatermarks publishes watermarks every interval until ctx ends (an idle
+// RunWatermarks publishes watermarks every Config.WatermarkInterval until ctx ends (an idle
 // usage service still advances them). A round whose facts are still on
 // their way to the broker is finished at the next tick; a failed round (the
 // database or the broker is down) is logged and tried again.
-func (a *App) RunWatermarks(ctx context.Context, interval time.Duration, partitions Partitions) error {
+func (a *App) RunWatermarks(ctx context.Context, partitions Partitions) error {
+	interval := a.cfg.WatermarkInterval
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

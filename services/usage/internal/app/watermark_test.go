@@ -3,7 +3,6 @@ package app_test
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,7 +30,7 @@ func TestWatermarkHoldsUnderConcurrentAcceptance(t *testing.T) {
 	ctx := t.Context()
 	base := time.Now().Add(-time.Hour).UTC()
 	e.ApplyPrices(t, usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.5", EffectiveAt: base})
-	a := app.New(e.Pool, slog.New(slog.DiscardHandler))
+	a := app.New(app.Deps{Pool: e.Pool}, app.Config{})
 
 	const partitions = 3
 	var stop atomic.Bool
@@ -180,7 +179,7 @@ func TestWatermarkWaitsForTheBroker(t *testing.T) {
 	ctx := t.Context()
 	base := time.Now().Add(-time.Hour).UTC()
 	e.ApplyPrices(t, usagetest.Price{Tenant: "t1", Meter: "api", Currency: "USD", Version: 1, UnitPrice: "0.5", EffectiveAt: base})
-	a := app.New(e.Pool, slog.New(slog.DiscardHandler))
+	a := app.New(app.Deps{Pool: e.Pool}, app.Config{})
 
 	if _, err := a.PublishWatermarks(ctx, 0); !errors.Is(err, app.ErrNoPartitions) {
 		t.Fatalf("no partitions: %v, want ErrNoPartitions", err)

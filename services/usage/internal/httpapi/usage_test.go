@@ -507,7 +507,7 @@ func TestDatabaseUnavailable(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	router := chi.NewRouter()
 	router.Use(authtest.SignedIn("ingest@acme.example", "ingest"))
-	httpapi.New(app.New(pool, log), log).Routes(router)
+	httpapi.New(app.New(app.Deps{Pool: pool, Logger: log}, app.Config{}), log).Routes(router)
 	srv := httptest.NewServer(apitest.Handler(t, usageapi.YAML(), router))
 	t.Cleanup(srv.Close)
 	e := &env{srv: srv}
