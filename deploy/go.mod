@@ -134,6 +134,5 @@ replace (
 	github.com/usagebilling/billing/services/meter => ../services/meter
 	github.com/usagebilling/billing/services/query => ../services/query
 	github.com/usagebilling/billing/services/usage => ../services/usage
+	github.com/usagebilling/billing/testkit => ../testkit
 )
-
-replace github.com/usagebilling/billing/testkit => ../testkit

@@ -132,14 +132,12 @@ require (
 )
 
 replace (
+	github.com/usagebilling/billing/cmd => ../cmd
 	github.com/usagebilling/billing/pkg => ../pkg
 	github.com/usagebilling/billing/services/billing => ../services/billing
 	github.com/usagebilling/billing/services/invoice => ../services/invoice
 	github.com/usagebilling/billing/services/meter => ../services/meter
 	github.com/usagebilling/billing/services/query => ../services/query
 	github.com/usagebilling/billing/services/usage => ../services/usage
+	github.com/usagebilling/billing/testkit => ../testkit
 )
-
-replace github.com/usagebilling/billing/testkit => ../testkit
-
-replace github.com/usagebilling/billing/cmd => ../cmd

@@ -76,6 +76,7 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/usagebilling/billing/pkg => ../../pkg
-
-replace github.com/usagebilling/billing/testkit => ../../testkit
+replace (
+	github.com/usagebilling/billing/pkg => ../../pkg
+	github.com/usagebilling/billing/testkit => ../../testkit
+)
