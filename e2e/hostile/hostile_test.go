@@ -282,7 +282,7 @@ func badBodies() []struct {
 	}
 }
 
-// lenient is an input a hostile client found accepted (issue 27, item 8):
+// lenient is an input a hostile client found accepted:
 // an otherwise valid command or read, with one thing wrong. Each must be
 // refused with its stable code; the read-back shows nothing was written.
 type lenient struct {

@@ -1,4 +1,4 @@
--- Webhook endpoints and delivery intents (issue 15).
+-- Webhook endpoints and delivery intents.
 --
 -- A tenant registers endpoints; the transaction that issues an invoice or a
 -- correction note writes one intent per active endpoint of the tenant (the
