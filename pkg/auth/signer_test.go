@@ -26,7 +26,7 @@ func keygen(t *testing.T, kid string) (pemFile, jwksFile string) {
 	if err != nil {
 		t.Fatalf("the go command runs the token command: %v", err)
 	}
-	cmd := exec.Command(goTool, "run", "../cmd/token", "keygen", "-kid", kid, "-key", pemFile, "-jwks", jwksFile)
+	cmd := exec.Command(goTool, "run", "../../cmd/token", "keygen", "-kid", kid, "-key", pemFile, "-jwks", jwksFile)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("token keygen: %v\n%s", err, out)
 	}
