@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/e2e/scenario"
@@ -31,7 +32,7 @@ func TestPriceInEffectAtOccurrence(t *testing.T) {
 	s := startSchedStack(t)
 	client := func(t *testing.T) *schedClient {
 		return &schedClient{t: t, urls: s.URLs(), auth: scenario.DevAuthorize(), http: &http.Client{Timeout: 30 * time.Second},
-			probes: map[string]bool{}}
+			probes: map[string]bool{}, dbs: s.DatabaseURLs()}
 	}
 	t.Run("activations racing usage", func(t *testing.T) { testActivationsRacingUsage(t, client(t)) })
 	t.Run("meter cut off during an activation", func(t *testing.T) { testMeterCutDuringActivation(t, client(t), s) })
@@ -341,7 +342,8 @@ type schedClient struct {
 	urls   map[string]string
 	auth   func(tenant string) string
 	http   *http.Client
-	probes map[string]bool // event ids of waitUsageKnows's facts
+	probes map[string]bool   // event ids of waitUsageKnows's facts
+	dbs    map[string]string // each service's database, for what a stall waits on
 }
 
 type schedPrice struct {
@@ -519,11 +521,55 @@ func (c *schedClient) waitCharges(tenant string, n int, stall time.Duration) []s
 		if len(got) > last {
 			last, moved = len(got), time.Now()
 		} else if time.Since(moved) > stall || time.Since(began) > waitChargesCap {
-			c.t.Fatalf("%d charges of %s, want %d: none new for %s (waited %s of at most %s)", len(got), tenant, n,
-				time.Since(moved).Round(time.Millisecond), time.Since(began).Round(time.Millisecond), waitChargesCap)
+			c.t.Fatalf("%d charges of %s, want %d: none new for %s (waited %s of at most %s)\n%s", len(got), tenant, n,
+				time.Since(moved).Round(time.Millisecond), time.Since(began).Round(time.Millisecond), waitChargesCap, c.waiting(tenant))
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// waiting says what billing's deferred events of tenant wait for, what
+// billing and meter know of the tenant's schedules, and the versions billing
+// holds: what a stalled wait for charges is stuck on.
+func (c *schedClient) waiting(tenant string) string {
+	var b strings.Builder
+	dump := func(service, title, sql string) {
+		url, ok := c.dbs[service]
+		if !ok {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", title, err)
+			return
+		}
+		defer conn.Close(ctx)
+		rows, err := conn.Query(ctx, sql, tenant)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", title, err)
+			return
+		}
+		defer rows.Close()
+		fmt.Fprintf(&b, "%s (%s):\n", title, service)
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				fmt.Fprintf(&b, "  %v\n", err)
+				return
+			}
+			fmt.Fprintf(&b, "  %v\n", vals)
+		}
+	}
+	dump("billing", "deferred: event type, wait key (second cut), count, oldest, attempts, next attempt in", `
+		SELECT event_type, regexp_replace(wait_key, '@[0-9]+$', '@<second>'), count(*), min(first_seen),
+		       max(attempts), min(next_attempt) - now()
+		FROM inbox_deferred WHERE tenant_id = $1 GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 20`)
+	dump("billing", "known schedule", `SELECT meter_code, currency, known_through, updated_at, now() FROM price_schedule WHERE tenant_id = $1`)
+	dump("billing", "versions held", `SELECT meter_code, currency, max(version), count(*) FROM price_evidence WHERE tenant_id = $1 GROUP BY 1, 2`)
+	dump("meter", "published schedule", `SELECT meter_code, currency, known_through, now() FROM price_series WHERE tenant_id = $1`)
+	return b.String()
 }
 
 // priceSchedule is a series' versions as meter lists them.

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usagebilling/billing/pkg/envelope"
@@ -522,5 +526,88 @@ func TestTransientErrorsAreReturned(t *testing.T) {
 		if n := count(t, pool, `SELECT count(*) FROM `+table); n != 0 {
 			t.Errorf("%d rows in %s after transient failures", n, table)
 		}
+	}
+}
+
+// beginCounter counts the transactions a pool's connections begin.
+type beginCounter struct{ n atomic.Int64 }
+
+func (c *beginCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.EqualFold(strings.TrimSpace(d.SQL), "begin") {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (*beginCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// A sweep decides its events a chunk to a transaction, not one each: on a
+// loaded machine a commit per event made the one event whose missed wake
+// held back a thousand others wait a minute behind them.
+func TestSweepDecidesAChunkInOneTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, tmpl)
+	ib := newInbox(t, inbox.Options{})
+	const n = 250
+	var raws [][]byte
+	for i := range n {
+		raws = append(raws, raw(t, ev(t, "Noted", 1, fmt.Sprintf("u%d", i), 1,
+			note{Origin: fmt.Sprintf("o-chunk-%d", i), Needs: "price/t1/api@9"})))
+	}
+	decide(t, ib, pool, raws...)
+	if got := count(t, pool, `SELECT count(*) FROM inbox_deferred`); got != n {
+		t.Fatalf("%d deferred, want %d", got, n)
+	}
+	// The fact arrives without an inbox event providing its key: no wake.
+	if _, err := pool.Exec(ctx, `INSERT INTO fact (key) VALUES ('price/t1/api@9')`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := pool.Config().Copy()
+	var begins beginCounter
+	cfg.ConnConfig.Tracer = &begins
+	traced, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer traced.Close()
+	applied, err := ib.Sweep(ctx, traced, 500)
+	if err != nil || applied != n {
+		t.Fatalf("sweep applied %d, %v; want %d", applied, err, n)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM effect WHERE origin LIKE 'o-chunk-%'`); got != n {
+		t.Fatalf("%d effects, want %d", got, n)
+	}
+	if got, most := begins.n.Load(), int64((n+99)/100); got > most {
+		t.Fatalf("the sweep of %d events began %d transactions, want at most %d", n, got, most)
+	}
+}
+
+// An event failing within its retry budget does not hold up the others of
+// its sweep chunk: they are decided one by one.
+func TestSweepChunkWithAFailingEvent(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, tmpl)
+	ib := newInbox(t, inbox.Options{})
+	var raws [][]byte
+	for i := range 5 {
+		fail := ""
+		if i == 2 {
+			fail = "transient"
+		}
+		raws = append(raws, raw(t, ev(t, "Noted", 1, fmt.Sprintf("f%d", i), 1,
+			note{Origin: fmt.Sprintf("o-fail-%d", i), Needs: "price/t1/api@8", Fail: fail})))
+	}
+	decide(t, ib, pool, raws...)
+	if _, err := pool.Exec(ctx, `INSERT INTO fact (key) VALUES ('price/t1/api@8')`); err != nil {
+		t.Fatal(err)
+	}
+	applied, err := ib.Sweep(ctx, pool, 500)
+	if applied != 4 {
+		t.Fatalf("sweep applied %d, %v; want the 4 that do not fail", applied, err)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM inbox_deferred`); got != 1 {
+		t.Fatalf("%d left deferred, want the failing one", got)
 	}
 }

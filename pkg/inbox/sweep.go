@@ -10,16 +10,23 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Sweep decides deferred events again, each in its own transaction: up to
-// limit events that are due, longest due first. It catches wakes that were
-// missed: a fact committed by a transaction that ran concurrently with the
-// deferral, or a fact that arrived without an inbox event providing it. An
-// event is due at once after its first deferral, then after backing off
-// exponentially (2s, 4s, 8s, then every 10s) each time it is still deferred, so
-// many events waiting for a late fact do not load the database. It returns
-// how many events were applied (those woken by them included); an error is
-// transient and stops the sweep, but for a handler failing within its retry
-// budget (RetryError), whose event is tried again by the next sweep.
+// Sweep decides deferred events again: up to limit events that are due,
+// longest due first, sweepChunkSize of them to a transaction. It catches wakes
+// that were missed: a fact committed by a transaction that ran concurrently
+// with the deferral, or a fact that arrived without an inbox event
+// providing it. An event is due at once after its first deferral, then
+// after backing off exponentially (2s, 4s, 8s, then every 10s) each time it
+// is still deferred, so many events waiting for a late fact do not load the
+// database. It returns how many events were applied (those woken by them
+// included); an error is transient and stops the sweep, but for a handler
+// failing within its retry budget (RetryError): that chunk is decided again
+// one event to a transaction, and the failing event is tried again by the
+// next sweep.
+//
+// A chunk shares one commit: deciding each event in a transaction of its
+// own made a sweep cost a commit per event, and on a loaded machine the one
+// event whose missed wake held back all the others (a price version behind
+// a thousand facts waiting for its schedule) waited a minute behind them.
 func (ib *Inbox) Sweep(ctx context.Context, pool *pgxpool.Pool, limit int) (applied int, err error) {
 	if limit <= 0 {
 		limit = 100
@@ -34,6 +41,67 @@ func (ib *Inbox) Sweep(ctx context.Context, pool *pgxpool.Pool, limit int) (appl
 	if err != nil {
 		return 0, fmt.Errorf("sweep deferred: %w", err)
 	}
+	for len(ids) > 0 {
+		chunk := ids[:min(sweepChunkSize, len(ids))]
+		ids = ids[len(chunk):]
+		n, err := ib.sweepChunk(ctx, pool, chunk)
+		var retry *RetryError
+		if errors.As(err, &retry) {
+			// One event failed within its budget: the chunk is rolled back;
+			// decide its events one by one, so the others are not held up.
+			ib.log.WarnContext(ctx, "deferred event failed; deciding its sweep chunk one by one",
+				"event_id", retry.EventID, "err", err)
+			n, err = ib.sweepEach(ctx, pool, chunk)
+		}
+		applied += n
+		if err != nil {
+			return applied, err
+		}
+	}
+	return applied, nil
+}
+
+// sweepChunkSize is how many deferred events one transaction of a sweep decides.
+const sweepChunkSize = 100
+
+// sweepChunk decides the deferred events ids again in one transaction.
+func (ib *Inbox) sweepChunk(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (int, error) {
+	var ds []Decision
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			SELECT raw, topic, partition, "offset" FROM inbox_deferred
+			WHERE event_id = ANY($1::uuid[])
+			ORDER BY aggregate_version, first_seen, event_id
+			FOR UPDATE SKIP LOCKED`, ids) // others are decided meanwhile, or being decided
+		if err != nil {
+			return err
+		}
+		items, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*item, error) {
+			var m Message
+			if err := row.Scan(&m.Raw, &m.Topic, &m.Partition, &m.Offset); err != nil {
+				return nil, err
+			}
+			return ib.newItem(m, false), nil
+		})
+		if err != nil || len(items) == 0 {
+			return err
+		}
+		ds, err = ib.process(ctx, tx, items)
+		return err
+	})
+	var retry *RetryError
+	if err != nil && !errors.As(err, &retry) {
+		return 0, fmt.Errorf("sweep deferred: %w", err)
+	}
+	if err != nil {
+		return 0, err
+	}
+	return ib.observeSweep(ds), nil
+}
+
+// sweepEach decides the deferred events ids again, each in its own
+// transaction.
+func (ib *Inbox) sweepEach(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (applied int, err error) {
 	for _, id := range ids {
 		var ds []Decision
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -61,12 +129,20 @@ func (ib *Inbox) Sweep(ctx context.Context, pool *pgxpool.Pool, limit int) (appl
 		if err != nil {
 			return applied, fmt.Errorf("sweep deferred %s: %w", id, err)
 		}
-		ib.Observe(ds)
-		for _, d := range ds {
-			if d.Outcome == OutcomeApplied {
-				applied++
-			}
-		}
+		applied += ib.observeSweep(ds)
 	}
 	return applied, nil
+}
+
+// observeSweep records the decisions of a committed sweep transaction and
+// returns how many applied.
+func (ib *Inbox) observeSweep(ds []Decision) int {
+	ib.Observe(ds)
+	applied := 0
+	for _, d := range ds {
+		if d.Outcome == OutcomeApplied {
+			applied++
+		}
+	}
+	return applied
 }
