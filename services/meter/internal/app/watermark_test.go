@@ -137,14 +137,31 @@ func TestWatermarksHoldUnderConcurrentActivations(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	var rounds atomic.Int64
+	// Each activation waits for a publisher round to end after it began, so
+	// activations and publishers interleave however slow the machine is: a
+	// starved publisher cannot let the activations run alone.
+	var mu sync.Mutex
+	round := make(chan struct{}) // closed when a round ends
+	nextRound := func() <-chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		return round
+	}
+	stopped := make(chan struct{}) // closed when a publisher fails
+	var stopOnce sync.Once
 	for range 2 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				if _, err := a.PublishWatermarks(ctx); err != nil && ctx.Err() == nil {
 					t.Errorf("publish: %v", err)
+					stopOnce.Do(func() { close(stopped) })
 					return
 				}
 				rounds.Add(1)
+				mu.Lock()
+				close(round)
+				round = make(chan struct{})
+				mu.Unlock()
 			}
 		})
 	}
@@ -160,7 +177,13 @@ func TestWatermarksHoldUnderConcurrentActivations(t *testing.T) {
 				if i%3 == 1 {
 					eff = time.Now().Add(5 * time.Millisecond) // may fall inside a watermark (or pass while waiting): refused then
 				}
+				ended := nextRound()
 				err := activate(t, a, fmt.Sprintf("w%d-%d", w, i), eff)
+				select {
+				case <-ended:
+				case <-stopped:
+					return
+				}
 				if err == nil {
 					accepted.Add(1)
 					continue
