@@ -35,7 +35,12 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 	// snapshot is bounded by committed before the read and started after it.
 	var started, committed atomic.Int64
 	var folds, reads atomic.Int64
-	stop := make(chan struct{})
+	// After each batch the writer waits for a fold and a read that began
+	// after its commit, so the three interleave however slow the machine is.
+	foldBeat, readBeat := newBeat(), newBeat()
+	stop, quit := make(chan struct{}), make(chan struct{}) // quit: a goroutine failed
+	var quitOnce sync.Once
+	fail := func() { quitOnce.Do(func() { close(quit) }) }
 	var wg sync.WaitGroup
 	wg.Go(func() { // the folder, flat out
 		for {
@@ -47,9 +52,11 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 			n, err := folder.FoldOnce(ctx)
 			if err != nil {
 				t.Errorf("fold: %v", err)
+				fail()
 				return
 			}
 			folds.Add(int64(n))
+			foldBeat.tick()
 		}
 	})
 	wg.Go(func() { // a reader, checking each snapshot
@@ -64,19 +71,23 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 			after := started.Load()
 			if err != nil {
 				t.Errorf("read: %v", err)
+				fail()
 				return
 			}
 			reads.Add(1)
 			n := s.UsageCount
 			if n < before || n > after || n%size != 0 {
 				t.Errorf("read %d usage facts with %d committed and %d started (batches of %d)", n, before, after, size)
+				fail()
 				return
 			}
 			if !s.QuantityByMeter["api_calls"].Equal(decimal.NewFromInt(n)) && n > 0 ||
 				!s.Charged["USD"].Equal(price.Mul(decimal.NewFromInt(n))) && n > 0 {
 				t.Errorf("inconsistent snapshot: %d facts, quantity %s, charged %s", n, s.QuantityByMeter["api_calls"], s.Charged["USD"])
+				fail()
 				return
 			}
+			readBeat.tick()
 		}
 	})
 
@@ -96,6 +107,14 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 		if s.UsageCount != n || !s.QuantityByMeter["api_calls"].Equal(decimal.NewFromInt(n)) ||
 			!s.Charged["USD"].Equal(price.Mul(decimal.NewFromInt(n))) {
 			t.Fatalf("after %d facts: %+v", n, s)
+		}
+		// The round running now may have begun before the commit; the one
+		// after it began after.
+		for _, b := range []*beat{foldBeat, foldBeat, readBeat, readBeat} {
+			select {
+			case <-b.next():
+			case <-quit:
+			}
 		}
 	}
 	close(stop)
@@ -119,4 +138,26 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 		t.Fatalf("final summary %+v, %v", s, err)
 	}
 	t.Logf("%d tenant folds and %d reads ran during %d batches", folds.Load(), reads.Load(), batches)
+}
+
+// beat tells the rounds of a loop: next returns a channel closed when the
+// round running now ends.
+type beat struct {
+	mu sync.Mutex
+	c  chan struct{}
+}
+
+func newBeat() *beat { return &beat{c: make(chan struct{})} }
+
+func (b *beat) next() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.c
+}
+
+func (b *beat) tick() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.c)
+	b.c = make(chan struct{})
 }
