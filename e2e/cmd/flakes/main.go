@@ -206,6 +206,10 @@ func runSuite(ctx context.Context, s suite, n int, logPath string) (suiteResult,
 		case "output":
 			running[k] = keepTail(append(running[k], strings.TrimRight(e.Output, "\n")), 60)
 		case "pass", "fail", "skip":
+			if e.Action == "skip" && e.Test == "" {
+				delete(running, k)
+				continue // a package without tests
+			}
 			o := res.Tests[k]
 			if o == nil {
 				o = &outcome{}
