@@ -53,6 +53,12 @@ const (
 	RoleOperator = "operator"
 	// RoleService is another service calling an internal endpoint.
 	RoleService = "service"
+	// RoleCatalogAdmin defines meters and publishes plans: the catalog of
+	// the installation, no tenant.
+	RoleCatalogAdmin = "catalog-admin"
+	// RolePlatformIngest sends usage for any tenant (a company's gateway)
+	// and reads nothing.
+	RolePlatformIngest = "platform-ingest"
 
 	// RoleTenant is not a role a token carries: NewClaims expands it to
 	// TenantRoles, the shorthand of the development tokens of tests and the
@@ -65,7 +71,7 @@ const (
 var TenantRoles = []string{RoleIngest, RoleViewer, RoleBillingAdmin}
 
 // Roles are every role a token may carry.
-var Roles = []string{RoleIngest, RoleViewer, RoleBillingAdmin, RoleOperator, RoleService}
+var Roles = []string{RoleIngest, RoleViewer, RoleBillingAdmin, RoleOperator, RoleService, RoleCatalogAdmin, RolePlatformIngest}
 
 // TenantScoped reports whether role reaches one tenant only.
 func TenantScoped(role string) bool { return slices.Contains(TenantRoles, role) }

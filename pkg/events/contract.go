@@ -41,6 +41,7 @@ func kindOf[T Payload](topic, aggregateType string) kind {
 // kinds is the one table of event types: Register, New, Caused and Topic
 // read it. Topic names are part of the contract and never change.
 var kinds = []kind{
+	kindOf[MeterDefined](TopicMeter, AggregateMeter),
 	kindOf[PriceActivated](TopicMeter, AggregatePrice),
 	kindOf[PriceScheduleWatermark](TopicMeter, AggregatePriceSchedule),
 	kindOf[UsageAccepted](TopicUsage, AggregateUsage),
@@ -94,6 +95,7 @@ func AggregateType(eventType string) string { return byType[eventType].aggregate
 
 // The event type of each payload, the key of its row in kinds.
 
+func (MeterDefined) Type() string            { return TypeMeterDefined }
 func (PriceActivated) Type() string          { return TypePriceActivated }
 func (PriceScheduleWatermark) Type() string  { return TypePriceScheduleWatermark }
 func (UsageAccepted) Type() string           { return TypeUsageAccepted }

@@ -19,6 +19,7 @@ import (
 // always was (topic names never change).
 func TestEveryTypeHasItsTopic(t *testing.T) {
 	want := map[string]string{
+		events.TypeMeterDefined:            events.TopicMeter,
 		events.TypePriceActivated:          events.TopicMeter,
 		events.TypePriceScheduleWatermark:  events.TopicMeter,
 		events.TypeUsageAccepted:           events.TopicUsage,

@@ -10,12 +10,14 @@ package events
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/money"
 	"github.com/usagebilling/billing/pkg/pricing"
@@ -37,6 +39,7 @@ var AllTopics = []string{TopicMeter, TopicUsage, TopicBilling, TopicInvoice, Top
 
 // Event types.
 const (
+	TypeMeterDefined            = "MeterDefined"
 	TypePriceActivated          = "PriceActivated"
 	TypePriceScheduleWatermark  = "PriceScheduleWatermark"
 	TypeUsageAccepted           = "UsageAccepted"
@@ -53,6 +56,10 @@ const (
 
 // Aggregate types, and how their ids are formed.
 const (
+	// AggregateMeter is one catalog meter; id = its code; its one event is
+	// MeterDefined, version 1: a meter never changes once defined. Of
+	// tenant CatalogTenant.
+	AggregateMeter = "meter"
 	// AggregatePrice is one price series: tenant, meter and currency; id
 	// PriceSeriesID(meterCode, currency); version = the price version.
 	AggregatePrice = "price"
@@ -100,6 +107,10 @@ func QuarantineAggregateID(service, rawSHA256 string) string {
 // RedriveCompleted uses RedriveAggregateID(id) + ".completed".
 func RedriveAggregateID(redriveID uuid.UUID) string { return "redrive." + redriveID.String() }
 
+// CatalogTenant is the tenant id of catalog events (MeterDefined): the
+// catalog belongs to the installation, not to a tenant.
+const CatalogTenant = "_catalog"
+
 // OpsTenant is the tenant id of operator events that belong to no tenant.
 const OpsTenant = "_ops"
 
@@ -109,6 +120,36 @@ func PriceSeriesID(meterCode, currency string) string { return meterCode + "." +
 // PriceScheduleID is the aggregate id of one watermark of a price series.
 func PriceScheduleID(meterCode, currency string, knownThrough time.Time) string {
 	return PriceSeriesID(meterCode, currency) + "@" + strconv.FormatInt(knownThrough.UnixMicro(), 10)
+}
+
+// MeterDefined: a catalog-admin defined a meter (section 3a), or a price
+// for a meter code not in the catalog implied a sum meter without
+// dimensions (Implied). A meter never changes once defined.
+type MeterDefined struct {
+	Code          string    `json:"code"`
+	Name          string    `json:"name"`
+	Aggregation   string    `json:"aggregation"`
+	ValueProperty string    `json:"valueProperty,omitempty"`
+	Dimensions    []string  `json:"dimensions,omitempty"`
+	EventType     string    `json:"eventType"`
+	DefinedAt     time.Time `json:"definedAt"`
+	Implied       bool      `json:"implied,omitempty"`
+	Actor         string    `json:"actor,omitempty"`
+}
+
+// Meter is the definition the event carries.
+func (p MeterDefined) Meter() catalog.Meter {
+	return catalog.Meter{Code: p.Code, Name: p.Name, Aggregation: p.Aggregation, ValueProperty: p.ValueProperty,
+		Dimensions: p.Dimensions, EventType: p.EventType}
+}
+
+// Validate checks the payload's own rules.
+func (p MeterDefined) Validate() error {
+	return first(
+		need(p.Meter().Validate() == nil, "meter"),
+		need(p.EventType != "", "eventType"),
+		need(!p.DefinedAt.IsZero(), "definedAt"),
+	)
 }
 
 // PriceActivated: meter activated a price version.
@@ -135,6 +176,15 @@ type PriceActivated struct {
 	// Actor is who activated the price (the token's subject); absent in
 	// events from before actors were recorded.
 	Actor string `json:"actor,omitempty"`
+	// Dimensions are the property values this version's price applies to
+	// (section 3a), none for the series' default. Every version of a series
+	// (tenant, meter, currency) is one entry of the series' price sheet: the
+	// entry of a dimension set in effect at t is the latest version with
+	// those dimensions taking effect at or before t, and a fact takes the
+	// most specific entry in effect whose values all equal its properties
+	// (catalog.Choose). So the series' watermark proves the whole sheet
+	// through t, dimension prices included.
+	Dimensions map[string]string `json:"dimensions,omitempty"`
 }
 
 // Validate checks the payload's own rules.
@@ -147,6 +197,7 @@ func (p PriceActivated) Validate() error {
 		need(!p.EffectiveAt.IsZero(), "effectiveAt"),
 		need(p.Version >= 1, "version"),
 		need(p.Pricing().Validate() == nil, "model"),
+		need(dimensionsOK(p.Dimensions), "dimensions"),
 	)
 }
 
@@ -200,6 +251,8 @@ type UsageAccepted struct {
 	OccurredAt    time.Time       `json:"occurredAt"`
 	Currency      string          `json:"currency"`
 	PriceVersion  int64           `json:"priceVersion,omitempty"`
+	// Properties are the fact's properties (section 3a limits).
+	Properties map[string]string `json:"properties,omitempty"`
 }
 
 // Validate checks the payload's own rules.
@@ -213,11 +266,15 @@ func (p UsageAccepted) Validate() error {
 		need(!p.OccurredAt.IsZero(), "occurredAt"),
 		currencyOK(p.Currency),
 		need(p.PriceVersion >= 0, "priceVersion"),
+		need(catalog.ValidateProperties(p.Properties) == nil, "properties"),
 	)
 }
 
-// ChargeRated: billing rated one usage fact. Amount = Quantity x UnitPrice,
-// exact.
+// ChargeRated: billing rated one usage fact. Under unit pricing of a sum
+// meter Amount = Quantity x UnitPrice, exact; of a count meter Amount =
+// UnitPrice (the charge counts one). The charge's line is (meter, price
+// version, Dimensions); its quantity is the meter's Aggregation over the
+// line's charges (package catalog).
 type ChargeRated struct {
 	ChargeID     uuid.UUID       `json:"chargeId"`
 	UsageEventID uuid.UUID       `json:"usageEventId"`
@@ -239,6 +296,35 @@ type ChargeRated struct {
 	// tiers, so the event stays small).
 	Model   string           `json:"model,omitempty"`
 	Pricing *pricing.Pricing `json:"pricing,omitempty"`
+	// Aggregation is the meter's (catalog.Aggregations); empty means sum.
+	// Under max, latest and unique_count no charge has an amount of its
+	// own: UnitPrice and Amount are zero and Pricing prices the line.
+	Aggregation string `json:"aggregation,omitempty"`
+	// Dimensions are the dimensions of the price that rated the charge
+	// (part of its line's identity); none for a series' default price.
+	Dimensions map[string]string `json:"dimensions,omitempty"`
+	// Properties are the fact's.
+	Properties map[string]string `json:"properties,omitempty"`
+	// SourceSystem and SourceEventID are the fact's identity: latest's
+	// tie-break.
+	SourceSystem  string `json:"sourceSystem,omitempty"`
+	SourceEventID string `json:"sourceEventId,omitempty"`
+	// Value is what the fact adds to a unique_count meter: its
+	// valueProperty's value.
+	Value string `json:"value,omitempty"`
+	// Unpriced: no price of the series was in effect at OccurredAt
+	// (section 3a). PriceVersion, UnitPrice and Amount are zero, Pricing is
+	// absent; the charge is on its meter's unpriced line.
+	Unpriced bool `json:"unpriced,omitempty"`
+}
+
+// Counted is the quantity a charge's own amount is computed from: 1 under
+// count, else its quantity.
+func (p ChargeRated) Counted() decimal.Decimal {
+	if p.Aggregation == catalog.Count {
+		return decimal.NewFromInt(1)
+	}
+	return p.Quantity
 }
 
 // Validate checks the payload's own rules.
@@ -247,11 +333,38 @@ func (p ChargeRated) Validate() error {
 		need(p.ChargeID != uuid.Nil, "chargeId"),
 		need(p.UsageEventID != uuid.Nil, "usageEventId"),
 		currencyOK(p.Currency),
-		need(p.Amount.Equal(p.Quantity.Mul(p.UnitPrice)), "amount"),
+		need(p.Amount.Equal(p.Counted().Mul(p.UnitPrice)), "amount"),
 		periodOK(p.Period),
-		need(p.Model == "" || p.Model == pricing.Unit ||
-			(p.Pricing != nil && p.Pricing.Model == p.Model && p.Pricing.Validate() == nil && p.Amount.IsZero()), "pricing"),
+		need(p.Aggregation == "" || slices.Contains(catalog.Aggregations, p.Aggregation), "aggregation"),
+		need(catalog.ValidateProperties(p.Properties) == nil, "properties"),
+		need(dimensionsOK(p.Dimensions), "dimensions"),
+		p.pricingOK(),
 	)
+}
+
+func (p ChargeRated) pricingOK() error {
+	switch {
+	case p.Unpriced:
+		return need(p.PriceVersion == 0 && p.UnitPrice.IsZero() && p.Pricing == nil, "unpriced")
+	case !catalog.PricedPerCharge(p.Aggregation):
+		return need(p.UnitPrice.IsZero() && p.Amount.IsZero() && p.Pricing != nil && p.Pricing.Validate() == nil &&
+			(p.Model == "" || p.Pricing.Model == p.Model), "pricing")
+	default:
+		return need(p.Model == "" || p.Model == pricing.Unit ||
+			(p.Pricing != nil && p.Pricing.Model == p.Model && p.Pricing.Validate() == nil && p.Amount.IsZero()), "pricing")
+	}
+}
+
+func dimensionsOK(d map[string]string) bool {
+	if len(d) > catalog.MaxDimensions {
+		return false
+	}
+	for k, v := range d {
+		if !catalog.ValidKey(k) || v == "" || len(v) > 4*catalog.MaxPropertyValue {
+			return false
+		}
+	}
+	return true
 }
 
 // AdjustmentPosted: billing posted a correction of a charge. AfterClose
