@@ -68,7 +68,10 @@ func PricedPerCharge(agg string) bool { return agg == "" || agg == Sum || agg ==
 type Meter struct {
 	Code          string
 	Name          string
-	Aggregation   string
+	Aggregation string
+	// ValueProperty names the property a unique_count meter counts the
+	// distinct values of; for sum, max and latest, the CloudEvents data
+	// field that gives a fact's quantity (optional).
 	ValueProperty string
 	Dimensions    []string
 	EventType     string
@@ -87,10 +90,12 @@ func (m Meter) Validate() *rule.Error {
 		return bad("name must be 1 to %d characters", MaxMeterName)
 	case !validAggregation(m.Aggregation):
 		return bad("aggregation %q is none of %v", m.Aggregation, Aggregations)
-	case m.Aggregation == UniqueCount && !ValidKey(m.ValueProperty):
-		return bad("a unique_count meter names its valueProperty (A-Z a-z 0-9 _ . -, 1 to 64)")
-	case m.Aggregation != UniqueCount && m.ValueProperty != "":
-		return bad("valueProperty is only for unique_count meters")
+	case m.Aggregation == UniqueCount && m.ValueProperty == "":
+		return bad("a unique_count meter names its valueProperty")
+	case m.ValueProperty != "" && !ValidKey(m.ValueProperty):
+		return bad("valueProperty %q must be 1 to 64 of A-Z a-z 0-9 _ . -", m.ValueProperty)
+	case m.Aggregation == Count && m.ValueProperty != "":
+		return bad("a count meter counts facts: it has no valueProperty")
 	case len(m.Dimensions) > MaxDimensions:
 		return bad("at most %d dimensions, not %d", MaxDimensions, len(m.Dimensions))
 	case m.EventType != "" && (utf8.RuneCountInString(m.EventType) > MaxEventType || !printable(m.EventType)):
