@@ -66,8 +66,8 @@ func PricedPerCharge(agg string) bool { return agg == "" || agg == Sum || agg ==
 
 // Meter is a catalog meter's definition.
 type Meter struct {
-	Code          string
-	Name          string
+	Code        string
+	Name        string
 	Aggregation string
 	// ValueProperty names the property a unique_count meter counts the
 	// distinct values of; for sum, max and latest, the CloudEvents data
