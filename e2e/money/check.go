@@ -13,16 +13,19 @@ import (
 )
 
 type chargeDoc struct {
-	ChargeID     string           `json:"chargeId"`
-	UsageEventID string           `json:"usageEventId"`
-	MeterCode    string           `json:"meterCode"`
-	Currency     string           `json:"currency"`
-	Quantity     decimal.Decimal  `json:"quantity"`
-	UnitPrice    *decimal.Decimal `json:"unitPrice"`
-	PriceVersion int64            `json:"priceVersion"`
-	Amount       *decimal.Decimal `json:"amount"`
-	Period       string           `json:"period"`
-	Late         bool             `json:"late"`
+	ChargeID     string            `json:"chargeId"`
+	UsageEventID string            `json:"usageEventId"`
+	MeterCode    string            `json:"meterCode"`
+	Currency     string            `json:"currency"`
+	Quantity     decimal.Decimal   `json:"quantity"`
+	UnitPrice    *decimal.Decimal  `json:"unitPrice"`
+	PriceVersion int64             `json:"priceVersion"`
+	Amount       *decimal.Decimal  `json:"amount"`
+	Period       string            `json:"period"`
+	Late         bool              `json:"late"`
+	Dimensions   map[string]string `json:"dimensions"`
+	Properties   map[string]string `json:"properties"`
+	Unpriced     bool              `json:"unpriced"`
 }
 
 func (r *runner) charges(ctx context.Context, t *Tenant, p string) ([]chargeDoc, error) {
@@ -120,7 +123,6 @@ func (r *runner) settle(ctx context.Context, t *Tenant) error {
 }
 
 func (r *runner) checkCharge(t *Tenant, f *Fact, c chargeDoc) error {
-	v := t.Series[f.Meter].version(f.Version)
 	var diffs []string
 	if c.MeterCode != f.Meter || c.Currency != f.Currency {
 		diffs = append(diffs, fmt.Sprintf("meter/currency %s %s, want %s %s", c.MeterCode, c.Currency, f.Meter, f.Currency))
@@ -128,18 +130,40 @@ func (r *runner) checkCharge(t *Tenant, f *Fact, c chargeDoc) error {
 	if !c.Quantity.Equal(f.Qty) {
 		diffs = append(diffs, fmt.Sprintf("quantity %s, want %s", c.Quantity, f.Qty))
 	}
-	if c.PriceVersion != f.Version {
-		diffs = append(diffs, fmt.Sprintf("price version %d, want %d (in effect at %s)", c.PriceVersion, f.Version, f.At.Format(time.RFC3339Nano)))
+	if c.PriceVersion != f.Version || c.Unpriced != (f.Version == 0) {
+		diffs = append(diffs, fmt.Sprintf("price version %d (unpriced %v), want %d (in effect at %s for %v)", c.PriceVersion, c.Unpriced,
+			f.Version, f.At.Format(time.RFC3339Nano), f.Props))
+	}
+	if dimsKey(c.Dimensions) != dimsKey(f.Dims) {
+		diffs = append(diffs, fmt.Sprintf("dimensions %v, want %v", c.Dimensions, f.Dims))
+	}
+	if !sameProps(c.Properties, f.Props) {
+		diffs = append(diffs, fmt.Sprintf("properties %v, want %v", c.Properties, f.Props))
 	}
 	if c.Period != f.Period || c.Late != f.Late {
 		diffs = append(diffs, fmt.Sprintf("period %s late %v, want %s late %v", c.Period, c.Late, f.Period, f.Late))
 	}
-	if v.Pricing.Model == Unit {
-		if c.UnitPrice == nil || !c.UnitPrice.Equal(v.Pricing.UnitPrice) {
-			diffs = append(diffs, fmt.Sprintf("unitPrice %v, want %s", c.UnitPrice, v.Pricing.UnitPrice))
+	agg := meterDef(f.Meter).Agg
+	switch {
+	case f.Version == 0:
+		if c.Amount != nil && !c.Amount.IsZero() {
+			diffs = append(diffs, fmt.Sprintf("amount %v of an unpriced charge", c.Amount))
 		}
-		if want := f.Qty.Mul(v.Pricing.UnitPrice); c.Amount == nil || !c.Amount.Equal(want) {
+	case t.Series[f.Meter].version(f.Version).Pricing.Model == Unit && (agg == "" || agg == "sum" || agg == "count"):
+		price := t.Series[f.Meter].version(f.Version).Pricing.UnitPrice
+		want := f.Qty.Mul(price)
+		if agg == "count" {
+			want = price // a count charge counts one
+		}
+		if c.UnitPrice == nil || !c.UnitPrice.Equal(price) {
+			diffs = append(diffs, fmt.Sprintf("unitPrice %v, want %s", c.UnitPrice, price))
+		}
+		if c.Amount == nil || !c.Amount.Equal(want) {
 			diffs = append(diffs, fmt.Sprintf("amount %v, want %s", c.Amount, want))
+		}
+	default: // the line is priced as a whole
+		if c.Amount != nil && !c.Amount.IsZero() {
+			diffs = append(diffs, fmt.Sprintf("amount %v of a charge whose line is priced as a whole", c.Amount))
 		}
 	}
 	if len(diffs) > 0 {
@@ -223,13 +247,14 @@ type invoiceDoc struct {
 	Currency  string `json:"currency"`
 	Status    string `json:"status"`
 	Lines     []struct {
-		Kind          string          `json:"kind"`
-		MeterCode     string          `json:"meterCode"`
-		PriceVersion  *int64          `json:"priceVersion"`
-		Quantity      decimal.Decimal `json:"quantity"`
-		ChargeCount   int             `json:"chargeCount"`
-		Amount        decimal.Decimal `json:"amount"`
-		OriginEventID string          `json:"originEventId"`
+		Kind          string            `json:"kind"`
+		MeterCode     string            `json:"meterCode"`
+		PriceVersion  *int64            `json:"priceVersion"`
+		Quantity      decimal.Decimal   `json:"quantity"`
+		ChargeCount   int               `json:"chargeCount"`
+		Amount        decimal.Decimal   `json:"amount"`
+		OriginEventID string            `json:"originEventId"`
+		Dimensions    map[string]string `json:"dimensions"`
 	} `json:"lines"`
 	Subtotal    decimal.Decimal  `json:"subtotal"`
 	Total       *decimal.Decimal `json:"total"`
@@ -354,12 +379,18 @@ func compareLines(t *Tenant, g invoiceDoc, w *ExpInvoice, issued bool) []string 
 		rounding := false
 		for _, l := range g.Lines {
 			switch l.Kind {
-			case "charge":
-				if l.PriceVersion == nil {
+			case "charge", "unpriced":
+				k := lineKey{Meter: l.MeterCode}
+				switch {
+				case l.Kind == "unpriced" && l.PriceVersion != nil && *l.PriceVersion != 0:
+					diffs = append(diffs, fmt.Sprintf("an unpriced line of %s with price version %d", l.MeterCode, *l.PriceVersion))
+					continue
+				case l.Kind == "charge" && l.PriceVersion == nil:
 					diffs = append(diffs, "a charge line without price version")
 					continue
+				case l.Kind == "charge":
+					k.Version, k.Dims = *l.PriceVersion, dimsKey(l.Dimensions)
 				}
-				k := lineKey{l.MeterCode, *l.PriceVersion}
 				wl := w.Charge[k]
 				if wl == nil {
 					diffs = append(diffs, fmt.Sprintf("charge line %s the model does not expect", k))
@@ -367,8 +398,12 @@ func compareLines(t *Tenant, g invoiceDoc, w *ExpInvoice, issued bool) []string 
 				}
 				charge[k] = true
 				if !l.Quantity.Equal(wl.Qty) || l.ChargeCount != wl.Count || !l.Amount.Equal(wl.Amount) {
-					diffs = append(diffs, fmt.Sprintf("line %s (%s): quantity %s count %d amount %s, want %s %d %s", k,
-						t.Series[k.Meter].version(k.Version).Pricing, l.Quantity, l.ChargeCount, l.Amount, wl.Qty, wl.Count, wl.Amount))
+					pricing := "unpriced"
+					if k.Version > 0 {
+						pricing = t.Series[k.Meter].version(k.Version).Pricing.String()
+					}
+					diffs = append(diffs, fmt.Sprintf("line %s (%s, %s): quantity %s count %d amount %s, want %s %d %s", k,
+						pricing, aggName(k.Meter), l.Quantity, l.ChargeCount, l.Amount, wl.Qty, wl.Count, wl.Amount))
 				}
 			case "adjustment":
 				a := adjs[l.OriginEventID]
@@ -405,6 +440,13 @@ func compareLines(t *Tenant, g invoiceDoc, w *ExpInvoice, issued bool) []string 
 		}
 	}
 	return diffs
+}
+
+func aggName(meter string) string {
+	if a := meterDef(meter).Agg; a != "" {
+		return a
+	}
+	return "sum"
 }
 
 func orNone(d decimal.Decimal, ok bool) string {

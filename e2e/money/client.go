@@ -56,23 +56,37 @@ func clip(s string) string {
 	return s
 }
 
+// token is a tenant's token, or with tenant "" a catalog-admin's.
 func (c *client) token(tenant string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.tokens[tenant] == "" {
+		role, subject := auth.RoleTenant, "dev-tenant"
+		if tenant == "" {
+			role, subject = auth.RoleCatalogAdmin, "money-catalog"
+		}
 		// the development key unless AUTH_SIGNING_KEY names the issuer's
-		tok, err := auth.TokenFromEnv("dev-tenant", auth.RoleTenant, tenant)
+		tok, err := auth.TokenFromEnv(subject, role, tenant)
 		if err != nil {
-			panic(fmt.Sprintf("money client: sign a token for %s: %v", tenant, err)) // the environment names a bad key
+			panic(fmt.Sprintf("money client: sign a %s token for %q: %v", role, tenant, err)) // the environment names a bad key
 		}
 		c.tokens[tenant] = "Bearer " + tok
 	}
 	return c.tokens[tenant]
 }
 
-// do sends a request to service; transport failures are errors, statuses
-// are the caller's to judge.
+// do sends a request to a tenant's path of service; transport failures are
+// errors, statuses are the caller's to judge.
 func (c *client) do(ctx context.Context, service, method, tenant, path string, body any, headers map[string]string) (answer, error) {
+	return c.send(ctx, service, method, tenant, "/v1/tenants/"+tenant+path, body, headers)
+}
+
+// catalog sends a catalog-admin's request to meter's path.
+func (c *client) catalog(ctx context.Context, method, path string, body any, headers map[string]string) (answer, error) {
+	return c.send(ctx, "meter", method, "", path, body, headers)
+}
+
+func (c *client) send(ctx context.Context, service, method, tenant, path string, body any, headers map[string]string) (answer, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -81,7 +95,7 @@ func (c *client) do(ctx context.Context, service, method, tenant, path string, b
 		}
 		rd = bytes.NewReader(b)
 	}
-	url := c.urls[service] + "/v1/tenants/" + tenant + path
+	url := c.urls[service] + path
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		return answer{}, err

@@ -3,6 +3,7 @@ package money
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -23,11 +24,13 @@ type wallClock struct{}
 
 func (wallClock) Now() time.Time { return time.Now() }
 
-// Version is one price version of a series as meter answered it.
+// Version is one price version of a series as meter answered it. Dims are
+// the property values it prices (none: the series' default).
 type Version struct {
 	N       int64
 	Eff     time.Time
 	Pricing Pricing
+	Dims    map[string]string
 }
 
 // Series is a tenant's price series of one meter (one currency per meter).
@@ -36,17 +39,77 @@ type Series struct {
 	Versions        []Version // in version order
 }
 
-// inEffect is the version in effect at t: the highest version whose
-// effectiveAt is at or before t (decision 0011); nil before the first.
-func (s *Series) inEffect(t time.Time) *Version {
-	var best *Version
+// inEffect is the version that prices a fact with props at t (decision
+// 0011, DESIGN.md section 3a): the series is a price sheet, one entry per
+// dimension set, the entry of a set being its highest version whose
+// effectiveAt is at or before t; the fact takes the most specific entry
+// whose values all equal its properties. nil: no entry applies (unpriced).
+func (s *Series) inEffect(t time.Time, props map[string]string) *Version {
+	entries := map[string]*Version{}
 	for i := range s.Versions {
 		v := &s.Versions[i]
-		if !v.Eff.After(t) && (best == nil || v.N > best.N) {
+		k := dimsKey(v.Dims)
+		if e := entries[k]; !v.Eff.After(t) && (e == nil || v.N > e.N) {
+			entries[k] = v
+		}
+	}
+	var best *Version
+	for _, v := range entries {
+		if !dimsMatch(v.Dims, props) {
+			continue
+		}
+		if best == nil {
+			best = v
+			continue
+		}
+		more := len(v.Dims) > len(best.Dims)
+		if mutation == "least-specific" { // a deliberately wrong model: the least specific entry wins
+			more = len(v.Dims) < len(best.Dims)
+		}
+		if more || (len(v.Dims) == len(best.Dims) && dimsKey(v.Dims) < dimsKey(best.Dims)) {
 			best = v
 		}
 	}
 	return best
+}
+
+// dimsMatch: every value a price names equals the fact's property.
+func dimsMatch(dims, props map[string]string) bool {
+	for k, v := range dims {
+		if props[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// dimsKey is a dimension set as a string: name=value pairs in name order.
+func dimsKey(d map[string]string) string {
+	var parts []string
+	for _, k := range sortedKeys(d) {
+		parts = append(parts, k+"="+d[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+// ambiguous reports whether a new entry of dims would be as specific as one
+// the series has and could match the same fact (refused: ambiguous_price).
+func (s *Series) ambiguous(dims map[string]string) bool {
+	for _, v := range s.Versions {
+		if len(v.Dims) != len(dims) || dimsKey(v.Dims) == dimsKey(dims) {
+			continue
+		}
+		agree := true
+		for k, x := range dims {
+			if y, ok := v.Dims[k]; ok && y != x {
+				agree = false
+			}
+		}
+		if agree {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Series) version(n int64) *Version {
@@ -67,15 +130,21 @@ type Fact struct {
 	At            time.Time
 	UsageID       string
 	EventID       string
-	Period        string // the period it is rated into
-	Version       int64
+	Props         map[string]string
+	Period        string            // the period it is rated into
+	Version       int64             // 0: unpriced
+	Dims          map[string]string // of the version that rated it
 	Late          bool
 	ChargeID      string // known once billing listed it
 }
 
 func (f *Fact) body() map[string]any {
-	return map[string]any{"sourceSystem": sourceSystem, "sourceEventId": f.SourceEventID, "meterCode": f.Meter,
+	b := map[string]any{"sourceSystem": sourceSystem, "sourceEventId": f.SourceEventID, "meterCode": f.Meter,
 		"quantity": f.Qty.String(), "occurredAt": f.At.UTC().Format(time.RFC3339Nano)}
+	if len(f.Props) > 0 {
+		b["properties"] = f.Props
+	}
+	return b
 }
 
 const sourceSystem = "money-test"
@@ -227,10 +296,12 @@ func (t *Tenant) earliestOpen() string {
 	return p
 }
 
-// lineKey is an invoice charge line: one per (meter, price version).
+// lineKey is an invoice line of charges: one per (meter, price version,
+// the version's dimensions); Version 0 is the meter's unpriced line.
 type lineKey struct {
 	Meter   string
 	Version int64
+	Dims    string // dimsKey
 }
 
 type line struct {
@@ -238,31 +309,84 @@ type line struct {
 	Count  int
 	Amount decimal.Decimal
 	Floor  decimal.Decimal
+	facts  []*Fact
 }
 
-// lines are the charge lines of period p in currency c, over the facts
-// `include` admits.
+// lines are the lines of charges of period p in currency c, over the facts
+// `include` admits: each line's quantity is its meter's aggregation over
+// its facts (aggregate), its amount the version's pricing of that quantity
+// (zero when unpriced).
 func (t *Tenant) lines(p, c string, include func(*Fact) bool) map[lineKey]*line {
 	out := map[lineKey]*line{}
 	for _, f := range t.Facts {
 		if f.Period != p || f.Currency != c || (include != nil && !include(f)) {
 			continue
 		}
-		k := lineKey{f.Meter, f.Version}
+		k := lineKey{f.Meter, f.Version, dimsKey(f.Dims)}
 		l := out[k]
 		if l == nil {
 			l = &line{}
 			out[k] = l
 		}
-		l.Qty = l.Qty.Add(f.Qty)
+		l.facts = append(l.facts, f)
 		l.Count++
 	}
 	for k, l := range out {
+		l.Qty = aggregate(meterDef(k.Meter), l.facts)
+		if k.Version == 0 {
+			continue
+		}
 		pr := t.Series[k.Meter].version(k.Version).Pricing
 		l.Amount = pr.Amount(l.Qty)
 		l.Floor = pr.Floor(l.Qty)
 	}
 	return out
+}
+
+// aggregate is meter m's figure over facts (DESIGN.md section 3a): sum of
+// quantities, count of facts, largest quantity, quantity of the latest fact
+// (occurredAt, then the larger source event id: one source system here),
+// or the number of distinct values of the value property.
+func aggregate(m meterDefinition, facts []*Fact) decimal.Decimal {
+	switch m.Agg {
+	case "count":
+		return decimal.NewFromInt(int64(len(facts)))
+	case "max":
+		best := facts[0].Qty
+		for _, f := range facts {
+			if f.Qty.GreaterThan(best) {
+				best = f.Qty
+			}
+		}
+		return best
+	case "latest":
+		best := facts[0]
+		for _, f := range facts {
+			later := f.At.After(best.At) || (f.At.Equal(best.At) && f.SourceEventID > best.SourceEventID)
+			if mutation == "latest-first" { // a deliberately wrong model: the earliest fact wins
+				later = f.At.Before(best.At)
+			}
+			if later {
+				best = f
+			}
+		}
+		return best.Qty
+	case "unique_count":
+		seen := map[string]bool{}
+		for _, f := range facts {
+			seen[f.Props[m.ValueProp]] = true
+		}
+		if mutation == "unique-counts-facts" { // a deliberately wrong model
+			return decimal.NewFromInt(int64(len(facts)))
+		}
+		return decimal.NewFromInt(int64(len(seen)))
+	default:
+		sum := decimal.Zero
+		for _, f := range facts {
+			sum = sum.Add(f.Qty)
+		}
+		return sum
+	}
 }
 
 // currencies of period p: those with a charge or an adjustment in it.
@@ -344,32 +468,26 @@ type Summary struct {
 	Invoiced        map[string]decimal.Decimal
 }
 
-// expectSummary: usage counted from every accepted fact; charged the unit
-// charges' amounts plus, for graduated, volume and package versions (whose
-// charges carry no amount, decision 0012), each line's pricing over its
-// quantity (a line: the period rated into, meter, version); adjusted every
+// expectSummary: usage counted from every accepted fact; charged every
+// line's amount (a line: the period rated into, meter, version, its
+// dimensions; under unit pricing of sum and count meters the sum of its
+// charges' amounts, else its pricing over its aggregated quantity,
+// decision 0012); adjusted every
 // adjustment; invoiced the issued totals plus the correction notes.
 func (t *Tenant) expectSummary() Summary {
 	s := Summary{QuantityByMeter: map[string]decimal.Decimal{}, Charged: map[string]decimal.Decimal{},
 		Adjusted: map[string]decimal.Decimal{}, Invoiced: map[string]decimal.Decimal{}}
-	type line struct {
-		period, meter, currency string
-		version                 int64
-	}
-	lines := map[line]decimal.Decimal{}
+	type pc struct{ period, currency string }
+	seen := map[pc]bool{}
 	for _, f := range t.Facts {
 		s.Count++
 		s.QuantityByMeter[f.Meter] = s.QuantityByMeter[f.Meter].Add(f.Qty)
-		v := t.Series[f.Meter].version(f.Version)
-		if v.Pricing.Model == Unit {
-			s.Charged[f.Currency] = s.Charged[f.Currency].Add(f.Qty.Mul(v.Pricing.UnitPrice))
-		} else {
-			k := line{f.Period, f.Meter, f.Currency, f.Version}
-			lines[k] = lines[k].Add(f.Qty)
-		}
+		seen[pc{f.Period, f.Currency}] = true
 	}
-	for k, q := range lines {
-		s.Charged[k.currency] = s.Charged[k.currency].Add(t.Series[k.meter].version(k.version).Pricing.Amount(q))
+	for k := range seen {
+		for _, l := range t.lines(k.period, k.currency, nil) {
+			s.Charged[k.currency] = s.Charged[k.currency].Add(l.Amount)
+		}
 	}
 	for _, a := range t.Adjs {
 		s.Adjusted[a.Currency] = s.Adjusted[a.Currency].Add(a.Amount)
@@ -401,4 +519,12 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-func (k lineKey) String() string { return fmt.Sprintf("%s v%d", k.Meter, k.Version) }
+func (k lineKey) String() string {
+	if k.Version == 0 {
+		return k.Meter + " unpriced"
+	}
+	if k.Dims != "" {
+		return fmt.Sprintf("%s v%d {%s}", k.Meter, k.Version, k.Dims)
+	}
+	return fmt.Sprintf("%s v%d", k.Meter, k.Version)
+}

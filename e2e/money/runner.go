@@ -13,8 +13,43 @@ import (
 )
 
 // meters the tenants may price, one currency each; "ghost" is never priced.
-var meters = []struct{ Code, Currency string }{
-	{"api_calls", "USD"}, {"messages", "USD"}, {"storage_gb", "KRW"}, {"compute_s", "BHD"}, {"tokens", "JPY"},
+var meters = []meterDefinition{
+	{Code: "api_calls", Currency: "USD", Agg: "sum", Catalog: true}, {Code: "messages", Currency: "USD", Agg: "sum", Catalog: true},
+	{Code: "storage_gb", Currency: "KRW", Agg: "sum", Catalog: true}, {Code: "compute_s", Currency: "BHD", Agg: "sum", Catalog: true},
+	{Code: "tokens", Currency: "JPY", Agg: "sum", Catalog: true},
+	{Code: "ai_tokens", Currency: "USD", Agg: "sum", Dims: []string{"model", "region"}, Catalog: true},
+	{Code: "ai_requests", Currency: "EUR", Agg: "count", Dims: []string{"model"}, Catalog: true},
+	{Code: "peak_seats", Currency: "USD", Agg: "max", Catalog: true},
+	{Code: "storage_eod", Currency: "KRW", Agg: "latest", Catalog: true},
+	{Code: "active_users", Currency: "USD", Agg: "unique_count", ValueProp: "user", Dims: []string{"region"}, Catalog: true},
+}
+
+// meterDefinition is a meter of the test, each defined in the catalog at the
+// start of a run (DESIGN.md section 3a), so that whether a tenant's fact of
+// a meter it has no price for is unknown_meter or no_price_in_effect never
+// depends on what an earlier run on the same stack priced. (Meters implied
+// by a price are the demo's, the load tool's and the e2e tests'.)
+type meterDefinition struct {
+	Code, Currency string
+	Agg            string // "" is sum
+	ValueProp      string
+	Dims           []string
+	Catalog        bool
+}
+
+func meterDef(code string) meterDefinition {
+	for _, m := range meters {
+		if m.Code == code {
+			return m
+		}
+	}
+	return meterDefinition{Code: code}
+}
+
+// propertyValues are the values facts take for each property.
+var propertyValues = map[string][]string{
+	"model": {"gpt-4", "gpt-3.5", "claude"}, "region": {"eu", "us"},
+	"user": {"u1", "u2", "u3", "u4", "u5", "u6"},
 }
 
 const ghostMeter = "ghost"
@@ -94,6 +129,11 @@ func Run(ctx context.Context, cfg Config, ops []Op) (Stats, *Failure, error) {
 			return &Failure{Op: i, Kind: m.kind, Msg: m.msg, Steps: r.steps}, nil
 		}
 		return nil, fmt.Errorf("op %d (%s): %w", i, ops[i], err)
+	}
+	r.rng = rand.New(rand.NewPCG(1, 2))
+	if err := r.defineCatalog(ctx); err != nil {
+		f, err := handle(0, err)
+		return r.stats, f, err
 	}
 	took := map[Kind]time.Duration{}
 	defer func() {
@@ -220,28 +260,47 @@ func (r *runner) newTenant(ctx context.Context) error {
 	return nil
 }
 
-// activateFirst activates a series' first version (effective now) and waits
-// until usage knows it: a fact before it is then refused no_price_in_effect
-// rather than unknown_meter.
+// activateFirst activates a series' first version (effective now, mostly
+// without dimensions) and waits until usage knows it: a fact before it is
+// then accepted (and rated unpriced) rather than refused no_price_in_effect.
+// That probe becomes one of the tenant's facts.
 func (r *runner) activateFirst(ctx context.Context, t *Tenant, meter, currency string) error {
 	t.Series[meter] = &Series{Meter: meter, Currency: currency}
-	if err := r.sendPrice(ctx, t, meter, randomPricing(r.rng, currency), "now", time.Time{}, 201, ""); err != nil {
+	m := meterDef(meter)
+	var dims map[string]string
+	if len(m.Dims) > 0 && r.rng.IntN(4) == 0 {
+		dims = map[string]string{m.Dims[0]: pickString(r.rng, propertyValues[m.Dims[0]])}
+	}
+	if err := r.sendPrice(ctx, t, meter, randomPricing(r.rng, currency), dims, "now", time.Time{}, 201, ""); err != nil {
 		return err
 	}
-	v1 := t.Series[meter].Versions[0]
-	probe := map[string]any{"sourceSystem": sourceSystem, "sourceEventId": "probe-" + meter, "meterCode": meter,
-		"quantity": "1", "occurredAt": v1.Eff.Add(-time.Second).Format(time.RFC3339Nano)}
+	s := t.Series[meter]
+	v1 := s.Versions[0]
+	f := &Fact{SourceEventID: "probe-" + meter, Meter: meter, Currency: currency, Qty: dec("1"),
+		At: v1.Eff.Add(-time.Second), Props: r.properties(m)}
+	if m.ValueProp != "" {
+		if f.Props == nil {
+			f.Props = map[string]string{}
+		}
+		f.Props[m.ValueProp] = pickString(r.rng, propertyValues[m.ValueProp])
+	}
 	deadline := time.Now().Add(r.cfg.Settle)
 	for {
-		a, err := r.c.do(ctx, "usage", "POST", t.ID, "/usage", probe, nil)
+		a, err := r.c.do(ctx, "usage", "POST", t.ID, "/usage", f.body(), nil)
 		if err != nil {
 			return err
 		}
-		if a.Status == 422 && a.Code() == "no_price_in_effect" {
+		if a.Status == 201 {
+			var got usageAnswer
+			if err := a.decode(&got); err != nil {
+				return err
+			}
+			r.accept(t, f, s, got)
+			r.note("#%d usage %s %s before the first price -> 201 (unpriced)", r.step, t.ID, f.SourceEventID)
 			return nil
 		}
-		if a.Status != 422 || a.Code() != "unknown_meter" {
-			return fail("usage", "%s: a fact before %s's first price: want 422 no_price_in_effect (or unknown_meter until usage learns the price), got %d %s",
+		if a.Status != 422 || (a.Code() != "unknown_meter" && a.Code() != "no_price_in_effect") {
+			return fail("usage", "%s: a fact before %s's first price: want 201 (or 422 no_price_in_effect/unknown_meter until usage learns the price), got %d %s",
 				t.ID, meter, a.Status, clip(string(a.Body)))
 		}
 		if time.Now().After(deadline) {
@@ -262,6 +321,14 @@ func (r *runner) activate(ctx context.Context, t *Tenant) error {
 	now := instant(r.now())
 	last := s.Versions[len(s.Versions)-1].Eff
 	safe := now.Add(r.cfg.Lead + 2*time.Second) // beyond any watermark meter can have published
+	dims := r.priceDimensions(m)
+	if s.ambiguous(dims) {
+		eff := maxTime(safe, last).Add(time.Second)
+		return r.sendPrice(ctx, t, m.Code, p, dims, "ambiguous", instant(eff), 409, "ambiguous_price")
+	}
+	if r.rng.IntN(40) == 0 { // a dimension the meter does not have
+		return r.sendPrice(ctx, t, m.Code, p, map[string]string{"colour": "red"}, "unknown dimension", instant(maxTime(safe, last).Add(time.Second)), 400, "invalid_dimensions")
+	}
 	x := r.rng.IntN(100)
 	switch {
 	case x < 30: // now: takes effect after the published schedule, unless a later version is scheduled
@@ -269,27 +336,27 @@ func (r *runner) activate(ctx context.Context, t *Tenant) error {
 			break // whether it would be out of order depends on meter's watermark: make it explicit
 		}
 		if last.After(safe.Add(time.Second)) {
-			return r.sendPrice(ctx, t, m.Code, p, "now", time.Time{}, 422, "price_out_of_order")
+			return r.sendPrice(ctx, t, m.Code, p, dims, "now", time.Time{}, 422, "price_out_of_order")
 		}
-		return r.sendPrice(ctx, t, m.Code, p, "now", time.Time{}, 201, "")
+		return r.sendPrice(ctx, t, m.Code, p, dims, "now", time.Time{}, 201, "")
 	case x < 40: // backdated
-		return r.sendPrice(ctx, t, m.Code, p, "backdated", now.Add(-time.Duration(1+r.rng.IntN(600))*time.Second), 422, "price_backdated")
+		return r.sendPrice(ctx, t, m.Code, p, dims, "backdated", now.Add(-time.Duration(1+r.rng.IntN(600))*time.Second), 422, "price_backdated")
 	case x < 50: // before the last version's effectiveAt, after the watermark
 		if last.After(safe.Add(2 * time.Millisecond)) {
 			eff := safe.Add(time.Duration(r.rng.Int64N(int64(last.Sub(safe))-1000)) + time.Microsecond)
-			return r.sendPrice(ctx, t, m.Code, p, "out-of-order", instant(eff), 422, "price_out_of_order")
+			return r.sendPrice(ctx, t, m.Code, p, dims, "out-of-order", instant(eff), 422, "price_out_of_order")
 		}
 	case x < 60: // an invalid price
 		body, code := invalidPricing(r.rng)
 		return r.sendRaw(ctx, t, m.Code, m.Currency, body, code)
 	case x < 65: // the same effectiveAt as the last version, if still ahead
 		if last.After(safe) {
-			return r.sendPrice(ctx, t, m.Code, p, "same-as-last", last, 201, "")
+			return r.sendPrice(ctx, t, m.Code, p, dims, "same-as-last", last, 201, "")
 		}
 	}
 	// a future version
 	eff := maxTime(safe, last).Add(time.Duration(r.rng.Int64N(int64(4 * time.Second))))
-	return r.sendPrice(ctx, t, m.Code, p, "future", instant(eff), 201, "")
+	return r.sendPrice(ctx, t, m.Code, p, dims, "future", instant(eff), 201, "")
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -307,10 +374,14 @@ type priceAnswer struct {
 	Currency    string    `json:"currency"`
 }
 
-func (r *runner) sendPrice(ctx context.Context, t *Tenant, meter string, p Pricing, how string, eff time.Time, wantStatus int, wantCode string) error {
+func (r *runner) sendPrice(ctx context.Context, t *Tenant, meter string, p Pricing, dims map[string]string, how string, eff time.Time, wantStatus int, wantCode string) error {
 	s := t.Series[meter]
 	body := p.request()
 	body["meterCode"], body["currency"] = meter, s.Currency
+	if len(dims) > 0 {
+		body["dimensions"] = dims
+		how += " " + dimsKey(dims)
+	}
 	if !eff.IsZero() {
 		body["effectiveAt"] = eff.Format(time.RFC3339Nano)
 	}
@@ -347,7 +418,7 @@ func (r *runner) sendPrice(ctx context.Context, t *Tenant, meter string, p Prici
 		return fail("price", "%s %s: effectiveAt %s of a price activated now (%s) is not within the schedule lead %s",
 			t.ID, meter, got.EffectiveAt, sent, r.cfg.Lead)
 	}
-	s.Versions = append(s.Versions, Version{N: got.Version, Eff: got.EffectiveAt.UTC(), Pricing: p})
+	s.Versions = append(s.Versions, Version{N: got.Version, Eff: got.EffectiveAt.UTC(), Pricing: p, Dims: dims})
 	r.note("%s) -> v%d effective %s", desc, got.Version, got.EffectiveAt.UTC().Format(time.RFC3339Nano))
 	return nil
 }
@@ -435,7 +506,10 @@ func (r *runner) newFact(t *Tenant, toBound bool) (*Fact, *Series, string) {
 		s = t.Series[meter]
 	}
 	t.nextEventID++
-	f := &Fact{SourceEventID: fmt.Sprintf("e%d", t.nextEventID), Meter: meter, Qty: randomQty(r.rng)}
+	f := &Fact{SourceEventID: fmt.Sprintf("e%d", t.nextEventID), Meter: meter, Qty: randomQty(r.rng), Props: r.properties(meterDef(meter))}
+	if a := meterDef(meter).Agg; a != "" && a != "sum" {
+		toBound = false // a step of the line's quantity is a sum's
+	}
 	how := ""
 	if s != nil {
 		f.Currency = s.Currency
@@ -448,11 +522,11 @@ func (r *runner) newFact(t *Tenant, toBound bool) (*Fact, *Series, string) {
 		if t.dueOpen(f.At, r.now()) { // just after a clock move past an empty period's close
 			f.At = instant(r.now())
 		}
-		if v := s.inEffect(f.At); v != nil {
+		if v := s.inEffect(f.At, f.Props); v != nil {
 			p, _ := t.target(f.At)
 			q := decimal.Zero
 			for _, g := range t.Facts {
-				if g.Period == p && g.Meter == meter && g.Version == v.N {
+				if g.Period == p && g.Meter == meter && g.Version == v.N && dimsKey(g.Dims) == dimsKey(v.Dims) {
 					q = q.Add(g.Qty)
 				}
 			}
@@ -484,8 +558,12 @@ func (r *runner) newFact(t *Tenant, toBound bool) (*Fact, *Series, string) {
 // expectUsage is the model's answer to a new fact: 201 and the fact as
 // rated, or a refusal code.
 func (r *runner) expectUsage(t *Tenant, f *Fact, s *Series) (int, string) {
+	m := meterDef(f.Meter)
+	if m.ValueProp != "" && f.Props[m.ValueProp] == "" {
+		return 400, "missing_value_property"
+	}
 	if prev := t.byIdentity[f.SourceEventID]; prev != nil {
-		if prev.Meter == f.Meter && prev.Qty.Equal(f.Qty) && prev.At.Equal(f.At) {
+		if prev.Meter == f.Meter && prev.Qty.Equal(f.Qty) && prev.At.Equal(f.At) && sameProps(prev.Props, f.Props) {
 			return 200, ""
 		}
 		return 409, "source_event_conflict"
@@ -493,13 +571,13 @@ func (r *runner) expectUsage(t *Tenant, f *Fact, s *Series) (int, string) {
 	if f.At.After(r.now().Add(maxFutureSkew)) {
 		return 422, "occurred_in_future"
 	}
-	if s == nil {
+	if f.Meter == ghostMeter {
 		return 422, "unknown_meter"
 	}
-	if s.Versions[0].Eff.After(f.At) {
+	if s == nil { // a meter of the catalog this tenant has no price for
 		return 422, "no_price_in_effect"
 	}
-	return 201, ""
+	return 201, "" // before the first price, or matching no entry: unpriced
 }
 
 // maxFutureSkew: usage refuses a fact that occurred further ahead of its
@@ -514,7 +592,9 @@ type usageAnswer struct {
 // accept records a fact the service accepted, with the charge it must get.
 func (r *runner) accept(t *Tenant, f *Fact, s *Series, got usageAnswer) {
 	f.UsageID, f.EventID = got.UsageID, got.EventID
-	f.Version = s.inEffect(f.At).N
+	if v := s.inEffect(f.At, f.Props); v != nil {
+		f.Version, f.Dims = v.N, v.Dims
+	}
 	f.Period, f.Late = t.target(f.At)
 	if f.Late {
 		r.stats.Late++
@@ -575,9 +655,18 @@ func (r *runner) replayOrConflict(ctx context.Context, t *Tenant, conflict bool)
 			f.Qty, what = f.Qty.Add(decimal.New(1, -3)), "conflict (quantity)"
 		case 1:
 			f.At, what = f.At.Add(-time.Microsecond), "conflict (occurredAt)"
+			if r.rng.IntN(2) == 0 {
+				f.At, what = orig.At, "conflict (properties)"
+				f.Props = map[string]string{"trace.id": "other"}
+				for k, v := range orig.Props {
+					if k != "trace.id" {
+						f.Props[k] = v
+					}
+				}
+			}
 		default:
 			for _, m := range meters {
-				if m.Code != f.Meter && t.Series[m.Code] != nil {
+				if m.Code != f.Meter && t.Series[m.Code] != nil && m.ValueProp == "" {
 					f.Meter, what = m.Code, "conflict (meter)"
 					break
 				}
@@ -838,6 +927,11 @@ func (r *runner) expectAdjustment(ctx context.Context, t *Tenant, f *Fact, amoun
 	case currency != c:
 		return 422, "currency_mismatch", nil
 	case amount.Sign() < 0:
+		if t.Dirty { // latest's figure may fall as facts arrive: know every charge first
+			if err := r.settle(ctx, t); err != nil {
+				return 0, "", err
+			}
+		}
 		lower := t.room(f.Period, c, confirmed).Add(amount) // what billing has listed at least
 		upper := t.room(f.Period, c, nil).Add(amount)       // every accepted fact
 		if lower.Sign() < 0 && upper.Sign() >= 0 {
