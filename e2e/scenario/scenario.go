@@ -120,13 +120,14 @@ func (c *Config) defaults() {
 // Result is what the run saw, beside what it expected, for a report.
 type Result struct {
 	Period   string
-	Prices   []Price       // as meter lists them after activation
-	Sent     []Sent        // per tenant
-	Charges  []ChargeSum   // per tenant and currency
-	Invoices []Invoice     // per tenant and currency
-	Summary  []Summary     // per tenant
-	Models   *ModelsResult // the pricing-models step (a graduated price)
-	Took     []StepTiming  // how long each step took
+	Prices   []Price        // as meter lists them after activation
+	Sent     []Sent         // per tenant
+	Charges  []ChargeSum    // per tenant and currency
+	Invoices []Invoice      // per tenant and currency
+	Summary  []Summary      // per tenant
+	Models   *ModelsResult  // the pricing-models step (a graduated price)
+	Catalog  *CatalogResult // the catalog step (an AI API)
+	Took     []StepTiming   // how long each step took
 	// Mismatches lists every figure or answer that disagrees with what
 	// was sent; empty means the system billed exactly what it was given.
 	Mismatches []string
@@ -250,6 +251,7 @@ func Run(ctx context.Context, ep Endpoints, cfg Config) (*Result, error) {
 		{"wait for invoices", r.waitInvoices},
 		{"wait for the query summary", r.checkSummary},
 		{"a graduated price, estimated and invoiced", r.pricingModels},
+		{"an AI API billed from the meter catalog", r.catalog},
 	}
 	for _, s := range steps {
 		t := time.Now()

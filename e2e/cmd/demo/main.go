@@ -250,6 +250,30 @@ func report(res *scenario.Result) {
 		w.Flush()
 	}
 
+	if c := res.Catalog; c != nil {
+		w = section(fmt.Sprintf("An AI API billed from raw events (meter catalog): tenant %s, %s, %d facts of gpt-4 sent as CloudEvents", c.Tenant, c.Currency, c.CloudEvents))
+		fmt.Fprintln(w, "meter\taggregation\tprice dimensions\tunit price\tcharges\tquantity\tamount")
+		for _, l := range c.Lines {
+			dims := l.Dimensions
+			if dims == "" {
+				dims = "(default)"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Meter, l.Aggregation, dims, l.UnitPrice,
+				checkInt(int(l.Count), int(l.WantCount)), check(l.Quantity, l.WantQuantity), check(l.Amount, l.WantAmount))
+		}
+		fmt.Fprintf(w, "total\t\t\t\t\t\t%s\n", check(c.Total, c.WantTotal))
+		w.Flush()
+		w = section("Usage analytics (query): llm_tokens by day and model, GET .../meters/llm_tokens/usage?windowSize=day&groupBy=model")
+		fmt.Fprintln(w, "day (UTC)\tmodel\ttokens")
+		got := map[string]decimal.Decimal{}
+		for _, row := range c.Usage {
+			fmt.Fprintf(w, "%s\t%s\t%s\n", row.From.UTC().Format("2006-01-02"), row.Dimensions["model"], row.Value)
+			got[row.Dimensions["model"]] = got[row.Dimensions["model"]].Add(row.Value)
+		}
+		fmt.Fprintf(w, "by model\t\t%s\n", checkMap(got, c.WantUsage))
+		w.Flush()
+	}
+
 	w = section("Query summary (query)")
 	fmt.Fprintln(w, "tenant\tusage facts\tquantity by meter\tcharged\tadjusted\tinvoiced")
 	for _, s := range res.Summary {
