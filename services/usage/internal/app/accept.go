@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -81,42 +82,18 @@ type candidate struct {
 // Repeats of an identity within the batch wait for a next round, which
 // finds the fact the first one left.
 func (a *App) accept(ctx context.Context, tenantID, correlationID string, us []domain.Usage) ([]Result, error) {
-	res := make([]Result, len(us))
+	var res []Result
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		// The acceptance time is taken under the acceptance lock, never
-		// before the last cut: a watermark's promise (decision 0014).
-		cut, err := db.LockAcceptance(ctx, tx)
+		acceptedAt, err := a.acceptanceTime(ctx, tx)
 		if err != nil {
 			return err
 		}
-		acceptedAt := domain.Instant(a.now())
-		if acceptedAt.Before(cut) {
-			acceptedAt = cut
-		}
-		q := db.New(tx)
-		evidence, err := loadEvidence(ctx, q, tenantID, us)
+		var envs []envelope.Envelope
+		res, envs, err = a.decideTenant(ctx, db.New(tx), tenantID, correlationID, acceptedAt, us)
 		if err != nil {
 			return err
 		}
-		envs := make([]*envelope.Envelope, len(us))
-		pending := make([]int, len(us))
-		for i := range pending {
-			pending[i] = i
-		}
-		for len(pending) > 0 {
-			var round []int
-			round, pending = firstOfEachIdentity(us, pending)
-			if err := a.decideRound(ctx, q, tenantID, correlationID, acceptedAt, evidence, us, round, res, envs); err != nil {
-				return err
-			}
-		}
-		out := make([]envelope.Envelope, 0, len(us))
-		for _, e := range envs {
-			if e != nil {
-				out = append(out, *e)
-			}
-		}
-		return events.Append(ctx, tx, out...)
+		return events.Append(ctx, tx, envs...)
 	})
 	if err != nil {
 		return nil, err
@@ -124,7 +101,54 @@ func (a *App) accept(ctx context.Context, tenantID, correlationID string, us []d
 	return res, nil
 }
 
-func loadEvidence(ctx context.Context, q *db.Queries, tenantID string, us []domain.Usage) (domain.Evidence, error) {
+// acceptanceTime takes the acceptance lock and returns the acceptance time
+// of the transaction's facts: now, never before the last cut (a
+// watermark's promise, decision 0014).
+func (a *App) acceptanceTime(ctx context.Context, tx pgx.Tx) (time.Time, error) {
+	cut, err := db.LockAcceptance(ctx, tx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	acceptedAt := domain.Instant(a.now())
+	if acceptedAt.Before(cut) {
+		acceptedAt = cut
+	}
+	return acceptedAt, nil
+}
+
+// decideTenant decides facts of one tenant inside tx and returns one result
+// per fact and the UsageAccepted events of the new ones.
+func (a *App) decideTenant(ctx context.Context, q *db.Queries, tenantID, correlationID string, acceptedAt time.Time,
+	us []domain.Usage) ([]Result, []envelope.Envelope, error) {
+	res := make([]Result, len(us))
+	evidence, cat, err := loadEvidence(ctx, q, tenantID, us)
+	if err != nil {
+		return nil, nil, err
+	}
+	envs := make([]*envelope.Envelope, len(us))
+	pending := make([]int, len(us))
+	for i := range pending {
+		pending[i] = i
+	}
+	for len(pending) > 0 {
+		var round []int
+		round, pending = firstOfEachIdentity(us, pending)
+		if err := a.decideRound(ctx, q, tenantID, correlationID, acceptedAt, evidence, cat, us, round, res, envs); err != nil {
+			return nil, nil, err
+		}
+	}
+	out := make([]envelope.Envelope, 0, len(us))
+	for _, e := range envs {
+		if e != nil {
+			out = append(out, *e)
+		}
+	}
+	return res, out, nil
+}
+
+// loadEvidence reads the price evidence and the catalog meters of the
+// batch's meter codes.
+func loadEvidence(ctx context.Context, q *db.Queries, tenantID string, us []domain.Usage) (domain.Evidence, domain.Catalog, error) {
 	seen := make(map[string]bool)
 	var meters []string
 	for _, u := range us {
@@ -135,13 +159,17 @@ func loadEvidence(ctx context.Context, q *db.Queries, tenantID string, us []doma
 	}
 	rows, err := q.PriceEvidenceForMeters(ctx, db.PriceEvidenceForMetersParams{TenantID: tenantID, MeterCodes: meters})
 	if err != nil {
-		return domain.Evidence{}, fmt.Errorf("read price evidence: %w", err)
+		return domain.Evidence{}, domain.Catalog{}, fmt.Errorf("read price evidence: %w", err)
 	}
 	versions := make([]domain.PriceVersion, len(rows))
 	for i, r := range rows {
 		versions[i] = domain.PriceVersion{MeterCode: r.MeterCode, Currency: r.Currency, Version: r.Version, EffectiveAt: r.EffectiveAt}
 	}
-	return domain.NewEvidence(versions), nil
+	cat, err := catalogByCode(ctx, q, meters)
+	if err != nil {
+		return domain.Evidence{}, domain.Catalog{}, err
+	}
+	return domain.NewEvidence(versions), cat, nil
 }
 
 // firstOfEachIdentity splits idx into the first index of each identity and
@@ -162,13 +190,17 @@ func firstOfEachIdentity(us []domain.Usage, idx []int) (first, rest []int) {
 
 // decideRound decides facts of distinct identities.
 func (a *App) decideRound(ctx context.Context, q *db.Queries, tenantID, correlationID string, acceptedAt time.Time,
-	evidence domain.Evidence, us []domain.Usage, round []int, res []Result, envs []*envelope.Envelope) error {
+	evidence domain.Evidence, cat domain.Catalog, us []domain.Usage, round []int, res []Result, envs []*envelope.Envelope) error {
 	cands := make(map[int]*candidate, len(round))
 	priceErrs := make(map[int]*domain.Error)
 	p := db.InsertUsageFactsParams{TenantID: tenantID, AcceptedAt: acceptedAt}
 	for _, i := range round {
 		u := us[i]
-		currency, perr := evidence.Currency(u)
+		if verr := cat.CheckValue(u); verr != nil {
+			priceErrs[i] = verr
+			continue
+		}
+		currency, perr := evidence.Currency(u, cat)
 		if perr != nil {
 			priceErrs[i] = perr
 			continue
@@ -186,6 +218,7 @@ func (a *App) decideRound(ctx context.Context, q *db.Queries, tenantID, correlat
 		p.OccurredAts = append(p.OccurredAts, u.OccurredAt)
 		p.Currencies = append(p.Currencies, currency)
 		p.EventIds = append(p.EventIds, c.env.EventID)
+		p.Properties = append(p.Properties, propertiesJSON(u.Properties))
 	}
 	inserted := make(map[uuid.UUID]bool, len(cands))
 	if len(cands) > 0 {
@@ -209,8 +242,8 @@ func (a *App) decideRound(ctx context.Context, q *db.Queries, tenantID, correlat
 	if len(lookup) == 0 {
 		return nil
 	}
-	// Identities already taken, and facts without a price that may be
-	// replays of facts accepted before.
+	// Identities already taken, and facts refused here (no price, no
+	// value) that may be replays of facts accepted before.
 	facts, err := factsBySource(ctx, q, tenantID, us, lookup)
 	if err != nil {
 		return err
@@ -247,6 +280,7 @@ func newCandidate(tenantID, correlationID string, u domain.Usage, currency strin
 		Quantity:      u.Quantity,
 		OccurredAt:    u.OccurredAt,
 		Currency:      currency,
+		Properties:    u.Properties,
 	}, events.Meta{
 		Producer: Producer, TenantID: tenantID, AggregateID: usageID.String(), OccurredAt: u.OccurredAt,
 		CorrelationID: correlationID,
@@ -269,7 +303,10 @@ func factsBySource(ctx context.Context, q *db.Queries, tenantID string, us []dom
 	}
 	out := make(map[domain.Identity]domain.Fact, len(rows))
 	for _, r := range rows {
-		f := factOf(db.GetUsageFactRow(r))
+		f, err := factOf(db.GetUsageFactRow(r))
+		if err != nil {
+			return nil, err
+		}
 		out[domain.Identity{SourceSystem: f.SourceSystem, SourceEventID: f.SourceEventID}] = f
 	}
 	return out, nil
@@ -277,12 +314,40 @@ func factsBySource(ctx context.Context, q *db.Queries, tenantID string, us []dom
 
 // factOf reads a fact's row (GetUsageFact's columns; UsageFactsBySource
 // reads the same).
-func factOf(r db.GetUsageFactRow) domain.Fact {
+func factOf(r db.GetUsageFactRow) (domain.Fact, error) {
+	props, err := propertiesOf(r.Properties)
+	if err != nil {
+		return domain.Fact{}, fmt.Errorf("usage fact %s: %w", r.UsageID, err)
+	}
 	return domain.Fact{
 		UsageID: r.UsageID, TenantID: r.TenantID, SourceSystem: r.SourceSystem, SourceEventID: r.SourceEventID,
 		MeterCode: r.MeterCode, Quantity: r.Quantity, OccurredAt: r.OccurredAt.UTC(), Currency: r.Currency,
-		EventID: r.EventID, AcceptedAt: r.AcceptedAt.UTC(),
+		Properties: props, EventID: r.EventID, AcceptedAt: r.AcceptedAt.UTC(),
+	}, nil
+}
+
+// propertiesJSON is the jsonb text of a fact's properties: {} for none.
+func propertiesJSON(props map[string]string) string {
+	if len(props) == 0 {
+		return "{}"
 	}
+	b, err := json.Marshal(props) // a map of strings always marshals
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// propertiesOf reads a fact's properties column: nil for none.
+func propertiesOf(raw []byte) (map[string]string, error) {
+	var props map[string]string
+	if err := json.Unmarshal(raw, &props); err != nil {
+		return nil, fmt.Errorf("read properties: %w", err)
+	}
+	if len(props) == 0 {
+		return nil, nil
+	}
+	return props, nil
 }
 
 // ErrNotFound is returned for a usage fact the tenant does not have.
@@ -297,5 +362,5 @@ func (a *App) Fact(ctx context.Context, tenantID string, usageID uuid.UUID) (dom
 	if err != nil {
 		return domain.Fact{}, fmt.Errorf("read usage fact: %w", err)
 	}
-	return factOf(r), nil
+	return factOf(r)
 }

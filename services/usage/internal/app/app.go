@@ -70,6 +70,7 @@ var Topics = []string{events.TopicMeter}
 // keyed by its payload type (inbox.Handle).
 func (a *App) Handlers() map[string]inbox.Handler {
 	hs := map[string]inbox.Handler{}
+	inbox.Handle(hs, a.ApplyMeterDefined)
 	inbox.Handle(hs, a.ApplyPriceActivated)
 	inbox.Handle(hs, a.IgnoreWatermark)
 	return hs

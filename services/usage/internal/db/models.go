@@ -12,6 +12,16 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+type Meter struct {
+	Code          string
+	Aggregation   string
+	ValueProperty string
+	Dimensions    []string
+	EventType     string
+	EventID       uuid.UUID
+	AppliedAt     time.Time
+}
+
 type PriceEvidence struct {
 	TenantID    string
 	MeterCode   string
@@ -36,6 +46,7 @@ type UsageFact struct {
 	PriceVersion  pgtype.Int8
 	EventID       uuid.UUID
 	AcceptedAt    time.Time
+	Properties    []byte
 }
 
 type UsageWatermarkCut struct {

@@ -12,15 +12,41 @@ FROM price_evidence
 WHERE tenant_id = @tenant_id AND meter_code = ANY(@meter_codes::text[])
 ORDER BY meter_code, currency, version;
 
+-- name: InsertMeter :execrows
+-- Records a catalog meter; a code (or an event type) already held is
+-- skipped, and the caller compares what holds it.
+INSERT INTO meters (code, aggregation, value_property, dimensions, event_type, event_id)
+VALUES (@code, @aggregation, @value_property, @dimensions::text[], @event_type, @event_id)
+ON CONFLICT DO NOTHING;
+
+-- name: MeterByCodeOrEventType :many
+-- The meters holding a code or an event type (at most two rows).
+SELECT code, aggregation, value_property, dimensions, event_type
+FROM meters
+WHERE code = @code OR event_type = @event_type
+ORDER BY code;
+
+-- name: MetersByCode :many
+-- The catalog meters of a batch's meter codes.
+SELECT code, aggregation, value_property, dimensions, event_type
+FROM meters
+WHERE code = ANY(@codes::text[]);
+
+-- name: MetersByEventType :many
+-- The catalog meters fed by a batch's CloudEvents types.
+SELECT code, aggregation, value_property, dimensions, event_type
+FROM meters
+WHERE event_type = ANY(@event_types::text[]);
+
 -- name: InsertUsageFacts :many
 -- Inserts a batch of facts in one statement. Rows go in identity order, so
 -- concurrent batches sharing identities wait for each other instead of
 -- deadlocking; an identity already taken is skipped (the caller looks it up
 -- to answer replay or conflict).
 INSERT INTO usage_fact (usage_id, tenant_id, source_system, source_event_id, meter_code, quantity,
-                        occurred_at, currency, event_id, accepted_at)
+                        occurred_at, currency, event_id, accepted_at, properties)
 SELECT u.usage_id, @tenant_id::text, u.source_system, u.source_event_id, u.meter_code, u.quantity,
-       u.occurred_at, u.currency, u.event_id, @accepted_at::timestamptz
+       u.occurred_at, u.currency, u.event_id, @accepted_at::timestamptz, u.properties::jsonb
 FROM (SELECT unnest(@usage_ids::uuid[])            AS usage_id,
              unnest(@source_systems::text[])       AS source_system,
              unnest(@source_event_ids::text[])     AS source_event_id,
@@ -28,14 +54,15 @@ FROM (SELECT unnest(@usage_ids::uuid[])            AS usage_id,
              unnest(@quantities::numeric[])        AS quantity,
              unnest(@occurred_ats::timestamptz[])  AS occurred_at,
              unnest(@currencies::text[])           AS currency,
-             unnest(@event_ids::uuid[])            AS event_id) AS u
+             unnest(@event_ids::uuid[])            AS event_id,
+             unnest(@properties::text[])           AS properties) AS u
 ORDER BY u.source_system, u.source_event_id
 ON CONFLICT (tenant_id, source_system, source_event_id) DO NOTHING
 RETURNING usage_id;
 
 -- name: UsageFactsBySource :many
 SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
-       currency, event_id, accepted_at
+       currency, event_id, accepted_at, properties
 FROM usage_fact
 WHERE tenant_id = @tenant_id
   AND (source_system, source_event_id) IN (
@@ -43,7 +70,7 @@ WHERE tenant_id = @tenant_id
 
 -- name: GetUsageFact :one
 SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
-       currency, event_id, accepted_at
+       currency, event_id, accepted_at, properties
 FROM usage_fact
 WHERE tenant_id = @tenant_id AND usage_id = @usage_id;
 

@@ -33,7 +33,7 @@ func (q *Queries) AcceptanceCut(ctx context.Context) (AcceptanceCutRow, error) {
 
 const getUsageFact = `-- name: GetUsageFact :one
 SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
-       currency, event_id, accepted_at
+       currency, event_id, accepted_at, properties
 FROM usage_fact
 WHERE tenant_id = $1 AND usage_id = $2
 `
@@ -54,6 +54,7 @@ type GetUsageFactRow struct {
 	Currency      string
 	EventID       uuid.UUID
 	AcceptedAt    time.Time
+	Properties    []byte
 }
 
 func (q *Queries) GetUsageFact(ctx context.Context, arg GetUsageFactParams) (GetUsageFactRow, error) {
@@ -70,8 +71,41 @@ func (q *Queries) GetUsageFact(ctx context.Context, arg GetUsageFactParams) (Get
 		&i.Currency,
 		&i.EventID,
 		&i.AcceptedAt,
+		&i.Properties,
 	)
 	return i, err
+}
+
+const insertMeter = `-- name: InsertMeter :execrows
+INSERT INTO meters (code, aggregation, value_property, dimensions, event_type, event_id)
+VALUES ($1, $2, $3, $4::text[], $5, $6)
+ON CONFLICT DO NOTHING
+`
+
+type InsertMeterParams struct {
+	Code          string
+	Aggregation   string
+	ValueProperty string
+	Dimensions    []string
+	EventType     string
+	EventID       uuid.UUID
+}
+
+// Records a catalog meter; a code (or an event type) already held is
+// skipped, and the caller compares what holds it.
+func (q *Queries) InsertMeter(ctx context.Context, arg InsertMeterParams) (int64, error) {
+	result, err := q.db.Exec(ctx, insertMeter,
+		arg.Code,
+		arg.Aggregation,
+		arg.ValueProperty,
+		arg.Dimensions,
+		arg.EventType,
+		arg.EventID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const insertPriceEvidence = `-- name: InsertPriceEvidence :exec
@@ -108,9 +142,9 @@ func (q *Queries) InsertPriceEvidence(ctx context.Context, arg InsertPriceEviden
 
 const insertUsageFacts = `-- name: InsertUsageFacts :many
 INSERT INTO usage_fact (usage_id, tenant_id, source_system, source_event_id, meter_code, quantity,
-                        occurred_at, currency, event_id, accepted_at)
+                        occurred_at, currency, event_id, accepted_at, properties)
 SELECT u.usage_id, $1::text, u.source_system, u.source_event_id, u.meter_code, u.quantity,
-       u.occurred_at, u.currency, u.event_id, $2::timestamptz
+       u.occurred_at, u.currency, u.event_id, $2::timestamptz, u.properties::jsonb
 FROM (SELECT unnest($3::uuid[])            AS usage_id,
              unnest($4::text[])       AS source_system,
              unnest($5::text[])     AS source_event_id,
@@ -118,7 +152,8 @@ FROM (SELECT unnest($3::uuid[])            AS usage_id,
              unnest($7::numeric[])        AS quantity,
              unnest($8::timestamptz[])  AS occurred_at,
              unnest($9::text[])           AS currency,
-             unnest($10::uuid[])            AS event_id) AS u
+             unnest($10::uuid[])            AS event_id,
+             unnest($11::text[])           AS properties) AS u
 ORDER BY u.source_system, u.source_event_id
 ON CONFLICT (tenant_id, source_system, source_event_id) DO NOTHING
 RETURNING usage_id
@@ -135,6 +170,7 @@ type InsertUsageFactsParams struct {
 	OccurredAts    []time.Time
 	Currencies     []string
 	EventIds       []uuid.UUID
+	Properties     []string
 }
 
 // Inserts a batch of facts in one statement. Rows go in identity order, so
@@ -153,6 +189,7 @@ func (q *Queries) InsertUsageFacts(ctx context.Context, arg InsertUsageFactsPara
 		arg.OccurredAts,
 		arg.Currencies,
 		arg.EventIds,
+		arg.Properties,
 	)
 	if err != nil {
 		return nil, err
@@ -217,6 +254,135 @@ UPDATE usage_watermark_cut SET published = true WHERE through = $1
 func (q *Queries) MarkAcceptanceCutPublished(ctx context.Context, through time.Time) error {
 	_, err := q.db.Exec(ctx, markAcceptanceCutPublished, through)
 	return err
+}
+
+const meterByCodeOrEventType = `-- name: MeterByCodeOrEventType :many
+SELECT code, aggregation, value_property, dimensions, event_type
+FROM meters
+WHERE code = $1 OR event_type = $2
+ORDER BY code
+`
+
+type MeterByCodeOrEventTypeParams struct {
+	Code      string
+	EventType string
+}
+
+type MeterByCodeOrEventTypeRow struct {
+	Code          string
+	Aggregation   string
+	ValueProperty string
+	Dimensions    []string
+	EventType     string
+}
+
+// The meters holding a code or an event type (at most two rows).
+func (q *Queries) MeterByCodeOrEventType(ctx context.Context, arg MeterByCodeOrEventTypeParams) ([]MeterByCodeOrEventTypeRow, error) {
+	rows, err := q.db.Query(ctx, meterByCodeOrEventType, arg.Code, arg.EventType)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []MeterByCodeOrEventTypeRow
+	for rows.Next() {
+		var i MeterByCodeOrEventTypeRow
+		if err := rows.Scan(
+			&i.Code,
+			&i.Aggregation,
+			&i.ValueProperty,
+			&i.Dimensions,
+			&i.EventType,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const metersByCode = `-- name: MetersByCode :many
+SELECT code, aggregation, value_property, dimensions, event_type
+FROM meters
+WHERE code = ANY($1::text[])
+`
+
+type MetersByCodeRow struct {
+	Code          string
+	Aggregation   string
+	ValueProperty string
+	Dimensions    []string
+	EventType     string
+}
+
+// The catalog meters of a batch's meter codes.
+func (q *Queries) MetersByCode(ctx context.Context, codes []string) ([]MetersByCodeRow, error) {
+	rows, err := q.db.Query(ctx, metersByCode, codes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []MetersByCodeRow
+	for rows.Next() {
+		var i MetersByCodeRow
+		if err := rows.Scan(
+			&i.Code,
+			&i.Aggregation,
+			&i.ValueProperty,
+			&i.Dimensions,
+			&i.EventType,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const metersByEventType = `-- name: MetersByEventType :many
+SELECT code, aggregation, value_property, dimensions, event_type
+FROM meters
+WHERE event_type = ANY($1::text[])
+`
+
+type MetersByEventTypeRow struct {
+	Code          string
+	Aggregation   string
+	ValueProperty string
+	Dimensions    []string
+	EventType     string
+}
+
+// The catalog meters fed by a batch's CloudEvents types.
+func (q *Queries) MetersByEventType(ctx context.Context, eventTypes []string) ([]MetersByEventTypeRow, error) {
+	rows, err := q.db.Query(ctx, metersByEventType, eventTypes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []MetersByEventTypeRow
+	for rows.Next() {
+		var i MetersByEventTypeRow
+		if err := rows.Scan(
+			&i.Code,
+			&i.Aggregation,
+			&i.ValueProperty,
+			&i.Dimensions,
+			&i.EventType,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const priceEvidenceForMeters = `-- name: PriceEvidenceForMeters :many
@@ -341,7 +507,7 @@ func (q *Queries) SetAcceptanceCut(ctx context.Context, arg SetAcceptanceCutPara
 
 const usageFactsBySource = `-- name: UsageFactsBySource :many
 SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
-       currency, event_id, accepted_at
+       currency, event_id, accepted_at, properties
 FROM usage_fact
 WHERE tenant_id = $1
   AND (source_system, source_event_id) IN (
@@ -365,6 +531,7 @@ type UsageFactsBySourceRow struct {
 	Currency      string
 	EventID       uuid.UUID
 	AcceptedAt    time.Time
+	Properties    []byte
 }
 
 func (q *Queries) UsageFactsBySource(ctx context.Context, arg UsageFactsBySourceParams) ([]UsageFactsBySourceRow, error) {
@@ -387,6 +554,7 @@ func (q *Queries) UsageFactsBySource(ctx context.Context, arg UsageFactsBySource
 			&i.Currency,
 			&i.EventID,
 			&i.AcceptedAt,
+			&i.Properties,
 		); err != nil {
 			return nil, err
 		}

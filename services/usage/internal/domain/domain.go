@@ -4,6 +4,7 @@
 package domain
 
 import (
+	"maps"
 	"regexp"
 	"sort"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/money"
 	"github.com/usagebilling/billing/pkg/rule"
 )
@@ -37,6 +39,11 @@ const (
 	CodeCurrencyRequired    = "currency_required"
 	CodeNoPriceInEffect     = "no_price_in_effect"
 	CodeSourceEventConflict = "source_event_conflict"
+	// The catalog's (pkg/catalog), all 400.
+	CodeInvalidProperties = catalog.CodeInvalidProperties
+	CodeTooManyProperties = catalog.CodeTooManyProperties
+	CodeMissingValue      = catalog.CodeMissingValue
+	CodeUnknownEventType  = "unknown_event_type"
 )
 
 // MaxFutureSkew is how far in the future a usage fact may have occurred
@@ -73,7 +80,8 @@ type Request struct {
 	MeterCode     string
 	Quantity      string
 	OccurredAt    string
-	Currency      string // optional
+	Currency      string            // optional
+	Properties    map[string]string // optional
 }
 
 // Usage is a validated usage fact, not yet accepted.
@@ -82,8 +90,9 @@ type Usage struct {
 	SourceEventID string
 	MeterCode     string
 	Quantity      decimal.Decimal
-	OccurredAt    time.Time // UTC, microseconds
-	Currency      string    // "" when the request named none
+	OccurredAt    time.Time         // UTC, microseconds
+	Currency      string            // "" when the request named none
+	Properties    map[string]string // nil when none
 }
 
 // Identity is what makes a usage fact unique within a tenant.
@@ -131,6 +140,13 @@ func Parse(r Request, now time.Time) (Usage, *Error) {
 			return Usage{}, newError(rule.Invalid, code, "%v", err)
 		}
 	}
+	if err := catalog.ValidateProperties(r.Properties); err != nil {
+		return Usage{}, err
+	}
+	var props map[string]string
+	if len(r.Properties) > 0 {
+		props = maps.Clone(r.Properties)
+	}
 	at, terr := rule.Time("occurredAt", r.OccurredAt)
 	if terr != nil {
 		return Usage{}, terr
@@ -141,7 +157,7 @@ func Parse(r Request, now time.Time) (Usage, *Error) {
 	}
 	return Usage{
 		SourceSystem: r.SourceSystem, SourceEventID: r.SourceEventID, MeterCode: r.MeterCode,
-		Quantity: qty, OccurredAt: at, Currency: r.Currency,
+		Quantity: qty, OccurredAt: at, Currency: r.Currency, Properties: props,
 	}, nil
 }
 
@@ -172,17 +188,18 @@ type Fact struct {
 	Quantity      decimal.Decimal
 	OccurredAt    time.Time
 	Currency      string
+	Properties    map[string]string // nil when none
 	EventID       uuid.UUID
 	AcceptedAt    time.Time
 }
 
 // Replays reports whether u, sent again with the identity of f, is the same
-// usage: same meter, quantity (by value: "1.0" is "1") and occurrence time,
-// and the same currency when u names one. Otherwise it is a conflict: a fact
-// is never overwritten.
+// usage: same meter, quantity (by value: "1.0" is "1"), occurrence time and
+// properties (none and {} are the same), and the same currency when u names
+// one. Otherwise it is a conflict: a fact is never overwritten.
 func (u Usage) Replays(f Fact) bool {
 	return u.MeterCode == f.MeterCode && u.Quantity.Equal(f.Quantity) && u.OccurredAt.Equal(f.OccurredAt) &&
-		(u.Currency == "" || u.Currency == f.Currency)
+		(u.Currency == "" || u.Currency == f.Currency) && maps.Equal(u.Properties, f.Properties)
 }
 
 // ConflictWith is the error for usage whose identity f holds with other
@@ -228,14 +245,20 @@ func NewEvidence(versions []PriceVersion) Evidence {
 // Currency returns the currency u is rated in: u's own, or the meter's only
 // currency when u names none. The price version is not usage's to decide
 // (decision 0011): the rater picks it from its own evidence once it knows
-// the schedule through u.OccurredAt. What usage can refuse for sure, it
-// does: a meter never priced for the tenant (or not in u's currency), and
-// an occurrence before the series' first version takes effect (a first
-// version never changes).
-func (e Evidence) Currency(u Usage) (currency string, err *Error) {
+// the schedule through u.OccurredAt, and rates a fact that occurred before
+// its series' first version unpriced (section 3a), so usage accepts it.
+// What usage can refuse for sure, it does: a meter neither in the catalog
+// nor priced for the tenant (or not in u's currency), and a fact of a
+// catalog meter the tenant has no price for yet, which has no currency to
+// be rated in.
+func (e Evidence) Currency(u Usage, cat Catalog) (currency string, err *Error) {
 	series := e.byMeter[u.MeterCode]
 	if len(series) == 0 {
-		return "", newError(rule.Unprocessable, CodeUnknownMeter, "no price is known for meter %q", u.MeterCode)
+		if _, ok := cat.Meter(u.MeterCode); ok {
+			return "", newError(rule.Unprocessable, CodeNoPriceInEffect,
+				"the tenant has no price for meter %q yet: a fact of it has no currency to be rated in until one is activated", u.MeterCode)
+		}
+		return "", newError(rule.Unprocessable, CodeUnknownMeter, "meter %q is not in the catalog and no price is known for it", u.MeterCode)
 	}
 	currency = u.Currency
 	if currency == "" {
@@ -251,13 +274,8 @@ func (e Evidence) Currency(u Usage) (currency string, err *Error) {
 			currency = c
 		}
 	}
-	versions, ok := series[currency]
-	if !ok {
+	if _, ok := series[currency]; !ok {
 		return "", newError(rule.Unprocessable, CodeUnknownMeter, "no price is known for meter %q in %s", u.MeterCode, currency)
-	}
-	if first := versions[0]; first.Version == 1 && first.EffectiveAt.After(u.OccurredAt) {
-		return "", newError(rule.Unprocessable, CodeNoPriceInEffect, "no price of meter %q in %s is in effect at %s (the first takes effect at %s)",
-			u.MeterCode, currency, u.OccurredAt.Format(time.RFC3339Nano), first.EffectiveAt.UTC().Format(time.RFC3339Nano))
 	}
 	return currency, nil
 }

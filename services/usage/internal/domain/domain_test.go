@@ -7,6 +7,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/rule"
 )
 
@@ -63,7 +64,9 @@ func TestParse(t *testing.T) {
 }
 
 // Usage picks the currency and refuses what it can refuse for sure; the
-// version is the rater's (decision 0011).
+// version is the rater's (decision 0011), and a fact before its series'
+// first version is the rater's to rate unpriced (section 3a). A catalog
+// meter the tenant has no price for yet has no currency: refused.
 func TestCurrency(t *testing.T) {
 	t0 := now.Add(-10 * time.Hour)
 	ev := NewEvidence([]PriceVersion{
@@ -73,6 +76,10 @@ func TestCurrency(t *testing.T) {
 		{MeterCode: "sms", Currency: "USD", Version: 1, EffectiveAt: t0},
 		{MeterCode: "sms", Currency: "KRW", Version: 1, EffectiveAt: t0.Add(time.Hour)},
 	})
+	cat := NewCatalog([]catalog.Meter{
+		{Code: "seats", Name: "Seats", Aggregation: catalog.Max},
+		{Code: "api", Name: "API calls", Aggregation: catalog.Sum},
+	})
 	tests := []struct {
 		name, meter, currency string
 		at                    time.Time
@@ -81,16 +88,18 @@ func TestCurrency(t *testing.T) {
 	}{
 		{"first version from its start", "api", "", t0, "USD", ""},
 		{"later", "api", "USD", now, "USD", ""},
-		{"before the first version", "api", "", t0.Add(-time.Microsecond), "", CodeNoPriceInEffect},
+		{"before the first version", "api", "", t0.Add(-time.Microsecond), "USD", ""},
 		{"unknown meter", "voice", "", now, "", CodeUnknownMeter},
+		{"catalog meter without a price", "seats", "", now, "", CodeNoPriceInEffect},
+		{"catalog meter priced", "api", "", now, "USD", ""},
 		{"currency not priced", "api", "EUR", now, "", CodeUnknownMeter},
 		{"several currencies", "sms", "", now, "", CodeCurrencyRequired},
 		{"named currency", "sms", "KRW", now, "KRW", ""},
-		{"named currency not yet in effect", "sms", "KRW", t0, "", CodeNoPriceInEffect},
+		{"named currency not yet in effect", "sms", "KRW", t0, "KRW", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cur, err := ev.Currency(Usage{MeterCode: tt.meter, Currency: tt.currency, OccurredAt: tt.at})
+			cur, err := ev.Currency(Usage{MeterCode: tt.meter, Currency: tt.currency, OccurredAt: tt.at}, cat)
 			got := ""
 			if err != nil {
 				got = err.Code
@@ -120,6 +129,8 @@ func TestReplays(t *testing.T) {
 		{"other time", func(u *Usage) { u.OccurredAt = now.Add(time.Microsecond) }, false},
 		{"other meter", func(u *Usage) { u.MeterCode = "sms" }, false},
 		{"other currency", func(u *Usage) { u.Currency = "EUR" }, false},
+		{"no properties and {}", func(u *Usage) { u.Properties = map[string]string{} }, true},
+		{"other properties", func(u *Usage) { u.Properties = map[string]string{"model": "gpt-4"} }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

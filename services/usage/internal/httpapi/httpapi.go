@@ -41,6 +41,11 @@ func (api *API) Routes(r chi.Router) {
 	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/usage", auth.Allow(api.accept, auth.RoleIngest))
 	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/usage:batch", auth.Allow(api.acceptBatch, auth.RoleIngest))
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/usage/{usageId}", auth.Allow(api.get, auth.RoleIngest))
+	// The tenant of a CloudEvent is its subject, in the body: the handler
+	// decides access per event (ingestAccess), so the route is open to
+	// the guard; auth.Middleware still demands a valid bearer.
+	r.Method(http.MethodPost, "/v1/events", auth.Public(api.ingestEvents))
+	r.Method(http.MethodPost, "/api/v1/events", auth.Public(api.ingestEvents))
 	r.Method(http.MethodGet, "/openapi.json", usageapi.Handler())
 }
 
@@ -53,6 +58,7 @@ type usageRequest struct {
 	Quantity      json.RawMessage `json:"quantity"`
 	OccurredAt    string          `json:"occurredAt"`
 	Currency      string          `json:"currency"`
+	Properties    json.RawMessage `json:"properties"`
 }
 
 // parse checks the request: a problem is the answer to it, alone or as its
@@ -62,9 +68,13 @@ func (r usageRequest) parse(now time.Time) (domain.Usage, *httpx.Problem) {
 	if p != nil {
 		return domain.Usage{}, p
 	}
+	props, p := properties(r.Properties)
+	if p != nil {
+		return domain.Usage{}, p
+	}
 	u, err := domain.Parse(domain.Request{
 		SourceSystem: r.SourceSystem, SourceEventID: r.SourceEventID, MeterCode: r.MeterCode,
-		Quantity: qty, OccurredAt: r.OccurredAt, Currency: r.Currency,
+		Quantity: qty, OccurredAt: r.OccurredAt, Currency: r.Currency, Properties: props,
 	}, now)
 	if err != nil {
 		return domain.Usage{}, httpx.RuleProblem(err)
@@ -185,16 +195,17 @@ func (api *API) acceptBatch(w http.ResponseWriter, r *http.Request) {
 
 // fact is a usage fact as the API shows it.
 type fact struct {
-	UsageID       uuid.UUID       `json:"usageId"`
-	TenantID      string          `json:"tenantId"`
-	SourceSystem  string          `json:"sourceSystem"`
-	SourceEventID string          `json:"sourceEventId"`
-	MeterCode     string          `json:"meterCode"`
-	Quantity      decimal.Decimal `json:"quantity"`
-	OccurredAt    time.Time       `json:"occurredAt"`
-	Currency      string          `json:"currency"`
-	EventID       uuid.UUID       `json:"eventId"`
-	AcceptedAt    time.Time       `json:"acceptedAt"`
+	UsageID       uuid.UUID         `json:"usageId"`
+	TenantID      string            `json:"tenantId"`
+	SourceSystem  string            `json:"sourceSystem"`
+	SourceEventID string            `json:"sourceEventId"`
+	MeterCode     string            `json:"meterCode"`
+	Quantity      decimal.Decimal   `json:"quantity"`
+	OccurredAt    time.Time         `json:"occurredAt"`
+	Currency      string            `json:"currency"`
+	Properties    map[string]string `json:"properties"`
+	EventID       uuid.UUID         `json:"eventId"`
+	AcceptedAt    time.Time         `json:"acceptedAt"`
 }
 
 func (api *API) get(w http.ResponseWriter, r *http.Request) {
@@ -221,7 +232,7 @@ func (api *API) get(w http.ResponseWriter, r *http.Request) {
 	httpx.WriteJSON(w, http.StatusOK, fact{
 		UsageID: f.UsageID, TenantID: f.TenantID, SourceSystem: f.SourceSystem, SourceEventID: f.SourceEventID,
 		MeterCode: f.MeterCode, Quantity: f.Quantity, OccurredAt: f.OccurredAt, Currency: f.Currency,
-		EventID: f.EventID, AcceptedAt: f.AcceptedAt,
+		Properties: nonNil(f.Properties), EventID: f.EventID, AcceptedAt: f.AcceptedAt,
 	})
 }
 

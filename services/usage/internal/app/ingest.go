@@ -1,0 +1,126 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/services/usage/internal/db"
+	"github.com/usagebilling/billing/services/usage/internal/domain"
+)
+
+// Refusal is why one event of an all-or-nothing ingest was refused: its
+// index in the request and the broken rule.
+type Refusal struct {
+	Index int
+	Err   *domain.Error
+}
+
+// errRefused rolls back an all-or-nothing transaction that refused a fact.
+var errRefused = errors.New("a fact was refused: nothing is written")
+
+// Ingest accepts CloudEvents all or nothing: each is mapped onto its fact
+// through the replicated catalog (domain.FromCloudEvent: its type names
+// the meter, its subject the tenant), then the facts of every tenant are
+// decided in one transaction, committed only when none is refused (a replay
+// is not a refusal). It returns the refusals, in index order; when there is
+// any, nothing was written. An error means nothing was committed either.
+func (a *App) Ingest(ctx context.Context, correlationID string, evs []domain.CloudEvent) ([]Refusal, error) {
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	var types []string
+	for _, ev := range evs {
+		if !slices.Contains(types, ev.Type) {
+			types = append(types, ev.Type)
+		}
+	}
+	cat, err := catalogByEventType(ctx, db.New(a.pool), types)
+	if err != nil {
+		return nil, err
+	}
+	now := a.now()
+	us := make([]domain.Usage, len(evs))
+	var refused []Refusal
+	for i, ev := range evs {
+		u, err := domain.FromCloudEvent(ev, cat, now)
+		if err != nil {
+			refused = append(refused, Refusal{Index: i, Err: err})
+			continue
+		}
+		us[i] = u
+	}
+	if len(refused) > 0 {
+		return refused, nil
+	}
+	tenants := make([]string, len(evs))
+	for i, ev := range evs {
+		tenants[i] = ev.Subject
+	}
+	return a.acceptAll(ctx, correlationID, tenants, us)
+}
+
+// acceptAll decides facts of several tenants (tenants[i] is us[i]'s) in one
+// transaction and commits only when none is refused.
+func (a *App) acceptAll(ctx context.Context, correlationID string, tenants []string, us []domain.Usage) ([]Refusal, error) {
+	// Tenants in order, each with its facts' indexes in request order, so
+	// that concurrent ingests take their row locks in one order.
+	byTenant := map[string][]int{}
+	for i, t := range tenants {
+		byTenant[t] = append(byTenant[t], i)
+	}
+	order := make([]string, 0, len(byTenant))
+	for t := range byTenant {
+		order = append(order, t)
+	}
+	slices.Sort(order)
+	for attempt := 1; ; attempt++ {
+		var refused []Refusal
+		err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+			refused = nil
+			acceptedAt, err := a.acceptanceTime(ctx, tx)
+			if err != nil {
+				return err
+			}
+			q := db.New(tx)
+			var out []envelope.Envelope
+			for _, t := range order {
+				idx := byTenant[t]
+				group := make([]domain.Usage, len(idx))
+				for j, i := range idx {
+					group[j] = us[i]
+				}
+				res, envs, err := a.decideTenant(ctx, q, t, correlationID, acceptedAt, group)
+				if err != nil {
+					return err
+				}
+				for j, x := range res {
+					if x.Outcome == Refused {
+						refused = append(refused, Refusal{Index: idx[j], Err: x.Err})
+					}
+				}
+				out = append(out, envs...)
+			}
+			if len(refused) > 0 {
+				return errRefused
+			}
+			return events.Append(ctx, tx, out...)
+		})
+		if errors.Is(err, errRefused) {
+			slices.SortFunc(refused, func(x, y Refusal) int { return x.Index - y.Index })
+			return refused, nil
+		}
+		if err == nil || attempt == maxAttempts || !retryable(err) {
+			if err != nil {
+				return nil, fmt.Errorf("ingest %d events: %w", len(us), err)
+			}
+			return nil, nil
+		}
+		a.log.WarnContext(ctx, "cloudevents ingest retried", "size", len(us), "tenants", len(order), "attempt", attempt, "err", err)
+	}
+}

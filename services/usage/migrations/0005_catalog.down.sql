@@ -1,0 +1,2 @@
+ALTER TABLE usage_fact DROP COLUMN properties;
+DROP TABLE meters;
