@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
@@ -126,6 +127,9 @@ func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope
 		Periods:   make([]string, n), Currencies: make([]string, n), MeterCodes: make([]string, n),
 		PriceVersions: make([]int64, n), UnitPrices: make([]decimal.Decimal, n), Quantities: make([]decimal.Decimal, n),
 		Amounts: make([]decimal.Decimal, n), NewInvoiceIds: make([]uuid.UUID, n),
+		Aggregations: make([]string, n), DimensionsKeys: make([]string, n), Unpriceds: make([]bool, n),
+		OccurredAts: make([]time.Time, n), SourceSystems: make([]string, n), SourceEventIds: make([]string, n),
+		UniqValues: make([]string, n),
 	}
 	for i, d := range ds {
 		p := ps[i]
@@ -142,6 +146,9 @@ func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope
 		arg.Periods[i], arg.Currencies[i], arg.MeterCodes[i] = p.Period, p.Currency, p.MeterCode
 		arg.PriceVersions[i], arg.UnitPrices[i], arg.Quantities[i] = p.PriceVersion, p.UnitPrice, p.Quantity
 		arg.Amounts[i], arg.NewInvoiceIds[i] = p.Amount, newID
+		arg.Aggregations[i], arg.DimensionsKeys[i], arg.Unpriceds[i] = aggregationOf(p), domain.DimensionsKey(p.Dimensions), p.Unpriced
+		arg.OccurredAts[i], arg.SourceSystems[i], arg.SourceEventIds[i] = p.OccurredAt, p.SourceSystem, p.SourceEventID
+		arg.UniqValues[i] = p.Value
 	}
 	if err := recordVersionPricings(ctx, tx, ds, ps); err != nil {
 		return nil, err
@@ -165,6 +172,15 @@ func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope
 		}
 	}
 	return make([]inbox.Outcome, n), nil
+}
+
+// aggregationOf is the aggregation of a charge's meter: sum for a charge
+// from before the catalog.
+func aggregationOf(p events.ChargeRated) string {
+	if p.Aggregation == "" {
+		return catalog.Sum
+	}
+	return p.Aggregation
 }
 
 // recordVersionPricings records the pricing the charges under another model
@@ -429,11 +445,12 @@ func tally(ctx context.Context, q *db.Queries, tenantID, period string) (map[str
 	digests := make(map[string]*big.Int)
 	lines := make(map[string]bool, len(charges))
 	for _, r := range charges {
-		// A price version has one unit price: two make two lines of one id.
-		line := r.Currency + " " + domain.ChargeLineID(r.MeterCode, r.PriceVersion)
+		// A price version has one unit price, a meter one aggregation: two
+		// make two lines of one id.
+		line := r.Currency + " " + domain.LineID(r.MeterCode, r.PriceVersion, r.DimensionsKey, r.Unpriced)
 		if lines[line] {
 			return nil, inbox.Permanent(inbox.ReasonPriceVersionConflict, fmt.Errorf(
-				"%s %s: charges of %s carry different unit prices", tenantID, period, line))
+				"%s %s: charges of %s carry different unit prices or aggregations", tenantID, period, line))
 		}
 		lines[line] = true
 		t := out[r.Currency]
@@ -487,30 +504,25 @@ func (c *Consumer) checkClose(ctx context.Context, e *envelope.Envelope, p event
 	}
 }
 
-// chargeLineAmount prices a charge line: under unit pricing its charges'
-// amounts, checked against the unit price (domain.CheckLine); under the
-// other models (the version's pricing is known) the version's pricing over
-// the line's quantity (domain.LineAmount), its charges having no amount.
-func chargeLineAmount(l db.ChargeLineSumsRow) (decimal.Decimal, error) {
-	id := domain.ChargeLineID(l.MeterCode, l.PriceVersion)
-	if l.Pricing == nil {
-		if err := domain.CheckLine(id, domain.Pricing{Model: domain.ModelUnit, UnitPrice: l.UnitPrice}, l.Quantity, l.Amount); err != nil {
-			return decimal.Decimal{}, err
+// groupOf is the line group a ChargeLineSums row reads, with its version's
+// pricing when recorded.
+func groupOf(l db.ChargeLineSumsRow) (domain.Group, error) {
+	g := domain.Group{
+		MeterCode: l.MeterCode, PriceVersion: l.PriceVersion, DimensionsKey: l.DimensionsKey, Unpriced: l.Unpriced,
+		Aggregation: l.Aggregation, UnitPrice: l.UnitPrice, ChargeCount: l.ChargeCount, Sum: l.Quantity, Amount: l.Amount,
+		Distinct: l.DistinctValues,
+	}
+	if l.Figure.Valid {
+		g.Figure = &l.Figure.Decimal
+	}
+	if l.Pricing != nil {
+		p, err := pricing.Parse(l.Pricing)
+		if err != nil {
+			return domain.Group{}, fmt.Errorf("line %s: pricing of its version: %w", g.LineID(), err)
 		}
-		return l.Amount, nil
+		g.Pricing = &p
 	}
-	p, err := pricing.Parse(l.Pricing)
-	if err != nil {
-		return decimal.Decimal{}, fmt.Errorf("line %s: pricing of its version: %w", id, err)
-	}
-	if !l.Amount.IsZero() {
-		return decimal.Decimal{}, fmt.Errorf("line %s: %s charges carry amounts (%s)", id, p.Model, l.Amount)
-	}
-	amount, err := domain.LineAmount(domain.PricingOf(p), l.Quantity)
-	if err != nil {
-		return decimal.Decimal{}, fmt.Errorf("line %s: %w", id, err)
-	}
-	return amount, nil
+	return g, nil
 }
 
 // issue issues one open invoice of a closed period whose charges and
@@ -529,15 +541,20 @@ func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelop
 	chargeAmount, linesAmount := decimal.Zero, decimal.Zero // the charges' own amounts; the lines'
 	lines := db.InsertChargeLinesParams{InvoiceID: invoiceID}
 	for _, l := range sums {
-		amount, err := chargeLineAmount(l)
+		g, err := groupOf(l)
+		if err != nil {
+			return envelope.Envelope{}, inbox.Permanent(inbox.ReasonLineAmountMismatch, fmt.Errorf("invoice %s: %w", invoiceID, err))
+		}
+		line, err := g.Price(true)
 		if err != nil {
 			return envelope.Envelope{}, inbox.Permanent(inbox.ReasonLineAmountMismatch, fmt.Errorf("invoice %s: %w", invoiceID, err))
 		}
 		charges += l.ChargeCount
-		chargeAmount, linesAmount = chargeAmount.Add(l.Amount), linesAmount.Add(amount)
+		chargeAmount, linesAmount = chargeAmount.Add(l.Amount), linesAmount.Add(line.Amount)
+		lines.Kinds, lines.DimensionsKeys = append(lines.Kinds, g.Kind()), append(lines.DimensionsKeys, g.DimensionsKey)
 		lines.MeterCodes, lines.PriceVersions = append(lines.MeterCodes, l.MeterCode), append(lines.PriceVersions, l.PriceVersion)
-		lines.UnitPrices, lines.Quantities = append(lines.UnitPrices, l.UnitPrice), append(lines.Quantities, l.Quantity)
-		lines.ChargeCounts, lines.Amounts = append(lines.ChargeCounts, l.ChargeCount), append(lines.Amounts, amount)
+		lines.UnitPrices, lines.Quantities = append(lines.UnitPrices, l.UnitPrice), append(lines.Quantities, line.Quantity)
+		lines.ChargeCounts, lines.Amounts = append(lines.ChargeCounts, l.ChargeCount), append(lines.Amounts, line.Amount)
 	}
 	if err := q.InsertChargeLines(ctx, lines); err != nil {
 		return envelope.Envelope{}, fmt.Errorf("write charge lines of %s: %w", invoiceID, err)

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
-	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/invoice/internal/db"
 	"github.com/usagebilling/billing/services/invoice/internal/domain"
 )
@@ -36,17 +35,20 @@ type Invoice struct {
 }
 
 // Line is one invoice line: a charge line aggregating the charges of one
-// meter and price version (computed from them while the invoice is open,
-// stored at issue), an adjustment, or the rounding difference.
+// meter, price version and price dimensions, or an unpriced line
+// aggregating a meter's unpriced charges (either computed from its charges
+// while the invoice is open, stored at issue), an adjustment, or the
+// rounding difference.
 type Line struct {
-	LineID        string // domain.ChargeLineID, AdjustmentLineID or RoundingLineID
+	LineID        string // domain.LineID, AdjustmentLineID or RoundingLineID
 	Kind          string
-	MeterCode     string           // charge lines
+	MeterCode     string           // charge and unpriced lines
 	PriceVersion  int64            // charge lines
-	Quantity      *decimal.Decimal // charge lines
-	ChargeCount   int64            // charge lines
+	Quantity      *decimal.Decimal // charge and unpriced lines
+	ChargeCount   int64            // charge and unpriced lines
 	Amount        decimal.Decimal
-	OriginEventID *uuid.UUID // adjustment and rounding lines
+	OriginEventID *uuid.UUID        // adjustment and rounding lines
+	Dimensions    map[string]string // a charge line of a dimension price
 }
 
 // Correction is a correction note issued after the invoice.
@@ -160,7 +162,11 @@ func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow) ([]
 	}
 	for _, l := range stored {
 		inv := &out[at[l.InvoiceID]]
-		inv.Lines = append(inv.Lines, storedLine(l))
+		line, err := storedLine(l)
+		if err != nil {
+			return nil, err
+		}
+		inv.Lines = append(inv.Lines, line)
 		if inv.Status == domain.StatusOpen && l.Kind != domain.KindRounding {
 			inv.Subtotal = inv.Subtotal.Add(l.Amount)
 		}
@@ -197,42 +203,52 @@ func invoiceOf(r db.ListInvoicesRow) Invoice {
 	return inv
 }
 
-// liveLine is an open invoice's charge line computed from its charges: unit
-// pricing sums the charges' amounts; the other models apply the version's
-// pricing to the quantity so far.
+// liveLine is an open invoice's charge or unpriced line computed from its
+// charges: its quantity the meter's aggregation so far; its amount its
+// charges' under unit pricing of a sum or count meter, else its version's
+// pricing over the quantity so far.
 func liveLine(l db.LiveChargeLinesRow) (Line, error) {
-	quantity := l.Quantity
-	amount := l.Amount
-	if l.Pricing != nil {
-		p, err := pricing.Parse(l.Pricing)
-		if err != nil {
-			return Line{}, fmt.Errorf("pricing of line %s: %w", domain.ChargeLineID(l.MeterCode, l.PriceVersion), err)
-		}
-		amount = p.Amount(l.Quantity)
+	g, err := groupOf(db.ChargeLineSumsRow{
+		MeterCode: l.MeterCode, PriceVersion: l.PriceVersion, DimensionsKey: l.DimensionsKey, Unpriced: l.Unpriced,
+		Aggregation: l.Aggregation, UnitPrice: l.UnitPrice, Quantity: l.Quantity, ChargeCount: l.ChargeCount,
+		Amount: l.Amount, Pricing: l.Pricing, Figure: l.Figure, DistinctValues: l.DistinctValues,
+	})
+	if err != nil {
+		return Line{}, err
+	}
+	priced, err := g.Price(false)
+	if err != nil {
+		return Line{}, err
+	}
+	return aggregateLine(g.Kind(), g.MeterCode, g.PriceVersion, g.DimensionsKey, priced.Quantity, g.ChargeCount, priced.Amount)
+}
+
+// aggregateLine is a charge or unpriced line.
+func aggregateLine(kind, meterCode string, priceVersion int64, dimensionsKey string, quantity decimal.Decimal,
+	chargeCount int64, amount decimal.Decimal) (Line, error) {
+	dims, err := domain.ParseDimensionsKey(dimensionsKey)
+	if err != nil {
+		return Line{}, err
 	}
 	return Line{
-		LineID: domain.ChargeLineID(l.MeterCode, l.PriceVersion), Kind: domain.KindCharge,
-		MeterCode: l.MeterCode, PriceVersion: l.PriceVersion, Quantity: &quantity, ChargeCount: l.ChargeCount,
-		Amount: amount,
+		LineID: domain.LineID(meterCode, priceVersion, dimensionsKey, kind == domain.KindUnpriced), Kind: kind,
+		MeterCode: meterCode, PriceVersion: priceVersion, Quantity: &quantity, ChargeCount: chargeCount,
+		Amount: amount, Dimensions: dims,
 	}, nil
 }
 
-// storedLine is a stored line: an issued invoice's charge line, an
-// adjustment or the rounding difference.
-func storedLine(l db.ListStoredLinesRow) Line {
-	line := Line{Kind: l.Kind, Amount: l.Amount}
+// storedLine is a stored line: an issued invoice's charge or unpriced line,
+// an adjustment or the rounding difference.
+func storedLine(l db.ListStoredLinesRow) (Line, error) {
 	switch l.Kind {
-	case domain.KindCharge:
-		quantity := l.Quantity.Decimal
-		line.LineID = domain.ChargeLineID(l.MeterCode.String, l.PriceVersion.Int64)
-		line.MeterCode, line.PriceVersion, line.Quantity, line.ChargeCount =
-			l.MeterCode.String, l.PriceVersion.Int64, &quantity, l.ChargeCount.Int64
+	case domain.KindCharge, domain.KindUnpriced:
+		return aggregateLine(l.Kind, l.MeterCode.String, l.PriceVersion.Int64, l.DimensionsKey, l.Quantity.Decimal,
+			l.ChargeCount.Int64, l.Amount)
 	case domain.KindAdjustment:
 		origin := l.OriginEventID.UUID
-		line.LineID, line.OriginEventID = domain.AdjustmentLineID(origin), &origin
+		return Line{Kind: l.Kind, Amount: l.Amount, LineID: domain.AdjustmentLineID(origin), OriginEventID: &origin}, nil
 	default:
 		origin := l.OriginEventID.UUID
-		line.LineID, line.OriginEventID = domain.RoundingLineID, &origin
+		return Line{Kind: l.Kind, Amount: l.Amount, LineID: domain.RoundingLineID, OriginEventID: &origin}, nil
 	}
-	return line
 }

@@ -13,8 +13,8 @@ import (
 )
 
 // Reconciliation returns the reconciliation sets invoice serves for the
-// invoices of a period: the charges their charge lines count (in usage
-// event order), their adjustment and rounding lines and correction notes
+// invoices of a period: the charges their charge and unpriced lines count
+// (in usage event order; each of kind charge, its LineID naming its line), their adjustment and rounding lines and correction notes
 // (by origin event), and their lines as the invoices show them.
 func (r *Reader) Reconciliation() recon.Sets {
 	return recon.Sets{
@@ -35,7 +35,7 @@ func (r *Reader) reconciliationCharges(ctx context.Context, q recon.Query) ([]re
 	for i, c := range rows {
 		out[i] = recon.InvoiceLine{InvoiceID: c.InvoiceID, Issued: c.Issued, Period: c.Period, Currency: c.Currency,
 			OriginEventID: c.OriginEventID, UsageEventID: c.UsageEventID, Kind: domain.KindCharge, Amount: c.Amount,
-			Quantity: c.Quantity, LineID: domain.ChargeLineID(c.MeterCode, c.PriceVersion)}
+			Quantity: c.Quantity, LineID: domain.LineID(c.MeterCode, c.PriceVersion, c.DimensionsKey, c.Unpriced)}
 	}
 	return out, nil
 }

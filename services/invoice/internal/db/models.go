@@ -40,6 +40,9 @@ type InvoiceCharge struct {
 	Amount        decimal.Decimal
 	CreatedAt     time.Time
 	UsageEventID  uuid.UUID
+	Aggregation   string
+	DimensionsKey string
+	Unpriced      bool
 }
 
 type InvoiceCorrection struct {
@@ -64,6 +67,33 @@ type InvoiceLine struct {
 	UnitPrice     decimal.NullDecimal
 	Quantity      decimal.NullDecimal
 	ChargeCount   pgtype.Int8
+	DimensionsKey string
+}
+
+type InvoiceLineFigure struct {
+	TenantID            string
+	Period              string
+	Currency            string
+	MeterCode           string
+	PriceVersion        int64
+	DimensionsKey       string
+	Unpriced            bool
+	Aggregation         string
+	Quantity            decimal.Decimal
+	LatestAt            *time.Time
+	LatestSourceSystem  pgtype.Text
+	LatestSourceEventID pgtype.Text
+}
+
+type InvoiceLineValue struct {
+	TenantID      string
+	Period        string
+	Currency      string
+	MeterCode     string
+	PriceVersion  int64
+	DimensionsKey string
+	Unpriced      bool
+	Value         string
 }
 
 type InvoiceNumberCounter struct {

@@ -2,11 +2,17 @@
 -- AddCharges records ChargeRated events, in the order given, each as a
 -- charge of the open invoice of its tenant, period and currency, creating
 -- the invoices missing, in one insert-only statement that writes no row
--- another charge writes (an invoice insert does nothing when the invoice
--- exists). It returns per event, in order: whether its period is closed,
--- whether the charge was added, and, when it was not, whether a charge of
--- that origin was already recorded (a redelivery: a duplicate). Nothing is
--- written for a closed period.
+-- another charge of a sum or count line writes (an invoice insert does
+-- nothing when the invoice exists). A max or latest charge also raises its
+-- line's running figure (invoice_line_figure) when it beats it, and a
+-- unique_count charge adds its value to its line's set
+-- (invoice_line_value): both by comparison or set union, so neither depends
+-- on the order of the charges, and a redelivery changes neither. Rows are
+-- written in key order, so two batches lock shared rows in one order. It
+-- returns per event, in order: whether its period is closed, whether the
+-- charge was added, and, when it was not, whether a charge of that origin
+-- was already recorded (a redelivery: a duplicate). Nothing is written for
+-- a closed period.
 WITH u AS (
     SELECT unnest(@origin_event_ids::uuid[])  AS origin_event_id,
            unnest(@charge_ids::uuid[])        AS charge_id,
@@ -20,6 +26,13 @@ WITH u AS (
            unnest(@quantities::numeric[])     AS quantity,
            unnest(@amounts::numeric[])        AS amount,
            unnest(@new_invoice_ids::uuid[])   AS new_invoice_id,
+           unnest(@aggregations::text[])      AS aggregation,
+           unnest(@dimensions_keys::text[]) COLLATE "C" AS dimensions_key,
+           unnest(@unpriceds::boolean[])      AS unpriced,
+           unnest(@occurred_ats::timestamptz[]) AS occurred_at,
+           unnest(@source_systems::text[]) COLLATE "C" AS source_system,
+           unnest(@source_event_ids::text[]) COLLATE "C" AS source_event_id,
+           unnest(@uniq_values::text[]) COLLATE "C" AS value,
            generate_series(1, cardinality(@origin_event_ids::uuid[])) AS n
 ), c AS (
     SELECT u.*, EXISTS (
@@ -35,13 +48,50 @@ WITH u AS (
     RETURNING invoice_id
 ), charge AS (
     INSERT INTO invoice_charge (origin_event_id, charge_id, usage_event_id, tenant_id, period, currency, meter_code,
-                                price_version, unit_price, quantity, amount)
+                                price_version, unit_price, quantity, amount, aggregation, dimensions_key, unpriced)
     SELECT c.origin_event_id, c.charge_id, c.usage_event_id, c.tenant_id, c.period, c.currency,
-           c.meter_code, c.price_version, c.unit_price, c.quantity, c.amount
+           c.meter_code, c.price_version, c.unit_price, c.quantity, c.amount, c.aggregation, c.dimensions_key, c.unpriced
     FROM c WHERE NOT c.closed
     ORDER BY c.n
     ON CONFLICT (origin_event_id) DO NOTHING
     RETURNING origin_event_id
+), batch_figure AS (
+    -- One row per line of the batch: its largest quantity (max), or its
+    -- latest charge (latest).
+    SELECT DISTINCT ON (c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced)
+           c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
+           CASE WHEN c.aggregation = 'max'
+                THEN max(c.quantity) OVER (PARTITION BY c.tenant_id, c.period, c.currency, c.meter_code, c.price_version,
+                                                        c.dimensions_key, c.unpriced)
+                ELSE c.quantity END AS quantity,
+           c.occurred_at, c.source_system, c.source_event_id
+    FROM c WHERE NOT c.closed AND c.aggregation IN ('max', 'latest')
+    ORDER BY c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
+             c.occurred_at DESC, c.source_system DESC, c.source_event_id DESC
+), figure AS (
+    INSERT INTO invoice_line_figure AS f (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced,
+                                          aggregation, quantity, latest_at, latest_source_system, latest_source_event_id)
+    SELECT b.tenant_id, b.period, b.currency, b.meter_code, b.price_version, b.dimensions_key, b.unpriced,
+           b.aggregation, b.quantity,
+           CASE WHEN b.aggregation = 'latest' THEN b.occurred_at END,
+           CASE WHEN b.aggregation = 'latest' THEN b.source_system END,
+           CASE WHEN b.aggregation = 'latest' THEN b.source_event_id END
+    FROM batch_figure b
+    ORDER BY b.tenant_id, b.period, b.currency, b.meter_code, b.price_version, b.dimensions_key, b.unpriced
+    ON CONFLICT (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced) DO UPDATE
+    SET quantity = excluded.quantity, latest_at = excluded.latest_at,
+        latest_source_system = excluded.latest_source_system, latest_source_event_id = excluded.latest_source_event_id
+    WHERE (f.aggregation = 'max' AND excluded.quantity > f.quantity)
+       OR (f.aggregation = 'latest' AND (excluded.latest_at, excluded.latest_source_system, excluded.latest_source_event_id)
+                                        > (f.latest_at, f.latest_source_system, f.latest_source_event_id))
+    RETURNING 1
+), uniq AS (
+    INSERT INTO invoice_line_value (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced, value)
+    SELECT DISTINCT c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced, c.value
+    FROM c WHERE NOT c.closed AND c.aggregation = 'unique_count'
+    ORDER BY 1, 2, 3, 4, 5, 6, 7, 8
+    ON CONFLICT DO NOTHING
+    RETURNING 1
 )
 SELECT c.closed::boolean AS closed,
        (a.origin_event_id IS NOT NULL)::boolean AS added,
@@ -121,21 +171,6 @@ WHERE tenant_id = @tenant_id AND period = @period
 ORDER BY currency
 FOR UPDATE;
 
--- name: TallyCharges :many
--- TallyCharges groups the charges of a tenant's period by currency and
--- charge line (meter, price version and its unit price): count, exact sums
--- and the digest of their origin event ids (pkg/digest, SQLTerm). Its rows
--- are few (one per line) whatever the number of charges.
-SELECT currency, meter_code, price_version, unit_price,
-       count(*)::bigint AS charges,
-       sum(quantity)::numeric AS quantity,
-       sum(amount)::numeric AS amount,
-       sum(('x' || encode(substr(sha256(convert_to(origin_event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::text AS digest
-FROM invoice_charge
-WHERE tenant_id = @tenant_id AND period = @period
-GROUP BY currency, meter_code, price_version, unit_price
-ORDER BY currency, meter_code, price_version, unit_price;
-
 -- name: TallyAdjustments :many
 -- TallyAdjustments counts and sums the adjustment lines of a tenant's period
 -- by currency, with the digest of their origin event ids.
@@ -147,21 +182,6 @@ FROM invoice_line l JOIN invoice i ON i.invoice_id = l.invoice_id
 WHERE i.tenant_id = @tenant_id AND i.period = @period AND l.kind = 'adjustment'
 GROUP BY i.currency
 ORDER BY i.currency;
-
--- name: MaterializeChargeLines :many
--- MaterializeChargeLines writes the charge lines of an invoice being issued:
--- one per meter, price version and unit price, summing its charges. It
--- returns them so the caller checks each amount against the version's
--- pricing and the counts against the close.
-INSERT INTO invoice_line (invoice_id, kind, meter_code, price_version, unit_price, quantity, charge_count, amount)
-SELECT @invoice_id::uuid, 'charge', c.meter_code, c.price_version, c.unit_price,
-       sum(c.quantity), count(*), sum(c.amount)
-FROM invoice_charge c
-WHERE c.tenant_id = @tenant_id::text AND c.period = @period::text AND c.currency = @currency::text
-GROUP BY c.meter_code, c.price_version, c.unit_price
-ORDER BY c.meter_code, c.price_version, c.unit_price
-RETURNING meter_code::text AS meter_code, price_version::bigint AS price_version, unit_price::numeric AS unit_price,
-          quantity::numeric AS quantity, charge_count::bigint AS charge_count, amount;
 
 -- name: AddRoundingLine :exec
 INSERT INTO invoice_line (invoice_id, origin_event_id, kind, amount)
@@ -244,64 +264,11 @@ LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
 WHERE i.tenant_id = @tenant_id AND i.period = ANY(@periods::text[])
 ORDER BY i.period, i.currency;
 
--- name: ListStoredLines :many
--- ListStoredLines reads the lines stored for the invoices: every line of an
--- issued invoice, the adjustment lines of an open one. Charge lines first,
--- by meter and price version, then adjustments in arrival order, then the
--- rounding line.
-SELECT invoice_id, line_id, kind, origin_event_id, meter_code, price_version, quantity, charge_count, amount
-FROM invoice_line
-WHERE invoice_id = ANY(@invoice_ids::uuid[])
-ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'adjustment' THEN 1 ELSE 2 END,
-         meter_code, price_version, line_id;
-
--- name: LiveChargeLines :many
--- LiveChargeLines computes the charge lines of the open invoices among the
--- given ones from their charges, as the close would materialise them.
--- A version under another model than unit comes with its pricing (NULL:
--- unit), which prices the line's quantity.
-SELECT i.invoice_id, c.meter_code, c.price_version,
-       sum(c.quantity)::numeric AS quantity, count(*)::bigint AS charge_count, sum(c.amount)::numeric AS amount,
-       vp.pricing
-FROM invoice i
-JOIN invoice_charge c ON c.tenant_id = i.tenant_id AND c.period = i.period AND c.currency = i.currency
-LEFT JOIN invoice_price_version vp
-       ON vp.tenant_id = c.tenant_id AND vp.currency = c.currency AND vp.meter_code = c.meter_code
-      AND vp.price_version = c.price_version
-WHERE i.invoice_id = ANY(@invoice_ids::uuid[]) AND i.status = 'open'
-GROUP BY i.invoice_id, c.meter_code, c.price_version, c.unit_price, vp.pricing
-ORDER BY i.invoice_id, c.meter_code, c.price_version, c.unit_price;
-
 -- name: ListCorrections :many
 SELECT correction_id, invoice_id, origin_event_id, amount, issued_at
 FROM invoice_correction
 WHERE invoice_id = ANY(@invoice_ids::uuid[])
 ORDER BY invoice_id, version;
-
--- name: ReconciliationCharges :many
--- ReconciliationCharges reads a page of the charges a tenant's invoices of
--- a period count, each with the charge line that counts it, in (usage event
--- id, origin event id) order after a position.
-SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
-       c.origin_event_id, c.usage_event_id, c.meter_code, c.price_version, c.quantity, c.amount
-FROM invoice_charge c
-JOIN invoice i ON i.tenant_id = c.tenant_id AND i.period = c.period AND i.currency = c.currency
-WHERE c.tenant_id = @tenant_id AND c.period = @period
-  AND (c.usage_event_id, c.origin_event_id) > (@after_key::uuid, @after_id::uuid)
-ORDER BY c.usage_event_id, c.origin_event_id
-LIMIT @row_limit;
-
--- name: ReconciliationLines :many
--- ReconciliationLines reads a page of the adjustment and rounding lines of
--- a tenant's invoices of a period, in origin event id order after a
--- position.
-SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
-       l.origin_event_id::uuid AS origin_event_id, l.kind, l.amount
-FROM invoice_line l JOIN invoice i ON i.invoice_id = l.invoice_id
-WHERE i.tenant_id = @tenant_id AND i.period = @period AND l.kind <> 'charge'
-  AND l.origin_event_id > @after::uuid
-ORDER BY l.origin_event_id
-LIMIT @row_limit;
 
 -- name: ReconciliationCorrections :many
 -- ReconciliationCorrections reads a page of the correction notes of a
@@ -323,29 +290,6 @@ FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@currencies::text[
 ORDER BY 1, 2, 3, 4
 ON CONFLICT DO NOTHING;
 
--- name: ChargeLineSums :many
--- ChargeLineSums groups an invoice's charges into its charge lines (one per
--- meter, price version and unit price) with each version's pricing when it
--- is not unit (NULL: unit). The caller prices each line and writes it
--- (InsertChargeLines).
-SELECT c.meter_code, c.price_version, c.unit_price, sum(c.quantity)::numeric AS quantity,
-       count(*)::bigint AS charge_count, sum(c.amount)::numeric AS amount, vp.pricing
-FROM invoice_charge c
-LEFT JOIN invoice_price_version vp
-       ON vp.tenant_id = c.tenant_id AND vp.currency = c.currency AND vp.meter_code = c.meter_code
-      AND vp.price_version = c.price_version
-WHERE c.tenant_id = @tenant_id::text AND c.period = @period::text AND c.currency = @currency::text
-GROUP BY c.meter_code, c.price_version, c.unit_price, vp.pricing
-ORDER BY c.meter_code, c.price_version, c.unit_price;
-
--- name: InsertChargeLines :exec
--- Writes an invoice's charge lines, priced.
-INSERT INTO invoice_line (invoice_id, kind, meter_code, price_version, unit_price, quantity, charge_count, amount)
-SELECT @invoice_id::uuid, 'charge', u.meter_code, u.price_version, u.unit_price, u.quantity, u.charge_count, u.amount
-FROM (SELECT unnest(@meter_codes::text[]) AS meter_code, unnest(@price_versions::bigint[]) AS price_version,
-             unnest(@unit_prices::numeric[]) AS unit_price, unnest(@quantities::numeric[]) AS quantity,
-             unnest(@charge_counts::bigint[]) AS charge_count, unnest(@amounts::numeric[]) AS amount) u;
-
 -- name: RecordPeriodEnded :exec
 -- Records that billing's period ended and is in grace (BillingPeriodEnded):
 -- its open invoices read as draft until the close issues them (decision
@@ -353,3 +297,122 @@ FROM (SELECT unnest(@meter_codes::text[]) AS meter_code, unnest(@price_versions:
 INSERT INTO period_grace (tenant_id, period, ended_at, closes_at, event_id)
 VALUES (@tenant_id, @period, @ended_at, @closes_at, @event_id)
 ON CONFLICT DO NOTHING;
+
+-- name: TallyCharges :many
+-- TallyCharges groups the charges of a tenant's period by currency and
+-- line (meter, price version, price dimensions, unpriced), with the line's
+-- aggregation and unit price: count, exact sums and the digest of their
+-- origin event ids (pkg/digest, SQLTerm). Its rows are few (one per line)
+-- whatever the number of charges; two rows of one line are a conflict.
+SELECT currency, meter_code, price_version, dimensions_key::text AS dimensions_key, unpriced, aggregation, unit_price,
+       count(*)::bigint AS charges,
+       sum(quantity)::numeric AS quantity,
+       sum(amount)::numeric AS amount,
+       sum(('x' || encode(substr(sha256(convert_to(origin_event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::text AS digest
+FROM invoice_charge
+WHERE tenant_id = @tenant_id AND period = @period
+GROUP BY currency, meter_code, price_version, dimensions_key, unpriced, aggregation, unit_price
+ORDER BY currency, meter_code, price_version, dimensions_key, unpriced, aggregation, unit_price;
+
+-- name: ChargeLineSums :many
+-- ChargeLineSums groups an invoice's charges into its lines (one per
+-- meter, price version, price dimensions and unpriced; charge lines first)
+-- with what prices them: the charges' count and sums, the version's pricing
+-- when recorded (NULL: none), the running figure of a max or latest line
+-- (NULL: none) and the number of distinct values of a unique_count line.
+-- The caller computes and prices each line (domain.Group) and writes it
+-- (InsertChargeLines).
+SELECT g.meter_code, g.price_version, g.dimensions_key::text AS dimensions_key, g.unpriced, g.aggregation, g.unit_price,
+       g.quantity::numeric AS quantity, g.charge_count::bigint AS charge_count, g.amount::numeric AS amount,
+       vp.pricing, f.quantity AS figure,
+       (CASE WHEN g.aggregation = 'unique_count' THEN (
+            SELECT count(*) FROM invoice_line_value v
+            WHERE v.tenant_id = g.tenant_id AND v.period = g.period AND v.currency = g.currency
+              AND v.meter_code = g.meter_code AND v.price_version = g.price_version
+              AND v.dimensions_key = g.dimensions_key AND v.unpriced = g.unpriced) ELSE 0 END)::bigint AS distinct_values
+FROM (SELECT c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
+             c.aggregation, c.unit_price, sum(c.quantity) AS quantity, count(*) AS charge_count, sum(c.amount) AS amount
+      FROM invoice_charge c
+      WHERE c.tenant_id = @tenant_id::text AND c.period = @period::text AND c.currency = @currency::text
+      GROUP BY c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
+               c.aggregation, c.unit_price) g
+LEFT JOIN invoice_price_version vp
+       ON vp.tenant_id = g.tenant_id AND vp.currency = g.currency AND vp.meter_code = g.meter_code
+      AND vp.price_version = g.price_version
+LEFT JOIN invoice_line_figure f
+       ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
+      AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced
+ORDER BY g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregation, g.unit_price;
+
+-- name: LiveChargeLines :many
+-- LiveChargeLines groups the charges of the open invoices among the given
+-- ones into their lines, as ChargeLineSums does for the close.
+SELECT g.invoice_id, g.meter_code, g.price_version, g.dimensions_key::text AS dimensions_key, g.unpriced, g.aggregation,
+       g.unit_price, g.quantity::numeric AS quantity, g.charge_count::bigint AS charge_count, g.amount::numeric AS amount,
+       vp.pricing, f.quantity AS figure,
+       (CASE WHEN g.aggregation = 'unique_count' THEN (
+            SELECT count(*) FROM invoice_line_value v
+            WHERE v.tenant_id = g.tenant_id AND v.period = g.period AND v.currency = g.currency
+              AND v.meter_code = g.meter_code AND v.price_version = g.price_version
+              AND v.dimensions_key = g.dimensions_key AND v.unpriced = g.unpriced) ELSE 0 END)::bigint AS distinct_values
+FROM (SELECT i.invoice_id, c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
+             c.aggregation, c.unit_price, sum(c.quantity) AS quantity, count(*) AS charge_count, sum(c.amount) AS amount
+      FROM invoice i
+      JOIN invoice_charge c ON c.tenant_id = i.tenant_id AND c.period = i.period AND c.currency = i.currency
+      WHERE i.invoice_id = ANY(@invoice_ids::uuid[]) AND i.status = 'open'
+      GROUP BY i.invoice_id, c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key,
+               c.unpriced, c.aggregation, c.unit_price) g
+LEFT JOIN invoice_price_version vp
+       ON vp.tenant_id = g.tenant_id AND vp.currency = g.currency AND vp.meter_code = g.meter_code
+      AND vp.price_version = g.price_version
+LEFT JOIN invoice_line_figure f
+       ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
+      AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced
+ORDER BY g.invoice_id, g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregation, g.unit_price;
+
+-- name: InsertChargeLines :exec
+-- Writes an invoice's charge and unpriced lines, computed and priced.
+INSERT INTO invoice_line (invoice_id, kind, meter_code, price_version, dimensions_key, unit_price, quantity, charge_count, amount)
+SELECT @invoice_id::uuid, u.kind, u.meter_code, u.price_version, u.dimensions_key, u.unit_price, u.quantity, u.charge_count, u.amount
+FROM (SELECT unnest(@kinds::text[]) AS kind, unnest(@meter_codes::text[]) AS meter_code,
+             unnest(@price_versions::bigint[]) AS price_version, unnest(@dimensions_keys::text[]) AS dimensions_key,
+             unnest(@unit_prices::numeric[]) AS unit_price, unnest(@quantities::numeric[]) AS quantity,
+             unnest(@charge_counts::bigint[]) AS charge_count, unnest(@amounts::numeric[]) AS amount) u;
+
+-- name: ListStoredLines :many
+-- ListStoredLines reads the lines stored for the invoices: every line of an
+-- issued invoice, the adjustment lines of an open one. Charge lines first,
+-- by meter, price version and dimensions, then the unpriced lines by meter,
+-- then adjustments in arrival order, then the rounding line.
+SELECT invoice_id, line_id, kind, origin_event_id, meter_code, price_version, dimensions_key::text AS dimensions_key,
+       quantity, charge_count, amount
+FROM invoice_line
+WHERE invoice_id = ANY(@invoice_ids::uuid[])
+ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'unpriced' THEN 1 WHEN 'adjustment' THEN 2 ELSE 3 END,
+         meter_code, price_version, dimensions_key, line_id;
+
+-- name: ReconciliationCharges :many
+-- ReconciliationCharges reads a page of the charges a tenant's invoices of
+-- a period count, each with the line that counts it, in (usage event id,
+-- origin event id) order after a position.
+SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
+       c.origin_event_id, c.usage_event_id, c.meter_code, c.price_version, c.dimensions_key::text AS dimensions_key,
+       c.unpriced, c.quantity, c.amount
+FROM invoice_charge c
+JOIN invoice i ON i.tenant_id = c.tenant_id AND i.period = c.period AND i.currency = c.currency
+WHERE c.tenant_id = @tenant_id AND c.period = @period
+  AND (c.usage_event_id, c.origin_event_id) > (@after_key::uuid, @after_id::uuid)
+ORDER BY c.usage_event_id, c.origin_event_id
+LIMIT @row_limit;
+
+-- name: ReconciliationLines :many
+-- ReconciliationLines reads a page of the adjustment and rounding lines of
+-- a tenant's invoices of a period, in origin event id order after a
+-- position.
+SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
+       l.origin_event_id::uuid AS origin_event_id, l.kind, l.amount
+FROM invoice_line l JOIN invoice i ON i.invoice_id = l.invoice_id
+WHERE i.tenant_id = @tenant_id AND i.period = @period AND l.kind IN ('adjustment', 'rounding')
+  AND l.origin_event_id > @after::uuid
+ORDER BY l.origin_event_id
+LIMIT @row_limit;

@@ -105,9 +105,16 @@ WITH u AS (
            unnest($10::numeric[])     AS quantity,
            unnest($11::numeric[])        AS amount,
            unnest($12::uuid[])   AS new_invoice_id,
+           unnest($13::text[])      AS aggregation,
+           unnest($14::text[]) COLLATE "C" AS dimensions_key,
+           unnest($15::boolean[])      AS unpriced,
+           unnest($16::timestamptz[]) AS occurred_at,
+           unnest($17::text[]) COLLATE "C" AS source_system,
+           unnest($18::text[]) COLLATE "C" AS source_event_id,
+           unnest($19::text[]) COLLATE "C" AS value,
            generate_series(1, cardinality($1::uuid[])) AS n
 ), c AS (
-    SELECT u.origin_event_id, u.charge_id, u.usage_event_id, u.tenant_id, u.period, u.currency, u.meter_code, u.price_version, u.unit_price, u.quantity, u.amount, u.new_invoice_id, u.n, EXISTS (
+    SELECT u.origin_event_id, u.charge_id, u.usage_event_id, u.tenant_id, u.period, u.currency, u.meter_code, u.price_version, u.unit_price, u.quantity, u.amount, u.new_invoice_id, u.aggregation, u.dimensions_key, u.unpriced, u.occurred_at, u.source_system, u.source_event_id, u.value, u.n, EXISTS (
         SELECT 1 FROM period_close pc
         WHERE pc.tenant_id = u.tenant_id AND pc.period = u.period) AS closed
     FROM u
@@ -120,13 +127,50 @@ WITH u AS (
     RETURNING invoice_id
 ), charge AS (
     INSERT INTO invoice_charge (origin_event_id, charge_id, usage_event_id, tenant_id, period, currency, meter_code,
-                                price_version, unit_price, quantity, amount)
+                                price_version, unit_price, quantity, amount, aggregation, dimensions_key, unpriced)
     SELECT c.origin_event_id, c.charge_id, c.usage_event_id, c.tenant_id, c.period, c.currency,
-           c.meter_code, c.price_version, c.unit_price, c.quantity, c.amount
+           c.meter_code, c.price_version, c.unit_price, c.quantity, c.amount, c.aggregation, c.dimensions_key, c.unpriced
     FROM c WHERE NOT c.closed
     ORDER BY c.n
     ON CONFLICT (origin_event_id) DO NOTHING
     RETURNING origin_event_id
+), batch_figure AS (
+    -- One row per line of the batch: its largest quantity (max), or its
+    -- latest charge (latest).
+    SELECT DISTINCT ON (c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced)
+           c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
+           CASE WHEN c.aggregation = 'max'
+                THEN max(c.quantity) OVER (PARTITION BY c.tenant_id, c.period, c.currency, c.meter_code, c.price_version,
+                                                        c.dimensions_key, c.unpriced)
+                ELSE c.quantity END AS quantity,
+           c.occurred_at, c.source_system, c.source_event_id
+    FROM c WHERE NOT c.closed AND c.aggregation IN ('max', 'latest')
+    ORDER BY c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
+             c.occurred_at DESC, c.source_system DESC, c.source_event_id DESC
+), figure AS (
+    INSERT INTO invoice_line_figure AS f (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced,
+                                          aggregation, quantity, latest_at, latest_source_system, latest_source_event_id)
+    SELECT b.tenant_id, b.period, b.currency, b.meter_code, b.price_version, b.dimensions_key, b.unpriced,
+           b.aggregation, b.quantity,
+           CASE WHEN b.aggregation = 'latest' THEN b.occurred_at END,
+           CASE WHEN b.aggregation = 'latest' THEN b.source_system END,
+           CASE WHEN b.aggregation = 'latest' THEN b.source_event_id END
+    FROM batch_figure b
+    ORDER BY b.tenant_id, b.period, b.currency, b.meter_code, b.price_version, b.dimensions_key, b.unpriced
+    ON CONFLICT (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced) DO UPDATE
+    SET quantity = excluded.quantity, latest_at = excluded.latest_at,
+        latest_source_system = excluded.latest_source_system, latest_source_event_id = excluded.latest_source_event_id
+    WHERE (f.aggregation = 'max' AND excluded.quantity > f.quantity)
+       OR (f.aggregation = 'latest' AND (excluded.latest_at, excluded.latest_source_system, excluded.latest_source_event_id)
+                                        > (f.latest_at, f.latest_source_system, f.latest_source_event_id))
+    RETURNING 1
+), uniq AS (
+    INSERT INTO invoice_line_value (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced, value)
+    SELECT DISTINCT c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced, c.value
+    FROM c WHERE NOT c.closed AND c.aggregation = 'unique_count'
+    ORDER BY 1, 2, 3, 4, 5, 6, 7, 8
+    ON CONFLICT DO NOTHING
+    RETURNING 1
 )
 SELECT c.closed::boolean AS closed,
        (a.origin_event_id IS NOT NULL)::boolean AS added,
@@ -149,6 +193,13 @@ type AddChargesParams struct {
 	Quantities     []decimal.Decimal
 	Amounts        []decimal.Decimal
 	NewInvoiceIds  []uuid.UUID
+	Aggregations   []string
+	DimensionsKeys []string
+	Unpriceds      []bool
+	OccurredAts    []time.Time
+	SourceSystems  []string
+	SourceEventIds []string
+	UniqValues     []string
 }
 
 type AddChargesRow struct {
@@ -160,11 +211,17 @@ type AddChargesRow struct {
 // AddCharges records ChargeRated events, in the order given, each as a
 // charge of the open invoice of its tenant, period and currency, creating
 // the invoices missing, in one insert-only statement that writes no row
-// another charge writes (an invoice insert does nothing when the invoice
-// exists). It returns per event, in order: whether its period is closed,
-// whether the charge was added, and, when it was not, whether a charge of
-// that origin was already recorded (a redelivery: a duplicate). Nothing is
-// written for a closed period.
+// another charge of a sum or count line writes (an invoice insert does
+// nothing when the invoice exists). A max or latest charge also raises its
+// line's running figure (invoice_line_figure) when it beats it, and a
+// unique_count charge adds its value to its line's set
+// (invoice_line_value): both by comparison or set union, so neither depends
+// on the order of the charges, and a redelivery changes neither. Rows are
+// written in key order, so two batches lock shared rows in one order. It
+// returns per event, in order: whether its period is closed, whether the
+// charge was added, and, when it was not, whether a charge of that origin
+// was already recorded (a redelivery: a duplicate). Nothing is written for
+// a closed period.
 func (q *Queries) AddCharges(ctx context.Context, arg AddChargesParams) ([]AddChargesRow, error) {
 	rows, err := q.db.Query(ctx, addCharges,
 		arg.OriginEventIds,
@@ -179,6 +236,13 @@ func (q *Queries) AddCharges(ctx context.Context, arg AddChargesParams) ([]AddCh
 		arg.Quantities,
 		arg.Amounts,
 		arg.NewInvoiceIds,
+		arg.Aggregations,
+		arg.DimensionsKeys,
+		arg.Unpriceds,
+		arg.OccurredAts,
+		arg.SourceSystems,
+		arg.SourceEventIds,
+		arg.UniqValues,
 	)
 	if err != nil {
 		return nil, err
@@ -250,15 +314,27 @@ func (q *Queries) AddRoundingLine(ctx context.Context, arg AddRoundingLineParams
 }
 
 const chargeLineSums = `-- name: ChargeLineSums :many
-SELECT c.meter_code, c.price_version, c.unit_price, sum(c.quantity)::numeric AS quantity,
-       count(*)::bigint AS charge_count, sum(c.amount)::numeric AS amount, vp.pricing
-FROM invoice_charge c
+SELECT g.meter_code, g.price_version, g.dimensions_key::text AS dimensions_key, g.unpriced, g.aggregation, g.unit_price,
+       g.quantity::numeric AS quantity, g.charge_count::bigint AS charge_count, g.amount::numeric AS amount,
+       vp.pricing, f.quantity AS figure,
+       (CASE WHEN g.aggregation = 'unique_count' THEN (
+            SELECT count(*) FROM invoice_line_value v
+            WHERE v.tenant_id = g.tenant_id AND v.period = g.period AND v.currency = g.currency
+              AND v.meter_code = g.meter_code AND v.price_version = g.price_version
+              AND v.dimensions_key = g.dimensions_key AND v.unpriced = g.unpriced) ELSE 0 END)::bigint AS distinct_values
+FROM (SELECT c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
+             c.aggregation, c.unit_price, sum(c.quantity) AS quantity, count(*) AS charge_count, sum(c.amount) AS amount
+      FROM invoice_charge c
+      WHERE c.tenant_id = $1::text AND c.period = $2::text AND c.currency = $3::text
+      GROUP BY c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
+               c.aggregation, c.unit_price) g
 LEFT JOIN invoice_price_version vp
-       ON vp.tenant_id = c.tenant_id AND vp.currency = c.currency AND vp.meter_code = c.meter_code
-      AND vp.price_version = c.price_version
-WHERE c.tenant_id = $1::text AND c.period = $2::text AND c.currency = $3::text
-GROUP BY c.meter_code, c.price_version, c.unit_price, vp.pricing
-ORDER BY c.meter_code, c.price_version, c.unit_price
+       ON vp.tenant_id = g.tenant_id AND vp.currency = g.currency AND vp.meter_code = g.meter_code
+      AND vp.price_version = g.price_version
+LEFT JOIN invoice_line_figure f
+       ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
+      AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced
+ORDER BY g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregation, g.unit_price
 `
 
 type ChargeLineSumsParams struct {
@@ -268,18 +344,26 @@ type ChargeLineSumsParams struct {
 }
 
 type ChargeLineSumsRow struct {
-	MeterCode    string
-	PriceVersion int64
-	UnitPrice    decimal.Decimal
-	Quantity     decimal.Decimal
-	ChargeCount  int64
-	Amount       decimal.Decimal
-	Pricing      []byte
+	MeterCode      string
+	PriceVersion   int64
+	DimensionsKey  string
+	Unpriced       bool
+	Aggregation    string
+	UnitPrice      decimal.Decimal
+	Quantity       decimal.Decimal
+	ChargeCount    int64
+	Amount         decimal.Decimal
+	Pricing        []byte
+	Figure         decimal.NullDecimal
+	DistinctValues int64
 }
 
-// ChargeLineSums groups an invoice's charges into its charge lines (one per
-// meter, price version and unit price) with each version's pricing when it
-// is not unit (NULL: unit). The caller prices each line and writes it
+// ChargeLineSums groups an invoice's charges into its lines (one per
+// meter, price version, price dimensions and unpriced; charge lines first)
+// with what prices them: the charges' count and sums, the version's pricing
+// when recorded (NULL: none), the running figure of a max or latest line
+// (NULL: none) and the number of distinct values of a unique_count line.
+// The caller computes and prices each line (domain.Group) and writes it
 // (InsertChargeLines).
 func (q *Queries) ChargeLineSums(ctx context.Context, arg ChargeLineSumsParams) ([]ChargeLineSumsRow, error) {
 	rows, err := q.db.Query(ctx, chargeLineSums, arg.TenantID, arg.Period, arg.Currency)
@@ -293,11 +377,16 @@ func (q *Queries) ChargeLineSums(ctx context.Context, arg ChargeLineSumsParams) 
 		if err := rows.Scan(
 			&i.MeterCode,
 			&i.PriceVersion,
+			&i.DimensionsKey,
+			&i.Unpriced,
+			&i.Aggregation,
 			&i.UnitPrice,
 			&i.Quantity,
 			&i.ChargeCount,
 			&i.Amount,
 			&i.Pricing,
+			&i.Figure,
+			&i.DistinctValues,
 		); err != nil {
 			return nil, err
 		}
@@ -388,29 +477,34 @@ func (q *Queries) GetInvoice(ctx context.Context, arg GetInvoiceParams) (GetInvo
 }
 
 const insertChargeLines = `-- name: InsertChargeLines :exec
-INSERT INTO invoice_line (invoice_id, kind, meter_code, price_version, unit_price, quantity, charge_count, amount)
-SELECT $1::uuid, 'charge', u.meter_code, u.price_version, u.unit_price, u.quantity, u.charge_count, u.amount
-FROM (SELECT unnest($2::text[]) AS meter_code, unnest($3::bigint[]) AS price_version,
-             unnest($4::numeric[]) AS unit_price, unnest($5::numeric[]) AS quantity,
-             unnest($6::bigint[]) AS charge_count, unnest($7::numeric[]) AS amount) u
+INSERT INTO invoice_line (invoice_id, kind, meter_code, price_version, dimensions_key, unit_price, quantity, charge_count, amount)
+SELECT $1::uuid, u.kind, u.meter_code, u.price_version, u.dimensions_key, u.unit_price, u.quantity, u.charge_count, u.amount
+FROM (SELECT unnest($2::text[]) AS kind, unnest($3::text[]) AS meter_code,
+             unnest($4::bigint[]) AS price_version, unnest($5::text[]) AS dimensions_key,
+             unnest($6::numeric[]) AS unit_price, unnest($7::numeric[]) AS quantity,
+             unnest($8::bigint[]) AS charge_count, unnest($9::numeric[]) AS amount) u
 `
 
 type InsertChargeLinesParams struct {
-	InvoiceID     uuid.UUID
-	MeterCodes    []string
-	PriceVersions []int64
-	UnitPrices    []decimal.Decimal
-	Quantities    []decimal.Decimal
-	ChargeCounts  []int64
-	Amounts       []decimal.Decimal
+	InvoiceID      uuid.UUID
+	Kinds          []string
+	MeterCodes     []string
+	PriceVersions  []int64
+	DimensionsKeys []string
+	UnitPrices     []decimal.Decimal
+	Quantities     []decimal.Decimal
+	ChargeCounts   []int64
+	Amounts        []decimal.Decimal
 }
 
-// Writes an invoice's charge lines, priced.
+// Writes an invoice's charge and unpriced lines, computed and priced.
 func (q *Queries) InsertChargeLines(ctx context.Context, arg InsertChargeLinesParams) error {
 	_, err := q.db.Exec(ctx, insertChargeLines,
 		arg.InvoiceID,
+		arg.Kinds,
 		arg.MeterCodes,
 		arg.PriceVersions,
+		arg.DimensionsKeys,
 		arg.UnitPrices,
 		arg.Quantities,
 		arg.ChargeCounts,
@@ -660,11 +754,12 @@ func (q *Queries) ListPeriodsInvoices(ctx context.Context, arg ListPeriodsInvoic
 }
 
 const listStoredLines = `-- name: ListStoredLines :many
-SELECT invoice_id, line_id, kind, origin_event_id, meter_code, price_version, quantity, charge_count, amount
+SELECT invoice_id, line_id, kind, origin_event_id, meter_code, price_version, dimensions_key::text AS dimensions_key,
+       quantity, charge_count, amount
 FROM invoice_line
 WHERE invoice_id = ANY($1::uuid[])
-ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'adjustment' THEN 1 ELSE 2 END,
-         meter_code, price_version, line_id
+ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'unpriced' THEN 1 WHEN 'adjustment' THEN 2 ELSE 3 END,
+         meter_code, price_version, dimensions_key, line_id
 `
 
 type ListStoredLinesRow struct {
@@ -674,6 +769,7 @@ type ListStoredLinesRow struct {
 	OriginEventID uuid.NullUUID
 	MeterCode     pgtype.Text
 	PriceVersion  pgtype.Int8
+	DimensionsKey string
 	Quantity      decimal.NullDecimal
 	ChargeCount   pgtype.Int8
 	Amount        decimal.Decimal
@@ -681,8 +777,8 @@ type ListStoredLinesRow struct {
 
 // ListStoredLines reads the lines stored for the invoices: every line of an
 // issued invoice, the adjustment lines of an open one. Charge lines first,
-// by meter and price version, then adjustments in arrival order, then the
-// rounding line.
+// by meter, price version and dimensions, then the unpriced lines by meter,
+// then adjustments in arrival order, then the rounding line.
 func (q *Queries) ListStoredLines(ctx context.Context, invoiceIds []uuid.UUID) ([]ListStoredLinesRow, error) {
 	rows, err := q.db.Query(ctx, listStoredLines, invoiceIds)
 	if err != nil {
@@ -699,6 +795,7 @@ func (q *Queries) ListStoredLines(ctx context.Context, invoiceIds []uuid.UUID) (
 			&i.OriginEventID,
 			&i.MeterCode,
 			&i.PriceVersion,
+			&i.DimensionsKey,
 			&i.Quantity,
 			&i.ChargeCount,
 			&i.Amount,
@@ -714,33 +811,48 @@ func (q *Queries) ListStoredLines(ctx context.Context, invoiceIds []uuid.UUID) (
 }
 
 const liveChargeLines = `-- name: LiveChargeLines :many
-SELECT i.invoice_id, c.meter_code, c.price_version,
-       sum(c.quantity)::numeric AS quantity, count(*)::bigint AS charge_count, sum(c.amount)::numeric AS amount,
-       vp.pricing
-FROM invoice i
-JOIN invoice_charge c ON c.tenant_id = i.tenant_id AND c.period = i.period AND c.currency = i.currency
+SELECT g.invoice_id, g.meter_code, g.price_version, g.dimensions_key::text AS dimensions_key, g.unpriced, g.aggregation,
+       g.unit_price, g.quantity::numeric AS quantity, g.charge_count::bigint AS charge_count, g.amount::numeric AS amount,
+       vp.pricing, f.quantity AS figure,
+       (CASE WHEN g.aggregation = 'unique_count' THEN (
+            SELECT count(*) FROM invoice_line_value v
+            WHERE v.tenant_id = g.tenant_id AND v.period = g.period AND v.currency = g.currency
+              AND v.meter_code = g.meter_code AND v.price_version = g.price_version
+              AND v.dimensions_key = g.dimensions_key AND v.unpriced = g.unpriced) ELSE 0 END)::bigint AS distinct_values
+FROM (SELECT i.invoice_id, c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
+             c.aggregation, c.unit_price, sum(c.quantity) AS quantity, count(*) AS charge_count, sum(c.amount) AS amount
+      FROM invoice i
+      JOIN invoice_charge c ON c.tenant_id = i.tenant_id AND c.period = i.period AND c.currency = i.currency
+      WHERE i.invoice_id = ANY($1::uuid[]) AND i.status = 'open'
+      GROUP BY i.invoice_id, c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key,
+               c.unpriced, c.aggregation, c.unit_price) g
 LEFT JOIN invoice_price_version vp
-       ON vp.tenant_id = c.tenant_id AND vp.currency = c.currency AND vp.meter_code = c.meter_code
-      AND vp.price_version = c.price_version
-WHERE i.invoice_id = ANY($1::uuid[]) AND i.status = 'open'
-GROUP BY i.invoice_id, c.meter_code, c.price_version, c.unit_price, vp.pricing
-ORDER BY i.invoice_id, c.meter_code, c.price_version, c.unit_price
+       ON vp.tenant_id = g.tenant_id AND vp.currency = g.currency AND vp.meter_code = g.meter_code
+      AND vp.price_version = g.price_version
+LEFT JOIN invoice_line_figure f
+       ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
+      AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced
+ORDER BY g.invoice_id, g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregation, g.unit_price
 `
 
 type LiveChargeLinesRow struct {
-	InvoiceID    uuid.UUID
-	MeterCode    string
-	PriceVersion int64
-	Quantity     decimal.Decimal
-	ChargeCount  int64
-	Amount       decimal.Decimal
-	Pricing      []byte
+	InvoiceID      uuid.UUID
+	MeterCode      string
+	PriceVersion   int64
+	DimensionsKey  string
+	Unpriced       bool
+	Aggregation    string
+	UnitPrice      decimal.Decimal
+	Quantity       decimal.Decimal
+	ChargeCount    int64
+	Amount         decimal.Decimal
+	Pricing        []byte
+	Figure         decimal.NullDecimal
+	DistinctValues int64
 }
 
-// LiveChargeLines computes the charge lines of the open invoices among the
-// given ones from their charges, as the close would materialise them.
-// A version under another model than unit comes with its pricing (NULL:
-// unit), which prices the line's quantity.
+// LiveChargeLines groups the charges of the open invoices among the given
+// ones into their lines, as ChargeLineSums does for the close.
 func (q *Queries) LiveChargeLines(ctx context.Context, invoiceIds []uuid.UUID) ([]LiveChargeLinesRow, error) {
 	rows, err := q.db.Query(ctx, liveChargeLines, invoiceIds)
 	if err != nil {
@@ -754,10 +866,16 @@ func (q *Queries) LiveChargeLines(ctx context.Context, invoiceIds []uuid.UUID) (
 			&i.InvoiceID,
 			&i.MeterCode,
 			&i.PriceVersion,
+			&i.DimensionsKey,
+			&i.Unpriced,
+			&i.Aggregation,
+			&i.UnitPrice,
 			&i.Quantity,
 			&i.ChargeCount,
 			&i.Amount,
 			&i.Pricing,
+			&i.Figure,
+			&i.DistinctValues,
 		); err != nil {
 			return nil, err
 		}
@@ -829,70 +947,6 @@ func (q *Queries) LockPeriodInvoices(ctx context.Context, arg LockPeriodInvoices
 	return items, nil
 }
 
-const materializeChargeLines = `-- name: MaterializeChargeLines :many
-INSERT INTO invoice_line (invoice_id, kind, meter_code, price_version, unit_price, quantity, charge_count, amount)
-SELECT $1::uuid, 'charge', c.meter_code, c.price_version, c.unit_price,
-       sum(c.quantity), count(*), sum(c.amount)
-FROM invoice_charge c
-WHERE c.tenant_id = $2::text AND c.period = $3::text AND c.currency = $4::text
-GROUP BY c.meter_code, c.price_version, c.unit_price
-ORDER BY c.meter_code, c.price_version, c.unit_price
-RETURNING meter_code::text AS meter_code, price_version::bigint AS price_version, unit_price::numeric AS unit_price,
-          quantity::numeric AS quantity, charge_count::bigint AS charge_count, amount
-`
-
-type MaterializeChargeLinesParams struct {
-	InvoiceID uuid.UUID
-	TenantID  string
-	Period    string
-	Currency  string
-}
-
-type MaterializeChargeLinesRow struct {
-	MeterCode    string
-	PriceVersion int64
-	UnitPrice    decimal.Decimal
-	Quantity     decimal.Decimal
-	ChargeCount  int64
-	Amount       decimal.Decimal
-}
-
-// MaterializeChargeLines writes the charge lines of an invoice being issued:
-// one per meter, price version and unit price, summing its charges. It
-// returns them so the caller checks each amount against the version's
-// pricing and the counts against the close.
-func (q *Queries) MaterializeChargeLines(ctx context.Context, arg MaterializeChargeLinesParams) ([]MaterializeChargeLinesRow, error) {
-	rows, err := q.db.Query(ctx, materializeChargeLines,
-		arg.InvoiceID,
-		arg.TenantID,
-		arg.Period,
-		arg.Currency,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []MaterializeChargeLinesRow
-	for rows.Next() {
-		var i MaterializeChargeLinesRow
-		if err := rows.Scan(
-			&i.MeterCode,
-			&i.PriceVersion,
-			&i.UnitPrice,
-			&i.Quantity,
-			&i.ChargeCount,
-			&i.Amount,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const nextInvoiceNumber = `-- name: NextInvoiceNumber :one
 INSERT INTO invoice_number_counter (tenant_id, last_number)
 VALUES ($1, 1)
@@ -911,7 +965,8 @@ func (q *Queries) NextInvoiceNumber(ctx context.Context, tenantID string) (int64
 
 const reconciliationCharges = `-- name: ReconciliationCharges :many
 SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
-       c.origin_event_id, c.usage_event_id, c.meter_code, c.price_version, c.quantity, c.amount
+       c.origin_event_id, c.usage_event_id, c.meter_code, c.price_version, c.dimensions_key::text AS dimensions_key,
+       c.unpriced, c.quantity, c.amount
 FROM invoice_charge c
 JOIN invoice i ON i.tenant_id = c.tenant_id AND i.period = c.period AND i.currency = c.currency
 WHERE c.tenant_id = $1 AND c.period = $2
@@ -937,13 +992,15 @@ type ReconciliationChargesRow struct {
 	UsageEventID  uuid.UUID
 	MeterCode     string
 	PriceVersion  int64
+	DimensionsKey string
+	Unpriced      bool
 	Quantity      decimal.Decimal
 	Amount        decimal.Decimal
 }
 
 // ReconciliationCharges reads a page of the charges a tenant's invoices of
-// a period count, each with the charge line that counts it, in (usage event
-// id, origin event id) order after a position.
+// a period count, each with the line that counts it, in (usage event id,
+// origin event id) order after a position.
 func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationChargesParams) ([]ReconciliationChargesRow, error) {
 	rows, err := q.db.Query(ctx, reconciliationCharges,
 		arg.TenantID,
@@ -968,6 +1025,8 @@ func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationC
 			&i.UsageEventID,
 			&i.MeterCode,
 			&i.PriceVersion,
+			&i.DimensionsKey,
+			&i.Unpriced,
 			&i.Quantity,
 			&i.Amount,
 		); err != nil {
@@ -1039,7 +1098,7 @@ const reconciliationLines = `-- name: ReconciliationLines :many
 SELECT i.invoice_id, (i.status = 'issued')::bool AS issued, i.period, i.currency,
        l.origin_event_id::uuid AS origin_event_id, l.kind, l.amount
 FROM invoice_line l JOIN invoice i ON i.invoice_id = l.invoice_id
-WHERE i.tenant_id = $1 AND i.period = $2 AND l.kind <> 'charge'
+WHERE i.tenant_id = $1 AND i.period = $2 AND l.kind IN ('adjustment', 'rounding')
   AND l.origin_event_id > $3::uuid
 ORDER BY l.origin_event_id
 LIMIT $4
@@ -1236,15 +1295,15 @@ func (q *Queries) TallyAdjustments(ctx context.Context, arg TallyAdjustmentsPara
 }
 
 const tallyCharges = `-- name: TallyCharges :many
-SELECT currency, meter_code, price_version, unit_price,
+SELECT currency, meter_code, price_version, dimensions_key::text AS dimensions_key, unpriced, aggregation, unit_price,
        count(*)::bigint AS charges,
        sum(quantity)::numeric AS quantity,
        sum(amount)::numeric AS amount,
        sum(('x' || encode(substr(sha256(convert_to(origin_event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::text AS digest
 FROM invoice_charge
 WHERE tenant_id = $1 AND period = $2
-GROUP BY currency, meter_code, price_version, unit_price
-ORDER BY currency, meter_code, price_version, unit_price
+GROUP BY currency, meter_code, price_version, dimensions_key, unpriced, aggregation, unit_price
+ORDER BY currency, meter_code, price_version, dimensions_key, unpriced, aggregation, unit_price
 `
 
 type TallyChargesParams struct {
@@ -1253,20 +1312,24 @@ type TallyChargesParams struct {
 }
 
 type TallyChargesRow struct {
-	Currency     string
-	MeterCode    string
-	PriceVersion int64
-	UnitPrice    decimal.Decimal
-	Charges      int64
-	Quantity     decimal.Decimal
-	Amount       decimal.Decimal
-	Digest       string
+	Currency      string
+	MeterCode     string
+	PriceVersion  int64
+	DimensionsKey string
+	Unpriced      bool
+	Aggregation   string
+	UnitPrice     decimal.Decimal
+	Charges       int64
+	Quantity      decimal.Decimal
+	Amount        decimal.Decimal
+	Digest        string
 }
 
 // TallyCharges groups the charges of a tenant's period by currency and
-// charge line (meter, price version and its unit price): count, exact sums
-// and the digest of their origin event ids (pkg/digest, SQLTerm). Its rows
-// are few (one per line) whatever the number of charges.
+// line (meter, price version, price dimensions, unpriced), with the line's
+// aggregation and unit price: count, exact sums and the digest of their
+// origin event ids (pkg/digest, SQLTerm). Its rows are few (one per line)
+// whatever the number of charges; two rows of one line are a conflict.
 func (q *Queries) TallyCharges(ctx context.Context, arg TallyChargesParams) ([]TallyChargesRow, error) {
 	rows, err := q.db.Query(ctx, tallyCharges, arg.TenantID, arg.Period)
 	if err != nil {
@@ -1280,6 +1343,9 @@ func (q *Queries) TallyCharges(ctx context.Context, arg TallyChargesParams) ([]T
 			&i.Currency,
 			&i.MeterCode,
 			&i.PriceVersion,
+			&i.DimensionsKey,
+			&i.Unpriced,
+			&i.Aggregation,
 			&i.UnitPrice,
 			&i.Charges,
 			&i.Quantity,

@@ -54,16 +54,18 @@ type invoiceJSON struct {
 }
 
 // lineJSON is a line; the charge fields are absent on adjustment and
-// rounding lines, originEventId on charge lines.
+// rounding lines, originEventId on charge and unpriced lines, dimensions
+// on a line without them, priceVersion on an unpriced line.
 type lineJSON struct {
-	LineID        string           `json:"lineId"`
-	Kind          string           `json:"kind"`
-	MeterCode     string           `json:"meterCode,omitempty"`
-	PriceVersion  int64            `json:"priceVersion,omitempty"`
-	Quantity      *decimal.Decimal `json:"quantity,omitempty"`
-	ChargeCount   int64            `json:"chargeCount,omitempty"`
-	Amount        decimal.Decimal  `json:"amount"`
-	OriginEventID *uuid.UUID       `json:"originEventId,omitempty"`
+	LineID        string            `json:"lineId"`
+	Kind          string            `json:"kind"`
+	MeterCode     string            `json:"meterCode,omitempty"`
+	PriceVersion  int64             `json:"priceVersion,omitempty"`
+	Quantity      *decimal.Decimal  `json:"quantity,omitempty"`
+	ChargeCount   int64             `json:"chargeCount,omitempty"`
+	Amount        decimal.Decimal   `json:"amount"`
+	OriginEventID *uuid.UUID        `json:"originEventId,omitempty"`
+	Dimensions    map[string]string `json:"dimensions,omitempty"`
 }
 
 type correctionJSON struct {
