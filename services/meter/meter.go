@@ -42,7 +42,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	api := httpapi.New(a, d.Logger)
 	return service.Parts{
 		Routes:         api.Routes,
-		Work:           func(ctx context.Context) error { return a.RunWatermarks(ctx, interval) },
+		Work:           func(ctx context.Context) error { return a.Run(ctx, interval) },
 		Reconciliation: a.Reconciliation(),
 	}, nil
 }

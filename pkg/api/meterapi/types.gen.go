@@ -10,6 +10,33 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+// Defines values for Aggregation.
+const (
+	Count       Aggregation = "count"
+	Latest      Aggregation = "latest"
+	Max         Aggregation = "max"
+	Sum         Aggregation = "sum"
+	UniqueCount Aggregation = "unique_count"
+)
+
+// Valid indicates whether the value is a known member of the Aggregation enum.
+func (e Aggregation) Valid() bool {
+	switch e {
+	case Count:
+		return true
+	case Latest:
+		return true
+	case Max:
+		return true
+	case Sum:
+		return true
+	case UniqueCount:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PricingModel.
 const (
 	Graduated PricingModel = "graduated"
@@ -57,6 +84,9 @@ type ActivatePriceRequest struct {
 	// Currency ISO 4217 code
 	Currency string `json:"currency"`
 
+	// Dimensions the property values the price applies to, {name: value}, each name a dimension of the price's catalog meter; absent or empty for the series' default price
+	Dimensions *PriceDimensions `json:"dimensions,omitempty"`
+
 	// EffectiveAt absent means now
 	EffectiveAt *time.Time    `json:"effectiveAt,omitempty"`
 	MeterCode   string        `json:"meterCode"`
@@ -79,10 +109,27 @@ type ActivatePriceRequest struct {
 	UnitPrice *Decimal `json:"unitPrice,omitempty"`
 }
 
+// Aggregation defines model for Aggregation.
+type Aggregation string
+
 // Decimal an exact decimal number as a string, such as "12.5"
 //
 // Examples: 12.5
 type Decimal = decimal.Decimal
+
+// DefineMeterRequest A catalog meter. valueProperty names the property a unique_count meter counts distinct values of (required there, refused for count); dimensions are at most 5 property names it can be grouped and priced by; eventType is the CloudEvents type that feeds it, unique across meters, its code when absent.
+type DefineMeterRequest struct {
+	Aggregation Aggregation `json:"aggregation"`
+
+	// Code 1 to 64 of A-Z a-z 0-9 _ . -
+	Code       string    `json:"code"`
+	Dimensions *[]string `json:"dimensions,omitempty"`
+	EventType  *string   `json:"eventType,omitempty"`
+
+	// Name 1 to 200 characters
+	Name          string  `json:"name"`
+	ValueProperty *string `json:"valueProperty,omitempty"`
+}
 
 // Health defines model for Health.
 type Health struct {
@@ -152,14 +199,42 @@ type InternalReconciliationPage struct {
 	Next *string `json:"next,omitempty"`
 }
 
+// Meter defines model for Meter.
+type Meter struct {
+	Aggregation Aggregation `json:"aggregation"`
+	Code        string      `json:"code"`
+	DefinedAt   time.Time   `json:"definedAt"`
+	Dimensions  []string    `json:"dimensions"`
+
+	// EventId the MeterDefined event; absent while a meter implied by the catalog's migration is not yet published
+	EventId   *Uuid  `json:"eventId,omitempty"`
+	EventType string `json:"eventType"`
+
+	// Implied true: defined by the first price for its code (a sum meter without dimensions)
+	Implied       *bool   `json:"implied,omitempty"`
+	Name          string  `json:"name"`
+	ValueProperty *string `json:"valueProperty,omitempty"`
+}
+
+// MeterList defines model for MeterList.
+type MeterList struct {
+	Meters []Meter `json:"meters"`
+
+	// Next absent on the last page
+	Next *string `json:"next,omitempty"`
+}
+
 // Price defines model for Price.
 type Price struct {
-	ActivatedAt time.Time    `json:"activatedAt"`
-	Currency    string       `json:"currency"`
-	EffectiveAt time.Time    `json:"effectiveAt"`
-	EventId     Uuid         `json:"eventId"`
-	MeterCode   string       `json:"meterCode"`
-	Model       PricingModel `json:"model"`
+	ActivatedAt time.Time `json:"activatedAt"`
+	Currency    string    `json:"currency"`
+
+	// Dimensions the property values the price applies to, {name: value}, each name a dimension of the price's catalog meter; absent or empty for the series' default price
+	Dimensions  *PriceDimensions `json:"dimensions,omitempty"`
+	EffectiveAt time.Time        `json:"effectiveAt"`
+	EventId     Uuid             `json:"eventId"`
+	MeterCode   string           `json:"meterCode"`
+	Model       PricingModel     `json:"model"`
 
 	// PackagePrice package model only
 	//
@@ -182,6 +257,9 @@ type Price struct {
 	UnitPrice *Decimal `json:"unitPrice,omitempty"`
 	Version   int64    `json:"version"`
 }
+
+// PriceDimensions the property values the price applies to, {name: value}, each name a dimension of the price's catalog meter; absent or empty for the series' default price
+type PriceDimensions map[string]string
 
 // PriceList defines model for PriceList.
 type PriceList struct {
@@ -284,6 +362,9 @@ type TenantId = string
 // BadRequest RFC 9457 problem details with a stable code
 type BadRequest = Problem
 
+// Conflict RFC 9457 problem details with a stable code
+type Conflict = Problem
+
 // Forbidden RFC 9457 problem details with a stable code
 type Forbidden = Problem
 
@@ -349,6 +430,24 @@ type InternalReconciliationParams struct {
 	Limit *int    `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// ListMetersParams defines parameters for ListMeters.
+type ListMetersParams struct {
+	// Limit page size (default 100)
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the next value of the previous page
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// DefineMeterParams defines parameters for DefineMeter.
+type DefineMeterParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. A replay answers the first response with Idempotent-Replayed true; the same key with another body is 422 idempotency_key_reused.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
+	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
+}
+
 // ListPricesParams defines parameters for ListPrices.
 type ListPricesParams struct {
 	MeterCode *string `form:"meterCode,omitempty" json:"meterCode,omitempty"`
@@ -368,6 +467,9 @@ type ActivatePriceParams struct {
 	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
 	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
 }
+
+// DefineMeterJSONRequestBody defines body for DefineMeter for application/json ContentType.
+type DefineMeterJSONRequestBody = DefineMeterRequest
 
 // ActivatePriceJSONRequestBody defines body for ActivatePrice for application/json ContentType.
 type ActivatePriceJSONRequestBody = ActivatePriceRequest

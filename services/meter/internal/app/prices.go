@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/pricing"
@@ -74,10 +75,13 @@ type Price struct {
 	Tiers        []pricing.Tier   `json:"tiers,omitempty"`
 	PackageSize  *decimal.Decimal `json:"packageSize,omitempty"`
 	PackagePrice *decimal.Decimal `json:"packagePrice,omitempty"`
-	EffectiveAt  time.Time        `json:"effectiveAt"`
-	Version      int64            `json:"version"`
-	EventID      uuid.UUID        `json:"eventId"`
-	ActivatedAt  time.Time        `json:"activatedAt"`
+	// Dimensions are the property values the version applies to; absent
+	// for the series' default.
+	Dimensions  map[string]string `json:"dimensions,omitempty"`
+	EffectiveAt time.Time         `json:"effectiveAt"`
+	Version     int64             `json:"version"`
+	EventID     uuid.UUID         `json:"eventId"`
+	ActivatedAt time.Time         `json:"activatedAt"`
 }
 
 // ActivatePrice is the command to activate the next version of a price
@@ -156,6 +160,25 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 		return Price{}, err
 	}
 	knownThrough := domain.Watermark(activatedAt, a.lead, series.KnownThrough)
+	// The price's catalog meter, implied (and published) here when the code
+	// is not in the catalog; its dimensions are checked against it and
+	// against the dimension sets the series names so far, read under the
+	// series lock.
+	meter, defined, err := a.meterFor(ctx, tx, act.MeterCode, activatedAt, cmd.Actor, cmd.CorrelationID)
+	if err != nil {
+		return Price{}, err
+	}
+	sheet, err := seriesDimensions(ctx, q, cmd.TenantID, act.MeterCode, act.Currency)
+	if err != nil {
+		return Price{}, err
+	}
+	if err := domain.CheckDimensionPrice(meter, act.Dimensions, sheet); err != nil {
+		return Price{}, err
+	}
+	dims, err := dimensionsJSON(act.Dimensions)
+	if err != nil {
+		return Price{}, err
+	}
 	version := series.LastVersion + 1
 	priceID, err := uuid.NewV7()
 	if err != nil {
@@ -174,6 +197,7 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 		Version:      version,
 		KnownThrough: knownThrough,
 		Actor:        cmd.Actor,
+		Dimensions:   act.Dimensions,
 	}, events.Meta{
 		Producer: Producer, TenantID: cmd.TenantID, AggregateID: events.PriceSeriesID(act.MeterCode, act.Currency),
 		AggregateVersion: version, OccurredAt: activatedAt, CorrelationID: cmd.CorrelationID,
@@ -189,7 +213,7 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 		PriceID: priceID, TenantID: cmd.TenantID, MeterCode: act.MeterCode, Currency: act.Currency,
 		Version: version, Model: act.Pricing.Model, UnitPrice: nullDecimal(act.Pricing.UnitPrice), Tiers: tiers,
 		PackageSize: nullDecimal(act.Pricing.PackageSize), PackagePrice: nullDecimal(act.Pricing.PackagePrice),
-		EffectiveAt: effectiveAt, ActivatedAt: activatedAt, EventID: env.EventID, Actor: cmd.Actor,
+		EffectiveAt: effectiveAt, ActivatedAt: activatedAt, EventID: env.EventID, Actor: cmd.Actor, Dimensions: dims,
 	}); err != nil {
 		return Price{}, fmt.Errorf("insert price version: %w", err)
 	}
@@ -203,12 +227,16 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 	if n != 1 {
 		return Price{}, errors.New("advance price series: the series moved while locked")
 	}
-	if err := events.Append(ctx, tx, env); err != nil {
+	evs := []envelope.Envelope{env}
+	if defined != nil {
+		evs = []envelope.Envelope{*defined, env} // the meter before its first price
+	}
+	if err := events.Append(ctx, tx, evs...); err != nil {
 		return Price{}, err
 	}
 	return Price{
 		PriceID: priceID, TenantID: cmd.TenantID, MeterCode: act.MeterCode, Currency: act.Currency,
-		Model: act.Pricing.Model, UnitPrice: act.Pricing.UnitPrice, Tiers: act.Pricing.Tiers,
+		Model: act.Pricing.Model, UnitPrice: act.Pricing.UnitPrice, Tiers: act.Pricing.Tiers, Dimensions: act.Dimensions,
 		PackageSize: act.Pricing.PackageSize, PackagePrice: act.Pricing.PackagePrice,
 		EffectiveAt: effectiveAt, Version: version, EventID: env.EventID, ActivatedAt: activatedAt,
 	}, nil
@@ -247,6 +275,47 @@ func tiersJSON(ts []pricing.Tier) ([]byte, error) {
 		return nil, fmt.Errorf("encode tiers: %w", err)
 	}
 	return b, nil
+}
+
+// dimensionsJSON is the dimensions column: {} for none.
+func dimensionsJSON(d map[string]string) ([]byte, error) {
+	if len(d) == 0 {
+		return []byte("{}"), nil
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("encode dimensions: %w", err)
+	}
+	return b, nil
+}
+
+// dimensionsOf reads the dimensions column: nil for none.
+func dimensionsOf(raw []byte) (map[string]string, error) {
+	var d map[string]string
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, fmt.Errorf("decode dimensions: %w", err)
+	}
+	if len(d) == 0 {
+		return nil, nil
+	}
+	return d, nil
+}
+
+// seriesDimensions are the dimension sets a series' versions name.
+func seriesDimensions(ctx context.Context, q *db.Queries, tenantID, meterCode, currency string) ([]map[string]string, error) {
+	rows, err := q.SeriesDimensions(ctx, db.SeriesDimensionsParams{TenantID: tenantID, MeterCode: meterCode, Currency: currency})
+	if err != nil {
+		return nil, fmt.Errorf("read the dimension sets of the series: %w", err)
+	}
+	out := make([]map[string]string, 0, len(rows))
+	for _, r := range rows {
+		d, err := dimensionsOf(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // PriceKey is a price version's position in the list order: meter code,
@@ -306,6 +375,9 @@ func (a *App) ListPrices(ctx context.Context, l ListPrices) ([]Price, error) {
 			if err := json.Unmarshal(r.Tiers, &out[i].Tiers); err != nil {
 				return nil, fmt.Errorf("decode tiers of price %s: %w", r.PriceID, err)
 			}
+		}
+		if out[i].Dimensions, err = dimensionsOf(r.Dimensions); err != nil {
+			return nil, fmt.Errorf("price %s: %w", r.PriceID, err)
 		}
 	}
 	return out, nil

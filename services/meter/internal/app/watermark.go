@@ -86,25 +86,3 @@ func (a *App) publishWatermarks(ctx context.Context) (int, error) {
 	}
 	return n, nil
 }
-
-// RunWatermarks publishes watermarks every interval until ctx ends. A failed
-// round (the database is down) is logged and tried again next interval.
-func (a *App) RunWatermarks(ctx context.Context, interval time.Duration) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		if n, err := a.PublishWatermarks(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			a.log.WarnContext(ctx, "publish schedule watermarks failed; retrying", "err", err, "interval", interval)
-		} else if n > 0 {
-			a.log.DebugContext(ctx, "schedule watermarks published", "series", n)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}

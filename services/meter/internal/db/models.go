@@ -12,6 +12,19 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+type Meter struct {
+	Code          string
+	Name          string
+	Aggregation   string
+	ValueProperty pgtype.Text
+	Dimensions    []string
+	EventType     string
+	Implied       bool
+	DefinedAt     time.Time
+	Actor         pgtype.Text
+	EventID       *uuid.UUID
+}
+
 type Price struct {
 	PriceID      uuid.UUID
 	TenantID     string
@@ -27,6 +40,7 @@ type Price struct {
 	PackageSize  decimal.NullDecimal
 	PackagePrice decimal.NullDecimal
 	Actor        pgtype.Text
+	Dimensions   []byte
 }
 
 type PriceSeries struct {

@@ -39,9 +39,17 @@ WHERE s.tenant_id = k.tenant_id AND s.meter_code = k.meter_code AND s.currency =
 
 -- name: InsertPrice :exec
 INSERT INTO price (price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers,
-                   package_size, package_price, effective_at, activated_at, event_id, actor)
+                   package_size, package_price, effective_at, activated_at, event_id, actor, dimensions)
 VALUES (@price_id, @tenant_id, @meter_code, @currency, @version, @model, sqlc.narg(unit_price), sqlc.narg(tiers),
-        sqlc.narg(package_size), sqlc.narg(package_price), @effective_at, @activated_at, @event_id, sqlc.arg(actor)::text);
+        sqlc.narg(package_size), sqlc.narg(package_price), @effective_at, @activated_at, @event_id, sqlc.arg(actor)::text,
+        @dimensions);
+
+-- name: SeriesDimensions :many
+-- The dimension sets the versions of a series name so far (the series is
+-- locked by the activation reading them): a new dimension price must not
+-- overlap one of them (ambiguous_price).
+SELECT DISTINCT dimensions FROM price
+WHERE tenant_id = @tenant_id AND meter_code = @meter_code AND currency = @currency;
 
 -- name: ListPrices :many
 -- ListPrices reads a page of a tenant's price versions in (meter_code,
@@ -49,7 +57,7 @@ VALUES (@price_id, @tenant_id, @meter_code, @currency, @version, @model, sqlc.na
 -- ('', '', 0), is before every version). price_version_key serves it: one
 -- index range scan from the position, whatever the page.
 SELECT price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers, package_size,
-       package_price, effective_at, activated_at, event_id, actor
+       package_price, effective_at, activated_at, event_id, actor, dimensions
 FROM price
 WHERE tenant_id = @tenant_id
   AND (meter_code, currency, version) > (@after_meter_code::text, @after_currency::text, @after_version::bigint)
@@ -60,7 +68,7 @@ LIMIT @max_rows;
 -- ListMeterPrices is ListPrices of one meter: (currency, version) order
 -- after that position, from the same index.
 SELECT price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers, package_size,
-       package_price, effective_at, activated_at, event_id, actor
+       package_price, effective_at, activated_at, event_id, actor, dimensions
 FROM price
 WHERE tenant_id = @tenant_id AND meter_code = @meter_code
   AND (currency, version) > (@after_currency::text, @after_version::bigint)
@@ -76,3 +84,41 @@ FROM price
 WHERE tenant_id = @tenant_id AND price_id > @after
 ORDER BY price_id
 LIMIT @max_rows;
+
+-- name: InsertMeter :execrows
+-- Defines a meter unless its code or its eventType is taken (0 rows): a
+-- concurrent definition of either waits here for the other transaction and
+-- then counts as taken.
+INSERT INTO meter (code, name, aggregation, value_property, dimensions, event_type, implied, defined_at, actor, event_id)
+VALUES (@code, @name, @aggregation, sqlc.narg(value_property), @dimensions::text[], @event_type, @implied, @defined_at,
+        sqlc.narg(actor), sqlc.narg(event_id))
+ON CONFLICT DO NOTHING;
+
+-- name: GetMeter :one
+SELECT code, name, aggregation, value_property, dimensions, event_type, implied, defined_at, actor, event_id
+FROM meter WHERE code = @code;
+
+-- name: MeterOfEventType :one
+SELECT code FROM meter WHERE event_type = @event_type;
+
+-- name: ListMeters :many
+-- A page of the catalog in code order, after a code ('' is before every
+-- one), from the primary key.
+SELECT code, name, aggregation, value_property, dimensions, event_type, implied, defined_at, actor, event_id
+FROM meter
+WHERE code > @after_code::text
+ORDER BY code
+LIMIT @max_rows;
+
+-- name: LockUnpublishedMeters :many
+-- Meters defined without their MeterDefined (the migration's implied ones),
+-- locked; rows another instance holds are skipped, its round takes them.
+SELECT code, name, aggregation, value_property, dimensions, event_type, implied, defined_at, actor, event_id
+FROM meter
+WHERE event_id IS NULL
+ORDER BY code
+LIMIT @max_rows
+FOR UPDATE SKIP LOCKED;
+
+-- name: SetMeterEventID :execrows
+UPDATE meter SET event_id = @event_id WHERE code = @code AND event_id IS NULL;

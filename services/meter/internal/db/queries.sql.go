@@ -46,11 +46,77 @@ func (q *Queries) AdvancePriceSeries(ctx context.Context, arg AdvancePriceSeries
 	return result.RowsAffected(), nil
 }
 
+const getMeter = `-- name: GetMeter :one
+SELECT code, name, aggregation, value_property, dimensions, event_type, implied, defined_at, actor, event_id
+FROM meter WHERE code = $1
+`
+
+func (q *Queries) GetMeter(ctx context.Context, code string) (Meter, error) {
+	row := q.db.QueryRow(ctx, getMeter, code)
+	var i Meter
+	err := row.Scan(
+		&i.Code,
+		&i.Name,
+		&i.Aggregation,
+		&i.ValueProperty,
+		&i.Dimensions,
+		&i.EventType,
+		&i.Implied,
+		&i.DefinedAt,
+		&i.Actor,
+		&i.EventID,
+	)
+	return i, err
+}
+
+const insertMeter = `-- name: InsertMeter :execrows
+INSERT INTO meter (code, name, aggregation, value_property, dimensions, event_type, implied, defined_at, actor, event_id)
+VALUES ($1, $2, $3, $4, $5::text[], $6, $7, $8,
+        $9, $10)
+ON CONFLICT DO NOTHING
+`
+
+type InsertMeterParams struct {
+	Code          string
+	Name          string
+	Aggregation   string
+	ValueProperty pgtype.Text
+	Dimensions    []string
+	EventType     string
+	Implied       bool
+	DefinedAt     time.Time
+	Actor         pgtype.Text
+	EventID       *uuid.UUID
+}
+
+// Defines a meter unless its code or its eventType is taken (0 rows): a
+// concurrent definition of either waits here for the other transaction and
+// then counts as taken.
+func (q *Queries) InsertMeter(ctx context.Context, arg InsertMeterParams) (int64, error) {
+	result, err := q.db.Exec(ctx, insertMeter,
+		arg.Code,
+		arg.Name,
+		arg.Aggregation,
+		arg.ValueProperty,
+		arg.Dimensions,
+		arg.EventType,
+		arg.Implied,
+		arg.DefinedAt,
+		arg.Actor,
+		arg.EventID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const insertPrice = `-- name: InsertPrice :exec
 INSERT INTO price (price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers,
-                   package_size, package_price, effective_at, activated_at, event_id, actor)
+                   package_size, package_price, effective_at, activated_at, event_id, actor, dimensions)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-        $9, $10, $11, $12, $13, $14::text)
+        $9, $10, $11, $12, $13, $14::text,
+        $15)
 `
 
 type InsertPriceParams struct {
@@ -68,6 +134,7 @@ type InsertPriceParams struct {
 	ActivatedAt  time.Time
 	EventID      uuid.UUID
 	Actor        string
+	Dimensions   []byte
 }
 
 func (q *Queries) InsertPrice(ctx context.Context, arg InsertPriceParams) error {
@@ -86,13 +153,14 @@ func (q *Queries) InsertPrice(ctx context.Context, arg InsertPriceParams) error 
 		arg.ActivatedAt,
 		arg.EventID,
 		arg.Actor,
+		arg.Dimensions,
 	)
 	return err
 }
 
 const listMeterPrices = `-- name: ListMeterPrices :many
 SELECT price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers, package_size,
-       package_price, effective_at, activated_at, event_id, actor
+       package_price, effective_at, activated_at, event_id, actor, dimensions
 FROM price
 WHERE tenant_id = $1 AND meter_code = $2
   AND (currency, version) > ($3::text, $4::bigint)
@@ -123,6 +191,7 @@ type ListMeterPricesRow struct {
 	ActivatedAt  time.Time
 	EventID      uuid.UUID
 	Actor        pgtype.Text
+	Dimensions   []byte
 }
 
 // ListMeterPrices is ListPrices of one meter: (currency, version) order
@@ -157,6 +226,53 @@ func (q *Queries) ListMeterPrices(ctx context.Context, arg ListMeterPricesParams
 			&i.ActivatedAt,
 			&i.EventID,
 			&i.Actor,
+			&i.Dimensions,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listMeters = `-- name: ListMeters :many
+SELECT code, name, aggregation, value_property, dimensions, event_type, implied, defined_at, actor, event_id
+FROM meter
+WHERE code > $1::text
+ORDER BY code
+LIMIT $2
+`
+
+type ListMetersParams struct {
+	AfterCode string
+	MaxRows   int32
+}
+
+// A page of the catalog in code order, after a code (” is before every
+// one), from the primary key.
+func (q *Queries) ListMeters(ctx context.Context, arg ListMetersParams) ([]Meter, error) {
+	rows, err := q.db.Query(ctx, listMeters, arg.AfterCode, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Meter
+	for rows.Next() {
+		var i Meter
+		if err := rows.Scan(
+			&i.Code,
+			&i.Name,
+			&i.Aggregation,
+			&i.ValueProperty,
+			&i.Dimensions,
+			&i.EventType,
+			&i.Implied,
+			&i.DefinedAt,
+			&i.Actor,
+			&i.EventID,
 		); err != nil {
 			return nil, err
 		}
@@ -170,7 +286,7 @@ func (q *Queries) ListMeterPrices(ctx context.Context, arg ListMeterPricesParams
 
 const listPrices = `-- name: ListPrices :many
 SELECT price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers, package_size,
-       package_price, effective_at, activated_at, event_id, actor
+       package_price, effective_at, activated_at, event_id, actor, dimensions
 FROM price
 WHERE tenant_id = $1
   AND (meter_code, currency, version) > ($2::text, $3::text, $4::bigint)
@@ -201,6 +317,7 @@ type ListPricesRow struct {
 	ActivatedAt  time.Time
 	EventID      uuid.UUID
 	Actor        pgtype.Text
+	Dimensions   []byte
 }
 
 // ListPrices reads a page of a tenant's price versions in (meter_code,
@@ -237,6 +354,7 @@ func (q *Queries) ListPrices(ctx context.Context, arg ListPricesParams) ([]ListP
 			&i.ActivatedAt,
 			&i.EventID,
 			&i.Actor,
+			&i.Dimensions,
 		); err != nil {
 			return nil, err
 		}
@@ -331,6 +449,59 @@ func (q *Queries) LockSchedulesToPublish(ctx context.Context, arg LockSchedulesT
 	return items, nil
 }
 
+const lockUnpublishedMeters = `-- name: LockUnpublishedMeters :many
+SELECT code, name, aggregation, value_property, dimensions, event_type, implied, defined_at, actor, event_id
+FROM meter
+WHERE event_id IS NULL
+ORDER BY code
+LIMIT $1
+FOR UPDATE SKIP LOCKED
+`
+
+// Meters defined without their MeterDefined (the migration's implied ones),
+// locked; rows another instance holds are skipped, its round takes them.
+func (q *Queries) LockUnpublishedMeters(ctx context.Context, maxRows int32) ([]Meter, error) {
+	rows, err := q.db.Query(ctx, lockUnpublishedMeters, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Meter
+	for rows.Next() {
+		var i Meter
+		if err := rows.Scan(
+			&i.Code,
+			&i.Name,
+			&i.Aggregation,
+			&i.ValueProperty,
+			&i.Dimensions,
+			&i.EventType,
+			&i.Implied,
+			&i.DefinedAt,
+			&i.Actor,
+			&i.EventID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const meterOfEventType = `-- name: MeterOfEventType :one
+SELECT code FROM meter WHERE event_type = $1
+`
+
+func (q *Queries) MeterOfEventType(ctx context.Context, eventType string) (string, error) {
+	row := q.db.QueryRow(ctx, meterOfEventType, eventType)
+	var code string
+	err := row.Scan(&code)
+	return code, err
+}
+
 const raiseKnownThrough = `-- name: RaiseKnownThrough :exec
 UPDATE price_series AS s
 SET known_through = $1
@@ -415,4 +586,55 @@ func (q *Queries) ReconciliationPrices(ctx context.Context, arg ReconciliationPr
 		return nil, err
 	}
 	return items, nil
+}
+
+const seriesDimensions = `-- name: SeriesDimensions :many
+SELECT DISTINCT dimensions FROM price
+WHERE tenant_id = $1 AND meter_code = $2 AND currency = $3
+`
+
+type SeriesDimensionsParams struct {
+	TenantID  string
+	MeterCode string
+	Currency  string
+}
+
+// The dimension sets the versions of a series name so far (the series is
+// locked by the activation reading them): a new dimension price must not
+// overlap one of them (ambiguous_price).
+func (q *Queries) SeriesDimensions(ctx context.Context, arg SeriesDimensionsParams) ([][]byte, error) {
+	rows, err := q.db.Query(ctx, seriesDimensions, arg.TenantID, arg.MeterCode, arg.Currency)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items [][]byte
+	for rows.Next() {
+		var dimensions []byte
+		if err := rows.Scan(&dimensions); err != nil {
+			return nil, err
+		}
+		items = append(items, dimensions)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const setMeterEventID = `-- name: SetMeterEventID :execrows
+UPDATE meter SET event_id = $1 WHERE code = $2 AND event_id IS NULL
+`
+
+type SetMeterEventIDParams struct {
+	EventID *uuid.UUID
+	Code    string
+}
+
+func (q *Queries) SetMeterEventID(ctx context.Context, arg SetMeterEventIDParams) (int64, error) {
+	result, err := q.db.Exec(ctx, setMeterEventID, arg.EventID, arg.Code)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

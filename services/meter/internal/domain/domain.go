@@ -6,6 +6,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"time"
 
@@ -63,6 +64,10 @@ type Activation struct {
 	// EffectiveAt is when the price applies from; zero means from the
 	// activation itself.
 	EffectiveAt time.Time
+	// Dimensions are the property values the price applies to, nil for the
+	// series' default; checked against the catalog meter at activation
+	// (CheckDimensionPrice).
+	Dimensions map[string]string
 }
 
 // Request is an activation as sent: decimal strings, "" when absent.
@@ -72,6 +77,8 @@ type Request struct {
 	MeterCode, Currency, Model, UnitPrice, EffectiveAt string
 	Tiers                                              []TierRequest
 	PackageSize, PackagePrice                          string
+	// Dimensions are the price's {name: value}; empty for none.
+	Dimensions map[string]string
 }
 
 // TierRequest is one tier as sent; UpTo "" is the open, last tier.
@@ -103,6 +110,9 @@ func ParseActivation(r Request) (Activation, error) {
 		return Activation{}, err
 	}
 	a := Activation{MeterCode: r.MeterCode, Currency: r.Currency, Pricing: p}
+	if len(r.Dimensions) > 0 {
+		a.Dimensions = maps.Clone(r.Dimensions)
+	}
 	if r.EffectiveAt != "" {
 		t, err := ParseTime("effectiveAt", r.EffectiveAt)
 		if err != nil {

@@ -47,7 +47,7 @@ func TestCorrelationID(t *testing.T) {
 	if status, body := send(t, "k-1", corr); status != http.StatusCreated {
 		t.Fatalf("valid correlation id: %d %s", status, body)
 	}
-	if n := count(t, e.pool, `SELECT count(*) FROM outbox_event WHERE convert_from(envelope, 'UTF8')::jsonb->>'correlationId' = $1`, corr); n != 1 {
-		t.Fatalf("%d events carry the correlation id, want 1", n)
+	if n := count(t, e.pool, `SELECT count(*) FROM outbox_event WHERE convert_from(envelope, 'UTF8')::jsonb->>'correlationId' = $1`, corr); n != 2 {
+		t.Fatalf("%d events carry the correlation id, want 2 (the price's and its implied meter's)", n)
 	}
 }

@@ -32,6 +32,9 @@ func New(a *app.App, log *slog.Logger) *API { return &API{app: a, log: log} }
 func (api *API) Routes(r chi.Router) {
 	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/prices", auth.Allow(api.activatePrice, auth.RoleBillingAdmin))
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/prices", auth.Allow(api.listPrices, auth.RoleViewer, auth.RoleBillingAdmin))
+	r.Method(http.MethodPost, "/v1/meters", auth.Allow(api.defineMeter, auth.RoleCatalogAdmin))
+	r.Method(http.MethodGet, "/v1/meters", auth.Allow(api.listMeters, catalogReaders...))
+	r.Method(http.MethodGet, "/v1/meters/{code}", auth.Allow(api.getMeter, catalogReaders...))
 	r.Method(http.MethodGet, "/openapi.json", meterapi.Handler())
 }
 
@@ -40,14 +43,15 @@ func (api *API) Routes(r chi.Router) {
 // unitPrice, flatFee}], packageSize, packagePrice, effectiveAt}. Decimals
 // are JSON strings.
 type activatePriceRequest struct {
-	MeterCode    string          `json:"meterCode"`
-	Currency     string          `json:"currency"`
-	Model        string          `json:"model"`
-	UnitPrice    json.RawMessage `json:"unitPrice"`
-	Tiers        []tierRequest   `json:"tiers"`
-	PackageSize  json.RawMessage `json:"packageSize"`
-	PackagePrice json.RawMessage `json:"packagePrice"`
-	EffectiveAt  string          `json:"effectiveAt"`
+	MeterCode    string            `json:"meterCode"`
+	Currency     string            `json:"currency"`
+	Model        string            `json:"model"`
+	UnitPrice    json.RawMessage   `json:"unitPrice"`
+	Tiers        []tierRequest     `json:"tiers"`
+	PackageSize  json.RawMessage   `json:"packageSize"`
+	PackagePrice json.RawMessage   `json:"packagePrice"`
+	EffectiveAt  string            `json:"effectiveAt"`
+	Dimensions   map[string]string `json:"dimensions"`
 }
 
 type tierRequest struct {
@@ -67,7 +71,8 @@ type decimalField struct {
 // request reads the decimal strings of r; a number where a decimal string
 // is expected is refused with the field's code.
 func (r activatePriceRequest) request() (domain.Request, *httpx.Problem) {
-	out := domain.Request{MeterCode: r.MeterCode, Currency: r.Currency, Model: r.Model, EffectiveAt: r.EffectiveAt}
+	out := domain.Request{MeterCode: r.MeterCode, Currency: r.Currency, Model: r.Model, EffectiveAt: r.EffectiveAt,
+		Dimensions: r.Dimensions}
 	fields := []decimalField{
 		{"unitPrice", domain.CodeInvalidPrice, r.UnitPrice, &out.UnitPrice},
 		{"packageSize", pricing.CodeInvalidPackage, r.PackageSize, &out.PackageSize},

@@ -28,10 +28,23 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 // testActor is the subject of the token the tests' requests carry.
 const testActor = "admin@t1.example"
 
+// asRole is the header that picks the role of a request's token (default
+// billing-admin).
+const asRole = "X-Test-Role"
+
 // signedIn stands for auth.Middleware: it puts the claims of a verified
-// billing-admin token of testActor in each request's context, but for a
-// request with header X-No-Token.
-var signedIn = authtest.SignedIn(testActor, auth.RoleBillingAdmin)
+// token of testActor in each request's context, of the role named by
+// header asRole (billing-admin without it; tenant-scoped roles for the
+// path's tenant), but for a request with header X-No-Token.
+func signedIn(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		role := r.Header.Get(asRole)
+		if role == "" {
+			role = auth.RoleBillingAdmin
+		}
+		authtest.SignedIn(testActor, role)(next).ServeHTTP(w, r)
+	})
+}
 
 var tmpl = servicetest.Template(meter.Spec)
 
@@ -101,5 +114,5 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 func written(t *testing.T, pool *pgxpool.Pool) int {
 	t.Helper()
 	return count(t, pool, `SELECT (SELECT count(*) FROM price) + (SELECT count(*) FROM price_series)
-		+ (SELECT count(*) FROM outbox_event) + (SELECT count(*) FROM idempotency_key)`)
+		+ (SELECT count(*) FROM outbox_event) + (SELECT count(*) FROM idempotency_key) + (SELECT count(*) FROM meter)`)
 }
