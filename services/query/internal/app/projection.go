@@ -41,8 +41,10 @@ func BatchHandlers() map[string]inbox.BatchHandler {
 	}
 	hs[events.TypePriceScheduleWatermark] = absorb
 	// BillingPeriodEnded (a period went into grace, decision 0014) changes
-	// no summary: absorbed.
-	hs[events.TypeBillingPeriodEnded] = absorb
+	// no summary; its zone is the analytics' default zone of the tenant.
+	inbox.HandleBatch(hs, setTenantZones)
+	// MeterDefined: the catalog, for the analytics.
+	inbox.HandleBatch(hs, defineMeters)
 	// Usage's watermarks (UsageAcceptedThrough, decision 0014: billing's
 	// concern, every second per partition) share the usage topic: absorbed.
 	hs[events.TypeUsageAcceptedThrough] = absorb
@@ -99,6 +101,9 @@ func project(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) ([]inbox.Ou
 				return nil, inbox.ItemError(i, inbox.Duplicate("projected_event_pkey"))
 			}
 		}
+	}
+	if err := projectFacts(ctx, tx, ds); err != nil {
+		return nil, err
 	}
 	return make([]inbox.Outcome, n), nil
 }

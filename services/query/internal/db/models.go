@@ -13,12 +13,35 @@ import (
 )
 
 type ChargeLine struct {
-	TenantID     string
-	Period       string
-	Currency     string
-	MeterCode    string
-	PriceVersion int64
-	Quantity     decimal.Decimal
+	TenantID            string
+	Period              string
+	Currency            string
+	MeterCode           string
+	PriceVersion        int64
+	Quantity            decimal.Decimal
+	DimensionsKey       string
+	LatestAt            *time.Time
+	LatestSourceSystem  pgtype.Text
+	LatestSourceEventID pgtype.Text
+}
+
+type ChargeLineValue struct {
+	TenantID      string
+	Period        string
+	Currency      string
+	MeterCode     string
+	PriceVersion  int64
+	DimensionsKey string
+	Value         string
+}
+
+type MeterDefinition struct {
+	Code          string
+	Aggregation   string
+	ValueProperty string
+	Dimensions    []string
+	EventType     string
+	DefinedAt     time.Time
 }
 
 type ProjectedEvent struct {
@@ -92,4 +115,37 @@ type TenantTotal struct {
 	Key      string
 	Amount   decimal.Decimal
 	Events   int64
+}
+
+type TenantZone struct {
+	TenantID string
+	Period   string
+	TimeZone string
+}
+
+type UsageFact struct {
+	TenantID      string
+	SourceSystem  string
+	SourceEventID string
+	MeterCode     string
+	OccurredAt    time.Time
+	EventID       uuid.UUID
+	Quantity      decimal.Decimal
+	Properties    []byte
+	Dims          []string
+	Value         pgtype.Text
+}
+
+type UsageHourly struct {
+	TenantID            string
+	MeterCode           string
+	Hour                time.Time
+	Dims                []string
+	Facts               int64
+	Sum                 decimal.Decimal
+	Max                 decimal.Decimal
+	LatestAt            time.Time
+	LatestSourceSystem  string
+	LatestSourceEventID string
+	LatestQuantity      decimal.Decimal
 }

@@ -199,16 +199,153 @@ WHERE tenant_id = @tenant_id AND event_type = 'InvoiceCorrectionIssued' AND peri
 ORDER BY origin_event_id
 LIMIT @row_limit;
 
--- name: AddChargeLineQuantities :many
--- AddChargeLineQuantities adds quantities to charge lines priced as a whole
--- (one entry per line; in key order, so concurrent batches lock lines in
--- one order) and returns each line's quantity after the addition.
-INSERT INTO charge_line AS l (tenant_id, period, currency, meter_code, price_version, quantity)
-SELECT u.tenant_id, u.period, u.currency, u.meter_code, u.price_version, u.quantity
+-- name: LockChargeLines :many
+-- LockChargeLines makes sure each named charge line priced as a whole has
+-- its row (an empty line: quantity 0, no latest) and locks them all until
+-- the transaction ends, in key order, so concurrent batches lock lines in
+-- one order; it returns each line's state before the batch.
+INSERT INTO charge_line AS l (tenant_id, period, currency, meter_code, price_version, dimensions_key, quantity)
+SELECT u.tenant_id, u.period, u.currency, u.meter_code, u.price_version, u.dimensions_key, 0
 FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@periods::text[]) AS period,
              unnest(@currencies::text[]) AS currency, unnest(@meter_codes::text[]) AS meter_code,
-             unnest(@price_versions::bigint[]) AS price_version, unnest(@quantities::numeric[]) AS quantity) u
-ORDER BY 1, 2, 3, 4, 5
-ON CONFLICT (tenant_id, period, currency, meter_code, price_version)
-DO UPDATE SET quantity = l.quantity + EXCLUDED.quantity
-RETURNING l.tenant_id, l.period, l.currency, l.meter_code, l.price_version, l.quantity;
+             unnest(@price_versions::bigint[]) AS price_version,
+             unnest(@dimensions_keys::text[]) AS dimensions_key) u
+ORDER BY 1, 2, 3, 4, 5, 6
+ON CONFLICT (tenant_id, period, currency, meter_code, price_version, dimensions_key)
+DO UPDATE SET quantity = l.quantity
+RETURNING l.tenant_id, l.period, l.currency, l.meter_code, l.price_version, l.dimensions_key, l.quantity,
+          l.latest_at, COALESCE(l.latest_source_system, '')::text AS latest_source_system,
+          COALESCE(l.latest_source_event_id, '')::text AS latest_source_event_id;
+
+-- name: SetChargeLines :exec
+-- SetChargeLines stores the lines' state after a batch (rows LockChargeLines
+-- locked). An empty latest_source_system leaves latest as it was.
+UPDATE charge_line AS l
+SET quantity = u.quantity,
+    latest_at = CASE WHEN u.latest_source_system = '' THEN l.latest_at ELSE u.latest_at END,
+    latest_source_system = COALESCE(NULLIF(u.latest_source_system, ''), l.latest_source_system),
+    latest_source_event_id = CASE WHEN u.latest_source_system = '' THEN l.latest_source_event_id ELSE u.latest_source_event_id END
+FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@periods::text[]) AS period,
+             unnest(@currencies::text[]) AS currency, unnest(@meter_codes::text[]) AS meter_code,
+             unnest(@price_versions::bigint[]) AS price_version,
+             unnest(@dimensions_keys::text[]) AS dimensions_key, unnest(@quantities::numeric[]) AS quantity,
+             unnest(@latest_ats::timestamptz[]) AS latest_at,
+             unnest(@latest_source_systems::text[]) AS latest_source_system,
+             unnest(@latest_source_event_ids::text[]) AS latest_source_event_id) u
+WHERE l.tenant_id = u.tenant_id AND l.period = u.period AND l.currency = u.currency AND l.meter_code = u.meter_code
+  AND l.price_version = u.price_version AND l.dimensions_key = u.dimensions_key;
+
+-- name: AddChargeLineValues :many
+-- AddChargeLineValues adds the values of unique_count charges to their
+-- lines' sets (under the lines' locks) and returns those not there before.
+INSERT INTO charge_line_value (tenant_id, period, currency, meter_code, price_version, dimensions_key, value)
+SELECT DISTINCT u.tenant_id, u.period, u.currency, u.meter_code, u.price_version, u.dimensions_key, u.value
+FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@periods::text[]) AS period,
+             unnest(@currencies::text[]) AS currency, unnest(@meter_codes::text[]) AS meter_code,
+             unnest(@price_versions::bigint[]) AS price_version,
+             unnest(@dimensions_keys::text[]) AS dimensions_key, unnest(@values::text[]) AS value) u
+ON CONFLICT DO NOTHING
+RETURNING tenant_id, period, currency, meter_code, price_version, dimensions_key, value::text AS value;
+
+-- name: DefineMeter :exec
+-- DefineMeter records a meter's definition; the first stays (a meter never
+-- changes once defined).
+INSERT INTO meter_definition (code, aggregation, value_property, dimensions, event_type, defined_at)
+VALUES (@code, @aggregation, @value_property, @dimensions::text[], @event_type, @defined_at)
+ON CONFLICT (code) DO NOTHING;
+
+-- name: LockMetersShared :exec
+-- LockMetersShared takes, until commit, the shared lock of each meter code
+-- (in the order given: sorted) that a batch of facts reads the definition
+-- of; LockMeter, its exclusive form, is taken by the MeterDefined that
+-- rolls up the facts that came before it, so no fact is left between the two.
+SELECT pg_advisory_xact_lock_shared(hashtextextended('query.meter:' || c, 0))
+FROM unnest(@codes::text[]) WITH ORDINALITY AS x(c, n) ORDER BY n;
+
+-- name: LockMeter :exec
+SELECT pg_advisory_xact_lock(hashtextextended('query.meter:' || @code::text, 0));
+
+-- name: GetMeterDefinitions :many
+SELECT code, aggregation, value_property, dimensions::text[] AS dimensions, event_type, defined_at
+FROM meter_definition WHERE code = ANY(@codes::text[]);
+
+-- name: GetMeterDefinition :one
+SELECT code, aggregation, value_property, dimensions::text[] AS dimensions, event_type, defined_at
+FROM meter_definition WHERE code = @code;
+
+-- name: InsertUsageFacts :many
+-- InsertUsageFacts records accepted facts; a fact recorded before (same
+-- tenant, source system and source event id) is left as it is. It returns the
+-- identities inserted. dims (a JSON array of strings each) is stored NULL
+-- for facts of a meter not known yet (known false).
+INSERT INTO usage_fact (tenant_id, source_system, source_event_id, meter_code, occurred_at, event_id, quantity,
+                        properties, dims, value)
+SELECT u.tenant_id, u.source_system, u.source_event_id, u.meter_code, u.occurred_at, u.event_id, u.quantity,
+       u.properties, CASE WHEN u.known THEN ARRAY(SELECT e FROM jsonb_array_elements_text(u.dims) WITH ORDINALITY AS x(e, i) ORDER BY i) END, NULLIF(u.value, '')
+FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@source_systems::text[]) AS source_system,
+             unnest(@source_event_ids::text[]) AS source_event_id, unnest(@meter_codes::text[]) AS meter_code,
+             unnest(@occurred_ats::timestamptz[]) AS occurred_at, unnest(@event_ids::uuid[]) AS event_id,
+             unnest(@quantities::numeric[]) AS quantity, unnest(@properties::jsonb[]) AS properties,
+             unnest(@dims::jsonb[]) AS dims, unnest(@known::bool[]) AS known, unnest(@values::text[]) AS value) u
+ON CONFLICT DO NOTHING
+RETURNING tenant_id, source_system::text AS source_system, source_event_id::text AS source_event_id;
+
+-- name: ListUnrolledFacts :many
+-- ListUnrolledFacts reads (and locks) a chunk of the facts of a meter that
+-- arrived before its definition.
+SELECT tenant_id, source_system::text AS source_system, source_event_id::text AS source_event_id,
+       occurred_at, quantity, properties
+FROM usage_fact WHERE meter_code = @meter_code AND dims IS NULL
+ORDER BY tenant_id, source_system, source_event_id
+LIMIT @row_limit FOR UPDATE;
+
+-- name: SetFactDimensions :exec
+UPDATE usage_fact AS f SET dims = ARRAY(SELECT e FROM jsonb_array_elements_text(u.dims) WITH ORDINALITY AS x(e, i) ORDER BY i), value = NULLIF(u.value, '')
+FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@source_systems::text[]) AS source_system,
+             unnest(@source_event_ids::text[]) AS source_event_id, unnest(@dims::jsonb[]) AS dims,
+             unnest(@values::text[]) AS value) u
+WHERE f.tenant_id = u.tenant_id AND f.source_system = u.source_system AND f.source_event_id = u.source_event_id;
+
+-- name: AddUsageHourly :exec
+-- AddUsageHourly adds what a batch's facts add to their hourly rollups (one
+-- entry per rollup, in key order, so concurrent batches lock rows in one
+-- order): count and sum add, max and latest keep the larger (latest by
+-- occurredAt, then sourceSystem, then sourceEventId, byte order).
+INSERT INTO usage_hourly AS h (tenant_id, meter_code, hour, dims, facts, sum, max, latest_at, latest_source_system,
+                               latest_source_event_id, latest_quantity)
+SELECT u.tenant_id, u.meter_code, u.hour, ARRAY(SELECT e FROM jsonb_array_elements_text(u.dims) WITH ORDINALITY AS x(e, i) ORDER BY i), u.facts, u.sum, u.max, u.latest_at, u.latest_source_system,
+       u.latest_source_event_id, u.latest_quantity
+FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@meter_codes::text[]) AS meter_code,
+             unnest(@hours::timestamptz[]) AS hour, unnest(@dims::jsonb[]) AS dims,
+             unnest(@facts::bigint[]) AS facts, unnest(@sums::numeric[]) AS sum, unnest(@maxes::numeric[]) AS max,
+             unnest(@latest_ats::timestamptz[]) AS latest_at,
+             unnest(@latest_source_systems::text[]) AS latest_source_system,
+             unnest(@latest_source_event_ids::text[]) AS latest_source_event_id,
+             unnest(@latest_quantities::numeric[]) AS latest_quantity,
+             generate_series(1, cardinality(@tenant_ids::text[])) AS n) u
+ORDER BY u.n
+ON CONFLICT (tenant_id, meter_code, hour, dims) DO UPDATE
+SET facts = h.facts + EXCLUDED.facts,
+    sum = h.sum + EXCLUDED.sum,
+    max = GREATEST(h.max, EXCLUDED.max),
+    latest_at = CASE WHEN (EXCLUDED.latest_at, EXCLUDED.latest_source_system, EXCLUDED.latest_source_event_id)
+                        > (h.latest_at, h.latest_source_system, h.latest_source_event_id)
+                     THEN EXCLUDED.latest_at ELSE h.latest_at END,
+    latest_source_system = CASE WHEN (EXCLUDED.latest_at, EXCLUDED.latest_source_system, EXCLUDED.latest_source_event_id)
+                        > (h.latest_at, h.latest_source_system, h.latest_source_event_id)
+                     THEN EXCLUDED.latest_source_system ELSE h.latest_source_system END,
+    latest_source_event_id = CASE WHEN (EXCLUDED.latest_at, EXCLUDED.latest_source_system, EXCLUDED.latest_source_event_id)
+                        > (h.latest_at, h.latest_source_system, h.latest_source_event_id)
+                     THEN EXCLUDED.latest_source_event_id ELSE h.latest_source_event_id END,
+    latest_quantity = CASE WHEN (EXCLUDED.latest_at, EXCLUDED.latest_source_system, EXCLUDED.latest_source_event_id)
+                        > (h.latest_at, h.latest_source_system, h.latest_source_event_id)
+                     THEN EXCLUDED.latest_quantity ELSE h.latest_quantity END;
+
+-- name: SetTenantZone :exec
+-- SetTenantZone keeps the zone of the tenant's latest period seen ending.
+INSERT INTO tenant_zone AS z (tenant_id, period, time_zone) VALUES (@tenant_id, @period, @time_zone)
+ON CONFLICT (tenant_id) DO UPDATE SET period = EXCLUDED.period, time_zone = EXCLUDED.time_zone
+WHERE EXCLUDED.period > z.period;
+
+-- name: GetTenantZone :one
+SELECT time_zone FROM tenant_zone WHERE tenant_id = @tenant_id;

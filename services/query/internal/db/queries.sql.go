@@ -14,53 +14,64 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-const addChargeLineQuantities = `-- name: AddChargeLineQuantities :many
-INSERT INTO charge_line AS l (tenant_id, period, currency, meter_code, price_version, quantity)
-SELECT u.tenant_id, u.period, u.currency, u.meter_code, u.price_version, u.quantity
+const addChargeLineValues = `-- name: AddChargeLineValues :many
+INSERT INTO charge_line_value (tenant_id, period, currency, meter_code, price_version, dimensions_key, value)
+SELECT DISTINCT u.tenant_id, u.period, u.currency, u.meter_code, u.price_version, u.dimensions_key, u.value
 FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS period,
              unnest($3::text[]) AS currency, unnest($4::text[]) AS meter_code,
-             unnest($5::bigint[]) AS price_version, unnest($6::numeric[]) AS quantity) u
-ORDER BY 1, 2, 3, 4, 5
-ON CONFLICT (tenant_id, period, currency, meter_code, price_version)
-DO UPDATE SET quantity = l.quantity + EXCLUDED.quantity
-RETURNING l.tenant_id, l.period, l.currency, l.meter_code, l.price_version, l.quantity
+             unnest($5::bigint[]) AS price_version,
+             unnest($6::text[]) AS dimensions_key, unnest($7::text[]) AS value) u
+ON CONFLICT DO NOTHING
+RETURNING tenant_id, period, currency, meter_code, price_version, dimensions_key, value::text AS value
 `
 
-type AddChargeLineQuantitiesParams struct {
-	TenantIds     []string
-	Periods       []string
-	Currencies    []string
-	MeterCodes    []string
-	PriceVersions []int64
-	Quantities    []decimal.Decimal
+type AddChargeLineValuesParams struct {
+	TenantIds      []string
+	Periods        []string
+	Currencies     []string
+	MeterCodes     []string
+	PriceVersions  []int64
+	DimensionsKeys []string
+	Values         []string
 }
 
-// AddChargeLineQuantities adds quantities to charge lines priced as a whole
-// (one entry per line; in key order, so concurrent batches lock lines in
-// one order) and returns each line's quantity after the addition.
-func (q *Queries) AddChargeLineQuantities(ctx context.Context, arg AddChargeLineQuantitiesParams) ([]ChargeLine, error) {
-	rows, err := q.db.Query(ctx, addChargeLineQuantities,
+type AddChargeLineValuesRow struct {
+	TenantID      string
+	Period        string
+	Currency      string
+	MeterCode     string
+	PriceVersion  int64
+	DimensionsKey string
+	Value         string
+}
+
+// AddChargeLineValues adds the values of unique_count charges to their
+// lines' sets (under the lines' locks) and returns those not there before.
+func (q *Queries) AddChargeLineValues(ctx context.Context, arg AddChargeLineValuesParams) ([]AddChargeLineValuesRow, error) {
+	rows, err := q.db.Query(ctx, addChargeLineValues,
 		arg.TenantIds,
 		arg.Periods,
 		arg.Currencies,
 		arg.MeterCodes,
 		arg.PriceVersions,
-		arg.Quantities,
+		arg.DimensionsKeys,
+		arg.Values,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []ChargeLine
+	var items []AddChargeLineValuesRow
 	for rows.Next() {
-		var i ChargeLine
+		var i AddChargeLineValuesRow
 		if err := rows.Scan(
 			&i.TenantID,
 			&i.Period,
 			&i.Currency,
 			&i.MeterCode,
 			&i.PriceVersion,
-			&i.Quantity,
+			&i.DimensionsKey,
+			&i.Value,
 		); err != nil {
 			return nil, err
 		}
@@ -70,6 +81,73 @@ func (q *Queries) AddChargeLineQuantities(ctx context.Context, arg AddChargeLine
 		return nil, err
 	}
 	return items, nil
+}
+
+const addUsageHourly = `-- name: AddUsageHourly :exec
+INSERT INTO usage_hourly AS h (tenant_id, meter_code, hour, dims, facts, sum, max, latest_at, latest_source_system,
+                               latest_source_event_id, latest_quantity)
+SELECT u.tenant_id, u.meter_code, u.hour, ARRAY(SELECT e FROM jsonb_array_elements_text(u.dims) WITH ORDINALITY AS x(e, i) ORDER BY i), u.facts, u.sum, u.max, u.latest_at, u.latest_source_system,
+       u.latest_source_event_id, u.latest_quantity
+FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS meter_code,
+             unnest($3::timestamptz[]) AS hour, unnest($4::jsonb[]) AS dims,
+             unnest($5::bigint[]) AS facts, unnest($6::numeric[]) AS sum, unnest($7::numeric[]) AS max,
+             unnest($8::timestamptz[]) AS latest_at,
+             unnest($9::text[]) AS latest_source_system,
+             unnest($10::text[]) AS latest_source_event_id,
+             unnest($11::numeric[]) AS latest_quantity,
+             generate_series(1, cardinality($1::text[])) AS n) u
+ORDER BY u.n
+ON CONFLICT (tenant_id, meter_code, hour, dims) DO UPDATE
+SET facts = h.facts + EXCLUDED.facts,
+    sum = h.sum + EXCLUDED.sum,
+    max = GREATEST(h.max, EXCLUDED.max),
+    latest_at = CASE WHEN (EXCLUDED.latest_at, EXCLUDED.latest_source_system, EXCLUDED.latest_source_event_id)
+                        > (h.latest_at, h.latest_source_system, h.latest_source_event_id)
+                     THEN EXCLUDED.latest_at ELSE h.latest_at END,
+    latest_source_system = CASE WHEN (EXCLUDED.latest_at, EXCLUDED.latest_source_system, EXCLUDED.latest_source_event_id)
+                        > (h.latest_at, h.latest_source_system, h.latest_source_event_id)
+                     THEN EXCLUDED.latest_source_system ELSE h.latest_source_system END,
+    latest_source_event_id = CASE WHEN (EXCLUDED.latest_at, EXCLUDED.latest_source_system, EXCLUDED.latest_source_event_id)
+                        > (h.latest_at, h.latest_source_system, h.latest_source_event_id)
+                     THEN EXCLUDED.latest_source_event_id ELSE h.latest_source_event_id END,
+    latest_quantity = CASE WHEN (EXCLUDED.latest_at, EXCLUDED.latest_source_system, EXCLUDED.latest_source_event_id)
+                        > (h.latest_at, h.latest_source_system, h.latest_source_event_id)
+                     THEN EXCLUDED.latest_quantity ELSE h.latest_quantity END
+`
+
+type AddUsageHourlyParams struct {
+	TenantIds            []string
+	MeterCodes           []string
+	Hours                []time.Time
+	Dims                 [][]byte
+	Facts                []int64
+	Sums                 []decimal.Decimal
+	Maxes                []decimal.Decimal
+	LatestAts            []time.Time
+	LatestSourceSystems  []string
+	LatestSourceEventIds []string
+	LatestQuantities     []decimal.Decimal
+}
+
+// AddUsageHourly adds what a batch's facts add to their hourly rollups (one
+// entry per rollup, in key order, so concurrent batches lock rows in one
+// order): count and sum add, max and latest keep the larger (latest by
+// occurredAt, then sourceSystem, then sourceEventId, byte order).
+func (q *Queries) AddUsageHourly(ctx context.Context, arg AddUsageHourlyParams) error {
+	_, err := q.db.Exec(ctx, addUsageHourly,
+		arg.TenantIds,
+		arg.MeterCodes,
+		arg.Hours,
+		arg.Dims,
+		arg.Facts,
+		arg.Sums,
+		arg.Maxes,
+		arg.LatestAts,
+		arg.LatestSourceSystems,
+		arg.LatestSourceEventIds,
+		arg.LatestQuantities,
+	)
+	return err
 }
 
 const appendRedriveAudit = `-- name: AppendRedriveAudit :exec
@@ -121,6 +199,35 @@ func (q *Queries) CountPendingDeltas(ctx context.Context) (int64, error) {
 	return count, err
 }
 
+const defineMeter = `-- name: DefineMeter :exec
+INSERT INTO meter_definition (code, aggregation, value_property, dimensions, event_type, defined_at)
+VALUES ($1, $2, $3, $4::text[], $5, $6)
+ON CONFLICT (code) DO NOTHING
+`
+
+type DefineMeterParams struct {
+	Code          string
+	Aggregation   string
+	ValueProperty string
+	Dimensions    []string
+	EventType     string
+	DefinedAt     time.Time
+}
+
+// DefineMeter records a meter's definition; the first stays (a meter never
+// changes once defined).
+func (q *Queries) DefineMeter(ctx context.Context, arg DefineMeterParams) error {
+	_, err := q.db.Exec(ctx, defineMeter,
+		arg.Code,
+		arg.Aggregation,
+		arg.ValueProperty,
+		arg.Dimensions,
+		arg.EventType,
+		arg.DefinedAt,
+	)
+	return err
+}
+
 const foldDeltas = `-- name: FoldDeltas :exec
 WITH moved AS (
     DELETE FROM summary_delta d WHERE d.tenant_id = $1::text
@@ -147,6 +254,75 @@ SET events = tenant_summary.events + EXCLUDED.events,
 func (q *Queries) FoldDeltas(ctx context.Context, tenantID string) error {
 	_, err := q.db.Exec(ctx, foldDeltas, tenantID)
 	return err
+}
+
+const getMeterDefinition = `-- name: GetMeterDefinition :one
+SELECT code, aggregation, value_property, dimensions::text[] AS dimensions, event_type, defined_at
+FROM meter_definition WHERE code = $1
+`
+
+type GetMeterDefinitionRow struct {
+	Code          string
+	Aggregation   string
+	ValueProperty string
+	Dimensions    []string
+	EventType     string
+	DefinedAt     time.Time
+}
+
+func (q *Queries) GetMeterDefinition(ctx context.Context, code string) (GetMeterDefinitionRow, error) {
+	row := q.db.QueryRow(ctx, getMeterDefinition, code)
+	var i GetMeterDefinitionRow
+	err := row.Scan(
+		&i.Code,
+		&i.Aggregation,
+		&i.ValueProperty,
+		&i.Dimensions,
+		&i.EventType,
+		&i.DefinedAt,
+	)
+	return i, err
+}
+
+const getMeterDefinitions = `-- name: GetMeterDefinitions :many
+SELECT code, aggregation, value_property, dimensions::text[] AS dimensions, event_type, defined_at
+FROM meter_definition WHERE code = ANY($1::text[])
+`
+
+type GetMeterDefinitionsRow struct {
+	Code          string
+	Aggregation   string
+	ValueProperty string
+	Dimensions    []string
+	EventType     string
+	DefinedAt     time.Time
+}
+
+func (q *Queries) GetMeterDefinitions(ctx context.Context, codes []string) ([]GetMeterDefinitionsRow, error) {
+	rows, err := q.db.Query(ctx, getMeterDefinitions, codes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []GetMeterDefinitionsRow
+	for rows.Next() {
+		var i GetMeterDefinitionsRow
+		if err := rows.Scan(
+			&i.Code,
+			&i.Aggregation,
+			&i.ValueProperty,
+			&i.Dimensions,
+			&i.EventType,
+			&i.DefinedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const getPendingSummary = `-- name: GetPendingSummary :one
@@ -177,6 +353,17 @@ func (q *Queries) GetTenantSummary(ctx context.Context, tenantID string) (Tenant
 	var i TenantSummary
 	err := row.Scan(&i.TenantID, &i.Events, &i.LastEventAt)
 	return i, err
+}
+
+const getTenantZone = `-- name: GetTenantZone :one
+SELECT time_zone FROM tenant_zone WHERE tenant_id = $1
+`
+
+func (q *Queries) GetTenantZone(ctx context.Context, tenantID string) (string, error) {
+	row := q.db.QueryRow(ctx, getTenantZone, tenantID)
+	var time_zone string
+	err := row.Scan(&time_zone)
+	return time_zone, err
 }
 
 const insertQuarantineNotice = `-- name: InsertQuarantineNotice :exec
@@ -219,6 +406,76 @@ func (q *Queries) InsertQuarantineNotice(ctx context.Context, arg InsertQuaranti
 		arg.QuarantinedAt,
 	)
 	return err
+}
+
+const insertUsageFacts = `-- name: InsertUsageFacts :many
+INSERT INTO usage_fact (tenant_id, source_system, source_event_id, meter_code, occurred_at, event_id, quantity,
+                        properties, dims, value)
+SELECT u.tenant_id, u.source_system, u.source_event_id, u.meter_code, u.occurred_at, u.event_id, u.quantity,
+       u.properties, CASE WHEN u.known THEN ARRAY(SELECT e FROM jsonb_array_elements_text(u.dims) WITH ORDINALITY AS x(e, i) ORDER BY i) END, NULLIF(u.value, '')
+FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS source_system,
+             unnest($3::text[]) AS source_event_id, unnest($4::text[]) AS meter_code,
+             unnest($5::timestamptz[]) AS occurred_at, unnest($6::uuid[]) AS event_id,
+             unnest($7::numeric[]) AS quantity, unnest($8::jsonb[]) AS properties,
+             unnest($9::jsonb[]) AS dims, unnest($10::bool[]) AS known, unnest($11::text[]) AS value) u
+ON CONFLICT DO NOTHING
+RETURNING tenant_id, source_system::text AS source_system, source_event_id::text AS source_event_id
+`
+
+type InsertUsageFactsParams struct {
+	TenantIds      []string
+	SourceSystems  []string
+	SourceEventIds []string
+	MeterCodes     []string
+	OccurredAts    []time.Time
+	EventIds       []uuid.UUID
+	Quantities     []decimal.Decimal
+	Properties     [][]byte
+	Dims           [][]byte
+	Known          []bool
+	Values         []string
+}
+
+type InsertUsageFactsRow struct {
+	TenantID      string
+	SourceSystem  string
+	SourceEventID string
+}
+
+// InsertUsageFacts records accepted facts; a fact recorded before (same
+// tenant, source system and source event id) is left as it is. It returns the
+// identities inserted. dims (a JSON array of strings each) is stored NULL
+// for facts of a meter not known yet (known false).
+func (q *Queries) InsertUsageFacts(ctx context.Context, arg InsertUsageFactsParams) ([]InsertUsageFactsRow, error) {
+	rows, err := q.db.Query(ctx, insertUsageFacts,
+		arg.TenantIds,
+		arg.SourceSystems,
+		arg.SourceEventIds,
+		arg.MeterCodes,
+		arg.OccurredAts,
+		arg.EventIds,
+		arg.Quantities,
+		arg.Properties,
+		arg.Dims,
+		arg.Known,
+		arg.Values,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []InsertUsageFactsRow
+	for rows.Next() {
+		var i InsertUsageFactsRow
+		if err := rows.Scan(&i.TenantID, &i.SourceSystem, &i.SourceEventID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listPendingTotals = `-- name: ListPendingTotals :many
@@ -409,6 +666,159 @@ func (q *Queries) ListTenantsToFold(ctx context.Context, scan int32) ([]string, 
 		return nil, err
 	}
 	return items, nil
+}
+
+const listUnrolledFacts = `-- name: ListUnrolledFacts :many
+SELECT tenant_id, source_system::text AS source_system, source_event_id::text AS source_event_id,
+       occurred_at, quantity, properties
+FROM usage_fact WHERE meter_code = $1 AND dims IS NULL
+ORDER BY tenant_id, source_system, source_event_id
+LIMIT $2 FOR UPDATE
+`
+
+type ListUnrolledFactsParams struct {
+	MeterCode string
+	RowLimit  int32
+}
+
+type ListUnrolledFactsRow struct {
+	TenantID      string
+	SourceSystem  string
+	SourceEventID string
+	OccurredAt    time.Time
+	Quantity      decimal.Decimal
+	Properties    []byte
+}
+
+// ListUnrolledFacts reads (and locks) a chunk of the facts of a meter that
+// arrived before its definition.
+func (q *Queries) ListUnrolledFacts(ctx context.Context, arg ListUnrolledFactsParams) ([]ListUnrolledFactsRow, error) {
+	rows, err := q.db.Query(ctx, listUnrolledFacts, arg.MeterCode, arg.RowLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListUnrolledFactsRow
+	for rows.Next() {
+		var i ListUnrolledFactsRow
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.SourceSystem,
+			&i.SourceEventID,
+			&i.OccurredAt,
+			&i.Quantity,
+			&i.Properties,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockChargeLines = `-- name: LockChargeLines :many
+INSERT INTO charge_line AS l (tenant_id, period, currency, meter_code, price_version, dimensions_key, quantity)
+SELECT u.tenant_id, u.period, u.currency, u.meter_code, u.price_version, u.dimensions_key, 0
+FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS period,
+             unnest($3::text[]) AS currency, unnest($4::text[]) AS meter_code,
+             unnest($5::bigint[]) AS price_version,
+             unnest($6::text[]) AS dimensions_key) u
+ORDER BY 1, 2, 3, 4, 5, 6
+ON CONFLICT (tenant_id, period, currency, meter_code, price_version, dimensions_key)
+DO UPDATE SET quantity = l.quantity
+RETURNING l.tenant_id, l.period, l.currency, l.meter_code, l.price_version, l.dimensions_key, l.quantity,
+          l.latest_at, COALESCE(l.latest_source_system, '')::text AS latest_source_system,
+          COALESCE(l.latest_source_event_id, '')::text AS latest_source_event_id
+`
+
+type LockChargeLinesParams struct {
+	TenantIds      []string
+	Periods        []string
+	Currencies     []string
+	MeterCodes     []string
+	PriceVersions  []int64
+	DimensionsKeys []string
+}
+
+type LockChargeLinesRow struct {
+	TenantID            string
+	Period              string
+	Currency            string
+	MeterCode           string
+	PriceVersion        int64
+	DimensionsKey       string
+	Quantity            decimal.Decimal
+	LatestAt            *time.Time
+	LatestSourceSystem  string
+	LatestSourceEventID string
+}
+
+// LockChargeLines makes sure each named charge line priced as a whole has
+// its row (an empty line: quantity 0, no latest) and locks them all until
+// the transaction ends, in key order, so concurrent batches lock lines in
+// one order; it returns each line's state before the batch.
+func (q *Queries) LockChargeLines(ctx context.Context, arg LockChargeLinesParams) ([]LockChargeLinesRow, error) {
+	rows, err := q.db.Query(ctx, lockChargeLines,
+		arg.TenantIds,
+		arg.Periods,
+		arg.Currencies,
+		arg.MeterCodes,
+		arg.PriceVersions,
+		arg.DimensionsKeys,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LockChargeLinesRow
+	for rows.Next() {
+		var i LockChargeLinesRow
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.Period,
+			&i.Currency,
+			&i.MeterCode,
+			&i.PriceVersion,
+			&i.DimensionsKey,
+			&i.Quantity,
+			&i.LatestAt,
+			&i.LatestSourceSystem,
+			&i.LatestSourceEventID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockMeter = `-- name: LockMeter :exec
+SELECT pg_advisory_xact_lock(hashtextextended('query.meter:' || $1::text, 0))
+`
+
+func (q *Queries) LockMeter(ctx context.Context, code string) error {
+	_, err := q.db.Exec(ctx, lockMeter, code)
+	return err
+}
+
+const lockMetersShared = `-- name: LockMetersShared :exec
+SELECT pg_advisory_xact_lock_shared(hashtextextended('query.meter:' || c, 0))
+FROM unnest($1::text[]) WITH ORDINALITY AS x(c, n) ORDER BY n
+`
+
+// LockMetersShared takes, until commit, the shared lock of each meter code
+// (in the order given: sorted) that a batch of facts reads the definition
+// of; LockMeter, its exclusive form, is taken by the MeterDefined that
+// rolls up the facts that came before it, so no fact is left between the two.
+func (q *Queries) LockMetersShared(ctx context.Context, codes []string) error {
+	_, err := q.db.Exec(ctx, lockMetersShared, codes)
+	return err
 }
 
 const lockTenantSummary = `-- name: LockTenantSummary :exec
@@ -869,4 +1279,97 @@ func (q *Queries) RedriveAudit(ctx context.Context, redriveID uuid.UUID) ([]Redr
 		return nil, err
 	}
 	return items, nil
+}
+
+const setChargeLines = `-- name: SetChargeLines :exec
+UPDATE charge_line AS l
+SET quantity = u.quantity,
+    latest_at = CASE WHEN u.latest_source_system = '' THEN l.latest_at ELSE u.latest_at END,
+    latest_source_system = COALESCE(NULLIF(u.latest_source_system, ''), l.latest_source_system),
+    latest_source_event_id = CASE WHEN u.latest_source_system = '' THEN l.latest_source_event_id ELSE u.latest_source_event_id END
+FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS period,
+             unnest($3::text[]) AS currency, unnest($4::text[]) AS meter_code,
+             unnest($5::bigint[]) AS price_version,
+             unnest($6::text[]) AS dimensions_key, unnest($7::numeric[]) AS quantity,
+             unnest($8::timestamptz[]) AS latest_at,
+             unnest($9::text[]) AS latest_source_system,
+             unnest($10::text[]) AS latest_source_event_id) u
+WHERE l.tenant_id = u.tenant_id AND l.period = u.period AND l.currency = u.currency AND l.meter_code = u.meter_code
+  AND l.price_version = u.price_version AND l.dimensions_key = u.dimensions_key
+`
+
+type SetChargeLinesParams struct {
+	TenantIds            []string
+	Periods              []string
+	Currencies           []string
+	MeterCodes           []string
+	PriceVersions        []int64
+	DimensionsKeys       []string
+	Quantities           []decimal.Decimal
+	LatestAts            []time.Time
+	LatestSourceSystems  []string
+	LatestSourceEventIds []string
+}
+
+// SetChargeLines stores the lines' state after a batch (rows LockChargeLines
+// locked). An empty latest_source_system leaves latest as it was.
+func (q *Queries) SetChargeLines(ctx context.Context, arg SetChargeLinesParams) error {
+	_, err := q.db.Exec(ctx, setChargeLines,
+		arg.TenantIds,
+		arg.Periods,
+		arg.Currencies,
+		arg.MeterCodes,
+		arg.PriceVersions,
+		arg.DimensionsKeys,
+		arg.Quantities,
+		arg.LatestAts,
+		arg.LatestSourceSystems,
+		arg.LatestSourceEventIds,
+	)
+	return err
+}
+
+const setFactDimensions = `-- name: SetFactDimensions :exec
+UPDATE usage_fact AS f SET dims = ARRAY(SELECT e FROM jsonb_array_elements_text(u.dims) WITH ORDINALITY AS x(e, i) ORDER BY i), value = NULLIF(u.value, '')
+FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS source_system,
+             unnest($3::text[]) AS source_event_id, unnest($4::jsonb[]) AS dims,
+             unnest($5::text[]) AS value) u
+WHERE f.tenant_id = u.tenant_id AND f.source_system = u.source_system AND f.source_event_id = u.source_event_id
+`
+
+type SetFactDimensionsParams struct {
+	TenantIds      []string
+	SourceSystems  []string
+	SourceEventIds []string
+	Dims           [][]byte
+	Values         []string
+}
+
+func (q *Queries) SetFactDimensions(ctx context.Context, arg SetFactDimensionsParams) error {
+	_, err := q.db.Exec(ctx, setFactDimensions,
+		arg.TenantIds,
+		arg.SourceSystems,
+		arg.SourceEventIds,
+		arg.Dims,
+		arg.Values,
+	)
+	return err
+}
+
+const setTenantZone = `-- name: SetTenantZone :exec
+INSERT INTO tenant_zone AS z (tenant_id, period, time_zone) VALUES ($1, $2, $3)
+ON CONFLICT (tenant_id) DO UPDATE SET period = EXCLUDED.period, time_zone = EXCLUDED.time_zone
+WHERE EXCLUDED.period > z.period
+`
+
+type SetTenantZoneParams struct {
+	TenantID string
+	Period   string
+	TimeZone string
+}
+
+// SetTenantZone keeps the zone of the tenant's latest period seen ending.
+func (q *Queries) SetTenantZone(ctx context.Context, arg SetTenantZoneParams) error {
+	_, err := q.db.Exec(ctx, setTenantZone, arg.TenantID, arg.Period, arg.TimeZone)
+	return err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/pricing"
 )
@@ -121,22 +122,29 @@ func Summarize(tenantID string, totals []Total, lastEventAt *time.Time) Summary 
 	return s
 }
 
-// ChargeLine names a charge line: what an invoice (and billing's estimate)
-// prices as a whole under a model other than unit (decision 0012).
+// ChargeLine names a charge line priced as a whole: what an invoice (and
+// billing's estimate) prices as a whole — a version under a model other than
+// unit (decision 0012), or any version of a max, latest or unique_count
+// meter. The line is (meter, price version, price dimensions) in the tenant's
+// period and currency.
 type ChargeLine struct {
 	TenantID, Period, Currency, MeterCode string
 	PriceVersion                          int64
+	DimensionsKey                         string // catalog.Key of the price's dimensions
 }
 
-// LinePriced returns the line of a charge whose version is priced by the
-// line (graduated, volume, package) and its pricing; false for a unit
-// charge, whose Amount is its own.
+// LinePriced returns the line of a charge priced by its line and the line's
+// pricing (the charge carries it); false for a charge whose Amount is its
+// own (sum and count under unit pricing) and for an unpriced one (amount 0).
 func LinePriced(tenantID string, c events.ChargeRated) (ChargeLine, pricing.Pricing, bool) {
-	if c.Model == "" || c.Model == pricing.Unit || c.Pricing == nil {
+	if c.Unpriced || c.Pricing == nil {
+		return ChargeLine{}, pricing.Pricing{}, false
+	}
+	if catalog.PricedPerCharge(c.Aggregation) && (c.Model == "" || c.Model == pricing.Unit) {
 		return ChargeLine{}, pricing.Pricing{}, false
 	}
 	return ChargeLine{TenantID: tenantID, Period: c.Period, Currency: c.Currency, MeterCode: c.MeterCode,
-		PriceVersion: c.PriceVersion}, *c.Pricing, true
+		PriceVersion: c.PriceVersion, DimensionsKey: catalog.Key(c.Dimensions)}, *c.Pricing, true
 }
 
 // LineDelta is what a charge of quantity q adds to the price of its line
@@ -146,4 +154,43 @@ func LinePriced(tenantID string, c events.ChargeRated) (ChargeLine, pricing.Pric
 // delta may be negative (the line reaches a cheaper tier).
 func LineDelta(p pricing.Pricing, before, q decimal.Decimal) decimal.Decimal {
 	return p.Amount(before.Add(q)).Sub(p.Amount(before))
+}
+
+// LineState is a charge line's aggregation so far: its quantity under the
+// meter's aggregation (catalog.Aggregate's rules) and, for latest, the
+// latest charge (nil for an empty line). A unique_count line's set of
+// values is kept beside it (the caller says whether a value is new).
+type LineState struct {
+	Quantity decimal.Decimal
+	Latest   *catalog.Observation
+}
+
+// Add counts charge c in the line (fresh: for unique_count, whether its
+// value is new to the line) and returns what it adds to the line's price p:
+// p(quantity after) - p(quantity before). The deltas of a line's charges,
+// added in any order, sum to p(the line's quantity), as the invoice prices
+// the line (under latest and volume a delta may be negative).
+func (s *LineState) Add(p pricing.Pricing, c events.ChargeRated, fresh bool) decimal.Decimal {
+	before := s.Quantity
+	switch c.Aggregation {
+	case catalog.Count:
+		s.Quantity = s.Quantity.Add(decimal.NewFromInt(1))
+	case catalog.Max:
+		if c.Quantity.GreaterThan(s.Quantity) {
+			s.Quantity = c.Quantity
+		}
+	case catalog.Latest:
+		o := catalog.Observation{Quantity: c.Quantity, OccurredAt: c.OccurredAt, SourceSystem: c.SourceSystem,
+			SourceEventID: c.SourceEventID}
+		if s.Latest == nil || o.After(*s.Latest) {
+			s.Latest, s.Quantity = &o, c.Quantity
+		}
+	case catalog.UniqueCount:
+		if fresh {
+			s.Quantity = s.Quantity.Add(decimal.NewFromInt(1))
+		}
+	default:
+		s.Quantity = s.Quantity.Add(c.Quantity)
+	}
+	return p.Amount(s.Quantity).Sub(p.Amount(before))
 }

@@ -1,5 +1,5 @@
 // Package httpapi is the query service's HTTP API (pkg/api/queryapi/openapi.yaml): the
-// tenant summary (API) and the operator API (Operator). Handlers map
+// tenant summary and usage analytics (API) and the operator API (Operator). Handlers map
 // requests to the app and operator packages and their errors to problems.
 package httpapi
 
@@ -31,6 +31,7 @@ func New(reader *app.Reader, log *slog.Logger) *API {
 // Routes mounts the endpoints on r.
 func (a *API) Routes(r chi.Router) {
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/summary", auth.Allow(a.summary, auth.RoleViewer, auth.RoleBillingAdmin))
+	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/meters/{meterCode}/usage", auth.Allow(a.usage, auth.RoleViewer, auth.RoleBillingAdmin))
 	r.Method(http.MethodGet, "/openapi.json", queryapi.Handler())
 }
 
