@@ -10,6 +10,21 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+// Defines values for CloudEventSpecversion.
+const (
+	N10 CloudEventSpecversion = "1.0"
+)
+
+// Valid indicates whether the value is a known member of the CloudEventSpecversion enum.
+func (e CloudEventSpecversion) Valid() bool {
+	switch e {
+	case N10:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReadyStatus.
 const (
 	ReadyStatusReady   ReadyStatus = "ready"
@@ -60,10 +75,50 @@ type BatchResult struct {
 	UsageId *string `json:"usageId,omitempty"`
 }
 
+// CloudEvent a structured CloudEvents 1.0 event; subject (the tenant) and time are required here. Extension attributes are allowed and not read.
+type CloudEvent struct {
+	// Data the quantity's member (a number or a numeric string) and the properties (string and number members)
+	Data            *map[string]interface{} `json:"data,omitempty"`
+	Datacontenttype *string                 `json:"datacontenttype,omitempty"`
+	Dataschema      *string                 `json:"dataschema,omitempty"`
+	Id              string                  `json:"id"`
+	Source          string                  `json:"source"`
+	Specversion     CloudEventSpecversion   `json:"specversion"`
+	Subject         string                  `json:"subject"`
+	Time            time.Time               `json:"time"`
+	Type            string                  `json:"type"`
+}
+
+// CloudEventSpecversion defines model for CloudEvent.Specversion.
+type CloudEventSpecversion string
+
+// CloudEventBatch defines model for CloudEventBatch.
+type CloudEventBatch = []CloudEvent
+
 // Decimal an exact decimal number as a string, such as "12.5"
 //
 // Examples: 12.5
 type Decimal = decimal.Decimal
+
+// EventError defines model for EventError.
+type EventError struct {
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+
+	// Index the event's index in the request (0 for a single event)
+	Index  int `json:"index"`
+	Status int `json:"status"`
+}
+
+// EventsProblem a Problem, with the refused events when there are any
+type EventsProblem struct {
+	Code   string        `json:"code"`
+	Detail *string       `json:"detail,omitempty"`
+	Errors *[]EventError `json:"errors,omitempty"`
+	Status int           `json:"status"`
+	Title  string        `json:"title"`
+	Type   string        `json:"type"`
+}
 
 // Health defines model for Health.
 type Health struct {
@@ -142,6 +197,9 @@ type Problem struct {
 	Type   string  `json:"type"`
 }
 
+// Properties at most 16 properties, names of 1 to 64 of A-Z a-z 0-9 _ . -, string values of at most 256 printable characters (invalid_properties, too_many_properties); part of the fact's content
+type Properties map[string]string
+
 // Ready defines model for Ready.
 type Ready struct {
 	Database string      `json:"database"`
@@ -169,6 +227,9 @@ type UsageFact struct {
 	MeterCode  string    `json:"meterCode"`
 	OccurredAt time.Time `json:"occurredAt"`
 
+	// Properties at most 16 properties, names of 1 to 64 of A-Z a-z 0-9 _ . -, string values of at most 256 printable characters (invalid_properties, too_many_properties); part of the fact's content
+	Properties Properties `json:"properties"`
+
 	// Quantity an exact decimal number as a string, such as "12.5"
 	//
 	// Examples: 12.5
@@ -185,6 +246,9 @@ type UsageRequest struct {
 	Currency   *string   `json:"currency,omitempty"`
 	MeterCode  string    `json:"meterCode"`
 	OccurredAt time.Time `json:"occurredAt"`
+
+	// Properties at most 16 properties, names of 1 to 64 of A-Z a-z 0-9 _ . -, string values of at most 256 printable characters (invalid_properties, too_many_properties); part of the fact's content
+	Properties *Properties `json:"properties,omitempty"`
 
 	// Quantity an exact decimal number as a string, such as "12.5"
 	//
@@ -215,6 +279,9 @@ type BadRequest = Problem
 // Conflict RFC 9457 problem details with a stable code
 type Conflict = Problem
 
+// EventsRefused a Problem, with the refused events when there are any
+type EventsRefused = EventsProblem
+
 // Forbidden RFC 9457 problem details with a stable code
 type Forbidden = Problem
 
@@ -244,6 +311,12 @@ type Unprocessable = Problem
 
 // UnsupportedMediaType RFC 9457 problem details with a stable code
 type UnsupportedMediaType = Problem
+
+// IngestEventsOpenMeterParams defines parameters for IngestEventsOpenMeter.
+type IngestEventsOpenMeterParams struct {
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
+	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
+}
 
 // InternalDeadLettersParams defines parameters for InternalDeadLetters.
 type InternalDeadLettersParams struct {
@@ -280,6 +353,12 @@ type InternalReconciliationParams struct {
 	Limit *int    `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// IngestEventsParams defines parameters for IngestEvents.
+type IngestEventsParams struct {
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
+	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
+}
+
 // RecordUsageParams defines parameters for RecordUsage.
 type RecordUsageParams struct {
 	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
@@ -291,6 +370,18 @@ type RecordUsageBatchParams struct {
 	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
 	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
 }
+
+// IngestEventsOpenMeterApplicationCloudeventsPlusJSONRequestBody defines body for IngestEventsOpenMeter for application/cloudevents+json ContentType.
+type IngestEventsOpenMeterApplicationCloudeventsPlusJSONRequestBody = CloudEvent
+
+// IngestEventsOpenMeterApplicationCloudeventsBatchPlusJSONRequestBody defines body for IngestEventsOpenMeter for application/cloudevents-batch+json ContentType.
+type IngestEventsOpenMeterApplicationCloudeventsBatchPlusJSONRequestBody = CloudEventBatch
+
+// IngestEventsApplicationCloudeventsPlusJSONRequestBody defines body for IngestEvents for application/cloudevents+json ContentType.
+type IngestEventsApplicationCloudeventsPlusJSONRequestBody = CloudEvent
+
+// IngestEventsApplicationCloudeventsBatchPlusJSONRequestBody defines body for IngestEvents for application/cloudevents-batch+json ContentType.
+type IngestEventsApplicationCloudeventsBatchPlusJSONRequestBody = CloudEventBatch
 
 // RecordUsageJSONRequestBody defines body for RecordUsage for application/json ContentType.
 type RecordUsageJSONRequestBody = UsageRequest

@@ -39,8 +39,8 @@ func twoVersions(t *testing.T, e *env) (v1At, v2At time.Time) {
 
 // Usage accepts a fact of a priced meter whatever version is in effect at
 // its occurrence and says no version: the rater decides it (decision 0011).
-// Before the series' first version it refuses (a first version never
-// changes).
+// Before the series' first version it accepts it too: the rater rates it
+// unpriced, provably, from the series' watermark (section 3a).
 func TestAcceptedWithoutAPriceVersion(t *testing.T) {
 	e := newEnv(t)
 	v1At, v2At := twoVersions(t, e)
@@ -51,7 +51,7 @@ func TestAcceptedWithoutAPriceVersion(t *testing.T) {
 		version int64
 		code    string
 	}{
-		{"before the first version", v1At.Add(-time.Microsecond), 422, 0, "no_price_in_effect"},
+		{"before the first version", v1At.Add(-time.Microsecond), 201, 0, ""},
 		{"when version 1 takes effect", v1At, 201, 1, ""},
 		{"under version 1", v1At.Add(30 * time.Minute), 201, 1, ""},
 		{"just before version 2", v2At.Add(-time.Microsecond), 201, 1, ""},
@@ -83,8 +83,8 @@ func TestAcceptedWithoutAPriceVersion(t *testing.T) {
 		})
 	}
 	evs := e.OutboxEvents(t)
-	if len(evs) != 6 {
-		t.Fatalf("%d events, want 6", len(evs))
+	if len(evs) != 7 {
+		t.Fatalf("%d events, want 7", len(evs))
 	}
 	for _, d := range evs {
 		p := d.Payload.(events.UsageAccepted)
@@ -316,7 +316,7 @@ func TestBatchMixedResults(t *testing.T) {
 		{usage{SourceEventID: "a", MeterCode: "api", Quantity: "9", OccurredAt: at}, 409, "source_event_conflict", 0},
 		{usage{SourceEventID: "prior", MeterCode: "api", Quantity: "1", OccurredAt: at}, 200, "", 2},
 		{usage{SourceEventID: "prior", MeterCode: "api", Quantity: "2", OccurredAt: at}, 409, "source_event_conflict", 0},
-		{usage{SourceEventID: "e", MeterCode: "api", Quantity: "1", OccurredAt: rfc(v1At.Add(-time.Hour))}, 422, "no_price_in_effect", 0},
+		{usage{SourceEventID: "e", MeterCode: "api", Quantity: "1", OccurredAt: rfc(v1At.Add(-time.Hour))}, 201, "", 0}, // before the first price: unpriced
 		{usage{SourceEventID: "f", MeterCode: "api", Quantity: "1", OccurredAt: rfc(time.Now().Add(time.Hour))}, 422, "occurred_in_future", 0},
 		{usage{SourceEventID: "g", MeterCode: "api", Quantity: "1"}, 400, "missing_field", 0},
 		{usage{SourceEventID: "h", MeterCode: "api", Quantity: 1, OccurredAt: at}, 400, "invalid_quantity", 0},
@@ -351,12 +351,12 @@ func TestBatchMixedResults(t *testing.T) {
 	if res[6].UsageID != priorID {
 		t.Errorf("replay of the prior fact answered %s, want %s", res[6].UsageID, priorID)
 	}
-	// prior, a and d: three facts and three events.
-	if n := e.Count(t, `SELECT count(*) FROM usage_fact`); n != 3 {
-		t.Fatalf("%d facts, want 3", n)
+	// prior, a, d and e: four facts and four events.
+	if n := e.Count(t, `SELECT count(*) FROM usage_fact`); n != 4 {
+		t.Fatalf("%d facts, want 4", n)
 	}
-	if n := e.Count(t, `SELECT count(*) FROM outbox_event`); n != 3 {
-		t.Fatalf("%d events, want 3", n)
+	if n := e.Count(t, `SELECT count(*) FROM outbox_event`); n != 4 {
+		t.Fatalf("%d events, want 4", n)
 	}
 }
 

@@ -7,6 +7,7 @@ package usagetest
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/auth"
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
@@ -33,6 +36,7 @@ type Env struct {
 	Router   chi.Router
 	Inbox    *inbox.Inbox
 	Registry *envelope.Registry
+	routes   func(chi.Router)
 }
 
 // New builds the service on a new database.
@@ -53,7 +57,62 @@ func NewOn(t testing.TB, pool *pgxpool.Pool) *Env {
 	r.Use(authtest.SignedIn("ingest@acme.example", "ingest"))
 	parts.Routes(r)
 	ib := servicetest.NewInbox(t, usage.Spec, parts)
-	return &Env{Pool: pool, Router: r, Inbox: ib, Registry: deps.Registry}
+	return &Env{Pool: pool, Router: r, Inbox: ib, Registry: deps.Registry, routes: parts.Routes}
+}
+
+// RouterAs is the service's router with every request carrying claims c,
+// as auth.Middleware would put them for a verified token (none when c has
+// no subject).
+func (e *Env) RouterAs(c auth.Claims) chi.Router {
+	r := chi.NewRouter()
+	r.Use(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if c.Subject != "" {
+				req = req.WithContext(auth.WithClaims(req.Context(), c))
+			}
+			next.ServeHTTP(w, req)
+		})
+	})
+	e.routes(r)
+	return r
+}
+
+// MeterEvent returns the marshalled MeterDefined envelope the meter would
+// publish for m.
+func MeterEvent(t testing.TB, m catalog.Meter) []byte {
+	t.Helper()
+	m = m.Normalized()
+	e, err := envelope.New(envelope.Meta{
+		EventType: events.TypeMeterDefined, SchemaVersion: 1, TenantID: events.CatalogTenant,
+		AggregateType: events.AggregateMeter, AggregateID: m.Code, AggregateVersion: 1,
+		OccurredAt: time.Now(), Producer: "meter",
+	}, events.MeterDefined{
+		Code: m.Code, Name: m.Name, Aggregation: m.Aggregation, ValueProperty: m.ValueProperty,
+		Dimensions: m.Dimensions, EventType: m.EventType, DefinedAt: time.Now(),
+	})
+	if err != nil {
+		t.Fatalf("build MeterDefined: %v", err)
+	}
+	raw, err := e.Marshal()
+	if err != nil {
+		t.Fatalf("marshal MeterDefined: %v", err)
+	}
+	return raw
+}
+
+// ApplyMeters delivers MeterDefined events and fails unless each is
+// applied.
+func (e *Env) ApplyMeters(t testing.TB, ms ...catalog.Meter) {
+	t.Helper()
+	raws := make([][]byte, len(ms))
+	for i, m := range ms {
+		raws[i] = MeterEvent(t, m)
+	}
+	for i, d := range e.Deliver(t, raws...) {
+		if d.Outcome != inbox.OutcomeApplied {
+			t.Fatalf("meter event %d: %s %s, want applied", i, d.Outcome, d.Reason)
+		}
+	}
 }
 
 // Price describes a PriceActivated event.
