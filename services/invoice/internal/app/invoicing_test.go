@@ -73,9 +73,9 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 }
 
 // lineSummary writes a line as "<lineId> <quantity>/<chargeCount> <amount>"
-// (quantity and count for charge lines only), for comparisons.
+// (quantity and count for charge and unpriced lines only), for comparisons.
 func lineSummary(l app.Line) string {
-	if l.Kind == "charge" {
+	if l.Kind == "charge" || l.Kind == "unpriced" {
 		return fmt.Sprintf("%s %s/%d %s", l.LineID, l.Quantity, l.ChargeCount, l.Amount)
 	}
 	return l.LineID + " " + l.Amount.String()

@@ -136,6 +136,46 @@ func (p *Period) ChargePriced(currency, meter string, version int64, quantity st
 	return e
 }
 
+// ChargeRated builds the ChargeRated c of the period's tenant as billing
+// does with the catalog's fields (Aggregation, Dimensions, Value,
+// SourceSystem and SourceEventID, Unpriced): ChargeID, UsageEventID,
+// UsageID and Period are filled when empty; Currency defaults to USD and
+// MeterCode to Meter. Before Close it counts towards the close with its own
+// amount.
+func (p *Period) ChargeRated(c events.ChargeRated) envelope.Envelope {
+	p.t.Helper()
+	if c.ChargeID == uuid.Nil {
+		c.ChargeID = uuid.New()
+	}
+	if c.UsageEventID == uuid.Nil {
+		c.UsageEventID, c.UsageID = uuid.New(), uuid.New()
+	}
+	if c.Period == "" {
+		c.Period = p.Period
+	}
+	if c.Currency == "" {
+		c.Currency = "USD"
+	}
+	if c.MeterCode == "" {
+		c.MeterCode = Meter
+	}
+	if err := c.Validate(); err != nil {
+		p.t.Fatalf("ChargeRated %+v: %v", c, err)
+	}
+	e := p.build(events.TypeChargeRated, events.AggregateCharge, c.ChargeID.String(), c)
+	if !p.closed {
+		t := p.tallies[c.Currency]
+		s := set(p.chargeIDs, c.Currency)
+		s.Add(e.EventID)
+		t.Charges, t.ChargeAmount, t.ChargeDigest = t.Charges+1, t.ChargeAmount.Add(c.Amount), s.String()
+		if t.AdjustmentDigest == "" {
+			t.AdjustmentDigest = "0"
+		}
+		p.tallies[c.Currency] = t
+	}
+	return e
+}
+
 // Adjustment builds an AdjustmentPosted of amount in currency. Before Close
 // it counts towards the close; after, it is posted after the close.
 func (p *Period) Adjustment(currency, amount string) envelope.Envelope {
