@@ -49,6 +49,18 @@ func activate(t *testing.T, a *app.App, key string, eff time.Time) error {
 // MeterDefined of the meters the prices imply.
 func published(t *testing.T, pool *pgxpool.Pool) []*envelope.Decoded {
 	t.Helper()
+	var out []*envelope.Decoded
+	for _, d := range outbox(t, pool) {
+		if d.Envelope.EventType != events.TypeMeterDefined {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// outbox is meter's outbox, decoded, in append order.
+func outbox(t *testing.T, pool *pgxpool.Pool) []*envelope.Decoded {
+	t.Helper()
 	reg := envelope.NewRegistry()
 	events.Register(reg)
 	rows, err := pool.Query(t.Context(), `SELECT envelope FROM outbox_event ORDER BY id`)
@@ -65,9 +77,6 @@ func published(t *testing.T, pool *pgxpool.Pool) []*envelope.Decoded {
 		d, err := reg.Decode(raw)
 		if err != nil {
 			t.Fatalf("meter published an envelope its consumers cannot decode: %v", err)
-		}
-		if d.Envelope.EventType == events.TypeMeterDefined {
-			continue
 		}
 		out = append(out, d)
 	}
