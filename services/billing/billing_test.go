@@ -80,7 +80,7 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 	usageEnv, usageRaw := bt.Usage{Tenant: "acme", Meter: "api_calls", Currency: "USD", PriceVersion: 1, Quantity: "1200",
 		OccurredAt: jan1.Add(36 * time.Hour)}.Envelope(t)
 	kafkatest.Produce(t, brokers, events.TopicUsage, kafkatest.Values(usageRaw)...)
-	kafkatest.Produce(t, brokers, events.TopicMeter, kafkatest.Values(
+	kafkatest.Produce(t, brokers, events.TopicMeter, kafkatest.Values(bt.SumMeter("api_calls").Raw(t),
 		bt.Price{Tenant: "acme", Meter: "api_calls", Currency: "USD", Version: 1, UnitPrice: "0.001", EffectiveAt: jan1}.Raw(t))...)
 
 	pool, err := pgxpool.New(t.Context(), dbURL)

@@ -10,6 +10,33 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+// Defines values for ChargeAggregation.
+const (
+	Count       ChargeAggregation = "count"
+	Latest      ChargeAggregation = "latest"
+	Max         ChargeAggregation = "max"
+	Sum         ChargeAggregation = "sum"
+	UniqueCount ChargeAggregation = "unique_count"
+)
+
+// Valid indicates whether the value is a known member of the ChargeAggregation enum.
+func (e ChargeAggregation) Valid() bool {
+	switch e {
+	case Count:
+		return true
+	case Latest:
+		return true
+	case Max:
+		return true
+	case Sum:
+		return true
+	case UniqueCount:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ChargeModel.
 const (
 	Graduated ChargeModel = "graduated"
@@ -100,32 +127,49 @@ type AdjustmentRequest struct {
 
 // Charge defines model for Charge.
 type Charge struct {
-	// Amount unit pricing only
+	// Aggregation the meter's; a line's quantity is this aggregation over its charges
+	Aggregation *ChargeAggregation `json:"aggregation,omitempty"`
+
+	// Amount unit pricing of a sum or count meter only (count: the unit price); the other models and aggregations price the line as a whole
 	//
 	// Examples: 12.5
-	Amount       *Decimal    `json:"amount,omitempty"`
-	ChargeId     Uuid        `json:"chargeId"`
-	Currency     string      `json:"currency"`
-	EventId      Uuid        `json:"eventId"`
-	Late         bool        `json:"late"`
-	MeterCode    string      `json:"meterCode"`
-	Model        ChargeModel `json:"model"`
-	OccurredAt   time.Time   `json:"occurredAt"`
-	Period       string      `json:"period"`
-	PriceVersion int64       `json:"priceVersion"`
+	Amount   *Decimal `json:"amount,omitempty"`
+	ChargeId Uuid     `json:"chargeId"`
+	Currency string   `json:"currency"`
+
+	// Dimensions the dimensions of the price that rated it (part of its line's identity); absent for a default price
+	Dimensions *map[string]string `json:"dimensions,omitempty"`
+	EventId    Uuid               `json:"eventId"`
+	Late       bool               `json:"late"`
+	MeterCode  string             `json:"meterCode"`
+	Model      ChargeModel        `json:"model"`
+	OccurredAt time.Time          `json:"occurredAt"`
+	Period     string             `json:"period"`
+
+	// PriceVersion 0 when unpriced
+	PriceVersion int64 `json:"priceVersion"`
+
+	// Properties the fact's properties
+	Properties *map[string]string `json:"properties,omitempty"`
 
 	// Quantity an exact decimal number as a string, such as "12.5"
 	//
 	// Examples: 12.5
 	Quantity Decimal `json:"quantity"`
 
-	// UnitPrice unit pricing only
+	// UnitPrice unit pricing of a sum or count meter only
 	//
 	// Examples: 12.5
-	UnitPrice    *Decimal `json:"unitPrice,omitempty"`
-	UsageEventId Uuid     `json:"usageEventId"`
-	UsageId      Uuid     `json:"usageId"`
+	UnitPrice *Decimal `json:"unitPrice,omitempty"`
+
+	// Unpriced no price was in effect at occurredAt: priceVersion 0, no unitPrice or amount, the meter's unpriced line
+	Unpriced     *bool `json:"unpriced,omitempty"`
+	UsageEventId Uuid  `json:"usageEventId"`
+	UsageId      Uuid  `json:"usageId"`
 }
+
+// ChargeAggregation the meter's; a line's quantity is this aggregation over its charges
+type ChargeAggregation string
 
 // ChargeModel defines model for Charge.Model.
 type ChargeModel string

@@ -29,6 +29,7 @@ func benchmarkRateUsage(b *testing.B, batch, tenants int) {
 	pool := bt.NewPool(b)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(b, svc)
+	bt.DefineMeters(b, pool, ib)
 	ctx := b.Context()
 	names := make([]string, tenants)
 	for i := range names {

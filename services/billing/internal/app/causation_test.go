@@ -16,6 +16,7 @@ func TestChargeRatedCarriesItsCause(t *testing.T) {
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	pool := bt.NewPool(t)
 	ib := bt.NewInbox(t, app.New(pool, nil))
+	bt.DefineMeters(t, pool, ib)
 
 	usage, _ := usageAt("t1", 0, "2", jan10).Envelope(t)
 	usage.Traceparent = traceparent

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -9,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/catalog"
+	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/billing/internal/db"
 )
 
@@ -30,6 +33,22 @@ type Charge struct {
 	// Model is the price version's pricing model; under another than unit
 	// the charge shows no unitPrice and no amount (MarshalJSON).
 	Model string `json:"model"`
+	// Aggregation is its meter's; under max, latest and unique_count a
+	// charge has no unitPrice and no amount of its own either.
+	Aggregation string `json:"aggregation"`
+	// Dimensions are the dimensions of the price that rated it (its line's
+	// identity); Properties the fact's.
+	Dimensions map[string]string `json:"dimensions,omitempty"`
+	Properties map[string]string `json:"properties,omitempty"`
+	// Unpriced: no price of its series was in effect at its occurrence
+	// (priceVersion 0, no unitPrice, no amount).
+	Unpriced bool `json:"unpriced"`
+}
+
+// OwnAmount reports whether the charge has an amount of its own: priced,
+// under unit pricing, of a sum or count meter.
+func (c Charge) OwnAmount() bool {
+	return !c.Unpriced && (c.Model == "" || c.Model == pricing.Unit) && catalog.PricedPerCharge(c.Aggregation)
 }
 
 // ChargeFilter selects the charges of a list: a period, optionally one meter
@@ -60,13 +79,27 @@ func (c Charge) Position() ChargePosition {
 func (s *Service) ListCharges(ctx context.Context, tenantID string, f ChargeFilter, after ChargePosition, limit int32) ([]Charge, error) {
 	q := db.New(s.pool)
 	var out []Charge
-	add := func(c db.ListChargesRow) {
-		out = append(out, Charge{
+	add := func(c db.ListChargesRow) error {
+		ch := Charge{
 			ChargeID: c.ChargeID, EventID: c.EventID, UsageEventID: c.UsageEventID, UsageID: c.UsageID,
 			MeterCode: c.MeterCode, Currency: c.Currency, Quantity: c.Quantity, UnitPrice: c.UnitPrice,
 			PriceVersion: c.PriceVersion, Amount: c.Amount, Period: c.Period, Late: c.Late, OccurredAt: c.OccurredAt.UTC(),
-			Model: c.Model,
-		})
+			Model: c.Model, Aggregation: c.Aggregation, Unpriced: c.Unpriced,
+		}
+		if err := json.Unmarshal(c.Dimensions, &ch.Dimensions); err != nil {
+			return fmt.Errorf("decode dimensions of charge %s: %w", c.ChargeID, err)
+		}
+		if err := json.Unmarshal(c.Properties, &ch.Properties); err != nil {
+			return fmt.Errorf("decode properties of charge %s: %w", c.ChargeID, err)
+		}
+		if len(ch.Dimensions) == 0 {
+			ch.Dimensions = nil
+		}
+		if len(ch.Properties) == 0 {
+			ch.Properties = nil
+		}
+		out = append(out, ch)
+		return nil
 	}
 	if f.MeterCode == "" {
 		rows, err := q.ListCharges(ctx, db.ListChargesParams{TenantID: tenantID, Period: f.Period,
@@ -76,7 +109,9 @@ func (s *Service) ListCharges(ctx context.Context, tenantID string, f ChargeFilt
 			return nil, fmt.Errorf("list charges: %w", err)
 		}
 		for _, c := range rows {
-			add(c)
+			if err := add(c); err != nil {
+				return nil, err
+			}
 		}
 		return out, nil
 	}
@@ -91,7 +126,25 @@ func (s *Service) ListCharges(ctx context.Context, tenantID string, f ChargeFilt
 		return nil, fmt.Errorf("list charges: %w", err)
 	}
 	for _, c := range rows {
-		add(db.ListChargesRow(c))
+		if err := add(db.ListChargesRow(c)); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
+}
+
+// MarshalJSON shows a charge as the charges API does (pkg/api/billingapi/openapi.yaml):
+// unitPrice and amount only when it has an amount of its own (OwnAmount);
+// under the other models and aggregations a charge has none (its version
+// prices the line as a whole), and an unpriced one has no price.
+func (c Charge) MarshalJSON() ([]byte, error) {
+	type plain Charge
+	if c.OwnAmount() {
+		return json.Marshal(plain(c))
+	}
+	return json.Marshal(struct {
+		plain
+		UnitPrice *decimal.Decimal `json:"unitPrice,omitempty"`
+		Amount    *decimal.Decimal `json:"amount,omitempty"`
+	}{plain: plain(c)})
 }

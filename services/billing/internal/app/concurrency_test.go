@@ -50,6 +50,7 @@ func (r ratingRace) run(t *testing.T) raceResult {
 	pool := bt.NewPoolConns(t, int32(r.workers+len(r.closes)+3))
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), priceV2("t1").Raw(t), krwPrice("t1").Raw(t))
 	res := raceResult{pool: pool, occurredIn: map[uuid.UUID]string{}}
 

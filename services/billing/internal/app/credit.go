@@ -6,6 +6,7 @@ import (
 
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/billing/internal/db"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
@@ -47,9 +48,11 @@ func checkCredit(ctx context.Context, q *db.Queries, tenantID, period string, a 
 var quantum = decimal.New(1, -pricing.MaxScale)
 
 // chargedFloor is the least the period's charges of currency can ever come
-// to: each (meter, price version) line priced by its version over the
-// quantity it rated (what its invoice line will say, LineAmount), at the
-// lowest that pricing gives for that quantity or more. Unit, graduated and
+// to: each line priced by its version over its quantity (what its invoice
+// line will say, LineAmount), at the lowest that pricing gives for that
+// quantity or more. A line's quantity only grows under sum, count, max and
+// unique_count; under latest it can fall to any quantity, so such a line's
+// floor is nothing (no pricing charges less than for no quantity). Unit, graduated and
 // package amounts never fall as a line's quantity grows, so that is the
 // line's amount today; a volume line falls when its quantity passes into a
 // cheaper tier (101 units at 0.50 are less than 100 at 1.00), so its floor
@@ -63,12 +66,15 @@ func chargedFloor(lines []db.PeriodLinesRow, currency string) (decimal.Decimal, 
 		if l.Currency != currency {
 			continue
 		}
+		if l.Aggregation == catalog.Latest {
+			continue // its quantity can fall to nothing
+		}
 		amount, err := LineAmount(l)
 		if err != nil {
 			return decimal.Decimal{}, err
 		}
-		if l.Model == pricing.Volume {
-			p, err := evidencePricing(l.Model, l.UnitPrice, l.Tiers, l.PackageSize, l.PackagePrice)
+		if !l.Unpriced && l.Model == pricing.Volume {
+			p, err := linePricing(l)
 			if err != nil {
 				return decimal.Decimal{}, err
 			}

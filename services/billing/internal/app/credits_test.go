@@ -62,6 +62,7 @@ func TestCreditsNeverExceedCharges(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	// USD: 80 x 0.0125 = 1.00; KRW: 10 x 13.7 = 137 (does not count for USD).
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), krwPrice("t1").Raw(t), usageAt("t1", 1, "80", jan10).Raw(t),
 		bt.Usage{Tenant: "t1", Meter: "sms", Currency: "KRW", PriceVersion: 1, Quantity: "10", OccurredAt: jan10}.Raw(t))
@@ -128,6 +129,7 @@ func TestConcurrentCreditsOnlyTheOnesThatFit(t *testing.T) {
 	pool := bt.NewPoolConns(t, n+2)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "40", jan10).Raw(t), usageAt("t1", 1, "40", jan20).Raw(t))
 	jan := charges(t, svc, "t1", "2026-01")
 	if len(jan) != 2 {
@@ -179,6 +181,7 @@ func TestCreditAfterClose(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "80", jan10).Raw(t))
 	c := charges(t, svc, "t1", "2026-01")[0]
 	const actor = "admin@t1.example"
@@ -232,6 +235,7 @@ func TestCreditsAgainstPricedLines(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	dec := decimal.RequireFromString
 	upTo := func(s string) *decimal.Decimal { v := dec(s); return &v }
 	// Graduated: the first 10 free, then 1.00 each. Volume: 1.00 each up

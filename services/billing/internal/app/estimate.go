@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -10,15 +9,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/billing/internal/db"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
 
 // Estimate is the running cost of a tenant's period so far: per currency,
-// each of its (meter, price version) lines priced by that version's pricing
-// over the quantity it rated in the period (what the invoice line will
-// say), plus the adjustments the close will count. Exact: the invoice rounds
+// each of its (meter, price version, price dimensions) lines priced by that
+// version's pricing over the line's quantity by its meter's aggregation
+// (what the invoice line will say; unpriced lines cost nothing), plus the
+// adjustments the close will count. Exact: the invoice rounds
 // its total once, at issue.
 type Estimate struct {
 	Period string `json:"period"`
@@ -105,34 +106,33 @@ func (s *Service) PeriodEstimate(ctx context.Context, tenantID, period string) (
 	return out, nil
 }
 
-// LineAmount is a line's amount: the sum of its charges' amounts under unit
-// pricing (each exact, so the same as quantity x unit price), its version's
-// pricing over its quantity under the others.
+// LineAmount is a line's amount: nothing on an unpriced line; under unit
+// pricing of a sum or count meter the sum of its charges' own amounts (each
+// exact, so the same as the version's pricing over the line's quantity);
+// else the version's pricing over the line's quantity, its meter's
+// aggregation over its charges.
 func LineAmount(l db.PeriodLinesRow) (decimal.Decimal, error) {
-	if l.Model == pricing.Unit {
+	if l.Unpriced {
+		return decimal.Zero, nil
+	}
+	if l.Model == pricing.Unit && catalog.PricedPerCharge(l.Aggregation) {
 		return l.Amount, nil
 	}
-	p, err := evidencePricing(l.Model, l.UnitPrice, l.Tiers, l.PackageSize, l.PackagePrice)
+	p, err := linePricing(l)
 	if err != nil {
 		return decimal.Decimal{}, err
-	}
-	if err := p.Validate(); err != nil {
-		return decimal.Decimal{}, fmt.Errorf("pricing of %s %s v%d: %w", l.MeterCode, l.Currency, l.PriceVersion, err)
 	}
 	return p.Amount(l.Quantity), nil
 }
 
-// MarshalJSON shows a charge as the charges API does (pkg/api/billingapi/openapi.yaml):
-// unitPrice and amount under unit pricing only; under the other models a
-// charge has none of its own (its version prices the line as a whole).
-func (c Charge) MarshalJSON() ([]byte, error) {
-	type plain Charge
-	if c.Model == "" || c.Model == pricing.Unit {
-		return json.Marshal(plain(c))
+// linePricing is the pricing of a priced line's version.
+func linePricing(l db.PeriodLinesRow) (pricing.Pricing, error) {
+	p, err := evidencePricing(l.Model, l.UnitPrice, l.Tiers, l.PackageSize, l.PackagePrice)
+	if err != nil {
+		return pricing.Pricing{}, err
 	}
-	return json.Marshal(struct {
-		plain
-		UnitPrice *decimal.Decimal `json:"unitPrice,omitempty"`
-		Amount    *decimal.Decimal `json:"amount,omitempty"`
-	}{plain: plain(c)})
+	if err := p.Validate(); err != nil {
+		return pricing.Pricing{}, fmt.Errorf("pricing of %s %s v%d: %w", l.MeterCode, l.Currency, l.PriceVersion, err)
+	}
+	return p, nil
 }

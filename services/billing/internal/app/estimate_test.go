@@ -25,6 +25,7 @@ func TestOtherModelsAndThePeriodEstimate(t *testing.T) {
 	svc := app.New(pool, nil)
 	svc.SetClock(func() time.Time { return jan20 }) // January in progress
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	dec := decimal.RequireFromString
 	upTo := func(s string) *decimal.Decimal { v := dec(s); return &v }
 	size, price := dec("100"), dec("2.5")

@@ -89,6 +89,7 @@ func TestPeriodsInTheTenantsZoneFromTheNextPeriod(t *testing.T) {
 	clk := newClock(jan10)
 	svc := clk.service(pool)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	got := putSettings(t, svc, "seoul", "Asia/Seoul", "PT1H")
 	if got.EffectiveFrom != "2026-02" || got.TimeZone != "Asia/Seoul" || got.GracePeriod != "PT1H" {
 		t.Fatalf("settings = %+v, want Asia/Seoul PT1H from 2026-02", got)
@@ -241,6 +242,7 @@ func TestSchedulerClosesOnceWithTwoInstances(t *testing.T) {
 	a, b := clk.service(pool), clk.service(pool)
 	putSettings(t, a, "nograce", "UTC", "PT0S") // from 2026-01
 	ib := bt.NewInbox(t, a)
+	bt.DefineMeters(t, pool, ib)
 	for _, tenant := range []string{"t1", "nograce"} {
 		bt.Decide(t, pool, ib, priceV1(tenant).Raw(t), usageAt(tenant, 0, "4", jan10).Raw(t), usageAt(tenant, 0, "2", jan20).Raw(t))
 	}
@@ -341,6 +343,7 @@ func TestExplicitCloseDuringGrace(t *testing.T) {
 	clk := newClock(jan10)
 	svc := clk.service(pool)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 0, "4", jan10).Raw(t))
 	clk.set(time.Date(2026, 2, 1, 0, 10, 0, 0, time.UTC))
 	if run, err := svc.CloseDuePeriods(t.Context()); err != nil || len(run.Ended) != 1 {
@@ -394,6 +397,7 @@ func TestSchedulerFinishesACloseLeftClosing(t *testing.T) {
 	clk := newClock(jan10)
 	svc := clk.service(pool)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 0, "4", jan10).Raw(t))
 	// Step 1 of a close, committed, and nothing after it.
 	if _, err := pool.Exec(t.Context(),

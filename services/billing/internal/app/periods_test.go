@@ -139,6 +139,7 @@ func TestCloseRestartedHalfway(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	ctx := t.Context()
 
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), krwPrice("t1").Raw(t),
@@ -246,6 +247,7 @@ func TestCloseIsIdempotent(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "8", jan10).Raw(t))
 
 	first := closePeriod(t, svc, "t1", "2026-01", "k1")
@@ -298,6 +300,7 @@ func TestConcurrentClosesPublishOnce(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "8", jan10).Raw(t))
 	errs := make(chan error, 6)
 	for i := range 6 {
@@ -322,6 +325,7 @@ func TestAdjustments(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), priceV1("t2").Raw(t),
 		usageAt("t1", 1, "10", jan10).Raw(t), usageAt("t2", 1, "10", jan10).Raw(t))
 	c := charges(t, svc, "t1", "2026-01")[0]
@@ -393,6 +397,7 @@ func TestEventsAreTheirOwnAggregatesAndTheCloseTalliesThem(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 
 	var usage []envelope.Envelope
 	use := func(u bt.Usage) []byte {

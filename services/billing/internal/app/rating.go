@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
@@ -23,252 +23,51 @@ import (
 // closing while it was being rated (each close moves it one period on).
 const maxRatingAttempts = 4
 
-// OnPriceActivated replicates a price version as price evidence and raises
-// what billing knows of the series' schedule to the event's knownThrough
-// (decision 0011). A replay of a version changes nothing. Applying it
-// provides the aggregate key of the version, which wakes the series'
-// watermarks waiting for it, and the schedule keys of the seconds it makes
-// known, which wake the usage waiting for them.
-func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceActivated) (_ inbox.Outcome, err error) {
-	e := d.Envelope
-	if e.AggregateType != events.AggregatePrice || e.AggregateID != events.PriceSeriesID(p.MeterCode, p.Currency) ||
-		e.AggregateVersion != p.Version {
-		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonAggregateMismatch, fmt.Errorf(
-			"PriceActivated of %s v%d is on aggregate %s/%s v%d", events.PriceSeriesID(p.MeterCode, p.Currency),
-			p.Version, e.AggregateType, e.AggregateID, e.AggregateVersion))
-	}
-	if !p.KnownThrough.IsZero() {
-		if err := lockSchedule(ctx, tx, e.TenantID, p.MeterCode, p.Currency); err != nil {
-			return inbox.Outcome{}, err
-		}
-	}
-	pr := p.Pricing()
-	ev := db.InsertPriceEvidenceParams{
-		TenantID: e.TenantID, MeterCode: p.MeterCode, Currency: p.Currency, Version: p.Version,
-		UnitPrice: p.UnitPrice, EffectiveAt: p.EffectiveAt, PriceID: p.PriceID, EventID: e.EventID, Model: pr.Model,
-	}
-	if pr.Model != pricing.Unit {
-		ev.UnitPrice = decimal.Zero
-	}
-	if len(pr.Tiers) > 0 {
-		if ev.Tiers, err = json.Marshal(pr.Tiers); err != nil {
-			return inbox.Outcome{}, fmt.Errorf("encode tiers: %w", err)
-		}
-	}
-	if pr.PackageSize != nil {
-		ev.PackageSize, ev.PackagePrice = *pr.PackageSize, *pr.PackagePrice
-	}
-	_, err = db.New(tx).InsertPriceEvidence(ctx, ev)
-	if err != nil {
-		return inbox.Outcome{}, fmt.Errorf("insert price evidence: %w", err)
-	}
-	if p.KnownThrough.IsZero() {
-		return inbox.Outcome{}, nil
-	}
-	keys, err := raiseKnownThrough(ctx, tx, e.TenantID, p.MeterCode, p.Currency, p.KnownThrough)
-	if err != nil {
-		return inbox.Outcome{}, err
-	}
-	return inbox.Outcome{Provides: keys}, nil
-}
-
-// OnPriceScheduleWatermark raises what billing knows of a series' schedule
-// to the watermark's knownThrough, once billing holds the version it names
-// (and so every version before it); until then it is deferred, woken by
-// that version's PriceActivated. A watermark lower than what billing knows
-// changes nothing. It provides the schedule keys of the seconds it makes
-// known.
-func (s *Service) OnPriceScheduleWatermark(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceScheduleWatermark) (inbox.Outcome, error) {
-	e := d.Envelope
-	if e.AggregateType != events.AggregatePriceSchedule || e.AggregateVersion != 1 ||
-		e.AggregateID != events.PriceScheduleID(p.MeterCode, p.Currency, p.KnownThrough) {
-		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonAggregateMismatch, fmt.Errorf(
-			"PriceScheduleWatermark of %s through %s is on aggregate %s/%s v%d", events.PriceSeriesID(p.MeterCode, p.Currency),
-			p.KnownThrough.Format(time.RFC3339Nano), e.AggregateType, e.AggregateID, e.AggregateVersion))
-	}
-	held, err := db.New(tx).HasPriceVersion(ctx, db.HasPriceVersionParams{
-		TenantID: e.TenantID, MeterCode: p.MeterCode, Currency: p.Currency, Version: p.Version,
-	})
-	if err != nil {
-		return inbox.Outcome{}, fmt.Errorf("read price evidence: %w", err)
-	}
-	if !held {
-		return inbox.Outcome{}, inbox.DeferUntil(inbox.AggregateKey(e.TenantID, events.AggregatePrice,
-			events.PriceSeriesID(p.MeterCode, p.Currency), p.Version))
-	}
-	if err := lockSchedule(ctx, tx, e.TenantID, p.MeterCode, p.Currency); err != nil {
-		return inbox.Outcome{}, err
-	}
-	keys, err := raiseKnownThrough(ctx, tx, e.TenantID, p.MeterCode, p.Currency, p.KnownThrough)
-	if err != nil {
-		return inbox.Outcome{}, err
-	}
-	return inbox.Outcome{Provides: keys}, nil
-}
-
-// lockSchedule takes the series' schedule row for the transaction, or
-// defers the event when another transaction holds it: waiting for it could
-// deadlock (a batch raises several series in its partition's order, and a
-// series' watermarks spread over partitions). The holder's raise provides
-// scheduleFreeKey when it commits, which decides the event again; so does
-// the inbox's sweep, if the holder rolls back.
-func lockSchedule(ctx context.Context, tx pgx.Tx, tenantID, meterCode, currency string) error {
-	busy, err := db.New(tx).TryLockPriceSchedule(ctx, db.TryLockPriceScheduleParams{
-		TenantID: tenantID, MeterCode: meterCode, Currency: currency,
-	})
-	if err != nil {
-		return fmt.Errorf("lock the price schedule: %w", err)
-	}
-	if busy {
-		return inbox.DeferUntil(scheduleFreeKey(tenantID, meterCode, currency))
-	}
-	return nil
-}
-
-// scheduleFreeKey is provided by every transaction that held a series'
-// schedule row (see lockSchedule).
-func scheduleFreeKey(tenantID, meterCode, currency string) string {
-	return "schedule-free/" + tenantID + "/" + events.PriceSeriesID(meterCode, currency)
-}
-
-// raiseKnownThrough raises a series' known schedule (its row taken by
-// lockSchedule) and returns the schedule keys of the seconds that became
-// known (none when it did not rise) and the series' scheduleFreeKey.
-func raiseKnownThrough(ctx context.Context, tx pgx.Tx, tenantID, meterCode, currency string, through time.Time) ([]string, error) {
-	row, err := db.New(tx).RaiseKnownThrough(ctx, db.RaiseKnownThroughParams{
-		TenantID: tenantID, MeterCode: meterCode, Currency: currency, KnownThrough: through,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("raise known schedule: %w", err)
-	}
-	free := scheduleFreeKey(tenantID, meterCode, currency)
-	if !row.Raised {
-		return []string{free}, nil
-	}
-	var prev *time.Time
-	if row.Had {
-		prev = &row.Previous
-	}
-	return append(ScheduleKeys(tenantID, meterCode, currency, prev, through), free), nil
-}
-
-// maxScheduleKeys bounds the keys one rise of the known schedule provides:
-// usage waiting on older seconds (billing was far behind) is decided again
-// by the inbox's sweep.
-const maxScheduleKeys = 3600
-
-// ScheduleKey is the wait key of usage that occurred at `at` while billing
-// did not know the series' schedule through it: one key per second of
-// occurrence, so a rise of the known schedule wakes exactly the seconds it
-// covers.
-func ScheduleKey(tenantID, meterCode, currency string, at time.Time) string {
-	return scheduleKey(tenantID, meterCode, currency, at.Unix())
-}
-
-func scheduleKey(tenantID, meterCode, currency string, second int64) string {
-	return "schedule/" + tenantID + "/" + events.PriceSeriesID(meterCode, currency) + "@" + strconv.FormatInt(second, 10)
-}
-
-// ScheduleKeys are the keys of the seconds a rise of the known schedule
-// from prev (nil: nothing known) to through makes known, wholly or in part
-// (usage of a second known in part that is still beyond it waits again, for
-// the next rise, which provides that second again): the seconds from prev's
-// through through's, at most maxScheduleKeys of the latest.
-func ScheduleKeys(tenantID, meterCode, currency string, prev *time.Time, through time.Time) []string {
-	last := floorSecond(through)
-	first := last - maxScheduleKeys + 1
-	if prev != nil {
-		first = max(first, floorSecond(*prev))
-	}
-	keys := make([]string, 0, last-first+1)
-	for sec := first; sec <= last; sec++ {
-		keys = append(keys, scheduleKey(tenantID, meterCode, currency, sec))
-	}
-	return keys
-}
-
-// floorSecond is the Unix second t falls in (time.Unix rounds toward zero
-// before 1970; this floors).
-func floorSecond(t time.Time) int64 {
-	s := t.Unix()
-	if t.Before(time.Unix(s, 0)) {
-		s--
-	}
-	return s
-}
-
 // OnUsagesAccepted rates usage facts as OnUsageAccepted does each, in one
 // round trip for all of them in the common case: the shared locks of their
 // occurrence periods, taken in key order, then one statement that reads each
-// fact's known schedule, price version in effect and period status, and
-// inserts the charges of the facts that can be rated. A fact whose series'
-// schedule billing does not know through its occurrence yet is deferred
-// (its item error, ScheduleKey); one that occurred before the series' first
-// version is quarantined; one whose period is closing or closed is rated
+// fact's meter, known schedule, price-sheet entry in effect and period
+// status, and inserts the charges of the facts that can be rated. A fact
+// whose meter billing does not hold yet waits for its MeterDefined
+// (MeterKey); one whose series' schedule billing does not know through its
+// occurrence yet waits for it (ScheduleKey); one known but with no entry in
+// effect is rated unpriced; one whose period is closing or closed is rated
 // alone by OnUsageAccepted, late into the next open period.
 func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, us []events.UsageAccepted) ([]inbox.Outcome, error) {
-	n := len(ds)
-	arg := db.RateUsagesParams{
-		TenantIds: make([]string, n), MeterCodes: make([]string, n), Currencies: make([]string, n),
-		Periods: make([]string, n), ChargeIds: make([]uuid.UUID, n),
-		EventIds: make([]uuid.UUID, n), UsageEventIds: make([]uuid.UUID, n), UsageIds: make([]uuid.UUID, n),
-		Quantities: make([]decimal.Decimal, n), OccurredAts: make([]time.Time, n),
+	for i, d := range ds {
+		if err := checkUsageAggregate(&d.Envelope, us[i]); err != nil {
+			return nil, inbox.ItemError(i, err)
+		}
 	}
 	periods, err := s.occurrencePeriods(ctx, tx, ds, us)
 	if err != nil {
 		return nil, err
 	}
-	for i, d := range ds {
-		u := us[i]
-		in := &d.Envelope
-		if in.AggregateType != events.AggregateUsage || in.AggregateID != u.UsageID.String() {
-			return nil, inbox.ItemError(i, inbox.Permanent(inbox.ReasonAggregateMismatch, fmt.Errorf(
-				"UsageAccepted of usage %s is on aggregate %s/%s", u.UsageID, in.AggregateType, in.AggregateID)))
-		}
-		chargeID, err := uuid.NewV7()
-		if err != nil {
-			return nil, fmt.Errorf("new charge id: %w", err)
-		}
-		eventID, err := uuid.NewV7()
-		if err != nil {
-			return nil, fmt.Errorf("new event id: %w", err)
-		}
-		arg.TenantIds[i], arg.MeterCodes[i], arg.Currencies[i] = in.TenantID, u.MeterCode, u.Currency
-		arg.Periods[i], arg.ChargeIds[i] = periods[i], chargeID
-		arg.EventIds[i], arg.UsageEventIds[i], arg.UsageIds[i] = eventID, in.EventID, u.UsageID
-		arg.Quantities[i], arg.OccurredAts[i] = u.Quantity, u.OccurredAt
-	}
-	rows, err := db.RateUsagesLocked(ctx, tx, arg)
-	if err != nil {
-		return nil, fmt.Errorf("rate %d usage events: %w", n, err)
-	}
-	if len(rows) != n {
-		return nil, fmt.Errorf("rate %d usage events: %d results", n, len(rows))
-	}
-	outs := make([]inbox.Outcome, n)
-	var other []int // rated charges under another model than unit
-	for i, row := range rows {
-		if row.Known && row.Priced && row.Model != pricing.Unit {
-			other = append(other, i)
-		}
-	}
-	pricings, err := versionPricings(ctx, tx, ds, us, rows, other)
+	b, err := newRating(ds, us, periods, false)
 	if err != nil {
 		return nil, err
 	}
+	rows, err := b.rate(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	pricings, err := versionPricings(ctx, tx, ds, us, rows)
+	if err != nil {
+		return nil, err
+	}
+	outs := make([]inbox.Outcome, len(ds))
 	for i, row := range rows {
 		in, u := &ds[i].Envelope, us[i]
-		if err := unrated(in, u, row.Known, row.Priced); err != nil {
+		if err := unrated(in, u, row); err != nil {
 			return nil, inbox.ItemError(i, err)
 		}
 		switch row.Status {
 		case domain.StatusOpen:
-			rate := rated{version: row.PriceVersion, unitPrice: row.UnitPrice, pricing: pricings[seriesVersion{in.TenantID, u.MeterCode, u.Currency, row.PriceVersion}]}
-			env, err := s.chargeRated(in, u, arg.ChargeIds[i], arg.EventIds[i], rate, arg.Periods[i], false)
+			out, err := s.rated(in, u, row, b.charge(i), pricings)
 			if err != nil {
 				return nil, err
 			}
-			outs[i] = inbox.Outcome{Publish: []inbox.Publication{{Topic: events.Topic(env.EventType), Event: env}}}
+			outs[i] = out
 		case domain.StatusClosing, domain.StatusClosed:
 			// Nothing was written for it: rated alone, late.
 			out, err := s.OnUsageAccepted(ctx, tx, ds[i], u)
@@ -277,35 +76,165 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 			}
 			outs[i] = out
 		default:
-			return nil, fmt.Errorf("%w: period %s of %s has status %q", ErrInternal, arg.Periods[i], in.TenantID, row.Status)
+			return nil, fmt.Errorf("%w: period %s of %s has status %q", ErrInternal, periods[i], in.TenantID, row.Status)
 		}
 	}
 	return outs, nil
 }
 
-// unrated is the decision on a fact the rating statement did not rate for
-// want of a price: nil when it was priced. Not known: the fact waits until
-// billing knows the series' schedule through its occurrence. Known but not
-// priced: it occurred before the series' first version took effect, which
-// usage refuses, so it is quarantined.
-func unrated(in *envelope.Envelope, u events.UsageAccepted, known, priced bool) error {
-	switch {
-	case !known:
-		return inbox.DeferUntil(ScheduleKey(in.TenantID, u.MeterCode, u.Currency, u.OccurredAt))
-	case !priced:
-		return inbox.Permanent(inbox.ReasonNoPriceInEffect, fmt.Errorf(
-			"usage %s of %s in %s occurred at %s, before the first price version of the series takes effect",
-			u.UsageID, u.MeterCode, u.Currency, u.OccurredAt.Format(time.RFC3339Nano)))
+// OnUsageAccepted rates one usage fact: exactly one charge per usage event,
+// at the price-sheet entry in effect at its occurrence (or unpriced when
+// none is), from billing's own evidence and only once billing holds its
+// meter and knows the series' schedule through the occurrence (deferred
+// until then), into the period of its occurrence or, when that period is
+// closing or closed, the earliest open period after it (late). The charge is
+// its own aggregate (charge/<id>, version 1) and ChargeRated is appended with
+// it: nothing a charge writes is shared with another charge, so one tenant's
+// usage is rated by every consumer at once. A period's close is kept
+// consistent by the period's advisory lock, held shared here and
+// exclusively by the close (see ClosePeriod). One round trip in the common
+// case: lock and rate, pipelined; ChargeRated is appended by the inbox with
+// the run's decisions (inbox.Outcome.Publish).
+func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, u events.UsageAccepted) (inbox.Outcome, error) {
+	in := &d.Envelope
+	if err := checkUsageAggregate(in, u); err != nil {
+		return inbox.Outcome{}, err
+	}
+	occurred, err := s.occurrencePeriod(ctx, tx, in.TenantID, u.OccurredAt)
+	if err != nil {
+		return inbox.Outcome{}, err
+	}
+	ds, us := []*envelope.Decoded{d}, []events.UsageAccepted{u}
+	period, late := occurred, false
+	for attempt := 1; ; attempt++ {
+		b, err := newRating(ds, us, []string{period}, late)
+		if err != nil {
+			return inbox.Outcome{}, err
+		}
+		rows, err := b.rate(ctx, tx)
+		if err != nil {
+			return inbox.Outcome{}, err
+		}
+		row := rows[0]
+		if err := unrated(in, u, row); err != nil {
+			return inbox.Outcome{}, err
+		}
+		switch row.Status {
+		case domain.StatusOpen:
+			pricings, err := versionPricings(ctx, tx, ds, us, rows)
+			if err != nil {
+				return inbox.Outcome{}, err
+			}
+			return s.rated(in, u, row, b.charge(0), pricings)
+		case domain.StatusClosing, domain.StatusClosed:
+		default:
+			return inbox.Outcome{}, fmt.Errorf("%w: period %s of %s has status %q", ErrInternal, period, in.TenantID, row.Status)
+		}
+		// The period is closing or closed: nothing was written. Rate into
+		// the earliest open period after the occurrence's.
+		if attempt == maxRatingAttempts {
+			return inbox.Outcome{}, fmt.Errorf("rate usage event %s: periods kept closing under it (now at %s)", in.EventID, period)
+		}
+		notOpen, err := db.New(tx).NonOpenPeriodsFrom(ctx, db.NonOpenPeriodsFromParams{TenantID: in.TenantID, Period: occurred})
+		if err != nil {
+			return inbox.Outcome{}, fmt.Errorf("find open period after %s: %w", occurred, err)
+		}
+		period, late = domain.RatingPeriod(occurred, notOpen)
+	}
+}
+
+func checkUsageAggregate(in *envelope.Envelope, u events.UsageAccepted) error {
+	if in.AggregateType != events.AggregateUsage || in.AggregateID != u.UsageID.String() {
+		return inbox.Permanent(inbox.ReasonAggregateMismatch, fmt.Errorf(
+			"UsageAccepted of usage %s is on aggregate %s/%s", u.UsageID, in.AggregateType, in.AggregateID))
 	}
 	return nil
 }
 
-// rated is the price version a charge was rated at: its unit price (0 under
-// the other models) and, under the other models, its pricing.
-type rated struct {
-	version   int64
-	unitPrice decimal.Decimal
-	pricing   *pricing.Pricing
+// rating is one RateUsages call: the facts, each with the ids of the charge
+// and the ChargeRated it would make (made first: the charge row records the
+// id of the event it emits).
+type rating struct{ arg db.RateUsagesParams }
+
+func newRating(ds []*envelope.Decoded, us []events.UsageAccepted, periods []string, late bool) (*rating, error) {
+	n := len(ds)
+	arg := db.RateUsagesParams{
+		TenantIds: make([]string, n), MeterCodes: make([]string, n), Currencies: make([]string, n),
+		Periods: make([]string, n), ChargeIds: make([]uuid.UUID, n),
+		EventIds: make([]uuid.UUID, n), UsageEventIds: make([]uuid.UUID, n), UsageIds: make([]uuid.UUID, n),
+		Quantities: make([]decimal.Decimal, n), OccurredAts: make([]time.Time, n), Lates: make([]bool, n),
+		Properties: make([]string, n), SourceSystems: make([]string, n), SourceEventIds: make([]string, n),
+	}
+	for i, d := range ds {
+		u, in := us[i], &d.Envelope
+		chargeID, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("new charge id: %w", err)
+		}
+		eventID, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("new event id: %w", err)
+		}
+		props, err := dimensionsJSON(u.Properties)
+		if err != nil {
+			return nil, err
+		}
+		arg.TenantIds[i], arg.MeterCodes[i], arg.Currencies[i] = in.TenantID, u.MeterCode, u.Currency
+		arg.Periods[i], arg.ChargeIds[i], arg.EventIds[i] = periods[i], chargeID, eventID
+		arg.UsageEventIds[i], arg.UsageIds[i] = in.EventID, u.UsageID
+		arg.Quantities[i], arg.OccurredAts[i], arg.Lates[i] = u.Quantity, u.OccurredAt, late
+		arg.Properties[i], arg.SourceSystems[i], arg.SourceEventIds[i] = string(props), u.SourceSystem, u.SourceEventID
+	}
+	return &rating{arg: arg}, nil
+}
+
+// rate runs the rating statement under the periods' shared locks.
+func (r *rating) rate(ctx context.Context, tx pgx.Tx) ([]db.RateUsagesRow, error) {
+	n := len(r.arg.TenantIds)
+	rows, err := db.RateUsagesLocked(ctx, tx, r.arg)
+	if err != nil {
+		return nil, fmt.Errorf("rate %d usage events: %w", n, err)
+	}
+	if len(rows) != n {
+		return nil, fmt.Errorf("rate %d usage events: %d results", n, len(rows))
+	}
+	return rows, nil
+}
+
+// chargeSlot is where fact i's charge went: its ids, period and lateness.
+type chargeSlot struct {
+	chargeID, eventID uuid.UUID
+	period            string
+	late              bool
+}
+
+func (r *rating) charge(i int) chargeSlot {
+	return chargeSlot{chargeID: r.arg.ChargeIds[i], eventID: r.arg.EventIds[i], period: r.arg.Periods[i], late: r.arg.Lates[i]}
+}
+
+// MeterKey is the wait key of usage of a meter billing holds no definition
+// of: the aggregate key of its MeterDefined, provided when it is applied.
+func MeterKey(meterCode string) string {
+	return inbox.AggregateKey(events.CatalogTenant, events.AggregateMeter, meterCode, 1)
+}
+
+// unrated is the decision on a fact the rating statement did not rate but
+// for its period's status: nil when it was rated (priced or unpriced). Its
+// meter not held: the fact waits for its MeterDefined. Its schedule not
+// known: it waits until billing knows the series' schedule through its
+// occurrence. A unique_count fact without the value it counts (usage
+// refuses those) is quarantined.
+func unrated(in *envelope.Envelope, u events.UsageAccepted, row db.RateUsagesRow) error {
+	switch {
+	case !row.Defined:
+		return inbox.DeferUntil(MeterKey(u.MeterCode))
+	case !row.Known:
+		return inbox.DeferUntil(ScheduleKey(in.TenantID, u.MeterCode, u.Currency, u.OccurredAt))
+	case row.Aggregation == catalog.UniqueCount && row.Value == "":
+		return inbox.Permanent(catalog.CodeMissingValue, fmt.Errorf(
+			"usage %s of unique_count meter %s has no value of the property the meter counts", u.UsageID, u.MeterCode))
+	}
+	return nil
 }
 
 // seriesVersion names one version of a tenant's price series.
@@ -314,14 +243,18 @@ type seriesVersion struct {
 	version                 int64
 }
 
-// versionPricings reads the pricing of the versions the charges at idx were
-// rated at (another model than unit), in one round trip; none when idx is
-// empty.
+// versionPricings reads, in one round trip per tenant, the pricing of the
+// versions whose charges carry it but whose model is not unit (a unit
+// version's pricing is its unit price, which the rating returned); none
+// when there are none.
 func versionPricings(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, us []events.UsageAccepted,
-	rows []db.RateUsagesRow, idx []int) (map[seriesVersion]*pricing.Pricing, error) {
+	rows []db.RateUsagesRow) (map[seriesVersion]*pricing.Pricing, error) {
 	out := map[seriesVersion]*pricing.Pricing{}
 	byTenant := map[string]*db.VersionPricingsParams{}
-	for _, i := range idx {
+	for i, row := range rows {
+		if !row.Defined || !row.Known || !row.Priced || row.Model == pricing.Unit || row.Status != domain.StatusOpen {
+			continue
+		}
 		t := ds[i].Envelope.TenantID
 		if byTenant[t] == nil {
 			byTenant[t] = &db.VersionPricingsParams{TenantID: t}
@@ -329,7 +262,7 @@ func versionPricings(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, us 
 		p := byTenant[t]
 		p.MeterCodes = append(p.MeterCodes, us[i].MeterCode)
 		p.Currencies = append(p.Currencies, us[i].Currency)
-		p.Versions = append(p.Versions, rows[i].PriceVersion)
+		p.Versions = append(p.Versions, row.PriceVersion)
 	}
 	for t, p := range byTenant {
 		vs, err := db.New(tx).VersionPricings(ctx, *p)
@@ -362,97 +295,54 @@ func evidencePricing(model string, unitPrice decimal.Decimal, tiers []byte, size
 	return p, nil
 }
 
-// chargeRated is the ChargeRated of a charge rated from usage event in at
-// the given price version.
-func (s *Service) chargeRated(in *envelope.Envelope, u events.UsageAccepted, chargeID, eventID uuid.UUID,
-	rate rated, period string, late bool) (envelope.Envelope, error) {
-	charge := events.ChargeRated{
-		ChargeID: chargeID, UsageEventID: in.EventID, UsageID: u.UsageID, MeterCode: u.MeterCode,
-		Currency: u.Currency, Quantity: u.Quantity, UnitPrice: rate.unitPrice, PriceVersion: rate.version,
-		Amount: domain.Amount(u.Quantity, rate.unitPrice), Period: period, Late: late, OccurredAt: u.OccurredAt,
-	}
-	if rate.pricing != nil && rate.pricing.Model != pricing.Unit {
-		charge.Model, charge.Pricing = rate.pricing.Model, rate.pricing
-	}
-	return events.Caused(in, charge, events.Meta{
-		Producer: Producer, TenantID: in.TenantID, AggregateID: chargeID.String(), OccurredAt: s.now(), EventID: eventID,
-	})
-}
-
-// OnUsageAccepted rates one usage fact: exactly one charge per usage event,
-// at the price version in effect at its occurrence, from billing's own
-// evidence and only once billing knows the series' schedule through the
-// occurrence (deferred until then), into the period of its occurrence
-// or, when that period is closing or closed, the earliest open period after
-// it (late). The charge is its own aggregate (charge/<id>, version 1) and
-// ChargeRated is appended with it: nothing a charge writes is shared with
-// another charge, so one tenant's usage is rated by every consumer at once.
-// A period's close is kept consistent by the period's advisory lock, held
-// shared here and exclusively by the close (see ClosePeriod). One round
-// trip in the common case: lock and rate, pipelined; ChargeRated is appended
-// by the inbox with the run's decisions (inbox.Outcome.Publish).
-func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, u events.UsageAccepted) (inbox.Outcome, error) {
-	in := d.Envelope
-	if in.AggregateType != events.AggregateUsage || in.AggregateID != u.UsageID.String() {
-		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonAggregateMismatch, fmt.Errorf(
-			"UsageAccepted of usage %s is on aggregate %s/%s", u.UsageID, in.AggregateType, in.AggregateID))
-	}
-	chargeID, err := uuid.NewV7()
-	if err != nil {
-		return inbox.Outcome{}, fmt.Errorf("new charge id: %w", err)
-	}
-	// The charge row records the id of the event it emits: the id is made
-	// first and given to the envelope.
-	eventID, err := uuid.NewV7()
-	if err != nil {
-		return inbox.Outcome{}, fmt.Errorf("new event id: %w", err)
-	}
-	occurred, err := s.occurrencePeriod(ctx, tx, in.TenantID, u.OccurredAt)
+// rated is the outcome of a fact the rating statement rated into slot: its
+// ChargeRated.
+func (s *Service) rated(in *envelope.Envelope, u events.UsageAccepted, row db.RateUsagesRow, slot chargeSlot,
+	pricings map[seriesVersion]*pricing.Pricing) (inbox.Outcome, error) {
+	env, err := s.chargeRated(in, u, row, slot, pricings)
 	if err != nil {
 		return inbox.Outcome{}, err
 	}
-	period, late := occurred, false
-	for attempt := 1; ; attempt++ {
-		row, err := db.RateUsageLocked(ctx, tx, db.RateUsageParams{
-			TenantID: in.TenantID, MeterCode: u.MeterCode, Currency: u.Currency,
-			Period: period, ChargeID: chargeID, EventID: eventID,
-			UsageEventID: in.EventID, UsageID: u.UsageID, Quantity: u.Quantity, Late: late, OccurredAt: u.OccurredAt,
-		})
-		if err != nil {
-			return inbox.Outcome{}, fmt.Errorf("rate usage event %s: %w", in.EventID, err)
-		}
-		if err := unrated(&in, u, row.Known, row.Priced); err != nil {
-			return inbox.Outcome{}, err
-		}
-		switch row.Status {
-		case domain.StatusOpen:
-			rate := rated{version: row.PriceVersion, unitPrice: row.UnitPrice}
-			if row.Model != pricing.Unit {
-				prs, err := versionPricings(ctx, tx, []*envelope.Decoded{d}, []events.UsageAccepted{u},
-					[]db.RateUsagesRow{{PriceVersion: row.PriceVersion}}, []int{0})
-				if err != nil {
-					return inbox.Outcome{}, err
-				}
-				rate.pricing = prs[seriesVersion{in.TenantID, u.MeterCode, u.Currency, row.PriceVersion}]
-			}
-			env, err := s.chargeRated(&in, u, chargeID, eventID, rate, period, late)
-			if err != nil {
-				return inbox.Outcome{}, err
-			}
-			return inbox.Outcome{Publish: []inbox.Publication{{Topic: events.Topic(env.EventType), Event: env}}}, nil
-		case domain.StatusClosing, domain.StatusClosed:
-		default:
-			return inbox.Outcome{}, fmt.Errorf("%w: period %s of %s has status %q", ErrInternal, period, in.TenantID, row.Status)
-		}
-		// The period is closing or closed: nothing was written. Rate into
-		// the earliest open period after the occurrence's.
-		if attempt == maxRatingAttempts {
-			return inbox.Outcome{}, fmt.Errorf("rate usage event %s: periods kept closing under it (now at %s)", in.EventID, period)
-		}
-		notOpen, err := db.New(tx).NonOpenPeriodsFrom(ctx, db.NonOpenPeriodsFromParams{TenantID: in.TenantID, Period: occurred})
-		if err != nil {
-			return inbox.Outcome{}, fmt.Errorf("find open period after %s: %w", occurred, err)
-		}
-		period, late = domain.RatingPeriod(occurred, notOpen)
+	return inbox.Outcome{Publish: []inbox.Publication{{Topic: events.Topic(env.EventType), Event: env}}}, nil
+}
+
+// chargeRated is the ChargeRated of the charge the rating statement wrote
+// for usage event in: at the entry it chose (its version, dimensions and,
+// when the line is priced as a whole, pricing), or unpriced. A sum or count
+// charge under unit pricing has its own amount; the others carry the
+// version's pricing instead.
+func (s *Service) chargeRated(in *envelope.Envelope, u events.UsageAccepted, row db.RateUsagesRow, slot chargeSlot,
+	pricings map[seriesVersion]*pricing.Pricing) (envelope.Envelope, error) {
+	charge := events.ChargeRated{
+		ChargeID: slot.chargeID, UsageEventID: in.EventID, UsageID: u.UsageID, MeterCode: u.MeterCode,
+		Currency: u.Currency, Quantity: u.Quantity, UnitPrice: row.UnitPrice, PriceVersion: row.PriceVersion,
+		Period: slot.period, Late: slot.late, OccurredAt: u.OccurredAt,
+		Aggregation: row.Aggregation, Properties: u.Properties, SourceSystem: u.SourceSystem,
+		SourceEventID: u.SourceEventID, Value: row.Value, Unpriced: !row.Priced,
 	}
+	charge.Amount = charge.Counted().Mul(charge.UnitPrice)
+	if row.Priced {
+		if err := json.Unmarshal(row.Dimensions, &charge.Dimensions); err != nil {
+			return envelope.Envelope{}, fmt.Errorf("decode the dimensions of %s v%d: %w", u.MeterCode, row.PriceVersion, err)
+		}
+		if len(charge.Dimensions) == 0 {
+			charge.Dimensions = nil
+		}
+		var pr *pricing.Pricing
+		if row.Model == pricing.Unit {
+			unit := pricing.UnitPricing(row.PriceUnitPrice)
+			pr = &unit
+		} else {
+			pr = pricings[seriesVersion{in.TenantID, u.MeterCode, u.Currency, row.PriceVersion}]
+		}
+		if pr == nil {
+			return envelope.Envelope{}, fmt.Errorf("%w: no pricing of %s %s v%d", ErrInternal, u.MeterCode, u.Currency, row.PriceVersion)
+		}
+		if pr.Model != pricing.Unit || !catalog.PricedPerCharge(row.Aggregation) {
+			charge.Model, charge.Pricing = pr.Model, pr
+		}
+	}
+	return events.Caused(in, charge, events.Meta{
+		Producer: Producer, TenantID: in.TenantID, AggregateID: slot.chargeID.String(), OccurredAt: s.now(), EventID: slot.eventID,
+	})
 }

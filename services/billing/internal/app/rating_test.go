@@ -43,6 +43,7 @@ func newService(t *testing.T) (*app.Service, *inbox.Inbox, func(...[]byte) []inb
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	return svc, ib, func(raws ...[]byte) []inbox.Decision { return bt.Decide(t, pool, ib, raws...) }
 }
 
@@ -112,6 +113,7 @@ func TestUsageDeferredUntilTheScheduleIsKnownThroughIt(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 
 	v1 := priceV1("t1")
 	v1.KnownThrough = jan15
@@ -172,6 +174,7 @@ func TestKnownScheduleNeverFalls(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	v1 := priceV1("t1")
 	v1.KnownThrough = jan20
 	low := bt.Watermark{Tenant: "t1", Meter: "api_calls", Currency: "USD", Version: 1, KnownThrough: jan15}
@@ -182,28 +185,12 @@ func TestKnownScheduleNeverFalls(t *testing.T) {
 	}
 }
 
-// A fact that occurred before the series' first version takes effect, with
-// the schedule known through it, is a contract breach (usage refuses such
-// facts): quarantined, nothing written.
-func TestUsageBeforeTheFirstVersionIsQuarantined(t *testing.T) {
-	t.Parallel()
-	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
-	ib := bt.NewInbox(t, svc)
-	v1 := priceV1("t1")
-	v1.EffectiveAt = jan10
-	wantOutcomes(t, bt.Decide(t, pool, ib, v1.Raw(t), usageAt("t1", 0, "2", jan1).Raw(t)),
-		"applied", "quarantined:no_price_in_effect")
-	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`); n != 0 {
-		t.Fatalf("%d charges", n)
-	}
-}
-
 func TestSameUsageDeliveredEightTimesConcurrently(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t))
 	usageRaw := usageAt("t1", 1, "7", jan10).Raw(t)
 
@@ -258,6 +245,7 @@ func TestLateUsageGoesToTheNextOpenPeriod(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "4", jan10).Raw(t))
 	closePeriod(t, svc, "t1", "2026-01", "k-jan")
@@ -322,6 +310,7 @@ func TestConcurrentBatchesOverTheSameTenantsDoNotWait(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("a").Raw(t), priceV1("b").Raw(t))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -375,6 +364,7 @@ func TestRatingNeedsNoSecondConnection(t *testing.T) {
 	pool := bt.NewPoolConns(t, 3)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -415,6 +405,7 @@ func TestPriceEvidenceIsReplicatedOnce(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	raw := priceV1("t1").Raw(t)
 	wantOutcomes(t, bt.Decide(t, pool, ib, raw, raw), "applied", "duplicate")
 	// Another event claiming the same price version is a duplicate too.
@@ -433,6 +424,7 @@ func TestEventsOnTheWrongAggregateAreQuarantined(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	at := jan10
 	price, err := envelope.New(envelope.Meta{
 		EventType: events.TypePriceActivated, SchemaVersion: 1, TenantID: "t1", AggregateType: events.AggregatePrice,
@@ -479,6 +471,7 @@ func TestOneBatchRatesEachUsageAsAlone(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "4", jan10).Raw(t))
 	closePeriod(t, svc, "t1", "2026-01", "k-jan")
 	before := len(bt.Outbox(t, pool))
@@ -527,6 +520,7 @@ func TestQuarantinedPriceActivatedHoldsRatingBack(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 
 	v1 := priceV1("t1")
 	v1.KnownThrough = jan15
@@ -585,6 +579,7 @@ func TestBatchesRaisingSchedulesInOppositeOrdersDoNotDeadlock(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	pa, pb := priceV1("a"), priceV1("b")
 	pa.KnownThrough, pb.KnownThrough = jan10, jan10
 	bt.Decide(t, pool, ib, pa.Raw(t), pb.Raw(t))

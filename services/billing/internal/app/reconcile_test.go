@@ -72,6 +72,7 @@ func TestReconciliationOfTenantsInOtherZones(t *testing.T) {
 	clk := newClock(jan10)
 	svc := clk.service(pool)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	at := func(s string) time.Time {
 		tm, err := time.Parse(time.RFC3339, "2026-"+s+":00Z")
 		if err != nil {

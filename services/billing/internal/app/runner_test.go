@@ -24,6 +24,7 @@ func TestRunnerRatesUsageFromTheBroker(t *testing.T) {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 
 	var usage [][]byte
 	var want []envelope.Envelope

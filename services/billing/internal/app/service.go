@@ -48,19 +48,22 @@ func (s *Service) Now() time.Time { return s.now() }
 // Topics are the topics billing consumes.
 var Topics = []string{events.TopicMeter, events.TopicUsage}
 
-// Handlers are billing's inbox handlers, by event type, but for
-// UsageAccepted (BatchHandlers).
+// Handlers are billing's inbox handlers, keyed by their payload types'
+// event types (inbox.Handle), but for UsageAccepted (BatchHandlers).
 func (s *Service) Handlers() map[string]inbox.Handler {
-	return map[string]inbox.Handler{
-		events.TypePriceActivated:         inbox.On(s.OnPriceActivated),
-		events.TypePriceScheduleWatermark: inbox.On(s.OnPriceScheduleWatermark),
-		events.TypeUsageAcceptedThrough:   inbox.On(s.OnUsageAcceptedThrough),
-	}
+	hs := map[string]inbox.Handler{}
+	inbox.Handle(hs, s.OnMeterDefined)
+	inbox.Handle(hs, s.OnPriceActivated)
+	inbox.Handle(hs, s.OnPriceScheduleWatermark)
+	inbox.Handle(hs, s.OnUsageAcceptedThrough)
+	return hs
 }
 
 // BatchHandlers are billing's set-wise inbox handlers: UsageAccepted.
 func (s *Service) BatchHandlers() map[string]inbox.BatchHandler {
-	return map[string]inbox.BatchHandler{events.TypeUsageAccepted: inbox.OnBatch(s.OnUsagesAccepted)}
+	hs := map[string]inbox.BatchHandler{}
+	inbox.HandleBatch(hs, s.OnUsagesAccepted)
+	return hs
 }
 
 // inTx runs fn in a transaction and commits it when fn returns nil.

@@ -43,6 +43,7 @@ func TestCloseWaitsForUsageWatermarks(t *testing.T) {
 	svc := clk.service(pool)
 	svc.WaitForUsage(0)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	price := priceV1("t1")
 	price.KnownThrough = jan20 // the schedule is known through 20 January
 	bt.Decide(t, pool, ib, price.Raw(t), usageAt("t1", 0, "4", jan10).Raw(t))

@@ -5,6 +5,7 @@
 package billingtest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -99,6 +100,59 @@ func Dec(t testing.TB, s string) decimal.Decimal {
 	return d
 }
 
+// Meter is a MeterDefined as meter publishes it: a catalog meter, or with
+// Implied the sum meter a price for a code not in the catalog defines.
+type Meter struct {
+	Code, Aggregation, ValueProperty string
+	Dimensions                       []string
+	Implied                          bool
+}
+
+// SumMeter is the meter a price for code implies: sum, no dimensions.
+func SumMeter(code string) Meter { return Meter{Code: code, Aggregation: "sum", Implied: true} }
+
+// Raw returns the marshalled envelope of m.
+func (m Meter) Raw(t testing.TB) []byte {
+	t.Helper()
+	definedAt := time.Date(2025, 12, 1, 0, 0, 0, 0, time.UTC)
+	_, raw := marshal(t, envelope.Meta{
+		EventType: events.TypeMeterDefined, SchemaVersion: 1, TenantID: events.CatalogTenant,
+		AggregateType: events.AggregateMeter, AggregateID: m.Code, AggregateVersion: 1,
+		OccurredAt: definedAt, Producer: "meter",
+	}, events.MeterDefined{Code: m.Code, Name: m.Code, Aggregation: m.Aggregation, ValueProperty: m.ValueProperty,
+		Dimensions: m.Dimensions, EventType: m.Code, DefinedAt: definedAt, Implied: m.Implied})
+	return raw
+}
+
+// TestMeters are the meters the tests price, all implied sum meters.
+var TestMeters = []string{"api_calls", "sms", "storage"}
+
+// ImpliedMeters returns the MeterDefined of the implied sum meters of codes
+// (TestMeters when none are named), as meter publishes them with their
+// first prices: what a test of usage from before the catalog delivers
+// first, since billing rates a fact only once it holds its meter.
+func ImpliedMeters(t testing.TB, codes ...string) [][]byte {
+	t.Helper()
+	if len(codes) == 0 {
+		codes = TestMeters
+	}
+	raws := make([][]byte, len(codes))
+	for i, c := range codes {
+		raws[i] = SumMeter(c).Raw(t)
+	}
+	return raws
+}
+
+// DefineMeters decides ImpliedMeters(codes...) through ib.
+func DefineMeters(t testing.TB, pool *pgxpool.Pool, ib *inbox.Inbox, codes ...string) {
+	t.Helper()
+	for _, d := range Decide(t, pool, ib, ImpliedMeters(t, codes...)...) {
+		if d.Outcome != inbox.OutcomeApplied && d.Outcome != inbox.OutcomeDuplicate {
+			t.Fatalf("MeterDefined: %s %s", d.Outcome, d.Reason)
+		}
+	}
+}
+
 // Price is a PriceActivated as meter publishes it.
 type Price struct {
 	Tenant, Meter, Currency string
@@ -111,6 +165,9 @@ type Price struct {
 	// Pricing, when set, is the version's pricing under another model than
 	// unit (UnitPrice is then ignored).
 	Pricing *pricing.Pricing
+	// Dimensions are the property values the version prices (none: the
+	// series' default).
+	Dimensions map[string]string
 }
 
 // FarFuture is the default watermark of a Price: tests that are not about
@@ -132,7 +189,7 @@ func (p Price) Envelope(t testing.TB, schemaVersion int) (envelope.Envelope, []b
 	t.Helper()
 	pa := events.PriceActivated{
 		PriceID: uuid.Must(uuid.NewV7()), MeterCode: p.Meter, Currency: p.Currency,
-		EffectiveAt: p.EffectiveAt, Version: p.Version, KnownThrough: p.knownThrough(),
+		EffectiveAt: p.EffectiveAt, Version: p.Version, KnownThrough: p.knownThrough(), Dimensions: p.Dimensions,
 	}
 	if p.Pricing != nil {
 		pa.Model, pa.Tiers, pa.PackageSize, pa.PackagePrice = p.Pricing.Model, p.Pricing.Tiers, p.Pricing.PackageSize, p.Pricing.PackagePrice
@@ -182,6 +239,10 @@ type Usage struct {
 	PriceVersion int64
 	Quantity     string
 	OccurredAt   time.Time
+	// Properties are the fact's; SourceSystem and SourceEventID its
+	// identity (default "test" and the usage id).
+	Properties                  map[string]string
+	SourceSystem, SourceEventID string
 }
 
 // Envelope returns the envelope of u and its marshalled bytes; every call
@@ -189,13 +250,15 @@ type Usage struct {
 func (u Usage) Envelope(t testing.TB) (envelope.Envelope, []byte) {
 	t.Helper()
 	usageID := uuid.Must(uuid.NewV7())
+	source, sourceID := cmp.Or(u.SourceSystem, "test"), cmp.Or(u.SourceEventID, usageID.String())
 	return marshal(t, envelope.Meta{
 		EventType: events.TypeUsageAccepted, SchemaVersion: 1, TenantID: u.Tenant,
 		AggregateType: events.AggregateUsage, AggregateID: usageID.String(), AggregateVersion: 1,
 		OccurredAt: u.OccurredAt, Producer: "usage", CorrelationID: "corr-" + usageID.String()[:8],
 	}, events.UsageAccepted{
-		UsageID: usageID, SourceSystem: "test", SourceEventID: usageID.String(), MeterCode: u.Meter,
+		UsageID: usageID, SourceSystem: source, SourceEventID: sourceID, MeterCode: u.Meter,
 		Quantity: Dec(t, u.Quantity), OccurredAt: u.OccurredAt, Currency: u.Currency, PriceVersion: u.PriceVersion,
+		Properties: u.Properties,
 	})
 }
 

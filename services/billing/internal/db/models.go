@@ -40,22 +40,40 @@ type BillingPeriod struct {
 }
 
 type Charge struct {
-	ChargeID     uuid.UUID
-	EventID      uuid.UUID
-	UsageEventID uuid.UUID
-	UsageID      uuid.UUID
-	TenantID     string
-	MeterCode    string
-	Currency     string
-	Quantity     decimal.Decimal
-	UnitPrice    decimal.Decimal
-	PriceVersion int64
-	Amount       decimal.Decimal
-	Period       string
-	Late         bool
-	OccurredAt   time.Time
-	CreatedAt    time.Time
-	Model        string
+	ChargeID      uuid.UUID
+	EventID       uuid.UUID
+	UsageEventID  uuid.UUID
+	UsageID       uuid.UUID
+	TenantID      string
+	MeterCode     string
+	Currency      string
+	Quantity      decimal.Decimal
+	UnitPrice     decimal.Decimal
+	PriceVersion  int64
+	Amount        decimal.Decimal
+	Period        string
+	Late          bool
+	OccurredAt    time.Time
+	CreatedAt     time.Time
+	Model         string
+	Aggregation   string
+	Dimensions    []byte
+	DimensionsKey string
+	Properties    []byte
+	SourceSystem  string
+	SourceEventID string
+	Value         string
+	Unpriced      bool
+}
+
+type Meter struct {
+	Code          string
+	Aggregation   string
+	ValueProperty string
+	Dimensions    []string
+	EventID       uuid.UUID
+	DefinedAt     time.Time
+	RecordedAt    time.Time
 }
 
 type PeriodEnded struct {
@@ -67,19 +85,21 @@ type PeriodEnded struct {
 }
 
 type PriceEvidence struct {
-	TenantID     string
-	MeterCode    string
-	Currency     string
-	Version      int64
-	UnitPrice    decimal.Decimal
-	EffectiveAt  time.Time
-	PriceID      uuid.UUID
-	EventID      uuid.UUID
-	RecordedAt   time.Time
-	Model        string
-	Tiers        []byte
-	PackageSize  decimal.Decimal
-	PackagePrice decimal.Decimal
+	TenantID      string
+	MeterCode     string
+	Currency      string
+	Version       int64
+	UnitPrice     decimal.Decimal
+	EffectiveAt   time.Time
+	PriceID       uuid.UUID
+	EventID       uuid.UUID
+	RecordedAt    time.Time
+	Model         string
+	Tiers         []byte
+	PackageSize   decimal.Decimal
+	PackagePrice  decimal.Decimal
+	Dimensions    []byte
+	DimensionsKey string
 }
 
 type PriceSchedule struct {

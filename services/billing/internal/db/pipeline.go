@@ -7,37 +7,17 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// RateUsageLocked takes the period's shared lock (LockPeriodShared) and rates
-// (RateUsage) in one round trip: two statements, so RateUsage's snapshot is
-// taken once the lock is held and sees the status a close committed before.
-// Written by hand beside the generated code, from its statements.
-func RateUsageLocked(ctx context.Context, tx pgx.Tx, arg RateUsageParams) (RateUsageRow, error) {
-	b := &pgx.Batch{}
-	b.Queue(lockPeriodShared, arg.TenantID, arg.Period)
-	b.Queue(rateUsage, arg.OccurredAt, arg.TenantID, arg.MeterCode, arg.Currency, arg.Period, arg.ChargeID,
-		arg.EventID, arg.UsageEventID, arg.UsageID, arg.Quantity, arg.Late)
-	br := tx.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return RateUsageRow{}, fmt.Errorf("lock period: %w", err)
-	}
-	var i RateUsageRow
-	err := br.QueryRow().Scan(&i.Known, &i.Priced, &i.PriceVersion, &i.UnitPrice, &i.Model, &i.Status)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return i, err
-}
-
 // RateUsagesLocked takes the shared locks of the periods of arg
 // (LockPeriodsShared, in key order) and rates every fact (RateUsages) in one
 // round trip: two statements, so RateUsages's snapshot is taken once every
-// lock is held and sees the statuses closes committed before.
+// lock is held and sees the statuses closes committed before. Written by
+// hand beside the generated code, from its statements.
 func RateUsagesLocked(ctx context.Context, tx pgx.Tx, arg RateUsagesParams) ([]RateUsagesRow, error) {
 	b := &pgx.Batch{}
 	b.Queue(lockPeriodsShared, arg.TenantIds, arg.Periods)
 	b.Queue(rateUsages, arg.TenantIds, arg.MeterCodes, arg.Currencies, arg.Periods,
-		arg.ChargeIds, arg.EventIds, arg.UsageEventIds, arg.UsageIds, arg.Quantities, arg.OccurredAts)
+		arg.ChargeIds, arg.EventIds, arg.UsageEventIds, arg.UsageIds, arg.Quantities, arg.OccurredAts,
+		arg.Lates, arg.Properties, arg.SourceSystems, arg.SourceEventIds)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
@@ -51,7 +31,8 @@ func RateUsagesLocked(ctx context.Context, tx pgx.Tx, arg RateUsagesParams) ([]R
 	items := make([]RateUsagesRow, 0, len(arg.TenantIds))
 	for rows.Next() {
 		var i RateUsagesRow
-		if err := rows.Scan(&i.Known, &i.Priced, &i.PriceVersion, &i.UnitPrice, &i.Model, &i.Status); err != nil {
+		if err := rows.Scan(&i.Defined, &i.Aggregation, &i.Value, &i.Known, &i.Priced, &i.PriceVersion,
+			&i.UnitPrice, &i.PriceUnitPrice, &i.Model, &i.Dimensions, &i.Status); err != nil {
 			rows.Close()
 			_ = br.Close()
 			return nil, err

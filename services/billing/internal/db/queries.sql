@@ -3,9 +3,17 @@
 -- name: InsertPriceEvidence :execrows
 -- Replicates one price version; a replay of the same version changes nothing.
 INSERT INTO price_evidence (tenant_id, meter_code, currency, version, unit_price, effective_at, price_id, event_id,
-                            model, tiers, package_size, package_price)
+                            model, tiers, package_size, package_price, dimensions, dimensions_key)
 VALUES (@tenant_id, @meter_code, @currency, @version, @unit_price, @effective_at, @price_id, @event_id,
-        @model, sqlc.narg(tiers)::jsonb, @package_size, @package_price)
+        @model, sqlc.narg(tiers)::jsonb, @package_size, @package_price, sqlc.arg(dimensions)::jsonb,
+        sqlc.arg(dimensions_key)::text)
+ON CONFLICT DO NOTHING;
+
+-- name: InsertMeter :execrows
+-- Replicates a catalog meter's definition; a meter never changes, so a
+-- replay changes nothing.
+INSERT INTO meters (code, aggregation, value_property, dimensions, event_id, defined_at)
+VALUES (@code, @aggregation, @value_property, sqlc.arg(dimensions)::text[], @event_id, @defined_at)
 ON CONFLICT DO NOTHING;
 
 -- name: HasPriceVersion :one
@@ -64,55 +72,6 @@ SELECT pg_advisory_xact_lock_shared(hashtextextended(@tenant_id::text || '|' || 
 -- name: LockPeriodExclusive :exec
 SELECT pg_advisory_xact_lock(hashtextextended(@tenant_id::text || '|' || @period::text, 7365))::text;
 
--- name: RateUsage :one
--- Rates one usage fact into @period in one statement, under the period's
--- shared lock: reads what billing knows of the series' schedule, the price
--- version in effect at the fact's occurrence and the period's status, and
--- inserts the charge when the schedule is known through the occurrence, a
--- version is in effect and the period is open. A period without a row is
--- open: only a close writes period rows (MarkPeriodClosing, under the
--- exclusive lock), so raters never write a row another rater may be
--- writing, and a rating transaction needs no second connection. known
--- false: the schedule is not known through the occurrence yet (wait);
--- priced false: no version is in effect then (before the first); a status
--- other than open: nothing was written.
-WITH s AS (
-    SELECT ps.known_through FROM price_schedule ps
-    WHERE ps.tenant_id = sqlc.arg(tenant_id)::text AND ps.meter_code = sqlc.arg(meter_code)::text
-      AND ps.currency = sqlc.arg(currency)::text
-), price AS (
-    -- Versions take effect in version order: the highest version already
-    -- in effect is the one. Read only when the schedule is known.
-    SELECT pe.version, pe.unit_price, pe.model
-    FROM price_evidence pe, s
-    WHERE pe.tenant_id = sqlc.arg(tenant_id)::text
-      AND pe.meter_code = sqlc.arg(meter_code)::text
-      AND pe.currency = sqlc.arg(currency)::text
-      AND pe.effective_at <= sqlc.arg(occurred_at)::timestamptz
-      AND sqlc.arg(occurred_at)::timestamptz < s.known_through
-    ORDER BY pe.version DESC
-    LIMIT 1
-), bp AS (
-    SELECT b.status FROM billing_period b
-    WHERE b.tenant_id = sqlc.arg(tenant_id)::text AND b.period = sqlc.arg(period)::text
-), ch AS (
-    INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
-                        quantity, unit_price, price_version, amount, period, late, occurred_at, model)
-    SELECT sqlc.arg(charge_id)::uuid, sqlc.arg(event_id)::uuid, sqlc.arg(usage_event_id)::uuid,
-           sqlc.arg(usage_id)::uuid, sqlc.arg(tenant_id)::text, sqlc.arg(meter_code)::text,
-           sqlc.arg(currency)::text, sqlc.arg(quantity)::numeric, price.unit_price,
-           price.version, sqlc.arg(quantity)::numeric * price.unit_price,
-           sqlc.arg(period)::text, sqlc.arg(late)::boolean, sqlc.arg(occurred_at)::timestamptz, price.model
-    FROM price LEFT JOIN bp ON true
-    WHERE COALESCE(bp.status, 'open') = 'open'
-)
-SELECT COALESCE((SELECT sqlc.arg(occurred_at)::timestamptz < s.known_through FROM s), false)::boolean AS known,
-       EXISTS (SELECT 1 FROM price)::boolean AS priced,
-       COALESCE((SELECT price.version FROM price), 0)::bigint AS price_version,
-       COALESCE((SELECT price.unit_price FROM price), 0)::numeric AS unit_price,
-       COALESCE((SELECT price.model FROM price), 'unit')::text AS model,
-       COALESCE((SELECT bp.status FROM bp), 'open')::text AS status;
-
 -- name: LockPeriodsShared :exec
 -- LockPeriodsShared takes the advisory locks of LockPeriodShared of every
 -- distinct (tenant, period) pair given, shared, in the order of their keys
@@ -125,53 +84,92 @@ FROM (SELECT DISTINCT hashtextextended(u.tenant_id || '|' || u.period, 7365) AS 
 
 -- name: RateUsages :many
 -- RateUsages rates usage facts, each into its period, in one statement,
--- under the periods' shared locks (LockPeriodsShared): RateUsage for every
--- fact at once. It returns per fact, in the order given, whether the
--- series' schedule is known through its occurrence, whether a version is in
--- effect then, that version and its unit price, and its period's status;
--- the charges of the known, priced facts in an open period are inserted, in
--- that order.
+-- under the periods' shared locks (LockPeriodsShared). Per fact it reads
+-- its meter (the catalog's row: its aggregation and, for unique_count, the
+-- value the fact counts), what billing knows of the series' schedule, the
+-- price-sheet entry in effect at its occurrence and its period's status. The
+-- entry: per dimension set the highest version taking effect at or before
+-- the occurrence (versions take effect in version order); among those whose
+-- dimensions all equal the fact's properties the most specific, ties to the
+-- smaller dimensions_key (catalog.Choose). Read only when the schedule is
+-- known through the occurrence. A period without a row is open: only a
+-- close writes period rows (MarkPeriodClosing, under the exclusive lock), so
+-- raters never write a row another rater may be writing. The charge of a
+-- fact is inserted when its meter is held, the schedule is known, its
+-- period is open and (unique_count) it has its value: priced at the entry,
+-- or unpriced (version 0, no price) when none is in effect. A sum or count
+-- charge under unit pricing has its own amount (count: its unit price);
+-- the others have none. It returns per fact, in the order given, what it
+-- read; the charges are inserted in that order.
 WITH u AS (
-    SELECT unnest(@tenant_ids::text[])          AS tenant_id,
-           unnest(@meter_codes::text[])         AS meter_code,
-           unnest(@currencies::text[])          AS currency,
-           unnest(@periods::text[])             AS period,
-           unnest(@charge_ids::uuid[])          AS charge_id,
-           unnest(@event_ids::uuid[])           AS event_id,
-           unnest(@usage_event_ids::uuid[])     AS usage_event_id,
-           unnest(@usage_ids::uuid[])           AS usage_id,
-           unnest(@quantities::numeric[])       AS quantity,
-           unnest(@occurred_ats::timestamptz[]) AS occurred_at,
+    SELECT unnest(@tenant_ids::text[])                AS tenant_id,
+           unnest(@meter_codes::text[])               AS meter_code,
+           unnest(@currencies::text[])                AS currency,
+           unnest(@periods::text[])                   AS period,
+           unnest(@charge_ids::uuid[])                AS charge_id,
+           unnest(@event_ids::uuid[])                 AS event_id,
+           unnest(@usage_event_ids::uuid[])           AS usage_event_id,
+           unnest(@usage_ids::uuid[])                 AS usage_id,
+           unnest(@quantities::numeric[])             AS quantity,
+           unnest(@occurred_ats::timestamptz[])       AS occurred_at,
+           unnest(@lates::boolean[])                  AS late,
+           unnest(@properties::text[])::jsonb         AS properties,
+           unnest(@source_systems::text[])            AS source_system,
+           unnest(@source_event_ids::text[])          AS source_event_id,
            generate_series(1, cardinality(@tenant_ids::text[])) AS n
 ), r AS (
     -- One index probe per fact and lookup: see inbox's lookups.
     SELECT u.*,
+           m.aggregation,
+           CASE WHEN m.aggregation = 'unique_count' THEN u.properties ->> m.value_property ELSE '' END AS value,
            COALESCE(u.occurred_at < ps.known_through, false) AS known,
-           p.version AS price_version, p.unit_price, p.model,
+           p.version AS price_version, p.unit_price AS price_unit_price, p.model, p.dimensions, p.dimensions_key,
            COALESCE((SELECT b.status FROM billing_period b
                      WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
     FROM u
+    LEFT JOIN meters m ON m.code = u.meter_code
     LEFT JOIN price_schedule ps
            ON ps.tenant_id = u.tenant_id AND ps.meter_code = u.meter_code AND ps.currency = u.currency
     LEFT JOIN LATERAL (
-        SELECT pe.version, pe.unit_price, pe.model FROM price_evidence pe
-        WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
-          AND pe.currency = u.currency AND pe.effective_at <= u.occurred_at
-        ORDER BY pe.version DESC
-        LIMIT 1) p ON u.occurred_at < ps.known_through
+        SELECT e.version, e.unit_price, e.model, e.dimensions, e.dimensions_key
+        FROM (SELECT DISTINCT ON (pe.dimensions_key)
+                     pe.version, pe.unit_price, pe.model, pe.dimensions, pe.dimensions_key
+              FROM price_evidence pe
+              WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
+                AND pe.currency = u.currency AND pe.effective_at <= u.occurred_at
+              ORDER BY pe.dimensions_key, pe.version DESC) e
+        WHERE e.dimensions <@ u.properties
+        ORDER BY (SELECT count(*) FROM jsonb_object_keys(e.dimensions)) DESC, e.dimensions_key COLLATE "C"
+        LIMIT 1) p ON u.occurred_at < ps.known_through AND m.code IS NOT NULL
+), c AS (
+    SELECT r.*,
+           CASE WHEN r.price_version IS NOT NULL AND r.aggregation IN ('sum', 'count') AND r.model = 'unit'
+                THEN r.price_unit_price ELSE 0 END AS unit_price
+    FROM r
 ), ch AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
-                        quantity, unit_price, price_version, amount, period, late, occurred_at, model)
-    SELECT r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.tenant_id, r.meter_code, r.currency,
-           r.quantity, r.unit_price, r.price_version, r.quantity * r.unit_price, r.period, false, r.occurred_at, r.model
-    FROM r
-    WHERE r.known AND r.price_version IS NOT NULL AND r.status = 'open'
-    ORDER BY r.n
+                        quantity, unit_price, price_version, amount, period, late, occurred_at, model,
+                        aggregation, dimensions, dimensions_key, properties, source_system, source_event_id,
+                        value, unpriced)
+    SELECT c.charge_id, c.event_id, c.usage_event_id, c.usage_id, c.tenant_id, c.meter_code, c.currency,
+           c.quantity, c.unit_price, COALESCE(c.price_version, 0),
+           (CASE WHEN c.aggregation = 'count' THEN 1 ELSE c.quantity END) * c.unit_price,
+           c.period, c.late, c.occurred_at, COALESCE(c.model, 'unit'),
+           c.aggregation, COALESCE(c.dimensions, '{}'), COALESCE(c.dimensions_key, ''), c.properties,
+           c.source_system, c.source_event_id, c.value, c.price_version IS NULL
+    FROM c
+    WHERE c.aggregation IS NOT NULL AND c.known AND c.status = 'open'
+      AND (c.aggregation <> 'unique_count' OR COALESCE(c.value, '') <> '')
+    ORDER BY c.n
 )
-SELECT r.known::boolean AS known, (r.price_version IS NOT NULL)::boolean AS priced,
-       COALESCE(r.price_version, 0)::bigint AS price_version, COALESCE(r.unit_price, 0)::numeric AS unit_price,
-       COALESCE(r.model, 'unit')::text AS model, r.status::text AS status
-FROM r ORDER BY r.n;
+SELECT (c.aggregation IS NOT NULL)::boolean AS defined, COALESCE(c.aggregation, '')::text AS aggregation,
+       COALESCE(c.value, '')::text AS value, c.known::boolean AS known,
+       (c.price_version IS NOT NULL)::boolean AS priced,
+       COALESCE(c.price_version, 0)::bigint AS price_version, c.unit_price::numeric AS unit_price,
+       COALESCE(c.price_unit_price, 0)::numeric AS price_unit_price,
+       COALESCE(c.model, 'unit')::text AS model, COALESCE(c.dimensions, '{}')::jsonb AS dimensions,
+       c.status::text AS status
+FROM c ORDER BY c.n;
 
 -- name: VersionPricings :many
 -- The pricing of the given versions of the tenant's series, for the
@@ -183,17 +181,48 @@ WHERE pe.tenant_id = @tenant_id
       SELECT unnest(@meter_codes::text[]), unnest(@currencies::text[]), unnest(@versions::bigint[]));
 
 -- name: PeriodLines :many
--- A period's charges per meter, currency and price version (what invoice
--- lines will be), with each version's pricing: the running estimate.
--- Bounded by meters x versions whatever the number of charges.
-SELECT c.meter_code, c.currency, c.price_version, sum(c.quantity)::numeric AS quantity,
-       sum(c.amount)::numeric AS amount, pe.model, pe.unit_price, pe.tiers, pe.package_size, pe.package_price
-FROM charge c
-JOIN price_evidence pe ON pe.tenant_id = c.tenant_id AND pe.meter_code = c.meter_code
-                      AND pe.currency = c.currency AND pe.version = c.price_version
-WHERE c.tenant_id = @tenant_id AND c.period = @period
-GROUP BY c.meter_code, c.currency, c.price_version, pe.model, pe.unit_price, pe.tiers, pe.package_size, pe.package_price
-ORDER BY c.meter_code, c.currency, c.price_version;
+-- A period's lines (what invoice lines will be): its charges per meter,
+-- currency, price version and price dimensions, the unpriced ones (version
+-- 0) one line per meter and currency, with each line's quantity by its
+-- meter's aggregation (sum of quantities; count of charges; the largest
+-- quantity; the quantity of the charge with the latest occurrence, ties to
+-- the larger (source system, source event id) in byte order; the number of
+-- distinct values), the sum of the charges' own amounts, and the version's
+-- pricing. Order-independent; bounded by lines whatever the number of
+-- charges.
+WITH l AS (
+    SELECT c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
+           min(c.dimensions::text)::jsonb AS dimensions, count(*) AS charges,
+           sum(c.quantity) AS total, max(c.quantity) AS peak, count(DISTINCT c.value) AS distinct_values,
+           sum(c.amount) AS amount
+    FROM charge c
+    WHERE c.tenant_id = @tenant_id AND c.period = @period
+    GROUP BY c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
+), latest AS (
+    SELECT DISTINCT ON (c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced)
+           c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced, c.quantity
+    FROM charge c
+    WHERE c.tenant_id = @tenant_id AND c.period = @period AND c.aggregation = 'latest'
+    ORDER BY c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced,
+             c.occurred_at DESC, c.source_system COLLATE "C" DESC, c.source_event_id COLLATE "C" DESC
+)
+SELECT l.meter_code, l.currency, l.price_version, l.dimensions_key, l.dimensions::jsonb AS dimensions,
+       l.unpriced, l.aggregation, l.charges::bigint AS charges,
+       (CASE l.aggregation
+            WHEN 'count' THEN l.charges::numeric
+            WHEN 'max' THEN l.peak
+            WHEN 'latest' THEN lt.quantity
+            WHEN 'unique_count' THEN l.distinct_values::numeric
+            ELSE l.total END)::numeric AS quantity,
+       l.amount::numeric AS amount,
+       COALESCE(pe.model, 'unit')::text AS model, COALESCE(pe.unit_price, 0)::numeric AS unit_price, pe.tiers,
+       COALESCE(pe.package_size, 0)::numeric AS package_size, COALESCE(pe.package_price, 0)::numeric AS package_price
+FROM l
+LEFT JOIN latest lt ON lt.meter_code = l.meter_code AND lt.currency = l.currency AND lt.price_version = l.price_version
+                   AND lt.dimensions_key = l.dimensions_key AND lt.unpriced = l.unpriced AND l.aggregation = 'latest'
+LEFT JOIN price_evidence pe ON pe.tenant_id = @tenant_id AND pe.meter_code = l.meter_code
+                           AND pe.currency = l.currency AND pe.version = l.price_version AND NOT l.unpriced
+ORDER BY l.meter_code, l.currency, l.price_version, l.dimensions_key;
 
 -- name: PeriodAdjustments :many
 -- The adjustments a period's close counts (posted before it closed), summed
@@ -220,7 +249,7 @@ WHERE tenant_id = @tenant_id AND charge_id = @charge_id;
 -- One page of a period's charges in line order (meter, currency, price
 -- version, charge id), after the keyset position of the previous page.
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at, model
+       price_version, amount, period, late, occurred_at, model, aggregation, dimensions, properties, unpriced
 FROM charge
 WHERE tenant_id = @tenant_id AND period = @period
   AND (meter_code, currency, price_version, charge_id) >
@@ -233,7 +262,7 @@ LIMIT sqlc.arg(row_limit);
 -- behind one invoice line. The meter is an index equality, so a page costs
 -- the rows it returns.
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at, model
+       price_version, amount, period, late, occurred_at, model, aggregation, dimensions, properties, unpriced
 FROM charge
 WHERE tenant_id = @tenant_id AND period = @period AND meter_code = @meter_code
   AND (sqlc.narg(price_version)::bigint IS NULL OR price_version = sqlc.narg(price_version)::bigint)

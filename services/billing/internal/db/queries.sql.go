@@ -219,6 +219,38 @@ func (q *Queries) InsertAdjustment(ctx context.Context, arg InsertAdjustmentPara
 	return err
 }
 
+const insertMeter = `-- name: InsertMeter :execrows
+INSERT INTO meters (code, aggregation, value_property, dimensions, event_id, defined_at)
+VALUES ($1, $2, $3, $4::text[], $5, $6)
+ON CONFLICT DO NOTHING
+`
+
+type InsertMeterParams struct {
+	Code          string
+	Aggregation   string
+	ValueProperty string
+	Dimensions    []string
+	EventID       uuid.UUID
+	DefinedAt     time.Time
+}
+
+// Replicates a catalog meter's definition; a meter never changes, so a
+// replay changes nothing.
+func (q *Queries) InsertMeter(ctx context.Context, arg InsertMeterParams) (int64, error) {
+	result, err := q.db.Exec(ctx, insertMeter,
+		arg.Code,
+		arg.Aggregation,
+		arg.ValueProperty,
+		arg.Dimensions,
+		arg.EventID,
+		arg.DefinedAt,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const insertPeriodEnded = `-- name: InsertPeriodEnded :execrows
 INSERT INTO period_ended (tenant_id, period, ended_at, closes_at, event_id)
 VALUES ($1, $2, $3, $4, $5)
@@ -251,25 +283,28 @@ func (q *Queries) InsertPeriodEnded(ctx context.Context, arg InsertPeriodEndedPa
 const insertPriceEvidence = `-- name: InsertPriceEvidence :execrows
 
 INSERT INTO price_evidence (tenant_id, meter_code, currency, version, unit_price, effective_at, price_id, event_id,
-                            model, tiers, package_size, package_price)
+                            model, tiers, package_size, package_price, dimensions, dimensions_key)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-        $9, $10::jsonb, $11, $12)
+        $9, $10::jsonb, $11, $12, $13::jsonb,
+        $14::text)
 ON CONFLICT DO NOTHING
 `
 
 type InsertPriceEvidenceParams struct {
-	TenantID     string
-	MeterCode    string
-	Currency     string
-	Version      int64
-	UnitPrice    decimal.Decimal
-	EffectiveAt  time.Time
-	PriceID      uuid.UUID
-	EventID      uuid.UUID
-	Model        string
-	Tiers        []byte
-	PackageSize  decimal.Decimal
-	PackagePrice decimal.Decimal
+	TenantID      string
+	MeterCode     string
+	Currency      string
+	Version       int64
+	UnitPrice     decimal.Decimal
+	EffectiveAt   time.Time
+	PriceID       uuid.UUID
+	EventID       uuid.UUID
+	Model         string
+	Tiers         []byte
+	PackageSize   decimal.Decimal
+	PackagePrice  decimal.Decimal
+	Dimensions    []byte
+	DimensionsKey string
 }
 
 // Billing's business SQL. The outbox, inbox and idempotency SQL lives in pkg.
@@ -288,6 +323,8 @@ func (q *Queries) InsertPriceEvidence(ctx context.Context, arg InsertPriceEviden
 		arg.Tiers,
 		arg.PackageSize,
 		arg.PackagePrice,
+		arg.Dimensions,
+		arg.DimensionsKey,
 	)
 	if err != nil {
 		return 0, err
@@ -297,7 +334,7 @@ func (q *Queries) InsertPriceEvidence(ctx context.Context, arg InsertPriceEviden
 
 const listCharges = `-- name: ListCharges :many
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at, model
+       price_version, amount, period, late, occurred_at, model, aggregation, dimensions, properties, unpriced
 FROM charge
 WHERE tenant_id = $1 AND period = $2
   AND (meter_code, currency, price_version, charge_id) >
@@ -331,6 +368,10 @@ type ListChargesRow struct {
 	Late         bool
 	OccurredAt   time.Time
 	Model        string
+	Aggregation  string
+	Dimensions   []byte
+	Properties   []byte
+	Unpriced     bool
 }
 
 // One page of a period's charges in line order (meter, currency, price
@@ -367,6 +408,10 @@ func (q *Queries) ListCharges(ctx context.Context, arg ListChargesParams) ([]Lis
 			&i.Late,
 			&i.OccurredAt,
 			&i.Model,
+			&i.Aggregation,
+			&i.Dimensions,
+			&i.Properties,
+			&i.Unpriced,
 		); err != nil {
 			return nil, err
 		}
@@ -380,7 +425,7 @@ func (q *Queries) ListCharges(ctx context.Context, arg ListChargesParams) ([]Lis
 
 const listMeterCharges = `-- name: ListMeterCharges :many
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at, model
+       price_version, amount, period, late, occurred_at, model, aggregation, dimensions, properties, unpriced
 FROM charge
 WHERE tenant_id = $1 AND period = $2 AND meter_code = $3
   AND ($4::bigint IS NULL OR price_version = $4::bigint)
@@ -416,6 +461,10 @@ type ListMeterChargesRow struct {
 	Late         bool
 	OccurredAt   time.Time
 	Model        string
+	Aggregation  string
+	Dimensions   []byte
+	Properties   []byte
+	Unpriced     bool
 }
 
 // The same for one meter, and optionally one price version: the charges
@@ -454,6 +503,10 @@ func (q *Queries) ListMeterCharges(ctx context.Context, arg ListMeterChargesPara
 			&i.Late,
 			&i.OccurredAt,
 			&i.Model,
+			&i.Aggregation,
+			&i.Dimensions,
+			&i.Properties,
+			&i.Unpriced,
 		); err != nil {
 			return nil, err
 		}
@@ -716,14 +769,39 @@ func (q *Queries) PeriodAdjustments(ctx context.Context, arg PeriodAdjustmentsPa
 }
 
 const periodLines = `-- name: PeriodLines :many
-SELECT c.meter_code, c.currency, c.price_version, sum(c.quantity)::numeric AS quantity,
-       sum(c.amount)::numeric AS amount, pe.model, pe.unit_price, pe.tiers, pe.package_size, pe.package_price
-FROM charge c
-JOIN price_evidence pe ON pe.tenant_id = c.tenant_id AND pe.meter_code = c.meter_code
-                      AND pe.currency = c.currency AND pe.version = c.price_version
-WHERE c.tenant_id = $1 AND c.period = $2
-GROUP BY c.meter_code, c.currency, c.price_version, pe.model, pe.unit_price, pe.tiers, pe.package_size, pe.package_price
-ORDER BY c.meter_code, c.currency, c.price_version
+WITH l AS (
+    SELECT c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
+           min(c.dimensions::text)::jsonb AS dimensions, count(*) AS charges,
+           sum(c.quantity) AS total, max(c.quantity) AS peak, count(DISTINCT c.value) AS distinct_values,
+           sum(c.amount) AS amount
+    FROM charge c
+    WHERE c.tenant_id = $1 AND c.period = $2
+    GROUP BY c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
+), latest AS (
+    SELECT DISTINCT ON (c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced)
+           c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced, c.quantity
+    FROM charge c
+    WHERE c.tenant_id = $1 AND c.period = $2 AND c.aggregation = 'latest'
+    ORDER BY c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced,
+             c.occurred_at DESC, c.source_system COLLATE "C" DESC, c.source_event_id COLLATE "C" DESC
+)
+SELECT l.meter_code, l.currency, l.price_version, l.dimensions_key, l.dimensions::jsonb AS dimensions,
+       l.unpriced, l.aggregation, l.charges::bigint AS charges,
+       (CASE l.aggregation
+            WHEN 'count' THEN l.charges::numeric
+            WHEN 'max' THEN l.peak
+            WHEN 'latest' THEN lt.quantity
+            WHEN 'unique_count' THEN l.distinct_values::numeric
+            ELSE l.total END)::numeric AS quantity,
+       l.amount::numeric AS amount,
+       COALESCE(pe.model, 'unit')::text AS model, COALESCE(pe.unit_price, 0)::numeric AS unit_price, pe.tiers,
+       COALESCE(pe.package_size, 0)::numeric AS package_size, COALESCE(pe.package_price, 0)::numeric AS package_price
+FROM l
+LEFT JOIN latest lt ON lt.meter_code = l.meter_code AND lt.currency = l.currency AND lt.price_version = l.price_version
+                   AND lt.dimensions_key = l.dimensions_key AND lt.unpriced = l.unpriced AND l.aggregation = 'latest'
+LEFT JOIN price_evidence pe ON pe.tenant_id = $1 AND pe.meter_code = l.meter_code
+                           AND pe.currency = l.currency AND pe.version = l.price_version AND NOT l.unpriced
+ORDER BY l.meter_code, l.currency, l.price_version, l.dimensions_key
 `
 
 type PeriodLinesParams struct {
@@ -732,21 +810,32 @@ type PeriodLinesParams struct {
 }
 
 type PeriodLinesRow struct {
-	MeterCode    string
-	Currency     string
-	PriceVersion int64
-	Quantity     decimal.Decimal
-	Amount       decimal.Decimal
-	Model        string
-	UnitPrice    decimal.Decimal
-	Tiers        []byte
-	PackageSize  decimal.Decimal
-	PackagePrice decimal.Decimal
+	MeterCode     string
+	Currency      string
+	PriceVersion  int64
+	DimensionsKey string
+	Dimensions    []byte
+	Unpriced      bool
+	Aggregation   string
+	Charges       int64
+	Quantity      decimal.Decimal
+	Amount        decimal.Decimal
+	Model         string
+	UnitPrice     decimal.Decimal
+	Tiers         []byte
+	PackageSize   decimal.Decimal
+	PackagePrice  decimal.Decimal
 }
 
-// A period's charges per meter, currency and price version (what invoice
-// lines will be), with each version's pricing: the running estimate.
-// Bounded by meters x versions whatever the number of charges.
+// A period's lines (what invoice lines will be): its charges per meter,
+// currency, price version and price dimensions, the unpriced ones (version
+// 0) one line per meter and currency, with each line's quantity by its
+// meter's aggregation (sum of quantities; count of charges; the largest
+// quantity; the quantity of the charge with the latest occurrence, ties to
+// the larger (source system, source event id) in byte order; the number of
+// distinct values), the sum of the charges' own amounts, and the version's
+// pricing. Order-independent; bounded by lines whatever the number of
+// charges.
 func (q *Queries) PeriodLines(ctx context.Context, arg PeriodLinesParams) ([]PeriodLinesRow, error) {
 	rows, err := q.db.Query(ctx, periodLines, arg.TenantID, arg.Period)
 	if err != nil {
@@ -760,6 +849,11 @@ func (q *Queries) PeriodLines(ctx context.Context, arg PeriodLinesParams) ([]Per
 			&i.MeterCode,
 			&i.Currency,
 			&i.PriceVersion,
+			&i.DimensionsKey,
+			&i.Dimensions,
+			&i.Unpriced,
+			&i.Aggregation,
+			&i.Charges,
 			&i.Quantity,
 			&i.Amount,
 			&i.Model,
@@ -892,178 +986,127 @@ func (q *Queries) RaiseUsageWatermark(ctx context.Context, arg RaiseUsageWaterma
 	return err
 }
 
-const rateUsage = `-- name: RateUsage :one
-WITH s AS (
-    SELECT ps.known_through FROM price_schedule ps
-    WHERE ps.tenant_id = $2::text AND ps.meter_code = $3::text
-      AND ps.currency = $4::text
-), price AS (
-    -- Versions take effect in version order: the highest version already
-    -- in effect is the one. Read only when the schedule is known.
-    SELECT pe.version, pe.unit_price, pe.model
-    FROM price_evidence pe, s
-    WHERE pe.tenant_id = $2::text
-      AND pe.meter_code = $3::text
-      AND pe.currency = $4::text
-      AND pe.effective_at <= $1::timestamptz
-      AND $1::timestamptz < s.known_through
-    ORDER BY pe.version DESC
-    LIMIT 1
-), bp AS (
-    SELECT b.status FROM billing_period b
-    WHERE b.tenant_id = $2::text AND b.period = $5::text
-), ch AS (
-    INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
-                        quantity, unit_price, price_version, amount, period, late, occurred_at, model)
-    SELECT $6::uuid, $7::uuid, $8::uuid,
-           $9::uuid, $2::text, $3::text,
-           $4::text, $10::numeric, price.unit_price,
-           price.version, $10::numeric * price.unit_price,
-           $5::text, $11::boolean, $1::timestamptz, price.model
-    FROM price LEFT JOIN bp ON true
-    WHERE COALESCE(bp.status, 'open') = 'open'
-)
-SELECT COALESCE((SELECT $1::timestamptz < s.known_through FROM s), false)::boolean AS known,
-       EXISTS (SELECT 1 FROM price)::boolean AS priced,
-       COALESCE((SELECT price.version FROM price), 0)::bigint AS price_version,
-       COALESCE((SELECT price.unit_price FROM price), 0)::numeric AS unit_price,
-       COALESCE((SELECT price.model FROM price), 'unit')::text AS model,
-       COALESCE((SELECT bp.status FROM bp), 'open')::text AS status
-`
-
-type RateUsageParams struct {
-	OccurredAt   time.Time
-	TenantID     string
-	MeterCode    string
-	Currency     string
-	Period       string
-	ChargeID     uuid.UUID
-	EventID      uuid.UUID
-	UsageEventID uuid.UUID
-	UsageID      uuid.UUID
-	Quantity     decimal.Decimal
-	Late         bool
-}
-
-type RateUsageRow struct {
-	Known        bool
-	Priced       bool
-	PriceVersion int64
-	UnitPrice    decimal.Decimal
-	Model        string
-	Status       string
-}
-
-// Rates one usage fact into @period in one statement, under the period's
-// shared lock: reads what billing knows of the series' schedule, the price
-// version in effect at the fact's occurrence and the period's status, and
-// inserts the charge when the schedule is known through the occurrence, a
-// version is in effect and the period is open. A period without a row is
-// open: only a close writes period rows (MarkPeriodClosing, under the
-// exclusive lock), so raters never write a row another rater may be
-// writing, and a rating transaction needs no second connection. known
-// false: the schedule is not known through the occurrence yet (wait);
-// priced false: no version is in effect then (before the first); a status
-// other than open: nothing was written.
-func (q *Queries) RateUsage(ctx context.Context, arg RateUsageParams) (RateUsageRow, error) {
-	row := q.db.QueryRow(ctx, rateUsage,
-		arg.OccurredAt,
-		arg.TenantID,
-		arg.MeterCode,
-		arg.Currency,
-		arg.Period,
-		arg.ChargeID,
-		arg.EventID,
-		arg.UsageEventID,
-		arg.UsageID,
-		arg.Quantity,
-		arg.Late,
-	)
-	var i RateUsageRow
-	err := row.Scan(
-		&i.Known,
-		&i.Priced,
-		&i.PriceVersion,
-		&i.UnitPrice,
-		&i.Model,
-		&i.Status,
-	)
-	return i, err
-}
-
 const rateUsages = `-- name: RateUsages :many
 WITH u AS (
-    SELECT unnest($1::text[])          AS tenant_id,
-           unnest($2::text[])         AS meter_code,
-           unnest($3::text[])          AS currency,
-           unnest($4::text[])             AS period,
-           unnest($5::uuid[])          AS charge_id,
-           unnest($6::uuid[])           AS event_id,
-           unnest($7::uuid[])     AS usage_event_id,
-           unnest($8::uuid[])           AS usage_id,
-           unnest($9::numeric[])       AS quantity,
-           unnest($10::timestamptz[]) AS occurred_at,
+    SELECT unnest($1::text[])                AS tenant_id,
+           unnest($2::text[])               AS meter_code,
+           unnest($3::text[])                AS currency,
+           unnest($4::text[])                   AS period,
+           unnest($5::uuid[])                AS charge_id,
+           unnest($6::uuid[])                 AS event_id,
+           unnest($7::uuid[])           AS usage_event_id,
+           unnest($8::uuid[])                 AS usage_id,
+           unnest($9::numeric[])             AS quantity,
+           unnest($10::timestamptz[])       AS occurred_at,
+           unnest($11::boolean[])                  AS late,
+           unnest($12::text[])::jsonb         AS properties,
+           unnest($13::text[])            AS source_system,
+           unnest($14::text[])          AS source_event_id,
            generate_series(1, cardinality($1::text[])) AS n
 ), r AS (
     -- One index probe per fact and lookup: see inbox's lookups.
-    SELECT u.tenant_id, u.meter_code, u.currency, u.period, u.charge_id, u.event_id, u.usage_event_id, u.usage_id, u.quantity, u.occurred_at, u.n,
+    SELECT u.tenant_id, u.meter_code, u.currency, u.period, u.charge_id, u.event_id, u.usage_event_id, u.usage_id, u.quantity, u.occurred_at, u.late, u.properties, u.source_system, u.source_event_id, u.n,
+           m.aggregation,
+           CASE WHEN m.aggregation = 'unique_count' THEN u.properties ->> m.value_property ELSE '' END AS value,
            COALESCE(u.occurred_at < ps.known_through, false) AS known,
-           p.version AS price_version, p.unit_price, p.model,
+           p.version AS price_version, p.unit_price AS price_unit_price, p.model, p.dimensions, p.dimensions_key,
            COALESCE((SELECT b.status FROM billing_period b
                      WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
     FROM u
+    LEFT JOIN meters m ON m.code = u.meter_code
     LEFT JOIN price_schedule ps
            ON ps.tenant_id = u.tenant_id AND ps.meter_code = u.meter_code AND ps.currency = u.currency
     LEFT JOIN LATERAL (
-        SELECT pe.version, pe.unit_price, pe.model FROM price_evidence pe
-        WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
-          AND pe.currency = u.currency AND pe.effective_at <= u.occurred_at
-        ORDER BY pe.version DESC
-        LIMIT 1) p ON u.occurred_at < ps.known_through
+        SELECT e.version, e.unit_price, e.model, e.dimensions, e.dimensions_key
+        FROM (SELECT DISTINCT ON (pe.dimensions_key)
+                     pe.version, pe.unit_price, pe.model, pe.dimensions, pe.dimensions_key
+              FROM price_evidence pe
+              WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
+                AND pe.currency = u.currency AND pe.effective_at <= u.occurred_at
+              ORDER BY pe.dimensions_key, pe.version DESC) e
+        WHERE e.dimensions <@ u.properties
+        ORDER BY (SELECT count(*) FROM jsonb_object_keys(e.dimensions)) DESC, e.dimensions_key COLLATE "C"
+        LIMIT 1) p ON u.occurred_at < ps.known_through AND m.code IS NOT NULL
+), c AS (
+    SELECT r.tenant_id, r.meter_code, r.currency, r.period, r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.quantity, r.occurred_at, r.late, r.properties, r.source_system, r.source_event_id, r.n, r.aggregation, r.value, r.known, r.price_version, r.price_unit_price, r.model, r.dimensions, r.dimensions_key, r.status,
+           CASE WHEN r.price_version IS NOT NULL AND r.aggregation IN ('sum', 'count') AND r.model = 'unit'
+                THEN r.price_unit_price ELSE 0 END AS unit_price
+    FROM r
 ), ch AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
-                        quantity, unit_price, price_version, amount, period, late, occurred_at, model)
-    SELECT r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.tenant_id, r.meter_code, r.currency,
-           r.quantity, r.unit_price, r.price_version, r.quantity * r.unit_price, r.period, false, r.occurred_at, r.model
-    FROM r
-    WHERE r.known AND r.price_version IS NOT NULL AND r.status = 'open'
-    ORDER BY r.n
+                        quantity, unit_price, price_version, amount, period, late, occurred_at, model,
+                        aggregation, dimensions, dimensions_key, properties, source_system, source_event_id,
+                        value, unpriced)
+    SELECT c.charge_id, c.event_id, c.usage_event_id, c.usage_id, c.tenant_id, c.meter_code, c.currency,
+           c.quantity, c.unit_price, COALESCE(c.price_version, 0),
+           (CASE WHEN c.aggregation = 'count' THEN 1 ELSE c.quantity END) * c.unit_price,
+           c.period, c.late, c.occurred_at, COALESCE(c.model, 'unit'),
+           c.aggregation, COALESCE(c.dimensions, '{}'), COALESCE(c.dimensions_key, ''), c.properties,
+           c.source_system, c.source_event_id, c.value, c.price_version IS NULL
+    FROM c
+    WHERE c.aggregation IS NOT NULL AND c.known AND c.status = 'open'
+      AND (c.aggregation <> 'unique_count' OR COALESCE(c.value, '') <> '')
+    ORDER BY c.n
 )
-SELECT r.known::boolean AS known, (r.price_version IS NOT NULL)::boolean AS priced,
-       COALESCE(r.price_version, 0)::bigint AS price_version, COALESCE(r.unit_price, 0)::numeric AS unit_price,
-       COALESCE(r.model, 'unit')::text AS model, r.status::text AS status
-FROM r ORDER BY r.n
+SELECT (c.aggregation IS NOT NULL)::boolean AS defined, COALESCE(c.aggregation, '')::text AS aggregation,
+       COALESCE(c.value, '')::text AS value, c.known::boolean AS known,
+       (c.price_version IS NOT NULL)::boolean AS priced,
+       COALESCE(c.price_version, 0)::bigint AS price_version, c.unit_price::numeric AS unit_price,
+       COALESCE(c.price_unit_price, 0)::numeric AS price_unit_price,
+       COALESCE(c.model, 'unit')::text AS model, COALESCE(c.dimensions, '{}')::jsonb AS dimensions,
+       c.status::text AS status
+FROM c ORDER BY c.n
 `
 
 type RateUsagesParams struct {
-	TenantIds     []string
-	MeterCodes    []string
-	Currencies    []string
-	Periods       []string
-	ChargeIds     []uuid.UUID
-	EventIds      []uuid.UUID
-	UsageEventIds []uuid.UUID
-	UsageIds      []uuid.UUID
-	Quantities    []decimal.Decimal
-	OccurredAts   []time.Time
+	TenantIds      []string
+	MeterCodes     []string
+	Currencies     []string
+	Periods        []string
+	ChargeIds      []uuid.UUID
+	EventIds       []uuid.UUID
+	UsageEventIds  []uuid.UUID
+	UsageIds       []uuid.UUID
+	Quantities     []decimal.Decimal
+	OccurredAts    []time.Time
+	Lates          []bool
+	Properties     []string
+	SourceSystems  []string
+	SourceEventIds []string
 }
 
 type RateUsagesRow struct {
-	Known        bool
-	Priced       bool
-	PriceVersion int64
-	UnitPrice    decimal.Decimal
-	Model        string
-	Status       string
+	Defined        bool
+	Aggregation    string
+	Value          string
+	Known          bool
+	Priced         bool
+	PriceVersion   int64
+	UnitPrice      decimal.Decimal
+	PriceUnitPrice decimal.Decimal
+	Model          string
+	Dimensions     []byte
+	Status         string
 }
 
 // RateUsages rates usage facts, each into its period, in one statement,
-// under the periods' shared locks (LockPeriodsShared): RateUsage for every
-// fact at once. It returns per fact, in the order given, whether the
-// series' schedule is known through its occurrence, whether a version is in
-// effect then, that version and its unit price, and its period's status;
-// the charges of the known, priced facts in an open period are inserted, in
-// that order.
+// under the periods' shared locks (LockPeriodsShared). Per fact it reads
+// its meter (the catalog's row: its aggregation and, for unique_count, the
+// value the fact counts), what billing knows of the series' schedule, the
+// price-sheet entry in effect at its occurrence and its period's status. The
+// entry: per dimension set the highest version taking effect at or before
+// the occurrence (versions take effect in version order); among those whose
+// dimensions all equal the fact's properties the most specific, ties to the
+// smaller dimensions_key (catalog.Choose). Read only when the schedule is
+// known through the occurrence. A period without a row is open: only a
+// close writes period rows (MarkPeriodClosing, under the exclusive lock), so
+// raters never write a row another rater may be writing. The charge of a
+// fact is inserted when its meter is held, the schedule is known, its
+// period is open and (unique_count) it has its value: priced at the entry,
+// or unpriced (version 0, no price) when none is in effect. A sum or count
+// charge under unit pricing has its own amount (count: its unit price);
+// the others have none. It returns per fact, in the order given, what it
+// read; the charges are inserted in that order.
 func (q *Queries) RateUsages(ctx context.Context, arg RateUsagesParams) ([]RateUsagesRow, error) {
 	rows, err := q.db.Query(ctx, rateUsages,
 		arg.TenantIds,
@@ -1076,6 +1119,10 @@ func (q *Queries) RateUsages(ctx context.Context, arg RateUsagesParams) ([]RateU
 		arg.UsageIds,
 		arg.Quantities,
 		arg.OccurredAts,
+		arg.Lates,
+		arg.Properties,
+		arg.SourceSystems,
+		arg.SourceEventIds,
 	)
 	if err != nil {
 		return nil, err
@@ -1085,11 +1132,16 @@ func (q *Queries) RateUsages(ctx context.Context, arg RateUsagesParams) ([]RateU
 	for rows.Next() {
 		var i RateUsagesRow
 		if err := rows.Scan(
+			&i.Defined,
+			&i.Aggregation,
+			&i.Value,
 			&i.Known,
 			&i.Priced,
 			&i.PriceVersion,
 			&i.UnitPrice,
+			&i.PriceUnitPrice,
 			&i.Model,
+			&i.Dimensions,
 			&i.Status,
 		); err != nil {
 			return nil, err

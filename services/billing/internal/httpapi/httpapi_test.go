@@ -51,6 +51,7 @@ func newFixture(t *testing.T) *fixture {
 	pool := bt.NewPool(t)
 	svc := app.New(pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
 	r := chi.NewRouter()
 	r.Use(signedIn)
 	httpapi.New(svc, nil).Routes(r)
@@ -471,6 +472,7 @@ func TestChargesListPagesInLineOrder(t *testing.T) {
 	f := newFixture(t) // t1 and t2: one api_calls USD v1 charge each in January
 	svc := app.New(f.pool, nil)
 	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, f.pool, ib)
 	jan15 := time.Date(2026, 1, 15, 0, 0, 0, 0, time.UTC)
 	raws := [][]byte{
 		bt.Price{Tenant: "t1", Meter: "api_calls", Currency: "USD", Version: 2, UnitPrice: "0.25", EffectiveAt: jan15}.Raw(t),

@@ -1,0 +1,15 @@
+ALTER TABLE charge DROP CONSTRAINT charge_unpriced;
+ALTER TABLE charge DROP CONSTRAINT charge_amount_per_charge_only;
+ALTER TABLE charge DROP CONSTRAINT charge_amount_exact;
+ALTER TABLE charge ADD CONSTRAINT charge_amount_exact CHECK (amount = quantity * unit_price) NOT VALID;
+ALTER TABLE charge DROP COLUMN unpriced;
+ALTER TABLE charge DROP COLUMN value;
+ALTER TABLE charge DROP COLUMN source_event_id;
+ALTER TABLE charge DROP COLUMN source_system;
+ALTER TABLE charge DROP COLUMN properties;
+ALTER TABLE charge DROP COLUMN dimensions_key;
+ALTER TABLE charge DROP COLUMN dimensions;
+ALTER TABLE charge DROP COLUMN aggregation;
+ALTER TABLE price_evidence DROP COLUMN dimensions_key;
+ALTER TABLE price_evidence DROP COLUMN dimensions;
+DROP TABLE meters;
