@@ -42,6 +42,7 @@ const (
 	Adjustment InvoiceLineKind = "adjustment"
 	Charge     InvoiceLineKind = "charge"
 	Rounding   InvoiceLineKind = "rounding"
+	Unpriced   InvoiceLineKind = "unpriced"
 )
 
 // Valid indicates whether the value is a known member of the InvoiceLineKind enum.
@@ -52,6 +53,8 @@ func (e InvoiceLineKind) Valid() bool {
 	case Charge:
 		return true
 	case Rounding:
+		return true
+	case Unpriced:
 		return true
 	default:
 		return false
@@ -234,12 +237,17 @@ type InvoiceLine struct {
 	// Examples: 12.5
 	Amount Decimal `json:"amount"`
 
-	// ChargeCount charge lines
-	ChargeCount *int64          `json:"chargeCount,omitempty"`
-	Kind        InvoiceLineKind `json:"kind"`
-	LineId      string          `json:"lineId"`
+	// ChargeCount charge and unpriced lines
+	ChargeCount *int64 `json:"chargeCount,omitempty"`
 
-	// MeterCode charge lines
+	// Dimensions a charge line of a price with dimensions; absent when the price has none
+	Dimensions *map[string]string `json:"dimensions,omitempty"`
+	Kind       InvoiceLineKind    `json:"kind"`
+
+	// LineId charge/<meterCode>/<priceVersion>, followed by /<dimensions> for a price with dimensions (name=value pairs in name order, query-escaped, joined by &); unpriced/<meterCode>; adjustment/<originEventId>; rounding
+	LineId string `json:"lineId"`
+
+	// MeterCode charge and unpriced lines
 	MeterCode *string `json:"meterCode,omitempty"`
 
 	// OriginEventId adjustment and rounding lines
@@ -248,7 +256,7 @@ type InvoiceLine struct {
 	// PriceVersion charge lines
 	PriceVersion *int64 `json:"priceVersion,omitempty"`
 
-	// Quantity charge lines
+	// Quantity charge and unpriced lines: the meter's aggregation over the line's charges
 	//
 	// Examples: 12.5
 	Quantity *Decimal `json:"quantity,omitempty"`

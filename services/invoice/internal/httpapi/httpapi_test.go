@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/api/invoiceapi"
 	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
 	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
@@ -272,5 +274,27 @@ func TestDatabaseDownIs503(t *testing.T) {
 	status, _, body := get(t, srv, "/v1/tenants/acme/invoices")
 	if status != 503 || body["code"] != "database_unavailable" {
 		t.Fatalf("with the pool closed: %d %v, want 503 database_unavailable", status, body)
+	}
+}
+
+// A charge line of a dimension price carries its dimensions; an unpriced
+// line its meter, quantity and count, amount 0, no price version; a line
+// without dimensions none (the document validates every answer).
+func TestCatalogLinesInJSON(t *testing.T) {
+	pool := pgtest.NewPool(t, Template)
+	ib := NewInbox(t)
+	p := NewPeriod(t, "acme", "2026-10")
+	gpt4 := events.ChargeRated{MeterCode: "tokens", Quantity: D("1000"), UnitPrice: D("0.00003"), Amount: D("0.03"),
+		PriceVersion: 2, Dimensions: map[string]string{"model": "gpt-4"}, OccurredAt: time.Now().UTC()}
+	seats := events.ChargeRated{MeterCode: "seats", Aggregation: "max", Quantity: D("7"), Unpriced: true, OccurredAt: time.Now().UTC()}
+	Decide(t, pool, ib, p.ChargeRated(gpt4), p.ChargeRated(seats), p.Charge("USD", "3", "0.01"), p.Close())
+	srv := server(t, pool)
+	_, _, body := get(t, srv, "/v1/tenants/acme/invoices?period=2026-10")
+	lines, _ := json.Marshal(body["invoices"].([]any)[0].(map[string]any)["lines"])
+	want := `[{"amount":"0.03","chargeCount":1,"kind":"charge","lineId":"charge/api_calls/1","meterCode":"api_calls","priceVersion":1,"quantity":"3"},` +
+		`{"amount":"0.03","chargeCount":1,"dimensions":{"model":"gpt-4"},"kind":"charge","lineId":"charge/tokens/2/model=gpt-4","meterCode":"tokens","priceVersion":2,"quantity":"1000"},` +
+		`{"amount":"0","chargeCount":1,"kind":"unpriced","lineId":"unpriced/seats","meterCode":"seats","quantity":"7"}]`
+	if string(lines) != want {
+		t.Fatalf("lines\n%s\nwant\n%s", lines, want)
 	}
 }
