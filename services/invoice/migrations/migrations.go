@@ -1,4 +1,15 @@
 // Package migrations holds the invoice service's schema.
+//
+// The numbering skips 0004, and the gap stays. golang-migrate records one
+// version per database (invoice_schema_migrations) and applies the files
+// numbered above it, so a database already past 0003 would never run a
+// 0004 added now: fresh databases and deployed ones would differ. Renumbering
+// 0005 onwards down by one is worse: a database at version 5 (0005, pricing
+// models) would then be taken for one at the new 0005 (0006's content,
+// reconciliation order) and skip it. A gap costs nothing (the tool walks
+// the files in order), so every number after it is kept as it was
+// released; TestNumbering holds the files to that: 0001 to 0003, then gap
+// free from 0005, each with its down.
 package migrations
 
 import (

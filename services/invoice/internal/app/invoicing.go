@@ -113,12 +113,15 @@ func (c *Consumer) onPeriodEnded(ctx context.Context, tx pgx.Tx, d *envelope.Dec
 // Topics are the topics the handlers consume.
 var Topics = []string{events.TopicBilling}
 
-// onChargesRated records the charges, in one insert-only statement: the
-// tenant's charges are decided by several consumers at once and share no
-// row (the invoice's charge lines are computed from the charges, not
-// counted up by each). A charge already recorded is a duplicate (of
-// invoice_charge_origin_key); one for a period closed, a permanent
-// charge_after_issue.
+// onChargesRated records the charges, in one statement: the tenant's
+// charges are decided by several consumers at once, and the charges of a
+// sum or count line share no row (the line is computed from its charges,
+// not counted up by each). A max or latest charge raises its line's running
+// figure when it beats it, a unique_count charge adds its value to its
+// line's set: rows shared by that line's charges, written by comparison and
+// set union so that the line does not depend on the order of its charges.
+// A charge already recorded is a duplicate (of invoice_charge_origin_key);
+// one for a period closed, a permanent charge_after_issue.
 func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, ps []events.ChargeRated) ([]inbox.Outcome, error) {
 	n := len(ds)
 	arg := db.AddChargesParams{
@@ -526,11 +529,14 @@ func groupOf(l db.ChargeLineSumsRow) (domain.Group, error) {
 }
 
 // issue issues one open invoice of a closed period whose charges and
-// adjustments match the close's tally want: it materialises the charge
-// lines (one per meter and price version, grouped in SQL), checks each
-// against its pricing and all of them against the tally, adds the rounding
-// line, takes the tenant's next invoice number and returns the
-// InvoiceIssued to publish.
+// adjustments match the close's tally want: it materialises the charge and
+// unpriced lines (one per meter, price version, price dimensions and
+// unpriced, grouped in SQL), computes each line's quantity by its meter's
+// aggregation and prices it (domain.Group.Price: checked against its
+// charges' own amounts), checks the charges' count and own amounts against
+// the tally, adds the rounding line, takes the tenant's next invoice number
+// and returns the InvoiceIssued to publish (ChargeLines counts the charge
+// and unpriced lines, Charges their charges).
 func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, period string, invoiceID uuid.UUID,
 	currency string, want domain.Tally, now time.Time) (envelope.Envelope, error) {
 	sums, err := q.ChargeLineSums(ctx, db.ChargeLineSumsParams{TenantID: e.TenantID, Period: period, Currency: currency})
