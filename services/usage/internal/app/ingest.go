@@ -21,7 +21,8 @@ type Refusal struct {
 	Err   *domain.Error
 }
 
-// errRefused rolls back an all-or-nothing transaction that refused a fact.
+// errRefused rolls back an all-or-nothing transaction that refused a fact
+// (or decided facts only to name every refusal).
 var errRefused = errors.New("a fact was refused: nothing is written")
 
 // Ingest accepts CloudEvents all or nothing: each is mapped onto its fact
@@ -45,29 +46,37 @@ func (a *App) Ingest(ctx context.Context, correlationID string, evs []domain.Clo
 		return nil, err
 	}
 	now := a.now()
-	us := make([]domain.Usage, len(evs))
 	var refused []Refusal
+	var tenants []string
+	var us []domain.Usage
+	var at []int // the request index of each of us
 	for i, ev := range evs {
 		u, err := domain.FromCloudEvent(ev, cat, now)
 		if err != nil {
 			refused = append(refused, Refusal{Index: i, Err: err})
 			continue
 		}
-		us[i] = u
+		tenants, us, at = append(tenants, ev.Subject), append(us, u), append(at, i)
 	}
-	if len(refused) > 0 {
-		return refused, nil
+	// The events that map are decided too, so that the answer names every
+	// refusal; they are committed only when no event is refused.
+	if len(us) > 0 {
+		more, err := a.acceptAll(ctx, correlationID, tenants, us, len(refused) == 0)
+		if err != nil {
+			return nil, err
+		}
+		for _, x := range more {
+			refused = append(refused, Refusal{Index: at[x.Index], Err: x.Err})
+		}
 	}
-	tenants := make([]string, len(evs))
-	for i, ev := range evs {
-		tenants[i] = ev.Subject
-	}
-	return a.acceptAll(ctx, correlationID, tenants, us)
+	slices.SortFunc(refused, func(x, y Refusal) int { return x.Index - y.Index })
+	return refused, nil
 }
 
 // acceptAll decides facts of several tenants (tenants[i] is us[i]'s) in one
-// transaction and commits only when none is refused.
-func (a *App) acceptAll(ctx context.Context, correlationID string, tenants []string, us []domain.Usage) ([]Refusal, error) {
+// transaction and commits only when none is refused and commit is set; the
+// refusals' indexes are into us.
+func (a *App) acceptAll(ctx context.Context, correlationID string, tenants []string, us []domain.Usage, commit bool) ([]Refusal, error) {
 	// Tenants in order, each with its facts' indexes in request order, so
 	// that concurrent ingests take their row locks in one order.
 	byTenant := map[string][]int{}
@@ -106,13 +115,12 @@ func (a *App) acceptAll(ctx context.Context, correlationID string, tenants []str
 				}
 				out = append(out, envs...)
 			}
-			if len(refused) > 0 {
+			if len(refused) > 0 || !commit {
 				return errRefused
 			}
 			return events.Append(ctx, tx, out...)
 		})
 		if errors.Is(err, errRefused) {
-			slices.SortFunc(refused, func(x, y Refusal) int { return x.Index - y.Index })
 			return refused, nil
 		}
 		if err == nil || attempt == maxAttempts || !retryable(err) {
