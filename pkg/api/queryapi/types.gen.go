@@ -73,6 +73,54 @@ func (e ReadyStatus) Valid() bool {
 	}
 }
 
+// Defines values for UsageReportAggregation.
+const (
+	Count       UsageReportAggregation = "count"
+	Latest      UsageReportAggregation = "latest"
+	Max         UsageReportAggregation = "max"
+	Sum         UsageReportAggregation = "sum"
+	UniqueCount UsageReportAggregation = "unique_count"
+)
+
+// Valid indicates whether the value is a known member of the UsageReportAggregation enum.
+func (e UsageReportAggregation) Valid() bool {
+	switch e {
+	case Count:
+		return true
+	case Latest:
+		return true
+	case Max:
+		return true
+	case Sum:
+		return true
+	case UniqueCount:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for UsageReportWindowSize.
+const (
+	UsageReportWindowSizeDay   UsageReportWindowSize = "day"
+	UsageReportWindowSizeHour  UsageReportWindowSize = "hour"
+	UsageReportWindowSizeMonth UsageReportWindowSize = "month"
+)
+
+// Valid indicates whether the value is a known member of the UsageReportWindowSize enum.
+func (e UsageReportWindowSize) Valid() bool {
+	switch e {
+	case UsageReportWindowSizeDay:
+		return true
+	case UsageReportWindowSizeHour:
+		return true
+	case UsageReportWindowSizeMonth:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OperatorQuarantineParamsState.
 const (
 	OperatorQuarantineParamsStateAll         OperatorQuarantineParamsState = "all"
@@ -85,6 +133,27 @@ func (e OperatorQuarantineParamsState) Valid() bool {
 	case OperatorQuarantineParamsStateAll:
 		return true
 	case OperatorQuarantineParamsStateQuarantined:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for GetMeterUsageParamsWindowSize.
+const (
+	GetMeterUsageParamsWindowSizeDay   GetMeterUsageParamsWindowSize = "day"
+	GetMeterUsageParamsWindowSizeHour  GetMeterUsageParamsWindowSize = "hour"
+	GetMeterUsageParamsWindowSizeMonth GetMeterUsageParamsWindowSize = "month"
+)
+
+// Valid indicates whether the value is a known member of the GetMeterUsageParamsWindowSize enum.
+func (e GetMeterUsageParamsWindowSize) Valid() bool {
+	switch e {
+	case GetMeterUsageParamsWindowSizeDay:
+		return true
+	case GetMeterUsageParamsWindowSizeHour:
+		return true
+	case GetMeterUsageParamsWindowSizeMonth:
 		return true
 	default:
 		return false
@@ -347,6 +416,35 @@ type Summary struct {
 	} `json:"usage"`
 }
 
+// UsageReport defines model for UsageReport.
+type UsageReport struct {
+	Aggregation UsageReportAggregation `json:"aggregation"`
+	MeterCode   string                 `json:"meterCode"`
+	Next        *string                `json:"next,omitempty"`
+	Rows        []UsageRow             `json:"rows"`
+	TimeZone    string                 `json:"timeZone"`
+	WindowSize  UsageReportWindowSize  `json:"windowSize"`
+}
+
+// UsageReportAggregation defines model for UsageReport.Aggregation.
+type UsageReportAggregation string
+
+// UsageReportWindowSize defines model for UsageReport.WindowSize.
+type UsageReportWindowSize string
+
+// UsageRow defines model for UsageRow.
+type UsageRow struct {
+	// Dimensions the value of each groupBy dimension; null for facts without it
+	Dimensions map[string]*string `json:"dimensions"`
+	From       time.Time          `json:"from"`
+	To         time.Time          `json:"to"`
+
+	// Value an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	Value Decimal `json:"value"`
+}
+
 // Uuid defines model for Uuid.
 type Uuid = uuid.UUID
 
@@ -545,6 +643,34 @@ type RetryWebhookIntentParams struct {
 	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), kept in the audit trail; without one 400 missing_correlation_id, a malformed one 400 invalid_correlation_id
 	XCorrelationId RequiredCorrelationId `json:"X-Correlation-Id"`
 }
+
+// GetMeterUsageParams defines parameters for GetMeterUsage.
+type GetMeterUsageParams struct {
+	// From RFC 3339, inclusive
+	From string `form:"from" json:"from"`
+
+	// To RFC 3339, exclusive
+	To         string                        `form:"to" json:"to"`
+	WindowSize GetMeterUsageParamsWindowSize `form:"windowSize" json:"windowSize"`
+
+	// TimeZone an IANA zone name
+	TimeZone *string `form:"timeZone,omitempty" json:"timeZone,omitempty"`
+
+	// GroupBy dimensions of the meter to group by, repeatable; several may also be given in one value, separated by commas (the service edge refuses a query parameter given twice)
+	GroupBy *[]string `form:"groupBy,omitempty" json:"groupBy,omitempty"`
+
+	// Filter <dimension>:<value>, repeatable (values of one dimension: any of them; of several: all); a filter may also be given as filter[<dimension>]=<value>, one parameter per dimension
+	Filter *[]string `form:"filter,omitempty" json:"filter,omitempty"`
+
+	// Limit page size (default 100)
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the next value of the previous page
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// GetMeterUsageParamsWindowSize defines parameters for GetMeterUsage.
+type GetMeterUsageParamsWindowSize string
 
 // RedriveDeadLetterJSONRequestBody defines body for RedriveDeadLetter for application/json ContentType.
 type RedriveDeadLetterJSONRequestBody = RedriveRequest

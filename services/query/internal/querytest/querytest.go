@@ -192,3 +192,59 @@ func Decide(t testing.TB, pool *pgxpool.Pool, ib *inbox.Inbox, evs ...Event) []i
 	}
 	return servicetest.Decide(t, pool, ib, msgs...)
 }
+
+// Meter builds a MeterDefined of the catalog (tenant events.CatalogTenant).
+func Meter(t testing.TB, code, aggregation, valueProperty string, dimensions ...string) Event {
+	t.Helper()
+	e, err := envelope.New(envelope.Meta{
+		EventType: events.TypeMeterDefined, SchemaVersion: 1, TenantID: events.CatalogTenant,
+		AggregateType: events.AggregateMeter, AggregateID: code, AggregateVersion: 1,
+		OccurredAt: time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), Producer: "meter",
+	}, events.MeterDefined{Code: code, Name: code, Aggregation: aggregation, ValueProperty: valueProperty,
+		Dimensions: dimensions, EventType: code, DefinedAt: time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)})
+	if err != nil {
+		t.Fatalf("build MeterDefined: %v", err)
+	}
+	return Event{Topic: events.TopicMeter, Envelope: e}
+}
+
+// Fact builds the UsageAccepted of a fact with properties that occurred at
+// at, identified by (sourceSystem "test", sourceEventID).
+func (f *Feed) Fact(meter, quantity string, at time.Time, sourceEventID string, props map[string]string) Event {
+	f.t.Helper()
+	id := uuid.New()
+	saved := f.At
+	f.At = at
+	e := f.build(events.TopicUsage, events.TypeUsageAccepted, "usage", events.AggregateUsage, id.String(), 1,
+		events.UsageAccepted{UsageID: id, SourceSystem: "test", SourceEventID: sourceEventID, MeterCode: meter,
+			Quantity: D(quantity), OccurredAt: at, Currency: "USD", Properties: props})
+	f.At = saved
+	return e
+}
+
+// PeriodEnded builds a BillingPeriodEnded of period in zone.
+func (f *Feed) PeriodEnded(period, zone string) Event {
+	return f.build(events.TopicBilling, events.TypeBillingPeriodEnded, "billing", events.AggregateBillingPeriod, period, 1,
+		events.BillingPeriodEnded{Period: period, TimeZone: zone, EndedAt: f.At, ClosesAt: f.At.Add(time.Hour)})
+}
+
+// AggregateCharge builds the ChargeRated of a usage event of a catalog meter
+// (aggregation, price dimensions, the fact's identity and properties) under
+// pricing p at version; value is a unique_count meter's value. Under sum and
+// count unit pricing it has its own amount.
+func (f *Feed) AggregateCharge(usage Event, period, aggregation string, version int64, p pricing.Pricing,
+	dims map[string]string, value string) Event {
+	u := payload[events.UsageAccepted](f.t, usage)
+	id := uuid.New()
+	c := events.ChargeRated{ChargeID: id, UsageEventID: usage.Envelope.EventID, UsageID: u.UsageID,
+		MeterCode: u.MeterCode, Currency: u.Currency, Quantity: u.Quantity, PriceVersion: version,
+		Period: period, OccurredAt: u.OccurredAt, Model: p.Model, Pricing: &p, Aggregation: aggregation,
+		Dimensions: dims, Properties: u.Properties, SourceSystem: u.SourceSystem, SourceEventID: u.SourceEventID,
+		Value: value}
+	if (aggregation == "sum" || aggregation == "count") && (p.Model == "" || p.Model == pricing.Unit) {
+		c.UnitPrice = *p.UnitPrice
+		c.Amount = c.Counted().Mul(c.UnitPrice)
+		c.Pricing, c.Model = nil, ""
+	}
+	return f.build(events.TopicBilling, events.TypeChargeRated, "billing", events.AggregateCharge, id.String(), 1, c)
+}
