@@ -1,12 +1,12 @@
-// Package meter is the meter service: it owns immutable price versions and
-// publishes PriceActivated on meter.events.v1, and each price series'
-// schedule watermark (PriceScheduleWatermark, decision 0011). Spec is
-// everything service.Main needs.
+// Package meter is the meter service: it owns the meter catalog
+// (MeterDefined) and the tenants' immutable price versions
+// (PriceActivated), and publishes them on meter.events.v1 with each price
+// series' schedule watermark (PriceScheduleWatermark, decision 0011). Spec
+// is everything service.Main needs.
 package meter
 
 import (
 	"context"
-	"time"
 
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/service"
@@ -23,14 +23,17 @@ var Spec = service.Spec{
 	Build:       Build,
 }
 
-// Build wires the meter's HTTP API and the watermark publisher; the meter
-// consumes no events. METER_SCHEDULE_LEAD (default 5s) is how far ahead of
-// now a series' schedule is published, METER_WATERMARK_INTERVAL (default
-// 1s) how often the publisher looks for watermarks about to run out.
+// Build wires the meter's HTTP API and its background loop (app.Run:
+// pending meter definitions and schedule watermarks); the meter consumes
+// no events. METER_SCHEDULE_LEAD (default 5s) is how far ahead of now a
+// series' schedule is published, METER_WATERMARK_INTERVAL (default 1s) how
+// often the loop runs.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	env := service.NewEnv()
-	lead := env.Duration("METER_SCHEDULE_LEAD", app.DefaultScheduleLead)
-	interval := env.Duration("METER_WATERMARK_INTERVAL", time.Second)
+	cfg := app.Config{
+		ScheduleLead:      env.Duration("METER_SCHEDULE_LEAD", app.DefaultScheduleLead),
+		WatermarkInterval: env.Duration("METER_WATERMARK_INTERVAL", app.DefaultWatermarkInterval),
+	}
 	if err := env.Err(); err != nil {
 		return service.Parts{}, err
 	}
@@ -38,11 +41,11 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	if err != nil {
 		return service.Parts{}, err
 	}
-	a := app.New(d.Pool, d.Logger, app.WithScheduleLead(lead), app.WithClock(now))
+	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Clock: now}, cfg)
 	api := httpapi.New(a, d.Logger)
 	return service.Parts{
 		Routes:         api.Routes,
-		Work:           func(ctx context.Context) error { return a.Run(ctx, interval) },
+		Work:           a.Run,
 		Reconciliation: a.Reconciliation(),
 	}, nil
 }

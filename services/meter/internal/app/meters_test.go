@@ -3,7 +3,6 @@ package app_test
 import (
 	"context"
 	"io/fs"
-	"log/slog"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -84,7 +83,7 @@ func TestCatalogMigrationImpliesMetersOfExistingPrices(t *testing.T) {
 		t.Fatalf("%d prices without dimensions (%v), want 4", n, err)
 	}
 
-	a := app.New(db, slog.New(slog.DiscardHandler))
+	a := app.New(app.Deps{Pool: db}, app.Config{})
 	if got, err := a.PublishPendingMeters(ctx); err != nil || got != 2 {
 		t.Fatalf("published %d (%v), want 2", got, err)
 	}

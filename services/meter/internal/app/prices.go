@@ -1,7 +1,3 @@
-// Package app holds the meter's commands: activating a price version (one
-// transaction: idempotency claim, series lock, schedule check, the immutable
-// version, its PriceActivated event in the outbox, the stored response) and
-// reading the price list, page by page.
 package app
 
 import (
@@ -9,13 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/envelope"
@@ -25,42 +19,6 @@ import (
 	"github.com/usagebilling/billing/services/meter/internal/db"
 	"github.com/usagebilling/billing/services/meter/internal/domain"
 )
-
-// Producer names the meter in the envelopes it builds.
-const Producer = "meter"
-
-// DefaultScheduleLead is how far ahead of now meter publishes a series'
-// schedule watermark by default (decision 0011).
-const DefaultScheduleLead = 5 * time.Second
-
-// App runs the meter's commands against its database.
-type App struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
-	now  func() time.Time
-	lead time.Duration
-}
-
-// Option configures an App.
-type Option func(*App)
-
-// WithScheduleLead sets how far ahead of now the schedule watermark is
-// published (DefaultScheduleLead): a price activated without effectiveAt
-// takes effect at most this long after its activation, and a rater that
-// receives the watermark within it never waits for it.
-func WithScheduleLead(d time.Duration) Option { return func(a *App) { a.lead = d } }
-
-// WithClock replaces the clock (tests).
-func WithClock(now func() time.Time) Option { return func(a *App) { a.now = now } }
-
-// New returns an App on pool.
-func New(pool *pgxpool.Pool, log *slog.Logger, opts ...Option) *App {
-	a := &App{pool: pool, log: log, now: time.Now, lead: DefaultScheduleLead}
-	for _, o := range opts {
-		o(a)
-	}
-	return a
-}
 
 // Price is one immutable price version as the API shows it: its model and
 // that model's fields (unitPrice under unit; tiers under graduated and

@@ -5,13 +5,14 @@ import (
 	"time"
 )
 
-// Run is the meter's background work, a round every interval until ctx
-// ends: it publishes the MeterDefined of meters defined without one
+// Run is the meter's background work, a round every
+// Config.WatermarkInterval until ctx ends: it publishes the MeterDefined of meters defined without one
 // (PublishPendingMeters: the catalog migration's implied meters, published
 // by the first round after the service starts), then the schedule
 // watermarks due (PublishWatermarks). A failed round (the database is down)
 // is logged and tried again next interval.
-func (a *App) Run(ctx context.Context, interval time.Duration) error {
+func (a *App) Run(ctx context.Context) error {
+	interval := a.cfg.WatermarkInterval
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -92,7 +92,7 @@ func TestWatermarkPublishedAheadAndRefreshed(t *testing.T) {
 	pool := pgtest.NewPool(t, tmpl)
 	t0 := time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)
 	c := &clock{t: t0}
-	a := app.New(pool, slog.New(slog.DiscardHandler), app.WithScheduleLead(5*time.Second), app.WithClock(c.now))
+	a := app.New(app.Deps{Pool: pool, Clock: c.now}, app.Config{ScheduleLead: 5 * time.Second})
 	ctx := t.Context()
 
 	if n, err := a.PublishWatermarks(ctx); err != nil || n != 0 {
@@ -146,7 +146,7 @@ func TestWatermarkPublishedAheadAndRefreshed(t *testing.T) {
 func TestWatermarksHoldUnderConcurrentActivations(t *testing.T) {
 	pool := pgtest.NewPool(t, tmpl)
 	log := slog.New(slog.DiscardHandler)
-	a := app.New(pool, log, app.WithScheduleLead(0))
+	a := app.New(app.Deps{Pool: pool, Logger: log}, app.Config{ScheduleLead: app.NoScheduleLead})
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	var rounds atomic.Int64

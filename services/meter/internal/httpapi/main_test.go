@@ -64,7 +64,7 @@ func serve(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
 	log := slog.New(slog.DiscardHandler)
 	r := chi.NewRouter()
 	r.Use(signedIn)
-	httpapi.New(app.New(pool, log), log).Routes(r)
+	httpapi.New(app.New(app.Deps{Pool: pool, Logger: log}, app.Config{}), log).Routes(r)
 	srv := httptest.NewServer(apitest.Handler(t, meterapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	return srv
