@@ -6,6 +6,7 @@ toolchain go1.27.3
 
 require (
 	github.com/IBM/sarama v1.61.1
+	github.com/cloudevents/sdk-go/v2 v2.16.2
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -14,7 +15,6 @@ require (
 )
 
 require (
-	github.com/cloudevents/sdk-go/v2 v2.16.2 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
