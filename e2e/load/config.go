@@ -52,6 +52,10 @@ type Config struct {
 
 	MeterCode string
 	UnitPrice decimal.Decimal
+	// Properties is the number of properties each fact carries (0 to
+	// 16: p0=v.., p1=v..., values from a pool of 50 each), to see what
+	// properties cost end to end.
+	Properties int
 
 	// Describe are facts about the system under test for the report
 	// (Kafka kind, partitions, how it was started).
@@ -137,6 +141,9 @@ func (c *Config) Check() error {
 	}
 	if c.Rate < 0 {
 		bad("-rate %g: want facts per second, 0 for flat out", c.Rate)
+	}
+	if c.Properties < 0 || c.Properties > 16 {
+		bad("-properties %d: want 0 to 16 (a fact carries at most 16)", c.Properties)
 	}
 	if c.Batch < 1 || c.Batch > 1000 {
 		bad("-batch %d: want 1 to 1000 facts per request", c.Batch)

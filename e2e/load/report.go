@@ -44,6 +44,7 @@ type Conditions struct {
 	Drain        string            `json:"drainTimeout"`
 	PollInterval string            `json:"pollIntervalPerTenant"`
 	Meter        string            `json:"meter"`
+	Properties   int               `json:"properties"`
 	UnitPrice    string            `json:"unitPriceUSD"`
 	System       map[string]string `json:"system"`
 	Cores        int               `json:"cores"`
@@ -132,7 +133,7 @@ func buildReport(o *outcome) *Report {
 		URLs: cfg.URLs, Tenants: cfg.Tenants, Dominant: weights[0], Rate: cfg.Rate, Batch: cfg.Batch,
 		Concurrency: cfg.Concurrency, Duration: cfg.Duration.String(), Drain: cfg.Drain.String(),
 		PollInterval: max(cfg.Poll, MinPollGap*time.Duration(cfg.Tenants)).String(),
-		Meter:        cfg.MeterCode, UnitPrice: cfg.UnitPrice.String(), System: cfg.Describe,
+		Meter:        cfg.MeterCode, UnitPrice: cfg.UnitPrice.String(), System: cfg.Describe, Properties: cfg.Properties,
 		Cores: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Host: host,
 	}
 
@@ -402,7 +403,7 @@ func (r *Report) writeConditions(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "load\t%s for %s, batches of %d, %d request(s) in flight\n", rate, c.Duration, c.Batch, c.Concurrency)
 	fmt.Fprintf(tw, "tenants\t%d, tenant 0 gets %.1f%% of the facts, the rest evenly\n", c.Tenants, 100*c.Dominant)
-	fmt.Fprintf(tw, "facts\tquantity 1 of meter %s at USD %s, unique sourceEventId, occurredAt now\n", c.Meter, c.UnitPrice)
+	fmt.Fprintf(tw, "facts\tquantity 1 of meter %s at USD %s, unique sourceEventId, occurredAt now, %d properties\n", c.Meter, c.UnitPrice, c.Properties)
 	fmt.Fprintf(tw, "query polls\tevery tenant's summary every %s; drain timeout %s\n", c.PollInterval, c.Drain)
 	fmt.Fprintf(tw, "machine\t%s, %d cores (GOMAXPROCS %d), shared by the load tool and whatever runs there\n", c.Host, c.Cores, c.GOMAXPROCS)
 	tw.Flush()

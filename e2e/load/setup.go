@@ -3,7 +3,9 @@ package load
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -21,8 +23,19 @@ const SetupTimeout = 3 * time.Minute
 type fact = usageapi.UsageRequest
 
 func newFact(cfg *Config, id string) fact {
-	return fact{SourceSystem: SourceSystem, SourceEventId: id, MeterCode: cfg.MeterCode, Quantity: decimal.NewFromInt(1),
+	f := fact{SourceSystem: SourceSystem, SourceEventId: id, MeterCode: cfg.MeterCode, Quantity: decimal.NewFromInt(1),
 		OccurredAt: time.Now().UTC()}
+	if cfg.Properties > 0 {
+		h := fnv.New32a()
+		h.Write([]byte(id))
+		n := h.Sum32()
+		props := make(usageapi.Properties, cfg.Properties)
+		for i := range cfg.Properties {
+			props["p"+strconv.Itoa(i)] = "v" + strconv.Itoa(int((n>>uint(i%4*8))%50))
+		}
+		f.Properties = &props
+	}
+	return f
 }
 
 // activatePrices activates the load's price for every tenant (201, or 200

@@ -109,6 +109,7 @@ func parseFlags(args []string) (*flags, int) {
 	fs.DurationVar(&cfg.Duration, "duration", time.Minute, "how long to send")
 	fs.Int64Var(&cfg.Facts, "facts", 0, "stop sending after this many facts (0: send for -duration; -duration still bounds it)")
 	fs.IntVar(&cfg.Batch, "batch", 500, "facts per POST usage:batch (1-1000)")
+	fs.IntVar(&cfg.Properties, "properties", 0, "properties per fact (0-16), each a name p<i> with one of 50 values")
 	fs.IntVar(&cfg.Concurrency, "concurrency", 4, "requests in flight")
 	fs.DurationVar(&cfg.Drain, "drain", 5*time.Minute, "how long to wait, once sending stops, for every accepted fact to be counted and charged in query")
 	fs.BoolVar(&cfg.Close, "close", false, "after the drain, close every tenant's period and time its invoice: issued, then visible in query")
