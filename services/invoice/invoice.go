@@ -33,26 +33,24 @@ var Spec = service.Spec{
 	OriginConstraints: app.OriginConstraints,
 }
 
-// Build wires the consumer, the HTTP API and the webhook delivery worker
-// (settings from the environment: webhook.LoadConfig).
+// Build wires the App (the consumer of billing's events and the reads), the
+// HTTP API and the webhook delivery worker (settings from the environment:
+// webhook.LoadConfig).
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
-	reader := app.NewReader(d.Pool)
 	now, err := d.Clock()
 	if err != nil {
 		return service.Parts{}, err
 	}
-	consumer := app.NewConsumer(d.Logger)
-	consumer.SetClock(now)
 	hooks, err := webhook.LoadConfig(service.NewEnv())
 	if err != nil {
 		return service.Parts{}, err
 	}
-	consumer.Webhooks = &webhook.Recorder{TTL: hooks.TTL}
+	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Clock: now}, app.Config{WebhookTTL: hooks.TTL})
 	worker, err := webhook.NewWorker(d.Pool, hooks, d.Logger, d.Metrics)
 	if err != nil {
 		return service.Parts{}, err
 	}
-	api := httpapi.New(reader, d.Logger)
+	api := httpapi.New(a, d.Logger)
 	hookAPI := httpapi.NewWebhooks(webhook.NewEndpoints(d.Pool, hooks.MaxEndpoints), webhook.NewStore(d.Pool, hooks.TTL), d.Logger)
 	var work func(context.Context) error
 	if hooks.Worker {
@@ -62,8 +60,8 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		Work:           work,
 		Routes:         func(r chi.Router) { api.Routes(r); hookAPI.Routes(r) },
 		Topics:         app.Topics,
-		Handlers:       consumer.Handlers(),
-		BatchHandlers:  consumer.BatchHandlers(),
-		Reconciliation: reader.Reconciliation(),
+		Handlers:       a.Handlers(),
+		BatchHandlers:  a.BatchHandlers(),
+		Reconciliation: a.Reconciliation(),
 	}, nil
 }

@@ -58,7 +58,7 @@ func TestRunnerThroughKafka(t *testing.T) {
 	servicetest.Background(t, runner.Run, relay.Run)
 	router := chi.NewRouter()
 	router.Use(auth.Middleware(devKeys(t), log))
-	httpapi.New(app.NewReader(pool), log).Routes(router)
+	httpapi.New(app.New(app.Deps{Pool: pool}, app.Config{}), log).Routes(router)
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
 

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"log/slog"
 	"sync"
 	"testing"
 
@@ -26,7 +25,7 @@ func TestCloseLocksAnInvoiceCreatedWhileItTallies(t *testing.T) {
 	usd, krw := p.Charge("USD", "1", "1"), p.Charge("KRW", "1", "10")
 	closed := p.Close()
 
-	closer := app.NewConsumer(slog.New(slog.DiscardHandler))
+	closer := app.New(app.Deps{}, app.Config{})
 	closing := servicetest.NewInbox(t, invoice.Spec, service.Parts{
 		Topics: app.Topics, Handlers: closer.Handlers(), BatchHandlers: closer.BatchHandlers(),
 	})

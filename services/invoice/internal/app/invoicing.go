@@ -1,7 +1,3 @@
-// Package app is the invoice service's application layer: the inbox handlers
-// that turn billing's events into invoice charges and lines, issued invoices
-// and correction notes (with their events appended to the outbox in the same
-// transaction), and the reads behind the HTTP API.
 package app
 
 import (
@@ -9,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/big"
 	"slices"
 	"time"
@@ -26,7 +21,6 @@ import (
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/invoice/internal/db"
 	"github.com/usagebilling/billing/services/invoice/internal/domain"
-	"github.com/usagebilling/billing/services/invoice/internal/webhook"
 )
 
 // Producer is the envelope producer name of the events this service publishes.
@@ -60,43 +54,11 @@ func CloseKey(tenantID, period string) string {
 	return "invoice-close/" + tenantID + "/" + period
 }
 
-// Consumer applies billing's events.
-type Consumer struct {
-	log *slog.Logger
-	now func() time.Time
-	// Webhooks records the webhook intents of each invoice and correction
-	// note in the transaction that issues it (nil: with webhook.DefaultTTL).
-	Webhooks *webhook.Recorder
-	// afterLock, when set (tests), runs after a close locks its invoices
-	// and before it tallies them.
-	afterLock func()
-}
-
-// NewConsumer returns the consumer; log receives its notices.
-func NewConsumer(log *slog.Logger) *Consumer {
-	return &Consumer{log: log, now: time.Now}
-}
-
-// Handlers maps the consumed event types to their inbox handlers, but for
-// ChargeRated (BatchHandlers).
-func (c *Consumer) Handlers() map[string]inbox.Handler {
-	return map[string]inbox.Handler{
-		events.TypeAdjustmentPosted:    inbox.On(c.onAdjustmentPosted),
-		events.TypeBillingPeriodClosed: inbox.On(c.onPeriodClosed),
-		events.TypeBillingPeriodEnded:  inbox.On(c.onPeriodEnded),
-	}
-}
-
-// BatchHandlers maps ChargeRated to its set-wise handler.
-func (c *Consumer) BatchHandlers() map[string]inbox.BatchHandler {
-	return map[string]inbox.BatchHandler{events.TypeChargeRated: inbox.OnBatch(c.onChargesRated)}
-}
-
-// onPeriodEnded records that billing's period ended and is in its grace
+// ApplyPeriodEnded records that billing's period ended and is in its grace
 // period (decision 0014): the period's open invoices read as draft until
 // its close issues them. Nothing is issued or numbered here. Before or
 // after the close, in any order: an issued invoice stays issued.
-func (c *Consumer) onPeriodEnded(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.BillingPeriodEnded) (inbox.Outcome, error) {
+func (a *App) ApplyPeriodEnded(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.BillingPeriodEnded) (inbox.Outcome, error) {
 	e := &d.Envelope
 	if err := checkAggregate(e, events.AggregateBillingPeriodEnd, p.Period); err != nil {
 		return inbox.Outcome{}, err
@@ -110,10 +72,7 @@ func (c *Consumer) onPeriodEnded(ctx context.Context, tx pgx.Tx, d *envelope.Dec
 	return inbox.Outcome{}, nil
 }
 
-// Topics are the topics the handlers consume.
-var Topics = []string{events.TopicBilling}
-
-// onChargesRated records the charges, in one statement: the tenant's
+// ApplyChargesRated records the charges, in one statement: the tenant's
 // charges are decided by several consumers at once, and the charges of a
 // sum or count line share no row (the line is computed from its charges,
 // not counted up by each). A max or latest charge raises its line's running
@@ -122,7 +81,7 @@ var Topics = []string{events.TopicBilling}
 // set union so that the line does not depend on the order of its charges.
 // A charge already recorded is a duplicate (of invoice_charge_origin_key);
 // one for a period closed, a permanent charge_after_issue.
-func (c *Consumer) onChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, ps []events.ChargeRated) ([]inbox.Outcome, error) {
+func (a *App) ApplyChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, ps []events.ChargeRated) ([]inbox.Outcome, error) {
 	n := len(ds)
 	arg := db.AddChargesParams{
 		OriginEventIds: make([]uuid.UUID, n), ChargeIds: make([]uuid.UUID, n), UsageEventIds: make([]uuid.UUID, n),
@@ -212,16 +171,16 @@ func recordVersionPricings(ctx context.Context, tx pgx.Tx, ds []*envelope.Decode
 	return nil
 }
 
-// onAdjustmentPosted makes an adjustment the close counted a line of the
+// ApplyAdjustmentPosted makes an adjustment the close counted a line of the
 // open invoice, and one posted after the close a correction note of the
 // issued invoice.
-func (c *Consumer) onAdjustmentPosted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.AdjustmentPosted) (inbox.Outcome, error) {
+func (a *App) ApplyAdjustmentPosted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.AdjustmentPosted) (inbox.Outcome, error) {
 	e := &d.Envelope
 	if err := checkAggregate(e, events.AggregateAdjustment, p.AdjustmentID.String()); err != nil {
 		return inbox.Outcome{}, err
 	}
 	if p.AfterClose {
-		return inbox.Outcome{}, c.onAdjustmentAfterClose(ctx, tx, e, p)
+		return inbox.Outcome{}, a.onAdjustmentAfterClose(ctx, tx, e, p)
 	}
 	newID, err := uuid.NewV7()
 	if err != nil {
@@ -248,7 +207,7 @@ func (c *Consumer) onAdjustmentPosted(ctx context.Context, tx pgx.Tx, d *envelop
 // onAdjustmentAfterClose turns an adjustment the close did not count into a
 // correction note of the issued invoice of its currency, waiting for the
 // close to issue it.
-func (c *Consumer) onAdjustmentAfterClose(ctx context.Context, tx pgx.Tx, e *envelope.Envelope, p events.AdjustmentPosted) error {
+func (a *App) onAdjustmentAfterClose(ctx context.Context, tx pgx.Tx, e *envelope.Envelope, p events.AdjustmentPosted) error {
 	row, err := db.New(tx).FindInvoiceToCorrect(ctx, db.FindInvoiceToCorrectParams{
 		TenantID: e.TenantID, Period: p.Period, Currency: p.Currency,
 	})
@@ -256,7 +215,7 @@ func (c *Consumer) onAdjustmentAfterClose(ctx context.Context, tx pgx.Tx, e *env
 	case err != nil:
 		return fmt.Errorf("find invoice to correct for %s: %w", e.EventID, err)
 	case row.Status == domain.StatusIssued:
-		return c.correct(ctx, tx, e, p, row.InvoiceID)
+		return a.correct(ctx, tx, e, p, row.InvoiceID)
 	case !row.Closed:
 		return inbox.DeferUntil(IssuedKey(e.TenantID, p.Period))
 	default:
@@ -274,7 +233,7 @@ var errConcurrentInvoice = errors.New("invoice created concurrently, try again")
 // issued invoice itself is not touched. Under the invoice's lock (one note
 // at a time) it refuses a note finer than the minor unit or one that would
 // take the invoice below zero (checkCorrection).
-func (c *Consumer) correct(ctx context.Context, tx pgx.Tx, e *envelope.Envelope, p events.AdjustmentPosted, invoiceID uuid.UUID) error {
+func (a *App) correct(ctx context.Context, tx pgx.Tx, e *envelope.Envelope, p events.AdjustmentPosted, invoiceID uuid.UUID) error {
 	q := db.New(tx)
 	if _, err := q.LockIssuedInvoice(ctx, invoiceID); err != nil {
 		return fmt.Errorf("lock issued invoice %s: %w", invoiceID, err)
@@ -290,7 +249,7 @@ func (c *Consumer) correct(ctx context.Context, tx pgx.Tx, e *envelope.Envelope,
 	if err != nil {
 		return fmt.Errorf("new correction id: %w", err)
 	}
-	now := c.now().UTC().Truncate(time.Microsecond)
+	now := a.now().UTC().Truncate(time.Microsecond)
 	ev, err := events.Caused(e, events.InvoiceCorrectionIssued{
 		CorrectionID: correctionID, InvoiceID: invoiceID, OriginEventID: e.EventID,
 		Period: p.Period, Currency: p.Currency, Amount: p.Amount, IssuedAt: now,
@@ -306,10 +265,10 @@ func (c *Consumer) correct(ctx context.Context, tx pgx.Tx, e *envelope.Envelope,
 		return fmt.Errorf("add correction of %s: %w", e.EventID, err)
 	}
 	if n == 0 { // the adjustment is already a line of the invoice
-		c.log.WarnContext(ctx, "adjustment already invoiced as a line", "event_id", e.EventID, "invoice_id", invoiceID)
+		a.log.WarnContext(ctx, "adjustment already invoiced as a line", "event_id", e.EventID, "invoice_id", invoiceID)
 		return nil
 	}
-	if err := c.Webhooks.Record(ctx, tx, ev); err != nil {
+	if err := a.webhooks.Record(ctx, tx, ev); err != nil {
 		return err
 	}
 	return events.Append(ctx, tx, ev)
@@ -332,12 +291,12 @@ func checkCorrection(p events.AdjustmentPosted, invoiceID uuid.UUID, inv db.Issu
 	}
 }
 
-// onPeriodClosed records the close, proves invoice holds exactly what the
+// ApplyPeriodClosed records the close, proves invoice holds exactly what the
 // close counted (per currency: count, exact sum and digest of the charges
 // and of the adjustment lines, tallied in SQL), and issues every invoice of
 // the period. It provides IssuedKey, which adjustments posted after the
 // close wait for.
-func (c *Consumer) onPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.BillingPeriodClosed) (inbox.Outcome, error) {
+func (a *App) ApplyPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.BillingPeriodClosed) (inbox.Outcome, error) {
 	e := &d.Envelope
 	if err := checkAggregate(e, events.AggregateBillingPeriod, p.Period); err != nil {
 		return inbox.Outcome{}, err
@@ -351,7 +310,7 @@ func (c *Consumer) onPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.De
 	}); err != nil {
 		return inbox.Outcome{}, fmt.Errorf("record close of %s %s: %w", e.TenantID, p.Period, err)
 	}
-	invs, have, err := c.lockAndTally(ctx, q, e.TenantID, p.Period)
+	invs, have, err := a.lockAndTally(ctx, q, e.TenantID, p.Period)
 	if err != nil {
 		return inbox.Outcome{}, err
 	}
@@ -359,17 +318,17 @@ func (c *Consumer) onPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.De
 	for cur, t := range p.Currencies {
 		want[cur] = domain.Tally(t)
 	}
-	if err := c.checkClose(ctx, e, p, want, have); err != nil {
+	if err := a.checkClose(ctx, e, p, want, have); err != nil {
 		return inbox.Outcome{}, err
 	}
 
-	now := c.now().UTC().Truncate(time.Microsecond)
+	now := a.now().UTC().Truncate(time.Microsecond)
 	envs := make([]envelope.Envelope, 0, len(invs))
 	for _, inv := range invs {
 		if inv.Status != domain.StatusOpen {
 			return inbox.Outcome{}, fmt.Errorf("invoice %s of %s %s is %s before its close", inv.InvoiceID, e.TenantID, p.Period, inv.Status)
 		}
-		ev, err := c.issue(ctx, q, e, p.Period, inv.InvoiceID, inv.Currency, want[inv.Currency], now)
+		ev, err := a.issue(ctx, q, e, p.Period, inv.InvoiceID, inv.Currency, want[inv.Currency], now)
 		if err != nil {
 			return inbox.Outcome{}, err
 		}
@@ -378,7 +337,7 @@ func (c *Consumer) onPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.De
 	if err := events.Append(ctx, tx, envs...); err != nil {
 		return inbox.Outcome{}, err
 	}
-	if err := c.Webhooks.Record(ctx, tx, envs...); err != nil {
+	if err := a.webhooks.Record(ctx, tx, envs...); err != nil {
 		return inbox.Outcome{}, err
 	}
 	return inbox.Outcome{Provides: []string{IssuedKey(e.TenantID, p.Period)}}, nil
@@ -398,14 +357,14 @@ const maxRelocks = 5
 // charge of an invoice the close neither locked nor issues. So the invoices
 // are locked again, in a newer snapshot that sees the new invoice, until
 // every currency tallied has its invoice locked.
-func (c *Consumer) lockAndTally(ctx context.Context, q *db.Queries, tenantID, period string) ([]db.LockPeriodInvoicesRow, map[string]domain.Tally, error) {
+func (a *App) lockAndTally(ctx context.Context, q *db.Queries, tenantID, period string) ([]db.LockPeriodInvoicesRow, map[string]domain.Tally, error) {
 	for attempt := 0; ; attempt++ {
 		invs, err := q.LockPeriodInvoices(ctx, db.LockPeriodInvoicesParams{TenantID: tenantID, Period: period})
 		if err != nil {
 			return nil, nil, fmt.Errorf("lock invoices of %s %s: %w", tenantID, period, err)
 		}
-		if c.afterLock != nil {
-			c.afterLock()
+		if a.afterLock != nil {
+			a.afterLock()
 		}
 		have, err := tally(ctx, q, tenantID, period)
 		if err != nil {
@@ -418,7 +377,7 @@ func (c *Consumer) lockAndTally(ctx context.Context, q *db.Queries, tenantID, pe
 		if attempt == maxRelocks {
 			return nil, nil, inbox.DeferUntil(CloseKey(tenantID, period))
 		}
-		c.log.InfoContext(ctx, "close locks its invoices again: one was created while it tallied",
+		a.log.InfoContext(ctx, "close locks its invoices again: one was created while it tallied",
 			"tenant_id", tenantID, "period", period, "currency", cur)
 	}
 }
@@ -483,7 +442,7 @@ func tally(ctx context.Context, q *db.Queries, tenantID, period string) (map[str
 
 // checkClose maps the close rules' verdict to the inbox's: wait for missing
 // charges or adjustments, quarantine a close that can never match.
-func (c *Consumer) checkClose(ctx context.Context, e *envelope.Envelope, p events.BillingPeriodClosed, want, have map[string]domain.Tally) error {
+func (a *App) checkClose(ctx context.Context, e *envelope.Envelope, p events.BillingPeriodClosed, want, have map[string]domain.Tally) error {
 	err := domain.CheckClose(want, have)
 	var incomplete *domain.IncompleteError
 	var counts *domain.CountsMismatchError
@@ -493,7 +452,7 @@ func (c *Consumer) checkClose(ctx context.Context, e *envelope.Envelope, p event
 	case err == nil:
 		return nil
 	case errors.As(err, &incomplete):
-		c.log.InfoContext(ctx, "period close deferred: charges or adjustments still to come", "event_id", e.EventID,
+		a.log.InfoContext(ctx, "period close deferred: charges or adjustments still to come", "event_id", e.EventID,
 			"tenant_id", e.TenantID, "period", p.Period, "detail", err.Error())
 		return inbox.DeferUntil(CloseKey(e.TenantID, p.Period))
 	case errors.As(err, &counts):
@@ -537,7 +496,7 @@ func groupOf(l db.ChargeLineSumsRow) (domain.Group, error) {
 // the tally, adds the rounding line, takes the tenant's next invoice number
 // and returns the InvoiceIssued to publish (ChargeLines counts the charge
 // and unpriced lines, Charges their charges).
-func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, period string, invoiceID uuid.UUID,
+func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, period string, invoiceID uuid.UUID,
 	currency string, want domain.Tally, now time.Time) (envelope.Envelope, error) {
 	sums, err := q.ChargeLineSums(ctx, db.ChargeLineSumsParams{TenantID: e.TenantID, Period: period, Currency: currency})
 	if err != nil {
@@ -573,13 +532,13 @@ func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelop
 			invoiceID, charges, chargeAmount, want.Charges, want.ChargeAmount))
 	}
 
-	a, err := domain.Issue(linesAmount.Add(want.AdjustmentAmount), currency)
+	amounts, err := domain.Issue(linesAmount.Add(want.AdjustmentAmount), currency)
 	if err != nil {
 		return envelope.Envelope{}, inbox.Permanent(inbox.ReasonUnknownCurrency, err)
 	}
-	if !a.Rounding.IsZero() {
+	if !amounts.Rounding.IsZero() {
 		if err := q.AddRoundingLine(ctx, db.AddRoundingLineParams{
-			InvoiceID: invoiceID, OriginEventID: e.EventID, Amount: a.Rounding,
+			InvoiceID: invoiceID, OriginEventID: e.EventID, Amount: amounts.Rounding,
 		}); err != nil {
 			return envelope.Envelope{}, fmt.Errorf("add rounding line to %s: %w", invoiceID, err)
 		}
@@ -591,13 +550,13 @@ func (c *Consumer) issue(ctx context.Context, q *db.Queries, e *envelope.Envelop
 	ev, err := events.Caused(e, events.InvoiceIssued{
 		InvoiceID: invoiceID, Number: number, Period: period, Currency: currency,
 		ChargeLines: int64(len(sums)), Charges: charges, Adjustments: want.Adjustments,
-		Subtotal: a.Subtotal, Rounding: a.Rounding, Total: a.Total, IssuedAt: now,
+		Subtotal: amounts.Subtotal, Rounding: amounts.Rounding, Total: amounts.Total, IssuedAt: now,
 	}, invoiceMeta(e, invoiceID, 1, now))
 	if err != nil {
 		return envelope.Envelope{}, err
 	}
 	n, err := q.IssueInvoice(ctx, db.IssueInvoiceParams{
-		InvoiceID: invoiceID, Number: number, Subtotal: a.Subtotal, Total: a.Total, IssuedAt: now,
+		InvoiceID: invoiceID, Number: number, Subtotal: amounts.Subtotal, Total: amounts.Total, IssuedAt: now,
 		CloseEventID: e.EventID, IssuedEventID: ev.EventID,
 	})
 	if err != nil {

@@ -28,7 +28,7 @@ import (
 
 func invoices(t *testing.T, pool *pgxpool.Pool, tenant, period string) map[string]app.Invoice {
 	t.Helper()
-	invs, err := app.NewReader(pool).Invoices(t.Context(), tenant, period, nil, 1000)
+	invs, err := app.New(app.Deps{Pool: pool}, app.Config{}).Invoices(t.Context(), tenant, period, nil, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +375,7 @@ type reconView struct {
 
 func reconRows(t *testing.T, pool *pgxpool.Pool) reconView {
 	t.Helper()
-	sets := app.NewReader(pool).Reconciliation()
+	sets := app.New(app.Deps{Pool: pool}, app.Config{}).Reconciliation()
 	var v reconView
 	for _, set := range []string{recon.SetInvoiceCharges, recon.SetInvoiceLines} {
 		for _, r := range readSet(t, sets[set]) {

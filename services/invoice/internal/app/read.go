@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/services/invoice/internal/db"
@@ -69,21 +68,14 @@ type Position struct {
 // PositionOf is the position of inv.
 func PositionOf(inv Invoice) Position { return Position{Period: inv.Period, Currency: inv.Currency} }
 
-// Reader reads invoices, each read from one snapshot.
-type Reader struct {
-	pool *pgxpool.Pool
-}
-
-// NewReader returns a Reader on pool.
-func NewReader(pool *pgxpool.Pool) *Reader { return &Reader{pool: pool} }
-
+// readOnly is how the App reads invoices: each read from one snapshot.
 var readOnly = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
 
 // Invoice returns the tenant's invoice id, or ErrNotFound (also for another
 // tenant's invoice).
-func (r *Reader) Invoice(ctx context.Context, tenantID string, id uuid.UUID) (Invoice, error) {
+func (a *App) Invoice(ctx context.Context, tenantID string, id uuid.UUID) (Invoice, error) {
 	var out Invoice
-	err := pgx.BeginTxFunc(ctx, r.pool, readOnly, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, a.pool, readOnly, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		row, err := q.GetInvoice(ctx, db.GetInvoiceParams{TenantID: tenantID, InvoiceID: id})
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -105,7 +97,7 @@ func (r *Reader) Invoice(ctx context.Context, tenantID string, id uuid.UUID) (In
 // Invoices returns up to n of the tenant's invoices of period, or of every
 // period when period is empty, in (period, currency) order, after position
 // after (from the first when nil).
-func (r *Reader) Invoices(ctx context.Context, tenantID, period string, after *Position, n int32) ([]Invoice, error) {
+func (a *App) Invoices(ctx context.Context, tenantID, period string, after *Position, n int32) ([]Invoice, error) {
 	params := db.ListInvoicesParams{
 		TenantID: tenantID, Period: pgtype.Text{String: period, Valid: period != ""}, PageSize: n,
 	}
@@ -114,7 +106,7 @@ func (r *Reader) Invoices(ctx context.Context, tenantID, period string, after *P
 		params.AfterCurrency = after.Currency
 	}
 	var out []Invoice
-	err := pgx.BeginTxFunc(ctx, r.pool, readOnly, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, a.pool, readOnly, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		rows, err := q.ListInvoices(ctx, params)
 		if err != nil {

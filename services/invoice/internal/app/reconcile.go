@@ -16,17 +16,17 @@ import (
 // invoices of a period: the charges their charge and unpriced lines count
 // (in usage event order; each of kind charge, its LineID naming its line), their adjustment and rounding lines and correction notes
 // (by origin event), and their lines as the invoices show them.
-func (r *Reader) Reconciliation() recon.Sets {
+func (a *App) Reconciliation() recon.Sets {
 	return recon.Sets{
-		recon.SetInvoiceCharges: recon.Set(r.reconciliationCharges),
-		recon.SetInvoiceLines:   recon.Set(r.reconciliationLines),
-		recon.SetCorrections:    recon.Set(r.reconciliationCorrections),
-		recon.SetLineTotals:     recon.Set(r.reconciliationLineTotals),
+		recon.SetInvoiceCharges: recon.Set(a.reconciliationCharges),
+		recon.SetInvoiceLines:   recon.Set(a.reconciliationLines),
+		recon.SetCorrections:    recon.Set(a.reconciliationCorrections),
+		recon.SetLineTotals:     recon.Set(a.reconciliationLineTotals),
 	}
 }
 
-func (r *Reader) reconciliationCharges(ctx context.Context, q recon.Query) ([]recon.InvoiceLine, error) {
-	rows, err := db.New(r.pool).ReconciliationCharges(ctx, db.ReconciliationChargesParams{TenantID: q.TenantID,
+func (a *App) reconciliationCharges(ctx context.Context, q recon.Query) ([]recon.InvoiceLine, error) {
+	rows, err := db.New(a.pool).ReconciliationCharges(ctx, db.ReconciliationChargesParams{TenantID: q.TenantID,
 		Period: q.Period, AfterKey: q.After.Key, AfterID: q.After.ID, RowLimit: int32(q.Limit)})
 	if err != nil {
 		return nil, fmt.Errorf("read invoice charges of %s: %w", q.TenantID, err)
@@ -40,8 +40,8 @@ func (r *Reader) reconciliationCharges(ctx context.Context, q recon.Query) ([]re
 	return out, nil
 }
 
-func (r *Reader) reconciliationLines(ctx context.Context, q recon.Query) ([]recon.InvoiceLine, error) {
-	rows, err := db.New(r.pool).ReconciliationLines(ctx, db.ReconciliationLinesParams{TenantID: q.TenantID,
+func (a *App) reconciliationLines(ctx context.Context, q recon.Query) ([]recon.InvoiceLine, error) {
+	rows, err := db.New(a.pool).ReconciliationLines(ctx, db.ReconciliationLinesParams{TenantID: q.TenantID,
 		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
 	if err != nil {
 		return nil, fmt.Errorf("read invoice lines of %s: %w", q.TenantID, err)
@@ -58,8 +58,8 @@ func (r *Reader) reconciliationLines(ctx context.Context, q recon.Query) ([]reco
 	return out, nil
 }
 
-func (r *Reader) reconciliationCorrections(ctx context.Context, q recon.Query) ([]recon.Correction, error) {
-	rows, err := db.New(r.pool).ReconciliationCorrections(ctx, db.ReconciliationCorrectionsParams{TenantID: q.TenantID,
+func (a *App) reconciliationCorrections(ctx context.Context, q recon.Query) ([]recon.Correction, error) {
+	rows, err := db.New(a.pool).ReconciliationCorrections(ctx, db.ReconciliationCorrectionsParams{TenantID: q.TenantID,
 		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
 	if err != nil {
 		return nil, fmt.Errorf("read corrections of %s: %w", q.TenantID, err)
@@ -75,9 +75,9 @@ func (r *Reader) reconciliationCorrections(ctx context.Context, q recon.Query) (
 // invoices show them (an open invoice's charge lines computed live) and
 // returns those after the position. A period has an invoice per currency,
 // each a line per meter and price version and per adjustment.
-func (r *Reader) reconciliationLineTotals(ctx context.Context, q recon.Query) ([]recon.LineTotal, error) {
+func (a *App) reconciliationLineTotals(ctx context.Context, q recon.Query) ([]recon.LineTotal, error) {
 	var out []recon.LineTotal
-	err := pgx.BeginTxFunc(ctx, r.pool, readOnly, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, a.pool, readOnly, func(tx pgx.Tx) error {
 		qs := db.New(tx)
 		rows, err := qs.ListPeriodsInvoices(ctx, db.ListPeriodsInvoicesParams{TenantID: q.TenantID, Periods: []string{q.Period}})
 		if err != nil {

@@ -9,7 +9,6 @@ package invoicetest
 
 import (
 	"context"
-	"log/slog"
 	"maps"
 	"testing"
 	"time"
@@ -227,12 +226,12 @@ func (p *Period) CloseWith(tallies map[string]events.CloseTally) envelope.Envelo
 
 // NewInbox returns the inbox service.NewInbox builds for invoice.Spec (its
 // OriginConstraints, the redriver and the quarantine announcements) over the
-// invoice consumer's handlers.
+// App's handlers.
 func NewInbox(t testing.TB) *inbox.Inbox {
 	t.Helper()
-	consumer := app.NewConsumer(slog.New(slog.DiscardHandler))
+	a := app.New(app.Deps{}, app.Config{}) // its handlers use the inbox's transaction only
 	return servicetest.NewInbox(t, invoice.Spec, service.Parts{
-		Topics: app.Topics, Handlers: consumer.Handlers(), BatchHandlers: consumer.BatchHandlers(),
+		Topics: app.Topics, Handlers: a.Handlers(), BatchHandlers: a.BatchHandlers(),
 	})
 }
 

@@ -1,0 +1,87 @@
+// Package app is the invoice service's application layer, in the shape
+// every service follows (docs/service-shape.md): one App, built by New from
+// its Deps and its Config, holding the handlers of billing's events that
+// turn them into invoice charges and lines, issued invoices and correction
+// notes, with their events appended to the outbox and their webhook intents
+// recorded in the same transaction (Handlers, BatchHandlers:
+// invoicing.go), and the reads behind the HTTP API (Invoice, Invoices:
+// read.go; Reconciliation: reconcile.go). It knows no HTTP and no Kafka:
+// httpapi and the service's Build adapt it.
+package app
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/services/invoice/internal/webhook"
+)
+
+// Deps are what the App uses and does not own, given once to New.
+type Deps struct {
+	Pool   *pgxpool.Pool // the reads'; the handlers use the inbox's transaction
+	Logger *slog.Logger  // nil: discard
+	// Clock is "now", the time invoices and correction notes are issued at:
+	// the service's configured clock (service.Deps.Clock, decision 0015) or
+	// a test's; nil: time.Now.
+	Clock func() time.Time
+}
+
+// Config is the App's settings (invoice.Build reads them from service.Env
+// through webhook.LoadConfig); a zero field takes its default.
+type Config struct {
+	// WebhookTTL is how long after its commit a webhook intent is tried
+	// before it expires (WEBHOOK_TTL; default webhook.DefaultTTL).
+	WebhookTTL time.Duration
+}
+
+// App applies billing's events to the invoices and reads them.
+type App struct {
+	pool     *pgxpool.Pool
+	log      *slog.Logger
+	now      func() time.Time
+	webhooks *webhook.Recorder
+	// afterLock, when set (tests: SetAfterLock), runs after a close locks
+	// its invoices and before it tallies them.
+	afterLock func()
+}
+
+// New returns the App of d and c.
+func New(d Deps, c Config) *App {
+	a := &App{pool: d.Pool, log: d.Logger, now: d.Clock}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	if a.now == nil {
+		a.now = time.Now
+	}
+	if c.WebhookTTL <= 0 {
+		c.WebhookTTL = webhook.DefaultTTL
+	}
+	a.webhooks = &webhook.Recorder{TTL: c.WebhookTTL}
+	return a
+}
+
+// Topics are the topics whose events Handlers and BatchHandlers handle.
+var Topics = []string{events.TopicBilling}
+
+// Handlers returns the inbox handlers of the events invoice consumes one by
+// one, each keyed by its payload type (inbox.Handle).
+func (a *App) Handlers() map[string]inbox.Handler {
+	hs := map[string]inbox.Handler{}
+	inbox.Handle(hs, a.ApplyAdjustmentPosted)
+	inbox.Handle(hs, a.ApplyPeriodClosed)
+	inbox.Handle(hs, a.ApplyPeriodEnded)
+	return hs
+}
+
+// BatchHandlers returns the set-wise handler of ChargeRated
+// (inbox.HandleBatch).
+func (a *App) BatchHandlers() map[string]inbox.BatchHandler {
+	hs := map[string]inbox.BatchHandler{}
+	inbox.HandleBatch(hs, a.ApplyChargesRated)
+	return hs
+}
