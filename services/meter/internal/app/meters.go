@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,7 +13,6 @@ import (
 	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/services/meter/internal/db"
 	"github.com/usagebilling/billing/services/meter/internal/domain"
 )
@@ -51,9 +49,6 @@ func meterOf(r db.Meter) Meter {
 
 // DefineMeter is the command to define a catalog meter.
 type DefineMeter struct {
-	IdempotencyKey string
-	// RequestHash identifies the request (idempotency.RequestHash).
-	RequestHash string
 	// Meter is the definition, valid and normalized (domain.ParseMeter).
 	Meter         catalog.Meter
 	CorrelationID string
@@ -62,64 +57,44 @@ type DefineMeter struct {
 	Actor string
 }
 
-const meterScope = "meter/" + events.CatalogTenant + "/meters"
-
-// DefineMeter defines a meter and publishes its MeterDefined in the same
-// transaction, answering 201 and the meter. The same definition of a code
-// already defined (also by an implied meter) answers 200 and the meter as
-// first defined; another definition of it is refused (meter_exists), and
-// so is an eventType that feeds another meter (event_type_taken). A retry
-// with the same Idempotency-Key replays the first answer. Refusals write
-// nothing.
-func (a *App) DefineMeter(ctx context.Context, cmd DefineMeter) (Receipt, error) {
+// DefineMeter defines a meter in tx and publishes its MeterDefined in it,
+// returning the meter and true. The same definition of a code already
+// defined (also by an implied meter) returns the meter as first defined
+// and false; another definition of it is refused (meter_exists), and so is
+// an eventType that feeds another meter (event_type_taken), with nothing
+// written.
+func (a *App) DefineMeter(ctx context.Context, tx pgx.Tx, cmd DefineMeter) (Meter, bool, error) {
 	if cmd.Actor == "" {
-		return Receipt{}, ErrNoActor
+		return Meter{}, false, ErrNoActor
 	}
-	var rc Receipt
-	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		replay, err := idempotency.ClaimReply(ctx, tx, meterScope, cmd.IdempotencyKey, cmd.RequestHash)
-		if err != nil {
-			return err
-		}
-		if replay != nil {
-			rc = *replay
-			return nil
-		}
-		m := cmd.Meter
-		at := domain.Instant(a.now())
-		env, row, inserted, err := a.insertMeter(ctx, tx, m, false, at, cmd.Actor, cmd.CorrelationID)
-		if err != nil {
-			return err
-		}
-		if !inserted {
-			q := db.New(tx)
-			existing, err := q.GetMeter(ctx, m.Code)
-			switch {
-			case err == nil:
-				if !domain.SameDefinition(meterOf(existing).Definition(), m) {
-					return domain.MeterExists(m.Code)
-				}
-				rc, err = idempotency.SaveReply(ctx, tx, meterScope, cmd.IdempotencyKey, http.StatusOK, meterOf(existing))
-				return err
-			case !errors.Is(err, pgx.ErrNoRows):
-				return fmt.Errorf("read meter %s: %w", m.Code, err)
-			}
-			by, err := q.MeterOfEventType(ctx, m.EventType)
-			if err != nil {
-				return fmt.Errorf("read the meter of event type %q: %w", m.EventType, err)
-			}
-			return domain.EventTypeTaken(m.EventType, by)
-		}
-		if err := events.Append(ctx, tx, env); err != nil {
-			return err
-		}
-		rc, err = idempotency.SaveReply(ctx, tx, meterScope, cmd.IdempotencyKey, http.StatusCreated, meterOf(row))
-		return err
-	})
+	m := cmd.Meter
+	at := domain.Instant(a.now())
+	env, row, inserted, err := a.insertMeter(ctx, tx, m, false, at, cmd.Actor, cmd.CorrelationID)
 	if err != nil {
-		return Receipt{}, err
+		return Meter{}, false, err
 	}
-	return rc, nil
+	if inserted {
+		if err := events.Append(ctx, tx, env); err != nil {
+			return Meter{}, false, err
+		}
+		return meterOf(row), true, nil
+	}
+	q := db.New(tx)
+	existing, err := q.GetMeter(ctx, m.Code)
+	switch {
+	case err == nil:
+		if !domain.SameDefinition(meterOf(existing).Definition(), m) {
+			return Meter{}, false, domain.MeterExists(m.Code)
+		}
+		return meterOf(existing), false, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return Meter{}, false, fmt.Errorf("read meter %s: %w", m.Code, err)
+	}
+	by, err := q.MeterOfEventType(ctx, m.EventType)
+	if err != nil {
+		return Meter{}, false, fmt.Errorf("read the meter of event type %q: %w", m.EventType, err)
+	}
+	return Meter{}, false, domain.EventTypeTaken(m.EventType, by)
 }
 
 // insertMeter writes m with its MeterDefined's event id, unless its code or

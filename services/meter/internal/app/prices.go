@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/meter/internal/db"
 	"github.com/usagebilling/billing/services/meter/internal/domain"
@@ -45,11 +43,7 @@ type Price struct {
 // ActivatePrice is the command to activate the next version of a price
 // series.
 type ActivatePrice struct {
-	TenantID       string
-	IdempotencyKey string
-	// RequestHash identifies the request (idempotency.RequestHash): the same
-	// key with another request is refused.
-	RequestHash   string
+	TenantID      string
 	Activation    domain.Activation
 	CorrelationID string
 	// Actor is who sent the command (the bearer token's subject), recorded
@@ -57,48 +51,29 @@ type ActivatePrice struct {
 	Actor string
 }
 
-// ErrNoActor is returned for an activation without an actor: every
+// ErrNoActor is returned for a command without an actor: every
 // money-changing command records who sent it.
 var ErrNoActor = errors.New("command has no actor")
 
-// Receipt is the response of a command: the first one, or its replay.
-type Receipt = idempotency.Reply
+// InTx runs fn in a transaction of the App's database, committed when fn
+// returns nil: the transaction an idempotent command runs in, with its
+// Idempotency-Key claimed and its reply saved by the caller (httpapi,
+// pkg/idempotency).
+func (a *App) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, a.pool, fn)
+}
 
-// ErrKeyReused is returned when the idempotency key was used for another
-// request.
-var ErrKeyReused = idempotency.ErrKeyReused
-
-func idempotencyScope(tenantID string) string { return "meter/" + tenantID + "/prices" }
-
-// ActivatePrice activates a price version, or replays the receipt of the
-// request that used the same idempotency key first. Domain errors
-// (*domain.Error) and ErrKeyReused leave nothing written.
-func (a *App) ActivatePrice(ctx context.Context, cmd ActivatePrice) (Receipt, error) {
+// ActivatePrice activates the next version of a price series in tx: under
+// the series lock, the schedule check, the catalog meter (implied when the
+// code is not in the catalog) and the dimension check, the immutable
+// version and its PriceActivated (after the implied meter's MeterDefined)
+// in the outbox. A domain error (*domain.Error) is returned with nothing
+// written but what tx held before; the caller does not commit it.
+func (a *App) ActivatePrice(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price, error) {
 	if cmd.Actor == "" {
-		return Receipt{}, ErrNoActor
+		return Price{}, ErrNoActor
 	}
-	var rc Receipt
-	scope := idempotencyScope(cmd.TenantID)
-	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		replay, err := idempotency.ClaimReply(ctx, tx, scope, cmd.IdempotencyKey, cmd.RequestHash)
-		if err != nil {
-			return err
-		}
-		if replay != nil {
-			rc = *replay
-			return nil
-		}
-		price, err := a.activate(ctx, tx, cmd)
-		if err != nil {
-			return err
-		}
-		rc, err = idempotency.SaveReply(ctx, tx, scope, cmd.IdempotencyKey, http.StatusCreated, price)
-		return err
-	})
-	if err != nil {
-		return Receipt{}, err
-	}
-	return rc, nil
+	return a.activate(ctx, tx, cmd)
 }
 
 func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price, error) {

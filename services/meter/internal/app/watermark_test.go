@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
@@ -36,13 +37,17 @@ type clock struct {
 func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
-func activate(t *testing.T, a *app.App, key string, eff time.Time) error {
+// activate activates a version of t1's api_calls USD series, taking effect
+// at eff (zero: as soon as it may); the name only labels the call.
+func activate(t *testing.T, a *app.App, _ string, eff time.Time) error {
 	t.Helper()
-	_, err := a.ActivatePrice(t.Context(), app.ActivatePrice{
-		TenantID: "t1", IdempotencyKey: key, RequestHash: key, Actor: "admin@t1.example",
-		Activation: domain.Activation{MeterCode: "api_calls", Currency: "USD", Pricing: pricing.UnitPricing(mustDec("0.5")), EffectiveAt: eff},
+	return a.InTx(t.Context(), func(tx pgx.Tx) error {
+		_, err := a.ActivatePrice(t.Context(), tx, app.ActivatePrice{
+			TenantID: "t1", Actor: "admin@t1.example",
+			Activation: domain.Activation{MeterCode: "api_calls", Currency: "USD", Pricing: pricing.UnitPricing(mustDec("0.5")), EffectiveAt: eff},
+		})
+		return err
 	})
-	return err
 }
 
 // published is meter's outbox, decoded, in append order, without the

@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/usagebilling/billing/pkg/api/meterapi"
 	"github.com/usagebilling/billing/pkg/auth"
@@ -122,13 +123,11 @@ func (api *API) activatePrice(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	rc, err := api.app.ActivatePrice(r.Context(), app.ActivatePrice{
-		Actor:          actor,
-		TenantID:       tenant,
-		IdempotencyKey: cmd.IdempotencyKey,
-		RequestHash:    cmd.RequestHash,
-		Activation:     act,
-		CorrelationID:  cmd.CorrelationID,
+	rc, err := api.idempotent(r.Context(), pricesScope(tenant), cmd, func(tx pgx.Tx) (int, any, error) {
+		price, err := api.app.ActivatePrice(r.Context(), tx, app.ActivatePrice{
+			Actor: actor, TenantID: tenant, Activation: act, CorrelationID: cmd.CorrelationID,
+		})
+		return http.StatusCreated, price, err
 	})
 	if err != nil {
 		httpx.WriteError(w, r, api.log, err)

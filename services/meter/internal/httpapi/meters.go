@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
@@ -51,9 +52,12 @@ func (api *API) defineMeter(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	rc, err := api.app.DefineMeter(r.Context(), app.DefineMeter{
-		IdempotencyKey: cmd.IdempotencyKey, RequestHash: cmd.RequestHash, Meter: m,
-		CorrelationID: cmd.CorrelationID, Actor: actor,
+	rc, err := api.idempotent(r.Context(), metersScope, cmd, func(tx pgx.Tx) (int, any, error) {
+		meter, created, err := api.app.DefineMeter(r.Context(), tx, app.DefineMeter{Meter: m, CorrelationID: cmd.CorrelationID, Actor: actor})
+		if !created {
+			return http.StatusOK, meter, err // the same definition again
+		}
+		return http.StatusCreated, meter, err
 	})
 	if err != nil {
 		httpx.WriteError(w, r, api.log, err)
