@@ -50,15 +50,18 @@ func (a *App) ApplyMeterDefined(ctx context.Context, tx pgx.Tx, d *envelope.Deco
 	}
 	for _, r := range rows {
 		held := meterOf(r.Code, r.Aggregation, r.ValueProperty, r.Dimensions, r.EventType)
+		if held.Code != m.Code {
+			continue
+		}
 		if domain.SameMeter(held, m) {
 			return inbox.Outcome{}, nil // the same definition, again
 		}
-		if held.Code == m.Code {
-			return inbox.Outcome{}, inbox.Permanent("", fmt.Errorf(
-				"meter %s is defined as %+v and MeterDefined %s redefines it as %+v: a meter never changes", m.Code, held, e.EventID, m))
-		}
 		return inbox.Outcome{}, inbox.Permanent("", fmt.Errorf(
-			"MeterDefined %s gives meter %s event type %q, which feeds meter %s: an event type feeds one meter", e.EventID, m.Code, m.EventType, held.Code))
+			"meter %s is defined as %+v and MeterDefined %s redefines it as %+v: a meter never changes", m.Code, held, e.EventID, m))
+	}
+	if len(rows) > 0 {
+		return inbox.Outcome{}, inbox.Permanent("", fmt.Errorf(
+			"MeterDefined %s gives meter %s event type %q, which feeds meter %s: an event type feeds one meter", e.EventID, m.Code, m.EventType, rows[0].Code))
 	}
 	return inbox.Outcome{}, fmt.Errorf("meter %s was neither recorded nor found", m.Code)
 }
