@@ -35,7 +35,7 @@ var tmpl = servicetest.Template(meter.Spec)
 // TestServiceEndToEnd runs the whole service as main does (service.Run:
 // migrations, HTTP, outbox relay) against an embedded broker of its own
 // (the topic name is fixed): an activated price reaches meter.events.v1 as
-// PriceActivated.
+// PriceActivated, with the MeterDefined of the meter it implies.
 func TestServiceEndToEnd(t *testing.T) {
 	broker, err := kafkabroker.StartEmbedded(kafkabroker.EmbeddedOptions{})
 	if err != nil {
@@ -119,13 +119,23 @@ func TestServiceEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pc.Close()
+	// Both the price and the meter it implies reach the broker, each on its
+	// own key (their order across keys is not the relay's to keep).
 	timeout := time.After(30 * time.Second)
-	for {
+	var sawPrice, sawMeter bool
+	for !sawPrice || !sawMeter {
 		select {
 		case m := <-pc.Messages():
 			d, err := reg.Decode(m.Value)
 			if err != nil {
 				t.Fatalf("published message does not decode: %v", err)
+			}
+			if md, ok := d.Payload.(events.MeterDefined); ok && md.Code == "api" {
+				if string(m.Key) != "_catalog|meter|api" || !md.Implied || d.Envelope.CorrelationID != "corr-1" {
+					t.Fatalf("MeterDefined key %q, envelope %+v, payload %+v", m.Key, d.Envelope, md)
+				}
+				sawMeter = true
+				continue
 			}
 			if d.Envelope.EventID.String() != price.EventID {
 				continue
@@ -133,11 +143,11 @@ func TestServiceEndToEnd(t *testing.T) {
 			if string(m.Key) != "acme|price|api.USD" || d.Envelope.CorrelationID != "corr-1" {
 				t.Fatalf("key %q, envelope %+v", m.Key, d.Envelope)
 			}
-			return
+			sawPrice = true
 		case err := <-pc.Errors():
 			t.Fatal(err)
 		case <-timeout:
-			t.Fatal(errors.New("timed out waiting for PriceActivated on the broker"))
+			t.Fatal(errors.New("timed out waiting for PriceActivated and MeterDefined on the broker"))
 		}
 	}
 }
