@@ -772,7 +772,8 @@ const periodLines = `-- name: PeriodLines :many
 WITH l AS (
     SELECT c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
            min(c.dimensions::text)::jsonb AS dimensions, count(*) AS charges,
-           sum(c.quantity) AS total, max(c.quantity) AS peak, count(DISTINCT c.value) AS distinct_values,
+           sum(c.quantity) AS total, max(c.quantity) AS peak,
+           count(DISTINCT c.value) FILTER (WHERE c.aggregation = 'unique_count') AS distinct_values,
            sum(c.amount) AS amount
     FROM charge c
     WHERE c.tenant_id = $1 AND c.period = $2
