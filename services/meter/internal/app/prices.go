@@ -67,8 +67,8 @@ func (a *App) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
 // the series lock, the schedule check, the catalog meter (implied when the
 // code is not in the catalog) and the dimension check, the immutable
 // version and its PriceActivated (after the implied meter's MeterDefined)
-// in the outbox. A domain error (*domain.Error) is returned with nothing
-// written but what tx held before; the caller does not commit it.
+// in the outbox. On an error (a *domain.Error for a broken rule) the caller
+// must not commit tx (InTx does not), so nothing is written.
 func (a *App) ActivatePrice(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price, error) {
 	if cmd.Actor == "" {
 		return Price{}, ErrNoActor
