@@ -24,17 +24,13 @@ const (
 	MediaCloudEventBatch = "application/cloudevents-batch+json"
 )
 
-// Limits of POST /v1/events: a batch is bounded as usage:batch is; one
-// event by the default body limit.
-const (
-	maxEventBody = httpx.DefaultMaxBody
-)
+// maxEventBody bounds one event's body; a batch is bounded as usage:batch
+// is (MaxBatch events, maxBatchBody bytes).
+const maxEventBody = httpx.DefaultMaxBody
 
-// Codes of the CloudEvents route besides the fact's own (all 400 unless
-// said): the answer's code when its refusals differ.
-const (
-	codeEventsRefused = "events_refused"
-)
+// codeEventsRefused is the answer's code when its events are refused for
+// different reasons (400, 422 or 409: see writeRefusals).
+const codeEventsRefused = "events_refused"
 
 // ingestAccess decides who may send a CloudEvent for a tenant (its
 // subject): an ingest token of that tenant, or a platform-ingest token
