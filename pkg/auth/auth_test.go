@@ -462,4 +462,32 @@ func TestCheck(t *testing.T) {
 	if err := auth.Check(untenanted); err == nil {
 		t.Fatal("a tenant-scoped role on a route without {tenantId} was accepted")
 	}
+	anyTenant := chi.NewRouter()
+	anyTenant.Method(http.MethodGet, "/v1/meters", auth.AllowAnyTenant(h, auth.RoleViewer, auth.RoleCatalogAdmin))
+	if err := auth.Check(anyTenant); err != nil {
+		t.Fatalf("Check of an AllowAnyTenant route: %v", err)
+	}
+}
+
+// TestAllowAnyTenant: a tenant-scoped role of any tenant reaches an
+// AllowAnyTenant route; a role it does not admit does not.
+func TestAllowAnyTenant(t *testing.T) {
+	g := auth.AllowAnyTenant(func(http.ResponseWriter, *http.Request) {}, auth.RoleViewer, auth.RoleCatalogAdmin)
+	for _, c := range []struct {
+		claims auth.Claims
+		want   bool
+	}{
+		{auth.NewClaimsRoles("a", "acme", time.Hour, auth.RoleViewer), true},
+		{auth.NewClaimsRoles("b", "globex", time.Hour, auth.RoleViewer), true},
+		{auth.NewClaimsRoles("c", "", time.Hour, auth.RoleCatalogAdmin), true},
+		{auth.NewClaimsRoles("d", "acme", time.Hour, auth.RoleIngest), false},
+		{auth.NewClaimsRoles("e", "", time.Hour, auth.RoleOperator), false},
+	} {
+		if got := g.Admits(c.claims, ""); got != c.want {
+			t.Errorf("Admits(%v of %q) = %v, want %v", c.claims.Roles, c.claims.Tenant, got, c.want)
+		}
+	}
+	if auth.Allow(func(http.ResponseWriter, *http.Request) {}, auth.RoleViewer).Admits(auth.NewClaimsRoles("a", "acme", time.Hour, auth.RoleViewer), "") {
+		t.Error("Allow admits a tenant role on a route without a tenant")
+	}
 }

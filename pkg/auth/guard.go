@@ -23,7 +23,9 @@ import (
 type Guard struct {
 	roles  []string
 	public bool
-	next   http.Handler
+	// anyTenant admits the tenant-scoped roles of every tenant (AllowAnyTenant).
+	anyTenant bool
+	next      http.Handler
 }
 
 // Allow returns h behind roles: a request reaches h only with verified
@@ -41,6 +43,17 @@ func Allow(h http.HandlerFunc, roles ...string) *Guard {
 		}
 	}
 	return &Guard{roles: slices.Clone(roles), next: h}
+}
+
+// AllowAnyTenant is Allow on a route without {tenantId} that a
+// tenant-scoped role of any tenant may call: a read of what belongs to no
+// tenant (the meter catalog), or a command whose body names its tenants
+// and whose handler checks each against the claims' (CloudEvents ingest:
+// an ingest token's events must all be its own tenant's).
+func AllowAnyTenant(h http.HandlerFunc, roles ...string) *Guard {
+	g := Allow(h, roles...)
+	g.anyTenant = true
+	return g
 }
 
 // Public returns h open to anyone, with or without claims (the console's
@@ -63,7 +76,7 @@ func (g *Guard) Admits(c Claims, tenant string) bool {
 		if !c.Has(role) {
 			continue
 		}
-		if !TenantScoped(role) || (tenant != "" && c.Tenant == tenant) {
+		if !TenantScoped(role) || g.anyTenant || (tenant != "" && c.Tenant == tenant) {
 			return true
 		}
 	}
@@ -115,7 +128,8 @@ func GuardOf(h http.Handler) (*Guard, bool) {
 
 // Check walks every route of r and refuses a route registered without
 // Allow or Public (OpenPaths excepted), and a tenant-scoped role on a route
-// without {tenantId}. A service checks its router at start.
+// without {tenantId} unless the route is AllowAnyTenant's. A service checks
+// its router at start.
 func Check(r chi.Routes) error {
 	var problems []string
 	err := chi.Walk(r, func(method, pattern string, h http.Handler, _ ...func(http.Handler) http.Handler) error {
@@ -128,7 +142,7 @@ func Check(r chi.Routes) error {
 			return nil
 		}
 		for _, role := range g.roles {
-			if TenantScoped(role) && !strings.Contains(pattern, "{tenantId}") {
+			if TenantScoped(role) && !g.anyTenant && !strings.Contains(pattern, "{tenantId}") {
 				problems = append(problems, fmt.Sprintf("%s %s: tenant-scoped role %s on a route without {tenantId}", method, pattern, role))
 			}
 		}
