@@ -34,8 +34,8 @@ func (api *API) Routes(r chi.Router) {
 	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/prices", auth.Allow(api.activatePrice, auth.RoleBillingAdmin))
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/prices", auth.Allow(api.listPrices, auth.RoleViewer, auth.RoleBillingAdmin))
 	r.Method(http.MethodPost, "/v1/meters", auth.Allow(api.defineMeter, auth.RoleCatalogAdmin))
-	r.Method(http.MethodGet, "/v1/meters", auth.Allow(api.listMeters, catalogReaders...))
-	r.Method(http.MethodGet, "/v1/meters/{code}", auth.Allow(api.getMeter, catalogReaders...))
+	r.Method(http.MethodGet, "/v1/meters", auth.AllowAnyTenant(api.listMeters, catalogReaders...))
+	r.Method(http.MethodGet, "/v1/meters/{code}", auth.AllowAnyTenant(api.getMeter, catalogReaders...))
 	r.Method(http.MethodGet, "/openapi.json", meterapi.Handler())
 }
 

