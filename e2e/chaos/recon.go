@@ -900,7 +900,7 @@ func (rc *reconciler) issuedFigures(inv invoiceRow, got *issuedFigures) string {
 			continue
 		}
 		switch l.Kind {
-		case "charge":
+		case "charge", "unpriced":
 			want.ChargeLines++
 			want.Charges += l.ChargeCount
 		case "adjustment":

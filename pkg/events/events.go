@@ -471,8 +471,9 @@ func digestOK(s string) bool {
 // InvoiceIssued: invoice issued the invoice of a tenant, period and currency.
 // It carries the invoice's figures, not its lines (GET the invoice for
 // those), so its size is the same for ten charges or ten million: ChargeLines
-// is the number of charge lines (one per meter and price version), Charges
-// the charges they aggregate, Adjustments the adjustment lines.
+// is the number of lines of charges (a charge line per meter, price version
+// and price dimensions; an unpriced line per meter), Charges the charges
+// they aggregate, Adjustments the adjustment lines.
 type InvoiceIssued struct {
 	InvoiceID   uuid.UUID       `json:"invoiceId"`
 	Number      int64           `json:"number"`
