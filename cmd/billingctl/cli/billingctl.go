@@ -9,7 +9,8 @@
 // Exit codes: 0 done; 1 the service refused the request (a problem); 2 bad
 // usage (an unknown command or flag, a missing argument, an unreadable
 // file); 3 a service could not be reached or answered something other than
-// the contract; 4 `usage send` finished but refused some events.
+// the contract; 4 `usage send` or `events send` finished but some events
+// were refused.
 package cli
 
 import (
@@ -23,6 +24,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
 )
 
@@ -53,11 +55,27 @@ type command struct {
 	args  string // positional arguments, for the help
 	short string
 	// role is the role a self-signed token gets: a tenant role (with the
-	// tenant) or operator.
+	// tenant), operator or catalog-admin.
 	role string
+	// alt, when set, is a bool flag of the command that signs alt.role
+	// instead (`events send -platform`: platform-ingest, no tenant).
+	alt *altRole
 	// flags declares the command's own flags on fs; run does the work with
 	// the positional arguments left.
 	flags func(fs *flag.FlagSet) func(ctx context.Context, c *Client, args []string) error
+}
+
+// altRole is the role a command signs when its bool flag is given.
+type altRole struct{ flag, role string }
+
+// roleOf is the role cmd signs once its flags are parsed.
+func roleOf(cmd *command, fs *flag.FlagSet) string {
+	if cmd.alt != nil {
+		if f := fs.Lookup(cmd.alt.flag); f != nil && f.Value.String() == "true" {
+			return cmd.alt.role
+		}
+	}
+	return cmd.role
 }
 
 // usageError is bad usage: exit code 2.
@@ -67,11 +85,17 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
-// SomeRefusedError is what `usage send` returns when it finished and the
-// service refused some events: exit code 4.
-type SomeRefusedError struct{ Refused, Total int }
+// SomeRefusedError is what `usage send` and `events send` return when they
+// finished and the service refused some events: exit code 4.
+// Unwritten are the events of `events send` not written because another
+// of their request was refused.
+type SomeRefusedError struct{ Refused, Unwritten, Total int }
 
 func (e *SomeRefusedError) Error() string {
+	if e.Unwritten > 0 {
+		return fmt.Sprintf("%d of %d events refused and %d more not written with them (see the refused events above; fix them and send the file again: what was written replays)",
+			e.Refused, e.Total, e.Unwritten)
+	}
 	return fmt.Sprintf("%d of %d events refused (see the refused lines above)", e.Refused, e.Total)
 }
 
@@ -119,7 +143,7 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 		}
 		return ExitUsage
 	}
-	c, err := cfg.client(cmd.role, stdio)
+	c, err := cfg.client(roleOf(cmd, fs), stdio)
 	if err == nil {
 		err = run(ctx, c, fs.Args())
 	}
@@ -222,12 +246,14 @@ usage: billingctl [global flags] <command> [flags] [arguments]
 		switch c.role {
 		case roleOperator:
 			g = "operator"
+		case auth.RoleCatalogAdmin:
+			g = "catalog (catalog-admin, no tenant)"
 		case "":
 			g = "other"
 		}
 		groups[g] = append(groups[g], c)
 	}
-	for _, g := range []string{"tenant", "operator", "other"} {
+	for _, g := range []string{"tenant", "catalog (catalog-admin, no tenant)", "operator", "other"} {
 		cs := groups[g]
 		sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
 		fmt.Fprintf(w, "%s commands:\n", g)
@@ -241,6 +267,6 @@ usage: billingctl [global flags] <command> [flags] [arguments]
 	root.PrintDefaults()
 	fmt.Fprint(w, `
 exit codes: 0 done, 1 refused by the service (its problem code is printed), 2 bad usage,
-3 a service unreachable or off contract, 4 usage send finished with refused events.
+3 a service unreachable or off contract, 4 usage send or events send finished with refused events.
 `)
 }

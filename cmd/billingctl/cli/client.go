@@ -37,6 +37,9 @@ type call struct {
 	query   url.Values
 	body    any
 	header  map[string]string
+	// problem, when set, also receives a problem answer's document (its
+	// extension members, such as the per-event errors of POST /v1/events).
+	problem any
 }
 
 // response is a 2xx answer.
@@ -94,6 +97,9 @@ func (c *Client) do(ctx context.Context, k call) (*response, error) {
 		if p.Status == 0 {
 			p.Status = resp.StatusCode
 		}
+		if k.problem != nil {
+			_ = json.Unmarshal(raw, k.problem)
+		}
 		return nil, &p
 	}
 	return nil, fmt.Errorf("%s %s: %d %s without a problem document: %s", k.method, u, resp.StatusCode,
@@ -149,6 +155,12 @@ func (p *paging) register(fs interface {
 // as paging says, and returns the items and the next cursor (empty when the
 // list is done).
 func (c *Client) list(ctx context.Context, k call, key string, p paging) ([]map[string]any, string, error) {
+	return c.listPages(ctx, k, key, p, nil)
+}
+
+// listPages is list, giving onPage (when not nil) each page's answer
+// as it comes: its members besides the items (a report's header).
+func (c *Client) listPages(ctx context.Context, k call, key string, p paging, onPage func(map[string]json.RawMessage)) ([]map[string]any, string, error) {
 	if p.limit < 1 && !p.all {
 		return nil, "", usagef("-limit must be at least 1")
 	}
@@ -172,6 +184,9 @@ func (c *Client) list(ctx context.Context, k call, key string, p paging) ([]map[
 		var got map[string]json.RawMessage
 		if _, err := c.decode(ctx, page, &got); err != nil {
 			return nil, "", err
+		}
+		if onPage != nil {
+			onPage(got)
 		}
 		var these []map[string]any
 		if raw, ok := got[key]; ok {

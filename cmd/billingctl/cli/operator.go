@@ -269,7 +269,7 @@ func intentsRetry(fs *flag.FlagSet) runFunc {
 
 // token prints a token signed as the global flags say, for -role.
 func token(fs *flag.FlagSet) runFunc {
-	role := fs.String("role", auth.RoleOperator, "ingest, viewer, billing-admin (a comma list of these, with -tenant), or operator")
+	role := fs.String("role", auth.RoleOperator, "ingest, viewer, billing-admin (a comma list of these, with -tenant), operator, catalog-admin or platform-ingest")
 	ttl := fs.Duration("ttl", time.Hour, "how long the token is valid (services refuse more than 1h)")
 	return func(ctx context.Context, c *Client, args []string) error {
 		if err := positional(args); err != nil {

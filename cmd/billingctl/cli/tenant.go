@@ -24,13 +24,13 @@ import (
 // role its route admits.
 func init() {
 	register(
-		&command{name: "price activate", short: "activate a price of a meter (unit, graduated, volume or package)", role: auth.RoleBillingAdmin, flags: priceActivate},
+		&command{name: "price activate", short: "activate a price of a meter (unit, graduated, volume or package), for some dimension values if told", role: auth.RoleBillingAdmin, flags: priceActivate},
 		&command{name: "price list", short: "the tenant's prices, every version", role: auth.RoleViewer, flags: listCommand(listSpec{
 			service: "meter", path: "prices", key: "prices",
 			filters: []filter{{"meter", "meterCode", "only this meter"}},
 			cols: []column{col("METER", "meterCode"), col("CURRENCY", "currency"), col("VERSION", "version"),
 				col("MODEL", "model"), col("UNIT PRICE", "unitPrice"), col("TIERS", "tiers"), col("PACKAGE", "packageSize"),
-				col("PACKAGE PRICE", "packagePrice"), col("EFFECTIVE AT", "effectiveAt")},
+				col("PACKAGE PRICE", "packagePrice"), col("DIMENSIONS", "dimensions"), col("EFFECTIVE AT", "effectiveAt")},
 		})},
 		&command{name: "usage send", args: "[FILE|-]", short: "send usage facts from a CSV or NDJSON file (or stdin) in batches; summary of accepted, replayed, refused", role: auth.RoleIngest, flags: usageSend},
 		&command{name: "usage get", args: "USAGE_ID", short: "one usage fact", role: auth.RoleIngest, flags: usageGet},
@@ -196,8 +196,39 @@ func (t *tiersFlag) Set(v string) error {
 	return nil
 }
 
+// dimensionsFlag collects -dimension NAME=VALUE: the dimension values a
+// price is for.
+type dimensionsFlag meterapi.PriceDimensions
+
+func (d *dimensionsFlag) String() string {
+	if d == nil || len(*d) == 0 {
+		return ""
+	}
+	m := make(map[string]any, len(*d))
+	for k, v := range *d {
+		m[k] = v
+	}
+	return text(m)
+}
+
+func (d *dimensionsFlag) Set(v string) error {
+	name, value, ok := strings.Cut(v, "=")
+	if !ok || name == "" || value == "" {
+		return fmt.Errorf("want NAME=VALUE, got %q", v)
+	}
+	if *d == nil {
+		*d = dimensionsFlag{}
+	}
+	if _, dup := (*d)[name]; dup {
+		return fmt.Errorf("dimension %q given twice", name)
+	}
+	(*d)[name] = value
+	return nil
+}
+
 func priceActivate(fs *flag.FlagSet) runFunc {
 	var tiers tiersFlag
+	var dims dimensionsFlag
 	meter := fs.String("meter", "", "the meter code (required)")
 	currency := fs.String("currency", "", "ISO 4217 currency (required)")
 	model := fs.String("model", "", "unit (default), graduated, volume or package")
@@ -205,6 +236,7 @@ func priceActivate(fs *flag.FlagSet) runFunc {
 	fs.Var(&tiers, "tier", "a tier of a graduated or volume price, UPTO:UNITPRICE[:FLATFEE] (UPTO inf on the last); repeat in order")
 	packageSize := fs.String("package-size", "", "units per package of a package price")
 	packagePrice := fs.String("package-price", "", "the price of a package")
+	fs.Var(&dims, "dimension", "NAME=VALUE: the price is for facts whose property NAME (a dimension of the meter) is VALUE; repeat for several")
 	effectiveAt := fs.String("effective-at", "", "when the price takes effect, RFC 3339 (default now)")
 	key := fs.String("idempotency-key", "", "the Idempotency-Key (default: derived from the request, so a rerun replays)")
 	return func(ctx context.Context, c *Client, args []string) error {
@@ -223,6 +255,9 @@ func priceActivate(fs *flag.FlagSet) runFunc {
 		if len(tiers) > 0 {
 			req.Tiers = (*[]meterapi.TierRequest)(&tiers)
 		}
+		if len(dims) > 0 {
+			req.Dimensions = (*meterapi.PriceDimensions)(&dims)
+		}
 		if req.UnitPrice, err = decimalArg("unit-price", *unitPrice); err != nil {
 			return err
 		}
@@ -240,7 +275,7 @@ func priceActivate(fs *flag.FlagSet) runFunc {
 			req.EffectiveAt = &at
 		}
 		return c.command(ctx, call{service: "meter", method: http.MethodPost, path: c.tenantPath("prices"), body: req}, *key,
-			"priceId", "meterCode", "currency", "model", "unitPrice", "tiers", "packageSize", "packagePrice", "effectiveAt", "version", "eventId")
+			"priceId", "meterCode", "currency", "model", "unitPrice", "tiers", "packageSize", "packagePrice", "dimensions", "effectiveAt", "version", "eventId")
 	}
 }
 

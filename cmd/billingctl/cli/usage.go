@@ -41,14 +41,19 @@ type usageLine struct {
 	Quantity      string  `json:"quantity"`
 	OccurredAt    string  `json:"occurredAt"`
 	Currency      *string `json:"currency"`
+	// Properties are the fact's properties: an object of strings (NDJSON),
+	// the properties.<name> columns (CSV).
+	Properties map[string]any `json:"properties"`
 }
 
 // readUsage reads usage events from r: NDJSON (one object a line, with
-// the fields of a usage request) or CSV with a header naming them
-// (sourceSystem, sourceEventId, meterCode, quantity, occurredAt, currency;
-// meterCode, quantity and occurredAt are required). An event without
-// sourceSystem gets sourceSystem; one without sourceEventId gets one derived
-// from its line and content, so sending the same file again replays instead
+// the fields of a usage request, properties an object of strings) or CSV
+// with a header naming them (sourceSystem, sourceEventId, meterCode,
+// quantity, occurredAt, currency, and a column properties.<name> per
+// property, an empty cell no property; meterCode, quantity and occurredAt
+// are required). An event without sourceSystem gets sourceSystem; one
+// without sourceEventId gets one derived from its line and content
+// (properties included), so sending the same file again replays instead
 // of counting twice. No time is made up for an event without occurredAt (a
 // second send would then differ from the first): such input, a quantity
 // that is no decimal or a time that is no RFC 3339 time is refused, before
@@ -98,11 +103,37 @@ func checkUsage(n int, l usageLine, sourceSystem string) (record, error) {
 	if e.SourceSystem == "" {
 		e.SourceSystem = sourceSystem
 	}
+	var props usageapi.Properties
+	for name, v := range l.Properties {
+		s, ok := v.(string)
+		if !ok {
+			return record{}, fmt.Errorf("line %d: property %q is not a string (properties are strings: quote numbers)", n, name)
+		}
+		if props == nil {
+			props = usageapi.Properties{}
+		}
+		props[name] = s
+	}
+	if props != nil {
+		e.Properties = &props
+	}
 	if e.SourceEventId == "" {
-		h := sha256.Sum256(fmt.Appendf(nil, "%d\x00%s\x00%s\x00%s", n, l.MeterCode, l.Quantity, l.OccurredAt))
-		e.SourceEventId = "billingctl-" + hex.EncodeToString(h[:12])
+		e.SourceEventId = derivedID(n, l, props)
 	}
 	return record{line: n, event: e}, nil
+}
+
+// derivedID is the sourceEventId of line n without one: a hash of its line
+// number and content. A line without properties hashes as it did before
+// properties existed, so a file sent then replays now.
+func derivedID(n int, l usageLine, props usageapi.Properties) string {
+	in := fmt.Appendf(nil, "%d\x00%s\x00%s\x00%s", n, l.MeterCode, l.Quantity, l.OccurredAt)
+	if len(props) > 0 {
+		raw, _ := json.Marshal(props) // keys sorted: the same properties, the same text
+		in = append(append(in, 0), raw...)
+	}
+	h := sha256.Sum256(in)
+	return "billingctl-" + hex.EncodeToString(h[:12])
 }
 
 // readNDJSON gives add each non-blank line of r, an object of a usage
@@ -138,12 +169,20 @@ func readCSV(r io.Reader, add func(n int, l usageLine) error) error {
 		return fmt.Errorf("the CSV header: %w", err)
 	}
 	at := map[string]int{}
+	props := map[string]int{} // property name -> column
 	for i, h := range header {
-		at[strings.TrimSpace(h)] = i
+		h = strings.TrimSpace(h)
+		at[h] = i
+		if name, ok := strings.CutPrefix(h, "properties."); ok {
+			if name == "" {
+				return fmt.Errorf("the CSV header has a column properties. without a property name")
+			}
+			props[name] = i
+		}
 	}
 	for _, f := range []string{"meterCode", "quantity", "occurredAt"} {
 		if _, ok := at[f]; !ok {
-			return fmt.Errorf("the CSV header %q has no %s column (want sourceSystem, sourceEventId, meterCode, quantity, occurredAt, currency)", strings.Join(header, ","), f)
+			return fmt.Errorf("the CSV header %q has no %s column (want sourceSystem, sourceEventId, meterCode, quantity, occurredAt, currency, properties.<name>)", strings.Join(header, ","), f)
 		}
 	}
 	for n := 2; ; n++ {
@@ -161,8 +200,17 @@ func readCSV(r io.Reader, add func(n int, l usageLine) error) error {
 			return ""
 		}
 		cur := get("currency")
-		if err := add(n, usageLine{SourceSystem: get("sourceSystem"), SourceEventID: get("sourceEventId"),
-			MeterCode: get("meterCode"), Quantity: get("quantity"), OccurredAt: get("occurredAt"), Currency: &cur}); err != nil {
+		l := usageLine{SourceSystem: get("sourceSystem"), SourceEventID: get("sourceEventId"),
+			MeterCode: get("meterCode"), Quantity: get("quantity"), OccurredAt: get("occurredAt"), Currency: &cur}
+		for name, i := range props {
+			if i < len(row) && strings.TrimSpace(row[i]) != "" {
+				if l.Properties == nil {
+					l.Properties = map[string]any{}
+				}
+				l.Properties[name] = strings.TrimSpace(row[i])
+			}
+		}
+		if err := add(n, l); err != nil {
 			return err
 		}
 	}
