@@ -7,7 +7,6 @@ package billing
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -33,34 +32,40 @@ var Spec = service.Spec{
 	OriginConstraints: []string{"charge_usage_event_id_key", "price_evidence_event_id_key"},
 }
 
-// Build assembles billing from its dependencies.
+// Build assembles billing from its dependencies. Its settings, besides the
+// common ones: BILLING_CLOSE_WAIT (default 5s), how long an HTTP close waits
+// for usage's watermarks before it answers 202 closing and leaves the rest
+// to the scheduler (decision 0014); BILLING_CLOSE_INTERVAL (a duration of at
+// least 100ms, default 10s, or "off"), how often each instance's close
+// scheduler looks for due periods ("off": none in this process; periods
+// then close when someone calls close, or by another instance's scheduler).
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
+	env := service.NewEnv()
+	cfg := app.Config{WaitForUsage: true, CloseWait: env.Duration("BILLING_CLOSE_WAIT", app.DefaultCloseWait)}
+	scheduler := env.String("BILLING_CLOSE_INTERVAL", "") != "off"
+	if scheduler {
+		cfg.CloseInterval = env.Duration("BILLING_CLOSE_INTERVAL", app.DefaultCloseInterval)
+	}
+	err := env.Err()
+	if err == nil && scheduler && cfg.CloseInterval < minCloseInterval {
+		err = fmt.Errorf("BILLING_CLOSE_INTERVAL: want a duration of at least %s such as 10s, or off, got %s", minCloseInterval, cfg.CloseInterval)
+	}
+	if err != nil {
+		return service.Parts{}, err
+	}
 	now, err := d.Clock()
 	if err != nil {
 		return service.Parts{}, err
 	}
-	svc := app.New(d.Pool, d.Logger)
-	svc.SetClock(now)
-	// A close waits for the usage accepted before it (decision 0014):
-	// BILLING_CLOSE_WAIT (default 5s) is how long an HTTP close waits for
-	// usage's watermarks before it answers 202 closing and leaves the rest
-	// to the scheduler.
-	env := service.NewEnv()
-	closeWait := env.Duration("BILLING_CLOSE_WAIT", 5*time.Second)
-	if err := env.Err(); err != nil {
-		return service.Parts{}, err
-	}
-	svc.WaitForUsage(closeWait)
+	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Clock: now}, cfg)
 	if d.Metrics != nil {
-		if err := svc.RegisterMetrics(d.Metrics); err != nil {
-			return service.Parts{}, err
+		for _, c := range a.Collectors() {
+			if err := d.Metrics.Register(c); err != nil {
+				return service.Parts{}, fmt.Errorf("register close metrics: %w", err)
+			}
 		}
 	}
-	interval, err := schedulerInterval()
-	if err != nil {
-		return service.Parts{}, err
-	}
-	api := httpapi.New(svc, d.Logger)
+	api := httpapi.New(a, d.Logger)
 	return service.Parts{
 		Routes: func(r chi.Router) {
 			api.Routes(r)
@@ -70,33 +75,17 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		// plus grace has passed, on every instance (safe: see
 		// app.CloseDuePeriods).
 		Work: func(ctx context.Context) error {
-			if interval == 0 {
+			if !scheduler {
 				return nil
 			}
-			return svc.RunScheduler(ctx, interval)
+			return a.RunScheduler(ctx)
 		},
 		Topics:         app.Topics,
-		Handlers:       svc.Handlers(),
-		BatchHandlers:  svc.BatchHandlers(),
-		Reconciliation: svc.Reconciliation(),
+		Handlers:       a.Handlers(),
+		BatchHandlers:  a.BatchHandlers(),
+		Reconciliation: a.Reconciliation(),
 	}, nil
 }
 
-// schedulerInterval is BILLING_CLOSE_INTERVAL (a Go duration, default 10s,
-// at least 100ms): how often each instance looks for periods to close;
-// "off" (0) runs no scheduler in this process (periods then close only when
-// someone calls close, or another instance's scheduler closes them).
-func schedulerInterval() (time.Duration, error) {
-	v := os.Getenv("BILLING_CLOSE_INTERVAL")
-	switch v {
-	case "":
-		return 10 * time.Second, nil
-	case "off":
-		return 0, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 100*time.Millisecond {
-		return 0, fmt.Errorf("BILLING_CLOSE_INTERVAL=%q: want a duration of at least 100ms such as 10s", v)
-	}
-	return d, nil
-}
+// minCloseInterval is the shortest BILLING_CLOSE_INTERVAL.
+const minCloseInterval = 100 * time.Millisecond

@@ -30,12 +30,12 @@ type AdjustmentReply struct {
 // invoice. A credit is checked against the period's balance in its currency
 // under the credit lock (checkCredit). A *domain.Error reports a broken rule
 // (nothing written), ErrKeyReused a reused key.
-func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjustment) (Reply, error) {
+func (a *App) PostAdjustment(ctx context.Context, r Request, adj domain.Adjustment) (Reply, error) {
 	if err := r.checkActor(); err != nil {
 		return Reply{}, err
 	}
 	var reply Reply
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := a.inTx(ctx, func(tx pgx.Tx) error {
 		sc := scope("adjustment", r.TenantID)
 		replay, err := idempotency.ClaimReply(ctx, tx, sc, r.IdempotencyKey, r.RequestHash)
 		if err != nil {
@@ -46,14 +46,14 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 			return nil
 		}
 		q := db.New(tx)
-		charge, err := q.GetCharge(ctx, db.GetChargeParams{TenantID: r.TenantID, ChargeID: a.CorrectionOf})
+		charge, err := q.GetCharge(ctx, db.GetChargeParams{TenantID: r.TenantID, ChargeID: adj.CorrectionOf})
 		if errors.Is(err, pgx.ErrNoRows) {
-			return domain.ChargeNotFound(a.CorrectionOf)
+			return domain.ChargeNotFound(adj.CorrectionOf)
 		}
 		if err != nil {
-			return fmt.Errorf("read charge %s: %w", a.CorrectionOf, err)
+			return fmt.Errorf("read charge %s: %w", adj.CorrectionOf, err)
 		}
-		if err := domain.CheckAdjustment(a, charge.Currency); err != nil {
+		if err := domain.CheckAdjustment(adj, charge.Currency); err != nil {
 			return err
 		}
 		if err := q.LockPeriodShared(ctx, db.LockPeriodSharedParams{TenantID: r.TenantID, Period: charge.Period}); err != nil {
@@ -63,7 +63,7 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 		if err != nil {
 			return fmt.Errorf("read period %s: %w", charge.Period, err)
 		}
-		if err := checkCredit(ctx, q, r.TenantID, charge.Period, a); err != nil {
+		if err := checkCredit(ctx, q, r.TenantID, charge.Period, adj); err != nil {
 			return err
 		}
 		afterClose := status == domain.StatusClosed
@@ -72,10 +72,10 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 			return fmt.Errorf("new adjustment id: %w", err)
 		}
 		env, err := events.New(events.AdjustmentPosted{
-			AdjustmentID: adjustmentID, CorrectionOf: charge.ChargeID, Amount: a.Amount, Currency: a.Currency,
-			Reason: a.Reason, Period: charge.Period, AfterClose: afterClose, Actor: r.Actor,
+			AdjustmentID: adjustmentID, CorrectionOf: charge.ChargeID, Amount: adj.Amount, Currency: adj.Currency,
+			Reason: adj.Reason, Period: charge.Period, AfterClose: afterClose, Actor: r.Actor,
 		}, events.Meta{
-			Producer: Producer, TenantID: r.TenantID, AggregateID: adjustmentID.String(), OccurredAt: s.now(),
+			Producer: Producer, TenantID: r.TenantID, AggregateID: adjustmentID.String(), OccurredAt: a.now(),
 			CorrelationID: r.CorrelationID,
 		})
 		if err != nil {
@@ -83,7 +83,7 @@ func (s *Service) PostAdjustment(ctx context.Context, r Request, a domain.Adjust
 		}
 		err = q.InsertAdjustment(ctx, db.InsertAdjustmentParams{
 			AdjustmentID: adjustmentID, EventID: env.EventID, TenantID: r.TenantID, CorrectionOf: charge.ChargeID,
-			Amount: a.Amount, Currency: a.Currency, Reason: a.Reason, Period: charge.Period, AfterClose: afterClose,
+			Amount: adj.Amount, Currency: adj.Currency, Reason: adj.Reason, Period: charge.Period, AfterClose: afterClose,
 			Actor: r.Actor,
 		})
 		if err != nil {

@@ -27,7 +27,7 @@ func BenchmarkRateUsage(b *testing.B) {
 
 func benchmarkRateUsage(b *testing.B, batch, tenants int) {
 	pool := bt.NewPool(b)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(b, svc)
 	bt.DefineMeters(b, pool, ib)
 	ctx := b.Context()

@@ -24,11 +24,10 @@ import (
 // tokens is a catalog meter priced by model and region.
 var tokens = bt.Meter{Code: "tokens", Aggregation: catalog.Sum, Dimensions: []string{"model", "region"}}
 
-func catalogFixture(t *testing.T, maxConns int32) (*pgxpool.Pool, *app.Service, *inbox.Inbox) {
+func catalogFixture(t *testing.T, maxConns int32) (*pgxpool.Pool, *app.App, *inbox.Inbox) {
 	t.Helper()
 	pool := bt.NewPoolConns(t, maxConns)
-	svc := app.New(pool, nil)
-	svc.SetClock(func() time.Time { return jan20 }) // January in progress
+	svc := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return jan20 }}, app.Config{}) // January in progress
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib) // the implied meters of the plain tests' prices
 	return pool, svc, ib
@@ -51,7 +50,7 @@ func ratedBy(t *testing.T, pool *pgxpool.Pool) map[uuid.UUID]events.ChargeRated 
 	return out
 }
 
-func estimateOf(t *testing.T, svc *app.Service, tenant string) map[string]decimal.Decimal {
+func estimateOf(t *testing.T, svc *app.App, tenant string) map[string]decimal.Decimal {
 	t.Helper()
 	est, err := svc.PeriodEstimate(t.Context(), tenant, "2026-01")
 	if err != nil {

@@ -15,7 +15,7 @@ func TestChargeRatedCarriesItsCause(t *testing.T) {
 	t.Parallel()
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	pool := bt.NewPool(t)
-	ib := bt.NewInbox(t, app.New(pool, nil))
+	ib := bt.NewInbox(t, app.New(app.Deps{Pool: pool}, app.Config{}))
 	bt.DefineMeters(t, pool, ib)
 
 	usage, _ := usageAt("t1", 0, "2", jan10).Envelope(t)

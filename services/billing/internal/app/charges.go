@@ -76,8 +76,8 @@ func (c Charge) Position() ChargePosition {
 // ListCharges returns up to limit charges of a tenant matching f, in line
 // order (meter, currency, price version, charge id) after position after
 // (the zero position for the first page).
-func (s *Service) ListCharges(ctx context.Context, tenantID string, f ChargeFilter, after ChargePosition, limit int32) ([]Charge, error) {
-	q := db.New(s.pool)
+func (a *App) ListCharges(ctx context.Context, tenantID string, f ChargeFilter, after ChargePosition, limit int32) ([]Charge, error) {
+	q := db.New(a.pool)
 	var out []Charge
 	add := func(c db.ListChargesRow) error {
 		ch := Charge{

@@ -36,7 +36,7 @@ type CloseReply struct {
 // finishes it (its actor is the one recorded); a call on a closed period
 // publishes nothing.
 //
-// With WaitForUsage, step 1 waits for the usage accepted before the close
+// With Config.WaitForUsage, step 1 waits for the usage accepted before the close
 // was requested (decision 0014): the request is recorded first
 // (close_requested_at, the first request's time and actor stand) and the
 // period stays open; the call waits up to the service's close wait for
@@ -44,23 +44,23 @@ type CloseReply struct {
 // an answer under the key, and the scheduler finishes the close once usage
 // has caught up (a retry with the key carries on, and answers closed once
 // it is).
-func (s *Service) ClosePeriod(ctx context.Context, r Request, period string) (Reply, error) {
-	return s.closePeriod(ctx, r, period, s.closeWait)
+func (a *App) ClosePeriod(ctx context.Context, r Request, period string) (Reply, error) {
+	return a.closePeriod(ctx, r, period, a.cfg.CloseWait)
 }
 
-func (s *Service) closePeriod(ctx context.Context, r Request, period string, wait time.Duration) (Reply, error) {
+func (a *App) closePeriod(ctx context.Context, r Request, period string, wait time.Duration) (Reply, error) {
 	if err := r.checkActor(); err != nil {
 		return Reply{}, err
 	}
-	current, err := s.CurrentPeriod(ctx, r.TenantID)
+	current, err := a.CurrentPeriod(ctx, r.TenantID)
 	if err != nil {
 		return Reply{}, err
 	}
 	if err := domain.CheckBegun(period, current); err != nil {
 		return Reply{}, err
 	}
-	if s.gate {
-		replay, ready, err := s.requestClose(ctx, r, period, wait)
+	if a.cfg.WaitForUsage {
+		replay, ready, err := a.requestClose(ctx, r, period, wait)
 		if err != nil || replay != nil {
 			return derefReply(replay), err
 		}
@@ -72,11 +72,11 @@ func (s *Service) closePeriod(ctx context.Context, r Request, period string, wai
 			return Reply{Status: http.StatusAccepted, Body: body}, nil
 		}
 	}
-	replay, err := s.markClosing(ctx, r, period)
+	replay, err := a.markClosing(ctx, r, period)
 	if err != nil || replay != nil {
 		return derefReply(replay), err
 	}
-	return s.finishClose(ctx, r, period)
+	return a.finishClose(ctx, r, period)
 }
 
 func derefReply(r *Reply) Reply {
@@ -93,11 +93,11 @@ const closePoll = 50 * time.Millisecond
 // reused key changes nothing and an answered one replays) and waits up to
 // wait for usage to catch up with it: ready when step 1 may run (or the
 // period is closing or closed already).
-func (s *Service) requestClose(ctx context.Context, r Request, period string, wait time.Duration) (*Reply, bool, error) {
+func (a *App) requestClose(ctx context.Context, r Request, period string, wait time.Duration) (*Reply, bool, error) {
 	var replay *Reply
 	var status string
 	var requestedAt time.Time
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := a.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		if replay, err = idempotency.ClaimReply(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, r.RequestHash); err != nil || replay != nil {
 			return err
@@ -107,7 +107,7 @@ func (s *Service) requestClose(ctx context.Context, r Request, period string, wa
 			return fmt.Errorf("lock period %s: %w", period, err)
 		}
 		row, err := q.RequestClose(ctx, db.RequestCloseParams{TenantID: r.TenantID, Period: period,
-			RequestedAt: s.now().UTC(), RequestedBy: r.Actor})
+			RequestedAt: a.now().UTC(), RequestedBy: r.Actor})
 		if err != nil {
 			return fmt.Errorf("request close of %s: %w", period, err)
 		}
@@ -120,14 +120,14 @@ func (s *Service) requestClose(ctx context.Context, r Request, period string, wa
 	if status != domain.StatusOpen {
 		return nil, true, nil
 	}
-	cals, err := calendars(ctx, s.pool, r.TenantID)
+	cals, err := calendars(ctx, a.pool, r.TenantID)
 	if err != nil {
 		return nil, false, err
 	}
 	end := cals[r.TenantID].End(period)
 	deadline := time.Now().Add(wait)
 	for {
-		ready, _, err := s.usageCaughtUp(ctx, s.pool, r.TenantID, end, requestedAt)
+		ready, _, err := a.usageCaughtUp(ctx, a.pool, r.TenantID, end, requestedAt)
 		if err != nil || ready || !time.Now().Add(closePoll).Before(deadline) {
 			return nil, ready, err
 		}
@@ -143,9 +143,9 @@ func (s *Service) requestClose(ctx context.Context, r Request, period string, wa
 // changes nothing; a stored answer is returned as a replay. The key stays
 // claimed without an answer until step 2 saves one; a retry after a crash
 // finds it so and carries on.
-func (s *Service) markClosing(ctx context.Context, r Request, period string) (*Reply, error) {
+func (a *App) markClosing(ctx context.Context, r Request, period string) (*Reply, error) {
 	var replay *Reply
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := a.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
 		if replay, err = idempotency.ClaimReply(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, r.RequestHash); err != nil || replay != nil {
 			return err
@@ -163,9 +163,9 @@ func (s *Service) markClosing(ctx context.Context, r Request, period string) (*R
 }
 
 // finishClose is step 2.
-func (s *Service) finishClose(ctx context.Context, r Request, period string) (Reply, error) {
+func (a *App) finishClose(ctx context.Context, r Request, period string) (Reply, error) {
 	var reply Reply
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := a.inTx(ctx, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if err := q.LockPeriodExclusive(ctx, db.LockPeriodExclusiveParams{TenantID: r.TenantID, Period: period}); err != nil {
 			return fmt.Errorf("lock period %s: %w", period, err)
@@ -175,7 +175,7 @@ func (s *Service) finishClose(ctx context.Context, r Request, period string) (Re
 			return fmt.Errorf("lock period %s: %w", period, err)
 		}
 		if status == domain.StatusClosing {
-			if err := s.close(ctx, tx, q, r, period); err != nil {
+			if err := a.close(ctx, tx, q, r, period); err != nil {
 				return err
 			}
 		} else if status != domain.StatusClosed {
@@ -192,12 +192,12 @@ func (s *Service) finishClose(ctx context.Context, r Request, period string) (Re
 }
 
 // close counts and closes a period the caller holds locked.
-func (s *Service) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, period string) error {
+func (a *App) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, period string) error {
 	rows, err := q.CloseTallies(ctx, db.CloseTalliesParams{TenantID: r.TenantID, Period: period})
 	if err != nil {
 		return fmt.Errorf("tally period %s: %w", period, err)
 	}
-	closedAt := s.now().UTC().Truncate(time.Microsecond) // as PostgreSQL keeps it
+	closedAt := a.now().UTC().Truncate(time.Microsecond) // as PostgreSQL keeps it
 	closed := events.BillingPeriodClosed{Period: period, ClosedAt: closedAt, Actor: r.Actor,
 		Totals: map[string]decimal.Decimal{}, Currencies: map[string]events.CloseTally{}}
 	for _, row := range rows {

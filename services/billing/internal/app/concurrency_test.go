@@ -48,7 +48,7 @@ type raceResult struct {
 func (r ratingRace) run(t *testing.T) raceResult {
 	t.Helper()
 	pool := bt.NewPoolConns(t, int32(r.workers+len(r.closes)+3))
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), priceV2("t1").Raw(t), krwPrice("t1").Raw(t))

@@ -19,7 +19,7 @@ import (
 
 // post sends an adjustment as the HTTP API does (parsed, then posted) by
 // actor, and returns the rule it broke, if any.
-func post(t *testing.T, svc *app.Service, tenant string, charge uuid.UUID, amount, currency, actor string) (app.Reply, error) {
+func post(t *testing.T, svc *app.App, tenant string, charge uuid.UUID, amount, currency, actor string) (app.Reply, error) {
 	t.Helper()
 	a, err := domain.ParseAdjustment(domain.AdjustmentRequest{
 		CorrectionOf: charge.String(), Amount: amount, Currency: currency, Reason: "credit",
@@ -60,7 +60,7 @@ func adjusted(t *testing.T, pool *pgxpool.Pool, tenant, period, currency string)
 func TestCreditsNeverExceedCharges(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	// USD: 80 x 0.0125 = 1.00; KRW: 10 x 13.7 = 137 (does not count for USD).
@@ -127,7 +127,7 @@ func TestConcurrentCreditsOnlyTheOnesThatFit(t *testing.T) {
 	t.Parallel()
 	const n = 20
 	pool := bt.NewPoolConns(t, n+2)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "40", jan10).Raw(t), usageAt("t1", 1, "40", jan20).Raw(t))
@@ -179,7 +179,7 @@ func TestConcurrentCreditsOnlyTheOnesThatFit(t *testing.T) {
 func TestCreditAfterClose(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "80", jan10).Raw(t))
@@ -233,7 +233,7 @@ func TestCreditAfterClose(t *testing.T) {
 func TestCreditsAgainstPricedLines(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	dec := decimal.RequireFromString

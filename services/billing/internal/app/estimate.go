@@ -41,9 +41,9 @@ type Estimate struct {
 // PeriodEstimate reads the period's status, lines and adjustments, in one
 // snapshot, and prices the lines. Bounded by meters x versions x currencies,
 // whatever the number of charges.
-func (s *Service) PeriodEstimate(ctx context.Context, tenantID, period string) (Estimate, error) {
+func (a *App) PeriodEstimate(ctx context.Context, tenantID, period string) (Estimate, error) {
 	out := Estimate{Period: period, Estimate: map[string]decimal.Decimal{}}
-	tx, err := s.pool.Begin(ctx)
+	tx, err := a.pool.Begin(ctx)
 	if err != nil {
 		return Estimate{}, fmt.Errorf("begin: %w", err)
 	}
@@ -61,7 +61,7 @@ func (s *Service) PeriodEstimate(ctx context.Context, tenantID, period string) (
 		return Estimate{}, err
 	}
 	cal := cals[tenantID]
-	out.Status = cal.Status(period, stored, s.now())
+	out.Status = cal.Status(period, stored, a.now())
 	if out.Status == domain.StatusOpen || out.Status == domain.StatusGrace {
 		at := cal.ClosesAt(period)
 		out.ClosesAt = &at
@@ -75,7 +75,7 @@ func (s *Service) PeriodEstimate(ctx context.Context, tenantID, period string) (
 		default:
 			at := req.CloseRequestedAt.UTC()
 			out.Status, out.ClosesAt, out.CloseRequestedAt = domain.StatusClosing, nil, &at
-			_, why, err := s.usageCaughtUp(ctx, tx, tenantID, cal.End(period), at)
+			_, why, err := a.usageCaughtUp(ctx, tx, tenantID, cal.End(period), at)
 			if err != nil {
 				return Estimate{}, err
 			}
@@ -100,8 +100,8 @@ func (s *Service) PeriodEstimate(ctx context.Context, tenantID, period string) (
 	if err != nil {
 		return Estimate{}, fmt.Errorf("read period adjustments: %w", err)
 	}
-	for _, a := range adjs {
-		out.Estimate[a.Currency] = out.Estimate[a.Currency].Add(a.Amount)
+	for _, adj := range adjs {
+		out.Estimate[adj.Currency] = out.Estimate[adj.Currency].Add(adj.Amount)
 	}
 	return out, nil
 }

@@ -22,8 +22,7 @@ func TestOtherModelsAndThePeriodEstimate(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
-	svc.SetClock(func() time.Time { return jan20 }) // January in progress
+	svc := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return jan20 }}, app.Config{}) // January in progress
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	dec := decimal.RequireFromString

@@ -32,13 +32,11 @@ func newClock(at time.Time) *clock {
 
 func (c *clock) set(at time.Time) { c.at.Store(&at) }
 func (c *clock) now() time.Time   { return *c.at.Load() }
-func (c *clock) service(pool *pgxpool.Pool) *app.Service {
-	svc := app.New(pool, nil)
-	svc.SetClock(c.now)
-	return svc
+func (c *clock) service(pool *pgxpool.Pool) *app.App {
+	return app.New(app.Deps{Pool: pool, Clock: c.now}, app.Config{})
 }
 
-func putSettings(t *testing.T, svc *app.Service, tenant, zone, grace string) app.SettingsReply {
+func putSettings(t *testing.T, svc *app.App, tenant, zone, grace string) app.SettingsReply {
 	t.Helper()
 	st, err := domain.ParseSettings(domain.SettingsRequest{TimeZone: &zone, GracePeriod: &grace})
 	if err != nil {
@@ -252,7 +250,7 @@ func TestSchedulerClosesOnceWithTwoInstances(t *testing.T) {
 		var all app.SchedulerRun
 		var wg sync.WaitGroup
 		for i := range 6 {
-			svc := []*app.Service{a, b}[i%2]
+			svc := []*app.App{a, b}[i%2]
 			wg.Go(func() {
 				run, err := svc.CloseDuePeriods(t.Context())
 				if err != nil {

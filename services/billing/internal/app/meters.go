@@ -17,7 +17,7 @@ import (
 // changes once defined (its one event is meter/<code> version 1), so a
 // replay changes nothing. Applying it provides the meter's aggregate key
 // (MeterKey), which wakes the usage of the meter waiting for it.
-func (s *Service) OnMeterDefined(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.MeterDefined) (inbox.Outcome, error) {
+func (a *App) OnMeterDefined(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.MeterDefined) (inbox.Outcome, error) {
 	e := d.Envelope
 	if e.TenantID != events.CatalogTenant || e.AggregateType != events.AggregateMeter || e.AggregateID != p.Code ||
 		e.AggregateVersion != 1 {

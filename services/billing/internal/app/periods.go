@@ -20,9 +20,6 @@ import (
 // closes (decision 0010: every close records one).
 const SchedulerActor = "system:scheduler"
 
-// SetClock replaces the service's clock (tests drive time with it).
-func (s *Service) SetClock(now func() time.Time) { s.now = now }
-
 // Calendars are the period calendars of some tenants (decision 0014).
 type Calendars map[string]domain.Calendar
 
@@ -54,7 +51,7 @@ func calendars(ctx context.Context, q db.DBTX, tenantIDs ...string) (Calendars, 
 
 // TenantCalendars reads the calendars of the tenants of some usage events
 // (tenantIDs may repeat): rating takes each fact's period from them.
-func (s *Service) TenantCalendars(ctx context.Context, q db.DBTX, tenantIDs []string) (Calendars, error) {
+func (a *App) TenantCalendars(ctx context.Context, q db.DBTX, tenantIDs []string) (Calendars, error) {
 	seen := map[string]bool{}
 	var ids []string
 	for _, t := range tenantIDs {
@@ -67,12 +64,12 @@ func (s *Service) TenantCalendars(ctx context.Context, q db.DBTX, tenantIDs []st
 }
 
 // CurrentPeriod is the tenant's period in progress now.
-func (s *Service) CurrentPeriod(ctx context.Context, tenantID string) (string, error) {
-	cals, err := calendars(ctx, s.pool, tenantID)
+func (a *App) CurrentPeriod(ctx context.Context, tenantID string) (string, error) {
+	cals, err := calendars(ctx, a.pool, tenantID)
 	if err != nil {
 		return "", err
 	}
-	return cals.Period(tenantID, s.now()), nil
+	return cals.Period(tenantID, a.now()), nil
 }
 
 // SettingsReply is the body of PUT .../settings: the settings and the first
@@ -88,12 +85,12 @@ type SettingsReply struct {
 // (so a period keeps the zone and grace it began with, and no fact already
 // rated belongs to a period they change). A second change before that
 // period begins replaces the first. Idempotent by key; records the actor.
-func (s *Service) PutSettings(ctx context.Context, r Request, st domain.Settings) (Reply, error) {
+func (a *App) PutSettings(ctx context.Context, r Request, st domain.Settings) (Reply, error) {
 	if err := r.checkActor(); err != nil {
 		return Reply{}, err
 	}
 	var reply Reply
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err := a.inTx(ctx, func(tx pgx.Tx) error {
 		sc := scope("settings", r.TenantID)
 		replay, err := idempotency.ClaimReply(ctx, tx, sc, r.IdempotencyKey, r.RequestHash)
 		if err != nil {
@@ -111,7 +108,7 @@ func (s *Service) PutSettings(ctx context.Context, r Request, st domain.Settings
 		if err != nil {
 			return err
 		}
-		from := cals[r.TenantID].FirstChangeable(s.now())
+		from := cals[r.TenantID].FirstChangeable(a.now())
 		err = q.PutTenantSettings(ctx, db.PutTenantSettingsParams{
 			TenantID: r.TenantID, EffectiveFrom: from, TimeZone: st.TimeZone,
 			GraceSeconds: int64(st.Grace / time.Second), Actor: r.Actor,
@@ -145,9 +142,9 @@ type SchedulerRun struct {
 // once: a close takes the period's exclusive lock and closes a period once
 // (a second close of it publishes nothing), and BillingPeriodEnded is
 // appended with its period_ended row, whose key lets only one in.
-func (s *Service) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
+func (a *App) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 	var run SchedulerRun
-	q := db.New(s.pool)
+	q := db.New(a.pool)
 	// Closes requested and waiting for usage (decision 0014): finished
 	// once usage has caught up, under the requester's actor.
 	waits, err := q.RequestedCloses(ctx)
@@ -159,7 +156,7 @@ func (s *Service) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 	for _, w := range waits {
 		name := w.TenantID + "/" + w.Period
 		requested[name] = true
-		closed, err := s.scheduledClose(ctx, w.TenantID, w.Period, w.CloseRequestedBy)
+		closed, err := a.scheduledClose(ctx, w.TenantID, w.Period, w.CloseRequestedBy)
 		if err != nil {
 			return run, fmt.Errorf("close %s: %w", name, err)
 		}
@@ -168,9 +165,9 @@ func (s *Service) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 			continue
 		}
 		waiting++
-		oldest = max(oldest, s.now().Sub(w.CloseRequestedAt))
+		oldest = max(oldest, a.now().Sub(w.CloseRequestedAt))
 	}
-	s.observeWaiting(waiting, oldest)
+	a.observeWaiting(waiting, oldest)
 	cands, err := q.UnclosedPeriods(ctx)
 	if err != nil {
 		return run, fmt.Errorf("find unclosed periods: %w", err)
@@ -182,11 +179,11 @@ func (s *Service) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 	for i, c := range cands {
 		tenants[i] = c.TenantID
 	}
-	cals, err := s.TenantCalendars(ctx, s.pool, tenants)
+	cals, err := a.TenantCalendars(ctx, a.pool, tenants)
 	if err != nil {
 		return run, err
 	}
-	now := s.now()
+	now := a.now()
 	for _, c := range cands {
 		if err := ctx.Err(); err != nil {
 			return run, err
@@ -197,7 +194,7 @@ func (s *Service) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 		case requested[name]:
 			// finished below, by the requester's actor
 		case c.Closing || !now.Before(cal.ClosesAt(c.Period)):
-			closed, err := s.scheduledClose(ctx, c.TenantID, c.Period, SchedulerActor)
+			closed, err := a.scheduledClose(ctx, c.TenantID, c.Period, SchedulerActor)
 			if err != nil {
 				return run, fmt.Errorf("close %s: %w", name, err)
 			}
@@ -205,7 +202,7 @@ func (s *Service) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 				run.Closed = append(run.Closed, name)
 			}
 		case !c.Ended && !now.Before(cal.End(c.Period)):
-			appended, err := s.periodEnded(ctx, c.TenantID, c.Period, cal)
+			appended, err := a.periodEnded(ctx, c.TenantID, c.Period, cal)
 			if err != nil {
 				return run, fmt.Errorf("end %s: %w", name, err)
 			}
@@ -219,12 +216,12 @@ func (s *Service) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 
 // scheduledClose runs a close for the scheduler, without waiting: true
 // when the period is closed, false when it waits for usage.
-func (s *Service) scheduledClose(ctx context.Context, tenantID, period, actor string) (bool, error) {
+func (a *App) scheduledClose(ctx context.Context, tenantID, period, actor string) (bool, error) {
 	if actor == "" {
 		actor = SchedulerActor
 	}
 	path := fmt.Sprintf("/v1/tenants/%s/periods/%s/close", tenantID, period)
-	reply, err := s.closePeriod(ctx, Request{
+	reply, err := a.closePeriod(ctx, Request{
 		TenantID: tenantID, IdempotencyKey: "scheduler/" + period, Actor: actor,
 		RequestHash: idempotency.RequestHash("SCHEDULE", path, nil), CorrelationID: "scheduler-" + period,
 	}, period, 0)
@@ -240,19 +237,19 @@ func (s *Service) scheduledClose(ctx context.Context, tenantID, period, actor st
 
 // periodEnded records that a period went into grace and appends
 // BillingPeriodEnded, once: false when it was recorded before.
-func (s *Service) periodEnded(ctx context.Context, tenantID, period string, cal domain.Calendar) (bool, error) {
+func (a *App) periodEnded(ctx context.Context, tenantID, period string, cal domain.Calendar) (bool, error) {
 	ended := events.BillingPeriodEnded{
 		Period: period, TimeZone: cal.Settings(period).TimeZone, EndedAt: cal.End(period), ClosesAt: cal.ClosesAt(period),
 	}
 	env, err := events.New(ended, events.Meta{
-		Producer: Producer, TenantID: tenantID, AggregateID: period, OccurredAt: s.now().UTC(),
+		Producer: Producer, TenantID: tenantID, AggregateID: period, OccurredAt: a.now().UTC(),
 		CorrelationID: "scheduler-" + period,
 	})
 	if err != nil {
 		return false, err
 	}
 	var appended bool
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
+	err = a.inTx(ctx, func(tx pgx.Tx) error {
 		n, err := db.New(tx).InsertPeriodEnded(ctx, db.InsertPeriodEndedParams{
 			TenantID: tenantID, Period: period, EndedAt: ended.EndedAt, ClosesAt: ended.ClosesAt, EventID: env.EventID,
 		})
@@ -268,20 +265,20 @@ func (s *Service) periodEnded(ctx context.Context, tenantID, period string, cal 
 	return appended, err
 }
 
-// RunScheduler runs CloseDuePeriods every interval until ctx ends. A failed
-// pass is logged and retried at the next tick.
-func (s *Service) RunScheduler(ctx context.Context, interval time.Duration) error {
-	t := time.NewTicker(interval)
+// RunScheduler runs CloseDuePeriods every Config.CloseInterval until ctx
+// ends. A failed pass is logged and retried at the next tick.
+func (a *App) RunScheduler(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.CloseInterval)
 	defer t.Stop()
 	for {
-		run, err := s.CloseDuePeriods(ctx)
+		run, err := a.CloseDuePeriods(ctx)
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			s.log.WarnContext(ctx, "close scheduler pass failed", "err", err)
+			a.log.WarnContext(ctx, "close scheduler pass failed", "err", err)
 		case len(run.Closed)+len(run.Ended) > 0:
-			s.log.InfoContext(ctx, "close scheduler", "closed", run.Closed, "ended", run.Ended)
+			a.log.InfoContext(ctx, "close scheduler", "closed", run.Closed, "ended", run.Ended)
 		}
 		select {
 		case <-ctx.Done():
@@ -293,12 +290,12 @@ func (s *Service) RunScheduler(ctx context.Context, interval time.Duration) erro
 
 // occurrencePeriods are the periods the usage facts us occurred in, each in
 // its tenant's calendar (rating's one read of the settings per batch).
-func (s *Service) occurrencePeriods(ctx context.Context, q db.DBTX, ds []*envelope.Decoded, us []events.UsageAccepted) ([]string, error) {
+func (a *App) occurrencePeriods(ctx context.Context, q db.DBTX, ds []*envelope.Decoded, us []events.UsageAccepted) ([]string, error) {
 	tenants := make([]string, len(ds))
 	for i, d := range ds {
 		tenants[i] = d.Envelope.TenantID
 	}
-	cals, err := s.TenantCalendars(ctx, q, tenants)
+	cals, err := a.TenantCalendars(ctx, q, tenants)
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +307,7 @@ func (s *Service) occurrencePeriods(ctx context.Context, q db.DBTX, ds []*envelo
 }
 
 // occurrencePeriod is the period a tenant's fact that occurred at t belongs to.
-func (s *Service) occurrencePeriod(ctx context.Context, q db.DBTX, tenantID string, t time.Time) (string, error) {
+func (a *App) occurrencePeriod(ctx context.Context, q db.DBTX, tenantID string, t time.Time) (string, error) {
 	cals, err := calendars(ctx, q, tenantID)
 	if err != nil {
 		return "", err

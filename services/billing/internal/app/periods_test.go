@@ -27,7 +27,7 @@ func closeRequest(tenant, period, key string) app.Request {
 		Actor: "closer@" + tenant + ".example"}
 }
 
-func closePeriod(t *testing.T, svc *app.Service, tenant, period, key string) app.Reply {
+func closePeriod(t *testing.T, svc *app.App, tenant, period, key string) app.Reply {
 	t.Helper()
 	reply, err := svc.ClosePeriod(t.Context(), closeRequest(tenant, period, key), period)
 	if err != nil {
@@ -41,7 +41,7 @@ func closePeriod(t *testing.T, svc *app.Service, tenant, period, key string) app
 	return reply
 }
 
-func adjust(t *testing.T, svc *app.Service, tenant string, chargeID uuid.UUID, amount, currency string) (app.AdjustmentReply, error) {
+func adjust(t *testing.T, svc *app.App, tenant string, chargeID uuid.UUID, amount, currency string) (app.AdjustmentReply, error) {
 	t.Helper()
 	a, err := domain.ParseAdjustment(domain.AdjustmentRequest{
 		CorrectionOf: chargeID.String(), Amount: amount, Currency: currency, Reason: "goodwill credit",
@@ -66,13 +66,13 @@ func adjust(t *testing.T, svc *app.Service, tenant string, chargeID uuid.UUID, a
 
 // charges returns every charge of a tenant's period, page by page, in line
 // order.
-func charges(t *testing.T, svc *app.Service, tenant, period string) []app.Charge {
+func charges(t *testing.T, svc *app.App, tenant, period string) []app.Charge {
 	t.Helper()
 	return listAll(t, svc, tenant, app.ChargeFilter{Period: period}, 1000)
 }
 
 // listAll reads every page of a charges list of limit charges each.
-func listAll(t *testing.T, svc *app.Service, tenant string, f app.ChargeFilter, limit int32) []app.Charge {
+func listAll(t *testing.T, svc *app.App, tenant string, f app.ChargeFilter, limit int32) []app.Charge {
 	t.Helper()
 	var all []app.Charge
 	var after app.ChargePosition
@@ -137,7 +137,7 @@ func krwPrice(tenant string) bt.Price {
 func TestCloseRestartedHalfway(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	ctx := t.Context()
@@ -245,7 +245,7 @@ func TestCloseRestartedHalfway(t *testing.T) {
 func TestCloseIsIdempotent(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "8", jan10).Raw(t))
@@ -298,7 +298,7 @@ func TestCloseIsIdempotent(t *testing.T) {
 func TestConcurrentClosesPublishOnce(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "8", jan10).Raw(t))
@@ -323,7 +323,7 @@ func TestConcurrentClosesPublishOnce(t *testing.T) {
 func TestAdjustments(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), priceV1("t2").Raw(t),
@@ -395,7 +395,7 @@ func TestAdjustments(t *testing.T) {
 func TestEventsAreTheirOwnAggregatesAndTheCloseTalliesThem(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 

@@ -26,7 +26,7 @@ import (
 // provides the aggregate key of the version, which wakes the series'
 // watermarks waiting for it, and the schedule keys of the seconds it makes
 // known, which wake the usage waiting for them.
-func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceActivated) (_ inbox.Outcome, err error) {
+func (a *App) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceActivated) (_ inbox.Outcome, err error) {
 	e := d.Envelope
 	if e.AggregateType != events.AggregatePrice || e.AggregateID != events.PriceSeriesID(p.MeterCode, p.Currency) ||
 		e.AggregateVersion != p.Version {
@@ -79,7 +79,7 @@ func (s *Service) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.D
 // that version's PriceActivated. A watermark lower than what billing knows
 // changes nothing. It provides the schedule keys of the seconds it makes
 // known.
-func (s *Service) OnPriceScheduleWatermark(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceScheduleWatermark) (inbox.Outcome, error) {
+func (a *App) OnPriceScheduleWatermark(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceScheduleWatermark) (inbox.Outcome, error) {
 	e := d.Envelope
 	if e.AggregateType != events.AggregatePriceSchedule || e.AggregateVersion != 1 ||
 		e.AggregateID != events.PriceScheduleID(p.MeterCode, p.Currency, p.KnownThrough) {

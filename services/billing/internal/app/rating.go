@@ -33,13 +33,13 @@ const maxRatingAttempts = 4
 // occurrence yet waits for it (ScheduleKey); one known but with no entry in
 // effect is rated unpriced; one whose period is closing or closed is rated
 // alone by OnUsageAccepted, late into the next open period.
-func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, us []events.UsageAccepted) ([]inbox.Outcome, error) {
+func (a *App) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, us []events.UsageAccepted) ([]inbox.Outcome, error) {
 	for i, d := range ds {
 		if err := checkUsageAggregate(&d.Envelope, us[i]); err != nil {
 			return nil, inbox.ItemError(i, err)
 		}
 	}
-	periods, err := s.occurrencePeriods(ctx, tx, ds, us)
+	periods, err := a.occurrencePeriods(ctx, tx, ds, us)
 	if err != nil {
 		return nil, err
 	}
@@ -63,14 +63,14 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 		}
 		switch row.Status {
 		case domain.StatusOpen:
-			out, err := s.rated(in, u, row, b.charge(i), pricings)
+			out, err := a.rated(in, u, row, b.charge(i), pricings)
 			if err != nil {
 				return nil, err
 			}
 			outs[i] = out
 		case domain.StatusClosing, domain.StatusClosed:
 			// Nothing was written for it: rated alone, late.
-			out, err := s.OnUsageAccepted(ctx, tx, ds[i], u)
+			out, err := a.OnUsageAccepted(ctx, tx, ds[i], u)
 			if err != nil {
 				return nil, inbox.ItemError(i, err)
 			}
@@ -95,12 +95,12 @@ func (s *Service) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelop
 // exclusively by the close (see ClosePeriod). One round trip in the common
 // case: lock and rate, pipelined; ChargeRated is appended by the inbox with
 // the run's decisions (inbox.Outcome.Publish).
-func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, u events.UsageAccepted) (inbox.Outcome, error) {
+func (a *App) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, u events.UsageAccepted) (inbox.Outcome, error) {
 	in := &d.Envelope
 	if err := checkUsageAggregate(in, u); err != nil {
 		return inbox.Outcome{}, err
 	}
-	occurred, err := s.occurrencePeriod(ctx, tx, in.TenantID, u.OccurredAt)
+	occurred, err := a.occurrencePeriod(ctx, tx, in.TenantID, u.OccurredAt)
 	if err != nil {
 		return inbox.Outcome{}, err
 	}
@@ -125,7 +125,7 @@ func (s *Service) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.De
 			if err != nil {
 				return inbox.Outcome{}, err
 			}
-			return s.rated(in, u, row, b.charge(0), pricings)
+			return a.rated(in, u, row, b.charge(0), pricings)
 		case domain.StatusClosing, domain.StatusClosed:
 		default:
 			return inbox.Outcome{}, fmt.Errorf("%w: period %s of %s has status %q", ErrInternal, period, in.TenantID, row.Status)
@@ -297,9 +297,9 @@ func evidencePricing(model string, unitPrice decimal.Decimal, tiers []byte, size
 
 // rated is the outcome of a fact the rating statement rated into slot: its
 // ChargeRated.
-func (s *Service) rated(in *envelope.Envelope, u events.UsageAccepted, row db.RateUsagesRow, slot chargeSlot,
+func (a *App) rated(in *envelope.Envelope, u events.UsageAccepted, row db.RateUsagesRow, slot chargeSlot,
 	pricings map[seriesVersion]*pricing.Pricing) (inbox.Outcome, error) {
-	env, err := s.chargeRated(in, u, row, slot, pricings)
+	env, err := a.chargeRated(in, u, row, slot, pricings)
 	if err != nil {
 		return inbox.Outcome{}, err
 	}
@@ -311,7 +311,7 @@ func (s *Service) rated(in *envelope.Envelope, u events.UsageAccepted, row db.Ra
 // when the line is priced as a whole, pricing), or unpriced. A sum or count
 // charge under unit pricing has its own amount; the others carry the
 // version's pricing instead.
-func (s *Service) chargeRated(in *envelope.Envelope, u events.UsageAccepted, row db.RateUsagesRow, slot chargeSlot,
+func (a *App) chargeRated(in *envelope.Envelope, u events.UsageAccepted, row db.RateUsagesRow, slot chargeSlot,
 	pricings map[seriesVersion]*pricing.Pricing) (envelope.Envelope, error) {
 	charge := events.ChargeRated{
 		ChargeID: slot.chargeID, UsageEventID: in.EventID, UsageID: u.UsageID, MeterCode: u.MeterCode,
@@ -343,6 +343,6 @@ func (s *Service) chargeRated(in *envelope.Envelope, u events.UsageAccepted, row
 		}
 	}
 	return events.Caused(in, charge, events.Meta{
-		Producer: Producer, TenantID: in.TenantID, AggregateID: slot.chargeID.String(), OccurredAt: s.now(), EventID: slot.eventID,
+		Producer: Producer, TenantID: in.TenantID, AggregateID: slot.chargeID.String(), OccurredAt: a.now(), EventID: slot.eventID,
 	})
 }

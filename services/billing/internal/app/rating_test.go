@@ -38,10 +38,10 @@ func usageAt(tenant string, version int64, qty string, at time.Time) bt.Usage {
 	return bt.Usage{Tenant: tenant, Meter: "api_calls", Currency: "USD", PriceVersion: version, Quantity: qty, OccurredAt: at}
 }
 
-func newService(t *testing.T) (*app.Service, *inbox.Inbox, func(...[]byte) []inbox.Decision) {
+func newService(t *testing.T) (*app.App, *inbox.Inbox, func(...[]byte) []inbox.Decision) {
 	t.Helper()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	return svc, ib, func(raws ...[]byte) []inbox.Decision { return bt.Decide(t, pool, ib, raws...) }
@@ -111,7 +111,7 @@ func TestPriceAtOccurrenceAcrossTwoVersions(t *testing.T) {
 func TestUsageDeferredUntilTheScheduleIsKnownThroughIt(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 
@@ -172,7 +172,7 @@ func TestUsageDeferredUntilTheScheduleIsKnownThroughIt(t *testing.T) {
 func TestKnownScheduleNeverFalls(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	v1 := priceV1("t1")
@@ -188,7 +188,7 @@ func TestKnownScheduleNeverFalls(t *testing.T) {
 func TestSameUsageDeliveredEightTimesConcurrently(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t))
@@ -243,7 +243,7 @@ func TestSameUsageDeliveredEightTimesConcurrently(t *testing.T) {
 func TestLateUsageGoesToTheNextOpenPeriod(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 
@@ -308,7 +308,7 @@ func TestLateUsageGoesToTheNextOpenPeriod(t *testing.T) {
 func TestConcurrentBatchesOverTheSameTenantsDoNotWait(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("a").Raw(t), priceV1("b").Raw(t))
@@ -362,7 +362,7 @@ func TestConcurrentBatchesOverTheSameTenantsDoNotWait(t *testing.T) {
 func TestRatingNeedsNoSecondConnection(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPoolConns(t, 3)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t))
@@ -403,7 +403,7 @@ func TestRatingNeedsNoSecondConnection(t *testing.T) {
 func TestPriceEvidenceIsReplicatedOnce(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	raw := priceV1("t1").Raw(t)
@@ -422,7 +422,7 @@ func TestPriceEvidenceIsReplicatedOnce(t *testing.T) {
 func TestEventsOnTheWrongAggregateAreQuarantined(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	at := jan10
@@ -469,7 +469,7 @@ func TestEventsOnTheWrongAggregateAreQuarantined(t *testing.T) {
 func TestOneBatchRatesEachUsageAsAlone(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "4", jan10).Raw(t))
@@ -518,7 +518,7 @@ func TestQuarantinedPriceActivatedHoldsRatingBack(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 
@@ -577,7 +577,7 @@ func TestQuarantinedPriceActivatedHoldsRatingBack(t *testing.T) {
 func TestBatchesRaisingSchedulesInOppositeOrdersDoNotDeadlock(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	pa, pb := priceV1("a"), priceV1("b")

@@ -16,20 +16,20 @@ import (
 // adjustments. Usage and query group facts by the UTC month they occurred
 // in; a charge rated into another period than that month (late, or a
 // tenant in another time zone) is served from both (see recon.SetMonths).
-func (s *Service) Reconciliation() recon.Sets {
+func (a *App) Reconciliation() recon.Sets {
 	return recon.Sets{
-		recon.SetMonths:      recon.Set(s.reconciliationMonths),
-		recon.SetCharges:     recon.Set(s.reconciliationCharges),
-		recon.SetAdjustments: recon.Set(s.reconciliationAdjustments),
+		recon.SetMonths:      recon.Set(a.reconciliationMonths),
+		recon.SetCharges:     recon.Set(a.reconciliationCharges),
+		recon.SetAdjustments: recon.Set(a.reconciliationAdjustments),
 	}
 }
 
-func (s *Service) reconciliationMonths(ctx context.Context, q recon.Query) ([]recon.Month, error) {
+func (a *App) reconciliationMonths(ctx context.Context, q recon.Query) ([]recon.Month, error) {
 	month, err := monthOf(q.Period)
 	if err != nil {
 		return nil, err
 	}
-	periods, err := db.New(s.pool).ReconciliationMonths(ctx, db.ReconciliationMonthsParams{TenantID: q.TenantID,
+	periods, err := db.New(a.pool).ReconciliationMonths(ctx, db.ReconciliationMonthsParams{TenantID: q.TenantID,
 		Period: q.Period, Month: month})
 	if err != nil {
 		return nil, fmt.Errorf("read the months of %s %s: %w", q.TenantID, q.Period, err)
@@ -46,17 +46,17 @@ func (s *Service) reconciliationMonths(ctx context.Context, q recon.Query) ([]re
 // period its usage occurred in by the tenant's calendar (decision 0014), so
 // a reconciliation sees a charge rated into another period than that one
 // without being late (or late into an earlier one).
-func (s *Service) reconciliationCharges(ctx context.Context, q recon.Query) ([]recon.Charge, error) {
+func (a *App) reconciliationCharges(ctx context.Context, q recon.Query) ([]recon.Charge, error) {
 	month, err := monthOf(q.Period)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.New(s.pool).ReconciliationCharges(ctx, db.ReconciliationChargesParams{TenantID: q.TenantID,
+	rows, err := db.New(a.pool).ReconciliationCharges(ctx, db.ReconciliationChargesParams{TenantID: q.TenantID,
 		Period: q.Period, Month: month, AfterKey: q.After.Key, AfterID: q.After.ID, RowLimit: int32(q.Limit)})
 	if err != nil {
 		return nil, fmt.Errorf("read charges of %s: %w", q.TenantID, err)
 	}
-	cals, err := calendars(ctx, s.pool, q.TenantID)
+	cals, err := calendars(ctx, a.pool, q.TenantID)
 	if err != nil {
 		return nil, err
 	}
@@ -69,15 +69,15 @@ func (s *Service) reconciliationCharges(ctx context.Context, q recon.Query) ([]r
 	return out, nil
 }
 
-func (s *Service) reconciliationAdjustments(ctx context.Context, q recon.Query) ([]recon.Adjustment, error) {
-	rows, err := db.New(s.pool).ReconciliationAdjustments(ctx, db.ReconciliationAdjustmentsParams{TenantID: q.TenantID,
+func (a *App) reconciliationAdjustments(ctx context.Context, q recon.Query) ([]recon.Adjustment, error) {
+	rows, err := db.New(a.pool).ReconciliationAdjustments(ctx, db.ReconciliationAdjustmentsParams{TenantID: q.TenantID,
 		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
 	if err != nil {
 		return nil, fmt.Errorf("read adjustments of %s: %w", q.TenantID, err)
 	}
 	out := make([]recon.Adjustment, len(rows))
-	for i, a := range rows {
-		out[i] = recon.Adjustment{EventID: a.EventID, Currency: a.Currency, Amount: a.Amount, Period: a.Period}
+	for i, adj := range rows {
+		out[i] = recon.Adjustment{EventID: adj.EventID, Currency: adj.Currency, Amount: adj.Amount, Period: adj.Period}
 	}
 	return out, nil
 }

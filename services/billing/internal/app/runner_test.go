@@ -22,7 +22,7 @@ func TestRunnerRatesUsageFromTheBroker(t *testing.T) {
 	meterTopic := kafkatest.Topic(t, brokers, 2)
 	usageTopic := kafkatest.Topic(t, brokers, 4)
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 

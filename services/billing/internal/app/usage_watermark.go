@@ -26,7 +26,7 @@ import (
 
 // OnUsageAcceptedThrough applies a usage watermark: raises its partition's
 // through (a lower or equal one changes nothing).
-func (s *Service) OnUsageAcceptedThrough(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.UsageAcceptedThrough) (inbox.Outcome, error) {
+func (a *App) OnUsageAcceptedThrough(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.UsageAcceptedThrough) (inbox.Outcome, error) {
 	e := d.Envelope
 	if e.AggregateType != events.AggregateUsageWatermark || e.AggregateVersion != 1 || e.TenantID != events.UsageWatermarkTenant {
 		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonAggregateMismatch, fmt.Errorf(
@@ -42,20 +42,12 @@ func (s *Service) OnUsageAcceptedThrough(ctx context.Context, tx pgx.Tx, d *enve
 	return inbox.Outcome{}, nil
 }
 
-// WaitForUsage makes closes wait for usage's watermarks (the service's
-// wiring turns it on; tests of other things leave it off): an HTTP close
-// waits up to wait for them before it answers 202 closing.
-func (s *Service) WaitForUsage(wait time.Duration) {
-	s.gate = true
-	s.closeWait = wait
-}
-
 // usageCaughtUp says whether a close requested at requestedAt may mark the
 // period closing: every partition's watermark at or after it, and none of
 // the tenant's usage that occurred before the period's end deferred. When
 // not, waitingFor says why (shown in the period's GET).
-func (s *Service) usageCaughtUp(ctx context.Context, q db.DBTX, tenantID string, periodEnd, requestedAt time.Time) (bool, string, error) {
-	if !s.gate {
+func (a *App) usageCaughtUp(ctx context.Context, q db.DBTX, tenantID string, periodEnd, requestedAt time.Time) (bool, string, error) {
+	if !a.cfg.WaitForUsage {
 		return true, "", nil
 	}
 	marks, err := db.New(q).UsageWatermarks(ctx)
@@ -107,29 +99,23 @@ type closeMetrics struct {
 	oldest  prometheus.Gauge
 }
 
-// RegisterMetrics registers billing's close gauges on reg:
-// billing_close_waiting_periods (closes requested and waiting for usage) and
-// billing_close_wait_oldest_seconds (how long the oldest has waited).
-func (s *Service) RegisterMetrics(reg prometheus.Registerer) error {
-	m := &closeMetrics{
+func newCloseMetrics() closeMetrics {
+	return closeMetrics{
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "billing_close_waiting_periods",
 			Help: "Closes requested and waiting for usage's watermarks or deferred usage (decision 0014)."}),
 		oldest: prometheus.NewGauge(prometheus.GaugeOpts{Name: "billing_close_wait_oldest_seconds",
 			Help: "How long the oldest waiting close has waited, in seconds."}),
 	}
-	for _, c := range []prometheus.Collector{m.waiting, m.oldest} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("register close metrics: %w", err)
-		}
-	}
-	s.metrics = m
-	return nil
 }
 
-func (s *Service) observeWaiting(n int, oldest time.Duration) {
-	if s.metrics == nil {
-		return
-	}
-	s.metrics.waiting.Set(float64(n))
-	s.metrics.oldest.Set(oldest.Seconds())
+// Collectors are billing's close gauges, for the service to register:
+// billing_close_waiting_periods (closes requested and waiting for usage) and
+// billing_close_wait_oldest_seconds (how long the oldest has waited).
+func (a *App) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{a.metrics.waiting, a.metrics.oldest}
+}
+
+func (a *App) observeWaiting(n int, oldest time.Duration) {
+	a.metrics.waiting.Set(float64(n))
+	a.metrics.oldest.Set(oldest.Seconds())
 }

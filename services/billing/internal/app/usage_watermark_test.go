@@ -9,6 +9,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/services/billing/internal/app"
 	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
 )
 
@@ -40,8 +41,8 @@ func TestCloseWaitsForUsageWatermarks(t *testing.T) {
 	ctx := t.Context()
 	pool := bt.NewPool(t)
 	clk := newClock(jan10)
-	svc := clk.service(pool)
-	svc.WaitForUsage(0)
+	// Closes wait for usage; an HTTP close answers at once (after its first look).
+	svc := app.New(app.Deps{Pool: pool, Clock: clk.now}, app.Config{WaitForUsage: true, CloseWait: time.Nanosecond})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	price := priceV1("t1")

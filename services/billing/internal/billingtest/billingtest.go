@@ -50,14 +50,14 @@ func Registry() *envelope.Registry { return servicetest.Registry(billing.Spec) }
 // NewInbox returns the inbox over svc's handlers as service.Main builds it
 // (service.NewInbox with billing.Spec: its OriginConstraints, the redriver
 // and the quarantine announcements).
-func NewInbox(t testing.TB, svc *app.Service) *inbox.Inbox {
+func NewInbox(t testing.TB, svc *app.App) *inbox.Inbox {
 	t.Helper()
 	return NewRelease(t, svc, nil)
 }
 
 // NewRelease is NewInbox for a release of billing whose Spec.Register
 // registers more (a new schema version of an event).
-func NewRelease(t testing.TB, svc *app.Service, register func(*envelope.Registry)) *inbox.Inbox {
+func NewRelease(t testing.TB, svc *app.App, register func(*envelope.Registry)) *inbox.Inbox {
 	t.Helper()
 	spec := billing.Spec
 	spec.Register = register

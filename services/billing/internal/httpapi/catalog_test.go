@@ -16,7 +16,7 @@ import (
 func TestChargesShowTheCatalog(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	svc := app.New(f.pool, nil)
+	svc := app.New(app.Deps{Pool: f.pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, f.pool, ib)
 	jan1 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

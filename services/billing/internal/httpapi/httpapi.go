@@ -21,12 +21,12 @@ import (
 
 // API serves billing's HTTP endpoints.
 type API struct {
-	svc *app.Service
+	svc *app.App
 	log *slog.Logger
 }
 
 // New returns the API over svc.
-func New(svc *app.Service, log *slog.Logger) *API {
+func New(svc *app.App, log *slog.Logger) *API {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

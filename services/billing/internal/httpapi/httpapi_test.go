@@ -49,7 +49,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	pool := bt.NewPool(t)
-	svc := app.New(pool, nil)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	r := chi.NewRouter()
@@ -386,7 +386,7 @@ func TestDatabaseDownIs503(t *testing.T) {
 	t.Cleanup(pool.Close)
 	r := chi.NewRouter()
 	r.Use(signedIn)
-	httpapi.New(app.New(pool, nil), nil).Routes(r)
+	httpapi.New(app.New(app.Deps{Pool: pool}, app.Config{}), nil).Routes(r)
 	srv := httptest.NewServer(apitest.Handler(t, billingapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	f := &fixture{srv: srv}
@@ -470,7 +470,7 @@ func (f *fixture) chargesInDB(t *testing.T, where string) []string {
 func TestChargesListPagesInLineOrder(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t) // t1 and t2: one api_calls USD v1 charge each in January
-	svc := app.New(f.pool, nil)
+	svc := app.New(app.Deps{Pool: f.pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, f.pool, ib)
 	jan15 := time.Date(2026, 1, 15, 0, 0, 0, 0, time.UTC)

@@ -18,7 +18,7 @@ func TestSettingsOverHTTP(t *testing.T) {
 	f := newFixture(t)
 	r := chi.NewRouter()
 	r.Use(signedIn)
-	api := httpapi.New(app.New(f.pool, nil), nil)
+	api := httpapi.New(app.New(app.Deps{Pool: f.pool}, app.Config{}), nil)
 	api.Routes(r)
 	api.PeriodRoutes(r)
 	f.srv.Config.Handler = r
