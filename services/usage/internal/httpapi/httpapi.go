@@ -44,8 +44,8 @@ func (api *API) Routes(r chi.Router) {
 	// The tenant of a CloudEvent is its subject, in the body: the handler
 	// decides access per event (ingestAccess), so the route is open to
 	// the guard; auth.Middleware still demands a valid bearer.
-	r.Method(http.MethodPost, "/v1/events", auth.Public(api.ingestEvents))
-	r.Method(http.MethodPost, "/api/v1/events", auth.Public(api.ingestEvents))
+	r.Method(http.MethodPost, "/v1/events", auth.AllowAnyTenant(api.ingestEvents, auth.RoleIngest, auth.RolePlatformIngest))
+	r.Method(http.MethodPost, "/api/v1/events", auth.AllowAnyTenant(api.ingestEvents, auth.RoleIngest, auth.RolePlatformIngest))
 	r.Method(http.MethodGet, "/openapi.json", usageapi.Handler())
 }
 
