@@ -8,6 +8,7 @@ ALTER TABLE charge_line
     DROP COLUMN latest_source_system,
     DROP COLUMN latest_source_event_id;
 DROP TABLE tenant_zone;
+DROP TABLE usage_distinct_day;
 DROP TABLE usage_hourly;
 DROP TABLE usage_fact;
 DROP TABLE meter_definition;

@@ -57,6 +57,21 @@ CREATE TABLE usage_hourly (
     PRIMARY KEY (tenant_id, meter_code, hour, dims)
 );
 
+-- usage_distinct_day: per tenant, meter, UTC day and value of a
+-- unique_count meter, the hours of the day (bit h for hour h, UTC) the value
+-- occurred in. At most one row per fact; a day window of UTC is count(*) of
+-- its rows, any window of whole UTC hours the distinct values of the rows
+-- of its days whose hours meet it: exact, and as many rows as distinct
+-- (day, value) pairs, not facts.
+CREATE TABLE usage_distinct_day (
+    tenant_id  text             NOT NULL,
+    meter_code text             NOT NULL,
+    day        date             NOT NULL,
+    value      text COLLATE "C" NOT NULL,
+    hours      integer          NOT NULL CHECK (hours > 0),
+    PRIMARY KEY (tenant_id, meter_code, day, value) INCLUDE (hours)
+);
+
 -- tenant_zone: the time zone of a tenant's latest period that query saw
 -- end (BillingPeriodEnded), the analytics' default zone.
 CREATE TABLE tenant_zone (

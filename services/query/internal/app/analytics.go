@@ -39,6 +39,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/catalog"
@@ -61,10 +62,18 @@ type fact struct {
 	sourceEventID string
 	quantity      decimal.Decimal
 	dims          []string
+	value         string // unique_count's; "" for other meters
 }
 
 // identity is a fact's identity.
 type identity struct{ tenant, system, event string }
+
+// ProjectFacts is projectFacts, the analytics' part of the projection's
+// batch handler, for measurements that load facts without the per-event
+// rows (bench tests).
+func ProjectFacts(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) error {
+	return projectFacts(ctx, tx, ds)
+}
 
 // projectFacts records the accepted facts of ds in usage_fact and, for
 // meters already known, in their hourly rollups. Call it in the batch's
@@ -109,10 +118,11 @@ func projectFacts(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) error 
 		p.Dims[i] = []byte("[]")
 		m, known := meters[u.MeterCode]
 		if known {
-			dims := domain.DimensionValues(m, u.Properties)
-			p.Dims[i], p.Known[i], p.Values[i] = mustJSON(dims), true, domain.UniqueValue(m, u.Properties)
+			dims, value := domain.DimensionValues(m, u.Properties), domain.UniqueValue(m, u.Properties)
+			p.Dims[i], p.Known[i], p.Values[i] = mustJSON(dims), true, value
 			pending[identity{tenant, u.SourceSystem, u.SourceEventID}] = fact{tenantID: tenant, meterCode: u.MeterCode,
-				occurredAt: u.OccurredAt, sourceSystem: u.SourceSystem, sourceEventID: u.SourceEventID, quantity: u.Quantity, dims: dims}
+				occurredAt: u.OccurredAt, sourceSystem: u.SourceSystem, sourceEventID: u.SourceEventID, quantity: u.Quantity,
+				dims: dims, value: value}
 		}
 	}
 	inserted, err := q.InsertUsageFacts(ctx, p)
@@ -183,6 +193,42 @@ func addRollups(ctx context.Context, q *db.Queries, facts []fact) error {
 	if err := q.AddUsageHourly(ctx, p); err != nil {
 		return fmt.Errorf("add %d facts to %d hourly rollups: %w", len(facts), len(keys), err)
 	}
+	return addDistinctDays(ctx, q, facts)
+}
+
+// dayKey names one usage_distinct_day row.
+type dayKey struct {
+	tenantID, meterCode string
+	day                 time.Time // UTC midnight
+	value               string
+}
+
+// addDistinctDays adds the hours of the unique_count facts (those with a
+// value) to their (UTC day, value) rows, merged here first, in key order.
+func addDistinctDays(ctx context.Context, q *db.Queries, facts []fact) error {
+	rows := map[dayKey]int32{}
+	for _, f := range facts {
+		if f.value == "" {
+			continue
+		}
+		at := f.occurredAt.UTC()
+		rows[dayKey{f.tenantID, f.meterCode, at.Truncate(24 * time.Hour), f.value}] |= 1 << at.Hour()
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	keys := slices.SortedFunc(maps.Keys(rows), func(a, b dayKey) int {
+		return cmp.Or(cmp.Compare(a.tenantID, b.tenantID), cmp.Compare(a.meterCode, b.meterCode),
+			a.day.Compare(b.day), cmp.Compare(a.value, b.value))
+	})
+	var p db.AddUsageDistinctDaysParams
+	for _, k := range keys {
+		p.TenantIds, p.MeterCodes, p.Values = append(p.TenantIds, k.tenantID), append(p.MeterCodes, k.meterCode), append(p.Values, k.value)
+		p.Days, p.Hours = append(p.Days, pgtype.Date{Time: k.day, Valid: true}), append(p.Hours, rows[k])
+	}
+	if err := q.AddUsageDistinctDays(ctx, p); err != nil {
+		return fmt.Errorf("add %d values to their days: %w", len(keys), err)
+	}
 	return nil
 }
 
@@ -238,12 +284,12 @@ func rollUpLateMeter(ctx context.Context, q *db.Queries, code string) error {
 			if err := json.Unmarshal(r.Properties, &props); err != nil {
 				return fmt.Errorf("fact %s/%s/%s: properties: %w", r.TenantID, r.SourceSystem, r.SourceEventID, err)
 			}
-			dims := domain.DimensionValues(meter, props)
+			dims, value := domain.DimensionValues(meter, props), domain.UniqueValue(meter, props)
 			p.TenantIds, p.SourceSystems, p.SourceEventIds = append(p.TenantIds, r.TenantID), append(p.SourceSystems, r.SourceSystem),
 				append(p.SourceEventIds, r.SourceEventID)
-			p.Dims, p.Values = append(p.Dims, mustJSON(dims)), append(p.Values, domain.UniqueValue(meter, props))
+			p.Dims, p.Values = append(p.Dims, mustJSON(dims)), append(p.Values, value)
 			facts[i] = fact{tenantID: r.TenantID, meterCode: code, occurredAt: r.OccurredAt, sourceSystem: r.SourceSystem,
-				sourceEventID: r.SourceEventID, quantity: r.Quantity, dims: dims}
+				sourceEventID: r.SourceEventID, quantity: r.Quantity, dims: dims, value: value}
 		}
 		if err := q.SetFactDimensions(ctx, p); err != nil {
 			return fmt.Errorf("set the dimensions of %d facts of meter %s: %w", len(rows), code, err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/catalog"
@@ -29,8 +30,9 @@ const maxChunkWindows = 256
 // meter_not_found, invalid_dimension, invalid_cursor (rule errors).
 //
 // A page reads only the windows its rows come from: it asks for the rows of
-// one window, then of two, four, ... (at most maxChunkWindows) until it has
-// limit+1 rows or reaches q.To, each an index range of its hours.
+// one window (without groups: of as many windows as the page has rows),
+// then of twice as many, ... (at most maxChunkWindows) until it has limit+1
+// rows or reaches q.To, each window an index range of its hours.
 func (r *Reader) Usage(ctx context.Context, q domain.UsageQuery, limit int, after *domain.UsagePosition) (domain.UsageReport, error) {
 	var out domain.UsageReport
 	if err := q.CheckRange(); err != nil {
@@ -68,26 +70,31 @@ func (r *Reader) Usage(ctx context.Context, q domain.UsageQuery, limit int, afte
 		!domain.WindowStart(after.Window, q.WindowSize, q.Zone).Equal(after.Window)) {
 		return out, rule.Errorf(rule.Invalid, "invalid_cursor", "cursor must be a next value this query returned")
 	}
-	plan := newUsagePlan(meter, q)
-	lo, windows := first, 1
+	plan := planUsage(meter, q)
+	w := first
 	if after != nil {
-		lo = after.Window
+		w = after.Window
+	}
+	// Without groups a window has one row at most: the first statement
+	// reads as many windows as the page can show.
+	chunk := 1
+	if len(q.GroupBy) == 0 {
+		chunk = min(limit+1, maxChunkWindows)
 	}
 	var rows []windowRow
-	for len(rows) <= limit && lo.Before(q.To) {
-		hi := lo
-		for range windows {
-			hi = domain.NextWindow(hi, q.WindowSize, q.Zone)
+	for len(rows) <= limit && w.Before(q.To) {
+		var c windowChunk
+		for len(c.starts) < chunk && w.Before(q.To) {
+			next := domain.NextWindow(w, q.WindowSize, q.Zone)
+			c.starts, c.los, c.his = append(c.starts, w), append(c.los, maxTime(w, q.From)), append(c.his, minTime(next, q.To))
+			w = next
 		}
-		if hi.After(q.To) {
-			hi = q.To
-		}
-		got, err := plan.read(ctx, r, maxTime(lo, q.From), hi, after, limit+1-len(rows))
+		got, err := plan.read(ctx, r, c, after, limit+1-len(rows))
 		if err != nil {
 			return out, err
 		}
 		rows = append(rows, got...)
-		lo, windows = hi, min(2*windows, maxChunkWindows)
+		chunk = min(2*chunk, maxChunkWindows)
 	}
 	if len(rows) > limit {
 		rows = rows[:limit]
@@ -108,19 +115,43 @@ type windowRow struct {
 	value  decimal.Decimal
 }
 
-// usagePlan is the statement of one query: from the hourly rollups (sum,
-// count, max, latest in a zone of whole-hour offsets over a range of whole
-// hours) or from the facts (unique_count, other zones and ranges). Its text
-// is built from the meter's dimension positions (integers) and fixed
-// fragments; every value is a parameter.
-type usagePlan struct {
-	sql  string
-	args []any // $1..$len(args); then lo, hi, cursor window, cursor dims, limit
+// windowChunk are the windows one statement reads: each window's start
+// and the range of its facts (the window clipped to the query's range).
+type windowChunk struct {
+	starts, los, his []time.Time
 }
 
-func newUsagePlan(m catalog.Meter, q domain.UsageQuery) usagePlan {
-	rollup := m.Aggregation != catalog.UniqueCount && domain.WholeHours(q.Zone, q.From, q.To) &&
-		q.From.Equal(q.From.Truncate(time.Hour)) && q.To.Equal(q.To.Truncate(time.Hour))
+// usagePlan is the statement of one query: from the hourly rollups (sum,
+// count, max, latest in a zone of whole-hour offsets over a range of whole
+// hours) or from the facts (unique_count, other zones and ranges). The
+// windows come from Go (domain.WindowStart, NextWindow) as arrays; for each
+// window the statement reads its index range and aggregates its groups.
+// Its text is built from the meter's dimension positions (integers) and
+// fixed fragments; every value is a parameter.
+type usagePlan struct {
+	sql  string
+	args []any // $1..$len(args); then the chunk's starts, los, his, the cursor's window and groups, the limit
+}
+
+// windowReader reads the rows of a chunk of windows.
+type windowReader interface {
+	read(ctx context.Context, r *Reader, c windowChunk, after *domain.UsagePosition, limit int) ([]windowRow, error)
+}
+
+// planUsage chooses the tables that answer q: the hourly rollups for sum,
+// count, max and latest, the distinct days for an ungrouped, unfiltered
+// unique_count at day or month windows, when the windows are whole UTC hours
+// (a zone of whole-hour offsets over a range of whole hours); else the
+// facts.
+func planUsage(m catalog.Meter, q domain.UsageQuery) windowReader {
+	hours := domain.WholeHours(q.Zone, q.From, q.To) && q.From.Equal(q.From.Truncate(time.Hour)) && q.To.Equal(q.To.Truncate(time.Hour))
+	if hours && m.Aggregation == catalog.UniqueCount && len(q.GroupBy) == 0 && len(q.Filters) == 0 && q.WindowSize != domain.WindowHour {
+		return distinctDays{tenantID: q.TenantID, meterCode: q.MeterCode}
+	}
+	return newUsagePlan(m, q, hours && m.Aggregation != catalog.UniqueCount)
+}
+
+func newUsagePlan(m catalog.Meter, q domain.UsageQuery, rollup bool) usagePlan {
 	pos := func(name string) int { return slices.Index(m.Dimensions, name) + 1 }
 	args := []any{q.TenantID, q.MeterCode}
 	param := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
@@ -164,41 +195,34 @@ func newUsagePlan(m catalog.Meter, q domain.UsageQuery) usagePlan {
 			value = "sum(quantity)"
 		}
 	}
-	var window string
-	switch {
-	case rollup && q.WindowSize == domain.WindowHour:
-		window = at // an hour of a whole-hour zone is the UTC hour
-	case q.WindowSize == domain.WindowHour:
-		// Hours of a zone of another offset start at its own minutes.
-		zone := param(q.Zone.String())
-		window = fmt.Sprintf("(date_trunc('hour', %[1]s AT TIME ZONE %[2]s::text) AT TIME ZONE %[2]s::text)", at, zone)
-	default:
-		window = fmt.Sprintf("date_trunc(%s::text, %s, %s::text)", param(q.WindowSize), at, param(q.Zone.String()))
-	}
 	n := len(args)
 	cond := ""
 	if len(where) > 0 {
 		cond = " AND " + strings.Join(where, " AND ")
 	}
-	sql := fmt.Sprintf(`SELECT %[1]s AS w, %[2]s AS g, (%[3]s)::numeric AS v
-FROM %[4]s
-WHERE tenant_id = $1 AND meter_code = $2 AND %[5]s >= $%[6]d AND %[5]s < $%[7]d%[8]s
-GROUP BY 1, 2
-HAVING $%[9]d::timestamptz IS NULL OR %[1]s > $%[9]d OR (%[1]s = $%[9]d AND %[2]s > $%[10]d::text[])
-ORDER BY 1, 2
-LIMIT $%[11]d`, window, group, value, table, at, n+1, n+2, cond, n+3, n+4, n+5)
+	sql := fmt.Sprintf(`SELECT w.s, x.g, x.v
+FROM unnest($%[6]d::timestamptz[], $%[7]d::timestamptz[], $%[8]d::timestamptz[]) WITH ORDINALITY AS w(s, lo, hi, n)
+CROSS JOIN LATERAL (
+    SELECT %[1]s AS g, (%[2]s)::numeric AS v
+    FROM %[3]s
+    WHERE tenant_id = $1 AND meter_code = $2 AND %[4]s >= w.lo AND %[4]s < w.hi%[5]s
+    GROUP BY 1
+) x
+WHERE $%[9]d::timestamptz IS NULL OR w.s > $%[9]d OR (w.s = $%[9]d AND x.g > $%[10]d::text[])
+ORDER BY w.n, x.g
+LIMIT $%[11]d`, group, value, table, at, cond, n+1, n+2, n+3, n+4, n+5, n+6)
 	return usagePlan{sql: sql, args: args}
 }
 
-// read reads the rows of windows in [lo, hi) after position after, at most
-// limit.
-func (p usagePlan) read(ctx context.Context, r *Reader, lo, hi time.Time, after *domain.UsagePosition, limit int) ([]windowRow, error) {
+// read reads the rows of the chunk's windows after position after, at
+// most limit.
+func (p usagePlan) read(ctx context.Context, r *Reader, c windowChunk, after *domain.UsagePosition, limit int) ([]windowRow, error) {
 	var cw *time.Time
 	cd := []string{}
 	if after != nil {
 		cw, cd = &after.Window, after.Dimensions
 	}
-	rows, err := r.pool.Query(ctx, p.sql, append(slices.Clone(p.args), lo, hi, cw, cd, limit)...)
+	rows, err := r.pool.Query(ctx, p.sql, append(slices.Clone(p.args), c.starts, c.los, c.his, cw, cd, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("read usage windows: %w", err)
 	}
@@ -211,6 +235,77 @@ func (p usagePlan) read(ctx context.Context, r *Reader, lo, hi time.Time, after 
 		return nil, fmt.Errorf("read usage windows: %w", err)
 	}
 	return out, nil
+}
+
+// distinctDays answers an ungrouped unique_count from usage_distinct_day:
+// a window of whole UTC hours covers the days from its first hour's to its
+// last hour's, and its count is the distinct values of those days' rows
+// whose hours meet the window's hours of that day. A chunk of windows that
+// are each one whole UTC day (day windows of UTC) counts rows: the key is
+// unique per day and value.
+type distinctDays struct{ tenantID, meterCode string }
+
+const (
+	allHours        = 1<<24 - 1
+	distinctDaysSQL = `SELECT w.s, ARRAY[]::text[], x.v
+FROM unnest($3::timestamptz[], $4::date[], $5::date[], $6::int[], $7::int[]) WITH ORDINALITY AS w(s, d0, dn, m0, mn, n)
+CROSS JOIN LATERAL (
+    SELECT (%s)::numeric AS v
+    FROM usage_distinct_day
+    WHERE tenant_id = $1 AND meter_code = $2 AND day >= w.d0 AND day <= w.dn
+      AND hours & (CASE WHEN day = w.d0 THEN w.m0 WHEN day = w.dn THEN w.mn ELSE ` + "16777215" + ` END) <> 0
+) x
+WHERE x.v > 0 AND ($8::timestamptz IS NULL OR w.s > $8)
+ORDER BY w.n
+LIMIT $9`
+)
+
+func (d distinctDays) read(ctx context.Context, r *Reader, c windowChunk, after *domain.UsagePosition, limit int) ([]windowRow, error) {
+	n := len(c.starts)
+	d0s, dns, m0s, mns := make([]pgtype.Date, n), make([]pgtype.Date, n), make([]int32, n), make([]int32, n)
+	single := true
+	for i := range n {
+		first, last := c.los[i].UTC(), c.his[i].Add(-time.Hour).UTC()
+		d0s[i] = pgtype.Date{Time: first.Truncate(24 * time.Hour), Valid: true}
+		dns[i] = pgtype.Date{Time: last.Truncate(24 * time.Hour), Valid: true}
+		if d0s[i].Time.Equal(dns[i].Time) {
+			m0s[i] = hourBits(first.Hour(), last.Hour())
+			mns[i] = m0s[i]
+		} else {
+			m0s[i], mns[i] = hourBits(first.Hour(), 23), hourBits(0, last.Hour())
+		}
+		single = single && d0s[i].Time.Equal(dns[i].Time) && m0s[i] == allHours
+	}
+	value := "count(DISTINCT value)"
+	if single {
+		value = "count(*)"
+	}
+	var cw *time.Time
+	if after != nil {
+		cw = &after.Window
+	}
+	rows, err := r.pool.Query(ctx, fmt.Sprintf(distinctDaysSQL, value), d.tenantID, d.meterCode, c.starts, d0s, dns, m0s, mns, cw, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read distinct values by day: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (windowRow, error) {
+		var w windowRow
+		err := row.Scan(&w.window, &w.dims, &w.value)
+		return w, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read distinct values by day: %w", err)
+	}
+	return out, nil
+}
+
+// hourBits is the mask of hours from to through (UTC hours of one day).
+func hourBits(from, through int) int32 {
+	var m int32
+	for h := from; h <= through; h++ {
+		m |= 1 << h
+	}
+	return m
 }
 
 func mapsKeys[V any](m map[string]V) func(func(string) bool) {

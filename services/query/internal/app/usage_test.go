@@ -253,6 +253,10 @@ func TestUsageAnalyticsEveryAggregation(t *testing.T) {
 			Zone: kolkata, GroupBy: []string{"region"}}, kolkata},
 		{"days in Kolkata", domain.UsageQuery{From: start, To: start.Add(96 * time.Hour), WindowSize: domain.WindowDay,
 			Zone: kolkata}, kolkata},
+		{"days", domain.UsageQuery{From: start, To: start.Add(96 * time.Hour), WindowSize: domain.WindowDay}, utc},
+		{"days in New York from mid-day", domain.UsageQuery{From: start.Add(5 * time.Hour), To: start.Add(77 * time.Hour),
+			WindowSize: domain.WindowDay, Zone: ny}, ny},
+		{"months in New York", domain.UsageQuery{From: start, To: start.Add(96 * time.Hour), WindowSize: domain.WindowMonth, Zone: ny}, ny},
 		{"days from a range off the hours", domain.UsageQuery{From: start.Add(90 * time.Minute), To: start.Add(50*time.Hour + 7*time.Minute),
 			WindowSize: domain.WindowDay, GroupBy: []string{"model"}}, utc},
 	}

@@ -123,6 +123,14 @@ type TenantZone struct {
 	TimeZone string
 }
 
+type UsageDistinctDay struct {
+	TenantID  string
+	MeterCode string
+	Day       pgtype.Date
+	Value     string
+	Hours     int32
+}
+
 type UsageFact struct {
 	TenantID      string
 	SourceSystem  string

@@ -341,6 +341,19 @@ SET facts = h.facts + EXCLUDED.facts,
                         > (h.latest_at, h.latest_source_system, h.latest_source_event_id)
                      THEN EXCLUDED.latest_quantity ELSE h.latest_quantity END;
 
+-- name: AddUsageDistinctDays :exec
+-- AddUsageDistinctDays adds the hours of a batch's unique_count facts to
+-- their (day, value) rows (one entry per row, in key order); a row whose
+-- hours do not change is not written.
+INSERT INTO usage_distinct_day AS d (tenant_id, meter_code, day, value, hours)
+SELECT u.tenant_id, u.meter_code, u.day, u.value, u.hours
+FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@meter_codes::text[]) AS meter_code,
+             unnest(@days::date[]) AS day, unnest(@values::text[]) AS value, unnest(@hours::int[]) AS hours,
+             generate_series(1, cardinality(@tenant_ids::text[])) AS n) u
+ORDER BY u.n
+ON CONFLICT (tenant_id, meter_code, day, value) DO UPDATE SET hours = d.hours | EXCLUDED.hours
+WHERE (d.hours | EXCLUDED.hours) <> d.hours;
+
 -- name: SetTenantZone :exec
 -- SetTenantZone keeps the zone of the tenant's latest period seen ending.
 INSERT INTO tenant_zone AS z (tenant_id, period, time_zone) VALUES (@tenant_id, @period, @time_zone)

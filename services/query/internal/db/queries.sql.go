@@ -83,6 +83,39 @@ func (q *Queries) AddChargeLineValues(ctx context.Context, arg AddChargeLineValu
 	return items, nil
 }
 
+const addUsageDistinctDays = `-- name: AddUsageDistinctDays :exec
+INSERT INTO usage_distinct_day AS d (tenant_id, meter_code, day, value, hours)
+SELECT u.tenant_id, u.meter_code, u.day, u.value, u.hours
+FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS meter_code,
+             unnest($3::date[]) AS day, unnest($4::text[]) AS value, unnest($5::int[]) AS hours,
+             generate_series(1, cardinality($1::text[])) AS n) u
+ORDER BY u.n
+ON CONFLICT (tenant_id, meter_code, day, value) DO UPDATE SET hours = d.hours | EXCLUDED.hours
+WHERE (d.hours | EXCLUDED.hours) <> d.hours
+`
+
+type AddUsageDistinctDaysParams struct {
+	TenantIds  []string
+	MeterCodes []string
+	Days       []pgtype.Date
+	Values     []string
+	Hours      []int32
+}
+
+// AddUsageDistinctDays adds the hours of a batch's unique_count facts to
+// their (day, value) rows (one entry per row, in key order); a row whose
+// hours do not change is not written.
+func (q *Queries) AddUsageDistinctDays(ctx context.Context, arg AddUsageDistinctDaysParams) error {
+	_, err := q.db.Exec(ctx, addUsageDistinctDays,
+		arg.TenantIds,
+		arg.MeterCodes,
+		arg.Days,
+		arg.Values,
+		arg.Hours,
+	)
+	return err
+}
+
 const addUsageHourly = `-- name: AddUsageHourly :exec
 INSERT INTO usage_hourly AS h (tenant_id, meter_code, hour, dims, facts, sum, max, latest_at, latest_source_system,
                                latest_source_event_id, latest_quantity)
