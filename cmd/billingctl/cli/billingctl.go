@@ -57,25 +57,27 @@ type command struct {
 	// role is the role a self-signed token gets: a tenant role (with the
 	// tenant), operator or catalog-admin.
 	role string
-	// alt, when set, is a bool flag of the command that signs alt.role
-	// instead (`events send -platform`: platform-ingest, no tenant).
-	alt *altRole
+	// roleFor, when set, picks the role instead, from the parsed flags and
+	// the tenant configured ("" for none): `events send -platform` signs
+	// platform-ingest, `meter list` viewer with a tenant.
+	roleFor func(fs *flag.FlagSet, tenant string) string
 	// flags declares the command's own flags on fs; run does the work with
 	// the positional arguments left.
 	flags func(fs *flag.FlagSet) func(ctx context.Context, c *Client, args []string) error
 }
 
-// altRole is the role a command signs when its bool flag is given.
-type altRole struct{ flag, role string }
-
 // roleOf is the role cmd signs once its flags are parsed.
-func roleOf(cmd *command, fs *flag.FlagSet) string {
-	if cmd.alt != nil {
-		if f := fs.Lookup(cmd.alt.flag); f != nil && f.Value.String() == "true" {
-			return cmd.alt.role
-		}
+func roleOf(cmd *command, fs *flag.FlagSet, tenant string) string {
+	if cmd.roleFor != nil {
+		return cmd.roleFor(fs, tenant)
 	}
 	return cmd.role
+}
+
+// boolFlag reports whether fs's bool flag name is set.
+func boolFlag(fs *flag.FlagSet, name string) bool {
+	f := fs.Lookup(name)
+	return f != nil && f.Value.String() == "true"
 }
 
 // usageError is bad usage: exit code 2.
@@ -143,7 +145,7 @@ func Main(ctx context.Context, args []string, stdio IO) int {
 		}
 		return ExitUsage
 	}
-	c, err := cfg.client(roleOf(cmd, fs), stdio)
+	c, err := cfg.client(roleOf(cmd, fs, cfg.tenant), stdio)
 	if err == nil {
 		err = run(ctx, c, fs.Args())
 	}

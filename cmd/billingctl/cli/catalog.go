@@ -13,19 +13,27 @@ import (
 )
 
 // The catalog commands: the installation's meters, defined by a
-// catalog-admin. Reads sign catalog-admin too: GET /v1/meters has no
-// tenant, and meter admits no tenant-scoped role (viewer) on a route
-// without one; of the roles it admits (catalog-admin, operator, service)
-// catalog-admin is the one a catalog's reader holds.
+// catalog-admin and read by any role (GET /v1/meters has no tenant).
 func init() {
 	register(
 		&command{name: "meter define", args: "CODE", short: "define a catalog meter: its aggregation, value property, dimensions and CloudEvents type (once; never changed)", role: auth.RoleCatalogAdmin, flags: meterDefine},
-		&command{name: "meter list", short: "the catalog's meters", role: auth.RoleCatalogAdmin, flags: listCommand(listSpec{
+		&command{name: "meter list", short: "the catalog's meters (a viewer of -tenant, or catalog-admin)", role: auth.RoleCatalogAdmin, roleFor: catalogReader, flags: listCommand(listSpec{
 			service: "meter", path: "/v1/meters", key: "meters",
 			cols: meterColumns,
 		})},
-		&command{name: "meter show", args: "CODE", short: "one catalog meter", role: auth.RoleCatalogAdmin, flags: meterShow},
+		&command{name: "meter show", args: "CODE", short: "one catalog meter (a viewer of -tenant, or catalog-admin)", role: auth.RoleCatalogAdmin, roleFor: catalogReader, flags: meterShow},
 	)
+}
+
+// catalogReader is the role a read of the catalog signs: viewer when a
+// tenant is configured (the least a tenant's user holds), else
+// catalog-admin, the one role without a tenant that reads the catalog and
+// is no operator's.
+func catalogReader(_ *flag.FlagSet, tenant string) string {
+	if tenant != "" {
+		return auth.RoleViewer
+	}
+	return auth.RoleCatalogAdmin
 }
 
 var meterColumns = []column{col("CODE", "code"), col("AGGREGATION", "aggregation"), col("VALUE PROPERTY", "valueProperty"),

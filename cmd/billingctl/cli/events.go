@@ -19,7 +19,17 @@ import (
 // `events send`: CloudEvents from a file to usage's POST /v1/events.
 func init() {
 	register(&command{name: "events send", args: "[FILE|-]", short: "send CloudEvents from a file (an object, an array or NDJSON) to usage in batches; -platform: any tenant's",
-		role: auth.RoleIngest, alt: &altRole{flag: "platform", role: auth.RolePlatformIngest}, flags: eventsSend})
+		role: auth.RoleIngest, roleFor: platformRole, flags: eventsSend})
+}
+
+// platformRole is the role of `events send`: platform-ingest with
+// -platform (a gateway: any subject, no tenant), else ingest (the tenant's
+// own events).
+func platformRole(fs *flag.FlagSet, _ string) string {
+	if boolFlag(fs, "platform") {
+		return auth.RolePlatformIngest
+	}
+	return auth.RoleIngest
 }
 
 // Bounds of one request to POST /v1/events, usage's (its httpapi MaxBatch
