@@ -177,7 +177,7 @@ func analyticsFacts(rng *rand.Rand, start time.Time, span time.Duration, n int) 
 				at = last // a tie
 			}
 			last = at
-			props := map[string]string{"model": models[rng.IntN(len(models))], "user": fmt.Sprintf("u%d", rng.IntN(9))}
+			props := map[string]string{"model": models[rng.IntN(len(models))], "user": fmt.Sprintf("u%d", rng.IntN(40))}
 			if r := regions[rng.IntN(len(regions))]; r != "" {
 				props["region"] = r
 			}
