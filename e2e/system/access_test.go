@@ -100,17 +100,28 @@ func token(t *testing.T, key auth.Key, c auth.Claims) string {
 // declarations (auth.Allow next to each route) must meet. A route a service
 // serves that is missing here, or here and served by none, fails the test.
 var (
-	ingest    = []string{auth.RoleIngest}
-	reader    = []string{auth.RoleViewer, auth.RoleBillingAdmin}
-	admin     = []string{auth.RoleBillingAdmin}
-	operator  = []string{auth.RoleOperator}
-	internal  = []string{auth.RoleService}
-	public    = []string{}
-	wantRoles = map[string][]string{
+	ingest   = []string{auth.RoleIngest}
+	reader   = []string{auth.RoleViewer, auth.RoleBillingAdmin}
+	admin    = []string{auth.RoleBillingAdmin}
+	operator = []string{auth.RoleOperator}
+	internal = []string{auth.RoleService}
+	public   = []string{}
+	catalog  = []string{auth.RoleCatalogAdmin}
+	// catalogReaders read the meter catalog, the tenant roles of any tenant.
+	catalogReaders = []string{auth.RoleCatalogAdmin, auth.RoleOperator, auth.RoleService, auth.RoleViewer, auth.RoleBillingAdmin, auth.RoleIngest}
+	// eventSenders send CloudEvents: ingest for its tenant (the handler
+	// checks each event's subject), platform-ingest for any.
+	eventSenders = []string{auth.RoleIngest, auth.RolePlatformIngest}
+	wantRoles    = map[string][]string{
 		// meter
 		"POST /v1/tenants/{tenantId}/prices": admin,
 		"GET /v1/tenants/{tenantId}/prices":  reader,
+		"POST /v1/meters":                    catalog,
+		"GET /v1/meters":                     catalogReaders,
+		"GET /v1/meters/{code}":              catalogReaders,
 		// usage
+		"POST /v1/events":                            eventSenders,
+		"POST /api/v1/events":                        eventSenders,
 		"POST /v1/tenants/{tenantId}/usage":          ingest,
 		"POST /v1/tenants/{tenantId}/usage:batch":    ingest,
 		"GET /v1/tenants/{tenantId}/usage/{usageId}": ingest,
@@ -131,36 +142,40 @@ var (
 		"GET /internal/v1/webhook-intents/{intentId}":                  internal,
 		"POST /internal/v1/webhook-intents/{intentId}/retry":           internal,
 		// query
-		"GET /v1/tenants/{tenantId}/summary":                 reader,
-		"GET /v1/operator/recovery":                          operator,
-		"GET /v1/operator/quarantine":                        operator,
-		"POST /v1/operator/redrives":                         operator,
-		"GET /v1/operator/redrives/{redriveId}":              operator,
-		"GET /v1/operator/dead-letters":                      operator,
-		"POST /v1/operator/dead-letters/release":             operator,
-		"GET /v1/operator/reconciliation":                    operator,
-		"GET /v1/operator/webhook-intents":                   operator,
-		"GET /v1/operator/webhook-intents/stats":             operator,
-		"POST /v1/operator/webhook-intents/{intentId}/retry": operator,
-		"GET /console/sign-in":                               public,
-		"POST /console/sign-in":                              public,
-		"GET /console/":                                      operator,
-		"POST /console/sign-out":                             operator,
-		"GET /console/quarantine":                            operator,
-		"POST /console/redrives":                             operator,
-		"GET /console/redrives/{redriveId}":                  operator,
-		"GET /console/dead-letters":                          operator,
-		"POST /console/dead-letters/release":                 operator,
-		"GET /console/reconciliation":                        operator,
-		"GET /console/tenants":                               operator,
-		"GET /console/webhooks":                              operator,
-		"POST /console/webhooks/{intentId}/retry":            operator,
+		"GET /v1/tenants/{tenantId}/summary":                  reader,
+		"GET /v1/tenants/{tenantId}/meters/{meterCode}/usage": reader,
+		"GET /v1/operator/recovery":                           operator,
+		"GET /v1/operator/quarantine":                         operator,
+		"POST /v1/operator/redrives":                          operator,
+		"GET /v1/operator/redrives/{redriveId}":               operator,
+		"GET /v1/operator/dead-letters":                       operator,
+		"POST /v1/operator/dead-letters/release":              operator,
+		"GET /v1/operator/reconciliation":                     operator,
+		"GET /v1/operator/webhook-intents":                    operator,
+		"GET /v1/operator/webhook-intents/stats":              operator,
+		"POST /v1/operator/webhook-intents/{intentId}/retry":  operator,
+		"GET /console/sign-in":                                public,
+		"POST /console/sign-in":                               public,
+		"GET /console/":                                       operator,
+		"POST /console/sign-out":                              operator,
+		"GET /console/quarantine":                             operator,
+		"POST /console/redrives":                              operator,
+		"GET /console/redrives/{redriveId}":                   operator,
+		"GET /console/dead-letters":                           operator,
+		"POST /console/dead-letters/release":                  operator,
+		"GET /console/reconciliation":                         operator,
+		"GET /console/tenants":                                operator,
+		"GET /console/webhooks":                               operator,
+		"POST /console/webhooks/{intentId}/retry":             operator,
 		// every service (pkg/ops)
 		"GET /internal/v1/recovery":             internal,
 		"GET /internal/v1/quarantine":           internal,
 		"GET /internal/v1/dead-letters":         internal,
 		"GET /internal/v1/reconciliation/{set}": internal,
 	}
+	// anyTenant are the routes without {tenantId} that admit the tenant
+	// roles of every tenant (auth.AllowAnyTenant).
+	anyTenant = map[string]bool{"GET /v1/meters": true, "GET /v1/meters/{code}": true, "POST /v1/events": true, "POST /api/v1/events": true}
 )
 
 // caller is one credential of the route x role x tenant table: a role, on
@@ -317,7 +332,7 @@ func TestAccessControlAllRoutes(t *testing.T) {
 				}
 				var admitted []caller
 				for _, c := range everyone {
-					if slices.Contains(want, c.role) && (!auth.TenantScoped(c.role) || c.tenant == "acme") {
+					if slices.Contains(want, c.role) && (!auth.TenantScoped(c.role) || c.tenant == "acme" || anyTenant[key]) {
 						admitted = append(admitted, c)
 						continue
 					}
