@@ -248,3 +248,15 @@ func (f *Feed) AggregateCharge(usage Event, period, aggregation string, version 
 	}
 	return f.build(events.TopicBilling, events.TypeChargeRated, "billing", events.AggregateCharge, id.String(), 1, c)
 }
+
+// UnpricedCharge builds the ChargeRated of a usage event no price rated
+// (section 3a): no version, no amount, on its meter's unpriced line.
+func (f *Feed) UnpricedCharge(usage Event, period, aggregation, value string) Event {
+	u := payload[events.UsageAccepted](f.t, usage)
+	id := uuid.New()
+	return f.build(events.TopicBilling, events.TypeChargeRated, "billing", events.AggregateCharge, id.String(), 1,
+		events.ChargeRated{ChargeID: id, UsageEventID: usage.Envelope.EventID, UsageID: u.UsageID,
+			MeterCode: u.MeterCode, Currency: u.Currency, Quantity: u.Quantity, Period: period, OccurredAt: u.OccurredAt,
+			Aggregation: aggregation, Properties: u.Properties, SourceSystem: u.SourceSystem,
+			SourceEventID: u.SourceEventID, Value: value, Unpriced: true})
+}
