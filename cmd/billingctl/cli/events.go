@@ -173,7 +173,7 @@ type RefusedCloudEvent struct {
 
 func eventsSend(fs *flag.FlagSet) runFunc {
 	fs.Bool("platform", false, "send as a platform gateway (role platform-ingest, no tenant): events of any subject")
-	batch := fs.Int("batch", 500, fmt.Sprintf("events per request, 1 to %d (fewer when %d bytes would be exceeded)", maxEventsBatch, maxEventsBody))
+	batch := fs.Int("batch", 500, fmt.Sprintf("events per request, 1 to %d (fewer when a request would pass %d MiB)", maxEventsBatch, maxEventsBody>>20))
 	retries := fs.Int("retries", 5, "retries of a request the service could not take (unreachable, 5xx, 429), with backoff; replays are safe")
 	return func(ctx context.Context, c *Client, args []string) error {
 		if len(args) > 1 {

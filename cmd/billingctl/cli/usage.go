@@ -242,7 +242,7 @@ type RefusedEvent struct {
 
 func usageSend(fs *flag.FlagSet) runFunc {
 	file := fs.String("file", "", "the file to read (- or none: standard input)")
-	format := fs.String("format", "", "csv or ndjson (default: from the file's extension; ndjson for stdin)")
+	format := fs.String("format", "", "csv (a header line; a properties.<name> column per property) or ndjson (properties an object of strings); default: from the file's extension, ndjson for stdin")
 	batch := fs.Int("batch", 500, "events per request, 1 to 1000")
 	source := fs.String("source-system", "billingctl", "the sourceSystem of events that name none")
 	retries := fs.Int("retries", 5, "retries of a batch the service could not take (unreachable, 5xx, 429), with backoff; replays are safe")

@@ -69,7 +69,7 @@ func usageQuery(fs *flag.FlagSet) runFunc {
 	from := fs.String("from", "", "the start, RFC 3339, inclusive (required)")
 	to := fs.String("to", "", "the end, RFC 3339, exclusive (required)")
 	window := fs.String("window", "day", "the window size: hour, day or month")
-	tz := fs.String("tz", "", "the IANA time zone of the windows (default: the tenant's)")
+	tz := fs.String("tz", "", "the IANA time zone of the windows (default: the tenant's when query knows it, else UTC)")
 	fs.Var(&groupBy, "group-by", "a dimension to group by (a column of the table); repeat for several")
 	fs.Var(&filters, "filter", "NAME:VALUE: only facts whose dimension NAME is VALUE; repeat (values of one dimension: any; of several: all)")
 	return func(ctx context.Context, c *Client, args []string) error {
