@@ -10,6 +10,7 @@ ALTER TABLE charge DROP COLUMN properties;
 ALTER TABLE charge DROP COLUMN dimensions_key;
 ALTER TABLE charge DROP COLUMN dimensions;
 ALTER TABLE charge DROP COLUMN aggregation;
+ALTER TABLE price_evidence DROP COLUMN dimension_count;
 ALTER TABLE price_evidence DROP COLUMN dimensions_key;
 ALTER TABLE price_evidence DROP COLUMN dimensions;
 DROP TABLE meters;

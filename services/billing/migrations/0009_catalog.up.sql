@@ -19,10 +19,12 @@ CREATE TABLE meters (
 -- of a series is one entry of its price sheet. dimensions_key is
 -- catalog.Key of them with U+0001 for its NUL separator (text holds no NUL;
 -- no name or value holds a control character, so the order is Key's): the
--- tie-break of catalog.Choose.
+-- tie-break of catalog.Choose; dimension_count how many it names (the
+-- most specific wins).
 ALTER TABLE price_evidence ADD COLUMN dimensions jsonb NOT NULL DEFAULT '{}'
     CHECK (jsonb_typeof(dimensions) = 'object');
 ALTER TABLE price_evidence ADD COLUMN dimensions_key text NOT NULL DEFAULT '';
+ALTER TABLE price_evidence ADD COLUMN dimension_count smallint NOT NULL DEFAULT 0 CHECK (dimension_count >= 0);
 
 -- What a charge carries of the catalog: its meter's aggregation, the
 -- dimensions of the price that rated it (its line's identity with meter,

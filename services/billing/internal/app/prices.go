@@ -58,7 +58,7 @@ func (a *App) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decod
 	if ev.Dimensions, err = dimensionsJSON(p.Dimensions); err != nil {
 		return inbox.Outcome{}, err
 	}
-	ev.DimensionsKey = dimensionsKey(p.Dimensions)
+	ev.DimensionsKey, ev.DimensionCount = dimensionsKey(p.Dimensions), int16(len(p.Dimensions))
 	_, err = db.New(tx).InsertPriceEvidence(ctx, ev)
 	if err != nil {
 		return inbox.Outcome{}, fmt.Errorf("insert price evidence: %w", err)

@@ -322,11 +322,10 @@ func (a *App) chargeRated(in *envelope.Envelope, u events.UsageAccepted, row db.
 	}
 	charge.Amount = charge.Counted().Mul(charge.UnitPrice)
 	if row.Priced {
-		if err := json.Unmarshal(row.Dimensions, &charge.Dimensions); err != nil {
-			return envelope.Envelope{}, fmt.Errorf("decode the dimensions of %s v%d: %w", u.MeterCode, row.PriceVersion, err)
-		}
-		if len(charge.Dimensions) == 0 {
-			charge.Dimensions = nil
+		if string(row.Dimensions) != "{}" {
+			if err := json.Unmarshal(row.Dimensions, &charge.Dimensions); err != nil {
+				return envelope.Envelope{}, fmt.Errorf("decode the dimensions of %s v%d: %w", u.MeterCode, row.PriceVersion, err)
+			}
 		}
 		var pr *pricing.Pricing
 		if row.Model == pricing.Unit {

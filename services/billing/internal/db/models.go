@@ -85,21 +85,22 @@ type PeriodEnded struct {
 }
 
 type PriceEvidence struct {
-	TenantID      string
-	MeterCode     string
-	Currency      string
-	Version       int64
-	UnitPrice     decimal.Decimal
-	EffectiveAt   time.Time
-	PriceID       uuid.UUID
-	EventID       uuid.UUID
-	RecordedAt    time.Time
-	Model         string
-	Tiers         []byte
-	PackageSize   decimal.Decimal
-	PackagePrice  decimal.Decimal
-	Dimensions    []byte
-	DimensionsKey string
+	TenantID       string
+	MeterCode      string
+	Currency       string
+	Version        int64
+	UnitPrice      decimal.Decimal
+	EffectiveAt    time.Time
+	PriceID        uuid.UUID
+	EventID        uuid.UUID
+	RecordedAt     time.Time
+	Model          string
+	Tiers          []byte
+	PackageSize    decimal.Decimal
+	PackagePrice   decimal.Decimal
+	Dimensions     []byte
+	DimensionsKey  string
+	DimensionCount int16
 }
 
 type PriceSchedule struct {

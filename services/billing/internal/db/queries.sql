@@ -3,10 +3,10 @@
 -- name: InsertPriceEvidence :execrows
 -- Replicates one price version; a replay of the same version changes nothing.
 INSERT INTO price_evidence (tenant_id, meter_code, currency, version, unit_price, effective_at, price_id, event_id,
-                            model, tiers, package_size, package_price, dimensions, dimensions_key)
+                            model, tiers, package_size, package_price, dimensions, dimensions_key, dimension_count)
 VALUES (@tenant_id, @meter_code, @currency, @version, @unit_price, @effective_at, @price_id, @event_id,
         @model, sqlc.narg(tiers)::jsonb, @package_size, @package_price, sqlc.arg(dimensions)::jsonb,
-        sqlc.arg(dimensions_key)::text)
+        sqlc.arg(dimensions_key)::text, sqlc.arg(dimension_count)::smallint)
 ON CONFLICT DO NOTHING;
 
 -- name: InsertMeter :execrows
@@ -133,13 +133,13 @@ WITH u AS (
     LEFT JOIN LATERAL (
         SELECT e.version, e.unit_price, e.model, e.dimensions, e.dimensions_key
         FROM (SELECT DISTINCT ON (pe.dimensions_key)
-                     pe.version, pe.unit_price, pe.model, pe.dimensions, pe.dimensions_key
+                     pe.version, pe.unit_price, pe.model, pe.dimensions, pe.dimensions_key, pe.dimension_count
               FROM price_evidence pe
               WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
                 AND pe.currency = u.currency AND pe.effective_at <= u.occurred_at
               ORDER BY pe.dimensions_key, pe.version DESC) e
-        WHERE e.dimensions <@ u.properties
-        ORDER BY (SELECT count(*) FROM jsonb_object_keys(e.dimensions)) DESC, e.dimensions_key COLLATE "C"
+        WHERE e.dimension_count = 0 OR e.dimensions <@ u.properties
+        ORDER BY e.dimension_count DESC, e.dimensions_key COLLATE "C"
         LIMIT 1) p ON u.occurred_at < ps.known_through AND m.code IS NOT NULL
 ), c AS (
     SELECT r.*,

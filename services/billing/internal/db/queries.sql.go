@@ -283,28 +283,29 @@ func (q *Queries) InsertPeriodEnded(ctx context.Context, arg InsertPeriodEndedPa
 const insertPriceEvidence = `-- name: InsertPriceEvidence :execrows
 
 INSERT INTO price_evidence (tenant_id, meter_code, currency, version, unit_price, effective_at, price_id, event_id,
-                            model, tiers, package_size, package_price, dimensions, dimensions_key)
+                            model, tiers, package_size, package_price, dimensions, dimensions_key, dimension_count)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
         $9, $10::jsonb, $11, $12, $13::jsonb,
-        $14::text)
+        $14::text, $15::smallint)
 ON CONFLICT DO NOTHING
 `
 
 type InsertPriceEvidenceParams struct {
-	TenantID      string
-	MeterCode     string
-	Currency      string
-	Version       int64
-	UnitPrice     decimal.Decimal
-	EffectiveAt   time.Time
-	PriceID       uuid.UUID
-	EventID       uuid.UUID
-	Model         string
-	Tiers         []byte
-	PackageSize   decimal.Decimal
-	PackagePrice  decimal.Decimal
-	Dimensions    []byte
-	DimensionsKey string
+	TenantID       string
+	MeterCode      string
+	Currency       string
+	Version        int64
+	UnitPrice      decimal.Decimal
+	EffectiveAt    time.Time
+	PriceID        uuid.UUID
+	EventID        uuid.UUID
+	Model          string
+	Tiers          []byte
+	PackageSize    decimal.Decimal
+	PackagePrice   decimal.Decimal
+	Dimensions     []byte
+	DimensionsKey  string
+	DimensionCount int16
 }
 
 // Billing's business SQL. The outbox, inbox and idempotency SQL lives in pkg.
@@ -325,6 +326,7 @@ func (q *Queries) InsertPriceEvidence(ctx context.Context, arg InsertPriceEviden
 		arg.PackagePrice,
 		arg.Dimensions,
 		arg.DimensionsKey,
+		arg.DimensionCount,
 	)
 	if err != nil {
 		return 0, err
@@ -1020,13 +1022,13 @@ WITH u AS (
     LEFT JOIN LATERAL (
         SELECT e.version, e.unit_price, e.model, e.dimensions, e.dimensions_key
         FROM (SELECT DISTINCT ON (pe.dimensions_key)
-                     pe.version, pe.unit_price, pe.model, pe.dimensions, pe.dimensions_key
+                     pe.version, pe.unit_price, pe.model, pe.dimensions, pe.dimensions_key, pe.dimension_count
               FROM price_evidence pe
               WHERE pe.tenant_id = u.tenant_id AND pe.meter_code = u.meter_code
                 AND pe.currency = u.currency AND pe.effective_at <= u.occurred_at
               ORDER BY pe.dimensions_key, pe.version DESC) e
-        WHERE e.dimensions <@ u.properties
-        ORDER BY (SELECT count(*) FROM jsonb_object_keys(e.dimensions)) DESC, e.dimensions_key COLLATE "C"
+        WHERE e.dimension_count = 0 OR e.dimensions <@ u.properties
+        ORDER BY e.dimension_count DESC, e.dimensions_key COLLATE "C"
         LIMIT 1) p ON u.occurred_at < ps.known_through AND m.code IS NOT NULL
 ), c AS (
     SELECT r.tenant_id, r.meter_code, r.currency, r.period, r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.quantity, r.occurred_at, r.late, r.properties, r.source_system, r.source_event_id, r.n, r.aggregation, r.value, r.known, r.price_version, r.price_unit_price, r.model, r.dimensions, r.dimensions_key, r.status,
