@@ -504,3 +504,33 @@ func TestUniqueCountFactWithoutItsValueIsQuarantined(t *testing.T) {
 		t.Fatalf("%d charges", n)
 	}
 }
+
+// Credits are bounded by the least a line can come to (decision 0010): a
+// max line only grows, so its amount today can be credited in full; a
+// latest line can fall to nothing with the next fact, so it backs no
+// credit; an unpriced line costs nothing.
+func TestCreditsAgainstAggregatedLines(t *testing.T) {
+	t.Parallel()
+	pool, svc, ib := catalogFixture(t, 4)
+	var raws [][]byte
+	ids := map[string]uuid.UUID{}
+	for _, agg := range []string{catalog.Max, catalog.Latest} {
+		meter := "c_" + agg
+		raws = append(raws, bt.Meter{Code: meter, Aggregation: agg}.Raw(t),
+			bt.Price{Tenant: agg, Meter: meter, Currency: "USD", Version: 1, UnitPrice: "1", EffectiveAt: jan1}.Raw(t))
+		env, raw := fact(agg, meter, "USD", "10", jan10, nil).Envelope(t)
+		raws, ids[agg] = append(raws, raw), env.EventID
+	}
+	bt.Decide(t, pool, ib, raws...)
+	rated := ratedBy(t, pool)
+	for agg, want := range map[string]string{catalog.Max: "10", catalog.Latest: "10"} {
+		if est := estimateOf(t, svc, agg); !est["USD"].Equal(bt.Dec(t, want)) {
+			t.Fatalf("%s estimate %s, want %s", agg, bt.JSON(est), want)
+		}
+	}
+	if _, err := post(t, svc, catalog.Max, rated[ids[catalog.Max]].ChargeID, "-10.00", "USD", "admin@test"); err != nil {
+		t.Fatalf("credit of a max line's amount: %v", err)
+	}
+	_, err := post(t, svc, catalog.Latest, rated[ids[catalog.Latest]].ChargeID, "-0.01", "USD", "admin@test")
+	wantCode(t, err, "credit_exceeds_charges")
+}
