@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/recon"
 	"github.com/usagebilling/billing/services/query/internal/db"
+	"github.com/usagebilling/billing/services/query/internal/domain"
 )
 
 // Reconciliation returns the reconciliation sets query serves: its
@@ -17,7 +19,29 @@ func (r *Reader) Reconciliation() recon.Sets {
 		recon.SetAdjustments: recon.Set(r.reconciliationAdjustments),
 		recon.SetCorrections: recon.Set(r.reconciliationCorrections),
 		recon.SetInvoices:    recon.Set(r.reconciliationInvoices),
+		// Query's own, for its reconciliation: what its projected charges
+		// contribute to their lines' aggregation.
+		SetChargeObservations: recon.Set(r.reconciliationObservations),
 	}
+}
+
+// SetChargeObservations is the set of what query's projected charges
+// contribute to their lines' aggregation (domain.ChargeObservation).
+const SetChargeObservations = "query-charge-observations"
+
+func (r *Reader) reconciliationObservations(ctx context.Context, q recon.Query) ([]domain.ChargeObservation, error) {
+	rows, err := db.New(r.pool).ReconciliationChargeObservations(ctx, db.ReconciliationChargeObservationsParams{TenantID: q.TenantID,
+		Period: q.Period, AfterKey: q.After.Key, AfterID: q.After.ID, RowLimit: int32(q.Limit)})
+	if err != nil {
+		return nil, fmt.Errorf("read projected charge observations: %w", err)
+	}
+	out := make([]domain.ChargeObservation, len(rows))
+	for i, c := range rows {
+		out[i] = domain.ChargeObservation{EventID: c.EventID, UsageEventID: c.UsageEventID, Aggregation: c.Aggregation,
+			Observation: catalog.Observation{Quantity: c.Quantity, OccurredAt: c.OccurredAt, SourceSystem: c.SourceSystem,
+				SourceEventID: c.SourceEventID, Value: c.Value}}
+	}
+	return out, nil
 }
 
 func (r *Reader) reconciliationUsage(ctx context.Context, q recon.Query) ([]recon.UsageFact, error) {

@@ -362,3 +362,21 @@ WHERE EXCLUDED.period > z.period;
 
 -- name: GetTenantZone :one
 SELECT time_zone FROM tenant_zone WHERE tenant_id = @tenant_id;
+
+-- name: ReconciliationChargeObservations :many
+-- ReconciliationChargeObservations reads a page of what the projected
+-- charges of a tenant's period contribute to their lines' aggregation (the
+-- ChargeRated payloads' aggregation, occurredAt, identity and value), in
+-- (usage event id, event id) order after a position, as ReconciliationCharges.
+SELECT event_id, COALESCE(origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_event_id,
+       COALESCE(quantity, 0)::numeric AS quantity,
+       COALESCE(payload->>'aggregation', '')::text AS aggregation,
+       COALESCE((payload->>'occurredAt')::timestamptz, 'epoch'::timestamptz)::timestamptz AS occurred_at,
+       COALESCE(payload->>'sourceSystem', '')::text AS source_system,
+       COALESCE(payload->>'sourceEventId', '')::text AS source_event_id,
+       COALESCE(payload->>'value', '')::text AS value
+FROM projected_event
+WHERE tenant_id = @tenant_id AND event_type = 'ChargeRated' AND period = @period::text
+  AND (origin_event_id, event_id) > (@after_key::uuid, @after_id::uuid)
+ORDER BY origin_event_id, event_id
+LIMIT @row_limit;

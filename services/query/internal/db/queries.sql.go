@@ -1029,6 +1029,79 @@ func (q *Queries) ReconciliationAdjustments(ctx context.Context, arg Reconciliat
 	return items, nil
 }
 
+const reconciliationChargeObservations = `-- name: ReconciliationChargeObservations :many
+SELECT event_id, COALESCE(origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_event_id,
+       COALESCE(quantity, 0)::numeric AS quantity,
+       COALESCE(payload->>'aggregation', '')::text AS aggregation,
+       COALESCE((payload->>'occurredAt')::timestamptz, 'epoch'::timestamptz)::timestamptz AS occurred_at,
+       COALESCE(payload->>'sourceSystem', '')::text AS source_system,
+       COALESCE(payload->>'sourceEventId', '')::text AS source_event_id,
+       COALESCE(payload->>'value', '')::text AS value
+FROM projected_event
+WHERE tenant_id = $1 AND event_type = 'ChargeRated' AND period = $2::text
+  AND (origin_event_id, event_id) > ($3::uuid, $4::uuid)
+ORDER BY origin_event_id, event_id
+LIMIT $5
+`
+
+type ReconciliationChargeObservationsParams struct {
+	TenantID string
+	Period   string
+	AfterKey uuid.UUID
+	AfterID  uuid.UUID
+	RowLimit int32
+}
+
+type ReconciliationChargeObservationsRow struct {
+	EventID       uuid.UUID
+	UsageEventID  uuid.UUID
+	Quantity      decimal.Decimal
+	Aggregation   string
+	OccurredAt    time.Time
+	SourceSystem  string
+	SourceEventID string
+	Value         string
+}
+
+// ReconciliationChargeObservations reads a page of what the projected
+// charges of a tenant's period contribute to their lines' aggregation (the
+// ChargeRated payloads' aggregation, occurredAt, identity and value), in
+// (usage event id, event id) order after a position, as ReconciliationCharges.
+func (q *Queries) ReconciliationChargeObservations(ctx context.Context, arg ReconciliationChargeObservationsParams) ([]ReconciliationChargeObservationsRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationChargeObservations,
+		arg.TenantID,
+		arg.Period,
+		arg.AfterKey,
+		arg.AfterID,
+		arg.RowLimit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationChargeObservationsRow
+	for rows.Next() {
+		var i ReconciliationChargeObservationsRow
+		if err := rows.Scan(
+			&i.EventID,
+			&i.UsageEventID,
+			&i.Quantity,
+			&i.Aggregation,
+			&i.OccurredAt,
+			&i.SourceSystem,
+			&i.SourceEventID,
+			&i.Value,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const reconciliationCharges = `-- name: ReconciliationCharges :many
 SELECT event_id, COALESCE(origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_event_id,
        COALESCE(currency, '')::text AS currency, COALESCE(quantity, 0)::numeric AS quantity,

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/recon"
 )
@@ -90,6 +91,9 @@ type Sources struct {
 	InvoiceCharges *recon.Stream[recon.InvoiceLine] // invoice: the months' counted charges
 	QueryUsage     *recon.Stream[recon.UsageFact]   // query: the months' projected facts
 	QueryCharges   *recon.Stream[recon.Charge]      // query: the months' projected charges
+	// QueryObservations: what the months' projected charges contribute to
+	// their lines' aggregation (nil: none; every line is then a sum).
+	QueryObservations *recon.Stream[ChargeObservation]
 
 	Adjustments      *recon.Stream[recon.Adjustment]  // billing: the period's adjustments
 	InvoiceLines     *recon.Stream[recon.InvoiceLine] // invoice: the months' adjustment and rounding lines
@@ -154,10 +158,40 @@ type lineKey struct {
 	line    string
 }
 
-// lineSums are the sums of what an invoice line counts.
+// lineSums are the sums of what an invoice line counts, and the meter's
+// aggregation over its charges (catalog.Aggregate; nil while the line
+// counts only sum charges, or charges query holds no observation of). A
+// unique_count line holds its distinct values: memory grows with a line's
+// distinct values, not with its charges.
 type lineSums struct {
 	quantity, amount decimal.Decimal
 	charges          int64
+	agg              *catalog.Aggregate
+}
+
+// lineQuantity is the line's quantity as its meter aggregates it: the sum
+// of its charges' quantities unless they are of another aggregation.
+func (m *lineSums) lineQuantity() decimal.Decimal {
+	if m.agg == nil {
+		return m.quantity
+	}
+	return m.agg.Quantity()
+}
+
+// ChargeObservation is what query's projection of a charge contributes to
+// its line's aggregation (ChargeRated's aggregation, quantity, occurredAt,
+// identity and value).
+type ChargeObservation struct {
+	EventID      uuid.UUID // the ChargeRated
+	UsageEventID uuid.UUID
+	Aggregation  string
+	Observation  catalog.Observation
+}
+
+// Pos implements recon.Row: by the usage event id it rates, then its own
+// (as recon.Charge).
+func (c ChargeObservation) Pos() recon.Position {
+	return recon.Position{Key: c.UsageEventID, ID: c.EventID}
 }
 
 // priceKey names a price version.
@@ -185,7 +219,7 @@ func (r *reconciler) add(kind string, id uuid.UUID, format string, args ...any) 
 
 // count adds what an invoice line counts (a charge, an adjustment, a
 // rounding) to the line's sums, and notes its invoice in scope or issued.
-func (r *reconciler) count(l recon.InvoiceLine, scoped bool) {
+func (r *reconciler) count(l recon.InvoiceLine, scoped bool, obs map[uuid.UUID]ChargeObservation) {
 	k := lineKey{l.InvoiceID, l.LineID}
 	m := r.lines[k]
 	if m == nil {
@@ -193,9 +227,19 @@ func (r *reconciler) count(l recon.InvoiceLine, scoped bool) {
 		r.lines[k] = m
 	}
 	m.amount = m.amount.Add(l.Amount)
-	if l.Kind == "charge" {
+	if l.Kind == "charge" || l.Kind == "unpriced" {
 		m.quantity = m.quantity.Add(l.Quantity)
 		m.charges++
+		// The line's aggregation over the quantities invoice counts, with
+		// the rest of each charge's observation from query's projection.
+		if o, ok := obs[l.OriginEventID]; ok && o.Aggregation != "" && o.Aggregation != catalog.Sum {
+			if m.agg == nil {
+				m.agg = catalog.NewAggregate(o.Aggregation)
+			}
+			ob := o.Observation
+			ob.Quantity = l.Quantity
+			m.agg.Add(ob)
+		}
 	}
 	if l.Period == r.period || scoped {
 		r.inScope[l.InvoiceID] = true
@@ -220,7 +264,13 @@ func (r *reconciler) readPrices(ctx context.Context, prices *recon.Stream[recon.
 // query's projection of both by usage event id.
 func (r *reconciler) usagePass(ctx context.Context, s Sources) error {
 	for {
-		key, ok, err := recon.MinKey(ctx, s.UsageFacts, s.Charges, s.InvoiceCharges, s.QueryUsage, s.QueryCharges)
+		streams := []interface {
+			PeekKey(context.Context) (uuid.UUID, bool, error)
+		}{s.UsageFacts, s.Charges, s.InvoiceCharges, s.QueryUsage, s.QueryCharges}
+		if s.QueryObservations != nil {
+			streams = append(streams, s.QueryObservations)
+		}
+		key, ok, err := recon.MinKey(ctx, streams...)
 		if err != nil || !ok {
 			return err
 		}
@@ -240,6 +290,11 @@ func (r *reconciler) usagePass(ctx context.Context, s Sources) error {
 		if g.queryCharges, err = s.QueryCharges.Take(ctx, key); err != nil {
 			return err
 		}
+		if s.QueryObservations != nil {
+			if g.observations, err = s.QueryObservations.Take(ctx, key); err != nil {
+				return err
+			}
+		}
 		r.usageGroup(key, g)
 	}
 }
@@ -251,6 +306,7 @@ type usageGroup struct {
 	counted      []recon.InvoiceLine
 	queryFacts   []recon.UsageFact
 	queryCharges []recon.Charge
+	observations []ChargeObservation
 }
 
 func (r *reconciler) usageGroup(key uuid.UUID, g usageGroup) {
@@ -291,9 +347,13 @@ func (r *reconciler) usageGroup(key uuid.UUID, g usageGroup) {
 		r.invoiced(c.EventID, "charge", c.Amount, lines, nil)
 		r.projected(c.EventID, "charge", c.Amount, projected)
 	}
+	obs := make(map[uuid.UUID]ChargeObservation, len(g.observations))
+	for _, o := range g.observations {
+		obs[o.EventID] = o
+	}
 	for _, l := range g.counted {
 		scoped := billed[l.OriginEventID]
-		r.count(l, scoped)
+		r.count(l, scoped, obs)
 		if l.Period == r.period || scoped {
 			r.report.Counts.InvoiceLines++
 			if !scoped {
@@ -383,7 +443,7 @@ func (r *reconciler) adjustmentGroup(g adjustmentGroup) {
 	a, billed := first(g.adjustments)
 	var lines []recon.InvoiceLine
 	for _, l := range g.lines {
-		r.count(l, billed)
+		r.count(l, billed, nil)
 		if l.Kind == "rounding" {
 			continue
 		}
@@ -482,17 +542,22 @@ func (r *reconciler) checkLine(t recon.LineTotal) {
 	if m == nil {
 		m = &lineSums{}
 	}
-	wantAmount, unit := m.amount, true
+	wantAmount, unit, quantity := m.amount, true, m.lineQuantity()
+	if t.Kind == "unpriced" {
+		wantAmount = decimal.Zero
+	}
 	if t.Kind == "charge" {
 		p, ok := r.prices[priceKey{t.MeterCode, t.Currency, t.PriceVersion}]
 		if !ok {
 			r.add(MismatchLineTotal, t.InvoiceID, "line %s: meter holds no %s %s version %d", t.LineID, t.MeterCode, t.Currency, t.PriceVersion)
 			return
 		}
-		unit = p.Model == pricing.Unit
-		if priced := p.Amount(m.quantity); !priced.Equal(t.Amount) {
+		// A line of sum or count charges under unit pricing is also the sum
+		// of its charges' own amounts; any other line has only its price.
+		unit = p.Model == pricing.Unit && (m.agg == nil || catalog.PricedPerCharge(m.agg.Aggregation))
+		if priced := p.Amount(quantity); !priced.Equal(t.Amount) {
 			r.add(MismatchLineTotal, t.InvoiceID, "line %s: amount %s; its %s pricing over the quantity its charges sum to (%s) gives %s",
-				t.LineID, t.Amount, p.Model, m.quantity, priced)
+				t.LineID, t.Amount, p.Model, quantity, priced)
 			return
 		}
 		wantAmount = t.Amount
@@ -500,9 +565,9 @@ func (r *reconciler) checkLine(t recon.LineTotal) {
 			wantAmount = m.amount
 		}
 	}
-	if !wantAmount.Equal(t.Amount) || !m.quantity.Equal(t.Quantity) || m.charges != t.ChargeCount {
+	if !wantAmount.Equal(t.Amount) || !quantity.Equal(t.Quantity) || m.charges != t.ChargeCount {
 		r.add(MismatchLineTotal, t.InvoiceID, "line %s: quantity %s, %d charges, amount %s; what it counts sums to %s, %d, %s",
-			t.LineID, t.Quantity, t.ChargeCount, t.Amount, m.quantity, m.charges, m.amount)
+			t.LineID, t.Quantity, t.ChargeCount, t.Amount, quantity, m.charges, m.amount)
 	}
 }
 

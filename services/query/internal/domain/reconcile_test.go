@@ -3,10 +3,12 @@ package domain_test
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/recon"
 	"github.com/usagebilling/billing/services/query/internal/domain"
@@ -37,6 +39,7 @@ type rows struct {
 type sources struct {
 	Usage, Billing, Invoice, Query rows
 	Prices                         []recon.Price // meter's
+	Observations                   []domain.ChargeObservation
 }
 
 // streams are the sets the services serve of a period's reconciliation, as
@@ -67,7 +70,7 @@ func (s sources) streams(period string) domain.Sources {
 	is := func(p string) bool { return p == period }
 	var counted, lines []recon.InvoiceLine
 	for _, l := range s.Invoice.InvoiceLines {
-		if l.Kind == "charge" {
+		if l.Kind == "charge" || l.Kind == "unpriced" { // lines that count charges
 			counted = append(counted, l)
 		} else {
 			lines = append(lines, l)
@@ -89,6 +92,8 @@ func (s sources) streams(period string) domain.Sources {
 		LineTotals:    recon.Rows(s.Invoice.LineTotals),
 		QueryInvoices: recon.Rows(where(s.Query.Invoices, func(i recon.Invoice) bool { return is(i.Period) })),
 		Prices:        recon.Rows(s.Prices),
+
+		QueryObservations: recon.Rows(s.Observations),
 	}
 }
 
@@ -422,5 +427,49 @@ func TestReconcileTenantInAnotherZone(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A line of a max meter: its quantity is the largest of its charges' (10,
+// not their sum 15), priced as a whole; the charges have no amount of their
+// own. The line as the invoice shows it is checked against that, and a line
+// showing the sum is a mismatch. An unpriced line is the same with no amount.
+func TestReconcileAggregatedLines(t *testing.T) {
+	aggregated := func(kind string, lineQty string) *flow {
+		f := healthy()
+		for i := range f.src.Billing.Charges {
+			f.src.Billing.Charges[i].Amount = d("0")
+		}
+		f.src.Query.Charges = slices.Clone(f.src.Billing.Charges)
+		at := time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC)
+		f.src.Observations = []domain.ChargeObservation{
+			{EventID: f.c1, UsageEventID: f.u1, Aggregation: catalog.Max, Observation: catalog.Observation{Quantity: d("10"), OccurredAt: at}},
+			{EventID: f.c2, UsageEventID: f.u2, Aggregation: catalog.Max, Observation: catalog.Observation{Quantity: d("5"), OccurredAt: at}},
+		}
+		slices.SortFunc(f.src.Observations, func(a, b domain.ChargeObservation) int { return a.Pos().Compare(b.Pos()) })
+		amount := d("1")
+		if kind == "unpriced" {
+			amount = d("0")
+		}
+		for i := range f.src.Invoice.InvoiceLines {
+			if l := &f.src.Invoice.InvoiceLines[i]; l.Kind == "charge" {
+				l.Amount, l.Kind = d("0"), kind
+			}
+		}
+		f.src.Invoice.LineTotals[0].Kind, f.src.Invoice.LineTotals[0].Quantity, f.src.Invoice.LineTotals[0].Amount = kind, d(lineQty), amount
+		if kind == "unpriced" {
+			f.src.Invoice.LineTotals[0].PriceVersion = 0
+		}
+		f.src.Query.Invoices[0].Total = amount.Add(d("-0.2"))
+		return f
+	}
+	for _, kind := range []string{"charge", "unpriced"} {
+		if rep := reconcile(t, "2026-11", aggregated(kind, "10").src); rep.MismatchCount != 0 {
+			t.Fatalf("%s line of max 10: %+v", kind, rep.Mismatches)
+		}
+		rep := reconcile(t, "2026-11", aggregated(kind, "15").src)
+		if rep.MismatchCount != 1 || rep.Mismatches[0].Kind != domain.MismatchLineTotal {
+			t.Fatalf("%s line showing the sum 15: %+v, want one %s", kind, rep.Mismatches, domain.MismatchLineTotal)
+		}
 	}
 }

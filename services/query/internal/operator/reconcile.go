@@ -7,6 +7,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/ops"
 	"github.com/usagebilling/billing/pkg/recon"
+	"github.com/usagebilling/billing/services/query/internal/app"
 	"github.com/usagebilling/billing/services/query/internal/domain"
 )
 
@@ -33,11 +34,12 @@ func (o *Operator) Reconcile(ctx context.Context, tenantID, period string) (doma
 	local := o.local
 	one := []string{period}
 	src := domain.Sources{
-		UsageFacts:     remoteSet[recon.UsageFact](ctx, o, "usage", recon.SetUsageFacts, tenantID, months),
-		Charges:        remoteSet[recon.Charge](ctx, o, "billing", recon.SetCharges, tenantID, one),
-		InvoiceCharges: remoteSet[recon.InvoiceLine](ctx, o, "invoice", recon.SetInvoiceCharges, tenantID, months),
-		QueryUsage:     localSet[recon.UsageFact](ctx, local[recon.SetUsageFacts], tenantID, months),
-		QueryCharges:   localSet[recon.Charge](ctx, local[recon.SetCharges], tenantID, months),
+		UsageFacts:        remoteSet[recon.UsageFact](ctx, o, "usage", recon.SetUsageFacts, tenantID, months),
+		Charges:           remoteSet[recon.Charge](ctx, o, "billing", recon.SetCharges, tenantID, one),
+		InvoiceCharges:    remoteSet[recon.InvoiceLine](ctx, o, "invoice", recon.SetInvoiceCharges, tenantID, months),
+		QueryUsage:        localSet[recon.UsageFact](ctx, local[recon.SetUsageFacts], tenantID, months),
+		QueryCharges:      localSet[recon.Charge](ctx, local[recon.SetCharges], tenantID, months),
+		QueryObservations: localSet[domain.ChargeObservation](ctx, local[app.SetChargeObservations], tenantID, months),
 
 		Adjustments:      remoteSet[recon.Adjustment](ctx, o, "billing", recon.SetAdjustments, tenantID, one),
 		InvoiceLines:     remoteSet[recon.InvoiceLine](ctx, o, "invoice", recon.SetInvoiceLines, tenantID, months),
