@@ -1,4 +1,4 @@
--- Usage analytics (DESIGN.md section 3a, issue 21) and aggregated charge
+-- Usage analytics (DESIGN.md section 3a) and aggregated charge
 -- lines.
 --
 -- meter_definition: the catalog, replicated from MeterDefined (a meter never

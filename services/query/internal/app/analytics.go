@@ -4,20 +4,25 @@ package app
 //
 // Design: every accepted fact (UsageAccepted, priced or not) is one
 // usage_fact row, unique by its identity (tenant, sourceSystem,
-// sourceEventId), and adds itself to one usage_hourly row: per tenant,
-// meter, UTC hour of its occurredAt and full dimension values, the count,
-// sum, max and latest (the latest fact's quantity with catalog's tie-break)
-// of its facts. A fact thus writes two rows, whatever the tenant's volume.
+// sourceEventId), plus one rollup row it adds itself to:
 //
-//   - sum, count, max and latest at any window in a zone whose offset is a
-//     whole number of hours over the range (UTC, Europe/*, America/*, ...)
-//     are unions of hourly rows: a month at hour windows grouped by one
-//     dimension reads, per page, the hours the page's rows come from;
-//   - unique_count is not a union of partial counts, so it counts distinct
-//     values exactly over the fact rows of each window (the index
-//     usage_fact_window holds occurredAt, dims and value: an index-only
-//     scan); so do zones whose offset is not whole hours (Asia/Kolkata) and
-//     ranges not on whole hours.
+//   - sum, count, max, latest: usage_hourly, per tenant, meter, UTC hour of
+//     occurredAt and full dimension values, the count, sum, max and latest
+//     (the latest fact's quantity with catalog's tie-break) of its facts.
+//     Any window of a zone whose offset is a whole number of hours over the
+//     range (UTC, Europe/*, America/*, ...) is a union of hours: a page of a
+//     month at hour windows grouped by one dimension reads the hours its
+//     rows come from (index range per window, grouped by the dimension);
+//   - unique_count: usage_distinct_day, per tenant, meter, UTC day and value,
+//     the bit set of the UTC hours the value occurred in. Distinct counts are
+//     not unions of partial counts, but sets are: a UTC day window counts its
+//     rows (the key is unique per value), any other window of whole hours
+//     counts the distinct values of its days' rows whose hours meet it.
+//     Exact; it reads distinct (day, value) pairs, not facts. Grouped or
+//     filtered unique_count counts distinct values over the fact rows of
+//     each window (usage_fact_window holds occurredAt, dims and value);
+//   - zones whose offset is not whole hours (Asia/Kolkata) and ranges not on
+//     whole hours read the fact rows, for every aggregation.
 //
 // Facts of a meter query does not know yet (its MeterDefined on another
 // topic, not arrived yet) are kept with their properties and no dimension
@@ -26,7 +31,7 @@ package app
 // makes sure no fact falls between the two. Duplicates: the inbox dedups by
 // event id, projected_event's key catches what it missed (the batch rolls
 // back), and usage_fact's key by identity makes a second event of one fact
-// add nothing.
+// add nothing (only the facts inserted roll up).
 
 import (
 	"cmp"
@@ -63,6 +68,7 @@ type fact struct {
 	quantity      decimal.Decimal
 	dims          []string
 	value         string // unique_count's; "" for other meters
+	unique        bool   // of a unique_count meter: no hourly rollup (nothing reads it)
 }
 
 // identity is a fact's identity.
@@ -122,7 +128,7 @@ func projectFacts(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) error 
 			p.Dims[i], p.Known[i], p.Values[i] = mustJSON(dims), true, value
 			pending[identity{tenant, u.SourceSystem, u.SourceEventID}] = fact{tenantID: tenant, meterCode: u.MeterCode,
 				occurredAt: u.OccurredAt, sourceSystem: u.SourceSystem, sourceEventID: u.SourceEventID, quantity: u.Quantity,
-				dims: dims, value: value}
+				dims: dims, value: value, unique: m.Aggregation == catalog.UniqueCount}
 		}
 	}
 	inserted, err := q.InsertUsageFacts(ctx, p)
@@ -147,8 +153,9 @@ type hourKey struct {
 	dims                string // the JSON array of the dimension values
 }
 
-// addRollups adds facts to their hourly rollups: one entry per row, merged
-// here first (a statement may not touch a row twice), in key order.
+// addRollups adds facts to their hourly rollups (sum, count, max and latest
+// meters) and their distinct days (unique_count meters): one entry per row,
+// merged here first (a statement may not touch a row twice), in key order.
 func addRollups(ctx context.Context, q *db.Queries, facts []fact) error {
 	if len(facts) == 0 {
 		return nil
@@ -161,6 +168,9 @@ func addRollups(ctx context.Context, q *db.Queries, facts []fact) error {
 	}
 	rows := map[hourKey]*acc{}
 	for _, f := range facts {
+		if f.unique {
+			continue
+		}
 		k := hourKey{f.tenantID, f.meterCode, f.occurredAt.UTC().Truncate(time.Hour), string(mustJSON(f.dims))}
 		o := catalog.Observation{Quantity: f.quantity, OccurredAt: f.occurredAt, SourceSystem: f.sourceSystem, SourceEventID: f.sourceEventID}
 		a := rows[k]
@@ -176,6 +186,9 @@ func addRollups(ctx context.Context, q *db.Queries, facts []fact) error {
 		if o.After(a.latest) {
 			a.latest = o
 		}
+	}
+	if len(rows) == 0 {
+		return addDistinctDays(ctx, q, facts)
 	}
 	keys := slices.SortedFunc(maps.Keys(rows), func(a, b hourKey) int {
 		return cmp.Or(cmp.Compare(a.tenantID, b.tenantID), cmp.Compare(a.meterCode, b.meterCode),
@@ -289,7 +302,8 @@ func rollUpLateMeter(ctx context.Context, q *db.Queries, code string) error {
 				append(p.SourceEventIds, r.SourceEventID)
 			p.Dims, p.Values = append(p.Dims, mustJSON(dims)), append(p.Values, value)
 			facts[i] = fact{tenantID: r.TenantID, meterCode: code, occurredAt: r.OccurredAt, sourceSystem: r.SourceSystem,
-				sourceEventID: r.SourceEventID, quantity: r.Quantity, dims: dims, value: value}
+				sourceEventID: r.SourceEventID, quantity: r.Quantity, dims: dims, value: value,
+				unique: meter.Aggregation == catalog.UniqueCount}
 		}
 		if err := q.SetFactDimensions(ctx, p); err != nil {
 			return fmt.Errorf("set the dimensions of %d facts of meter %s: %w", len(rows), code, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -156,7 +157,7 @@ func newUsagePlan(m catalog.Meter, q domain.UsageQuery, rollup bool) usagePlan {
 	args := []any{q.TenantID, q.MeterCode}
 	param := func(v any) string { args = append(args, v); return "$" + strconv.Itoa(len(args)) }
 	var where []string
-	for _, name := range slices.Sorted(mapsKeys(q.Filters)) {
+	for _, name := range slices.Sorted(maps.Keys(q.Filters)) {
 		where = append(where, fmt.Sprintf("dims[%d] = ANY(%s::text[])", pos(name), param(q.Filters[name])))
 	}
 	group := "ARRAY[]::text[]"
@@ -306,16 +307,6 @@ func hourBits(from, through int) int32 {
 		m |= 1 << h
 	}
 	return m
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -78,16 +79,7 @@ func (q UsageQuery) CheckRange() *rule.Error {
 // CheckDimensions checks that every groupBy and filter name is a dimension
 // of meter m.
 func (q UsageQuery) CheckDimensions(m catalog.Meter) *rule.Error {
-	names := slices.Clone(q.GroupBy)
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range q.Filters {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		names = append(names, k)
-	}
+	names := append(slices.Clone(q.GroupBy), slices.Sorted(maps.Keys(q.Filters))...)
 	for _, n := range names {
 		if !m.HasDimension(n) {
 			dims := m.Dimensions
