@@ -23,7 +23,7 @@ import (
 )
 
 // TestUsageAnalyticsAtScale measures the analytics on one tenant with
-// QUERY_ANALYTICS_FACTS facts (default 20,000, so it runs fast; the figures
+// QUERY_ANALYTICS_FACTS facts (default 5,000, so it runs fast; the figures
 // in the README are at 1,000,000) of each of two meters over November 2026,
 // each fact with 3 dimensions of 50 values (model, region, customer, drawn
 // uniformly) and, for the unique_count meter, one of QUERY_ANALYTICS_USERS
@@ -37,7 +37,7 @@ import (
 // 31 rows; run 20 times), and prints p50/p99 with the conditions. It asserts
 // the rows' count and totals, never a time.
 func TestUsageAnalyticsAtScale(t *testing.T) {
-	n := envInt(t, "QUERY_ANALYTICS_FACTS", 20000)
+	n := envInt(t, "QUERY_ANALYTICS_FACTS", 5000)
 	users := envInt(t, "QUERY_ANALYTICS_USERS", 10000)
 	pool := pgtest.NewPool(t, Template)
 	ib := NewInbox(t)
