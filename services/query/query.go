@@ -1,7 +1,8 @@
 // Package query is the query service: it projects every public event
 // (prices, usage, charges, adjustments, closes, invoices, corrections) into a
-// per-event table, kept for reconciliation by origin event id, and into
-// tenant summaries served over HTTP. It is also the one operator surface:
+// per-event table, kept for reconciliation by origin event id, into
+// tenant summaries and into usage analytics (per meter, window and
+// dimension) served over HTTP. It is also the one operator surface:
 // the cross-service quarantine view (from the EventQuarantined notices on
 // ops.events.v1), the audited redrives of retained events and of outbox
 // dead letters (through ops.commands.v1), the recovery counts and the

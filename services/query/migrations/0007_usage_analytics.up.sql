@@ -38,6 +38,16 @@ CREATE INDEX usage_fact_window ON usage_fact (tenant_id, meter_code, occurred_at
 -- The facts whose meter was not known when they arrived.
 CREATE INDEX usage_fact_unrolled ON usage_fact (meter_code) WHERE dims IS NULL;
 
+-- The facts projected before: without their meter's definition yet (the
+-- MeterDefined that arrives rolls them up).
+INSERT INTO usage_fact (tenant_id, source_system, source_event_id, meter_code, occurred_at, event_id, quantity, properties)
+SELECT tenant_id, payload->>'sourceSystem', payload->>'sourceEventId', payload->>'meterCode',
+       (payload->>'occurredAt')::timestamptz, event_id, (payload->>'quantity')::numeric,
+       COALESCE(payload->'properties', '{}'::jsonb)
+FROM projected_event
+WHERE event_type = 'UsageAccepted'
+ON CONFLICT DO NOTHING;
+
 -- usage_hourly: per tenant, meter, UTC hour and full dimension values, what
 -- sum, count, max and latest need (latest's argmax with its tie-break);
 -- windows of hours, days and months in any zone of whole-hour offsets are
