@@ -339,6 +339,10 @@ func (t *Tenant) lines(p, c string, include func(*Fact) bool) map[lineKey]*line 
 		pr := t.Series[k.Meter].version(k.Version).Pricing
 		l.Amount = pr.Amount(l.Qty)
 		l.Floor = pr.Floor(l.Qty)
+		if meterDef(k.Meter).Agg == "latest" {
+			// the next fact may lower a latest line: a credit may not count on it
+			l.Floor = decimal.Zero
+		}
 	}
 	return out
 }
