@@ -13,8 +13,8 @@ import (
 // The problem codes of the input rules every route shares, all 400.
 const (
 	// CodeRepeatedQueryParameter: a query parameter given more than once
-	// (?limit=1&limit=500); no route takes a list that way, and taking the
-	// first would hide the client's mistake.
+	// (?limit=1&limit=500) other than ListParameters; taking the first
+	// would hide the client's mistake.
 	CodeRepeatedQueryParameter = "repeated_query_parameter"
 	// CodeControlCharacter: a control character in free text that is stored
 	// and shown to operators (rule.FreeText).
@@ -80,6 +80,11 @@ func checkMediaType(ct string) *Problem {
 	}
 	return Problemf(http.StatusUnsupportedMediaType, "unsupported_media_type", "send application/json, not %q", clipText(strings.ToValidUTF8(ct, "?")))
 }
+
+// ListParameters are the query parameters a route takes as a list, one
+// value per occurrence (query's usage analytics: groupBy=model&groupBy=region,
+// filter=model:gpt-4&filter=region:eu); any other may be given once.
+var ListParameters = []string{"groupBy", "filter"}
 
 // repeatedParameter is the problem of a query parameter given twice.
 func repeatedParameter(name string) *Problem {

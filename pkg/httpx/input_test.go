@@ -47,9 +47,11 @@ func TestCleanTextRefusesARepeatedParameter(t *testing.T) {
 	t.Parallel()
 	h := CleanText(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
 	for target, code := range map[string]string{
-		"/v1/tenants/t1/charges?limit=5&period=2026-01": "",
-		"/v1/tenants/t1/charges?limit=5&limit=500":      CodeRepeatedQueryParameter,
-		"/v1/tenants/t1/charges?period=&period=2026-01": CodeRepeatedQueryParameter,
+		"/v1/tenants/t1/charges?limit=5&period=2026-01":                                              "",
+		"/v1/tenants/t1/charges?limit=5&limit=500":                                                   CodeRepeatedQueryParameter,
+		"/v1/tenants/t1/charges?period=&period=2026-01":                                              CodeRepeatedQueryParameter,
+		"/v1/tenants/t1/meters/m/usage?groupBy=model&groupBy=region&filter=model:a&filter=region:eu": "",
+		"/v1/tenants/t1/meters/m/usage?groupBy=model&windowSize=day&windowSize=hour":                 CodeRepeatedQueryParameter,
 	} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -413,7 +414,7 @@ func CheckRequestText(r *http.Request) *Problem {
 		if p := CheckText("a query parameter name", k); p != nil {
 			return p
 		}
-		if len(vs) > 1 {
+		if len(vs) > 1 && !slices.Contains(ListParameters, k) {
 			return repeatedParameter(k)
 		}
 		for _, v := range vs {

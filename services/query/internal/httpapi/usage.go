@@ -33,12 +33,11 @@ type usageRowJSON struct {
 
 // usage: GET /v1/tenants/{tenantId}/meters/{meterCode}/usage?from=&to=
 // &windowSize=&timeZone=&groupBy=&filter=&limit=&cursor= — the meter's
-// aggregation per window and group (DESIGN.md section 7). groupBy may name
-// several dimensions separated by commas, filter is <dimension>:<value>,
-// and filter[<dimension>]=<value> names a filter too: the service edge
-// (httpx.CleanText) refuses a query parameter given twice, so a request
-// that groups or filters by more than one dimension uses those forms. A
-// group value a fact does not have is null.
+// aggregation per window and group (DESIGN.md section 7). groupBy and
+// filter repeat (httpx.ListParameters); groupBy may also name several
+// dimensions separated by commas, filter is <dimension>:<value>, and
+// filter[<dimension>]=<value> names a filter too. A group value a fact
+// does not have is null.
 func (a *API) usage(w http.ResponseWriter, r *http.Request) {
 	tenantID, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
 	if p != nil {

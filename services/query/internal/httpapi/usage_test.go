@@ -49,10 +49,15 @@ func TestGetMeterUsage(t *testing.T) {
 	if body != want+"\n" && body != want {
 		t.Fatalf("last page %s, want %s", body, want)
 	}
-	// Two dimensions in one groupBy (the edge refuses a parameter twice).
+	// Two dimensions in one groupBy, or groupBy repeated (a list parameter
+	// of the edge, httpx.ListParameters): the same answer.
 	status, _, body = get(t, srv, base+"&groupBy=model,region&timeZone=Europe/Paris")
 	if status != 200 {
 		t.Fatalf("groupBy model,region: %d %s", status, body)
+	}
+	status, _, repeated := get(t, srv, base+"&groupBy=model&groupBy=region&timeZone=Europe/Paris")
+	if status != 200 || repeated != body {
+		t.Fatalf("groupBy=model&groupBy=region: %d %s, want %s", status, repeated, body)
 	}
 
 	for _, c := range []struct {
