@@ -80,6 +80,11 @@ type Stats struct {
 	Ops, Facts, Accepted, Refused, Replays, Conflicts, Prices, Adjustments, Credits, CreditsRefused,
 	Corrections, Closes, Invoices, Checks, Settles int
 	Settings, Advances, AutoCloses, Drafts, Late int
+	// The catalog: accepted facts by their meter's aggregation, those rated
+	// unpriced and those priced by a dimension price; dimension prices
+	// activated and refused as ambiguous.
+	ByAggregation                             map[string]int
+	Unpriced, DimPriced, DimPrices, Ambiguous int
 }
 
 func (s Stats) String() string {
@@ -87,7 +92,9 @@ func (s Stats) String() string {
 		"%d adjustments posted (%d credits refused), %d correction notes, %d explicit closes, %d settings changes, "+
 		"%d clock moves, %d automatic closes, %d draft invoice comparisons, %d issued invoice comparisons, %d checks, %d settles",
 		s.Ops, s.Facts, s.Accepted, s.Late, s.Refused, s.Replays, s.Conflicts, s.Prices, s.Adjustments, s.CreditsRefused,
-		s.Corrections, s.Closes, s.Settings, s.Advances, s.AutoCloses, s.Drafts, s.Invoices, s.Checks, s.Settles)
+		s.Corrections, s.Closes, s.Settings, s.Advances, s.AutoCloses, s.Drafts, s.Invoices, s.Checks, s.Settles) +
+		fmt.Sprintf("; catalog: accepted facts by aggregation %v, %d unpriced, %d priced by a dimension price; %d dimension prices activated, %d refused ambiguous_price",
+			s.ByAggregation, s.Unpriced, s.DimPriced, s.DimPrices, s.Ambiguous)
 }
 
 type runner struct {
@@ -401,6 +408,9 @@ func (r *runner) sendPrice(ctx context.Context, t *Tenant, meter string, p Prici
 	}
 	if wantStatus != 201 {
 		r.note("%s) -> %d %s", desc, a.Status, a.Code())
+		if wantCode == "ambiguous_price" {
+			r.stats.Ambiguous++
+		}
 		return nil
 	}
 	var got priceAnswer
@@ -419,6 +429,9 @@ func (r *runner) sendPrice(ctx context.Context, t *Tenant, meter string, p Prici
 			t.ID, meter, got.EffectiveAt, sent, r.cfg.Lead)
 	}
 	s.Versions = append(s.Versions, Version{N: got.Version, Eff: got.EffectiveAt.UTC(), Pricing: p, Dims: dims})
+	if len(dims) > 0 {
+		r.stats.DimPrices++
+	}
 	r.note("%s) -> v%d effective %s", desc, got.Version, got.EffectiveAt.UTC().Format(time.RFC3339Nano))
 	return nil
 }
@@ -594,6 +607,16 @@ func (r *runner) accept(t *Tenant, f *Fact, s *Series, got usageAnswer) {
 	f.UsageID, f.EventID = got.UsageID, got.EventID
 	if v := s.inEffect(f.At, f.Props); v != nil {
 		f.Version, f.Dims = v.N, v.Dims
+	}
+	if r.stats.ByAggregation == nil {
+		r.stats.ByAggregation = map[string]int{}
+	}
+	r.stats.ByAggregation[aggName(f.Meter)]++
+	switch {
+	case f.Version == 0:
+		r.stats.Unpriced++
+	case len(f.Dims) > 0:
+		r.stats.DimPriced++
 	}
 	f.Period, f.Late = t.target(f.At)
 	if f.Late {
