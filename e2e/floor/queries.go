@@ -40,16 +40,26 @@ var (
 )
 
 // readQueries reads the named statements of queries.sql files under root
-// (paths relative to the repository root).
+// (paths relative to the repository root, services/<service>/...): each as
+// <service>.<Name>, and as <Name> alone when one service only has it.
 func readQueries(root string, files ...string) (map[string]sqlcQuery, error) {
 	out := map[string]sqlcQuery{}
+	taken := map[string]int{}
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(root, f))
 		if err != nil {
 			return nil, fmt.Errorf("read the services' statements: %w", err)
 		}
+		service := strings.Split(filepath.ToSlash(f), "/")[1]
 		for _, q := range parseQueries(string(b)) {
+			out[service+"."+q.name] = q
 			out[q.name] = q
+			taken[q.name]++
+		}
+	}
+	for name, n := range taken {
+		if n > 1 {
+			delete(out, name) // ambiguous: name its service
 		}
 	}
 	return out, nil

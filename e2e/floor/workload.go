@@ -57,8 +57,9 @@ func newWorkload(ctx context.Context, cfg Config, qs map[string]sqlcQuery, conns
 	for s := range outbox.NumShards {
 		w.shards = append(w.shards, int16(s))
 	}
-	for _, name := range []string{"LockAcceptanceShared", "AcceptanceCut", "PriceEvidenceForMeters", "InsertUsageFacts",
-		"TenantSettings", "LockPeriodsShared", "RateUsages", "AddCharges", "Project",
+	for _, name := range []string{"LockAcceptanceShared", "AcceptanceCut", "PriceEvidenceForMeters", "usage.InsertUsageFacts",
+		"TenantSettings", "LockPeriodsShared", "RateUsages", "AddCharges", "Project", "LockMetersShared",
+		"query.InsertUsageFacts", "AddUsageHourly",
 		"ListTenantsToFold", "LockTenantSummary", "FoldDeltas", "CountPendingDeltas"} {
 		if _, ok := qs[name]; !ok {
 			return nil, fmt.Errorf("no statement %s in the services' queries.sql: the floor needs updating", name)
@@ -117,6 +118,10 @@ func (w *workload) seed(ctx context.Context) error {
 			VALUES ($1, $2, $3, 1, $4, $5, $6, $7)`, []any{tenantID, meterCode, currency, unitPrice, since, uuid.New(), uuid.New()}},
 		{w.billing, `INSERT INTO price_schedule (tenant_id, meter_code, currency, known_through) VALUES ($1, $2, $3, 'infinity')`,
 			[]any{tenantID, meterCode, currency}},
+		{w.billing, `INSERT INTO meters (code, aggregation, event_id, defined_at) VALUES ($1, 'sum', $2, $3)`,
+			[]any{meterCode, uuid.New(), since}},
+		{w.query, `INSERT INTO meter_definition (code, aggregation, event_type, defined_at) VALUES ($1, 'sum', $1, $2)`,
+			[]any{meterCode, since}},
 	}
 	for _, c := range []*pgx.Conn{w.usage, w.billing} {
 		stmts = append(stmts, struct {
@@ -254,11 +259,11 @@ func (w *workload) accept(ctx context.Context, b *batch) (int, error) {
 	if err := drain(tx.Query(ctx, sql, args...)); err != nil {
 		return 0, fmt.Errorf("price evidence: %w", err)
 	}
-	sql, args, err = w.stmt("InsertUsageFacts", map[string]any{
+	sql, args, err = w.stmt("usage.InsertUsageFacts", map[string]any{
 		"tenant_id": tenantID, "accepted_at": time.Now().UTC(), "usage_ids": b.usageIDs,
 		"source_systems": repeat(sourceSystem, b.n), "source_event_ids": b.sourceIDs,
 		"meter_codes": repeat(meterCode, b.n), "quantities": b.quantities, "occurred_ats": b.occurred,
-		"currencies": repeat(currency, b.n), "event_ids": b.usageEvents,
+		"currencies": repeat(currency, b.n), "event_ids": b.usageEvents, "properties": repeat("{}", b.n),
 	})
 	if err != nil {
 		return 0, err
@@ -387,6 +392,8 @@ func (w *workload) rate(ctx context.Context, b *batch) (int, error) {
 			"tenant_ids": tenants, "meter_codes": repeat(meterCode, b.n), "currencies": repeat(currency, b.n),
 			"periods": periods, "charge_ids": b.chargeIDs, "event_ids": b.chargeEvents, "usage_event_ids": b.usageEvents,
 			"usage_ids": b.usageIDs, "quantities": b.quantities, "occurred_ats": b.occurred,
+			"lates": repeat(false, b.n), "properties": repeat("{}", b.n), "source_systems": repeat(sourceSystem, b.n),
+			"source_event_ids": b.sourceIDs,
 		})
 		if err != nil {
 			return err
@@ -396,14 +403,15 @@ func (w *workload) rate(ctx context.Context, b *batch) (int, error) {
 		rated := 0
 		pb.Queue(rate, rargs...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
-				var known, priced bool
+				var defined, known, priced bool
 				var version int64
-				var price decimal.Decimal
-				var model, status string
-				if err := rows.Scan(&known, &priced, &version, &price, &model, &status); err != nil {
+				var price, priceUnit decimal.Decimal
+				var aggregation, value, model, status string
+				var dims []byte
+				if err := rows.Scan(&defined, &aggregation, &value, &known, &priced, &version, &price, &priceUnit, &model, &dims, &status); err != nil {
 					return err
 				}
-				if known && priced && status == "open" {
+				if defined && known && priced && status == "open" {
 					rated++
 				}
 			}
@@ -434,7 +442,9 @@ func (w *workload) invoiceCharges(ctx context.Context, b *batch) (int, error) {
 			"tenant_ids": repeat(tenantID, b.n), "periods": repeat(b.period, b.n), "currencies": repeat(currency, b.n),
 			"meter_codes": repeat(meterCode, b.n), "price_versions": repeat(int64(1), b.n),
 			"unit_prices": repeat(unitPrice, b.n), "quantities": b.quantities, "amounts": b.amounts,
-			"new_invoice_ids": b.newInvoices,
+			"new_invoice_ids": b.newInvoices, "aggregations": repeat("sum", b.n), "dimensions_keys": repeat("", b.n),
+			"occurred_ats": b.occurred, "source_systems": repeat(sourceSystem, b.n), "source_event_ids": b.sourceIDs,
+			"uniq_values": repeat("", b.n), "unpriceds": repeat(false, b.n),
 		})
 		if err != nil {
 			return err
@@ -464,7 +474,10 @@ func (w *workload) invoiceCharges(ctx context.Context, b *batch) (int, error) {
 }
 
 // project is query's consumed batch of UsageAccepted or of ChargeRated:
-// the projected events and their summary deltas (Project).
+// the projected events and their summary deltas (Project); for the facts
+// also the usage analytics' rows (the meter's shared lock and definition,
+// a usage_fact row per fact, their hourly rollup: one here, the batch's
+// facts being of one hour and no dimensions).
 func (w *workload) project(ctx context.Context, b *batch, charges bool) (int, error) {
 	n := b.n
 	ids, subjects, eventType, aggType, digest, payload := b.usageEvents, b.usageIDs, events.TypeUsageAccepted, events.AggregateUsage, w.usageDigest, w.usagePayload
@@ -497,9 +510,67 @@ func (w *workload) project(ctx context.Context, b *batch, charges bool) (int, er
 		if got, err := count(tx.Query(ctx, sql, args...)); err != nil || got != n {
 			return fmt.Errorf("project: %d of %d: %v", got, n, err)
 		}
-		return nil
+		if charges {
+			return nil
+		}
+		return w.analytics(ctx, tx, b)
 	}
 	return w.decide(ctx, w.query, ids, eventType, aggType, subjects, digest, handle, nil)
+}
+
+// analytics writes query's usage analytics rows of a batch of facts.
+func (w *workload) analytics(ctx context.Context, tx pgx.Tx, b *batch) error {
+	n := b.n
+	lock, largs, err := w.stmt("LockMetersShared", map[string]any{"codes": []string{meterCode}})
+	if err != nil {
+		return err
+	}
+	defs, dargs, err := w.stmt("GetMeterDefinitions", map[string]any{"codes": []string{meterCode}})
+	if err != nil {
+		return err
+	}
+	facts, fargs, err := w.stmt("query.InsertUsageFacts", map[string]any{
+		"tenant_ids": repeat(tenantID, n), "source_systems": repeat(sourceSystem, n), "source_event_ids": b.sourceIDs,
+		"meter_codes": repeat(meterCode, n), "occurred_ats": b.occurred, "event_ids": b.usageEvents,
+		"quantities": b.quantities, "properties": repeat("{}", n), "dims": repeat("[]", n), "known": repeat(true, n),
+		"values": repeat("", n),
+	})
+	if err != nil {
+		return err
+	}
+	hour := b.occurred[0].UTC().Truncate(time.Hour)
+	sum := decimal.Zero
+	for _, q := range b.quantities {
+		sum = sum.Add(q)
+	}
+	last := n - 1
+	hourly, hargs, err := w.stmt("AddUsageHourly", map[string]any{
+		"tenant_ids": []string{tenantID}, "meter_codes": []string{meterCode}, "hours": []time.Time{hour},
+		"dims": []string{"[]"}, "facts": []int64{int64(n)}, "sums": []decimal.Decimal{sum}, "maxes": []decimal.Decimal{b.quantities[0]},
+		"latest_ats": []time.Time{b.occurred[last]}, "latest_source_systems": []string{sourceSystem},
+		"latest_source_event_ids": []string{b.sourceIDs[last]}, "latest_quantities": []decimal.Decimal{b.quantities[last]},
+	})
+	if err != nil {
+		return err
+	}
+	pb := &pgx.Batch{}
+	pb.Queue(lock, largs...)
+	pb.Queue(defs, dargs...)
+	inserted := 0
+	pb.Queue(facts, fargs...).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			inserted++
+		}
+		return rows.Err()
+	})
+	pb.Queue(hourly, hargs...)
+	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
+		return fmt.Errorf("usage analytics: %w", err)
+	}
+	if inserted != n {
+		return fmt.Errorf("usage analytics: %d of %d facts recorded", inserted, n)
+	}
+	return nil
 }
 
 // fold is one round of query's Folder: the tenants with pending deltas,
