@@ -571,10 +571,6 @@ func (r *runner) newFact(t *Tenant, toBound bool) (*Fact, *Series, string) {
 // expectUsage is the model's answer to a new fact: 201 and the fact as
 // rated, or a refusal code.
 func (r *runner) expectUsage(t *Tenant, f *Fact, s *Series) (int, string) {
-	m := meterDef(f.Meter)
-	if m.ValueProp != "" && f.Props[m.ValueProp] == "" {
-		return 400, "missing_value_property"
-	}
 	if prev := t.byIdentity[f.SourceEventID]; prev != nil {
 		if prev.Meter == f.Meter && prev.Qty.Equal(f.Qty) && prev.At.Equal(f.At) && sameProps(prev.Props, f.Props) {
 			return 200, ""
@@ -583,6 +579,9 @@ func (r *runner) expectUsage(t *Tenant, f *Fact, s *Series) (int, string) {
 	}
 	if f.At.After(r.now().Add(maxFutureSkew)) {
 		return 422, "occurred_in_future"
+	}
+	if m := meterDef(f.Meter); m.ValueProp != "" && f.Props[m.ValueProp] == "" {
+		return 400, "missing_value_property"
 	}
 	if f.Meter == ghostMeter {
 		return 422, "unknown_meter"
