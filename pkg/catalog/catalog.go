@@ -239,14 +239,18 @@ func Same(a, b map[string]string) bool {
 	return true
 }
 
+// KeySeparator separates the name=value pairs of a Key.
+const KeySeparator = "\x01"
+
 // Key is a canonical string of a dimension set, for keys and sorting: the
-// names in order, each name=value, separated by NUL (a character neither
-// may hold); "" for none.
+// names in order, each name=value, separated by U+0001 (a control
+// character neither may hold, and one PostgreSQL text can store, unlike
+// NUL: services keep the key in a column); "" for none.
 func Key(dims map[string]string) string {
 	s := ""
 	for i, k := range SortedKeys(dims) {
 		if i > 0 {
-			s += "\x00"
+			s += KeySeparator
 		}
 		s += k + "=" + dims[k]
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -199,12 +198,9 @@ func floorSecond(t time.Time) int64 {
 }
 
 // dimensionsKey is the price_evidence and charge dimensions_key of a
-// dimension set: catalog.Key with U+0001 for its NUL separator (text holds
-// no NUL). No name or value holds a control character (meter refuses them),
-// so keys order as catalog.Key does: catalog.Choose's tie-break.
-func dimensionsKey(dims map[string]string) string {
-	return strings.ReplaceAll(catalog.Key(dims), "\x00", "\x01")
-}
+// dimension set: catalog.Key, which text can hold and which orders (in
+// byte order, COLLATE "C") as catalog.Choose's tie-break.
+func dimensionsKey(dims map[string]string) string { return catalog.Key(dims) }
 
 // dimensionsJSON is a dimension set (or a fact's properties) as the jsonb
 // object the tables hold; {} for none.
