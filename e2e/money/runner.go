@@ -319,6 +319,10 @@ func (r *runner) activateFirst(ctx context.Context, t *Tenant, meter, currency s
 
 func (r *runner) activate(ctx context.Context, t *Tenant) error {
 	m := meters[r.rng.IntN(len(meters))]
+	if r.rng.IntN(4) == 0 && t.Series["ai_tokens"] != nil {
+		// the one meter with two dimensions: where prices can overlap
+		m = meterDef("ai_tokens")
+	}
 	s := t.Series[m.Code]
 	if s == nil {
 		r.note("#%d activate %s %s: first version", r.step, t.ID, m.Code)
