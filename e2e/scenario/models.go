@@ -118,14 +118,14 @@ func (r *run) sendAcrossTiers(ctx context.Context, res *ModelsResult) error {
 		var refused []usageapi.UsageRequest
 		for i, x := range results {
 			switch {
-			case deref(x.Code) == "unknown_meter":
+			case deref(x.Code) == "unknown_meter" || deref(x.Code) == "no_price_in_effect":
 				refused = append(refused, pending[i])
 			case x.Status != http.StatusCreated:
 				r.mismatch("%s %s: status %d code %q, want 201", tenant, pending[i].SourceEventId, x.Status, deref(x.Code))
 			}
 		}
 		pending = refused
-		return len(pending) == 0, fmt.Sprintf("usage answers unknown_meter for %d facts", len(pending)), nil
+		return len(pending) == 0, fmt.Sprintf("usage answers unknown_meter or no_price_in_effect for %d facts (it has not learned the price yet)", len(pending)), nil
 	})
 	if err != nil {
 		return err

@@ -396,7 +396,7 @@ func (r *run) sendFacts(ctx context.Context, tenant string) error {
 
 // sendUntilKnown sends a batch of the tenant's facts. Usage learns prices
 // from meter's events; until one arrives it refuses that meter's facts
-// (unknown_meter) and writes nothing for them. Only those are sent again,
+// (unknown_meter, or no_price_in_effect once another tenant's price defined the meter) and writes nothing for them. Only those are sent again,
 // so every fact must be answered 201 exactly once.
 func (r *run) sendUntilKnown(ctx context.Context, tenant string, batch []usageapi.UsageRequest) error {
 	pending := batch
@@ -409,7 +409,7 @@ func (r *run) sendUntilKnown(ctx context.Context, tenant string, batch []usageap
 		var refused []usageapi.UsageRequest
 		for i, res := range results {
 			switch {
-			case deref(res.Code) == "unknown_meter":
+			case deref(res.Code) == "unknown_meter" || deref(res.Code) == "no_price_in_effect":
 				refused = append(refused, pending[i])
 			case res.Status != http.StatusCreated:
 				r.mismatch("%s %s in a batch: status %d code %q, want 201", tenant, pending[i].SourceEventId, res.Status, deref(res.Code))
@@ -421,7 +421,7 @@ func (r *run) sendUntilKnown(ctx context.Context, tenant string, batch []usageap
 			r.sent(tenant).UnknownMeterTry++
 		}
 		pending = refused
-		return len(pending) == 0, fmt.Sprintf("usage answers unknown_meter for %d facts: PriceActivated not consumed yet", len(pending)), nil
+		return len(pending) == 0, fmt.Sprintf("usage answers unknown_meter or no_price_in_effect for %d facts: PriceActivated not consumed yet", len(pending)), nil
 	})
 }
 
