@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/usagebilling/billing/pkg/envelope"
 )
@@ -63,13 +64,20 @@ func TestNewAcceptsEnvelopeAtMaxBytes(t *testing.T) {
 func TestNewRefusesEnvelopeOverMaxBytes(t *testing.T) {
 	// One byte over: the payload of an envelope at the limit plus one byte.
 	// recordedAt may encode shorter this time, so New is tried again until
-	// it is not; whatever New accepts must be within the limit.
+	// it is not; whatever New accepts must be within the limit. (CI once
+	// failed here when at's recordedAt had five fraction digits and the
+	// refused one six: 65538 bytes.)
 	at, err := newSized(t, envelope.MaxBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// at's recordedAt may have encoded shorter than the longest form (six
+	// fraction digits): the payload gives those bytes back, so every
+	// recordedAt of the longest form makes exactly one byte over and every
+	// shorter one fits.
+	shorter := len("2006-01-02T15:04:05.000000Z") - len(at.RecordedAt.Format(time.RFC3339Nano))
 	p := usageV2{Quantity: "1", Unit: "call"}
-	p.Source = strings.Repeat("s", len(at.Payload)-len(`{"quantity":"1","source":"","unit":"call"}`)+1)
+	p.Source = strings.Repeat("s", len(at.Payload)-len(`{"quantity":"1","source":"","unit":"call"}`)+1-shorter)
 	for range 50 {
 		var e envelope.Envelope
 		if e, err = envelope.New(sizedMeta(), p); err != nil {
