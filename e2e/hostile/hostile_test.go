@@ -287,7 +287,8 @@ func badBodies() []struct {
 // refused with its stable code; the read-back shows nothing was written.
 type lenient struct {
 	service, method, path string
-	operator              bool   // an operator's token; else the suite's tenant's (every tenant role)
+	operator              bool   // an operator's token; else role's, else the suite's tenant's (every tenant role)
+	role                  string // a role's token (on the suite's tenant when tenant-scoped)
 	contentType           string // "" for application/json
 	body                  string
 	status                int
@@ -333,15 +334,92 @@ func lenientInputs() []lenient {
 	}
 	utf16 := ten("billing", "PUT", "/settings", `{"timeZone":"UTC"}`, 415, "unsupported_media_type")
 	utf16.contentType = "application/json; charset=utf-16"
-	return append(out, utf16)
+	return append(append(out, utf16), catalogInputs()...)
+}
+
+// The suite's catalog meter (defined before the read-back): its events
+// are of type catalogEventType; the tenant has no price for it.
+const (
+	catalogMeter     = "hostile_tokens"
+	catalogEventType = "hostile.tokens"
+)
+
+// catalogInputs are the lenient inputs of the meter catalog's routes
+// (docs/catalog.md): meter definitions, properties, CloudEvents, prices
+// by dimension and the usage analytics, each with one thing wrong.
+func catalogInputs() []lenient {
+	admin := func(body string) lenient {
+		return lenient{service: "meter", method: "POST", path: "/v1/meters", role: auth.RoleCatalogAdmin, body: body, status: 400, code: "invalid_meter"}
+	}
+	ten := func(service, method, path, body string, status int, code string) lenient {
+		return lenient{service: service, method: method, path: "/v1/tenants/" + tenant + path, body: body, status: status, code: code}
+	}
+	now := time.Now().UTC()
+	fact := func(properties string) string {
+		return `{"sourceSystem":"s","sourceEventId":"` + uuid.NewString() + `","meterCode":"api","quantity":"1","occurredAt":"` +
+			now.Format(time.RFC3339) + `","properties":` + properties + `}`
+	}
+	var many []string
+	for i := range 17 {
+		many = append(many, fmt.Sprintf(`"p%d":"v"`, i))
+	}
+	event := func(typ string, data string) string {
+		return `{"specversion":"1.0","id":"` + uuid.NewString() + `","source":"hostile","type":"` + typ + `","subject":"` + tenant +
+			`","time":"` + now.Format(time.RFC3339) + `","data":` + data + `}`
+	}
+	cloud := func(contentType, body string, status int, code string) lenient {
+		return lenient{service: "usage", method: "POST", path: "/v1/events", role: auth.RolePlatformIngest, contentType: contentType,
+			body: body, status: status, code: code}
+	}
+	single, batch := "application/cloudevents+json", "application/cloudevents-batch+json"
+	usage := func(query string, status int, code string) lenient {
+		return ten("query", "GET", "/meters/api/usage?"+query, "", status, code)
+	}
+	month := "from=" + now.AddDate(0, -1, 0).Format(time.RFC3339) + "&to=" + now.Format(time.RFC3339)
+	out := []lenient{
+		admin(`{"code":"bad code!","name":"n","aggregation":"sum"}`),
+		admin(`{"code":"m_avg","name":"n","aggregation":"avg"}`),
+		admin(`{"code":"m_uc","name":"n","aggregation":"unique_count"}`),
+		admin(`{"code":"m_dims","name":"n","aggregation":"sum","dimensions":["a","b","c","d","e","f"]}`),
+		admin(`{"code":"m_dup","name":"n","aggregation":"count","dimensions":["a","a"]}`),
+		{service: "meter", method: "POST", path: "/v1/meters", role: auth.RoleCatalogAdmin, status: 400, code: "control_character",
+			body: `{"code":"m_ctl","name":"bell\u0007","aggregation":"count"}`},
+		{service: "meter", method: "POST", path: "/v1/meters", role: auth.RoleCatalogAdmin, status: 409, code: "event_type_taken",
+			body: `{"code":"hostile_other","name":"n","aggregation":"count","eventType":"` + catalogEventType + `"}`},
+		ten("usage", "POST", "/usage", fact(`{`+strings.Join(many, ",")+`}`), 400, "too_many_properties"),
+		ten("usage", "POST", "/usage", fact(`{"model":1}`), 400, "invalid_properties"),
+		ten("usage", "POST", "/usage", fact(`{"a b":"v"}`), 400, "invalid_properties"),
+		ten("usage", "POST", "/usage", fact(`{"model":"`+strings.Repeat("v", 257)+`"}`), 400, "invalid_properties"),
+		ten("usage", "POST", "/usage", fact(`["model"]`), 400, "invalid_properties"),
+		ten("meter", "POST", "/prices", `{"meterCode":"api","currency":"USD","unitPrice":"1","dimensions":{"model":"gpt-4"}}`, 400, "invalid_dimensions"),
+		cloud(single, event("no.such.type", `{"tokens":1}`), 400, "unknown_event_type"),
+		// One event the tenant has no price for and one of no meter: the
+		// batch is refused whole, each event named.
+		cloud(batch, `[`+event(catalogEventType, `{"tokens":1}`)+`,`+event("no.such.type", `{}`)+`]`, 400, "events_refused"),
+		cloud(batch, `[]`, 400, "missing_field"), // a batch holds 1 to 1,000 events
+		usage(month+"&windowSize=week", 400, "invalid_window_size"),
+		usage(month+"&windowSize=day&timeZone=Mars/Olympus", 400, "invalid_time_zone"),
+		usage(month+"&windowSize=day&timeZone=Local", 400, "invalid_time_zone"),
+		usage("from=yesterday&to="+now.Format(time.RFC3339)+"&windowSize=day", 400, "invalid_time"),
+		usage("from="+now.Format(time.RFC3339)+"&to="+now.AddDate(0, -1, 0).Format(time.RFC3339)+"&windowSize=day", 400, "invalid_range"),
+		usage("from="+now.AddDate(0, -2, 0).Format(time.RFC3339)+"&to="+now.Format(time.RFC3339)+"&windowSize=hour", 400, "range_too_large"),
+		usage(month+"&windowSize=day&groupBy=model", 400, "invalid_dimension"),
+		usage(month+"&windowSize=day&filter=model", 400, "invalid_filter"),
+		usage(month+"&windowSize=day&groupBy=,", 400, "invalid_dimension"),
+		ten("query", "GET", "/meters/no_such_meter/usage?"+month+"&windowSize=day", "", 404, "meter_not_found"),
+	}
+	return out
 }
 
 // lenientRequest is the request of l, with a fresh Idempotency-Key.
 func lenientRequest(l lenient) request {
 	h := http.Header{}
-	if l.operator {
+	switch {
+	case l.operator:
 		h.Set("Authorization", "Bearer "+auth.DevToken(auth.RoleOperator, ""))
-	} else {
+	case l.role != "":
+		h.Set("Authorization", token(route{roles: []string{l.role}}))
+	default:
 		h.Set("Authorization", "Bearer "+auth.DevToken(auth.RoleTenant, tenant))
 	}
 	h.Set("Idempotency-Key", uuid.NewString())
@@ -659,6 +737,12 @@ func TestHostileInput(t *testing.T) {
 	if status, code, err := send(ctx, client, urls["meter"], seed); err != nil || status/100 != 2 {
 		t.Fatalf("seed price: %d %s %v", status, code, err)
 	}
+	define := request{"seed meter", http.MethodPost, "/v1/meters", baseHeader(route{roles: []string{auth.RoleCatalogAdmin}}),
+		[]byte(`{"code":"` + catalogMeter + `","name":"Hostile tokens","aggregation":"sum","valueProperty":"tokens","dimensions":["model"],"eventType":"` + catalogEventType + `"}`)}
+	if status, code, err := send(ctx, client, urls["meter"], define); err != nil || status/100 != 2 {
+		t.Fatalf("seed meter: %d %s %v", status, code, err)
+	}
+	waitCatalog(t, ctx, client, urls)
 	signIn(t, ctx, client, urls["query"])
 	before := snapshot(t, ctx, client, urls, routes)
 
@@ -718,6 +802,37 @@ func TestHostileInput(t *testing.T) {
 		t.Error(f)
 	}
 	t.Logf("%d inputs, %d failures, in %s", tl.total, len(tl.failures), time.Since(began).Round(time.Second))
+}
+
+// waitCatalog waits until usage knows the suite's catalog meter (an event
+// of its type is refused no_price_in_effect, not unknown_event_type) and
+// query knows the implied meter api (its usage answers 200), so that the
+// catalog's lenient inputs meet the refusal they are for.
+func waitCatalog(t *testing.T, ctx context.Context, c *http.Client, urls map[string]string) {
+	now := time.Now().UTC()
+	event := lenient{service: "usage", method: "POST", path: "/v1/events", role: auth.RolePlatformIngest, contentType: "application/cloudevents+json",
+		body: `{"specversion":"1.0","id":"` + uuid.NewString() + `","source":"hostile","type":"` + catalogEventType + `","subject":"` + tenant +
+			`","time":"` + now.Format(time.RFC3339) + `","data":{"tokens":1}}`}
+	read := lenient{service: "query", method: "GET", path: "/v1/tenants/" + tenant + "/meters/api/usage?from=" +
+		now.AddDate(0, 0, -1).Format(time.RFC3339) + "&to=" + now.Format(time.RFC3339) + "&windowSize=day"}
+	for _, w := range []struct {
+		l      lenient
+		status int
+		code   string
+	}{{event, 422, "no_price_in_effect"}, {read, 200, ""}} {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			status, code, err := send(ctx, c, urls[w.l.service], lenientRequest(w.l))
+			if err == nil && status == w.status && code == w.code {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the catalog did not reach %s in 60 s: %s %s answers %d %s %v, want %d %s",
+					w.l.service, w.l.method, w.l.path, status, code, err, w.status, w.code)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 }
 
 func mapKeys(m map[string]string) func(func(string) bool) {
