@@ -3,8 +3,8 @@
 // no external asset) over the same operator package the operator API uses —
 // recovery per service, the quarantine view and its redrives with their
 // audit, dead letters and their redrive, reconciliation per tenant and
-// period, webhook intents and their retry — and the tenant summaries of the
-// app package. It holds no SQL of
+// period, webhook intents and their retry — and the tenant summaries and
+// the meter catalog (read only) of the app package. It holds no SQL of
 // its own.
 //
 // The operator signs in with a bearer token, kept in an HttpOnly,
@@ -66,6 +66,7 @@ func (c *Console) Routes(r chi.Router) {
 			r.Method(http.MethodPost, "/dead-letters/release", auth.Allow(c.submit(events.ActionRedriveDeadLetter), auth.RoleOperator))
 			r.Method(http.MethodGet, "/reconciliation", auth.Allow(c.reconciliation, auth.RoleOperator))
 			r.Method(http.MethodGet, "/tenants", auth.Allow(c.tenants, auth.RoleOperator))
+			r.Method(http.MethodGet, "/catalog", auth.Allow(c.catalogPage, auth.RoleOperator))
 			r.Method(http.MethodGet, "/webhooks", auth.Allow(c.webhooks, auth.RoleOperator))
 			r.Method(http.MethodPost, "/webhooks/{intentId}/retry", auth.Allow(c.retryIntent, auth.RoleOperator))
 		})

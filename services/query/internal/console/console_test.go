@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"fmt"
 	"html"
 	"io"
 	"net/http"
@@ -203,7 +204,7 @@ func TestNoDataWithoutASession(t *testing.T) {
 		"garbage": "not-a-token",
 	}
 	paths := []string{"/console", "/console/", "/console/quarantine", "/console/dead-letters",
-		"/console/reconciliation?tenantId=acme", "/console/tenants?tenantId=acme", "/console/redrives/" + uuid.NewString()}
+		"/console/reconciliation?tenantId=acme", "/console/tenants?tenantId=acme", "/console/catalog", "/console/redrives/" + uuid.NewString()}
 	for name, cookie := range cookies {
 		for _, p := range paths {
 			resp := f.do("GET", p, cookie, nil)
@@ -467,6 +468,43 @@ func TestTenantSummaryPage(t *testing.T) {
 	}
 	if bad := f.do("GET", "/console/reconciliation?tenantId=acme&period=2026-13", alice, nil); bad.status != http.StatusBadRequest {
 		t.Errorf("invalid period: %d", bad.status)
+	}
+}
+
+// The catalog page lists query's copy of the catalog, escaped, a page of
+// PageSize by code with a link to the next; a bad after is refused.
+func TestCatalogPage(t *testing.T) {
+	f := newFixture(t)
+	alice := f.signIn(token(t, "alice", auth.RoleOperator, "", time.Hour))
+	if page := f.do("GET", "/console/catalog", alice, nil); page.status != 200 || !strings.Contains(page.body, "No meter yet.") {
+		t.Fatalf("empty catalog: %d %s", page.status, page.body)
+	}
+	evs := []querytest.Event{querytest.Meter(t, "llm_tokens", "sum", "tokens", "model", "region"),
+		querytest.Meter(t, "active_users", "unique_count", "user_id")}
+	for i := range console.PageSize {
+		evs = append(evs, querytest.Meter(t, fmt.Sprintf("m%03d", i), "count", ""))
+	}
+	querytest.Decide(t, f.pool, querytest.NewInbox(t), evs...)
+	page := f.do("GET", "/console/catalog", alice, nil)
+	for _, want := range []string{
+		`<tr data-meter="active_users"><td>active_users</td><td>unique_count</td><td>user_id</td>`,
+		`<tr data-meter="llm_tokens"><td>llm_tokens</td><td>sum</td><td>tokens</td>` + "\n<td>model, region</td><td>llm_tokens</td>",
+		`<a href="/console/catalog?after=m047" id="next">`,
+	} {
+		if page.status != 200 || !strings.Contains(page.body, want) {
+			t.Errorf("catalog page: %d, no %q in\n%s", page.status, want, page.body)
+		}
+	}
+	if n := strings.Count(page.body, "<tr data-meter="); n != console.PageSize {
+		t.Errorf("first page: %d meters, want %d", n, console.PageSize)
+	}
+	next := f.do("GET", "/console/catalog?after=m047", alice, nil)
+	if n := strings.Count(next.body, "<tr data-meter="); next.status != 200 || n != 2 || strings.Contains(next.body, `id="next"`) ||
+		!strings.Contains(next.body, `data-meter="m049"`) {
+		t.Errorf("second page: %d, %d meters: %s", next.status, n, next.body)
+	}
+	if bad := f.do("GET", "/console/catalog?after="+strings.Repeat("m", 65), alice, nil); bad.status != http.StatusBadRequest {
+		t.Errorf("after too long: %d", bad.status)
 	}
 }
 

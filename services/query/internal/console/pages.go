@@ -14,8 +14,10 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/auth"
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/httpx"
+	"github.com/usagebilling/billing/services/query/internal/app"
 	"github.com/usagebilling/billing/services/query/internal/domain"
 	"github.com/usagebilling/billing/services/query/internal/httpapi"
 	"github.com/usagebilling/billing/services/query/internal/operator"
@@ -273,4 +275,30 @@ func (c *Console) tenants(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Summary, v.Money = &s, money(s)
 	c.render(w, r, http.StatusOK, "tenants", "Tenants", v)
+}
+
+type catalogView struct {
+	Meters []app.CatalogMeter
+	Next   string
+}
+
+// catalog: GET /console/catalog — the meter catalog query holds, a page of
+// PageSize by code (after: the last code of the page before).
+func (c *Console) catalogPage(w http.ResponseWriter, r *http.Request) {
+	after := r.URL.Query().Get("after")
+	if len(after) > catalog.MaxMeterCode || !utf8.ValidString(after) {
+		c.invalid(w, r, "after must be a meter code this page linked to.")
+		return
+	}
+	ms, err := c.reader.Meters(r.Context(), after, PageSize+1)
+	if err != nil {
+		c.fail(w, r, "list meters", err)
+		return
+	}
+	v := catalogView{Meters: ms}
+	if len(ms) > PageSize {
+		v.Meters = ms[:PageSize]
+		v.Next = "/console/catalog?" + url.Values{"after": {ms[PageSize-1].Code}}.Encode()
+	}
+	c.render(w, r, http.StatusOK, "catalog", "Meter catalog", v)
 }

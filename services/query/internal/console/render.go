@@ -18,7 +18,7 @@ var templateFS embed.FS
 // pages are the console's templates by page name, each with the layout.
 type pages map[string]*template.Template
 
-var pageNames = []string{"sign-in", "error", "recovery", "quarantine", "redrive", "dead-letters", "reconciliation", "tenants", "webhooks"}
+var pageNames = []string{"sign-in", "error", "recovery", "quarantine", "redrive", "dead-letters", "reconciliation", "tenants", "catalog", "webhooks"}
 
 var funcs = template.FuncMap{
 	"time": func(t time.Time) string {

@@ -273,6 +273,12 @@ FROM meter_definition WHERE code = ANY(@codes::text[]);
 SELECT code, aggregation, value_property, dimensions::text[] AS dimensions, event_type, defined_at
 FROM meter_definition WHERE code = @code;
 
+-- name: ListMeterDefinitions :many
+-- ListMeterDefinitions is a page of the catalog query holds, by code after
+-- @after.
+SELECT code, aggregation, value_property, dimensions::text[] AS dimensions, event_type, defined_at
+FROM meter_definition WHERE code > @after::text ORDER BY code LIMIT @lim;
+
 -- name: InsertUsageFacts :many
 -- InsertUsageFacts records accepted facts; a fact recorded before (same
 -- tenant, source system and source event id) is left as it is. It returns the

@@ -511,6 +511,54 @@ func (q *Queries) InsertUsageFacts(ctx context.Context, arg InsertUsageFactsPara
 	return items, nil
 }
 
+const listMeterDefinitions = `-- name: ListMeterDefinitions :many
+SELECT code, aggregation, value_property, dimensions::text[] AS dimensions, event_type, defined_at
+FROM meter_definition WHERE code > $1::text ORDER BY code LIMIT $2
+`
+
+type ListMeterDefinitionsParams struct {
+	After string
+	Lim   int32
+}
+
+type ListMeterDefinitionsRow struct {
+	Code          string
+	Aggregation   string
+	ValueProperty string
+	Dimensions    []string
+	EventType     string
+	DefinedAt     time.Time
+}
+
+// ListMeterDefinitions is a page of the catalog query holds, by code after
+// @after.
+func (q *Queries) ListMeterDefinitions(ctx context.Context, arg ListMeterDefinitionsParams) ([]ListMeterDefinitionsRow, error) {
+	rows, err := q.db.Query(ctx, listMeterDefinitions, arg.After, arg.Lim)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListMeterDefinitionsRow
+	for rows.Next() {
+		var i ListMeterDefinitionsRow
+		if err := rows.Scan(
+			&i.Code,
+			&i.Aggregation,
+			&i.ValueProperty,
+			&i.Dimensions,
+			&i.EventType,
+			&i.DefinedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listPendingTotals = `-- name: ListPendingTotals :many
 SELECT kind, key, sum(amount)::numeric AS amount, count(*) AS events
 FROM summary_delta WHERE tenant_id = $1 AND kind <> 'seen'
