@@ -190,7 +190,7 @@ type Config struct {
 	RetentionBatch    int           // RETENTION_BATCH_SIZE (1000): rows per purge statement
 	// PprofAddr, when set, serves net/http/pprof on its own listener
 	// (PPROF_ADDR, e.g. 127.0.0.1:6061; off by default). It has no
-	// authentication: bind it to the loopback address.
+	// authentication: LoadConfig refuses an address that is not loopback.
 	PprofAddr string
 
 	RelayBatch     int           // RELAY_BATCH_SIZE (500)
@@ -206,8 +206,9 @@ type Config struct {
 
 	// Auth verifies bearer tokens and signs the service's own calls to other
 	// services (package auth, Ed25519): AUTH_ISSUER (the users' issuer),
-	// AUTH_JWKS (the public keys: a file path or an http(s) URL, read again
-	// every AUTH_JWKS_REFRESH, 30s), AUTH_SERVICE_KEY (this service's own
+	// AUTH_JWKS (the public keys: a file path, an https URL or an http URL
+	// of a loopback host, read again every AUTH_JWKS_REFRESH, 30s),
+	// AUTH_SERVICE_KEY (this service's own
 	// private key, PEM PKCS #8, for its calls; optional) with
 	// AUTH_SERVICE_KEY_ID ("<name>/<version>"), AUTH_SERVICE_CALLERS (the
 	// services whose service tokens it accepts; "query"). AUTH_DEV_KEY=true
@@ -285,6 +286,9 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 		ConsumerWait:  e.Duration("CONSUMER_MAX_WAIT", 5*time.Millisecond),
 		SweepInterval: e.Duration("CONSUMER_SWEEP_INTERVAL", 2*time.Second),
 	}
+	if c.PprofAddr != "" && !loopbackAddr(c.PprofAddr) {
+		e.fail("PPROF_ADDR", "the runtime profiles have no authentication: only a loopback address such as 127.0.0.1:6061, not %q", c.PprofAddr)
+	}
 	if c.HTTPWriteTimeout <= c.RequestTimeout {
 		e.fail("HTTP_WRITE_TIMEOUT", "must exceed HTTP_REQUEST_TIMEOUT (%s), or a late answer is cut off", c.RequestTimeout)
 	}
@@ -325,6 +329,12 @@ func authKeys(e *Env, name string, dev bool, httpAddr string) auth.Keys {
 		e.fail("AUTH_DEV_KEY", "the published development key is accepted only on a loopback listener; HTTP_ADDR is %q", httpAddr)
 		return auth.Keys{}
 	}
+	// Keys fetched over plain http could be swapped by anyone on the path:
+	// https, or http to this machine only.
+	if u, err := url.Parse(cfg.JWKS); err == nil && strings.EqualFold(u.Scheme, "http") && !loopbackHost(u.Hostname()) {
+		e.fail("AUTH_JWKS", "an http:// JWKS URL is accepted only on a loopback host (127.0.0.1, ::1, localhost): want https://, got %q", cfg.JWKS)
+		return auth.Keys{}
+	}
 	if !dev {
 		if cfg.Issuer == "" {
 			e.fail("AUTH_ISSUER", "required (or AUTH_DEV_KEY=true on a loopback listener, never in production)")
@@ -355,9 +365,11 @@ func authKeys(e *Env, name string, dev bool, httpAddr string) auth.Keys {
 // only (not all interfaces).
 func loopbackAddr(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
+	return err == nil && loopbackHost(host)
+}
+
+// loopbackHost reports whether host is localhost or a loopback address.
+func loopbackHost(host string) bool {
 	if host == "localhost" {
 		return true
 	}

@@ -1,6 +1,8 @@
 package service_test
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,6 +33,13 @@ func TestAuthConfig(t *testing.T) {
 	private := filepath.Join(dir, "private.json")
 	_ = os.WriteFile(private, []byte(`{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"k","x":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","d":"secret-never-echoed"}]}`), 0o644)
 	issuer := "https://issuer.example"
+	doc, err := os.ReadFile(jwks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keysSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write(doc) }))
+	t.Cleanup(keysSrv.Close)
+	keysURL := keysSrv.URL + "/jwks.json" // http://127.0.0.1:<port>
 	tests := []struct {
 		name    string
 		env     map[string]string
@@ -55,6 +64,18 @@ func TestAuthConfig(t *testing.T) {
 		{name: "missing JWKS file", env: map[string]string{"AUTH_ISSUER": issuer, "AUTH_JWKS": filepath.Join(dir, "none.json")}, wantErr: "AUTH_JWKS"},
 		{name: "JWKS with a private key", env: map[string]string{"AUTH_ISSUER": issuer, "AUTH_JWKS": private}, wantErr: "private key"},
 		{name: "bad bool", env: map[string]string{"AUTH_DEV_KEY": "yes please"}, wantErr: "AUTH_DEV_KEY"},
+		// Keys over plain http from another host could be swapped on the
+		// way: refused before any fetch (the host does not exist).
+		{name: "JWKS over http", env: map[string]string{"AUTH_ISSUER": issuer, "AUTH_JWKS": "http://keys.invalid/jwks.json"},
+			wantErr: "AUTH_JWKS: an http:// JWKS URL is accepted only on a loopback host"},
+		{name: "JWKS over HTTP, upper case", env: map[string]string{"AUTH_ISSUER": issuer, "AUTH_JWKS": "HTTP://10.0.0.7/jwks.json"},
+			wantErr: "only on a loopback host"},
+		{name: "JWKS over http on loopback", env: map[string]string{"AUTH_ISSUER": issuer, "AUTH_JWKS": keysURL},
+			accepts: []auth.Key{k1}},
+		// The profiles have no authentication.
+		{name: "pprof on every interface", env: map[string]string{"AUTH_DEV_KEY": "true", "PPROF_ADDR": ":6061"}, wantErr: "PPROF_ADDR"},
+		{name: "pprof on a public address", env: map[string]string{"AUTH_DEV_KEY": "true", "PPROF_ADDR": "10.0.0.7:6061"}, wantErr: "PPROF_ADDR"},
+		{name: "pprof on loopback", env: map[string]string{"AUTH_DEV_KEY": "true", "PPROF_ADDR": "127.0.0.1:6061"}, accepts: []auth.Key{auth.DevKey}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
