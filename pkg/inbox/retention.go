@@ -15,7 +15,8 @@ import (
 // every copy of its event that can still be delivered: a topic keeps a
 // message for its retention (Kafka's default, 7 days, which the topics here
 // keep: none sets retention.ms), so the inbox keeps a decided event for
-// longer (INBOX_RETENTION, 14 days by default; raise it with the topics'). Past that, PurgeEvents deletes it, in small batches. Two kinds
+// longer (INBOX_RETENTION, 14 days by default; raise it with the topics'). Past that, PurgeEvents deletes it, in small batches
+// (and PurgeRedriven the quarantine rows redriven as long ago). Two kinds
 // of row are kept whatever their age:
 //
 //   - the newest applied version of each aggregate of a type listed in
@@ -51,6 +52,22 @@ func PurgeEvents(ctx context.Context, pool *pgxpool.Pool, olderThan time.Time, k
 			FOR UPDATE SKIP LOCKED)`, olderThan, keepNewest, limit)
 	if err != nil {
 		return 0, fmt.Errorf("purge inbox events: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// PurgeRedriven deletes up to limit quarantine rows redriven before
+// olderThan and returns how many it deleted. A row still quarantined is
+// never purged, whatever its age: it waits for an operator. A redriven
+// one has done its work (the event was decided again; the redrive's audit
+// is query's), and by then the inbox has forgotten the event too.
+func PurgeRedriven(ctx context.Context, pool *pgxpool.Pool, olderThan time.Time, limit int) (int64, error) {
+	tag, err := pool.Exec(ctx, `
+		DELETE FROM inbox_quarantine WHERE id IN (
+			SELECT id FROM inbox_quarantine WHERE state = 'redriven' AND redriven_at < $1
+			LIMIT $2 FOR UPDATE SKIP LOCKED)`, olderThan, limit)
+	if err != nil {
+		return 0, fmt.Errorf("purge redriven quarantine rows: %w", err)
 	}
 	return tag.RowsAffected(), nil
 }

@@ -156,3 +156,39 @@ func TestExpiredDeferredEventIsQuarantinedAndRedriven(t *testing.T) {
 		t.Fatalf("%d quarantine rows redriven, want 2", got)
 	}
 }
+
+// PurgeRedriven deletes the quarantine rows redriven before the retention,
+// in batches of the limit; a row still quarantined stays whatever its age
+// (it waits for an operator), and so does one redriven recently.
+func TestPurgeRedrivenKeepsWhatAwaitsAnOperator(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, tmpl)
+	ib := newInbox(t, inbox.Options{})
+	wantOutcomes(t, decide(t, ib, pool, []byte("old-redriven-1"), []byte("old-redriven-2"), []byte("new-redriven"), []byte("old-open")),
+		"quarantined:malformed", "quarantined:malformed", "quarantined:malformed", "quarantined:malformed")
+	if _, err := pool.Exec(ctx, `
+		UPDATE inbox_quarantine SET first_seen = now() - interval '30 days',
+		       state = CASE WHEN convert_from(raw, 'UTF8') = 'old-open' THEN 'quarantined' ELSE 'redriven' END,
+		       redriven_at = CASE convert_from(raw, 'UTF8') WHEN 'old-open' THEN NULL WHEN 'new-redriven' THEN now()
+		                     ELSE now() - interval '20 days' END`); err != nil {
+		t.Fatal(err)
+	}
+	cutoff := time.Now().Add(-14 * 24 * time.Hour)
+	for i, want := range []int64{1, 1, 0} {
+		if n, err := inbox.PurgeRedriven(ctx, pool, cutoff, 1); err != nil || n != want {
+			t.Fatalf("batch %d purged %d, %v; want %d", i+1, n, err, want)
+		}
+	}
+	rows, err := pool.Query(ctx, `SELECT convert_from(raw, 'UTF8') FROM inbox_quarantine ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(left, []string{"new-redriven", "old-open"}) {
+		t.Fatalf("left %v, want the recent redrive and the row still quarantined", left)
+	}
+}

@@ -20,8 +20,8 @@ import (
 var KeepNewestAggregates = []string{events.AggregatePrice, events.AggregateInvoice}
 
 // retention purges, in the background and in small batches, what each
-// service keeps only for a while: decided inbox events past INBOX_RETENTION,
-// idempotency keys past IDEMPOTENCY_TTL, and deferred events past
+// service keeps only for a while: decided inbox events and quarantine rows
+// redriven past INBOX_RETENTION, idempotency keys past IDEMPOTENCY_TTL, and deferred events past
 // DEFERRED_MAX_AGE (quarantined as deferred_expired, not deleted).
 type retention struct {
 	pool       *pgxpool.Pool
@@ -29,7 +29,9 @@ type retention struct {
 	cfg        Config
 	log        *slog.Logger
 	keysPurged prometheus.Counter
-	now        func() time.Time
+	// quarantinePurged counts the redriven quarantine rows purged.
+	quarantinePurged prometheus.Counter
+	now              func() time.Time
 }
 
 func newRetention(pool *pgxpool.Pool, ib *inbox.Inbox, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*retention, error) {
@@ -37,10 +39,16 @@ func newRetention(pool *pgxpool.Pool, ib *inbox.Inbox, cfg Config, reg prometheu
 		keysPurged: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idempotency_keys_purged_total",
 			Help: "Idempotency keys deleted past IDEMPOTENCY_TTL.",
+		}),
+		quarantinePurged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "inbox_quarantine_purged_total",
+			Help: "Quarantine rows deleted past INBOX_RETENTION after their redrive (rows still quarantined are never purged).",
 		})}
 	if reg != nil {
-		if err := reg.Register(r.keysPurged); err != nil {
-			return nil, err
+		for _, c := range []prometheus.Counter{r.keysPurged, r.quarantinePurged} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return r, nil
@@ -67,6 +75,17 @@ func (r *retention) once(ctx context.Context) {
 	for r.now().Before(stop) {
 		n, err := inbox.PurgeEvents(ctx, r.pool, r.now().Add(-r.cfg.InboxRetention), KeepNewestAggregates, limit)
 		r.ib.CountPurged(n)
+		if err != nil {
+			r.warn(ctx, err)
+			break
+		}
+		if n < int64(limit) {
+			break
+		}
+	}
+	for r.now().Before(stop) {
+		n, err := inbox.PurgeRedriven(ctx, r.pool, r.now().Add(-r.cfg.InboxRetention), limit)
+		r.quarantinePurged.Add(float64(n))
 		if err != nil {
 			r.warn(ctx, err)
 			break

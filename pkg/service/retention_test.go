@@ -16,8 +16,9 @@ import (
 // One pass of the service's retention with the default settings removes
 // what is past its age and only that: decided events past INBOX_RETENTION
 // (but the newest version of a price series), idempotency keys past
-// IDEMPOTENCY_TTL, and deferred events past DEFERRED_MAX_AGE, which are
-// quarantined as deferred_expired; each counted in its metric.
+// IDEMPOTENCY_TTL, deferred events past DEFERRED_MAX_AGE, which are
+// quarantined as deferred_expired, and quarantine rows redriven past
+// INBOX_RETENTION (never one still quarantined); each counted in its metric.
 func TestRetentionPassRemovesOnlyWhatIsPastItsAge(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -55,6 +56,14 @@ func TestRetentionPassRemovesOnlyWhatIsPastItsAge(t *testing.T) {
 	}
 	deferred("25 hours")
 	deferred("23 hours")
+	quarantined := func(raw, state, redrivenAge string) {
+		exec(`INSERT INTO inbox_quarantine (raw_sha256, reason, raw, topic, partition, "offset", first_seen, state, redriven_at)
+			VALUES (md5($1), 'malformed', convert_to($1, 'UTF8'), 'topic', 0, 0, now() - interval '30 days', $2,
+			        now() - NULLIF($3, '')::interval)`, raw, state, redrivenAge)
+	}
+	quarantined("redriven long ago", "redriven", "15 days")
+	quarantined("redriven lately", "redriven", "13 days")
+	quarantined("still quarantined", "quarantined", "")
 
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.DiscardHandler)
@@ -89,6 +98,15 @@ func TestRetentionPassRemovesOnlyWhatIsPastItsAge(t *testing.T) {
 	}
 	if got := count(`SELECT count(*) FROM inbox_quarantine WHERE reason = 'deferred_expired'`); got != 1 {
 		t.Errorf("%d quarantined deferred_expired, want 1", got)
+	}
+	if got := count(`SELECT count(*) FROM inbox_quarantine WHERE reason = 'malformed'`); got != 2 {
+		t.Errorf("%d malformed quarantine rows left, want 2: the one redriven within INBOX_RETENTION and the one still quarantined", got)
+	}
+	if got := count(`SELECT count(*) FROM inbox_quarantine WHERE raw = convert_to('redriven long ago', 'UTF8')`); got != 0 {
+		t.Error("the row redriven past INBOX_RETENTION is kept")
+	}
+	if got := testutil.ToFloat64(r.quarantinePurged); got != 1 {
+		t.Errorf("inbox_quarantine_purged_total %v", got)
 	}
 	if got := testutil.ToFloat64(r.keysPurged); got != 1 {
 		t.Errorf("idempotency_keys_purged_total %v", got)

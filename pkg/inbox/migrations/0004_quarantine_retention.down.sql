@@ -1,0 +1,1 @@
+DROP INDEX inbox_quarantine_redriven;
