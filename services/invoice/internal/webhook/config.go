@@ -18,13 +18,17 @@ type Config struct {
 	BackoffMax   time.Duration // WEBHOOK_BACKOFF_MAX (10m): the longest delay between attempts
 	TTL          time.Duration // WEBHOOK_TTL (72h): from the issuing commit to expiry
 	Retention    time.Duration // WEBHOOK_RETENTION (168h): accepted intents are purged after it
-	MaxEndpoints int           // WEBHOOK_MAX_ENDPOINTS (10): active endpoints per tenant
+	// FailedRetention is WEBHOOK_FAILED_RETENTION (720h, 30 days): failed
+	// and expired intents, which an operator may retry, are purged after it.
+	FailedRetention time.Duration
+	MaxEndpoints    int // WEBHOOK_MAX_ENDPOINTS (10): active endpoints per tenant
 }
 
 // EnvNames are the variables LoadConfig reads.
 var EnvNames = []string{
 	"WEBHOOK_WORKER", "WEBHOOK_POLL_INTERVAL", "WEBHOOK_TIMEOUT", "WEBHOOK_LEASE_TTL", "WEBHOOK_CONCURRENCY",
 	"WEBHOOK_BACKOFF_BASE", "WEBHOOK_BACKOFF_MAX", "WEBHOOK_TTL", "WEBHOOK_RETENTION", "WEBHOOK_MAX_ENDPOINTS",
+	"WEBHOOK_FAILED_RETENTION",
 }
 
 // DefaultConfig is the configuration with every default.
@@ -32,7 +36,7 @@ func DefaultConfig() Config {
 	return Config{
 		Worker: true, PollInterval: time.Second, Timeout: 10 * time.Second, LeaseTTL: 30 * time.Second,
 		Concurrency: 8, BackoffBase: time.Second, BackoffMax: 10 * time.Minute, TTL: DefaultTTL,
-		Retention: 7 * 24 * time.Hour, MaxEndpoints: 10,
+		Retention: 7 * 24 * time.Hour, FailedRetention: 30 * 24 * time.Hour, MaxEndpoints: 10,
 	}
 }
 
@@ -50,6 +54,8 @@ func LoadConfig(e *service.Env) (Config, error) {
 		TTL:          e.Duration("WEBHOOK_TTL", d.TTL),
 		Retention:    e.Duration("WEBHOOK_RETENTION", d.Retention),
 		MaxEndpoints: e.Int("WEBHOOK_MAX_ENDPOINTS", d.MaxEndpoints),
+
+		FailedRetention: e.Duration("WEBHOOK_FAILED_RETENTION", d.FailedRetention),
 	}
 	if err := e.Err(); err != nil {
 		return Config{}, err
@@ -66,7 +72,7 @@ func (c Config) Check() error {
 	if c.BackoffMax < c.BackoffBase {
 		errs = append(errs, errors.New("WEBHOOK_BACKOFF_MAX must be at least WEBHOOK_BACKOFF_BASE"))
 	}
-	if c.PollInterval <= 0 || c.Concurrency <= 0 || c.TTL <= 0 || c.Retention <= 0 || c.MaxEndpoints <= 0 {
+	if c.PollInterval <= 0 || c.Concurrency <= 0 || c.TTL <= 0 || c.Retention <= 0 || c.FailedRetention <= 0 || c.MaxEndpoints <= 0 {
 		errs = append(errs, errors.New("webhook durations and counts must be positive"))
 	}
 	return errors.Join(errs...)

@@ -111,12 +111,15 @@ SET status = 'expired', lease_owner = NULL, lease_expires_at = NULL, finished_at
 FROM due WHERE i.intent_id = due.intent_id
 RETURNING i.attempts;
 
--- name: PurgeAccepted :execrows
--- PurgeAccepted deletes up to @max_rows intents accepted more than
--- @retention_seconds ago. Failed and expired intents are never purged.
+-- name: PurgeEnded :execrows
+-- PurgeEnded deletes up to @max_rows intents that ended long enough ago:
+-- accepted more than @accepted_seconds ago, failed or expired more than
+-- @failed_seconds ago (an operator may retry those until then). Pending
+-- and leased intents are never purged.
 DELETE FROM webhook_intent WHERE intent_id IN (
     SELECT intent_id FROM webhook_intent
-    WHERE status = 'accepted' AND finished_at < now() - make_interval(secs => @retention_seconds::float8)
+    WHERE (status = 'accepted' AND finished_at < now() - make_interval(secs => @accepted_seconds::float8))
+       OR (status IN ('failed', 'expired') AND finished_at < now() - make_interval(secs => @failed_seconds::float8))
     LIMIT @max_rows);
 
 -- name: OldestOpenAge :one

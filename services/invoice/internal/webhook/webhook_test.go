@@ -18,6 +18,7 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
 	"github.com/usagebilling/billing/services/invoice/internal/webhook"
+	"github.com/usagebilling/billing/services/invoice/internal/webhook/webhookdb"
 	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
@@ -502,4 +503,46 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
 	t.Helper()
 	return metricOf(t, reg, name, "", "").GetHistogram().GetSampleCount()
+}
+
+// PurgeEnded deletes accepted intents past WEBHOOK_RETENTION and failed or
+// expired ones past WEBHOOK_FAILED_RETENTION, in batches of its limit; an
+// intent within its retention, and one not ended, stays.
+func TestPurgeEndedKeepsWhatIsWithinItsRetention(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, Template)
+	rc := newReceiver(t)
+	rc.register(t, pool, "acme")
+	keys := issue(t, pool, "acme", false, "USD", "EUR", "KRW", "JPY", "GBP", "CHF", "SEK")
+	// Each intent ended (or not) as long ago as its name says.
+	states := map[string]struct{ status, ended string }{
+		keys[0]: {webhook.StatusAccepted, "8 days"}, keys[1]: {webhook.StatusAccepted, "6 days"},
+		keys[2]: {webhook.StatusFailed, "31 days"}, keys[3]: {webhook.StatusExpired, "31 days"},
+		keys[4]: {webhook.StatusFailed, "29 days"}, keys[5]: {webhook.StatusExpired, "29 days"},
+		keys[6]: {webhook.StatusPending, ""},
+	}
+	for key, s := range states {
+		if _, err := pool.Exec(ctx, `UPDATE webhook_intent SET status = $2,
+			finished_at = CASE WHEN $3 = '' THEN NULL ELSE now() - $3::interval END WHERE idempotency_key = $1`,
+			key, s.status, s.ended); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := webhook.DefaultConfig() // 7 days, 30 days
+	q := webhookdb.New(pool)
+	for i, want := range []int64{2, 1, 0} {
+		if n, err := webhook.PurgeEnded(ctx, q, cfg, 2); err != nil || n != want {
+			t.Fatalf("batch %d purged %d, %v; want %d", i+1, n, err, want)
+		}
+	}
+	left := byKey(t, pool)
+	for _, k := range []int{1, 4, 5, 6} {
+		if _, ok := left[keys[k]]; !ok {
+			t.Errorf("%s (%s %s ago) purged", keys[k], states[keys[k]].status, states[keys[k]].ended)
+		}
+	}
+	if len(left) != 4 {
+		t.Errorf("%d intents left, want 4", len(left))
+	}
 }

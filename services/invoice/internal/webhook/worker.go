@@ -111,14 +111,25 @@ func (w *Worker) Tick(ctx context.Context) (int, error) {
 	}
 	if time.Since(w.lastPurge) > time.Minute {
 		w.lastPurge = time.Now()
-		if n, err := q.PurgeAccepted(ctx, webhookdb.PurgeAcceptedParams{
-			RetentionSeconds: w.cfg.Retention.Seconds(), MaxRows: purgeBatch}); err != nil {
-			w.log.WarnContext(ctx, "purge accepted webhook intents", "err", err)
+		if n, err := PurgeEnded(ctx, q, w.cfg, purgeBatch); err != nil {
+			w.log.WarnContext(ctx, "purge ended webhook intents", "err", err)
 		} else if n > 0 {
-			w.log.InfoContext(ctx, "purged accepted webhook intents", "count", n)
+			w.log.InfoContext(ctx, "purged ended webhook intents", "count", n)
 		}
 	}
 	return len(rows), nil
+}
+
+// PurgeEnded deletes up to limit intents past their retention: accepted
+// ones after cfg.Retention, failed and expired ones after
+// cfg.FailedRetention. The worker runs it once a minute.
+func PurgeEnded(ctx context.Context, q *webhookdb.Queries, cfg Config, limit int32) (int64, error) {
+	n, err := q.PurgeEnded(ctx, webhookdb.PurgeEndedParams{AcceptedSeconds: cfg.Retention.Seconds(),
+		FailedSeconds: cfg.FailedRetention.Seconds(), MaxRows: limit})
+	if err != nil {
+		return 0, fmt.Errorf("purge ended webhook intents: %w", err)
+	}
+	return n, nil
 }
 
 func (w *Worker) expire(ctx context.Context, q *webhookdb.Queries) error {

@@ -467,22 +467,26 @@ func (q *Queries) OldestOpenAge(ctx context.Context) (float64, error) {
 	return column_1, err
 }
 
-const purgeAccepted = `-- name: PurgeAccepted :execrows
+const purgeEnded = `-- name: PurgeEnded :execrows
 DELETE FROM webhook_intent WHERE intent_id IN (
     SELECT intent_id FROM webhook_intent
-    WHERE status = 'accepted' AND finished_at < now() - make_interval(secs => $1::float8)
-    LIMIT $2)
+    WHERE (status = 'accepted' AND finished_at < now() - make_interval(secs => $1::float8))
+       OR (status IN ('failed', 'expired') AND finished_at < now() - make_interval(secs => $2::float8))
+    LIMIT $3)
 `
 
-type PurgeAcceptedParams struct {
-	RetentionSeconds float64
-	MaxRows          int32
+type PurgeEndedParams struct {
+	AcceptedSeconds float64
+	FailedSeconds   float64
+	MaxRows         int32
 }
 
-// PurgeAccepted deletes up to @max_rows intents accepted more than
-// @retention_seconds ago. Failed and expired intents are never purged.
-func (q *Queries) PurgeAccepted(ctx context.Context, arg PurgeAcceptedParams) (int64, error) {
-	result, err := q.db.Exec(ctx, purgeAccepted, arg.RetentionSeconds, arg.MaxRows)
+// PurgeEnded deletes up to @max_rows intents that ended long enough ago:
+// accepted more than @accepted_seconds ago, failed or expired more than
+// @failed_seconds ago (an operator may retry those until then). Pending
+// and leased intents are never purged.
+func (q *Queries) PurgeEnded(ctx context.Context, arg PurgeEndedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, purgeEnded, arg.AcceptedSeconds, arg.FailedSeconds, arg.MaxRows)
 	if err != nil {
 		return 0, err
 	}

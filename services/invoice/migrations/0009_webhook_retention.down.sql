@@ -1,0 +1,1 @@
+DROP INDEX webhook_intent_failed_finished_idx;
