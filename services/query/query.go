@@ -11,8 +11,11 @@
 package query
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"maps"
+	"os"
 
 	"github.com/go-chi/chi/v5"
 
@@ -49,8 +52,22 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		operator.NewWebhooks(d.Pool, d.Config.ServiceURLs[operator.WebhookService], d.Config.Auth, d.Logger), d.Logger)
 	env := service.NewEnv()
 	interval := env.Duration("QUERY_FOLD_INTERVAL", app.DefaultFoldInterval)
+	consoleCfg := console.Config{SecureCookie: env.Bool("QUERY_CONSOLE_SECURE_COOKIE", false)}
+	keyFile := env.String("QUERY_CONSOLE_CSRF_KEY_FILE", "")
 	if err := env.Err(); err != nil {
 		return service.Parts{}, err
+	}
+	if keyFile != "" {
+		key, err := os.ReadFile(keyFile)
+		if err != nil {
+			return service.Parts{}, fmt.Errorf("QUERY_CONSOLE_CSRF_KEY_FILE: %w", err)
+		}
+		consoleCfg.CSRFKey = bytes.TrimSpace(key)
+	}
+	con, err := console.New(op, operator.NewWebhooks(d.Pool, d.Config.ServiceURLs[operator.WebhookService], d.Config.Auth, d.Logger),
+		app.NewReader(d.Pool), d.Config.Auth, consoleCfg, d.Logger)
+	if err != nil {
+		return service.Parts{}, fmt.Errorf("QUERY_CONSOLE_CSRF_KEY_FILE %s: %w", keyFile, err)
 	}
 	handlers := map[string]inbox.Handler{}
 	maps.Copy(handlers, op.Handlers())
@@ -59,8 +76,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 			tenantAPI.Routes(r)
 			operatorAPI.Routes(r)
 			webhookAPI.Routes(r)
-			console.New(op, operator.NewWebhooks(d.Pool, d.Config.ServiceURLs[operator.WebhookService], d.Config.Auth, d.Logger),
-				app.NewReader(d.Pool), d.Config.Auth, d.Logger).Routes(r)
+			con.Routes(r)
 		},
 		Topics:         append(append([]string{}, app.Topics...), events.TopicOps),
 		Handlers:       handlers,

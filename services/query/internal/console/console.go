@@ -8,7 +8,7 @@
 // its own.
 //
 // The operator signs in with a bearer token, kept in an HttpOnly,
-// SameSite=Strict cookie (Secure over TLS) and verified on every request
+// SameSite=Strict cookie (Secure over TLS, or with Config.SecureCookie) and verified on every request
 // with the service's key set and the operator role, as auth.Middleware does
 // for /v1/operator/. Every POST behind the sign-in carries a token bound to
 // that cookie (see session.go).
@@ -16,6 +16,7 @@ package console
 
 import (
 	"crypto/rand"
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -29,24 +30,44 @@ import (
 
 // Console serves the operator console.
 type Console struct {
-	op      *operator.Operator
-	hooks   *operator.Webhooks
-	reader  *app.Reader
-	keys    auth.Keys
-	csrfKey []byte // signs the forms' tokens; new at each start
-	pages   pages
-	log     *slog.Logger
+	op     *operator.Operator
+	hooks  *operator.Webhooks
+	reader *app.Reader
+	keys   auth.Keys
+	cfg    Config
+	pages  pages
+	log    *slog.Logger
 }
+
+// Config is the console's settings (query's QUERY_CONSOLE_*).
+type Config struct {
+	// CSRFKey signs the forms' tokens (at least MinCSRFKey bytes). Every
+	// replica behind one address needs the same key, so that a form one
+	// rendered can be posted to another; nil: a random key of this
+	// process, for a single replica.
+	CSRFKey []byte
+	// SecureCookie marks the session cookie Secure on plain HTTP too: for
+	// TLS terminated in front of the service. Over TLS it is Secure anyway.
+	SecureCookie bool
+}
+
+// MinCSRFKey is the shortest CSRF key Config takes, in bytes.
+const MinCSRFKey = 32
 
 // New returns the console over op, hooks and reader, admitting operator
 // tokens keys verifies.
-func New(op *operator.Operator, hooks *operator.Webhooks, reader *app.Reader, keys auth.Keys, log *slog.Logger) *Console {
+func New(op *operator.Operator, hooks *operator.Webhooks, reader *app.Reader, keys auth.Keys, cfg Config, log *slog.Logger) (*Console, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	key := make([]byte, 32)
-	_, _ = rand.Read(key) // never fails (crypto/rand)
-	return &Console{op: op, hooks: hooks, reader: reader, keys: keys, csrfKey: key, pages: parsePages(), log: log}
+	switch {
+	case cfg.CSRFKey == nil:
+		cfg.CSRFKey = make([]byte, MinCSRFKey)
+		_, _ = rand.Read(cfg.CSRFKey) // never fails (crypto/rand)
+	case len(cfg.CSRFKey) < MinCSRFKey:
+		return nil, fmt.Errorf("console: a CSRF key of %d bytes; want at least %d", len(cfg.CSRFKey), MinCSRFKey)
+	}
+	return &Console{op: op, hooks: hooks, reader: reader, keys: keys, cfg: cfg, pages: parsePages(), log: log}, nil
 }
 
 // Routes mounts the console under /console on r.

@@ -57,6 +57,13 @@ func newFixtureWithInvoice(t *testing.T, invoiceURL string) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	return newFixtureOn(t, pool, invoiceURL, console.Config{})
+}
+
+// newFixtureOn is a console with cfg on pool (a replica when another
+// fixture serves the same pool).
+func newFixtureOn(t *testing.T, pool *pgxpool.Pool, invoiceURL string, cfg console.Config) *fixture {
+	t.Helper()
 	keys, err := auth.NewKeys(auth.DevKey)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +71,11 @@ func newFixtureWithInvoice(t *testing.T, invoiceURL string) *fixture {
 	op := operator.New(pool, ops.NewClient(nil, keys, operator.Self), nil)
 	r := chi.NewRouter()
 	r.Use(auth.Middleware(keys, nil))
-	console.New(op, operator.NewWebhooks(pool, invoiceURL, keys, nil), app.NewReader(pool), keys, nil).Routes(r)
+	c, err := console.New(op, operator.NewWebhooks(pool, invoiceURL, keys, nil), app.NewReader(pool), keys, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Routes(r)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	return &fixture{t: t, pool: pool, op: op, srv: srv}
@@ -468,6 +479,56 @@ func TestTenantSummaryPage(t *testing.T) {
 	}
 	if bad := f.do("GET", "/console/reconciliation?tenantId=acme&period=2026-13", alice, nil); bad.status != http.StatusBadRequest {
 		t.Errorf("invalid period: %d", bad.status)
+	}
+}
+
+// Two replicas behind one address: with the same QUERY_CONSOLE_CSRF_KEY_FILE
+// a form one rendered is accepted by the other (a redrive goes through); with
+// keys of their own (nothing configured) it is refused, nothing done. A key
+// under 32 bytes is refused at start.
+func TestReplicasShareTheConsoleByItsKey(t *testing.T) {
+	pool, err := pgxpool.New(t.Context(), pgtest.NewDB(t, querytest.Template))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	key := []byte(strings.Repeat("k", console.MinCSRFKey))
+	a, b := newFixtureOn(t, pool, "", console.Config{CSRFKey: key}), newFixtureOn(t, pool, "", console.Config{CSRFKey: key})
+	lone := newFixtureOn(t, pool, "", console.Config{})
+	id := a.quarantine(operator.Self, "acme", "unsupported_schema")
+	alice := a.signIn(token(t, "alice@ops.example", auth.RoleOperator, "", time.Hour))
+	formFrom := csrf(t, a.do("GET", "/console/quarantine", alice, nil))
+	form := url.Values{console.CSRFField: {formFrom}, "service": {operator.Self}, "eventId": {id.String()}, "reason": {"decoder fixed"}}
+	if resp := lone.do("POST", "/console/redrives", alice, form); resp.status != http.StatusForbidden {
+		t.Errorf("a replica with its own key: %d, want 403", resp.status)
+	}
+	if n := a.auditRows(); n != 0 {
+		t.Fatalf("%d audit rows after the refused post", n)
+	}
+	if resp := b.do("POST", "/console/redrives", alice, form); resp.status != http.StatusSeeOther ||
+		!strings.HasPrefix(resp.header.Get("Location"), "/console/redrives/") {
+		t.Errorf("the other replica with the same key: %d %s, want the redrive", resp.status, resp.header.Get("Location"))
+	}
+	if _, err := console.New(nil, nil, nil, auth.Keys{}, console.Config{CSRFKey: key[:31]}, nil); err == nil {
+		t.Error("a 31-byte key accepted")
+	}
+}
+
+// Behind a proxy that terminates TLS the request is plain HTTP: the
+// session cookie is Secure only with QUERY_CONSOLE_SECURE_COOKIE.
+func TestSecureCookieBehindTLSTerminatedInFront(t *testing.T) {
+	pool, err := pgxpool.New(t.Context(), pgtest.NewDB(t, querytest.Template))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	tok := token(t, "alice", auth.RoleOperator, "", time.Hour)
+	for _, secure := range []bool{false, true} {
+		f := newFixtureOn(t, pool, "", console.Config{SecureCookie: secure})
+		resp := f.do("POST", "/console/sign-in", "", url.Values{"token": {tok}})
+		if c := sessionCookie(t, resp); c.Secure != secure {
+			t.Errorf("SecureCookie %v: the cookie's Secure is %v", secure, c.Secure)
+		}
 	}
 }
 

@@ -53,10 +53,10 @@ func (c *Console) verify(token string) (auth.Claims, error) {
 }
 
 // csrfToken is the form token of a session: an HMAC of its bearer token
-// under a key of this process, so it is bound to the cookie and cannot be
+// under the console's key (Config.CSRFKey), so it is bound to the cookie and cannot be
 // made without reading it.
 func (c *Console) csrfToken(bearer string) string {
-	m := hmac.New(sha256.New, c.csrfKey)
+	m := hmac.New(sha256.New, c.cfg.CSRFKey)
 	m.Write([]byte("console-csrf\x00" + bearer))
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
@@ -73,7 +73,7 @@ func (c *Console) session(next http.Handler) http.Handler {
 		}
 		claims, err := c.verify(cookie.Value)
 		if err != nil {
-			clearCookie(w, r)
+			c.clearCookie(w, r)
 			http.Redirect(w, r, "/console/sign-in?expired=1", http.StatusSeeOther)
 			return
 		}
@@ -133,7 +133,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: CookieName, Value: token, Path: "/console", Expires: claims.ExpiresAt.Time,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || c.cfg.SecureCookie,
 	})
 	c.log.InfoContext(r.Context(), "console sign-in", "sub", claims.Subject)
 	http.Redirect(w, r, "/console", http.StatusSeeOther)
@@ -154,13 +154,13 @@ func sameOrigin(r *http.Request) bool {
 // signOut: POST /console/sign-out clears the cookie. The token itself stays
 // valid until it expires (tokens are not revocable).
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request) {
-	clearCookie(w, r)
+	c.clearCookie(w, r)
 	http.Redirect(w, r, "/console/sign-in", http.StatusSeeOther)
 }
 
-func clearCookie(w http.ResponseWriter, r *http.Request) {
+func (c *Console) clearCookie(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{
 		Name: CookieName, Value: "", Path: "/console", MaxAge: -1, Expires: time.Unix(1, 0),
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || c.cfg.SecureCookie,
 	})
 }
