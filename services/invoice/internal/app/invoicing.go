@@ -268,6 +268,9 @@ func (a *App) correct(ctx context.Context, tx pgx.Tx, e *envelope.Envelope, p ev
 		a.log.WarnContext(ctx, "adjustment already invoiced as a line", "event_id", e.EventID, "invoice_id", invoiceID)
 		return nil
 	}
+	if err := q.AddCorrectionTotal(ctx, db.AddCorrectionTotalParams{InvoiceID: invoiceID, Amount: p.Amount, Version: inv.NextVersion}); err != nil {
+		return fmt.Errorf("count correction of %s into invoice %s: %w", e.EventID, invoiceID, err)
+	}
 	if err := a.webhooks.Record(ctx, tx, ev); err != nil {
 		return err
 	}

@@ -55,6 +55,12 @@ type InvoiceCorrection struct {
 	EventID       uuid.UUID
 }
 
+type InvoiceCorrectionTotal struct {
+	InvoiceID   uuid.UUID
+	Corrected   decimal.Decimal
+	LastVersion int64
+}
+
 type InvoiceLine struct {
 	LineID        int64
 	InvoiceID     uuid.UUID

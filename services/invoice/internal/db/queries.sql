@@ -217,11 +217,15 @@ FOR UPDATE OF i;
 -- correction notes but the one of @origin_event_id (a redelivered
 -- adjustment is decided as the first time, and is then a duplicate), and
 -- the aggregate version the next note takes (InvoiceIssued is version 1).
+-- It reads the invoice's running totals (invoice_correction_total) and at
+-- most the one note of @origin_event_id: its cost does not grow with the
+-- notes the invoice has.
 SELECT i.total::numeric AS total,
-       (SELECT COALESCE(sum(c.amount), 0) FROM invoice_correction c
-        WHERE c.invoice_id = i.invoice_id AND c.origin_event_id <> @origin_event_id::uuid)::numeric AS corrected,
-       (SELECT COALESCE(max(c.version), 1) + 1 FROM invoice_correction c WHERE c.invoice_id = i.invoice_id)::bigint AS next_version
+       (COALESCE(t.corrected, 0) - COALESCE((SELECT c.amount FROM invoice_correction c
+            WHERE c.origin_event_id = @origin_event_id::uuid AND c.invoice_id = i.invoice_id), 0))::numeric AS corrected,
+       (COALESCE(t.last_version, 1) + 1)::bigint AS next_version
 FROM invoice i
+LEFT JOIN invoice_correction_total t ON t.invoice_id = i.invoice_id
 WHERE i.invoice_id = @invoice_id::uuid AND i.status = 'issued';
 
 -- name: AddCorrection :execrows
@@ -231,6 +235,14 @@ INSERT INTO invoice_correction (correction_id, invoice_id, origin_event_id, amou
 SELECT @correction_id, @invoice_id, @origin_event_id, @amount, @issued_at, @version, @event_id
 WHERE NOT EXISTS (
     SELECT 1 FROM invoice_line l WHERE l.origin_event_id = @origin_event_id AND l.kind = 'adjustment');
+
+-- name: AddCorrectionTotal :exec
+-- AddCorrectionTotal counts a note just added into its invoice's running
+-- totals (the caller holds the invoice locked).
+INSERT INTO invoice_correction_total (invoice_id, corrected, last_version)
+VALUES (@invoice_id, @amount, @version)
+ON CONFLICT (invoice_id) DO UPDATE
+SET corrected = invoice_correction_total.corrected + EXCLUDED.corrected, last_version = EXCLUDED.last_version;
 
 -- name: GetInvoice :one
 SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.total, i.issued_at,

@@ -297,6 +297,26 @@ func (q *Queries) AddCorrection(ctx context.Context, arg AddCorrectionParams) (i
 	return result.RowsAffected(), nil
 }
 
+const addCorrectionTotal = `-- name: AddCorrectionTotal :exec
+INSERT INTO invoice_correction_total (invoice_id, corrected, last_version)
+VALUES ($1, $2, $3)
+ON CONFLICT (invoice_id) DO UPDATE
+SET corrected = invoice_correction_total.corrected + EXCLUDED.corrected, last_version = EXCLUDED.last_version
+`
+
+type AddCorrectionTotalParams struct {
+	InvoiceID uuid.UUID
+	Amount    decimal.Decimal
+	Version   int64
+}
+
+// AddCorrectionTotal counts a note just added into its invoice's running
+// totals (the caller holds the invoice locked).
+func (q *Queries) AddCorrectionTotal(ctx context.Context, arg AddCorrectionTotalParams) error {
+	_, err := q.db.Exec(ctx, addCorrectionTotal, arg.InvoiceID, arg.Amount, arg.Version)
+	return err
+}
+
 const addRoundingLine = `-- name: AddRoundingLine :exec
 INSERT INTO invoice_line (invoice_id, origin_event_id, kind, amount)
 VALUES ($1, $2::uuid, 'rounding', $3)
@@ -548,10 +568,11 @@ func (q *Queries) IssueInvoice(ctx context.Context, arg IssueInvoiceParams) (int
 
 const issuedInvoiceState = `-- name: IssuedInvoiceState :one
 SELECT i.total::numeric AS total,
-       (SELECT COALESCE(sum(c.amount), 0) FROM invoice_correction c
-        WHERE c.invoice_id = i.invoice_id AND c.origin_event_id <> $1::uuid)::numeric AS corrected,
-       (SELECT COALESCE(max(c.version), 1) + 1 FROM invoice_correction c WHERE c.invoice_id = i.invoice_id)::bigint AS next_version
+       (COALESCE(t.corrected, 0) - COALESCE((SELECT c.amount FROM invoice_correction c
+            WHERE c.origin_event_id = $1::uuid AND c.invoice_id = i.invoice_id), 0))::numeric AS corrected,
+       (COALESCE(t.last_version, 1) + 1)::bigint AS next_version
 FROM invoice i
+LEFT JOIN invoice_correction_total t ON t.invoice_id = i.invoice_id
 WHERE i.invoice_id = $2::uuid AND i.status = 'issued'
 `
 
@@ -571,6 +592,9 @@ type IssuedInvoiceStateRow struct {
 // correction notes but the one of @origin_event_id (a redelivered
 // adjustment is decided as the first time, and is then a duplicate), and
 // the aggregate version the next note takes (InvoiceIssued is version 1).
+// It reads the invoice's running totals (invoice_correction_total) and at
+// most the one note of @origin_event_id: its cost does not grow with the
+// notes the invoice has.
 func (q *Queries) IssuedInvoiceState(ctx context.Context, arg IssuedInvoiceStateParams) (IssuedInvoiceStateRow, error) {
 	row := q.db.QueryRow(ctx, issuedInvoiceState, arg.OriginEventID, arg.InvoiceID)
 	var i IssuedInvoiceStateRow
