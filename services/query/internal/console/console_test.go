@@ -564,8 +564,10 @@ func TestCatalogPage(t *testing.T) {
 		!strings.Contains(next.body, `data-meter="m049"`) {
 		t.Errorf("second page: %d, %d meters: %s", next.status, n, next.body)
 	}
-	if bad := f.do("GET", "/console/catalog?after="+strings.Repeat("m", 65), alice, nil); bad.status != http.StatusBadRequest {
-		t.Errorf("after too long: %d", bad.status)
+	for _, after := range []string{strings.Repeat("m", 65), "%00", "a%20b", "%FF"} {
+		if bad := f.do("GET", "/console/catalog?after="+after, alice, nil); bad.status != http.StatusBadRequest {
+			t.Errorf("after=%s: %d, want 400", after, bad.status)
+		}
 	}
 }
 

@@ -286,7 +286,7 @@ type catalogView struct {
 // PageSize by code (after: the last code of the page before).
 func (c *Console) catalogPage(w http.ResponseWriter, r *http.Request) {
 	after := r.URL.Query().Get("after")
-	if len(after) > catalog.MaxMeterCode || !utf8.ValidString(after) {
+	if after != "" && !catalog.ValidKey(after) {
 		c.invalid(w, r, "after must be a meter code this page linked to.")
 		return
 	}
