@@ -14,10 +14,14 @@ type Config struct {
 	Timeout      time.Duration // WEBHOOK_TIMEOUT (10s): one delivery's HTTP request, answer included
 	LeaseTTL     time.Duration // WEBHOOK_LEASE_TTL (30s): how long a claim is held; over Timeout
 	Concurrency  int           // WEBHOOK_CONCURRENCY (8): deliveries in flight per worker
-	BackoffBase  time.Duration // WEBHOOK_BACKOFF_BASE (1s): the first retry's delay, doubled per attempt
-	BackoffMax   time.Duration // WEBHOOK_BACKOFF_MAX (10m): the longest delay between attempts
-	TTL          time.Duration // WEBHOOK_TTL (72h): from the issuing commit to expiry
-	Retention    time.Duration // WEBHOOK_RETENTION (168h): accepted intents are purged after it
+	// TenantConcurrency is WEBHOOK_TENANT_CONCURRENCY (4): the most of a
+	// worker's deliveries in flight one tenant may hold, so that a tenant
+	// whose endpoints hang leaves the other slots to the others.
+	TenantConcurrency int
+	BackoffBase       time.Duration // WEBHOOK_BACKOFF_BASE (1s): the first retry's delay, doubled per attempt
+	BackoffMax        time.Duration // WEBHOOK_BACKOFF_MAX (10m): the longest delay between attempts
+	TTL               time.Duration // WEBHOOK_TTL (72h): from the issuing commit to expiry
+	Retention         time.Duration // WEBHOOK_RETENTION (168h): accepted intents are purged after it
 	// FailedRetention is WEBHOOK_FAILED_RETENTION (720h, 30 days): failed
 	// and expired intents, which an operator may retry, are purged after it.
 	FailedRetention time.Duration
@@ -28,14 +32,14 @@ type Config struct {
 var EnvNames = []string{
 	"WEBHOOK_WORKER", "WEBHOOK_POLL_INTERVAL", "WEBHOOK_TIMEOUT", "WEBHOOK_LEASE_TTL", "WEBHOOK_CONCURRENCY",
 	"WEBHOOK_BACKOFF_BASE", "WEBHOOK_BACKOFF_MAX", "WEBHOOK_TTL", "WEBHOOK_RETENTION", "WEBHOOK_MAX_ENDPOINTS",
-	"WEBHOOK_FAILED_RETENTION",
+	"WEBHOOK_FAILED_RETENTION", "WEBHOOK_TENANT_CONCURRENCY",
 }
 
 // DefaultConfig is the configuration with every default.
 func DefaultConfig() Config {
 	return Config{
 		Worker: true, PollInterval: time.Second, Timeout: 10 * time.Second, LeaseTTL: 30 * time.Second,
-		Concurrency: 8, BackoffBase: time.Second, BackoffMax: 10 * time.Minute, TTL: DefaultTTL,
+		Concurrency: 8, TenantConcurrency: 4, BackoffBase: time.Second, BackoffMax: 10 * time.Minute, TTL: DefaultTTL,
 		Retention: 7 * 24 * time.Hour, FailedRetention: 30 * 24 * time.Hour, MaxEndpoints: 10,
 	}
 }
@@ -55,7 +59,8 @@ func LoadConfig(e *service.Env) (Config, error) {
 		Retention:    e.Duration("WEBHOOK_RETENTION", d.Retention),
 		MaxEndpoints: e.Int("WEBHOOK_MAX_ENDPOINTS", d.MaxEndpoints),
 
-		FailedRetention: e.Duration("WEBHOOK_FAILED_RETENTION", d.FailedRetention),
+		FailedRetention:   e.Duration("WEBHOOK_FAILED_RETENTION", d.FailedRetention),
+		TenantConcurrency: e.Int("WEBHOOK_TENANT_CONCURRENCY", d.TenantConcurrency),
 	}
 	if err := e.Err(); err != nil {
 		return Config{}, err
@@ -68,6 +73,9 @@ func (c Config) Check() error {
 	var errs []error
 	if c.LeaseTTL <= c.Timeout {
 		errs = append(errs, errors.New("WEBHOOK_LEASE_TTL must be longer than WEBHOOK_TIMEOUT (a lease must outlive the call it covers)"))
+	}
+	if c.TenantConcurrency <= 0 || c.TenantConcurrency > c.Concurrency {
+		errs = append(errs, errors.New("WEBHOOK_TENANT_CONCURRENCY must be 1 to WEBHOOK_CONCURRENCY"))
 	}
 	if c.BackoffMax < c.BackoffBase {
 		errs = append(errs, errors.New("WEBHOOK_BACKOFF_MAX must be at least WEBHOOK_BACKOFF_BASE"))

@@ -50,13 +50,37 @@ ON CONFLICT ON CONSTRAINT webhook_intent_key DO NOTHING;
 -- whose not_before has come, and leased ones whose lease expired (their
 -- worker died or hangs), neither expired. Each claim is an attempt. Rows
 -- another worker is claiming are skipped.
-WITH due AS (
-    SELECT w.intent_id FROM webhook_intent w
+--
+-- Fairly: of the @scan_rows oldest due intents (tenants with no room left
+-- left out), each endpoint's oldest first, then each tenant's, taken round
+-- by round (every tenant's first, then every tenant's second, ...), at
+-- most @tenant_room per tenant, less for the tenants named in @tenants
+-- (their room in @rooms: the worker's deliveries of theirs still in
+-- flight). So one tenant with many intents, or endpoints that hang, takes
+-- at most its room of a worker's slots, and the others' intents go first.
+WITH rooms AS (
+    SELECT unnest(@tenants::text[]) AS t, unnest(@rooms::int[]) AS room
+), candidates AS (
+    SELECT w.intent_id, w.tenant_id, w.endpoint_id, w.not_before FROM webhook_intent w
     WHERE ((w.status = 'pending' AND w.not_before <= now()) OR (w.status = 'leased' AND w.lease_expires_at <= now()))
       AND w.expires_at > now()
+      AND w.tenant_id NOT IN (SELECT rooms.t FROM rooms WHERE rooms.room <= 0)
     ORDER BY w.not_before
+    LIMIT @scan_rows
+), by_endpoint AS (
+    SELECT c.*, row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.not_before) AS endpoint_rank FROM candidates c
+), ranked AS (
+    SELECT b.intent_id, b.not_before,
+           row_number() OVER (PARTITION BY b.tenant_id ORDER BY b.endpoint_rank, b.not_before) AS tenant_rank,
+           coalesce((SELECT rooms.room FROM rooms WHERE rooms.t = b.tenant_id), @tenant_room::int) AS room
+    FROM by_endpoint b
+), due AS (
+    SELECT w.intent_id FROM webhook_intent w JOIN ranked r ON r.intent_id = w.intent_id
+    WHERE r.tenant_rank <= r.room
+      AND ((w.status = 'pending' AND w.not_before <= now()) OR (w.status = 'leased' AND w.lease_expires_at <= now()))
+    ORDER BY r.tenant_rank, r.not_before
     LIMIT @max_rows
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE webhook_intent i
 SET status = 'leased', lease_owner = @owner::uuid, lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),

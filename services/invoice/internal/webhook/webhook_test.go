@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/http/httptest"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -447,6 +449,7 @@ func TestAStaleLeaseRecordsNothing(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	stale.Wait() // the stale call's result, refused
 	i := byKey(t, pool)[keys[0]]
 	if i.Status != webhook.StatusAccepted || i.ResponseRef == "" || i.ResponseRef == "rcpt-1" || i.Attempts < 2 {
 		t.Fatalf("intent %+v, want accepted with the new holder's receipt, not the stale call's rcpt-1", i)
@@ -545,4 +548,66 @@ func TestPurgeEndedKeepsWhatIsWithinItsRetention(t *testing.T) {
 	if len(left) != 4 {
 		t.Errorf("%d intents left, want 4", len(left))
 	}
+}
+
+// A tenant whose ten endpoints hang holds at most WEBHOOK_TENANT_CONCURRENCY
+// of a worker's slots, and another tenant's delivery goes out while those
+// calls still hang: it waits for a free slot, not for the slow calls.
+func TestHangingEndpointsOfOneTenantDoNotHoldBackAnother(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	var mu sync.Mutex
+	hanging, most, ended := 0, 0, 0
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hanging++
+		most = max(most, hanging)
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		mu.Lock()
+		hanging--
+		ended++
+		mu.Unlock()
+	}))
+	t.Cleanup(hang.Close)
+	for i := range 10 {
+		if _, err := webhook.NewEndpoints(pool, 10).Create(t.Context(), "slowco", fmt.Sprintf("%s/hooks/%d", hang.URL, i), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	issue(t, pool, "slowco", false, "USD", "EUR", "KRW") // 30 intents
+	fast := newReceiver(t)
+	fast.register(t, pool, "acme")
+
+	cfg := testConfig()
+	cfg.Timeout, cfg.LeaseTTL = 30*time.Second, 60*time.Second // the slow calls hang all test long
+	runWorker(t, pool, cfg)
+	t.Cleanup(func() { close(release) }) // before the worker's stop, which waits for its calls
+	state := func() (int, int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return hanging, most, ended
+	}
+	waitFor(t, "slowco's calls to take its room", func() bool { h, _, _ := state(); return h == cfg.TenantConcurrency })
+
+	began := time.Now()
+	keys := issue(t, pool, "acme", false, "USD")
+	waitFor(t, "acme's delivery", allIn(t, pool, webhook.StatusAccepted, 1))
+	took := time.Since(began)
+	h, m, e := state()
+	if e != 0 || h != cfg.TenantConcurrency {
+		t.Errorf("acme's delivery came after slowco's calls ended (%d ended, %d hanging): it waited for them", e, h)
+	}
+	if m > cfg.TenantConcurrency {
+		t.Errorf("slowco held %d slots at once, more than its %d", m, cfg.TenantConcurrency)
+	}
+	if got := fast.effects(); len(got) != 1 || got[keys[0]] != 1 {
+		t.Errorf("acme's receiver: %v", got)
+	}
+	t.Logf("acme's delivery accepted %s after its invoice was issued, while %d of slowco's calls hung (WEBHOOK_CONCURRENCY %d, WEBHOOK_TENANT_CONCURRENCY %d)",
+		took.Round(time.Millisecond), h, cfg.Concurrency, cfg.TenantConcurrency)
 }

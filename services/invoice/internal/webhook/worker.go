@@ -23,17 +23,33 @@ const purgeBatch = 1000
 // after the worker is asked to stop (the call was made: its answer is kept).
 const recordTimeout = 5 * time.Second
 
+// claimScan bounds the due intents one claim ranks for fairness.
+const claimScan = 1000
+
 // Worker delivers due intents. Any number of workers, in any number of
-// processes, share the intents: each claims a batch with FOR UPDATE SKIP
+// processes, share the intents: each claims due intents with FOR UPDATE SKIP
 // LOCKED under a fresh lease token, calls the receivers with no database
 // transaction open, and records each result fenced on its token (a worker
 // whose lease ran out and was taken over records nothing).
+//
+// A worker has Concurrency slots. A delivery holds one slot until its
+// result is recorded, and a freed slot is claimed into at once: a slow
+// call never holds back the others. No tenant holds more than
+// TenantConcurrency of the slots, and a claim takes every tenant's oldest
+// intent (each endpoint's oldest first) before any tenant's second
+// (ClaimIntents), so a tenant whose endpoints hang slows only itself.
 type Worker struct {
 	pool *pgxpool.Pool
 	cfg  Config
 	log  *slog.Logger
 	hc   *http.Client
 	m    *metrics
+
+	mu       sync.Mutex
+	inFlight map[string]int // deliveries in flight by tenant
+	busy     int            // slots held
+	freed    chan struct{}  // a slot was freed (capacity 1: wakes Run)
+	wg       sync.WaitGroup // the deliveries in flight
 
 	// crashAfterCall, set by tests, is asked after each call whether to
 	// drop its result unrecorded, as a worker killed at that moment would.
@@ -53,13 +69,15 @@ func NewWorker(pool *pgxpool.Pool, cfg Config, log *slog.Logger, reg prometheus.
 	if err != nil {
 		return nil, fmt.Errorf("register webhook metrics: %w", err)
 	}
-	return &Worker{pool: pool, cfg: cfg, log: log.With("component", "webhook"), hc: newClient(), m: m}, nil
+	return &Worker{pool: pool, cfg: cfg, log: log.With("component", "webhook"), hc: newClient(), m: m,
+		inFlight: map[string]int{}, freed: make(chan struct{}, 1)}, nil
 }
 
 // Run delivers until ctx ends, then returns once the deliveries in flight
 // are recorded (each bounded by the timeout). A database error is logged
 // and retried at the next poll: it never stops the service.
 func (w *Worker) Run(ctx context.Context) error {
+	defer w.Wait()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -67,45 +85,64 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
+		case <-w.freed:
 		}
 		n, err := w.Tick(ctx)
 		if err != nil && ctx.Err() == nil {
 			w.log.WarnContext(ctx, "webhook delivery round", "err", err)
 		}
 		wait := w.cfg.PollInterval
-		if n == w.cfg.Concurrency { // a full batch: more may be due
+		if n > 0 && w.free() > 0 { // slots left after a claim that found some: more may be due
 			wait = 0
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
 		}
 		timer.Reset(wait)
 	}
 }
 
-// Tick runs one round: expires what is past its expiry, claims up to
-// Concurrency due intents and delivers them concurrently, records each
-// result, refreshes the oldest-pending gauge and purges old accepted
-// intents now and then. It returns how many intents it claimed.
+// Wait returns once the deliveries Tick started are recorded.
+func (w *Worker) Wait() { w.wg.Wait() }
+
+// free is the number of slots not held.
+func (w *Worker) free() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cfg.Concurrency - w.busy
+}
+
+// rooms lists the tenants with deliveries in flight and the slots each may
+// still take.
+func (w *Worker) rooms() ([]string, []int32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var tenants []string
+	var rooms []int32
+	for t, n := range w.inFlight {
+		tenants, rooms = append(tenants, t), append(rooms, int32(w.cfg.TenantConcurrency-n))
+	}
+	return tenants, rooms
+}
+
+// Tick runs one round: expires what is past its expiry, claims due intents
+// into the free slots (fairly, see ClaimIntents) and starts their
+// deliveries, each recording its result and freeing its slot when done;
+// refreshes the oldest-pending gauge and purges ended intents now and then.
+// It returns how many intents it claimed, without waiting for their
+// deliveries (Wait does).
 func (w *Worker) Tick(ctx context.Context) (int, error) {
 	q := webhookdb.New(w.pool)
 	if err := w.expire(ctx, q); err != nil {
 		return 0, err
 	}
-	owner, err := uuid.NewV7()
+	n, err := w.claim(ctx, q)
 	if err != nil {
-		return 0, fmt.Errorf("new lease token: %w", err)
+		return 0, err
 	}
-	rows, err := q.ClaimIntents(ctx, webhookdb.ClaimIntentsParams{
-		Owner: owner, LeaseSeconds: w.cfg.LeaseTTL.Seconds(), MaxRows: int32(w.cfg.Concurrency)})
-	if err != nil {
-		return 0, fmt.Errorf("claim webhook intents: %w", err)
-	}
-	var wg sync.WaitGroup
-	for _, row := range rows {
-		if row.Attempts == 1 {
-			w.m.commitToFirstAttempt.Observe(row.AgeSeconds)
-		}
-		wg.Go(func() { w.attempt(ctx, owner, row) })
-	}
-	wg.Wait()
 	if age, err := q.OldestOpenAge(ctx); err == nil {
 		w.m.oldestPendingAge.Set(age)
 	}
@@ -116,6 +153,43 @@ func (w *Worker) Tick(ctx context.Context) (int, error) {
 		} else if n > 0 {
 			w.log.InfoContext(ctx, "purged ended webhook intents", "count", n)
 		}
+	}
+	return n, nil
+}
+
+// claim claims due intents into the free slots and starts their deliveries.
+func (w *Worker) claim(ctx context.Context, q *webhookdb.Queries) (int, error) {
+	free := w.free()
+	if free <= 0 {
+		return 0, nil
+	}
+	owner, err := uuid.NewV7()
+	if err != nil {
+		return 0, fmt.Errorf("new lease token: %w", err)
+	}
+	tenants, rooms := w.rooms()
+	rows, err := q.ClaimIntents(ctx, webhookdb.ClaimIntentsParams{
+		Owner: owner, LeaseSeconds: w.cfg.LeaseTTL.Seconds(), Tenants: tenants, Rooms: rooms,
+		ScanRows: claimScan, TenantRoom: int32(w.cfg.TenantConcurrency), MaxRows: int32(free)})
+	if err != nil {
+		return 0, fmt.Errorf("claim webhook intents: %w", err)
+	}
+	w.mu.Lock()
+	for _, row := range rows {
+		w.busy++
+		w.inFlight[row.TenantID]++
+	}
+	w.mu.Unlock()
+	for _, row := range rows {
+		if row.Attempts == 1 {
+			w.m.commitToFirstAttempt.Observe(row.AgeSeconds)
+		}
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			defer w.release(row.TenantID)
+			w.attempt(ctx, owner, row)
+		}()
 	}
 	return len(rows), nil
 }
@@ -130,6 +204,20 @@ func PurgeEnded(ctx context.Context, q *webhookdb.Queries, cfg Config, limit int
 		return 0, fmt.Errorf("purge ended webhook intents: %w", err)
 	}
 	return n, nil
+}
+
+// release frees the slot of a delivery of tenant and wakes Run.
+func (w *Worker) release(tenant string) {
+	w.mu.Lock()
+	w.busy--
+	if w.inFlight[tenant]--; w.inFlight[tenant] <= 0 {
+		delete(w.inFlight, tenant)
+	}
+	w.mu.Unlock()
+	select {
+	case w.freed <- struct{}{}:
+	default:
+	}
 }
 
 func (w *Worker) expire(ctx context.Context, q *webhookdb.Queries) error {

@@ -39,13 +39,29 @@ func (q *Queries) ActiveEndpointIDs(ctx context.Context, tenantID string) ([]uui
 }
 
 const claimIntents = `-- name: ClaimIntents :many
-WITH due AS (
-    SELECT w.intent_id FROM webhook_intent w
+WITH rooms AS (
+    SELECT unnest($3::text[]) AS t, unnest($4::int[]) AS room
+), candidates AS (
+    SELECT w.intent_id, w.tenant_id, w.endpoint_id, w.not_before FROM webhook_intent w
     WHERE ((w.status = 'pending' AND w.not_before <= now()) OR (w.status = 'leased' AND w.lease_expires_at <= now()))
       AND w.expires_at > now()
+      AND w.tenant_id NOT IN (SELECT rooms.t FROM rooms WHERE rooms.room <= 0)
     ORDER BY w.not_before
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED
+    LIMIT $5
+), by_endpoint AS (
+    SELECT c.intent_id, c.tenant_id, c.endpoint_id, c.not_before, row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.not_before) AS endpoint_rank FROM candidates c
+), ranked AS (
+    SELECT b.intent_id, b.not_before,
+           row_number() OVER (PARTITION BY b.tenant_id ORDER BY b.endpoint_rank, b.not_before) AS tenant_rank,
+           coalesce((SELECT rooms.room FROM rooms WHERE rooms.t = b.tenant_id), $6::int) AS room
+    FROM by_endpoint b
+), due AS (
+    SELECT w.intent_id FROM webhook_intent w JOIN ranked r ON r.intent_id = w.intent_id
+    WHERE r.tenant_rank <= r.room
+      AND ((w.status = 'pending' AND w.not_before <= now()) OR (w.status = 'leased' AND w.lease_expires_at <= now()))
+    ORDER BY r.tenant_rank, r.not_before
+    LIMIT $7
+    FOR UPDATE OF w SKIP LOCKED
 )
 UPDATE webhook_intent i
 SET status = 'leased', lease_owner = $1::uuid, lease_expires_at = now() + make_interval(secs => $2::float8),
@@ -60,6 +76,10 @@ RETURNING i.intent_id, i.tenant_id, i.idempotency_key, i.event_type, i.body, i.a
 type ClaimIntentsParams struct {
 	Owner        uuid.UUID
 	LeaseSeconds float64
+	Tenants      []string
+	Rooms        []int32
+	ScanRows     int32
+	TenantRoom   int32
 	MaxRows      int32
 }
 
@@ -79,8 +99,24 @@ type ClaimIntentsRow struct {
 // whose not_before has come, and leased ones whose lease expired (their
 // worker died or hangs), neither expired. Each claim is an attempt. Rows
 // another worker is claiming are skipped.
+//
+// Fairly: of the @scan_rows oldest due intents (tenants with no room left
+// left out), each endpoint's oldest first, then each tenant's, taken round
+// by round (every tenant's first, then every tenant's second, ...), at
+// most @tenant_room per tenant, less for the tenants named in @tenants
+// (their room in @rooms: the worker's deliveries of theirs still in
+// flight). So one tenant with many intents, or endpoints that hang, takes
+// at most its room of a worker's slots, and the others' intents go first.
 func (q *Queries) ClaimIntents(ctx context.Context, arg ClaimIntentsParams) ([]ClaimIntentsRow, error) {
-	rows, err := q.db.Query(ctx, claimIntents, arg.Owner, arg.LeaseSeconds, arg.MaxRows)
+	rows, err := q.db.Query(ctx, claimIntents,
+		arg.Owner,
+		arg.LeaseSeconds,
+		arg.Tenants,
+		arg.Rooms,
+		arg.ScanRows,
+		arg.TenantRoom,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
