@@ -165,6 +165,7 @@ var (
 		"POST /console/dead-letters/release":                  operator,
 		"GET /console/reconciliation":                         operator,
 		"GET /console/tenants":                                operator,
+		"GET /console/catalog":                                operator,
 		"GET /console/webhooks":                               operator,
 		"POST /console/webhooks/{intentId}/retry":             operator,
 		// every service (pkg/ops)

@@ -541,6 +541,12 @@ type Unavailable = Problem
 // UnsupportedMediaType RFC 9457 problem details with a stable code
 type UnsupportedMediaType = Problem
 
+// ConsoleCatalogParams defines parameters for ConsoleCatalog.
+type ConsoleCatalogParams struct {
+	// After the last meter code of the page before (the page's next link)
+	After *string `form:"after,omitempty" json:"after,omitempty"`
+}
+
 // InternalDeadLettersParams defines parameters for InternalDeadLetters.
 type InternalDeadLettersParams struct {
 	// After the next value of the previous page
