@@ -33,6 +33,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	cfg := app.Config{
 		ScheduleLead:      env.Duration("METER_SCHEDULE_LEAD", app.DefaultScheduleLead),
 		WatermarkInterval: env.Duration("METER_WATERMARK_INTERVAL", app.DefaultWatermarkInterval),
+		MaxSeries:         env.Int("METER_MAX_PRICE_SERIES", app.DefaultMaxSeries),
 	}
 	if err := env.Err(); err != nil {
 		return service.Parts{}, err

@@ -39,12 +39,19 @@ type Config struct {
 	// definitions and the watermarks about to run out
 	// (METER_WATERMARK_INTERVAL; DefaultWatermarkInterval).
 	WatermarkInterval time.Duration
+	// MaxSeries is how many price series (meter and currency) one tenant
+	// may have (METER_MAX_PRICE_SERIES; DefaultMaxSeries): the activation
+	// that would start one more is refused 422 limit_exceeded. Each series
+	// costs the schedule's watermarks (decision 0011), so no tenant may
+	// create them without bound.
+	MaxSeries int
 }
 
 // Defaults of Config's fields.
 const (
 	DefaultScheduleLead      = 5 * time.Second
 	DefaultWatermarkInterval = time.Second
+	DefaultMaxSeries         = 1000
 )
 
 // NoScheduleLead is the Config.ScheduleLead of no lead (a zero one takes
@@ -62,6 +69,9 @@ type App struct {
 
 // New returns the App of d and c.
 func New(d Deps, c Config) *App {
+	if c.MaxSeries <= 0 {
+		c.MaxSeries = DefaultMaxSeries
+	}
 	a := &App{pool: d.Pool, log: d.Logger, now: d.Clock, cfg: c}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)

@@ -85,6 +85,11 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 	if err != nil {
 		return Price{}, fmt.Errorf("lock price series: %w", err)
 	}
+	if series.LastVersion == 0 { // a new series: within the tenant's limit
+		if err := a.checkSeriesLimit(ctx, q, cmd.TenantID); err != nil {
+			return Price{}, err
+		}
+	}
 	// Read the clock once the series is ours, so activation times follow
 	// versions.
 	activatedAt := domain.Instant(a.now())
@@ -314,4 +319,21 @@ func (a *App) ListPrices(ctx context.Context, l ListPrices) ([]Price, error) {
 		}
 	}
 	return out, nil
+}
+
+// checkSeriesLimit refuses a new series past Config.MaxSeries, counted
+// under the tenant's series lock (the new one, inserted by
+// LockPriceSeries, included).
+func (a *App) checkSeriesLimit(ctx context.Context, q *db.Queries, tenantID string) error {
+	if err := q.LockTenantSeries(ctx, tenantID); err != nil {
+		return fmt.Errorf("lock the series of %s: %w", tenantID, err)
+	}
+	n, err := q.CountTenantSeries(ctx, db.CountTenantSeriesParams{TenantID: tenantID, Most: int32(a.cfg.MaxSeries + 1)})
+	if err != nil {
+		return fmt.Errorf("count the series of %s: %w", tenantID, err)
+	}
+	if n > int64(a.cfg.MaxSeries) {
+		return domain.SeriesLimitExceeded(tenantID, a.cfg.MaxSeries)
+	}
+	return nil
 }

@@ -8,6 +8,16 @@ ON CONFLICT (tenant_id, meter_code, currency)
     DO UPDATE SET last_version = price_series.last_version
 RETURNING last_version, last_effective_at, known_through;
 
+-- name: LockTenantSeries :exec
+-- LockTenantSeries serialises, until commit, the creation of a tenant's
+-- new price series, so that its count is checked against the limit one
+-- creation at a time.
+SELECT pg_advisory_xact_lock(hashtextextended('meter.series:' || @tenant_id::text, 0));
+
+-- name: CountTenantSeries :one
+-- CountTenantSeries counts the tenant's price series, at most @most of them.
+SELECT count(*) FROM (SELECT 1 FROM price_series WHERE tenant_id = @tenant_id LIMIT @most) s;
+
 -- name: AdvancePriceSeries :execrows
 -- Records the new version and the watermark its PriceActivated carries.
 UPDATE price_series

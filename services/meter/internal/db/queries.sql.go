@@ -46,6 +46,23 @@ func (q *Queries) AdvancePriceSeries(ctx context.Context, arg AdvancePriceSeries
 	return result.RowsAffected(), nil
 }
 
+const countTenantSeries = `-- name: CountTenantSeries :one
+SELECT count(*) FROM (SELECT 1 FROM price_series WHERE tenant_id = $1 LIMIT $2) s
+`
+
+type CountTenantSeriesParams struct {
+	TenantID string
+	Most     int32
+}
+
+// CountTenantSeries counts the tenant's price series, at most @most of them.
+func (q *Queries) CountTenantSeries(ctx context.Context, arg CountTenantSeriesParams) (int64, error) {
+	row := q.db.QueryRow(ctx, countTenantSeries, arg.TenantID, arg.Most)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const getMeter = `-- name: GetMeter :one
 SELECT code, name, aggregation, value_property, dimensions, event_type, implied, defined_at, actor, event_id
 FROM meter WHERE code = $1
@@ -447,6 +464,18 @@ func (q *Queries) LockSchedulesToPublish(ctx context.Context, arg LockSchedulesT
 		return nil, err
 	}
 	return items, nil
+}
+
+const lockTenantSeries = `-- name: LockTenantSeries :exec
+SELECT pg_advisory_xact_lock(hashtextextended('meter.series:' || $1::text, 0))
+`
+
+// LockTenantSeries serialises, until commit, the creation of a tenant's
+// new price series, so that its count is checked against the limit one
+// creation at a time.
+func (q *Queries) LockTenantSeries(ctx context.Context, tenantID string) error {
+	_, err := q.db.Exec(ctx, lockTenantSeries, tenantID)
+	return err
 }
 
 const lockUnpublishedMeters = `-- name: LockUnpublishedMeters :many

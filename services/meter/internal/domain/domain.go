@@ -42,7 +42,17 @@ const (
 	// CodeSchedulePublished: effectiveAt is at or before the watermark
 	// already published for the series (decision 0011).
 	CodeSchedulePublished = "schedule_already_published"
+	// CodeLimitExceeded: a new price series past the tenant's limit
+	// (METER_MAX_PRICE_SERIES).
+	CodeLimitExceeded = "limit_exceeded"
 )
+
+// SeriesLimitExceeded refuses a tenant's price series past max.
+func SeriesLimitExceeded(tenantID string, max int) *Error {
+	return rejected(CodeLimitExceeded,
+		"tenant %s has %d price series (a meter and a currency each), the most it may have (METER_MAX_PRICE_SERIES): price an existing series instead",
+		tenantID, max)
+}
 
 var meterCodeRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 

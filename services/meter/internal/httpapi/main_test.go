@@ -59,12 +59,15 @@ func newEnv(t *testing.T) *env {
 	return &env{srv: serve(t, pool), pool: pool}
 }
 
-func serve(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
+func serve(t *testing.T, pool *pgxpool.Pool) *httptest.Server { return serveWith(t, pool, app.Config{}) }
+
+// serveWith serves the API of an App with cfg.
+func serveWith(t *testing.T, pool *pgxpool.Pool, cfg app.Config) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	r := chi.NewRouter()
 	r.Use(signedIn)
-	httpapi.New(app.New(app.Deps{Pool: pool, Logger: log}, app.Config{}), log).Routes(r)
+	httpapi.New(app.New(app.Deps{Pool: pool, Logger: log}, cfg), log).Routes(r)
 	srv := httptest.NewServer(apitest.Handler(t, meterapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	return srv

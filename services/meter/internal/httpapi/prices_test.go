@@ -636,3 +636,38 @@ func TestActivateOtherModels(t *testing.T) {
 		t.Fatalf("refused activations wrote %d rows", n-before)
 	}
 }
+
+// A tenant may have METER_MAX_PRICE_SERIES price series: the activation
+// that would start one more is refused 422 limit_exceeded and writes
+// nothing; a new version of a series it has, and another tenant's series,
+// are not limited by it.
+func TestPriceSeriesPerTenantAreLimited(t *testing.T) {
+	e := newEnv(t)
+	pool, srv := e.pool, serveWith(t, e.pool, app.Config{MaxSeries: 3})
+	activate := func(tenant, meter, currency, key string) response {
+		return do(t, srv, "POST", "/v1/tenants/"+tenant+"/prices", key,
+			fmt.Sprintf(`{"meterCode":%q,"currency":%q,"unitPrice":"1"}`, meter, currency))
+	}
+	for i, s := range [][2]string{{"api", "USD"}, {"api", "EUR"}, {"storage", "USD"}} {
+		if r := activate("t1", s[0], s[1], fmt.Sprintf("k%d", i)); r.status != http.StatusCreated {
+			t.Fatalf("series %d: %d %s", i+1, r.status, r.body)
+		}
+	}
+	before := len(outboxEvents(t, pool))
+	r4 := activate("t1", "seats", "USD", "k4")
+	if r4.status != http.StatusUnprocessableEntity || !strings.Contains(r4.body, `"code":"limit_exceeded"`) {
+		t.Fatalf("a fourth series: %d %s, want 422 limit_exceeded", r4.status, r4.body)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM price_series WHERE tenant_id = 't1'`); n != 3 {
+		t.Errorf("%d series of t1 after the refusal, want 3", n)
+	}
+	if after := len(outboxEvents(t, pool)); after != before {
+		t.Errorf("the refused activation wrote %d events", after-before)
+	}
+	if r := activate("t1", "api", "USD", "k5"); r.status != http.StatusCreated {
+		t.Errorf("a new version of an existing series: %d %s", r.status, r.body)
+	}
+	if r := activate("t2", "seats", "USD", "k6"); r.status != http.StatusCreated {
+		t.Errorf("another tenant's series: %d %s", r.status, r.body)
+	}
+}
