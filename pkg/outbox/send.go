@@ -298,10 +298,14 @@ func blamesMessage(err error) bool {
 	if !errors.As(err, &kerr) {
 		return false
 	}
+	// A topic the broker does not know or lets this producer not write to
+	// (ErrUnknownTopicOrPartition, ErrTopicAuthorizationFailed) is the
+	// broker's state, not the message's: a metadata glitch, a topic not
+	// created yet, an ACL not granted yet. Every message to it is retried
+	// until that is fixed; none is dead-lettered for it.
 	switch kerr {
 	case sarama.ErrMessageSizeTooLarge, sarama.ErrInvalidMessage, sarama.ErrInvalidMessageSize,
-		sarama.ErrInvalidRecord, sarama.ErrUnknownTopicOrPartition, sarama.ErrInvalidTopic,
-		sarama.ErrTopicAuthorizationFailed:
+		sarama.ErrInvalidRecord, sarama.ErrInvalidTopic:
 		return true
 	}
 	return false
