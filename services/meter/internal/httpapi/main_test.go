@@ -59,7 +59,9 @@ func newEnv(t *testing.T) *env {
 	return &env{srv: serve(t, pool), pool: pool}
 }
 
-func serve(t *testing.T, pool *pgxpool.Pool) *httptest.Server { return serveWith(t, pool, app.Config{}) }
+func serve(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
+	return serveWith(t, pool, app.Config{})
+}
 
 // serveWith serves the API of an App with cfg.
 func serveWith(t *testing.T, pool *pgxpool.Pool, cfg app.Config) *httptest.Server {
