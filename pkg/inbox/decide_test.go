@@ -214,6 +214,34 @@ func TestDeferUntilAppliesWhenKeyProvided(t *testing.T) {
 	})
 }
 
+// A sweep takes every wait key's longest-due event before any key's
+// second: one event whose wake was missed, deferred after 300 that wait
+// together on another key, is applied by the first sweep of 50, not after
+// six of them (CI's flake hunt saw a price version wait a minute so behind
+// its series' facts).
+func TestSweepTakesEveryWaitKeyBeforeAnyKeysSecond(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, tmpl)
+	ib := newInbox(t, inbox.Options{})
+	var facts [][]byte
+	for i := range 300 {
+		facts = append(facts, raw(t, ev(t, "Noted", 1, fmt.Sprintf("u%d", i), 1, note{Origin: fmt.Sprintf("o-u%d", i), Needs: "schedule@1"})))
+	}
+	decide(t, ib, pool, facts...)
+	wantOutcomes(t, decide(t, ib, pool, raw(t, ev(t, "Noted", 1, "p", 1, note{Origin: "o-p", Needs: "free@p"}))), "deferred:missing_fact")
+	// p's fact arrives without an inbox event providing its key: no wake.
+	if _, err := pool.Exec(t.Context(), `INSERT INTO fact (key) VALUES ('free@p')`); err != nil {
+		t.Fatal(err)
+	}
+	n, err := ib.Sweep(t.Context(), pool, 50)
+	if err != nil || n != 1 || count(t, pool, `SELECT count(*) FROM effect WHERE origin = 'o-p'`) != 1 {
+		t.Fatalf("the first sweep applied %d (%v), want p's event", n, err)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM inbox_deferred`); got != 300 {
+		t.Fatalf("%d deferred left, want the 300 facts still waiting", got)
+	}
+}
+
 func TestSweepAppliesMissedWake(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, tmpl)

@@ -11,7 +11,8 @@ import (
 )
 
 // Sweep decides deferred events again: up to limit events that are due,
-// longest due first, sweepChunkSize of them to a transaction. It catches wakes
+// every wait key's longest due before any key's second (see the query),
+// sweepChunkSize of them to a transaction. It catches wakes
 // that were missed: a fact committed by a transaction that ran concurrently
 // with the deferral, or a fact that arrived without an inbox event
 // providing it. An event is due at once after its first deferral, then
@@ -31,9 +32,20 @@ func (ib *Inbox) Sweep(ctx context.Context, pool *pgxpool.Pool, limit int) (appl
 	if limit <= 0 {
 		limit = 100
 	}
+	// Of the due events (the sweepWindow times limit longest due), each
+	// wait key's longest due first, then each key's second, ...: a missed
+	// wake is a key's, and one event waiting alone on its key (a price
+	// version whose lock holder committed first) is not left behind the
+	// thousands of facts that wait together on another (its schedule).
 	rows, err := pool.Query(ctx, `
-		SELECT event_id FROM inbox_deferred WHERE next_attempt <= now()
-		ORDER BY next_attempt LIMIT $1`, limit)
+		WITH due AS (
+			SELECT event_id, wait_key, next_attempt FROM inbox_deferred WHERE next_attempt <= now()
+			ORDER BY next_attempt LIMIT $2
+		)
+		SELECT event_id FROM (
+			SELECT event_id, next_attempt, row_number() OVER (PARTITION BY wait_key ORDER BY next_attempt) AS turn FROM due
+		) ranked
+		ORDER BY turn, next_attempt LIMIT $1`, limit, limit*sweepWindow)
 	if err != nil {
 		return 0, fmt.Errorf("sweep deferred: %w", err)
 	}
@@ -63,6 +75,10 @@ func (ib *Inbox) Sweep(ctx context.Context, pool *pgxpool.Pool, limit int) (appl
 
 // sweepChunkSize is how many deferred events one transaction of a sweep decides.
 const sweepChunkSize = 100
+
+// sweepWindow is how many times a sweep's limit of due events it orders by
+// wait key (a bounded read, whatever the backlog).
+const sweepWindow = 10
 
 // sweepChunk decides the deferred events ids again in one transaction.
 func (ib *Inbox) sweepChunk(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (int, error) {
