@@ -201,7 +201,18 @@ func testActivationsRacingUsage(t *testing.T, c *schedClient) {
 			}
 		})
 	}
-	time.Sleep(4 * time.Second)
+	// The race runs until it is big enough to prove something (at least
+	// 1,000 facts sent and 10 versions activated meanwhile, about 4 s on an
+	// idle machine), not for a fixed time: a loaded machine sends less per
+	// second, and a race cut short by the clock proves nothing.
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		mu.Lock()
+		sent := len(occurred)
+		mu.Unlock()
+		if sent >= 1100 && activations.Load() >= 10 {
+			break
+		}
+	}
 	stop()
 	wg.Wait()
 
