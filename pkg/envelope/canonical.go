@@ -154,7 +154,9 @@ func (s *scanner) canonicalValue(depth int) ([]byte, error) {
 // strictly increasing order of keys, strings without escapes. It gives up
 // (false, s.pos anywhere) at the first byte that is not, so that value reads
 // the value again and says what is wrong or rebuilds it; a string with an
-// escape, canonical or not, is left to value too.
+// escape, canonical or not, is left to value too. The caller has checked
+// that the whole input is valid UTF-8: isCanonical does not look inside a
+// string's bytes.
 func (s *scanner) isCanonical(depth int) bool {
 	switch c := s.peek(); {
 	case c == '{':
