@@ -577,9 +577,9 @@ func (c *schedClient) waiting(tenant string) string {
 		SELECT event_type, regexp_replace(wait_key, '@[0-9]+$', '@<second>'), count(*), min(first_seen),
 		       max(attempts), min(next_attempt) - now()
 		FROM inbox_deferred WHERE tenant_id = $1 GROUP BY 1, 2 ORDER BY 3 DESC LIMIT 20`)
-	dump("billing", "known schedule", `SELECT meter_code, currency, known_through, updated_at, now() FROM price_schedule WHERE tenant_id = $1`)
+	dump("billing", "known schedule", `SELECT shard, contiguous_seq, known_through, updated_at, now() FROM schedule_shard WHERE $1::text <> ''`)
 	dump("billing", "versions held", `SELECT meter_code, currency, max(version), count(*) FROM price_evidence WHERE tenant_id = $1 GROUP BY 1, 2`)
-	dump("meter", "published schedule", `SELECT meter_code, currency, known_through, now() FROM price_series WHERE tenant_id = $1`)
+	dump("meter", "published schedule", `SELECT shard, last_seq, known_through, now() FROM schedule_shard WHERE $1::text <> ''`)
 	return b.String()
 }
 

@@ -116,8 +116,8 @@ func (w *workload) seed(ctx context.Context) error {
 			VALUES ($1, $2, $3, 1, $4, $5, $6, $7)`, []any{tenantID, meterCode, currency, uuid.New(), unitPrice, since, uuid.New()}},
 		{w.billing, `INSERT INTO price_evidence (tenant_id, meter_code, currency, version, unit_price, effective_at, price_id, event_id)
 			VALUES ($1, $2, $3, 1, $4, $5, $6, $7)`, []any{tenantID, meterCode, currency, unitPrice, since, uuid.New(), uuid.New()}},
-		{w.billing, `INSERT INTO price_schedule (tenant_id, meter_code, currency, known_through) VALUES ($1, $2, $3, 'infinity')`,
-			[]any{tenantID, meterCode, currency}},
+		{w.billing, `UPDATE schedule_shard SET known_through = '2100-01-01' WHERE shard = $1`,
+			[]any{events.ScheduleShard(tenantID)}},
 		{w.billing, `INSERT INTO meters (code, aggregation, event_id, defined_at) VALUES ($1, 'sum', $2, $3)`,
 			[]any{meterCode, uuid.New(), since}},
 		{w.query, `INSERT INTO meter_definition (code, aggregation, event_type, defined_at) VALUES ($1, 'sum', $1, $2)`,

@@ -63,12 +63,12 @@ const (
 	// AggregatePrice is one price series: tenant, meter and currency; id
 	// PriceSeriesID(meterCode, currency); version = the price version.
 	AggregatePrice = "price"
-	// AggregatePriceSchedule carries a price series' watermarks
-	// (PriceScheduleWatermark). Each watermark is its own aggregate at
-	// version 1, id PriceScheduleID(meterCode, currency, knownThrough): a
-	// watermark only raises what a consumer knows (the highest one wins), so
-	// nothing orders them and a lost or quarantined one is superseded by the
-	// next.
+	// AggregatePriceSchedule carries the schedule's watermarks
+	// (PriceScheduleWatermark), one per schedule shard (ScheduleShard).
+	// Each watermark is its own aggregate at version 1, of tenant
+	// ScheduleTenant, id PriceScheduleID(shard, knownThrough): a watermark
+	// only raises what a consumer knows (the highest one wins), so nothing
+	// orders them and a lost or quarantined one is superseded by the next.
 	AggregatePriceSchedule = "price_schedule"
 	// AggregateUsage is one usage fact; id = usageId; always version 1.
 	AggregateUsage = "usage"
@@ -117,9 +117,30 @@ const OpsTenant = "_ops"
 // PriceSeriesID is the aggregate id of a tenant's price series.
 func PriceSeriesID(meterCode, currency string) string { return meterCode + "." + currency }
 
-// PriceScheduleID is the aggregate id of one watermark of a price series.
-func PriceScheduleID(meterCode, currency string, knownThrough time.Time) string {
-	return PriceSeriesID(meterCode, currency) + "@" + strconv.FormatInt(knownThrough.UnixMicro(), 10)
+// ScheduleTenant is the tenant id of the schedule's watermarks: each is
+// about a shard of tenants, not one tenant.
+const ScheduleTenant = "_schedule"
+
+// ScheduleShards is the number of shards the price schedule is proven in
+// (decision 0019): every tenant's series are in shard ScheduleShard(tenant),
+// and meter publishes one watermark per shard however many series exist.
+// Fixed: a tenant's shard must never change.
+const ScheduleShards = 16
+
+// ScheduleShard is the schedule shard of a tenant: FNV-1a (32 bits) of its
+// id, modulo ScheduleShards.
+func ScheduleShard(tenantID string) int32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(tenantID); i++ {
+		h ^= uint32(tenantID[i])
+		h *= 16777619
+	}
+	return int32(h % ScheduleShards)
+}
+
+// PriceScheduleID is the aggregate id of one watermark of a schedule shard.
+func PriceScheduleID(shard int32, knownThrough time.Time) string {
+	return "s" + strconv.Itoa(int(shard)) + "@" + strconv.FormatInt(knownThrough.UnixMicro(), 10)
 }
 
 // MeterDefined: a catalog-admin defined a meter (section 3a), or a price
@@ -160,10 +181,16 @@ type PriceActivated struct {
 	UnitPrice   decimal.Decimal `json:"unitPrice"`
 	EffectiveAt time.Time       `json:"effectiveAt"`
 	Version     int64           `json:"version"`
-	// KnownThrough is the series' watermark once this version is active:
-	// every version of the series taking effect at or before it is this one
-	// or an earlier one (see PriceScheduleWatermark). Zero in events of
-	// meters that published no watermark.
+	// ScheduleSeq is the activation's place in its tenant's schedule shard
+	// (ScheduleShard): the shard's activations are numbered 1, 2, ... in
+	// the order meter committed them, so a rater holding 1..n of them holds
+	// every version a watermark naming n covers. Zero in events from before
+	// the shards (decision 0019).
+	ScheduleSeq int64 `json:"scheduleSeq,omitempty"`
+	// KnownThrough is the shard's watermark once this activation is in:
+	// every activation of the shard taking effect at or before it is this
+	// one or one before it in ScheduleSeq (see PriceScheduleWatermark). Zero
+	// in events of meters that published no watermark with it.
 	KnownThrough time.Time `json:"knownThrough,omitzero"`
 	// Model is the version's pricing model (package pricing); empty means
 	// unit, as in events from before the other models. UnitPrice is the
@@ -182,7 +209,7 @@ type PriceActivated struct {
 	// entry of a dimension set in effect at t is the latest version with
 	// those dimensions taking effect at or before t, and a fact takes the
 	// most specific entry in effect whose values all equal its properties
-	// (catalog.Choose). So the series' watermark proves the whole sheet
+	// (catalog.Choose). So the shard's watermark proves the whole sheet
 	// through t, dimension prices included.
 	Dimensions map[string]string `json:"dimensions,omitempty"`
 }
@@ -196,6 +223,7 @@ func (p PriceActivated) Validate() error {
 		need(!p.UnitPrice.IsNegative(), "unitPrice"),
 		need(!p.EffectiveAt.IsZero(), "effectiveAt"),
 		need(p.Version >= 1, "version"),
+		need(p.ScheduleSeq >= 0, "scheduleSeq"),
 		need(p.Pricing().Validate() == nil, "model"),
 		need(dimensionsOK(p.Dimensions), "dimensions"),
 	)
@@ -213,27 +241,31 @@ func (p PriceActivated) Pricing() pricing.Pricing {
 	}
 }
 
-// PriceScheduleWatermark: meter states that the price schedule of a series
-// (tenant, meter, currency) is known through KnownThrough: the versions up
-// to Version are every version taking effect at or before KnownThrough, and
-// any later version takes effect after it (meter refuses an activation that
-// would take effect at or before a watermark it published). A rater may rate
-// a fact that occurred before KnownThrough once it holds versions 1 to
-// Version. Meter publishes one per series ahead of time and again before
-// the last one runs out, whether or not prices change.
+// PriceScheduleWatermark: meter states that the price schedule of every
+// tenant in a schedule shard (ScheduleShard) is known through KnownThrough:
+// the shard's activations 1 to Seq are every price version of those
+// tenants taking effect at or before KnownThrough, and any later
+// activation takes effect after it (meter refuses one that would take
+// effect at or before a watermark it published). A rater may rate a fact
+// of such a tenant that occurred before KnownThrough once it holds the
+// shard's activations 1 to Seq, whether or not the tenant has a price for
+// the fact's meter (without one, the fact is unpriced). Meter publishes
+// one per shard ahead of time and again before the last one runs out,
+// whether or not prices change: the cost does not grow with the series
+// (decision 0019).
 type PriceScheduleWatermark struct {
-	MeterCode    string    `json:"meterCode"`
-	Currency     string    `json:"currency"`
-	Version      int64     `json:"version"`
+	Shard        int32     `json:"shard"`
+	Shards       int32     `json:"shards"`
+	Seq          int64     `json:"seq"`
 	KnownThrough time.Time `json:"knownThrough"`
 }
 
 // Validate checks the payload's own rules.
 func (p PriceScheduleWatermark) Validate() error {
 	return first(
-		need(p.MeterCode != "", "meterCode"),
-		currencyOK(p.Currency),
-		need(p.Version >= 1, "version"),
+		need(p.Shards >= 1, "shards"),
+		need(p.Shard >= 0 && p.Shard < p.Shards, "shard"),
+		need(p.Seq >= 0, "seq"),
 		need(!p.KnownThrough.IsZero(), "knownThrough"),
 	)
 }

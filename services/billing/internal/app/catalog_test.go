@@ -368,7 +368,7 @@ func TestUnpricedWaitsForTheWatermark(t *testing.T) {
 	pool, svc, ib := catalogFixture(t, 4)
 	v1 := priceV1("t1")
 	v1.EffectiveAt, v1.KnownThrough = jan20, jan10 // from the 20th; known through the 10th
-	gpt4 := bt.Price{Tenant: "t1", Meter: "tokens", Currency: "USD", Version: 1, UnitPrice: "0.03", EffectiveAt: jan1,
+	gpt4 := bt.Price{Tenant: "t1", Meter: "tokens", Currency: "USD", Version: 1, Seq: 2, UnitPrice: "0.03", EffectiveAt: jan1,
 		KnownThrough: jan10, Dimensions: map[string]string{"model": "gpt-4"}}
 	jan12 := jan10.Add(48 * time.Hour)
 	known, knownRaw := usageAt("t1", 0, "2", jan1).Envelope(t)
@@ -376,25 +376,22 @@ func TestUnpricedWaitsForTheWatermark(t *testing.T) {
 	gpt3, gpt3Raw := fact("t1", "tokens", "USD", "100", jan12, map[string]string{"model": "gpt-3"}).Envelope(t)
 	ds := bt.Decide(t, pool, ib, v1.Raw(t), tokens.Raw(t), gpt4.Raw(t), knownRaw, waitsRaw, gpt3Raw)
 	wantOutcomes(t, ds, "applied", "applied", "applied", "applied", "deferred:missing_fact", "deferred:missing_fact")
-	if ds[4].WaitKey != app.ScheduleKey("t1", "api_calls", "USD", jan12) || ds[5].WaitKey != app.ScheduleKey("t1", "tokens", "USD", jan12) {
+	if key := app.ScheduleKey(events.ScheduleShard("t1"), jan12); ds[4].WaitKey != key || ds[5].WaitKey != key {
 		t.Fatalf("wait keys %q, %q", ds[4].WaitKey, ds[5].WaitKey)
 	}
 	if c := ratedBy(t, pool); len(c) != 1 || !c[known.EventID].Unpriced {
 		t.Fatalf("charges %s: want only the fact known before v1, unpriced", bt.JSON(c))
 	}
-	// A watermark through the very instant does not pass it: still waiting.
-	at := func(meter string, through time.Time) []byte {
-		return bt.Watermark{Tenant: "t1", Meter: meter, Currency: "USD", Version: 1, KnownThrough: through}.Raw(t)
+	// A watermark through the very instant does not pass them (one for the
+	// tenant's shard, whatever the meter): still waiting.
+	at := func(through time.Time) []byte {
+		return bt.Watermark{Tenant: "t1", Seq: 2, KnownThrough: through}.Raw(t)
 	}
-	for _, meter := range []string{"api_calls", "tokens"} {
-		wantOutcomes(t, bt.Decide(t, pool, ib, at(meter, jan12)), "applied", "deferred:missing_fact")
-	}
+	wantOutcomes(t, bt.Decide(t, pool, ib, at(jan12)), "applied", "deferred:missing_fact", "deferred:missing_fact")
 	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`); n != 1 {
 		t.Fatalf("%d charges before the schedule passed the facts", n)
 	}
-	for _, meter := range []string{"api_calls", "tokens"} {
-		wantOutcomes(t, bt.Decide(t, pool, ib, at(meter, jan12.Add(30*time.Minute))), "applied", "applied")
-	}
+	wantOutcomes(t, bt.Decide(t, pool, ib, at(jan12.Add(30*time.Minute))), "applied", "applied", "applied")
 	rated := ratedBy(t, pool)
 	for _, id := range []uuid.UUID{waits.EventID, gpt3.EventID} {
 		if c := rated[id]; !c.Unpriced || c.PriceVersion != 0 {
@@ -403,6 +400,33 @@ func TestUnpricedWaitsForTheWatermark(t *testing.T) {
 	}
 	if est := estimateOf(t, svc, "t1"); !est["USD"].IsZero() {
 		t.Errorf("estimate %s, want 0", bt.JSON(est))
+	}
+}
+
+// A tenant with no price at all for a catalog meter (decision 0019): its
+// fact waits until the tenant's schedule shard is known through its
+// occurrence (a first price could still take effect at or before it), then
+// is rated unpriced in the currency it names; another tenant's watermark,
+// of another shard, proves nothing for it.
+func TestUnpricedWithoutAnySeriesOnceTheShardIsKnown(t *testing.T) {
+	t.Parallel()
+	pool, _, ib := catalogFixture(t, 4)
+	if events.ScheduleShard("t3") == events.ScheduleShard("t1") {
+		t.Fatal("t1 and t3 share a shard: pick other tenants")
+	}
+	f, raw := fact("t3", "tokens", "EUR", "100", jan10, map[string]string{"model": "gpt-4"}).Envelope(t)
+	wantOutcomes(t, bt.Decide(t, pool, ib, tokens.Raw(t), raw), "applied", "deferred:missing_fact")
+	other := bt.Watermark{Tenant: "t1", KnownThrough: jan20}
+	wantOutcomes(t, bt.Decide(t, pool, ib, other.Raw(t)), "applied")
+	at := func(through time.Time) []byte { return bt.Watermark{Tenant: "t3", KnownThrough: through}.Raw(t) }
+	wantOutcomes(t, bt.Decide(t, pool, ib, at(jan10)), "applied", "deferred:missing_fact")
+	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`); n != 0 {
+		t.Fatalf("%d charges before t3's schedule passed the fact", n)
+	}
+	wantOutcomes(t, bt.Decide(t, pool, ib, at(jan10.Add(30*time.Minute))), "applied", "applied")
+	c, ok := ratedBy(t, pool)[f.EventID]
+	if !ok || !c.Unpriced || c.PriceVersion != 0 || c.Currency != "EUR" {
+		t.Fatalf("charge %s: want unpriced in EUR", bt.JSON(c))
 	}
 }
 

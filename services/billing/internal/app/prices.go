@@ -19,12 +19,14 @@ import (
 )
 
 // OnPriceActivated replicates a price version as price evidence (its
-// pricing and its dimensions: one entry of the series' price sheet) and raises
-// what billing knows of the series' schedule to the event's knownThrough
-// (decision 0011). A replay of a version changes nothing. Applying it
-// provides the aggregate key of the version, which wakes the series'
-// watermarks waiting for it, and the schedule keys of the seconds it makes
-// known, which wake the usage waiting for them.
+// pricing and its dimensions: one entry of the series' price sheet),
+// records that billing holds the activation's place in its tenant's
+// schedule shard, and raises what billing knows of the shard's schedule to
+// the event's knownThrough once it holds every activation of the shard up
+// to this one (decision 0019). A replay of a version changes nothing.
+// Applying it provides the activation's key in its shard, which wakes the
+// shard's watermarks waiting for it, and the schedule keys of the seconds
+// it makes known, which wake the usage waiting for them.
 func (a *App) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceActivated) (_ inbox.Outcome, err error) {
 	e := d.Envelope
 	if e.AggregateType != events.AggregatePrice || e.AggregateID != events.PriceSeriesID(p.MeterCode, p.Currency) ||
@@ -33,8 +35,10 @@ func (a *App) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decod
 			"PriceActivated of %s v%d is on aggregate %s/%s v%d", events.PriceSeriesID(p.MeterCode, p.Currency),
 			p.Version, e.AggregateType, e.AggregateID, e.AggregateVersion))
 	}
-	if !p.KnownThrough.IsZero() {
-		if err := lockSchedule(ctx, tx, e.TenantID, p.MeterCode, p.Currency); err != nil {
+	var keys []string
+	if p.ScheduleSeq > 0 { // events from before the shards prove nothing
+		keys, err = proveSchedule(ctx, tx, events.ScheduleShard(e.TenantID), p.ScheduleSeq, p.KnownThrough, true)
+		if err != nil {
 			return inbox.Outcome{}, err
 		}
 	}
@@ -58,98 +62,103 @@ func (a *App) OnPriceActivated(ctx context.Context, tx pgx.Tx, d *envelope.Decod
 		return inbox.Outcome{}, err
 	}
 	ev.DimensionsKey, ev.DimensionCount = dimensionsKey(p.Dimensions), int16(len(p.Dimensions))
-	_, err = db.New(tx).InsertPriceEvidence(ctx, ev)
-	if err != nil {
+	if _, err = db.New(tx).InsertPriceEvidence(ctx, ev); err != nil {
 		return inbox.Outcome{}, fmt.Errorf("insert price evidence: %w", err)
 	}
-	if p.KnownThrough.IsZero() {
-		return inbox.Outcome{}, nil
-	}
-	keys, err := raiseKnownThrough(ctx, tx, e.TenantID, p.MeterCode, p.Currency, p.KnownThrough)
-	if err != nil {
-		return inbox.Outcome{}, err
-	}
 	return inbox.Outcome{Provides: keys}, nil
 }
 
-// OnPriceScheduleWatermark raises what billing knows of a series' schedule
-// to the watermark's knownThrough, once billing holds the version it names
-// (and so every version before it); until then it is deferred, woken by
-// that version's PriceActivated. A watermark lower than what billing knows
-// changes nothing. It provides the schedule keys of the seconds it makes
-// known.
+// OnPriceScheduleWatermark raises what billing knows of a schedule shard
+// to the watermark's knownThrough, once billing holds the shard's
+// activations 1 to the one it names; until then it is deferred, woken by
+// the first missing activation's PriceActivated. A watermark lower than
+// what billing knows changes nothing. It provides the schedule keys of the
+// seconds it makes known.
 func (a *App) OnPriceScheduleWatermark(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, p events.PriceScheduleWatermark) (inbox.Outcome, error) {
 	e := d.Envelope
-	if e.AggregateType != events.AggregatePriceSchedule || e.AggregateVersion != 1 ||
-		e.AggregateID != events.PriceScheduleID(p.MeterCode, p.Currency, p.KnownThrough) {
+	if e.AggregateType != events.AggregatePriceSchedule || e.AggregateVersion != 1 || e.TenantID != events.ScheduleTenant ||
+		e.AggregateID != events.PriceScheduleID(p.Shard, p.KnownThrough) {
 		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonAggregateMismatch, fmt.Errorf(
-			"PriceScheduleWatermark of %s through %s is on aggregate %s/%s v%d", events.PriceSeriesID(p.MeterCode, p.Currency),
-			p.KnownThrough.Format(time.RFC3339Nano), e.AggregateType, e.AggregateID, e.AggregateVersion))
+			"PriceScheduleWatermark of shard %d through %s is on aggregate %s/%s/%s v%d", p.Shard,
+			p.KnownThrough.Format(time.RFC3339Nano), e.TenantID, e.AggregateType, e.AggregateID, e.AggregateVersion))
 	}
-	held, err := db.New(tx).HasPriceVersion(ctx, db.HasPriceVersionParams{
-		TenantID: e.TenantID, MeterCode: p.MeterCode, Currency: p.Currency, Version: p.Version,
-	})
-	if err != nil {
-		return inbox.Outcome{}, fmt.Errorf("read price evidence: %w", err)
+	if p.Shards != events.ScheduleShards {
+		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonAggregateMismatch, fmt.Errorf(
+			"PriceScheduleWatermark of shard %d of %d shards: billing's tenants are in %d", p.Shard, p.Shards, events.ScheduleShards))
 	}
-	if !held {
-		return inbox.Outcome{}, inbox.DeferUntil(inbox.AggregateKey(e.TenantID, events.AggregatePrice,
-			events.PriceSeriesID(p.MeterCode, p.Currency), p.Version))
-	}
-	if err := lockSchedule(ctx, tx, e.TenantID, p.MeterCode, p.Currency); err != nil {
-		return inbox.Outcome{}, err
-	}
-	keys, err := raiseKnownThrough(ctx, tx, e.TenantID, p.MeterCode, p.Currency, p.KnownThrough)
+	keys, err := proveSchedule(ctx, tx, p.Shard, p.Seq, p.KnownThrough, false)
 	if err != nil {
 		return inbox.Outcome{}, err
 	}
 	return inbox.Outcome{Provides: keys}, nil
 }
 
-// lockSchedule takes the series' schedule row for the transaction, or
-// defers the event when another transaction holds it: waiting for it could
-// deadlock (a batch raises several series in its partition's order, and a
-// series' watermarks spread over partitions). The holder's raise provides
-// scheduleFreeKey when it commits, which decides the event again; so does
-// the inbox's sweep, if the holder rolls back.
-func lockSchedule(ctx context.Context, tx pgx.Tx, tenantID, meterCode, currency string) error {
-	busy, err := db.New(tx).TryLockPriceSchedule(ctx, db.TryLockPriceScheduleParams{
-		TenantID: tenantID, MeterCode: meterCode, Currency: currency,
-	})
+// proveSchedule applies one proof of a shard's schedule, "activations 1 to
+// seq are every version taking effect at or before through", and returns
+// the keys it provides. The shard's row is taken first (lockSchedule). An
+// activation (activation true) records its own seq and provides its key
+// (ScheduleSeqKey); its proof, when billing lacks an earlier activation,
+// is left to a later watermark. A watermark missing an activation waits
+// for the first missing one. A proof billing can use raises the shard's
+// known schedule and provides the keys of the seconds that became known
+// and scheduleFreeKey.
+func proveSchedule(ctx context.Context, tx pgx.Tx, shard int32, seq int64, through time.Time, activation bool) ([]string, error) {
+	q := db.New(tx)
+	row, err := q.TryLockScheduleShard(ctx, shard)
 	if err != nil {
-		return fmt.Errorf("lock the price schedule: %w", err)
+		return nil, fmt.Errorf("lock the schedule shard: %w", err)
 	}
-	if busy {
-		return inbox.DeferUntil(scheduleFreeKey(tenantID, meterCode, currency))
+	if row.Busy {
+		return nil, inbox.DeferUntil(scheduleFreeKey(shard))
 	}
-	return nil
-}
-
-// scheduleFreeKey is provided by every transaction that held a series'
-// schedule row (see lockSchedule).
-func scheduleFreeKey(tenantID, meterCode, currency string) string {
-	return "schedule-free/" + tenantID + "/" + events.PriceSeriesID(meterCode, currency)
-}
-
-// raiseKnownThrough raises a series' known schedule (its row taken by
-// lockSchedule) and returns the schedule keys of the seconds that became
-// known (none when it did not rise) and the series' scheduleFreeKey.
-func raiseKnownThrough(ctx context.Context, tx pgx.Tx, tenantID, meterCode, currency string, through time.Time) ([]string, error) {
-	row, err := db.New(tx).RaiseKnownThrough(ctx, db.RaiseKnownThroughParams{
-		TenantID: tenantID, MeterCode: meterCode, Currency: currency, KnownThrough: through,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("raise known schedule: %w", err)
+	free := scheduleFreeKey(shard)
+	keys := []string{free}
+	if activation {
+		keys = append(keys, ScheduleSeqKey(shard, seq))
+		if seq > row.ContiguousSeq {
+			if err := q.RecordScheduleSeq(ctx, db.RecordScheduleSeqParams{Shard: shard, Seq: seq}); err != nil {
+				return nil, fmt.Errorf("record the schedule activation: %w", err)
+			}
+		}
+		if through.IsZero() {
+			return keys, nil
+		}
 	}
-	free := scheduleFreeKey(tenantID, meterCode, currency)
-	if !row.Raised {
-		return []string{free}, nil
+	if seq > row.ContiguousSeq {
+		missing, err := q.FirstMissingScheduleSeq(ctx, db.FirstMissingScheduleSeqParams{After: row.ContiguousSeq, Through: seq, Shard: shard})
+		if err != nil {
+			return nil, fmt.Errorf("read the schedule activations: %w", err)
+		}
+		switch {
+		case missing != 0 && activation:
+			return keys, nil
+		case missing != 0:
+			return nil, inbox.DeferUntil(ScheduleSeqKey(shard, missing))
+		}
+	}
+	if err := q.RaiseScheduleShard(ctx, db.RaiseScheduleShardParams{Shard: shard, Seq: seq, KnownThrough: through}); err != nil {
+		return nil, fmt.Errorf("raise the known schedule: %w", err)
+	}
+	if !through.After(row.KnownThrough) {
+		return keys, nil
 	}
 	var prev *time.Time
-	if row.Had {
-		prev = &row.Previous
+	if row.KnownThrough.After(time.Unix(0, 0)) { // epoch: nothing known
+		prev = &row.KnownThrough
 	}
-	return append(ScheduleKeys(tenantID, meterCode, currency, prev, through), free), nil
+	return append(ScheduleKeys(shard, prev, through), keys...), nil
+}
+
+// scheduleFreeKey is provided by every transaction that held a shard's
+// schedule row (see proveSchedule).
+func scheduleFreeKey(shard int32) string {
+	return "schedule-free/" + strconv.Itoa(int(shard))
+}
+
+// ScheduleSeqKey is provided when billing records activation seq of a
+// shard: a watermark naming it waits for it.
+func ScheduleSeqKey(shard int32, seq int64) string {
+	return "schedule-seq/" + strconv.Itoa(int(shard)) + "@" + strconv.FormatInt(seq, 10)
 }
 
 // maxScheduleKeys bounds the keys one rise of the known schedule provides:
@@ -157,16 +166,16 @@ func raiseKnownThrough(ctx context.Context, tx pgx.Tx, tenantID, meterCode, curr
 // by the inbox's sweep.
 const maxScheduleKeys = 3600
 
-// ScheduleKey is the wait key of usage that occurred at `at` while billing
-// did not know the series' schedule through it: one key per second of
-// occurrence, so a rise of the known schedule wakes exactly the seconds it
-// covers.
-func ScheduleKey(tenantID, meterCode, currency string, at time.Time) string {
-	return scheduleKey(tenantID, meterCode, currency, at.Unix())
+// ScheduleKey is the wait key of usage of a tenant in shard that occurred
+// at `at` while billing did not know the shard's schedule through it: one
+// key per second of occurrence, so a rise of the known schedule wakes
+// exactly the seconds it covers.
+func ScheduleKey(shard int32, at time.Time) string {
+	return scheduleKey(shard, floorSecond(at))
 }
 
-func scheduleKey(tenantID, meterCode, currency string, second int64) string {
-	return "schedule/" + tenantID + "/" + events.PriceSeriesID(meterCode, currency) + "@" + strconv.FormatInt(second, 10)
+func scheduleKey(shard int32, second int64) string {
+	return "schedule/" + strconv.Itoa(int(shard)) + "@" + strconv.FormatInt(second, 10)
 }
 
 // ScheduleKeys are the keys of the seconds a rise of the known schedule
@@ -174,7 +183,7 @@ func scheduleKey(tenantID, meterCode, currency string, second int64) string {
 // (usage of a second known in part that is still beyond it waits again, for
 // the next rise, which provides that second again): the seconds from prev's
 // through through's, at most maxScheduleKeys of the latest.
-func ScheduleKeys(tenantID, meterCode, currency string, prev *time.Time, through time.Time) []string {
+func ScheduleKeys(shard int32, prev *time.Time, through time.Time) []string {
 	last := floorSecond(through)
 	first := last - maxScheduleKeys + 1
 	if prev != nil {
@@ -182,7 +191,7 @@ func ScheduleKeys(tenantID, meterCode, currency string, prev *time.Time, through
 	}
 	keys := make([]string, 0, last-first+1)
 	for sec := first; sec <= last; sec++ {
-		keys = append(keys, scheduleKey(tenantID, meterCode, currency, sec))
+		keys = append(keys, scheduleKey(shard, sec))
 	}
 	return keys
 }

@@ -29,8 +29,8 @@ const maxRatingAttempts = 4
 // fact's meter, known schedule, price-sheet entry in effect and period
 // status, and inserts the charges of the facts that can be rated. A fact
 // whose meter billing does not hold yet waits for its MeterDefined
-// (MeterKey); one whose series' schedule billing does not know through its
-// occurrence yet waits for it (ScheduleKey); one known but with no entry in
+// (MeterKey); one whose tenant's schedule shard billing does not know through
+// its occurrence yet waits for it (ScheduleKey); one known but with no entry in
 // effect is rated unpriced; one whose period is closing or closed is rated
 // alone by OnUsageAccepted, late into the next open period.
 func (a *App) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, us []events.UsageAccepted) ([]inbox.Outcome, error) {
@@ -164,6 +164,7 @@ func newRating(ds []*envelope.Decoded, us []events.UsageAccepted, periods []stri
 		EventIds: make([]uuid.UUID, n), UsageEventIds: make([]uuid.UUID, n), UsageIds: make([]uuid.UUID, n),
 		Quantities: make([]decimal.Decimal, n), OccurredAts: make([]time.Time, n), Lates: make([]bool, n),
 		Properties: make([]string, n), SourceSystems: make([]string, n), SourceEventIds: make([]string, n),
+		Shards: make([]int32, n),
 	}
 	for i, d := range ds {
 		u, in := us[i], &d.Envelope
@@ -180,6 +181,7 @@ func newRating(ds []*envelope.Decoded, us []events.UsageAccepted, periods []stri
 			return nil, err
 		}
 		arg.TenantIds[i], arg.MeterCodes[i], arg.Currencies[i] = in.TenantID, u.MeterCode, u.Currency
+		arg.Shards[i] = events.ScheduleShard(in.TenantID)
 		arg.Periods[i], arg.ChargeIds[i], arg.EventIds[i] = periods[i], chargeID, eventID
 		arg.UsageEventIds[i], arg.UsageIds[i] = in.EventID, u.UsageID
 		arg.Quantities[i], arg.OccurredAts[i], arg.Lates[i] = u.Quantity, u.OccurredAt, late
@@ -221,15 +223,15 @@ func MeterKey(meterCode string) string {
 // unrated is the decision on a fact the rating statement did not rate but
 // for its period's status: nil when it was rated (priced or unpriced). Its
 // meter not held: the fact waits for its MeterDefined. Its schedule not
-// known: it waits until billing knows the series' schedule through its
-// occurrence. A unique_count fact without the value it counts (usage
+// known: it waits until billing knows its tenant's schedule shard through
+// its occurrence. A unique_count fact without the value it counts (usage
 // refuses those) is quarantined.
 func unrated(in *envelope.Envelope, u events.UsageAccepted, row db.RateUsagesRow) error {
 	switch {
 	case !row.Defined:
 		return inbox.DeferUntil(MeterKey(u.MeterCode))
 	case !row.Known:
-		return inbox.DeferUntil(ScheduleKey(in.TenantID, u.MeterCode, u.Currency, u.OccurredAt))
+		return inbox.DeferUntil(ScheduleKey(events.ScheduleShard(in.TenantID), u.OccurredAt))
 	case row.Aggregation == catalog.UniqueCount && row.Value == "":
 		return inbox.Permanent(catalog.CodeMissingValue, fmt.Errorf(
 			"usage %s of unique_count meter %s has no value of the property the meter counts", u.UsageID, u.MeterCode))

@@ -120,7 +120,7 @@ func TestUsageDeferredUntilTheScheduleIsKnownThroughIt(t *testing.T) {
 	usageEnv, usageRaw := usageAt("t1", 0, "10", jan20).Envelope(t)
 	ds := bt.Decide(t, pool, ib, v1.Raw(t), usageRaw)
 	wantOutcomes(t, ds, "applied", "deferred:missing_fact")
-	if want := app.ScheduleKey("t1", "api_calls", "USD", jan20); ds[1].WaitKey != want {
+	if want := app.ScheduleKey(events.ScheduleShard("t1"), jan20); ds[1].WaitKey != want {
 		t.Fatalf("wait key = %q, want %q", ds[1].WaitKey, want)
 	}
 	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`) + bt.Count(t, pool, `SELECT count(*) FROM billing_period`); n != 0 {
@@ -130,16 +130,16 @@ func TestUsageDeferredUntilTheScheduleIsKnownThroughIt(t *testing.T) {
 	// watermark that does not pass it (known through its very instant)
 	// wakes it, and it waits again.
 	wantOutcomes(t, bt.Decide(t, pool, ib, usageRaw), "deferred:missing_fact")
-	wm := bt.Watermark{Tenant: "t1", Meter: "api_calls", Currency: "USD", Version: 1, KnownThrough: jan20}
+	wm := bt.Watermark{Tenant: "t1", Seq: 1, KnownThrough: jan20}
 	wantOutcomes(t, bt.Decide(t, pool, ib, wm.Raw(t)), "applied", "deferred:missing_fact")
 	wantOutcomes(t, bt.Decide(t, pool, ib, usageRaw), "deferred:missing_fact")
 
 	// A watermark past the usage that names version 2, which billing lacks:
 	// it waits for version 2.
-	wm2 := bt.Watermark{Tenant: "t1", Meter: "api_calls", Currency: "USD", Version: 2, KnownThrough: jan20.Add(30 * time.Minute)}
+	wm2 := bt.Watermark{Tenant: "t1", Seq: 2, KnownThrough: jan20.Add(30 * time.Minute)}
 	ds = bt.Decide(t, pool, ib, wm2.Raw(t))
 	wantOutcomes(t, ds, "deferred:missing_fact")
-	if want := inbox.AggregateKey("t1", events.AggregatePrice, "api_calls.USD", 2); ds[0].WaitKey != want {
+	if want := app.ScheduleSeqKey(events.ScheduleShard("t1"), 2); ds[0].WaitKey != want {
 		t.Fatalf("watermark wait key = %q, want %q", ds[0].WaitKey, want)
 	}
 	// Version 2 arrives (its own watermark below the usage): it wakes the
@@ -166,6 +166,9 @@ func TestUsageDeferredUntilTheScheduleIsKnownThroughIt(t *testing.T) {
 	if n := bt.Count(t, pool, `SELECT count(*) FROM inbox_deferred`); n != 0 {
 		t.Fatalf("%d events still deferred", n)
 	}
+	if n := bt.Count(t, pool, `SELECT count(*) FROM schedule_seq`); n != 0 {
+		t.Fatalf("%d activations kept once the shard's are contiguous, want none (bounded by those out of order)", n)
+	}
 }
 
 // The known schedule only rises: a late, lower watermark changes nothing.
@@ -177,10 +180,10 @@ func TestKnownScheduleNeverFalls(t *testing.T) {
 	bt.DefineMeters(t, pool, ib)
 	v1 := priceV1("t1")
 	v1.KnownThrough = jan20
-	low := bt.Watermark{Tenant: "t1", Meter: "api_calls", Currency: "USD", Version: 1, KnownThrough: jan15}
+	low := bt.Watermark{Tenant: "t1", Seq: 1, KnownThrough: jan15}
 	wantOutcomes(t, bt.Decide(t, pool, ib, v1.Raw(t), low.Raw(t), usageAt("t1", 0, "2", jan20.Add(-time.Second)).Raw(t)),
 		"applied", "applied", "applied")
-	if n := bt.Count(t, pool, `SELECT count(*) FROM price_schedule WHERE known_through = $1`, jan20); n != 1 {
+	if n := bt.Count(t, pool, `SELECT count(*) FROM schedule_shard WHERE known_through = $1`, jan20); n != 1 {
 		t.Fatal("a lower watermark lowered the known schedule")
 	}
 }
@@ -464,8 +467,8 @@ func TestEventsOnTheWrongAggregateAreQuarantined(t *testing.T) {
 
 // One batch of usage is rated in one statement with the outcomes of rating
 // each alone: usage of a closed period goes late to the next open one, usage
-// of a series whose schedule is not known is deferred alone, and the ChargeRated
-// events are published in the batch's order.
+// of a tenant whose schedule shard is not known is deferred alone, and the
+// ChargeRated events are published in the batch's order.
 func TestOneBatchRatesEachUsageAsAlone(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPool(t)
@@ -478,7 +481,7 @@ func TestOneBatchRatesEachUsageAsAlone(t *testing.T) {
 
 	var raws [][]byte
 	var usage []uuid.UUID
-	unknown := bt.Usage{Tenant: "t1", Meter: "sms", Currency: "USD", Quantity: "3", OccurredAt: feb3}
+	unknown := bt.Usage{Tenant: "t2", Meter: "sms", Currency: "USD", Quantity: "3", OccurredAt: feb3} // t2's shard is not t1's
 	for _, u := range []bt.Usage{usageAt("t1", 1, "1", jan10), usageAt("t1", 1, "2", feb3), unknown,
 		usageAt("t1", 1, "4", feb3), usageAt("t1", 1, "5", jan20)} {
 		e, r := u.Envelope(t)
@@ -527,7 +530,7 @@ func TestQuarantinedPriceActivatedHoldsRatingBack(t *testing.T) {
 	v2 := priceV2("t1")
 	v2.KnownThrough = jan20.Add(10 * time.Minute)
 	_, v2Raw := v2.Envelope(t, 2) // schema version 2: this release cannot read it
-	wm := bt.Watermark{Tenant: "t1", Meter: "api_calls", Currency: "USD", Version: 2, KnownThrough: jan20.Add(30 * time.Minute)}
+	wm := bt.Watermark{Tenant: "t1", Seq: 2, KnownThrough: jan20.Add(30 * time.Minute)}
 	usageEnv, usageRaw := usageAt("t1", 0, "10", jan20).Envelope(t)
 	wantOutcomes(t, bt.Decide(t, pool, ib, v1.Raw(t), v2Raw, wm.Raw(t), usageRaw),
 		"applied", "quarantined:unsupported_schema", "deferred:missing_fact", "deferred:missing_fact")
@@ -587,7 +590,7 @@ func TestBatchesRaisingSchedulesInOppositeOrdersDoNotDeadlock(t *testing.T) {
 	defer cancel()
 
 	watermark := func(tenant string, through time.Time) []inbox.Message {
-		wm := bt.Watermark{Tenant: tenant, Meter: "api_calls", Currency: "USD", Version: 1, KnownThrough: through}
+		wm := bt.Watermark{Tenant: tenant, Seq: 1, KnownThrough: through}
 		return []inbox.Message{{Raw: wm.Raw(t), Topic: "test"}}
 	}
 	// Each batch raises its first series, waits until the other has raised
@@ -669,9 +672,10 @@ func TestBatchesRaisingSchedulesInOppositeOrdersDoNotDeadlock(t *testing.T) {
 		t.Fatalf("sweep applied %d (err %v), want 2; deferred: %v", n, err, left)
 	}
 	for _, tenant := range []string{"a", "b"} {
-		if n := bt.Count(t, pool, `SELECT count(*) FROM price_schedule WHERE tenant_id = $1 AND known_through = $2`, tenant, jan20); n != 1 {
+		shard := events.ScheduleShard(tenant)
+		if n := bt.Count(t, pool, `SELECT count(*) FROM schedule_shard WHERE shard = $1 AND known_through = $2`, shard, jan20); n != 1 {
 			var got time.Time
-			_ = pool.QueryRow(ctx, `SELECT known_through FROM price_schedule WHERE tenant_id = $1`, tenant).Scan(&got)
+			_ = pool.QueryRow(ctx, `SELECT known_through FROM schedule_shard WHERE shard = $1`, shard).Scan(&got)
 			t.Fatalf("tenant %s: the schedule is known through %s after the sweep, want %s", tenant, got, jan20)
 		}
 	}

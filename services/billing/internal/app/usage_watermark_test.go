@@ -88,7 +88,7 @@ func TestCloseWaitsForUsageWatermarks(t *testing.T) {
 		t.Fatalf("retry = %d %s, %v", reply.Status, reply.Body, err)
 	}
 	// The schedule becomes known: the fact is rated, the close proceeds.
-	bt.Decide(t, pool, ib, bt.Watermark{Tenant: "t1", Meter: "api_calls", Currency: "USD", Version: 1, KnownThrough: jan20.Add(90 * time.Minute)}.Raw(t))
+	bt.Decide(t, pool, ib, bt.Watermark{Tenant: "t1", Seq: 1, KnownThrough: jan20.Add(90 * time.Minute)}.Raw(t))
 	run, err := svc.CloseDuePeriods(ctx)
 	if err != nil || len(run.Closed) != 1 || run.Closed[0] != "t1/2026-01" {
 		t.Fatalf("pass = %+v, %v; want t1/2026-01 closed", run, err)

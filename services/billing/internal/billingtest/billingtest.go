@@ -159,7 +159,10 @@ type Price struct {
 	Version                 int64
 	UnitPrice               string
 	EffectiveAt             time.Time
-	// KnownThrough is the series' watermark the event carries; zero means
+	// Seq is the activation's place in its tenant's schedule shard; zero
+	// means Version (right while a test's shard holds one series).
+	Seq int64
+	// KnownThrough is the shard's watermark the event carries; zero means
 	// FarFuture (the schedule is final), Unknown none at all.
 	KnownThrough time.Time
 	// Pricing, when set, is the version's pricing under another model than
@@ -189,7 +192,7 @@ func (p Price) Envelope(t testing.TB, schemaVersion int) (envelope.Envelope, []b
 	t.Helper()
 	pa := events.PriceActivated{
 		PriceID: uuid.Must(uuid.NewV7()), MeterCode: p.Meter, Currency: p.Currency,
-		EffectiveAt: p.EffectiveAt, Version: p.Version, KnownThrough: p.knownThrough(), Dimensions: p.Dimensions,
+		EffectiveAt: p.EffectiveAt, Version: p.Version, ScheduleSeq: p.seq(), KnownThrough: p.knownThrough(), Dimensions: p.Dimensions,
 	}
 	if p.Pricing != nil {
 		pa.Model, pa.Tiers, pa.PackageSize, pa.PackagePrice = p.Pricing.Model, p.Pricing.Tiers, p.Pricing.PackageSize, p.Pricing.PackagePrice
@@ -203,6 +206,13 @@ func (p Price) Envelope(t testing.TB, schemaVersion int) (envelope.Envelope, []b
 	}, pa)
 }
 
+func (p Price) seq() int64 {
+	if p.Seq == 0 {
+		return p.Version
+	}
+	return p.Seq
+}
+
 func (p Price) knownThrough() time.Time {
 	switch {
 	case p.KnownThrough.IsZero():
@@ -213,21 +223,24 @@ func (p Price) knownThrough() time.Time {
 	return p.KnownThrough
 }
 
-// Watermark is a PriceScheduleWatermark as meter publishes it.
+// Watermark is a PriceScheduleWatermark as meter publishes it, for the
+// schedule shard of Tenant: activations 1 to Seq of the shard are every
+// version taking effect at or before KnownThrough.
 type Watermark struct {
-	Tenant, Meter, Currency string
-	Version                 int64
-	KnownThrough            time.Time
+	Tenant       string
+	Seq          int64
+	KnownThrough time.Time
 }
 
 // Raw returns the marshalled envelope of w.
 func (w Watermark) Raw(t testing.TB) []byte {
 	t.Helper()
+	shard := events.ScheduleShard(w.Tenant)
 	_, raw := marshal(t, envelope.Meta{
-		EventType: events.TypePriceScheduleWatermark, SchemaVersion: 1, TenantID: w.Tenant,
-		AggregateType: events.AggregatePriceSchedule, AggregateID: events.PriceScheduleID(w.Meter, w.Currency, w.KnownThrough),
+		EventType: events.TypePriceScheduleWatermark, SchemaVersion: 1, TenantID: events.ScheduleTenant,
+		AggregateType: events.AggregatePriceSchedule, AggregateID: events.PriceScheduleID(shard, w.KnownThrough),
 		AggregateVersion: 1, OccurredAt: w.KnownThrough, Producer: "meter",
-	}, events.PriceScheduleWatermark{MeterCode: w.Meter, Currency: w.Currency, Version: w.Version, KnownThrough: w.KnownThrough})
+	}, events.PriceScheduleWatermark{Shard: shard, Shards: events.ScheduleShards, Seq: w.Seq, KnownThrough: w.KnownThrough})
 	return raw
 }
 

@@ -103,12 +103,16 @@ type PriceEvidence struct {
 	DimensionCount int16
 }
 
-type PriceSchedule struct {
-	TenantID     string
-	MeterCode    string
-	Currency     string
-	KnownThrough time.Time
-	UpdatedAt    time.Time
+type ScheduleSeq struct {
+	Shard int32
+	Seq   int64
+}
+
+type ScheduleShard struct {
+	Shard         int32
+	ContiguousSeq int64
+	KnownThrough  time.Time
+	UpdatedAt     time.Time
 }
 
 type TenantSetting struct {

@@ -17,7 +17,7 @@ func RateUsagesLocked(ctx context.Context, tx pgx.Tx, arg RateUsagesParams) ([]R
 	b.Queue(lockPeriodsShared, arg.TenantIds, arg.Periods)
 	b.Queue(rateUsages, arg.TenantIds, arg.MeterCodes, arg.Currencies, arg.Periods,
 		arg.ChargeIds, arg.EventIds, arg.UsageEventIds, arg.UsageIds, arg.Quantities, arg.OccurredAts,
-		arg.Lates, arg.Properties, arg.SourceSystems, arg.SourceEventIds)
+		arg.Lates, arg.Properties, arg.SourceSystems, arg.SourceEventIds, arg.Shards)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()

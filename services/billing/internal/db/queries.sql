@@ -23,42 +23,45 @@ SELECT EXISTS (SELECT 1 FROM price_evidence
                WHERE tenant_id = @tenant_id AND meter_code = @meter_code AND currency = @currency
                  AND version = @version)::boolean AS held;
 
--- name: TryLockPriceSchedule :one
--- Locks a series' schedule row for the transaction unless another
--- transaction holds it: busy is true when the row exists and is locked
--- elsewhere. The caller then defers instead of waiting, since waiting could
--- deadlock: one batch may raise several series in an order that another
--- batch, on another partition, reverses (a series' watermarks are keyed by
--- their knownThrough, so they spread over partitions).
+-- name: TryLockScheduleShard :one
+-- Locks a schedule shard's row for the transaction unless another
+-- transaction holds it (busy, with nothing read). The caller then defers
+-- instead of waiting, since waiting could deadlock: one batch may raise
+-- several shards in an order that another batch, on another partition,
+-- reverses.
 WITH mine AS (
-    SELECT 1 FROM price_schedule s
-    WHERE s.tenant_id = @tenant_id AND s.meter_code = @meter_code AND s.currency = @currency
+    SELECT s.contiguous_seq, s.known_through FROM schedule_shard s
+    WHERE s.shard = sqlc.arg(shard)::int
     FOR UPDATE SKIP LOCKED
 )
-SELECT (EXISTS (SELECT 1 FROM price_schedule s
-                WHERE s.tenant_id = @tenant_id AND s.meter_code = @meter_code AND s.currency = @currency)
-        AND NOT EXISTS (SELECT 1 FROM mine))::boolean AS busy;
+SELECT (NOT EXISTS (SELECT 1 FROM mine))::boolean AS busy,
+       COALESCE((SELECT contiguous_seq FROM mine), 0)::bigint AS contiguous_seq,
+       COALESCE((SELECT known_through FROM mine), 'epoch')::timestamptz AS known_through;
 
--- name: RaiseKnownThrough :one
--- Raises what billing knows of a series' schedule to @known_through (never
--- lowers it) and returns what it knew before (NULL: nothing) and whether it
--- rose (had false: it knew nothing). Called only once billing holds every
--- version the watermark names.
-WITH prev AS (
-    SELECT s.known_through FROM price_schedule s
-    WHERE s.tenant_id = @tenant_id AND s.meter_code = @meter_code AND s.currency = @currency
-    FOR UPDATE
-), up AS (
-    INSERT INTO price_schedule AS s (tenant_id, meter_code, currency, known_through)
-    VALUES (@tenant_id, @meter_code, @currency, @known_through)
-    ON CONFLICT (tenant_id, meter_code, currency) DO UPDATE
-        SET known_through = EXCLUDED.known_through, updated_at = now()
-        WHERE s.known_through < EXCLUDED.known_through
-    RETURNING 1
+-- name: RecordScheduleSeq :exec
+-- Records that billing holds activation @seq of a shard.
+INSERT INTO schedule_seq (shard, seq) VALUES (@shard, @seq) ON CONFLICT DO NOTHING;
+
+-- name: FirstMissingScheduleSeq :one
+-- The first of the shard's activations @after + 1 .. @through billing does
+-- not hold (0: it holds them all). Bounded by @through - @after, the
+-- activations since the last watermark billing applied.
+SELECT COALESCE(min(g), 0)::bigint AS missing
+FROM generate_series(sqlc.arg(after)::bigint + 1, sqlc.arg(through)::bigint) g
+WHERE NOT EXISTS (SELECT 1 FROM schedule_seq q WHERE q.shard = sqlc.arg(shard)::int AND q.seq = g);
+
+-- name: RaiseScheduleShard :exec
+-- Records that billing holds the shard's activations 1 to @seq and knows
+-- the shard's schedule through @known_through (neither lowered), and drops
+-- the out-of-order records contiguous_seq now covers. The row is locked
+-- by TryLockScheduleShard.
+WITH up AS (
+    UPDATE schedule_shard
+    SET contiguous_seq = GREATEST(contiguous_seq, sqlc.arg(seq)::bigint),
+        known_through = GREATEST(known_through, sqlc.arg(known_through)::timestamptz), updated_at = now()
+    WHERE shard = sqlc.arg(shard)::int
 )
-SELECT EXISTS (SELECT 1 FROM prev)::boolean AS had,
-       COALESCE((SELECT known_through FROM prev), 'epoch')::timestamptz AS previous,
-       EXISTS (SELECT 1 FROM up)::boolean AS raised;
+DELETE FROM schedule_seq WHERE shard = sqlc.arg(shard)::int AND seq <= sqlc.arg(seq)::bigint;
 
 -- name: LockPeriodShared :exec
 -- Takes the period's advisory lock shared for the transaction: rating and
@@ -116,6 +119,7 @@ WITH u AS (
            unnest(@properties::text[])::jsonb         AS properties,
            unnest(@source_systems::text[])            AS source_system,
            unnest(@source_event_ids::text[])          AS source_event_id,
+           unnest(@shards::int[])                     AS shard,
            generate_series(1, cardinality(@tenant_ids::text[])) AS n
 ), r AS (
     -- One index probe per fact and lookup: see inbox's lookups.
@@ -128,8 +132,7 @@ WITH u AS (
                      WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
     FROM u
     LEFT JOIN meters m ON m.code = u.meter_code
-    LEFT JOIN price_schedule ps
-           ON ps.tenant_id = u.tenant_id AND ps.meter_code = u.meter_code AND ps.currency = u.currency
+    LEFT JOIN schedule_shard ps ON ps.shard = u.shard
     LEFT JOIN LATERAL (
         SELECT e.version, e.unit_price, e.model, e.dimensions, e.dimensions_key
         FROM (SELECT DISTINCT ON (pe.dimensions_key)

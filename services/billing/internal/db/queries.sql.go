@@ -107,6 +107,28 @@ func (q *Queries) CloseTallies(ctx context.Context, arg CloseTalliesParams) ([]C
 	return items, nil
 }
 
+const firstMissingScheduleSeq = `-- name: FirstMissingScheduleSeq :one
+SELECT COALESCE(min(g), 0)::bigint AS missing
+FROM generate_series($1::bigint + 1, $2::bigint) g
+WHERE NOT EXISTS (SELECT 1 FROM schedule_seq q WHERE q.shard = $3::int AND q.seq = g)
+`
+
+type FirstMissingScheduleSeqParams struct {
+	After   int64
+	Through int64
+	Shard   int32
+}
+
+// The first of the shard's activations @after + 1 .. @through billing does
+// not hold (0: it holds them all). Bounded by @through - @after, the
+// activations since the last watermark billing applied.
+func (q *Queries) FirstMissingScheduleSeq(ctx context.Context, arg FirstMissingScheduleSeqParams) (int64, error) {
+	row := q.db.QueryRow(ctx, firstMissingScheduleSeq, arg.After, arg.Through, arg.Shard)
+	var missing int64
+	err := row.Scan(&missing)
+	return missing, err
+}
+
 const getCharge = `-- name: GetCharge :one
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
        price_version, amount, period, late, occurred_at
@@ -921,51 +943,29 @@ func (q *Queries) PutTenantSettings(ctx context.Context, arg PutTenantSettingsPa
 	return err
 }
 
-const raiseKnownThrough = `-- name: RaiseKnownThrough :one
-WITH prev AS (
-    SELECT s.known_through FROM price_schedule s
-    WHERE s.tenant_id = $1 AND s.meter_code = $2 AND s.currency = $3
-    FOR UPDATE
-), up AS (
-    INSERT INTO price_schedule AS s (tenant_id, meter_code, currency, known_through)
-    VALUES ($1, $2, $3, $4)
-    ON CONFLICT (tenant_id, meter_code, currency) DO UPDATE
-        SET known_through = EXCLUDED.known_through, updated_at = now()
-        WHERE s.known_through < EXCLUDED.known_through
-    RETURNING 1
+const raiseScheduleShard = `-- name: RaiseScheduleShard :exec
+WITH up AS (
+    UPDATE schedule_shard
+    SET contiguous_seq = GREATEST(contiguous_seq, $2::bigint),
+        known_through = GREATEST(known_through, $3::timestamptz), updated_at = now()
+    WHERE shard = $1::int
 )
-SELECT EXISTS (SELECT 1 FROM prev)::boolean AS had,
-       COALESCE((SELECT known_through FROM prev), 'epoch')::timestamptz AS previous,
-       EXISTS (SELECT 1 FROM up)::boolean AS raised
+DELETE FROM schedule_seq WHERE shard = $1::int AND seq <= $2::bigint
 `
 
-type RaiseKnownThroughParams struct {
-	TenantID     string
-	MeterCode    string
-	Currency     string
+type RaiseScheduleShardParams struct {
+	Shard        int32
+	Seq          int64
 	KnownThrough time.Time
 }
 
-type RaiseKnownThroughRow struct {
-	Had      bool
-	Previous time.Time
-	Raised   bool
-}
-
-// Raises what billing knows of a series' schedule to @known_through (never
-// lowers it) and returns what it knew before (NULL: nothing) and whether it
-// rose (had false: it knew nothing). Called only once billing holds every
-// version the watermark names.
-func (q *Queries) RaiseKnownThrough(ctx context.Context, arg RaiseKnownThroughParams) (RaiseKnownThroughRow, error) {
-	row := q.db.QueryRow(ctx, raiseKnownThrough,
-		arg.TenantID,
-		arg.MeterCode,
-		arg.Currency,
-		arg.KnownThrough,
-	)
-	var i RaiseKnownThroughRow
-	err := row.Scan(&i.Had, &i.Previous, &i.Raised)
-	return i, err
+// Records that billing holds the shard's activations 1 to @seq and knows
+// the shard's schedule through @known_through (neither lowered), and drops
+// the out-of-order records contiguous_seq now covers. The row is locked
+// by TryLockScheduleShard.
+func (q *Queries) RaiseScheduleShard(ctx context.Context, arg RaiseScheduleShardParams) error {
+	_, err := q.db.Exec(ctx, raiseScheduleShard, arg.Shard, arg.Seq, arg.KnownThrough)
+	return err
 }
 
 const raiseUsageWatermark = `-- name: RaiseUsageWatermark :exec
@@ -1005,10 +1005,11 @@ WITH u AS (
            unnest($12::text[])::jsonb         AS properties,
            unnest($13::text[])            AS source_system,
            unnest($14::text[])          AS source_event_id,
+           unnest($15::int[])                     AS shard,
            generate_series(1, cardinality($1::text[])) AS n
 ), r AS (
     -- One index probe per fact and lookup: see inbox's lookups.
-    SELECT u.tenant_id, u.meter_code, u.currency, u.period, u.charge_id, u.event_id, u.usage_event_id, u.usage_id, u.quantity, u.occurred_at, u.late, u.properties, u.source_system, u.source_event_id, u.n,
+    SELECT u.tenant_id, u.meter_code, u.currency, u.period, u.charge_id, u.event_id, u.usage_event_id, u.usage_id, u.quantity, u.occurred_at, u.late, u.properties, u.source_system, u.source_event_id, u.shard, u.n,
            m.aggregation,
            CASE WHEN m.aggregation = 'unique_count' THEN u.properties ->> m.value_property ELSE '' END AS value,
            COALESCE(u.occurred_at < ps.known_through, false) AS known,
@@ -1017,8 +1018,7 @@ WITH u AS (
                      WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
     FROM u
     LEFT JOIN meters m ON m.code = u.meter_code
-    LEFT JOIN price_schedule ps
-           ON ps.tenant_id = u.tenant_id AND ps.meter_code = u.meter_code AND ps.currency = u.currency
+    LEFT JOIN schedule_shard ps ON ps.shard = u.shard
     LEFT JOIN LATERAL (
         SELECT e.version, e.unit_price, e.model, e.dimensions, e.dimensions_key
         FROM (SELECT DISTINCT ON (pe.dimensions_key)
@@ -1031,7 +1031,7 @@ WITH u AS (
         ORDER BY e.dimension_count DESC, e.dimensions_key COLLATE "C"
         LIMIT 1) p ON u.occurred_at < ps.known_through AND m.code IS NOT NULL
 ), c AS (
-    SELECT r.tenant_id, r.meter_code, r.currency, r.period, r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.quantity, r.occurred_at, r.late, r.properties, r.source_system, r.source_event_id, r.n, r.aggregation, r.value, r.known, r.price_version, r.price_unit_price, r.model, r.dimensions, r.dimensions_key, r.status,
+    SELECT r.tenant_id, r.meter_code, r.currency, r.period, r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.quantity, r.occurred_at, r.late, r.properties, r.source_system, r.source_event_id, r.shard, r.n, r.aggregation, r.value, r.known, r.price_version, r.price_unit_price, r.model, r.dimensions, r.dimensions_key, r.status,
            CASE WHEN r.price_version IS NOT NULL AND r.aggregation IN ('sum', 'count') AND r.model = 'unit'
                 THEN r.price_unit_price ELSE 0 END AS unit_price
     FROM r
@@ -1076,6 +1076,7 @@ type RateUsagesParams struct {
 	Properties     []string
 	SourceSystems  []string
 	SourceEventIds []string
+	Shards         []int32
 }
 
 type RateUsagesRow struct {
@@ -1126,6 +1127,7 @@ func (q *Queries) RateUsages(ctx context.Context, arg RateUsagesParams) ([]RateU
 		arg.Properties,
 		arg.SourceSystems,
 		arg.SourceEventIds,
+		arg.Shards,
 	)
 	if err != nil {
 		return nil, err
@@ -1345,6 +1347,21 @@ func (q *Queries) ReconciliationMonths(ctx context.Context, arg ReconciliationMo
 	return items, nil
 }
 
+const recordScheduleSeq = `-- name: RecordScheduleSeq :exec
+INSERT INTO schedule_seq (shard, seq) VALUES ($1, $2) ON CONFLICT DO NOTHING
+`
+
+type RecordScheduleSeqParams struct {
+	Shard int32
+	Seq   int64
+}
+
+// Records that billing holds activation @seq of a shard.
+func (q *Queries) RecordScheduleSeq(ctx context.Context, arg RecordScheduleSeqParams) error {
+	_, err := q.db.Exec(ctx, recordScheduleSeq, arg.Shard, arg.Seq)
+	return err
+}
+
 const requestClose = `-- name: RequestClose :one
 INSERT INTO billing_period AS b (tenant_id, period, close_requested_at, close_requested_by)
 VALUES ($1, $2, $3::timestamptz, $4::text)
@@ -1463,34 +1480,33 @@ func (q *Queries) TenantSettings(ctx context.Context, tenantIds []string) ([]Ten
 	return items, nil
 }
 
-const tryLockPriceSchedule = `-- name: TryLockPriceSchedule :one
+const tryLockScheduleShard = `-- name: TryLockScheduleShard :one
 WITH mine AS (
-    SELECT 1 FROM price_schedule s
-    WHERE s.tenant_id = $1 AND s.meter_code = $2 AND s.currency = $3
+    SELECT s.contiguous_seq, s.known_through FROM schedule_shard s
+    WHERE s.shard = $1::int
     FOR UPDATE SKIP LOCKED
 )
-SELECT (EXISTS (SELECT 1 FROM price_schedule s
-                WHERE s.tenant_id = $1 AND s.meter_code = $2 AND s.currency = $3)
-        AND NOT EXISTS (SELECT 1 FROM mine))::boolean AS busy
+SELECT (NOT EXISTS (SELECT 1 FROM mine))::boolean AS busy,
+       COALESCE((SELECT contiguous_seq FROM mine), 0)::bigint AS contiguous_seq,
+       COALESCE((SELECT known_through FROM mine), 'epoch')::timestamptz AS known_through
 `
 
-type TryLockPriceScheduleParams struct {
-	TenantID  string
-	MeterCode string
-	Currency  string
+type TryLockScheduleShardRow struct {
+	Busy          bool
+	ContiguousSeq int64
+	KnownThrough  time.Time
 }
 
-// Locks a series' schedule row for the transaction unless another
-// transaction holds it: busy is true when the row exists and is locked
-// elsewhere. The caller then defers instead of waiting, since waiting could
-// deadlock: one batch may raise several series in an order that another
-// batch, on another partition, reverses (a series' watermarks are keyed by
-// their knownThrough, so they spread over partitions).
-func (q *Queries) TryLockPriceSchedule(ctx context.Context, arg TryLockPriceScheduleParams) (bool, error) {
-	row := q.db.QueryRow(ctx, tryLockPriceSchedule, arg.TenantID, arg.MeterCode, arg.Currency)
-	var busy bool
-	err := row.Scan(&busy)
-	return busy, err
+// Locks a schedule shard's row for the transaction unless another
+// transaction holds it (busy, with nothing read). The caller then defers
+// instead of waiting, since waiting could deadlock: one batch may raise
+// several shards in an order that another batch, on another partition,
+// reverses.
+func (q *Queries) TryLockScheduleShard(ctx context.Context, shard int32) (TryLockScheduleShardRow, error) {
+	row := q.db.QueryRow(ctx, tryLockScheduleShard, shard)
+	var i TryLockScheduleShardRow
+	err := row.Scan(&i.Busy, &i.ContiguousSeq, &i.KnownThrough)
+	return i, err
 }
 
 const unclosedPeriods = `-- name: UnclosedPeriods :many

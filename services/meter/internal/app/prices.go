@@ -90,14 +90,23 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 			return Price{}, err
 		}
 	}
-	// Read the clock once the series is ours, so activation times follow
-	// versions.
+	// Then the tenant's schedule shard (decision 0019), always after the
+	// series: its watermark is the one this version must take effect
+	// after, and the activation takes the shard's next number.
+	shard := events.ScheduleShard(cmd.TenantID)
+	sched, err := q.LockScheduleShard(ctx, shard)
+	if err != nil {
+		return Price{}, fmt.Errorf("lock schedule shard: %w", err)
+	}
+	// Read the clock once the series and the shard are ours, so activation
+	// times follow versions.
 	activatedAt := domain.Instant(a.now())
-	effectiveAt, err := act.Schedule(activatedAt, series.LastEffectiveAt, series.KnownThrough)
+	effectiveAt, err := act.Schedule(activatedAt, series.LastEffectiveAt, sched.KnownThrough)
 	if err != nil {
 		return Price{}, err
 	}
-	knownThrough := domain.Watermark(activatedAt, a.lead, series.KnownThrough)
+	knownThrough := domain.Watermark(activatedAt, a.lead, sched.KnownThrough)
+	seq := sched.LastSeq + 1
 	// The price's catalog meter, implied (and published) here when the code
 	// is not in the catalog; its dimensions are checked against it and
 	// against the dimension sets the series names so far, read under the
@@ -133,6 +142,7 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 		PackagePrice: act.Pricing.PackagePrice,
 		EffectiveAt:  effectiveAt,
 		Version:      version,
+		ScheduleSeq:  seq,
 		KnownThrough: knownThrough,
 		Actor:        cmd.Actor,
 		Dimensions:   act.Dimensions,
@@ -152,11 +162,12 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 		Version: version, Model: act.Pricing.Model, UnitPrice: nullDecimal(act.Pricing.UnitPrice), Tiers: tiers,
 		PackageSize: nullDecimal(act.Pricing.PackageSize), PackagePrice: nullDecimal(act.Pricing.PackagePrice),
 		EffectiveAt: effectiveAt, ActivatedAt: activatedAt, EventID: env.EventID, Actor: cmd.Actor, Dimensions: dims,
+		ScheduleSeq: seq,
 	}); err != nil {
 		return Price{}, fmt.Errorf("insert price version: %w", err)
 	}
 	n, err := q.AdvancePriceSeries(ctx, db.AdvancePriceSeriesParams{
-		Version: version, EffectiveAt: &effectiveAt, KnownThrough: &knownThrough,
+		Version: version, EffectiveAt: &effectiveAt,
 		TenantID: cmd.TenantID, MeterCode: act.MeterCode, Currency: act.Currency,
 	})
 	if err != nil {
@@ -164,6 +175,13 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 	}
 	if n != 1 {
 		return Price{}, errors.New("advance price series: the series moved while locked")
+	}
+	n, err = q.AdvanceScheduleShard(ctx, db.AdvanceScheduleShardParams{Seq: seq, KnownThrough: knownThrough, Shard: shard})
+	if err != nil {
+		return Price{}, fmt.Errorf("advance schedule shard: %w", err)
+	}
+	if n != 1 {
+		return Price{}, errors.New("advance schedule shard: the shard moved while locked")
 	}
 	evs := []envelope.Envelope{env}
 	if defined != nil {

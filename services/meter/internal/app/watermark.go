@@ -13,70 +13,57 @@ import (
 	"github.com/usagebilling/billing/services/meter/internal/domain"
 )
 
-// watermarkBatch bounds the series one transaction publishes.
-const watermarkBatch = 500
-
-// PublishWatermarks publishes a PriceScheduleWatermark for every series whose
-// published watermark runs out within half the lead (or that has none), in
-// transactions of at most watermarkBatch series: each series' watermark is
-// raised to now + lead and announced through the outbox in the same
-// transaction, under the series' lock, so an activation either commits
-// before it (and the watermark names its version) or after it (and must
-// take effect after the watermark). It returns how many it published.
+// PublishWatermarks publishes a PriceScheduleWatermark for every schedule
+// shard whose published watermark runs out within half the lead (or that
+// has none), in one transaction: each shard's watermark is raised to now +
+// lead and announced through the outbox, under the shard's lock, so an
+// activation either commits before it (and the watermark names its
+// number) or after it (and must take effect after the watermark). The
+// cost is one watermark per shard and round, however many series exist
+// (decision 0019). It returns how many it published.
 func (a *App) PublishWatermarks(ctx context.Context) (int, error) {
-	total := 0
-	for {
-		n, err := a.publishWatermarks(ctx)
-		total += n
-		if err != nil || n < watermarkBatch {
-			return total, err
-		}
-	}
-}
-
-func (a *App) publishWatermarks(ctx context.Context) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
+		if err := q.EnsureScheduleShards(ctx, events.ScheduleShards-1); err != nil {
+			return fmt.Errorf("create schedule shards: %w", err)
+		}
 		now := domain.Instant(a.now())
 		refresh := now.Add(a.lead / 2)
 		if a.lead == 0 {
 			refresh = now.Add(time.Microsecond)
 		}
-		rows, err := q.LockSchedulesToPublish(ctx, db.LockSchedulesToPublishParams{RefreshBefore: &refresh, MaxRows: watermarkBatch})
+		rows, err := q.LockShardsToPublish(ctx, &refresh)
 		if err != nil {
-			return fmt.Errorf("lock schedules to publish: %w", err)
-		}
-		if len(rows) == 0 {
-			return nil
+			return fmt.Errorf("lock schedule shards to publish: %w", err)
 		}
 		through := now.Add(a.lead)
 		envs := make([]envelope.Envelope, 0, len(rows))
-		var p db.RaiseKnownThroughParams
-		p.KnownThrough = &through
+		p := db.RaiseShardsKnownThroughParams{KnownThrough: &through}
 		for _, r := range rows {
+			if r.Shard >= events.ScheduleShards {
+				continue // not a shard of this contract
+			}
 			if r.KnownThrough != nil && !r.KnownThrough.Before(through) {
 				continue // another instance's clock is ahead; its watermark stands
 			}
 			env, err := events.New(events.PriceScheduleWatermark{
-				MeterCode: r.MeterCode, Currency: r.Currency, Version: r.LastVersion, KnownThrough: through,
+				Shard: r.Shard, Shards: events.ScheduleShards, Seq: r.LastSeq, KnownThrough: through,
 			}, events.Meta{
-				Producer: Producer, TenantID: r.TenantID,
-				AggregateID: events.PriceScheduleID(r.MeterCode, r.Currency, through), OccurredAt: now,
+				Producer: Producer, TenantID: events.ScheduleTenant,
+				AggregateID: events.PriceScheduleID(r.Shard, through), OccurredAt: now,
 			})
 			if err != nil {
 				return err
 			}
 			envs = append(envs, env)
-			p.TenantIds = append(p.TenantIds, r.TenantID)
-			p.MeterCodes = append(p.MeterCodes, r.MeterCode)
-			p.Currencies = append(p.Currencies, r.Currency)
+			p.Shards = append(p.Shards, r.Shard)
 		}
 		n = len(envs)
 		if n == 0 {
 			return nil
 		}
-		if err := q.RaiseKnownThrough(ctx, p); err != nil {
+		if err := q.RaiseShardsKnownThrough(ctx, p); err != nil {
 			return fmt.Errorf("raise schedule watermarks: %w", err)
 		}
 		return events.Append(ctx, tx, envs...)

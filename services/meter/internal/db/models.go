@@ -41,6 +41,7 @@ type Price struct {
 	PackagePrice decimal.NullDecimal
 	Actor        pgtype.Text
 	Dimensions   []byte
+	ScheduleSeq  pgtype.Int8
 }
 
 type PriceSeries struct {
@@ -49,5 +50,10 @@ type PriceSeries struct {
 	Currency        string
 	LastVersion     int64
 	LastEffectiveAt *time.Time
-	KnownThrough    *time.Time
+}
+
+type ScheduleShard struct {
+	Shard        int32
+	LastSeq      int64
+	KnownThrough *time.Time
 }

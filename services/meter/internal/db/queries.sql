@@ -6,7 +6,24 @@ INSERT INTO price_series (tenant_id, meter_code, currency)
 VALUES (@tenant_id, @meter_code, @currency)
 ON CONFLICT (tenant_id, meter_code, currency)
     DO UPDATE SET last_version = price_series.last_version
-RETURNING last_version, last_effective_at, known_through;
+RETURNING last_version, last_effective_at;
+
+-- name: LockScheduleShard :one
+-- Locks a schedule shard's row (created when missing) until the
+-- transaction ends: an activation takes it after its series' row, so the
+-- shard's activations are numbered in commit order and none commits
+-- across a watermark the publisher is raising.
+INSERT INTO schedule_shard (shard)
+VALUES (sqlc.arg(shard)::int)
+ON CONFLICT (shard) DO UPDATE SET last_seq = schedule_shard.last_seq
+RETURNING last_seq, known_through;
+
+-- name: AdvanceScheduleShard :execrows
+-- Records a shard's next activation and the watermark its PriceActivated
+-- carries (never lowered).
+UPDATE schedule_shard
+SET last_seq = @seq, known_through = GREATEST(known_through, @known_through::timestamptz)
+WHERE shard = @shard AND last_seq + 1 = @seq;
 
 -- name: LockTenantSeries :exec
 -- LockTenantSeries serialises, until commit, the creation of a tenant's
@@ -19,40 +36,43 @@ SELECT pg_advisory_xact_lock(hashtextextended('meter.series:' || @tenant_id::tex
 SELECT count(*) FROM (SELECT 1 FROM price_series WHERE tenant_id = @tenant_id LIMIT @most) s;
 
 -- name: AdvancePriceSeries :execrows
--- Records the new version and the watermark its PriceActivated carries.
+-- Records the series' new version.
 UPDATE price_series
-SET last_version = @version, last_effective_at = @effective_at, known_through = @known_through
+SET last_version = @version, last_effective_at = @effective_at
 WHERE tenant_id = @tenant_id AND meter_code = @meter_code AND currency = @currency
   AND last_version + 1 = @version;
 
--- name: LockSchedulesToPublish :many
--- The series whose published watermark runs out before @refresh_before (or
--- that have none yet), soonest first, locked: an activation of one of them
--- waits until the new watermark is committed, and then sees it. Series
+-- name: EnsureScheduleShards :exec
+-- Creates the rows of shards 0 to @last_shard that do not exist yet.
+INSERT INTO schedule_shard (shard)
+SELECT g FROM generate_series(0, @last_shard::int) g
+ON CONFLICT (shard) DO NOTHING;
+
+-- name: LockShardsToPublish :many
+-- The shards whose published watermark runs out before @refresh_before (or
+-- that have none yet), soonest first, locked: an activation in one of them
+-- waits until the new watermark is committed, and then sees it. Shards
 -- another publisher or an activation holds are skipped; the next round
 -- takes them.
-SELECT tenant_id, meter_code, currency, last_version, known_through
-FROM price_series
-WHERE last_version >= 1 AND (known_through IS NULL OR known_through < @refresh_before)
-ORDER BY known_through NULLS FIRST
-LIMIT @max_rows
+SELECT shard, last_seq, known_through
+FROM schedule_shard
+WHERE known_through IS NULL OR known_through < @refresh_before
+ORDER BY known_through NULLS FIRST, shard
 FOR UPDATE SKIP LOCKED;
 
--- name: RaiseKnownThrough :exec
--- Raises the watermark of locked series; never lowers it.
-UPDATE price_series AS s
+-- name: RaiseShardsKnownThrough :exec
+-- Raises the watermark of locked shards; never lowers it.
+UPDATE schedule_shard
 SET known_through = @known_through
-FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@meter_codes::text[]) AS meter_code,
-             unnest(@currencies::text[]) AS currency) AS k
-WHERE s.tenant_id = k.tenant_id AND s.meter_code = k.meter_code AND s.currency = k.currency
-  AND (s.known_through IS NULL OR s.known_through < @known_through);
+WHERE shard = ANY(@shards::int[])
+  AND (known_through IS NULL OR known_through < @known_through);
 
 -- name: InsertPrice :exec
 INSERT INTO price (price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers,
-                   package_size, package_price, effective_at, activated_at, event_id, actor, dimensions)
+                   package_size, package_price, effective_at, activated_at, event_id, actor, dimensions, schedule_seq)
 VALUES (@price_id, @tenant_id, @meter_code, @currency, @version, @model, sqlc.narg(unit_price), sqlc.narg(tiers),
         sqlc.narg(package_size), sqlc.narg(package_price), @effective_at, @activated_at, @event_id, sqlc.arg(actor)::text,
-        @dimensions);
+        @dimensions, sqlc.arg(schedule_seq)::bigint);
 
 -- name: SeriesDimensions :many
 -- The dimension sets the versions of a series name so far (the series is

@@ -16,30 +16,50 @@ import (
 
 const advancePriceSeries = `-- name: AdvancePriceSeries :execrows
 UPDATE price_series
-SET last_version = $1, last_effective_at = $2, known_through = $3
-WHERE tenant_id = $4 AND meter_code = $5 AND currency = $6
+SET last_version = $1, last_effective_at = $2
+WHERE tenant_id = $3 AND meter_code = $4 AND currency = $5
   AND last_version + 1 = $1
 `
 
 type AdvancePriceSeriesParams struct {
-	Version      int64
-	EffectiveAt  *time.Time
-	KnownThrough *time.Time
-	TenantID     string
-	MeterCode    string
-	Currency     string
+	Version     int64
+	EffectiveAt *time.Time
+	TenantID    string
+	MeterCode   string
+	Currency    string
 }
 
-// Records the new version and the watermark its PriceActivated carries.
+// Records the series' new version.
 func (q *Queries) AdvancePriceSeries(ctx context.Context, arg AdvancePriceSeriesParams) (int64, error) {
 	result, err := q.db.Exec(ctx, advancePriceSeries,
 		arg.Version,
 		arg.EffectiveAt,
-		arg.KnownThrough,
 		arg.TenantID,
 		arg.MeterCode,
 		arg.Currency,
 	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const advanceScheduleShard = `-- name: AdvanceScheduleShard :execrows
+UPDATE schedule_shard
+SET last_seq = $1, known_through = GREATEST(known_through, $2::timestamptz)
+WHERE shard = $3 AND last_seq + 1 = $1
+`
+
+type AdvanceScheduleShardParams struct {
+	Seq          int64
+	KnownThrough time.Time
+	Shard        int32
+}
+
+// Records a shard's next activation and the watermark its PriceActivated
+// carries (never lowered).
+func (q *Queries) AdvanceScheduleShard(ctx context.Context, arg AdvanceScheduleShardParams) (int64, error) {
+	result, err := q.db.Exec(ctx, advanceScheduleShard, arg.Seq, arg.KnownThrough, arg.Shard)
 	if err != nil {
 		return 0, err
 	}
@@ -61,6 +81,18 @@ func (q *Queries) CountTenantSeries(ctx context.Context, arg CountTenantSeriesPa
 	var count int64
 	err := row.Scan(&count)
 	return count, err
+}
+
+const ensureScheduleShards = `-- name: EnsureScheduleShards :exec
+INSERT INTO schedule_shard (shard)
+SELECT g FROM generate_series(0, $1::int) g
+ON CONFLICT (shard) DO NOTHING
+`
+
+// Creates the rows of shards 0 to @last_shard that do not exist yet.
+func (q *Queries) EnsureScheduleShards(ctx context.Context, lastShard int32) error {
+	_, err := q.db.Exec(ctx, ensureScheduleShards, lastShard)
+	return err
 }
 
 const getMeter = `-- name: GetMeter :one
@@ -130,10 +162,10 @@ func (q *Queries) InsertMeter(ctx context.Context, arg InsertMeterParams) (int64
 
 const insertPrice = `-- name: InsertPrice :exec
 INSERT INTO price (price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers,
-                   package_size, package_price, effective_at, activated_at, event_id, actor, dimensions)
+                   package_size, package_price, effective_at, activated_at, event_id, actor, dimensions, schedule_seq)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
         $9, $10, $11, $12, $13, $14::text,
-        $15)
+        $15, $16::bigint)
 `
 
 type InsertPriceParams struct {
@@ -152,6 +184,7 @@ type InsertPriceParams struct {
 	EventID      uuid.UUID
 	Actor        string
 	Dimensions   []byte
+	ScheduleSeq  int64
 }
 
 func (q *Queries) InsertPrice(ctx context.Context, arg InsertPriceParams) error {
@@ -171,6 +204,7 @@ func (q *Queries) InsertPrice(ctx context.Context, arg InsertPriceParams) error 
 		arg.EventID,
 		arg.Actor,
 		arg.Dimensions,
+		arg.ScheduleSeq,
 	)
 	return err
 }
@@ -388,7 +422,7 @@ INSERT INTO price_series (tenant_id, meter_code, currency)
 VALUES ($1, $2, $3)
 ON CONFLICT (tenant_id, meter_code, currency)
     DO UPDATE SET last_version = price_series.last_version
-RETURNING last_version, last_effective_at, known_through
+RETURNING last_version, last_effective_at
 `
 
 type LockPriceSeriesParams struct {
@@ -400,7 +434,6 @@ type LockPriceSeriesParams struct {
 type LockPriceSeriesRow struct {
 	LastVersion     int64
 	LastEffectiveAt *time.Time
-	KnownThrough    *time.Time
 }
 
 // Creates the series on its first activation and locks its row until the
@@ -409,53 +442,56 @@ type LockPriceSeriesRow struct {
 func (q *Queries) LockPriceSeries(ctx context.Context, arg LockPriceSeriesParams) (LockPriceSeriesRow, error) {
 	row := q.db.QueryRow(ctx, lockPriceSeries, arg.TenantID, arg.MeterCode, arg.Currency)
 	var i LockPriceSeriesRow
-	err := row.Scan(&i.LastVersion, &i.LastEffectiveAt, &i.KnownThrough)
+	err := row.Scan(&i.LastVersion, &i.LastEffectiveAt)
 	return i, err
 }
 
-const lockSchedulesToPublish = `-- name: LockSchedulesToPublish :many
-SELECT tenant_id, meter_code, currency, last_version, known_through
-FROM price_series
-WHERE last_version >= 1 AND (known_through IS NULL OR known_through < $1)
-ORDER BY known_through NULLS FIRST
-LIMIT $2
-FOR UPDATE SKIP LOCKED
+const lockScheduleShard = `-- name: LockScheduleShard :one
+INSERT INTO schedule_shard (shard)
+VALUES ($1::int)
+ON CONFLICT (shard) DO UPDATE SET last_seq = schedule_shard.last_seq
+RETURNING last_seq, known_through
 `
 
-type LockSchedulesToPublishParams struct {
-	RefreshBefore *time.Time
-	MaxRows       int32
-}
-
-type LockSchedulesToPublishRow struct {
-	TenantID     string
-	MeterCode    string
-	Currency     string
-	LastVersion  int64
+type LockScheduleShardRow struct {
+	LastSeq      int64
 	KnownThrough *time.Time
 }
 
-// The series whose published watermark runs out before @refresh_before (or
-// that have none yet), soonest first, locked: an activation of one of them
-// waits until the new watermark is committed, and then sees it. Series
+// Locks a schedule shard's row (created when missing) until the
+// transaction ends: an activation takes it after its series' row, so the
+// shard's activations are numbered in commit order and none commits
+// across a watermark the publisher is raising.
+func (q *Queries) LockScheduleShard(ctx context.Context, shard int32) (LockScheduleShardRow, error) {
+	row := q.db.QueryRow(ctx, lockScheduleShard, shard)
+	var i LockScheduleShardRow
+	err := row.Scan(&i.LastSeq, &i.KnownThrough)
+	return i, err
+}
+
+const lockShardsToPublish = `-- name: LockShardsToPublish :many
+SELECT shard, last_seq, known_through
+FROM schedule_shard
+WHERE known_through IS NULL OR known_through < $1
+ORDER BY known_through NULLS FIRST, shard
+FOR UPDATE SKIP LOCKED
+`
+
+// The shards whose published watermark runs out before @refresh_before (or
+// that have none yet), soonest first, locked: an activation in one of them
+// waits until the new watermark is committed, and then sees it. Shards
 // another publisher or an activation holds are skipped; the next round
 // takes them.
-func (q *Queries) LockSchedulesToPublish(ctx context.Context, arg LockSchedulesToPublishParams) ([]LockSchedulesToPublishRow, error) {
-	rows, err := q.db.Query(ctx, lockSchedulesToPublish, arg.RefreshBefore, arg.MaxRows)
+func (q *Queries) LockShardsToPublish(ctx context.Context, refreshBefore *time.Time) ([]ScheduleShard, error) {
+	rows, err := q.db.Query(ctx, lockShardsToPublish, refreshBefore)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []LockSchedulesToPublishRow
+	var items []ScheduleShard
 	for rows.Next() {
-		var i LockSchedulesToPublishRow
-		if err := rows.Scan(
-			&i.TenantID,
-			&i.MeterCode,
-			&i.Currency,
-			&i.LastVersion,
-			&i.KnownThrough,
-		); err != nil {
+		var i ScheduleShard
+		if err := rows.Scan(&i.Shard, &i.LastSeq, &i.KnownThrough); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -531,30 +567,21 @@ func (q *Queries) MeterOfEventType(ctx context.Context, eventType string) (strin
 	return code, err
 }
 
-const raiseKnownThrough = `-- name: RaiseKnownThrough :exec
-UPDATE price_series AS s
+const raiseShardsKnownThrough = `-- name: RaiseShardsKnownThrough :exec
+UPDATE schedule_shard
 SET known_through = $1
-FROM (SELECT unnest($2::text[]) AS tenant_id, unnest($3::text[]) AS meter_code,
-             unnest($4::text[]) AS currency) AS k
-WHERE s.tenant_id = k.tenant_id AND s.meter_code = k.meter_code AND s.currency = k.currency
-  AND (s.known_through IS NULL OR s.known_through < $1)
+WHERE shard = ANY($2::int[])
+  AND (known_through IS NULL OR known_through < $1)
 `
 
-type RaiseKnownThroughParams struct {
+type RaiseShardsKnownThroughParams struct {
 	KnownThrough *time.Time
-	TenantIds    []string
-	MeterCodes   []string
-	Currencies   []string
+	Shards       []int32
 }
 
-// Raises the watermark of locked series; never lowers it.
-func (q *Queries) RaiseKnownThrough(ctx context.Context, arg RaiseKnownThroughParams) error {
-	_, err := q.db.Exec(ctx, raiseKnownThrough,
-		arg.KnownThrough,
-		arg.TenantIds,
-		arg.MeterCodes,
-		arg.Currencies,
-	)
+// Raises the watermark of locked shards; never lowers it.
+func (q *Queries) RaiseShardsKnownThrough(ctx context.Context, arg RaiseShardsKnownThroughParams) error {
+	_, err := q.db.Exec(ctx, raiseShardsKnownThrough, arg.KnownThrough, arg.Shards)
 	return err
 }
 

@@ -136,14 +136,17 @@ func TestActivatePrice(t *testing.T) {
 		}
 	}
 
-	// Without effectiveAt the price applies from its activation.
+	// Without effectiveAt the price applies from its activation, or right
+	// after the schedule its tenant's shard has published (here: by the
+	// first activation, the lead ahead), a new series as an old one.
 	before := time.Now().UTC()
 	r = do(t, e.srv, "POST", "/v1/tenants/t1/prices", "k2", `{"meterCode":"api_calls","currency":"KRW","unitPrice":"3"}`)
 	if r.status != http.StatusCreated {
 		t.Fatalf("status %d: %s", r.status, r.body)
 	}
 	p = decodePrice(t, r.body)
-	if !p.EffectiveAt.Equal(p.ActivatedAt) || p.EffectiveAt.Before(before.Truncate(time.Microsecond)) || p.Version != 1 {
+	if p.EffectiveAt.Before(p.ActivatedAt) || p.EffectiveAt.After(p.ActivatedAt.Add(app.DefaultScheduleLead+time.Microsecond)) ||
+		p.ActivatedAt.Before(before.Truncate(time.Microsecond)) || p.Version != 1 {
 		t.Fatalf("default effectiveAt: %+v", p)
 	}
 }

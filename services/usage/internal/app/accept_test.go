@@ -155,10 +155,10 @@ func TestScheduleWatermarkAbsorbed(t *testing.T) {
 	e := usagetest.New(t)
 	through := time.Now().UTC().Truncate(time.Microsecond)
 	env, err := envelope.New(envelope.Meta{
-		EventType: events.TypePriceScheduleWatermark, SchemaVersion: 1, TenantID: "t1",
-		AggregateType: events.AggregatePriceSchedule, AggregateID: events.PriceScheduleID("api", "USD", through),
+		EventType: events.TypePriceScheduleWatermark, SchemaVersion: 1, TenantID: events.ScheduleTenant,
+		AggregateType: events.AggregatePriceSchedule, AggregateID: events.PriceScheduleID(3, through),
 		AggregateVersion: 1, OccurredAt: through, Producer: "meter",
-	}, events.PriceScheduleWatermark{MeterCode: "api", Currency: "USD", Version: 1, KnownThrough: through})
+	}, events.PriceScheduleWatermark{Shard: 3, Shards: events.ScheduleShards, Seq: 1, KnownThrough: through})
 	if err != nil {
 		t.Fatal(err)
 	}

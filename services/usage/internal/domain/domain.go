@@ -244,19 +244,24 @@ func NewEvidence(versions []PriceVersion) Evidence {
 
 // Currency returns the currency u is rated in: u's own, or the meter's only
 // currency when u names none. The price version is not usage's to decide
-// (decision 0011): the rater picks it from its own evidence once it knows
-// the schedule through u.OccurredAt, and rates a fact that occurred before
-// its series' first version unpriced (section 3a), so usage accepts it.
-// What usage can refuse for sure, it does: a meter neither in the catalog
-// nor priced for the tenant (or not in u's currency), and a fact of a
-// catalog meter the tenant has no price for yet, which has no currency to
-// be rated in.
+// (decisions 0011 and 0019): the rater picks it from its own evidence once
+// it knows the tenant's schedule through u.OccurredAt, and rates a fact
+// with no price in effect unpriced (section 3a), whether or not the tenant
+// has a series of its meter, so usage accepts a fact of a catalog meter in
+// any currency it names. What usage can refuse for sure, it does: a meter
+// neither in the catalog nor priced for the tenant (or not in u's
+// currency), and a fact that names no currency of a catalog meter the
+// tenant has no price for yet, which has no currency to be rated in.
 func (e Evidence) Currency(u Usage, cat Catalog) (currency string, err *Error) {
 	series := e.byMeter[u.MeterCode]
+	_, catalogued := cat.Meter(u.MeterCode)
 	if len(series) == 0 {
-		if _, ok := cat.Meter(u.MeterCode); ok {
+		switch {
+		case catalogued && u.Currency != "":
+			return u.Currency, nil
+		case catalogued:
 			return "", newError(rule.Unprocessable, CodeNoPriceInEffect,
-				"the tenant has no price for meter %q yet: a fact of it has no currency to be rated in until one is activated", u.MeterCode)
+				"the tenant has no price for meter %q yet: name the currency its facts are billed in (they are rated unpriced until a price is in effect), or activate a price first", u.MeterCode)
 		}
 		return "", newError(rule.Unprocessable, CodeUnknownMeter, "meter %q is not in the catalog and no price is known for it", u.MeterCode)
 	}
@@ -274,7 +279,7 @@ func (e Evidence) Currency(u Usage, cat Catalog) (currency string, err *Error) {
 			currency = c
 		}
 	}
-	if _, ok := series[currency]; !ok {
+	if _, ok := series[currency]; !ok && !catalogued {
 		return "", newError(rule.Unprocessable, CodeUnknownMeter, "no price is known for meter %q in %s", u.MeterCode, currency)
 	}
 	return currency, nil

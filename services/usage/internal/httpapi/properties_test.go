@@ -149,8 +149,10 @@ func TestPropertiesRefused(t *testing.T) {
 
 // The catalog decides what a meter code is: a code neither in the catalog
 // nor priced for the tenant is unknown_meter; a catalog meter the tenant
-// has no price for yet is no_price_in_effect (no currency to rate it in);
-// once priced, a fact before the first version is accepted (unpriced); a
+// has no price for yet is no_price_in_effect without a currency (none to
+// rate it in) and accepted in the currency it names (rated unpriced, in
+// another currency than the tenant's prices too); once priced, a fact
+// before the first version is accepted (unpriced); a
 // unique_count meter needs the property its valueProperty names.
 func TestCatalogMeters(t *testing.T) {
 	e := newEnv(t)
@@ -174,6 +176,8 @@ func TestCatalogMeters(t *testing.T) {
 	}{
 		{"neither in the catalog nor priced", usage{MeterCode: "voice"}.json(t), 422, "unknown_meter", ""},
 		{"in the catalog, no price yet", usage{MeterCode: "seats"}.json(t), 422, "no_price_in_effect", "no price for meter"},
+		{"in the catalog, no price yet, currency named", withProps(t, usage{MeterCode: "seats", Currency: "JPY"}, `{"seats":"3"}`), 201, "", ""},
+		{"priced in another currency, this one named", usage{MeterCode: "later", Currency: "KRW"}.json(t), 201, "", ""},
 		{"priced, before its first version", usage{MeterCode: "later"}.json(t), 201, "", ""},
 		{"unique_count without its value", withProps(t, usage{MeterCode: "users"}, `{"plan":"pro"}`), 400, "missing_value_property", "user_id"},
 		{"unique_count with an empty value", withProps(t, usage{MeterCode: "users"}, `{"user_id":""}`), 400, "missing_value_property", ""},
@@ -193,7 +197,7 @@ func TestCatalogMeters(t *testing.T) {
 		})
 	}
 	var cur string
-	if err := e.Pool.QueryRow(t.Context(), `SELECT currency FROM usage_fact WHERE meter_code = 'later'`).Scan(&cur); err != nil || cur != "USD" {
+	if err := e.Pool.QueryRow(t.Context(), `SELECT currency FROM usage_fact WHERE meter_code = 'later' AND currency <> 'KRW'`).Scan(&cur); err != nil || cur != "USD" {
 		t.Fatalf("the fact before the first price: currency %q (%v), want USD", cur, err)
 	}
 }
