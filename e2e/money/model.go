@@ -126,6 +126,9 @@ type Fact struct {
 	SourceEventID string
 	Meter         string
 	Currency      string
+	// NamesCurrency: the fact is sent with its currency (else usage infers
+	// it from the tenant's only series of the meter).
+	NamesCurrency bool
 	Qty           decimal.Decimal
 	At            time.Time
 	UsageID       string
@@ -143,6 +146,9 @@ func (f *Fact) body() map[string]any {
 		"quantity": f.Qty.String(), "occurredAt": f.At.UTC().Format(time.RFC3339Nano)}
 	if len(f.Props) > 0 {
 		b["properties"] = f.Props
+	}
+	if f.NamesCurrency {
+		b["currency"] = f.Currency
 	}
 	return b
 }

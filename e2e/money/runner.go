@@ -85,6 +85,9 @@ type Stats struct {
 	// activated and refused as ambiguous.
 	ByAggregation                             map[string]int
 	Unpriced, DimPriced, DimPrices, Ambiguous int
+	// NoSeries counts the accepted facts of a meter the tenant had no
+	// price for at all (unpriced, decision 0019).
+	NoSeries int
 }
 
 func (s Stats) String() string {
@@ -93,8 +96,8 @@ func (s Stats) String() string {
 		"%d clock moves, %d automatic closes, %d draft invoice comparisons, %d issued invoice comparisons, %d checks, %d settles",
 		s.Ops, s.Facts, s.Accepted, s.Late, s.Refused, s.Replays, s.Conflicts, s.Prices, s.Adjustments, s.CreditsRefused,
 		s.Corrections, s.Closes, s.Settings, s.Advances, s.AutoCloses, s.Drafts, s.Invoices, s.Checks, s.Settles) +
-		fmt.Sprintf("; catalog: accepted facts by aggregation %v, %d unpriced, %d priced by a dimension price; %d dimension prices activated, %d refused ambiguous_price",
-			s.ByAggregation, s.Unpriced, s.DimPriced, s.DimPrices, s.Ambiguous)
+		fmt.Sprintf("; catalog: accepted facts by aggregation %v, %d unpriced (%d of a meter the tenant has no price for), %d priced by a dimension price; %d dimension prices activated, %d refused ambiguous_price",
+			s.ByAggregation, s.Unpriced, s.NoSeries, s.DimPriced, s.DimPrices, s.Ambiguous)
 }
 
 type runner struct {
@@ -533,6 +536,9 @@ func (r *runner) newFact(t *Tenant, toBound bool) (*Fact, *Series, string) {
 		f.At = r.occurredAt(t, s)
 	} else {
 		f.At = instant(r.now().Add(-time.Second))
+		if meter != ghostMeter && r.rng.IntN(2) == 0 {
+			f.Currency, f.NamesCurrency = meterDef(meter).Currency, true // accepted without a price: rated unpriced in it
+		}
 	}
 	if toBound && s != nil {
 		f.At = instant(r.now().Add(-20 * time.Millisecond))
@@ -590,10 +596,10 @@ func (r *runner) expectUsage(t *Tenant, f *Fact, s *Series) (int, string) {
 	if f.Meter == ghostMeter {
 		return 422, "unknown_meter"
 	}
-	if s == nil { // a meter of the catalog this tenant has no price for
+	if s == nil && (!f.NamesCurrency || mutation == "no-series-refused") { // a meter of the catalog this tenant has no price for, no currency named (the mutation: refused even naming one, as before decision 0019)
 		return 422, "no_price_in_effect"
 	}
-	return 201, "" // before the first price, or matching no entry: unpriced
+	return 201, "" // before the first price, matching no entry, or no price at all: unpriced
 }
 
 // maxFutureSkew: usage refuses a fact that occurred further ahead of its
@@ -608,7 +614,9 @@ type usageAnswer struct {
 // accept records a fact the service accepted, with the charge it must get.
 func (r *runner) accept(t *Tenant, f *Fact, s *Series, got usageAnswer) {
 	f.UsageID, f.EventID = got.UsageID, got.EventID
-	if v := s.inEffect(f.At, f.Props); v != nil {
+	if s == nil { // without any price for the meter: unpriced
+		r.stats.NoSeries++
+	} else if v := s.inEffect(f.At, f.Props); v != nil {
 		f.Version, f.Dims = v.N, v.Dims
 	}
 	if r.stats.ByAggregation == nil {
