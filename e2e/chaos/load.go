@@ -335,20 +335,31 @@ func NewLoad(client *Client, ledger *Ledger, cfg LoadConfig) *Load {
 }
 
 // ActivateInitialPrices activates version 1 of every tenant's meters,
-// effective at once. The load can start when it returns.
+// effective as soon as they may (right after their tenants' published
+// schedule, decision 0019). The load can start when it returns: every one
+// is in effect.
 func (ld *Load) ActivateInitialPrices(ctx context.Context) error {
 	return ld.activateAll(ctx, 0)
 }
 
 // activateAll activates the next version of every tenant's meters,
-// effective lead from now.
+// effective lead from now; with no lead, it returns once every one is in
+// effect.
 func (ld *Load) activateAll(ctx context.Context, lead time.Duration) error {
+	var last time.Time
 	for _, tenant := range ld.cfg.Tenants {
 		for _, m := range ld.cfg.Meters {
-			if _, err := ld.ActivatePrice(ctx, tenant, m, lead); err != nil {
+			rec, err := ld.ActivatePrice(ctx, tenant, m, lead)
+			if err != nil {
 				return err
 			}
+			if rec.EffectiveAt.After(last) {
+				last = rec.EffectiveAt
+			}
 		}
+	}
+	if lead == 0 && !sleepCtx(ctx, time.Until(last)+time.Millisecond) {
+		return ctx.Err()
 	}
 	return nil
 }
@@ -406,6 +417,10 @@ func ActivatePrice(ctx context.Context, c *Client, ledger *Ledger, versions map[
 			}
 			if err == nil && resp.Status == http.StatusUnprocessableEntity && resp.Code == "price_backdated" && attempt < 20 {
 				break // the first try never committed and its effectiveAt has passed: a new request
+			}
+			if err == nil && resp.Status == http.StatusUnprocessableEntity && resp.Code == "schedule_already_published" && lead > 0 && attempt < 20 {
+				lead += time.Second // inside the schedule the tenant's shard has published: a second later
+				break
 			}
 			if err == nil && resp.Status != http.StatusServiceUnavailable && resp.Status < 500 {
 				return PriceRecord{}, fmt.Errorf("activate %s %s for %s: %s", m.Code, price, tenant, resp)

@@ -498,8 +498,16 @@ func outOfOrder() chaos.Scenario {
 			reversedPrices = len(rows)
 			r.Note("published PriceActivated v4, v3, v2 of %s in that order", priceKey)
 			// The closer's price, effective before its facts are sent.
-			_, err = r.Load.ActivatePrice(ctx, closer, m, 0)
-			return err
+			rec, err := r.Load.ActivatePrice(ctx, closer, m, 0)
+			if err != nil {
+				return err
+			}
+			select {
+			case <-time.After(time.Until(rec.EffectiveAt) + time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		},
 		Faults: func(ctx context.Context, r *chaos.Run) error {
 			if !r.At(ctx, 20*time.Second) {

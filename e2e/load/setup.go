@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"net/http"
@@ -39,10 +40,14 @@ func newFact(cfg *Config, id string) fact {
 }
 
 // activatePrices activates the load's price for every tenant (201, or 200
-// when the same Idempotency-Key was already used).
+// when the same Idempotency-Key was already used) and returns once every
+// one is in effect: a price activated without effectiveAt takes effect
+// right after its tenant's published schedule (decision 0019), and a fact
+// before it would be unpriced.
 func activatePrices(ctx context.Context, cfg *Config, cl *client, progress func(string, ...any)) error {
 	progress("activating %s USD %s per fact for %d tenant(s) (meter)", cfg.MeterCode, cfg.UnitPrice, cfg.Tenants)
 	body := map[string]string{"meterCode": cfg.MeterCode, "currency": "USD", "unitPrice": cfg.UnitPrice.String()}
+	var last time.Time
 	for _, t := range cfg.TenantIDs {
 		key := map[string]string{"Idempotency-Key": fmt.Sprintf("%s-price-%s-%s", cfg.RunID, cfg.MeterCode, cfg.UnitPrice)}
 		a, err := cl.do(ctx, http.MethodPost, "meter", t, "/v1/tenants/"+t+"/prices", key, body)
@@ -51,6 +56,23 @@ func activatePrices(ctx context.Context, cfg *Config, cl *client, progress func(
 		}
 		if a.status != http.StatusCreated && a.status != http.StatusOK {
 			return fmt.Errorf("activate the price of tenant %s: %s", t, a)
+		}
+		var p struct {
+			EffectiveAt time.Time `json:"effectiveAt"`
+		}
+		if err := json.Unmarshal(a.body, &p); err != nil {
+			return fmt.Errorf("activate the price of tenant %s: %w", t, err)
+		}
+		if p.EffectiveAt.After(last) {
+			last = p.EffectiveAt
+		}
+	}
+	if wait := time.Until(last); wait > 0 {
+		progress("the prices take effect at %s: waiting %s", last.Format(time.RFC3339Nano), wait.Round(time.Millisecond))
+		select {
+		case <-time.After(wait + time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return nil

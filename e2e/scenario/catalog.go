@@ -108,8 +108,9 @@ func (r *run) catalog(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if wait := time.Until(effective); wait > 0 { // the facts occur once every price is in effect
-		time.Sleep(wait + 100*time.Millisecond) // the earliest fact is 30 ms before now
+	// the facts occur once every price is in effect (the earliest 30 ms before now)
+	if err := r.untilInEffect(ctx, effective.Add(100*time.Millisecond)); err != nil {
+		return err
 	}
 	facts := catalogFacts(time.Now().UTC().Truncate(time.Millisecond))
 	if err := r.sendCatalogFacts(ctx, res, facts); err != nil {

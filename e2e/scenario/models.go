@@ -93,7 +93,7 @@ func (r *run) activateGraduated(ctx context.Context) error {
 		return fmt.Errorf("activate the graduated price of %s: status %d: %s", tenant, resp.status, resp.body)
 	}
 	r.res.Prices = append(r.res.Prices, priceOf(tenant, price))
-	return nil
+	return r.untilInEffect(ctx, price.EffectiveAt)
 }
 
 // sendAcrossTiers sends 12 facts of 1,000.5 calls (across all three tiers),

@@ -220,6 +220,10 @@ type run struct {
 	// prices by meter
 	unitPrice map[string]decimal.Decimal
 	currency  map[string]string
+	// effective is when the last price activated takes effect: a version
+	// activated without effectiveAt takes effect right after its tenant's
+	// published schedule (decision 0019), up to the schedule lead later.
+	effective time.Time
 }
 
 // Run drives the scenario against ep. The error reports what stopped it
@@ -300,6 +304,9 @@ func (r *run) activatePrices(ctx context.Context) error {
 			}
 			r.unitPrice[p.Meter] = decimal.RequireFromString(p.UnitPrice)
 			r.currency[p.Meter] = p.Currency
+			if first.EffectiveAt.After(r.effective) {
+				r.effective = first.EffectiveAt
+			}
 		}
 		for _, p := range Prices {
 			var out meterapi.PriceList
@@ -323,7 +330,27 @@ func (r *run) activatePrices(ctx context.Context) error {
 	return nil
 }
 
+// untilInEffect waits until at, when the prices just activated take
+// effect, so that facts occurring from now on are priced by them.
+func (r *run) untilInEffect(ctx context.Context, at time.Time) error {
+	wait := time.Until(at)
+	if wait <= 0 {
+		return nil
+	}
+	r.cfg.Progress("the prices take effect at %s, after their tenants' published schedule: waiting %s",
+		at.Format(time.RFC3339Nano), wait.Round(time.Millisecond))
+	select {
+	case <-time.After(wait + 10*time.Millisecond):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (r *run) sendUsage(ctx context.Context) error {
+	if err := r.untilInEffect(ctx, r.effective); err != nil { // the facts occur once every price is in effect
+		return err
+	}
 	r.makeFacts(time.Now().UTC())
 	for _, tenant := range r.cfg.Tenants {
 		if err := r.sendFacts(ctx, tenant); err != nil {
