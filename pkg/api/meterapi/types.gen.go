@@ -87,7 +87,7 @@ type ActivatePriceRequest struct {
 	// Dimensions the property values the price applies to, {name: value}, each name a dimension of the price's catalog meter; absent or empty for the series' default price
 	Dimensions *PriceDimensions `json:"dimensions,omitempty"`
 
-	// EffectiveAt absent means now
+	// EffectiveAt absent: as soon as it may, right after the schedule its tenant's shard has published, at most METER_SCHEDULE_LEAD (5s) after now; the answer says when
 	EffectiveAt *time.Time    `json:"effectiveAt,omitempty"`
 	MeterCode   string        `json:"meterCode"`
 	Model       *PricingModel `json:"model,omitempty"`
