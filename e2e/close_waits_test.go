@@ -35,7 +35,8 @@ func TestCloseWaitsForUsageDelayedInThePipeline(t *testing.T) {
 	c := &schedClient{t: t, urls: s.URLs(), auth: scenario.DevAuthorize(), http: &http.Client{Timeout: 30 * time.Second},
 		probes: map[string]bool{}}
 	const tenant, meter = "delayed", "api_calls"
-	c.activate(tenant, meter, "0.5", "")
+	price := c.activate(tenant, meter, "0.5", "")
+	c.untilInEffect(price.EffectiveAt) // the probe too occurs once the price is in effect
 	c.waitUsageKnows(tenant, meter)
 	now := time.Now().UTC()
 	period := events.Period(now)

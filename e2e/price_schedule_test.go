@@ -431,6 +431,13 @@ func (c *schedClient) activate(tenant, meter, unitPrice, effectiveAt string) sch
 	return p
 }
 
+// untilInEffect waits until at, when a price activated without effectiveAt
+// takes effect (right after its tenant's published schedule, decision
+// 0019): facts occurring from then on are priced by it.
+func (c *schedClient) untilInEffect(at time.Time) {
+	time.Sleep(time.Until(at) + time.Millisecond)
+}
+
 // waitUsageKnows waits until usage has the meter's price evidence: a probe
 // fact is accepted (its charge is left out of charges).
 func (c *schedClient) waitUsageKnows(tenant, meter string) {

@@ -184,13 +184,25 @@ func tenantFlow(t *testing.T, c *ctl) {
 	// Graduated: the first 100 at 0.01, the rest at 0.005.
 	c.ok(append(tn, "price", "activate", "-meter", "storage_gb", "-currency", "USD", "-model", "graduated",
 		"-tier", "100:0.01", "-tier", "inf:0.005")...)
-	// The facts occur after both prices take effect (at their activation).
-	at := time.Now().UTC().Add(time.Millisecond).Format(time.RFC3339Nano)
-	var prices struct{ Prices []map[string]any }
+	var prices struct {
+		Prices []struct {
+			EffectiveAt time.Time `json:"effectiveAt"`
+		}
+	}
 	c.json(&prices, append(tn, "price", "list", "-all")...)
 	if len(prices.Prices) != 2 {
 		t.Fatalf("price list: %d prices, want 2: %v", len(prices.Prices), prices.Prices)
 	}
+	// The facts occur after both prices take effect (right after the
+	// tenant's published schedule, decision 0019), and are sent from then.
+	effective := time.Now().UTC()
+	for _, p := range prices.Prices {
+		if p.EffectiveAt.After(effective) {
+			effective = p.EffectiveAt
+		}
+	}
+	time.Sleep(time.Until(effective) + time.Millisecond)
+	at := effective.Add(time.Millisecond).Format(time.RFC3339Nano)
 
 	// 1,200 api_calls facts of 1 (3 batches of 500) and one storage_gb
 	// fact of 150, from a CSV file.

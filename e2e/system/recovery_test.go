@@ -85,14 +85,22 @@ func TestOperatorRecovery(t *testing.T) {
 	beta := auth.Client(auth.DevToken(auth.RoleTenant, "beta"))
 	period := events.Period(time.Now())
 
-	// Healthy before: prices for acme and beta, a usage fact of each.
+	// Healthy before: prices for acme and beta (the facts occur once they
+	// are in effect, right after their tenants' published schedule), a
+	// usage fact of each.
+	var effective time.Time
 	for tenant, c := range map[string]*http.Client{"acme": acme, "beta": beta} {
+		var p struct{ EffectiveAt time.Time }
 		if status, code := call(t, c, "POST", s.URL("meter")+"/v1/tenants/"+tenant+"/prices",
 			map[string]string{"Idempotency-Key": "price-" + tenant},
-			map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, nil); status != http.StatusCreated {
+			map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, &p); status != http.StatusCreated {
 			t.Fatalf("price of %s: %d %s", tenant, status, code)
 		}
+		if p.EffectiveAt.After(effective) {
+			effective = p.EffectiveAt
+		}
 	}
+	time.Sleep(time.Until(effective) + time.Millisecond)
 	postUsage := func(c *http.Client, tenant, source, qty string) accepted {
 		t.Helper()
 		var a accepted

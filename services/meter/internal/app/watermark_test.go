@@ -170,7 +170,7 @@ func TestWatermarkPublishedAheadAndRefreshed(t *testing.T) {
 }
 
 // What one round publishes does not grow with the series: one watermark
-// per shard at 1, 1,000 and 100,000 series (issue 27 item 1).
+// per shard at 1, 1,000 and 100,000 series (decision 0019).
 func TestWatermarksPerRoundIndependentOfSeries(t *testing.T) {
 	for _, series := range []int{1, 1000, 100000} {
 		t.Run(fmt.Sprint(series), func(t *testing.T) {
