@@ -393,7 +393,7 @@ func (w *workload) rate(ctx context.Context, b *batch) (int, error) {
 			"periods": periods, "charge_ids": b.chargeIDs, "event_ids": b.chargeEvents, "usage_event_ids": b.usageEvents,
 			"usage_ids": b.usageIDs, "quantities": b.quantities, "occurred_ats": b.occurred,
 			"lates": repeat(false, b.n), "properties": repeat("{}", b.n), "source_systems": repeat(sourceSystem, b.n),
-			"source_event_ids": b.sourceIDs,
+			"source_event_ids": b.sourceIDs, "shards": repeat(events.ScheduleShard(tenantID), b.n),
 		})
 		if err != nil {
 			return err
