@@ -147,10 +147,12 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// A healthy fact, then a UsageAccepted at schema version 2 that billing
 	// and query cannot read yet.
+	var price struct{ EffectiveAt time.Time }
 	if status, code := call(t, beta, "POST", s.URL("meter")+"/v1/tenants/beta/prices", map[string]string{"Idempotency-Key": "price-beta"},
-		map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, nil); status != http.StatusCreated {
+		map[string]string{"meterCode": "api_calls", "currency": "USD", "unitPrice": "0.01"}, &price); status != http.StatusCreated {
 		t.Fatalf("price: %d %s", status, code)
 	}
+	time.Sleep(time.Until(price.EffectiveAt) + time.Millisecond) // the facts occur once it is in effect
 	servicetest.Eventually(t, "a usage fact accepted", time.Minute, func() bool {
 		status, code := call(t, beta, "POST", s.URL("usage")+"/v1/tenants/beta/usage", nil, map[string]string{
 			"sourceSystem": "crm", "sourceEventId": "b1", "meterCode": "api_calls", "quantity": "1",
