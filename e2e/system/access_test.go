@@ -119,6 +119,9 @@ var (
 		"POST /v1/meters":                    catalog,
 		"GET /v1/meters":                     catalogReaders,
 		"GET /v1/meters/{code}":              catalogReaders,
+		"POST /v1/plans":                     catalog,
+		"GET /v1/plans":                      catalogReaders,
+		"GET /v1/plans/{code}/versions":      catalogReaders,
 		// usage
 		"POST /v1/events":                            eventSenders,
 		"POST /api/v1/events":                        eventSenders,
@@ -176,7 +179,8 @@ var (
 	}
 	// anyTenant are the routes without {tenantId} that admit the tenant
 	// roles of every tenant (auth.AllowAnyTenant).
-	anyTenant = map[string]bool{"GET /v1/meters": true, "GET /v1/meters/{code}": true, "POST /v1/events": true, "POST /api/v1/events": true}
+	anyTenant = map[string]bool{"GET /v1/meters": true, "GET /v1/meters/{code}": true,
+		"GET /v1/plans": true, "GET /v1/plans/{code}/versions": true, "POST /v1/events": true, "POST /api/v1/events": true}
 )
 
 // caller is one credential of the route x role x tenant table: a role, on

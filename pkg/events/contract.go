@@ -44,6 +44,7 @@ var kinds = []kind{
 	kindOf[MeterDefined](TopicMeter, AggregateMeter),
 	kindOf[PriceActivated](TopicMeter, AggregatePrice),
 	kindOf[PriceScheduleWatermark](TopicMeter, AggregatePriceSchedule),
+	kindOf[PlanPublished](TopicMeter, AggregatePlan),
 	kindOf[UsageAccepted](TopicUsage, AggregateUsage),
 	kindOf[UsageAcceptedThrough](TopicUsage, AggregateUsageWatermark),
 	kindOf[ChargeRated](TopicBilling, AggregateCharge),

@@ -22,6 +22,7 @@ func TestEveryTypeHasItsTopic(t *testing.T) {
 		events.TypeMeterDefined:            events.TopicMeter,
 		events.TypePriceActivated:          events.TopicMeter,
 		events.TypePriceScheduleWatermark:  events.TopicMeter,
+		events.TypePlanPublished:           events.TopicMeter,
 		events.TypeUsageAccepted:           events.TopicUsage,
 		events.TypeUsageAcceptedThrough:    events.TopicUsage,
 		events.TypeChargeRated:             events.TopicBilling,

@@ -264,7 +264,7 @@ type PriceScheduleWatermark struct {
 func (p PriceScheduleWatermark) Validate() error {
 	return first(
 		need(p.Shards >= 1, "shards"),
-		need(p.Shard >= 0 && p.Shard < p.Shards, "shard"),
+		need(p.Shard >= 0 && p.Shard <= p.Shards, "shard"), // Shards itself: PlanShard
 		need(p.Seq >= 0, "seq"),
 		need(!p.KnownThrough.IsZero(), "knownThrough"),
 	)

@@ -224,6 +224,98 @@ type MeterList struct {
 	Next *string `json:"next,omitempty"`
 }
 
+// Plan defines model for Plan.
+type Plan struct {
+	Actor       string       `json:"actor"`
+	Charges     []PlanCharge `json:"charges"`
+	Code        string       `json:"code"`
+	Currency    string       `json:"currency"`
+	EffectiveAt time.Time    `json:"effectiveAt"`
+	EventId     Uuid         `json:"eventId"`
+	FixedFees   []PlanFee    `json:"fixedFees"`
+
+	// MinimumSpend an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	MinimumSpend *Decimal  `json:"minimumSpend,omitempty"`
+	Name         string    `json:"name"`
+	PlanId       Uuid      `json:"planId"`
+	PublishedAt  time.Time `json:"publishedAt"`
+	Version      int64     `json:"version"`
+}
+
+// PlanCharge defines model for PlanCharge.
+type PlanCharge struct {
+	// Dimensions the property values the price applies to, {name: value}, each name a dimension of the price's catalog meter; absent or empty for the series' default price
+	Dimensions *PriceDimensions `json:"dimensions,omitempty"`
+	MeterCode  string           `json:"meterCode"`
+	Model      PricingModel     `json:"model"`
+
+	// PackagePrice an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	PackagePrice *Decimal `json:"packagePrice,omitempty"`
+
+	// PackageSize an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	PackageSize *Decimal `json:"packageSize,omitempty"`
+	Tiers       *[]Tier  `json:"tiers,omitempty"`
+
+	// UnitPrice an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	UnitPrice *Decimal `json:"unitPrice,omitempty"`
+}
+
+// PlanChargeRequest defines model for PlanChargeRequest.
+type PlanChargeRequest struct {
+	// Dimensions the property values the price applies to, {name: value}, each name a dimension of the price's catalog meter; absent or empty for the series' default price
+	Dimensions *PriceDimensions `json:"dimensions,omitempty"`
+	MeterCode  string           `json:"meterCode"`
+	Model      *PricingModel    `json:"model,omitempty"`
+
+	// PackagePrice an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	PackagePrice *Decimal `json:"packagePrice,omitempty"`
+
+	// PackageSize an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	PackageSize *Decimal       `json:"packageSize,omitempty"`
+	Tiers       *[]TierRequest `json:"tiers,omitempty"`
+
+	// UnitPrice an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	UnitPrice *Decimal `json:"unitPrice,omitempty"`
+}
+
+// PlanFee defines model for PlanFee.
+type PlanFee struct {
+	// Amount an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	Amount Decimal `json:"amount"`
+	Code   string  `json:"code"`
+	Name   string  `json:"name"`
+}
+
+// PlanList defines model for PlanList.
+type PlanList struct {
+	// Next absent on the last page
+	Next  *string `json:"next,omitempty"`
+	Plans []Plan  `json:"plans"`
+}
+
+// PlanVersionList defines model for PlanVersionList.
+type PlanVersionList struct {
+	// Next absent on the last page
+	Next     *string `json:"next,omitempty"`
+	Versions []Plan  `json:"versions"`
+}
+
 // Price defines model for Price.
 type Price struct {
 	ActivatedAt time.Time `json:"activatedAt"`
@@ -278,6 +370,29 @@ type Problem struct {
 	Status int     `json:"status"`
 	Title  string  `json:"title"`
 	Type   string  `json:"type"`
+}
+
+// PublishPlanRequest A plan version (DESIGN.md section 3a): fees and minimum spend per period in whole minor units of the currency; charges price catalog meters' facts in any model, optionally by dimension.
+type PublishPlanRequest struct {
+	Charges *[]PlanChargeRequest `json:"charges,omitempty"`
+
+	// Code 1 to 64 of A-Z a-z 0-9 _ . -
+	Code string `json:"code"`
+
+	// Currency ISO 4217 code
+	Currency string `json:"currency"`
+
+	// EffectiveAt absent: as soon as it may, right after the plans' published schedule, at most METER_SCHEDULE_LEAD (5s) after now
+	EffectiveAt *time.Time `json:"effectiveAt,omitempty"`
+	FixedFees   *[]PlanFee `json:"fixedFees,omitempty"`
+
+	// MinimumSpend an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	MinimumSpend *Decimal `json:"minimumSpend,omitempty"`
+
+	// Name 1 to 200 characters
+	Name string `json:"name"`
 }
 
 // Ready defines model for Ready.
@@ -448,6 +563,33 @@ type DefineMeterParams struct {
 	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
 }
 
+// ListPlansParams defines parameters for ListPlans.
+type ListPlansParams struct {
+	// Limit page size (default 100)
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the next value of the previous page
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// PublishPlanParams defines parameters for PublishPlan.
+type PublishPlanParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. A replay answers the first response with Idempotent-Replayed true; the same key with another body is 422 idempotency_key_reused.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
+	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
+}
+
+// ListPlanVersionsParams defines parameters for ListPlanVersions.
+type ListPlanVersionsParams struct {
+	// Limit page size (default 100)
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the next value of the previous page
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ListPricesParams defines parameters for ListPrices.
 type ListPricesParams struct {
 	MeterCode *string `form:"meterCode,omitempty" json:"meterCode,omitempty"`
@@ -470,6 +612,9 @@ type ActivatePriceParams struct {
 
 // DefineMeterJSONRequestBody defines body for DefineMeter for application/json ContentType.
 type DefineMeterJSONRequestBody = DefineMeterRequest
+
+// PublishPlanJSONRequestBody defines body for PublishPlan for application/json ContentType.
+type PublishPlanJSONRequestBody = PublishPlanRequest
 
 // ActivatePriceJSONRequestBody defines body for ActivatePrice for application/json ContentType.
 type ActivatePriceJSONRequestBody = ActivatePriceRequest

@@ -25,7 +25,7 @@ func (a *App) PublishWatermarks(ctx context.Context) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
-		if err := q.EnsureScheduleShards(ctx, events.ScheduleShards-1); err != nil {
+		if err := q.EnsureScheduleShards(ctx, events.PlanShard); err != nil {
 			return fmt.Errorf("create schedule shards: %w", err)
 		}
 		now := domain.Instant(a.now())
@@ -41,7 +41,7 @@ func (a *App) PublishWatermarks(ctx context.Context) (int, error) {
 		envs := make([]envelope.Envelope, 0, len(rows))
 		p := db.RaiseShardsKnownThroughParams{KnownThrough: &through}
 		for _, r := range rows {
-			if r.Shard >= events.ScheduleShards {
+			if r.Shard > events.PlanShard {
 				continue // not a shard of this contract
 			}
 			if r.KnownThrough != nil && !r.KnownThrough.Before(through) {

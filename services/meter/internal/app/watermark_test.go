@@ -28,6 +28,10 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 var tmpl = servicetest.Template(meter.Spec)
 
+// allShards is how many schedule shards meter publishes: the tenants' and
+// the plans' (events.PlanShard).
+const allShards = events.ScheduleShards + 1
+
 // clock is a settable test clock.
 type clock struct {
 	mu sync.Mutex
@@ -117,17 +121,18 @@ func TestWatermarkPublishedAheadAndRefreshed(t *testing.T) {
 		t.Fatalf("v1 takes effect %v known through %v as activation %d of its shard, want %v, now + lead and 1",
 			pa.EffectiveAt, pa.KnownThrough, pa.ScheduleSeq, t0)
 	}
-	// Every other shard is published now, t1's (known through t0+5s with v1) is not due.
-	if n, err := a.PublishWatermarks(ctx); err != nil || n != events.ScheduleShards-1 {
-		t.Fatalf("first round: published %d, %v; want every shard but t1's (%d)", n, err, events.ScheduleShards-1)
+	// Every other shard (the plans' too) is published now, t1's (known
+	// through t0+5s with v1) is not due.
+	if n, err := a.PublishWatermarks(ctx); err != nil || n != allShards-1 {
+		t.Fatalf("first round: published %d, %v; want every shard but t1's (%d)", n, err, allShards-1)
 	}
 	c.set(t0.Add(2 * time.Second)) // 3s left of the 5s lead: not due
 	if n, err := a.PublishWatermarks(ctx); err != nil || n != 0 {
 		t.Fatalf("watermark not due: published %d, %v", n, err)
 	}
 	c.set(t0.Add(3 * time.Second)) // 2s left: due, for every shard
-	if n, err := a.PublishWatermarks(ctx); err != nil || n != events.ScheduleShards {
-		t.Fatalf("watermarks due: published %d, %v; want %d", n, err, events.ScheduleShards)
+	if n, err := a.PublishWatermarks(ctx); err != nil || n != allShards {
+		t.Fatalf("watermarks due: published %d, %v; want %d", n, err, allShards)
 	}
 	var wm events.PriceScheduleWatermark
 	var env envelope.Envelope
@@ -196,8 +201,8 @@ func TestWatermarksPerRoundIndependentOfSeries(t *testing.T) {
 				}
 				published += n
 			}
-			if published > 4*events.ScheduleShards {
-				t.Fatalf("%d series: %d watermarks in 4 rounds, want at most %d", series, published, 4*events.ScheduleShards)
+			if published > 4*allShards {
+				t.Fatalf("%d series: %d watermarks in 4 rounds, want at most %d", series, published, 4*allShards)
 			}
 			t.Logf("%d series: %d watermarks in 10 s of rounds (%.1f/s)", series, published, float64(published)/10)
 		})

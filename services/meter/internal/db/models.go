@@ -25,6 +25,28 @@ type Meter struct {
 	EventID       *uuid.UUID
 }
 
+type Plan struct {
+	Code            string
+	LastVersion     int64
+	LastEffectiveAt *time.Time
+}
+
+type PlanVersion struct {
+	PlanID       uuid.UUID
+	Code         string
+	Version      int64
+	Name         string
+	Currency     string
+	FixedFees    []byte
+	Charges      []byte
+	MinimumSpend decimal.NullDecimal
+	EffectiveAt  time.Time
+	PublishedAt  time.Time
+	ScheduleSeq  int64
+	Actor        string
+	EventID      uuid.UUID
+}
+
 type Price struct {
 	PriceID      uuid.UUID
 	TenantID     string

@@ -152,3 +152,41 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: SetMeterEventID :execrows
 UPDATE meter SET event_id = @event_id WHERE code = @code AND event_id IS NULL;
+
+-- name: LockPlan :one
+-- Locks a plan's row (created when missing) until the transaction ends: a
+-- new version is published under it, after its code's versions so far.
+INSERT INTO plan (code)
+VALUES (@code)
+ON CONFLICT (code) DO UPDATE SET last_version = plan.last_version
+RETURNING last_version, last_effective_at;
+
+-- name: AdvancePlan :execrows
+UPDATE plan SET last_version = @version, last_effective_at = @effective_at
+WHERE code = @code AND last_version + 1 = @version;
+
+-- name: InsertPlanVersion :exec
+INSERT INTO plan_version (plan_id, code, version, name, currency, fixed_fees, charges, minimum_spend,
+                          effective_at, published_at, schedule_seq, actor, event_id)
+VALUES (@plan_id, @code, @version, @name, @currency, @fixed_fees, @charges, @minimum_spend,
+        @effective_at, @published_at, @schedule_seq, @actor, @event_id);
+
+-- name: ListLatestPlans :many
+-- The latest version of each plan, in code order after a code ('' is
+-- before every one).
+SELECT v.plan_id, v.code, v.version, v.name, v.currency, v.fixed_fees, v.charges, v.minimum_spend,
+       v.effective_at, v.published_at, v.actor, v.event_id
+FROM plan p
+JOIN plan_version v ON v.code = p.code AND v.version = p.last_version
+WHERE p.code > @after_code::text
+ORDER BY p.code
+LIMIT @max_rows;
+
+-- name: ListPlanVersions :many
+-- A plan's versions in version order, after a version (0 is before every one).
+SELECT plan_id, code, version, name, currency, fixed_fees, charges, minimum_spend,
+       effective_at, published_at, actor, event_id
+FROM plan_version
+WHERE code = @code AND version > @after_version::bigint
+ORDER BY version
+LIMIT @max_rows;

@@ -14,6 +14,25 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+const advancePlan = `-- name: AdvancePlan :execrows
+UPDATE plan SET last_version = $1, last_effective_at = $2
+WHERE code = $3 AND last_version + 1 = $1
+`
+
+type AdvancePlanParams struct {
+	Version     int64
+	EffectiveAt *time.Time
+	Code        string
+}
+
+func (q *Queries) AdvancePlan(ctx context.Context, arg AdvancePlanParams) (int64, error) {
+	result, err := q.db.Exec(ctx, advancePlan, arg.Version, arg.EffectiveAt, arg.Code)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const advancePriceSeries = `-- name: AdvancePriceSeries :execrows
 UPDATE price_series
 SET last_version = $1, last_effective_at = $2
@@ -160,6 +179,48 @@ func (q *Queries) InsertMeter(ctx context.Context, arg InsertMeterParams) (int64
 	return result.RowsAffected(), nil
 }
 
+const insertPlanVersion = `-- name: InsertPlanVersion :exec
+INSERT INTO plan_version (plan_id, code, version, name, currency, fixed_fees, charges, minimum_spend,
+                          effective_at, published_at, schedule_seq, actor, event_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+        $9, $10, $11, $12, $13)
+`
+
+type InsertPlanVersionParams struct {
+	PlanID       uuid.UUID
+	Code         string
+	Version      int64
+	Name         string
+	Currency     string
+	FixedFees    []byte
+	Charges      []byte
+	MinimumSpend decimal.NullDecimal
+	EffectiveAt  time.Time
+	PublishedAt  time.Time
+	ScheduleSeq  int64
+	Actor        string
+	EventID      uuid.UUID
+}
+
+func (q *Queries) InsertPlanVersion(ctx context.Context, arg InsertPlanVersionParams) error {
+	_, err := q.db.Exec(ctx, insertPlanVersion,
+		arg.PlanID,
+		arg.Code,
+		arg.Version,
+		arg.Name,
+		arg.Currency,
+		arg.FixedFees,
+		arg.Charges,
+		arg.MinimumSpend,
+		arg.EffectiveAt,
+		arg.PublishedAt,
+		arg.ScheduleSeq,
+		arg.Actor,
+		arg.EventID,
+	)
+	return err
+}
+
 const insertPrice = `-- name: InsertPrice :exec
 INSERT INTO price (price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers,
                    package_size, package_price, effective_at, activated_at, event_id, actor, dimensions, schedule_seq)
@@ -207,6 +268,71 @@ func (q *Queries) InsertPrice(ctx context.Context, arg InsertPriceParams) error 
 		arg.ScheduleSeq,
 	)
 	return err
+}
+
+const listLatestPlans = `-- name: ListLatestPlans :many
+SELECT v.plan_id, v.code, v.version, v.name, v.currency, v.fixed_fees, v.charges, v.minimum_spend,
+       v.effective_at, v.published_at, v.actor, v.event_id
+FROM plan p
+JOIN plan_version v ON v.code = p.code AND v.version = p.last_version
+WHERE p.code > $1::text
+ORDER BY p.code
+LIMIT $2
+`
+
+type ListLatestPlansParams struct {
+	AfterCode string
+	MaxRows   int32
+}
+
+type ListLatestPlansRow struct {
+	PlanID       uuid.UUID
+	Code         string
+	Version      int64
+	Name         string
+	Currency     string
+	FixedFees    []byte
+	Charges      []byte
+	MinimumSpend decimal.NullDecimal
+	EffectiveAt  time.Time
+	PublishedAt  time.Time
+	Actor        string
+	EventID      uuid.UUID
+}
+
+// The latest version of each plan, in code order after a code (” is
+// before every one).
+func (q *Queries) ListLatestPlans(ctx context.Context, arg ListLatestPlansParams) ([]ListLatestPlansRow, error) {
+	rows, err := q.db.Query(ctx, listLatestPlans, arg.AfterCode, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListLatestPlansRow
+	for rows.Next() {
+		var i ListLatestPlansRow
+		if err := rows.Scan(
+			&i.PlanID,
+			&i.Code,
+			&i.Version,
+			&i.Name,
+			&i.Currency,
+			&i.FixedFees,
+			&i.Charges,
+			&i.MinimumSpend,
+			&i.EffectiveAt,
+			&i.PublishedAt,
+			&i.Actor,
+			&i.EventID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listMeterPrices = `-- name: ListMeterPrices :many
@@ -335,6 +461,70 @@ func (q *Queries) ListMeters(ctx context.Context, arg ListMetersParams) ([]Meter
 	return items, nil
 }
 
+const listPlanVersions = `-- name: ListPlanVersions :many
+SELECT plan_id, code, version, name, currency, fixed_fees, charges, minimum_spend,
+       effective_at, published_at, actor, event_id
+FROM plan_version
+WHERE code = $1 AND version > $2::bigint
+ORDER BY version
+LIMIT $3
+`
+
+type ListPlanVersionsParams struct {
+	Code         string
+	AfterVersion int64
+	MaxRows      int32
+}
+
+type ListPlanVersionsRow struct {
+	PlanID       uuid.UUID
+	Code         string
+	Version      int64
+	Name         string
+	Currency     string
+	FixedFees    []byte
+	Charges      []byte
+	MinimumSpend decimal.NullDecimal
+	EffectiveAt  time.Time
+	PublishedAt  time.Time
+	Actor        string
+	EventID      uuid.UUID
+}
+
+// A plan's versions in version order, after a version (0 is before every one).
+func (q *Queries) ListPlanVersions(ctx context.Context, arg ListPlanVersionsParams) ([]ListPlanVersionsRow, error) {
+	rows, err := q.db.Query(ctx, listPlanVersions, arg.Code, arg.AfterVersion, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListPlanVersionsRow
+	for rows.Next() {
+		var i ListPlanVersionsRow
+		if err := rows.Scan(
+			&i.PlanID,
+			&i.Code,
+			&i.Version,
+			&i.Name,
+			&i.Currency,
+			&i.FixedFees,
+			&i.Charges,
+			&i.MinimumSpend,
+			&i.EffectiveAt,
+			&i.PublishedAt,
+			&i.Actor,
+			&i.EventID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listPrices = `-- name: ListPrices :many
 SELECT price_id, tenant_id, meter_code, currency, version, model, unit_price, tiers, package_size,
        package_price, effective_at, activated_at, event_id, actor, dimensions
@@ -415,6 +605,27 @@ func (q *Queries) ListPrices(ctx context.Context, arg ListPricesParams) ([]ListP
 		return nil, err
 	}
 	return items, nil
+}
+
+const lockPlan = `-- name: LockPlan :one
+INSERT INTO plan (code)
+VALUES ($1)
+ON CONFLICT (code) DO UPDATE SET last_version = plan.last_version
+RETURNING last_version, last_effective_at
+`
+
+type LockPlanRow struct {
+	LastVersion     int64
+	LastEffectiveAt *time.Time
+}
+
+// Locks a plan's row (created when missing) until the transaction ends: a
+// new version is published under it, after its code's versions so far.
+func (q *Queries) LockPlan(ctx context.Context, code string) (LockPlanRow, error) {
+	row := q.db.QueryRow(ctx, lockPlan, code)
+	var i LockPlanRow
+	err := row.Scan(&i.LastVersion, &i.LastEffectiveAt)
+	return i, err
 }
 
 const lockPriceSeries = `-- name: LockPriceSeries :one

@@ -36,6 +36,9 @@ func (api *API) Routes(r chi.Router) {
 	r.Method(http.MethodPost, "/v1/meters", auth.Allow(api.defineMeter, auth.RoleCatalogAdmin))
 	r.Method(http.MethodGet, "/v1/meters", auth.AllowAnyTenant(api.listMeters, catalogReaders...))
 	r.Method(http.MethodGet, "/v1/meters/{code}", auth.AllowAnyTenant(api.getMeter, catalogReaders...))
+	r.Method(http.MethodPost, "/v1/plans", auth.Allow(api.publishPlan, auth.RoleCatalogAdmin))
+	r.Method(http.MethodGet, "/v1/plans", auth.AllowAnyTenant(api.listPlans, catalogReaders...))
+	r.Method(http.MethodGet, "/v1/plans/{code}/versions", auth.AllowAnyTenant(api.listPlanVersions, catalogReaders...))
 	r.Method(http.MethodGet, "/openapi.json", meterapi.Handler())
 }
 

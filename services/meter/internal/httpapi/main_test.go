@@ -119,5 +119,6 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 func written(t *testing.T, pool *pgxpool.Pool) int {
 	t.Helper()
 	return count(t, pool, `SELECT (SELECT count(*) FROM price) + (SELECT count(*) FROM price_series)
-		+ (SELECT count(*) FROM outbox_event) + (SELECT count(*) FROM idempotency_key) + (SELECT count(*) FROM meter)`)
+		+ (SELECT count(*) FROM outbox_event) + (SELECT count(*) FROM idempotency_key) + (SELECT count(*) FROM meter)
+		+ (SELECT count(*) FROM plan) + (SELECT count(*) FROM plan_version)`)
 }

@@ -40,6 +40,8 @@ func BatchHandlers() map[string]inbox.BatchHandler {
 		hs[t] = project
 	}
 	hs[events.TypePriceScheduleWatermark] = absorb
+	// PlanPublished: billing prices facts by plans; no summary holds them.
+	hs[events.TypePlanPublished] = absorb
 	// BillingPeriodEnded (a period went into grace, decision 0014) changes
 	// no summary; its zone is the analytics' default zone of the tenant.
 	inbox.HandleBatch(hs, setTenantZones)

@@ -73,5 +73,6 @@ func (a *App) Handlers() map[string]inbox.Handler {
 	inbox.Handle(hs, a.ApplyMeterDefined)
 	inbox.Handle(hs, a.ApplyPriceActivated)
 	inbox.Handle(hs, a.IgnoreWatermark)
+	inbox.Handle(hs, a.IgnorePlan)
 	return hs
 }

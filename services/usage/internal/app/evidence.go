@@ -20,6 +20,13 @@ func (a *App) IgnoreWatermark(context.Context, pgx.Tx, *envelope.Decoded, events
 	return inbox.Outcome{}, nil
 }
 
+// IgnorePlan absorbs a PlanPublished: a plan prices facts in billing, which
+// holds the subscriptions; usage accepts a fact without knowing its
+// tenant's plan, but the event shares the meter's topic.
+func (a *App) IgnorePlan(context.Context, pgx.Tx, *envelope.Decoded, events.PlanPublished) (inbox.Outcome, error) {
+	return inbox.Outcome{}, nil
+}
+
 // ApplyPriceActivated records a price version as evidence, inside the
 // inbox's transaction. The inbox applies a series' versions in order
 // (a version waits for its predecessor), so the evidence has no gaps; a
