@@ -348,6 +348,11 @@ type ChargeRated struct {
 	// (section 3a). PriceVersion, UnitPrice and Amount are zero, Pricing is
 	// absent; the charge is on its meter's unpriced line.
 	Unpriced bool `json:"unpriced,omitempty"`
+	// PlanCode names the plan whose charge priced it (the tenant had no
+	// price of its own for the meter in effect at OccurredAt and was
+	// subscribed to the plan then); PriceVersion is then the plan's
+	// version. Absent for a tenant's own price and for unpriced charges.
+	PlanCode string `json:"planCode,omitempty"`
 }
 
 // Counted is the quantity a charge's own amount is computed from: 1 under
