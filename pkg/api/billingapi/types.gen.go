@@ -146,6 +146,9 @@ type Charge struct {
 	OccurredAt time.Time          `json:"occurredAt"`
 	Period     string             `json:"period"`
 
+	// PlanCode the plan whose charge priced it (priceVersion is then the plan's version); absent for the tenant's own price
+	PlanCode *string `json:"planCode,omitempty"`
+
 	// PriceVersion 0 when unpriced
 	PriceVersion int64 `json:"priceVersion"`
 
@@ -192,6 +195,12 @@ type CloseResponse struct {
 //
 // Examples: 12.5
 type Decimal = decimal.Decimal
+
+// EndSubscriptionRequest defines model for EndSubscriptionRequest.
+type EndSubscriptionRequest struct {
+	// EndsAt absent: as soon as it may
+	EndsAt *time.Time `json:"endsAt,omitempty"`
+}
 
 // Health defines model for Health.
 type Health struct {
@@ -326,6 +335,34 @@ type SettingsRequest struct {
 	TimeZone *string `json:"timeZone,omitempty"`
 }
 
+// SubscribeRequest defines model for SubscribeRequest.
+type SubscribeRequest struct {
+	PlanCode string `json:"planCode"`
+
+	// StartsAt absent: as soon as it may (now, or right after what raters know of the tenant's prices, at most METER_SCHEDULE_LEAD ahead); the answer says when
+	StartsAt *time.Time `json:"startsAt,omitempty"`
+}
+
+// Subscription defines model for Subscription.
+type Subscription struct {
+	Actor     string    `json:"actor"`
+	CreatedAt time.Time `json:"createdAt"`
+
+	// EndsAt absent while open
+	EndsAt         *time.Time `json:"endsAt,omitempty"`
+	PlanCode       string     `json:"planCode"`
+	StartsAt       time.Time  `json:"startsAt"`
+	SubscriptionId Uuid       `json:"subscriptionId"`
+	TenantId       string     `json:"tenantId"`
+}
+
+// SubscriptionList defines model for SubscriptionList.
+type SubscriptionList struct {
+	// Next absent on the last page
+	Next          *string        `json:"next,omitempty"`
+	Subscriptions []Subscription `json:"subscriptions"`
+}
+
 // Uuid defines model for Uuid.
 type Uuid = uuid.UUID
 
@@ -355,6 +392,9 @@ type TenantId = string
 
 // BadRequest RFC 9457 problem details with a stable code
 type BadRequest = Problem
+
+// Conflict RFC 9457 problem details with a stable code
+type Conflict = Problem
 
 // Forbidden RFC 9457 problem details with a stable code
 type Forbidden = Problem
@@ -464,8 +504,41 @@ type PutSettingsParams struct {
 	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
 }
 
+// ListSubscriptionsParams defines parameters for ListSubscriptions.
+type ListSubscriptionsParams struct {
+	// Limit page size (default 100)
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the next value of the previous page
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// SubscribeParams defines parameters for Subscribe.
+type SubscribeParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. A replay answers the first response with Idempotent-Replayed true; the same key with another body is 422 idempotency_key_reused.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
+	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
+}
+
+// EndSubscriptionParams defines parameters for EndSubscription.
+type EndSubscriptionParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. A replay answers the first response with Idempotent-Replayed true; the same key with another body is 422 idempotency_key_reused.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
+	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
+}
+
 // PostAdjustmentJSONRequestBody defines body for PostAdjustment for application/json ContentType.
 type PostAdjustmentJSONRequestBody = AdjustmentRequest
 
 // PutSettingsJSONRequestBody defines body for PutSettings for application/json ContentType.
 type PutSettingsJSONRequestBody = SettingsRequest
+
+// SubscribeJSONRequestBody defines body for Subscribe for application/json ContentType.
+type SubscribeJSONRequestBody = SubscribeRequest
+
+// EndSubscriptionJSONRequestBody defines body for EndSubscription for application/json ContentType.
+type EndSubscriptionJSONRequestBody = EndSubscriptionRequest

@@ -96,6 +96,7 @@ func (a *App) Handlers() map[string]inbox.Handler {
 	inbox.Handle(hs, a.OnMeterDefined)
 	inbox.Handle(hs, a.OnPriceActivated)
 	inbox.Handle(hs, a.OnPriceScheduleWatermark)
+	inbox.Handle(hs, a.OnPlanPublished)
 	inbox.Handle(hs, a.OnUsageAcceptedThrough)
 	return hs
 }

@@ -43,6 +43,9 @@ type Charge struct {
 	// Unpriced: no price of its series was in effect at its occurrence
 	// (priceVersion 0, no unitPrice, no amount).
 	Unpriced bool `json:"unpriced"`
+	// PlanCode is the plan whose charge priced it (PriceVersion is the
+	// plan's version); "" for the tenant's own price.
+	PlanCode string `json:"planCode,omitempty"`
 }
 
 // OwnAmount reports whether the charge has an amount of its own: priced,
@@ -84,7 +87,7 @@ func (a *App) ListCharges(ctx context.Context, tenantID string, f ChargeFilter, 
 			ChargeID: c.ChargeID, EventID: c.EventID, UsageEventID: c.UsageEventID, UsageID: c.UsageID,
 			MeterCode: c.MeterCode, Currency: c.Currency, Quantity: c.Quantity, UnitPrice: c.UnitPrice,
 			PriceVersion: c.PriceVersion, Amount: c.Amount, Period: c.Period, Late: c.Late, OccurredAt: c.OccurredAt.UTC(),
-			Model: c.Model, Aggregation: c.Aggregation, Unpriced: c.Unpriced,
+			Model: c.Model, Aggregation: c.Aggregation, Unpriced: c.Unpriced, PlanCode: c.PlanCode,
 		}
 		if err := json.Unmarshal(c.Dimensions, &ch.Dimensions); err != nil {
 			return fmt.Errorf("decode dimensions of charge %s: %w", c.ChargeID, err)

@@ -230,8 +230,10 @@ func unrated(in *envelope.Envelope, u events.UsageAccepted, row db.RateUsagesRow
 	switch {
 	case !row.Defined:
 		return inbox.DeferUntil(MeterKey(u.MeterCode))
-	case !row.Known:
+	case !row.TenantKnown:
 		return inbox.DeferUntil(ScheduleKey(events.ScheduleShard(in.TenantID), u.OccurredAt))
+	case !row.Known: // subscribed to a plan then: the plans' schedule too
+		return inbox.DeferUntil(ScheduleKey(events.PlanShard, u.OccurredAt))
 	case row.Aggregation == catalog.UniqueCount && row.Value == "":
 		return inbox.Permanent(catalog.CodeMissingValue, fmt.Errorf(
 			"usage %s of unique_count meter %s has no value of the property the meter counts", u.UsageID, u.MeterCode))
@@ -239,22 +241,41 @@ func unrated(in *envelope.Envelope, u events.UsageAccepted, row db.RateUsagesRow
 	return nil
 }
 
-// seriesVersion names one version of a tenant's price series.
+// seriesVersion names one version of a tenant's price series, or (plan
+// set, tenant and currency empty) one charge of a plan version: its meter,
+// version and dimensions key.
 type seriesVersion struct {
 	tenant, meter, currency string
 	version                 int64
+	plan, dimensionsKey     string
 }
 
-// versionPricings reads, in one round trip per tenant, the pricing of the
-// versions whose charges carry it but whose model is not unit (a unit
-// version's pricing is its unit price, which the rating returned); none
-// when there are none.
+// pricingOf is the key of the pricing a rated row's charge carries.
+func pricingOf(tenant string, u events.UsageAccepted, row db.RateUsagesRow) seriesVersion {
+	if row.PlanCode != "" {
+		return seriesVersion{meter: u.MeterCode, version: row.PriceVersion, plan: row.PlanCode, dimensionsKey: row.DimensionsKey}
+	}
+	return seriesVersion{tenant: tenant, meter: u.MeterCode, currency: u.Currency, version: row.PriceVersion}
+}
+
+// versionPricings reads, in one round trip per tenant (and one for plan
+// charges), the pricing of the versions whose charges carry it but whose
+// model is not unit (a unit version's pricing is its unit price, which the
+// rating returned); none when there are none.
 func versionPricings(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, us []events.UsageAccepted,
 	rows []db.RateUsagesRow) (map[seriesVersion]*pricing.Pricing, error) {
 	out := map[seriesVersion]*pricing.Pricing{}
 	byTenant := map[string]*db.VersionPricingsParams{}
+	var plans db.PlanChargesParams
 	for i, row := range rows {
 		if !row.Defined || !row.Known || !row.Priced || row.Model == pricing.Unit || row.Status != domain.StatusOpen {
+			continue
+		}
+		if row.PlanCode != "" {
+			plans.Codes = append(plans.Codes, row.PlanCode)
+			plans.Versions = append(plans.Versions, row.PriceVersion)
+			plans.MeterCodes = append(plans.MeterCodes, us[i].MeterCode)
+			plans.DimensionsKeys = append(plans.DimensionsKeys, row.DimensionsKey)
 			continue
 		}
 		t := ds[i].Envelope.TenantID
@@ -276,7 +297,20 @@ func versionPricings(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, us 
 			if err != nil {
 				return nil, err
 			}
-			out[seriesVersion{t, v.MeterCode, v.Currency, v.Version}] = &pr
+			out[seriesVersion{tenant: t, meter: v.MeterCode, currency: v.Currency, version: v.Version}] = &pr
+		}
+	}
+	if len(plans.Codes) > 0 {
+		cs, err := db.New(tx).PlanCharges(ctx, plans)
+		if err != nil {
+			return nil, fmt.Errorf("read plan charge pricings: %w", err)
+		}
+		for _, c := range cs {
+			pr, err := evidencePricing(c.Model, c.UnitPrice, c.Tiers, c.PackageSize, c.PackagePrice)
+			if err != nil {
+				return nil, err
+			}
+			out[seriesVersion{meter: c.MeterCode, version: c.Version, plan: c.Code, dimensionsKey: c.DimensionsKey}] = &pr
 		}
 	}
 	return out, nil
@@ -320,7 +354,7 @@ func (a *App) chargeRated(in *envelope.Envelope, u events.UsageAccepted, row db.
 		Currency: u.Currency, Quantity: u.Quantity, UnitPrice: row.UnitPrice, PriceVersion: row.PriceVersion,
 		Period: slot.period, Late: slot.late, OccurredAt: u.OccurredAt,
 		Aggregation: row.Aggregation, Properties: u.Properties, SourceSystem: u.SourceSystem,
-		SourceEventID: u.SourceEventID, Value: row.Value, Unpriced: !row.Priced,
+		SourceEventID: u.SourceEventID, Value: row.Value, Unpriced: !row.Priced, PlanCode: row.PlanCode,
 	}
 	charge.Amount = charge.Counted().Mul(charge.UnitPrice)
 	if row.Priced {
@@ -334,7 +368,7 @@ func (a *App) chargeRated(in *envelope.Envelope, u events.UsageAccepted, row db.
 			unit := pricing.UnitPricing(row.PriceUnitPrice)
 			pr = &unit
 		} else {
-			pr = pricings[seriesVersion{in.TenantID, u.MeterCode, u.Currency, row.PriceVersion}]
+			pr = pricings[pricingOf(in.TenantID, u, row)]
 		}
 		if pr == nil {
 			return envelope.Envelope{}, fmt.Errorf("%w: no pricing of %s %s v%d", ErrInternal, u.MeterCode, u.Currency, row.PriceVersion)

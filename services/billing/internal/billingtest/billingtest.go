@@ -230,17 +230,58 @@ type Watermark struct {
 	Tenant       string
 	Seq          int64
 	KnownThrough time.Time
+	// Plans makes it the plans' shard's (events.PlanShard); Tenant is then
+	// ignored.
+	Plans bool
 }
 
 // Raw returns the marshalled envelope of w.
 func (w Watermark) Raw(t testing.TB) []byte {
 	t.Helper()
 	shard := events.ScheduleShard(w.Tenant)
+	if w.Plans {
+		shard = events.PlanShard
+	}
 	_, raw := marshal(t, envelope.Meta{
 		EventType: events.TypePriceScheduleWatermark, SchemaVersion: 1, TenantID: events.ScheduleTenant,
 		AggregateType: events.AggregatePriceSchedule, AggregateID: events.PriceScheduleID(shard, w.KnownThrough),
 		AggregateVersion: 1, OccurredAt: w.KnownThrough, Producer: "meter",
 	}, events.PriceScheduleWatermark{Shard: shard, Shards: events.ScheduleShards, Seq: w.Seq, KnownThrough: w.KnownThrough})
+	return raw
+}
+
+// Plan is a PlanPublished as meter publishes it.
+type Plan struct {
+	Code, Currency string
+	Version        int64
+	EffectiveAt    time.Time
+	// Seq is the version's place in the plans' shard; zero means Version.
+	Seq int64
+	// KnownThrough is the plans' watermark the event carries; zero means
+	// FarFuture, Unknown none.
+	KnownThrough time.Time
+	Charges      []events.PlanCharge
+	FixedFees    []events.PlanFee
+	MinimumSpend *decimal.Decimal
+}
+
+// Raw returns the marshalled envelope of p.
+func (p Plan) Raw(t testing.TB) []byte {
+	t.Helper()
+	seq := p.Seq
+	if seq == 0 {
+		seq = p.Version
+	}
+	known := Price{KnownThrough: p.KnownThrough}.knownThrough()
+	_, raw := marshal(t, envelope.Meta{
+		EventType: events.TypePlanPublished, SchemaVersion: 1, TenantID: events.CatalogTenant,
+		AggregateType: events.AggregatePlan, AggregateID: p.Code, AggregateVersion: p.Version,
+		OccurredAt: p.EffectiveAt, Producer: "meter",
+	}, events.PlanPublished{
+		PlanID: uuid.Must(uuid.NewV7()), Code: p.Code, Name: p.Code, Currency: p.Currency, Version: p.Version,
+		FixedFees: p.FixedFees, Charges: p.Charges, MinimumSpend: p.MinimumSpend, EffectiveAt: p.EffectiveAt,
+		ScheduleSeq: seq, KnownThrough: known,
+	})
 	return raw
 }
 

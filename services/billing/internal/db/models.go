@@ -64,6 +64,7 @@ type Charge struct {
 	SourceEventID string
 	Value         string
 	Unpriced      bool
+	PlanCode      string
 }
 
 type Meter struct {
@@ -82,6 +83,33 @@ type PeriodEnded struct {
 	EndedAt  time.Time
 	ClosesAt time.Time
 	EventID  uuid.UUID
+}
+
+type PlanCharge struct {
+	Code           string
+	Version        int64
+	MeterCode      string
+	Dimensions     []byte
+	DimensionsKey  string
+	DimensionCount int16
+	Model          string
+	UnitPrice      decimal.Decimal
+	Tiers          []byte
+	PackageSize    decimal.NullDecimal
+	PackagePrice   decimal.NullDecimal
+}
+
+type PlanEvidence struct {
+	Code         string
+	Version      int64
+	Name         string
+	Currency     string
+	FixedFees    []byte
+	MinimumSpend decimal.NullDecimal
+	EffectiveAt  time.Time
+	PlanID       uuid.UUID
+	EventID      uuid.UUID
+	RecordedAt   time.Time
 }
 
 type PriceEvidence struct {
@@ -113,6 +141,17 @@ type ScheduleShard struct {
 	ContiguousSeq int64
 	KnownThrough  time.Time
 	UpdatedAt     time.Time
+}
+
+type Subscription struct {
+	SubscriptionID uuid.UUID
+	TenantID       string
+	PlanCode       string
+	StartsAt       time.Time
+	EndsAt         pgtype.Timestamptz
+	CreatedAt      time.Time
+	Actor          string
+	EndedBy        pgtype.Text
 }
 
 type TenantSetting struct {

@@ -31,8 +31,8 @@ func RateUsagesLocked(ctx context.Context, tx pgx.Tx, arg RateUsagesParams) ([]R
 	items := make([]RateUsagesRow, 0, len(arg.TenantIds))
 	for rows.Next() {
 		var i RateUsagesRow
-		if err := rows.Scan(&i.Defined, &i.Aggregation, &i.Value, &i.Known, &i.Priced, &i.PriceVersion,
-			&i.UnitPrice, &i.PriceUnitPrice, &i.Model, &i.Dimensions, &i.Status); err != nil {
+		if err := rows.Scan(&i.Defined, &i.Aggregation, &i.Value, &i.Known, &i.TenantKnown, &i.Priced, &i.PriceVersion,
+			&i.UnitPrice, &i.PriceUnitPrice, &i.Model, &i.Dimensions, &i.DimensionsKey, &i.PlanCode, &i.Status); err != nil {
 			rows.Close()
 			_ = br.Close()
 			return nil, err

@@ -126,13 +126,21 @@ WITH u AS (
     SELECT u.*,
            m.aggregation,
            CASE WHEN m.aggregation = 'unique_count' THEN u.properties ->> m.value_property ELSE '' END AS value,
-           COALESCE(u.occurred_at < ps.known_through, false) AS known,
-           p.version AS price_version, p.unit_price AS price_unit_price, p.model, p.dimensions, p.dimensions_key,
+           COALESCE(u.occurred_at < ps.known_through AND (sub.plan_code IS NULL OR u.occurred_at < pps.known_through),
+                    false) AS known,
+           COALESCE(u.occurred_at < ps.known_through, false) AS tenant_known,
+           COALESCE(p.version, pc.version) AS price_version,
+           CASE WHEN p.version IS NOT NULL THEN p.unit_price ELSE pc.unit_price END AS price_unit_price,
+           CASE WHEN p.version IS NOT NULL THEN p.model ELSE pc.model END AS model,
+           CASE WHEN p.version IS NOT NULL THEN p.dimensions ELSE pc.dimensions END AS dimensions,
+           CASE WHEN p.version IS NOT NULL THEN p.dimensions_key ELSE pc.dimensions_key END AS dimensions_key,
+           CASE WHEN p.version IS NULL AND pc.version IS NOT NULL THEN sub.plan_code ELSE '' END AS plan_code,
            COALESCE((SELECT b.status FROM billing_period b
                      WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
     FROM u
     LEFT JOIN meters m ON m.code = u.meter_code
     LEFT JOIN schedule_shard ps ON ps.shard = u.shard
+    LEFT JOIN schedule_shard pps ON pps.shard = 16 -- events.PlanShard
     LEFT JOIN LATERAL (
         SELECT e.version, e.unit_price, e.model, e.dimensions, e.dimensions_key
         FROM (SELECT DISTINCT ON (pe.dimensions_key)
@@ -144,6 +152,29 @@ WITH u AS (
         WHERE e.dimension_count = 0 OR e.dimensions <@ u.properties
         ORDER BY e.dimension_count DESC, e.dimensions_key COLLATE "C"
         LIMIT 1) p ON u.occurred_at < ps.known_through AND m.code IS NOT NULL
+    -- Without a price of its own: the subscription in effect at the
+    -- occurrence (known once the tenant's shard is: a subscription never
+    -- starts or ends at or before it), its plan's version in effect (known
+    -- once the plans' shard is) and that version's most specific charge of
+    -- the meter, in the fact's currency.
+    LEFT JOIN LATERAL (
+        SELECT s.plan_code FROM subscription s
+        WHERE s.tenant_id = u.tenant_id AND s.starts_at <= u.occurred_at
+          AND (s.ends_at IS NULL OR s.ends_at > u.occurred_at)
+        ORDER BY s.starts_at DESC
+        LIMIT 1) sub ON u.occurred_at < ps.known_through AND m.code IS NOT NULL
+    LEFT JOIN LATERAL (
+        SELECT pv.version, pv.currency FROM plan_evidence pv
+        WHERE pv.code = sub.plan_code AND pv.effective_at <= u.occurred_at
+        ORDER BY pv.version DESC
+        LIMIT 1) pv ON sub.plan_code IS NOT NULL AND u.occurred_at < pps.known_through
+    LEFT JOIN LATERAL (
+        SELECT pch.version, pch.unit_price, pch.model, pch.dimensions, pch.dimensions_key
+        FROM plan_charge pch
+        WHERE pch.code = sub.plan_code AND pch.version = pv.version AND pch.meter_code = u.meter_code
+          AND (pch.dimension_count = 0 OR pch.dimensions <@ u.properties)
+        ORDER BY pch.dimension_count DESC, pch.dimensions_key COLLATE "C"
+        LIMIT 1) pc ON p.version IS NULL AND pv.currency = u.currency
 ), c AS (
     SELECT r.*,
            CASE WHEN r.price_version IS NOT NULL AND r.aggregation IN ('sum', 'count') AND r.model = 'unit'
@@ -153,24 +184,25 @@ WITH u AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
                         quantity, unit_price, price_version, amount, period, late, occurred_at, model,
                         aggregation, dimensions, dimensions_key, properties, source_system, source_event_id,
-                        value, unpriced)
+                        value, unpriced, plan_code)
     SELECT c.charge_id, c.event_id, c.usage_event_id, c.usage_id, c.tenant_id, c.meter_code, c.currency,
            c.quantity, c.unit_price, COALESCE(c.price_version, 0),
            (CASE WHEN c.aggregation = 'count' THEN 1 ELSE c.quantity END) * c.unit_price,
            c.period, c.late, c.occurred_at, COALESCE(c.model, 'unit'),
            c.aggregation, COALESCE(c.dimensions, '{}'), COALESCE(c.dimensions_key, ''), c.properties,
-           c.source_system, c.source_event_id, c.value, c.price_version IS NULL
+           c.source_system, c.source_event_id, c.value, c.price_version IS NULL, c.plan_code
     FROM c
     WHERE c.aggregation IS NOT NULL AND c.known AND c.status = 'open'
       AND (c.aggregation <> 'unique_count' OR COALESCE(c.value, '') <> '')
     ORDER BY c.n
 )
 SELECT (c.aggregation IS NOT NULL)::boolean AS defined, COALESCE(c.aggregation, '')::text AS aggregation,
-       COALESCE(c.value, '')::text AS value, c.known::boolean AS known,
+       COALESCE(c.value, '')::text AS value, c.known::boolean AS known, c.tenant_known::boolean AS tenant_known,
        (c.price_version IS NOT NULL)::boolean AS priced,
        COALESCE(c.price_version, 0)::bigint AS price_version, c.unit_price::numeric AS unit_price,
        COALESCE(c.price_unit_price, 0)::numeric AS price_unit_price,
        COALESCE(c.model, 'unit')::text AS model, COALESCE(c.dimensions, '{}')::jsonb AS dimensions,
+       COALESCE(c.dimensions_key, '')::text AS dimensions_key, c.plan_code::text AS plan_code,
        c.status::text AS status
 FROM c ORDER BY c.n;
 
@@ -194,23 +226,23 @@ WHERE pe.tenant_id = @tenant_id
 -- pricing. Order-independent; bounded by lines whatever the number of
 -- charges.
 WITH l AS (
-    SELECT c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
+    SELECT c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
            min(c.dimensions::text)::jsonb AS dimensions, count(*) AS charges,
            sum(c.quantity) AS total, max(c.quantity) AS peak,
            count(DISTINCT c.value) FILTER (WHERE c.aggregation = 'unique_count') AS distinct_values,
            sum(c.amount) AS amount
     FROM charge c
     WHERE c.tenant_id = @tenant_id AND c.period = @period
-    GROUP BY c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
+    GROUP BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
 ), latest AS (
-    SELECT DISTINCT ON (c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced)
-           c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced, c.quantity
+    SELECT DISTINCT ON (c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced)
+           c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.quantity
     FROM charge c
     WHERE c.tenant_id = @tenant_id AND c.period = @period AND c.aggregation = 'latest'
-    ORDER BY c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced,
+    ORDER BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
              c.occurred_at DESC, c.source_system COLLATE "C" DESC, c.source_event_id COLLATE "C" DESC
 )
-SELECT l.meter_code, l.currency, l.price_version, l.dimensions_key, l.dimensions::jsonb AS dimensions,
+SELECT l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key, l.dimensions::jsonb AS dimensions,
        l.unpriced, l.aggregation, l.charges::bigint AS charges,
        (CASE l.aggregation
             WHEN 'count' THEN l.charges::numeric
@@ -219,14 +251,20 @@ SELECT l.meter_code, l.currency, l.price_version, l.dimensions_key, l.dimensions
             WHEN 'unique_count' THEN l.distinct_values::numeric
             ELSE l.total END)::numeric AS quantity,
        l.amount::numeric AS amount,
-       COALESCE(pe.model, 'unit')::text AS model, COALESCE(pe.unit_price, 0)::numeric AS unit_price, pe.tiers,
-       COALESCE(pe.package_size, 0)::numeric AS package_size, COALESCE(pe.package_price, 0)::numeric AS package_price
+       COALESCE(pe.model, pc.model, 'unit')::text AS model, COALESCE(pe.unit_price, pc.unit_price, 0)::numeric AS unit_price,
+       COALESCE(pe.tiers, pc.tiers) AS tiers,
+       COALESCE(pe.package_size, pc.package_size, 0)::numeric AS package_size,
+       COALESCE(pe.package_price, pc.package_price, 0)::numeric AS package_price
 FROM l
-LEFT JOIN latest lt ON lt.meter_code = l.meter_code AND lt.currency = l.currency AND lt.price_version = l.price_version
+LEFT JOIN latest lt ON lt.meter_code = l.meter_code AND lt.currency = l.currency AND lt.plan_code = l.plan_code
+                   AND lt.price_version = l.price_version
                    AND lt.dimensions_key = l.dimensions_key AND lt.unpriced = l.unpriced AND l.aggregation = 'latest'
 LEFT JOIN price_evidence pe ON pe.tenant_id = @tenant_id AND pe.meter_code = l.meter_code
                            AND pe.currency = l.currency AND pe.version = l.price_version AND NOT l.unpriced
-ORDER BY l.meter_code, l.currency, l.price_version, l.dimensions_key;
+                           AND l.plan_code = ''
+LEFT JOIN plan_charge pc ON pc.code = l.plan_code AND pc.version = l.price_version AND pc.meter_code = l.meter_code
+                        AND pc.dimensions_key = l.dimensions_key AND l.plan_code <> ''
+ORDER BY l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key;
 
 -- name: PeriodAdjustments :many
 -- The adjustments a period's close counts (posted before it closed), summed
@@ -253,7 +291,7 @@ WHERE tenant_id = @tenant_id AND charge_id = @charge_id;
 -- One page of a period's charges in line order (meter, currency, price
 -- version, charge id), after the keyset position of the previous page.
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at, model, aggregation, dimensions, properties, unpriced
+       price_version, amount, period, late, occurred_at, model, aggregation, dimensions, properties, unpriced, plan_code
 FROM charge
 WHERE tenant_id = @tenant_id AND period = @period
   AND (meter_code, currency, price_version, charge_id) >
@@ -266,7 +304,7 @@ LIMIT sqlc.arg(row_limit);
 -- behind one invoice line. The meter is an index equality, so a page costs
 -- the rows it returns.
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at, model, aggregation, dimensions, properties, unpriced
+       price_version, amount, period, late, occurred_at, model, aggregation, dimensions, properties, unpriced, plan_code
 FROM charge
 WHERE tenant_id = @tenant_id AND period = @period AND meter_code = @meter_code
   AND (sqlc.narg(price_version)::bigint IS NULL OR price_version = sqlc.narg(price_version)::bigint)
@@ -501,3 +539,70 @@ SELECT tenant_id, period, close_requested_at::timestamptz AS close_requested_at,
 FROM billing_period
 WHERE status = 'open' AND close_requested_at IS NOT NULL
 ORDER BY tenant_id, period;
+
+-- name: InsertPlanEvidence :execrows
+-- A plan version as PlanPublished announced it; a replay changes nothing.
+INSERT INTO plan_evidence (code, version, name, currency, fixed_fees, minimum_spend, effective_at, plan_id, event_id)
+VALUES (@code, @version, @name, @currency, @fixed_fees, @minimum_spend, @effective_at, @plan_id, @event_id)
+ON CONFLICT (code, version) DO NOTHING;
+
+-- name: InsertPlanCharges :exec
+-- The charges of a plan version, each an entry of its price sheet.
+INSERT INTO plan_charge (code, version, meter_code, dimensions, dimensions_key, dimension_count, model, unit_price,
+                         tiers, package_size, package_price)
+SELECT @code, @version, unnest(@meter_codes::text[]), unnest(@dimensions::text[])::jsonb,
+       unnest(@dimensions_keys::text[]), unnest(@dimension_counts::smallint[]), unnest(@models::text[]),
+       unnest(@unit_prices::numeric[]), NULLIF(unnest(@tiers::text[]), '')::jsonb,
+       NULLIF(unnest(@package_sizes::text[]), '')::numeric, NULLIF(unnest(@package_prices::text[]), '')::numeric
+ON CONFLICT DO NOTHING;
+
+-- name: PlanCharges :many
+-- The pricing of the given charges of plan versions (code, version, meter,
+-- dimensions key), for the ChargeRated of charges under the other models
+-- than unit.
+SELECT pc.code, pc.version, pc.meter_code, pc.dimensions_key, pc.model, pc.unit_price, pc.tiers,
+       COALESCE(pc.package_size, 0)::numeric AS package_size, COALESCE(pc.package_price, 0)::numeric AS package_price
+FROM plan_charge pc
+WHERE (pc.code, pc.version, pc.meter_code, pc.dimensions_key) IN (
+    SELECT unnest(@codes::text[]), unnest(@versions::bigint[]), unnest(@meter_codes::text[]), unnest(@dimensions_keys::text[]));
+
+-- name: LatestPlanVersion :one
+-- The latest version billing holds of a plan.
+SELECT code, version, currency FROM plan_evidence WHERE code = @code ORDER BY version DESC LIMIT 1;
+
+-- name: LockShardForSubscriptions :one
+-- Locks a tenant's schedule shard's row (waiting for a rise of it in
+-- progress) and reads what raters have been told of it: a subscription may
+-- start or end only after it, and no rise commits before the subscription
+-- does, so a rater that knows the shard through t also sees every
+-- subscription starting or ending at or before t.
+SELECT known_through FROM schedule_shard WHERE shard = sqlc.arg(shard)::int FOR UPDATE;
+
+-- name: SubscriptionsFrom :many
+-- The tenant's subscriptions in effect at @at or starting after it, in
+-- start order.
+SELECT subscription_id, tenant_id, plan_code, starts_at, ends_at, created_at, actor, ended_by
+FROM subscription
+WHERE tenant_id = @tenant_id AND (ends_at IS NULL OR ends_at > @at::timestamptz)
+ORDER BY starts_at;
+
+-- name: InsertSubscription :exec
+INSERT INTO subscription (subscription_id, tenant_id, plan_code, starts_at, ends_at, created_at, actor)
+VALUES (@subscription_id, @tenant_id, @plan_code, @starts_at, @ends_at, @created_at, @actor);
+
+-- name: EndSubscription :execrows
+UPDATE subscription SET ends_at = @ends_at, ended_by = @ended_by
+WHERE subscription_id = @subscription_id AND tenant_id = @tenant_id;
+
+-- name: GetSubscription :one
+SELECT subscription_id, tenant_id, plan_code, starts_at, ends_at, created_at, actor, ended_by
+FROM subscription WHERE subscription_id = @subscription_id AND tenant_id = @tenant_id;
+
+-- name: ListSubscriptions :many
+-- A page of the tenant's subscriptions in (starts_at, subscription_id)
+-- order after a position (the zero time and nil id: before every one).
+SELECT subscription_id, tenant_id, plan_code, starts_at, ends_at, created_at, actor, ended_by
+FROM subscription
+WHERE tenant_id = @tenant_id AND (starts_at, subscription_id) > (@after_starts_at::timestamptz, @after_id::uuid)
+ORDER BY starts_at, subscription_id
+LIMIT @max_rows;

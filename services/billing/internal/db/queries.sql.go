@@ -107,6 +107,31 @@ func (q *Queries) CloseTallies(ctx context.Context, arg CloseTalliesParams) ([]C
 	return items, nil
 }
 
+const endSubscription = `-- name: EndSubscription :execrows
+UPDATE subscription SET ends_at = $1, ended_by = $2
+WHERE subscription_id = $3 AND tenant_id = $4
+`
+
+type EndSubscriptionParams struct {
+	EndsAt         pgtype.Timestamptz
+	EndedBy        pgtype.Text
+	SubscriptionID uuid.UUID
+	TenantID       string
+}
+
+func (q *Queries) EndSubscription(ctx context.Context, arg EndSubscriptionParams) (int64, error) {
+	result, err := q.db.Exec(ctx, endSubscription,
+		arg.EndsAt,
+		arg.EndedBy,
+		arg.SubscriptionID,
+		arg.TenantID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const firstMissingScheduleSeq = `-- name: FirstMissingScheduleSeq :one
 SELECT COALESCE(min(g), 0)::bigint AS missing
 FROM generate_series($1::bigint + 1, $2::bigint) g
@@ -174,6 +199,32 @@ func (q *Queries) GetCharge(ctx context.Context, arg GetChargeParams) (GetCharge
 		&i.Period,
 		&i.Late,
 		&i.OccurredAt,
+	)
+	return i, err
+}
+
+const getSubscription = `-- name: GetSubscription :one
+SELECT subscription_id, tenant_id, plan_code, starts_at, ends_at, created_at, actor, ended_by
+FROM subscription WHERE subscription_id = $1 AND tenant_id = $2
+`
+
+type GetSubscriptionParams struct {
+	SubscriptionID uuid.UUID
+	TenantID       string
+}
+
+func (q *Queries) GetSubscription(ctx context.Context, arg GetSubscriptionParams) (Subscription, error) {
+	row := q.db.QueryRow(ctx, getSubscription, arg.SubscriptionID, arg.TenantID)
+	var i Subscription
+	err := row.Scan(
+		&i.SubscriptionID,
+		&i.TenantID,
+		&i.PlanCode,
+		&i.StartsAt,
+		&i.EndsAt,
+		&i.CreatedAt,
+		&i.Actor,
+		&i.EndedBy,
 	)
 	return i, err
 }
@@ -302,6 +353,85 @@ func (q *Queries) InsertPeriodEnded(ctx context.Context, arg InsertPeriodEndedPa
 	return result.RowsAffected(), nil
 }
 
+const insertPlanCharges = `-- name: InsertPlanCharges :exec
+INSERT INTO plan_charge (code, version, meter_code, dimensions, dimensions_key, dimension_count, model, unit_price,
+                         tiers, package_size, package_price)
+SELECT $1, $2, unnest($3::text[]), unnest($4::text[])::jsonb,
+       unnest($5::text[]), unnest($6::smallint[]), unnest($7::text[]),
+       unnest($8::numeric[]), NULLIF(unnest($9::text[]), '')::jsonb,
+       NULLIF(unnest($10::text[]), '')::numeric, NULLIF(unnest($11::text[]), '')::numeric
+ON CONFLICT DO NOTHING
+`
+
+type InsertPlanChargesParams struct {
+	Code            string
+	Version         int64
+	MeterCodes      []string
+	Dimensions      []string
+	DimensionsKeys  []string
+	DimensionCounts []int16
+	Models          []string
+	UnitPrices      []decimal.Decimal
+	Tiers           []string
+	PackageSizes    []string
+	PackagePrices   []string
+}
+
+// The charges of a plan version, each an entry of its price sheet.
+func (q *Queries) InsertPlanCharges(ctx context.Context, arg InsertPlanChargesParams) error {
+	_, err := q.db.Exec(ctx, insertPlanCharges,
+		arg.Code,
+		arg.Version,
+		arg.MeterCodes,
+		arg.Dimensions,
+		arg.DimensionsKeys,
+		arg.DimensionCounts,
+		arg.Models,
+		arg.UnitPrices,
+		arg.Tiers,
+		arg.PackageSizes,
+		arg.PackagePrices,
+	)
+	return err
+}
+
+const insertPlanEvidence = `-- name: InsertPlanEvidence :execrows
+INSERT INTO plan_evidence (code, version, name, currency, fixed_fees, minimum_spend, effective_at, plan_id, event_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (code, version) DO NOTHING
+`
+
+type InsertPlanEvidenceParams struct {
+	Code         string
+	Version      int64
+	Name         string
+	Currency     string
+	FixedFees    []byte
+	MinimumSpend decimal.NullDecimal
+	EffectiveAt  time.Time
+	PlanID       uuid.UUID
+	EventID      uuid.UUID
+}
+
+// A plan version as PlanPublished announced it; a replay changes nothing.
+func (q *Queries) InsertPlanEvidence(ctx context.Context, arg InsertPlanEvidenceParams) (int64, error) {
+	result, err := q.db.Exec(ctx, insertPlanEvidence,
+		arg.Code,
+		arg.Version,
+		arg.Name,
+		arg.Currency,
+		arg.FixedFees,
+		arg.MinimumSpend,
+		arg.EffectiveAt,
+		arg.PlanID,
+		arg.EventID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const insertPriceEvidence = `-- name: InsertPriceEvidence :execrows
 
 INSERT INTO price_evidence (tenant_id, meter_code, currency, version, unit_price, effective_at, price_id, event_id,
@@ -356,9 +486,55 @@ func (q *Queries) InsertPriceEvidence(ctx context.Context, arg InsertPriceEviden
 	return result.RowsAffected(), nil
 }
 
+const insertSubscription = `-- name: InsertSubscription :exec
+INSERT INTO subscription (subscription_id, tenant_id, plan_code, starts_at, ends_at, created_at, actor)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+`
+
+type InsertSubscriptionParams struct {
+	SubscriptionID uuid.UUID
+	TenantID       string
+	PlanCode       string
+	StartsAt       time.Time
+	EndsAt         pgtype.Timestamptz
+	CreatedAt      time.Time
+	Actor          string
+}
+
+func (q *Queries) InsertSubscription(ctx context.Context, arg InsertSubscriptionParams) error {
+	_, err := q.db.Exec(ctx, insertSubscription,
+		arg.SubscriptionID,
+		arg.TenantID,
+		arg.PlanCode,
+		arg.StartsAt,
+		arg.EndsAt,
+		arg.CreatedAt,
+		arg.Actor,
+	)
+	return err
+}
+
+const latestPlanVersion = `-- name: LatestPlanVersion :one
+SELECT code, version, currency FROM plan_evidence WHERE code = $1 ORDER BY version DESC LIMIT 1
+`
+
+type LatestPlanVersionRow struct {
+	Code     string
+	Version  int64
+	Currency string
+}
+
+// The latest version billing holds of a plan.
+func (q *Queries) LatestPlanVersion(ctx context.Context, code string) (LatestPlanVersionRow, error) {
+	row := q.db.QueryRow(ctx, latestPlanVersion, code)
+	var i LatestPlanVersionRow
+	err := row.Scan(&i.Code, &i.Version, &i.Currency)
+	return i, err
+}
+
 const listCharges = `-- name: ListCharges :many
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at, model, aggregation, dimensions, properties, unpriced
+       price_version, amount, period, late, occurred_at, model, aggregation, dimensions, properties, unpriced, plan_code
 FROM charge
 WHERE tenant_id = $1 AND period = $2
   AND (meter_code, currency, price_version, charge_id) >
@@ -396,6 +572,7 @@ type ListChargesRow struct {
 	Dimensions   []byte
 	Properties   []byte
 	Unpriced     bool
+	PlanCode     string
 }
 
 // One page of a period's charges in line order (meter, currency, price
@@ -436,6 +613,7 @@ func (q *Queries) ListCharges(ctx context.Context, arg ListChargesParams) ([]Lis
 			&i.Dimensions,
 			&i.Properties,
 			&i.Unpriced,
+			&i.PlanCode,
 		); err != nil {
 			return nil, err
 		}
@@ -449,7 +627,7 @@ func (q *Queries) ListCharges(ctx context.Context, arg ListChargesParams) ([]Lis
 
 const listMeterCharges = `-- name: ListMeterCharges :many
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
-       price_version, amount, period, late, occurred_at, model, aggregation, dimensions, properties, unpriced
+       price_version, amount, period, late, occurred_at, model, aggregation, dimensions, properties, unpriced, plan_code
 FROM charge
 WHERE tenant_id = $1 AND period = $2 AND meter_code = $3
   AND ($4::bigint IS NULL OR price_version = $4::bigint)
@@ -489,6 +667,7 @@ type ListMeterChargesRow struct {
 	Dimensions   []byte
 	Properties   []byte
 	Unpriced     bool
+	PlanCode     string
 }
 
 // The same for one meter, and optionally one price version: the charges
@@ -531,6 +710,58 @@ func (q *Queries) ListMeterCharges(ctx context.Context, arg ListMeterChargesPara
 			&i.Dimensions,
 			&i.Properties,
 			&i.Unpriced,
+			&i.PlanCode,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listSubscriptions = `-- name: ListSubscriptions :many
+SELECT subscription_id, tenant_id, plan_code, starts_at, ends_at, created_at, actor, ended_by
+FROM subscription
+WHERE tenant_id = $1 AND (starts_at, subscription_id) > ($2::timestamptz, $3::uuid)
+ORDER BY starts_at, subscription_id
+LIMIT $4
+`
+
+type ListSubscriptionsParams struct {
+	TenantID      string
+	AfterStartsAt time.Time
+	AfterID       uuid.UUID
+	MaxRows       int32
+}
+
+// A page of the tenant's subscriptions in (starts_at, subscription_id)
+// order after a position (the zero time and nil id: before every one).
+func (q *Queries) ListSubscriptions(ctx context.Context, arg ListSubscriptionsParams) ([]Subscription, error) {
+	rows, err := q.db.Query(ctx, listSubscriptions,
+		arg.TenantID,
+		arg.AfterStartsAt,
+		arg.AfterID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Subscription
+	for rows.Next() {
+		var i Subscription
+		if err := rows.Scan(
+			&i.SubscriptionID,
+			&i.TenantID,
+			&i.PlanCode,
+			&i.StartsAt,
+			&i.EndsAt,
+			&i.CreatedAt,
+			&i.Actor,
+			&i.EndedBy,
 		); err != nil {
 			return nil, err
 		}
@@ -635,6 +866,22 @@ type LockPeriodsSharedParams struct {
 func (q *Queries) LockPeriodsShared(ctx context.Context, arg LockPeriodsSharedParams) error {
 	_, err := q.db.Exec(ctx, lockPeriodsShared, arg.TenantIds, arg.Periods)
 	return err
+}
+
+const lockShardForSubscriptions = `-- name: LockShardForSubscriptions :one
+SELECT known_through FROM schedule_shard WHERE shard = $1::int FOR UPDATE
+`
+
+// Locks a tenant's schedule shard's row (waiting for a rise of it in
+// progress) and reads what raters have been told of it: a subscription may
+// start or end only after it, and no rise commits before the subscription
+// does, so a rater that knows the shard through t also sees every
+// subscription starting or ending at or before t.
+func (q *Queries) LockShardForSubscriptions(ctx context.Context, shard int32) (time.Time, error) {
+	row := q.db.QueryRow(ctx, lockShardForSubscriptions, shard)
+	var known_through time.Time
+	err := row.Scan(&known_through)
+	return known_through, err
 }
 
 const lockTenantSettings = `-- name: LockTenantSettings :exec
@@ -794,23 +1041,23 @@ func (q *Queries) PeriodAdjustments(ctx context.Context, arg PeriodAdjustmentsPa
 
 const periodLines = `-- name: PeriodLines :many
 WITH l AS (
-    SELECT c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
+    SELECT c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
            min(c.dimensions::text)::jsonb AS dimensions, count(*) AS charges,
            sum(c.quantity) AS total, max(c.quantity) AS peak,
            count(DISTINCT c.value) FILTER (WHERE c.aggregation = 'unique_count') AS distinct_values,
            sum(c.amount) AS amount
     FROM charge c
     WHERE c.tenant_id = $1 AND c.period = $2
-    GROUP BY c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
+    GROUP BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
 ), latest AS (
-    SELECT DISTINCT ON (c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced)
-           c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced, c.quantity
+    SELECT DISTINCT ON (c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced)
+           c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.quantity
     FROM charge c
     WHERE c.tenant_id = $1 AND c.period = $2 AND c.aggregation = 'latest'
-    ORDER BY c.meter_code, c.currency, c.price_version, c.dimensions_key, c.unpriced,
+    ORDER BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
              c.occurred_at DESC, c.source_system COLLATE "C" DESC, c.source_event_id COLLATE "C" DESC
 )
-SELECT l.meter_code, l.currency, l.price_version, l.dimensions_key, l.dimensions::jsonb AS dimensions,
+SELECT l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key, l.dimensions::jsonb AS dimensions,
        l.unpriced, l.aggregation, l.charges::bigint AS charges,
        (CASE l.aggregation
             WHEN 'count' THEN l.charges::numeric
@@ -819,14 +1066,20 @@ SELECT l.meter_code, l.currency, l.price_version, l.dimensions_key, l.dimensions
             WHEN 'unique_count' THEN l.distinct_values::numeric
             ELSE l.total END)::numeric AS quantity,
        l.amount::numeric AS amount,
-       COALESCE(pe.model, 'unit')::text AS model, COALESCE(pe.unit_price, 0)::numeric AS unit_price, pe.tiers,
-       COALESCE(pe.package_size, 0)::numeric AS package_size, COALESCE(pe.package_price, 0)::numeric AS package_price
+       COALESCE(pe.model, pc.model, 'unit')::text AS model, COALESCE(pe.unit_price, pc.unit_price, 0)::numeric AS unit_price,
+       COALESCE(pe.tiers, pc.tiers) AS tiers,
+       COALESCE(pe.package_size, pc.package_size, 0)::numeric AS package_size,
+       COALESCE(pe.package_price, pc.package_price, 0)::numeric AS package_price
 FROM l
-LEFT JOIN latest lt ON lt.meter_code = l.meter_code AND lt.currency = l.currency AND lt.price_version = l.price_version
+LEFT JOIN latest lt ON lt.meter_code = l.meter_code AND lt.currency = l.currency AND lt.plan_code = l.plan_code
+                   AND lt.price_version = l.price_version
                    AND lt.dimensions_key = l.dimensions_key AND lt.unpriced = l.unpriced AND l.aggregation = 'latest'
 LEFT JOIN price_evidence pe ON pe.tenant_id = $1 AND pe.meter_code = l.meter_code
                            AND pe.currency = l.currency AND pe.version = l.price_version AND NOT l.unpriced
-ORDER BY l.meter_code, l.currency, l.price_version, l.dimensions_key
+                           AND l.plan_code = ''
+LEFT JOIN plan_charge pc ON pc.code = l.plan_code AND pc.version = l.price_version AND pc.meter_code = l.meter_code
+                        AND pc.dimensions_key = l.dimensions_key AND l.plan_code <> ''
+ORDER BY l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key
 `
 
 type PeriodLinesParams struct {
@@ -837,6 +1090,7 @@ type PeriodLinesParams struct {
 type PeriodLinesRow struct {
 	MeterCode     string
 	Currency      string
+	PlanCode      string
 	PriceVersion  int64
 	DimensionsKey string
 	Dimensions    []byte
@@ -873,6 +1127,7 @@ func (q *Queries) PeriodLines(ctx context.Context, arg PeriodLinesParams) ([]Per
 		if err := rows.Scan(
 			&i.MeterCode,
 			&i.Currency,
+			&i.PlanCode,
 			&i.PriceVersion,
 			&i.DimensionsKey,
 			&i.Dimensions,
@@ -912,6 +1167,71 @@ func (q *Queries) PeriodStatus(ctx context.Context, arg PeriodStatusParams) (str
 	var status string
 	err := row.Scan(&status)
 	return status, err
+}
+
+const planCharges = `-- name: PlanCharges :many
+SELECT pc.code, pc.version, pc.meter_code, pc.dimensions_key, pc.model, pc.unit_price, pc.tiers,
+       COALESCE(pc.package_size, 0)::numeric AS package_size, COALESCE(pc.package_price, 0)::numeric AS package_price
+FROM plan_charge pc
+WHERE (pc.code, pc.version, pc.meter_code, pc.dimensions_key) IN (
+    SELECT unnest($1::text[]), unnest($2::bigint[]), unnest($3::text[]), unnest($4::text[]))
+`
+
+type PlanChargesParams struct {
+	Codes          []string
+	Versions       []int64
+	MeterCodes     []string
+	DimensionsKeys []string
+}
+
+type PlanChargesRow struct {
+	Code          string
+	Version       int64
+	MeterCode     string
+	DimensionsKey string
+	Model         string
+	UnitPrice     decimal.Decimal
+	Tiers         []byte
+	PackageSize   decimal.Decimal
+	PackagePrice  decimal.Decimal
+}
+
+// The pricing of the given charges of plan versions (code, version, meter,
+// dimensions key), for the ChargeRated of charges under the other models
+// than unit.
+func (q *Queries) PlanCharges(ctx context.Context, arg PlanChargesParams) ([]PlanChargesRow, error) {
+	rows, err := q.db.Query(ctx, planCharges,
+		arg.Codes,
+		arg.Versions,
+		arg.MeterCodes,
+		arg.DimensionsKeys,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PlanChargesRow
+	for rows.Next() {
+		var i PlanChargesRow
+		if err := rows.Scan(
+			&i.Code,
+			&i.Version,
+			&i.MeterCode,
+			&i.DimensionsKey,
+			&i.Model,
+			&i.UnitPrice,
+			&i.Tiers,
+			&i.PackageSize,
+			&i.PackagePrice,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const putTenantSettings = `-- name: PutTenantSettings :exec
@@ -1012,13 +1332,21 @@ WITH u AS (
     SELECT u.tenant_id, u.meter_code, u.currency, u.period, u.charge_id, u.event_id, u.usage_event_id, u.usage_id, u.quantity, u.occurred_at, u.late, u.properties, u.source_system, u.source_event_id, u.shard, u.n,
            m.aggregation,
            CASE WHEN m.aggregation = 'unique_count' THEN u.properties ->> m.value_property ELSE '' END AS value,
-           COALESCE(u.occurred_at < ps.known_through, false) AS known,
-           p.version AS price_version, p.unit_price AS price_unit_price, p.model, p.dimensions, p.dimensions_key,
+           COALESCE(u.occurred_at < ps.known_through AND (sub.plan_code IS NULL OR u.occurred_at < pps.known_through),
+                    false) AS known,
+           COALESCE(u.occurred_at < ps.known_through, false) AS tenant_known,
+           COALESCE(p.version, pc.version) AS price_version,
+           CASE WHEN p.version IS NOT NULL THEN p.unit_price ELSE pc.unit_price END AS price_unit_price,
+           CASE WHEN p.version IS NOT NULL THEN p.model ELSE pc.model END AS model,
+           CASE WHEN p.version IS NOT NULL THEN p.dimensions ELSE pc.dimensions END AS dimensions,
+           CASE WHEN p.version IS NOT NULL THEN p.dimensions_key ELSE pc.dimensions_key END AS dimensions_key,
+           CASE WHEN p.version IS NULL AND pc.version IS NOT NULL THEN sub.plan_code ELSE '' END AS plan_code,
            COALESCE((SELECT b.status FROM billing_period b
                      WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
     FROM u
     LEFT JOIN meters m ON m.code = u.meter_code
     LEFT JOIN schedule_shard ps ON ps.shard = u.shard
+    LEFT JOIN schedule_shard pps ON pps.shard = 16 -- events.PlanShard
     LEFT JOIN LATERAL (
         SELECT e.version, e.unit_price, e.model, e.dimensions, e.dimensions_key
         FROM (SELECT DISTINCT ON (pe.dimensions_key)
@@ -1030,8 +1358,31 @@ WITH u AS (
         WHERE e.dimension_count = 0 OR e.dimensions <@ u.properties
         ORDER BY e.dimension_count DESC, e.dimensions_key COLLATE "C"
         LIMIT 1) p ON u.occurred_at < ps.known_through AND m.code IS NOT NULL
+    -- Without a price of its own: the subscription in effect at the
+    -- occurrence (known once the tenant's shard is: a subscription never
+    -- starts or ends at or before it), its plan's version in effect (known
+    -- once the plans' shard is) and that version's most specific charge of
+    -- the meter, in the fact's currency.
+    LEFT JOIN LATERAL (
+        SELECT s.plan_code FROM subscription s
+        WHERE s.tenant_id = u.tenant_id AND s.starts_at <= u.occurred_at
+          AND (s.ends_at IS NULL OR s.ends_at > u.occurred_at)
+        ORDER BY s.starts_at DESC
+        LIMIT 1) sub ON u.occurred_at < ps.known_through AND m.code IS NOT NULL
+    LEFT JOIN LATERAL (
+        SELECT pv.version, pv.currency FROM plan_evidence pv
+        WHERE pv.code = sub.plan_code AND pv.effective_at <= u.occurred_at
+        ORDER BY pv.version DESC
+        LIMIT 1) pv ON sub.plan_code IS NOT NULL AND u.occurred_at < pps.known_through
+    LEFT JOIN LATERAL (
+        SELECT pch.version, pch.unit_price, pch.model, pch.dimensions, pch.dimensions_key
+        FROM plan_charge pch
+        WHERE pch.code = sub.plan_code AND pch.version = pv.version AND pch.meter_code = u.meter_code
+          AND (pch.dimension_count = 0 OR pch.dimensions <@ u.properties)
+        ORDER BY pch.dimension_count DESC, pch.dimensions_key COLLATE "C"
+        LIMIT 1) pc ON p.version IS NULL AND pv.currency = u.currency
 ), c AS (
-    SELECT r.tenant_id, r.meter_code, r.currency, r.period, r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.quantity, r.occurred_at, r.late, r.properties, r.source_system, r.source_event_id, r.shard, r.n, r.aggregation, r.value, r.known, r.price_version, r.price_unit_price, r.model, r.dimensions, r.dimensions_key, r.status,
+    SELECT r.tenant_id, r.meter_code, r.currency, r.period, r.charge_id, r.event_id, r.usage_event_id, r.usage_id, r.quantity, r.occurred_at, r.late, r.properties, r.source_system, r.source_event_id, r.shard, r.n, r.aggregation, r.value, r.known, r.tenant_known, r.price_version, r.price_unit_price, r.model, r.dimensions, r.dimensions_key, r.plan_code, r.status,
            CASE WHEN r.price_version IS NOT NULL AND r.aggregation IN ('sum', 'count') AND r.model = 'unit'
                 THEN r.price_unit_price ELSE 0 END AS unit_price
     FROM r
@@ -1039,24 +1390,25 @@ WITH u AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
                         quantity, unit_price, price_version, amount, period, late, occurred_at, model,
                         aggregation, dimensions, dimensions_key, properties, source_system, source_event_id,
-                        value, unpriced)
+                        value, unpriced, plan_code)
     SELECT c.charge_id, c.event_id, c.usage_event_id, c.usage_id, c.tenant_id, c.meter_code, c.currency,
            c.quantity, c.unit_price, COALESCE(c.price_version, 0),
            (CASE WHEN c.aggregation = 'count' THEN 1 ELSE c.quantity END) * c.unit_price,
            c.period, c.late, c.occurred_at, COALESCE(c.model, 'unit'),
            c.aggregation, COALESCE(c.dimensions, '{}'), COALESCE(c.dimensions_key, ''), c.properties,
-           c.source_system, c.source_event_id, c.value, c.price_version IS NULL
+           c.source_system, c.source_event_id, c.value, c.price_version IS NULL, c.plan_code
     FROM c
     WHERE c.aggregation IS NOT NULL AND c.known AND c.status = 'open'
       AND (c.aggregation <> 'unique_count' OR COALESCE(c.value, '') <> '')
     ORDER BY c.n
 )
 SELECT (c.aggregation IS NOT NULL)::boolean AS defined, COALESCE(c.aggregation, '')::text AS aggregation,
-       COALESCE(c.value, '')::text AS value, c.known::boolean AS known,
+       COALESCE(c.value, '')::text AS value, c.known::boolean AS known, c.tenant_known::boolean AS tenant_known,
        (c.price_version IS NOT NULL)::boolean AS priced,
        COALESCE(c.price_version, 0)::bigint AS price_version, c.unit_price::numeric AS unit_price,
        COALESCE(c.price_unit_price, 0)::numeric AS price_unit_price,
        COALESCE(c.model, 'unit')::text AS model, COALESCE(c.dimensions, '{}')::jsonb AS dimensions,
+       COALESCE(c.dimensions_key, '')::text AS dimensions_key, c.plan_code::text AS plan_code,
        c.status::text AS status
 FROM c ORDER BY c.n
 `
@@ -1084,12 +1436,15 @@ type RateUsagesRow struct {
 	Aggregation    string
 	Value          string
 	Known          bool
+	TenantKnown    bool
 	Priced         bool
 	PriceVersion   int64
 	UnitPrice      decimal.Decimal
 	PriceUnitPrice decimal.Decimal
 	Model          string
 	Dimensions     []byte
+	DimensionsKey  string
+	PlanCode       string
 	Status         string
 }
 
@@ -1141,12 +1496,15 @@ func (q *Queries) RateUsages(ctx context.Context, arg RateUsagesParams) ([]RateU
 			&i.Aggregation,
 			&i.Value,
 			&i.Known,
+			&i.TenantKnown,
 			&i.Priced,
 			&i.PriceVersion,
 			&i.UnitPrice,
 			&i.PriceUnitPrice,
 			&i.Model,
 			&i.Dimensions,
+			&i.DimensionsKey,
+			&i.PlanCode,
 			&i.Status,
 		); err != nil {
 			return nil, err
@@ -1429,6 +1787,49 @@ func (q *Queries) RequestedCloses(ctx context.Context) ([]RequestedClosesRow, er
 			&i.Period,
 			&i.CloseRequestedAt,
 			&i.CloseRequestedBy,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const subscriptionsFrom = `-- name: SubscriptionsFrom :many
+SELECT subscription_id, tenant_id, plan_code, starts_at, ends_at, created_at, actor, ended_by
+FROM subscription
+WHERE tenant_id = $1 AND (ends_at IS NULL OR ends_at > $2::timestamptz)
+ORDER BY starts_at
+`
+
+type SubscriptionsFromParams struct {
+	TenantID string
+	At       time.Time
+}
+
+// The tenant's subscriptions in effect at @at or starting after it, in
+// start order.
+func (q *Queries) SubscriptionsFrom(ctx context.Context, arg SubscriptionsFromParams) ([]Subscription, error) {
+	rows, err := q.db.Query(ctx, subscriptionsFrom, arg.TenantID, arg.At)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Subscription
+	for rows.Next() {
+		var i Subscription
+		if err := rows.Scan(
+			&i.SubscriptionID,
+			&i.TenantID,
+			&i.PlanCode,
+			&i.StartsAt,
+			&i.EndsAt,
+			&i.CreatedAt,
+			&i.Actor,
+			&i.EndedBy,
 		); err != nil {
 			return nil, err
 		}

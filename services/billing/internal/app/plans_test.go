@@ -1,0 +1,163 @@
+package app_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/pricing"
+	"github.com/usagebilling/billing/services/billing/internal/app"
+	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
+	"github.com/usagebilling/billing/services/billing/internal/domain"
+)
+
+// settable is a test clock.
+type settable struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *settable) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *settable) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
+
+func subscribe(t *testing.T, svc *app.App, tenant, plan string, at time.Time) (app.Subscription, error) {
+	t.Helper()
+	var s app.Subscription
+	err := svc.InTx(t.Context(), func(tx pgx.Tx) error {
+		var err error
+		s, err = svc.Subscribe(t.Context(), tx, app.Subscribe{TenantID: tenant, PlanCode: plan, StartsAt: at, Actor: "admin@" + tenant})
+		return err
+	})
+	return s, err
+}
+
+func unitCharge(meter, price string, dims map[string]string) events.PlanCharge {
+	return events.PlanCharge{MeterCode: meter, Dimensions: dims, Pricing: pricing.UnitPricing(decimal.RequireFromString(price))}
+}
+
+// A subscriber's fact is priced, at its occurrence, by its own price for
+// the meter if one is in effect, else by the charge of its plan's version
+// then in effect (the most specific for its properties, in the plan's
+// currency), else unpriced; a fact waits until both the tenant's and the
+// plans' schedules are known through it. Subscriptions are never backdated
+// nor placed inside what raters know, and a plan change ends the current
+// one where the next starts.
+func TestPlanPricesSubscribersWithoutTheirOwnPrice(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPoolConns(t, 4)
+	clock := &settable{t: jan20}
+	svc := app.New(app.Deps{Pool: pool, Clock: clock.now}, app.Config{})
+	ib := bt.NewInbox(t, svc)
+	decide := func(raws ...[]byte) []string { return outcomes(bt.Decide(t, pool, ib, raws...)) }
+	decide(tokens.Raw(t))
+	if events.ScheduleShard("t9") == events.ScheduleShard("t1") {
+		t.Fatal("t1 and t9 share a shard: pick other tenants")
+	}
+
+	if _, err := subscribe(t, svc, "t1", "pro", jan20.Add(time.Hour)); err != nil {
+		wantCode(t, err, domain.CodeUnknownPlan) // no version replicated yet
+	} else {
+		t.Fatal("subscribed to a plan billing holds no version of")
+	}
+	jan22 := jan20.Add(48 * time.Hour)
+	v1 := bt.Plan{Code: "pro", Currency: "USD", Version: 1, EffectiveAt: jan1, KnownThrough: bt.Unknown,
+		Charges: []events.PlanCharge{unitCharge("tokens", "0.002", nil), unitCharge("tokens", "0.01", map[string]string{"model": "big"})}}
+	decide(v1.Raw(t), bt.Watermark{Plans: true, Seq: 1, KnownThrough: jan22}.Raw(t))
+
+	_, err := subscribe(t, svc, "t1", "pro", jan10)
+	wantCode(t, err, domain.CodeBackdated)
+	noon := jan20.Add(12 * time.Hour)
+	sub, err := subscribe(t, svc, "t1", "pro", noon)
+	if err != nil || !sub.StartsAt.Equal(noon) {
+		t.Fatalf("subscribe: %+v, %v", sub, err)
+	}
+	// What raters are told of t1's shard from now on covers the subscription.
+	feb1 := jan1.AddDate(0, 1, 0)
+	decide(bt.Watermark{Tenant: "t1", KnownThrough: feb1}.Raw(t))
+	_, err = subscribe(t, svc, "t1", "basic", jan22)
+	wantCode(t, err, domain.CodeUnknownPlan)
+	decide(bt.Plan{Code: "basic", Currency: "USD", Version: 1, Seq: 2, EffectiveAt: jan1, KnownThrough: bt.Unknown,
+		Charges: []events.PlanCharge{unitCharge("tokens", "0.001", nil)}}.Raw(t))
+	_, err = subscribe(t, svc, "t1", "basic", jan22)
+	wantCode(t, err, domain.CodeSchedulePublished)
+
+	type want struct {
+		plan    string
+		version int64
+		price   string // "" unpriced
+	}
+	cases := []struct {
+		name     string
+		u        bt.Usage
+		want     want
+		deferred bool
+	}{
+		{"before the subscription", fact("t1", "tokens", "USD", "10", jan20.Add(6*time.Hour), nil), want{}, false},
+		{"plan v1 default", fact("t1", "tokens", "USD", "10", jan20.Add(13*time.Hour), nil), want{"pro", 1, "0.002"}, false},
+		{"plan v1 big", fact("t1", "tokens", "USD", "10", jan20.Add(14*time.Hour), map[string]string{"model": "big"}), want{"pro", 1, "0.01"}, false},
+		{"another currency", fact("t1", "tokens", "EUR", "10", jan20.Add(15*time.Hour), nil), want{}, false},
+		{"past the plans' schedule", fact("t1", "tokens", "USD", "10", jan22.Add(time.Hour), nil), want{"pro", 2, ""}, true},
+		{"another tenant", fact("t9", "tokens", "USD", "10", jan20.Add(13*time.Hour), nil), want{}, true},
+	}
+	raws := make([][]byte, len(cases))
+	ids := make([]string, len(cases))
+	for i, c := range cases {
+		env, raw := c.u.Envelope(t)
+		raws[i], ids[i] = raw, env.EventID.String()
+	}
+	got := decide(raws...)
+	for i, c := range cases {
+		if (got[i] != "applied") != c.deferred {
+			t.Fatalf("%s: %s", c.name, got[i])
+		}
+	}
+	// v2 from the 22nd, graduated: the fact past the plans' schedule waited for it.
+	grad := pricing.Pricing{Model: pricing.Graduated, Tiers: []pricing.Tier{
+		{UpTo: ptr(bt.Dec(t, "5")), UnitPrice: bt.Dec(t, "0")}, {UnitPrice: bt.Dec(t, "0.003")}}}
+	v2 := bt.Plan{Code: "pro", Currency: "USD", Version: 2, Seq: 3, EffectiveAt: jan22, KnownThrough: jan22.Add(90 * time.Minute),
+		Charges: []events.PlanCharge{{MeterCode: "tokens", Pricing: grad}}}
+	if got := decide(v2.Raw(t)); len(got) < 2 || got[0] != "applied" || got[1] != "applied" {
+		t.Fatalf("v2 and the fact waiting for it: %v", got)
+	}
+	rated := ratedBy(t, pool)
+	for i, c := range cases[:5] {
+		var ch events.ChargeRated
+		found := false
+		for _, r := range rated {
+			if r.UsageEventID.String() == ids[i] {
+				ch, found = r, true
+			}
+		}
+		if !found {
+			t.Fatalf("%s: no charge", c.name)
+		}
+		switch {
+		case c.want.plan == "" && (!ch.Unpriced || ch.PlanCode != ""):
+			t.Errorf("%s: %s, want unpriced", c.name, bt.JSON(ch))
+		case c.want.plan != "" && (ch.PlanCode != c.want.plan || ch.PriceVersion != c.want.version || ch.Unpriced):
+			t.Errorf("%s: %s, want %s v%d", c.name, bt.JSON(ch), c.want.plan, c.want.version)
+		case c.want.price != "" && !ch.UnitPrice.Equal(bt.Dec(t, c.want.price)):
+			t.Errorf("%s: unit price %s, want %s", c.name, ch.UnitPrice, c.want.price)
+		case c.want.version == 2 && (ch.Pricing == nil || ch.Pricing.Model != pricing.Graduated):
+			t.Errorf("%s: %s, want v2's graduated pricing carried", c.name, bt.JSON(ch))
+		}
+	}
+	// A plan change from the 2nd of February ends pro there.
+	feb2 := feb1.Add(24 * time.Hour)
+	basic, err := subscribe(t, svc, "t1", "basic", feb2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs, err := svc.Subscriptions(t.Context(), "t1", app.SubscriptionPosition{}, 10)
+	if err != nil || len(subs) != 2 || subs[0].EndsAt == nil || !subs[0].EndsAt.Equal(feb2) || subs[1].SubscriptionID != basic.SubscriptionID {
+		t.Fatalf("subscriptions %s (%v), want pro ending where basic starts", bt.JSON(subs), err)
+	}
+	_, err = subscribe(t, svc, "t1", "pro", feb2)
+	wantCode(t, err, domain.CodeSubscriptionOverlap)
+}
+
+func ptr[T any](v T) *T { return &v }

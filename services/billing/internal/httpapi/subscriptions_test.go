@@ -1,0 +1,96 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/usagebilling/billing/pkg/api/billingapi"
+	"github.com/usagebilling/billing/services/billing/internal/app"
+	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
+	"github.com/usagebilling/billing/services/billing/internal/httpapi"
+	"github.com/usagebilling/billing/testkit/apitest"
+)
+
+// Subscriptions over HTTP: refused input writes nothing; subscribe is
+// idempotent; a plan change ends the current subscription where the next
+// starts; the end route; the list pages.
+func TestSubscriptionsOverHTTP(t *testing.T) {
+	pool := bt.NewPool(t)
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	svc := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return now }}, app.Config{})
+	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
+	r := chi.NewRouter()
+	r.Use(signedIn)
+	httpapi.New(svc, nil).SubscriptionRoutes(r)
+	srv := httptest.NewServer(apitest.Handler(t, billingapi.YAML(), r))
+	t.Cleanup(srv.Close)
+	f := &fixture{pool: pool, srv: srv}
+	post := func(path, key, body string) response {
+		return f.do(t, http.MethodPost, path, map[string]string{"Idempotency-Key": key}, body)
+	}
+	const subs = "/v1/tenants/t1/subscriptions"
+	before := f.state(t)
+	for _, tc := range []struct{ body, code string }{
+		{`{"planCode": "pro"}`, "unknown_plan"},
+		{`{}`, "missing_field"},
+		{`{"planCode": "pro", "startsAt": "yesterday"}`, "invalid_field"},
+	} {
+		if got := post(subs, "bad", tc.body).problem(t); got != tc.code {
+			t.Errorf("%s: %s, want %s", tc.body, got, tc.code)
+		}
+	}
+	if after := f.state(t); after != before {
+		t.Fatalf("refused subscriptions changed %s to %s", before, after)
+	}
+	bt.Decide(t, pool, ib, bt.Plan{Code: "pro", Currency: "USD", Version: 1, EffectiveAt: now}.Raw(t),
+		bt.Plan{Code: "basic", Currency: "USD", Version: 1, Seq: 2, EffectiveAt: now}.Raw(t))
+	if got := post(subs, "old", `{"planCode": "pro", "startsAt": "2026-01-09T00:00:00Z"}`).problem(t); got != "backdated" {
+		t.Fatalf("backdated: %s", got)
+	}
+	first := post(subs, "s1", `{"planCode": "pro", "startsAt": "2026-01-11T00:00:00Z"}`)
+	if first.status != http.StatusCreated {
+		t.Fatalf("subscribe: %d %s", first.status, first.body)
+	}
+	if again := post(subs, "s1", `{"planCode": "pro", "startsAt": "2026-01-11T00:00:00Z"}`); again.status != http.StatusCreated ||
+		again.header.Get("Idempotent-Replayed") != "true" || string(again.body) != string(first.body) {
+		t.Fatalf("replay: %d %s", again.status, again.body)
+	}
+	if r := post(subs, "s2", `{"planCode": "basic", "startsAt": "2026-01-17T00:00:00Z"}`); r.status != http.StatusCreated {
+		t.Fatalf("plan change: %d %s", r.status, r.body)
+	}
+	var s app.Subscription
+	if err := json.Unmarshal(first.body, &s); err != nil {
+		t.Fatal(err)
+	}
+	if got := post(subs+"/"+s.SubscriptionID.String()+"/end", "e1", `{"endsAt": "2026-01-20T00:00:00Z"}`).problem(t); got != "subscription_overlap" {
+		t.Fatalf("ending pro past basic's start: %s", got)
+	}
+	list := f.do(t, http.MethodGet, subs+"?limit=1", nil, "")
+	var page struct {
+		Subscriptions []app.Subscription `json:"subscriptions"`
+		Next          string             `json:"next"`
+	}
+	if err := json.Unmarshal(list.body, &page); err != nil || len(page.Subscriptions) != 1 || page.Next == "" ||
+		page.Subscriptions[0].EndsAt == nil || page.Subscriptions[0].EndsAt.Format(time.RFC3339) != "2026-01-17T00:00:00Z" {
+		t.Fatalf("first page: %d %s", list.status, list.body)
+	}
+	last := f.do(t, http.MethodGet, subs+"?limit=1&cursor="+page.Next, nil, "")
+	page.Next = ""
+	if err := json.Unmarshal(last.body, &page); err != nil || len(page.Subscriptions) != 1 || page.Next != "" ||
+		page.Subscriptions[0].PlanCode != "basic" {
+		t.Fatalf("last page: %d %s", last.status, last.body)
+	}
+	basic := page.Subscriptions[0].SubscriptionID.String()
+	if r := post(subs+"/"+basic+"/end", "e2", `{"endsAt": "2026-02-01T00:00:00Z"}`); r.status != http.StatusOK {
+		t.Fatalf("end: %d %s", r.status, r.body)
+	}
+	if got := post(subs+"/"+basic+"/end", "e3", `{"endsAt": "2026-01-16T00:00:00Z"}`).problem(t); got != "ends_before_start" {
+		t.Fatalf("end before start: %s", got)
+	}
+}
