@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -14,15 +13,6 @@ import (
 	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
-
-// settable is a test clock.
-type settable struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *settable) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *settable) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 func subscribe(t *testing.T, svc *app.App, tenant, plan string, at time.Time) (app.Subscription, error) {
 	t.Helper()
@@ -49,8 +39,7 @@ func unitCharge(meter, price string, dims map[string]string) events.PlanCharge {
 func TestPlanPricesSubscribersWithoutTheirOwnPrice(t *testing.T) {
 	t.Parallel()
 	pool := bt.NewPoolConns(t, 4)
-	clock := &settable{t: jan20}
-	svc := app.New(app.Deps{Pool: pool, Clock: clock.now}, app.Config{})
+	svc := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return jan20 }}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	decide := func(raws ...[]byte) []string { return outcomes(bt.Decide(t, pool, ib, raws...)) }
 	decide(tokens.Raw(t))
