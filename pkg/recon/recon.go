@@ -82,6 +82,17 @@ type Price struct {
 	Currency  string          `json:"currency"`
 	Version   int64           `json:"version"`
 	Pricing   pricing.Pricing `json:"pricing"`
+	// PlanCode, for a plan version (PriceID its plan id, MeterCode and
+	// Pricing empty): its Charges price the lines of its subscribers.
+	PlanCode string       `json:"planCode,omitempty"`
+	Charges  []PlanCharge `json:"charges,omitempty"`
+}
+
+// PlanCharge is one charge of a plan version.
+type PlanCharge struct {
+	MeterCode  string            `json:"meterCode"`
+	Dimensions map[string]string `json:"dimensions,omitempty"`
+	Pricing    pricing.Pricing   `json:"pricing"`
 }
 
 // LineTotal is one aggregated line of an invoice as invoice shows it.
@@ -96,6 +107,10 @@ type LineTotal struct {
 	Quantity     decimal.Decimal `json:"quantity"`
 	ChargeCount  int64           `json:"chargeCount"`
 	Amount       decimal.Decimal `json:"amount"`
+	// PlanCode and Dimensions: the line of a plan's charge, which its
+	// pricing is looked up by (Price.Charges); none for a tenant's price.
+	PlanCode   string            `json:"planCode,omitempty"`
+	Dimensions map[string]string `json:"dimensions,omitempty"`
 }
 
 // Correction is a correction note of an issued invoice; OriginEventID is

@@ -244,7 +244,7 @@ type InvoiceLine struct {
 	Dimensions *map[string]string `json:"dimensions,omitempty"`
 	Kind       InvoiceLineKind    `json:"kind"`
 
-	// LineId charge/<meterCode>/<priceVersion>, followed by /<dimensions> for a price with dimensions (name=value pairs in name order, query-escaped, joined by &); unpriced/<meterCode>; adjustment/<originEventId>; rounding
+	// LineId charge/<meterCode>/<priceVersion>, followed by /<key> for a price with dimensions or a plan's charge (name=value pairs in name order, query-escaped, joined by &; a plan's charge adds the pair %40plan=<planCode>, and its priceVersion is the plan's version); unpriced/<meterCode>; adjustment/<originEventId>; rounding
 	LineId string `json:"lineId"`
 
 	// MeterCode charge and unpriced lines
@@ -252,6 +252,12 @@ type InvoiceLine struct {
 
 	// OriginEventId adjustment and rounding lines
 	OriginEventId *Uuid `json:"originEventId,omitempty"`
+
+	// PlanCode a charge line of a subscribed plan's charge; absent for the tenant's own price
+	PlanCode *string `json:"planCode,omitempty"`
+
+	// PlanVersion a charge line of a plan's charge: the plan version that priced it
+	PlanVersion *int64 `json:"planVersion,omitempty"`
 
 	// PriceVersion charge lines
 	PriceVersion *int64 `json:"priceVersion,omitempty"`

@@ -108,7 +108,7 @@ func (a *App) ApplyChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope.D
 		arg.Periods[i], arg.Currencies[i], arg.MeterCodes[i] = p.Period, p.Currency, p.MeterCode
 		arg.PriceVersions[i], arg.UnitPrices[i], arg.Quantities[i] = p.PriceVersion, p.UnitPrice, p.Quantity
 		arg.Amounts[i], arg.NewInvoiceIds[i] = p.Amount, newID
-		arg.Aggregations[i], arg.DimensionsKeys[i], arg.Unpriceds[i] = aggregationOf(p), domain.DimensionsKey(p.Dimensions), p.Unpriced
+		arg.Aggregations[i], arg.DimensionsKeys[i], arg.Unpriceds[i] = aggregationOf(p), domain.LineKey(p.PlanCode, p.Dimensions), p.Unpriced
 		arg.OccurredAts[i], arg.SourceSystems[i], arg.SourceEventIds[i] = p.OccurredAt, p.SourceSystem, p.SourceEventID
 		arg.UniqValues[i] = p.Value
 	}

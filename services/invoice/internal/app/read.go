@@ -48,6 +48,10 @@ type Line struct {
 	Amount        decimal.Decimal
 	OriginEventID *uuid.UUID        // adjustment and rounding lines
 	Dimensions    map[string]string // a charge line of a dimension price
+	// PlanCode and PlanVersion: a charge line of a plan's charge (its
+	// priceVersion is the plan's version too).
+	PlanCode    string
+	PlanVersion int64
 }
 
 // Correction is a correction note issued after the invoice.
@@ -218,15 +222,19 @@ func liveLine(l db.LiveChargeLinesRow) (Line, error) {
 // aggregateLine is a charge or unpriced line.
 func aggregateLine(kind, meterCode string, priceVersion int64, dimensionsKey string, quantity decimal.Decimal,
 	chargeCount int64, amount decimal.Decimal) (Line, error) {
-	dims, err := domain.ParseDimensionsKey(dimensionsKey)
+	plan, dims, err := domain.ParseDimensionsKey(dimensionsKey)
 	if err != nil {
 		return Line{}, err
 	}
-	return Line{
+	l := Line{
 		LineID: domain.LineID(meterCode, priceVersion, dimensionsKey, kind == domain.KindUnpriced), Kind: kind,
 		MeterCode: meterCode, PriceVersion: priceVersion, Quantity: &quantity, ChargeCount: chargeCount,
-		Amount: amount, Dimensions: dims,
-	}, nil
+		Amount: amount, Dimensions: dims, PlanCode: plan,
+	}
+	if plan != "" {
+		l.PlanVersion = priceVersion
+	}
+	return l, nil
 }
 
 // storedLine is a stored line: an issued invoice's charge or unpriced line,

@@ -15,38 +15,59 @@ import (
 // effect (DESIGN.md section 3a): amount 0, price version 0.
 const KindUnpriced = "unpriced"
 
-// DimensionsKey is the canonical, reversible key of a price's dimension set,
-// part of a line's identity: the names in order, each name=value with the
-// value query-escaped, joined by & ("" for none). catalog.Key is canonical
-// too but joins with NUL, which a PostgreSQL text column cannot hold.
-func DimensionsKey(dims map[string]string) string {
-	if len(dims) == 0 {
+// DimensionsKey is the canonical, reversible key of a price's identity
+// within its meter and version, part of a line's identity: its dimension
+// set and, for a plan's charge, the plan (under the name planKeyName, which
+// no dimension can have: catalog keys hold no "@"). The names in order,
+// each name=value with the value query-escaped, joined by & ("" for a
+// tenant's own price without dimensions). catalog.Key is canonical too but
+// joins with NUL, which a PostgreSQL text column cannot hold.
+func DimensionsKey(dims map[string]string) string { return LineKey("", dims) }
+
+// planKeyName holds the plan of a plan charge's line in its key.
+const planKeyName = "@plan"
+
+// LineKey is DimensionsKey of a price of plan planCode ("" for the
+// tenant's own) with the dimensions dims.
+func LineKey(planCode string, dims map[string]string) string {
+	if len(dims) == 0 && planCode == "" {
 		return ""
 	}
-	v := make(url.Values, len(dims))
+	v := make(url.Values, len(dims)+1)
 	for k, x := range dims {
 		v.Set(k, x)
+	}
+	if planCode != "" {
+		v.Set(planKeyName, planCode)
 	}
 	return v.Encode() // sorted by name
 }
 
-// ParseDimensionsKey is the dimension set of a DimensionsKey (nil for "").
-func ParseDimensionsKey(key string) (map[string]string, error) {
+// ParseDimensionsKey is the plan ("" for a tenant's own price) and the
+// dimension set (nil for none) of a DimensionsKey.
+func ParseDimensionsKey(key string) (plan string, dims map[string]string, err error) {
 	if key == "" {
-		return nil, nil
+		return "", nil, nil
 	}
 	v, err := url.ParseQuery(key)
 	if err != nil {
-		return nil, fmt.Errorf("dimensions key %q: %w", key, err)
+		return "", nil, fmt.Errorf("dimensions key %q: %w", key, err)
 	}
 	out := make(map[string]string, len(v))
 	for k, xs := range v {
 		if len(xs) != 1 {
-			return nil, fmt.Errorf("dimensions key %q: %d values of %q", key, len(xs), k)
+			return "", nil, fmt.Errorf("dimensions key %q: %d values of %q", key, len(xs), k)
+		}
+		if k == planKeyName {
+			plan = xs[0]
+			continue
 		}
 		out[k] = xs[0]
 	}
-	return out, nil
+	if len(out) == 0 {
+		out = nil
+	}
+	return plan, out, nil
 }
 
 // LineID is the id of the line of a meter's charges:

@@ -19,9 +19,15 @@ func TestDimensionsKey(t *testing.T) {
 		{"model": "a&b=c/d %", "z.y-x_1": "ü 東京"},
 	} {
 		key := DimensionsKey(dims)
-		back, err := ParseDimensionsKey(key)
-		if err != nil || !maps.Equal(back, dims) || (len(dims) == 0) != (key == "") {
-			t.Fatalf("DimensionsKey(%v) = %q, back %v, %v", dims, key, back, err)
+		plan, back, err := ParseDimensionsKey(key)
+		if err != nil || plan != "" || !maps.Equal(back, dims) || (len(dims) == 0) != (key == "") {
+			t.Fatalf("DimensionsKey(%v) = %q, back %q %v, %v", dims, key, plan, back, err)
+		}
+		// A plan's charge of the same dimensions is another line.
+		pkey := LineKey("pro", dims)
+		plan, back, err = ParseDimensionsKey(pkey)
+		if err != nil || plan != "pro" || !maps.Equal(back, dims) || pkey == key {
+			t.Fatalf("LineKey(pro, %v) = %q, back %q %v, %v", dims, pkey, plan, back, err)
 		}
 	}
 	if got := DimensionsKey(map[string]string{"region": "eu", "model": "gpt-4"}); got != "model=gpt-4&region=eu" {

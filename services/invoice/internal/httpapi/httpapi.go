@@ -66,6 +66,8 @@ type lineJSON struct {
 	Amount        decimal.Decimal   `json:"amount"`
 	OriginEventID *uuid.UUID        `json:"originEventId,omitempty"`
 	Dimensions    map[string]string `json:"dimensions,omitempty"`
+	PlanCode      string            `json:"planCode,omitempty"`
+	PlanVersion   int64             `json:"planVersion,omitempty"`
 }
 
 type correctionJSON struct {

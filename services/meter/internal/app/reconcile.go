@@ -1,10 +1,13 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
+	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/recon"
 	"github.com/usagebilling/billing/services/meter/internal/db"
@@ -33,5 +36,23 @@ func (a *App) reconciliationPrices(ctx context.Context, q recon.Query) ([]recon.
 		}
 		out[i] = recon.Price{PriceID: r.PriceID, MeterCode: r.MeterCode, Currency: r.Currency, Version: r.Version, Pricing: p}
 	}
-	return out, nil
+	// And the plan versions (any tenant may be subscribed to any), merged
+	// into the one price id order.
+	plans, err := db.New(a.pool).ReconciliationPlans(ctx, db.ReconciliationPlansParams{After: q.After.Key, MaxRows: int32(q.Limit)})
+	if err != nil {
+		return nil, fmt.Errorf("read plan versions: %w", err)
+	}
+	for _, r := range plans {
+		var cs []events.PlanCharge
+		if err := json.Unmarshal(r.Charges, &cs); err != nil {
+			return nil, fmt.Errorf("decode charges of plan %s v%d: %w", r.Code, r.Version, err)
+		}
+		p := recon.Price{PriceID: r.PlanID, PlanCode: r.Code, Currency: r.Currency, Version: r.Version}
+		for _, c := range cs {
+			p.Charges = append(p.Charges, recon.PlanCharge{MeterCode: c.MeterCode, Dimensions: c.Dimensions, Pricing: c.Pricing})
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b recon.Price) int { return bytes.Compare(a.PriceID[:], b.PriceID[:]) })
+	return out[:min(len(out), q.Limit)], nil
 }

@@ -190,3 +190,12 @@ FROM plan_version
 WHERE code = @code AND version > @after_version::bigint
 ORDER BY version
 LIMIT @max_rows;
+
+-- name: ReconciliationPlans :many
+-- A page of plan versions in plan id order after a position: the pricing
+-- a subscriber's plan lines are held to. Few: a catalog's plans.
+SELECT plan_id, code, version, currency, charges
+FROM plan_version
+WHERE plan_id > @after
+ORDER BY plan_id
+LIMIT @max_rows;

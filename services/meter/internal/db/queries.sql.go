@@ -796,6 +796,55 @@ func (q *Queries) RaiseShardsKnownThrough(ctx context.Context, arg RaiseShardsKn
 	return err
 }
 
+const reconciliationPlans = `-- name: ReconciliationPlans :many
+SELECT plan_id, code, version, currency, charges
+FROM plan_version
+WHERE plan_id > $1
+ORDER BY plan_id
+LIMIT $2
+`
+
+type ReconciliationPlansParams struct {
+	After   uuid.UUID
+	MaxRows int32
+}
+
+type ReconciliationPlansRow struct {
+	PlanID   uuid.UUID
+	Code     string
+	Version  int64
+	Currency string
+	Charges  []byte
+}
+
+// A page of plan versions in plan id order after a position: the pricing
+// a subscriber's plan lines are held to. Few: a catalog's plans.
+func (q *Queries) ReconciliationPlans(ctx context.Context, arg ReconciliationPlansParams) ([]ReconciliationPlansRow, error) {
+	rows, err := q.db.Query(ctx, reconciliationPlans, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconciliationPlansRow
+	for rows.Next() {
+		var i ReconciliationPlansRow
+		if err := rows.Scan(
+			&i.PlanID,
+			&i.Code,
+			&i.Version,
+			&i.Currency,
+			&i.Charges,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const reconciliationPrices = `-- name: ReconciliationPrices :many
 SELECT price_id, meter_code, currency, version, model, unit_price, tiers, package_size, package_price
 FROM price

@@ -194,10 +194,12 @@ func (c ChargeObservation) Pos() recon.Position {
 	return recon.Position{Key: c.UsageEventID, ID: c.EventID}
 }
 
-// priceKey names a price version.
+// priceKey names a price version of the tenant, or (plan set) the charge
+// of a plan version for a meter and dimension set (catalog.Key).
 type priceKey struct {
 	meter, currency string
 	version         int64
+	plan, dims      string
 }
 
 type reconciler struct {
@@ -256,7 +258,14 @@ func (r *reconciler) readPrices(ctx context.Context, prices *recon.Stream[recon.
 		if err != nil || !ok {
 			return err
 		}
-		r.prices[priceKey{p.MeterCode, p.Currency, p.Version}] = p.Pricing
+		if p.PlanCode == "" {
+			r.prices[priceKey{meter: p.MeterCode, currency: p.Currency, version: p.Version}] = p.Pricing
+			continue
+		}
+		for _, c := range p.Charges {
+			r.prices[priceKey{meter: c.MeterCode, currency: p.Currency, version: p.Version, plan: p.PlanCode,
+				dims: catalog.Key(c.Dimensions)}] = c.Pricing
+		}
 	}
 }
 
@@ -547,7 +556,11 @@ func (r *reconciler) checkLine(t recon.LineTotal) {
 		wantAmount = decimal.Zero
 	}
 	if t.Kind == "charge" {
-		p, ok := r.prices[priceKey{t.MeterCode, t.Currency, t.PriceVersion}]
+		key := priceKey{meter: t.MeterCode, currency: t.Currency, version: t.PriceVersion}
+		if t.PlanCode != "" {
+			key.plan, key.dims = t.PlanCode, catalog.Key(t.Dimensions)
+		}
+		p, ok := r.prices[key]
 		if !ok {
 			r.add(MismatchLineTotal, t.InvoiceID, "line %s: meter holds no %s %s version %d", t.LineID, t.MeterCode, t.Currency, t.PriceVersion)
 			return
