@@ -125,12 +125,31 @@ func Summarize(tenantID string, totals []Total, lastEventAt *time.Time) Summary 
 // ChargeLine names a charge line priced as a whole: what an invoice (and
 // billing's estimate) prices as a whole — a version under a model other than
 // unit (decision 0012), or any version of a max, latest or unique_count
-// meter. The line is (meter, price version, price dimensions) in the tenant's
-// period and currency.
+// meter. The line is (meter, price version, price dimensions, plan) in the
+// tenant's period and currency: a plan's charge and the tenant's own price
+// of the same version number and dimensions are two lines.
 type ChargeLine struct {
 	TenantID, Period, Currency, MeterCode string
 	PriceVersion                          int64
-	DimensionsKey                         string // catalog.Key of the price's dimensions
+	DimensionsKey                         string // LineDimensionsKey of the price
+}
+
+// planKeyName holds a plan charge's plan in its line's DimensionsKey; no
+// dimension name holds "@".
+const planKeyName = "@plan"
+
+// LineDimensionsKey is catalog.Key of a price's dimensions, with the plan
+// of a plan's charge ("" for the tenant's own price) as one more pair.
+func LineDimensionsKey(planCode string, dims map[string]string) string {
+	if planCode == "" {
+		return catalog.Key(dims)
+	}
+	withPlan := make(map[string]string, len(dims)+1)
+	for k, v := range dims {
+		withPlan[k] = v
+	}
+	withPlan[planKeyName] = planCode
+	return catalog.Key(withPlan)
 }
 
 // LinePriced returns the line of a charge priced by its line and the line's
@@ -144,7 +163,7 @@ func LinePriced(tenantID string, c events.ChargeRated) (ChargeLine, pricing.Pric
 		return ChargeLine{}, pricing.Pricing{}, false
 	}
 	return ChargeLine{TenantID: tenantID, Period: c.Period, Currency: c.Currency, MeterCode: c.MeterCode,
-		PriceVersion: c.PriceVersion, DimensionsKey: catalog.Key(c.Dimensions)}, *c.Pricing, true
+		PriceVersion: c.PriceVersion, DimensionsKey: LineDimensionsKey(c.PlanCode, c.Dimensions)}, *c.Pricing, true
 }
 
 // LineDelta is what a charge of quantity q adds to the price of its line

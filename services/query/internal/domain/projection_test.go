@@ -113,3 +113,24 @@ func TestLineDeltasSumToTheLinesPrice(t *testing.T) {
 		}
 	}
 }
+
+// A plan's charge and the tenant's own price of the same meter, version
+// number and dimensions are priced as two lines.
+func TestLinePricedSeparatesPlanCharges(t *testing.T) {
+	tiered := pricing.Pricing{Model: pricing.Graduated, Tiers: []pricing.Tier{{UpTo: nil, UnitPrice: d("0.5")}}}
+	own := events.ChargeRated{MeterCode: "seats", Currency: "USD", Period: "2026-11", PriceVersion: 1,
+		Aggregation: "max", Pricing: &tiered, Dimensions: map[string]string{"region": "eu"}}
+	plan := own
+	plan.PlanCode = "pro"
+	a, _, okA := LinePriced("t1", own)
+	b, _, okB := LinePriced("t1", plan)
+	if !okA || !okB {
+		t.Fatalf("both are priced by their line: %v %v", okA, okB)
+	}
+	if a == b {
+		t.Fatalf("one line for the tenant's price and the plan's charge: %+v", a)
+	}
+	if a.DimensionsKey != "region=eu" {
+		t.Fatalf("the tenant's own line key is catalog.Key of its dimensions, got %q", a.DimensionsKey)
+	}
+}
