@@ -26,6 +26,7 @@ type chargeDoc struct {
 	Dimensions   map[string]string `json:"dimensions"`
 	Properties   map[string]string `json:"properties"`
 	Unpriced     bool              `json:"unpriced"`
+	PlanCode     string            `json:"planCode"`
 }
 
 func (r *runner) charges(ctx context.Context, t *Tenant, p string) ([]chargeDoc, error) {
@@ -137,6 +138,9 @@ func (r *runner) checkCharge(t *Tenant, f *Fact, c chargeDoc) error {
 	if dimsKey(c.Dimensions) != dimsKey(f.Dims) {
 		diffs = append(diffs, fmt.Sprintf("dimensions %v, want %v", c.Dimensions, f.Dims))
 	}
+	if c.PlanCode != f.Plan {
+		diffs = append(diffs, fmt.Sprintf("plan %q, want %q", c.PlanCode, f.Plan))
+	}
 	if !sameProps(c.Properties, f.Props) {
 		diffs = append(diffs, fmt.Sprintf("properties %v, want %v", c.Properties, f.Props))
 	}
@@ -149,8 +153,8 @@ func (r *runner) checkCharge(t *Tenant, f *Fact, c chargeDoc) error {
 		if c.Amount != nil && !c.Amount.IsZero() {
 			diffs = append(diffs, fmt.Sprintf("amount %v of an unpriced charge", c.Amount))
 		}
-	case t.Series[f.Meter].version(f.Version).Pricing.Model == Unit && (agg == "" || agg == "sum" || agg == "count"):
-		price := t.Series[f.Meter].version(f.Version).Pricing.UnitPrice
+	case t.pricing(lineKey{f.Meter, f.Version, dimsKey(f.Dims), f.Plan}).Model == Unit && (agg == "" || agg == "sum" || agg == "count"):
+		price := t.pricing(lineKey{f.Meter, f.Version, dimsKey(f.Dims), f.Plan}).UnitPrice
 		want := f.Qty.Mul(price)
 		if agg == "count" {
 			want = price // a count charge counts one
@@ -255,6 +259,8 @@ type invoiceDoc struct {
 		Amount        decimal.Decimal   `json:"amount"`
 		OriginEventID string            `json:"originEventId"`
 		Dimensions    map[string]string `json:"dimensions"`
+		PlanCode      string            `json:"planCode"`
+		PlanVersion   int64             `json:"planVersion"`
 	} `json:"lines"`
 	Subtotal    decimal.Decimal  `json:"subtotal"`
 	Total       *decimal.Decimal `json:"total"`
@@ -388,8 +394,11 @@ func compareLines(t *Tenant, g invoiceDoc, w *ExpInvoice, issued bool) []string 
 				case l.Kind == "charge" && l.PriceVersion == nil:
 					diffs = append(diffs, "a charge line without price version")
 					continue
+				case l.Kind == "charge" && l.PlanCode != "" && l.PlanVersion != *l.PriceVersion:
+					diffs = append(diffs, fmt.Sprintf("a line of plan %s with planVersion %d and priceVersion %d", l.PlanCode, l.PlanVersion, *l.PriceVersion))
+					continue
 				case l.Kind == "charge":
-					k.Version, k.Dims = *l.PriceVersion, dimsKey(l.Dimensions)
+					k.Version, k.Dims, k.Plan = *l.PriceVersion, dimsKey(l.Dimensions), l.PlanCode
 				}
 				wl := w.Charge[k]
 				if wl == nil {
@@ -400,7 +409,7 @@ func compareLines(t *Tenant, g invoiceDoc, w *ExpInvoice, issued bool) []string 
 				if !l.Quantity.Equal(wl.Qty) || l.ChargeCount != wl.Count || !l.Amount.Equal(wl.Amount) {
 					pricing := "unpriced"
 					if k.Version > 0 {
-						pricing = t.Series[k.Meter].version(k.Version).Pricing.String()
+						pricing = t.pricing(k).String()
 					}
 					diffs = append(diffs, fmt.Sprintf("line %s (%s, %s): quantity %s count %d amount %s, want %s %d %s", k,
 						pricing, aggName(k.Meter), l.Quantity, l.ChargeCount, l.Amount, wl.Qty, wl.Count, wl.Amount))

@@ -137,6 +137,7 @@ type Fact struct {
 	Period        string            // the period it is rated into
 	Version       int64             // 0: unpriced
 	Dims          map[string]string // of the version that rated it
+	Plan          string            // the plan whose charge rated it ("" its own price)
 	Late          bool
 	ChargeID      string // known once billing listed it
 }
@@ -188,6 +189,8 @@ type Tenant struct {
 	NextNumber  int64
 	Dirty       bool      // facts accepted since billing last listed them all
 	Settings    []Setting // by From, ascending; before the first: UTC, one hour of grace
+	Subs        []*Subscription
+	plans       map[string]*Plan // the run's, by code
 	nextEventID int
 }
 
@@ -202,9 +205,9 @@ type Setting struct {
 // defaultSetting: UTC and one hour of grace.
 var defaultSetting = Setting{Zone: time.UTC, Grace: time.Hour}
 
-func newTenant(id string, now time.Time) *Tenant {
+func newTenant(id string, now time.Time, plans map[string]*Plan) *Tenant {
 	return &Tenant{ID: id, Created: now, Series: map[string]*Series{}, byIdentity: map[string]*Fact{},
-		Periods: map[string]*Period{}, NextNumber: 1}
+		Periods: map[string]*Period{}, NextNumber: 1, plans: plans}
 }
 
 // setting of period p: the latest whose From is at or before p.
@@ -303,11 +306,13 @@ func (t *Tenant) earliestOpen() string {
 }
 
 // lineKey is an invoice line of charges: one per (meter, price version,
-// the version's dimensions); Version 0 is the meter's unpriced line.
+// the version's dimensions, plan); Version 0 is the meter's unpriced line.
+// A plan's charge is its own line, its version the plan's.
 type lineKey struct {
 	Meter   string
 	Version int64
 	Dims    string // dimsKey
+	Plan    string // "" for the tenant's own price
 }
 
 type line struct {
@@ -328,7 +333,7 @@ func (t *Tenant) lines(p, c string, include func(*Fact) bool) map[lineKey]*line 
 		if f.Period != p || f.Currency != c || (include != nil && !include(f)) {
 			continue
 		}
-		k := lineKey{f.Meter, f.Version, dimsKey(f.Dims)}
+		k := lineKey{f.Meter, f.Version, dimsKey(f.Dims), f.Plan}
 		l := out[k]
 		if l == nil {
 			l = &line{}
@@ -342,7 +347,7 @@ func (t *Tenant) lines(p, c string, include func(*Fact) bool) map[lineKey]*line 
 		if k.Version == 0 {
 			continue
 		}
-		pr := t.Series[k.Meter].version(k.Version).Pricing
+		pr := t.pricing(k)
 		l.Amount = pr.Amount(l.Qty)
 		l.Floor = pr.Floor(l.Qty)
 		if meterDef(k.Meter).Agg == "latest" {
@@ -532,6 +537,9 @@ func sortedKeys[V any](m map[string]V) []string {
 func (k lineKey) String() string {
 	if k.Version == 0 {
 		return k.Meter + " unpriced"
+	}
+	if k.Plan != "" {
+		return fmt.Sprintf("%s plan %s v%d {%s}", k.Meter, k.Plan, k.Version, k.Dims)
 	}
 	if k.Dims != "" {
 		return fmt.Sprintf("%s v%d {%s}", k.Meter, k.Version, k.Dims)

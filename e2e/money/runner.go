@@ -86,8 +86,11 @@ type Stats struct {
 	ByAggregation                             map[string]int
 	Unpriced, DimPriced, DimPrices, Ambiguous int
 	// NoSeries counts the accepted facts of a meter the tenant had no
-	// price for at all (unpriced, decision 0019).
+	// price of its own for (unpriced, decision 0019, unless a plan prices it).
 	NoSeries int
+	// Plans: versions published (or refused), subscriptions asked for, and
+	// accepted facts priced by a plan's charge (decision 0021).
+	PlanVersions, Subscriptions, PlanPriced int
 }
 
 func (s Stats) String() string {
@@ -96,8 +99,10 @@ func (s Stats) String() string {
 		"%d clock moves, %d automatic closes, %d draft invoice comparisons, %d issued invoice comparisons, %d checks, %d settles",
 		s.Ops, s.Facts, s.Accepted, s.Late, s.Refused, s.Replays, s.Conflicts, s.Prices, s.Adjustments, s.CreditsRefused,
 		s.Corrections, s.Closes, s.Settings, s.Advances, s.AutoCloses, s.Drafts, s.Invoices, s.Checks, s.Settles) +
-		fmt.Sprintf("; catalog: accepted facts by aggregation %v, %d unpriced (%d of a meter the tenant has no price for), %d priced by a dimension price; %d dimension prices activated, %d refused ambiguous_price",
-			s.ByAggregation, s.Unpriced, s.NoSeries, s.DimPriced, s.DimPrices, s.Ambiguous)
+		fmt.Sprintf("; catalog: accepted facts by aggregation %v, %d unpriced (%d of a meter the tenant has no price of its own for), %d priced by a dimension price; %d dimension prices activated, %d refused ambiguous_price",
+			s.ByAggregation, s.Unpriced, s.NoSeries, s.DimPriced, s.DimPrices, s.Ambiguous) +
+		fmt.Sprintf("; plans: %d versions published or refused, %d subscriptions asked, %d facts priced by a plan's charge",
+			s.PlanVersions, s.Subscriptions, s.PlanPriced)
 }
 
 type runner struct {
@@ -110,6 +115,7 @@ type runner struct {
 	rng     *rand.Rand
 	stats   Stats
 	counter int
+	plans   map[string]*Plan // published by the run, by code
 }
 
 type mismatch struct{ kind, msg string }
@@ -130,7 +136,7 @@ func Run(ctx context.Context, cfg Config, ops []Op) (Stats, *Failure, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	r := &runner{cfg: cfg, c: newClient(cfg.URLs)}
+	r := &runner{cfg: cfg, c: newClient(cfg.URLs), plans: map[string]*Plan{}}
 	began := time.Now()
 	handle := func(i int, err error) (*Failure, error) {
 		var m *mismatch
@@ -194,6 +200,8 @@ func (r *runner) exec(ctx context.Context, op Op) error {
 		return r.newTenant(ctx)
 	case OpAdvance:
 		return r.advance(ctx)
+	case OpPlan:
+		return r.publishPlan(ctx)
 	}
 	t := r.pickTenant()
 	if t == nil {
@@ -224,6 +232,8 @@ func (r *runner) exec(ctx context.Context, op Op) error {
 		return r.close(ctx)
 	case OpSettings:
 		return r.settings(ctx, t)
+	case OpSubscribe:
+		return r.subscribe(ctx, t)
 	}
 	return fmt.Errorf("unknown op %v", op.Kind)
 }
@@ -248,7 +258,7 @@ func instant(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) 
 
 func (r *runner) newTenant(ctx context.Context) error {
 	r.counter++
-	t := newTenant(fmt.Sprintf("%s-%d", r.cfg.Prefix, len(r.tenants)+1), r.now())
+	t := newTenant(fmt.Sprintf("%s-%d", r.cfg.Prefix, len(r.tenants)+1), r.now(), r.plans)
 	r.tenants = append(r.tenants, t)
 	r.active = append(r.active, t)
 	if len(r.active) > 2 { // the oldest retires: a last check
@@ -515,10 +525,14 @@ func (r *runner) newFact(t *Tenant, toBound bool) (*Fact, *Series, string) {
 	var meter string
 	var s *Series
 	priced := sortedKeys(t.Series)
+	anyMeter := 3
+	if len(t.Subs) > 0 {
+		anyMeter = 14 // a subscriber's plan may price a meter it has no price of its own for
+	}
 	switch x := r.rng.IntN(40); {
 	case x == 0:
 		meter = ghostMeter
-	case x < 3 || len(priced) == 0: // any meter, perhaps one this tenant never priced
+	case x < anyMeter || len(priced) == 0: // any meter, perhaps one this tenant never priced
 		m := meters[r.rng.IntN(len(meters))]
 		meter, s = m.Code, t.Series[m.Code]
 	default:
@@ -549,7 +563,7 @@ func (r *runner) newFact(t *Tenant, toBound bool) (*Fact, *Series, string) {
 			p, _ := t.target(f.At)
 			q := decimal.Zero
 			for _, g := range t.Facts {
-				if g.Period == p && g.Meter == meter && g.Version == v.N && dimsKey(g.Dims) == dimsKey(v.Dims) {
+				if g.Period == p && g.Meter == meter && g.Plan == "" && g.Version == v.N && dimsKey(g.Dims) == dimsKey(v.Dims) {
 					q = q.Add(g.Qty)
 				}
 			}
@@ -614,11 +628,10 @@ type usageAnswer struct {
 // accept records a fact the service accepted, with the charge it must get.
 func (r *runner) accept(t *Tenant, f *Fact, s *Series, got usageAnswer) {
 	f.UsageID, f.EventID = got.UsageID, got.EventID
-	if s == nil { // without any price for the meter: unpriced
+	if s == nil { // without any price of its own for the meter
 		r.stats.NoSeries++
-	} else if v := s.inEffect(f.At, f.Props); v != nil {
-		f.Version, f.Dims = v.N, v.Dims
 	}
+	t.rate(f, s)
 	if r.stats.ByAggregation == nil {
 		r.stats.ByAggregation = map[string]int{}
 	}
@@ -626,6 +639,8 @@ func (r *runner) accept(t *Tenant, f *Fact, s *Series, got usageAnswer) {
 	switch {
 	case f.Version == 0:
 		r.stats.Unpriced++
+	case f.Plan != "":
+		r.stats.PlanPriced++
 	case len(f.Dims) > 0:
 		r.stats.DimPriced++
 	}

@@ -1,0 +1,416 @@
+package money
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Plan is a catalog plan as meter answered its versions (DESIGN.md section
+// 3a, decision 0021): one currency, versions in version order, each with
+// its charges over catalog meters. Plans belong to the run (their codes
+// start with its prefix), not to a tenant.
+type Plan struct {
+	Code, Currency string
+	Versions       []PlanVersion
+}
+
+// PlanVersion is one published version of a plan.
+type PlanVersion struct {
+	N       int64
+	Eff     time.Time
+	Charges []PlanCharge
+}
+
+// PlanCharge is a plan version's price of a meter for the facts whose
+// properties equal Dims (none: every fact of the meter).
+type PlanCharge struct {
+	Meter   string
+	Dims    map[string]string
+	Pricing Pricing
+}
+
+// inEffect is the plan's version in effect at t: the highest whose
+// effectiveAt is at or before t (versions take effect in version order);
+// nil before the first.
+func (p *Plan) inEffect(t time.Time) *PlanVersion {
+	var best *PlanVersion
+	for i := range p.Versions {
+		if v := &p.Versions[i]; !v.Eff.After(t) && (best == nil || v.N > best.N) {
+			best = v
+		}
+	}
+	return best
+}
+
+func (p *Plan) version(n int64) *PlanVersion {
+	for i := range p.Versions {
+		if p.Versions[i].N == n {
+			return &p.Versions[i]
+		}
+	}
+	return nil
+}
+
+// charge is the version's charge of meter that prices a fact with props:
+// the most specific whose values all equal its properties (ties: the
+// smaller dimension key; a version never holds two that could tie); nil
+// for none.
+func (v *PlanVersion) charge(meter string, props map[string]string) *PlanCharge {
+	var best *PlanCharge
+	for i := range v.Charges {
+		c := &v.Charges[i]
+		if c.Meter != meter || !dimsMatch(c.Dims, props) {
+			continue
+		}
+		if best == nil || len(c.Dims) > len(best.Dims) ||
+			(len(c.Dims) == len(best.Dims) && dimsKey(c.Dims) < dimsKey(best.Dims)) {
+			best = c
+		}
+	}
+	return best
+}
+
+// chargeOf is the version's charge of meter whose dimensions have the
+// dimsKey dims.
+func (v *PlanVersion) chargeOf(meter, dims string) *PlanCharge {
+	for i := range v.Charges {
+		if c := &v.Charges[i]; c.Meter == meter && dimsKey(c.Dims) == dims {
+			return c
+		}
+	}
+	return nil
+}
+
+// Subscription is a tenant's subscription to a plan from Start until End
+// (zero: open).
+type Subscription struct {
+	ID, Plan   string
+	Start, End time.Time
+}
+
+func (s *Subscription) holds(t time.Time) bool {
+	return !s.Start.After(t) && (s.End.IsZero() || s.End.After(t))
+}
+
+// subscriptionAt is the tenant's subscription in effect at t (the latest
+// started: a plan change ends the one before where the next starts, so at
+// most one holds); nil for none.
+func (t *Tenant) subscriptionAt(at time.Time) *Subscription {
+	var best *Subscription
+	for _, s := range t.Subs {
+		if !s.holds(at) {
+			continue
+		}
+		earlier := best != nil && s.Start.Before(best.Start)
+		if mutation == "change-keeps-old" { // a deliberately wrong model: a plan change leaves the old plan pricing
+			earlier = !earlier
+		}
+		if best == nil || !earlier {
+			best = s
+		}
+	}
+	return best
+}
+
+// rate decides what prices fact f (section 3a): the tenant's own price
+// entry in effect at its occurrence for its properties, else the charge of
+// the plan of the subscription then in effect, in that plan's version then
+// in effect, when the plan is in the fact's currency; else unpriced.
+func (t *Tenant) rate(f *Fact, s *Series) {
+	own := func() bool {
+		if s == nil {
+			return false
+		}
+		v := s.inEffect(f.At, f.Props)
+		if v == nil {
+			return false
+		}
+		f.Version, f.Dims, f.Plan = v.N, v.Dims, ""
+		return true
+	}
+	plan := func() bool {
+		sub := t.subscriptionAt(f.At)
+		if sub == nil {
+			return false
+		}
+		p := t.plans[sub.Plan]
+		if p.Currency != f.Currency {
+			return false
+		}
+		v := p.inEffect(f.At)
+		if v == nil {
+			return false
+		}
+		c := v.charge(f.Meter, f.Props)
+		if c == nil {
+			return false
+		}
+		f.Version, f.Dims, f.Plan = v.N, c.Dims, p.Code
+		return true
+	}
+	if mutation == "plan-over-own" { // a deliberately wrong model: the plan's charge wins over the tenant's own price
+		_ = plan() || own()
+		return
+	}
+	_ = own() || plan()
+}
+
+// pricing is the pricing of a line's price: the tenant's own version, or
+// the plan version's charge of the line's meter and dimensions.
+func (t *Tenant) pricing(k lineKey) Pricing {
+	if k.Plan == "" {
+		return t.Series[k.Meter].version(k.Version).Pricing
+	}
+	v := t.plans[k.Plan].version(k.Version)
+	c := v.chargeOf(k.Meter, k.Dims)
+	if c == nil {
+		panic(fmt.Sprintf("%s: plan %s v%d holds no charge of %s {%s}", t.ID, k.Plan, k.Version, k.Meter, k.Dims))
+	}
+	return c.Pricing
+}
+
+// ---- operations ----
+
+// planMeters are the catalog meters a plan in currency c may charge for:
+// those the test bills in c.
+func planMeters(c string) []meterDefinition {
+	var out []meterDefinition
+	for _, m := range meters {
+		if m.Catalog && m.Currency == c {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// planCurrencies are the currencies plans are published in.
+var planCurrencies = []string{"USD", "USD", "EUR", "KRW"}
+
+// randomCharges picks a version's charges in currency c: some of the
+// currency's meters, each with a charge for every fact or not, and for a
+// meter with dimensions up to two charges of distinct values of its first
+// dimension (never two that could price the same fact equally: a plan
+// with such is refused ambiguous_price, which the catalog tests cover).
+func (r *runner) randomCharges(c string) []PlanCharge {
+	var out []PlanCharge
+	for _, m := range planMeters(c) {
+		if r.rng.IntN(4) == 0 {
+			continue
+		}
+		if len(m.Dims) == 0 || r.rng.IntN(3) > 0 {
+			out = append(out, PlanCharge{Meter: m.Code, Pricing: randomPricing(r.rng, c)})
+		}
+		if len(m.Dims) > 0 {
+			vals := propertyValues[m.Dims[0]]
+			for _, i := range r.rng.Perm(len(vals))[:r.rng.IntN(3)] {
+				out = append(out, PlanCharge{Meter: m.Code, Dims: map[string]string{m.Dims[0]: vals[i]}, Pricing: randomPricing(r.rng, c)})
+			}
+		}
+	}
+	if len(out) == 0 {
+		m := planMeters(c)[0]
+		out = append(out, PlanCharge{Meter: m.Code, Pricing: randomPricing(r.rng, c)})
+	}
+	return out
+}
+
+type planAnswer struct {
+	Code        string    `json:"code"`
+	Version     int64     `json:"version"`
+	Currency    string    `json:"currency"`
+	EffectiveAt time.Time `json:"effectiveAt"`
+}
+
+// publishPlan publishes a new plan (a fresh code of the run) or the next
+// version of one of the run's plans, now (after the plans' published
+// schedule), later, backdated (price_backdated) or before the plan's last
+// version (price_out_of_order).
+func (r *runner) publishPlan(ctx context.Context) error {
+	var p *Plan
+	if codes := sortedKeys(r.plans); len(codes) > 0 && r.rng.IntN(3) > 0 {
+		p = r.plans[codes[r.rng.IntN(len(codes))]]
+	} else {
+		c := pickString(r.rng, planCurrencies)
+		p = &Plan{Code: fmt.Sprintf("%s-plan%d", r.cfg.Prefix, len(r.plans)+1), Currency: c}
+	}
+	charges := r.randomCharges(p.Currency)
+	now := instant(r.now())
+	safe := now.Add(r.cfg.Lead + 2*time.Second)
+	var last time.Time
+	if n := len(p.Versions); n > 0 {
+		last = p.Versions[n-1].Eff
+	}
+	how, eff, wantStatus, wantCode := "future", time.Time{}, 201, ""
+	switch x := r.rng.IntN(100); {
+	case x < 45 && !last.After(now.Add(-time.Millisecond)):
+		how = "now"
+	case x < 55:
+		how, eff, wantStatus, wantCode = "backdated", now.Add(-time.Duration(1+r.rng.IntN(600))*time.Second), 422, "price_backdated"
+	case x < 62 && last.After(safe.Add(2*time.Millisecond)):
+		how, wantStatus, wantCode = "out-of-order", 422, "price_out_of_order"
+		eff = instant(safe.Add(time.Duration(r.rng.Int64N(int64(last.Sub(safe))-1000)) + time.Microsecond))
+	default:
+		eff = instant(maxTime(safe, last).Add(time.Duration(r.rng.Int64N(int64(4 * time.Second)))))
+	}
+	body := map[string]any{"code": p.Code, "name": "money " + p.Code, "currency": p.Currency}
+	var cs []map[string]any
+	for _, c := range charges {
+		b := c.Pricing.request()
+		b["meterCode"] = c.Meter
+		if len(c.Dims) > 0 {
+			b["dimensions"] = c.Dims
+		}
+		cs = append(cs, b)
+	}
+	body["charges"] = cs
+	if !eff.IsZero() {
+		body["effectiveAt"] = eff.Format(time.RFC3339Nano)
+	}
+	r.stats.PlanVersions++
+	sent := instant(r.now())
+	a, err := r.c.catalog(ctx, "POST", "/v1/plans", body, map[string]string{"Idempotency-Key": r.key("plan")})
+	if err != nil {
+		return err
+	}
+	desc := fmt.Sprintf("#%d publish plan %s %s %d charges (%s", r.step, p.Code, p.Currency, len(charges), how)
+	if !eff.IsZero() {
+		desc += " " + eff.Format(time.RFC3339Nano)
+	}
+	if a.Status != wantStatus || (wantCode != "" && a.Code() != wantCode) {
+		r.note("%s) -> %d %s", desc, a.Status, a.Code())
+		return fail("plan", "plan %s: want %d %s, got %d %s", p.Code, wantStatus, wantCode, a.Status, clip(string(a.Body)))
+	}
+	if wantStatus != 201 {
+		r.note("%s) -> %d %s", desc, a.Status, a.Code())
+		return nil
+	}
+	var got planAnswer
+	if err := a.decode(&got); err != nil {
+		return err
+	}
+	if want := int64(len(p.Versions) + 1); got.Version != want || got.Code != p.Code || got.Currency != p.Currency {
+		return fail("plan", "plan %s: want version %d in %s, got %s", p.Code, want, p.Currency, clip(string(a.Body)))
+	}
+	if !eff.IsZero() && !got.EffectiveAt.Equal(eff) {
+		return fail("plan", "plan %s: asked effectiveAt %s, got %s", p.Code, eff, got.EffectiveAt)
+	}
+	if eff.IsZero() && (got.EffectiveAt.Before(sent) || got.EffectiveAt.After(instant(r.now()).Add(r.cfg.Lead+time.Second))) {
+		return fail("plan", "plan %s: effectiveAt %s of a version published now (%s) is not within the schedule lead %s",
+			p.Code, got.EffectiveAt, sent, r.cfg.Lead)
+	}
+	p.Versions = append(p.Versions, PlanVersion{N: got.Version, Eff: got.EffectiveAt.UTC(), Charges: charges})
+	r.plans[p.Code] = p
+	r.note("%s) -> v%d effective %s", desc, got.Version, got.EffectiveAt.UTC().Format(time.RFC3339Nano))
+	return nil
+}
+
+type subscriptionAnswer struct {
+	SubscriptionID string     `json:"subscriptionId"`
+	PlanCode       string     `json:"planCode"`
+	StartsAt       time.Time  `json:"startsAt"`
+	EndsAt         *time.Time `json:"endsAt"`
+}
+
+// subscribe subscribes t to one of the run's plans (publishing one first
+// if there is none): as soon as it may, later, or backdated (refused); a
+// start at or before a subscription that holds then or later is refused
+// subscription_overlap, and the one in effect at the start ends there.
+func (r *runner) subscribe(ctx context.Context, t *Tenant) error {
+	if len(r.plans) == 0 {
+		r.note("#%d subscribe %s: no plan yet, publishing one", r.step, t.ID)
+		if err := r.publishPlan(ctx); err != nil {
+			return err
+		}
+		if len(r.plans) == 0 {
+			return nil
+		}
+	}
+	codes := sortedKeys(r.plans)
+	p := r.plans[codes[r.rng.IntN(len(codes))]]
+	now := instant(r.now())
+	safe := now.Add(r.cfg.Lead + 2*time.Second)
+	var latest time.Time // the latest start of a subscription that holds at or after now
+	for _, s := range t.Subs {
+		if s.End.IsZero() || s.End.After(now) {
+			latest = maxTime(latest, s.Start)
+		}
+	}
+	how, at := "future", time.Time{}
+	switch x := r.rng.IntN(100); {
+	case x < 45 && latest.Before(now.Add(-time.Millisecond)):
+		how = "now"
+	case x < 55:
+		how, at = "backdated", now.Add(-time.Duration(1+r.rng.IntN(600))*time.Second)
+	case x < 62 && latest.After(safe.Add(2*time.Millisecond)):
+		how, at = "before the last start", instant(safe.Add(time.Duration(r.rng.Int64N(int64(latest.Sub(safe))-1000))+time.Microsecond))
+	default:
+		at = instant(maxTime(safe, latest).Add(time.Duration(1 + r.rng.Int64N(int64(4*time.Second)))))
+	}
+	wantStatus, wantCode := 201, ""
+	switch {
+	case how == "backdated":
+		wantStatus, wantCode = 422, "backdated"
+	case !at.IsZero():
+		for _, s := range t.Subs {
+			if (s.End.IsZero() || s.End.After(at)) && !s.Start.Before(at) {
+				wantStatus, wantCode = 409, "subscription_overlap"
+			}
+		}
+	}
+	body := map[string]any{"planCode": p.Code}
+	if !at.IsZero() {
+		body["startsAt"] = at.Format(time.RFC3339Nano)
+	}
+	r.stats.Subscriptions++
+	desc := fmt.Sprintf("#%d subscribe %s to %s (%s", r.step, t.ID, p.Code, how)
+	if !at.IsZero() {
+		desc += " " + at.Format(time.RFC3339Nano)
+	}
+	sent := instant(r.now())
+	deadline := time.Now().Add(r.cfg.Settle)
+	var a answer
+	for {
+		var err error
+		a, err = r.c.do(ctx, "billing", "POST", t.ID, "/subscriptions", body, map[string]string{"Idempotency-Key": r.key("subscribe")})
+		if err != nil {
+			return err
+		}
+		// billing learns a plan published a moment ago from meter's event
+		if a.Status != 422 || a.Code() != "unknown_plan" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+		if how == "now" {
+			sent = instant(r.now())
+		}
+	}
+	if a.Status != wantStatus || a.Code() != wantCode {
+		r.note("%s) -> %d %s", desc, a.Status, a.Code())
+		return fail("subscription", "%s to %s: want %d %s, got %d %s", t.ID, p.Code, wantStatus, wantCode, a.Status, clip(string(a.Body)))
+	}
+	if wantStatus != 201 {
+		r.note("%s) -> %d %s", desc, a.Status, a.Code())
+		return nil
+	}
+	var got subscriptionAnswer
+	if err := a.decode(&got); err != nil {
+		return err
+	}
+	start := got.StartsAt.UTC()
+	if got.PlanCode != p.Code || got.EndsAt != nil || (!at.IsZero() && !start.Equal(at)) {
+		return fail("subscription", "%s to %s at %v: got %s", t.ID, p.Code, at, clip(string(a.Body)))
+	}
+	if at.IsZero() && (start.Before(sent) || start.After(instant(r.now()).Add(r.cfg.Lead+time.Second))) {
+		return fail("subscription", "%s to %s: startsAt %s of a subscription from now (%s) is not within the schedule lead %s",
+			t.ID, p.Code, start, sent, r.cfg.Lead)
+	}
+	for _, s := range t.Subs {
+		if s.holds(start) {
+			s.End = start // the plan change
+		}
+	}
+	t.Subs = append(t.Subs, &Subscription{ID: got.SubscriptionID, Plan: p.Code, Start: start})
+	r.note("%s) -> %s from %s", desc, got.SubscriptionID, start.Format(time.RFC3339Nano))
+	return nil
+}
