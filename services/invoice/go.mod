@@ -7,6 +7,7 @@ toolchain go1.27.3
 require (
 	github.com/IBM/sarama v1.61.1
 	github.com/go-chi/chi/v5 v5.5.0
+	github.com/go-pdf/fpdf v0.9.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0
