@@ -11,12 +11,14 @@ package invoice
 
 import (
 	"context"
+	"errors"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
+	"github.com/usagebilling/billing/services/invoice/internal/document"
 	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
 	"github.com/usagebilling/billing/services/invoice/internal/webhook"
 	"github.com/usagebilling/billing/services/invoice/migrations"
@@ -35,14 +37,16 @@ var Spec = service.Spec{
 
 // Build wires the App (the consumer of billing's events and the reads), the
 // HTTP API and the webhook delivery worker (settings from the environment:
-// webhook.LoadConfig).
+// webhook.LoadConfig, and the documents' seller: document.LoadSeller).
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	now, err := d.Clock()
 	if err != nil {
 		return service.Parts{}, err
 	}
-	hooks, err := webhook.LoadConfig(service.NewEnv())
-	if err != nil {
+	// Every setting checked before any is refused: one error lists them all.
+	hooks, hooksErr := webhook.LoadConfig(service.NewEnv())
+	seller, sellerErr := document.LoadSeller(service.NewEnv())
+	if err := errors.Join(hooksErr, sellerErr); err != nil {
 		return service.Parts{}, err
 	}
 	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Clock: now}, app.Config{WebhookTTL: hooks.TTL})
@@ -50,7 +54,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	if err != nil {
 		return service.Parts{}, err
 	}
-	api := httpapi.New(a, d.Logger)
+	api := httpapi.New(a, seller, d.Logger)
 	hookAPI := httpapi.NewWebhooks(webhook.NewEndpoints(d.Pool, hooks.MaxEndpoints), webhook.NewStore(d.Pool, hooks.TTL), d.Logger)
 	var work func(context.Context) error
 	if hooks.Worker {

@@ -22,6 +22,7 @@ import (
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/invoice"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
+	"github.com/usagebilling/billing/services/invoice/internal/document"
 	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
 	"github.com/usagebilling/billing/testkit/kafkabroker"
@@ -58,7 +59,7 @@ func TestRunnerThroughKafka(t *testing.T) {
 	servicetest.Background(t, runner.Run, relay.Run)
 	router := chi.NewRouter()
 	router.Use(auth.Middleware(devKeys(t), log))
-	httpapi.New(app.New(app.Deps{Pool: pool}, app.Config{}), log).Routes(router)
+	httpapi.New(app.New(app.Deps{Pool: pool}, app.Config{}), document.Seller{Name: document.DefaultSellerName}, log).Routes(router)
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
 

@@ -94,6 +94,18 @@ func TestPDFShowsEveryFigure(t *testing.T) {
 	}
 }
 
+func TestPDFIsTheSameForTheSameDocument(t *testing.T) {
+	a, err := document.PDF(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if b, err := document.PDF(sample()); err != nil || !bytes.Equal(a, b) {
+			t.Fatalf("two renderings of one document differ (%v)", err)
+		}
+	}
+}
+
 func TestPDFPaginatesWithItsHeaderOnEveryPage(t *testing.T) {
 	d := sample()
 	d.Status, d.Number, d.IssuedAt, d.Totals = "draft", "", "", []document.Field{{"Subtotal", "123456.789"}}

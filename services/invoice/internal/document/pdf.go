@@ -55,6 +55,7 @@ func (r *pdfRenderer) render() ([]byte, error) {
 	p.SetCreator("usage billing invoice service", true)
 	p.SetProducer("fpdf", true)
 	p.SetLang("en")
+	p.SetCatalogSort(true) // fonts in a fixed order: the same Document, the same bytes
 	if !d.AsOf.IsZero() {
 		p.SetCreationDate(d.AsOf.UTC())
 		p.SetModificationDate(d.AsOf.UTC())

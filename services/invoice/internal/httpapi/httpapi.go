@@ -1,12 +1,14 @@
 // Package httpapi is the invoice service's HTTP API (pkg/api/invoiceapi/openapi.yaml):
 // reading a tenant's invoices, page by page, with their aggregated lines and
-// correction notes.
+// correction notes; one invoice also as a PDF or an HTML document
+// (internal/document), by content negotiation.
 package httpapi
 
 import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -19,17 +21,21 @@ import (
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/page"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
+	"github.com/usagebilling/billing/services/invoice/internal/document"
 )
 
 // API serves the invoice endpoints.
 type API struct {
 	reader *app.App
+	seller document.Seller // who the documents name as issuing the invoices
 	log    *slog.Logger
+	now    func() time.Time // the "as of" of an open invoice's document
 }
 
-// New returns the API reading invoices through the App.
-func New(reader *app.App, log *slog.Logger) *API {
-	return &API{reader: reader, log: log}
+// New returns the API reading invoices through the App, its documents
+// naming seller.
+func New(reader *app.App, seller document.Seller, log *slog.Logger) *API {
+	return &API{reader: reader, seller: seller, log: log, now: time.Now}
 }
 
 // Routes mounts the endpoints on r.
@@ -144,7 +150,11 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 
 // get: GET /v1/tenants/{tenantId}/invoices/{invoiceId}. An id that is not a
 // UUID is 400 invalid_invoice_id; an unknown id, or another tenant's, is 404.
+// The Accept header chooses the representation (negotiate): the JSON (also
+// without Accept), a PDF or an HTML page, each built from the same read;
+// an Accept that admits none of them is 406 not_acceptable.
 func (a *API) get(w http.ResponseWriter, r *http.Request) {
+	w.Header().Add("Vary", "Accept")
 	tenantID, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
 	if p != nil {
 		httpx.WriteProblem(w, p)
@@ -155,6 +165,12 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_invoice_id", "invoice id must be a UUID"))
 		return
 	}
+	media, ok := negotiate(r.Header.Values("Accept"), invoiceMedia)
+	if !ok {
+		httpx.WriteProblem(w, httpx.Problemf(http.StatusNotAcceptable, "not_acceptable",
+			"an invoice is served as %s; the Accept header admits none of them", strings.Join(invoiceMedia, ", ")))
+		return
+	}
 	inv, err := a.reader.Invoice(r.Context(), tenantID, id)
 	if errors.Is(err, app.ErrNotFound) {
 		httpx.WriteProblem(w, httpx.Problemf(http.StatusNotFound, "not_found", "tenant %s has no invoice %s", tenantID, id))
@@ -162,6 +178,10 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
+		return
+	}
+	if media != mediaJSON {
+		a.writeDocument(w, r, inv, media)
 		return
 	}
 	httpx.WriteJSON(w, http.StatusOK, toJSON(inv))

@@ -23,6 +23,7 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
+	"github.com/usagebilling/billing/services/invoice/internal/document"
 	"github.com/usagebilling/billing/services/invoice/internal/httpapi"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
 	"github.com/usagebilling/billing/testkit/apitest"
@@ -32,11 +33,14 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
+// seller is who the test server's documents name.
+var seller = document.Seller{Name: "Northwind Metering GmbH", Address: []string{"Friedrichstraße 68", "10117 Berlin"}}
+
 func server(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
 	t.Helper()
 	r := chi.NewRouter()
 	r.Use(authtest.SignedIn("viewer@acme.example", "viewer"))
-	httpapi.New(app.New(app.Deps{Pool: pool}, app.Config{}), slog.New(slog.DiscardHandler)).Routes(r)
+	httpapi.New(app.New(app.Deps{Pool: pool}, app.Config{}), seller, slog.New(slog.DiscardHandler)).Routes(r)
 	srv := httptest.NewServer(apitest.Handler(t, invoiceapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	return srv
