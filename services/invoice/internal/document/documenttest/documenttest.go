@@ -22,7 +22,7 @@ func PDFText(t testing.TB, pdf []byte) string {
 	bin, err := exec.LookPath("pdftotext")
 	if err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("pdftotext is not installed (Debian package poppler-utils), and CI is set: %v", err)
+			t.Fatalf("pdftotext is not installed, and CI is set: CI must read the PDFs back (.ci/run installs Debian's poppler-utils): %v", err)
 		}
 		t.Skipf("pdftotext is not installed (Debian package poppler-utils): %v", err)
 	}
