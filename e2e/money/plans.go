@@ -170,6 +170,20 @@ func (t *Tenant) pricing(k lineKey) Pricing {
 	return c.Pricing
 }
 
+// planMeters are the meters the latest version of the plan of the tenant's
+// latest subscription charges for (none without a subscription).
+func (t *Tenant) planMeters() []string {
+	if len(t.Subs) == 0 {
+		return nil
+	}
+	p := t.plans[t.Subs[len(t.Subs)-1].Plan]
+	set := map[string]bool{}
+	for _, c := range p.Versions[len(p.Versions)-1].Charges {
+		set[c.Meter] = true
+	}
+	return sortedKeys(set)
+}
+
 // ---- operations ----
 
 // planMeters are the catalog meters a plan in currency c may charge for:

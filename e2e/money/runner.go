@@ -277,6 +277,9 @@ func (r *runner) newTenant(ctx context.Context) error {
 			return err
 		}
 	}
+	if r.rng.IntN(2) == 0 { // a customer who starts on a plan
+		return r.subscribe(ctx, t)
+	}
 	return nil
 }
 
@@ -525,14 +528,14 @@ func (r *runner) newFact(t *Tenant, toBound bool) (*Fact, *Series, string) {
 	var meter string
 	var s *Series
 	priced := sortedKeys(t.Series)
-	anyMeter := 3
-	if len(t.Subs) > 0 {
-		anyMeter = 14 // a subscriber's plan may price a meter it has no price of its own for
-	}
+	planned := t.planMeters()
 	switch x := r.rng.IntN(40); {
 	case x == 0:
 		meter = ghostMeter
-	case x < anyMeter || len(priced) == 0: // any meter, perhaps one this tenant never priced
+	case x < 16 && len(planned) > 0: // a meter its latest plan charges for
+		meter = planned[r.rng.IntN(len(planned))]
+		s = t.Series[meter]
+	case x < 3 || len(priced) == 0: // any meter, perhaps one this tenant never priced
 		m := meters[r.rng.IntN(len(meters))]
 		meter, s = m.Code, t.Series[m.Code]
 	default:
@@ -550,7 +553,7 @@ func (r *runner) newFact(t *Tenant, toBound bool) (*Fact, *Series, string) {
 		f.At = r.occurredAt(t, s)
 	} else {
 		f.At = instant(r.now().Add(-time.Second))
-		if meter != ghostMeter && r.rng.IntN(2) == 0 {
+		if meter != ghostMeter && (r.rng.IntN(2) == 0 || (len(planned) > 0 && r.rng.IntN(4) > 0)) {
 			f.Currency, f.NamesCurrency = meterDef(meter).Currency, true // accepted without a price: rated unpriced in it
 		}
 	}

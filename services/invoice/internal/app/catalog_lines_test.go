@@ -165,6 +165,19 @@ func TestLinesAggregateByTheirMeter(t *testing.T) {
 				{MeterCode: "seats", Aggregation: "max", Quantity: D("6"), Unpriced: true, OccurredAt: at(2)},
 				perCharge("sum", "2", "0.5", nil)}
 		}, []string{"charge/api_calls/1 2/1 1", "unpriced/seats 8/2 0", "unpriced/storage 7.5/2 0"}, "1"},
+		{"a plan's charges beside the tenant's own version of the same number", func(p *Period) []events.ChargeRated {
+			// decision 0021: each priced by its own pricing, none by another's
+			own := &pricing.Pricing{Model: pricing.Graduated, Tiers: []pricing.Tier{{UpTo: ptr(D("10")), UnitPrice: D("0")}, {UnitPrice: D("2")}}}
+			eu, base := packagePricing("5", "3"), packagePricing("100", "7")
+			plan := func(c events.ChargeRated, dims map[string]string) events.ChargeRated {
+				c.PlanCode, c.Dimensions = "pro", dims
+				return c
+			}
+			euDims := map[string]string{"region": "eu"}
+			return []events.ChargeRated{whole("sum", "12", own, at(1), "s", "1", ""), whole("sum", "3", own, at(2), "s", "2", ""),
+				plan(whole("sum", "6", eu, at(3), "s", "3", ""), euDims), plan(whole("sum", "1", eu, at(4), "s", "4", ""), euDims),
+				plan(whole("sum", "150", base, at(5), "s", "5", ""), nil)}
+		}, []string{"charge/api_calls/1 15/2 10", "charge/api_calls/1/%40plan=pro 150/1 14", "charge/api_calls/1/%40plan=pro&region=eu 7/2 6"}, "30"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

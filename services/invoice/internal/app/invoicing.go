@@ -160,6 +160,7 @@ func recordVersionPricings(ctx context.Context, tx pgx.Tx, ds []*envelope.Decode
 		}
 		arg.TenantIds, arg.Currencies = append(arg.TenantIds, ds[i].Envelope.TenantID), append(arg.Currencies, p.Currency)
 		arg.MeterCodes, arg.PriceVersions = append(arg.MeterCodes, p.MeterCode), append(arg.PriceVersions, p.PriceVersion)
+		arg.PriceKeys = append(arg.PriceKeys, domain.PriceKey(p.PlanCode, p.Dimensions))
 		arg.Pricings = append(arg.Pricings, string(raw))
 	}
 	if len(arg.TenantIds) == 0 {

@@ -113,6 +113,7 @@ type InvoicePriceVersion struct {
 	MeterCode    string
 	PriceVersion int64
 	Pricing      []byte
+	PriceKey     string
 }
 
 type PeriodClose struct {

@@ -293,13 +293,15 @@ LIMIT @row_limit;
 
 -- name: RecordVersionPricings :exec
 -- Records the pricing of price versions under another model than unit, as
--- charges bring them; a version already recorded is left as it is.
-INSERT INTO invoice_price_version (tenant_id, currency, meter_code, price_version, pricing)
-SELECT u.tenant_id, u.currency, u.meter_code, u.price_version, u.pricing
+-- charges bring them; a version already recorded is left as it is. A
+-- plan's charge is recorded under its line key, the tenant's own version
+-- under '' (migration 0011).
+INSERT INTO invoice_price_version (tenant_id, currency, meter_code, price_version, price_key, pricing)
+SELECT u.tenant_id, u.currency, u.meter_code, u.price_version, u.price_key, u.pricing
 FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@currencies::text[]) AS currency,
              unnest(@meter_codes::text[]) AS meter_code, unnest(@price_versions::bigint[]) AS price_version,
-             unnest(@pricings::text[])::jsonb AS pricing) u
-ORDER BY 1, 2, 3, 4
+             unnest(@price_keys::text[]) AS price_key, unnest(@pricings::text[])::jsonb AS pricing) u
+ORDER BY 1, 2, 3, 4, 5
 ON CONFLICT DO NOTHING;
 
 -- name: RecordPeriodEnded :exec
@@ -351,6 +353,8 @@ FROM (SELECT c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c
 LEFT JOIN invoice_price_version vp
        ON vp.tenant_id = g.tenant_id AND vp.currency = g.currency AND vp.meter_code = g.meter_code
       AND vp.price_version = g.price_version
+      -- a plan's line: its key holds the pair %40plan=<code> (domain.LineKey)
+      AND vp.price_key = CASE WHEN g.dimensions_key ~ '(^|&)%40plan=' THEN g.dimensions_key ELSE '' END
 LEFT JOIN invoice_line_figure f
        ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
       AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced
@@ -377,6 +381,8 @@ FROM (SELECT i.invoice_id, c.tenant_id, c.period, c.currency, c.meter_code, c.pr
 LEFT JOIN invoice_price_version vp
        ON vp.tenant_id = g.tenant_id AND vp.currency = g.currency AND vp.meter_code = g.meter_code
       AND vp.price_version = g.price_version
+      -- a plan's line: its key holds the pair %40plan=<code> (domain.LineKey)
+      AND vp.price_key = CASE WHEN g.dimensions_key ~ '(^|&)%40plan=' THEN g.dimensions_key ELSE '' END
 LEFT JOIN invoice_line_figure f
        ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
       AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced

@@ -351,6 +351,8 @@ FROM (SELECT c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c
 LEFT JOIN invoice_price_version vp
        ON vp.tenant_id = g.tenant_id AND vp.currency = g.currency AND vp.meter_code = g.meter_code
       AND vp.price_version = g.price_version
+      -- a plan's line: its key holds the pair %40plan=<code> (domain.LineKey)
+      AND vp.price_key = CASE WHEN g.dimensions_key ~ '(^|&)%40plan=' THEN g.dimensions_key ELSE '' END
 LEFT JOIN invoice_line_figure f
        ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
       AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced
@@ -853,6 +855,8 @@ FROM (SELECT i.invoice_id, c.tenant_id, c.period, c.currency, c.meter_code, c.pr
 LEFT JOIN invoice_price_version vp
        ON vp.tenant_id = g.tenant_id AND vp.currency = g.currency AND vp.meter_code = g.meter_code
       AND vp.price_version = g.price_version
+      -- a plan's line: its key holds the pair %40plan=<code> (domain.LineKey)
+      AND vp.price_key = CASE WHEN g.dimensions_key ~ '(^|&)%40plan=' THEN g.dimensions_key ELSE '' END
 LEFT JOIN invoice_line_figure f
        ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
       AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced
@@ -1238,12 +1242,12 @@ func (q *Queries) RecordPeriodEnded(ctx context.Context, arg RecordPeriodEndedPa
 }
 
 const recordVersionPricings = `-- name: RecordVersionPricings :exec
-INSERT INTO invoice_price_version (tenant_id, currency, meter_code, price_version, pricing)
-SELECT u.tenant_id, u.currency, u.meter_code, u.price_version, u.pricing
+INSERT INTO invoice_price_version (tenant_id, currency, meter_code, price_version, price_key, pricing)
+SELECT u.tenant_id, u.currency, u.meter_code, u.price_version, u.price_key, u.pricing
 FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS currency,
              unnest($3::text[]) AS meter_code, unnest($4::bigint[]) AS price_version,
-             unnest($5::text[])::jsonb AS pricing) u
-ORDER BY 1, 2, 3, 4
+             unnest($5::text[]) AS price_key, unnest($6::text[])::jsonb AS pricing) u
+ORDER BY 1, 2, 3, 4, 5
 ON CONFLICT DO NOTHING
 `
 
@@ -1252,17 +1256,21 @@ type RecordVersionPricingsParams struct {
 	Currencies    []string
 	MeterCodes    []string
 	PriceVersions []int64
+	PriceKeys     []string
 	Pricings      []string
 }
 
 // Records the pricing of price versions under another model than unit, as
-// charges bring them; a version already recorded is left as it is.
+// charges bring them; a version already recorded is left as it is. A
+// plan's charge is recorded under its line key, the tenant's own version
+// under ” (migration 0011).
 func (q *Queries) RecordVersionPricings(ctx context.Context, arg RecordVersionPricingsParams) error {
 	_, err := q.db.Exec(ctx, recordVersionPricings,
 		arg.TenantIds,
 		arg.Currencies,
 		arg.MeterCodes,
 		arg.PriceVersions,
+		arg.PriceKeys,
 		arg.Pricings,
 	)
 	return err

@@ -43,6 +43,19 @@ func LineKey(planCode string, dims map[string]string) string {
 	return v.Encode() // sorted by name
 }
 
+// PriceKey is the key the pricing of a charge's price is recorded under
+// beside its meter and version: the line key of a plan's charge (a plan
+// version holds one pricing per meter and dimension set, and shares its
+// number with the tenant's own versions), "" for the tenant's own version
+// (one pricing per version). The line statements tell them apart by the line key's
+// %40plan= pair (db/queries.sql).
+func PriceKey(planCode string, dims map[string]string) string {
+	if planCode == "" {
+		return ""
+	}
+	return LineKey(planCode, dims)
+}
+
 // ParseDimensionsKey is the plan ("" for a tenant's own price) and the
 // dimension set (nil for none) of a DimensionsKey.
 func ParseDimensionsKey(key string) (plan string, dims map[string]string, err error) {
