@@ -1,9 +1,13 @@
 package app_test
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
@@ -150,3 +154,116 @@ func TestPlanPricesSubscribersWithoutTheirOwnPrice(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A plan version racing usage misprices nothing (decision 0021, the way
+// TestDimensionPriceRacingUsageMispricesNothing proves it for a price):
+// 24 tenants in every schedule shard subscribe to "pro", whose v1 is known
+// through the 15th; while their facts from the 10th to the 20th are rated
+// by several consumers at once, meter publishes v2 from the 17th (after the
+// plans' watermark, as meter must). Facts beyond the plans' known schedule
+// wait; in the end each fact is priced by the version in effect at its
+// occurrence, whatever the interleaving.
+func TestPlanVersionRacingUsageMispricesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := bt.NewPoolConns(t, 8)
+	svc := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return jan1 }}, app.Config{})
+	ib := bt.NewInbox(t, svc)
+	jan17 := jan15.Add(48 * time.Hour)
+	feb1 := jan1.AddDate(0, 1, 0)
+	v1 := bt.Plan{Code: "pro", Currency: "USD", Version: 1, EffectiveAt: jan1, KnownThrough: jan15,
+		Charges: []events.PlanCharge{unitCharge("tokens", "0.002", nil)}}
+	v2 := bt.Plan{Code: "pro", Currency: "USD", Version: 2, EffectiveAt: jan17, KnownThrough: feb1,
+		Charges: []events.PlanCharge{unitCharge("tokens", "0.003", nil)}}
+	bt.Decide(t, pool, ib, tokens.Raw(t), v1.Raw(t))
+
+	const subscribers, perTenant, workers = 24, 5, 4
+	shards := map[int32]bool{}
+	var tenants []string
+	for i := range subscribers {
+		tenant := fmt.Sprintf("sub%d", i)
+		tenants, shards[events.ScheduleShard(tenant)] = append(tenants, tenant), true
+		if _, err := subscribe(t, svc, tenant, "pro", jan1.Add(time.Hour)); err != nil {
+			t.Fatalf("subscribe %s: %v", tenant, err)
+		}
+	}
+	for _, tenant := range tenants { // then raters learn every subscriber's schedule
+		bt.Decide(t, pool, ib, bt.Watermark{Tenant: tenant, KnownThrough: feb1}.Raw(t))
+	}
+	if len(shards) < 12 {
+		t.Fatalf("the subscribers cover %d schedule shards: pick others", len(shards))
+	}
+	occurred := map[uuid.UUID]time.Time{}
+	batches := make([][][]byte, workers)
+	n := 0
+	for _, tenant := range tenants {
+		for range perTenant {
+			at := jan10.Add(time.Duration(n) * 2 * time.Hour) // the 10th to the 20th
+			env, raw := fact(tenant, "tokens", "USD", "10", at, nil).Envelope(t)
+			occurred[env.EventID] = at
+			batches[n%workers] = append(batches[n%workers], raw)
+			n++
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2)) // each worker's facts out of time order
+	for _, b := range batches {
+		rng.Shuffle(len(b), func(i, j int) { b[i], b[j] = b[j], b[i] })
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers+1)
+	start, underway := make(chan struct{}), make(chan struct{})
+	for w := range workers {
+		wg.Go(func() {
+			<-start
+			for i, raw := range batches[w] {
+				if _, err := bt.TryDecide(ctx, pool, ib, raw); err != nil {
+					errs <- err
+					return
+				}
+				if w == 0 && i == 3 {
+					close(underway)
+				}
+			}
+		})
+	}
+	wg.Go(func() { // v2 lands while facts on both sides of it are being rated
+		<-underway
+		if _, err := bt.TryDecide(ctx, pool, ib, v2.Raw(t)); err != nil {
+			errs <- err
+		}
+	})
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for range 20 { // what waited while v2 committed beside it is decided by the sweep
+		if bt.Count(t, pool, `SELECT count(*) FROM inbox_deferred`) == 0 {
+			break
+		}
+		if _, err := ib.Sweep(ctx, pool, 1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rated := ratedBy(t, pool)
+	if len(rated) != len(occurred) {
+		t.Fatalf("%d charges of %d facts (%d deferred)", len(rated), len(occurred), bt.Count(t, pool, `SELECT count(*) FROM inbox_deferred`))
+	}
+	before := 0
+	for id, at := range occurred {
+		c := rated[id]
+		want, price := int64(1), "0.002"
+		if !at.Before(jan17) {
+			want, price = 2, "0.003"
+		} else {
+			before++
+		}
+		if c.PlanCode != "pro" || c.PriceVersion != want || c.Unpriced || !c.UnitPrice.Equal(bt.Dec(t, price)) {
+			t.Errorf("fact at %s: charge %s, want pro v%d at %s", at.Format(time.RFC3339), bt.JSON(c), want, price)
+		}
+	}
+	if before == 0 || before == len(occurred) {
+		t.Fatalf("%d of %d facts before v2: the race needs both", before, len(occurred))
+	}
+}
