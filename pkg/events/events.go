@@ -446,6 +446,43 @@ type BillingPeriodClosed struct {
 	// Actor is who closed the period (the token's subject, or the close
 	// scheduler's name); absent in events from before actors were recorded.
 	Actor string `json:"actor,omitempty"`
+	// Fees are the period's fixed-fee and minimum true-up lines by
+	// currency (DESIGN.md section 3a): billing prorates them from the
+	// tenant's subscriptions and the plans' versions as they stand at the
+	// close; invoice adds them to the currency's invoice (one is opened for
+	// a currency with fees only). Not part of Totals, which stay what the
+	// charges and adjustments sum to.
+	Fees map[string][]FeeLine `json:"fees,omitempty"`
+}
+
+// Fee line kinds, and the most fee lines of a currency in one period: a
+// day belongs to one plan version, each version has at most MaxPlanFees
+// fees and one true-up.
+const (
+	FeeKindFixed  = "fixed_fee"
+	FeeKindTrueUp = "minimum_true_up"
+	MaxFeeLines   = 31 * (MaxPlanFees + 1)
+)
+
+// FeeLine is one fixed-fee or minimum true-up line of a period: a plan
+// version's fee (FeeCode) or its minimum spend, prorated by the Days of the
+// period's PeriodDays the tenant spent on that version, and the Amount it
+// came to in the plan's currency (rounded half-even to the minor unit).
+type FeeLine struct {
+	Kind        string          `json:"kind"`
+	PlanCode    string          `json:"planCode"`
+	PlanVersion int64           `json:"planVersion"`
+	FeeCode     string          `json:"feeCode,omitempty"` // fixed_fee lines
+	Name        string          `json:"name,omitempty"`
+	Days        int             `json:"days"`
+	PeriodDays  int             `json:"periodDays"`
+	Amount      decimal.Decimal `json:"amount"`
+}
+
+func (l FeeLine) ok() bool {
+	return (l.Kind == FeeKindFixed && l.FeeCode != "" || l.Kind == FeeKindTrueUp && l.FeeCode == "") &&
+		l.PlanCode != "" && l.PlanVersion >= 1 && l.PeriodDays >= 28 && l.PeriodDays <= 31 &&
+		l.Days >= 1 && l.Days <= l.PeriodDays && l.Amount.Sign() >= 0
 }
 
 // BillingPeriodEnded: a tenant's period ended (its last instant passed in
@@ -490,6 +527,12 @@ func (p BillingPeriodClosed) Validate() error {
 		adjustments += t.Adjustments
 	}
 	errs = append(errs, need(charges == p.Charges, "charges"), need(adjustments == p.Adjustments, "adjustments"))
+	for cur, ls := range p.Fees {
+		errs = append(errs, currencyOK(cur), need(len(ls) <= MaxFeeLines, "fees"))
+		for _, l := range ls {
+			errs = append(errs, need(l.ok(), "fees"))
+		}
+	}
 	return first(errs...)
 }
 
