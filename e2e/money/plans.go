@@ -99,14 +99,13 @@ func (s *Subscription) holds(t time.Time) bool {
 func (t *Tenant) subscriptionAt(at time.Time) *Subscription {
 	var best *Subscription
 	for _, s := range t.Subs {
-		if !s.holds(at) {
+		if mutation == "change-keeps-old" { // a deliberately wrong model: a plan change leaves the old plan pricing
+			if !s.Start.After(at) && (best == nil || s.Start.Before(best.Start)) {
+				best = s
+			}
 			continue
 		}
-		earlier := best != nil && s.Start.Before(best.Start)
-		if mutation == "change-keeps-old" { // a deliberately wrong model: a plan change leaves the old plan pricing
-			earlier = !earlier
-		}
-		if best == nil || !earlier {
+		if s.holds(at) && (best == nil || s.Start.After(best.Start)) {
 			best = s
 		}
 	}
