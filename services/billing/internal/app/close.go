@@ -197,9 +197,24 @@ func (a *App) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, pe
 	if err != nil {
 		return fmt.Errorf("tally period %s: %w", period, err)
 	}
+	cals, err := calendars(ctx, tx, r.TenantID)
+	if err != nil {
+		return err
+	}
+	lines, err := q.PeriodLines(ctx, db.PeriodLinesParams{TenantID: r.TenantID, Period: period})
+	if err != nil {
+		return fmt.Errorf("read period lines: %w", err)
+	}
+	fees, err := periodFees(ctx, q, r.TenantID, period, cals[r.TenantID], lines)
+	if err != nil {
+		return err
+	}
 	closedAt := a.now().UTC().Truncate(time.Microsecond) // as PostgreSQL keeps it
 	closed := events.BillingPeriodClosed{Period: period, ClosedAt: closedAt, Actor: r.Actor,
 		Totals: map[string]decimal.Decimal{}, Currencies: map[string]events.CloseTally{}}
+	if len(fees) > 0 {
+		closed.Fees = fees
+	}
 	for _, row := range rows {
 		closed.Charges += row.Charges
 		closed.Adjustments += row.Adjustments

@@ -19,8 +19,9 @@ import (
 // each of its (meter, price version, price dimensions) lines priced by that
 // version's pricing over the line's quantity by its meter's aggregation
 // (what the invoice line will say; unpriced lines cost nothing), plus the
-// adjustments the close will count. Exact: the invoice rounds
-// its total once, at issue.
+// adjustments the close will count and the fixed-fee and true-up lines of
+// the subscriptions as they stand (the whole period, prorated). Exact: the
+// invoice rounds its total once, at issue.
 type Estimate struct {
 	Period string `json:"period"`
 	// Status is open (not ended), grace (ended in the tenant's zone, not
@@ -102,6 +103,15 @@ func (a *App) PeriodEstimate(ctx context.Context, tenantID, period string) (Esti
 	}
 	for _, adj := range adjs {
 		out.Estimate[adj.Currency] = out.Estimate[adj.Currency].Add(adj.Amount)
+	}
+	fees, err := periodFees(ctx, q, tenantID, period, cal, lines)
+	if err != nil {
+		return Estimate{}, err
+	}
+	for cur, ls := range fees {
+		for _, l := range ls {
+			out.Estimate[cur] = out.Estimate[cur].Add(l.Amount)
+		}
 	}
 	return out, nil
 }

@@ -172,6 +172,11 @@ func (a *App) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 	if err != nil {
 		return run, fmt.Errorf("find unclosed periods: %w", err)
 	}
+	fees, err := a.feeCandidates(ctx, q, cands, a.now())
+	if err != nil {
+		return run, err
+	}
+	cands = append(cands, fees...)
 	if len(cands) == 0 {
 		return run, nil
 	}

@@ -267,3 +267,66 @@ func TestPlanVersionRacingUsageMispricesNothing(t *testing.T) {
 		t.Fatalf("%d of %d facts before v2: the race needs both", before, len(occurred))
 	}
 }
+
+// A plan's fixed fee and minimum spend are billed prorated by the whole
+// days the subscription spent on it (section 3a): the estimate holds them
+// as the subscriptions stand, the close carries them as fee lines, and the
+// scheduler closes a subscriber's period even without a charge.
+func TestFixedFeesAndMinimumSpendAreProratedAndClosed(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPoolConns(t, 4)
+	clk := newClock(jan10)
+	svc := clk.service(pool)
+	ib := bt.NewInbox(t, svc)
+	bt.Decide(t, pool, ib, tokens.Raw(t))
+	feb15 := time.Date(2026, 2, 15, 0, 0, 0, 0, time.UTC)
+	minimum := bt.Dec(t, "62.00")
+	pro := bt.Plan{Code: "pro", Currency: "USD", Version: 1, EffectiveAt: jan1, KnownThrough: feb15,
+		FixedFees: []events.PlanFee{{Code: "base", Name: "Base fee", Amount: bt.Dec(t, "31.00")}}, MinimumSpend: &minimum,
+		Charges: []events.PlanCharge{unitCharge("tokens", "0.5", nil)}}
+	bt.Decide(t, pool, ib, pro.Raw(t))
+	jan17 := jan15.Add(48 * time.Hour)
+	for _, tenant := range []string{"f1", "f2"} {
+		if _, err := subscribe(t, svc, tenant, "pro", jan17); err != nil {
+			t.Fatalf("subscribe %s: %v", tenant, err)
+		}
+	}
+	for _, tenant := range []string{"f1", "f2"} {
+		bt.Decide(t, pool, ib, bt.Watermark{Tenant: tenant, KnownThrough: feb15}.Raw(t))
+	}
+	bt.Decide(t, pool, ib, fact("f1", "tokens", "USD", "10", jan20, nil).Raw(t)) // 5.00 on pro's charge
+	// 15 of January's 31 days: the fee 15.00, the minimum 30.00; f1's usage
+	// and fee leave 10.00 short, f2's fee 15.00.
+	for tenant, want := range map[string]string{"f1": "30", "f2": "30"} {
+		if est := estimateOf(t, svc, tenant); !est["USD"].Equal(bt.Dec(t, want)) {
+			t.Fatalf("%s estimate %s, want USD %s", tenant, bt.JSON(est), want)
+		}
+	}
+	clk.set(time.Date(2026, 2, 1, 2, 0, 0, 0, time.UTC)) // past January's end and its hour of grace
+	for range 2 {
+		if _, err := svc.CloseDuePeriods(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string][]events.FeeLine{}
+	for _, d := range bt.Outbox(t, pool) {
+		if c, ok := d.Payload.(events.BillingPeriodClosed); ok && c.Period == "2026-01" {
+			got[d.Envelope.TenantID] = c.Fees["USD"]
+		}
+	}
+	summary := func(ls []events.FeeLine) string {
+		s := ""
+		for _, l := range ls {
+			s += fmt.Sprintf("%s %s/%d %s %d/%d %s; ", l.Kind, l.PlanCode, l.PlanVersion, l.FeeCode, l.Days, l.PeriodDays, l.Amount)
+		}
+		return s
+	}
+	for tenant, want := range map[string]string{
+		"f1": "fixed_fee pro/1 base 15/31 15; minimum_true_up pro/1  15/31 10; ",
+		"f2": "fixed_fee pro/1 base 15/31 15; minimum_true_up pro/1  15/31 15; ",
+	} {
+		if s := summary(got[tenant]); s != want {
+			t.Errorf("%s January fees %q, want %q (closes: %d)", tenant, s, want, len(got))
+		}
+	}
+}

@@ -606,3 +606,36 @@ FROM subscription
 WHERE tenant_id = @tenant_id AND (starts_at, subscription_id) > (@after_starts_at::timestamptz, @after_id::uuid)
 ORDER BY starts_at, subscription_id
 LIMIT @max_rows;
+
+-- name: SubscriptionsDuring :many
+-- The tenant's subscriptions that hold at some instant of [@since, @until),
+-- in start order: what a period's fees are prorated over.
+SELECT plan_code, starts_at, ends_at
+FROM subscription
+WHERE tenant_id = @tenant_id AND starts_at < @until::timestamptz AND (ends_at IS NULL OR ends_at > @since::timestamptz)
+ORDER BY starts_at;
+
+-- name: PlanFeeVersions :many
+-- Every version billing holds of the given plans, with what each bills per
+-- period besides its charges.
+SELECT code, version, currency, effective_at, fixed_fees, minimum_spend
+FROM plan_evidence
+WHERE code = ANY(@codes::text[])
+ORDER BY code, version;
+
+-- name: SubscriptionsSince :many
+-- The close scheduler's fee candidates: every subscription that holds at
+-- some instant at or after @since (the periods it holds in close even
+-- without a charge).
+SELECT tenant_id, starts_at, ends_at
+FROM subscription
+WHERE ends_at IS NULL OR ends_at > @since::timestamptz
+ORDER BY tenant_id, starts_at;
+
+-- name: PeriodFlags :many
+-- For (tenant, period) pairs: whether BillingPeriodEnded was published for
+-- each, and whether it is closing or closed.
+SELECT u.tenant_id::text AS tenant_id, u.period::text AS period,
+       EXISTS (SELECT 1 FROM period_ended e WHERE e.tenant_id = u.tenant_id AND e.period = u.period)::boolean AS ended,
+       COALESCE((SELECT b.status FROM billing_period b WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open')::text AS status
+FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@periods::text[]) AS period) u;

@@ -1039,6 +1039,52 @@ func (q *Queries) PeriodAdjustments(ctx context.Context, arg PeriodAdjustmentsPa
 	return items, nil
 }
 
+const periodFlags = `-- name: PeriodFlags :many
+SELECT u.tenant_id::text AS tenant_id, u.period::text AS period,
+       EXISTS (SELECT 1 FROM period_ended e WHERE e.tenant_id = u.tenant_id AND e.period = u.period)::boolean AS ended,
+       COALESCE((SELECT b.status FROM billing_period b WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open')::text AS status
+FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS period) u
+`
+
+type PeriodFlagsParams struct {
+	TenantIds []string
+	Periods   []string
+}
+
+type PeriodFlagsRow struct {
+	TenantID string
+	Period   string
+	Ended    bool
+	Status   string
+}
+
+// For (tenant, period) pairs: whether BillingPeriodEnded was published for
+// each, and whether it is closing or closed.
+func (q *Queries) PeriodFlags(ctx context.Context, arg PeriodFlagsParams) ([]PeriodFlagsRow, error) {
+	rows, err := q.db.Query(ctx, periodFlags, arg.TenantIds, arg.Periods)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PeriodFlagsRow
+	for rows.Next() {
+		var i PeriodFlagsRow
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.Period,
+			&i.Ended,
+			&i.Status,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const periodLines = `-- name: PeriodLines :many
 WITH l AS (
     SELECT c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
@@ -1223,6 +1269,51 @@ func (q *Queries) PlanCharges(ctx context.Context, arg PlanChargesParams) ([]Pla
 			&i.Tiers,
 			&i.PackageSize,
 			&i.PackagePrice,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const planFeeVersions = `-- name: PlanFeeVersions :many
+SELECT code, version, currency, effective_at, fixed_fees, minimum_spend
+FROM plan_evidence
+WHERE code = ANY($1::text[])
+ORDER BY code, version
+`
+
+type PlanFeeVersionsRow struct {
+	Code         string
+	Version      int64
+	Currency     string
+	EffectiveAt  time.Time
+	FixedFees    []byte
+	MinimumSpend decimal.NullDecimal
+}
+
+// Every version billing holds of the given plans, with what each bills per
+// period besides its charges.
+func (q *Queries) PlanFeeVersions(ctx context.Context, codes []string) ([]PlanFeeVersionsRow, error) {
+	rows, err := q.db.Query(ctx, planFeeVersions, codes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PlanFeeVersionsRow
+	for rows.Next() {
+		var i PlanFeeVersionsRow
+		if err := rows.Scan(
+			&i.Code,
+			&i.Version,
+			&i.Currency,
+			&i.EffectiveAt,
+			&i.FixedFees,
+			&i.MinimumSpend,
 		); err != nil {
 			return nil, err
 		}
@@ -1798,6 +1889,47 @@ func (q *Queries) RequestedCloses(ctx context.Context) ([]RequestedClosesRow, er
 	return items, nil
 }
 
+const subscriptionsDuring = `-- name: SubscriptionsDuring :many
+SELECT plan_code, starts_at, ends_at
+FROM subscription
+WHERE tenant_id = $1 AND starts_at < $2::timestamptz AND (ends_at IS NULL OR ends_at > $3::timestamptz)
+ORDER BY starts_at
+`
+
+type SubscriptionsDuringParams struct {
+	TenantID string
+	Until    time.Time
+	Since    time.Time
+}
+
+type SubscriptionsDuringRow struct {
+	PlanCode string
+	StartsAt time.Time
+	EndsAt   pgtype.Timestamptz
+}
+
+// The tenant's subscriptions that hold at some instant of [@since, @until),
+// in start order: what a period's fees are prorated over.
+func (q *Queries) SubscriptionsDuring(ctx context.Context, arg SubscriptionsDuringParams) ([]SubscriptionsDuringRow, error) {
+	rows, err := q.db.Query(ctx, subscriptionsDuring, arg.TenantID, arg.Until, arg.Since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SubscriptionsDuringRow
+	for rows.Next() {
+		var i SubscriptionsDuringRow
+		if err := rows.Scan(&i.PlanCode, &i.StartsAt, &i.EndsAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const subscriptionsFrom = `-- name: SubscriptionsFrom :many
 SELECT subscription_id, tenant_id, plan_code, starts_at, ends_at, created_at, actor, ended_by
 FROM subscription
@@ -1831,6 +1963,42 @@ func (q *Queries) SubscriptionsFrom(ctx context.Context, arg SubscriptionsFromPa
 			&i.Actor,
 			&i.EndedBy,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const subscriptionsSince = `-- name: SubscriptionsSince :many
+SELECT tenant_id, starts_at, ends_at
+FROM subscription
+WHERE ends_at IS NULL OR ends_at > $1::timestamptz
+ORDER BY tenant_id, starts_at
+`
+
+type SubscriptionsSinceRow struct {
+	TenantID string
+	StartsAt time.Time
+	EndsAt   pgtype.Timestamptz
+}
+
+// The close scheduler's fee candidates: every subscription that holds at
+// some instant at or after @since (the periods it holds in close even
+// without a charge).
+func (q *Queries) SubscriptionsSince(ctx context.Context, since time.Time) ([]SubscriptionsSinceRow, error) {
+	rows, err := q.db.Query(ctx, subscriptionsSince, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SubscriptionsSinceRow
+	for rows.Next() {
+		var i SubscriptionsSinceRow
+		if err := rows.Scan(&i.TenantID, &i.StartsAt, &i.EndsAt); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
