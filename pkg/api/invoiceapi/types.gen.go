@@ -39,10 +39,12 @@ func (e IntentStatus) Valid() bool {
 
 // Defines values for InvoiceLineKind.
 const (
-	Adjustment InvoiceLineKind = "adjustment"
-	Charge     InvoiceLineKind = "charge"
-	Rounding   InvoiceLineKind = "rounding"
-	Unpriced   InvoiceLineKind = "unpriced"
+	Adjustment    InvoiceLineKind = "adjustment"
+	Charge        InvoiceLineKind = "charge"
+	FixedFee      InvoiceLineKind = "fixed_fee"
+	MinimumTrueUp InvoiceLineKind = "minimum_true_up"
+	Rounding      InvoiceLineKind = "rounding"
+	Unpriced      InvoiceLineKind = "unpriced"
 )
 
 // Valid indicates whether the value is a known member of the InvoiceLineKind enum.
@@ -51,6 +53,10 @@ func (e InvoiceLineKind) Valid() bool {
 	case Adjustment:
 		return true
 	case Charge:
+		return true
+	case FixedFee:
+		return true
+	case MinimumTrueUp:
 		return true
 	case Rounding:
 		return true
@@ -240,23 +246,35 @@ type InvoiceLine struct {
 	// ChargeCount charge and unpriced lines
 	ChargeCount *int64 `json:"chargeCount,omitempty"`
 
+	// Days fixed_fee and minimum_true_up lines: the days of the period (the tenant's zone) the subscription spent on the plan version
+	Days *int `json:"days,omitempty"`
+
 	// Dimensions a charge line of a price with dimensions; absent when the price has none
 	Dimensions *map[string]string `json:"dimensions,omitempty"`
-	Kind       InvoiceLineKind    `json:"kind"`
 
-	// LineId charge/<meterCode>/<priceVersion>, followed by /<key> for a price with dimensions or a plan's charge (name=value pairs in name order, query-escaped, joined by &; a plan's charge adds the pair %40plan=<planCode>, and its priceVersion is the plan's version); unpriced/<meterCode>; adjustment/<originEventId>; rounding
+	// FeeCode a fixed_fee line: the plan's fee
+	FeeCode *string         `json:"feeCode,omitempty"`
+	Kind    InvoiceLineKind `json:"kind"`
+
+	// LineId charge/<meterCode>/<priceVersion>, followed by /<key> for a price with dimensions or a plan's charge (name=value pairs in name order, query-escaped, joined by &; a plan's charge adds the pair %40plan=<planCode>, and its priceVersion is the plan's version); unpriced/<meterCode>; fixed_fee/<planCode>/<planVersion>/<feeCode>; minimum_true_up/<planCode>/<planVersion>; adjustment/<originEventId>; rounding
 	LineId string `json:"lineId"`
 
 	// MeterCode charge and unpriced lines
 	MeterCode *string `json:"meterCode,omitempty"`
 
+	// Name a fixed_fee line: the fee's name
+	Name *string `json:"name,omitempty"`
+
 	// OriginEventId adjustment and rounding lines
 	OriginEventId *Uuid `json:"originEventId,omitempty"`
 
-	// PlanCode a charge line of a subscribed plan's charge; absent for the tenant's own price
+	// PeriodDays fixed_fee and minimum_true_up lines: the days of the period; the amount is the fee (or minimum spend, less what the version's charge and fee lines came to) x days / periodDays, rounded half-even
+	PeriodDays *int `json:"periodDays,omitempty"`
+
+	// PlanCode a charge line of a subscribed plan's charge (absent for the tenant's own price); a fixed_fee or minimum_true_up line's plan
 	PlanCode *string `json:"planCode,omitempty"`
 
-	// PlanVersion a charge line of a plan's charge: the plan version that priced it
+	// PlanVersion a charge line of a plan's charge: the plan version that priced it; a fixed_fee or minimum_true_up line: its plan version
 	PlanVersion *int64 `json:"planVersion,omitempty"`
 
 	// PriceVersion charge lines

@@ -317,3 +317,40 @@ func TestConcurrentRunningLines(t *testing.T) {
 		t.Fatalf("lines %q, want %q", got, want)
 	}
 }
+
+// The fixed-fee and true-up lines billing's close carries are written on
+// the issued invoice of their currency, after the usage lines and before
+// the adjustments, and count in its subtotal; a currency with fees only
+// gets an invoice of its own; a redelivered close changes nothing.
+func TestFeeLinesOfTheClose(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	ib := NewInbox(t)
+	p := NewPeriod(t, "acme", "2026-11")
+	charge := p.ChargeRated(perCharge("sum", "10", "0.5", nil))
+	adj := p.Adjustment("USD", "-1.25")
+	fee := func(kind, plan string, v int64, code string, days int, amount string) events.FeeLine {
+		return events.FeeLine{Kind: kind, PlanCode: plan, PlanVersion: v, FeeCode: code, Name: code, Days: days, PeriodDays: 30, Amount: D(amount)}
+	}
+	closed := p.CloseWithFees(map[string][]events.FeeLine{
+		"USD": {fee("fixed_fee", "pro", 1, "base", 15, "24.50"), fee("minimum_true_up", "pro", 1, "", 15, "20.005")},
+		"KRW": {fee("fixed_fee", "won", 2, "seat", 30, "9900")},
+	})
+	wantOutcomes(t, Decide(t, pool, ib, charge, adj), "applied", "applied")
+	wantOutcomes(t, Decide(t, pool, ib, closed), "applied")
+	wantOutcomes(t, Decide(t, pool, ib, closed), "duplicate")
+	invs := invoices(t, pool, "acme", "2026-11")
+	usd, krw := invs["USD"], invs["KRW"]
+	wantLines(t, usd, "charge/api_calls/1 10/1 5", "fixed_fee/pro/1/base 24.5", "minimum_true_up/pro/1 20.005",
+		"adjustment/"+adj.EventID.String()+" -1.25", "rounding 0.005") // 48.255 to even
+	if usd.Status != "issued" || !usd.Subtotal.Equal(D("48.255")) || !usd.Total.Equal(D("48.26")) {
+		t.Fatalf("USD invoice %s %s/%s, want issued 48.255/48.26", usd.Status, usd.Subtotal, usd.Total)
+	}
+	if l := usd.Lines[1]; l.PlanCode != "pro" || l.PlanVersion != 1 || l.FeeCode != "base" || l.Days != 15 || l.PeriodDays != 30 {
+		t.Fatalf("fee line %+v", l)
+	}
+	wantLines(t, krw, "fixed_fee/won/2/seat 9900")
+	if krw.Status != "issued" || !krw.Total.Equal(D("9900")) {
+		t.Fatalf("KRW invoice %s %s, want issued 9900", krw.Status, krw.Total)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
 	"slices"
 	"time"
@@ -314,6 +315,15 @@ func (a *App) ApplyPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Deco
 	}); err != nil {
 		return inbox.Outcome{}, fmt.Errorf("record close of %s %s: %w", e.TenantID, p.Period, err)
 	}
+	for _, cur := range slices.Sorted(maps.Keys(p.Fees)) { // a currency with fees only has no invoice yet
+		id, err := uuid.NewV7()
+		if err != nil {
+			return inbox.Outcome{}, fmt.Errorf("new invoice id: %w", err)
+		}
+		if err := q.EnsureInvoice(ctx, db.EnsureInvoiceParams{InvoiceID: id, TenantID: e.TenantID, Period: p.Period, Currency: cur}); err != nil {
+			return inbox.Outcome{}, fmt.Errorf("open the %s invoice of %s %s: %w", cur, e.TenantID, p.Period, err)
+		}
+	}
 	invs, have, err := a.lockAndTally(ctx, q, e.TenantID, p.Period)
 	if err != nil {
 		return inbox.Outcome{}, err
@@ -332,7 +342,7 @@ func (a *App) ApplyPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Deco
 		if inv.Status != domain.StatusOpen {
 			return inbox.Outcome{}, fmt.Errorf("invoice %s of %s %s is %s before its close", inv.InvoiceID, e.TenantID, p.Period, inv.Status)
 		}
-		ev, err := a.issue(ctx, q, e, p.Period, inv.InvoiceID, inv.Currency, want[inv.Currency], now)
+		ev, err := a.issue(ctx, q, e, p.Period, inv.InvoiceID, inv.Currency, want[inv.Currency], p.Fees[inv.Currency], now)
 		if err != nil {
 			return inbox.Outcome{}, err
 		}
@@ -501,7 +511,7 @@ func groupOf(l db.ChargeLineSumsRow) (domain.Group, error) {
 // and returns the InvoiceIssued to publish (ChargeLines counts the charge
 // and unpriced lines, Charges their charges).
 func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, period string, invoiceID uuid.UUID,
-	currency string, want domain.Tally, now time.Time) (envelope.Envelope, error) {
+	currency string, want domain.Tally, fees []events.FeeLine, now time.Time) (envelope.Envelope, error) {
 	sums, err := q.ChargeLineSums(ctx, db.ChargeLineSumsParams{TenantID: e.TenantID, Period: period, Currency: currency})
 	if err != nil {
 		return envelope.Envelope{}, fmt.Errorf("group charge lines of %s: %w", invoiceID, err)
@@ -536,7 +546,11 @@ func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, pe
 			invoiceID, charges, chargeAmount, want.Charges, want.ChargeAmount))
 	}
 
-	amounts, err := domain.Issue(linesAmount.Add(want.AdjustmentAmount), currency)
+	feeAmount, err := writeFeeLines(ctx, q, e, invoiceID, fees)
+	if err != nil {
+		return envelope.Envelope{}, err
+	}
+	amounts, err := domain.Issue(linesAmount.Add(feeAmount).Add(want.AdjustmentAmount), currency)
 	if err != nil {
 		return envelope.Envelope{}, inbox.Permanent(inbox.ReasonUnknownCurrency, err)
 	}
@@ -570,6 +584,27 @@ func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, pe
 		return envelope.Envelope{}, fmt.Errorf("issue invoice %s: not open any more", invoiceID)
 	}
 	return ev, nil
+}
+
+// writeFeeLines writes the close's fixed-fee and true-up lines of the
+// invoice's currency and returns what they sum to.
+func writeFeeLines(ctx context.Context, q *db.Queries, e *envelope.Envelope, invoiceID uuid.UUID, fees []events.FeeLine) (decimal.Decimal, error) {
+	sum := decimal.Zero
+	if len(fees) == 0 {
+		return sum, nil
+	}
+	arg := db.InsertFeeLinesParams{InvoiceID: invoiceID, OriginEventID: e.EventID}
+	for _, f := range fees {
+		arg.Kinds, arg.PlanCodes = append(arg.Kinds, f.Kind), append(arg.PlanCodes, f.PlanCode)
+		arg.PlanVersions, arg.FeeCodes = append(arg.PlanVersions, f.PlanVersion), append(arg.FeeCodes, f.FeeCode)
+		arg.FeeNames, arg.Days = append(arg.FeeNames, f.Name), append(arg.Days, int32(f.Days))
+		arg.PeriodDays, arg.Amounts = append(arg.PeriodDays, int32(f.PeriodDays)), append(arg.Amounts, f.Amount)
+		sum = sum.Add(f.Amount)
+	}
+	if err := q.InsertFeeLines(ctx, arg); err != nil {
+		return decimal.Decimal{}, fmt.Errorf("write fee lines of %s: %w", invoiceID, err)
+	}
+	return sum, nil
 }
 
 // checkAggregate refuses an event whose payload does not name the

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/services/invoice/internal/db"
 	"github.com/usagebilling/billing/services/invoice/internal/domain"
 )
@@ -49,9 +50,13 @@ type Line struct {
 	OriginEventID *uuid.UUID        // adjustment and rounding lines
 	Dimensions    map[string]string // a charge line of a dimension price
 	// PlanCode and PlanVersion: a charge line of a plan's charge (its
-	// priceVersion is the plan's version too).
+	// priceVersion is the plan's version too), a fixed-fee or true-up line.
 	PlanCode    string
 	PlanVersion int64
+	// A fixed-fee line's fee, and the days of the period a fixed-fee or
+	// true-up line is prorated by.
+	FeeCode, Name    string
+	Days, PeriodDays int
 }
 
 // Correction is a correction note issued after the invoice.
@@ -247,6 +252,10 @@ func storedLine(l db.ListStoredLinesRow) (Line, error) {
 	case domain.KindAdjustment:
 		origin := l.OriginEventID.UUID
 		return Line{Kind: l.Kind, Amount: l.Amount, LineID: domain.AdjustmentLineID(origin), OriginEventID: &origin}, nil
+	case events.FeeKindFixed, events.FeeKindTrueUp:
+		return Line{Kind: l.Kind, Amount: l.Amount, LineID: domain.FeeLineID(l.Kind, l.PlanCode, l.PlanVersion, l.FeeCode),
+			PlanCode: l.PlanCode, PlanVersion: l.PlanVersion, FeeCode: l.FeeCode, Name: l.FeeName,
+			Days: int(l.Days), PeriodDays: int(l.PeriodDays)}, nil
 	default:
 		origin := l.OriginEventID.UUID
 		return Line{Kind: l.Kind, Amount: l.Amount, LineID: domain.RoundingLineID, OriginEventID: &origin}, nil

@@ -74,6 +74,12 @@ type InvoiceLine struct {
 	Quantity      decimal.NullDecimal
 	ChargeCount   pgtype.Int8
 	DimensionsKey string
+	PlanCode      pgtype.Text
+	PlanVersion   pgtype.Int8
+	FeeCode       pgtype.Text
+	FeeName       pgtype.Text
+	Days          pgtype.Int4
+	PeriodDays    pgtype.Int4
 }
 
 type InvoiceLineFigure struct {

@@ -183,6 +183,24 @@ WHERE i.tenant_id = @tenant_id AND i.period = @period AND l.kind = 'adjustment'
 GROUP BY i.currency
 ORDER BY i.currency;
 
+-- name: EnsureInvoice :exec
+-- Opens the invoice of a tenant's period and currency unless it exists: a
+-- currency whose period has fees but no charge gets its invoice at the close.
+INSERT INTO invoice (invoice_id, tenant_id, period, currency)
+VALUES (@invoice_id, @tenant_id, @period, @currency)
+ON CONFLICT (tenant_id, period, currency) DO NOTHING;
+
+-- name: InsertFeeLines :exec
+-- Writes an invoice's fixed-fee and true-up lines, from the close that
+-- issues it.
+INSERT INTO invoice_line (invoice_id, origin_event_id, kind, plan_code, plan_version, fee_code, fee_name, days, period_days, amount)
+SELECT @invoice_id::uuid, @origin_event_id::uuid, u.kind, u.plan_code, u.plan_version, NULLIF(u.fee_code, ''),
+       NULLIF(u.fee_name, ''), u.days, u.period_days, u.amount
+FROM (SELECT unnest(@kinds::text[]) AS kind, unnest(@plan_codes::text[]) AS plan_code,
+             unnest(@plan_versions::bigint[]) AS plan_version, unnest(@fee_codes::text[]) AS fee_code,
+             unnest(@fee_names::text[]) AS fee_name, unnest(@days::int[]) AS days,
+             unnest(@period_days::int[]) AS period_days, unnest(@amounts::numeric[]) AS amount) u;
+
 -- name: AddRoundingLine :exec
 INSERT INTO invoice_line (invoice_id, origin_event_id, kind, amount)
 VALUES (@invoice_id, @origin_event_id::uuid, 'rounding', @amount);
@@ -403,11 +421,14 @@ FROM (SELECT unnest(@kinds::text[]) AS kind, unnest(@meter_codes::text[]) AS met
 -- by meter, price version and dimensions, then the unpriced lines by meter,
 -- then adjustments in arrival order, then the rounding line.
 SELECT invoice_id, line_id, kind, origin_event_id, meter_code, price_version, dimensions_key::text AS dimensions_key,
-       quantity, charge_count, amount
+       quantity, charge_count, amount, COALESCE(plan_code, '')::text AS plan_code, COALESCE(plan_version, 0)::bigint AS plan_version,
+       COALESCE(fee_code, '')::text AS fee_code, COALESCE(fee_name, '')::text AS fee_name,
+       COALESCE(days, 0)::int AS days, COALESCE(period_days, 0)::int AS period_days
 FROM invoice_line
 WHERE invoice_id = ANY(@invoice_ids::uuid[])
-ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'unpriced' THEN 1 WHEN 'adjustment' THEN 2 ELSE 3 END,
-         meter_code, price_version, dimensions_key, line_id;
+ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'unpriced' THEN 1 WHEN 'fixed_fee' THEN 2 WHEN 'minimum_true_up' THEN 3
+                                WHEN 'adjustment' THEN 4 ELSE 5 END,
+         meter_code, price_version, dimensions_key, plan_code, plan_version, fee_code, line_id;
 
 -- name: ReconciliationCharges :many
 -- ReconciliationCharges reads a page of the charges a tenant's invoices of

@@ -420,6 +420,31 @@ func (q *Queries) ChargeLineSums(ctx context.Context, arg ChargeLineSumsParams) 
 	return items, nil
 }
 
+const ensureInvoice = `-- name: EnsureInvoice :exec
+INSERT INTO invoice (invoice_id, tenant_id, period, currency)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (tenant_id, period, currency) DO NOTHING
+`
+
+type EnsureInvoiceParams struct {
+	InvoiceID uuid.UUID
+	TenantID  string
+	Period    string
+	Currency  string
+}
+
+// Opens the invoice of a tenant's period and currency unless it exists: a
+// currency whose period has fees but no charge gets its invoice at the close.
+func (q *Queries) EnsureInvoice(ctx context.Context, arg EnsureInvoiceParams) error {
+	_, err := q.db.Exec(ctx, ensureInvoice,
+		arg.InvoiceID,
+		arg.TenantID,
+		arg.Period,
+		arg.Currency,
+	)
+	return err
+}
+
 const findInvoiceToCorrect = `-- name: FindInvoiceToCorrect :one
 SELECT EXISTS (
            SELECT 1 FROM period_close pc
@@ -530,6 +555,47 @@ func (q *Queries) InsertChargeLines(ctx context.Context, arg InsertChargeLinesPa
 		arg.UnitPrices,
 		arg.Quantities,
 		arg.ChargeCounts,
+		arg.Amounts,
+	)
+	return err
+}
+
+const insertFeeLines = `-- name: InsertFeeLines :exec
+INSERT INTO invoice_line (invoice_id, origin_event_id, kind, plan_code, plan_version, fee_code, fee_name, days, period_days, amount)
+SELECT $1::uuid, $2::uuid, u.kind, u.plan_code, u.plan_version, NULLIF(u.fee_code, ''),
+       NULLIF(u.fee_name, ''), u.days, u.period_days, u.amount
+FROM (SELECT unnest($3::text[]) AS kind, unnest($4::text[]) AS plan_code,
+             unnest($5::bigint[]) AS plan_version, unnest($6::text[]) AS fee_code,
+             unnest($7::text[]) AS fee_name, unnest($8::int[]) AS days,
+             unnest($9::int[]) AS period_days, unnest($10::numeric[]) AS amount) u
+`
+
+type InsertFeeLinesParams struct {
+	InvoiceID     uuid.UUID
+	OriginEventID uuid.UUID
+	Kinds         []string
+	PlanCodes     []string
+	PlanVersions  []int64
+	FeeCodes      []string
+	FeeNames      []string
+	Days          []int32
+	PeriodDays    []int32
+	Amounts       []decimal.Decimal
+}
+
+// Writes an invoice's fixed-fee and true-up lines, from the close that
+// issues it.
+func (q *Queries) InsertFeeLines(ctx context.Context, arg InsertFeeLinesParams) error {
+	_, err := q.db.Exec(ctx, insertFeeLines,
+		arg.InvoiceID,
+		arg.OriginEventID,
+		arg.Kinds,
+		arg.PlanCodes,
+		arg.PlanVersions,
+		arg.FeeCodes,
+		arg.FeeNames,
+		arg.Days,
+		arg.PeriodDays,
 		arg.Amounts,
 	)
 	return err
@@ -781,11 +847,14 @@ func (q *Queries) ListPeriodsInvoices(ctx context.Context, arg ListPeriodsInvoic
 
 const listStoredLines = `-- name: ListStoredLines :many
 SELECT invoice_id, line_id, kind, origin_event_id, meter_code, price_version, dimensions_key::text AS dimensions_key,
-       quantity, charge_count, amount
+       quantity, charge_count, amount, COALESCE(plan_code, '')::text AS plan_code, COALESCE(plan_version, 0)::bigint AS plan_version,
+       COALESCE(fee_code, '')::text AS fee_code, COALESCE(fee_name, '')::text AS fee_name,
+       COALESCE(days, 0)::int AS days, COALESCE(period_days, 0)::int AS period_days
 FROM invoice_line
 WHERE invoice_id = ANY($1::uuid[])
-ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'unpriced' THEN 1 WHEN 'adjustment' THEN 2 ELSE 3 END,
-         meter_code, price_version, dimensions_key, line_id
+ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'unpriced' THEN 1 WHEN 'fixed_fee' THEN 2 WHEN 'minimum_true_up' THEN 3
+                                WHEN 'adjustment' THEN 4 ELSE 5 END,
+         meter_code, price_version, dimensions_key, plan_code, plan_version, fee_code, line_id
 `
 
 type ListStoredLinesRow struct {
@@ -799,6 +868,12 @@ type ListStoredLinesRow struct {
 	Quantity      decimal.NullDecimal
 	ChargeCount   pgtype.Int8
 	Amount        decimal.Decimal
+	PlanCode      string
+	PlanVersion   int64
+	FeeCode       string
+	FeeName       string
+	Days          int32
+	PeriodDays    int32
 }
 
 // ListStoredLines reads the lines stored for the invoices: every line of an
@@ -825,6 +900,12 @@ func (q *Queries) ListStoredLines(ctx context.Context, invoiceIds []uuid.UUID) (
 			&i.Quantity,
 			&i.ChargeCount,
 			&i.Amount,
+			&i.PlanCode,
+			&i.PlanVersion,
+			&i.FeeCode,
+			&i.FeeName,
+			&i.Days,
+			&i.PeriodDays,
 		); err != nil {
 			return nil, err
 		}

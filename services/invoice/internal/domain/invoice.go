@@ -50,6 +50,16 @@ func AdjustmentLineID(originEventID uuid.UUID) string {
 // RoundingLineID is the id of an invoice's rounding line (at most one).
 const RoundingLineID = KindRounding
 
+// FeeLineID is the id of a fixed-fee line, "fixed_fee/<planCode>/<planVersion>/<feeCode>",
+// or of a true-up line, "minimum_true_up/<planCode>/<planVersion>" (feeCode "").
+func FeeLineID(kind, planCode string, planVersion int64, feeCode string) string {
+	id := kind + "/" + planCode + "/" + strconv.FormatInt(planVersion, 10)
+	if feeCode != "" {
+		id += "/" + feeCode
+	}
+	return id
+}
+
 // Pricing models of a price version (docs/money.md; package pricing).
 // Charges carry an amount under unit pricing only; under the others a
 // line's amount is the version's pricing function over the line's quantity.

@@ -74,6 +74,10 @@ type lineJSON struct {
 	Dimensions    map[string]string `json:"dimensions,omitempty"`
 	PlanCode      string            `json:"planCode,omitempty"`
 	PlanVersion   int64             `json:"planVersion,omitempty"`
+	FeeCode       string            `json:"feeCode,omitempty"`
+	Name          string            `json:"name,omitempty"`
+	Days          int               `json:"days,omitempty"`
+	PeriodDays    int               `json:"periodDays,omitempty"`
 }
 
 type correctionJSON struct {

@@ -208,13 +208,25 @@ func (p *Period) Close() envelope.Envelope {
 	return p.CloseWith(p.Tallies())
 }
 
+// CloseWithFees builds the BillingPeriodClosed of Close carrying fees (the
+// fixed-fee and true-up lines billing computed) by currency.
+func (p *Period) CloseWithFees(fees map[string][]events.FeeLine) envelope.Envelope {
+	p.t.Helper()
+	return p.closeWith(p.Tallies(), fees)
+}
+
 // CloseWith builds a BillingPeriodClosed with the given tallies (its counts
 // and totals follow from them).
 func (p *Period) CloseWith(tallies map[string]events.CloseTally) envelope.Envelope {
 	p.t.Helper()
+	return p.closeWith(tallies, nil)
+}
+
+func (p *Period) closeWith(tallies map[string]events.CloseTally, fees map[string][]events.FeeLine) envelope.Envelope {
+	p.t.Helper()
 	p.closed = true
 	closed := events.BillingPeriodClosed{Period: p.Period, ClosedAt: time.Now().UTC(),
-		Totals: map[string]decimal.Decimal{}, Currencies: map[string]events.CloseTally{}}
+		Totals: map[string]decimal.Decimal{}, Currencies: map[string]events.CloseTally{}, Fees: fees}
 	for cur, t := range tallies {
 		closed.Charges += t.Charges
 		closed.Adjustments += t.Adjustments
