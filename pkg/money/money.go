@@ -210,6 +210,31 @@ func Round(amount decimal.Decimal, code string) (decimal.Decimal, error) {
 	return amount.RoundBank(scale), nil
 }
 
+// Prorate is amount x days / periodDays rounded half-even to the
+// currency's minor unit, exactly (no intermediate rounding): a plan's fee
+// or minimum spend for the whole days of a period it was in effect
+// (DESIGN.md section 3a).
+func Prorate(amount decimal.Decimal, days, periodDays int, code string) (decimal.Decimal, error) {
+	scale, err := Currency(code)
+	if err != nil {
+		return decimal.Decimal{}, err
+	}
+	if periodDays <= 0 || days < 0 || days > periodDays {
+		return decimal.Decimal{}, fmt.Errorf("prorate %d of %d days", days, periodDays)
+	}
+	n := decimal.NewFromInt(int64(periodDays))
+	q, r := amount.Mul(decimal.NewFromInt(int64(days))).QuoRem(n, scale) // x = n*q + r, |r| < n*10^-scale
+	ulp := decimal.New(1, -scale)
+	twice, half := r.Abs().Mul(decimal.NewFromInt(2)), n.Mul(ulp)
+	if c := twice.Cmp(half); c > 0 || (c == 0 && !q.Shift(scale).Mod(decimal.NewFromInt(2)).IsZero()) {
+		if r.Sign() < 0 {
+			return q.Sub(ulp), nil
+		}
+		return q.Add(ulp), nil
+	}
+	return q, nil
+}
+
 // CheckMinorUnits checks that amount is a whole number of the currency's
 // minor units (-0.01 USD, -1 JPY; not -0.005 USD or -0.5 JPY). Trailing
 // zeros do not count: "1.50" USD and "10.00" JPY are whole. It wraps

@@ -1,6 +1,10 @@
 package money
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/shopspring/decimal"
+)
 
 func TestParse(t *testing.T) {
 	for _, tc := range []struct {
@@ -47,5 +51,27 @@ func TestCurrencyScaleAndHalfEvenRounding(t *testing.T) {
 		if _, err := Currency(bad); err == nil {
 			t.Errorf("Currency(%q) accepted", bad)
 		}
+	}
+}
+
+// Prorate rounds amount x days / periodDays once, half to even, at the
+// currency's minor unit.
+func TestProrate(t *testing.T) {
+	for _, c := range []struct {
+		amount         string
+		days, of       int
+		currency, want string
+	}{
+		{"49.00", 15, 31, "USD", "23.71"}, {"49.00", 31, 31, "USD", "49"}, {"0.01", 14, 28, "USD", "0"},
+		{"0.03", 14, 28, "USD", "0.02"}, {"-0.03", 14, 28, "USD", "-0.02"}, {"1", 14, 28, "KRW", "0"},
+		{"3", 14, 28, "KRW", "2"}, {"0.003", 14, 28, "BHD", "0.002"}, {"100", 0, 30, "USD", "0"},
+	} {
+		got, err := Prorate(decimal.RequireFromString(c.amount), c.days, c.of, c.currency)
+		if err != nil || !got.Equal(decimal.RequireFromString(c.want)) {
+			t.Errorf("Prorate(%s, %d/%d, %s) = %s, %v; want %s", c.amount, c.days, c.of, c.currency, got, err, c.want)
+		}
+	}
+	if _, err := Prorate(decimal.NewFromInt(1), 32, 31, "USD"); err == nil {
+		t.Error("32 of 31 days prorated")
 	}
 }

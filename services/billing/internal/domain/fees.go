@@ -102,7 +102,7 @@ func FeeLines(days []time.Time, subs []SubscriptionSpan, versions []FeePlanVersi
 		v, d := byCode[k.Code][i], spent[k]
 		billed := decimal.Zero
 		for _, f := range v.Fees {
-			amount, err := Prorate(f.Amount, d, n, v.Currency)
+			amount, err := money.Prorate(f.Amount, d, n, v.Currency)
 			if err != nil {
 				return nil, err
 			}
@@ -113,7 +113,7 @@ func FeeLines(days []time.Time, subs []SubscriptionSpan, versions []FeePlanVersi
 		if v.MinimumSpend == nil {
 			continue
 		}
-		minimum, err := Prorate(*v.MinimumSpend, d, n, v.Currency)
+		minimum, err := money.Prorate(*v.MinimumSpend, d, n, v.Currency)
 		if err != nil {
 			return nil, err
 		}
@@ -123,34 +123,4 @@ func FeeLines(days []time.Time, subs []SubscriptionSpan, versions []FeePlanVersi
 		}
 	}
 	return out, nil
-}
-
-// Prorate is amount x days / periodDays rounded half-even to currency's
-// minor unit, exactly (no intermediate rounding).
-func Prorate(amount decimal.Decimal, days, periodDays int, currency string) (decimal.Decimal, error) {
-	scale, err := money.Currency(currency)
-	if err != nil {
-		return decimal.Decimal{}, err
-	}
-	if days == periodDays {
-		return money.Round(amount, currency)
-	}
-	return divRoundHalfEven(amount.Mul(decimal.NewFromInt(int64(days))), int64(periodDays), scale), nil
-}
-
-// divRoundHalfEven is x / n rounded half-even to scale decimal places.
-func divRoundHalfEven(x decimal.Decimal, n int64, scale int32) decimal.Decimal {
-	d := decimal.NewFromInt(n)
-	q, r := x.QuoRem(d, scale) // x = d*q + r, q truncated to scale places, |r| < d*10^-scale
-	ulp := decimal.New(1, -scale)
-	twice := r.Abs().Mul(decimal.NewFromInt(2))
-	half := d.Mul(ulp)
-	up := twice.Cmp(half) > 0 || (twice.Cmp(half) == 0 && !q.Shift(scale).Mod(decimal.NewFromInt(2)).IsZero())
-	if up {
-		if x.Sign() < 0 {
-			return q.Sub(ulp)
-		}
-		return q.Add(ulp)
-	}
-	return q
 }
