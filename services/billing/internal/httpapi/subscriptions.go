@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/usagebilling/billing/pkg/auth"
@@ -108,9 +107,10 @@ func (a *API) endSubscription(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	id, err := uuid.Parse(chi.URLParam(r, "subscriptionId"))
-	if err != nil {
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_subscription_id", "subscription id must be a UUID"))
+	id, ok := httpx.ParseUUID(chi.URLParam(r, "subscriptionId"))
+	if !ok {
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_subscription_id",
+			"subscription id must be a UUID in its canonical form (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx), not the nil UUID"))
 		return
 	}
 	var in endBody

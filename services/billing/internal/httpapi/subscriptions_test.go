@@ -2,12 +2,15 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
 
 	"github.com/usagebilling/billing/pkg/api/billingapi"
 	"github.com/usagebilling/billing/services/billing/internal/app"
@@ -87,6 +90,26 @@ func TestSubscriptionsOverHTTP(t *testing.T) {
 		t.Fatalf("last page: %d %s", last.status, last.body)
 	}
 	basic := page.Subscriptions[0].SubscriptionID.String()
+	// Another spelling of basic's id (braced, urn:uuid:, 32 bare digits)
+	// or the nil UUID is refused, and nothing is ended or recorded by it.
+	ends := func() string {
+		var s string
+		if err := pool.QueryRow(t.Context(), `SELECT concat_ws(' ', (SELECT count(*) FROM idempotency_key),
+			(SELECT count(*) FROM outbox_event), (SELECT string_agg(coalesce(ends_at::text, 'open'), ',' ORDER BY starts_at) FROM subscription))`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	was := ends()
+	for i, other := range []string{"%7B" + basic + "%7D", "urn:uuid:" + basic, strings.ReplaceAll(basic, "-", ""), uuid.Nil.String()} {
+		r := post(subs+"/"+other+"/end", fmt.Sprintf("x%d", i), `{"endsAt": "2026-02-01T00:00:00Z"}`)
+		if r.status != http.StatusBadRequest || r.problem(t) != "invalid_subscription_id" {
+			t.Fatalf("end %s: %d %s, want 400 invalid_subscription_id", other, r.status, r.body)
+		}
+	}
+	if now := ends(); now != was {
+		t.Fatalf("written by refused ends: %q before, %q after", was, now)
+	}
 	if r := post(subs+"/"+basic+"/end", "e2", `{"endsAt": "2026-02-01T00:00:00Z"}`); r.status != http.StatusOK {
 		t.Fatalf("end: %d %s", r.status, r.body)
 	}

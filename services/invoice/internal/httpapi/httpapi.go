@@ -164,9 +164,10 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	id, err := uuid.Parse(chi.URLParam(r, "invoiceId"))
-	if err != nil {
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_invoice_id", "invoice id must be a UUID"))
+	id, ok := httpx.ParseUUID(chi.URLParam(r, "invoiceId"))
+	if !ok {
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_invoice_id",
+			"invoice id must be a UUID in its canonical form (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx), not the nil UUID"))
 		return
 	}
 	media, ok := negotiate(r.Header.Values("Accept"), invoiceMedia)

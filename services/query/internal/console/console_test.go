@@ -374,6 +374,12 @@ func TestCSRFAndRedrive(t *testing.T) {
 		!strings.Contains(view.body, a.CorrelationID) || !strings.Contains(view.body, `http-equiv="refresh"`) {
 		t.Errorf("redrive page: %d %s", view.status, view.body)
 	}
+	// The page of a redrive is at its id's canonical spelling only.
+	for _, other := range []string{"%7B" + rd.ID.String() + "%7D", "urn:uuid:" + rd.ID.String(), strings.ReplaceAll(rd.ID.String(), "-", "")} {
+		if view := f.do("GET", "/console/redrives/"+other, alice, nil); view.status != http.StatusNotFound {
+			t.Errorf("redrive page at %s: %d, want 404", other, view.status)
+		}
+	}
 
 	// Invalid forms are refused before the operator package, and write
 	// nothing.

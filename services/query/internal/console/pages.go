@@ -146,8 +146,8 @@ func (v redriveView) Pending() bool { return v.State == operator.StateRequested 
 // redrive: GET /console/redrives/{redriveId}, the redrive and its audit; the
 // page reloads itself each second until the service has answered.
 func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
-	id, err := uuid.Parse(chi.URLParam(r, "redriveId"))
-	if err != nil {
+	id, ok := httpx.ParseUUID(chi.URLParam(r, "redriveId"))
+	if !ok {
 		c.render(w, r, http.StatusNotFound, "error", "Not found", errorView{Message: "No redrive with that id."})
 		return
 	}

@@ -215,8 +215,8 @@ type auditJSON struct {
 
 // redrive: GET /v1/operator/redrives/{redriveId}.
 func (a *Operator) redrive(w http.ResponseWriter, r *http.Request) {
-	id, err := uuid.Parse(chi.URLParam(r, "redriveId"))
-	if err != nil {
+	id, ok := httpx.ParseUUID(chi.URLParam(r, "redriveId"))
+	if !ok {
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusNotFound, "redrive_not_found", "no redrive with that id"))
 		return
 	}

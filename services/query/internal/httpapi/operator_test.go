@@ -196,8 +196,11 @@ func TestRedriveIsAudited(t *testing.T) {
 		}
 	}
 
-	if status, code := call(t, alice, "GET", srv.URL+"/v1/operator/redrives/"+uuid.NewString(), "", "", nil); status != 404 || code != "redrive_not_found" {
-		t.Fatalf("unknown redrive: %d %s", status, code)
+	for _, id := range []string{uuid.NewString(), uuid.Nil.String(), // unknown; other spellings of a known one
+		"%7B" + accepted.RedriveID + "%7D", "urn:uuid:" + accepted.RedriveID, strings.ReplaceAll(accepted.RedriveID, "-", "")} {
+		if status, code := call(t, alice, "GET", srv.URL+"/v1/operator/redrives/"+id, "", "", nil); status != 404 || code != "redrive_not_found" {
+			t.Fatalf("redrive %s: %d %s, want 404 redrive_not_found", id, status, code)
+		}
 	}
 }
 

@@ -215,8 +215,8 @@ func (api *API) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	notFound := httpx.NewProblem(http.StatusNotFound, "not_found", "no such usage fact")
-	id, err := uuid.Parse(chi.URLParam(r, "usageId"))
-	if err != nil {
+	id, ok := httpx.ParseUUID(chi.URLParam(r, "usageId"))
+	if !ok {
 		httpx.WriteProblem(w, notFound)
 		return
 	}

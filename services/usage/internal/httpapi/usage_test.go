@@ -491,6 +491,9 @@ func TestGetUsage(t *testing.T) {
 		path + "/0190c6a0-0000-7000-8000-000000000000", // unknown
 		"/v1/tenants/t2/usage/" + a.UsageID,            // another tenant's
 		path + "/not-a-uuid",
+		path + "/%7B" + a.UsageID + "%7D", // other spellings of the fact's id
+		path + "/urn:uuid:" + a.UsageID,
+		path + "/" + strings.ReplaceAll(a.UsageID, "-", ""),
 	} {
 		if g := e.do(t, "GET", p, ""); g.status != 404 || !hasCode(g.body, "not_found") {
 			t.Errorf("GET %s: %d %s, want 404 not_found", p, g.status, g.body)
