@@ -197,7 +197,9 @@ func name(field, s string) error {
 	return nil
 }
 
-// minorUnits reads a non-negative amount in whole minor units of currency.
+// minorUnits reads a non-negative amount in whole minor units of currency,
+// of at most money.MaxIntegerDigits digits before the point
+// (decimal_out_of_range, as every other amount).
 func minorUnits(field, s, currency string) (decimal.Decimal, error) {
 	d, err := money.Parse(s)
 	if err != nil {
@@ -205,6 +207,9 @@ func minorUnits(field, s, currency string) (decimal.Decimal, error) {
 	}
 	if d.IsNegative() {
 		return decimal.Decimal{}, invalid(CodeInvalidPlan, "%s %s must not be negative", field, s)
+	}
+	if err := money.CheckRange(d); err != nil {
+		return decimal.Decimal{}, invalid(money.CodeOutOfRange, "%s: %v", field, err)
 	}
 	if err := money.CheckMinorUnits(d, currency); err != nil {
 		return decimal.Decimal{}, invalid(money.CodeAmountPrecision, "%s: %v", field, err)

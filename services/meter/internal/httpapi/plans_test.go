@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -48,14 +49,18 @@ func TestPlansOverHTTP(t *testing.T) {
 		t.Fatalf("a billing-admin publishing a plan: %d %s", r.status, r.body)
 	}
 	before := written(t, e.pool)
-	for _, tc := range []struct{ body, code string }{
+	for i, tc := range []struct{ body, code string }{
 		{`{"code": "x", "name": "X", "currency": "USD", "fixedFees": [{"code": "f", "name": "F", "amount": "1.005"}]}`, "amount_precision"},
 		{`{"code": "x", "name": "X", "currency": "USD", "minimumSpend": 100}`, "invalid_plan"},
+		{`{"code": "x", "name": "X", "currency": "USD", "fixedFees": [{"code": "f", "name": "F", "amount": "` + strings.Repeat("9", 38) + `"}]}`, "decimal_out_of_range"},
+		{`{"code": "x", "name": "X", "currency": "USD", "fixedFees": [{"code": "f", "name": "F", "amount": "1` + strings.Repeat("0", 18) + `"}]}`, "decimal_out_of_range"},
+		{`{"code": "x", "name": "X", "currency": "USD", "minimumSpend": "` + strings.Repeat("9", 38) + `"}`, "decimal_out_of_range"},
+		{`{"code": "x", "name": "X", "currency": "USD", "charges": [{"meterCode": "tokens", "unitPrice": "` + strings.Repeat("9", 38) + `"}]}`, "decimal_out_of_range"},
 		{`{"code": "x", "name": "X", "currency": "USD", "charges": [{"meterCode": "seats", "unitPrice": "1"}]}`, "meter_not_found"},
 		{`{"code": "x y", "name": "X", "currency": "USD"}`, "invalid_plan"},
 		{`{"code": "x", "name": "X", "currency": "USD", "charges": [{"meterCode": "tokens", "unitPrice": "1"}, {"meterCode": "tokens", "unitPrice": "2"}]}`, "ambiguous_price"},
 	} {
-		r := send(t, e, auth.RoleCatalogAdmin, http.MethodPost, "/v1/plans", "bad-"+tc.code, tc.body)
+		r := send(t, e, auth.RoleCatalogAdmin, http.MethodPost, "/v1/plans", fmt.Sprintf("bad-%d", i), tc.body)
 		if !strings.Contains(r.body, `"code":"`+tc.code+`"`) {
 			t.Errorf("%s: %d %s, want %s", tc.body, r.status, r.body, tc.code)
 		}
