@@ -330,7 +330,19 @@ func lenientInputs() []lenient {
 	for _, e := range []string{uuid.Nil.String(), "{" + id + "}", "urn:uuid:" + id, strings.ReplaceAll(id, "-", "")} {
 		out = append(out,
 			ops("POST", "/v1/operator/redrives", redrive(e, "r"), 400, "invalid_event_id"),
-			ops("POST", "/v1/operator/dead-letters/release", redrive(e, "r"), 400, "invalid_event_id"))
+			ops("POST", "/v1/operator/dead-letters/release", redrive(e, "r"), 400, "invalid_event_id"),
+			// Path ids too: another spelling is no id (uuid.Parse would
+			// read it and end or show the resource of the canonical one).
+			ten("billing", "POST", "/subscriptions/"+url.PathEscape(e)+"/end", `{"endsAt":"2099-01-01T00:00:00Z"}`, 400, "invalid_subscription_id"),
+			ten("invoice", "GET", "/invoices/"+url.PathEscape(e), "", 400, "invalid_invoice_id"))
+	}
+	// A plan's fixed fee and minimum spend are amounts like any other.
+	for _, body := range []string{
+		`{"code":"hostile_plan","name":"n","currency":"USD","fixedFees":[{"code":"f","name":"F","amount":"` + nines + `"}]}`,
+		`{"code":"hostile_plan","name":"n","currency":"USD","minimumSpend":"` + nines + `"}`,
+	} {
+		out = append(out, lenient{service: "meter", method: "POST", path: "/v1/plans", role: auth.RoleCatalogAdmin, body: body,
+			status: 400, code: "decimal_out_of_range"})
 	}
 	utf16 := ten("billing", "PUT", "/settings", `{"timeZone":"UTC"}`, 415, "unsupported_media_type")
 	utf16.contentType = "application/json; charset=utf-16"
