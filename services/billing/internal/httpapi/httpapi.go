@@ -13,6 +13,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/api/billingapi"
 	"github.com/usagebilling/billing/pkg/auth"
+	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/httpx"
 	"github.com/usagebilling/billing/pkg/page"
 	"github.com/usagebilling/billing/services/billing/internal/app"
@@ -159,6 +160,13 @@ func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := app.ChargeFilter{Period: period, MeterCode: q.Get("meterCode")}
+	if f.MeterCode != "" && !catalog.ValidKey(f.MeterCode) {
+		// A filter no meter could match is the client's mistake, as
+		// meter's price list answers it, not an empty page.
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_meter_code",
+			"meterCode must be 1-64 characters of A-Z a-z 0-9 _ . -"))
+		return
+	}
 	if v := q.Get("priceVersion"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 {

@@ -236,6 +236,8 @@ func TestBadRequestsWriteNothing(t *testing.T) {
 		{"charges: negative priceVersion", "GET", "/v1/tenants/t1/charges?period=2026-01&meterCode=api_calls&priceVersion=-2", nil, "", "", 400, "invalid_price_version"},
 		{"charges: priceVersion not a number", "GET", "/v1/tenants/t1/charges?period=2026-01&meterCode=api_calls&priceVersion=v1", nil, "", "", 400, "invalid_price_version"},
 		{"charges: priceVersion without meterCode", "GET", "/v1/tenants/t1/charges?period=2026-01&priceVersion=1", nil, "", "", 400, "invalid_price_version"},
+		{"charges: meterCode of 1,000 characters", "GET", "/v1/tenants/t1/charges?period=2026-01&meterCode=" + strings.Repeat("m", 1000), nil, "", "", 400, "invalid_meter_code"},
+		{"charges: meterCode no meter could have", "GET", "/v1/tenants/t1/charges?period=2026-01&meterCode=a%20b", nil, "", "", 400, "invalid_meter_code"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := f.state(t)
