@@ -86,6 +86,16 @@ type Price struct {
 	// Pricing empty): its Charges price the lines of its subscribers.
 	PlanCode string       `json:"planCode,omitempty"`
 	Charges  []PlanCharge `json:"charges,omitempty"`
+	// FixedFees and MinimumSpend of a plan version: what its fixed_fee and
+	// minimum_true_up lines are held to.
+	FixedFees    []PlanFee        `json:"fixedFees,omitempty"`
+	MinimumSpend *decimal.Decimal `json:"minimumSpend,omitempty"`
+}
+
+// PlanFee is one fixed fee of a plan version, per period.
+type PlanFee struct {
+	Code   string          `json:"code"`
+	Amount decimal.Decimal `json:"amount"`
 }
 
 // PlanCharge is one charge of a plan version.
@@ -111,6 +121,12 @@ type LineTotal struct {
 	// pricing is looked up by (Price.Charges); none for a tenant's price.
 	PlanCode   string            `json:"planCode,omitempty"`
 	Dimensions map[string]string `json:"dimensions,omitempty"`
+	// A fixed_fee or minimum_true_up line: its plan version (PlanCode's),
+	// fee (fixed_fee) and the days of the period it is prorated by.
+	PlanVersion int64  `json:"planVersion,omitempty"`
+	FeeCode     string `json:"feeCode,omitempty"`
+	Days        int    `json:"days,omitempty"`
+	PeriodDays  int    `json:"periodDays,omitempty"`
 }
 
 // Correction is a correction note of an issued invoice; OriginEventID is

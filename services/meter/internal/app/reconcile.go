@@ -47,9 +47,20 @@ func (a *App) reconciliationPrices(ctx context.Context, q recon.Query) ([]recon.
 		if err := json.Unmarshal(r.Charges, &cs); err != nil {
 			return nil, fmt.Errorf("decode charges of plan %s v%d: %w", r.Code, r.Version, err)
 		}
+		var fees []events.PlanFee
+		if err := json.Unmarshal(r.FixedFees, &fees); err != nil {
+			return nil, fmt.Errorf("decode fixed fees of plan %s v%d: %w", r.Code, r.Version, err)
+		}
 		p := recon.Price{PriceID: r.PlanID, PlanCode: r.Code, Currency: r.Currency, Version: r.Version}
 		for _, c := range cs {
 			p.Charges = append(p.Charges, recon.PlanCharge{MeterCode: c.MeterCode, Dimensions: c.Dimensions, Pricing: c.Pricing})
+		}
+		for _, f := range fees {
+			p.FixedFees = append(p.FixedFees, recon.PlanFee{Code: f.Code, Amount: f.Amount})
+		}
+		if r.MinimumSpend.Valid {
+			m := r.MinimumSpend.Decimal
+			p.MinimumSpend = &m
 		}
 		out = append(out, p)
 	}

@@ -194,7 +194,7 @@ LIMIT @max_rows;
 -- name: ReconciliationPlans :many
 -- A page of plan versions in plan id order after a position: the pricing
 -- a subscriber's plan lines are held to. Few: a catalog's plans.
-SELECT plan_id, code, version, currency, charges
+SELECT plan_id, code, version, currency, charges, fixed_fees, minimum_spend
 FROM plan_version
 WHERE plan_id > @after
 ORDER BY plan_id

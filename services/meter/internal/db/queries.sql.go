@@ -797,7 +797,7 @@ func (q *Queries) RaiseShardsKnownThrough(ctx context.Context, arg RaiseShardsKn
 }
 
 const reconciliationPlans = `-- name: ReconciliationPlans :many
-SELECT plan_id, code, version, currency, charges
+SELECT plan_id, code, version, currency, charges, fixed_fees, minimum_spend
 FROM plan_version
 WHERE plan_id > $1
 ORDER BY plan_id
@@ -810,11 +810,13 @@ type ReconciliationPlansParams struct {
 }
 
 type ReconciliationPlansRow struct {
-	PlanID   uuid.UUID
-	Code     string
-	Version  int64
-	Currency string
-	Charges  []byte
+	PlanID       uuid.UUID
+	Code         string
+	Version      int64
+	Currency     string
+	Charges      []byte
+	FixedFees    []byte
+	MinimumSpend decimal.NullDecimal
 }
 
 // A page of plan versions in plan id order after a position: the pricing
@@ -834,6 +836,8 @@ func (q *Queries) ReconciliationPlans(ctx context.Context, arg ReconciliationPla
 			&i.Version,
 			&i.Currency,
 			&i.Charges,
+			&i.FixedFees,
+			&i.MinimumSpend,
 		); err != nil {
 			return nil, err
 		}

@@ -11,6 +11,8 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/catalog"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/money"
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/pkg/recon"
 )
@@ -129,7 +131,7 @@ type Sources struct {
 func Reconcile(ctx context.Context, tenantID, period string, s Sources) (Report, error) {
 	r := &reconciler{period: period, report: Report{TenantID: tenantID, Period: period},
 		lines: map[lineKey]*lineSums{}, inScope: map[uuid.UUID]bool{}, issued: map[uuid.UUID]bool{},
-		prices: map[priceKey]pricing.Pricing{}}
+		prices: map[priceKey]pricing.Pricing{}, plans: map[planKey]recon.Price{}}
 	err := r.readPrices(ctx, s.Prices)
 	if err == nil {
 		err = r.usagePass(ctx, s)
@@ -196,6 +198,11 @@ func (c ChargeObservation) Pos() recon.Position {
 
 // priceKey names a price version of the tenant, or (plan set) the charge
 // of a plan version for a meter and dimension set (catalog.Key).
+type planKey struct {
+	code    string
+	version int64
+}
+
 type priceKey struct {
 	meter, currency string
 	version         int64
@@ -204,6 +211,7 @@ type priceKey struct {
 
 type reconciler struct {
 	prices  map[priceKey]pricing.Pricing // meter's, a few per tenant
+	plans   map[planKey]recon.Price      // meter's plan versions, for fee lines
 	period  string
 	report  Report
 	lines   map[lineKey]*lineSums // every line of the invoices read
@@ -266,6 +274,7 @@ func (r *reconciler) readPrices(ctx context.Context, prices *recon.Stream[recon.
 			r.prices[priceKey{meter: c.MeterCode, currency: p.Currency, version: p.Version, plan: p.PlanCode,
 				dims: catalog.Key(c.Dimensions)}] = c.Pricing
 		}
+		r.plans[planKey{p.PlanCode, p.Version}] = p
 	}
 }
 
@@ -547,6 +556,10 @@ func (r *reconciler) lineTotals(ctx context.Context, totals *recon.Stream[recon.
 }
 
 func (r *reconciler) checkLine(t recon.LineTotal) {
+	if t.Kind == events.FeeKindFixed || t.Kind == events.FeeKindTrueUp {
+		r.checkFeeLine(t)
+		return
+	}
 	m := r.lines[lineKey{t.InvoiceID, t.LineID}]
 	if m == nil {
 		m = &lineSums{}
@@ -581,6 +594,40 @@ func (r *reconciler) checkLine(t recon.LineTotal) {
 	if !wantAmount.Equal(t.Amount) || !quantity.Equal(t.Quantity) || m.charges != t.ChargeCount {
 		r.add(MismatchLineTotal, t.InvoiceID, "line %s: quantity %s, %d charges, amount %s; what it counts sums to %s, %d, %s",
 			t.LineID, t.Quantity, t.ChargeCount, t.Amount, quantity, m.charges, m.amount)
+	}
+}
+
+// checkFeeLine holds a fixed-fee line to its plan version's fee prorated
+// by the line's days (money.Prorate), and a true-up line to at most its
+// version's minimum spend prorated the same way. The days themselves are
+// billing's (from the subscriptions) and not checked here.
+func (r *reconciler) checkFeeLine(t recon.LineTotal) {
+	p, ok := r.plans[planKey{t.PlanCode, t.PlanVersion}]
+	if !ok || p.Currency != t.Currency {
+		r.add(MismatchLineTotal, t.InvoiceID, "line %s: meter holds no %s plan %s version %d", t.LineID, t.Currency, t.PlanCode, t.PlanVersion)
+		return
+	}
+	if t.Kind == events.FeeKindTrueUp {
+		if p.MinimumSpend == nil {
+			r.add(MismatchLineTotal, t.InvoiceID, "line %s: plan %s version %d has no minimum spend", t.LineID, t.PlanCode, t.PlanVersion)
+			return
+		}
+		most, err := money.Prorate(*p.MinimumSpend, t.Days, t.PeriodDays, t.Currency)
+		if err != nil || t.Amount.Sign() <= 0 || t.Amount.GreaterThan(most) {
+			r.add(MismatchLineTotal, t.InvoiceID, "line %s: true-up %s, want more than 0 and at most the minimum spend %s x %d/%d = %s (%v)",
+				t.LineID, t.Amount, p.MinimumSpend, t.Days, t.PeriodDays, most, err)
+		}
+		return
+	}
+	i := slices.IndexFunc(p.FixedFees, func(f recon.PlanFee) bool { return f.Code == t.FeeCode })
+	if i < 0 {
+		r.add(MismatchLineTotal, t.InvoiceID, "line %s: plan %s version %d has no fee %q", t.LineID, t.PlanCode, t.PlanVersion, t.FeeCode)
+		return
+	}
+	want, err := money.Prorate(p.FixedFees[i].Amount, t.Days, t.PeriodDays, t.Currency)
+	if err != nil || !want.Equal(t.Amount) {
+		r.add(MismatchLineTotal, t.InvoiceID, "line %s: amount %s; the fee %s x %d/%d days gives %s (%v)",
+			t.LineID, t.Amount, p.FixedFees[i].Amount, t.Days, t.PeriodDays, want, err)
 	}
 }
 

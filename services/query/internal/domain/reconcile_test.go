@@ -473,3 +473,36 @@ func TestReconcileAggregatedLines(t *testing.T) {
 		}
 	}
 }
+
+// Fixed-fee and true-up lines are held to the plan version meter holds: a
+// fee prorated by the line's days, a true-up no more than the minimum
+// spend prorated the same way; every other figure is a mismatch.
+func TestReconcileFeeLines(t *testing.T) {
+	withFees := func(fee, trueUp string, feeCode string) *flow {
+		f := healthy()
+		minimum := d("62")
+		f.src.Prices = append(f.src.Prices, recon.Price{PriceID: uuid.New(), PlanCode: "pro", Currency: "USD", Version: 1,
+			FixedFees: []recon.PlanFee{{Code: "base", Amount: d("31")}}, MinimumSpend: &minimum})
+		f.src.Invoice.LineTotals = append(f.src.Invoice.LineTotals,
+			recon.LineTotal{InvoiceID: f.inv, Currency: "USD", LineID: "fixed_fee/pro/1/" + feeCode, Kind: "fixed_fee",
+				PlanCode: "pro", PlanVersion: 1, FeeCode: feeCode, Days: 15, PeriodDays: 30, Amount: d(fee)},
+			recon.LineTotal{InvoiceID: f.inv, Currency: "USD", LineID: "minimum_true_up/pro/1", Kind: "minimum_true_up",
+				PlanCode: "pro", PlanVersion: 1, Days: 15, PeriodDays: 30, Amount: d(trueUp)})
+		total := d("1.3").Add(d(fee)).Add(d(trueUp))
+		f.src.Query.Invoices[0].Total = total
+		return f
+	}
+	if rep := reconcile(t, "2026-11", withFees("15.5", "14", "base").src); len(rep.Mismatches) != 0 {
+		t.Fatalf("healthy fee lines: %+v", rep.Mismatches)
+	}
+	for name, f := range map[string]*flow{
+		"a fee off by a cent":          withFees("15.51", "14", "base"),
+		"a fee the plan does not have": withFees("15.5", "14", "setup"),
+		"a true-up past the minimum":   withFees("15.5", "31.01", "base"),
+	} {
+		rep := reconcile(t, "2026-11", f.src)
+		if len(rep.Mismatches) != 1 || rep.Mismatches[0].Kind != domain.MismatchLineTotal {
+			t.Errorf("%s: mismatches %+v, want one %s", name, rep.Mismatches, domain.MismatchLineTotal)
+		}
+	}
+}
