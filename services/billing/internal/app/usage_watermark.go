@@ -89,6 +89,22 @@ func (a *App) usageCaughtUp(ctx context.Context, q db.DBTX, tenantID string, per
 	if n > 0 {
 		return false, fmt.Sprintf("%d usage facts of the period deferred (waiting for their price schedule)", n), nil
 	}
+	// A subscriber's fees are priced by the plan versions in effect on each
+	// day of the period as far as the close reaches (its end, or now for an
+	// early close): they must be known through there.
+	through := periodEnd
+	if requestedAt.Before(through) {
+		through = requestedAt
+	}
+	plans, err := db.New(q).PlansKnownFor(ctx, db.PlansKnownForParams{TenantID: tenantID,
+		Since: periodEnd.AddDate(0, -1, -1), Until: periodEnd})
+	if err != nil {
+		return false, "", fmt.Errorf("read the plans' schedule: %w", err)
+	}
+	if plans.Subscribed && plans.KnownThrough.Before(through) {
+		return false, fmt.Sprintf("the plans' schedule known through %s, before %s (the subscription's fees need it)",
+			plans.KnownThrough.UTC().Format(time.RFC3339Nano), through.UTC().Format(time.RFC3339Nano)), nil
+	}
 	return true, "", nil
 }
 

@@ -639,3 +639,13 @@ SELECT u.tenant_id::text AS tenant_id, u.period::text AS period,
        EXISTS (SELECT 1 FROM period_ended e WHERE e.tenant_id = u.tenant_id AND e.period = u.period)::boolean AS ended,
        COALESCE((SELECT b.status FROM billing_period b WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open')::text AS status
 FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@periods::text[]) AS period) u;
+
+-- name: PlansKnownFor :one
+-- Whether the tenant has a subscription holding at some instant of
+-- [@since, @until), and what billing knows of the plans' schedule (shard
+-- 16, events.PlanShard): a close of a subscriber's period waits until its
+-- fees are priced by every plan version in effect in it.
+SELECT EXISTS (SELECT 1 FROM subscription s
+               WHERE s.tenant_id = @tenant_id AND s.starts_at < @until::timestamptz
+                 AND (s.ends_at IS NULL OR s.ends_at > @since::timestamptz))::boolean AS subscribed,
+       COALESCE((SELECT known_through FROM schedule_shard WHERE shard = 16), 'epoch'::timestamptz)::timestamptz AS known_through;

@@ -1325,6 +1325,35 @@ func (q *Queries) PlanFeeVersions(ctx context.Context, codes []string) ([]PlanFe
 	return items, nil
 }
 
+const plansKnownFor = `-- name: PlansKnownFor :one
+SELECT EXISTS (SELECT 1 FROM subscription s
+               WHERE s.tenant_id = $1 AND s.starts_at < $2::timestamptz
+                 AND (s.ends_at IS NULL OR s.ends_at > $3::timestamptz))::boolean AS subscribed,
+       COALESCE((SELECT known_through FROM schedule_shard WHERE shard = 16), 'epoch'::timestamptz)::timestamptz AS known_through
+`
+
+type PlansKnownForParams struct {
+	TenantID string
+	Until    time.Time
+	Since    time.Time
+}
+
+type PlansKnownForRow struct {
+	Subscribed   bool
+	KnownThrough time.Time
+}
+
+// Whether the tenant has a subscription holding at some instant of
+// [@since, @until), and what billing knows of the plans' schedule (shard
+// 16, events.PlanShard): a close of a subscriber's period waits until its
+// fees are priced by every plan version in effect in it.
+func (q *Queries) PlansKnownFor(ctx context.Context, arg PlansKnownForParams) (PlansKnownForRow, error) {
+	row := q.db.QueryRow(ctx, plansKnownFor, arg.TenantID, arg.Until, arg.Since)
+	var i PlansKnownForRow
+	err := row.Scan(&i.Subscribed, &i.KnownThrough)
+	return i, err
+}
+
 const putTenantSettings = `-- name: PutTenantSettings :exec
 INSERT INTO tenant_settings (tenant_id, effective_from, time_zone, grace_seconds, actor)
 VALUES ($1, $2, $3, $4, $5)
