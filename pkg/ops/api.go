@@ -109,6 +109,12 @@ func ListQuarantine(ctx context.Context, pool *pgxpool.Pool, f inbox.QuarantineF
 func (a *API) quarantine(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := inbox.QuarantineFilter{Reason: q.Get("reason"), TenantID: q.Get("tenantId"), All: q.Get("state") == "all"}
+	switch q.Get("state") {
+	case "", "quarantined", "all":
+	default:
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_state", "state must be quarantined or all"))
+		return
+	}
 	var p *httpx.Problem
 	if f.TenantID != "" {
 		if _, p = httpx.TenantID(f.TenantID); p != nil {

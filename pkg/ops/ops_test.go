@@ -378,6 +378,13 @@ func TestInternalAPI(t *testing.T) {
 	if err != nil || len(page.Items) != 1 {
 		t.Fatalf("by reason %+v, %v", page, err)
 	}
+	if page, err = c.Quarantine(ctx, "svc", url.Values{"state": {"all"}}); err != nil || len(page.Items) != 3 {
+		t.Fatalf("state all %+v, %v", page, err)
+	}
+	// A state that is none is refused, not read as the default.
+	if _, err := c.Quarantine(ctx, "svc", url.Values{"state": {"nonsense"}}); err == nil || !strings.Contains(err.Error(), "invalid_state") {
+		t.Fatalf("state nonsense: %v, want invalid_state", err)
+	}
 	dl, err := c.DeadLetters(ctx, "svc", 0, 10)
 	if err != nil || len(dl.Items) != 0 || dl.Next != nil {
 		t.Fatalf("dead letters %+v, %v", dl, err)
