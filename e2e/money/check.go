@@ -215,26 +215,40 @@ func (r *runner) checkEstimate(ctx context.Context, t *Tenant, p string) error {
 		for _, l := range t.lines(p, c, nil) {
 			sum = sum.Add(l.Amount)
 		}
+		for _, f := range t.fees(p)[c] {
+			sum = sum.Add(f.Amount)
+		}
 		want[c] = sum
 	}
-	now := r.now()
-	a, err := r.c.do(ctx, "billing", "GET", t.ID, "/periods/"+p, nil, nil)
-	if err != nil {
-		return err
-	}
+	// The charges are settled; a plan version published a moment ago may
+	// still be on its way to billing (its fees): poll until Settle ends.
+	deadline := time.Now().Add(r.cfg.Settle)
+	var now time.Time
 	var got struct {
 		Status   string                     `json:"status"`
 		ClosesAt *time.Time                 `json:"closesAt"`
 		Estimate map[string]decimal.Decimal `json:"estimate"`
 	}
-	if a.Status != 200 {
-		return fail("estimate", "%s period %s: %d %s", t.ID, p, a.Status, clip(string(a.Body)))
-	}
-	if err := a.decode(&got); err != nil {
-		return err
-	}
-	if d := diffMaps(got.Estimate, want); d != "" {
-		return fail("estimate", "%s estimate of %s: %s", t.ID, p, d)
+	for {
+		now = r.now()
+		a, err := r.c.do(ctx, "billing", "GET", t.ID, "/periods/"+p, nil, nil)
+		if err != nil {
+			return err
+		}
+		if a.Status != 200 {
+			return fail("estimate", "%s period %s: %d %s", t.ID, p, a.Status, clip(string(a.Body)))
+		}
+		if err := a.decode(&got); err != nil {
+			return err
+		}
+		d := diffMaps(got.Estimate, want)
+		if d == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fail("estimate", "%s estimate of %s: %s", t.ID, p, d)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if r.driver() != nil { // the wall clock may carry a period across its end at any moment
 		if d := checkPeriod(t, p, now, got.Status, got.ClosesAt); len(d) > 0 {
@@ -261,6 +275,9 @@ type invoiceDoc struct {
 		Dimensions    map[string]string `json:"dimensions"`
 		PlanCode      string            `json:"planCode"`
 		PlanVersion   int64             `json:"planVersion"`
+		FeeCode       string            `json:"feeCode"`
+		Days          int               `json:"days"`
+		PeriodDays    int               `json:"periodDays"`
 	} `json:"lines"`
 	Subtotal    decimal.Decimal  `json:"subtotal"`
 	Total       *decimal.Decimal `json:"total"`
@@ -277,7 +294,8 @@ func (r *runner) checkInvoices(ctx context.Context, t *Tenant, p string) error {
 	per := t.period(p)
 	want := map[string]*ExpInvoice{}
 	for _, c := range t.currencies(p, false) {
-		want[c] = t.expectInvoice(p, c)
+		want[c] = t.expectInvoice(p, c, true)
+		r.stats.FeeLines += len(want[c].Fees)
 	}
 	deadline := time.Now().Add(r.cfg.Settle)
 	var got map[string]invoiceDoc
@@ -383,8 +401,23 @@ func compareLines(t *Tenant, g invoiceDoc, w *ExpInvoice, issued bool) []string 
 			adjs[a.EventID] = a
 		}
 		rounding := false
+		fees := map[string]FeeLine{}
+		for _, f := range w.Fees {
+			fees[f.key()] = f
+		}
 		for _, l := range g.Lines {
 			switch l.Kind {
+			case "fixed_fee", "minimum_true_up":
+				k := FeeLine{Kind: l.Kind, Plan: l.PlanCode, Version: l.PlanVersion, Code: l.FeeCode}.key()
+				f, ok := fees[k]
+				if !ok {
+					diffs = append(diffs, fmt.Sprintf("fee line %s %s (%d/%d days) the model does not expect", k, l.Amount, l.Days, l.PeriodDays))
+					continue
+				}
+				delete(fees, k)
+				if !l.Amount.Equal(f.Amount) || l.Days != f.Days || l.PeriodDays != f.Of {
+					diffs = append(diffs, fmt.Sprintf("fee line %s: %s for %d/%d days, want %s for %d/%d", k, l.Amount, l.Days, l.PeriodDays, f.Amount, f.Days, f.Of))
+				}
 			case "charge", "unpriced":
 				k := lineKey{Meter: l.MeterCode}
 				switch {
@@ -440,6 +473,9 @@ func compareLines(t *Tenant, g invoiceDoc, w *ExpInvoice, issued bool) []string 
 		}
 		for id, a := range adjs {
 			diffs = append(diffs, fmt.Sprintf("no adjustment line %s (%s)", id, a.Amount))
+		}
+		for k, f := range fees {
+			diffs = append(diffs, fmt.Sprintf("no fee line %s (%s for %d/%d days)", k, f.Amount, f.Days, f.Of))
 		}
 		if issued && !rounding && !w.Rounding.IsZero() {
 			diffs = append(diffs, fmt.Sprintf("no rounding line, want %s", w.Rounding))

@@ -174,7 +174,8 @@ type Adjustment struct {
 type Period struct {
 	Name    string
 	Closed  bool
-	Numbers map[string]int64 // currency -> invoice number, once issued (checked as a set)
+	Numbers map[string]int64     // currency -> invoice number, once issued (checked as a set)
+	Fees    map[string][]FeeLine // by currency, as the close computed them
 }
 
 // Tenant is the model of one tenant.
@@ -265,12 +266,20 @@ func addMonths(p string, n int) string {
 	return m.AddDate(0, n, 0).Format("2006-01")
 }
 
-// openPeriods with charges, in order.
-func (t *Tenant) openCharged() []string {
+// openCharged are the open periods the scheduler closes, in order: those
+// with charges, and those a subscription holds in (its fees).
+func (t *Tenant) openCharged(now time.Time) []string {
 	set := map[string]bool{}
 	for _, f := range t.Facts {
 		if !t.period(f.Period).Closed {
 			set[f.Period] = true
+		}
+	}
+	for _, s := range t.Subs {
+		for p := t.periodOf(s.Start); p <= t.periodOf(maxTime(s.Start, now)); p = nextPeriod(p) {
+			if !t.period(p).Closed && t.subscribedIn(p) {
+				set[p] = true
+			}
 		}
 	}
 	return sortedKeys(set)
@@ -404,9 +413,13 @@ func aggregate(m meterDefinition, facts []*Fact) decimal.Decimal {
 	}
 }
 
-// currencies of period p: those with a charge or an adjustment in it.
+// currencies of period p: those with a charge, an adjustment or a fee
+// line in it.
 func (t *Tenant) currencies(p string, beforeCloseOnly bool) []string {
 	set := map[string]bool{}
+	for c := range t.periodFees(p) {
+		set[c] = true
+	}
 	for _, f := range t.Facts {
 		if f.Period == p {
 			set[f.Currency] = true
@@ -444,6 +457,7 @@ func (t *Tenant) room(p, c string, include func(*Fact) bool) decimal.Decimal {
 type ExpInvoice struct {
 	Currency    string
 	Charge      map[lineKey]*line
+	Fees        []FeeLine // on the issued invoice only
 	Adjustments []*Adjustment
 	Subtotal    decimal.Decimal
 	Rounding    decimal.Decimal
@@ -451,11 +465,20 @@ type ExpInvoice struct {
 	Corrections []*Adjustment
 }
 
-func (t *Tenant) expectInvoice(p, c string) *ExpInvoice {
+// expectInvoice is the invoice of period p in currency c; with its fee
+// lines once issued (an open or draft invoice has none: they come with
+// billing's close).
+func (t *Tenant) expectInvoice(p, c string, issued bool) *ExpInvoice {
 	inv := &ExpInvoice{Currency: c, Charge: t.lines(p, c, nil)}
 	sub := decimal.Zero
 	for _, l := range inv.Charge {
 		sub = sub.Add(l.Amount)
+	}
+	if issued {
+		inv.Fees = t.periodFees(p)[c]
+		for _, f := range inv.Fees {
+			sub = sub.Add(f.Amount)
+		}
 	}
 	for _, a := range t.Adjs {
 		if a.Period != p || a.Currency != c {
@@ -512,8 +535,8 @@ func (t *Tenant) expectSummary() Summary {
 			continue
 		}
 		for _, c := range t.currencies(p.Name, false) {
-			inv := t.expectInvoice(p.Name, c)
-			if len(inv.Charge) == 0 && len(inv.Adjustments) == 0 {
+			inv := t.expectInvoice(p.Name, c, true)
+			if len(inv.Charge) == 0 && len(inv.Adjustments) == 0 && len(inv.Fees) == 0 {
 				continue
 			}
 			s.Invoiced[c] = s.Invoiced[c].Add(inv.Total)

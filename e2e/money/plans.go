@@ -3,7 +3,11 @@ package money
 import (
 	"context"
 	"fmt"
+	"math/big"
+	"sort"
 	"time"
+
+	"github.com/shopspring/decimal"
 )
 
 // Plan is a catalog plan as meter answered its versions (DESIGN.md section
@@ -20,6 +24,8 @@ type PlanVersion struct {
 	N       int64
 	Eff     time.Time
 	Charges []PlanCharge
+	Fees    []Fee            // fixed fees per period
+	Min     *decimal.Decimal // minimum spend per period, nil for none
 }
 
 // PlanCharge is a plan version's price of a meter for the facts whose
@@ -228,6 +234,23 @@ func (r *runner) randomCharges(c string) []PlanCharge {
 	return out
 }
 
+// randomFees picks a version's fixed fees (none, one or two, whole minor
+// units of c) and its minimum spend (mostly none).
+func (r *runner) randomFees(c string) ([]Fee, *decimal.Decimal) {
+	amount := func() decimal.Decimal {
+		return decimal.New(int64(1+r.rng.IntN(20000)), -minor(c))
+	}
+	var fees []Fee
+	for i := range r.rng.IntN(3) {
+		fees = append(fees, Fee{Code: fmt.Sprintf("fee%d", i+1), Amount: amount()})
+	}
+	if r.rng.IntN(3) > 0 {
+		return fees, nil
+	}
+	m := amount().Add(amount())
+	return fees, &m
+}
+
 type planAnswer struct {
 	Code        string    `json:"code"`
 	Version     int64     `json:"version"`
@@ -248,6 +271,7 @@ func (r *runner) publishPlan(ctx context.Context) error {
 		p = &Plan{Code: fmt.Sprintf("%s-plan%d", r.cfg.Prefix, len(r.plans)+1), Currency: c}
 	}
 	charges := r.randomCharges(p.Currency)
+	fees, minimum := r.randomFees(p.Currency)
 	now := instant(r.now())
 	safe := now.Add(r.cfg.Lead + 2*time.Second)
 	var last time.Time
@@ -277,6 +301,16 @@ func (r *runner) publishPlan(ctx context.Context) error {
 		cs = append(cs, b)
 	}
 	body["charges"] = cs
+	var fs []map[string]any
+	for _, f := range fees {
+		fs = append(fs, map[string]any{"code": f.Code, "name": "fee " + f.Code, "amount": f.Amount.String()})
+	}
+	if len(fs) > 0 {
+		body["fixedFees"] = fs
+	}
+	if minimum != nil {
+		body["minimumSpend"] = minimum.String()
+	}
 	if !eff.IsZero() {
 		body["effectiveAt"] = eff.Format(time.RFC3339Nano)
 	}
@@ -286,7 +320,7 @@ func (r *runner) publishPlan(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	desc := fmt.Sprintf("#%d publish plan %s %s %d charges (%s", r.step, p.Code, p.Currency, len(charges), how)
+	desc := fmt.Sprintf("#%d publish plan %s %s %d charges, fees %v, minimum %v (%s", r.step, p.Code, p.Currency, len(charges), fees, minimum, how)
 	if !eff.IsZero() {
 		desc += " " + eff.Format(time.RFC3339Nano)
 	}
@@ -312,7 +346,7 @@ func (r *runner) publishPlan(ctx context.Context) error {
 		return fail("plan", "plan %s: effectiveAt %s of a version published now (%s) is not within the schedule lead %s",
 			p.Code, got.EffectiveAt, sent, r.cfg.Lead)
 	}
-	p.Versions = append(p.Versions, PlanVersion{N: got.Version, Eff: got.EffectiveAt.UTC(), Charges: charges})
+	p.Versions = append(p.Versions, PlanVersion{N: got.Version, Eff: got.EffectiveAt.UTC(), Charges: charges, Fees: fees, Min: minimum})
 	r.plans[p.Code] = p
 	r.note("%s) -> v%d effective %s", desc, got.Version, got.EffectiveAt.UTC().Format(time.RFC3339Nano))
 	return nil
@@ -426,4 +460,124 @@ func (r *runner) subscribe(ctx context.Context, t *Tenant) error {
 	t.Subs = append(t.Subs, &Subscription{ID: got.SubscriptionID, Plan: p.Code, Start: start})
 	r.note("%s) -> %s from %s", desc, got.SubscriptionID, start.Format(time.RFC3339Nano))
 	return nil
+}
+
+// Fee is a plan version's fixed fee per period.
+type Fee struct {
+	Code   string
+	Amount decimal.Decimal
+}
+
+// FeeLine is a fixed-fee (Code set) or minimum true-up line of a period.
+type FeeLine struct {
+	Kind     string // "fixed_fee" or "minimum_true_up"
+	Plan     string
+	Version  int64
+	Code     string
+	Days, Of int
+	Amount   decimal.Decimal
+	Currency string
+}
+
+func (l FeeLine) key() string { return fmt.Sprintf("%s/%s/%d/%s", l.Kind, l.Plan, l.Version, l.Code) }
+
+// prorate is amount x days / of, rounded half-even to the minor unit, on
+// exact rationals.
+func prorate(amount decimal.Decimal, days, of int, currency string) decimal.Decimal {
+	x := new(big.Rat).Mul(amount.Rat(), big.NewRat(int64(days), int64(of)))
+	x.Mul(x, new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(minor(currency))), nil)))
+	q, r := new(big.Int).QuoRem(x.Num(), x.Denom(), new(big.Int)) // x >= 0
+	twice := new(big.Int).Mul(r, big.NewInt(2))
+	if c := twice.Cmp(x.Denom()); c > 0 || (c == 0 && q.Bit(0) == 1) {
+		q.Add(q, big.NewInt(1))
+	}
+	return decimal.NewFromBigInt(q, -minor(currency))
+}
+
+// fees are period p's fee lines by currency as the subscriptions and plans
+// stand (DESIGN.md section 3a): each day of p in its zone belongs to the
+// subscription and plan version in effect at the day's first instant; a
+// version a subscription spent days on bills each fee x days / days of the
+// period, and a true-up of what its minimum spend (prorated the same way)
+// exceeds its fee lines and its plan lines of the period by.
+func (t *Tenant) fees(p string) map[string][]FeeLine {
+	m, err := time.Parse("2006-01", p)
+	if err != nil {
+		panic(err)
+	}
+	zone := t.setting(p).Zone
+	type pv struct {
+		plan string
+		n    int64
+	}
+	spent, of := map[pv]int{}, 0
+	for d := 1; ; d++ {
+		day := time.Date(m.Year(), m.Month(), d, 0, 0, 0, 0, zone)
+		if day.Month() != m.Month() {
+			break
+		}
+		of++
+		at := day
+		if mutation == "proration-off-by-a-day" { // a deliberately wrong model: a day belongs to what holds at its end
+			at = day.AddDate(0, 0, 1).Add(-time.Microsecond)
+		}
+		if s := t.subscriptionAt(at); s != nil {
+			if v := t.plans[s.Plan].inEffect(at); v != nil {
+				spent[pv{s.Plan, v.N}]++
+			}
+		}
+	}
+	out := map[string][]FeeLine{}
+	keys := make([]pv, 0, len(spent))
+	for k := range spent {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].plan < keys[j].plan || (keys[i].plan == keys[j].plan && keys[i].n < keys[j].n)
+	})
+	for _, k := range keys {
+		plan := t.plans[k.plan]
+		v, days := plan.version(k.n), spent[k]
+		billed := decimal.Zero
+		for _, f := range v.Fees {
+			a := prorate(f.Amount, days, of, plan.Currency)
+			billed = billed.Add(a)
+			out[plan.Currency] = append(out[plan.Currency], FeeLine{Kind: "fixed_fee", Plan: k.plan, Version: k.n, Code: f.Code,
+				Days: days, Of: of, Amount: a, Currency: plan.Currency})
+		}
+		if v.Min == nil {
+			continue
+		}
+		charged := decimal.Zero
+		for lk, l := range t.lines(p, plan.Currency, nil) {
+			if lk.Plan == k.plan && lk.Version == k.n {
+				charged = charged.Add(l.Amount)
+			}
+		}
+		if short := prorate(*v.Min, days, of, plan.Currency).Sub(billed).Sub(charged); short.Sign() > 0 {
+			out[plan.Currency] = append(out[plan.Currency], FeeLine{Kind: "minimum_true_up", Plan: k.plan, Version: k.n,
+				Days: days, Of: of, Amount: short, Currency: plan.Currency})
+		}
+	}
+	return out
+}
+
+// periodFees are a period's fee lines: frozen at its close, else as they
+// stand.
+func (t *Tenant) periodFees(p string) map[string][]FeeLine {
+	if per := t.period(p); per.Closed {
+		return per.Fees
+	}
+	return t.fees(p)
+}
+
+// subscribedIn reports whether a subscription holds at some instant of
+// period p (billing's scheduler then closes it, charges or not).
+func (t *Tenant) subscribedIn(p string) bool {
+	for _, s := range t.Subs {
+		if s.Start.Before(t.end(p)) && (s.End.IsZero() || s.End.After(t.start(p))) {
+			return true
+		}
+	}
+	return false
 }

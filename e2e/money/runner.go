@@ -91,6 +91,8 @@ type Stats struct {
 	// Plans: versions published (or refused), subscriptions asked for, and
 	// accepted facts priced by a plan's charge (decision 0021).
 	PlanVersions, Subscriptions, PlanPriced int
+	// FeeLines counts the fixed-fee and true-up lines of issued invoices compared.
+	FeeLines int
 }
 
 func (s Stats) String() string {
@@ -101,8 +103,8 @@ func (s Stats) String() string {
 		s.Corrections, s.Closes, s.Settings, s.Advances, s.AutoCloses, s.Drafts, s.Invoices, s.Checks, s.Settles) +
 		fmt.Sprintf("; catalog: accepted facts by aggregation %v, %d unpriced (%d of a meter the tenant has no price of its own for), %d priced by a dimension price; %d dimension prices activated, %d refused ambiguous_price",
 			s.ByAggregation, s.Unpriced, s.NoSeries, s.DimPriced, s.DimPrices, s.Ambiguous) +
-		fmt.Sprintf("; plans: %d versions published or refused, %d subscriptions asked, %d facts priced by a plan's charge",
-			s.PlanVersions, s.Subscriptions, s.PlanPriced)
+		fmt.Sprintf("; plans: %d versions published or refused, %d subscriptions asked, %d facts priced by a plan's charge, %d fee and true-up lines compared",
+			s.PlanVersions, s.Subscriptions, s.PlanPriced, s.FeeLines)
 }
 
 type runner struct {

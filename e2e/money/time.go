@@ -201,7 +201,7 @@ func (r *runner) advanceTo(ctx context.Context, to time.Time) error {
 	}
 	var closes, graces []due
 	for _, t := range r.tenants {
-		for _, p := range t.openCharged() {
+		for _, p := range t.openCharged(to) {
 			switch {
 			case !t.closesAt(p).After(to):
 				closes = append(closes, due{t, p})
@@ -278,6 +278,7 @@ func (r *runner) awaitAutoClose(ctx context.Context, t *Tenant, p string) error 
 // markClosed records a close: its invoices get the tenant's next numbers.
 func (r *runner) markClosed(t *Tenant, p string) {
 	per := t.period(p)
+	per.Fees = t.fees(p) // as billing's close computes them
 	per.Closed = true
 	for _, c := range t.currencies(p, true) {
 		per.Numbers[c] = t.NextNumber // the set of numbers is checked, not which currency got which
@@ -303,7 +304,9 @@ func (r *runner) checkDrafts(ctx context.Context, t *Tenant, p string) error {
 	}
 	want := map[string]*ExpInvoice{}
 	for _, c := range t.currencies(p, false) {
-		want[c] = t.expectInvoice(p, c)
+		if w := t.expectInvoice(p, c, false); len(w.Charge) > 0 || len(w.Adjustments) > 0 { // fees alone open no invoice before the close
+			want[c] = w
+		}
 	}
 	// invoice follows billing's events: poll until it agrees or Settle ends
 	deadline := time.Now().Add(r.cfg.Settle)
