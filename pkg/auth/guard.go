@@ -89,10 +89,12 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The rate limit's token is taken once access is decided: the tenant's
-	// for an admitted request, the caller's for a refused one.
+	// for an admitted request, the caller's for a refused one. A refusal is
+	// logged only when it is answered 403, not when its caller is past its
+	// rate, so a flood of refusals is not a flood of log lines either.
 	c, ok := FromContext(r.Context())
 	if !ok {
-		if httpx.Limit(w, r, callerKey(r, Claims{})) {
+		if httpx.Limit(w, r, CallerKey(r)) {
 			unauthorized(w, "unauthorized", "a bearer token is required")
 		}
 		return
@@ -101,11 +103,12 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// tenant routed to.
 	tenant := chi.URLParam(r, "tenantId")
 	if !g.Admits(c, tenant) {
+		if !httpx.Limit(w, r, CallerKey(r)) {
+			return
+		}
 		logFrom(r.Context()).InfoContext(r.Context(), "request forbidden", "method", r.Method, "path", r.URL.Path,
 			"sub", c.Subject, "roles", c.Roles, "tenant", c.Tenant, "admits", g.roles)
-		if httpx.Limit(w, r, callerKey(r, c)) {
-			forbidden(w)
-		}
+		forbidden(w)
 		return
 	}
 	if !httpx.LimitTenant(w, r) {
@@ -114,9 +117,11 @@ func (g *Guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
-// callerKey is the rate limit's bucket of a refused request: the caller of
-// claims c, or its address when c is empty.
-func callerKey(r *http.Request, c Claims) string {
+// CallerKey is the rate limit's bucket of a refused request
+// (httpx.CallerKey): the caller of the request's verified claims, or its
+// address without any.
+func CallerKey(r *http.Request) string {
+	c, _ := FromContext(r.Context())
 	return httpx.CallerKey(r, c.Issuer, c.Tenant, c.Subject)
 }
 

@@ -90,7 +90,8 @@ func logFrom(ctx context.Context) *slog.Logger {
 // Middleware authenticates every request but those of Open and Console
 // paths: a missing bearer token is 401 unauthorized, a malformed, wrongly
 // signed or expired one 401 invalid_token; neither reaches routing, and
-// each takes a token of its address's rate-limit bucket (httpx.Limit). A valid
+// each takes a token of its address's rate-limit bucket (httpx.Limit,
+// httpx.CallerKey), never of the tenant its path names. A valid
 // token's claims go in the request's context, where the route's Guard
 // (Allow) checks its roles and tenant.
 func Middleware(keys Keys, log *slog.Logger) func(http.Handler) http.Handler {
@@ -109,8 +110,11 @@ func Middleware(keys Keys, log *slog.Logger) func(http.Handler) http.Handler {
 				return
 			}
 			token, ok := bearer(r)
+			// A refused token is no identity: its refusal spends its
+			// address's bucket, and is logged only when answered 401.
+			addr := httpx.CallerKey(r, "", "", "")
 			if !ok {
-				if httpx.Limit(w, r, callerKey(r, Claims{})) {
+				if httpx.Limit(w, r, addr) {
 					unauthorized(w, "unauthorized", "a bearer token is required")
 				}
 				return
@@ -124,10 +128,11 @@ func Middleware(keys Keys, log *slog.Logger) func(http.Handler) http.Handler {
 				}
 			}
 			if err != nil {
-				log.InfoContext(ctx, "token refused", "method", r.Method, "path", path, "err", err)
-				if httpx.Limit(w, r, callerKey(r, Claims{})) {
-					unauthorized(w, "invalid_token", "the bearer token is refused: "+Reason(err))
+				if !httpx.Limit(w, r, addr) {
+					return
 				}
+				log.InfoContext(ctx, "token refused", "method", r.Method, "path", path, "err", err)
+				unauthorized(w, "invalid_token", "the bearer token is refused: "+Reason(err))
 				return
 			}
 			next.ServeHTTP(w, r.WithContext(WithClaims(ctx, c)))

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,9 +112,11 @@ func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 // process: Burst tokens per key, refilled at Rate per second; a request
 // takes one. Several instances of a service each limit on their own.
 //
-// The key is chosen after authorisation (see Limit): an admitted request to
-// /v1/tenants/{tenantId}/... takes its tenant's token, a refused one (401,
-// 403) its caller's, so no caller can spend another tenant's tokens.
+// The key is chosen once access is decided (see Limit): a request admitted
+// to /v1/tenants/{tenantId}/... takes its tenant's token (TenantKey), a
+// refused one (401, 403, 404) its caller's (CallerKey), so no caller can
+// spend another tenant's tokens, and a refused caller is limited all the
+// same.
 type RateLimiter struct {
 	rate  float64
 	burst float64
@@ -181,7 +184,8 @@ type limiterKey struct{}
 // Middleware puts l in each request's context, where the route's access
 // check (auth.Guard, and auth.Middleware for a refused token) takes a token
 // with Limit once it knows who may call: it takes none itself, so a request
-// refused 401 or 403 never spends the tenant's tokens of the path it names.
+// refused 401, 403 or 404 never spends the tenant's tokens of the path it
+// names.
 // Mount it before authentication.
 func (l *RateLimiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -194,7 +198,9 @@ func TenantKey(tenant string) string { return "tenant/" + tenant }
 
 // CallerKey is the bucket of a refused request: its caller's identity (the
 // issuer and subject of its verified token, with the token's tenant), or
-// its address when it has no verified token.
+// its address when it has no verified token. An IPv6 address counts by its
+// /64, the block one host is given, so a caller cannot spread its refusals
+// over the addresses of its own network; an IPv4-mapped one as IPv4.
 func CallerKey(r *http.Request, issuer, tenant, subject string) string {
 	if subject != "" {
 		return "caller/" + issuer + "/" + tenant + "/" + subject
@@ -202,6 +208,13 @@ func CallerKey(r *http.Request, issuer, tenant, subject string) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ip = ip.Unmap().WithZone("")
+		host = ip.String()
+		if ip.Is6() {
+			host = netip.PrefixFrom(ip, 64).Masked().String()
+		}
 	}
 	return "addr/" + host
 }
@@ -231,7 +244,8 @@ func Limit(w http.ResponseWriter, r *http.Request, key string) bool {
 
 // LimitTenant is Limit for an admitted request: the token of the tenant of
 // its /v1/tenants/{tenantId}/... path, when that is a valid tenant id;
-// requests to other paths are not limited.
+// requests to other paths are not limited. Call it only once access to that
+// tenant is decided (auth.Guard does).
 func LimitTenant(w http.ResponseWriter, r *http.Request) bool {
 	tenant, ok := tenantOfPath(r.URL.Path)
 	if !ok {

@@ -56,21 +56,39 @@ func TestRateLimitAnswers429AndRecovers(t *testing.T) {
 }
 
 // Without a limiter in the context (RATE_LIMIT_RPS=0), Limit lets every
-// request through; a refused request's key is its caller, or its address.
-func TestLimitWithoutLimiterAndCallerKeys(t *testing.T) {
+// request through.
+func TestLimitWithoutLimiter(t *testing.T) {
 	t.Parallel()
 	r := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/v1/tenants/acme/x", nil)
-	r.RemoteAddr = "192.0.2.7:5555"
 	for range 10 {
 		if !Limit(httptest.NewRecorder(), r, TenantKey("acme")) {
 			t.Fatal("limited without a limiter")
 		}
 	}
-	if k := CallerKey(r, "iss", "acme", "alice"); k != "caller/iss/acme/alice" {
-		t.Fatalf("caller key %q", k)
-	}
-	if k := CallerKey(r, "", "", ""); k != "addr/192.0.2.7" {
-		t.Fatalf("address key %q", k)
+}
+
+// A refused request's key is its caller, or its address without one: an
+// IPv6 address by its /64 (one host's block, so a caller cannot spread its
+// refusals over its own network's addresses), an IPv4-mapped one as IPv4.
+func TestCallerKeys(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		remote, issuer, tenant, subject, want string
+	}{
+		{"192.0.2.7:5555", "iss", "acme", "alice", "caller/iss/acme/alice"},
+		{"192.0.2.7:5555", "", "", "", "addr/192.0.2.7"},
+		{"[::ffff:192.0.2.7]:5555", "", "", "", "addr/192.0.2.7"},
+		{"[2001:db8:1:2:aaaa::1]:5555", "", "", "", "addr/2001:db8:1:2::/64"},
+		{"[2001:db8:1:2:ffff:ffff:ffff:ffff]:1", "", "", "", "addr/2001:db8:1:2::/64"},
+		{"[2001:db8:1:3::1]:5555", "", "", "", "addr/2001:db8:1:3::/64"},
+		{"[fe80::1%eth0]:5555", "", "", "", "addr/fe80::/64"},
+		{"not an address", "", "", "", "addr/not an address"},
+	} {
+		r := httptest.NewRequestWithContext(t.Context(), http.MethodGet, "/v1/tenants/acme/x", nil)
+		r.RemoteAddr = tc.remote
+		if got := CallerKey(r, tc.issuer, tc.tenant, tc.subject); got != tc.want {
+			t.Errorf("CallerKey(%q, %q, %q, %q) = %q, want %q", tc.remote, tc.issuer, tc.tenant, tc.subject, got, tc.want)
+		}
 	}
 }
 

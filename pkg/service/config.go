@@ -177,8 +177,9 @@ type Config struct {
 
 	// Per-tenant rate limit of admitted /v1/tenants/{tenantId}/... requests,
 	// per process: a token bucket of RateBurst refilled at RateLimit per
-	// second. Refused requests (401, 403) take a bucket of the same size of
-	// their caller (token subject, or address without a valid token).
+	// second. Refused requests (401, 403, 404, 405) take a bucket of the
+	// same size of their caller (token subject, or address without a valid
+	// token), never the tenant's.
 	RateLimit float64 // RATE_LIMIT_RPS (200)
 	RateBurst int     // RATE_LIMIT_BURST (400)
 

@@ -364,8 +364,9 @@ func NewInbox(spec Spec, d Deps, parts Parts, reg prometheus.Registerer) (*inbox
 // a listener of their own), the internal operator endpoints (ops.API), and
 // the service's own routes, all behind auth.Middleware with the keys of
 // d.Config.Auth, the request deadline (Config.RequestTimeout) and the
-// rate limit (Config.RateLimit, RateBurst: per tenant for admitted
-// requests, per caller for refused ones). Its /healthz reports
+// rate limit (Config.RateLimit, RateBurst: per tenant for requests admitted
+// to a tenant's paths, per caller for refused ones, whatever tenant their
+// path names). Its /healthz reports
 // the broker as "unknown": the running service probes it (see serve).
 func NewRouter(d Deps, metrics prometheus.Gatherer, parts Parts) chi.Router {
 	return newServiceRouter(d, metrics, parts, nil)
@@ -395,18 +396,27 @@ func newRouter(d Deps, metrics prometheus.Gatherer, broker *brokerHealth) chi.Ro
 	if cfg.RequestTimeout > 0 {
 		r.Use(httpx.Deadline(cfg.RequestTimeout))
 	}
-	// The limiter takes no token itself: auth.Middleware and each route's
-	// Guard take one once access is decided (the tenant's when admitted, the
-	// caller's when refused), so one tenant cannot spend another's.
+	// The limiter takes no token itself: it only puts itself in the
+	// request's context, in front of authentication. Access is decided
+	// first, then a token is taken: by auth.Middleware (a missing or refused
+	// token: its address's), by each route's Guard (admitted: its tenant's;
+	// forbidden: its caller's) and by the answers to no route below (the
+	// caller's), so a request refused 401, 403, 404 or 405 never spends the
+	// bucket of the tenant its path names, and refused callers are limited
+	// by who they are.
 	if cfg.RateLimit > 0 {
 		r.Use(rateLimiter(cfg, d.Metrics).Middleware)
 	}
 	r.Use(auth.Middleware(cfg.Auth, log))
-	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusNotFound, "not_found", "no such resource"))
+	r.NotFound(func(w http.ResponseWriter, req *http.Request) {
+		if httpx.Limit(w, req, auth.CallerKey(req)) {
+			httpx.WriteProblem(w, httpx.NewProblem(http.StatusNotFound, "not_found", "no such resource"))
+		}
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this resource"))
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		if httpx.Limit(w, req, auth.CallerKey(req)) {
+			httpx.WriteProblem(w, httpx.NewProblem(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this resource"))
+		}
 	})
 	// Liveness: the process answers. The detail says what it reaches, in
 	// words, never a raw error.
