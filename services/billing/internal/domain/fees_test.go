@@ -34,7 +34,8 @@ func summary(ls map[string][]events.FeeLine) []string {
 
 // Fixed fees and minimum spend are prorated by whole days of the tenant's
 // zone, a day belonging to what was in effect at its start (DESIGN.md
-// section 3a), on the edges issue 22 names.
+// section 3a), on its edges: a day at its first instant or after it, months
+// of 28 to 31 days, zones east and west of UTC, a version mid-period.
 func TestFeeLinesProrateByWholeDays(t *testing.T) {
 	utc, seoul, la := time.UTC, zone(t, "Asia/Seoul"), zone(t, "America/Los_Angeles")
 	base := []events.PlanFee{{Code: "base", Name: "Base", Amount: dec("49.00")}}
