@@ -53,7 +53,9 @@ func TestFeeLinesProrateByWholeDays(t *testing.T) {
 	at := func(loc *time.Location, y int, m time.Month, d, h, min, s int) time.Time {
 		return time.Date(y, m, d, h, min, s, 0, loc)
 	}
-	open := func(plan string, from time.Time) SubscriptionSpan { return SubscriptionSpan{PlanCode: plan, StartsAt: from} }
+	open := func(plan string, from time.Time) SubscriptionSpan {
+		return SubscriptionSpan{PlanCode: plan, StartsAt: from}
+	}
 	change := func(from, to string, at time.Time) []SubscriptionSpan {
 		return []SubscriptionSpan{{PlanCode: from, StartsAt: early, EndsAt: at}, {PlanCode: to, StartsAt: at}}
 	}
