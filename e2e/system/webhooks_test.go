@@ -59,7 +59,8 @@ func (h *hookReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // and the intent is delivered once the endpoint is back.
 func TestWebhookIntentExpiredThenRetriedThroughQuery(t *testing.T) {
 	for k, v := range map[string]string{"WEBHOOK_TTL": "5s", "WEBHOOK_POLL_INTERVAL": "50ms", "WEBHOOK_BACKOFF_BASE": "100ms",
-		"WEBHOOK_BACKOFF_MAX": "500ms", "WEBHOOK_TIMEOUT": "2s", "WEBHOOK_LEASE_TTL": "5s"} {
+		"WEBHOOK_BACKOFF_MAX": "500ms", "WEBHOOK_TIMEOUT": "2s", "WEBHOOK_LEASE_TTL": "5s",
+		"WEBHOOK_ALLOW_NETS": "127.0.0.0/8", "WEBHOOK_ALLOW_HTTP": "true"} { // the receiver: http://127.0.0.1
 		t.Setenv(k, v) // read by the invoice service's Build
 	}
 	rc := &hookReceiver{effects: map[string]int{}}

@@ -125,6 +125,12 @@ func (a *Webhooks) create(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &invalid):
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_url", invalid.Error()))
 		return
+	case errors.Is(err, webhook.ErrAddressRefused):
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusUnprocessableEntity, "endpoint_address_refused", err.Error()))
+		return
+	case errors.Is(err, webhook.ErrHTTPSRequired):
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusUnprocessableEntity, "https_required", err.Error()))
+		return
 	case errors.Is(err, webhook.ErrTooManyEndpoints):
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusConflict, "too_many_endpoints", err.Error()))
 		return

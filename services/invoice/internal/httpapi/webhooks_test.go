@@ -2,11 +2,14 @@ package httpapi_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -23,16 +26,38 @@ import (
 	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
-// hookServer serves the webhook routes behind the services' token policy.
+// names resolves the test's host names without DNS.
+type names map[string]string
+
+func (n names) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	a, ok := n[host]
+	if !ok {
+		return nil, errors.New("no such host")
+	}
+	return []netip.Addr{netip.MustParseAddr(a)}, nil
+}
+
+// hookServer serves the webhook routes behind the services' token policy,
+// http://127.0.0.1 allowed as on a developer's machine.
 func hookServer(t *testing.T, pool *pgxpool.Pool, maxEndpoints int) *httptest.Server {
 	t.Helper()
+	cfg := webhook.DefaultConfig()
+	cfg.AllowNets, cfg.AllowHTTP = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, true
+	return hookServerWith(t, pool, maxEndpoints, cfg)
+}
+
+// hookServerWith is hookServer with cfg's egress policy.
+func hookServerWith(t *testing.T, pool *pgxpool.Pool, maxEndpoints int, cfg webhook.Config) *httptest.Server {
+	t.Helper()
+	egress := webhook.NewEgress(cfg, names{"erp.example": "93.184.216.34", "mail.example": "93.184.216.35",
+		"fourth.example": "93.184.216.36", "metadata.example": "169.254.169.254", "intranet.example": "10.1.2.3"})
 	keys, err := auth.NewKeys(auth.DevKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := chi.NewRouter()
 	r.Use(auth.Middleware(keys, nil))
-	httpapi.NewWebhooks(webhook.NewEndpoints(pool, maxEndpoints), webhook.NewStore(pool, time.Hour),
+	httpapi.NewWebhooks(webhook.NewEndpoints(pool, maxEndpoints, egress), webhook.NewStore(pool, time.Hour),
 		slog.New(slog.DiscardHandler)).Routes(r)
 	srv := httptest.NewServer(apitest.Handler(t, invoiceapi.YAML(), r))
 	t.Cleanup(srv.Close)
@@ -91,6 +116,13 @@ func TestWebhookEndpoints(t *testing.T) {
 			t.Fatalf("POST %s: %d %v", body, code, v)
 		}
 	}
+	for _, u := range []string{"https://169.254.169.254/latest/meta-data/", "https://metadata.example/", "https://intranet.example/x",
+		"https://10.0.0.1/", "https://[::ffff:10.0.0.1]/", "https://[fd00::1]/", "https://100.64.0.1/", "https://0.0.0.0/"} {
+		if code, v, _ := call(t, srv, acme, http.MethodPost, base, `{"url":"`+u+`"}`); code != http.StatusUnprocessableEntity ||
+			v["code"] != "endpoint_address_refused" {
+			t.Fatalf("POST %s: %d %v", u, code, v)
+		}
+	}
 	if code, v, _ := call(t, srv, acme, http.MethodPost, base, `{}`); code != http.StatusBadRequest || v["code"] != "missing_field" {
 		t.Fatalf("POST without url: %d %v", code, v)
 	}
@@ -138,6 +170,32 @@ func TestWebhookEndpoints(t *testing.T) {
 	// The deleted one no longer counts against the limit.
 	if code, v, _ := call(t, srv, acme, http.MethodPost, base, `{"url":"https://fourth.example/"}`); code != http.StatusCreated {
 		t.Fatalf("an endpoint after a delete: %d %v", code, v)
+	}
+}
+
+// By default (no WEBHOOK_ALLOW_NETS, no WEBHOOK_ALLOW_HTTP) a loopback
+// endpoint is refused 422 endpoint_address_refused, an http one 422
+// https_required, and neither is written.
+func TestWebhookEndpointAddressRefusedByDefault(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	srv := hookServerWith(t, pool, 3, webhook.DefaultConfig())
+	acme := auth.DevToken(auth.RoleTenant, "acme")
+	const base = "/v1/tenants/acme/webhook-endpoints"
+	for u, want := range map[string]string{
+		"https://127.0.0.1:9000/a": "endpoint_address_refused", "https://[::1]/a": "endpoint_address_refused",
+		"http://127.0.0.1:9000/a": "https_required", "http://erp.example/hooks": "https_required",
+	} {
+		code, v, _ := call(t, srv, acme, http.MethodPost, base, `{"url":"`+u+`"}`)
+		if code != http.StatusUnprocessableEntity || v["code"] != want {
+			t.Fatalf("POST %s: %d %v, want 422 %s", u, code, v, want)
+		}
+	}
+	if code, v, _ := call(t, srv, acme, http.MethodGet, base, ""); code != http.StatusOK || len(v["endpoints"].([]any)) != 0 {
+		t.Fatalf("GET after refusals: %d %v, want no endpoint", code, v)
+	}
+	if code, v, _ := call(t, srv, acme, http.MethodPost, base, `{"url":"https://erp.example/hooks"}`); code != http.StatusCreated {
+		t.Fatalf("a public https endpoint: %d %v", code, v)
 	}
 }
 

@@ -2,6 +2,9 @@ package webhook
 
 import (
 	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
 	"time"
 
 	"github.com/usagebilling/billing/pkg/service"
@@ -26,13 +29,25 @@ type Config struct {
 	// and expired intents, which an operator may retry, are purged after it.
 	FailedRetention time.Duration
 	MaxEndpoints    int // WEBHOOK_MAX_ENDPOINTS (10): active endpoints per tenant
+	// AllowNets is WEBHOOK_ALLOW_NETS (none): CIDRs deliveries may reach
+	// although loopback, private, link-local or otherwise not public
+	// ("127.0.0.0/8,::1/128" for a stack on one machine). IPv4 nets match
+	// IPv4-mapped IPv6 addresses too.
+	AllowNets []netip.Prefix
+	// AllowHTTP is WEBHOOK_ALLOW_HTTP (false): accept and deliver to
+	// http:// endpoints, not only https://.
+	AllowHTTP bool
+	// Proxy is WEBHOOK_PROXY (none): an http(s) proxy every delivery goes
+	// through (an egress filter such as smokescreen); the proxy's own
+	// address is dialled unchecked. Never taken from HTTPS_PROXY.
+	Proxy *url.URL
 }
 
 // EnvNames are the variables LoadConfig reads.
 var EnvNames = []string{
 	"WEBHOOK_WORKER", "WEBHOOK_POLL_INTERVAL", "WEBHOOK_TIMEOUT", "WEBHOOK_LEASE_TTL", "WEBHOOK_CONCURRENCY",
 	"WEBHOOK_BACKOFF_BASE", "WEBHOOK_BACKOFF_MAX", "WEBHOOK_TTL", "WEBHOOK_RETENTION", "WEBHOOK_MAX_ENDPOINTS",
-	"WEBHOOK_FAILED_RETENTION", "WEBHOOK_TENANT_CONCURRENCY",
+	"WEBHOOK_FAILED_RETENTION", "WEBHOOK_TENANT_CONCURRENCY", "WEBHOOK_ALLOW_NETS", "WEBHOOK_ALLOW_HTTP", "WEBHOOK_PROXY",
 }
 
 // DefaultConfig is the configuration with every default.
@@ -61,8 +76,29 @@ func LoadConfig(e *service.Env) (Config, error) {
 
 		FailedRetention:   e.Duration("WEBHOOK_FAILED_RETENTION", d.FailedRetention),
 		TenantConcurrency: e.Int("WEBHOOK_TENANT_CONCURRENCY", d.TenantConcurrency),
+		AllowHTTP:         e.Bool("WEBHOOK_ALLOW_HTTP", d.AllowHTTP),
+	}
+	var errs []error
+	for _, n := range e.List("WEBHOOK_ALLOW_NETS", nil) {
+		p, err := netip.ParsePrefix(n)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("WEBHOOK_ALLOW_NETS: want CIDRs such as 127.0.0.0/8 or ::1/128, got %q", n))
+			continue
+		}
+		c.AllowNets = append(c.AllowNets, p)
+	}
+	if raw := e.String("WEBHOOK_PROXY", ""); raw != "" {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+			errs = append(errs, fmt.Errorf("WEBHOOK_PROXY: want an http:// or https:// proxy URL, got %q", raw))
+		} else {
+			c.Proxy = u
+		}
 	}
 	if err := e.Err(); err != nil {
+		errs = append([]error{err}, errs...)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return Config{}, err
 	}
 	return c, c.Check()

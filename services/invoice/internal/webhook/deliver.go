@@ -34,12 +34,6 @@ type result struct {
 	retryAfter time.Duration // the receiver's Retry-After (429, 503), if any
 }
 
-// newClient is the delivery's HTTP client: redirects are answers, never
-// followed (a receiver answers at the URL it registered).
-func newClient() *http.Client {
-	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-}
-
 // deliver POSTs body to url, signed with secret, under key, within timeout.
 func deliver(ctx context.Context, hc *http.Client, timeout time.Duration, url, secret, key string, body []byte, now time.Time) result {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -55,6 +49,12 @@ func deliver(ctx context.Context, hc *http.Client, timeout time.Duration, url, s
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
 	req.Header.Set(HeaderSignature, Sign(secret, ts, body))
 	resp, err := hc.Do(req)
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		// Refused before any connection: the same URL would be refused
+		// again, so it fails (an operator retries it once allowed).
+		return result{outcome: outcomeFailed, err: "refused by the egress policy before connecting: " + refused.Error()}
+	}
 	if err != nil {
 		msg := err.Error()
 		if errors.Is(err, context.DeadlineExceeded) {

@@ -37,8 +37,8 @@ const MaxURL = 2048
 
 // CheckURL accepts an absolute http or https URL with a host, a port (when
 // given) from 1 to 65535 in plain digits, no credentials (user:password@)
-// and no fragment. Private and loopback addresses are accepted: this
-// reference system runs on a laptop.
+// and no fragment. Where it may point is the Egress's to check
+// (CheckEndpoint).
 func CheckURL(raw string) (*url.URL, error) {
 	if raw == "" || len(raw) > MaxURL {
 		return nil, &InvalidURLError{fmt.Sprintf("want 1 to %d bytes", MaxURL)}
@@ -87,22 +87,28 @@ type Endpoint struct {
 
 // Endpoints manages the tenants' endpoints.
 type Endpoints struct {
-	pool *pgxpool.Pool
-	max  int
+	pool   *pgxpool.Pool
+	max    int
+	egress *Egress
 }
 
 // NewEndpoints returns the endpoint commands on pool, with at most max
 // active endpoints per tenant (each issued invoice makes one intent per
-// endpoint: this bounds them).
-func NewEndpoints(pool *pgxpool.Pool, max int) *Endpoints {
-	return &Endpoints{pool: pool, max: max}
+// endpoint: this bounds them), refusing the URLs egress refuses.
+func NewEndpoints(pool *pgxpool.Pool, max int, egress *Egress) *Endpoints {
+	return &Endpoints{pool: pool, max: max, egress: egress}
 }
 
 // Create registers an endpoint of tenant at rawURL, made by actor, with a
-// new signing secret.
+// new signing secret. A URL CheckURL refuses is an InvalidURLError; one
+// the egress policy refuses (an address that is not public, http while
+// only https is allowed) a RefusedError. Either writes nothing.
 func (s *Endpoints) Create(ctx context.Context, tenantID, rawURL, actor string) (Endpoint, error) {
 	u, err := CheckURL(rawURL)
 	if err != nil {
+		return Endpoint{}, err
+	}
+	if err := s.egress.CheckEndpoint(ctx, u); err != nil {
 		return Endpoint{}, err
 	}
 	id, err := uuid.NewV7()

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"sync"
 	"testing"
@@ -120,7 +121,7 @@ func (rc *receiver) effects() map[string]int {
 // register makes rc an endpoint of tenant.
 func (rc *receiver) register(t *testing.T, pool *pgxpool.Pool, tenant string) webhook.Endpoint {
 	t.Helper()
-	ep, err := webhook.NewEndpoints(pool, 10).Create(t.Context(), tenant, rc.srv.URL+"/hooks/invoices", "test")
+	ep, err := testEndpoints(pool).Create(t.Context(), tenant, rc.srv.URL+"/hooks/invoices", "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,12 +131,19 @@ func (rc *receiver) register(t *testing.T, pool *pgxpool.Pool, tenant string) we
 	return ep
 }
 
-// testConfig is a quick worker: short timeout, lease and backoff.
+// testConfig is a quick worker: short timeout, lease and backoff; the
+// receivers' http://127.0.0.1 allowed.
 func testConfig() webhook.Config {
 	c := webhook.DefaultConfig()
 	c.PollInterval, c.Timeout, c.LeaseTTL = 20*time.Millisecond, 2*time.Second, 4*time.Second
 	c.BackoffBase, c.BackoffMax = 10*time.Millisecond, 50*time.Millisecond
+	c.AllowNets, c.AllowHTTP = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, true
 	return c
+}
+
+// testEndpoints are the endpoint commands with testConfig's policy.
+func testEndpoints(pool *pgxpool.Pool) *webhook.Endpoints {
+	return webhook.NewEndpoints(pool, 10, webhook.NewEgress(testConfig(), nil))
 }
 
 // runWorker runs a worker until the test ends (or stop is called).

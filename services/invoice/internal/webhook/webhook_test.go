@@ -92,7 +92,7 @@ func TestIntentsAreWrittenWithTheIssue(t *testing.T) {
 	epA, epB := a.register(t, pool, "acme"), b.register(t, pool, "acme")
 	epGone := gone.register(t, pool, "acme")
 	newReceiver(t).register(t, pool, "other-tenant")
-	if err := webhook.NewEndpoints(pool, 10).Delete(t.Context(), "acme", epGone.ID); err != nil {
+	if err := testEndpoints(pool).Delete(t.Context(), "acme", epGone.ID); err != nil {
 		t.Fatal(err)
 	}
 	keys := issue(t, pool, "acme", true, "USD", "EUR")
@@ -575,7 +575,7 @@ func TestHangingEndpointsOfOneTenantDoNotHoldBackAnother(t *testing.T) {
 	}))
 	t.Cleanup(hang.Close)
 	for i := range 10 {
-		if _, err := webhook.NewEndpoints(pool, 10).Create(t.Context(), "slowco", fmt.Sprintf("%s/hooks/%d", hang.URL, i), "test"); err != nil {
+		if _, err := testEndpoints(pool).Create(t.Context(), "slowco", fmt.Sprintf("%s/hooks/%d", hang.URL, i), "test"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -69,7 +69,7 @@ func NewWorker(pool *pgxpool.Pool, cfg Config, log *slog.Logger, reg prometheus.
 	if err != nil {
 		return nil, fmt.Errorf("register webhook metrics: %w", err)
 	}
-	return &Worker{pool: pool, cfg: cfg, log: log.With("component", "webhook"), hc: newClient(), m: m,
+	return &Worker{pool: pool, cfg: cfg, log: log.With("component", "webhook"), hc: NewEgress(cfg, nil).Client(), m: m,
 		inFlight: map[string]int{}, freed: make(chan struct{}, 1)}, nil
 }
 

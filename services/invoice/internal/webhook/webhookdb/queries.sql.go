@@ -42,14 +42,25 @@ const claimIntents = `-- name: ClaimIntents :many
 WITH rooms AS (
     SELECT unnest($3::text[]) AS t, unnest($4::int[]) AS room
 ), candidates AS (
-    SELECT w.intent_id, w.tenant_id, w.endpoint_id, w.not_before FROM webhook_intent w
+    SELECT w.intent_id, w.tenant_id, w.endpoint_id, w.not_before, (e.deleted_at IS NOT NULL) AS endpoint_deleted
+    FROM webhook_intent w JOIN webhook_endpoint e ON e.endpoint_id = w.endpoint_id
     WHERE ((w.status = 'pending' AND w.not_before <= now()) OR (w.status = 'leased' AND w.lease_expires_at <= now()))
       AND w.expires_at > now()
       AND w.tenant_id NOT IN (SELECT rooms.t FROM rooms WHERE rooms.room <= 0)
     ORDER BY w.not_before
     LIMIT $5
+), orphans AS (
+    UPDATE webhook_intent o
+    SET status = 'failed', lease_owner = NULL, lease_expires_at = NULL, last_error = 'endpoint_deleted',
+        finished_at = clock_timestamp()
+    FROM (SELECT w.intent_id FROM webhook_intent w JOIN candidates c ON c.intent_id = w.intent_id
+          WHERE c.endpoint_deleted FOR UPDATE OF w SKIP LOCKED) gone
+    WHERE o.intent_id = gone.intent_id
+      AND (o.status = 'pending' OR (o.status = 'leased' AND o.lease_expires_at <= now()))
+    RETURNING o.intent_id
 ), by_endpoint AS (
-    SELECT c.intent_id, c.tenant_id, c.endpoint_id, c.not_before, row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.not_before) AS endpoint_rank FROM candidates c
+    SELECT c.intent_id, c.tenant_id, c.endpoint_id, c.not_before, c.endpoint_deleted, row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.not_before) AS endpoint_rank
+    FROM candidates c WHERE NOT c.endpoint_deleted
 ), ranked AS (
     SELECT b.intent_id, b.not_before,
            row_number() OVER (PARTITION BY b.tenant_id ORDER BY b.endpoint_rank, b.not_before) AS tenant_rank,
@@ -68,7 +79,7 @@ SET status = 'leased', lease_owner = $1::uuid, lease_expires_at = now() + make_i
     attempts = i.attempts + 1, first_attempt_at = coalesce(i.first_attempt_at, clock_timestamp()),
     last_attempt_at = clock_timestamp()
 FROM due, webhook_endpoint e
-WHERE i.intent_id = due.intent_id AND e.endpoint_id = i.endpoint_id
+WHERE i.intent_id = due.intent_id AND e.endpoint_id = i.endpoint_id AND e.deleted_at IS NULL
 RETURNING i.intent_id, i.tenant_id, i.idempotency_key, i.event_type, i.body, i.attempts, e.url, e.secret,
     extract(epoch FROM clock_timestamp() - i.created_at)::float8 AS age_seconds
 `
@@ -99,6 +110,11 @@ type ClaimIntentsRow struct {
 // whose not_before has come, and leased ones whose lease expired (their
 // worker died or hangs), neither expired. Each claim is an attempt. Rows
 // another worker is claiming are skipped.
+//
+// Never an intent of a deleted endpoint: Delete fails the intents it sees,
+// but an issuing transaction open across the delete commits intents it
+// wrote for the endpoint after; those are failed here (endpoint_deleted)
+// when met among the candidates, instead of being delivered.
 //
 // Fairly: of the @scan_rows oldest due intents (tenants with no room left
 // left out), each endpoint's oldest first, then each tenant's, taken round
