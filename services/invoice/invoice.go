@@ -55,7 +55,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		return service.Parts{}, err
 	}
 	api := httpapi.New(a, seller, d.Logger)
-	hookAPI := httpapi.NewWebhooks(webhook.NewEndpoints(d.Pool, hooks.MaxEndpoints, webhook.NewEgress(hooks, nil)), webhook.NewStore(d.Pool, hooks.TTL), d.Logger)
+	hookAPI := httpapi.NewWebhooks(webhook.NewEndpoints(d.Pool, hooks.MaxEndpoints, webhook.NewEgress(hooks, nil), hooks.SecretKeys), webhook.NewStore(d.Pool, hooks.TTL), d.Logger)
 	var work func(context.Context) error
 	if hooks.Worker {
 		work = worker.Run

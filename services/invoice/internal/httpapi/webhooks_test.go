@@ -57,7 +57,7 @@ func hookServerWith(t *testing.T, pool *pgxpool.Pool, maxEndpoints int, cfg webh
 	}
 	r := chi.NewRouter()
 	r.Use(auth.Middleware(keys, nil))
-	httpapi.NewWebhooks(webhook.NewEndpoints(pool, maxEndpoints, egress), webhook.NewStore(pool, time.Hour),
+	httpapi.NewWebhooks(webhook.NewEndpoints(pool, maxEndpoints, egress, nil), webhook.NewStore(pool, time.Hour),
 		slog.New(slog.DiscardHandler)).Routes(r)
 	srv := httptest.NewServer(apitest.Handler(t, invoiceapi.YAML(), r))
 	t.Cleanup(srv.Close)

@@ -41,6 +41,11 @@ type Config struct {
 	// through (an egress filter such as smokescreen); the proxy's own
 	// address is dialled unchecked. Never taken from HTTPS_PROXY.
 	Proxy *url.URL
+	// SecretKeys is WEBHOOK_SECRET_KEYS (none): the keys sealing the
+	// endpoints' signing secrets at rest, "<id>:<base64 of 32 bytes>", the
+	// first sealing, the others opening what they sealed (ParseSecretKeys).
+	// None: secrets are stored as they are.
+	SecretKeys *SecretKeys
 }
 
 // EnvNames are the variables LoadConfig reads.
@@ -48,6 +53,7 @@ var EnvNames = []string{
 	"WEBHOOK_WORKER", "WEBHOOK_POLL_INTERVAL", "WEBHOOK_TIMEOUT", "WEBHOOK_LEASE_TTL", "WEBHOOK_CONCURRENCY",
 	"WEBHOOK_BACKOFF_BASE", "WEBHOOK_BACKOFF_MAX", "WEBHOOK_TTL", "WEBHOOK_RETENTION", "WEBHOOK_MAX_ENDPOINTS",
 	"WEBHOOK_FAILED_RETENTION", "WEBHOOK_TENANT_CONCURRENCY", "WEBHOOK_ALLOW_NETS", "WEBHOOK_ALLOW_HTTP", "WEBHOOK_PROXY",
+	"WEBHOOK_SECRET_KEYS",
 }
 
 // DefaultConfig is the configuration with every default.
@@ -95,6 +101,11 @@ func LoadConfig(e *service.Env) (Config, error) {
 			c.Proxy = u
 		}
 	}
+	keys, err := ParseSecretKeys(e.List("WEBHOOK_SECRET_KEYS", nil))
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.SecretKeys = keys
 	if err := e.Err(); err != nil {
 		errs = append([]error{err}, errs...)
 	}

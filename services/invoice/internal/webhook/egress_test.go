@@ -160,7 +160,7 @@ func TestRegistrationRefusesAddressesThatAreNotPublic(t *testing.T) {
 		"mixed.example": "93.184.216.34,192.168.1.10", "v6.example": "2606:2800:220:1:248:1893:25c8:1946,fd00::1",
 		"localhost": "127.0.0.1,::1", "cgnat.example": "100.64.1.1",
 	})
-	eps := webhook.NewEndpoints(pool, 100, webhook.NewEgress(strict(), names))
+	eps := webhook.NewEndpoints(pool, 100, webhook.NewEgress(strict(), names), nil)
 	for _, tc := range []struct {
 		url  string
 		want error
@@ -227,7 +227,7 @@ func TestDeliveryToAnAddressThatIsNotPublicIsRefusedBeforeConnecting(t *testing.
 	anything := webhook.DefaultConfig()
 	anything.AllowNets = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
 	names := table(map[string]string{"intranet.example": "10.0.0.1", "public.example": "93.184.216.34"})
-	register := webhook.NewEndpoints(pool, 10, webhook.NewEgress(anything, names)) // as if registered while allowed
+	register := webhook.NewEndpoints(pool, 10, webhook.NewEgress(anything, names), nil) // as if registered while allowed
 	refused := map[string]string{
 		"https://10.0.0.1/hooks":                   "10.0.0.1",
 		"https://169.254.169.254/latest/meta-data": "169.254.169.254",
@@ -275,7 +275,7 @@ func TestDNSRebindingIsRefusedAtConnect(t *testing.T) {
 		}
 		return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil
 	})
-	if _, err := webhook.NewEndpoints(pool, 10, webhook.NewEgress(strict(), names)).Create(t.Context(), "acme", "https://rebind.example/hooks", "test"); err != nil {
+	if _, err := webhook.NewEndpoints(pool, 10, webhook.NewEgress(strict(), names), nil).Create(t.Context(), "acme", "https://rebind.example/hooks", "test"); err != nil {
 		t.Fatalf("registration while the name is public: %v", err)
 	}
 	rebound.Store(true)

@@ -90,13 +90,15 @@ type Endpoints struct {
 	pool   *pgxpool.Pool
 	max    int
 	egress *Egress
+	keys   *SecretKeys
 }
 
 // NewEndpoints returns the endpoint commands on pool, with at most max
 // active endpoints per tenant (each issued invoice makes one intent per
-// endpoint: this bounds them), refusing the URLs egress refuses.
-func NewEndpoints(pool *pgxpool.Pool, max int, egress *Egress) *Endpoints {
-	return &Endpoints{pool: pool, max: max, egress: egress}
+// endpoint: this bounds them), refusing the URLs egress refuses, storing
+// the secrets sealed with keys (nil: as they are).
+func NewEndpoints(pool *pgxpool.Pool, max int, egress *Egress, keys *SecretKeys) *Endpoints {
+	return &Endpoints{pool: pool, max: max, egress: egress, keys: keys}
 }
 
 // Create registers an endpoint of tenant at rawURL, made by actor, with a
@@ -119,6 +121,10 @@ func (s *Endpoints) Create(ctx context.Context, tenantID, rawURL, actor string) 
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("new signing secret: %w", err)
 	}
+	stored, err := s.keys.Seal(id, secret)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("seal the signing secret: %w", err)
+	}
 	ep := Endpoint{ID: id, URL: u.String(), Secret: secret, CreatedBy: actor}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := webhookdb.New(tx)
@@ -133,7 +139,7 @@ func (s *Endpoints) Create(ctx context.Context, tenantID, rawURL, actor string) 
 			return fmt.Errorf("%w: tenant %s has %d, at most %d", ErrTooManyEndpoints, tenantID, n, s.max)
 		}
 		ep.CreatedAt, err = q.InsertEndpoint(ctx, webhookdb.InsertEndpointParams{
-			EndpointID: id, TenantID: tenantID, Url: ep.URL, Secret: secret, CreatedBy: actor})
+			EndpointID: id, TenantID: tenantID, Url: ep.URL, Secret: stored, CreatedBy: actor})
 		if err != nil {
 			return fmt.Errorf("insert endpoint: %w", err)
 		}

@@ -32,6 +32,19 @@ UPDATE webhook_intent SET status = 'failed', lease_owner = NULL, lease_expires_a
     last_error = 'endpoint_deleted', finished_at = clock_timestamp()
 WHERE endpoint_id = @endpoint_id AND status IN ('pending', 'leased');
 
+-- name: SecretsToReseal :many
+-- SecretsToReseal reads up to @max_rows endpoints whose stored secret is
+-- not sealed with the current key (it does not start with @current_prefix):
+-- plaintext ones, and those sealed with an older key.
+SELECT endpoint_id, secret FROM webhook_endpoint
+WHERE NOT starts_with(secret, @current_prefix::text)
+ORDER BY endpoint_id LIMIT @max_rows;
+
+-- name: ResealSecret :execrows
+-- ResealSecret replaces an endpoint's stored secret if it is still @old
+-- (another worker may have resealed it meanwhile).
+UPDATE webhook_endpoint SET secret = @new WHERE endpoint_id = @endpoint_id AND secret = @old;
+
 -- name: ActiveEndpointIDs :many
 -- ActiveEndpointIDs are the endpoints an event of the tenant is told to.
 SELECT endpoint_id FROM webhook_endpoint WHERE tenant_id = @tenant_id AND deleted_at IS NULL ORDER BY endpoint_id;
@@ -104,7 +117,7 @@ SET status = 'leased', lease_owner = @owner::uuid, lease_expires_at = now() + ma
     last_attempt_at = clock_timestamp()
 FROM due, webhook_endpoint e
 WHERE i.intent_id = due.intent_id AND e.endpoint_id = i.endpoint_id AND e.deleted_at IS NULL
-RETURNING i.intent_id, i.tenant_id, i.idempotency_key, i.event_type, i.body, i.attempts, e.url, e.secret,
+RETURNING i.intent_id, i.tenant_id, i.endpoint_id, i.idempotency_key, i.event_type, i.body, i.attempts, e.url, e.secret,
     extract(epoch FROM clock_timestamp() - i.created_at)::float8 AS age_seconds;
 
 -- name: RecordAccepted :execrows

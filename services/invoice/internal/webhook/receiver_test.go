@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,12 +139,24 @@ func testConfig() webhook.Config {
 	c.PollInterval, c.Timeout, c.LeaseTTL = 20*time.Millisecond, 2*time.Second, 4*time.Second
 	c.BackoffBase, c.BackoffMax = 10*time.Millisecond, 50*time.Millisecond
 	c.AllowNets, c.AllowHTTP = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, true
+	c.SecretKeys = testKeys
 	return c
+}
+
+// testKeys seal the secrets of every test's endpoints.
+var testKeys = mustKeys("test-1:" + strings.Repeat("A", 43) + "=")
+
+func mustKeys(list ...string) *webhook.SecretKeys {
+	k, err := webhook.ParseSecretKeys(list)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
 
 // testEndpoints are the endpoint commands with testConfig's policy.
 func testEndpoints(pool *pgxpool.Pool) *webhook.Endpoints {
-	return webhook.NewEndpoints(pool, 10, webhook.NewEgress(testConfig(), nil))
+	return webhook.NewEndpoints(pool, 10, webhook.NewEgress(testConfig(), nil), testConfig().SecretKeys)
 }
 
 // runWorker runs a worker until the test ends (or stop is called).

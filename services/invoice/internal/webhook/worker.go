@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -148,6 +149,11 @@ func (w *Worker) Tick(ctx context.Context) (int, error) {
 	}
 	if time.Since(w.lastPurge) > time.Minute {
 		w.lastPurge = time.Now()
+		if n, err := Reseal(ctx, q, w.cfg.SecretKeys, purgeBatch); err != nil {
+			w.log.WarnContext(ctx, "reseal webhook signing secrets", "err", err)
+		} else if n > 0 {
+			w.log.InfoContext(ctx, "resealed webhook signing secrets with the current key", "count", n)
+		}
 		if n, err := PurgeEnded(ctx, q, w.cfg, purgeBatch); err != nil {
 			w.log.WarnContext(ctx, "purge ended webhook intents", "err", err)
 		} else if n > 0 {
@@ -206,6 +212,39 @@ func PurgeEnded(ctx context.Context, q *webhookdb.Queries, cfg Config, limit int
 	return n, nil
 }
 
+// Reseal seals up to limit stored secrets that are not sealed with keys'
+// current key (plaintext ones, those of an older key) with it, so an old
+// key can be dropped once none is left under it. Nil keys: nothing. The
+// worker runs it once a minute.
+func Reseal(ctx context.Context, q *webhookdb.Queries, keys *SecretKeys, limit int32) (int, error) {
+	if keys == nil {
+		return 0, nil
+	}
+	rows, err := q.SecretsToReseal(ctx, webhookdb.SecretsToResealParams{CurrentPrefix: keys.currentPrefix(), MaxRows: limit})
+	if err != nil {
+		return 0, fmt.Errorf("read secrets to reseal: %w", err)
+	}
+	n := 0
+	var errs []error
+	for _, r := range rows {
+		secret, err := keys.Open(r.EndpointID, r.Secret)
+		if err != nil { // a key missing: the others are resealed all the same
+			errs = append(errs, fmt.Errorf("endpoint %s: %w", r.EndpointID, err))
+			continue
+		}
+		sealed, err := keys.Seal(r.EndpointID, secret)
+		if err != nil {
+			return n, fmt.Errorf("endpoint %s: %w", r.EndpointID, err)
+		}
+		done, err := q.ResealSecret(ctx, webhookdb.ResealSecretParams{EndpointID: r.EndpointID, Old: r.Secret, New: sealed})
+		if err != nil {
+			return n, fmt.Errorf("reseal the secret of endpoint %s: %w", r.EndpointID, err)
+		}
+		n += int(done)
+	}
+	return n, errors.Join(errs...)
+}
+
 // release frees the slot of a delivery of tenant and wakes Run.
 func (w *Worker) release(tenant string) {
 	w.mu.Lock()
@@ -239,7 +278,13 @@ func (w *Worker) expire(ctx context.Context, q *webhookdb.Queries) error {
 // recorded, or the intent is delivered again after its lease.
 func (w *Worker) attempt(ctx context.Context, owner uuid.UUID, row webhookdb.ClaimIntentsRow) {
 	detached := context.WithoutCancel(ctx)
-	res := deliver(detached, w.hc, w.cfg.Timeout, row.Url, row.Secret, row.IdempotencyKey, []byte(row.Body), time.Now())
+	var res result
+	if secret, err := w.cfg.SecretKeys.Open(row.EndpointID, row.Secret); err != nil {
+		// A configuration to fix (a key missing): retried, nothing sent.
+		res = result{outcome: outcomeRetry, err: err.Error()}
+	} else {
+		res = deliver(detached, w.hc, w.cfg.Timeout, row.Url, secret, row.IdempotencyKey, []byte(row.Body), time.Now())
+	}
 	if w.crashAfterCall != nil && w.crashAfterCall(row.IdempotencyKey) {
 		return
 	}

@@ -80,7 +80,7 @@ SET status = 'leased', lease_owner = $1::uuid, lease_expires_at = now() + make_i
     last_attempt_at = clock_timestamp()
 FROM due, webhook_endpoint e
 WHERE i.intent_id = due.intent_id AND e.endpoint_id = i.endpoint_id AND e.deleted_at IS NULL
-RETURNING i.intent_id, i.tenant_id, i.idempotency_key, i.event_type, i.body, i.attempts, e.url, e.secret,
+RETURNING i.intent_id, i.tenant_id, i.endpoint_id, i.idempotency_key, i.event_type, i.body, i.attempts, e.url, e.secret,
     extract(epoch FROM clock_timestamp() - i.created_at)::float8 AS age_seconds
 `
 
@@ -97,6 +97,7 @@ type ClaimIntentsParams struct {
 type ClaimIntentsRow struct {
 	IntentID       uuid.UUID
 	TenantID       string
+	EndpointID     uuid.UUID
 	IdempotencyKey string
 	EventType      string
 	Body           string
@@ -143,6 +144,7 @@ func (q *Queries) ClaimIntents(ctx context.Context, arg ClaimIntentsParams) ([]C
 		if err := rows.Scan(
 			&i.IntentID,
 			&i.TenantID,
+			&i.EndpointID,
 			&i.IdempotencyKey,
 			&i.EventType,
 			&i.Body,
@@ -644,6 +646,26 @@ func (q *Queries) RecordRetry(ctx context.Context, arg RecordRetryParams) (Recor
 	return i, err
 }
 
+const resealSecret = `-- name: ResealSecret :execrows
+UPDATE webhook_endpoint SET secret = $1 WHERE endpoint_id = $2 AND secret = $3
+`
+
+type ResealSecretParams struct {
+	New        string
+	EndpointID uuid.UUID
+	Old        string
+}
+
+// ResealSecret replaces an endpoint's stored secret if it is still @old
+// (another worker may have resealed it meanwhile).
+func (q *Queries) ResealSecret(ctx context.Context, arg ResealSecretParams) (int64, error) {
+	result, err := q.db.Exec(ctx, resealSecret, arg.New, arg.EndpointID, arg.Old)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const retryIntent = `-- name: RetryIntent :execrows
 UPDATE webhook_intent i
 SET status = 'pending', not_before = now(), expires_at = now() + make_interval(secs => $1::float8),
@@ -667,4 +689,43 @@ func (q *Queries) RetryIntent(ctx context.Context, arg RetryIntentParams) (int64
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const secretsToReseal = `-- name: SecretsToReseal :many
+SELECT endpoint_id, secret FROM webhook_endpoint
+WHERE NOT starts_with(secret, $1::text)
+ORDER BY endpoint_id LIMIT $2
+`
+
+type SecretsToResealParams struct {
+	CurrentPrefix string
+	MaxRows       int32
+}
+
+type SecretsToResealRow struct {
+	EndpointID uuid.UUID
+	Secret     string
+}
+
+// SecretsToReseal reads up to @max_rows endpoints whose stored secret is
+// not sealed with the current key (it does not start with @current_prefix):
+// plaintext ones, and those sealed with an older key.
+func (q *Queries) SecretsToReseal(ctx context.Context, arg SecretsToResealParams) ([]SecretsToResealRow, error) {
+	rows, err := q.db.Query(ctx, secretsToReseal, arg.CurrentPrefix, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SecretsToResealRow
+	for rows.Next() {
+		var i SecretsToResealRow
+		if err := rows.Scan(&i.EndpointID, &i.Secret); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
