@@ -20,8 +20,19 @@ import (
 // period and their plans' versions, whatever the usage.
 func periodFees(ctx context.Context, q *db.Queries, tenantID, period string, cal domain.Calendar,
 	lines []db.PeriodLinesRow) (map[string][]events.FeeLine, error) {
+	days, err := domain.PeriodDays(period, cal.Settings(period).Location())
+	if err != nil {
+		return nil, err
+	}
+	// The first day begins before the period when the zone changed to one
+	// east of the last (the period begins where the one before ended): what
+	// holds at its first instant counts too.
+	since := cal.Start(period)
+	if days[0].Before(since) {
+		since = days[0]
+	}
 	subs, err := q.SubscriptionsDuring(ctx, db.SubscriptionsDuringParams{
-		TenantID: tenantID, Since: cal.Start(period), Until: cal.End(period)})
+		TenantID: tenantID, Since: since, Until: cal.End(period)})
 	if err != nil {
 		return nil, fmt.Errorf("read subscriptions of %s in %s: %w", tenantID, period, err)
 	}
@@ -68,11 +79,6 @@ func periodFees(ctx context.Context, q *db.Queries, tenantID, period string, cal
 		}
 		k := domain.PlanKey{Code: l.PlanCode, Version: l.PriceVersion}
 		charged[k] = charged[k].Add(amount)
-	}
-	loc := cal.Settings(period).Location()
-	days, err := domain.PeriodDays(period, loc)
-	if err != nil {
-		return nil, err
 	}
 	return domain.FeeLines(days, spans, versions, charged)
 }
