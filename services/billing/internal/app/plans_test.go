@@ -330,3 +330,44 @@ func TestFixedFeesAndMinimumSpendAreProratedAndClosed(t *testing.T) {
 		}
 	}
 }
+
+// After a tenant's zone moves east, its period's first day begins before
+// the period does (periods tile from the previous zone's end): a plan that
+// held at that day's first instant bills the day, though it ended before
+// the period began.
+func TestFeesOfTheFirstDayAfterAZoneMovesEast(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPoolConns(t, 4)
+	clk := newClock(jan10)
+	svc := clk.service(pool)
+	ib := bt.NewInbox(t, svc)
+	bt.Decide(t, pool, ib, tokens.Raw(t))
+	mar1 := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	for _, p := range []bt.Plan{
+		{Code: "pro", Currency: "USD", Version: 1, EffectiveAt: jan1, KnownThrough: mar1,
+			FixedFees: []events.PlanFee{{Code: "base", Name: "Pro", Amount: bt.Dec(t, "28.00")}}},
+		{Code: "basic", Currency: "USD", Version: 1, Seq: 2, EffectiveAt: jan1, KnownThrough: bt.Unknown,
+			FixedFees: []events.PlanFee{{Code: "base", Name: "Basic", Amount: bt.Dec(t, "56.00")}}},
+	} {
+		wantOutcomes(t, bt.Decide(t, pool, ib, p.Raw(t)), "applied")
+	}
+	if got := putSettings(t, svc, "z1", "Europe/Berlin", "PT1H"); got.EffectiveFrom != "2026-02" {
+		t.Fatalf("settings from %s", got.EffectiveFrom)
+	}
+	// February begins at 00:00 UTC (January's zone); its first day in
+	// Berlin at 23:00 UTC on the 31st. pro holds then, basic from 23:30.
+	change := time.Date(2026, 1, 31, 23, 30, 0, 0, time.UTC)
+	for plan, at := range map[string]time.Time{"pro": jan15, "basic": change} {
+		if _, err := subscribe(t, svc, "z1", plan, at); err != nil {
+			t.Fatalf("subscribe %s: %v", plan, err)
+		}
+	}
+	est, err := svc.PeriodEstimate(t.Context(), "z1", "2026-02")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pro 28 x 1/28 + basic 56 x 27/28
+	if want := bt.Dec(t, "55"); !est.Estimate["USD"].Equal(want) {
+		t.Fatalf("February estimate %s, want USD %s", bt.JSON(est.Estimate), want)
+	}
+}
