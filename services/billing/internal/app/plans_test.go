@@ -357,9 +357,12 @@ func TestFeesOfTheFirstDayAfterAZoneMovesEast(t *testing.T) {
 	// February begins at 00:00 UTC (January's zone); its first day in
 	// Berlin at 23:00 UTC on the 31st. pro holds then, basic from 23:30.
 	change := time.Date(2026, 1, 31, 23, 30, 0, 0, time.UTC)
-	for plan, at := range map[string]time.Time{"pro": jan15, "basic": change} {
-		if _, err := subscribe(t, svc, "z1", plan, at); err != nil {
-			t.Fatalf("subscribe %s: %v", plan, err)
+	for _, s := range []struct {
+		plan string
+		at   time.Time
+	}{{"pro", jan15}, {"basic", change}} {
+		if _, err := subscribe(t, svc, "z1", s.plan, s.at); err != nil {
+			t.Fatalf("subscribe %s: %v", s.plan, err)
 		}
 	}
 	est, err := svc.PeriodEstimate(t.Context(), "z1", "2026-02")
