@@ -52,10 +52,15 @@ func testModelsOnAnInvoice(t *testing.T, c *schedClient) {
 		return p
 	}
 	// 1,000 calls free, then 0.002 up to 10,000 (1.00 on entering), then 0.001.
-	post(map[string]any{"meterCode": "api_calls", "currency": "USD", "model": "graduated", "tiers": []map[string]string{
+	callsPrice := post(map[string]any{"meterCode": "api_calls", "currency": "USD", "model": "graduated", "tiers": []map[string]string{
 		{"upTo": "1000", "unitPrice": "0"}, {"upTo": "10000", "unitPrice": "0.002", "flatFee": "1"}, {"unitPrice": "0.001"}}})
 	// Storage in packages of 100 GB at 2.50, a started package counts.
-	post(map[string]any{"meterCode": "storage_gb", "currency": "USD", "model": "package", "packageSize": "100", "packagePrice": "2.50"})
+	gb := post(map[string]any{"meterCode": "storage_gb", "currency": "USD", "model": "package", "packageSize": "100", "packagePrice": "2.50"})
+	// The probes and the facts occur once both prices are in effect (each
+	// takes effect after its shard's published schedule, up to the lead
+	// later): a probe before it is rated unpriced, on a line of its own.
+	c.untilInEffect(callsPrice.EffectiveAt)
+	c.untilInEffect(gb.EffectiveAt)
 	c.waitUsageKnows(tenant, "api_calls")
 	c.waitUsageKnows(tenant, "storage_gb")
 
