@@ -403,12 +403,13 @@ func (w *workload) rate(ctx context.Context, b *batch) (int, error) {
 		rated := 0
 		pb.Queue(rate, rargs...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
-				var defined, known, priced bool
+				var defined, known, tenantKnown, priced bool
 				var version int64
 				var price, priceUnit decimal.Decimal
-				var aggregation, value, model, status string
+				var aggregation, value, model, dimsKey, plan, status string
 				var dims []byte
-				if err := rows.Scan(&defined, &aggregation, &value, &known, &priced, &version, &price, &priceUnit, &model, &dims, &status); err != nil {
+				if err := rows.Scan(&defined, &aggregation, &value, &known, &tenantKnown, &priced, &version, &price, &priceUnit, &model,
+					&dims, &dimsKey, &plan, &status); err != nil {
 					return err
 				}
 				if defined && known && priced && status == "open" {
