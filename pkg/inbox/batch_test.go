@@ -30,7 +30,12 @@ type batchNotes struct {
 	// and reports them as inbox.Duplicate rather than raising the unique
 	// violation.
 	onConflict bool
-	t          testing.TB
+	// wait reports a note whose fact is missing by its Outcome's Wait,
+	// writing nothing for it, instead of by an ItemError.
+	wait bool
+	// waitAndPublish makes such a note also publish (a handler's bug).
+	waitAndPublish bool
+	t              testing.TB
 }
 
 func (b *batchNotes) sizes() []int {
@@ -53,26 +58,8 @@ func (b *batchNotes) handle(ctx context.Context, tx pgx.Tx, ds []*envelope.Decod
 		nt := d.Payload.(note)
 		ids[i], origins[i], aggs[i], versions[i], needs[i] = d.Envelope.EventID, nt.Origin, d.Envelope.AggregateID, d.Envelope.AggregateVersion, nt.Needs
 	}
-	conflict := ""
-	if b.onConflict {
-		conflict = "ON CONFLICT (origin) DO NOTHING"
-	}
-	rows, err := tx.Query(ctx, `
-		INSERT INTO effect (event_id, origin, aggregate, version)
-		SELECT u.event_id, u.origin, u.aggregate, u.version
-		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(event_id, origin, aggregate, version, n)
-		ORDER BY u.n
-		`+conflict+`
-		RETURNING origin`, ids, origins, aggs, versions)
-	if err != nil {
-		return nil, err
-	}
-	stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
-	}
 	have := map[string]bool{}
-	rows, err = tx.Query(ctx, `SELECT k FROM unnest($1::text[]) AS k WHERE EXISTS (SELECT 1 FROM fact f WHERE f.key = k)`, needs)
+	rows, err := tx.Query(ctx, `SELECT k FROM unnest($1::text[]) AS k WHERE EXISTS (SELECT 1 FROM fact f WHERE f.key = k)`, needs)
 	if err != nil {
 		return nil, err
 	}
@@ -83,13 +70,45 @@ func (b *batchNotes) handle(ctx context.Context, tx pgx.Tx, ds []*envelope.Decod
 	for _, k := range keys {
 		have[k] = true
 	}
+	missing := func(i int) bool { return needs[i] != "" && !have[needs[i]] }
+	write := make([]bool, n) // in wait mode, nothing is written for a waiting note
+	for i := range write {
+		write[i] = !b.wait || !missing(i)
+	}
+	conflict := ""
+	if b.onConflict {
+		conflict = "ON CONFLICT (origin) DO NOTHING"
+	}
+	rows, err = tx.Query(ctx, `
+		INSERT INTO effect (event_id, origin, aggregate, version)
+		SELECT u.event_id, u.origin, u.aggregate, u.version
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::boolean[])
+		     WITH ORDINALITY AS u(event_id, origin, aggregate, version, write, n)
+		WHERE u.write
+		ORDER BY u.n
+		`+conflict+`
+		RETURNING origin`, ids, origins, aggs, versions, write)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
 	outs := make([]inbox.Outcome, n)
 	for i, d := range ds {
 		nt := d.Payload.(note)
+		if b.wait && missing(i) {
+			outs[i] = inbox.Outcome{Wait: nt.Needs}
+			if b.waitAndPublish {
+				outs[i].Publish = []inbox.Publication{{Topic: "echo.a", Event: ev(b.t, "Noted", 1, "bug", 1, note{Origin: "bug"})}}
+			}
+			continue
+		}
 		if b.onConflict && !slices.Contains(stored, nt.Origin) {
 			return nil, inbox.ItemError(i, inbox.Duplicate("effect_origin_key"))
 		}
-		if nt.Needs != "" && !have[nt.Needs] {
+		if missing(i) {
 			return nil, inbox.ItemError(i, inbox.DeferUntil(nt.Needs))
 		}
 		if nt.Fail == "transient" {
@@ -278,6 +297,76 @@ func TestBatchDeferredItem(t *testing.T) {
 	}
 	if got := len(publishedOrigins(t, pool)); got != 8 {
 		t.Fatalf("%d published, want 8", got)
+	}
+}
+
+// TestBatchWaitingItems: items reported waiting by their outcome are
+// deferred without undoing the call: one call decides all eight, and the
+// waiting items are applied when their facts arrive, woken or swept.
+func TestBatchWaitingItems(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, inboxOutboxTmpl)
+	b := &batchNotes{wait: true}
+	ib := batchInbox(t, b)
+	waiting := note{Origin: origin("wait"), Needs: "price/t1/api@1"}
+	swept := note{Origin: origin("swept"), Needs: "price/t1/api@2"}
+	raws, origins := notes(t, 8, map[int]note{2: waiting, 6: swept})
+	want := repeat("applied", 8)
+	want[2], want[6] = "deferred:missing_fact", "deferred:missing_fact"
+	wantOutcomes(t, decide(t, ib, pool, raws...), want...)
+	wantCalls(t, b, 8)
+	if got := count(t, pool, `SELECT count(*) FROM effect`); got != 6 {
+		t.Fatalf("%d effects, want 6", got)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM inbox_event`); got != 6 {
+		t.Fatalf("%d inbox events, want 6 (the waiting items are not claimed)", got)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM inbox_deferred WHERE wait_key = ANY($1)`,
+		[]string{waiting.Needs, swept.Needs}); got != 2 {
+		t.Fatalf("%d deferred on their keys, want 2", got)
+	}
+	applied := slices.Delete(slices.Delete(slices.Clone(origins), 6, 7), 2, 3)
+	if got := publishedOrigins(t, pool); !slices.Equal(got, echoes(applied...)) {
+		t.Fatalf("published %q, want %q", got, echoes(applied...))
+	}
+	price := raw(t, ev(t, "FactProvided", 1, "p", 1, fact{Key: "price/t1/api@1"}))
+	wantOutcomes(t, decide(t, ib, pool, price), "applied", "applied+woken")
+	if _, err := pool.Exec(t.Context(), `INSERT INTO fact (key) VALUES ('price/t1/api@2');
+		UPDATE inbox_deferred SET next_attempt = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ib.Sweep(t.Context(), pool, 10); err != nil || n != 1 {
+		t.Fatalf("sweep applied %d, %v; want 1", n, err)
+	}
+	wantCalls(t, b, 8, 1, 1)
+	if got := count(t, pool, `SELECT count(*) FROM effect`); got != 8 {
+		t.Fatalf("%d effects, want 8", got)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM inbox_deferred`); got != 0 {
+		t.Fatalf("%d deferred left", got)
+	}
+}
+
+// TestBatchWaitingItemThatPublishes: an outcome that waits yet publishes is
+// a handler's bug, retried within the item's budget like any unclassified
+// error: nothing of the call is kept.
+func TestBatchWaitingItemThatPublishes(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, inboxOutboxTmpl)
+	b := &batchNotes{wait: true, waitAndPublish: true}
+	ib := batchInbox(t, b)
+	raws, _ := notes(t, 3, map[int]note{1: {Origin: origin("wait"), Needs: "price/t1/api@9"}})
+	ctx := t.Context()
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ib.Decide(ctx, tx, msgs(raws...))
+		return err
+	})
+	var retry *inbox.RetryError
+	if !errors.As(err, &retry) {
+		t.Fatalf("decide returned %v, want a RetryError", err)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM effect`) + count(t, pool, `SELECT count(*) FROM inbox_deferred`); got != 0 {
+		t.Fatalf("%d rows left by a refused outcome", got)
 	}
 }
 

@@ -39,7 +39,9 @@ import (
 //     in order (events decided without a handler in between are decided on
 //     the way; an event at a later version ends the group, since its
 //     predecessor check needs the group applied). Any other event of the
-//     type comes alone, in a one-element call.
+//     type comes alone, in a one-element call. An outcome that waits
+//     (Outcome.Wait) defers its event there and then: the handler wrote
+//     nothing for it, so nothing is undone.
 //  3. One batch: delete the claims of events that were not applied, delete the
 //     deferred rows of events that were, upsert the new deferrals, insert the
 //     quarantines, RELEASE SAVEPOINT, and select the deferred rows waiting for
@@ -397,6 +399,9 @@ func (u *unit) step(ctx context.Context, i int) (next int, stop bool, err error)
 	} else {
 		hctx, span := it.startHandle(ctx)
 		out, herr = callHandler(hctx, u.tx, it.handler, it.dec)
+		if herr == nil {
+			herr = out.check()
+		}
 		tracing.End(span, herr)
 		if herr == nil {
 			u.p.traceOutcome(hctx, out)
@@ -420,6 +425,11 @@ func (u *unit) group(ctx context.Context, i int) (next int, stop bool, err error
 	if herr == nil && len(outs) != len(group) {
 		return 0, true, fmt.Errorf("apply %d %s: batch handler returned %d outcomes",
 			len(group), u.items[i].env().EventType, len(outs))
+	}
+	for k := 0; herr == nil && k < len(outs); k++ {
+		if err := outs[k].check(); err != nil {
+			herr = ItemError(k, err)
+		}
 	}
 	if herr == nil {
 		for k, idx := range group {
@@ -562,9 +572,24 @@ func (st *runState) resolve(p *pending, it *item) {
 	}
 }
 
-// apply records items[i] applied with out.
+// check refuses an outcome that waits yet publishes or provides: a handler's
+// bug, counted against the event's retry budget.
+func (o Outcome) check() error {
+	if o.Wait != "" && (len(o.Publish) > 0 || len(o.Provides) > 0) {
+		return fmt.Errorf("handler outcome waits for %q yet publishes %d events and provides %d keys",
+			o.Wait, len(o.Publish), len(o.Provides))
+	}
+	return nil
+}
+
+// apply records items[i] applied with out, or deferred when out waits.
 func (st *runState) apply(p *pending, res *runResult, i int, it *item, out Outcome) {
 	e := it.env()
+	if out.Wait != "" {
+		p.released = append(p.released, e.EventID)
+		res.decisions[i] = p.deferral(it, out.Wait, ReasonMissingFact)
+		return
+	}
 	own := slotOf(e, e.AggregateVersion)
 	st.applied[own] = true
 	p.wakeKeys = append(p.wakeKeys, own.key())

@@ -129,6 +129,13 @@ type Outcome struct {
 	// decided again in the same transaction. The aggregate key of the applied
 	// event (AggregateKey) is provided without being listed.
 	Provides []string
+	// Wait, when set, defers the event until the key is provided, as
+	// DeferUntil(key) does, without undoing anything: the handler wrote
+	// nothing for this event, and publishes and provides nothing. A
+	// BatchHandler says so of the events it cannot apply yet while it
+	// applies the others of the call; an ItemError instead would undo the
+	// call and decide its events again one at a time.
+	Wait string
 }
 
 // Publication is an event to publish on a topic.
@@ -157,7 +164,8 @@ type Handler func(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (Outcome,
 // aggregate version 1 and passed the inbox's checks (see "How a batch is
 // decided"); any other event comes alone, in a one-element slice.
 //
-// Errors are a Handler's, for the whole call or for one item: an error for
+// An event it cannot apply yet and wrote nothing for is reported by its
+// Outcome's Wait. Errors are a Handler's, for the whole call or for one item: an error for
 // the item at index i is returned as ItemError(i, err), with err classified
 // like a Handler's (DeferUntil, Permanent, Duplicate, a unique violation, a
 // data exception, transient, or unclassified and counted against the item's

@@ -383,11 +383,15 @@ func TestUnpricedWaitsForTheWatermark(t *testing.T) {
 		t.Fatalf("charges %s: want only the fact known before v1, unpriced", bt.JSON(c))
 	}
 	// A watermark through the very instant does not pass them (one for the
-	// tenant's shard, whatever the meter): still waiting.
+	// tenant's shard, whatever the meter): it does not wake them, and they
+	// still wait.
 	at := func(through time.Time) []byte {
 		return bt.Watermark{Tenant: "t1", Seq: 2, KnownThrough: through}.Raw(t)
 	}
-	wantOutcomes(t, bt.Decide(t, pool, ib, at(jan12)), "applied", "deferred:missing_fact", "deferred:missing_fact")
+	wantOutcomes(t, bt.Decide(t, pool, ib, at(jan12)), "applied")
+	if n := bt.Count(t, pool, `SELECT count(*) FROM inbox_deferred WHERE event_type = 'UsageAccepted'`); n != 2 {
+		t.Fatalf("%d facts waiting, want 2", n)
+	}
 	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`); n != 1 {
 		t.Fatalf("%d charges before the schedule passed the facts", n)
 	}
@@ -419,7 +423,7 @@ func TestUnpricedWithoutAnySeriesOnceTheShardIsKnown(t *testing.T) {
 	other := bt.Watermark{Tenant: "t1", KnownThrough: jan20}
 	wantOutcomes(t, bt.Decide(t, pool, ib, other.Raw(t)), "applied")
 	at := func(through time.Time) []byte { return bt.Watermark{Tenant: "t3", KnownThrough: through}.Raw(t) }
-	wantOutcomes(t, bt.Decide(t, pool, ib, at(jan10)), "applied", "deferred:missing_fact")
+	wantOutcomes(t, bt.Decide(t, pool, ib, at(jan10)), "applied")
 	if n := bt.Count(t, pool, `SELECT count(*) FROM charge`); n != 0 {
 		t.Fatalf("%d charges before t3's schedule passed the fact", n)
 	}

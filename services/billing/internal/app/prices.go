@@ -179,15 +179,20 @@ func scheduleKey(shard int32, second int64) string {
 }
 
 // ScheduleKeys are the keys of the seconds a rise of the known schedule
-// from prev (nil: nothing known) to through makes known, wholly or in part
-// (usage of a second known in part that is still beyond it waits again, for
-// the next rise, which provides that second again): the seconds from prev's
-// through through's, at most maxScheduleKeys of the latest.
+// from prev (nil: nothing known) to through makes wholly known: from prev's
+// second, which the rise to prev knew only in part (or not at all), to the
+// last second before through's, at most maxScheduleKeys of the latest.
+// Through's own second, known only in part, is provided by the rise that
+// completes it: usage of it woken now could wait again, and a schedule
+// renewed many times a second would wake the same facts each time.
 func ScheduleKeys(shard int32, prev *time.Time, through time.Time) []string {
-	last := floorSecond(through)
+	last := floorSecond(through) - 1
 	first := last - maxScheduleKeys + 1
 	if prev != nil {
 		first = max(first, floorSecond(*prev))
+	}
+	if first > last {
+		return nil
 	}
 	keys := make([]string, 0, last-first+1)
 	for sec := first; sec <= last; sec++ {

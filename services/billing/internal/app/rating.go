@@ -58,8 +58,13 @@ func (a *App) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelope.De
 	outs := make([]inbox.Outcome, len(ds))
 	for i, row := range rows {
 		in, u := &ds[i].Envelope, us[i]
-		if err := unrated(in, u, row); err != nil {
+		wait, err := unrated(in, u, row)
+		if err != nil {
 			return nil, inbox.ItemError(i, err)
+		}
+		if wait != "" { // nothing was written for it
+			outs[i] = inbox.Outcome{Wait: wait}
+			continue
 		}
 		switch row.Status {
 		case domain.StatusOpen:
@@ -116,8 +121,9 @@ func (a *App) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.Decode
 			return inbox.Outcome{}, err
 		}
 		row := rows[0]
-		if err := unrated(in, u, row); err != nil {
-			return inbox.Outcome{}, err
+		wait, err := unrated(in, u, row)
+		if err != nil || wait != "" {
+			return inbox.Outcome{Wait: wait}, err
 		}
 		switch row.Status {
 		case domain.StatusOpen:
@@ -220,25 +226,25 @@ func MeterKey(meterCode string) string {
 	return inbox.AggregateKey(events.CatalogTenant, events.AggregateMeter, meterCode, 1)
 }
 
-// unrated is the decision on a fact the rating statement did not rate but
-// for its period's status: nil when it was rated (priced or unpriced). Its
-// meter not held: the fact waits for its MeterDefined. Its schedule not
-// known: it waits until billing knows its tenant's schedule shard through
-// its occurrence. A unique_count fact without the value it counts (usage
-// refuses those) is quarantined.
-func unrated(in *envelope.Envelope, u events.UsageAccepted, row db.RateUsagesRow) error {
+// unrated says why the rating statement did not rate a fact, but for its
+// period's status: nothing when it was rated (priced or unpriced); the key
+// it waits for when its meter is not held yet (its MeterDefined) or its
+// schedule is not known through its occurrence (its tenant's schedule
+// shard, or the plans' for a subscriber); an error quarantining a
+// unique_count fact without the value it counts (usage refuses those).
+func unrated(in *envelope.Envelope, u events.UsageAccepted, row db.RateUsagesRow) (wait string, err error) {
 	switch {
 	case !row.Defined:
-		return inbox.DeferUntil(MeterKey(u.MeterCode))
+		return MeterKey(u.MeterCode), nil
 	case !row.TenantKnown:
-		return inbox.DeferUntil(ScheduleKey(events.ScheduleShard(in.TenantID), u.OccurredAt))
+		return ScheduleKey(events.ScheduleShard(in.TenantID), u.OccurredAt), nil
 	case !row.Known: // subscribed to a plan then: the plans' schedule too
-		return inbox.DeferUntil(ScheduleKey(events.PlanShard, u.OccurredAt))
+		return ScheduleKey(events.PlanShard, u.OccurredAt), nil
 	case row.Aggregation == catalog.UniqueCount && row.Value == "":
-		return inbox.Permanent(catalog.CodeMissingValue, fmt.Errorf(
+		return "", inbox.Permanent(catalog.CodeMissingValue, fmt.Errorf(
 			"usage %s of unique_count meter %s has no value of the property the meter counts", u.UsageID, u.MeterCode))
 	}
-	return nil
+	return "", nil
 }
 
 // seriesVersion names one version of a tenant's price series, or (plan

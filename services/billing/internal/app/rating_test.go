@@ -128,10 +128,10 @@ func TestUsageDeferredUntilTheScheduleIsKnownThroughIt(t *testing.T) {
 	}
 	// The same usage again while it waits: still deferred, not rated. A
 	// watermark that does not pass it (known through its very instant)
-	// wakes it, and it waits again.
+	// does not wake it: it waits on.
 	wantOutcomes(t, bt.Decide(t, pool, ib, usageRaw), "deferred:missing_fact")
 	wm := bt.Watermark{Tenant: "t1", Seq: 1, KnownThrough: jan20}
-	wantOutcomes(t, bt.Decide(t, pool, ib, wm.Raw(t)), "applied", "deferred:missing_fact")
+	wantOutcomes(t, bt.Decide(t, pool, ib, wm.Raw(t)), "applied")
 	wantOutcomes(t, bt.Decide(t, pool, ib, usageRaw), "deferred:missing_fact")
 
 	// A watermark past the usage that names version 2, which billing lacks:
@@ -168,6 +168,38 @@ func TestUsageDeferredUntilTheScheduleIsKnownThroughIt(t *testing.T) {
 	}
 	if n := bt.Count(t, pool, `SELECT count(*) FROM schedule_seq`); n != 0 {
 		t.Fatalf("%d activations kept once the shard's are contiguous, want none (bounded by those out of order)", n)
+	}
+}
+
+// A rise of the known schedule wakes the usage of the seconds it makes
+// wholly known, not of the second it ends in: a schedule renewed many times
+// a second would otherwise wake the same waiting facts each time, to defer
+// most of them again. A fact of that second is rated by the rise that
+// completes it (or by the sweep).
+func TestARiseWakesTheSecondsItCompletes(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
+	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
+
+	v1 := priceV1("t1")
+	v1.KnownThrough = jan20
+	fact, factRaw := usageAt("t1", 0, "10", jan20.Add(200*time.Millisecond)).Envelope(t)
+	wantOutcomes(t, bt.Decide(t, pool, ib, v1.Raw(t), factRaw), "applied", "deferred:missing_fact")
+	// Known through 08:30:00.5: the fact (at .2) is known, its second is not
+	// wholly: not woken.
+	half := bt.Watermark{Tenant: "t1", Seq: 1, KnownThrough: jan20.Add(500 * time.Millisecond)}
+	wantOutcomes(t, bt.Decide(t, pool, ib, half.Raw(t)), "applied")
+	// Through 08:30:01: the second is complete; the fact is woken and rated.
+	whole := bt.Watermark{Tenant: "t1", Seq: 1, KnownThrough: jan20.Add(time.Second)}
+	ds := bt.Decide(t, pool, ib, whole.Raw(t))
+	wantOutcomes(t, ds, "applied", "applied")
+	if !ds[1].Woken || ds[1].EventID != fact.EventID {
+		t.Fatalf("second decision = %+v, want the woken fact", ds[1])
+	}
+	if c := charges(t, svc, "t1", "2026-01"); len(c) != 1 || c[0].PriceVersion != 1 {
+		t.Fatalf("charges = %s, want one at version 1", bt.JSON(c))
 	}
 }
 
