@@ -41,7 +41,8 @@ var Spec = service.Spec{
 // then close when someone calls close, or by another instance's scheduler).
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	env := service.NewEnv()
-	cfg := app.Config{WaitForUsage: true, CloseWait: env.Duration("BILLING_CLOSE_WAIT", app.DefaultCloseWait)}
+	cfg := app.Config{WaitForUsage: true, CloseWait: env.Duration("BILLING_CLOSE_WAIT", app.DefaultCloseWait),
+		MaxSubscriptions: env.Int("BILLING_MAX_SUBSCRIPTIONS", app.DefaultMaxSubscriptions)}
 	scheduler := env.String("BILLING_CLOSE_INTERVAL", "") != "off"
 	if scheduler {
 		cfg.CloseInterval = env.Duration("BILLING_CLOSE_INTERVAL", app.DefaultCloseInterval)

@@ -415,9 +415,6 @@ type TenantId = string
 // BadRequest RFC 9457 problem details with a stable code
 type BadRequest = Problem
 
-// Conflict RFC 9457 problem details with a stable code
-type Conflict = Problem
-
 // Forbidden RFC 9457 problem details with a stable code
 type Forbidden = Problem
 

@@ -47,12 +47,18 @@ type Config struct {
 	// CloseInterval is how often RunScheduler looks for due periods
 	// (BILLING_CLOSE_INTERVAL; default DefaultCloseInterval).
 	CloseInterval time.Duration
+	// MaxSubscriptions is how many subscriptions in effect or scheduled
+	// one tenant may have (BILLING_MAX_SUBSCRIPTIONS; default
+	// DefaultMaxSubscriptions): one more is refused 422 limit_exceeded.
+	MaxSubscriptions int
 }
 
 // Defaults of Config.
 const (
 	DefaultCloseWait     = 5 * time.Second
 	DefaultCloseInterval = 10 * time.Second
+	// Two years of monthly plan changes scheduled ahead.
+	DefaultMaxSubscriptions = 24
 )
 
 // App is billing: its event handlers, commands and close scheduler against
@@ -79,6 +85,9 @@ func New(d Deps, c Config) *App {
 	}
 	if a.cfg.CloseInterval <= 0 {
 		a.cfg.CloseInterval = DefaultCloseInterval
+	}
+	if a.cfg.MaxSubscriptions <= 0 {
+		a.cfg.MaxSubscriptions = DefaultMaxSubscriptions
 	}
 	return a
 }

@@ -54,7 +54,9 @@ func (a *App) InTx(ctx context.Context, fn func(pgx.Tx) error) error { return a.
 // what raters know of the tenant's schedule, so no fact already rated
 // could have been priced otherwise. The subscription in effect at its
 // start (a plan change) ends there; one starting at or after it is a
-// conflict (subscription_overlap). On an error the caller must not commit.
+// conflict (subscription_overlap); past Config.MaxSubscriptions in effect or
+// scheduled, it is refused (limit_exceeded). On an error the caller must
+// not commit.
 func (a *App) Subscribe(ctx context.Context, tx pgx.Tx, cmd Subscribe) (Subscription, error) {
 	if cmd.Actor == "" {
 		return Subscription{}, ErrNoActor
@@ -76,6 +78,13 @@ func (a *App) Subscribe(ctx context.Context, tx pgx.Tx, cmd Subscribe) (Subscrip
 	current, err := q.SubscriptionsFrom(ctx, db.SubscriptionsFromParams{TenantID: cmd.TenantID, At: startsAt})
 	if err != nil {
 		return Subscription{}, fmt.Errorf("read subscriptions of %s: %w", cmd.TenantID, err)
+	}
+	live, err := q.CountLiveSubscriptions(ctx, db.CountLiveSubscriptionsParams{TenantID: cmd.TenantID, At: now})
+	if err != nil {
+		return Subscription{}, fmt.Errorf("count subscriptions of %s: %w", cmd.TenantID, err)
+	}
+	if live >= int64(a.cfg.MaxSubscriptions) {
+		return Subscription{}, domain.SubscriptionLimitExceeded(cmd.TenantID, a.cfg.MaxSubscriptions)
 	}
 	for _, s := range current {
 		if !s.StartsAt.Before(startsAt) {

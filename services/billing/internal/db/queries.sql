@@ -586,6 +586,12 @@ FROM subscription
 WHERE tenant_id = @tenant_id AND (ends_at IS NULL OR ends_at > @at::timestamptz)
 ORDER BY starts_at;
 
+-- name: CountLiveSubscriptions :one
+-- How many of the tenant's subscriptions are in effect at @at or start
+-- after it (under the tenant's shard lock: see LockShardForSubscriptions).
+SELECT count(*) FROM subscription
+WHERE tenant_id = @tenant_id AND (ends_at IS NULL OR ends_at > @at::timestamptz);
+
 -- name: InsertSubscription :exec
 INSERT INTO subscription (subscription_id, tenant_id, plan_code, starts_at, ends_at, created_at, actor)
 VALUES (@subscription_id, @tenant_id, @plan_code, @starts_at, @ends_at, @created_at, @actor);

@@ -107,6 +107,25 @@ func (q *Queries) CloseTallies(ctx context.Context, arg CloseTalliesParams) ([]C
 	return items, nil
 }
 
+const countLiveSubscriptions = `-- name: CountLiveSubscriptions :one
+SELECT count(*) FROM subscription
+WHERE tenant_id = $1 AND (ends_at IS NULL OR ends_at > $2::timestamptz)
+`
+
+type CountLiveSubscriptionsParams struct {
+	TenantID string
+	At       time.Time
+}
+
+// How many of the tenant's subscriptions are in effect at @at or start
+// after it (under the tenant's shard lock: see LockShardForSubscriptions).
+func (q *Queries) CountLiveSubscriptions(ctx context.Context, arg CountLiveSubscriptionsParams) (int64, error) {
+	row := q.db.QueryRow(ctx, countLiveSubscriptions, arg.TenantID, arg.At)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const endSubscription = `-- name: EndSubscription :execrows
 UPDATE subscription SET ends_at = $1, ended_by = $2
 WHERE subscription_id = $3 AND tenant_id = $4

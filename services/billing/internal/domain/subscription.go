@@ -23,6 +23,9 @@ const (
 	CodeSubscriptionEnded = "subscription_ended"
 	// CodeSubscriptionNotFound: no subscription of that id for the tenant.
 	CodeSubscriptionNotFound = "subscription_not_found"
+	// CodeLimitExceeded refuses a subscription past the tenant's limit of
+	// subscriptions not yet ended (BILLING_MAX_SUBSCRIPTIONS).
+	CodeLimitExceeded = "limit_exceeded"
 )
 
 // SubscriptionTime is when a subscription starts or ends (at) given now
@@ -66,6 +69,14 @@ func UnknownPlan(code string) error {
 func SubscriptionOverlap(other string, startsAt time.Time) error {
 	return errorf(rule.Conflict, CodeSubscriptionOverlap,
 		"subscription %s starts at %s, at or after this one: end it first", other, startsAt.UTC().Format(time.RFC3339Nano))
+}
+
+// SubscriptionLimitExceeded refuses a subscription that would give a
+// tenant more than max subscriptions in effect or scheduled.
+func SubscriptionLimitExceeded(tenantID string, max int) error {
+	return errorf(rule.Unprocessable, CodeLimitExceeded,
+		"tenant %s has %d subscriptions in effect or scheduled, the most it may have (BILLING_MAX_SUBSCRIPTIONS): end one first",
+		tenantID, max)
 }
 
 // SubscriptionEnded refuses to end a subscription whose end already passed.

@@ -117,3 +117,47 @@ func TestSubscriptionsOverHTTP(t *testing.T) {
 		t.Fatalf("end before start: %s", got)
 	}
 }
+
+// A tenant's subscriptions in effect or scheduled are bounded
+// (BILLING_MAX_SUBSCRIPTIONS): one more is 422 limit_exceeded and writes
+// nothing; once one has ended, there is room again.
+func TestSubscriptionsPastTheLimit(t *testing.T) {
+	pool := bt.NewPool(t)
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	svc := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return clock() }}, app.Config{MaxSubscriptions: 2})
+	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
+	bt.Decide(t, pool, ib, bt.Plan{Code: "pro", Currency: "USD", Version: 1, EffectiveAt: now}.Raw(t))
+	r := chi.NewRouter()
+	r.Use(signedIn)
+	httpapi.New(svc, nil).SubscriptionRoutes(r)
+	srv := httptest.NewServer(apitest.Handler(t, billingapi.YAML(), r))
+	t.Cleanup(srv.Close)
+	f := &fixture{pool: pool, srv: srv}
+	subscribe := func(key, startsAt string) response {
+		return f.do(t, http.MethodPost, "/v1/tenants/t1/subscriptions", map[string]string{"Idempotency-Key": key},
+			`{"planCode": "pro", "startsAt": "`+startsAt+`"}`)
+	}
+	rows := func() int {
+		return bt.Count(t, pool, `SELECT count(*) FROM subscription`) + bt.Count(t, pool, `SELECT count(*) FROM idempotency_key`)
+	}
+	for i, at := range []string{"2026-01-11T00:00:00Z", "2026-01-12T00:00:00Z"} {
+		if r := subscribe(fmt.Sprint("s", i), at); r.status != http.StatusCreated {
+			t.Fatalf("subscription %d: %d %s", i, r.status, r.body)
+		}
+	}
+	before := rows()
+	third := subscribe("s2", "2026-01-13T00:00:00Z")
+	if third.status != http.StatusUnprocessableEntity || third.problem(t) != "limit_exceeded" {
+		t.Fatalf("a third subscription: %d %s, want 422 limit_exceeded", third.status, third.body)
+	}
+	if after := rows(); after != before {
+		t.Fatalf("a refused subscription wrote %d rows", after-before)
+	}
+	// The first has ended (the second started): one is in effect, one more fits.
+	now = time.Date(2026, 1, 12, 12, 0, 0, 0, time.UTC)
+	if r := subscribe("s3", "2026-01-13T00:00:00Z"); r.status != http.StatusCreated {
+		t.Fatalf("after the first ended: %d %s", r.status, r.body)
+	}
+}

@@ -132,7 +132,7 @@ func (a *Webhooks) create(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusUnprocessableEntity, "https_required", err.Error()))
 		return
 	case errors.Is(err, webhook.ErrTooManyEndpoints):
-		httpx.WriteProblem(w, httpx.NewProblem(http.StatusConflict, "too_many_endpoints", err.Error()))
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusUnprocessableEntity, "limit_exceeded", err.Error()))
 		return
 	case err != nil:
 		httpx.WriteError(w, r, a.log, err)

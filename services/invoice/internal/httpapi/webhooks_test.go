@@ -107,7 +107,7 @@ func TestWebhookEndpoints(t *testing.T) {
 		}
 		ids = append(ids, v["endpointId"].(string))
 	}
-	if code, v, _ := call(t, srv, acme, http.MethodPost, base, `{"url":"https://fourth.example/"}`); code != http.StatusConflict || v["code"] != "too_many_endpoints" {
+	if code, v, _ := call(t, srv, acme, http.MethodPost, base, `{"url":"https://fourth.example/"}`); code != http.StatusUnprocessableEntity || v["code"] != "limit_exceeded" {
 		t.Fatalf("a fourth endpoint: %d %v", code, v)
 	}
 	for _, body := range []string{`{"url":"ftp://x.example/"}`, `{"url":"https://u:p@x.example/"}`, `{"url":"/relative"}`,
