@@ -453,6 +453,27 @@ type BillingPeriodClosed struct {
 	// a currency with fees only). Not part of Totals, which stay what the
 	// charges and adjustments sum to.
 	Fees map[string][]FeeLine `json:"fees,omitempty"`
+	// TaxRates are the tenant's tax rates of the period (its settings as
+	// the period began): invoice adds one tax line per rate to each of the
+	// period's invoices, rate x the rounded subtotal (DESIGN.md section 3a).
+	TaxRates []TaxRate `json:"taxRates,omitempty"`
+}
+
+// MaxTaxRates is the most tax rates a tenant's settings hold.
+const MaxTaxRates = 5
+
+// TaxRate is one of a tenant's tax rates: a code unique among them, a name
+// for the invoice, and a rate, a decimal fraction 0 <= rate < 1 of at most
+// 6 decimal places.
+type TaxRate struct {
+	Code string          `json:"code"`
+	Name string          `json:"name"`
+	Rate decimal.Decimal `json:"rate"`
+}
+
+func (r TaxRate) ok() bool {
+	return r.Code != "" && len(r.Code) <= 32 && r.Name != "" && len(r.Name) <= 100 &&
+		!r.Rate.IsNegative() && r.Rate.LessThan(decimal.NewFromInt(1)) && r.Rate.Exponent() >= -6
 }
 
 // Fee line kinds, and the most fee lines of a currency in one period: a
@@ -533,6 +554,12 @@ func (p BillingPeriodClosed) Validate() error {
 			errs = append(errs, need(l.ok(), "fees"))
 		}
 	}
+	codes := map[string]bool{}
+	errs = append(errs, need(len(p.TaxRates) <= MaxTaxRates, "taxRates"))
+	for _, r := range p.TaxRates {
+		errs = append(errs, need(r.ok() && !codes[r.Code], "taxRates"))
+		codes[r.Code] = true
+	}
 	return first(errs...)
 }
 
@@ -564,15 +591,18 @@ type InvoiceIssued struct {
 	Adjustments int64           `json:"adjustments"`
 	Subtotal    decimal.Decimal `json:"subtotal"`
 	Rounding    decimal.Decimal `json:"rounding"`
-	Total       decimal.Decimal `json:"total"`
-	IssuedAt    time.Time       `json:"issuedAt"`
+	// TaxTotal is the sum of the tax lines (zero without tax rates):
+	// Total = Subtotal + Rounding + TaxTotal.
+	TaxTotal decimal.Decimal `json:"taxTotal"`
+	Total    decimal.Decimal `json:"total"`
+	IssuedAt time.Time       `json:"issuedAt"`
 }
 
 // Validate checks the payload's own rules.
 func (p InvoiceIssued) Validate() error {
 	return first(need(p.InvoiceID != uuid.Nil, "invoiceId"), need(p.Number >= 1, "number"), periodOK(p.Period),
 		currencyOK(p.Currency), need(p.ChargeLines >= 0 && p.Charges >= p.ChargeLines, "charges"),
-		need(p.Adjustments >= 0, "adjustments"), need(p.Total.Equal(p.Subtotal.Add(p.Rounding)), "total"))
+		need(p.Adjustments >= 0, "adjustments"), need(!p.TaxTotal.IsNegative(), "taxTotal"), need(p.Total.Equal(p.Subtotal.Add(p.Rounding).Add(p.TaxTotal)), "total"))
 }
 
 // InvoiceCorrectionIssued: an adjustment arrived after the invoice was

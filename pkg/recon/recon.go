@@ -127,6 +127,8 @@ type LineTotal struct {
 	FeeCode     string `json:"feeCode,omitempty"`
 	Days        int    `json:"days,omitempty"`
 	PeriodDays  int    `json:"periodDays,omitempty"`
+	// A tax line: its rate, applied to the invoice's rounded subtotal.
+	TaxRate *decimal.Decimal `json:"taxRate,omitempty"`
 }
 
 // Correction is a correction note of an issued invoice; OriginEventID is

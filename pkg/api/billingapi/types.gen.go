@@ -321,15 +321,19 @@ type Recovery struct {
 // Settings defines model for Settings.
 type Settings struct {
 	// EffectiveFrom the first period (YYYY-MM) the settings apply to
-	EffectiveFrom string `json:"effectiveFrom"`
-	GracePeriod   string `json:"gracePeriod"`
-	TimeZone      string `json:"timeZone"`
+	EffectiveFrom string    `json:"effectiveFrom"`
+	GracePeriod   string    `json:"gracePeriod"`
+	TaxRates      []TaxRate `json:"taxRates"`
+	TimeZone      string    `json:"timeZone"`
 }
 
 // SettingsRequest defines model for SettingsRequest.
 type SettingsRequest struct {
 	// GracePeriod an ISO 8601 duration (default PT1H)
 	GracePeriod *string `json:"gracePeriod,omitempty"`
+
+	// TaxRates the tax rates of each invoice of the periods the settings apply to, in this order (default none)
+	TaxRates *[]TaxRate `json:"taxRates,omitempty"`
 
 	// TimeZone an IANA zone name (default UTC)
 	TimeZone *string `json:"timeZone,omitempty"`
@@ -361,6 +365,20 @@ type SubscriptionList struct {
 	// Next absent on the last page
 	Next          *string        `json:"next,omitempty"`
 	Subscriptions []Subscription `json:"subscriptions"`
+}
+
+// TaxRate One tax line on each invoice of the period: rate x the subtotal rounded to the currency's minor unit, itself rounded half-even (DESIGN.md section 3a); rate is a fraction, 0 <= rate < 1, with at most 6 decimal places (0.2 is 20%)
+type TaxRate struct {
+	// Code 1-32 characters of A-Z a-z 0-9 _ . -, unique among the tenant's rates
+	Code string `json:"code"`
+
+	// Name 1-100 characters, shown on the invoice
+	Name string `json:"name"`
+
+	// Rate an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	Rate Decimal `json:"rate"`
 }
 
 // Uuid defines model for Uuid.

@@ -44,6 +44,7 @@ const (
 	FixedFee      InvoiceLineKind = "fixed_fee"
 	MinimumTrueUp InvoiceLineKind = "minimum_true_up"
 	Rounding      InvoiceLineKind = "rounding"
+	Tax           InvoiceLineKind = "tax"
 	Unpriced      InvoiceLineKind = "unpriced"
 )
 
@@ -59,6 +60,8 @@ func (e InvoiceLineKind) Valid() bool {
 	case MinimumTrueUp:
 		return true
 	case Rounding:
+		return true
+	case Tax:
 		return true
 	case Unpriced:
 		return true
@@ -230,9 +233,14 @@ type Invoice struct {
 	//
 	// Examples: 12.5
 	Subtotal Decimal `json:"subtotal"`
-	TenantId string  `json:"tenantId"`
 
-	// Total rounded to the currency's minor unit at issue; null before
+	// TaxTotal issued: the sum of the tax lines (0 without tax rates); absent before
+	//
+	// Examples: 12.5
+	TaxTotal *Decimal `json:"taxTotal,omitempty"`
+	TenantId string   `json:"tenantId"`
+
+	// Total issued: the subtotal rounded to the currency's minor unit, plus taxTotal; null before
 	Total NullableDecimal `json:"total"`
 }
 
@@ -256,16 +264,16 @@ type InvoiceLine struct {
 	FeeCode *string         `json:"feeCode,omitempty"`
 	Kind    InvoiceLineKind `json:"kind"`
 
-	// LineId charge/<meterCode>/<priceVersion>, followed by /<key> for a price with dimensions or a plan's charge (name=value pairs in name order, query-escaped, joined by &; a plan's charge adds the pair %40plan=<planCode>, and its priceVersion is the plan's version); unpriced/<meterCode>; fixed_fee/<planCode>/<planVersion>/<feeCode>; minimum_true_up/<planCode>/<planVersion>; adjustment/<originEventId>; rounding
+	// LineId charge/<meterCode>/<priceVersion>, followed by /<key> for a price with dimensions or a plan's charge (name=value pairs in name order, query-escaped, joined by &; a plan's charge adds the pair %40plan=<planCode>, and its priceVersion is the plan's version); unpriced/<meterCode>; fixed_fee/<planCode>/<planVersion>/<feeCode>; minimum_true_up/<planCode>/<planVersion>; adjustment/<originEventId>; rounding; tax/<taxCode>
 	LineId string `json:"lineId"`
 
 	// MeterCode charge and unpriced lines
 	MeterCode *string `json:"meterCode,omitempty"`
 
-	// Name a fixed_fee line: the fee's name
+	// Name a fixed_fee line: the fee's name; a tax line: the tax's name
 	Name *string `json:"name,omitempty"`
 
-	// OriginEventId adjustment and rounding lines
+	// OriginEventId adjustment, rounding, fixed_fee, minimum_true_up and tax lines
 	OriginEventId *Uuid `json:"originEventId,omitempty"`
 
 	// PeriodDays fixed_fee and minimum_true_up lines: the days of the period; the amount is the fee (or minimum spend, less what the version's charge and fee lines came to) x days / periodDays, rounded half-even
@@ -284,6 +292,14 @@ type InvoiceLine struct {
 	//
 	// Examples: 12.5
 	Quantity *Decimal `json:"quantity,omitempty"`
+
+	// TaxCode a tax line: the tenant's tax rate it applies (its settings of the period)
+	TaxCode *string `json:"taxCode,omitempty"`
+
+	// TaxRate a tax line: the rate; the amount is rate x the subtotal rounded to the minor unit, rounded half-even
+	//
+	// Examples: 12.5
+	TaxRate *Decimal `json:"taxRate,omitempty"`
 }
 
 // InvoiceLineKind defines model for InvoiceLine.Kind.

@@ -215,6 +215,7 @@ func (a *App) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, pe
 	if len(fees) > 0 {
 		closed.Fees = fees
 	}
+	closed.TaxRates = cals[r.TenantID].Settings(period).TaxRates
 	for _, row := range rows {
 		closed.Charges += row.Charges
 		closed.Adjustments += row.Adjustments

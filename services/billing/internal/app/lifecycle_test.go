@@ -411,3 +411,44 @@ func TestSchedulerFinishesACloseLeftClosing(t *testing.T) {
 		t.Fatalf("closes = %s", bt.JSON(closes))
 	}
 }
+
+// Tax rates are settings: set during January they apply from February, and
+// each period's BillingPeriodClosed carries the rates of its settings (none
+// for January), in the order given.
+func TestTheCloseCarriesThePeriodsTaxRates(t *testing.T) {
+	t.Parallel()
+	pool := bt.NewPool(t)
+	clk := newClock(jan10)
+	svc := clk.service(pool)
+	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
+	rates := []domain.TaxRateRequest{{Code: "VAT", Name: "VAT 20%", Rate: "0.2"}, {Code: "CITY", Name: "City", Rate: "0.015"}}
+	st, err := domain.ParseSettings(domain.SettingsRequest{TaxRates: rates})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `{"taxRates":[{"code":"VAT","name":"VAT 20%","rate":"0.2"},{"code":"CITY","name":"City","rate":"0.015"}]}`
+	reply, err := svc.PutSettings(t.Context(), app.Request{
+		TenantID: "taxed", IdempotencyKey: "tax", Actor: "admin@taxed.example",
+		RequestHash: idempotency.RequestHash(http.MethodPut, "/v1/tenants/taxed/settings", []byte(body)),
+	}, st)
+	if err != nil || reply.Status != http.StatusOK {
+		t.Fatalf("settings: %v %d %s", err, reply.Status, reply.Body)
+	}
+	bt.Decide(t, pool, ib, priceV1("taxed").Raw(t), usageAt("taxed", 0, "4", jan20).Raw(t),
+		usageAt("taxed", 0, "8", feb3).Raw(t))
+	clk.set(time.Date(2026, 3, 2, 0, 0, 0, 0, time.UTC))
+	closePeriod(t, svc, "taxed", "2026-01", "c1")
+	closePeriod(t, svc, "taxed", "2026-02", "c2")
+	got := map[string][]events.TaxRate{}
+	for _, c := range bt.OfType[events.BillingPeriodClosed](bt.Outbox(t, pool)) {
+		got[c.Period] = c.TaxRates
+	}
+	if len(got) != 2 || len(got["2026-01"]) != 0 {
+		t.Fatalf("closes %s, want January without tax rates", bt.JSON(got))
+	}
+	if feb := got["2026-02"]; len(feb) != 2 || feb[0].Code != "VAT" || !feb[0].Rate.Equal(bt.Dec(t, "0.2")) ||
+		feb[1].Code != "CITY" || feb[1].Name != "City" || !feb[1].Rate.Equal(bt.Dec(t, "0.015")) {
+		t.Fatalf("February's close carries %s, want VAT 0.2 then CITY 0.015", bt.JSON(feb))
+	}
+}

@@ -36,7 +36,11 @@ func calendars(ctx context.Context, q db.DBTX, tenantIDs ...string) (Calendars, 
 	}
 	by := map[string][]domain.Settings{}
 	for _, r := range rows {
-		st, err := domain.NewSettings(r.EffectiveFrom, r.TimeZone, time.Duration(r.GraceSeconds)*time.Second)
+		var rates []events.TaxRate
+		if err := json.Unmarshal(r.TaxRates, &rates); err != nil {
+			return nil, fmt.Errorf("%w: tax rates of %s from %s: %v", ErrInternal, r.TenantID, r.EffectiveFrom, err)
+		}
+		st, err := domain.NewSettings(r.EffectiveFrom, r.TimeZone, time.Duration(r.GraceSeconds)*time.Second, rates)
 		if err != nil {
 			return nil, fmt.Errorf("%w: settings of %s from %s: %v", ErrInternal, r.TenantID, r.EffectiveFrom, err)
 		}
@@ -75,9 +79,10 @@ func (a *App) CurrentPeriod(ctx context.Context, tenantID string) (string, error
 // SettingsReply is the body of PUT .../settings: the settings and the first
 // period they apply to.
 type SettingsReply struct {
-	TimeZone      string `json:"timeZone"`
-	GracePeriod   string `json:"gracePeriod"`
-	EffectiveFrom string `json:"effectiveFrom"`
+	TimeZone      string           `json:"timeZone"`
+	GracePeriod   string           `json:"gracePeriod"`
+	TaxRates      []events.TaxRate `json:"taxRates"`
+	EffectiveFrom string           `json:"effectiveFrom"`
 }
 
 // PutSettings sets a tenant's period settings for the periods not yet
@@ -109,15 +114,23 @@ func (a *App) PutSettings(ctx context.Context, r Request, st domain.Settings) (R
 			return err
 		}
 		from := cals[r.TenantID].FirstChangeable(a.now())
+		rates := st.TaxRates
+		if rates == nil {
+			rates = []events.TaxRate{}
+		}
+		ratesJSON, err := json.Marshal(rates)
+		if err != nil {
+			return fmt.Errorf("encode tax rates: %w", err)
+		}
 		err = q.PutTenantSettings(ctx, db.PutTenantSettingsParams{
 			TenantID: r.TenantID, EffectiveFrom: from, TimeZone: st.TimeZone,
-			GraceSeconds: int64(st.Grace / time.Second), Actor: r.Actor,
+			GraceSeconds: int64(st.Grace / time.Second), TaxRates: ratesJSON, Actor: r.Actor,
 		})
 		if err != nil {
 			return fmt.Errorf("put settings of %s: %w", r.TenantID, err)
 		}
 		reply, err = idempotency.SaveReply(ctx, tx, sc, r.IdempotencyKey, http.StatusOK,
-			SettingsReply{TimeZone: st.TimeZone, GracePeriod: domain.FormatDuration(st.Grace), EffectiveFrom: from})
+			SettingsReply{TimeZone: st.TimeZone, GracePeriod: domain.FormatDuration(st.Grace), TaxRates: rates, EffectiveFrom: from})
 		return err
 	})
 	if err != nil {

@@ -161,6 +161,7 @@ type TenantSetting struct {
 	GraceSeconds  int64
 	Actor         string
 	UpdatedAt     time.Time
+	TaxRates      []byte
 }
 
 type UsageWatermark struct {

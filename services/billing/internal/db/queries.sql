@@ -450,7 +450,7 @@ LIMIT @row_limit;
 
 -- name: TenantSettings :many
 -- The period settings rows of the given tenants (decision 0014).
-SELECT tenant_id, effective_from, time_zone, grace_seconds
+SELECT tenant_id, effective_from, time_zone, grace_seconds, tax_rates
 FROM tenant_settings
 WHERE tenant_id = ANY(@tenant_ids::text[])
 ORDER BY tenant_id, effective_from;
@@ -462,11 +462,11 @@ SELECT pg_advisory_xact_lock(hashtextextended(@tenant_id::text, 7367))::text;
 -- name: PutTenantSettings :exec
 -- The settings of a tenant from a period not yet begun on: replaces a row
 -- already set for that period.
-INSERT INTO tenant_settings (tenant_id, effective_from, time_zone, grace_seconds, actor)
-VALUES (@tenant_id, @effective_from, @time_zone, @grace_seconds, @actor)
+INSERT INTO tenant_settings (tenant_id, effective_from, time_zone, grace_seconds, tax_rates, actor)
+VALUES (@tenant_id, @effective_from, @time_zone, @grace_seconds, @tax_rates, @actor)
 ON CONFLICT (tenant_id, effective_from) DO UPDATE
-    SET time_zone = EXCLUDED.time_zone, grace_seconds = EXCLUDED.grace_seconds, actor = EXCLUDED.actor,
-        updated_at = now();
+    SET time_zone = EXCLUDED.time_zone, grace_seconds = EXCLUDED.grace_seconds, tax_rates = EXCLUDED.tax_rates,
+        actor = EXCLUDED.actor, updated_at = now();
 
 -- name: UnclosedPeriods :many
 -- The close scheduler's candidates: every (tenant, period) with charges

@@ -1374,11 +1374,11 @@ func (q *Queries) PlansKnownFor(ctx context.Context, arg PlansKnownForParams) (P
 }
 
 const putTenantSettings = `-- name: PutTenantSettings :exec
-INSERT INTO tenant_settings (tenant_id, effective_from, time_zone, grace_seconds, actor)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO tenant_settings (tenant_id, effective_from, time_zone, grace_seconds, tax_rates, actor)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (tenant_id, effective_from) DO UPDATE
-    SET time_zone = EXCLUDED.time_zone, grace_seconds = EXCLUDED.grace_seconds, actor = EXCLUDED.actor,
-        updated_at = now()
+    SET time_zone = EXCLUDED.time_zone, grace_seconds = EXCLUDED.grace_seconds, tax_rates = EXCLUDED.tax_rates,
+        actor = EXCLUDED.actor, updated_at = now()
 `
 
 type PutTenantSettingsParams struct {
@@ -1386,6 +1386,7 @@ type PutTenantSettingsParams struct {
 	EffectiveFrom string
 	TimeZone      string
 	GraceSeconds  int64
+	TaxRates      []byte
 	Actor         string
 }
 
@@ -1397,6 +1398,7 @@ func (q *Queries) PutTenantSettings(ctx context.Context, arg PutTenantSettingsPa
 		arg.EffectiveFrom,
 		arg.TimeZone,
 		arg.GraceSeconds,
+		arg.TaxRates,
 		arg.Actor,
 	)
 	return err
@@ -2058,7 +2060,7 @@ func (q *Queries) SubscriptionsSince(ctx context.Context, since time.Time) ([]Su
 }
 
 const tenantSettings = `-- name: TenantSettings :many
-SELECT tenant_id, effective_from, time_zone, grace_seconds
+SELECT tenant_id, effective_from, time_zone, grace_seconds, tax_rates
 FROM tenant_settings
 WHERE tenant_id = ANY($1::text[])
 ORDER BY tenant_id, effective_from
@@ -2069,6 +2071,7 @@ type TenantSettingsRow struct {
 	EffectiveFrom string
 	TimeZone      string
 	GraceSeconds  int64
+	TaxRates      []byte
 }
 
 // The period settings rows of the given tenants (decision 0014).
@@ -2086,6 +2089,7 @@ func (q *Queries) TenantSettings(ctx context.Context, tenantIds []string) ([]Ten
 			&i.EffectiveFrom,
 			&i.TimeZone,
 			&i.GraceSeconds,
+			&i.TaxRates,
 		); err != nil {
 			return nil, err
 		}

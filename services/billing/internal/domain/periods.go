@@ -8,8 +8,12 @@ import (
 	"strings"
 	"time"
 	_ "time/tzdata" // IANA zones even where the host has none (scratch images)
+	"unicode/utf8"
+
+	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/money"
 	"github.com/usagebilling/billing/pkg/rule"
 )
 
@@ -40,7 +44,10 @@ type Settings struct {
 	EffectiveFrom string // a period; "" for the defaults
 	TimeZone      string // IANA name
 	Grace         time.Duration
-	loc           *time.Location
+	// TaxRates are added to each invoice of the period, in this order
+	// (DESIGN.md section 3a); none by default.
+	TaxRates []events.TaxRate
+	loc      *time.Location
 }
 
 // DefaultSettings are the settings of a tenant that set none: UTC, PT1H.
@@ -59,8 +66,9 @@ func (s Settings) Location() *time.Location {
 	return s.loc
 }
 
-// NewSettings checks a stored settings row (zone known, grace in range).
-func NewSettings(effectiveFrom, timeZone string, grace time.Duration) (Settings, error) {
+// NewSettings checks a stored settings row (zone known, grace in range,
+// tax rates as ParseTaxRates takes them).
+func NewSettings(effectiveFrom, timeZone string, grace time.Duration, taxRates []events.TaxRate) (Settings, error) {
 	loc, err := loadZone(timeZone)
 	if err != nil {
 		return Settings{}, err
@@ -68,7 +76,10 @@ func NewSettings(effectiveFrom, timeZone string, grace time.Duration) (Settings,
 	if grace < 0 || grace > MaxGrace {
 		return Settings{}, errorf(rule.Unprocessable, "grace_period_out_of_range", "gracePeriod must be between PT0S and P7D")
 	}
-	return Settings{EffectiveFrom: effectiveFrom, TimeZone: timeZone, Grace: grace, loc: loc}, nil
+	if err := checkTaxRates(taxRates); err != nil {
+		return Settings{}, err
+	}
+	return Settings{EffectiveFrom: effectiveFrom, TimeZone: timeZone, Grace: grace, TaxRates: taxRates, loc: loc}, nil
 }
 
 func loadZone(name string) (*time.Location, error) {
@@ -88,6 +99,12 @@ func loadZone(name string) (*time.Location, error) {
 type SettingsRequest struct {
 	TimeZone    *string
 	GracePeriod *string
+	TaxRates    []TaxRateRequest
+}
+
+// TaxRateRequest is one tax rate of a settings request as a client sends it.
+type TaxRateRequest struct {
+	Code, Name, Rate string
 }
 
 // ParseSettings checks a settings request: a known IANA zone
@@ -114,7 +131,75 @@ func ParseSettings(r SettingsRequest) (Settings, error) {
 		}
 		s.Grace = g
 	}
+	rates, err := ParseTaxRates(r.TaxRates)
+	if err != nil {
+		return Settings{}, err
+	}
+	s.TaxRates = rates
 	return s, nil
+}
+
+// Tax rate problems of a settings request.
+const (
+	CodeInvalidTaxRate    = "invalid_tax_rate"
+	CodeTaxRateOutOfRange = "tax_rate_out_of_range"
+	CodeDuplicateTaxCode  = "duplicate_tax_code"
+	CodeTooManyTaxRates   = "too_many_tax_rates"
+	maxTaxRateScale       = 6
+	maxTaxNameLength      = 100
+)
+
+var taxCodeRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,32}$`)
+
+// ParseTaxRates checks a settings request's tax rates: at most
+// events.MaxTaxRates (too_many_tax_rates); each a code of 1-32 characters
+// of A-Z a-z 0-9 _ . - unique among them (duplicate_tax_code), a name of
+// 1-100 characters of free text and a plain decimal rate
+// (invalid_tax_rate, 400) from 0 to below 1 with at most 6 decimal places
+// (tax_rate_out_of_range, 422).
+func ParseTaxRates(rs []TaxRateRequest) ([]events.TaxRate, error) {
+	if len(rs) > events.MaxTaxRates {
+		return nil, errorf(rule.Unprocessable, CodeTooManyTaxRates, "at most %d tax rates, got %d", events.MaxTaxRates, len(rs))
+	}
+	out := make([]events.TaxRate, 0, len(rs))
+	for i, r := range rs {
+		if !taxCodeRE.MatchString(r.Code) {
+			return nil, errorf(rule.Invalid, CodeInvalidTaxRate,
+				"taxRates[%d].code must be 1-32 characters of A-Z a-z 0-9 _ . -, got %q", i, clip(r.Code))
+		}
+		if n := utf8.RuneCountInString(r.Name); n == 0 || n > maxTaxNameLength {
+			return nil, errorf(rule.Invalid, CodeInvalidTaxRate, "taxRates[%d].name must be 1-%d characters, got %d", i, maxTaxNameLength, n)
+		}
+		if e := rule.FreeText(fmt.Sprintf("taxRates[%d].name", i), r.Name); e != nil {
+			return nil, e
+		}
+		rate, err := money.Parse(r.Rate)
+		if err != nil {
+			return nil, errorf(rule.Invalid, CodeInvalidTaxRate, "taxRates[%d].rate must be a decimal such as \"0.2\": %v", i, err)
+		}
+		t := events.TaxRate{Code: r.Code, Name: r.Name, Rate: rate}
+		out = append(out, t)
+	}
+	if err := checkTaxRates(out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkTaxRates checks the rules tax rates keep whatever their source.
+func checkTaxRates(rs []events.TaxRate) error {
+	codes := make(map[string]bool, len(rs))
+	for i, r := range rs {
+		if r.Rate.IsNegative() || !r.Rate.LessThan(decimal.NewFromInt(1)) || r.Rate.Exponent() < -maxTaxRateScale {
+			return errorf(rule.Unprocessable, CodeTaxRateOutOfRange,
+				"taxRates[%d].rate must be from 0 to below 1 with at most %d decimal places, got %s", i, maxTaxRateScale, r.Rate)
+		}
+		if codes[r.Code] {
+			return errorf(rule.Unprocessable, CodeDuplicateTaxCode, "taxRates[%d].code %q is given twice", i, r.Code)
+		}
+		codes[r.Code] = true
+	}
+	return nil
 }
 
 var isoDuration = regexp.MustCompile(`^P(?:(\d{1,4})W)?(?:(\d{1,4})D)?(?:T(?:(\d{1,6})H)?(?:(\d{1,8})M)?(?:(\d{1,10})(?:\.(\d{1,9}))?S)?)?$`)

@@ -19,15 +19,23 @@ func (a *API) PeriodRoutes(r chi.Router) {
 // settingsBody is the request of PUT .../settings; an absent field takes its
 // default (UTC, PT1H): the request replaces the settings.
 type settingsBody struct {
-	TimeZone    *string `json:"timeZone"`
-	GracePeriod *string `json:"gracePeriod"`
+	TimeZone    *string       `json:"timeZone"`
+	GracePeriod *string       `json:"gracePeriod"`
+	TaxRates    []taxRateBody `json:"taxRates"`
+}
+
+type taxRateBody struct {
+	Code string `json:"code"`
+	Name string `json:"name"`
+	Rate string `json:"rate"`
 }
 
 // putSettings: PUT /v1/tenants/{tenantId}/settings (Idempotency-Key)
-// {timeZone, gracePeriod} -> 200 {timeZone, gracePeriod, effectiveFrom}: the
-// settings of the periods not yet begun, from effectiveFrom on. Problems:
-// invalid_time_zone, invalid_grace_period (400), grace_period_out_of_range
-// (422).
+// {timeZone, gracePeriod, taxRates} -> 200 {timeZone, gracePeriod,
+// taxRates, effectiveFrom}: the settings of the periods not yet begun, from
+// effectiveFrom on. Problems: invalid_time_zone, invalid_grace_period,
+// invalid_tax_rate (400), grace_period_out_of_range, tax_rate_out_of_range,
+// duplicate_tax_code, too_many_tax_rates (422).
 func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 	tenant, p := httpx.TenantID(chi.URLParam(r, "tenantId"))
 	if p != nil {
@@ -40,7 +48,11 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	st, err := domain.ParseSettings(domain.SettingsRequest{TimeZone: in.TimeZone, GracePeriod: in.GracePeriod})
+	req := domain.SettingsRequest{TimeZone: in.TimeZone, GracePeriod: in.GracePeriod}
+	for _, t := range in.TaxRates {
+		req.TaxRates = append(req.TaxRates, domain.TaxRateRequest{Code: t.Code, Name: t.Name, Rate: t.Rate})
+	}
+	st, err := domain.ParseSettings(req)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return

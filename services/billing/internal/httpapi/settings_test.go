@@ -41,6 +41,17 @@ func TestSettingsOverHTTP(t *testing.T) {
 		{"null body (would reset the settings)", key("s1"), `null`, 400, "malformed_json"},
 		{"charset utf-16", map[string]string{"Idempotency-Key": "s1", "Content-Type": "application/json; charset=utf-16"}, `{"timeZone":"Asia/Seoul"}`, 415, "unsupported_media_type"},
 		{"no token", map[string]string{"Idempotency-Key": "s1", "X-No-Token": "1"}, `{"timeZone":"Asia/Seoul"}`, 401, "unauthorized"},
+		{"tax rate of 1", key("s1"), `{"taxRates":[{"code":"VAT","name":"VAT","rate":"1"}]}`, 422, "tax_rate_out_of_range"},
+		{"negative tax rate", key("s1"), `{"taxRates":[{"code":"VAT","name":"VAT","rate":"-0.1"}]}`, 422, "tax_rate_out_of_range"},
+		{"7 decimal places", key("s1"), `{"taxRates":[{"code":"VAT","name":"VAT","rate":"0.1234567"}]}`, 422, "tax_rate_out_of_range"},
+		{"rate not a decimal", key("s1"), `{"taxRates":[{"code":"VAT","name":"VAT","rate":"20%"}]}`, 400, "invalid_tax_rate"},
+		{"rate as a number", key("s1"), `{"taxRates":[{"code":"VAT","name":"VAT","rate":0.2}]}`, 400, "invalid_field"},
+		{"bad code", key("s1"), `{"taxRates":[{"code":"V A T","name":"VAT","rate":"0.2"}]}`, 400, "invalid_tax_rate"},
+		{"no name", key("s1"), `{"taxRates":[{"code":"VAT","name":"","rate":"0.2"}]}`, 400, "invalid_tax_rate"},
+		{"control character in name", key("s1"), `{"taxRates":[{"code":"VAT","name":"V\u0007AT","rate":"0.2"}]}`, 400, "control_character"},
+		{"same code twice", key("s1"), `{"taxRates":[{"code":"VAT","name":"a","rate":"0.2"},{"code":"VAT","name":"b","rate":"0.1"}]}`, 422, "duplicate_tax_code"},
+		{"six rates", key("s1"), `{"taxRates":[{"code":"A","name":"a","rate":"0.1"},{"code":"B","name":"b","rate":"0.1"},{"code":"C","name":"c","rate":"0.1"},` +
+			`{"code":"D","name":"d","rate":"0.1"},{"code":"E","name":"e","rate":"0.1"},{"code":"F","name":"f","rate":"0.1"}]}`, 422, "too_many_tax_rates"},
 	} {
 		got := f.do(t, http.MethodPut, "/v1/tenants/t1/settings", tc.header, tc.body)
 		if got.status != tc.status || got.problem(t) != tc.code {
@@ -71,5 +82,20 @@ func TestSettingsOverHTTP(t *testing.T) {
 		WHERE tenant_id = 't1' AND effective_from = $1`, got.EffectiveFrom).Scan(&zone, &grace, &actor)
 	if err != nil || zone != "Asia/Seoul" || grace != 5400 || actor != testActor || rows() != 1 {
 		t.Fatalf("settings row: %s %d %s (%v), %d rows", zone, grace, actor, err, rows())
+	}
+	// Tax rates, kept in the order given, replace the settings of the same
+	// period.
+	taxed := f.do(t, http.MethodPut, "/v1/tenants/t1/settings", key("s2"),
+		`{"timeZone":"Asia/Seoul","taxRates":[{"code":"VAT","name":"VAT 10%","rate":"0.1"},{"code":"LOCAL","name":"Local tax","rate":"0.012345"}]}`)
+	got = app.SettingsReply{}
+	if taxed.status != http.StatusOK || json.Unmarshal(taxed.body, &got) != nil || len(got.TaxRates) != 2 ||
+		got.TaxRates[0].Code != "VAT" || got.TaxRates[1].Rate.String() != "0.012345" || got.GracePeriod != "PT1H" {
+		t.Fatalf("tax rates: %d %s", taxed.status, taxed.body)
+	}
+	var rates string
+	if err := f.pool.QueryRow(t.Context(), `SELECT tax_rates::text FROM tenant_settings
+		WHERE tenant_id = 't1' AND effective_from = $1`, got.EffectiveFrom).Scan(&rates); err != nil || rows() != 1 ||
+		rates != `[{"code": "VAT", "name": "VAT 10%", "rate": "0.1"}, {"code": "LOCAL", "name": "Local tax", "rate": "0.012345"}]` {
+		t.Fatalf("tax rates row: %s (%v), %d rows", rates, err, rows())
 	}
 }

@@ -354,3 +354,43 @@ func TestFeeLinesOfTheClose(t *testing.T) {
 		t.Fatalf("KRW invoice %s %s, want issued 9900", krw.Status, krw.Total)
 	}
 }
+
+// The close's tax rates add one tax line per rate to each invoice of the
+// period, after the rounding line, rate x the rounded subtotal rounded
+// half-even; the total adds them; the issued event carries the tax total.
+func TestTaxLinesOfTheClose(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	ib := NewInbox(t)
+	p := NewPeriod(t, "acme", "2026-11")
+	charge := p.Charge("USD", "10", "0.5005") // 5.005, rounds to 5.00
+	won := p.Charge("KRW", "3", "35")
+	closed := p.CloseWithTaxes(events.TaxRate{Code: "VAT", Name: "VAT 10%", Rate: D("0.1")},
+		events.TaxRate{Code: "CITY", Name: "City tax", Rate: D("0.025")})
+	wantOutcomes(t, Decide(t, pool, ib, charge, won, closed), "applied", "applied", "applied")
+	invs := invoices(t, pool, "acme", "2026-11")
+	usd, krw := invs["USD"], invs["KRW"]
+	// USD: 5.005 -> 5.00 (to even); VAT 0.5; city 0.125 -> 0.12 (to even).
+	wantLines(t, usd, "charge/api_calls/1 10/1 5.005", "rounding -0.005", "tax/VAT 0.5", "tax/CITY 0.12")
+	if !usd.Subtotal.Equal(D("5.005")) || !usd.TaxTotal.Equal(D("0.62")) || !usd.Total.Equal(D("5.62")) {
+		t.Fatalf("USD invoice %s + taxes %s = %s, want 5.005 + 0.62 = 5.62", usd.Subtotal, usd.TaxTotal, usd.Total)
+	}
+	if l := usd.Lines[2]; l.TaxCode != "VAT" || l.Name != "VAT 10%" || l.TaxRate == nil || !l.TaxRate.Equal(D("0.1")) {
+		t.Fatalf("tax line %+v", l)
+	}
+	// KRW: 105; VAT 10.5 -> 10 (to even); city 2.625 -> 3.
+	wantLines(t, krw, "charge/api_calls/1 3/1 105", "tax/VAT 10", "tax/CITY 3")
+	if !krw.Total.Equal(D("118")) {
+		t.Fatalf("KRW total %s, want 118", krw.Total)
+	}
+	for _, d := range Published(t, pool) {
+		iss, ok := d.Payload.(events.InvoiceIssued)
+		if !ok {
+			continue
+		}
+		want := map[string]string{"USD": "0.62", "KRW": "13"}[iss.Currency]
+		if !iss.TaxTotal.Equal(D(want)) || !iss.Total.Equal(*invs[iss.Currency].Total) {
+			t.Errorf("InvoiceIssued %s: tax total %s total %s, want %s and %s", iss.Currency, iss.TaxTotal, iss.Total, want, invs[iss.Currency].Total)
+		}
+	}
+}

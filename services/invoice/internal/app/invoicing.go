@@ -342,7 +342,7 @@ func (a *App) ApplyPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Deco
 		if inv.Status != domain.StatusOpen {
 			return inbox.Outcome{}, fmt.Errorf("invoice %s of %s %s is %s before its close", inv.InvoiceID, e.TenantID, p.Period, inv.Status)
 		}
-		ev, err := a.issue(ctx, q, e, p.Period, inv.InvoiceID, inv.Currency, want[inv.Currency], p.Fees[inv.Currency], now)
+		ev, err := a.issue(ctx, q, e, p.Period, inv.InvoiceID, inv.Currency, want[inv.Currency], p.Fees[inv.Currency], p.TaxRates, now)
 		if err != nil {
 			return inbox.Outcome{}, err
 		}
@@ -511,7 +511,7 @@ func groupOf(l db.ChargeLineSumsRow) (domain.Group, error) {
 // and returns the InvoiceIssued to publish (ChargeLines counts the charge
 // and unpriced lines, Charges their charges).
 func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, period string, invoiceID uuid.UUID,
-	currency string, want domain.Tally, fees []events.FeeLine, now time.Time) (envelope.Envelope, error) {
+	currency string, want domain.Tally, fees []events.FeeLine, rates []events.TaxRate, now time.Time) (envelope.Envelope, error) {
 	sums, err := q.ChargeLineSums(ctx, db.ChargeLineSumsParams{TenantID: e.TenantID, Period: period, Currency: currency})
 	if err != nil {
 		return envelope.Envelope{}, fmt.Errorf("group charge lines of %s: %w", invoiceID, err)
@@ -550,7 +550,7 @@ func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, pe
 	if err != nil {
 		return envelope.Envelope{}, err
 	}
-	amounts, err := domain.Issue(linesAmount.Add(feeAmount).Add(want.AdjustmentAmount), currency)
+	amounts, err := domain.Issue(linesAmount.Add(feeAmount).Add(want.AdjustmentAmount), currency, rates)
 	if err != nil {
 		return envelope.Envelope{}, inbox.Permanent(inbox.ReasonUnknownCurrency, err)
 	}
@@ -561,6 +561,9 @@ func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, pe
 			return envelope.Envelope{}, fmt.Errorf("add rounding line to %s: %w", invoiceID, err)
 		}
 	}
+	if err := writeTaxLines(ctx, q, e, invoiceID, amounts.Taxes); err != nil {
+		return envelope.Envelope{}, err
+	}
 	number, err := q.NextInvoiceNumber(ctx, e.TenantID)
 	if err != nil {
 		return envelope.Envelope{}, fmt.Errorf("take invoice number of %s: %w", e.TenantID, err)
@@ -568,13 +571,13 @@ func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, pe
 	ev, err := events.Caused(e, events.InvoiceIssued{
 		InvoiceID: invoiceID, Number: number, Period: period, Currency: currency,
 		ChargeLines: int64(len(sums)), Charges: charges, Adjustments: want.Adjustments,
-		Subtotal: amounts.Subtotal, Rounding: amounts.Rounding, Total: amounts.Total, IssuedAt: now,
+		Subtotal: amounts.Subtotal, Rounding: amounts.Rounding, TaxTotal: amounts.TaxTotal, Total: amounts.Total, IssuedAt: now,
 	}, invoiceMeta(e, invoiceID, 1, now))
 	if err != nil {
 		return envelope.Envelope{}, err
 	}
 	n, err := q.IssueInvoice(ctx, db.IssueInvoiceParams{
-		InvoiceID: invoiceID, Number: number, Subtotal: amounts.Subtotal, Total: amounts.Total, IssuedAt: now,
+		InvoiceID: invoiceID, Number: number, Subtotal: amounts.Subtotal, TaxTotal: amounts.TaxTotal, Total: amounts.Total, IssuedAt: now,
 		CloseEventID: e.EventID, IssuedEventID: ev.EventID,
 	})
 	if err != nil {
@@ -605,6 +608,22 @@ func writeFeeLines(ctx context.Context, q *db.Queries, e *envelope.Envelope, inv
 		return decimal.Decimal{}, fmt.Errorf("write fee lines of %s: %w", invoiceID, err)
 	}
 	return sum, nil
+}
+
+// writeTaxLines writes the invoice's tax lines, in their rates' order.
+func writeTaxLines(ctx context.Context, q *db.Queries, e *envelope.Envelope, invoiceID uuid.UUID, taxes []domain.TaxLine) error {
+	if len(taxes) == 0 {
+		return nil
+	}
+	arg := db.InsertTaxLinesParams{InvoiceID: invoiceID, OriginEventID: e.EventID}
+	for _, t := range taxes {
+		arg.TaxCodes, arg.TaxNames = append(arg.TaxCodes, t.Code), append(arg.TaxNames, t.Name)
+		arg.TaxRates, arg.Amounts = append(arg.TaxRates, t.Rate), append(arg.Amounts, t.Amount)
+	}
+	if err := q.InsertTaxLines(ctx, arg); err != nil {
+		return fmt.Errorf("write tax lines of %s: %w", invoiceID, err)
+	}
+	return nil
 }
 
 // checkAggregate refuses an event whose payload does not name the

@@ -29,6 +29,7 @@ type Invoice struct {
 	Status      string
 	Lines       []Line
 	Subtotal    decimal.Decimal  // while open: the exact sum of the lines so far
+	TaxTotal    decimal.Decimal  // the tax lines' sum (zero while open)
 	Total       *decimal.Decimal // nil while open
 	IssuedAt    *time.Time       // nil while open
 	Corrections []Correction
@@ -57,6 +58,9 @@ type Line struct {
 	// true-up line is prorated by.
 	FeeCode, Name    string
 	Days, PeriodDays int
+	// A tax line's code and rate (Name is its name).
+	TaxCode string
+	TaxRate *decimal.Decimal
 }
 
 // Correction is a correction note issued after the invoice.
@@ -200,6 +204,7 @@ func invoiceOf(r db.ListInvoicesRow) Invoice {
 	if r.Status == domain.StatusIssued {
 		number, total, issuedAt := r.Number.Int64, r.Total.Decimal, r.IssuedAt.UTC()
 		inv.Number, inv.Subtotal, inv.Total, inv.IssuedAt = &number, r.Subtotal.Decimal, &total, &issuedAt
+		inv.TaxTotal = r.TaxTotal
 	}
 	return inv
 }
@@ -256,6 +261,10 @@ func storedLine(l db.ListStoredLinesRow) (Line, error) {
 		return Line{Kind: l.Kind, Amount: l.Amount, LineID: domain.FeeLineID(l.Kind, l.PlanCode, l.PlanVersion, l.FeeCode),
 			PlanCode: l.PlanCode, PlanVersion: l.PlanVersion, FeeCode: l.FeeCode, Name: l.FeeName,
 			Days: int(l.Days), PeriodDays: int(l.PeriodDays)}, nil
+	case domain.KindTax:
+		origin, rate := l.OriginEventID.UUID, l.TaxRate
+		return Line{Kind: l.Kind, Amount: l.Amount, LineID: domain.TaxLineID(l.TaxCode), OriginEventID: &origin,
+			TaxCode: l.TaxCode, Name: l.TaxName, TaxRate: &rate}, nil
 	default:
 		origin := l.OriginEventID.UUID
 		return Line{Kind: l.Kind, Amount: l.Amount, LineID: domain.RoundingLineID, OriginEventID: &origin}, nil

@@ -95,7 +95,7 @@ func (a *App) reconciliationLineTotals(ctx context.Context, q recon.Query) ([]re
 			for _, l := range inv.Lines {
 				t := recon.LineTotal{InvoiceID: inv.InvoiceID, Currency: inv.Currency, LineID: l.LineID, Kind: l.Kind, MeterCode: l.MeterCode,
 					PriceVersion: l.PriceVersion, ChargeCount: l.ChargeCount, Amount: l.Amount, PlanCode: l.PlanCode,
-					PlanVersion: l.PlanVersion, FeeCode: l.FeeCode, Days: l.Days, PeriodDays: l.PeriodDays}
+					PlanVersion: l.PlanVersion, FeeCode: l.FeeCode, Days: l.Days, PeriodDays: l.PeriodDays, TaxRate: l.TaxRate}
 				if l.PlanCode != "" {
 					t.Dimensions = l.Dimensions
 				}

@@ -25,6 +25,7 @@ type Invoice struct {
 	IssuedEventID uuid.NullUUID
 	CreatedAt     time.Time
 	Number        pgtype.Int8
+	TaxTotal      decimal.Decimal
 }
 
 type InvoiceCharge struct {
@@ -80,6 +81,9 @@ type InvoiceLine struct {
 	FeeName       pgtype.Text
 	Days          pgtype.Int4
 	PeriodDays    pgtype.Int4
+	TaxCode       pgtype.Text
+	TaxName       pgtype.Text
+	TaxRate       decimal.NullDecimal
 }
 
 type InvoiceLineFigure struct {

@@ -205,6 +205,14 @@ FROM (SELECT unnest(@kinds::text[]) AS kind, unnest(@plan_codes::text[]) AS plan
 INSERT INTO invoice_line (invoice_id, origin_event_id, kind, amount)
 VALUES (@invoice_id, @origin_event_id::uuid, 'rounding', @amount);
 
+-- name: InsertTaxLines :exec
+-- Writes an invoice's tax lines, in the order of the period's tax rates,
+-- from the close that issues it.
+INSERT INTO invoice_line (invoice_id, origin_event_id, kind, tax_code, tax_name, tax_rate, amount)
+SELECT @invoice_id::uuid, @origin_event_id::uuid, 'tax', u.tax_code, u.tax_name, u.tax_rate, u.amount
+FROM (SELECT unnest(@tax_codes::text[]) AS tax_code, unnest(@tax_names::text[]) AS tax_name,
+             unnest(@tax_rates::numeric[]) AS tax_rate, unnest(@amounts::numeric[]) AS amount) u;
+
 -- name: NextInvoiceNumber :one
 -- NextInvoiceNumber takes the tenant's next invoice number. The counter row
 -- stays locked until the issuing transaction ends, so numbers are gap-free.
@@ -215,7 +223,7 @@ RETURNING last_number;
 
 -- name: IssueInvoice :execrows
 UPDATE invoice
-SET status = 'issued', number = @number::bigint, subtotal = @subtotal::numeric, total = @total::numeric,
+SET status = 'issued', number = @number::bigint, subtotal = @subtotal::numeric, tax_total = @tax_total::numeric, total = @total::numeric,
     issued_at = @issued_at::timestamptz, close_event_id = @close_event_id::uuid, issued_event_id = @issued_event_id::uuid
 WHERE invoice_id = @invoice_id AND status = 'open';
 
@@ -263,7 +271,7 @@ ON CONFLICT (invoice_id) DO UPDATE
 SET corrected = invoice_correction_total.corrected + EXCLUDED.corrected, last_version = EXCLUDED.last_version;
 
 -- name: GetInvoice :one
-SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.total, i.issued_at,
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.issued_at,
        (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
 FROM invoice i
 LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
@@ -274,7 +282,7 @@ WHERE i.tenant_id = @tenant_id AND i.invoice_id = @invoice_id;
 -- every period (period null), in (period, currency) order after the keyset
 -- position (after_period, after_currency), or from the start when that is
 -- null.
-SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.total, i.issued_at,
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.issued_at,
        (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
 FROM invoice i
 LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
@@ -287,7 +295,7 @@ LIMIT @page_size;
 
 -- name: ListPeriodsInvoices :many
 -- ListPeriodsInvoices reads a tenant's invoices of the given periods.
-SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.total, i.issued_at,
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.issued_at,
        (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
 FROM invoice i
 LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
@@ -419,15 +427,18 @@ FROM (SELECT unnest(@kinds::text[]) AS kind, unnest(@meter_codes::text[]) AS met
 -- ListStoredLines reads the lines stored for the invoices: every line of an
 -- issued invoice, the adjustment lines of an open one. Charge lines first,
 -- by meter, price version and dimensions, then the unpriced lines by meter,
--- then adjustments in arrival order, then the rounding line.
+-- then adjustments in arrival order, then the rounding line, then the tax
+-- lines in their rates' order.
 SELECT invoice_id, line_id, kind, origin_event_id, meter_code, price_version, dimensions_key::text AS dimensions_key,
        quantity, charge_count, amount, COALESCE(plan_code, '')::text AS plan_code, COALESCE(plan_version, 0)::bigint AS plan_version,
        COALESCE(fee_code, '')::text AS fee_code, COALESCE(fee_name, '')::text AS fee_name,
-       COALESCE(days, 0)::int AS days, COALESCE(period_days, 0)::int AS period_days
+       COALESCE(days, 0)::int AS days, COALESCE(period_days, 0)::int AS period_days,
+       COALESCE(tax_code, '')::text AS tax_code, COALESCE(tax_name, '')::text AS tax_name,
+       COALESCE(tax_rate, 0)::numeric AS tax_rate
 FROM invoice_line
 WHERE invoice_id = ANY(@invoice_ids::uuid[])
 ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'unpriced' THEN 1 WHEN 'fixed_fee' THEN 2 WHEN 'minimum_true_up' THEN 3
-                                WHEN 'adjustment' THEN 4 ELSE 5 END,
+                                WHEN 'adjustment' THEN 4 WHEN 'rounding' THEN 5 ELSE 6 END,
          meter_code, price_version, dimensions_key, plan_code, plan_version, fee_code, line_id;
 
 -- name: ReconciliationCharges :many

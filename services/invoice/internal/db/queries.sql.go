@@ -480,7 +480,7 @@ func (q *Queries) FindInvoiceToCorrect(ctx context.Context, arg FindInvoiceToCor
 }
 
 const getInvoice = `-- name: GetInvoice :one
-SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.total, i.issued_at,
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.issued_at,
        (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
 FROM invoice i
 LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
@@ -500,6 +500,7 @@ type GetInvoiceRow struct {
 	Status    string
 	Number    pgtype.Int8
 	Subtotal  decimal.NullDecimal
+	TaxTotal  decimal.Decimal
 	Total     decimal.NullDecimal
 	IssuedAt  *time.Time
 	Draft     bool
@@ -516,6 +517,7 @@ func (q *Queries) GetInvoice(ctx context.Context, arg GetInvoiceParams) (GetInvo
 		&i.Status,
 		&i.Number,
 		&i.Subtotal,
+		&i.TaxTotal,
 		&i.Total,
 		&i.IssuedAt,
 		&i.Draft,
@@ -601,16 +603,47 @@ func (q *Queries) InsertFeeLines(ctx context.Context, arg InsertFeeLinesParams) 
 	return err
 }
 
+const insertTaxLines = `-- name: InsertTaxLines :exec
+INSERT INTO invoice_line (invoice_id, origin_event_id, kind, tax_code, tax_name, tax_rate, amount)
+SELECT $1::uuid, $2::uuid, 'tax', u.tax_code, u.tax_name, u.tax_rate, u.amount
+FROM (SELECT unnest($3::text[]) AS tax_code, unnest($4::text[]) AS tax_name,
+             unnest($5::numeric[]) AS tax_rate, unnest($6::numeric[]) AS amount) u
+`
+
+type InsertTaxLinesParams struct {
+	InvoiceID     uuid.UUID
+	OriginEventID uuid.UUID
+	TaxCodes      []string
+	TaxNames      []string
+	TaxRates      []decimal.Decimal
+	Amounts       []decimal.Decimal
+}
+
+// Writes an invoice's tax lines, in the order of the period's tax rates,
+// from the close that issues it.
+func (q *Queries) InsertTaxLines(ctx context.Context, arg InsertTaxLinesParams) error {
+	_, err := q.db.Exec(ctx, insertTaxLines,
+		arg.InvoiceID,
+		arg.OriginEventID,
+		arg.TaxCodes,
+		arg.TaxNames,
+		arg.TaxRates,
+		arg.Amounts,
+	)
+	return err
+}
+
 const issueInvoice = `-- name: IssueInvoice :execrows
 UPDATE invoice
-SET status = 'issued', number = $1::bigint, subtotal = $2::numeric, total = $3::numeric,
-    issued_at = $4::timestamptz, close_event_id = $5::uuid, issued_event_id = $6::uuid
-WHERE invoice_id = $7 AND status = 'open'
+SET status = 'issued', number = $1::bigint, subtotal = $2::numeric, tax_total = $3::numeric, total = $4::numeric,
+    issued_at = $5::timestamptz, close_event_id = $6::uuid, issued_event_id = $7::uuid
+WHERE invoice_id = $8 AND status = 'open'
 `
 
 type IssueInvoiceParams struct {
 	Number        int64
 	Subtotal      decimal.Decimal
+	TaxTotal      decimal.Decimal
 	Total         decimal.Decimal
 	IssuedAt      time.Time
 	CloseEventID  uuid.UUID
@@ -622,6 +655,7 @@ func (q *Queries) IssueInvoice(ctx context.Context, arg IssueInvoiceParams) (int
 	result, err := q.db.Exec(ctx, issueInvoice,
 		arg.Number,
 		arg.Subtotal,
+		arg.TaxTotal,
 		arg.Total,
 		arg.IssuedAt,
 		arg.CloseEventID,
@@ -712,7 +746,7 @@ func (q *Queries) ListCorrections(ctx context.Context, invoiceIds []uuid.UUID) (
 }
 
 const listInvoices = `-- name: ListInvoices :many
-SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.total, i.issued_at,
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.issued_at,
        (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
 FROM invoice i
 LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
@@ -740,6 +774,7 @@ type ListInvoicesRow struct {
 	Status    string
 	Number    pgtype.Int8
 	Subtotal  decimal.NullDecimal
+	TaxTotal  decimal.Decimal
 	Total     decimal.NullDecimal
 	IssuedAt  *time.Time
 	Draft     bool
@@ -772,6 +807,7 @@ func (q *Queries) ListInvoices(ctx context.Context, arg ListInvoicesParams) ([]L
 			&i.Status,
 			&i.Number,
 			&i.Subtotal,
+			&i.TaxTotal,
 			&i.Total,
 			&i.IssuedAt,
 			&i.Draft,
@@ -787,7 +823,7 @@ func (q *Queries) ListInvoices(ctx context.Context, arg ListInvoicesParams) ([]L
 }
 
 const listPeriodsInvoices = `-- name: ListPeriodsInvoices :many
-SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.total, i.issued_at,
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.issued_at,
        (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
 FROM invoice i
 LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
@@ -808,6 +844,7 @@ type ListPeriodsInvoicesRow struct {
 	Status    string
 	Number    pgtype.Int8
 	Subtotal  decimal.NullDecimal
+	TaxTotal  decimal.Decimal
 	Total     decimal.NullDecimal
 	IssuedAt  *time.Time
 	Draft     bool
@@ -831,6 +868,7 @@ func (q *Queries) ListPeriodsInvoices(ctx context.Context, arg ListPeriodsInvoic
 			&i.Status,
 			&i.Number,
 			&i.Subtotal,
+			&i.TaxTotal,
 			&i.Total,
 			&i.IssuedAt,
 			&i.Draft,
@@ -849,11 +887,13 @@ const listStoredLines = `-- name: ListStoredLines :many
 SELECT invoice_id, line_id, kind, origin_event_id, meter_code, price_version, dimensions_key::text AS dimensions_key,
        quantity, charge_count, amount, COALESCE(plan_code, '')::text AS plan_code, COALESCE(plan_version, 0)::bigint AS plan_version,
        COALESCE(fee_code, '')::text AS fee_code, COALESCE(fee_name, '')::text AS fee_name,
-       COALESCE(days, 0)::int AS days, COALESCE(period_days, 0)::int AS period_days
+       COALESCE(days, 0)::int AS days, COALESCE(period_days, 0)::int AS period_days,
+       COALESCE(tax_code, '')::text AS tax_code, COALESCE(tax_name, '')::text AS tax_name,
+       COALESCE(tax_rate, 0)::numeric AS tax_rate
 FROM invoice_line
 WHERE invoice_id = ANY($1::uuid[])
 ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'unpriced' THEN 1 WHEN 'fixed_fee' THEN 2 WHEN 'minimum_true_up' THEN 3
-                                WHEN 'adjustment' THEN 4 ELSE 5 END,
+                                WHEN 'adjustment' THEN 4 WHEN 'rounding' THEN 5 ELSE 6 END,
          meter_code, price_version, dimensions_key, plan_code, plan_version, fee_code, line_id
 `
 
@@ -874,12 +914,16 @@ type ListStoredLinesRow struct {
 	FeeName       string
 	Days          int32
 	PeriodDays    int32
+	TaxCode       string
+	TaxName       string
+	TaxRate       decimal.Decimal
 }
 
 // ListStoredLines reads the lines stored for the invoices: every line of an
 // issued invoice, the adjustment lines of an open one. Charge lines first,
 // by meter, price version and dimensions, then the unpriced lines by meter,
-// then adjustments in arrival order, then the rounding line.
+// then adjustments in arrival order, then the rounding line, then the tax
+// lines in their rates' order.
 func (q *Queries) ListStoredLines(ctx context.Context, invoiceIds []uuid.UUID) ([]ListStoredLinesRow, error) {
 	rows, err := q.db.Query(ctx, listStoredLines, invoiceIds)
 	if err != nil {
@@ -906,6 +950,9 @@ func (q *Queries) ListStoredLines(ctx context.Context, invoiceIds []uuid.UUID) (
 			&i.FeeName,
 			&i.Days,
 			&i.PeriodDays,
+			&i.TaxCode,
+			&i.TaxName,
+			&i.TaxRate,
 		); err != nil {
 			return nil, err
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
+	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/money"
 	"github.com/usagebilling/billing/pkg/pricing"
 )
@@ -23,6 +24,7 @@ const (
 	KindCharge     = "charge"
 	KindAdjustment = "adjustment"
 	KindRounding   = "rounding"
+	KindTax        = "tax"
 )
 
 // Invoice statuses.
@@ -49,6 +51,9 @@ func AdjustmentLineID(originEventID uuid.UUID) string {
 
 // RoundingLineID is the id of an invoice's rounding line (at most one).
 const RoundingLineID = KindRounding
+
+// TaxLineID is the id of a tax line, "tax/<code>".
+func TaxLineID(code string) string { return KindTax + "/" + code }
 
 // FeeLineID is the id of a fixed-fee line, "fixed_fee/<planCode>/<planVersion>/<feeCode>",
 // or of a true-up line, "minimum_true_up/<planCode>/<planVersion>" (feeCode "").
@@ -278,19 +283,39 @@ func sameDigest(a, b string) bool {
 	return okX && okY && x.Cmp(y) == 0
 }
 
-// Amounts are an invoice's figures at issue.
+// Amounts are an invoice's figures at issue (DESIGN.md section 3a).
 type Amounts struct {
-	Subtotal decimal.Decimal // exact sum of the charge and adjustment lines
-	Total    decimal.Decimal // Subtotal rounded half-even to the currency's minor unit
-	Rounding decimal.Decimal // Total - Subtotal; a rounding line when not zero
+	Subtotal decimal.Decimal // exact sum of the charge, fee and adjustment lines
+	Rounding decimal.Decimal // Subtotal rounded half-even to the minor unit, less Subtotal; a rounding line when not zero
+	Taxes    []TaxLine       // one per tax rate, in the rates' order
+	TaxTotal decimal.Decimal // the sum of Taxes
+	Total    decimal.Decimal // Subtotal + Rounding + TaxTotal
+}
+
+// TaxLine is a tax line: its rate times the rounded subtotal, rounded
+// half-even to the minor unit.
+type TaxLine struct {
+	Code, Name   string
+	Rate, Amount decimal.Decimal
 }
 
 // Issue rounds an invoice's subtotal once, half to even, to the minor unit of
-// its currency (0 decimals for KRW, 2 for USD).
-func Issue(subtotal decimal.Decimal, currency string) (Amounts, error) {
-	total, err := money.Round(subtotal, currency)
+// its currency (0 decimals for KRW, 2 for USD), then adds one tax per rate,
+// rate x the rounded subtotal, itself rounded half-even.
+func Issue(subtotal decimal.Decimal, currency string, rates []events.TaxRate) (Amounts, error) {
+	rounded, err := money.Round(subtotal, currency)
 	if err != nil {
 		return Amounts{}, err
 	}
-	return Amounts{Subtotal: subtotal, Total: total, Rounding: total.Sub(subtotal)}, nil
+	a := Amounts{Subtotal: subtotal, Rounding: rounded.Sub(subtotal), TaxTotal: decimal.Zero}
+	for _, r := range rates {
+		tax, err := money.Round(r.Rate.Mul(rounded), currency)
+		if err != nil {
+			return Amounts{}, err
+		}
+		a.Taxes = append(a.Taxes, TaxLine{Code: r.Code, Name: r.Name, Rate: r.Rate, Amount: tax})
+		a.TaxTotal = a.TaxTotal.Add(tax)
+	}
+	a.Total = rounded.Add(a.TaxTotal)
+	return a, nil
 }

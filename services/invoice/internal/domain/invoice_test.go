@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
+
+	"github.com/usagebilling/billing/pkg/events"
 )
 
 func d(s string) decimal.Decimal { return decimal.RequireFromString(s) }
@@ -28,7 +30,7 @@ func TestIssueRoundsOnceHalfEven(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.currency+" "+tt.subtotal, func(t *testing.T) {
-			a, err := Issue(d(tt.subtotal), tt.currency)
+			a, err := Issue(d(tt.subtotal), tt.currency, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,8 +43,62 @@ func TestIssueRoundsOnceHalfEven(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Issue(d("1"), "XYZ"); err == nil {
+	if _, err := Issue(d("1"), "XYZ", nil); err == nil {
 		t.Fatal("Issue with an unknown currency: want an error")
+	}
+}
+
+// Taxes come after the rounding: each rate times the subtotal rounded to
+// the minor unit, each rounded half-even; the total is the rounded subtotal
+// plus the taxes. Currencies of exponent 0, 2 and 3.
+func TestIssueTaxesTheRoundedSubtotal(t *testing.T) {
+	vat := events.TaxRate{Code: "VAT", Name: "VAT", Rate: d("0.1")}
+	local := events.TaxRate{Code: "LOCAL", Name: "Local", Rate: d("0.075")}
+	tests := []struct {
+		subtotal, currency string
+		rates              []events.TaxRate
+		taxes              []string
+		taxTotal, total    string
+	}{
+		// KRW 1234.5 rounds to 1234 (to even); 10% = 123.4 -> 123; 7.5% =
+		// 92.55 -> 93.
+		{"1234.5", "KRW", []events.TaxRate{vat, local}, []string{"123", "93"}, "216", "1450"},
+		// 1235.5 rounds to 1236 (to even); 10% = 123.6 -> 124; 7.5% = 92.7 -> 93.
+		{"1235.5", "KRW", []events.TaxRate{vat, local}, []string{"124", "93"}, "217", "1453"},
+		// USD 10.125 rounds to 10.12; 10% = 1.012 -> 1.01; 7.5% = 0.759 -> 0.76.
+		{"10.125", "USD", []events.TaxRate{vat, local}, []string{"1.01", "0.76"}, "1.77", "11.89"},
+		// USD 0.25 exactly: 10% = 0.025, a tie, to even: 0.02.
+		{"0.25", "USD", []events.TaxRate{vat}, []string{"0.02"}, "0.02", "0.27"},
+		// USD 0.045 rounds to 0.04 (to even); 7.5% = 0.003 -> 0.
+		{"0.045", "USD", []events.TaxRate{local}, []string{"0"}, "0", "0.04"},
+		// BHD (3 decimals): 1.0005 rounds to 1.000; 7.5% = 0.075.
+		{"1.0005", "BHD", []events.TaxRate{local}, []string{"0.075"}, "0.075", "1.075"},
+		// The order matters: KRW 105.4 rounds to 105; 10% = 10.5, a tie, to
+		// even: 10. Taxed before rounding it would be 10.54 -> 11.
+		{"105.4", "KRW", []events.TaxRate{vat}, []string{"10"}, "10", "115"},
+		{"10", "USD", nil, nil, "0", "10"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.currency+" "+tt.subtotal, func(t *testing.T) {
+			a, err := Issue(d(tt.subtotal), tt.currency, tt.rates)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(a.Taxes) != len(tt.taxes) {
+				t.Fatalf("%d tax lines, want %d", len(a.Taxes), len(tt.taxes))
+			}
+			for i, want := range tt.taxes {
+				if l := a.Taxes[i]; !l.Amount.Equal(d(want)) || l.Code != tt.rates[i].Code || !l.Rate.Equal(tt.rates[i].Rate) {
+					t.Errorf("tax %d = %s %s %s, want %s %s", i, l.Code, l.Rate, l.Amount, tt.rates[i].Code, want)
+				}
+			}
+			if !a.TaxTotal.Equal(d(tt.taxTotal)) || !a.Total.Equal(d(tt.total)) {
+				t.Errorf("tax total %s total %s, want %s and %s", a.TaxTotal, a.Total, tt.taxTotal, tt.total)
+			}
+			if !a.Subtotal.Add(a.Rounding).Add(a.TaxTotal).Equal(a.Total) {
+				t.Errorf("subtotal + rounding + taxes != total")
+			}
+		})
 	}
 }
 

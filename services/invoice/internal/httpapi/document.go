@@ -40,6 +40,9 @@ func documentOf(inv app.Invoice, seller document.Seller, now time.Time) document
 		d.AsOf = inv.IssuedAt.UTC() // an issued invoice's document is the same whenever asked
 	}
 	if inv.Total != nil {
+		if !inv.TaxTotal.IsZero() {
+			d.Totals = append(d.Totals, document.Field{Name: "Taxes", Value: inv.TaxTotal.String()})
+		}
 		d.Totals = append(d.Totals, document.Field{Name: "Total", Value: inv.Total.String()})
 	}
 	for i, l := range inv.Lines {
@@ -85,6 +88,10 @@ func lineOf(l app.Line) document.Line {
 	}
 	if l.ChargeCount != 0 {
 		add("Charges", strconv.FormatInt(l.ChargeCount, 10))
+	}
+	if l.TaxCode != "" {
+		add("Tax", l.TaxCode+" ("+l.Name+")")
+		add("Rate", l.TaxRate.String())
 	}
 	if l.OriginEventID != nil {
 		add("Origin event", l.OriginEventID.String())

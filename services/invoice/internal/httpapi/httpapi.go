@@ -54,6 +54,7 @@ type invoiceJSON struct {
 	Status      string           `json:"status"`
 	Lines       []lineJSON       `json:"lines"`
 	Subtotal    decimal.Decimal  `json:"subtotal"`
+	TaxTotal    *decimal.Decimal `json:"taxTotal,omitempty"`
 	Total       *decimal.Decimal `json:"total"`
 	IssuedAt    *time.Time       `json:"issuedAt"`
 	Corrections []correctionJSON `json:"corrections"`
@@ -78,6 +79,8 @@ type lineJSON struct {
 	Name          string            `json:"name,omitempty"`
 	Days          int               `json:"days,omitempty"`
 	PeriodDays    int               `json:"periodDays,omitempty"`
+	TaxCode       string            `json:"taxCode,omitempty"`
+	TaxRate       *decimal.Decimal  `json:"taxRate,omitempty"`
 }
 
 type correctionJSON struct {
@@ -92,6 +95,10 @@ func toJSON(inv app.Invoice) invoiceJSON {
 		InvoiceID: inv.InvoiceID, Number: inv.Number, TenantID: inv.TenantID, Period: inv.Period, Currency: inv.Currency,
 		Status: inv.Status, Subtotal: inv.Subtotal, Total: inv.Total, IssuedAt: inv.IssuedAt,
 		Lines: make([]lineJSON, len(inv.Lines)), Corrections: make([]correctionJSON, len(inv.Corrections)),
+	}
+	if inv.Total != nil { // issued
+		taxTotal := inv.TaxTotal
+		out.TaxTotal = &taxTotal
 	}
 	for i, l := range inv.Lines {
 		out.Lines[i] = lineJSON(l)

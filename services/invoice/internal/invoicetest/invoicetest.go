@@ -215,6 +215,13 @@ func (p *Period) CloseWithFees(fees map[string][]events.FeeLine) envelope.Envelo
 	return p.closeWith(p.Tallies(), fees)
 }
 
+// CloseWithTaxes builds the BillingPeriodClosed of Close carrying the
+// period's tax rates.
+func (p *Period) CloseWithTaxes(rates ...events.TaxRate) envelope.Envelope {
+	p.t.Helper()
+	return p.closeWith(p.Tallies(), nil, rates...)
+}
+
 // CloseWith builds a BillingPeriodClosed with the given tallies (its counts
 // and totals follow from them).
 func (p *Period) CloseWith(tallies map[string]events.CloseTally) envelope.Envelope {
@@ -222,11 +229,11 @@ func (p *Period) CloseWith(tallies map[string]events.CloseTally) envelope.Envelo
 	return p.closeWith(tallies, nil)
 }
 
-func (p *Period) closeWith(tallies map[string]events.CloseTally, fees map[string][]events.FeeLine) envelope.Envelope {
+func (p *Period) closeWith(tallies map[string]events.CloseTally, fees map[string][]events.FeeLine, rates ...events.TaxRate) envelope.Envelope {
 	p.t.Helper()
 	p.closed = true
 	closed := events.BillingPeriodClosed{Period: p.Period, ClosedAt: time.Now().UTC(),
-		Totals: map[string]decimal.Decimal{}, Currencies: map[string]events.CloseTally{}, Fees: fees}
+		Totals: map[string]decimal.Decimal{}, Currencies: map[string]events.CloseTally{}, Fees: fees, TaxRates: rates}
 	for cur, t := range tallies {
 		closed.Charges += t.Charges
 		closed.Adjustments += t.Adjustments

@@ -218,6 +218,8 @@ type reconciler struct {
 	inScope map[uuid.UUID]bool    // invoices counting something in scope
 	issued  map[uuid.UUID]bool    // issued invoices of the period
 	totals  map[uuid.UUID]decimal.Decimal
+	bases   map[uuid.UUID]decimal.Decimal // each invoice's lines but its tax lines: its rounded subtotal
+	taxes   []recon.LineTotal             // the tax lines in scope, checked once every line is read
 }
 
 func (r *reconciler) add(kind string, id uuid.UUID, format string, args ...any) {
@@ -540,17 +542,49 @@ func (r *reconciler) projected(id uuid.UUID, what string, amount decimal.Decimal
 // its charges' amounts — and any other line's amount is its origin's. It
 // sums the issued invoices' lines.
 func (r *reconciler) lineTotals(ctx context.Context, totals *recon.Stream[recon.LineTotal]) error {
-	r.totals = map[uuid.UUID]decimal.Decimal{}
+	r.totals, r.bases = map[uuid.UUID]decimal.Decimal{}, map[uuid.UUID]decimal.Decimal{}
 	for {
 		t, ok, err := totals.Next(ctx)
-		if err != nil || !ok {
+		if err != nil {
 			return err
+		}
+		if !ok {
+			r.checkTaxLines()
+			return nil
 		}
 		if r.issued[t.InvoiceID] {
 			r.totals[t.InvoiceID] = r.totals[t.InvoiceID].Add(t.Amount)
 		}
-		if r.inScope[t.InvoiceID] {
+		if t.Kind != lineKindTax {
+			r.bases[t.InvoiceID] = r.bases[t.InvoiceID].Add(t.Amount)
+		}
+		switch {
+		case !r.inScope[t.InvoiceID]:
+		case t.Kind == lineKindTax:
+			r.taxes = append(r.taxes, t)
+		default:
 			r.checkLine(t)
+		}
+	}
+}
+
+// lineKindTax is the kind of an invoice's tax lines.
+const lineKindTax = "tax"
+
+// checkTaxLines holds each tax line to its rate times its invoice's rounded
+// subtotal (the sum of its other lines, the rounding line included),
+// rounded half-even to the currency's minor unit (DESIGN.md section 3a).
+func (r *reconciler) checkTaxLines() {
+	for _, t := range r.taxes {
+		if t.TaxRate == nil {
+			r.add(MismatchLineTotal, t.InvoiceID, "line %s: a tax line without its rate", t.LineID)
+			continue
+		}
+		base := r.bases[t.InvoiceID]
+		want, err := money.Round(t.TaxRate.Mul(base), t.Currency)
+		if err != nil || !want.Equal(t.Amount) {
+			r.add(MismatchLineTotal, t.InvoiceID, "line %s: amount %s; rate %s x the rounded subtotal %s gives %s (%v)",
+				t.LineID, t.Amount, t.TaxRate, base, want, err)
 		}
 	}
 }

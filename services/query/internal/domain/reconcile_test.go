@@ -506,3 +506,33 @@ func TestReconcileFeeLines(t *testing.T) {
 		}
 	}
 }
+
+// A tax line is held to its rate times its invoice's rounded subtotal (its
+// other lines), rounded half-even; a tax line without its rate is a
+// mismatch too.
+func TestReconcileTaxLines(t *testing.T) {
+	withTaxes := func(vat, city string, rate *decimal.Decimal) *flow {
+		f := healthy() // its invoice's lines come to 1.3
+		cityRate := d("0.025")
+		f.src.Invoice.LineTotals = append(f.src.Invoice.LineTotals,
+			recon.LineTotal{InvoiceID: f.inv, Currency: "USD", LineID: "tax/VAT", Kind: "tax", TaxRate: rate, Amount: d(vat)},
+			recon.LineTotal{InvoiceID: f.inv, Currency: "USD", LineID: "tax/CITY", Kind: "tax", TaxRate: &cityRate, Amount: d(city)})
+		f.src.Query.Invoices[0].Total = d("1.3").Add(d(vat)).Add(d(city))
+		return f
+	}
+	vat := d("0.2")
+	// 0.2 x 1.3 = 0.26; 0.025 x 1.3 = 0.0325 -> 0.03.
+	if rep := reconcile(t, "2026-11", withTaxes("0.26", "0.03", &vat).src); len(rep.Mismatches) != 0 {
+		t.Fatalf("healthy tax lines: %+v", rep.Mismatches)
+	}
+	for name, f := range map[string]*flow{
+		"a tax off by a cent": withTaxes("0.27", "0.03", &vat),
+		"a tax rounded up":    withTaxes("0.26", "0.04", &vat),
+		"a tax without rate":  withTaxes("0.26", "0.03", nil),
+	} {
+		rep := reconcile(t, "2026-11", f.src)
+		if len(rep.Mismatches) != 1 || rep.Mismatches[0].Kind != domain.MismatchLineTotal {
+			t.Errorf("%s: mismatches %+v, want one %s", name, rep.Mismatches, domain.MismatchLineTotal)
+		}
+	}
+}

@@ -1,0 +1,1 @@
+ALTER TABLE tenant_settings DROP COLUMN tax_rates;
