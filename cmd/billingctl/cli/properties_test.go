@@ -65,3 +65,23 @@ func TestReadUsageProperties(t *testing.T) {
 		}
 	}
 }
+
+// -tax-rate CODE:NAME:RATE keeps the rates in order; a name may hold colons
+// (the rate is after the last one); a missing part or a rate that is no
+// decimal is refused.
+func TestTaxRateFlag(t *testing.T) {
+	var f taxRatesFlag
+	for _, v := range []string{"VAT:VAT 20%:0.2", "CITY:City: Seoul:0.015"} {
+		if err := f.Set(v); err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+	}
+	if got := f.String(); got != "VAT:VAT 20%:0.2,CITY:City: Seoul:0.015" {
+		t.Fatalf("rates %s", got)
+	}
+	for _, bad := range []string{"VAT", "VAT:0.2", "VAT:VAT:twenty"} {
+		if err := f.Set(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -44,7 +44,7 @@ func init() {
 		})},
 		&command{name: "period show", args: "PERIOD", short: "a period's status and running estimate (PERIOD is YYYY-MM)", role: auth.RoleViewer, flags: periodShow},
 		&command{name: "period close", args: "PERIOD", short: "close a period now", role: auth.RoleBillingAdmin, flags: periodClose},
-		&command{name: "settings set", short: "the tenant's time zone and grace period (for periods not yet started)", role: auth.RoleBillingAdmin, flags: settingsSet},
+		&command{name: "settings set", short: "the tenant's time zone, grace period and tax rates (for periods not yet started)", role: auth.RoleBillingAdmin, flags: settingsSet},
 		&command{name: "invoice list", short: "the tenant's invoices", role: auth.RoleViewer, flags: listCommand(listSpec{
 			service: "invoice", path: "invoices", key: "invoices",
 			filters: []filter{{"period", "period", "only this period (YYYY-MM)"}},
@@ -196,6 +196,34 @@ func (t *tiersFlag) Set(v string) error {
 	return nil
 }
 
+// taxRatesFlag collects -tax-rate CODE:NAME:RATE, in order.
+type taxRatesFlag []billingapi.TaxRate
+
+func (t *taxRatesFlag) String() string {
+	if t == nil {
+		return ""
+	}
+	parts := make([]string, len(*t))
+	for i, r := range *t {
+		parts[i] = r.Code + ":" + r.Name + ":" + r.Rate.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (t *taxRatesFlag) Set(v string) error {
+	code, rest, ok := strings.Cut(v, ":")
+	i := strings.LastIndexByte(rest, ':')
+	if !ok || i < 0 {
+		return fmt.Errorf("want CODE:NAME:RATE such as VAT:VAT 20%%:0.2, got %q", v)
+	}
+	rate, err := decimal.NewFromString(rest[i+1:])
+	if err != nil {
+		return fmt.Errorf("rate of %q: %v", v, err)
+	}
+	*t = append(*t, billingapi.TaxRate{Code: code, Name: rest[:i], Rate: rate})
+	return nil
+}
+
 // dimensionsFlag collects -dimension NAME=VALUE: the dimension values a
 // price is for.
 type dimensionsFlag meterapi.PriceDimensions
@@ -318,6 +346,8 @@ func periodClose(fs *flag.FlagSet) runFunc {
 func settingsSet(fs *flag.FlagSet) runFunc {
 	tz := fs.String("time-zone", "", "IANA time zone of the tenant's periods, such as Europe/Paris")
 	grace := fs.String("grace-period", "", "ISO 8601 duration late usage is still taken after a period ends, such as PT6H")
+	var rates taxRatesFlag
+	fs.Var(&rates, "tax-rate", "CODE:NAME:RATE, a tax line on each invoice, such as VAT:VAT 20%:0.2 (repeat for several, in order)")
 	key := fs.String("idempotency-key", "", "the Idempotency-Key (default: derived from the request, so a rerun replays)")
 	return func(ctx context.Context, c *Client, args []string) error {
 		if err := positional(args); err != nil {
@@ -330,8 +360,11 @@ func settingsSet(fs *flag.FlagSet) runFunc {
 		if *grace != "" {
 			req.GracePeriod = grace
 		}
-		if req.TimeZone == nil && req.GracePeriod == nil {
-			return usagef("give -time-zone, -grace-period or both")
+		if len(rates) > 0 {
+			req.TaxRates = (*[]billingapi.TaxRate)(&rates)
+		}
+		if req.TimeZone == nil && req.GracePeriod == nil && req.TaxRates == nil {
+			return usagef("give -time-zone, -grace-period, -tax-rate or several (the settings are replaced whole: what is not given takes its default)")
 		}
 		return c.command(ctx, call{service: "billing", method: http.MethodPut, path: c.tenantPath("settings"), body: req}, *key)
 	}
@@ -357,7 +390,7 @@ func invoiceShow(fs *flag.FlagSet) runFunc {
 		}
 		lines, _ := v["lines"].([]any)
 		v["lines"] = json.Number(fmt.Sprint(len(lines)))
-		if err := c.object(v, "invoiceId", "number", "tenantId", "period", "currency", "status", "lines", "subtotal", "total", "issuedAt"); err != nil {
+		if err := c.object(v, "invoiceId", "number", "tenantId", "period", "currency", "status", "lines", "subtotal", "taxTotal", "total", "issuedAt"); err != nil {
 			return err
 		}
 		if cs := maps(v["corrections"]); len(cs) > 0 {
