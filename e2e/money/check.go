@@ -278,8 +278,12 @@ type invoiceDoc struct {
 		FeeCode       string            `json:"feeCode"`
 		Days          int               `json:"days"`
 		PeriodDays    int               `json:"periodDays"`
+		TaxCode       string            `json:"taxCode"`
+		Name          string            `json:"name"`
+		TaxRate       *decimal.Decimal  `json:"taxRate"`
 	} `json:"lines"`
 	Subtotal    decimal.Decimal  `json:"subtotal"`
+	TaxTotal    *decimal.Decimal `json:"taxTotal"`
 	Total       *decimal.Decimal `json:"total"`
 	Corrections []struct {
 		OriginEventID string          `json:"originEventId"`
@@ -344,9 +348,6 @@ func (r *runner) checkInvoices(ctx context.Context, t *Tenant, p string) error {
 		if !g.Subtotal.Equal(w.Subtotal) {
 			diffs = append(diffs, fmt.Sprintf("subtotal %s, want %s", g.Subtotal, w.Subtotal))
 		}
-		if g.Total == nil || !g.Total.Equal(w.Total) {
-			diffs = append(diffs, fmt.Sprintf("total %v, want %s", g.Total, w.Total))
-		}
 		corr := map[string]decimal.Decimal{}
 		for _, a := range w.Corrections {
 			corr[a.EventID] = a.Amount
@@ -359,12 +360,32 @@ func (r *runner) checkInvoices(ctx context.Context, t *Tenant, p string) error {
 				diffs = append(diffs, fmt.Sprintf("correction note %s %s, want %v", cn.OriginEventID, cn.Amount, orNone(a, ok)))
 			}
 		}
+		taxDiffs := compareTaxes(g, w)
 		if len(diffs) > 0 {
-			return fail("invoice", "%s invoice %s %s: %s", t.ID, p, c, strings.Join(diffs, "; "))
+			return fail("invoice", "%s invoice %s %s: %s", t.ID, p, c, strings.Join(append(diffs, taxDiffs...), "; "))
+		}
+		if len(taxDiffs) > 0 { // the rest agrees: a mistake in the taxes alone
+			return fail("tax", "%s invoice %s %s (%d tax rates of the period): %s", t.ID, p, c, len(w.Taxes), strings.Join(taxDiffs, "; "))
 		}
 		r.stats.Invoices++
+		r.taxed(t, p, w)
 	}
 	return nil
+}
+
+// taxed counts an issued invoice with tax lines the first time it agrees
+// with the model.
+func (r *runner) taxed(t *Tenant, p string, w *ExpInvoice) {
+	k := t.ID + " " + p + " " + w.Currency
+	if len(w.Taxes) == 0 || r.taxedSeen[k] {
+		return
+	}
+	r.taxedSeen[k] = true
+	if r.stats.TaxedInvoices == nil {
+		r.stats.TaxedInvoices = map[string]int{}
+	}
+	r.stats.TaxedInvoices[w.Currency]++
+	r.stats.TaxLines += len(w.Taxes)
 }
 
 // invoices of period p by currency.
@@ -391,7 +412,8 @@ func (r *runner) invoices(ctx context.Context, t *Tenant, p string) (map[string]
 
 // compareLines compares an invoice's lines with the model's: one charge
 // line per (meter, price version) with its quantity, count and amount, the
-// adjustment lines, and once issued the rounding line.
+// adjustment lines, and once issued the rounding line (its tax lines are
+// compareTaxes').
 func compareLines(t *Tenant, g invoiceDoc, w *ExpInvoice, issued bool) []string {
 	var diffs []string
 	{
@@ -456,6 +478,10 @@ func compareLines(t *Tenant, g invoiceDoc, w *ExpInvoice, issued bool) []string 
 				delete(adjs, l.OriginEventID)
 				if !l.Amount.Equal(a.Amount) {
 					diffs = append(diffs, fmt.Sprintf("adjustment line %s: %s, want %s", l.OriginEventID, l.Amount, a.Amount))
+				}
+			case "tax": // compared by compareTaxes once issued
+				if !issued {
+					diffs = append(diffs, fmt.Sprintf("a tax line %s %s before issue", l.TaxCode, l.Amount))
 				}
 			case "rounding":
 				rounding = true

@@ -1,8 +1,8 @@
 // Package money is the model-based money test (`make money-test`,
 // docs/money.md): a seeded sequence of random operations — prices of every
 // model with version changes, usage with replays, conflicts, late and
-// out-of-order facts, credits and debits, tenant time zones and grace
-// periods, explicit closes and automatic ones at period end plus grace
+// out-of-order facts, credits and debits, tenant time zones, grace
+// periods and tax rates, explicit closes and automatic ones at period end plus grace
 // (driven by a controllable clock), draft invoices during grace, corrections
 // after issue — sent over HTTP to the running services, and an in-memory reference
 // model that predicts every answer, every charge, every invoice, every
@@ -15,9 +15,10 @@
 //
 // Time: every service reads the test clock of decision 0015, the wall
 // clock plus the offset in CLOCK_OFFSET_FILE, and so does the model
-// (FileClock). Tenants set their time zone and grace period (PUT
-// .../settings, from the period after the one in progress ten minutes
-// ahead); an "advance" operation moves the clock to just after the next
+// (FileClock). Tenants set their time zone, grace period and tax rates
+// (PUT .../settings, which replaces them all, from the period after the one
+// in progress ten minutes ahead; the model predicts every issued invoice's
+// tax lines on its rounded subtotal, its taxTotal and its total); an "advance" operation moves the clock to just after the next
 // period end or close of any tenant (or a while before it, or a day or two
 // past it); the model then expects billing's scheduler to close every period
 // with charges whose end plus grace has passed (it waits until billing reads

@@ -195,16 +195,26 @@ type Tenant struct {
 	nextEventID int
 }
 
-// Setting is a tenant's time zone and grace period for the periods from
-// From on (docs/money.md, decision 0014).
+// Setting is a tenant's time zone, grace period and tax rates for the
+// periods from From on (docs/money.md, decision 0014, DESIGN.md section 3a).
 type Setting struct {
 	From  string
 	Zone  *time.Location
 	Grace time.Duration
+	Taxes []TaxRate // in the order the request listed them
 }
 
-// defaultSetting: UTC and one hour of grace.
+// defaultSetting: UTC, one hour of grace, no tax rates.
 var defaultSetting = Setting{Zone: time.UTC, Grace: time.Hour}
+
+// latestSetting is the tenant's last settings as sent (a pending change
+// included): what a new request, which replaces them all, keeps of them.
+func (t *Tenant) latestSetting() Setting {
+	if n := len(t.Settings); n > 0 {
+		return t.Settings[n-1]
+	}
+	return defaultSetting
+}
 
 func newTenant(id string, now time.Time, plans map[string]*Plan) *Tenant {
 	return &Tenant{ID: id, Created: now, Series: map[string]*Series{}, byIdentity: map[string]*Fact{},
@@ -461,13 +471,15 @@ type ExpInvoice struct {
 	Adjustments []*Adjustment
 	Subtotal    decimal.Decimal
 	Rounding    decimal.Decimal
-	Total       decimal.Decimal
+	Taxes       []TaxLine // on the issued invoice only
+	TaxTotal    decimal.Decimal
+	Total       decimal.Decimal // the rounded subtotal plus the taxes
 	Corrections []*Adjustment
 }
 
 // expectInvoice is the invoice of period p in currency c; with its fee
-// lines once issued (an open or draft invoice has none: they come with
-// billing's close).
+// and tax lines once issued (an open or draft invoice has none: they come
+// with billing's close and the invoice's issue).
 func (t *Tenant) expectInvoice(p, c string, issued bool) *ExpInvoice {
 	inv := &ExpInvoice{Currency: c, Charge: t.lines(p, c, nil)}
 	sub := decimal.Zero
@@ -492,8 +504,15 @@ func (t *Tenant) expectInvoice(p, c string, issued bool) *ExpInvoice {
 		}
 	}
 	inv.Subtotal = sub
-	inv.Total = roundTotal(sub, c)
-	inv.Rounding = inv.Total.Sub(sub)
+	rounded := roundTotal(sub, c)
+	inv.Rounding = rounded.Sub(sub)
+	if issued {
+		inv.Taxes = taxLines(t.setting(p).Taxes, sub, rounded, c)
+	}
+	for _, x := range inv.Taxes {
+		inv.TaxTotal = inv.TaxTotal.Add(x.Amount)
+	}
+	inv.Total = rounded.Add(inv.TaxTotal)
 	return inv
 }
 
@@ -511,7 +530,8 @@ type Summary struct {
 // dimensions; under unit pricing of sum and count meters the sum of its
 // charges' amounts, else its pricing over its aggregated quantity,
 // decision 0012); adjusted every
-// adjustment; invoiced the issued totals plus the correction notes.
+// adjustment; invoiced the issued totals (taxes included) plus the
+// correction notes.
 func (t *Tenant) expectSummary() Summary {
 	s := Summary{QuantityByMeter: map[string]decimal.Decimal{}, Charged: map[string]decimal.Decimal{},
 		Adjusted: map[string]decimal.Decimal{}, Invoiced: map[string]decimal.Decimal{}}

@@ -24,10 +24,11 @@ const (
 	OpAdvance
 	OpPlan
 	OpSubscribe
+	OpTaxes
 )
 
 var kindNames = [...]string{"new-tenant", "activate", "usage", "batch", "replay", "conflict", "to-bound",
-	"adjust", "adj-replay", "check", "close", "settings", "advance", "plan", "subscribe"}
+	"adjust", "adj-replay", "check", "close", "settings", "advance", "plan", "subscribe", "taxes"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -45,16 +46,17 @@ func (o Op) String() string { return fmt.Sprintf("%s#%x", o.Kind, o.Seed) }
 // weights of the kinds after the first op (a new tenant); new tenants and
 // closes are rare, so each tenant lives about 300 operations, in which the
 // clock moves to the next period end or close of some tenant about five
-// times, the tenant changes its zone and grace about once or twice and
-// subscribes to a plan (or changes plan) about three times while the run's
-// plans gain about two versions.
+// times, the tenant changes its zone and grace about once or twice and its
+// tax rates about twice (besides the rates two tenants in three start
+// with) and subscribes to a plan (or changes plan) about three times while
+// the run's plans gain about two versions.
 var weights = []struct {
 	k Kind
 	w int
 }{
 	{OpNewTenant, 3}, {OpActivate, 50}, {OpUsage, 420}, {OpBatch, 40}, {OpReplay, 60}, {OpConflict, 30},
 	{OpToBound, 60}, {OpAdjust, 110}, {OpAdjReplay, 20}, {OpCheck, 12}, {OpClose, 6},
-	{OpSettings, 5}, {OpAdvance, 16}, {OpPlan, 8}, {OpSubscribe, 10},
+	{OpSettings, 5}, {OpAdvance, 16}, {OpPlan, 8}, {OpSubscribe, 10}, {OpTaxes, 6},
 }
 
 // Generate is the operation sequence of seed: n ops, the first a new tenant.

@@ -18,7 +18,8 @@ const (
 // mutation is a deliberate error in the model (MONEY_MUTATE), to see the
 // test fail: "graduated-boundary" counts a graduated tier as reached (its
 // flat fee charged) when the quantity is exactly the previous tier's upTo;
-// "volume-floor" bounds credits by a volume line's amount, not its floor.
+// "volume-floor" bounds credits by a volume line's amount, not its floor;
+// the others are listed in docs/money.md.
 var mutation string
 
 // quantum is the smallest quantity step: at most 12 decimal places.
@@ -180,7 +181,8 @@ func minor(currency string) int32 {
 	return e
 }
 
-// roundTotal rounds an invoice subtotal once, half-even, to the minor unit.
+// roundTotal rounds d half-even to the minor unit: an invoice's subtotal,
+// once, and each of its taxes.
 func roundTotal(d decimal.Decimal, currency string) decimal.Decimal {
 	e := minor(currency)
 	// half-even by hand: compare the remainder with half a minor unit

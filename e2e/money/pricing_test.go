@@ -41,6 +41,8 @@ func TestModelArithmetic(t *testing.T) {
 		{"round BHD", roundTotal(dec("1.0005"), "BHD"), "1"},
 		{"round JPY half", roundTotal(dec("2.5"), "JPY"), "2"},
 		{"floor minor", floorMinor(dec("-0.005"), "USD"), "-0.01"},
+		{"tax of the rounded subtotal, half-even", taxLines([]TaxRate{{Rate: dec("0.25")}}, dec("1002.5"), dec("1002"), "KRW")[0].Amount, "250"},
+		{"tax in BHD, half-even", taxLines([]TaxRate{{Rate: dec("0.125")}}, dec("2.0035"), dec("2.004"), "BHD")[0].Amount, "0.25"},
 	} {
 		if !tc.got.Equal(dec(tc.want)) {
 			t.Errorf("%s: got %s, want %s", tc.name, tc.got, tc.want)

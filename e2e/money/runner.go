@@ -93,6 +93,10 @@ type Stats struct {
 	PlanVersions, Subscriptions, PlanPriced int
 	// FeeLines counts the fixed-fee and true-up lines of issued invoices compared.
 	FeeLines int
+	// TaxedInvoices counts the issued invoices with tax lines that agreed
+	// with the model, by currency; TaxLines their tax lines.
+	TaxedInvoices map[string]int
+	TaxLines      int
 }
 
 func (s Stats) String() string {
@@ -104,7 +108,8 @@ func (s Stats) String() string {
 		fmt.Sprintf("; catalog: accepted facts by aggregation %v, %d unpriced (%d of a meter the tenant has no price of its own for), %d priced by a dimension price; %d dimension prices activated, %d refused ambiguous_price",
 			s.ByAggregation, s.Unpriced, s.NoSeries, s.DimPriced, s.DimPrices, s.Ambiguous) +
 		fmt.Sprintf("; plans: %d versions published or refused, %d subscriptions asked, %d facts priced by a plan's charge, %d fee and true-up lines compared",
-			s.PlanVersions, s.Subscriptions, s.PlanPriced, s.FeeLines)
+			s.PlanVersions, s.Subscriptions, s.PlanPriced, s.FeeLines) +
+		fmt.Sprintf("; taxes: issued invoices with tax lines by currency %v, %d tax lines", s.TaxedInvoices, s.TaxLines)
 }
 
 type runner struct {
@@ -118,6 +123,9 @@ type runner struct {
 	stats   Stats
 	counter int
 	plans   map[string]*Plan // published by the run, by code
+	// taxedSeen are the issued invoices with tax lines counted in stats
+	// (tenant, period, currency).
+	taxedSeen map[string]bool
 }
 
 type mismatch struct{ kind, msg string }
@@ -138,7 +146,7 @@ func Run(ctx context.Context, cfg Config, ops []Op) (Stats, *Failure, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	r := &runner{cfg: cfg, c: newClient(cfg.URLs), plans: map[string]*Plan{}}
+	r := &runner{cfg: cfg, c: newClient(cfg.URLs), plans: map[string]*Plan{}, taxedSeen: map[string]bool{}}
 	began := time.Now()
 	handle := func(i int, err error) (*Failure, error) {
 		var m *mismatch
@@ -234,6 +242,8 @@ func (r *runner) exec(ctx context.Context, op Op) error {
 		return r.close(ctx)
 	case OpSettings:
 		return r.settings(ctx, t)
+	case OpTaxes:
+		return r.taxes(ctx, t)
 	case OpSubscribe:
 		return r.subscribe(ctx, t)
 	}
@@ -276,6 +286,13 @@ func (r *runner) newTenant(ctx context.Context) error {
 	k := 2 + r.rng.IntN(len(meters)-1)
 	for _, i := range perm[:k] {
 		if err := r.activateFirst(ctx, t, meters[i].Code, meters[i].Currency); err != nil {
+			return err
+		}
+	}
+	if r.rng.IntN(3) > 0 { // most customers pay taxes, from their second period on
+		want := t.latestSetting()
+		want.Taxes = r.someTaxRates(1 + r.rng.IntN(3))
+		if err := r.putSettings(ctx, t, "taxes", settingsBody(want), want, 200, ""); err != nil {
 			return err
 		}
 	}

@@ -40,17 +40,21 @@ func (r *runner) driver() Driver {
 
 // ---- settings ----
 
-// settings sets the tenant's time zone and grace (PUT .../settings), or
-// sends a refused one. A change applies from the period after the one in
-// progress settingsLead from now; the model sends one only when no earlier
-// change is still pending (or it would replace it: the same period).
+// settings sets the tenant's time zone and grace (PUT .../settings, which
+// replaces every setting): mostly with its tax rates as they are, now and
+// then with new ones or none; or sends a refused one.
 func (r *runner) settings(ctx context.Context, t *Tenant) error {
-	zone := zones[r.rng.IntN(len(zones))]
-	grace := graces[r.rng.IntN(len(graces))]
-	body := map[string]any{"timeZone": zone}
-	if grace.ISO != "" {
-		body["gracePeriod"] = grace.ISO
+	want := t.latestSetting()
+	if err := r.randomZone(&want); err != nil {
+		return err
 	}
+	switch r.rng.IntN(10) {
+	case 0, 1:
+		want.Taxes = r.taxRates()
+	case 2:
+		want.Taxes = nil // left out: dropped
+	}
+	body := settingsBody(want)
 	wantStatus, wantCode := 200, ""
 	switch x := r.rng.IntN(100); {
 	case x < 6:
@@ -63,13 +67,49 @@ func (r *runner) settings(ctx context.Context, t *Tenant) error {
 		body["gracePeriod"], wantStatus, wantCode = "P7DT1S", 422, "grace_period_out_of_range"
 	case x < 22:
 		delete(body, "timeZone") // the default zone
-		zone = "UTC"
+		want.Zone = time.UTC
 	}
+	return r.putSettings(ctx, t, "settings", body, want, wantStatus, wantCode)
+}
+
+// randomZone gives s one of the zones and graces.
+func (r *runner) randomZone(s *Setting) error {
+	loc, err := time.LoadLocation(zones[r.rng.IntN(len(zones))])
+	if err != nil {
+		return err
+	}
+	s.Zone, s.Grace = loc, graces[r.rng.IntN(len(graces))].D
+	return nil
+}
+
+// settingsBody is the settings request for s: every field, for the
+// request replaces them all (a grace of an hour and no tax rates are
+// left out, their defaults).
+func settingsBody(s Setting) map[string]any {
+	body := map[string]any{"timeZone": s.Zone.String()}
+	for _, g := range graces {
+		if g.D == s.Grace && g.ISO != "" {
+			body["gracePeriod"] = g.ISO
+		}
+	}
+	if len(s.Taxes) > 0 {
+		body["taxRates"] = taxRatesBody(s.Taxes)
+	}
+	return body
+}
+
+// putSettings sends body, the settings request for want or (wantStatus
+// 400 or 422) a refused variant of it, and records want from the period
+// billing says it applies from. A change applies from the period after the
+// one in progress settingsLead from now; the model sends one only when no
+// earlier change is still pending (or it would replace it: the same
+// period).
+func (r *runner) putSettings(ctx context.Context, t *Tenant, what string, body map[string]any, want Setting, wantStatus int, wantCode string) error {
 	now := r.now()
 	from := nextPeriod(t.periodOf(now.Add(settingsLead)))
 	if wantStatus == 200 {
 		if n := len(t.Settings); n > 0 && t.Settings[n-1].From > t.periodOf(now) && t.Settings[n-1].From != from {
-			r.note("#%d settings %s: skipped, a change from %s is pending", r.step, t.ID, t.Settings[n-1].From)
+			r.note("#%d %s %s: skipped, a change from %s is pending", r.step, what, t.ID, t.Settings[n-1].From)
 			return nil
 		}
 	}
@@ -77,33 +117,30 @@ func (r *runner) settings(ctx context.Context, t *Tenant) error {
 	if err != nil {
 		return err
 	}
-	r.note("#%d settings %s %v -> %d %s %s", r.step, t.ID, body, a.Status, a.Code(), clip(string(a.Body)))
+	r.note("#%d %s %s %v -> %d %s %s", r.step, what, t.ID, body, a.Status, a.Code(), clip(string(a.Body)))
 	if a.Status != wantStatus || a.Code() != wantCode {
-		return fail("settings", "%s settings %v: want %d %s, got %d %s", t.ID, body, wantStatus, wantCode, a.Status, clip(string(a.Body)))
+		return fail("settings", "%s %s %v: want %d %s, got %d %s", t.ID, what, body, wantStatus, wantCode, a.Status, clip(string(a.Body)))
 	}
 	if wantStatus != 200 {
 		return nil
 	}
 	var got struct {
-		TimeZone      string `json:"timeZone"`
-		EffectiveFrom string `json:"effectiveFrom"`
+		TimeZone      string       `json:"timeZone"`
+		TaxRates      []taxRateDoc `json:"taxRates"`
+		EffectiveFrom string       `json:"effectiveFrom"`
 	}
 	if err := a.decode(&got); err != nil {
 		return err
 	}
-	if got.TimeZone != zone || got.EffectiveFrom != from {
-		return fail("settings", "%s settings %v at %s: want zone %s effective from %s, got %s", t.ID, body,
-			now.Format(time.RFC3339Nano), zone, from, clip(string(a.Body)))
+	if got.TimeZone != want.Zone.String() || got.EffectiveFrom != from || !sameTaxRates(got.TaxRates, want.Taxes) {
+		return fail("settings", "%s %s %v at %s: want zone %s, tax rates %v, effective from %s, got %s", t.ID, what, body,
+			now.Format(time.RFC3339Nano), want.Zone, taxRatesBody(want.Taxes), from, clip(string(a.Body)))
 	}
-	loc, err := time.LoadLocation(zone)
-	if err != nil {
-		return err
-	}
-	s := Setting{From: from, Zone: loc, Grace: grace.D}
+	want.From = from
 	if n := len(t.Settings); n > 0 && t.Settings[n-1].From == from {
-		t.Settings[n-1] = s // a second change before the period begins replaces the first
+		t.Settings[n-1] = want // a second change before the period begins replaces the first
 	} else {
-		t.Settings = append(t.Settings, s)
+		t.Settings = append(t.Settings, want)
 	}
 	r.stats.Settings++
 	return nil
