@@ -457,6 +457,10 @@ type BillingPeriodClosed struct {
 	// the period began): invoice adds one tax line per rate to each of the
 	// period's invoices, rate x the rounded subtotal (DESIGN.md section 3a).
 	TaxRates []TaxRate `json:"taxRates,omitempty"`
+	// PeriodEnd is when the period ends in the tenant's zone: invoice draws
+	// the credit grants in effect then. Zero in events from before it was
+	// sent (the end of the month in UTC then).
+	PeriodEnd time.Time `json:"periodEnd,omitzero"`
 }
 
 // MaxTaxRates is the most tax rates a tenant's settings hold.
@@ -595,14 +599,21 @@ type InvoiceIssued struct {
 	// Total = Subtotal + Rounding + TaxTotal.
 	TaxTotal decimal.Decimal `json:"taxTotal"`
 	Total    decimal.Decimal `json:"total"`
-	IssuedAt time.Time       `json:"issuedAt"`
+	// CreditsApplied is what the credit grants drawn at issue came to (zero
+	// or negative): AmountDue = Total + CreditsApplied, never below zero.
+	CreditsApplied decimal.Decimal `json:"creditsApplied"`
+	AmountDue      decimal.Decimal `json:"amountDue"`
+	IssuedAt       time.Time       `json:"issuedAt"`
 }
 
 // Validate checks the payload's own rules.
 func (p InvoiceIssued) Validate() error {
 	return first(need(p.InvoiceID != uuid.Nil, "invoiceId"), need(p.Number >= 1, "number"), periodOK(p.Period),
 		currencyOK(p.Currency), need(p.ChargeLines >= 0 && p.Charges >= p.ChargeLines, "charges"),
-		need(p.Adjustments >= 0, "adjustments"), need(!p.TaxTotal.IsNegative(), "taxTotal"), need(p.Total.Equal(p.Subtotal.Add(p.Rounding).Add(p.TaxTotal)), "total"))
+		need(p.Adjustments >= 0, "adjustments"), need(!p.TaxTotal.IsNegative(), "taxTotal"), need(p.Total.Equal(p.Subtotal.Add(p.Rounding).Add(p.TaxTotal)), "total"),
+		need(!p.CreditsApplied.IsPositive(), "creditsApplied"), need(!p.AmountDue.IsNegative(), "amountDue"),
+		// Events from before credits carry neither figure.
+		need(p.CreditsApplied.IsZero() && p.AmountDue.IsZero() || p.AmountDue.Equal(p.Total.Add(p.CreditsApplied)), "amountDue"))
 }
 
 // InvoiceCorrectionIssued: an adjustment arrived after the invoice was

@@ -46,10 +46,12 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	// Every setting checked before any is refused: one error lists them all.
 	hooks, hooksErr := webhook.LoadConfig(service.NewEnv())
 	seller, sellerErr := document.LoadSeller(service.NewEnv())
-	if err := errors.Join(hooksErr, sellerErr); err != nil {
+	env := service.NewEnv()
+	maxGrants := env.Int("INVOICE_MAX_CREDIT_GRANTS", app.DefaultMaxGrants)
+	if err := errors.Join(hooksErr, sellerErr, env.Err()); err != nil {
 		return service.Parts{}, err
 	}
-	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Clock: now}, app.Config{WebhookTTL: hooks.TTL})
+	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Clock: now}, app.Config{WebhookTTL: hooks.TTL, MaxGrants: maxGrants})
 	worker, err := webhook.NewWorker(d.Pool, hooks, d.Logger, d.Metrics)
 	if err != nil {
 		return service.Parts{}, err
@@ -62,7 +64,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	}
 	return service.Parts{
 		Work:           work,
-		Routes:         func(r chi.Router) { api.Routes(r); hookAPI.Routes(r) },
+		Routes:         func(r chi.Router) { api.Routes(r); api.CreditRoutes(r); hookAPI.Routes(r) },
 		Topics:         app.Topics,
 		Handlers:       a.Handlers(),
 		BatchHandlers:  a.BatchHandlers(),

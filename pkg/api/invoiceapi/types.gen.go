@@ -10,27 +10,51 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+// Defines values for CreditGrantStatus.
+const (
+	CreditGrantStatusActive  CreditGrantStatus = "active"
+	CreditGrantStatusExpired CreditGrantStatus = "expired"
+	CreditGrantStatusPending CreditGrantStatus = "pending"
+	CreditGrantStatusUsed    CreditGrantStatus = "used"
+)
+
+// Valid indicates whether the value is a known member of the CreditGrantStatus enum.
+func (e CreditGrantStatus) Valid() bool {
+	switch e {
+	case CreditGrantStatusActive:
+		return true
+	case CreditGrantStatusExpired:
+		return true
+	case CreditGrantStatusPending:
+		return true
+	case CreditGrantStatusUsed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for IntentStatus.
 const (
-	Accepted IntentStatus = "accepted"
-	Expired  IntentStatus = "expired"
-	Failed   IntentStatus = "failed"
-	Leased   IntentStatus = "leased"
-	Pending  IntentStatus = "pending"
+	IntentStatusAccepted IntentStatus = "accepted"
+	IntentStatusExpired  IntentStatus = "expired"
+	IntentStatusFailed   IntentStatus = "failed"
+	IntentStatusLeased   IntentStatus = "leased"
+	IntentStatusPending  IntentStatus = "pending"
 )
 
 // Valid indicates whether the value is a known member of the IntentStatus enum.
 func (e IntentStatus) Valid() bool {
 	switch e {
-	case Accepted:
+	case IntentStatusAccepted:
 		return true
-	case Expired:
+	case IntentStatusExpired:
 		return true
-	case Failed:
+	case IntentStatusFailed:
 		return true
-	case Leased:
+	case IntentStatusLeased:
 		return true
-	case Pending:
+	case IntentStatusPending:
 		return true
 	default:
 		return false
@@ -41,6 +65,7 @@ func (e IntentStatus) Valid() bool {
 const (
 	Adjustment    InvoiceLineKind = "adjustment"
 	Charge        InvoiceLineKind = "charge"
+	CreditApplied InvoiceLineKind = "credit_applied"
 	FixedFee      InvoiceLineKind = "fixed_fee"
 	MinimumTrueUp InvoiceLineKind = "minimum_true_up"
 	Rounding      InvoiceLineKind = "rounding"
@@ -54,6 +79,8 @@ func (e InvoiceLineKind) Valid() bool {
 	case Adjustment:
 		return true
 	case Charge:
+		return true
+	case CreditApplied:
 		return true
 	case FixedFee:
 		return true
@@ -118,6 +145,64 @@ type Correction struct {
 	CorrectionId  Uuid      `json:"correctionId"`
 	IssuedAt      time.Time `json:"issuedAt"`
 	OriginEventId Uuid      `json:"originEventId"`
+}
+
+// CreditGrant defines model for CreditGrant.
+type CreditGrant struct {
+	Actor string `json:"actor"`
+
+	// Amount an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	Amount Decimal `json:"amount"`
+
+	// Balance what the invoices have not drawn yet
+	//
+	// Examples: 12.5
+	Balance     Decimal    `json:"balance"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	Currency    string     `json:"currency"`
+	EffectiveAt time.Time  `json:"effectiveAt"`
+	ExpiresAt   *time.Time `json:"expiresAt,omitempty"`
+	GrantId     Uuid       `json:"grantId"`
+	Priority    int        `json:"priority"`
+	Reason      string     `json:"reason"`
+
+	// Status now: pending before effectiveAt, used with nothing left, expired past expiresAt (its balance void)
+	Status   CreditGrantStatus `json:"status"`
+	TenantId string            `json:"tenantId"`
+}
+
+// CreditGrantStatus now: pending before effectiveAt, used with nothing left, expired past expiresAt (its balance void)
+type CreditGrantStatus string
+
+// CreditGrantList defines model for CreditGrantList.
+type CreditGrantList struct {
+	Grants []CreditGrant `json:"grants"`
+	Next   *string       `json:"next,omitempty"`
+}
+
+// CreditGrantRequest defines model for CreditGrantRequest.
+type CreditGrantRequest struct {
+	// Amount above zero, in whole minor units of the currency
+	//
+	// Examples: 12.5
+	Amount Decimal `json:"amount"`
+
+	// Currency an active ISO 4217 code
+	Currency string `json:"currency"`
+
+	// EffectiveAt from when invoices may draw it (default now); an invoice draws the grants in effect at its period's end
+	EffectiveAt *time.Time `json:"effectiveAt,omitempty"`
+
+	// ExpiresAt after effectiveAt and now; what is left then is void (default: none)
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+
+	// Priority 0 (default, drawn first) to 1000; then the earliest expiry, then the oldest
+	Priority *int `json:"priority,omitempty"`
+
+	// Reason 1-500 characters
+	Reason string `json:"reason"`
 }
 
 // Decimal an exact decimal number as a string, such as "12.5"
@@ -218,11 +303,20 @@ type InternalRetryResponse struct {
 
 // Invoice defines model for Invoice.
 type Invoice struct {
-	Corrections []Correction  `json:"corrections"`
-	Currency    string        `json:"currency"`
-	InvoiceId   Uuid          `json:"invoiceId"`
-	IssuedAt    *time.Time    `json:"issuedAt"`
-	Lines       []InvoiceLine `json:"lines"`
+	// AmountDue issued: total + creditsApplied, never below zero; absent before
+	//
+	// Examples: 12.5
+	AmountDue   *Decimal     `json:"amountDue,omitempty"`
+	Corrections []Correction `json:"corrections"`
+
+	// CreditsApplied issued: the credit_applied lines' sum, zero or negative; absent before
+	//
+	// Examples: 12.5
+	CreditsApplied *Decimal      `json:"creditsApplied,omitempty"`
+	Currency       string        `json:"currency"`
+	InvoiceId      Uuid          `json:"invoiceId"`
+	IssuedAt       *time.Time    `json:"issuedAt"`
+	Lines          []InvoiceLine `json:"lines"`
 
 	// Number a gap-free sequence per tenant; absent until issued
 	Number *int64        `json:"number,omitempty"`
@@ -261,10 +355,13 @@ type InvoiceLine struct {
 	Dimensions *map[string]string `json:"dimensions,omitempty"`
 
 	// FeeCode a fixed_fee line: the plan's fee
-	FeeCode *string         `json:"feeCode,omitempty"`
+	FeeCode *string `json:"feeCode,omitempty"`
+
+	// GrantId a credit_applied line: the credit grant it drew (its amount, negative, what it took)
+	GrantId *Uuid           `json:"grantId,omitempty"`
 	Kind    InvoiceLineKind `json:"kind"`
 
-	// LineId charge/<meterCode>/<priceVersion>, followed by /<key> for a price with dimensions or a plan's charge (name=value pairs in name order, query-escaped, joined by &; a plan's charge adds the pair %40plan=<planCode>, and its priceVersion is the plan's version); unpriced/<meterCode>; fixed_fee/<planCode>/<planVersion>/<feeCode>; minimum_true_up/<planCode>/<planVersion>; adjustment/<originEventId>; rounding; tax/<taxCode>
+	// LineId charge/<meterCode>/<priceVersion>, followed by /<key> for a price with dimensions or a plan's charge (name=value pairs in name order, query-escaped, joined by &; a plan's charge adds the pair %40plan=<planCode>, and its priceVersion is the plan's version); unpriced/<meterCode>; fixed_fee/<planCode>/<planVersion>/<feeCode>; minimum_true_up/<planCode>/<planVersion>; adjustment/<originEventId>; rounding; tax/<taxCode>; credit_applied/<grantId>
 	LineId string `json:"lineId"`
 
 	// MeterCode charge and unpriced lines
@@ -413,8 +510,14 @@ type WebhookIntentStats struct {
 	OldestPendingAgeSeconds float32          `json:"oldestPendingAgeSeconds"`
 }
 
+// CorrelationId defines model for CorrelationId.
+type CorrelationId = string
+
 // Cursor defines model for Cursor.
 type Cursor = string
+
+// IdempotencyKey defines model for IdempotencyKey.
+type IdempotencyKey = string
 
 // InternalAfter defines model for InternalAfter.
 type InternalAfter = string
@@ -508,6 +611,24 @@ type InternalWebhookIntentsParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ListCreditGrantsParams defines parameters for ListCreditGrants.
+type ListCreditGrantsParams struct {
+	// Limit page size (default 100)
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the next value of the previous page
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// GrantCreditParams defines parameters for GrantCredit.
+type GrantCreditParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. A replay answers the first response with Idempotent-Replayed true; the same key with another body is 422 idempotency_key_reused.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
+	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
+}
+
 // ListInvoicesParams defines parameters for ListInvoices.
 type ListInvoicesParams struct {
 	// Period YYYY-MM
@@ -531,6 +652,9 @@ type ListWebhookEndpointsParams struct {
 
 // InternalRetryWebhookIntentJSONRequestBody defines body for InternalRetryWebhookIntent for application/json ContentType.
 type InternalRetryWebhookIntentJSONRequestBody = InternalRetryRequest
+
+// GrantCreditJSONRequestBody defines body for GrantCredit for application/json ContentType.
+type GrantCreditJSONRequestBody = CreditGrantRequest
 
 // CreateWebhookEndpointJSONRequestBody defines body for CreateWebhookEndpoint for application/json ContentType.
 type CreateWebhookEndpointJSONRequestBody = WebhookEndpointRequest

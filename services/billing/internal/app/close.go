@@ -216,6 +216,7 @@ func (a *App) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, pe
 		closed.Fees = fees
 	}
 	closed.TaxRates = cals[r.TenantID].Settings(period).TaxRates
+	closed.PeriodEnd = cals[r.TenantID].End(period).UTC()
 	for _, row := range rows {
 		closed.Charges += row.Charges
 		closed.Adjustments += row.Adjustments

@@ -36,7 +36,14 @@ type Config struct {
 	// WebhookTTL is how long after its commit a webhook intent is tried
 	// before it expires (WEBHOOK_TTL; default webhook.DefaultTTL).
 	WebhookTTL time.Duration
+	// MaxGrants is how many credit grants with a balance that have not
+	// expired one tenant may have (INVOICE_MAX_CREDIT_GRANTS; default
+	// DefaultMaxGrants): one more is refused 422 limit_exceeded.
+	MaxGrants int
 }
+
+// DefaultMaxGrants is Config.MaxGrants when unset.
+const DefaultMaxGrants = 100
 
 // App applies billing's events to the invoices and reads them.
 type App struct {
@@ -44,6 +51,8 @@ type App struct {
 	log      *slog.Logger
 	now      func() time.Time
 	webhooks *webhook.Recorder
+	// maxGrants is Config.MaxGrants.
+	maxGrants int
 	// afterLock, when set (tests: SetAfterLock), runs after a close locks
 	// its invoices and before it tallies them.
 	afterLock func()
@@ -62,6 +71,10 @@ func New(d Deps, c Config) *App {
 		c.WebhookTTL = webhook.DefaultTTL
 	}
 	a.webhooks = &webhook.Recorder{TTL: c.WebhookTTL}
+	a.maxGrants = c.MaxGrants
+	if a.maxGrants <= 0 {
+		a.maxGrants = DefaultMaxGrants
+	}
 	return a
 }
 

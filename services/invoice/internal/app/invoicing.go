@@ -342,7 +342,8 @@ func (a *App) ApplyPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Deco
 		if inv.Status != domain.StatusOpen {
 			return inbox.Outcome{}, fmt.Errorf("invoice %s of %s %s is %s before its close", inv.InvoiceID, e.TenantID, p.Period, inv.Status)
 		}
-		ev, err := a.issue(ctx, q, e, p.Period, inv.InvoiceID, inv.Currency, want[inv.Currency], p.Fees[inv.Currency], p.TaxRates, now)
+		ev, err := a.issue(ctx, q, e, p.Period, inv.InvoiceID, inv.Currency, want[inv.Currency], p.Fees[inv.Currency], p.TaxRates,
+			periodEnd(p), now)
 		if err != nil {
 			return inbox.Outcome{}, err
 		}
@@ -511,7 +512,7 @@ func groupOf(l db.ChargeLineSumsRow) (domain.Group, error) {
 // and returns the InvoiceIssued to publish (ChargeLines counts the charge
 // and unpriced lines, Charges their charges).
 func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, period string, invoiceID uuid.UUID,
-	currency string, want domain.Tally, fees []events.FeeLine, rates []events.TaxRate, now time.Time) (envelope.Envelope, error) {
+	currency string, want domain.Tally, fees []events.FeeLine, rates []events.TaxRate, end, now time.Time) (envelope.Envelope, error) {
 	sums, err := q.ChargeLineSums(ctx, db.ChargeLineSumsParams{TenantID: e.TenantID, Period: period, Currency: currency})
 	if err != nil {
 		return envelope.Envelope{}, fmt.Errorf("group charge lines of %s: %w", invoiceID, err)
@@ -564,6 +565,11 @@ func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, pe
 	if err := writeTaxLines(ctx, q, e, invoiceID, amounts.Taxes); err != nil {
 		return envelope.Envelope{}, err
 	}
+	credits, err := drawCredits(ctx, q, e, invoiceID, currency, end, amounts.Total)
+	if err != nil {
+		return envelope.Envelope{}, err
+	}
+	due := amounts.Total.Add(credits)
 	number, err := q.NextInvoiceNumber(ctx, e.TenantID)
 	if err != nil {
 		return envelope.Envelope{}, fmt.Errorf("take invoice number of %s: %w", e.TenantID, err)
@@ -571,13 +577,15 @@ func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, pe
 	ev, err := events.Caused(e, events.InvoiceIssued{
 		InvoiceID: invoiceID, Number: number, Period: period, Currency: currency,
 		ChargeLines: int64(len(sums)), Charges: charges, Adjustments: want.Adjustments,
-		Subtotal: amounts.Subtotal, Rounding: amounts.Rounding, TaxTotal: amounts.TaxTotal, Total: amounts.Total, IssuedAt: now,
+		Subtotal: amounts.Subtotal, Rounding: amounts.Rounding, TaxTotal: amounts.TaxTotal, Total: amounts.Total,
+		CreditsApplied: credits, AmountDue: due, IssuedAt: now,
 	}, invoiceMeta(e, invoiceID, 1, now))
 	if err != nil {
 		return envelope.Envelope{}, err
 	}
 	n, err := q.IssueInvoice(ctx, db.IssueInvoiceParams{
-		InvoiceID: invoiceID, Number: number, Subtotal: amounts.Subtotal, TaxTotal: amounts.TaxTotal, Total: amounts.Total, IssuedAt: now,
+		InvoiceID: invoiceID, Number: number, Subtotal: amounts.Subtotal, TaxTotal: amounts.TaxTotal, Total: amounts.Total,
+		CreditsApplied: credits, AmountDue: due, IssuedAt: now,
 		CloseEventID: e.EventID, IssuedEventID: ev.EventID,
 	})
 	if err != nil {
@@ -608,6 +616,19 @@ func writeFeeLines(ctx context.Context, q *db.Queries, e *envelope.Envelope, inv
 		return decimal.Decimal{}, fmt.Errorf("write fee lines of %s: %w", invoiceID, err)
 	}
 	return sum, nil
+}
+
+// periodEnd is when the closed period ends in the tenant's zone, as billing
+// sent it; for a close from before it did, the end of the month in UTC.
+func periodEnd(p events.BillingPeriodClosed) time.Time {
+	if !p.PeriodEnd.IsZero() {
+		return p.PeriodEnd
+	}
+	start, err := events.ParsePeriod(p.Period)
+	if err != nil {
+		return p.ClosedAt
+	}
+	return start.AddDate(0, 1, 0)
 }
 
 // writeTaxLines writes the invoice's tax lines, in their rates' order.

@@ -21,18 +21,22 @@ var ErrNotFound = errors.New("invoice not found")
 
 // Invoice is an invoice as read, with its lines and correction notes.
 type Invoice struct {
-	InvoiceID   uuid.UUID
-	Number      *int64 // nil until issued
-	TenantID    string
-	Period      string
-	Currency    string
-	Status      string
-	Lines       []Line
-	Subtotal    decimal.Decimal  // while open: the exact sum of the lines so far
-	TaxTotal    decimal.Decimal  // the tax lines' sum (zero while open)
-	Total       *decimal.Decimal // nil while open
-	IssuedAt    *time.Time       // nil while open
-	Corrections []Correction
+	InvoiceID uuid.UUID
+	Number    *int64 // nil until issued
+	TenantID  string
+	Period    string
+	Currency  string
+	Status    string
+	Lines     []Line
+	Subtotal  decimal.Decimal  // while open: the exact sum of the lines so far
+	TaxTotal  decimal.Decimal  // the tax lines' sum (zero while open)
+	Total     *decimal.Decimal // nil while open
+	// CreditsApplied is the credit lines' sum (zero or negative) and
+	// AmountDue Total + CreditsApplied: nil while open.
+	CreditsApplied *decimal.Decimal
+	AmountDue      *decimal.Decimal
+	IssuedAt       *time.Time // nil while open
+	Corrections    []Correction
 }
 
 // Line is one invoice line: a charge line aggregating the charges of one
@@ -61,6 +65,8 @@ type Line struct {
 	// A tax line's code and rate (Name is its name).
 	TaxCode string
 	TaxRate *decimal.Decimal
+	// A credit_applied line's grant.
+	GrantID *uuid.UUID
 }
 
 // Correction is a correction note issued after the invoice.
@@ -80,6 +86,9 @@ type Position struct {
 
 // PositionOf is the position of inv.
 func PositionOf(inv Invoice) Position { return Position{Period: inv.Period, Currency: inv.Currency} }
+
+// Now is the App's clock: the "now" of its commands and reads.
+func (a *App) Now() time.Time { return a.now() }
 
 // readOnly is how the App reads invoices: each read from one snapshot.
 var readOnly = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
@@ -205,6 +214,11 @@ func invoiceOf(r db.ListInvoicesRow) Invoice {
 		number, total, issuedAt := r.Number.Int64, r.Total.Decimal, r.IssuedAt.UTC()
 		inv.Number, inv.Subtotal, inv.Total, inv.IssuedAt = &number, r.Subtotal.Decimal, &total, &issuedAt
 		inv.TaxTotal = r.TaxTotal
+		credits, due := r.CreditsApplied, r.Total.Decimal
+		if r.AmountDue.Valid { // issued before credits: nothing was drawn
+			due = r.AmountDue.Decimal
+		}
+		inv.CreditsApplied, inv.AmountDue = &credits, &due
 	}
 	return inv
 }
@@ -261,6 +275,9 @@ func storedLine(l db.ListStoredLinesRow) (Line, error) {
 		return Line{Kind: l.Kind, Amount: l.Amount, LineID: domain.FeeLineID(l.Kind, l.PlanCode, l.PlanVersion, l.FeeCode),
 			PlanCode: l.PlanCode, PlanVersion: l.PlanVersion, FeeCode: l.FeeCode, Name: l.FeeName,
 			Days: int(l.Days), PeriodDays: int(l.PeriodDays)}, nil
+	case domain.KindCredit:
+		origin, id := l.OriginEventID.UUID, l.GrantID.UUID
+		return Line{Kind: l.Kind, Amount: l.Amount, LineID: domain.CreditLineID(id), OriginEventID: &origin, GrantID: &id}, nil
 	case domain.KindTax:
 		origin, rate := l.OriginEventID.UUID, l.TaxRate
 		return Line{Kind: l.Kind, Amount: l.Amount, LineID: domain.TaxLineID(l.TaxCode), OriginEventID: &origin,

@@ -12,20 +12,36 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+type CreditGrant struct {
+	GrantID     uuid.UUID
+	TenantID    string
+	Currency    string
+	Amount      decimal.Decimal
+	Balance     decimal.Decimal
+	EffectiveAt time.Time
+	ExpiresAt   *time.Time
+	Priority    int32
+	Reason      string
+	Actor       string
+	CreatedAt   time.Time
+}
+
 type Invoice struct {
-	InvoiceID     uuid.UUID
-	TenantID      string
-	Period        string
-	Currency      string
-	Status        string
-	Subtotal      decimal.NullDecimal
-	Total         decimal.NullDecimal
-	IssuedAt      *time.Time
-	CloseEventID  uuid.NullUUID
-	IssuedEventID uuid.NullUUID
-	CreatedAt     time.Time
-	Number        pgtype.Int8
-	TaxTotal      decimal.Decimal
+	InvoiceID      uuid.UUID
+	TenantID       string
+	Period         string
+	Currency       string
+	Status         string
+	Subtotal       decimal.NullDecimal
+	Total          decimal.NullDecimal
+	IssuedAt       *time.Time
+	CloseEventID   uuid.NullUUID
+	IssuedEventID  uuid.NullUUID
+	CreatedAt      time.Time
+	Number         pgtype.Int8
+	TaxTotal       decimal.Decimal
+	CreditsApplied decimal.Decimal
+	AmountDue      decimal.NullDecimal
 }
 
 type InvoiceCharge struct {
@@ -84,6 +100,7 @@ type InvoiceLine struct {
 	TaxCode       pgtype.Text
 	TaxName       pgtype.Text
 	TaxRate       decimal.NullDecimal
+	GrantID       uuid.NullUUID
 }
 
 type InvoiceLineFigure struct {

@@ -224,6 +224,7 @@ RETURNING last_number;
 -- name: IssueInvoice :execrows
 UPDATE invoice
 SET status = 'issued', number = @number::bigint, subtotal = @subtotal::numeric, tax_total = @tax_total::numeric, total = @total::numeric,
+    credits_applied = @credits_applied::numeric, amount_due = @amount_due::numeric,
     issued_at = @issued_at::timestamptz, close_event_id = @close_event_id::uuid, issued_event_id = @issued_event_id::uuid
 WHERE invoice_id = @invoice_id AND status = 'open';
 
@@ -271,7 +272,7 @@ ON CONFLICT (invoice_id) DO UPDATE
 SET corrected = invoice_correction_total.corrected + EXCLUDED.corrected, last_version = EXCLUDED.last_version;
 
 -- name: GetInvoice :one
-SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.issued_at,
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.credits_applied, i.amount_due, i.issued_at,
        (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
 FROM invoice i
 LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
@@ -282,7 +283,7 @@ WHERE i.tenant_id = @tenant_id AND i.invoice_id = @invoice_id;
 -- every period (period null), in (period, currency) order after the keyset
 -- position (after_period, after_currency), or from the start when that is
 -- null.
-SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.issued_at,
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.credits_applied, i.amount_due, i.issued_at,
        (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
 FROM invoice i
 LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
@@ -295,7 +296,7 @@ LIMIT @page_size;
 
 -- name: ListPeriodsInvoices :many
 -- ListPeriodsInvoices reads a tenant's invoices of the given periods.
-SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.issued_at,
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.credits_applied, i.amount_due, i.issued_at,
        (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
 FROM invoice i
 LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
@@ -428,17 +429,17 @@ FROM (SELECT unnest(@kinds::text[]) AS kind, unnest(@meter_codes::text[]) AS met
 -- issued invoice, the adjustment lines of an open one. Charge lines first,
 -- by meter, price version and dimensions, then the unpriced lines by meter,
 -- then adjustments in arrival order, then the rounding line, then the tax
--- lines in their rates' order.
+-- lines in their rates' order, then the credit lines in their draw order.
 SELECT invoice_id, line_id, kind, origin_event_id, meter_code, price_version, dimensions_key::text AS dimensions_key,
        quantity, charge_count, amount, COALESCE(plan_code, '')::text AS plan_code, COALESCE(plan_version, 0)::bigint AS plan_version,
        COALESCE(fee_code, '')::text AS fee_code, COALESCE(fee_name, '')::text AS fee_name,
        COALESCE(days, 0)::int AS days, COALESCE(period_days, 0)::int AS period_days,
        COALESCE(tax_code, '')::text AS tax_code, COALESCE(tax_name, '')::text AS tax_name,
-       COALESCE(tax_rate, 0)::numeric AS tax_rate
+       COALESCE(tax_rate, 0)::numeric AS tax_rate, grant_id
 FROM invoice_line
 WHERE invoice_id = ANY(@invoice_ids::uuid[])
 ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'unpriced' THEN 1 WHEN 'fixed_fee' THEN 2 WHEN 'minimum_true_up' THEN 3
-                                WHEN 'adjustment' THEN 4 WHEN 'rounding' THEN 5 ELSE 6 END,
+                                WHEN 'adjustment' THEN 4 WHEN 'rounding' THEN 5 WHEN 'tax' THEN 6 ELSE 7 END,
          meter_code, price_version, dimensions_key, plan_code, plan_version, fee_code, line_id;
 
 -- name: ReconciliationCharges :many
@@ -466,3 +467,49 @@ WHERE i.tenant_id = @tenant_id AND i.period = @period AND l.kind IN ('adjustment
   AND l.origin_event_id > @after::uuid
 ORDER BY l.origin_event_id
 LIMIT @row_limit;
+
+-- name: InsertCreditGrant :exec
+INSERT INTO credit_grant (grant_id, tenant_id, currency, amount, balance, effective_at, expires_at, priority, reason, actor, created_at)
+VALUES (@grant_id, @tenant_id, @currency, @amount, @amount, @effective_at, @expires_at, @priority, @reason, @actor, @created_at);
+
+-- name: LockTenantGrants :exec
+-- A tenant's grants are created one at a time (their count is bounded).
+SELECT pg_advisory_xact_lock(hashtextextended(@tenant_id::text, 7401))::text;
+
+-- name: CountLiveGrants :one
+-- The tenant's grants with something left that has not expired at @at.
+SELECT count(*) FROM credit_grant
+WHERE tenant_id = @tenant_id AND balance > 0 AND (expires_at IS NULL OR expires_at > @at::timestamptz);
+
+-- name: ListCreditGrants :many
+-- A page of a tenant's grants in (created_at, grant_id) order after a
+-- position.
+SELECT grant_id, tenant_id, currency, amount, balance, effective_at, expires_at, priority, reason, actor, created_at
+FROM credit_grant
+WHERE tenant_id = @tenant_id AND (created_at, grant_id) > (@after_created_at::timestamptz, @after_id::uuid)
+ORDER BY created_at, grant_id
+LIMIT @max_rows;
+
+-- name: DrawableGrants :many
+-- The grants an invoice of the tenant's currency may draw from, locked:
+-- in effect at @at (the period's end) with something left, in draw order
+-- (lowest priority, earliest expiry, oldest; DESIGN.md section 3a).
+SELECT grant_id, balance FROM credit_grant
+WHERE tenant_id = @tenant_id AND currency = @currency AND balance > 0
+  AND effective_at <= @at::timestamptz AND (expires_at IS NULL OR expires_at > @at::timestamptz)
+ORDER BY priority, expires_at NULLS LAST, created_at, grant_id
+LIMIT @max_rows
+FOR UPDATE;
+
+-- name: DrawGrants :exec
+-- Takes what an invoice draws from each grant.
+UPDATE credit_grant g SET balance = g.balance - d.amount
+FROM (SELECT unnest(@grant_ids::uuid[]) AS grant_id, unnest(@amounts::numeric[]) AS amount) d
+WHERE g.grant_id = d.grant_id;
+
+-- name: InsertCreditLines :exec
+-- Writes an invoice's credit_applied lines (negative amounts), in draw
+-- order, from the close that issues it.
+INSERT INTO invoice_line (invoice_id, origin_event_id, kind, grant_id, amount)
+SELECT @invoice_id::uuid, @origin_event_id::uuid, 'credit_applied', u.grant_id, u.amount
+FROM (SELECT unnest(@grant_ids::uuid[]) AS grant_id, unnest(@amounts::numeric[]) AS amount) u;

@@ -420,6 +420,90 @@ func (q *Queries) ChargeLineSums(ctx context.Context, arg ChargeLineSumsParams) 
 	return items, nil
 }
 
+const countLiveGrants = `-- name: CountLiveGrants :one
+SELECT count(*) FROM credit_grant
+WHERE tenant_id = $1 AND balance > 0 AND (expires_at IS NULL OR expires_at > $2::timestamptz)
+`
+
+type CountLiveGrantsParams struct {
+	TenantID string
+	At       time.Time
+}
+
+// The tenant's grants with something left that has not expired at @at.
+func (q *Queries) CountLiveGrants(ctx context.Context, arg CountLiveGrantsParams) (int64, error) {
+	row := q.db.QueryRow(ctx, countLiveGrants, arg.TenantID, arg.At)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const drawGrants = `-- name: DrawGrants :exec
+UPDATE credit_grant g SET balance = g.balance - d.amount
+FROM (SELECT unnest($1::uuid[]) AS grant_id, unnest($2::numeric[]) AS amount) d
+WHERE g.grant_id = d.grant_id
+`
+
+type DrawGrantsParams struct {
+	GrantIds []uuid.UUID
+	Amounts  []decimal.Decimal
+}
+
+// Takes what an invoice draws from each grant.
+func (q *Queries) DrawGrants(ctx context.Context, arg DrawGrantsParams) error {
+	_, err := q.db.Exec(ctx, drawGrants, arg.GrantIds, arg.Amounts)
+	return err
+}
+
+const drawableGrants = `-- name: DrawableGrants :many
+SELECT grant_id, balance FROM credit_grant
+WHERE tenant_id = $1 AND currency = $2 AND balance > 0
+  AND effective_at <= $3::timestamptz AND (expires_at IS NULL OR expires_at > $3::timestamptz)
+ORDER BY priority, expires_at NULLS LAST, created_at, grant_id
+LIMIT $4
+FOR UPDATE
+`
+
+type DrawableGrantsParams struct {
+	TenantID string
+	Currency string
+	At       time.Time
+	MaxRows  int32
+}
+
+type DrawableGrantsRow struct {
+	GrantID uuid.UUID
+	Balance decimal.Decimal
+}
+
+// The grants an invoice of the tenant's currency may draw from, locked:
+// in effect at @at (the period's end) with something left, in draw order
+// (lowest priority, earliest expiry, oldest; DESIGN.md section 3a).
+func (q *Queries) DrawableGrants(ctx context.Context, arg DrawableGrantsParams) ([]DrawableGrantsRow, error) {
+	rows, err := q.db.Query(ctx, drawableGrants,
+		arg.TenantID,
+		arg.Currency,
+		arg.At,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DrawableGrantsRow
+	for rows.Next() {
+		var i DrawableGrantsRow
+		if err := rows.Scan(&i.GrantID, &i.Balance); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ensureInvoice = `-- name: EnsureInvoice :exec
 INSERT INTO invoice (invoice_id, tenant_id, period, currency)
 VALUES ($1, $2, $3, $4)
@@ -480,7 +564,7 @@ func (q *Queries) FindInvoiceToCorrect(ctx context.Context, arg FindInvoiceToCor
 }
 
 const getInvoice = `-- name: GetInvoice :one
-SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.issued_at,
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.credits_applied, i.amount_due, i.issued_at,
        (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
 FROM invoice i
 LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
@@ -493,17 +577,19 @@ type GetInvoiceParams struct {
 }
 
 type GetInvoiceRow struct {
-	InvoiceID uuid.UUID
-	TenantID  string
-	Period    string
-	Currency  string
-	Status    string
-	Number    pgtype.Int8
-	Subtotal  decimal.NullDecimal
-	TaxTotal  decimal.Decimal
-	Total     decimal.NullDecimal
-	IssuedAt  *time.Time
-	Draft     bool
+	InvoiceID      uuid.UUID
+	TenantID       string
+	Period         string
+	Currency       string
+	Status         string
+	Number         pgtype.Int8
+	Subtotal       decimal.NullDecimal
+	TaxTotal       decimal.Decimal
+	Total          decimal.NullDecimal
+	CreditsApplied decimal.Decimal
+	AmountDue      decimal.NullDecimal
+	IssuedAt       *time.Time
+	Draft          bool
 }
 
 func (q *Queries) GetInvoice(ctx context.Context, arg GetInvoiceParams) (GetInvoiceRow, error) {
@@ -519,6 +605,8 @@ func (q *Queries) GetInvoice(ctx context.Context, arg GetInvoiceParams) (GetInvo
 		&i.Subtotal,
 		&i.TaxTotal,
 		&i.Total,
+		&i.CreditsApplied,
+		&i.AmountDue,
 		&i.IssuedAt,
 		&i.Draft,
 	)
@@ -557,6 +645,65 @@ func (q *Queries) InsertChargeLines(ctx context.Context, arg InsertChargeLinesPa
 		arg.UnitPrices,
 		arg.Quantities,
 		arg.ChargeCounts,
+		arg.Amounts,
+	)
+	return err
+}
+
+const insertCreditGrant = `-- name: InsertCreditGrant :exec
+INSERT INTO credit_grant (grant_id, tenant_id, currency, amount, balance, effective_at, expires_at, priority, reason, actor, created_at)
+VALUES ($1, $2, $3, $4, $4, $5, $6, $7, $8, $9, $10)
+`
+
+type InsertCreditGrantParams struct {
+	GrantID     uuid.UUID
+	TenantID    string
+	Currency    string
+	Amount      decimal.Decimal
+	EffectiveAt time.Time
+	ExpiresAt   *time.Time
+	Priority    int32
+	Reason      string
+	Actor       string
+	CreatedAt   time.Time
+}
+
+func (q *Queries) InsertCreditGrant(ctx context.Context, arg InsertCreditGrantParams) error {
+	_, err := q.db.Exec(ctx, insertCreditGrant,
+		arg.GrantID,
+		arg.TenantID,
+		arg.Currency,
+		arg.Amount,
+		arg.EffectiveAt,
+		arg.ExpiresAt,
+		arg.Priority,
+		arg.Reason,
+		arg.Actor,
+		arg.CreatedAt,
+	)
+	return err
+}
+
+const insertCreditLines = `-- name: InsertCreditLines :exec
+INSERT INTO invoice_line (invoice_id, origin_event_id, kind, grant_id, amount)
+SELECT $1::uuid, $2::uuid, 'credit_applied', u.grant_id, u.amount
+FROM (SELECT unnest($3::uuid[]) AS grant_id, unnest($4::numeric[]) AS amount) u
+`
+
+type InsertCreditLinesParams struct {
+	InvoiceID     uuid.UUID
+	OriginEventID uuid.UUID
+	GrantIds      []uuid.UUID
+	Amounts       []decimal.Decimal
+}
+
+// Writes an invoice's credit_applied lines (negative amounts), in draw
+// order, from the close that issues it.
+func (q *Queries) InsertCreditLines(ctx context.Context, arg InsertCreditLinesParams) error {
+	_, err := q.db.Exec(ctx, insertCreditLines,
+		arg.InvoiceID,
+		arg.OriginEventID,
+		arg.GrantIds,
 		arg.Amounts,
 	)
 	return err
@@ -636,19 +783,22 @@ func (q *Queries) InsertTaxLines(ctx context.Context, arg InsertTaxLinesParams) 
 const issueInvoice = `-- name: IssueInvoice :execrows
 UPDATE invoice
 SET status = 'issued', number = $1::bigint, subtotal = $2::numeric, tax_total = $3::numeric, total = $4::numeric,
-    issued_at = $5::timestamptz, close_event_id = $6::uuid, issued_event_id = $7::uuid
-WHERE invoice_id = $8 AND status = 'open'
+    credits_applied = $5::numeric, amount_due = $6::numeric,
+    issued_at = $7::timestamptz, close_event_id = $8::uuid, issued_event_id = $9::uuid
+WHERE invoice_id = $10 AND status = 'open'
 `
 
 type IssueInvoiceParams struct {
-	Number        int64
-	Subtotal      decimal.Decimal
-	TaxTotal      decimal.Decimal
-	Total         decimal.Decimal
-	IssuedAt      time.Time
-	CloseEventID  uuid.UUID
-	IssuedEventID uuid.UUID
-	InvoiceID     uuid.UUID
+	Number         int64
+	Subtotal       decimal.Decimal
+	TaxTotal       decimal.Decimal
+	Total          decimal.Decimal
+	CreditsApplied decimal.Decimal
+	AmountDue      decimal.Decimal
+	IssuedAt       time.Time
+	CloseEventID   uuid.UUID
+	IssuedEventID  uuid.UUID
+	InvoiceID      uuid.UUID
 }
 
 func (q *Queries) IssueInvoice(ctx context.Context, arg IssueInvoiceParams) (int64, error) {
@@ -657,6 +807,8 @@ func (q *Queries) IssueInvoice(ctx context.Context, arg IssueInvoiceParams) (int
 		arg.Subtotal,
 		arg.TaxTotal,
 		arg.Total,
+		arg.CreditsApplied,
+		arg.AmountDue,
 		arg.IssuedAt,
 		arg.CloseEventID,
 		arg.IssuedEventID,
@@ -745,8 +897,62 @@ func (q *Queries) ListCorrections(ctx context.Context, invoiceIds []uuid.UUID) (
 	return items, nil
 }
 
+const listCreditGrants = `-- name: ListCreditGrants :many
+SELECT grant_id, tenant_id, currency, amount, balance, effective_at, expires_at, priority, reason, actor, created_at
+FROM credit_grant
+WHERE tenant_id = $1 AND (created_at, grant_id) > ($2::timestamptz, $3::uuid)
+ORDER BY created_at, grant_id
+LIMIT $4
+`
+
+type ListCreditGrantsParams struct {
+	TenantID       string
+	AfterCreatedAt time.Time
+	AfterID        uuid.UUID
+	MaxRows        int32
+}
+
+// A page of a tenant's grants in (created_at, grant_id) order after a
+// position.
+func (q *Queries) ListCreditGrants(ctx context.Context, arg ListCreditGrantsParams) ([]CreditGrant, error) {
+	rows, err := q.db.Query(ctx, listCreditGrants,
+		arg.TenantID,
+		arg.AfterCreatedAt,
+		arg.AfterID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CreditGrant
+	for rows.Next() {
+		var i CreditGrant
+		if err := rows.Scan(
+			&i.GrantID,
+			&i.TenantID,
+			&i.Currency,
+			&i.Amount,
+			&i.Balance,
+			&i.EffectiveAt,
+			&i.ExpiresAt,
+			&i.Priority,
+			&i.Reason,
+			&i.Actor,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listInvoices = `-- name: ListInvoices :many
-SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.issued_at,
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.credits_applied, i.amount_due, i.issued_at,
        (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
 FROM invoice i
 LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
@@ -767,17 +973,19 @@ type ListInvoicesParams struct {
 }
 
 type ListInvoicesRow struct {
-	InvoiceID uuid.UUID
-	TenantID  string
-	Period    string
-	Currency  string
-	Status    string
-	Number    pgtype.Int8
-	Subtotal  decimal.NullDecimal
-	TaxTotal  decimal.Decimal
-	Total     decimal.NullDecimal
-	IssuedAt  *time.Time
-	Draft     bool
+	InvoiceID      uuid.UUID
+	TenantID       string
+	Period         string
+	Currency       string
+	Status         string
+	Number         pgtype.Int8
+	Subtotal       decimal.NullDecimal
+	TaxTotal       decimal.Decimal
+	Total          decimal.NullDecimal
+	CreditsApplied decimal.Decimal
+	AmountDue      decimal.NullDecimal
+	IssuedAt       *time.Time
+	Draft          bool
 }
 
 // ListInvoices reads a page of a tenant's invoices, of one period or of
@@ -809,6 +1017,8 @@ func (q *Queries) ListInvoices(ctx context.Context, arg ListInvoicesParams) ([]L
 			&i.Subtotal,
 			&i.TaxTotal,
 			&i.Total,
+			&i.CreditsApplied,
+			&i.AmountDue,
 			&i.IssuedAt,
 			&i.Draft,
 		); err != nil {
@@ -823,7 +1033,7 @@ func (q *Queries) ListInvoices(ctx context.Context, arg ListInvoicesParams) ([]L
 }
 
 const listPeriodsInvoices = `-- name: ListPeriodsInvoices :many
-SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.issued_at,
+SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.credits_applied, i.amount_due, i.issued_at,
        (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
 FROM invoice i
 LEFT JOIN period_grace g ON g.tenant_id = i.tenant_id AND g.period = i.period
@@ -837,17 +1047,19 @@ type ListPeriodsInvoicesParams struct {
 }
 
 type ListPeriodsInvoicesRow struct {
-	InvoiceID uuid.UUID
-	TenantID  string
-	Period    string
-	Currency  string
-	Status    string
-	Number    pgtype.Int8
-	Subtotal  decimal.NullDecimal
-	TaxTotal  decimal.Decimal
-	Total     decimal.NullDecimal
-	IssuedAt  *time.Time
-	Draft     bool
+	InvoiceID      uuid.UUID
+	TenantID       string
+	Period         string
+	Currency       string
+	Status         string
+	Number         pgtype.Int8
+	Subtotal       decimal.NullDecimal
+	TaxTotal       decimal.Decimal
+	Total          decimal.NullDecimal
+	CreditsApplied decimal.Decimal
+	AmountDue      decimal.NullDecimal
+	IssuedAt       *time.Time
+	Draft          bool
 }
 
 // ListPeriodsInvoices reads a tenant's invoices of the given periods.
@@ -870,6 +1082,8 @@ func (q *Queries) ListPeriodsInvoices(ctx context.Context, arg ListPeriodsInvoic
 			&i.Subtotal,
 			&i.TaxTotal,
 			&i.Total,
+			&i.CreditsApplied,
+			&i.AmountDue,
 			&i.IssuedAt,
 			&i.Draft,
 		); err != nil {
@@ -889,11 +1103,11 @@ SELECT invoice_id, line_id, kind, origin_event_id, meter_code, price_version, di
        COALESCE(fee_code, '')::text AS fee_code, COALESCE(fee_name, '')::text AS fee_name,
        COALESCE(days, 0)::int AS days, COALESCE(period_days, 0)::int AS period_days,
        COALESCE(tax_code, '')::text AS tax_code, COALESCE(tax_name, '')::text AS tax_name,
-       COALESCE(tax_rate, 0)::numeric AS tax_rate
+       COALESCE(tax_rate, 0)::numeric AS tax_rate, grant_id
 FROM invoice_line
 WHERE invoice_id = ANY($1::uuid[])
 ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'unpriced' THEN 1 WHEN 'fixed_fee' THEN 2 WHEN 'minimum_true_up' THEN 3
-                                WHEN 'adjustment' THEN 4 WHEN 'rounding' THEN 5 ELSE 6 END,
+                                WHEN 'adjustment' THEN 4 WHEN 'rounding' THEN 5 WHEN 'tax' THEN 6 ELSE 7 END,
          meter_code, price_version, dimensions_key, plan_code, plan_version, fee_code, line_id
 `
 
@@ -917,13 +1131,14 @@ type ListStoredLinesRow struct {
 	TaxCode       string
 	TaxName       string
 	TaxRate       decimal.Decimal
+	GrantID       uuid.NullUUID
 }
 
 // ListStoredLines reads the lines stored for the invoices: every line of an
 // issued invoice, the adjustment lines of an open one. Charge lines first,
 // by meter, price version and dimensions, then the unpriced lines by meter,
 // then adjustments in arrival order, then the rounding line, then the tax
-// lines in their rates' order.
+// lines in their rates' order, then the credit lines in their draw order.
 func (q *Queries) ListStoredLines(ctx context.Context, invoiceIds []uuid.UUID) ([]ListStoredLinesRow, error) {
 	rows, err := q.db.Query(ctx, listStoredLines, invoiceIds)
 	if err != nil {
@@ -953,6 +1168,7 @@ func (q *Queries) ListStoredLines(ctx context.Context, invoiceIds []uuid.UUID) (
 			&i.TaxCode,
 			&i.TaxName,
 			&i.TaxRate,
+			&i.GrantID,
 		); err != nil {
 			return nil, err
 		}
@@ -1101,6 +1317,16 @@ func (q *Queries) LockPeriodInvoices(ctx context.Context, arg LockPeriodInvoices
 		return nil, err
 	}
 	return items, nil
+}
+
+const lockTenantGrants = `-- name: LockTenantGrants :exec
+SELECT pg_advisory_xact_lock(hashtextextended($1::text, 7401))::text
+`
+
+// A tenant's grants are created one at a time (their count is bounded).
+func (q *Queries) LockTenantGrants(ctx context.Context, tenantID string) error {
+	_, err := q.db.Exec(ctx, lockTenantGrants, tenantID)
+	return err
 }
 
 const nextInvoiceNumber = `-- name: NextInvoiceNumber :one

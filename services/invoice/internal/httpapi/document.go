@@ -44,6 +44,10 @@ func documentOf(inv app.Invoice, seller document.Seller, now time.Time) document
 			d.Totals = append(d.Totals, document.Field{Name: "Taxes", Value: inv.TaxTotal.String()})
 		}
 		d.Totals = append(d.Totals, document.Field{Name: "Total", Value: inv.Total.String()})
+		if inv.CreditsApplied != nil && !inv.CreditsApplied.IsZero() {
+			d.Totals = append(d.Totals, document.Field{Name: "Credits applied", Value: inv.CreditsApplied.String()},
+				document.Field{Name: "Amount due", Value: inv.AmountDue.String()})
+		}
 	}
 	for i, l := range inv.Lines {
 		d.Lines[i] = lineOf(l)
@@ -88,6 +92,9 @@ func lineOf(l app.Line) document.Line {
 	}
 	if l.ChargeCount != 0 {
 		add("Charges", strconv.FormatInt(l.ChargeCount, 10))
+	}
+	if l.GrantID != nil {
+		add("Credit grant", l.GrantID.String())
 	}
 	if l.TaxCode != "" {
 		add("Tax", l.TaxCode+" ("+l.Name+")")

@@ -46,18 +46,21 @@ func (a *API) Routes(r chi.Router) {
 }
 
 type invoiceJSON struct {
-	InvoiceID   uuid.UUID        `json:"invoiceId"`
-	Number      *int64           `json:"number,omitempty"` // absent until issued
-	TenantID    string           `json:"tenantId"`
-	Period      string           `json:"period"`
-	Currency    string           `json:"currency"`
-	Status      string           `json:"status"`
-	Lines       []lineJSON       `json:"lines"`
-	Subtotal    decimal.Decimal  `json:"subtotal"`
-	TaxTotal    *decimal.Decimal `json:"taxTotal,omitempty"`
-	Total       *decimal.Decimal `json:"total"`
-	IssuedAt    *time.Time       `json:"issuedAt"`
-	Corrections []correctionJSON `json:"corrections"`
+	InvoiceID uuid.UUID        `json:"invoiceId"`
+	Number    *int64           `json:"number,omitempty"` // absent until issued
+	TenantID  string           `json:"tenantId"`
+	Period    string           `json:"period"`
+	Currency  string           `json:"currency"`
+	Status    string           `json:"status"`
+	Lines     []lineJSON       `json:"lines"`
+	Subtotal  decimal.Decimal  `json:"subtotal"`
+	TaxTotal  *decimal.Decimal `json:"taxTotal,omitempty"`
+	Total     *decimal.Decimal `json:"total"`
+	// CreditsApplied and AmountDue: issued only.
+	CreditsApplied *decimal.Decimal `json:"creditsApplied,omitempty"`
+	AmountDue      *decimal.Decimal `json:"amountDue,omitempty"`
+	IssuedAt       *time.Time       `json:"issuedAt"`
+	Corrections    []correctionJSON `json:"corrections"`
 }
 
 // lineJSON is a line; the charge fields are absent on adjustment and
@@ -81,6 +84,7 @@ type lineJSON struct {
 	PeriodDays    int               `json:"periodDays,omitempty"`
 	TaxCode       string            `json:"taxCode,omitempty"`
 	TaxRate       *decimal.Decimal  `json:"taxRate,omitempty"`
+	GrantID       *uuid.UUID        `json:"grantId,omitempty"`
 }
 
 type correctionJSON struct {
@@ -94,6 +98,7 @@ func toJSON(inv app.Invoice) invoiceJSON {
 	out := invoiceJSON{
 		InvoiceID: inv.InvoiceID, Number: inv.Number, TenantID: inv.TenantID, Period: inv.Period, Currency: inv.Currency,
 		Status: inv.Status, Subtotal: inv.Subtotal, Total: inv.Total, IssuedAt: inv.IssuedAt,
+		CreditsApplied: inv.CreditsApplied, AmountDue: inv.AmountDue,
 		Lines: make([]lineJSON, len(inv.Lines)), Corrections: make([]correctionJSON, len(inv.Corrections)),
 	}
 	if inv.Total != nil { // issued

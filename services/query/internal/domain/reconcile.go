@@ -218,8 +218,9 @@ type reconciler struct {
 	inScope map[uuid.UUID]bool    // invoices counting something in scope
 	issued  map[uuid.UUID]bool    // issued invoices of the period
 	totals  map[uuid.UUID]decimal.Decimal
-	bases   map[uuid.UUID]decimal.Decimal // each invoice's lines but its tax lines: its rounded subtotal
+	bases   map[uuid.UUID]decimal.Decimal // each invoice's lines but its tax and credit lines: its rounded subtotal
 	taxes   []recon.LineTotal             // the tax lines in scope, checked once every line is read
+	credits map[uuid.UUID]decimal.Decimal // the credit lines in scope, by invoice
 }
 
 func (r *reconciler) add(kind string, id uuid.UUID, format string, args ...any) {
@@ -542,7 +543,7 @@ func (r *reconciler) projected(id uuid.UUID, what string, amount decimal.Decimal
 // its charges' amounts — and any other line's amount is its origin's. It
 // sums the issued invoices' lines.
 func (r *reconciler) lineTotals(ctx context.Context, totals *recon.Stream[recon.LineTotal]) error {
-	r.totals, r.bases = map[uuid.UUID]decimal.Decimal{}, map[uuid.UUID]decimal.Decimal{}
+	r.totals, r.bases, r.credits = map[uuid.UUID]decimal.Decimal{}, map[uuid.UUID]decimal.Decimal{}, map[uuid.UUID]decimal.Decimal{}
 	for {
 		t, ok, err := totals.Next(ctx)
 		if err != nil {
@@ -550,7 +551,14 @@ func (r *reconciler) lineTotals(ctx context.Context, totals *recon.Stream[recon.
 		}
 		if !ok {
 			r.checkTaxLines()
+			r.checkCredits()
 			return nil
+		}
+		if t.Kind == lineKindCredit { // after the total: what the invoice's amount due takes off it
+			if r.inScope[t.InvoiceID] {
+				r.checkCreditLine(t)
+			}
+			continue
 		}
 		if r.issued[t.InvoiceID] {
 			r.totals[t.InvoiceID] = r.totals[t.InvoiceID].Add(t.Amount)
@@ -568,8 +576,29 @@ func (r *reconciler) lineTotals(ctx context.Context, totals *recon.Stream[recon.
 	}
 }
 
-// lineKindTax is the kind of an invoice's tax lines.
-const lineKindTax = "tax"
+// The kinds of an invoice's tax lines and credit lines.
+const (
+	lineKindTax    = "tax"
+	lineKindCredit = "credit_applied"
+)
+
+// checkCreditLine holds a credit line to what a draw can be: below zero.
+func (r *reconciler) checkCreditLine(t recon.LineTotal) {
+	if !t.Amount.IsNegative() {
+		r.add(MismatchLineTotal, t.InvoiceID, "line %s: a credit of %s, want below zero", t.LineID, t.Amount)
+	}
+	r.credits[t.InvoiceID] = r.credits[t.InvoiceID].Add(t.Amount)
+}
+
+// checkCredits holds each invoice's credit lines to at most its total: a
+// draw never takes an invoice below zero.
+func (r *reconciler) checkCredits() {
+	for id, c := range r.credits {
+		if total := r.totals[id]; total.Add(c).IsNegative() {
+			r.add(MismatchLineTotal, id, "credits %s take the invoice's total %s below zero", c, total)
+		}
+	}
+}
 
 // checkTaxLines holds each tax line to its rate times its invoice's rounded
 // subtotal (the sum of its other lines, the rounding line included),

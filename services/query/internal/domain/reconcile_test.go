@@ -2,6 +2,7 @@ package domain_test
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -529,6 +530,32 @@ func TestReconcileTaxLines(t *testing.T) {
 		"a tax off by a cent": withTaxes("0.27", "0.03", &vat),
 		"a tax rounded up":    withTaxes("0.26", "0.04", &vat),
 		"a tax without rate":  withTaxes("0.26", "0.03", nil),
+	} {
+		rep := reconcile(t, "2026-11", f.src)
+		if len(rep.Mismatches) != 1 || rep.Mismatches[0].Kind != domain.MismatchLineTotal {
+			t.Errorf("%s: mismatches %+v, want one %s", name, rep.Mismatches, domain.MismatchLineTotal)
+		}
+	}
+}
+
+// Credit lines come off the amount due, not the total: the invoice's total
+// stays its other lines; a credit line is below zero and the credits never
+// take the total below zero.
+func TestReconcileCreditLines(t *testing.T) {
+	withCredits := func(amounts ...string) *flow {
+		f := healthy() // its invoice's lines come to 1.3
+		for i, a := range amounts {
+			f.src.Invoice.LineTotals = append(f.src.Invoice.LineTotals, recon.LineTotal{InvoiceID: f.inv, Currency: "USD",
+				LineID: "credit_applied/" + strconv.Itoa(i), Kind: "credit_applied", Amount: d(a)})
+		}
+		return f
+	}
+	if rep := reconcile(t, "2026-11", withCredits("-1", "-0.3").src); len(rep.Mismatches) != 0 {
+		t.Fatalf("healthy credit lines: %+v", rep.Mismatches)
+	}
+	for name, f := range map[string]*flow{
+		"a credit above zero":    withCredits("0.5"),
+		"credits past the total": withCredits("-1", "-0.31"),
 	} {
 		rep := reconcile(t, "2026-11", f.src)
 		if len(rep.Mismatches) != 1 || rep.Mismatches[0].Kind != domain.MismatchLineTotal {
