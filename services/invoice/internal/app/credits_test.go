@@ -1,19 +1,23 @@
 package app_test
 
 import (
+	"errors"
 	"maps"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
 	"github.com/usagebilling/billing/services/invoice/internal/domain"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
 	"github.com/usagebilling/billing/testkit/pgtest"
+	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
 // grant records a credit grant for acme at now, returning its id.
@@ -49,7 +53,9 @@ func balances(t *testing.T, pool *pgxpool.Pool) map[string]string {
 // last), then the oldest; never past its total; one credit_applied line
 // each, after the taxes, its amount due the total less them. A grant expired
 // by the period's end, one not yet in effect then, and one of another
-// currency are not drawn. A redelivered close draws nothing again.
+// currency are not drawn. A close whose transaction dies before its commit
+// draws nothing; a redelivered close draws nothing again; a correction note
+// after issue neither draws nor gives back.
 func TestCreditsDrawnAtIssue(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, Template)
@@ -78,6 +84,18 @@ func TestCreditsDrawnAtIssue(t *testing.T) {
 	nov := NewPeriod(t, "acme", "2026-11")
 	wantOutcomes(t, Decide(t, pool, ib, nov.Charge("USD", "100", "1")), "applied")
 	closed := nov.CloseWithTaxes(events.TaxRate{Code: "VAT", Name: "VAT", Rate: D("0.1")})
+	// A worker that dies between the draw and the commit: its transaction
+	// is rolled back, the draw with it; the close delivered again draws once.
+	err := pgx.BeginFunc(t.Context(), pool, func(tx pgx.Tx) error {
+		ds, err := ib.Decide(t.Context(), tx, servicetest.Messages(events.TopicBilling, Raw(t, closed)...))
+		if err != nil || len(ds) != 1 || ds[0].Outcome != inbox.OutcomeApplied {
+			t.Fatalf("the close before the crash: %v %v", ds, err)
+		}
+		return errors.New("killed before the commit")
+	})
+	if err == nil {
+		t.Fatal("the crashed transaction committed")
+	}
 	wantOutcomes(t, Decide(t, pool, ib, closed), "applied")
 	wantOutcomes(t, Decide(t, pool, ib, closed), "duplicate")
 	inv := invoices(t, pool, "acme", "2026-11")["USD"]
@@ -90,6 +108,11 @@ func TestCreditsDrawnAtIssue(t *testing.T) {
 	want := map[string]string{gA: "10", gB: "0", gC: "0", gD: "1000", gE: "1000", gF: "10"}
 	if got := balances(t, pool); !maps.Equal(got, want) {
 		t.Fatalf("balances %v, want %v", got, want)
+	}
+	// A correction note after issue draws nothing and gives nothing back.
+	wantOutcomes(t, Decide(t, pool, ib, nov.Adjustment("USD", "-5")), "applied")
+	if got := balances(t, pool); !maps.Equal(got, want) {
+		t.Fatalf("balances after a correction %v, want %v", got, want)
 	}
 	// December: E is in effect at its end and comes before A (priority 0).
 	dec := NewPeriod(t, "acme", "2026-12")
