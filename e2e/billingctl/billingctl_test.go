@@ -282,6 +282,12 @@ func tenantFlow(t *testing.T, c *ctl) {
 		t.Fatalf("adjust again: exit %d, want 0 and a replay told\n%s%s", r.code, r.out, r.errOut)
 	}
 	want = decimal.RequireFromString("3.60")
+	// A prepaid credit of 1.00: the issued invoice draws it, 2.60 due.
+	var grant map[string]any
+	c.json(&grant, append(tn, "credit", "grant", "-currency", "USD", "-amount", "1.00", "-reason", "prepaid")...)
+	if grant["grantId"] == nil || grant["balance"] != "1" || grant["status"] != "active" {
+		t.Fatalf("credit grant: %v", grant)
+	}
 
 	out = c.ok(append(tn, "period", "close", period)...)
 	if !strings.Contains(out, period) {
@@ -300,8 +306,13 @@ func tenantFlow(t *testing.T, c *ctl) {
 		return nil
 	})
 	inv := invoices.Invoices[0]
-	if total := decimal.RequireFromString(inv["total"].(string)); !total.Equal(want) {
-		t.Fatalf("invoice total %s, want %s", total, want)
+	if total := decimal.RequireFromString(inv["total"].(string)); !total.Equal(want) || inv["creditsApplied"] != "-1" || inv["amountDue"] != "2.6" {
+		t.Fatalf("invoice total %s, credits %v, due %v; want %s, -1, 2.6", total, inv["creditsApplied"], inv["amountDue"], want)
+	}
+	var grants struct{ Grants []map[string]any }
+	c.json(&grants, append(tn, "credit", "list")...)
+	if len(grants.Grants) != 1 || grants.Grants[0]["balance"] != "0" || grants.Grants[0]["status"] != "used" {
+		t.Fatalf("credit list after the close: %v, want the grant used", grants.Grants)
 	}
 	id := inv["invoiceId"].(string)
 	var lines struct {
@@ -313,6 +324,9 @@ func tenantFlow(t *testing.T, c *ctl) {
 	meters := map[string]string{}
 	credited := ""
 	for _, l := range lines.Lines {
+		if l["kind"] == "credit_applied" { // after the total
+			continue
+		}
 		sum = sum.Add(decimal.RequireFromString(l["amount"].(string)))
 		switch l["kind"] {
 		case "charge":

@@ -55,6 +55,12 @@ func init() {
 		&command{name: "invoice lines", args: "INVOICE_ID", short: "an invoice's lines", role: auth.RoleViewer, flags: invoiceLines},
 		&command{name: "adjust", short: "post an adjustment to a charge (a negative amount is a credit)", role: auth.RoleBillingAdmin, flags: adjust},
 		&command{name: "summary", short: "the tenant's summary: usage, charged, adjusted, invoiced", role: auth.RoleViewer, flags: summary},
+		&command{name: "credit grant", short: "grant the tenant a prepaid credit (-currency, -amount in whole minor units, -reason; -effective-at, -expires-at, -priority)", role: auth.RoleBillingAdmin, flags: creditGrant},
+		&command{name: "credit list", short: "the tenant's credit grants with their balances and statuses", role: auth.RoleViewer, flags: listCommand(listSpec{
+			service: "invoice", path: "credit-grants", key: "grants",
+			cols: []column{col("GRANT", "grantId"), col("CURRENCY", "currency"), col("AMOUNT", "amount"), col("BALANCE", "balance"),
+				col("STATUS", "status"), col("PRIORITY", "priority"), col("EFFECTIVE AT", "effectiveAt"), col("EXPIRES AT", "expiresAt")},
+		})},
 		&command{name: "webhook add", args: "URL", short: "add a webhook endpoint (its secret is shown once)", role: auth.RoleBillingAdmin, flags: webhookAdd},
 		&command{name: "webhook list", short: "the tenant's webhook endpoints", role: auth.RoleBillingAdmin, flags: listCommand(listSpec{
 			service: "invoice", path: "webhook-endpoints", key: "endpoints",
@@ -390,7 +396,8 @@ func invoiceShow(fs *flag.FlagSet) runFunc {
 		}
 		lines, _ := v["lines"].([]any)
 		v["lines"] = json.Number(fmt.Sprint(len(lines)))
-		if err := c.object(v, "invoiceId", "number", "tenantId", "period", "currency", "status", "lines", "subtotal", "taxTotal", "total", "issuedAt"); err != nil {
+		if err := c.object(v, "invoiceId", "number", "tenantId", "period", "currency", "status", "lines", "subtotal", "taxTotal", "total",
+			"creditsApplied", "amountDue", "issuedAt"); err != nil {
 			return err
 		}
 		if cs := maps(v["corrections"]); len(cs) > 0 {
@@ -461,6 +468,43 @@ func adjust(fs *flag.FlagSet) runFunc {
 		}
 		req := billingapi.AdjustmentRequest{CorrectionOf: *correctionOf, Amount: *a, Currency: *currency, Reason: *reason}
 		return c.command(ctx, call{service: "billing", method: http.MethodPost, path: c.tenantPath("adjustments"), body: req}, *key)
+	}
+}
+
+func creditGrant(fs *flag.FlagSet) runFunc {
+	key := fs.String("idempotency-key", "", "the Idempotency-Key (default: derived from the request, so a rerun replays)")
+	currency := fs.String("currency", "", "ISO 4217 currency (required)")
+	amount := fs.String("amount", "", "the amount, in whole minor units such as 500 or 49.90 (required)")
+	reason := fs.String("reason", "", "why (required, audited)")
+	effective := fs.String("effective-at", "", "RFC 3339 time it may be drawn from (default now): invoices draw the grants in effect at their period's end")
+	expires := fs.String("expires-at", "", "RFC 3339 time what is left becomes void (default never)")
+	priority := fs.Int("priority", 0, "0 (drawn first) to 1000; then the earliest expiry, then the oldest")
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args); err != nil {
+			return err
+		}
+		if *currency == "" || *amount == "" || *reason == "" {
+			return usagef("-currency, -amount and -reason are required")
+		}
+		a, err := decimalArg("amount", *amount)
+		if err != nil {
+			return err
+		}
+		req := invoiceapi.CreditGrantRequest{Currency: *currency, Amount: *a, Reason: *reason, Priority: priority}
+		for _, t := range []struct {
+			name, value string
+			into        **time.Time
+		}{{"effective-at", *effective, &req.EffectiveAt}, {"expires-at", *expires, &req.ExpiresAt}} {
+			if t.value == "" {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, t.value)
+			if err != nil {
+				return usagef("-%s: want an RFC 3339 time such as 2026-12-01T00:00:00Z, got %q", t.name, t.value)
+			}
+			*t.into = &at
+		}
+		return c.command(ctx, call{service: "invoice", method: http.MethodPost, path: c.tenantPath("credit-grants"), body: req}, *key)
 	}
 }
 
