@@ -126,6 +126,26 @@ func SaveReply(ctx context.Context, tx pgx.Tx, scope, key string, status int, v 
 	return Reply{Status: status, Body: body}, nil
 }
 
+// Run runs a command in tx, the one way an HTTP edge makes a command
+// idempotent: it claims key within scope (a replay answers the stored first
+// reply without running the command), runs run, and saves its status and
+// body, JSON-encoded, as the key's reply. An error of run is returned: the
+// caller rolls tx back, and nothing is written, the key included.
+func Run(ctx context.Context, tx pgx.Tx, scope, key, requestHash string, run func() (status int, body any, err error)) (Reply, error) {
+	replay, err := ClaimReply(ctx, tx, scope, key, requestHash)
+	if err != nil {
+		return Reply{}, err
+	}
+	if replay != nil {
+		return *replay, nil
+	}
+	status, body, err := run()
+	if err != nil {
+		return Reply{}, err
+	}
+	return SaveReply(ctx, tx, scope, key, status, body)
+}
+
 // Purge deletes up to limit keys created before olderThan (the TTL) and
 // returns how many it deleted; call it again while it returns limit. A
 // request that comes back with a purged key is a new command: it runs again.

@@ -30,19 +30,8 @@ func (a *API) SubscriptionRoutes(r chi.Router) {
 func (a *API) idempotent(ctx context.Context, scope string, cmd httpx.Command,
 	run func(tx pgx.Tx) (status int, body any, err error)) (idempotency.Reply, error) {
 	var rc idempotency.Reply
-	err := a.svc.InTx(ctx, func(tx pgx.Tx) error {
-		replay, err := idempotency.ClaimReply(ctx, tx, scope, cmd.IdempotencyKey, cmd.RequestHash)
-		if err != nil || replay != nil {
-			if replay != nil {
-				rc = *replay
-			}
-			return err
-		}
-		status, body, err := run(tx)
-		if err != nil {
-			return err
-		}
-		rc, err = idempotency.SaveReply(ctx, tx, scope, cmd.IdempotencyKey, status, body)
+	err := a.svc.InTx(ctx, func(tx pgx.Tx) (err error) {
+		rc, err = idempotency.Run(ctx, tx, scope, cmd.IdempotencyKey, cmd.RequestHash, func() (int, any, error) { return run(tx) })
 		return err
 	})
 	return rc, err

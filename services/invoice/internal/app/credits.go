@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,7 +11,6 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/envelope"
-	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/rule"
 	"github.com/usagebilling/billing/services/invoice/internal/db"
 	"github.com/usagebilling/billing/services/invoice/internal/domain"
@@ -46,69 +44,58 @@ func grantOf(r db.CreditGrant, now time.Time) CreditGrant {
 	return g
 }
 
-// Command is an HTTP command as the App takes it: its tenant, its
-// Idempotency-Key and request hash (idempotency.RequestHash), and its actor
-// (the token's subject), recorded on what it creates.
-type Command struct {
-	TenantID, IdempotencyKey, RequestHash, Actor string
+// GrantCredit is the command to give a tenant a credit grant, recorded
+// with its actor (the token's subject).
+type GrantCredit struct {
+	TenantID, Actor string
+	Grant           domain.Grant
 }
 
 // ErrNoActor refuses a command without its actor.
 var ErrNoActor = errors.New("a command needs its actor")
 
-// GrantCredit records a credit grant for the tenant: idempotent by key
-// (a replay answers the first reply), refused past Config.MaxGrants grants
-// with something left and not expired (422 limit_exceeded). It answers
-// 201 with the grant.
-func (a *App) GrantCredit(ctx context.Context, cmd Command, g domain.Grant) (idempotency.Reply, error) {
+// InTx runs fn in a transaction of invoice's database, committed when fn
+// returns nil: the transaction a command runs in, with its Idempotency-Key
+// claimed and its reply saved by the caller (httpapi).
+func (a *App) InTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, a.pool, fn)
+}
+
+// GrantCredit records a credit grant in tx, refused past Config.MaxGrants
+// grants of the tenant with something left that have not expired (422
+// limit_exceeded). On an error the caller must not commit.
+func (a *App) GrantCredit(ctx context.Context, tx pgx.Tx, cmd GrantCredit) (CreditGrant, error) {
 	if cmd.Actor == "" {
-		return idempotency.Reply{}, ErrNoActor
+		return CreditGrant{}, ErrNoActor
 	}
-	var reply idempotency.Reply
-	err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		scope := "credit-grant/" + cmd.TenantID
-		replay, err := idempotency.ClaimReply(ctx, tx, scope, cmd.IdempotencyKey, cmd.RequestHash)
-		if err != nil || replay != nil {
-			if replay != nil {
-				reply = *replay
-			}
-			return err
-		}
-		q := db.New(tx)
-		if err := q.LockTenantGrants(ctx, cmd.TenantID); err != nil {
-			return fmt.Errorf("lock the grants of %s: %w", cmd.TenantID, err)
-		}
-		now := a.now().UTC().Truncate(time.Microsecond)
-		live, err := q.CountLiveGrants(ctx, db.CountLiveGrantsParams{TenantID: cmd.TenantID, At: now})
-		if err != nil {
-			return fmt.Errorf("count the grants of %s: %w", cmd.TenantID, err)
-		}
-		if live >= int64(a.maxGrants) {
-			return rule.Errorf(rule.Unprocessable, "limit_exceeded",
-				"tenant %s has %d credit grants with a balance that have not expired, the most it may have (INVOICE_MAX_CREDIT_GRANTS)",
-				cmd.TenantID, a.maxGrants)
-		}
-		id, err := uuid.NewV7()
-		if err != nil {
-			return fmt.Errorf("new grant id: %w", err)
-		}
-		row := db.InsertCreditGrantParams{GrantID: id, TenantID: cmd.TenantID, Currency: g.Currency, Amount: g.Amount,
-			EffectiveAt: g.EffectiveAt, ExpiresAt: g.ExpiresAt, Priority: int32(g.Priority), Reason: g.Reason,
-			Actor: cmd.Actor, CreatedAt: now}
-		if err := q.InsertCreditGrant(ctx, row); err != nil {
-			return fmt.Errorf("insert credit grant: %w", err)
-		}
-		reply, err = idempotency.SaveReply(ctx, tx, scope, cmd.IdempotencyKey, http.StatusCreated, grantOf(db.CreditGrant{
-			GrantID: id, TenantID: cmd.TenantID, Currency: g.Currency, Amount: g.Amount, Balance: g.Amount,
-			EffectiveAt: g.EffectiveAt, ExpiresAt: row.ExpiresAt, Priority: row.Priority, Reason: g.Reason,
-			Actor: cmd.Actor, CreatedAt: now,
-		}, now))
-		return err
-	})
+	q := db.New(tx)
+	if err := q.LockTenantGrants(ctx, cmd.TenantID); err != nil {
+		return CreditGrant{}, fmt.Errorf("lock the grants of %s: %w", cmd.TenantID, err)
+	}
+	now := a.now().UTC().Truncate(time.Microsecond)
+	live, err := q.CountLiveGrants(ctx, db.CountLiveGrantsParams{TenantID: cmd.TenantID, At: now})
 	if err != nil {
-		return idempotency.Reply{}, err
+		return CreditGrant{}, fmt.Errorf("count the grants of %s: %w", cmd.TenantID, err)
 	}
-	return reply, nil
+	if live >= int64(a.maxGrants) {
+		return CreditGrant{}, rule.Errorf(rule.Unprocessable, "limit_exceeded",
+			"tenant %s has %d credit grants with a balance that have not expired, the most it may have (INVOICE_MAX_CREDIT_GRANTS)",
+			cmd.TenantID, a.maxGrants)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return CreditGrant{}, fmt.Errorf("new grant id: %w", err)
+	}
+	g := cmd.Grant
+	row := db.InsertCreditGrantParams{GrantID: id, TenantID: cmd.TenantID, Currency: g.Currency, Amount: g.Amount,
+		EffectiveAt: g.EffectiveAt, ExpiresAt: g.ExpiresAt, Priority: int32(g.Priority), Reason: g.Reason,
+		Actor: cmd.Actor, CreatedAt: now}
+	if err := q.InsertCreditGrant(ctx, row); err != nil {
+		return CreditGrant{}, fmt.Errorf("insert credit grant: %w", err)
+	}
+	return grantOf(db.CreditGrant{GrantID: id, TenantID: cmd.TenantID, Currency: g.Currency, Amount: g.Amount,
+		Balance: g.Amount, EffectiveAt: g.EffectiveAt, ExpiresAt: g.ExpiresAt, Priority: row.Priority, Reason: g.Reason,
+		Actor: cmd.Actor, CreatedAt: now}, now), nil
 }
 
 // GrantPosition is a grant's place in its tenant's list.

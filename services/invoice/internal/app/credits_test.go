@@ -3,7 +3,6 @@ package app_test
 import (
 	"errors"
 	"maps"
-	"net/http"
 	"testing"
 	"time"
 
@@ -20,19 +19,19 @@ import (
 	"github.com/usagebilling/billing/testkit/servicetest"
 )
 
-// grant records a credit grant for acme at now, returning its id.
+// grant records a credit grant for acme at now, returning its id; key
+// names it in a failure.
 func grant(t *testing.T, a *app.App, key string, g domain.Grant) string {
 	t.Helper()
-	reply, err := a.GrantCredit(t.Context(), app.Command{TenantID: "acme", IdempotencyKey: key, RequestHash: key,
-		Actor: "admin@acme.example"}, g)
-	if err != nil || reply.Status != http.StatusCreated {
-		t.Fatalf("grant %s: %v %d %s", key, err, reply.Status, reply.Body)
-	}
-	gs, err := a.CreditGrants(t.Context(), "acme", app.GrantPosition{}, 100)
+	var out app.CreditGrant
+	err := a.InTx(t.Context(), func(tx pgx.Tx) (err error) {
+		out, err = a.GrantCredit(t.Context(), tx, app.GrantCredit{TenantID: "acme", Actor: "admin@acme.example", Grant: g})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("grant %s: %v", key, err)
 	}
-	return gs[len(gs)-1].GrantID.String()
+	return out.GrantID.String()
 }
 
 func balances(t *testing.T, pool *pgxpool.Pool) map[string]string {

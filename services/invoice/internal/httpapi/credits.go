@@ -5,9 +5,11 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
+	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/page"
 	"github.com/usagebilling/billing/pkg/rule"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
@@ -60,7 +62,7 @@ func (a *API) grantCredit(w http.ResponseWriter, r *http.Request) {
 		}
 		*f.into = &t
 	}
-	g, err := domain.ParseGrant(req, a.reader.Now())
+	g, err := domain.ParseGrant(req, a.svc.Now())
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -70,8 +72,15 @@ func (a *API) grantCredit(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	reply, err := a.reader.GrantCredit(r.Context(), app.Command{TenantID: tenant, IdempotencyKey: cmd.IdempotencyKey,
-		RequestHash: cmd.RequestHash, Actor: actor}, g)
+	var reply idempotency.Reply
+	err = a.svc.InTx(r.Context(), func(tx pgx.Tx) (err error) {
+		reply, err = idempotency.Run(r.Context(), tx, "invoice.credit-grants/"+tenant, cmd.IdempotencyKey, cmd.RequestHash,
+			func() (int, any, error) {
+				g, err := a.svc.GrantCredit(r.Context(), tx, app.GrantCredit{TenantID: tenant, Actor: actor, Grant: g})
+				return http.StatusCreated, g, err
+			})
+		return err
+	})
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -97,7 +106,7 @@ func (a *API) creditGrants(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	gs, err := a.reader.CreditGrants(r.Context(), tenant, after, req.Fetch())
+	gs, err := a.svc.CreditGrants(r.Context(), tenant, after, req.Fetch())
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return

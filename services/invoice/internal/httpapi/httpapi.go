@@ -26,16 +26,16 @@ import (
 
 // API serves the invoice endpoints.
 type API struct {
-	reader *app.App
+	svc    *app.App
 	seller document.Seller // who the documents name as issuing the invoices
 	log    *slog.Logger
 	now    func() time.Time // the "as of" of an open invoice's document
 }
 
-// New returns the API reading invoices through the App, its documents
-// naming seller.
-func New(reader *app.App, seller document.Seller, log *slog.Logger) *API {
-	return &API{reader: reader, seller: seller, log: log, now: time.Now}
+// New returns the API reading invoices and granting credits through the
+// App, its documents naming seller.
+func New(svc *app.App, seller document.Seller, log *slog.Logger) *API {
+	return &API{svc: svc, seller: seller, log: log, now: time.Now}
 }
 
 // Routes mounts the endpoints on r.
@@ -148,7 +148,7 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 		}
 		after = &pos
 	}
-	invs, err := a.reader.Invoices(r.Context(), tenantID, period, after, req.Fetch())
+	invs, err := a.svc.Invoices(r.Context(), tenantID, period, after, req.Fetch())
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -188,7 +188,7 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 			"an invoice is served as %s; the Accept header admits none of them", strings.Join(invoiceMedia, ", ")))
 		return
 	}
-	inv, err := a.reader.Invoice(r.Context(), tenantID, id)
+	inv, err := a.svc.Invoice(r.Context(), tenantID, id)
 	if errors.Is(err, app.ErrNotFound) {
 		httpx.WriteProblem(w, httpx.Problemf(http.StatusNotFound, "not_found", "tenant %s has no invoice %s", tenantID, id))
 		return
