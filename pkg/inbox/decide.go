@@ -609,12 +609,17 @@ func (u *unit) fail(ctx context.Context, i int, herr error) (stop bool, err erro
 	e := it.env()
 	kind, reason := u.ib.classify(u.tx, herr)
 	detail := errorDetail(herr)
+	deferReason := ReasonMissingFact
 	switch kind {
 	case failTransient:
 		return true, fmt.Errorf("apply %s %s: %w", e.EventType, e.EventID, herr)
-	case failRetry:
+	case failRetry, failTimeout:
 		if n, again := u.ib.attempts.tryAgain(e.EventID, u.ib.budget); again {
 			return true, &RetryError{EventID: e.EventID, EventType: e.EventType, Attempt: n, Budget: u.ib.budget, Err: herr}
+		}
+		if kind == failTimeout { // the last attempt: set aside
+			kind, reason, deferReason = failDefer, TimeoutKey(e.EventID), ReasonStatementTimeout
+			break
 		}
 		kind, reason = failPermanent, ReasonRetriesExhausted // the last attempt
 	case failPanic:
@@ -634,7 +639,7 @@ func (u *unit) fail(ctx context.Context, i int, herr error) (stop bool, err erro
 	}
 	switch kind {
 	case failDefer:
-		u.res.decisions[i] = u.p.deferral(it, reason, ReasonMissingFact)
+		u.res.decisions[i] = u.p.deferral(it, reason, deferReason)
 	case failPermanent:
 		u.res.decisions[i] = u.p.quarantine(it, reason, detail)
 		u.st.resolve(&u.p, it)
@@ -1033,7 +1038,16 @@ const (
 	failDuplicate
 	failRetry // unclassified: retried within the event's budget
 	failPanic
+	// failTimeout: the statement timeout; retried within the event's
+	// budget, then deferred aside (never quarantined: the event may fit
+	// once the database is less busy or the timeout is raised).
+	failTimeout
 )
+
+// TimeoutKey is the wait key of an event set aside after its handler ran
+// into the statement timeout on every attempt (ReasonStatementTimeout).
+// Nothing provides it: the sweep decides the event again, backing off.
+func TimeoutKey(id uuid.UUID) string { return "statement-timeout/" + id.String() }
 
 // classify sorts a handler's error (see "How a failing handler is
 // survived"); detail is the wait key, the quarantine reason or the
@@ -1062,6 +1076,8 @@ func (ib *Inbox) classify(tx pgx.Tx, err error) (kind failKind, detail string) {
 			what = pg.Code
 		}
 		switch {
+		case pg.Code == "57014": // query_canceled: the statement timeout (or a cancel request)
+			return failTimeout, ""
 		case pg.Code == "23505": // unique_violation
 			if len(ib.origin) == 0 || ib.origin[pg.ConstraintName] {
 				return failDuplicate, ReasonEffectExists + ":" + what

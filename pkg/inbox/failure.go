@@ -35,6 +35,15 @@ import (
 // attempt that fails on the infrastructure is not counted, so an outage
 // cannot exhaust a budget.
 //
+// The statement timeout (SQLSTATE 57014) is the event's, not the
+// database's: a close too large for DB_STATEMENT_TIMEOUT fails the same way
+// every time, and retried without limit it would hold its partition for
+// ever. It is counted like an unclassified error, and the attempt that
+// brings the count to the budget sets the event aside instead of
+// quarantining it: DEFERRED as ReasonStatementTimeout on TimeoutKey, which
+// nothing provides, so the sweep tries it again (backing off) while the
+// partition moves on, and the operator sees it among the deferred.
+//
 // A handler that panics is recovered: its panic is its error, classified as
 // handler_panic, which is decided like a Permanent error (the run rolled back
 // to its savepoint, the event decided alone) and quarantined with the panic
@@ -122,7 +131,7 @@ func infrastructure(tx pgx.Tx, err error) bool {
 		case "08", // connection exception
 			"40", // transaction rollback: serialization failure, deadlock
 			"53", // insufficient resources
-			"57", // operator intervention: shutdown, query canceled
+			"57", // operator intervention: shutdown (the statement timeout, 57014, is the event's: classify)
 			"58": // system error
 			return true
 		}

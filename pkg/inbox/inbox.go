@@ -79,6 +79,11 @@ const (
 	ReasonVersionGap = "version_gap"
 	// ReasonMissingFact: the handler asked to wait for a fact (DeferUntil).
 	ReasonMissingFact = "missing_fact"
+	// ReasonStatementTimeout: the handler's statement ran past the
+	// database's statement timeout on every attempt of the event's budget;
+	// the event is set aside (TimeoutKey, which nothing provides: the sweep
+	// tries it again) so that its partition moves on.
+	ReasonStatementTimeout = "statement_timeout"
 	// ReasonVersionApplied: another event already holds this aggregate
 	// version (a DUPLICATE).
 	ReasonVersionApplied = "version_already_applied"
@@ -151,7 +156,9 @@ type Publication struct {
 // counts as DUPLICATE (see Options.OriginConstraints); another integrity
 // violation or a data exception (SQLSTATE classes 23 and 22) counts as
 // Permanent. An error of the database's connection, a deadlock or a cancelled
-// context is transient, retried without limit; any other error is retried up
+// context is transient, retried without limit; the statement timeout is
+// retried up to Options.RetryBudget times, then sets the event aside
+// (DEFERRED, ReasonStatementTimeout); any other error is retried up
 // to Options.RetryBudget times, then quarantines the event
 // (ReasonRetriesExhausted); a panic quarantines it at once
 // (ReasonHandlerPanic). Register handlers with On, which gives them the

@@ -479,3 +479,69 @@ func TestPanicDetailIsBounded(t *testing.T) {
 		t.Fatalf("detail of %d bytes ending %q, want cut near 8 KiB, valid UTF-8", len(detail), detail[len(detail)-16:])
 	}
 }
+
+// TestStatementTimeoutSetsTheEventAside: an event whose handler runs past
+// the statement timeout on every attempt does not hold its partition for
+// ever: after its budget it is deferred aside (statement_timeout, never
+// quarantined), the events behind it are applied and the offset moves on;
+// once its work fits again, the sweep applies it.
+func TestStatementTimeoutSetsTheEventAside(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.Topic(t, brokers, 1)
+	pool := pgtest.NewPool(t, noticeTmpl)
+	const budget = 2
+	var slow atomic.Bool
+	slow.Store(true)
+	var slowCalls atomic.Int32
+	h := func(ctx context.Context, tx pgx.Tx, d *envelope.Decoded, n note) (inbox.Outcome, error) {
+		if n.Fail == "slow" && slow.Load() {
+			slowCalls.Add(1)
+			if _, err := tx.Exec(ctx, `SET LOCAL statement_timeout = '50ms'`); err != nil {
+				return inbox.Outcome{}, err
+			}
+			_, err := tx.Exec(ctx, `SELECT pg_sleep(2)`)
+			return inbox.Outcome{}, fmt.Errorf("a close too large for the timeout: %w", err)
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO effect (event_id, origin, aggregate, version) VALUES ($1, $2, $3, $4)`,
+			d.Envelope.EventID, n.Origin, d.Envelope.AggregateID, d.Envelope.AggregateVersion)
+		return inbox.Outcome{}, err
+	}
+	ib, err := inbox.New(newRegistry(), map[string]inbox.Handler{"Noted": inbox.On(h)},
+		inbox.Options{Service: "timeout", RetryBudget: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := ev(t, "Noted", 1, "big", 1, note{Origin: "big-1", Fail: "slow"})
+	produce(t, brokers, topic, raw(t, ev(t, "Noted", 1, "h", 1, note{Origin: "h-1"})), raw(t, bad),
+		raw(t, ev(t, "Noted", 1, "h", 2, note{Origin: "h-2"})))
+	group := "inbox-" + topic
+	rr := startRunner(t, pool, ib, brokers, group, topic, nil)
+	eventually(t, "the events behind the slow one applied", 30*time.Second, func() bool {
+		return len(effectVersions(t, pool, "h")) == 2
+	})
+	eventually(t, "offsets committed past the slow event", 30*time.Second, func() bool {
+		return committed(t, brokers, group, topic) == 3
+	})
+	rr.stop(t)
+	if n := count(t, pool, `SELECT count(*) FROM inbox_deferred WHERE event_id = $1 AND reason = $2 AND wait_key = $3`,
+		bad.EventID, inbox.ReasonStatementTimeout, inbox.TimeoutKey(bad.EventID)); n != 1 {
+		t.Fatalf("the slow event is not set aside as statement_timeout (%d rows)", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM inbox_quarantine`); n != 0 {
+		t.Fatalf("%d messages quarantined for a timeout", n)
+	}
+	if n := slowCalls.Load(); n < budget {
+		t.Fatalf("the slow handler ran %d times, want at least the budget %d", n, budget)
+	}
+	slow.Store(false)
+	if _, err := pool.Exec(t.Context(), `UPDATE inbox_deferred SET next_attempt = now()`); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ib.Sweep(t.Context(), pool, 10); err != nil || n != 1 {
+		t.Fatalf("sweep applied %d, %v; want the slow event", n, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM effect WHERE origin = 'big-1'`); n != 1 {
+		t.Fatalf("%d effects of the slow event, want 1", n)
+	}
+}
