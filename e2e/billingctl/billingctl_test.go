@@ -352,6 +352,11 @@ func tenantFlow(t *testing.T, c *ctl) {
 	if !strings.Contains(out, "issued") || !strings.Contains(out, "3.6") {
 		t.Fatalf("invoice show printed:\n%s", out)
 	}
+	pdf := filepath.Join(t.TempDir(), "invoice.pdf")
+	c.ok(append(tn, "invoice", "pdf", id, "-out", pdf)...)
+	if b, err := os.ReadFile(pdf); err != nil || !bytes.HasPrefix(b, []byte("%PDF-")) {
+		t.Fatalf("invoice pdf wrote no PDF (%v)", err)
+	}
 }
 
 func operatorFlow(t *testing.T, c *ctl, s *stack.Stack) {

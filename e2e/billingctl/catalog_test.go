@@ -265,4 +265,55 @@ func catalogFlow(t *testing.T, c *ctl) {
 			t.Fatalf("usage query -all: %d rows, next %q; want 3, no next", len(page.Rows), page.Next)
 		}
 	})
+
+	t.Run("plan publish, subscription start", func(t *testing.T) {
+		c := c.with(t)
+		code := fmt.Sprintf("pro_%d", n)
+		file := filepath.Join(t.TempDir(), "plan.json")
+		doc := `{"code":"` + code + `","name":"Pro","currency":"USD","fixedFees":[{"code":"base","name":"Base fee","amount":"49"}],` +
+			`"charges":[{"meterCode":"` + meter + `","model":"unit","unitPrice":"0.001"}],"minimumSpend":"100"}`
+		if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var plan map[string]any
+		c.json(&plan, "plan", "publish", file)
+		if plan["code"] != code || plan["version"] != 1.0 || plan["minimumSpend"] != "100" {
+			t.Fatalf("plan publish: %v", plan)
+		}
+		if r := c.run(`{"code":"x","nme":"typo"}`, "plan", "publish", "-"); r.code == 0 || !strings.Contains(r.errOut, "not a plan document") {
+			t.Fatalf("plan publish of a document off contract: exit %d\n%s%s", r.code, r.out, r.errOut)
+		}
+		var versions struct{ Versions []map[string]any }
+		c.json(&versions, "plan", "versions", code)
+		if len(versions.Versions) != 1 {
+			t.Fatalf("plan versions: %v", versions.Versions)
+		}
+		// Billing holds the plan once its PlanPublished arrives.
+		var sub map[string]any
+		eventually(t, "a subscription to the plan", func() error {
+			r := c.run("", append(tn, "subscription", "start", "-plan", code, "-o", "json")...)
+			if r.code != 0 {
+				return fmt.Errorf("exit %d: %s", r.code, r.errOut)
+			}
+			return json.Unmarshal([]byte(r.out), &sub)
+		})
+		if sub["planCode"] != code || sub["subscriptionId"] == nil {
+			t.Fatalf("subscription start: %v", sub)
+		}
+		var subs struct{ Subscriptions []map[string]any }
+		c.json(&subs, append(tn, "subscription", "list")...)
+		if len(subs.Subscriptions) != 1 || subs.Subscriptions[0]["subscriptionId"] != sub["subscriptionId"] {
+			t.Fatalf("subscription list: %v", subs.Subscriptions)
+		}
+		starts, err := time.Parse(time.RFC3339Nano, sub["startsAt"].(string))
+		if err != nil {
+			t.Fatal(err)
+		}
+		endsAt := starts.Add(24 * time.Hour).Format(time.RFC3339)
+		var ended map[string]any
+		c.json(&ended, append(tn, "subscription", "end", sub["subscriptionId"].(string), "-ends-at", endsAt)...)
+		if ended["endsAt"] != endsAt {
+			t.Fatalf("subscription end: %v", ended)
+		}
+	})
 }

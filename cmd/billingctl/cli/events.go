@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/usagebilling/billing/pkg/api/usageapi"
@@ -182,15 +181,11 @@ func eventsSend(fs *flag.FlagSet) runFunc {
 		if *batch < 1 || *batch > maxEventsBatch {
 			return usagef("-batch must be from 1 to %d", maxEventsBatch)
 		}
-		in, name := c.in, "stdin"
-		if len(args) == 1 && args[0] != "-" {
-			f, err := os.Open(args[0])
-			if err != nil {
-				return usageError{err.Error()}
-			}
-			defer f.Close()
-			in, name = f, args[0]
+		in, name, done, err := c.input(args)
+		if err != nil {
+			return err
 		}
+		defer done()
 		if in == nil {
 			return usagef("no input: give a file")
 		}

@@ -3,6 +3,7 @@ package cli
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"strings"
 	"testing"
@@ -83,5 +84,23 @@ func TestTaxRateFlag(t *testing.T) {
 		if err := f.Set(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+	}
+}
+
+// Every command's flags are defined once beside the global ones: a clash
+// (a command defining -o, which is the output format) panics when the
+// command runs.
+func TestEveryCommandsFlags(t *testing.T) {
+	for name, cmd := range commands {
+		fs := flag.NewFlagSet(name, flag.ContinueOnError)
+		(&config{}).register(fs)
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					t.Errorf("%s: %v", name, v)
+				}
+			}()
+			cmd.flags(fs)
+		}()
 	}
 }
