@@ -4,7 +4,9 @@
 // would, over HTTP only: it activates prices, sends usage with replays and
 // a conflict, adjusts, closes the period, waits for the invoices, and prints
 // a report of what the system answered beside what it should have answered
-// (computed here from the inputs). It exits non-zero if any figure
+// (computed here from the inputs). Last, it bills a SaaS customer on a plan
+// over a later month, moving every service's clock forward through
+// CLOCK_OFFSET_FILE (decision 0015). It exits non-zero if any figure
 // disagrees, or if any service is left with an outbox backlog, dead
 // letters, deferred or quarantined events. `make demo` runs it.
 package main
@@ -15,6 +17,7 @@ import (
 	"maps"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -39,7 +42,21 @@ func main() {
 
 func run(ctx context.Context) int {
 	began := time.Now()
+	// Every service reads its "now" from this clock (decision 0015), which
+	// the plan story, last, moves forward.
+	clockDir, err := os.MkdirTemp("", "demo-clock-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		return 1
+	}
+	defer os.RemoveAll(clockDir)
+	clk, err := scenario.NewOffsetClock(filepath.Join(clockDir, "offset"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo: the services' clock:", err)
+		return 1
+	}
 	opts, err := stack.FromEnv(stack.Options{Logger: stack.ConsoleLogger(os.Stdout),
+		Env:        map[string]string{"CLOCK_OFFSET_FILE": clk.Path},
 		ServiceEnv: map[string]map[string]string{"invoice": maps.Clone(scenario.WebhookServiceEnv)}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
@@ -77,7 +94,7 @@ func run(ctx context.Context) int {
 
 	var failures, unrecovered []string
 	if runErr == nil {
-		failures, unrecovered = operate(ctx, s, hooks, res, progress)
+		failures, unrecovered = operate(ctx, s, hooks, res, clk, progress)
 	} else {
 		failures = append(failures, runErr.Error())
 	}
@@ -95,13 +112,15 @@ func run(ctx context.Context) int {
 }
 
 // operate plays the webhook and operator stories after the client flow,
-// then waits for every service's backlog to drain; it returns the stories'
-// failures, then the services not recovered.
+// then the plan story (last: it moves the services' clock a month or two
+// ahead), then waits for every service's backlog to drain; it returns the
+// stories' failures, then the services not recovered.
 func operate(ctx context.Context, s *stack.Stack, hooks *scenario.WebhookReceiver, res *scenario.Result,
-	progress func(string, ...any)) (failures, unrecovered []string) {
+	clk scenario.Clock, progress func(string, ...any)) (failures, unrecovered []string) {
 	op := scenario.DevOperator(s.URL("query", 0), "alice@ops.example")
 	failures = append(failures, webhookStory(ctx, hooks, res, op, progress)...)
 	failures = append(failures, operatorStory(ctx, s, op, res.Sent[0].Tenant, res.Period, progress)...)
+	failures = append(failures, planStory(ctx, s, clk, progress)...)
 	progress("reading every service's backlog through GET /v1/operator/recovery")
 	var recovery map[string]scenario.Recovery
 	err := waitFor(ctx, 30*time.Second, progress, "every backlog to drain", func() (bool, error) {
