@@ -41,8 +41,13 @@ func sample() document.Document {
 				Details: []document.Field{{"Origin event", "8c1d2e3f-4a5b-4c6d-8e7f-901a2b3c4d5e"}}},
 			{LineID: "rounding", Kind: "rounding", Amount: "0.000005",
 				Details: []document.Field{{"Origin event", "5e4d3c2b-1a09-4f8e-8d7c-6b5a4f3e2d1c"}}},
+			{LineID: "tax/VAT", Kind: "tax", Amount: "60.86",
+				Details: []document.Field{{"Origin event", "5e4d3c2b-1a09-4f8e-8d7c-6b5a4f3e2d1c"}, {"Tax", "VAT (USt. 19%)"}, {"Rate", "0.19"}}},
+			{LineID: "credit_applied/01a23c5f-64e7-7292-b903-81af01673ead", Kind: "credit_applied", Amount: "-100",
+				Details: []document.Field{{"Origin event", "5e4d3c2b-1a09-4f8e-8d7c-6b5a4f3e2d1c"}, {"Credit grant", "01a23c5f-64e7-7292-b903-81af01673ead"}}},
 		},
-		Totals: []document.Field{{"Subtotal", "320.299995"}, {"Total", "320.3"}},
+		Totals: []document.Field{{"Subtotal", "320.299995"}, {"Taxes", "60.86"}, {"Total", "381.16"},
+			{"Credits applied", "-100"}, {"Amount due", "281.16"}},
 		Corrections: []document.Correction{{CorrectionID: "2b3c4d5e-6f70-4182-93a4-b5c6d7e8f901",
 			OriginEventID: "7a6b5c4d-3e2f-4a1b-9c8d-7e6f5a4b3c2d", Amount: "-4.5", IssuedAt: "2026-11-03T10:00:00Z"}},
 	}
@@ -165,7 +170,7 @@ func TestPDFWritesTextOutsideCP1252AsQuestionMarks(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := documenttest.PDFText(t, pdf)
-	for _, want := range []string{"Größe & Söhne — ????", "City: Zürich / ??????", "256.9", "320.3"} {
+	for _, want := range []string{"Größe & Söhne — ????", "City: Zürich / ??????", "256.9", "381.16"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("%q is not in the PDF's text:\n%s", want, text)
 		}
