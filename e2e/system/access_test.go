@@ -137,9 +137,12 @@ var (
 		"POST /v1/tenants/{tenantId}/subscriptions":                      admin,
 		"POST /v1/tenants/{tenantId}/subscriptions/{subscriptionId}/end": admin,
 		"GET /v1/tenants/{tenantId}/subscriptions":                       reader,
+		"GET /internal/v1/tenants/{tenantId}/subscriptions":              internal,
 		// invoice
 		"GET /v1/tenants/{tenantId}/invoices":                          reader,
 		"GET /v1/tenants/{tenantId}/invoices/{invoiceId}":              reader,
+		"POST /v1/tenants/{tenantId}/credit-grants":                    admin,
+		"GET /v1/tenants/{tenantId}/credit-grants":                     reader,
 		"POST /v1/tenants/{tenantId}/webhook-endpoints":                admin,
 		"GET /v1/tenants/{tenantId}/webhook-endpoints":                 admin,
 		"DELETE /v1/tenants/{tenantId}/webhook-endpoints/{endpointId}": admin,
@@ -147,6 +150,7 @@ var (
 		"GET /internal/v1/webhook-intents/stats":                       internal,
 		"GET /internal/v1/webhook-intents/{intentId}":                  internal,
 		"POST /internal/v1/webhook-intents/{intentId}/retry":           internal,
+		"GET /internal/v1/tenants/{tenantId}/credit-grants":            internal,
 		// query
 		"GET /v1/tenants/{tenantId}/summary":                  reader,
 		"GET /v1/tenants/{tenantId}/meters/{meterCode}/usage": reader,

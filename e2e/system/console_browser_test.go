@@ -279,6 +279,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	if n := b.text("#usage-count"); n != "1" {
 		t.Errorf("beta's usage count %s, want 1", n)
 	}
+	// Its subscriptions and credit grants (none), read from billing and
+	// invoice through their internal routes with query's service token.
+	for _, table := range []string{"#subscriptions", "#credit-grants"} {
+		if !b.present(table) {
+			t.Errorf("%s is not shown (its error note instead: %v)", table, b.present(table+"-error"))
+		}
+	}
 	b.screenshot("6-tenant")
 
 	// The other pages answer from the real services: no dead letter, the

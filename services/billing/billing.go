@@ -72,6 +72,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 			api.Routes(r)
 			api.PeriodRoutes(r)
 			api.SubscriptionRoutes(r)
+			api.InternalSubscriptionRoutes(r)
 		},
 		// The close scheduler (decision 0014): closes the periods whose end
 		// plus grace has passed, on every instance (safe: see

@@ -64,7 +64,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	}
 	return service.Parts{
 		Work:           work,
-		Routes:         func(r chi.Router) { api.Routes(r); api.CreditRoutes(r); hookAPI.Routes(r) },
+		Routes:         func(r chi.Router) { api.Routes(r); api.CreditRoutes(r); api.InternalCreditRoutes(r); hookAPI.Routes(r) },
 		Topics:         app.Topics,
 		Handlers:       a.Handlers(),
 		BatchHandlers:  a.BatchHandlers(),

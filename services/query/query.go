@@ -65,7 +65,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		consoleCfg.CSRFKey = bytes.TrimSpace(key)
 	}
 	con, err := console.New(op, operator.NewWebhooks(d.Pool, d.Config.ServiceURLs[operator.WebhookService], d.Config.Auth, d.Logger),
-		app.NewReader(d.Pool), d.Config.Auth, consoleCfg, d.Logger)
+		operator.NewAccounts(d.Config.ServiceURLs, d.Config.Auth), app.NewReader(d.Pool), d.Config.Auth, consoleCfg, d.Logger)
 	if err != nil {
 		return service.Parts{}, fmt.Errorf("QUERY_CONSOLE_CSRF_KEY_FILE %s: %w", keyFile, err)
 	}

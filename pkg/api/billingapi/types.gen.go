@@ -479,6 +479,15 @@ type InternalReconciliationParams struct {
 	Limit *int    `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// InternalListSubscriptionsParams defines parameters for InternalListSubscriptions.
+type InternalListSubscriptionsParams struct {
+	// Limit page size (default 100)
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the next value of the previous page
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // PostAdjustmentParams defines parameters for PostAdjustment.
 type PostAdjustmentParams struct {
 	// IdempotencyKey 1-255 printable ASCII characters. A replay answers the first response with Idempotent-Replayed true; the same key with another body is 422 idempotency_key_reused.

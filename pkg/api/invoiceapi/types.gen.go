@@ -599,6 +599,15 @@ type InternalReconciliationParams struct {
 	Limit *int    `form:"limit,omitempty" json:"limit,omitempty"`
 }
 
+// InternalListCreditGrantsParams defines parameters for InternalListCreditGrants.
+type InternalListCreditGrantsParams struct {
+	// Limit page size (default 100)
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the next value of the previous page
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // InternalWebhookIntentsParams defines parameters for InternalWebhookIntents.
 type InternalWebhookIntentsParams struct {
 	Status   *IntentStatus `form:"status,omitempty" json:"status,omitempty"`

@@ -4,8 +4,9 @@
 // recovery per service, the quarantine view and its redrives with their
 // audit, dead letters and their redrive, reconciliation per tenant and
 // period, webhook intents and their retry — and the tenant summaries and
-// the meter catalog (read only) of the app package. It holds no SQL of
-// its own.
+// the meter catalog (read only) of the app package, with each tenant's
+// subscriptions and credit grants (read only) from the billing and invoice
+// services. It holds no SQL of its own.
 //
 // The operator signs in with a bearer token, kept in an HttpOnly,
 // SameSite=Strict cookie (Secure over TLS, or with Config.SecureCookie) and verified on every request
@@ -30,13 +31,14 @@ import (
 
 // Console serves the operator console.
 type Console struct {
-	op     *operator.Operator
-	hooks  *operator.Webhooks
-	reader *app.Reader
-	keys   auth.Keys
-	cfg    Config
-	pages  pages
-	log    *slog.Logger
+	op       *operator.Operator
+	hooks    *operator.Webhooks
+	accounts *operator.Accounts
+	reader   *app.Reader
+	keys     auth.Keys
+	cfg      Config
+	pages    pages
+	log      *slog.Logger
 }
 
 // Config is the console's settings (query's QUERY_CONSOLE_*).
@@ -54,9 +56,10 @@ type Config struct {
 // MinCSRFKey is the shortest CSRF key Config takes, in bytes.
 const MinCSRFKey = 32
 
-// New returns the console over op, hooks and reader, admitting operator
-// tokens keys verifies.
-func New(op *operator.Operator, hooks *operator.Webhooks, reader *app.Reader, keys auth.Keys, cfg Config, log *slog.Logger) (*Console, error) {
+// New returns the console over op, hooks, accounts and reader, admitting
+// operator tokens keys verifies.
+func New(op *operator.Operator, hooks *operator.Webhooks, accounts *operator.Accounts, reader *app.Reader, keys auth.Keys,
+	cfg Config, log *slog.Logger) (*Console, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -67,7 +70,7 @@ func New(op *operator.Operator, hooks *operator.Webhooks, reader *app.Reader, ke
 	case len(cfg.CSRFKey) < MinCSRFKey:
 		return nil, fmt.Errorf("console: a CSRF key of %d bytes; want at least %d", len(cfg.CSRFKey), MinCSRFKey)
 	}
-	return &Console{op: op, hooks: hooks, reader: reader, keys: keys, cfg: cfg, pages: parsePages(), log: log}, nil
+	return &Console{op: op, hooks: hooks, accounts: accounts, reader: reader, keys: keys, cfg: cfg, pages: parsePages(), log: log}, nil
 }
 
 // Routes mounts the console under /console on r.

@@ -12,7 +12,9 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,23 +48,23 @@ type fixture struct {
 	srv  *httptest.Server
 }
 
-func newFixture(t *testing.T) *fixture { return newFixtureWithInvoice(t, "") }
+func newFixture(t *testing.T) *fixture { return newFixtureWith(t, nil) }
 
-// newFixtureWithInvoice reaches the invoice service's internal webhook
-// endpoints at invoiceURL (empty: none configured).
-func newFixtureWithInvoice(t *testing.T, invoiceURL string) *fixture {
+// newFixtureWith reaches the other services' internal endpoints at urls,
+// by service name as SERVICE_URLS gives them (nil: none configured).
+func newFixtureWith(t *testing.T, urls map[string]string) *fixture {
 	t.Helper()
 	pool, err := pgxpool.New(t.Context(), pgtest.NewDB(t, querytest.Template))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return newFixtureOn(t, pool, invoiceURL, console.Config{})
+	return newFixtureOn(t, pool, urls, console.Config{})
 }
 
 // newFixtureOn is a console with cfg on pool (a replica when another
 // fixture serves the same pool).
-func newFixtureOn(t *testing.T, pool *pgxpool.Pool, invoiceURL string, cfg console.Config) *fixture {
+func newFixtureOn(t *testing.T, pool *pgxpool.Pool, urls map[string]string, cfg console.Config) *fixture {
 	t.Helper()
 	keys, err := auth.NewKeys(auth.DevKey)
 	if err != nil {
@@ -71,7 +73,8 @@ func newFixtureOn(t *testing.T, pool *pgxpool.Pool, invoiceURL string, cfg conso
 	op := operator.New(pool, ops.NewClient(nil, keys, operator.Self), nil)
 	r := chi.NewRouter()
 	r.Use(auth.Middleware(keys, nil))
-	c, err := console.New(op, operator.NewWebhooks(pool, invoiceURL, keys, nil), app.NewReader(pool), keys, cfg, nil)
+	c, err := console.New(op, operator.NewWebhooks(pool, urls[operator.WebhookService], keys, nil), operator.NewAccounts(urls, keys),
+		app.NewReader(pool), keys, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,8 +502,8 @@ func TestReplicasShareTheConsoleByItsKey(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	key := []byte(strings.Repeat("k", console.MinCSRFKey))
-	a, b := newFixtureOn(t, pool, "", console.Config{CSRFKey: key}), newFixtureOn(t, pool, "", console.Config{CSRFKey: key})
-	lone := newFixtureOn(t, pool, "", console.Config{})
+	a, b := newFixtureOn(t, pool, nil, console.Config{CSRFKey: key}), newFixtureOn(t, pool, nil, console.Config{CSRFKey: key})
+	lone := newFixtureOn(t, pool, nil, console.Config{})
 	id := a.quarantine(operator.Self, "acme", "unsupported_schema")
 	alice := a.signIn(token(t, "alice@ops.example", auth.RoleOperator, "", time.Hour))
 	formFrom := csrf(t, a.do("GET", "/console/quarantine", alice, nil))
@@ -515,7 +518,7 @@ func TestReplicasShareTheConsoleByItsKey(t *testing.T) {
 		!strings.HasPrefix(resp.header.Get("Location"), "/console/redrives/") {
 		t.Errorf("the other replica with the same key: %d %s, want the redrive", resp.status, resp.header.Get("Location"))
 	}
-	if _, err := console.New(nil, nil, nil, auth.Keys{}, console.Config{CSRFKey: key[:31]}, nil); err == nil {
+	if _, err := console.New(nil, nil, nil, nil, auth.Keys{}, console.Config{CSRFKey: key[:31]}, nil); err == nil {
 		t.Error("a 31-byte key accepted")
 	}
 }
@@ -530,7 +533,7 @@ func TestSecureCookieBehindTLSTerminatedInFront(t *testing.T) {
 	t.Cleanup(pool.Close)
 	tok := token(t, "alice", auth.RoleOperator, "", time.Hour)
 	for _, secure := range []bool{false, true} {
-		f := newFixtureOn(t, pool, "", console.Config{SecureCookie: secure})
+		f := newFixtureOn(t, pool, nil, console.Config{SecureCookie: secure})
 		resp := f.do("POST", "/console/sign-in", "", url.Values{"token": {tok}})
 		if c := sessionCookie(t, resp); c.Secure != secure {
 			t.Errorf("SecureCookie %v: the cookie's Secure is %v", secure, c.Secure)
@@ -649,7 +652,7 @@ func TestWebhooksPage(t *testing.T) {
 		}
 	}))
 	defer invoice.Close()
-	f := newFixtureWithInvoice(t, invoice.URL)
+	f := newFixtureWith(t, map[string]string{operator.WebhookService: invoice.URL})
 	alice := f.signIn(token(t, "alice", auth.RoleOperator, "", time.Hour))
 	page := f.do("GET", "/console/webhooks?status=failed", alice, nil)
 	if page.status != 200 || !strings.Contains(page.body, `data-intent="`+failed.String()+`"`) ||
@@ -679,5 +682,92 @@ func TestWebhooksPage(t *testing.T) {
 	g := newFixture(t)
 	if other := g.do("GET", "/console/webhooks", g.signIn(token(t, "a", auth.RoleOperator, "", time.Hour)), nil); other.status != http.StatusBadGateway {
 		t.Errorf("without an invoice URL: %d, want 502", other.status)
+	}
+}
+
+// The tenants page shows the tenant's subscriptions (the billing
+// service's) and credit grants (the invoice service's), the first
+// console.AccountRows of each, read with one call each per view through
+// their internal routes with query's service token, and says when there are
+// more. A service that refuses or cannot be reached leaves a note in its
+// table's place, the rest of the page shown. The services are stand-in HTTP
+// servers here (their own tests cover the routes).
+func TestTenantAccountsPage(t *testing.T) {
+	sub, grant := uuid.New(), uuid.New()
+	var mu sync.Mutex
+	calls := map[string][]string{} // by service: the request URIs
+	stand := func(service, path, body string, status int) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			keys, _ := auth.NewKeys(auth.DevKey)
+			if c, err := keys.Verify(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")); err != nil ||
+				!c.Has(auth.RoleService) || !slices.Contains(c.Audience, service) {
+				http.Error(w, "no service token", http.StatusUnauthorized)
+				return
+			}
+			mu.Lock()
+			calls[service] = append(calls[service], r.URL.RequestURI())
+			mu.Unlock()
+			if r.Method != http.MethodGet || r.URL.Path != path {
+				http.NotFound(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_, _ = io.WriteString(w, body)
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	billing := stand("billing", "/internal/v1/tenants/acme/subscriptions", `{"subscriptions":[
+		{"subscriptionId":"`+sub.String()+`","tenantId":"acme","planCode":"<b>pro</b>","startsAt":"2026-11-01T00:00:00Z","endsAt":"2026-12-01T00:00:00Z","createdAt":"2026-10-30T00:00:00Z","actor":"a"},
+		{"subscriptionId":"`+uuid.NewString()+`","tenantId":"acme","planCode":"basic","startsAt":"2026-12-01T00:00:00Z","createdAt":"2026-10-30T00:00:00Z","actor":"a"}],
+		"next":"c2"}`, http.StatusOK)
+	invoice := stand("invoice", "/internal/v1/tenants/acme/credit-grants", `{"grants":[
+		{"grantId":"`+grant.String()+`","tenantId":"acme","currency":"USD","amount":"500.00","balance":"125.50","status":"active","effectiveAt":"2026-11-02T09:00:00Z","priority":3,"reason":"prepaid","actor":"a","createdAt":"2026-11-02T09:00:00Z"}]}`,
+		http.StatusOK)
+	f := newFixtureWith(t, map[string]string{"billing": billing.URL, "invoice": invoice.URL})
+	alice := f.signIn(token(t, "alice", auth.RoleOperator, "", time.Hour))
+	page := f.do("GET", "/console/tenants?tenantId=acme", alice, nil)
+	for _, want := range []string{
+		`<tr data-subscription="` + sub.String() + `"><td>&lt;b&gt;pro&lt;/b&gt;</td><td>2026-11-01 00:00:00Z</td><td>2026-12-01 00:00:00Z</td></tr>`,
+		`<td>basic</td><td>2026-12-01 00:00:00Z</td><td>—</td>`,
+		`id="subscriptions-more">The first 100 subscriptions`,
+		`<tr data-grant="` + grant.String() + `"><td>USD</td><td class="n">500.00</td><td class="n">125.50</td><td>active</td><td class="n">3</td><td>2026-11-02 09:00:00Z</td><td>never</td></tr>`,
+		`id="usage-count">0<`,
+	} {
+		if page.status != 200 || !strings.Contains(page.body, want) {
+			t.Fatalf("tenants page: want %s in %d %s", want, page.status, page.body)
+		}
+	}
+	if strings.Contains(page.body, `id="credit-grants-more"`) || strings.Contains(page.body, `-error"`) {
+		t.Errorf("tenants page: a note it should not have: %s", page.body)
+	}
+	mu.Lock()
+	if want := []string{"/internal/v1/tenants/acme/subscriptions?limit=100"}; !slices.Equal(calls["billing"], want) {
+		t.Errorf("billing saw %v, want %v", calls["billing"], want)
+	}
+	if want := []string{"/internal/v1/tenants/acme/credit-grants?limit=100"}; !slices.Equal(calls["invoice"], want) {
+		t.Errorf("invoice saw %v, want %v", calls["invoice"], want)
+	}
+	mu.Unlock()
+	if blank := f.do("GET", "/console/tenants", alice, nil); blank.status != 200 || strings.Contains(blank.body, `id="subscriptions"`) {
+		t.Errorf("tenants page before a tenant is asked: %d %s", blank.status, blank.body)
+	}
+
+	refusing := stand("billing", "/internal/v1/tenants/acme/subscriptions",
+		`{"type":"about:blank","title":"Bad Request","status":400,"code":"invalid_limit","detail":"limit too large"}`, http.StatusBadRequest)
+	broken := stand("invoice", "/internal/v1/tenants/acme/credit-grants", `{}`, http.StatusInternalServerError)
+	g := newFixtureWith(t, map[string]string{"billing": refusing.URL, "invoice": broken.URL})
+	page = g.do("GET", "/console/tenants?tenantId=acme", g.signIn(token(t, "alice", auth.RoleOperator, "", time.Hour)), nil)
+	if page.status != 200 || !strings.Contains(page.body, `id="usage-count">0<`) ||
+		!strings.Contains(page.body, `id="subscriptions-error">Subscriptions could not be read: billing answered 400 invalid_limit: limit too large<`) ||
+		!strings.Contains(page.body, `id="credit-grants-error">Credit grants could not be read: service unavailable: invoice /internal/v1/tenants/acme/credit-grants: status 500<`) {
+		t.Errorf("tenants page with the services failing: %d %s", page.status, page.body)
+	}
+	h := newFixture(t)
+	page = h.do("GET", "/console/tenants?tenantId=acme", h.signIn(token(t, "alice", auth.RoleOperator, "", time.Hour)), nil)
+	if page.status != 200 || !strings.Contains(page.body, "no URL for billing in SERVICE_URLS") ||
+		!strings.Contains(page.body, "no URL for invoice in SERVICE_URLS") {
+		t.Errorf("tenants page without the services' URLs: %d %s", page.status, page.body)
 	}
 }

@@ -228,9 +228,12 @@ func (c *Console) reconciliation(w http.ResponseWriter, r *http.Request) {
 }
 
 type tenantsView struct {
-	TenantID string
-	Summary  *domain.Summary // nil until asked
-	Money    []moneyRow      // by currency
+	TenantID      string
+	Summary       *domain.Summary // nil until asked
+	Money         []moneyRow      // by currency
+	Subscriptions accountList[subscription]
+	CreditGrants  accountList[creditGrant]
+	AccountRows   int
 }
 
 type moneyRow struct {
@@ -257,9 +260,12 @@ func money(s domain.Summary) []moneyRow {
 }
 
 // tenants: GET /console/tenants?tenantId= — a tenant's summary, as GET
-// /v1/tenants/{tenantId}/summary answers it.
+// /v1/tenants/{tenantId}/summary answers it, and the first AccountRows of
+// its subscriptions (the billing service's) and of its credit grants (the
+// invoice service's), one call to each. A table that cannot be read says
+// why in its place; the rest of the page is shown.
 func (c *Console) tenants(w http.ResponseWriter, r *http.Request) {
-	v := tenantsView{TenantID: r.URL.Query().Get("tenantId")}
+	v := tenantsView{TenantID: r.URL.Query().Get("tenantId"), AccountRows: AccountRows}
 	if v.TenantID == "" {
 		c.render(w, r, http.StatusOK, "tenants", "Tenants", v)
 		return
@@ -274,6 +280,8 @@ func (c *Console) tenants(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.Summary, v.Money = &s, money(s)
+	v.Subscriptions = c.subscriptionsOf(r.Context(), v.TenantID)
+	v.CreditGrants = c.creditGrantsOf(r.Context(), v.TenantID)
 	c.render(w, r, http.StatusOK, "tenants", "Tenants", v)
 }
 

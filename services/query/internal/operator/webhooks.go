@@ -34,27 +34,26 @@ const RetryNotFound = "not_found"
 // WebhookService is the service that owns the webhook intents.
 const WebhookService = "invoice"
 
-// UpstreamProblem is a problem the invoice service answered (a 4xx about
-// the request, passed on to the operator).
+// UpstreamProblem is a problem a service's internal API answered (a 4xx
+// about the request, passed on to the operator).
 type UpstreamProblem struct {
-	Status int
-	Code   string
-	Detail string
+	Service string
+	Status  int
+	Code    string
+	Detail  string
 }
 
 func (p *UpstreamProblem) Error() string {
-	return fmt.Sprintf("%s answered %d %s: %s", WebhookService, p.Status, p.Code, p.Detail)
+	return fmt.Sprintf("%s answered %d %s: %s", p.Service, p.Status, p.Code, p.Detail)
 }
 
 // Webhooks is the operator's view of the invoice service's webhook intents
 // and the audited retry of one, through the invoice service's
 // /internal/v1/webhook-intents endpoints.
 type Webhooks struct {
-	pool *pgxpool.Pool
-	base string // the invoice service's base URL ("" when not configured)
-	keys auth.Keys
-	hc   *http.Client
-	log  *slog.Logger
+	pool    *pgxpool.Pool
+	invoice serviceClient
+	log     *slog.Logger
 }
 
 // NewWebhooks returns the view, calling the invoice service at base with
@@ -63,7 +62,7 @@ func NewWebhooks(pool *pgxpool.Pool, base string, keys auth.Keys, log *slog.Logg
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Webhooks{pool: pool, base: strings.TrimRight(base, "/"), keys: keys, hc: &http.Client{Timeout: 10 * time.Second}, log: log}
+	return &Webhooks{pool: pool, invoice: newServiceClient(WebhookService, base, keys), log: log}
 }
 
 // IntentPage is a page of intents as the invoice service lists them
@@ -82,13 +81,13 @@ type IntentStats struct {
 // List reads a page of intents; q holds status, tenantId, limit, cursor.
 func (w *Webhooks) List(ctx context.Context, q url.Values) (IntentPage, error) {
 	var out IntentPage
-	return out, w.call(ctx, http.MethodGet, "/internal/v1/webhook-intents", q, nil, &out)
+	return out, w.invoice.call(ctx, http.MethodGet, "/internal/v1/webhook-intents", q, nil, &out)
 }
 
 // Stats reads the counts by status and the oldest pending age.
 func (w *Webhooks) Stats(ctx context.Context) (IntentStats, error) {
 	var out IntentStats
-	return out, w.call(ctx, http.MethodGet, "/internal/v1/webhook-intents/stats", nil, nil, &out)
+	return out, w.invoice.call(ctx, http.MethodGet, "/internal/v1/webhook-intents/stats", nil, nil, &out)
 }
 
 // RetryRequest is an operator's retry of a webhook intent.
@@ -121,7 +120,7 @@ func (w *Webhooks) Retry(ctx context.Context, req RetryRequest) (RetryResult, er
 	var found struct {
 		Status string `json:"status"`
 	}
-	if err := w.call(ctx, http.MethodGet, "/internal/v1/webhook-intents/"+req.IntentID.String(), nil, nil, &found); err != nil {
+	if err := w.invoice.call(ctx, http.MethodGet, "/internal/v1/webhook-intents/"+req.IntentID.String(), nil, nil, &found); err != nil {
 		return RetryResult{}, err
 	}
 	id, err := uuid.NewV7()
@@ -138,7 +137,7 @@ func (w *Webhooks) Retry(ctx context.Context, req RetryRequest) (RetryResult, er
 		Status  string `json:"status"`
 	}
 	body := map[string]string{"actor": req.Actor, "correlationId": req.CorrelationID, "reason": req.Reason}
-	if err := w.call(ctx, http.MethodPost, "/internal/v1/webhook-intents/"+req.IntentID.String()+"/retry", nil, body, &answer); err != nil {
+	if err := w.invoice.call(ctx, http.MethodPost, "/internal/v1/webhook-intents/"+req.IntentID.String()+"/retry", nil, body, &answer); err != nil {
 		if up, ok := IsUpstreamProblem(err); ok && up.Status == http.StatusNotFound {
 			if aerr := w.audit(ctx, id, req, StateCompleted, RetryNotFound, "service:"+WebhookService); aerr != nil {
 				return RetryResult{RedriveID: id, State: StateRequested}, aerr
@@ -172,18 +171,30 @@ func (w *Webhooks) audit(ctx context.Context, id uuid.UUID, req RetryRequest, st
 	})
 }
 
-// call makes one request to the invoice service's internal API with a
-// one-minute service token signed with query's own key. A 4xx problem is an *UpstreamProblem; any
-// other failure wraps ErrUpstream.
-func (w *Webhooks) call(ctx context.Context, method, path string, q url.Values, in, out any) error {
-	if w.base == "" {
-		return fmt.Errorf("%w: no URL for %s in SERVICE_URLS", ErrUpstream, WebhookService)
+// serviceClient calls one service's internal API (/internal/v1/...).
+type serviceClient struct {
+	service string
+	base    string // the service's base URL ("" when not configured)
+	keys    auth.Keys
+	hc      *http.Client
+}
+
+func newServiceClient(service, base string, keys auth.Keys) serviceClient {
+	return serviceClient{service: service, base: strings.TrimRight(base, "/"), keys: keys, hc: &http.Client{Timeout: 10 * time.Second}}
+}
+
+// call makes one request to the service's internal API with a one-minute
+// service token signed with query's own key. A 4xx problem is an
+// *UpstreamProblem; any other failure wraps ErrUpstream.
+func (c serviceClient) call(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	if c.base == "" {
+		return fmt.Errorf("%w: no URL for %s in SERVICE_URLS", ErrUpstream, c.service)
 	}
-	token, err := w.keys.ServiceToken(Self, WebhookService)
+	token, err := c.keys.ServiceToken(Self, c.service)
 	if err != nil {
 		return err
 	}
-	u := w.base + path
+	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -197,34 +208,34 @@ func (w *Webhooks) call(ctx context.Context, method, path string, q url.Values, 
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrUpstream, WebhookService, err)
+		return fmt.Errorf("%w: %s: %w", ErrUpstream, c.service, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := w.hc.Do(req)
+	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrUpstream, WebhookService, err)
+		return fmt.Errorf("%w: %s: %w", ErrUpstream, c.service, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return fmt.Errorf("%w: %s: read answer: %w", ErrUpstream, WebhookService, err)
+		return fmt.Errorf("%w: %s: read answer: %w", ErrUpstream, c.service, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var p httpx.Problem
 		if resp.StatusCode >= 400 && resp.StatusCode < 500 && json.Unmarshal(raw, &p) == nil && p.Code != "" {
-			return &UpstreamProblem{Status: resp.StatusCode, Code: p.Code, Detail: p.Detail}
+			return &UpstreamProblem{Service: c.service, Status: resp.StatusCode, Code: p.Code, Detail: p.Detail}
 		}
-		return fmt.Errorf("%w: %s %s: status %d", ErrUpstream, WebhookService, path, resp.StatusCode)
+		return fmt.Errorf("%w: %s %s: status %d", ErrUpstream, c.service, path, resp.StatusCode)
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("%w: %s %s: decode answer: %w", ErrUpstream, WebhookService, path, err)
+		return fmt.Errorf("%w: %s %s: decode answer: %w", ErrUpstream, c.service, path, err)
 	}
 	return nil
 }
 
-// IsUpstreamProblem reports whether err is a problem the invoice service
-// answered about the request, and returns it.
+// IsUpstreamProblem reports whether err is a problem a service's internal
+// API answered about the request, and returns it.
 func IsUpstreamProblem(err error) (*UpstreamProblem, bool) {
 	var p *UpstreamProblem
 	ok := errors.As(err, &p)
