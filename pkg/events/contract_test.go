@@ -4,6 +4,7 @@ import (
 	"errors"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,4 +177,21 @@ func charge(id, usageEventID uuid.UUID, u events.UsageAccepted) events.ChargeRat
 	return events.ChargeRated{ChargeID: id, UsageEventID: usageEventID, UsageID: u.UsageID, MeterCode: u.MeterCode,
 		Currency: u.Currency, Quantity: u.Quantity, UnitPrice: decimal.RequireFromString("0.5"), PriceVersion: 1,
 		Amount: decimal.RequireFromString("1.5"), Period: "2026-11", OccurredAt: u.OccurredAt}
+}
+
+// A close's tax rates are held to billing's bounds in characters: a name of
+// 100 characters that takes more bytes (é) is valid, of 101 it is not.
+func TestTaxRateNamesCountCharacters(t *testing.T) {
+	closed := func(name string) events.BillingPeriodClosed {
+		return events.BillingPeriodClosed{Period: "2027-06", ClosedAt: time.Now(), Totals: map[string]decimal.Decimal{},
+			Currencies: map[string]events.CloseTally{},
+			TaxRates:   []events.TaxRate{{Code: "TVA", Name: name, Rate: decimal.RequireFromString("0.2")}}}
+	}
+	name := strings.Repeat("é", 100)
+	if err := closed(name).Validate(); err != nil {
+		t.Fatalf("a name of 100 characters (%d bytes) refused: %v", len(name), err)
+	}
+	if err := closed(name + "e").Validate(); err == nil {
+		t.Fatal("a name of 101 characters accepted")
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
@@ -464,6 +465,8 @@ type BillingPeriodClosed struct {
 }
 
 // MaxTaxRates is the most tax rates a tenant's settings hold.
+// TaxRate.ok's bounds are billing's (domain.ParseTaxRates): a name of up
+// to 100 characters, not bytes.
 const MaxTaxRates = 5
 
 // TaxRate is one of a tenant's tax rates: a code unique among them, a name
@@ -476,7 +479,7 @@ type TaxRate struct {
 }
 
 func (r TaxRate) ok() bool {
-	return r.Code != "" && len(r.Code) <= 32 && r.Name != "" && len(r.Name) <= 100 &&
+	return r.Code != "" && len(r.Code) <= 32 && r.Name != "" && utf8.RuneCountInString(r.Name) <= 100 &&
 		!r.Rate.IsNegative() && r.Rate.LessThan(decimal.NewFromInt(1)) && r.Rate.Exponent() >= -6
 }
 

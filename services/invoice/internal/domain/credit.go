@@ -75,7 +75,7 @@ func ParseGrant(r GrantRequest, now time.Time) (Grant, error) {
 		}
 		return Grant{}, rule.Errorf(rule.Invalid, money.CodeUnknownCurrency, "%v", err)
 	}
-	g := Grant{Currency: r.Currency, EffectiveAt: now, Reason: r.Reason}
+	g := Grant{Currency: r.Currency, EffectiveAt: now.UTC().Truncate(time.Microsecond), Reason: r.Reason}
 	amount, err := money.Parse(r.Amount)
 	if err != nil {
 		return Grant{}, rule.Errorf(rule.Invalid, "invalid_amount", "amount must be a plain decimal string such as \"500\": %v", err)
