@@ -178,8 +178,8 @@ func (r *runner) checkCharge(t *Tenant, f *Fact, c chargeDoc) error {
 }
 
 // check settles the tenant and compares billing's estimates of its open
-// periods, the invoices of its closed ones (with their correction notes)
-// and query's summary with the model.
+// periods, the invoices of its closed ones (with their correction notes),
+// query's summary and invoice's list of its credit grants with the model.
 func (r *runner) check(ctx context.Context, t *Tenant) error {
 	r.stats.Checks++
 	if err := r.settle(ctx, t); err != nil {
@@ -205,7 +205,10 @@ func (r *runner) check(ctx context.Context, t *Tenant) error {
 			}
 		}
 	}
-	return r.checkSummary(ctx, t)
+	if err := r.checkSummary(ctx, t); err != nil {
+		return err
+	}
+	return r.checkGrants(ctx, t)
 }
 
 func (r *runner) checkEstimate(ctx context.Context, t *Tenant, p string) error {
@@ -281,11 +284,15 @@ type invoiceDoc struct {
 		TaxCode       string            `json:"taxCode"`
 		Name          string            `json:"name"`
 		TaxRate       *decimal.Decimal  `json:"taxRate"`
+		LineID        string            `json:"lineId"`
+		GrantID       string            `json:"grantId"`
 	} `json:"lines"`
-	Subtotal    decimal.Decimal  `json:"subtotal"`
-	TaxTotal    *decimal.Decimal `json:"taxTotal"`
-	Total       *decimal.Decimal `json:"total"`
-	Corrections []struct {
+	Subtotal       decimal.Decimal  `json:"subtotal"`
+	TaxTotal       *decimal.Decimal `json:"taxTotal"`
+	Total          *decimal.Decimal `json:"total"`
+	CreditsApplied *decimal.Decimal `json:"creditsApplied"`
+	AmountDue      *decimal.Decimal `json:"amountDue"`
+	Corrections    []struct {
 		OriginEventID string          `json:"originEventId"`
 		Amount        decimal.Decimal `json:"amount"`
 	} `json:"corrections"`
@@ -360,15 +367,19 @@ func (r *runner) checkInvoices(ctx context.Context, t *Tenant, p string) error {
 				diffs = append(diffs, fmt.Sprintf("correction note %s %s, want %v", cn.OriginEventID, cn.Amount, orNone(a, ok)))
 			}
 		}
-		taxDiffs := compareTaxes(g, w)
+		taxDiffs, creditDiffs := compareTaxes(g, w), compareCredits(g, w)
 		if len(diffs) > 0 {
-			return fail("invoice", "%s invoice %s %s: %s", t.ID, p, c, strings.Join(append(diffs, taxDiffs...), "; "))
+			return fail("invoice", "%s invoice %s %s: %s", t.ID, p, c, strings.Join(append(append(diffs, taxDiffs...), creditDiffs...), "; "))
 		}
-		if len(taxDiffs) > 0 { // the rest agrees: a mistake in the taxes alone
-			return fail("tax", "%s invoice %s %s (%d tax rates of the period): %s", t.ID, p, c, len(w.Taxes), strings.Join(taxDiffs, "; "))
+		if len(taxDiffs) > 0 { // the rest agrees: a mistake in the taxes (the credits draw on the total)
+			return fail("tax", "%s invoice %s %s (%d tax rates of the period): %s", t.ID, p, c, len(w.Taxes), strings.Join(append(taxDiffs, creditDiffs...), "; "))
+		}
+		if len(creditDiffs) > 0 { // the rest agrees: a mistake in the credits alone
+			return fail("credit", "%s invoice %s %s (%d credit lines expected): %s", t.ID, p, c, len(w.Credits), strings.Join(creditDiffs, "; "))
 		}
 		r.stats.Invoices++
 		r.taxed(t, p, w)
+		r.credited(t, p, w)
 	}
 	return nil
 }
@@ -413,7 +424,7 @@ func (r *runner) invoices(ctx context.Context, t *Tenant, p string) (map[string]
 // compareLines compares an invoice's lines with the model's: one charge
 // line per (meter, price version) with its quantity, count and amount, the
 // adjustment lines, and once issued the rounding line (its tax lines are
-// compareTaxes').
+// compareTaxes', its credit lines compareCredits').
 func compareLines(t *Tenant, g invoiceDoc, w *ExpInvoice, issued bool) []string {
 	var diffs []string
 	{
@@ -482,6 +493,10 @@ func compareLines(t *Tenant, g invoiceDoc, w *ExpInvoice, issued bool) []string 
 			case "tax": // compared by compareTaxes once issued
 				if !issued {
 					diffs = append(diffs, fmt.Sprintf("a tax line %s %s before issue", l.TaxCode, l.Amount))
+				}
+			case "credit_applied": // compared by compareCredits once issued
+				if !issued {
+					diffs = append(diffs, fmt.Sprintf("a credit_applied line of grant %s %s before issue", l.GrantID, l.Amount))
 				}
 			case "rounding":
 				rounding = true

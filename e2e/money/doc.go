@@ -2,11 +2,12 @@
 // docs/money.md): a seeded sequence of random operations — prices of every
 // model with version changes, usage with replays, conflicts, late and
 // out-of-order facts, credits and debits, tenant time zones, grace
-// periods and tax rates, explicit closes and automatic ones at period end plus grace
-// (driven by a controllable clock), draft invoices during grace, corrections
-// after issue — sent over HTTP to the running services, and an in-memory reference
-// model that predicts every answer, every charge, every invoice, every
-// correction note and every query summary to the minor unit.
+// periods and tax rates, prepaid credit grants, explicit closes and automatic
+// ones at period end plus grace (driven by a controllable clock), draft
+// invoices during grace, corrections after issue — sent over HTTP to the
+// running services, and an in-memory reference model that predicts every
+// answer, every charge, every invoice, every correction note, every query
+// summary and every grant's balance to the minor unit.
 //
 // The model is written independently of the services: it imports nothing
 // from services/, nor pkg/pricing or pkg/money. Its pricing arithmetic
@@ -18,7 +19,15 @@
 // (FileClock). Tenants set their time zone, grace period and tax rates
 // (PUT .../settings, which replaces them all, from the period after the one
 // in progress ten minutes ahead; the model predicts every issued invoice's
-// tax lines on its rounded subtotal, its taxTotal and its total); an "advance" operation moves the clock to just after the next
+// tax lines on its rounded subtotal, its taxTotal and its total). A "grant"
+// operation gives a tenant a credit grant (POST .../credit-grants: mostly in
+// a currency it is billed in, effective now, at its period's end or later,
+// some expiring); each issue, in the order the model closes periods, draws
+// from the grants of its currency in effect at its period's end (lowest
+// priority, earliest expiry, oldest) up to its total, and the model predicts
+// its credit_applied lines, creditsApplied and amountDue, and each grant's
+// balance and status in invoice's list (compared at every check; mutations
+// credits-before-tax and grant-drawn-twice). An "advance" operation moves the clock to just after the next
 // period end or close of any tenant (or a while before it, or a day or two
 // past it); the model then expects billing's scheduler to close every period
 // with charges whose end plus grace has passed (it waits until billing reads

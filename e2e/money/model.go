@@ -176,6 +176,10 @@ type Period struct {
 	Closed  bool
 	Numbers map[string]int64     // currency -> invoice number, once issued (checked as a set)
 	Fees    map[string][]FeeLine // by currency, as the close computed them
+	// Credits are what each issued invoice drew from the credit grants, by
+	// currency, in draw order; CreditWhy how (for a failure's message).
+	Credits   map[string][]CreditLine
+	CreditWhy map[string]string
 }
 
 // Tenant is the model of one tenant.
@@ -191,6 +195,7 @@ type Tenant struct {
 	Dirty       bool      // facts accepted since billing last listed them all
 	Settings    []Setting // by From, ascending; before the first: UTC, one hour of grace
 	Subs        []*Subscription
+	Grants      []*Grant         // prepaid credits, in creation order
 	plans       map[string]*Plan // the run's, by code
 	nextEventID int
 }
@@ -474,12 +479,19 @@ type ExpInvoice struct {
 	Taxes       []TaxLine // on the issued invoice only
 	TaxTotal    decimal.Decimal
 	Total       decimal.Decimal // the rounded subtotal plus the taxes
-	Corrections []*Adjustment
+	// Credits are the credit_applied lines of the issued invoice (what it
+	// drew from each grant, in draw order); CreditsApplied their sum
+	// (negative, or zero) and AmountDue the total plus it.
+	Credits        []CreditLine
+	CreditsApplied decimal.Decimal
+	AmountDue      decimal.Decimal
+	CreditWhy      string
+	Corrections    []*Adjustment
 }
 
-// expectInvoice is the invoice of period p in currency c; with its fee
-// and tax lines once issued (an open or draft invoice has none: they come
-// with billing's close and the invoice's issue).
+// expectInvoice is the invoice of period p in currency c; with its fee,
+// tax and credit lines once issued (an open or draft invoice has none: they
+// come with billing's close and the invoice's issue).
 func (t *Tenant) expectInvoice(p, c string, issued bool) *ExpInvoice {
 	inv := &ExpInvoice{Currency: c, Charge: t.lines(p, c, nil)}
 	sub := decimal.Zero
@@ -513,6 +525,14 @@ func (t *Tenant) expectInvoice(p, c string, issued bool) *ExpInvoice {
 		inv.TaxTotal = inv.TaxTotal.Add(x.Amount)
 	}
 	inv.Total = rounded.Add(inv.TaxTotal)
+	if issued {
+		per := t.period(p)
+		inv.Credits, inv.CreditWhy = per.Credits[c], per.CreditWhy[c]
+	}
+	for _, x := range inv.Credits {
+		inv.CreditsApplied = inv.CreditsApplied.Sub(x.Drawn)
+	}
+	inv.AmountDue = inv.Total.Add(inv.CreditsApplied)
 	return inv
 }
 

@@ -25,10 +25,11 @@ const (
 	OpPlan
 	OpSubscribe
 	OpTaxes
+	OpGrant
 )
 
 var kindNames = [...]string{"new-tenant", "activate", "usage", "batch", "replay", "conflict", "to-bound",
-	"adjust", "adj-replay", "check", "close", "settings", "advance", "plan", "subscribe", "taxes"}
+	"adjust", "adj-replay", "check", "close", "settings", "advance", "plan", "subscribe", "taxes", "grant"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -49,14 +50,15 @@ func (o Op) String() string { return fmt.Sprintf("%s#%x", o.Kind, o.Seed) }
 // times, the tenant changes its zone and grace about once or twice and its
 // tax rates about twice (besides the rates two tenants in three start
 // with) and subscribes to a plan (or changes plan) about three times while
-// the run's plans gain about two versions.
+// the run's plans gain about two versions; it gets about five prepaid
+// credit grants (far from invoice's limit of 100 live ones).
 var weights = []struct {
 	k Kind
 	w int
 }{
 	{OpNewTenant, 3}, {OpActivate, 50}, {OpUsage, 420}, {OpBatch, 40}, {OpReplay, 60}, {OpConflict, 30},
 	{OpToBound, 60}, {OpAdjust, 110}, {OpAdjReplay, 20}, {OpCheck, 12}, {OpClose, 6},
-	{OpSettings, 5}, {OpAdvance, 16}, {OpPlan, 8}, {OpSubscribe, 10}, {OpTaxes, 6},
+	{OpSettings, 5}, {OpAdvance, 16}, {OpPlan, 8}, {OpSubscribe, 10}, {OpTaxes, 6}, {OpGrant, 16},
 }
 
 // Generate is the operation sequence of seed: n ops, the first a new tenant.

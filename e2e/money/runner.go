@@ -97,6 +97,13 @@ type Stats struct {
 	// with the model, by currency; TaxLines their tax lines.
 	TaxedInvoices map[string]int
 	TaxLines      int
+	// Credit grants: accepted, refused, replayed, lists compared, and
+	// accepted effective now whose answer had a finer effectiveAt than the
+	// microsecond invoice stores; issued invoices with credit lines that
+	// agreed with the model, their credit lines, and those of them whose
+	// credits covered the whole total.
+	Grants, GrantsRefused, GrantReplays, GrantLists, GrantsFinerThanMicros int
+	CreditedInvoices, CreditLines, FullyCredited                           int
 }
 
 func (s Stats) String() string {
@@ -109,7 +116,10 @@ func (s Stats) String() string {
 			s.ByAggregation, s.Unpriced, s.NoSeries, s.DimPriced, s.DimPrices, s.Ambiguous) +
 		fmt.Sprintf("; plans: %d versions published or refused, %d subscriptions asked, %d facts priced by a plan's charge, %d fee and true-up lines compared",
 			s.PlanVersions, s.Subscriptions, s.PlanPriced, s.FeeLines) +
-		fmt.Sprintf("; taxes: issued invoices with tax lines by currency %v, %d tax lines", s.TaxedInvoices, s.TaxLines)
+		fmt.Sprintf("; taxes: issued invoices with tax lines by currency %v, %d tax lines", s.TaxedInvoices, s.TaxLines) +
+		fmt.Sprintf("; credits: %d grants (%d refused, %d replays, %d effective now answered finer than a microsecond), %d grant lists compared, "+
+			"%d issued invoices with credit lines (%d lines, %d with nothing left due)",
+			s.Grants, s.GrantsRefused, s.GrantReplays, s.GrantsFinerThanMicros, s.GrantLists, s.CreditedInvoices, s.CreditLines, s.FullyCredited)
 }
 
 type runner struct {
@@ -123,9 +133,9 @@ type runner struct {
 	stats   Stats
 	counter int
 	plans   map[string]*Plan // published by the run, by code
-	// taxedSeen are the issued invoices with tax lines counted in stats
-	// (tenant, period, currency).
-	taxedSeen map[string]bool
+	// taxedSeen and creditedSeen are the issued invoices with tax lines,
+	// and with credit lines, counted in stats (tenant, period, currency).
+	taxedSeen, creditedSeen map[string]bool
 }
 
 type mismatch struct{ kind, msg string }
@@ -146,7 +156,8 @@ func Run(ctx context.Context, cfg Config, ops []Op) (Stats, *Failure, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
-	r := &runner{cfg: cfg, c: newClient(cfg.URLs), plans: map[string]*Plan{}, taxedSeen: map[string]bool{}}
+	r := &runner{cfg: cfg, c: newClient(cfg.URLs), plans: map[string]*Plan{}, taxedSeen: map[string]bool{},
+		creditedSeen: map[string]bool{}}
 	began := time.Now()
 	handle := func(i int, err error) (*Failure, error) {
 		var m *mismatch
@@ -244,6 +255,8 @@ func (r *runner) exec(ctx context.Context, op Op) error {
 		return r.settings(ctx, t)
 	case OpTaxes:
 		return r.taxes(ctx, t)
+	case OpGrant:
+		return r.grant(ctx, t)
 	case OpSubscribe:
 		return r.subscribe(ctx, t)
 	}

@@ -170,8 +170,8 @@ func sameTaxRates(got []taxRateDoc, want []TaxRate) bool {
 }
 
 // compareTaxes compares an issued invoice's tax lines (by code: name, rate
-// and amount; in the settings' order, after every other line), its
-// taxTotal and its total with the model's.
+// and amount; in the settings' order, after every other line but the
+// credit lines), its taxTotal and its total with the model's.
 func compareTaxes(g invoiceDoc, w *ExpInvoice) []string {
 	var diffs []string
 	want := map[string]TaxLine{}
@@ -184,7 +184,7 @@ func compareTaxes(g invoiceDoc, w *ExpInvoice) []string {
 	after := "" // the kind of the first line after a tax line
 	for _, l := range g.Lines {
 		if l.Kind != "tax" {
-			if len(order) > 0 && after == "" {
+			if len(order) > 0 && after == "" && l.Kind != "credit_applied" {
 				after = l.Kind
 			}
 			continue

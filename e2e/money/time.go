@@ -312,7 +312,8 @@ func (r *runner) awaitAutoClose(ctx context.Context, t *Tenant, p string) error 
 	return r.checkInvoices(ctx, t, p)
 }
 
-// markClosed records a close: its invoices get the tenant's next numbers.
+// markClosed records a close: its invoices get the tenant's next numbers
+// and draw from its credit grants (issues in the order of the model's closes).
 func (r *runner) markClosed(t *Tenant, p string) {
 	per := t.period(p)
 	per.Fees = t.fees(p) // as billing's close computes them
@@ -321,6 +322,7 @@ func (r *runner) markClosed(t *Tenant, p string) {
 		per.Numbers[c] = t.NextNumber // the set of numbers is checked, not which currency got which
 		t.NextNumber++
 	}
+	t.drawCredits(p)
 }
 
 // dueOpen: at's fact would be rated into an open period whose close is
@@ -378,8 +380,9 @@ func draftDiffs(t *Tenant, p string, got map[string]invoiceDoc, want map[string]
 			diffs = append(diffs, fmt.Sprintf("%s: status %q, want draft", c, g.Status))
 			continue
 		}
-		if g.Number != nil || g.Total != nil {
-			diffs = append(diffs, fmt.Sprintf("%s: number %v total %v, want none while draft", c, g.Number, g.Total))
+		if g.Number != nil || g.Total != nil || g.CreditsApplied != nil || g.AmountDue != nil {
+			diffs = append(diffs, fmt.Sprintf("%s: number %v total %v creditsApplied %v amountDue %v, want none while draft", c,
+				g.Number, g.Total, orNil(g.CreditsApplied), orNil(g.AmountDue)))
 		}
 		for _, d := range compareLines(t, g, w, false) {
 			diffs = append(diffs, c+": "+d)
