@@ -16,7 +16,7 @@
 //
 // Time: every service reads the test clock of decision 0015, the wall
 // clock plus the offset in CLOCK_OFFSET_FILE, and so does the model
-// (FileClock). Tenants set their time zone, grace period and tax rates
+// (scenario.OffsetClock). Tenants set their time zone, grace period and tax rates
 // (PUT .../settings, which replaces them all, from the period after the one
 // in progress ten minutes ahead; the model predicts every issued invoice's
 // tax lines on its rounded subtotal, its taxTotal and its total). A "grant"

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/usagebilling/billing/e2e/scenario"
 	"github.com/usagebilling/billing/e2e/stack"
 	"github.com/usagebilling/billing/e2e/stack/stacktest"
 )
@@ -38,7 +39,7 @@ func TestMoney(t *testing.T) {
 	const lead = time.Second
 	// Every service reads the test clock the model moves (decision 0015);
 	// billing's scheduler looks for due periods every 200ms.
-	clk, err := NewFileClock(filepath.Join(t.TempDir(), "clock-offset"))
+	clk, err := scenario.NewOffsetClock(filepath.Join(t.TempDir(), "clock-offset"))
 	if err != nil {
 		t.Fatal(err)
 	}
