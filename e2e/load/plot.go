@@ -57,8 +57,10 @@ func WriteSVG(w io.Writer, d PlotData) error {
 	s.panel(lagTop, lagB, s.lTop, s.lStep, s.yL, "lag (facts)")
 	s.p(`<text x="%d" y="%d" text-anchor="middle">seconds since the first send</text>`+"\n", (plotLeft+plotRight)/2, lagB+36)
 	s.sendingStops()
-	s.rate("#1f77b4", 2, func(pt Point) float64 { return pt.AcceptedPerSec })
-	s.rate("#ff7f0e", 2, func(pt Point) float64 { return pt.ChargedPerSec })
+	// Charged under accepted, wider: where the two agree (a system keeping
+	// up), the accepted line shows on top of the charged band.
+	s.rate("#ff7f0e", 5, func(pt Point) float64 { return pt.ChargedPerSec })
+	s.rate("#1f77b4", 1.5, func(pt Point) float64 { return pt.AcceptedPerSec })
 	s.lag()
 	s.legend()
 	s.p("</svg>\n")
@@ -138,7 +140,8 @@ func (s *svgPlot) rate(color string, width float64, v func(Point) float64) {
 	s.p(`<polyline fill="none" stroke="%s" stroke-width="%.1f" stroke-linejoin="round" points="%s"/>`+"\n", color, width, strings.TrimSpace(b.String()))
 }
 
-// lag draws the lag as an area from zero, at the end of each second.
+// lag draws the lag as an area from zero: each second's (the most it was
+// during the second) at the middle of its second, as the rates.
 func (s *svgPlot) lag() {
 	pts := s.d.Points
 	if len(pts) == 0 {
@@ -147,9 +150,9 @@ func (s *svgPlot) lag() {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%.1f,%.1f ", s.x(0), s.yL(0))
 	for _, pt := range pts {
-		fmt.Fprintf(&b, "%.1f,%.1f ", s.x(pt.T), s.yL(max(pt.Lag, 0)))
+		fmt.Fprintf(&b, "%.1f,%.1f ", s.x(pt.T-0.5), s.yL(max(pt.Lag, 0)))
 	}
-	fmt.Fprintf(&b, "%.1f,%.1f", s.x(pts[len(pts)-1].T), s.yL(0))
+	fmt.Fprintf(&b, "%.1f,%.1f", s.x(pts[len(pts)-1].T-0.5), s.yL(0))
 	s.p(`<polygon fill="#d62728" fill-opacity="0.25" stroke="#d62728" stroke-width="1.5" points="%s"/>`+"\n", b.String())
 }
 
@@ -158,7 +161,7 @@ func (s *svgPlot) legend() {
 	legend := []struct{ color, text string }{
 		{"#1f77b4", "accepted/s (usage answered 201)"},
 		{"#ff7f0e", "charged/s end to end (seen in query)"},
-		{"#d62728", "lag = accepted - charged (below)"},
+		{"#d62728", "lag = accepted - charged, most in each second (below)"},
 	}
 	lx := plotLeft
 	for _, l := range legend {

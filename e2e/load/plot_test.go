@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"io"
 	"testing"
+	"time"
 )
 
 func TestWriteSVGIsWellFormed(t *testing.T) {
@@ -23,6 +24,7 @@ func TestWriteSVGIsWellFormed(t *testing.T) {
 		dec := xml.NewDecoder(&buf)
 		var root string
 		polylines := 0
+		var strokes []string
 		for {
 			tok, err := dec.Token()
 			if err == io.EOF {
@@ -37,6 +39,11 @@ func TestWriteSVGIsWellFormed(t *testing.T) {
 				}
 				if se.Name.Local == "polyline" {
 					polylines++
+					for _, a := range se.Attr {
+						if a.Name.Local == "stroke" {
+							strokes = append(strokes, a.Value)
+						}
+					}
 				}
 			}
 		}
@@ -45,6 +52,11 @@ func TestWriteSVGIsWellFormed(t *testing.T) {
 		}
 		if want := map[bool]int{true: 2, false: 0}[len(d.Points) > 0]; polylines != want {
 			t.Fatalf("%s: %d polylines, want %d", d.Title, polylines, want)
+		}
+		// The accepted line (blue) is drawn last, over the charged one:
+		// where they agree it still shows.
+		if polylines > 0 && strokes[len(strokes)-1] != "#1f77b4" {
+			t.Fatalf("%s: polylines drawn in the order %v, want accepted (#1f77b4) last", d.Title, strokes)
 		}
 	}
 }
@@ -58,8 +70,37 @@ func TestPerSecond(t *testing.T) {
 		t.Fatalf("got %d points", len(pts))
 	}
 	got := []float64{pts[0].AcceptedPerSec, pts[1].AcceptedPerSec, pts[2].AcceptedPerSec, pts[0].ChargedPerSec, pts[1].ChargedPerSec, pts[2].ChargedPerSec, pts[0].Lag, pts[1].Lag, pts[2].Lag}
-	want := []float64{10, 10, 0, 0, 5, 16, 11, 16, 0}
+	// The lag is the most it was during each second: 11 after the accept
+	// at 1.5s, 16 after the one at 2.5s, and 16 still in the third second
+	// until the charges catch up at 3.9s.
+	want := []float64{10, 10, 0, 0, 5, 16, 11, 16, 16}
 	if !equal(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+// TestPerSecondLagBetweenPolls: 1,000 facts/s accepted in steps of 100, and
+// query polled once a second, each poll seeing every fact accepted until
+// just before it. At each second's boundary the charges have just caught
+// up, so the lag there is 0; the facts waited all the same, and the lag
+// sampled is the most it was during the second: 1,000.
+func TestPerSecondLagBetweenPolls(t *testing.T) {
+	const ms = time.Millisecond
+	var acc, ch []Step
+	for s := range 10 {
+		base := time.Duration(s) * time.Second
+		for i := range 10 {
+			acc = append(acc, Step{At: base + time.Duration(i)*100*ms, N: 100})
+		}
+		ch = append(ch, Step{At: base + 999*ms, N: 1000}) // the poll's estimated instant
+	}
+	pts := perSecond(acc, ch, 0, 10*time.Second)
+	if len(pts) != 10 {
+		t.Fatalf("got %d points", len(pts))
+	}
+	for _, pt := range pts {
+		if pt.AcceptedPerSec != 1000 || pt.ChargedPerSec != 1000 || pt.Lag != 1000 {
+			t.Fatalf("second %g: accepted %g, charged %g, lag %g; want 1000, 1000, 1000", pt.T, pt.AcceptedPerSec, pt.ChargedPerSec, pt.Lag)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package load
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -114,7 +116,7 @@ type Point struct {
 	T              float64 `json:"t"`
 	AcceptedPerSec float64 `json:"acceptedPerSecond"`
 	ChargedPerSec  float64 `json:"chargedPerSecond"`
-	Lag            float64 `json:"lag"` // accepted - charged at the end of the second
+	Lag            float64 `json:"lag"` // accepted - charged, the most it was during the second
 }
 
 // LatencyMethod says how Latency is estimated.
@@ -281,8 +283,11 @@ func (l *Latency) fill(samples []Sample) {
 }
 
 // perSecond bins accepted and charged facts by the second after start
-// they happened in, up to end; Lag is their cumulative difference (probes
-// included) at the end of each second.
+// they happened in, up to end. Lag is the largest difference between the
+// facts accepted and charged so far (probes included) at any instant of the
+// second: charges arrive in bursts, each poll of query bringing a second's
+// worth, so the difference at a second's boundary, just after a burst, is
+// often 0 while the facts waited hundreds of milliseconds all along.
 func perSecond(accepts, charges []Step, start, end time.Duration) []Point {
 	n := int(math.Ceil((end - start).Seconds()))
 	if n <= 0 {
@@ -290,25 +295,43 @@ func perSecond(accepts, charges []Step, start, end time.Duration) []Point {
 	}
 	acc := make([]float64, n)
 	ch := make([]float64, n)
-	var accBefore, chBefore float64
-	add := func(steps []Step, bins []float64, before *float64) {
+	// Every step in time order, accepts as +N and charges as -N; at one
+	// instant the charge comes first, so a fact accepted and charged at
+	// once adds no lag.
+	type change struct {
+		at time.Duration
+		d  float64
+	}
+	changes := make([]change, 0, len(accepts)+len(charges))
+	add := func(steps []Step, bins []float64, sign float64) {
 		for _, s := range steps {
-			switch b := int((s.At - start) / time.Second); {
-			case s.At < start:
-				*before += float64(s.N)
-			case b < n:
+			if b := int((s.At - start) / time.Second); s.At >= start && b < n {
 				bins[b] += float64(s.N)
 			}
+			changes = append(changes, change{s.At, sign * float64(s.N)})
 		}
 	}
-	add(accepts, acc, &accBefore)
-	add(charges, ch, &chBefore)
+	add(accepts, acc, 1)
+	add(charges, ch, -1)
+	slices.SortStableFunc(changes, func(a, b change) int {
+		if a.at != b.at {
+			return cmp.Compare(a.at, b.at)
+		}
+		return cmp.Compare(a.d, b.d)
+	})
 	pts := make([]Point, n)
-	cumA, cumC := accBefore, chBefore
+	lag, k := 0.0, 0
+	for ; k < len(changes) && changes[k].at < start; k++ {
+		lag += changes[k].d
+	}
 	for i := range n {
-		cumA += acc[i]
-		cumC += ch[i]
-		pts[i] = Point{T: float64(i + 1), AcceptedPerSec: acc[i], ChargedPerSec: ch[i], Lag: cumA - cumC}
+		peak := lag // the lag carried into the second
+		until := start + time.Duration(i+1)*time.Second
+		for ; k < len(changes) && changes[k].at < until; k++ {
+			lag += changes[k].d
+			peak = max(peak, lag)
+		}
+		pts[i] = Point{T: float64(i + 1), AcceptedPerSec: acc[i], ChargedPerSec: ch[i], Lag: peak}
 	}
 	return pts
 }
