@@ -98,7 +98,7 @@ func (e *SomeRefusedError) Error() string {
 		return fmt.Sprintf("%d of %d events refused and %d more not written with them (see the refused events above; fix them and send the file again: what was written replays)",
 			e.Refused, e.Total, e.Unwritten)
 	}
-	return fmt.Sprintf("%d of %d events refused (see the refused lines above)", e.Refused, e.Total)
+	return fmt.Sprintf("%d of %d events refused (see the codes above)", e.Refused, e.Total)
 }
 
 // Main runs the command line args (without the program name) and returns the

@@ -3,6 +3,7 @@ package cli
 import (
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os/user"
@@ -49,7 +50,7 @@ const (
 	envOutput  = "BILLINGCTL_OUTPUT"  // table or json
 	envTimeout = "BILLINGCTL_TIMEOUT" // per request
 	defaultTTL = 15 * time.Minute     // a signed token's lifetime
-	devWarning = "billingctl: WARNING: signing with the published development key; only a local stack (AUTH_DEV_KEY=true, loopback) accepts it\n"
+	devWarning = "billingctl: WARNING: signing with the published development key for %s, which is not loopback; only a local stack (AUTH_DEV_KEY=true, loopback) should accept it\n"
 )
 
 func configFromEnv(getenv func(string) string) *config {
@@ -171,7 +172,9 @@ func (c *config) sign(stdio IO, role string) (string, error) {
 	var signer auth.Signer
 	switch {
 	case c.dev:
-		fmt.Fprint(stdio.Err, devWarning)
+		if u := c.remoteURL(); u != "" {
+			fmt.Fprintf(stdio.Err, devWarning, u)
+		}
 		signer = auth.DevSigner
 	case c.keyFile == "":
 		return "", usagef("no credential: -token (or %s), -key with -kid and -iss (or AUTH_SIGNING_KEY, AUTH_SIGNING_KEY_ID, AUTH_ISSUER), or -dev for a local stack", envToken)
@@ -190,4 +193,38 @@ func (c *config) sign(stdio IO, role string) (string, error) {
 		return "", usageError{err.Error()}
 	}
 	return tok, nil
+}
+
+// remoteURL is the first base URL that is not a loopback address, "" when
+// every one is. The development key is meant for a stack on this machine:
+// billingctl says so only when it is about to send it elsewhere, where it
+// is a mistake, and stays quiet against make up, where it is the point.
+func (c *config) remoteURL() string {
+	urls := []string{c.url}
+	if c.url == "" {
+		urls = urls[:0]
+		for _, s := range services {
+			urls = append(urls, c.urls[s])
+		}
+	}
+	for _, u := range urls {
+		if !loopback(u) {
+			return u
+		}
+	}
+	return ""
+}
+
+// loopback reports whether base URL u names localhost or a loopback address.
+func loopback(u string) bool {
+	p, err := url.Parse(u)
+	if err != nil {
+		return false
+	}
+	host := p.Hostname()
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

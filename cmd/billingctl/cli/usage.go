@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -294,23 +295,72 @@ func usageSend(fs *flag.FlagSet) runFunc {
 				return err
 			}
 		} else {
-			if len(s.RefusedEvents) > 0 {
-				rows := make([]map[string]any, len(s.RefusedEvents))
-				for i, r := range s.RefusedEvents {
-					rows[i] = map[string]any{"line": json.Number(fmt.Sprint(r.Line)), "id": r.SourceEventID,
-						"status": json.Number(fmt.Sprint(r.Status)), "code": r.Code, "detail": r.Detail}
-				}
-				fmt.Fprintln(c.out, "refused:")
-				c.table(rows, col("LINE", "line"), col("SOURCE EVENT", "id"), col("STATUS", "status"), col("CODE", "code"), col("DETAIL", "detail"))
-				fmt.Fprintln(c.out)
-			}
 			fmt.Fprintf(c.out, "%d events in %d batches (%d retries) in %.1fs: %d accepted, %d replayed, %d refused\n",
 				s.Events, s.Batches, s.Retries, s.Seconds, s.Accepted, s.Replayed, s.Refused)
+			printRefusals(c.out, s.RefusedEvents)
 		}
 		if s.Refused > 0 {
 			return &SomeRefusedError{Refused: s.Refused, Total: s.Events}
 		}
 		return nil
+	}
+}
+
+// Refusals shown by printRefusals: the codes with most events first, and
+// the first lines of each.
+const (
+	shownCodes = 5
+	shownLines = 3
+)
+
+// printRefusals prints the refused events grouped by code, with how many,
+// the first lines and the detail of the first: a file refused whole (facts
+// before the price, a meter usage does not know yet) reads in a few lines,
+// not one per event. -o json lists every refused event.
+func printRefusals(w io.Writer, refused []RefusedEvent) {
+	if len(refused) == 0 {
+		return
+	}
+	type group struct {
+		code  string
+		lines []int
+		first RefusedEvent
+	}
+	var groups []*group
+	byCode := map[string]*group{}
+	for _, r := range refused {
+		g := byCode[r.Code]
+		if g == nil {
+			g = &group{code: r.Code, first: r}
+			byCode[r.Code] = g
+			groups = append(groups, g)
+		}
+		g.lines = append(g.lines, r.Line)
+	}
+	sort.SliceStable(groups, func(i, j int) bool { return len(groups[i].lines) > len(groups[j].lines) })
+	fmt.Fprintln(w, "refused, by code (-o json lists every refused event):")
+	for i, g := range groups {
+		if i == shownCodes {
+			fmt.Fprintf(w, "  ... and %d more codes\n", len(groups)-shownCodes)
+			break
+		}
+		lines := make([]string, 0, shownLines+1)
+		for _, n := range g.lines[:min(len(g.lines), shownLines)] {
+			lines = append(lines, fmt.Sprint(n))
+		}
+		if len(g.lines) > shownLines {
+			lines = append(lines, "...")
+		}
+		word := "line"
+		if len(g.lines) > 1 {
+			word = "lines"
+		}
+		detail := ""
+		if g.first.Detail != "" {
+			detail = ": " + g.first.Detail
+		}
+		fmt.Fprintf(w, "  %s: %d (%d %s; %s %s)%s\n", g.code, len(g.lines), g.first.Status, http.StatusText(g.first.Status),
+			word, strings.Join(lines, ", "), detail)
 	}
 }
 
