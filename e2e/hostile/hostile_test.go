@@ -318,6 +318,11 @@ func lenientInputs() []lenient {
 		ops("GET", "/v1/operator/dead-letters?service=nosuch", "", 400, "unknown_service"),
 		ops("GET", "/v1/operator/quarantine?limit=1&limit=500", "", 400, "repeated_query_parameter"),
 		ten("invoice", "GET", "/invoices?period=0000-01", "", 400, "invalid_period"),
+		ten("query", "GET", "/late-usage?period=0000-01", "", 400, "invalid_period"),
+		ten("query", "GET", "/late-usage?period="+goodPeriod+"&cursor=bm9wZQ", "", 400, "invalid_cursor"),
+		ten("query", "GET", "/periods/"+goodPeriod+"/charge-facts?lineId=charge%2Fapi_calls%2F0", "", 400, "invalid_line_id"),
+		ten("query", "GET", "/periods/"+goodPeriod+"/charge-facts?limit=1001", "", 400, "invalid_limit"),
+		ten("query", "GET", "/periods/0000-01/reconciliation", "", 400, "invalid_period"),
 		ten("invoice", "GET", "/invoices?limit=1&limit=2", "", 400, "repeated_query_parameter"),
 		ten("billing", "GET", "/charges?period="+goodPeriod+"&meterCode="+strings.Repeat("m", 1000), "", 400, "invalid_meter_code"),
 		{service: "usage", method: "GET", path: "/internal/v1/quarantine?state=nonsense", role: auth.RoleService, status: 400, code: "invalid_state"},
@@ -675,6 +680,8 @@ func snapshot(t *testing.T, ctx context.Context, c *http.Client, urls map[string
 			path += "?period=" + time.Now().UTC().Format("2006-01")
 		case "/v1/operator/reconciliation":
 			path += "?tenantId=" + tenant + "&period=" + time.Now().UTC().Format("2006-01")
+		case "/v1/tenants/{tenantId}/late-usage": // the facts billed late into this month
+			path += "?period=" + time.Now().UTC().Format("2006-01")
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, urls[r.service]+path, nil)
 		if err != nil {

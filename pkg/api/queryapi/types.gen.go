@@ -173,6 +173,45 @@ type AuditEntry struct {
 	State         string    `json:"state"`
 }
 
+// ChargeFact defines model for ChargeFact.
+type ChargeFact struct {
+	// Amount an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	Amount     Decimal            `json:"amount"`
+	ChargeId   Uuid               `json:"chargeId"`
+	Currency   string             `json:"currency"`
+	Dimensions *map[string]string `json:"dimensions,omitempty"`
+	EventId    Uuid               `json:"eventId"`
+	Fact       *UsageFact         `json:"fact"`
+	Late       bool               `json:"late"`
+	MeterCode  string             `json:"meterCode"`
+	OccurredAt time.Time          `json:"occurredAt"`
+
+	// Period the period the charge is billed in
+	Period       string  `json:"period"`
+	PlanCode     *string `json:"planCode,omitempty"`
+	PriceVersion int     `json:"priceVersion"`
+
+	// Quantity an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	Quantity Decimal `json:"quantity"`
+
+	// UnitPrice an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	UnitPrice    Decimal `json:"unitPrice"`
+	Unpriced     bool    `json:"unpriced"`
+	UsageEventId Uuid    `json:"usageEventId"`
+}
+
+// ChargeFactPage defines model for ChargeFactPage.
+type ChargeFactPage struct {
+	Charges []ChargeFact `json:"charges"`
+	Next    *string      `json:"next,omitempty"`
+}
+
 // DeadLetter defines model for DeadLetter.
 type DeadLetter struct {
 	Attempts  int       `json:"attempts"`
@@ -267,6 +306,53 @@ type InternalReconciliationPage struct {
 
 	// Next absent on the last page
 	Next *string `json:"next,omitempty"`
+}
+
+// LateFact defines model for LateFact.
+type LateFact struct {
+	// Amount an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	Amount Decimal `json:"amount"`
+
+	// BilledPeriod the period the fact is billed in (YYYY-MM)
+	BilledPeriod string             `json:"billedPeriod"`
+	ChargeId     Uuid               `json:"chargeId"`
+	Currency     string             `json:"currency"`
+	Dimensions   *map[string]string `json:"dimensions,omitempty"`
+	EventId      Uuid               `json:"eventId"`
+	Fact         *UsageFact         `json:"fact"`
+	Late         bool               `json:"late"`
+	MeterCode    string             `json:"meterCode"`
+	OccurredAt   time.Time          `json:"occurredAt"`
+
+	// OccurrencePeriod the tenant's period the fact occurred in (YYYY-MM)
+	OccurrencePeriod string `json:"occurrencePeriod"`
+
+	// Period the period the charge is billed in
+	Period       string  `json:"period"`
+	PlanCode     *string `json:"planCode,omitempty"`
+	PriceVersion int     `json:"priceVersion"`
+
+	// Quantity an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	Quantity Decimal `json:"quantity"`
+
+	// UnitPrice an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	UnitPrice    Decimal `json:"unitPrice"`
+	Unpriced     bool    `json:"unpriced"`
+	UsageEventId Uuid    `json:"usageEventId"`
+}
+
+// LateUsagePage defines model for LateUsagePage.
+type LateUsagePage struct {
+	Charges  []LateFact `json:"charges"`
+	Next     *string    `json:"next,omitempty"`
+	Period   string     `json:"period"`
+	TenantId string     `json:"tenantId"`
 }
 
 // Mismatch defines model for Mismatch.
@@ -416,6 +502,22 @@ type Summary struct {
 	} `json:"usage"`
 }
 
+// UsageFact defines model for UsageFact.
+type UsageFact struct {
+	EventId    Uuid              `json:"eventId"`
+	MeterCode  string            `json:"meterCode"`
+	OccurredAt time.Time         `json:"occurredAt"`
+	Properties map[string]string `json:"properties"`
+
+	// Quantity an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	Quantity      Decimal `json:"quantity"`
+	SourceEventId string  `json:"sourceEventId"`
+	SourceSystem  string  `json:"sourceSystem"`
+	UsageId       Uuid    `json:"usageId"`
+}
+
 // UsageReport defines model for UsageReport.
 type UsageReport struct {
 	Aggregation UsageReportAggregation `json:"aggregation"`
@@ -498,6 +600,9 @@ type InternalLimit = int
 
 // Limit defines model for Limit.
 type Limit = int
+
+// Period defines model for Period.
+type Period = string
 
 // RequiredCorrelationId defines model for RequiredCorrelationId.
 type RequiredCorrelationId = string
@@ -650,6 +755,18 @@ type RetryWebhookIntentParams struct {
 	XCorrelationId RequiredCorrelationId `json:"X-Correlation-Id"`
 }
 
+// GetLateUsageParams defines parameters for GetLateUsage.
+type GetLateUsageParams struct {
+	// Period the billed period, YYYY-MM
+	Period string `form:"period" json:"period"`
+
+	// Limit page size (default 100)
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the next value of the previous page
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // GetMeterUsageParams defines parameters for GetMeterUsage.
 type GetMeterUsageParams struct {
 	// From RFC 3339, inclusive
@@ -677,6 +794,20 @@ type GetMeterUsageParams struct {
 
 // GetMeterUsageParamsWindowSize defines parameters for GetMeterUsage.
 type GetMeterUsageParamsWindowSize string
+
+// GetChargeFactsParams defines parameters for GetChargeFacts.
+type GetChargeFactsParams struct {
+	// LineId an invoice's charge or unpriced line id: charge/<meterCode>/<priceVersion>[/<dimensions>], unpriced/<meterCode>[/<dimensions>]
+	LineId    *string `form:"lineId,omitempty" json:"lineId,omitempty"`
+	MeterCode *string `form:"meterCode,omitempty" json:"meterCode,omitempty"`
+	Currency  *string `form:"currency,omitempty" json:"currency,omitempty"`
+
+	// Limit page size (default 100)
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the next value of the previous page
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
 
 // RedriveDeadLetterJSONRequestBody defines body for RedriveDeadLetter for application/json ContentType.
 type RedriveDeadLetterJSONRequestBody = RedriveRequest

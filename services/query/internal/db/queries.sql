@@ -386,3 +386,52 @@ WHERE tenant_id = @tenant_id AND event_type = 'ChargeRated' AND period = @period
   AND (origin_event_id, event_id) > (@after_key::uuid, @after_id::uuid)
 ORDER BY origin_event_id, event_id
 LIMIT @row_limit;
+
+-- name: ChargeFacts :many
+-- ChargeFacts reads a page of the charges of a tenant's period, each with
+-- the usage fact it rates (the projected UsageAccepted, absent until it is
+-- projected), in (usage event id, event id) order after a position: the
+-- trace of an invoice line. A line names its meter, and, when by_line, its
+-- price version, plan, dimensions and whether it is the unpriced line.
+SELECT c.event_id, COALESCE(c.subject_id, '00000000-0000-0000-0000-000000000000')::uuid AS charge_id,
+       COALESCE(c.origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_event_id,
+       c.payload AS charge, u.payload AS fact
+FROM projected_event c
+LEFT JOIN projected_event u ON u.event_id = c.origin_event_id AND u.event_type = 'UsageAccepted'
+    AND u.tenant_id = c.tenant_id
+WHERE c.tenant_id = @tenant_id AND c.event_type = 'ChargeRated' AND c.period = @period::text
+  AND (@meter_code::text = '' OR c.meter_code = @meter_code::text)
+  AND (@currency::text = '' OR c.currency = @currency::text)
+  AND (NOT @by_line::boolean OR (
+        COALESCE(c.payload->>'unpriced', 'false') = CASE WHEN @unpriced::boolean THEN 'true' ELSE 'false' END
+    AND COALESCE((c.payload->>'priceVersion')::bigint, 0) = @price_version::bigint
+    AND COALESCE(c.payload->>'planCode', '') = @plan_code::text
+    AND COALESCE(c.payload->'dimensions', '{}'::jsonb) = @dimensions::jsonb))
+  AND (c.origin_event_id, c.event_id) > (@after_key::uuid, @after_id::uuid)
+ORDER BY c.origin_event_id, c.event_id
+LIMIT @row_limit;
+
+-- name: LateCharges :many
+-- LateCharges reads a page of the late charges of a tenant's billed period
+-- (projected_late_charge_idx), each with the usage fact it rates and the
+-- closed period its fact occurred in: the earliest of the tenant's closed
+-- periods before it whose end (BillingPeriodClosed.periodEnd, in the
+-- tenant's zone) is after the fact's occurredAt ('' when no close says).
+SELECT c.event_id, COALESCE(c.subject_id, '00000000-0000-0000-0000-000000000000')::uuid AS charge_id,
+       COALESCE(c.origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_event_id,
+       c.payload AS charge, u.payload AS fact, COALESCE(occ.period, '')::text AS occurrence_period
+FROM projected_event c
+LEFT JOIN projected_event u ON u.event_id = c.origin_event_id AND u.event_type = 'UsageAccepted'
+    AND u.tenant_id = c.tenant_id
+LEFT JOIN LATERAL (
+    SELECT p.period FROM projected_event p
+    WHERE p.tenant_id = c.tenant_id AND p.event_type = 'BillingPeriodClosed' AND p.period < c.period
+      AND p.payload ? 'periodEnd'
+      AND (p.payload->>'periodEnd')::timestamptz > (c.payload->>'occurredAt')::timestamptz
+    ORDER BY p.period
+    LIMIT 1) occ ON true
+WHERE c.tenant_id = @tenant_id AND c.event_type = 'ChargeRated' AND c.period = @period::text
+  AND (c.payload->>'late') = 'true'
+  AND (c.origin_event_id, c.event_id) > (@after_key::uuid, @after_id::uuid)
+ORDER BY c.origin_event_id, c.event_id
+LIMIT @row_limit;

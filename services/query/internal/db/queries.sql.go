@@ -221,6 +221,93 @@ func (q *Queries) AppendRedriveAudit(ctx context.Context, arg AppendRedriveAudit
 	return err
 }
 
+const chargeFacts = `-- name: ChargeFacts :many
+SELECT c.event_id, COALESCE(c.subject_id, '00000000-0000-0000-0000-000000000000')::uuid AS charge_id,
+       COALESCE(c.origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_event_id,
+       c.payload AS charge, u.payload AS fact
+FROM projected_event c
+LEFT JOIN projected_event u ON u.event_id = c.origin_event_id AND u.event_type = 'UsageAccepted'
+    AND u.tenant_id = c.tenant_id
+WHERE c.tenant_id = $1 AND c.event_type = 'ChargeRated' AND c.period = $2::text
+  AND ($3::text = '' OR c.meter_code = $3::text)
+  AND ($4::text = '' OR c.currency = $4::text)
+  AND (NOT $5::boolean OR (
+        COALESCE(c.payload->>'unpriced', 'false') = CASE WHEN $6::boolean THEN 'true' ELSE 'false' END
+    AND COALESCE((c.payload->>'priceVersion')::bigint, 0) = $7::bigint
+    AND COALESCE(c.payload->>'planCode', '') = $8::text
+    AND COALESCE(c.payload->'dimensions', '{}'::jsonb) = $9::jsonb))
+  AND (c.origin_event_id, c.event_id) > ($10::uuid, $11::uuid)
+ORDER BY c.origin_event_id, c.event_id
+LIMIT $12
+`
+
+type ChargeFactsParams struct {
+	TenantID     string
+	Period       string
+	MeterCode    string
+	Currency     string
+	ByLine       bool
+	Unpriced     bool
+	PriceVersion int64
+	PlanCode     string
+	Dimensions   []byte
+	AfterKey     uuid.UUID
+	AfterID      uuid.UUID
+	RowLimit     int32
+}
+
+type ChargeFactsRow struct {
+	EventID      uuid.UUID
+	ChargeID     uuid.UUID
+	UsageEventID uuid.UUID
+	Charge       []byte
+	Fact         []byte
+}
+
+// ChargeFacts reads a page of the charges of a tenant's period, each with
+// the usage fact it rates (the projected UsageAccepted, absent until it is
+// projected), in (usage event id, event id) order after a position: the
+// trace of an invoice line. A line names its meter, and, when by_line, its
+// price version, plan, dimensions and whether it is the unpriced line.
+func (q *Queries) ChargeFacts(ctx context.Context, arg ChargeFactsParams) ([]ChargeFactsRow, error) {
+	rows, err := q.db.Query(ctx, chargeFacts,
+		arg.TenantID,
+		arg.Period,
+		arg.MeterCode,
+		arg.Currency,
+		arg.ByLine,
+		arg.Unpriced,
+		arg.PriceVersion,
+		arg.PlanCode,
+		arg.Dimensions,
+		arg.AfterKey,
+		arg.AfterID,
+		arg.RowLimit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChargeFactsRow
+	for rows.Next() {
+		var i ChargeFactsRow
+		if err := rows.Scan(
+			&i.EventID,
+			&i.ChargeID,
+			&i.UsageEventID,
+			&i.Charge,
+			&i.Fact,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const countPendingDeltas = `-- name: CountPendingDeltas :one
 SELECT count(*) FROM summary_delta
 `
@@ -501,6 +588,82 @@ func (q *Queries) InsertUsageFacts(ctx context.Context, arg InsertUsageFactsPara
 	for rows.Next() {
 		var i InsertUsageFactsRow
 		if err := rows.Scan(&i.TenantID, &i.SourceSystem, &i.SourceEventID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lateCharges = `-- name: LateCharges :many
+SELECT c.event_id, COALESCE(c.subject_id, '00000000-0000-0000-0000-000000000000')::uuid AS charge_id,
+       COALESCE(c.origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_event_id,
+       c.payload AS charge, u.payload AS fact, COALESCE(occ.period, '')::text AS occurrence_period
+FROM projected_event c
+LEFT JOIN projected_event u ON u.event_id = c.origin_event_id AND u.event_type = 'UsageAccepted'
+    AND u.tenant_id = c.tenant_id
+LEFT JOIN LATERAL (
+    SELECT p.period FROM projected_event p
+    WHERE p.tenant_id = c.tenant_id AND p.event_type = 'BillingPeriodClosed' AND p.period < c.period
+      AND p.payload ? 'periodEnd'
+      AND (p.payload->>'periodEnd')::timestamptz > (c.payload->>'occurredAt')::timestamptz
+    ORDER BY p.period
+    LIMIT 1) occ ON true
+WHERE c.tenant_id = $1 AND c.event_type = 'ChargeRated' AND c.period = $2::text
+  AND (c.payload->>'late') = 'true'
+  AND (c.origin_event_id, c.event_id) > ($3::uuid, $4::uuid)
+ORDER BY c.origin_event_id, c.event_id
+LIMIT $5
+`
+
+type LateChargesParams struct {
+	TenantID string
+	Period   string
+	AfterKey uuid.UUID
+	AfterID  uuid.UUID
+	RowLimit int32
+}
+
+type LateChargesRow struct {
+	EventID          uuid.UUID
+	ChargeID         uuid.UUID
+	UsageEventID     uuid.UUID
+	Charge           []byte
+	Fact             []byte
+	OccurrencePeriod string
+}
+
+// LateCharges reads a page of the late charges of a tenant's billed period
+// (projected_late_charge_idx), each with the usage fact it rates and the
+// closed period its fact occurred in: the earliest of the tenant's closed
+// periods before it whose end (BillingPeriodClosed.periodEnd, in the
+// tenant's zone) is after the fact's occurredAt (” when no close says).
+func (q *Queries) LateCharges(ctx context.Context, arg LateChargesParams) ([]LateChargesRow, error) {
+	rows, err := q.db.Query(ctx, lateCharges,
+		arg.TenantID,
+		arg.Period,
+		arg.AfterKey,
+		arg.AfterID,
+		arg.RowLimit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LateChargesRow
+	for rows.Next() {
+		var i LateChargesRow
+		if err := rows.Scan(
+			&i.EventID,
+			&i.ChargeID,
+			&i.UsageEventID,
+			&i.Charge,
+			&i.Fact,
+			&i.OccurrencePeriod,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

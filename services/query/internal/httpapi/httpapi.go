@@ -32,6 +32,8 @@ func New(reader *app.Reader, log *slog.Logger) *API {
 func (a *API) Routes(r chi.Router) {
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/summary", auth.Allow(a.summary, auth.RoleViewer, auth.RoleBillingAdmin))
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/meters/{meterCode}/usage", auth.Allow(a.usage, auth.RoleViewer, auth.RoleBillingAdmin))
+	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/periods/{period}/charge-facts", auth.Allow(a.chargeFacts, auth.RoleViewer, auth.RoleBillingAdmin))
+	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/late-usage", auth.Allow(a.lateUsage, auth.RoleViewer, auth.RoleBillingAdmin))
 	r.Method(http.MethodGet, "/openapi.json", queryapi.Handler())
 }
 

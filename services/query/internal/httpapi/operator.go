@@ -41,6 +41,9 @@ func (a *Operator) Routes(r chi.Router) {
 	r.Method(http.MethodGet, "/v1/operator/dead-letters", auth.Allow(a.deadLetters, auth.RoleOperator))
 	r.Method(http.MethodPost, "/v1/operator/dead-letters/release", auth.Allow(a.submit(events.ActionRedriveDeadLetter), auth.RoleOperator))
 	r.Method(http.MethodGet, "/v1/operator/reconciliation", auth.Allow(a.reconciliation, auth.RoleOperator))
+	// The same reconciliation, of the tenant's own period, for the tenant.
+	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/periods/{period}/reconciliation",
+		auth.Allow(a.tenantReconciliation, auth.RoleViewer, auth.RoleBillingAdmin))
 }
 
 type recoveryJSON struct {
@@ -304,14 +307,26 @@ type mismatchJSON struct {
 
 // reconciliation: GET /v1/operator/reconciliation?tenantId=&period=.
 func (a *Operator) reconciliation(w http.ResponseWriter, r *http.Request) {
-	httpx.ExtendDeadline(w, r, operator.ReconcileTimeout)
 	q := r.URL.Query()
-	tenantID, p := httpx.TenantID(q.Get("tenantId"))
+	a.reconcile(w, r, q.Get("tenantId"), q.Get("period"))
+}
+
+// tenantReconciliation: GET /v1/tenants/{tenantId}/periods/{period}/reconciliation,
+// the operator's reconciliation of the tenant's own period (its token
+// reaches no other tenant's path: auth.Allow).
+func (a *Operator) tenantReconciliation(w http.ResponseWriter, r *http.Request) {
+	a.reconcile(w, r, chi.URLParam(r, "tenantId"), chi.URLParam(r, "period"))
+}
+
+// reconcile answers the reconciliation of one tenant's period:
+// {tenantId, period, counts, mismatches, mismatchCount}.
+func (a *Operator) reconcile(w http.ResponseWriter, r *http.Request, tenant, period string) {
+	httpx.ExtendDeadline(w, r, operator.ReconcileTimeout)
+	tenantID, p := httpx.TenantID(tenant)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	period := q.Get("period")
 	if _, err := events.ParsePeriod(period); err != nil {
 		httpx.WriteProblem(w, httpx.NewProblem(http.StatusBadRequest, "invalid_period", "period must be YYYY-MM"))
 		return

@@ -260,3 +260,23 @@ func (f *Feed) UnpricedCharge(usage Event, period, aggregation, value string) Ev
 			Aggregation: aggregation, Properties: u.Properties, SourceSystem: u.SourceSystem,
 			SourceEventID: u.SourceEventID, Value: value, Unpriced: true})
 }
+
+// LateCharge builds the ChargeRated of a usage event at unitPrice billed
+// late into period (its own period had closed when it arrived).
+func (f *Feed) LateCharge(usage Event, period, unitPrice string) Event {
+	u := payload[events.UsageAccepted](f.t, usage)
+	id := uuid.New()
+	return f.build(events.TopicBilling, events.TypeChargeRated, "billing", events.AggregateCharge, id.String(), 1,
+		events.ChargeRated{ChargeID: id, UsageEventID: usage.Envelope.EventID, UsageID: u.UsageID,
+			MeterCode: u.MeterCode, Currency: u.Currency, Quantity: u.Quantity, UnitPrice: D(unitPrice),
+			PriceVersion: 1, Amount: u.Quantity.Mul(D(unitPrice)), Period: period, Late: true, OccurredAt: u.OccurredAt,
+			Properties: u.Properties, SourceSystem: u.SourceSystem, SourceEventID: u.SourceEventID})
+}
+
+// ClosedAt builds a BillingPeriodClosed of period that ended at end (in the
+// tenant's zone).
+func (f *Feed) ClosedAt(period string, end time.Time) Event {
+	return f.build(events.TopicBilling, events.TypeBillingPeriodClosed, "billing", events.AggregateBillingPeriod, period, 1,
+		events.BillingPeriodClosed{Period: period, ClosedAt: f.At, Totals: map[string]decimal.Decimal{},
+			Currencies: map[string]events.CloseTally{}, PeriodEnd: end})
+}

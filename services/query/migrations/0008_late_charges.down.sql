@@ -1,0 +1,1 @@
+DROP INDEX projected_late_charge_idx;
