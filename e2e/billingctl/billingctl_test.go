@@ -24,7 +24,8 @@ import (
 
 // TestBillingctl runs the command line against the five services started by
 // e2e/stack (a throwaway PostgreSQL, the embedded Kafka-protocol broker):
-// a tenant's flow, the meter catalog's, an operator's, and bad input.
+// the README's walk-throughs, a tenant's flow, the meter catalog's, an
+// operator's, and bad input.
 func TestBillingctl(t *testing.T) {
 	s := stacktest.Start(t, stack.Options{PostgresFast: true,
 		Env: map[string]string{"CONSUMER_SWEEP_INTERVAL": "500ms"}})
@@ -34,6 +35,7 @@ func TestBillingctl(t *testing.T) {
 	}
 	c := &ctl{t: t, env: env}
 
+	t.Run("readme", func(t *testing.T) { readme(t, s) })
 	t.Run("tenant", func(t *testing.T) { tenantFlow(t, c.with(t)) })
 	t.Run("catalog", func(t *testing.T) { catalogFlow(t, c.with(t)) })
 	t.Run("operator", func(t *testing.T) { operatorFlow(t, c.with(t), s) })
