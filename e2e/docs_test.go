@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/usagebilling/billing/cmd/billingctl/cli"
 )
 
 // The checks of this file read the repository's text and nothing else: no
@@ -16,8 +19,9 @@ import (
 //
 //   - TestDocsCommands: every `make <target>` in the README, the docs and
 //     the decision records names a target of the Makefile, every relative link leads to a file
-//     (and heading) that exists, and every repository path in code names a
-//     file or directory that exists;
+//     (and heading) that exists, every repository path in code names a
+//     file or directory that exists, and every `billingctl <command>` in
+//     the README and docs/ names a command it has;
 //   - TestDecisionReferences: every "decision NNNN" and "decisions/NNNN" in
 //     the code, its comments and the docs names a record of docs/decisions,
 //     and a reference that gives the record's subject in parentheses,
@@ -75,15 +79,16 @@ func TestDocsCommands(t *testing.T) {
 }
 
 // TestDocsCommandsFindWhatIsMissing runs the checks of TestDocsCommands on
-// a made-up page, so they are seen failing for a target, a link, an anchor
-// and a path that do not exist.
+// a made-up page, so they are seen failing for a target, a link, an anchor,
+// a path and a billingctl command that do not exist.
 func TestDocsCommandsFindWhatIsMissing(t *testing.T) {
 	root := repoRoot(t)
 	targets := makeTargets("demo: ## the demo\n\tgo run .\ntest: check ## all\nPKGS := x\n.PHONY: lint\n")
 	page := "# Title\n\n## Run it\n\n`make demo`, `make test`, `make lint` and `GOFLAGS=-x make nosuchtarget ARGS=1`.\n\n" +
 		"```sh\nmake demo   # fine\nmake gone\n```\n\n" +
 		"[here](#run-it), [there](#no-such-heading), [file](docs/no-such-page.md), [ok](Makefile)\n\n" +
-		"`pkg/outbox` is there; `pkg/no-such-package/x.go` is not; `services/*/sqlc.yaml` matches; `bin/demo` is made.\n"
+		"`pkg/outbox` is there; `pkg/no-such-package/x.go` is not; `services/*/sqlc.yaml` matches; `bin/demo` is made.\n\n" +
+		"```sh\nbin/billingctl usage send usage.csv\nbillingctl invoice frobnicate <id>; billingctl help\ngo install ./cmd/billingctl   # (or: the billingctl binary)\n```\n"
 	got := checkDoc(root, "README.md", page, targets, []string{"bin"})
 	want := []string{
 		"README.md:5: `make nosuchtarget`: no such target in the Makefile",
@@ -91,6 +96,7 @@ func TestDocsCommandsFindWhatIsMissing(t *testing.T) {
 		"README.md:12: link #no-such-heading: no such heading in README.md",
 		"README.md:12: link docs/no-such-page.md: no such file",
 		"README.md:14: path pkg/no-such-package/x.go: no such file or directory",
+		"README.md:18: `billingctl invoice frobnicate`: no such command",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("problems found:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -110,8 +116,10 @@ var (
 	// A markdown link or image: [text](target).
 	linkRE = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	// A repository path in code: it starts at a top-level entry.
-	pathRE    = regexp.MustCompile(`^(?:\./)?((?:pkg|services|e2e|deploy|docs|\.ci)/[A-Za-z0-9_./*-]*|Makefile|go\.work|staticcheck\.conf|README\.md)$`)
-	headingRE = regexp.MustCompile(`(?m)^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$`)
+	pathRE = regexp.MustCompile(`^(?:\./)?((?:pkg|services|e2e|deploy|docs|\.ci)/[A-Za-z0-9_./*-]*|Makefile|go\.work|staticcheck\.conf|README\.md)$`)
+	// `billingctl <command>`, also as bin/billingctl: the words after it.
+	billingctlRE = regexp.MustCompile(`(?:^|[\s;&|(/])billingctl((?:[ \t]+[a-z][a-z-]*)+)`)
+	headingRE    = regexp.MustCompile(`(?m)^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$`)
 )
 
 func makeTargets(makefile string) map[string]bool {
@@ -209,6 +217,15 @@ func checkDoc(root, rel, text string, targets map[string]bool, ignored []string)
 				report(c.offset+m[4], "`make %s`: no such target in the Makefile", name)
 			}
 		}
+		for _, m := range billingctlRE.FindAllStringSubmatchIndex(withoutComments(c.text), -1) {
+			if !checksCommands(rel) {
+				break
+			}
+			words := strings.Fields(c.text[m[2]:m[3]])
+			if !cli.IsCommand(words[:min(len(words), 2)]...) {
+				report(c.offset+m[2], "`billingctl %s`: no such command", strings.Join(words[:min(len(words), 2)], " "))
+			}
+		}
 		for _, field := range strings.Fields(c.text) {
 			field = strings.TrimRight(field, ",;:.)'\"")
 			field = strings.TrimLeft(field, "('\"")
@@ -261,6 +278,28 @@ func checkDoc(root, rel, text string, targets map[string]bool, ignored []string)
 		problems[i] = p.what
 	}
 	return problems
+}
+
+// withoutComments blanks out the shell comments of code (from a # after
+// a blank to the end of its line), keeping every offset: a comment's words
+// are prose ("the billingctl binary"), not a command.
+func withoutComments(code string) string {
+	b := []byte(code)
+	for i := 0; i < len(b); i++ {
+		if b[i] == '#' && (i == 0 || b[i-1] == ' ' || b[i-1] == '\t' || b[i-1] == '\n') {
+			for ; i < len(b) && b[i] != '\n'; i++ {
+				b[i] = ' '
+			}
+		}
+	}
+	return string(b)
+}
+
+// checksCommands tells whether the billingctl commands of page rel are
+// checked: the README's and the docs pages', what a user follows.
+func checksCommands(rel string) bool {
+	rel = filepath.ToSlash(rel)
+	return rel == "README.md" || path.Dir(rel) == "docs"
 }
 
 func hasTarget(targets map[string]bool, name string) bool {

@@ -211,8 +211,21 @@ func report(w io.Writer, name string, err error) int {
 	}
 }
 
+// IsCommand reports whether args start with a command billingctl has
+// ("help" included): the docs' test holds every command they show to it.
+func IsCommand(args ...string) bool {
+	if len(args) > 0 && args[0] == "help" {
+		return true
+	}
+	c, _ := lookup(args)
+	return c != nil
+}
+
 // lookup finds the command args start with: two words, else one.
 func lookup(args []string) (*command, int) {
+	if len(args) == 0 {
+		return nil, 0
+	}
 	if len(args) >= 2 {
 		if c, ok := commands[args[0]+" "+args[1]]; ok {
 			return c, 2
