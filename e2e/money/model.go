@@ -309,15 +309,29 @@ func (t *Tenant) period(name string) *Period {
 	return p
 }
 
-// target is the period a fact occurring at `at` is rated into: its own, or
-// the earliest open period after it when that one is closed (late).
+// target is the period a fact occurring at `at` is rated into: its own
+// while neither it nor a later period is closed, else the period after the
+// last closed one (late): periods close in order, so one before a closed
+// period bills nothing more, even one that never had a charge.
 func (t *Tenant) target(at time.Time) (string, bool) {
 	p := t.periodOf(at)
-	late := false
-	for t.period(p).Closed {
-		p, late = nextPeriod(p), true
+	if mutation == "late-into-earlier-open" { // a deliberately wrong model: an open period before a closed one still takes charges
+		late := false
+		for t.period(p).Closed {
+			p, late = nextPeriod(p), true
+		}
+		return p, late
 	}
-	return p, late
+	last := ""
+	for name, per := range t.Periods {
+		if per.Closed && name >= p && name > last {
+			last = name
+		}
+	}
+	if last == "" {
+		return p, false
+	}
+	return nextPeriod(last), true
 }
 
 // earliestOpen is the earliest open period from the tenant's first month.

@@ -195,3 +195,16 @@ func TestTaxRateNamesCountCharacters(t *testing.T) {
 		t.Fatal("a name of 101 characters accepted")
 	}
 }
+
+// A close names an earlier period as the one closed before it, or none.
+func TestPreviousPeriodIsEarlier(t *testing.T) {
+	closed := func(prev string) events.BillingPeriodClosed {
+		return events.BillingPeriodClosed{Period: "2027-06", ClosedAt: time.Now(), Totals: map[string]decimal.Decimal{},
+			Currencies: map[string]events.CloseTally{}, PreviousPeriod: prev}
+	}
+	for prev, ok := range map[string]bool{"": true, "2027-05": true, "2019-01": true, "2027-06": false, "2027-07": false, "2027-13": false, "May": false} {
+		if err := closed(prev).Validate(); (err == nil) != ok {
+			t.Errorf("previousPeriod %q: valid %v, want %v (%v)", prev, err == nil, ok, err)
+		}
+	}
+}

@@ -462,6 +462,11 @@ type BillingPeriodClosed struct {
 	// the credit grants in effect then. Zero in events from before it was
 	// sent (the end of the month in UTC then).
 	PeriodEnd time.Time `json:"periodEnd,omitzero"`
+	// PreviousPeriod is the tenant's latest period closed before this one,
+	// empty when none: invoice issues this period's invoices (and draws
+	// credit grants for them) only after that period's, so grants are
+	// drawn in period order whatever order the closes arrive in.
+	PreviousPeriod string `json:"previousPeriod,omitempty"`
 }
 
 // MaxTaxRates is the most tax rates a tenant's settings hold.
@@ -555,6 +560,9 @@ func (p BillingPeriodClosed) Validate() error {
 		adjustments += t.Adjustments
 	}
 	errs = append(errs, need(charges == p.Charges, "charges"), need(adjustments == p.Adjustments, "adjustments"))
+	if p.PreviousPeriod != "" {
+		errs = append(errs, need(periodOK(p.PreviousPeriod) == nil && p.PreviousPeriod < p.Period, "previousPeriod"))
+	}
 	for cur, ls := range p.Fees {
 		errs = append(errs, currencyOK(cur), need(len(ls) <= MaxFeeLines, "fees"))
 		for _, l := range ls {

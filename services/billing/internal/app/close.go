@@ -24,6 +24,13 @@ type CloseReply struct {
 
 // ClosePeriod closes a tenant's period, restartably and idempotently.
 //
+// Periods close in order (decision 0014): a close is refused (422
+// earlier_period_open) while an earlier period of the tenant with charges
+// or fees is not closed, and a period before one that is closing takes no
+// more charges (its usage is late). Its BillingPeriodClosed names the
+// tenant's previous closed period, so invoice issues, numbers and draws
+// credits in period order whatever order the closes reach it in.
+//
 // Step 1 (its own transaction) takes the period's advisory lock exclusively,
 // so the rating transactions that hold it shared have committed, and marks
 // the period closing: from its commit on, usage of the period is rated late
@@ -57,6 +64,15 @@ func (a *App) closePeriod(ctx context.Context, r Request, period string, wait ti
 		return Reply{}, err
 	}
 	if err := domain.CheckBegun(period, current); err != nil {
+		return Reply{}, err
+	}
+	// Refused at once while an earlier period is open; markClosing checks
+	// again under the tenant's close lock.
+	earliest, err := a.earliestUnclosed(ctx, a.pool, r.TenantID, period)
+	if err != nil {
+		return Reply{}, err
+	}
+	if err := domain.CheckEarlierClosed(period, earliest); err != nil {
 		return Reply{}, err
 	}
 	if a.cfg.WaitForUsage {
@@ -140,7 +156,9 @@ func (a *App) requestClose(ctx context.Context, r Request, period string, wait t
 }
 
 // markClosing is step 1. It claims the Idempotency-Key first, so a reused key
-// changes nothing; a stored answer is returned as a replay. The key stays
+// changes nothing; a stored answer is returned as a replay. Under the
+// tenant's close lock (no rating of the tenant in flight) it refuses while
+// an earlier period is open. The key stays
 // claimed without an answer until step 2 saves one; a retry after a crash
 // finds it so and carries on.
 func (a *App) markClosing(ctx context.Context, r Request, period string) (*Reply, error) {
@@ -151,8 +169,21 @@ func (a *App) markClosing(ctx context.Context, r Request, period string) (*Reply
 			return err
 		}
 		q := db.New(tx)
-		if err := q.LockPeriodExclusive(ctx, db.LockPeriodExclusiveParams{TenantID: r.TenantID, Period: period}); err != nil {
+		if err := q.LockCloseStart(ctx, db.LockCloseStartParams{TenantID: r.TenantID, Period: period}); err != nil {
 			return fmt.Errorf("lock period %s: %w", period, err)
+		}
+		status, err := q.PeriodStatus(ctx, db.PeriodStatusParams{TenantID: r.TenantID, Period: period})
+		if err != nil {
+			return fmt.Errorf("read period %s: %w", period, err)
+		}
+		if status == domain.StatusOpen {
+			earliest, err := a.earliestUnclosed(ctx, tx, r.TenantID, period)
+			if err != nil {
+				return err
+			}
+			if err := domain.CheckEarlierClosed(period, earliest); err != nil {
+				return err
+			}
 		}
 		if err := q.MarkPeriodClosing(ctx, db.MarkPeriodClosingParams{TenantID: r.TenantID, Period: period}); err != nil {
 			return fmt.Errorf("mark period %s closing: %w", period, err)
@@ -217,6 +248,9 @@ func (a *App) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, pe
 	}
 	closed.TaxRates = cals[r.TenantID].Settings(period).TaxRates
 	closed.PeriodEnd = cals[r.TenantID].End(period).UTC()
+	if closed.PreviousPeriod, err = q.PreviousClosedPeriod(ctx, db.PreviousClosedPeriodParams{TenantID: r.TenantID, Period: period}); err != nil {
+		return fmt.Errorf("find the period closed before %s: %w", period, err)
+	}
 	for _, row := range rows {
 		closed.Charges += row.Charges
 		closed.Adjustments += row.Adjustments

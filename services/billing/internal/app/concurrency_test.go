@@ -99,6 +99,9 @@ func (r ratingRace) run(t *testing.T) raceResult {
 				errs <- fmt.Errorf("close of %s never started", c.period)
 				return
 			}
+			if i > 0 { // periods close in order: after the one before
+				<-done[i-1]
+			}
 			if _, err := svc.ClosePeriod(ctx, closeRequest("t1", c.period, "close-"+c.period), c.period); err != nil {
 				errs <- fmt.Errorf("close %s: %w", c.period, err)
 			}

@@ -1,10 +1,13 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -193,6 +196,11 @@ func (a *App) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 	if len(cands) == 0 {
 		return run, nil
 	}
+	// In period order per tenant: a period closes after the earlier ones
+	// (a close refused for an earlier open period is tried again next pass).
+	slices.SortFunc(cands, func(x, y db.UnclosedPeriodsRow) int {
+		return cmp.Or(cmp.Compare(x.TenantID, y.TenantID), cmp.Compare(x.Period, y.Period))
+	})
 	tenants := make([]string, len(cands))
 	for i, c := range cands {
 		tenants[i] = c.TenantID
@@ -210,7 +218,7 @@ func (a *App) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 		name := c.TenantID + "/" + c.Period
 		switch {
 		case requested[name]:
-			// finished below, by the requester's actor
+			// finished above, by the requester's actor
 		case c.Closing || !now.Before(cal.ClosesAt(c.Period)):
 			closed, err := a.scheduledClose(ctx, c.TenantID, c.Period, SchedulerActor)
 			if err != nil {
@@ -243,6 +251,10 @@ func (a *App) scheduledClose(ctx context.Context, tenantID, period, actor string
 		TenantID: tenantID, IdempotencyKey: "scheduler/" + period, Actor: actor,
 		RequestHash: idempotency.RequestHash("SCHEDULE", path, nil), CorrelationID: "scheduler-" + period,
 	}, period, 0)
+	var refused *domain.Error
+	if errors.As(err, &refused) && refused.Code == domain.CodeEarlierPeriodOpen {
+		return false, nil // closed once the earlier period is
+	}
 	if err != nil {
 		return false, err
 	}

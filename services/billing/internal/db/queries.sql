@@ -77,13 +77,47 @@ SELECT pg_advisory_xact_lock(hashtextextended(@tenant_id::text || '|' || @period
 
 -- name: LockPeriodsShared :exec
 -- LockPeriodsShared takes the advisory locks of LockPeriodShared of every
--- distinct (tenant, period) pair given, shared, in the order of their keys
--- (so raters holding several never wait for each other in a cycle). Run it
--- as its own statement, before the statement that reads the statuses.
+-- distinct (tenant, period) pair given and the tenant close lock of every
+-- distinct tenant (LockCloseStart), shared, in the order of their keys (so
+-- raters holding several never wait for each other or a close in a cycle).
+-- Run it as its own statement, before the statement that reads the
+-- statuses.
 SELECT count(pg_advisory_xact_lock_shared(l.k))
-FROM (SELECT DISTINCT hashtextextended(u.tenant_id || '|' || u.period, 7365) AS k
-      FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@periods::text[]) AS period) u
+FROM (SELECT DISTINCT a.k
+      FROM (SELECT hashtextextended(u.tenant_id || '|' || u.period, 7365) AS k
+            FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@periods::text[]) AS period) u
+            UNION ALL
+            SELECT hashtextextended(t.tenant_id, 7368) AS k
+            FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id) t) a
       ORDER BY 1) l;
+
+-- name: LockCloseStart :exec
+-- LockCloseStart takes, exclusively and in key order, the period's lock
+-- (LockPeriodExclusive) and the tenant's close lock that every rating
+-- transaction holds shared (LockPeriodsShared): the first step of a close
+-- waits for the ratings of every period of the tenant in flight, so what it
+-- reads of the tenant's earlier periods is final, and every rating after
+-- it sees the period closing (periods close in order, decision 0014).
+SELECT count(pg_advisory_xact_lock(l.k))
+FROM (SELECT hashtextextended(@tenant_id::text || '|' || @period::text, 7365) AS k
+      UNION ALL
+      SELECT hashtextextended(@tenant_id::text, 7368) AS k
+      ORDER BY 1) l;
+
+-- name: EarliestUnclosedBefore :one
+-- The earliest period before @period with charges that is not closed,
+-- after the tenant's latest closed period before it; '' when none.
+SELECT COALESCE((
+    SELECT c.period FROM charge c
+    WHERE c.tenant_id = @tenant_id AND c.period < @period
+      AND c.period > COALESCE((SELECT max(b.period) FROM billing_period b
+                               WHERE b.tenant_id = @tenant_id AND b.period < @period AND b.status = 'closed'), '')
+    ORDER BY c.period LIMIT 1), '')::text AS period;
+
+-- name: PreviousClosedPeriod :one
+-- The tenant's latest closed period before @period; '' when none.
+SELECT COALESCE((SELECT max(b.period) FROM billing_period b
+                 WHERE b.tenant_id = @tenant_id AND b.period < @period AND b.status = 'closed'), '')::text AS period;
 
 -- name: RateUsages :many
 -- RateUsages rates usage facts, each into its period, in one statement,
@@ -95,9 +129,12 @@ FROM (SELECT DISTINCT hashtextextended(u.tenant_id || '|' || u.period, 7365) AS 
 -- the occurrence (versions take effect in version order); among those whose
 -- dimensions all equal the fact's properties the most specific, ties to the
 -- smaller dimensions_key (catalog.Choose). Read only when the schedule is
--- known through the occurrence. A period without a row is open: only a
--- close writes period rows (MarkPeriodClosing, under the exclusive lock), so
--- raters never write a row another rater may be writing. The charge of a
+-- known through the occurrence. A period is open while neither it nor a
+-- later period of the tenant is closing or closed (periods close in order:
+-- a fact of an earlier period is late); a period without a row is open:
+-- only a close writes period rows (MarkPeriodClosing, under the exclusive
+-- lock), so raters never write a row another rater may be writing. The
+-- status read is that of the first such period. The charge of a
 -- fact is inserted when its meter is held, the schedule is known, its
 -- period is open and (unique_count) it has its value: priced at the entry,
 -- or unpriced (version 0, no price) when none is in effect. A sum or count
@@ -136,7 +173,8 @@ WITH u AS (
            CASE WHEN p.version IS NOT NULL THEN p.dimensions_key ELSE pc.dimensions_key END AS dimensions_key,
            CASE WHEN p.version IS NULL AND pc.version IS NOT NULL THEN sub.plan_code ELSE '' END AS plan_code,
            COALESCE((SELECT b.status FROM billing_period b
-                     WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
+                     WHERE b.tenant_id = u.tenant_id AND b.period >= u.period AND b.status <> 'open'
+                     ORDER BY b.period LIMIT 1), 'open') AS status
     FROM u
     LEFT JOIN meters m ON m.code = u.meter_code
     LEFT JOIN schedule_shard ps ON ps.shard = u.shard
@@ -655,3 +693,12 @@ SELECT EXISTS (SELECT 1 FROM subscription s
                WHERE s.tenant_id = @tenant_id AND s.starts_at < @until::timestamptz
                  AND (s.ends_at IS NULL OR s.ends_at > @since::timestamptz))::boolean AS subscribed,
        COALESCE((SELECT known_through FROM schedule_shard WHERE shard = 16), 'epoch'::timestamptz)::timestamptz AS known_through;
+
+-- name: TenantSubscriptionsSince :many
+-- A tenant's subscriptions that hold at some instant at or after @since
+-- (SubscriptionsSince for one tenant: the fee periods a close must find
+-- closed before it).
+SELECT starts_at, ends_at
+FROM subscription
+WHERE tenant_id = @tenant_id AND (ends_at IS NULL OR ends_at > @since::timestamptz)
+ORDER BY starts_at;

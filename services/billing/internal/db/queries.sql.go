@@ -126,6 +126,29 @@ func (q *Queries) CountLiveSubscriptions(ctx context.Context, arg CountLiveSubsc
 	return count, err
 }
 
+const earliestUnclosedBefore = `-- name: EarliestUnclosedBefore :one
+SELECT COALESCE((
+    SELECT c.period FROM charge c
+    WHERE c.tenant_id = $1 AND c.period < $2
+      AND c.period > COALESCE((SELECT max(b.period) FROM billing_period b
+                               WHERE b.tenant_id = $1 AND b.period < $2 AND b.status = 'closed'), '')
+    ORDER BY c.period LIMIT 1), '')::text AS period
+`
+
+type EarliestUnclosedBeforeParams struct {
+	TenantID string
+	Period   string
+}
+
+// The earliest period before @period with charges that is not closed,
+// after the tenant's latest closed period before it; ” when none.
+func (q *Queries) EarliestUnclosedBefore(ctx context.Context, arg EarliestUnclosedBeforeParams) (string, error) {
+	row := q.db.QueryRow(ctx, earliestUnclosedBefore, arg.TenantID, arg.Period)
+	var period string
+	err := row.Scan(&period)
+	return period, err
+}
+
 const endSubscription = `-- name: EndSubscription :execrows
 UPDATE subscription SET ends_at = $1, ended_by = $2
 WHERE subscription_id = $3 AND tenant_id = $4
@@ -792,6 +815,30 @@ func (q *Queries) ListSubscriptions(ctx context.Context, arg ListSubscriptionsPa
 	return items, nil
 }
 
+const lockCloseStart = `-- name: LockCloseStart :exec
+SELECT count(pg_advisory_xact_lock(l.k))
+FROM (SELECT hashtextextended($1::text || '|' || $2::text, 7365) AS k
+      UNION ALL
+      SELECT hashtextextended($1::text, 7368) AS k
+      ORDER BY 1) l
+`
+
+type LockCloseStartParams struct {
+	TenantID string
+	Period   string
+}
+
+// LockCloseStart takes, exclusively and in key order, the period's lock
+// (LockPeriodExclusive) and the tenant's close lock that every rating
+// transaction holds shared (LockPeriodsShared): the first step of a close
+// waits for the ratings of every period of the tenant in flight, so what it
+// reads of the tenant's earlier periods is final, and every rating after
+// it sees the period closing (periods close in order, decision 0014).
+func (q *Queries) LockCloseStart(ctx context.Context, arg LockCloseStartParams) error {
+	_, err := q.db.Exec(ctx, lockCloseStart, arg.TenantID, arg.Period)
+	return err
+}
+
 const lockPeriod = `-- name: LockPeriod :one
 SELECT status FROM billing_period
 WHERE tenant_id = $1 AND period = $2
@@ -868,8 +915,12 @@ func (q *Queries) LockPeriodShared(ctx context.Context, arg LockPeriodSharedPara
 
 const lockPeriodsShared = `-- name: LockPeriodsShared :exec
 SELECT count(pg_advisory_xact_lock_shared(l.k))
-FROM (SELECT DISTINCT hashtextextended(u.tenant_id || '|' || u.period, 7365) AS k
-      FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS period) u
+FROM (SELECT DISTINCT a.k
+      FROM (SELECT hashtextextended(u.tenant_id || '|' || u.period, 7365) AS k
+            FROM (SELECT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS period) u
+            UNION ALL
+            SELECT hashtextextended(t.tenant_id, 7368) AS k
+            FROM (SELECT unnest($1::text[]) AS tenant_id) t) a
       ORDER BY 1) l
 `
 
@@ -879,9 +930,11 @@ type LockPeriodsSharedParams struct {
 }
 
 // LockPeriodsShared takes the advisory locks of LockPeriodShared of every
-// distinct (tenant, period) pair given, shared, in the order of their keys
-// (so raters holding several never wait for each other in a cycle). Run it
-// as its own statement, before the statement that reads the statuses.
+// distinct (tenant, period) pair given and the tenant close lock of every
+// distinct tenant (LockCloseStart), shared, in the order of their keys (so
+// raters holding several never wait for each other or a close in a cycle).
+// Run it as its own statement, before the statement that reads the
+// statuses.
 func (q *Queries) LockPeriodsShared(ctx context.Context, arg LockPeriodsSharedParams) error {
 	_, err := q.db.Exec(ctx, lockPeriodsShared, arg.TenantIds, arg.Periods)
 	return err
@@ -1373,6 +1426,24 @@ func (q *Queries) PlansKnownFor(ctx context.Context, arg PlansKnownForParams) (P
 	return i, err
 }
 
+const previousClosedPeriod = `-- name: PreviousClosedPeriod :one
+SELECT COALESCE((SELECT max(b.period) FROM billing_period b
+                 WHERE b.tenant_id = $1 AND b.period < $2 AND b.status = 'closed'), '')::text AS period
+`
+
+type PreviousClosedPeriodParams struct {
+	TenantID string
+	Period   string
+}
+
+// The tenant's latest closed period before @period; ” when none.
+func (q *Queries) PreviousClosedPeriod(ctx context.Context, arg PreviousClosedPeriodParams) (string, error) {
+	row := q.db.QueryRow(ctx, previousClosedPeriod, arg.TenantID, arg.Period)
+	var period string
+	err := row.Scan(&period)
+	return period, err
+}
+
 const putTenantSettings = `-- name: PutTenantSettings :exec
 INSERT INTO tenant_settings (tenant_id, effective_from, time_zone, grace_seconds, tax_rates, actor)
 VALUES ($1, $2, $3, $4, $5, $6)
@@ -1483,7 +1554,8 @@ WITH u AS (
            CASE WHEN p.version IS NOT NULL THEN p.dimensions_key ELSE pc.dimensions_key END AS dimensions_key,
            CASE WHEN p.version IS NULL AND pc.version IS NOT NULL THEN sub.plan_code ELSE '' END AS plan_code,
            COALESCE((SELECT b.status FROM billing_period b
-                     WHERE b.tenant_id = u.tenant_id AND b.period = u.period), 'open') AS status
+                     WHERE b.tenant_id = u.tenant_id AND b.period >= u.period AND b.status <> 'open'
+                     ORDER BY b.period LIMIT 1), 'open') AS status
     FROM u
     LEFT JOIN meters m ON m.code = u.meter_code
     LEFT JOIN schedule_shard ps ON ps.shard = u.shard
@@ -1598,9 +1670,12 @@ type RateUsagesRow struct {
 // the occurrence (versions take effect in version order); among those whose
 // dimensions all equal the fact's properties the most specific, ties to the
 // smaller dimensions_key (catalog.Choose). Read only when the schedule is
-// known through the occurrence. A period without a row is open: only a
-// close writes period rows (MarkPeriodClosing, under the exclusive lock), so
-// raters never write a row another rater may be writing. The charge of a
+// known through the occurrence. A period is open while neither it nor a
+// later period of the tenant is closing or closed (periods close in order:
+// a fact of an earlier period is late); a period without a row is open:
+// only a close writes period rows (MarkPeriodClosing, under the exclusive
+// lock), so raters never write a row another rater may be writing. The
+// status read is that of the first such period. The charge of a
 // fact is inserted when its meter is held, the schedule is known, its
 // period is open and (unique_count) it has its value: priced at the entry,
 // or unpriced (version 0, no price) when none is in effect. A sum or count
@@ -2091,6 +2166,46 @@ func (q *Queries) TenantSettings(ctx context.Context, tenantIds []string) ([]Ten
 			&i.GraceSeconds,
 			&i.TaxRates,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const tenantSubscriptionsSince = `-- name: TenantSubscriptionsSince :many
+SELECT starts_at, ends_at
+FROM subscription
+WHERE tenant_id = $1 AND (ends_at IS NULL OR ends_at > $2::timestamptz)
+ORDER BY starts_at
+`
+
+type TenantSubscriptionsSinceParams struct {
+	TenantID string
+	Since    time.Time
+}
+
+type TenantSubscriptionsSinceRow struct {
+	StartsAt time.Time
+	EndsAt   pgtype.Timestamptz
+}
+
+// A tenant's subscriptions that hold at some instant at or after @since
+// (SubscriptionsSince for one tenant: the fee periods a close must find
+// closed before it).
+func (q *Queries) TenantSubscriptionsSince(ctx context.Context, arg TenantSubscriptionsSinceParams) ([]TenantSubscriptionsSinceRow, error) {
+	rows, err := q.db.Query(ctx, tenantSubscriptionsSince, arg.TenantID, arg.Since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TenantSubscriptionsSinceRow
+	for rows.Next() {
+		var i TenantSubscriptionsSinceRow
+		if err := rows.Scan(&i.StartsAt, &i.EndsAt); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

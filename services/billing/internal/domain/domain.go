@@ -54,15 +54,32 @@ func NextPeriod(period string) string {
 
 // RatingPeriod returns the period a usage fact of period occurred is rated
 // into, given the tenant's periods from occurred on that no longer take
-// charges (closing or closed): occurred itself when it is open, else the
-// earliest open period after it, and then the charge is late.
+// charges (closing or closed), in order: occurred itself when there are
+// none, else the period after the last of them, and then the charge is
+// late. Periods close in order (decision 0014), so a period before one
+// that is closing or closed takes no more charges either, even one that
+// never had any.
 func RatingPeriod(occurred string, notOpen []string) (period string, late bool) {
-	period = occurred
-	for slices.Contains(notOpen, period) {
-		period = NextPeriod(period)
+	if len(notOpen) == 0 {
+		return occurred, false
 	}
-	return period, period != occurred
+	return NextPeriod(slices.Max(notOpen)), true
 }
+
+// CheckEarlierClosed refuses the close of period while an earlier period of
+// the tenant with something to bill (earliestOpen, "" when none) is not
+// closed: periods close in order, so invoices are numbered and credit
+// grants drawn in period order (decision 0014).
+func CheckEarlierClosed(period, earliestOpen string) error {
+	if earliestOpen != "" {
+		return errorf(rule.Unprocessable, CodeEarlierPeriodOpen,
+			"period %s cannot close before %s: the tenant's periods close in order; close %s first", period, earliestOpen, earliestOpen)
+	}
+	return nil
+}
+
+// CodeEarlierPeriodOpen is the code of CheckEarlierClosed's refusal.
+const CodeEarlierPeriodOpen = "earlier_period_open"
 
 // MinPeriodYear and MaxPeriodYear bound the periods a request may name:
 // "0000-01" or "9999-12" are no billing periods (events.ParsePeriod's

@@ -17,10 +17,10 @@ func TestRatingPeriod(t *testing.T) {
 		late     bool
 	}{
 		{"2026-11", nil, "2026-11", false},
-		{"2026-11", []string{"2026-12"}, "2026-11", false},
+		{"2026-11", []string{"2026-12"}, "2027-01", true}, // a later period closed: late past it
 		{"2026-11", []string{"2026-11"}, "2026-12", true},
 		{"2026-11", []string{"2026-11", "2026-12"}, "2027-01", true},
-		{"2026-11", []string{"2026-11", "2027-01"}, "2026-12", true},
+		{"2026-11", []string{"2026-11", "2027-01"}, "2027-02", true},
 		{"2026-12", []string{"2026-12"}, "2027-01", true},
 	} {
 		got, late := RatingPeriod(tc.occurred, tc.notOpen)

@@ -166,3 +166,31 @@ func TestDrawCreditsBounds(t *testing.T) {
 		}
 	}
 }
+
+// Invoices are issued in period order whatever order the closes arrive in
+// (they travel on different partitions): December's close, naming November
+// as the period closed before it, waits for November's; November draws the
+// grant first and takes the first number.
+func TestClosesIssueInPeriodOrder(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, Template)
+	ib := NewInbox(t)
+	now := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	a := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return now }}, app.Config{})
+	g := grant(t, a, "g", domain.Grant{Currency: "USD", Amount: D("30"), EffectiveAt: now, Reason: "prepaid"})
+	nov, dec := NewPeriod(t, "acme", "2026-11"), NewPeriod(t, "acme", "2026-12")
+	dec.After = "2026-11"
+	wantOutcomes(t, Decide(t, pool, ib, nov.Charge("USD", "20", "1"), dec.Charge("USD", "25", "1")), "applied", "applied")
+	wantOutcomes(t, Decide(t, pool, ib, dec.Close()), "deferred:missing_fact")
+	if inv := invoices(t, pool, "acme", "2026-12")["USD"]; inv.Number != nil {
+		t.Fatalf("December issued before November: number %d", *inv.Number)
+	}
+	// November's close provides what December's waits for: both applied.
+	wantOutcomes(t, Decide(t, pool, ib, nov.Close()), "applied", "applied")
+	novInv, decInv := invoices(t, pool, "acme", "2026-11")["USD"], invoices(t, pool, "acme", "2026-12")["USD"]
+	wantLines(t, novInv, "charge/api_calls/1 20/1 20", "credit_applied/"+g+" -20")
+	wantLines(t, decInv, "charge/api_calls/1 25/1 25", "credit_applied/"+g+" -10")
+	if novInv.Number == nil || decInv.Number == nil || *novInv.Number >= *decInv.Number {
+		t.Fatalf("numbers November %v, December %v: want November first", novInv.Number, decInv.Number)
+	}
+}

@@ -307,6 +307,18 @@ func (a *App) ApplyPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Deco
 		return inbox.Outcome{}, err
 	}
 	q := db.New(tx)
+	// Periods are issued in order (decision 0014): the invoices of the
+	// period billing closed before this one first, so numbers and credit
+	// grants follow the periods whatever order the closes arrive in.
+	if prev := p.PreviousPeriod; prev != "" {
+		applied, err := q.CloseApplied(ctx, db.CloseAppliedParams{TenantID: e.TenantID, Period: prev})
+		if err != nil {
+			return inbox.Outcome{}, fmt.Errorf("read the close of %s %s: %w", e.TenantID, prev, err)
+		}
+		if !applied {
+			return inbox.Outcome{}, inbox.DeferUntil(IssuedKey(e.TenantID, prev))
+		}
+	}
 	// A second close of the same period is a unique violation here: the
 	// inbox counts it as a duplicate (the period's invoices are issued).
 	if err := q.RecordClose(ctx, db.RecordCloseParams{

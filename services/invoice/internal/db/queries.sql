@@ -155,6 +155,11 @@ SELECT EXISTS (
                  WHERE i.tenant_id = @tenant_id::text AND i.period = @period::text
                    AND i.currency = @currency::text), '')::text AS status;
 
+-- name: CloseApplied :one
+-- Whether the close of a tenant's period has been applied (its invoices
+-- issued).
+SELECT EXISTS (SELECT 1 FROM period_close WHERE tenant_id = @tenant_id AND period = @period)::boolean AS applied;
+
 -- name: RecordClose :exec
 -- RecordClose records a period's close; a second close of the same period is
 -- a unique violation (the close's effect already exists).

@@ -420,6 +420,24 @@ func (q *Queries) ChargeLineSums(ctx context.Context, arg ChargeLineSumsParams) 
 	return items, nil
 }
 
+const closeApplied = `-- name: CloseApplied :one
+SELECT EXISTS (SELECT 1 FROM period_close WHERE tenant_id = $1 AND period = $2)::boolean AS applied
+`
+
+type CloseAppliedParams struct {
+	TenantID string
+	Period   string
+}
+
+// Whether the close of a tenant's period has been applied (its invoices
+// issued).
+func (q *Queries) CloseApplied(ctx context.Context, arg CloseAppliedParams) (bool, error) {
+	row := q.db.QueryRow(ctx, closeApplied, arg.TenantID, arg.Period)
+	var applied bool
+	err := row.Scan(&applied)
+	return applied, err
+}
+
 const countLiveGrants = `-- name: CountLiveGrants :one
 SELECT count(*) FROM credit_grant
 WHERE tenant_id = $1 AND balance > 0 AND (expires_at IS NULL OR expires_at > $2::timestamptz)

@@ -45,6 +45,9 @@ type Period struct {
 	t      testing.TB
 	Tenant string
 	Period string
+	// After is the period billing closed before this one (the close's
+	// PreviousPeriod); "" for none.
+	After  string
 	closed bool
 	// What the close counts, by currency, and the digests behind it.
 	tallies                  map[string]events.CloseTally
@@ -233,7 +236,8 @@ func (p *Period) closeWith(tallies map[string]events.CloseTally, fees map[string
 	p.t.Helper()
 	p.closed = true
 	closed := events.BillingPeriodClosed{Period: p.Period, ClosedAt: time.Now().UTC(),
-		Totals: map[string]decimal.Decimal{}, Currencies: map[string]events.CloseTally{}, Fees: fees, TaxRates: rates}
+		Totals: map[string]decimal.Decimal{}, Currencies: map[string]events.CloseTally{}, Fees: fees, TaxRates: rates,
+		PreviousPeriod: p.After}
 	for cur, t := range tallies {
 		closed.Charges += t.Charges
 		closed.Adjustments += t.Adjustments
