@@ -339,6 +339,13 @@ func lenientInputs() []lenient {
 		ten("invoice", "POST", "/credit-grants", `{"currency":"USD","amount":"0.001","reason":"r"}`, 422, "amount_precision"),
 		ten("invoice", "POST", "/credit-grants", `{"currency":"USD","amount":"5","reason":"bell\u0007"}`, 400, "control_character"),
 		ten("invoice", "POST", "/credit-grants", `{"currency":"USD","amount":"5","reason":"r","expiresAt":"2000-01-01T00:00:00Z"}`, 422, "invalid_expiry"),
+		ten("invoice", "POST", "/alerts", `{"kind":"usage","meterCode":"api_calls","threshold":"`+nines+`"}`, 400, "decimal_out_of_range"),
+		ten("invoice", "POST", "/alerts", `{"kind":"usage","meterCode":"api_calls","threshold":"1e3"}`, 400, "invalid_threshold"),
+		ten("invoice", "POST", "/alerts", `{"kind":"usage","meterCode":"api_calls","threshold":"0"}`, 400, "invalid_threshold"),
+		ten("invoice", "POST", "/alerts", `{"kind":"usage","meterCode":"../calls","threshold":"1"}`, 400, "invalid_meter_code"),
+		ten("invoice", "POST", "/alerts", `{"kind":"usage","meterCode":"api_calls","currency":"USD","threshold":"1"}`, 400, "invalid_field"),
+		ten("invoice", "POST", "/alerts", `{"kind":"spend","currency":"USD","threshold":"0.001"}`, 422, "amount_precision"),
+		ten("invoice", "POST", "/alerts", `{"kind":"alarm","currency":"USD","threshold":"1"}`, 400, "invalid_kind"),
 		ten("billing", "POST", "/adjustments", `{"correctionOf":"`+id+`","amount":"-1","currency":"USD","reason":"bell\u0007"}`, 400, "control_character"),
 		ten("billing", "POST", "/adjustments", `{"correctionOf":"`+id+`","amount":"`+nines+`","currency":"USD","reason":"r"}`, 400, "decimal_out_of_range"),
 		ten("meter", "POST", "/prices", `{"meterCode":"api","currency":"USD","unitPrice":"`+nines+`"}`, 400, "decimal_out_of_range"),
@@ -352,7 +359,8 @@ func lenientInputs() []lenient {
 			// Path ids too: another spelling is no id (uuid.Parse would
 			// read it and end or show the resource of the canonical one).
 			ten("billing", "POST", "/subscriptions/"+url.PathEscape(e)+"/end", `{"endsAt":"2099-01-01T00:00:00Z"}`, 400, "invalid_subscription_id"),
-			ten("invoice", "GET", "/invoices/"+url.PathEscape(e), "", 400, "invalid_invoice_id"))
+			ten("invoice", "GET", "/invoices/"+url.PathEscape(e), "", 400, "invalid_invoice_id"),
+			ten("invoice", "DELETE", "/alerts/"+url.PathEscape(e), "", 400, "invalid_alert_id"))
 	}
 	// A plan's fixed fee and minimum spend are amounts like any other.
 	for _, body := range []string{

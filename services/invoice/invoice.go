@@ -48,10 +48,11 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	seller, sellerErr := document.LoadSeller(service.NewEnv())
 	env := service.NewEnv()
 	maxGrants := env.Int("INVOICE_MAX_CREDIT_GRANTS", app.DefaultMaxGrants)
+	maxAlerts := env.Int("INVOICE_MAX_ALERTS", app.DefaultMaxAlerts)
 	if err := errors.Join(hooksErr, sellerErr, env.Err()); err != nil {
 		return service.Parts{}, err
 	}
-	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Clock: now}, app.Config{WebhookTTL: hooks.TTL, MaxGrants: maxGrants})
+	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Clock: now}, app.Config{WebhookTTL: hooks.TTL, MaxGrants: maxGrants, MaxAlerts: maxAlerts})
 	worker, err := webhook.NewWorker(d.Pool, hooks, d.Logger, d.Metrics)
 	if err != nil {
 		return service.Parts{}, err
@@ -63,8 +64,14 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		work = worker.Run
 	}
 	return service.Parts{
-		Work:           work,
-		Routes:         func(r chi.Router) { api.Routes(r); api.CreditRoutes(r); api.InternalCreditRoutes(r); hookAPI.Routes(r) },
+		Work: work,
+		Routes: func(r chi.Router) {
+			api.Routes(r)
+			api.CreditRoutes(r)
+			api.AlertRoutes(r)
+			api.InternalCreditRoutes(r)
+			hookAPI.Routes(r)
+		},
 		Topics:         app.Topics,
 		Handlers:       a.Handlers(),
 		BatchHandlers:  a.BatchHandlers(),

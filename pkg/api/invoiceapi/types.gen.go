@@ -10,6 +10,42 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+// Defines values for AlertKind.
+const (
+	AlertKindSpend AlertKind = "spend"
+	AlertKindUsage AlertKind = "usage"
+)
+
+// Valid indicates whether the value is a known member of the AlertKind enum.
+func (e AlertKind) Valid() bool {
+	switch e {
+	case AlertKindSpend:
+		return true
+	case AlertKindUsage:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AlertRequestKind.
+const (
+	AlertRequestKindSpend AlertRequestKind = "spend"
+	AlertRequestKindUsage AlertRequestKind = "usage"
+)
+
+// Valid indicates whether the value is a known member of the AlertRequestKind enum.
+func (e AlertRequestKind) Valid() bool {
+	switch e {
+	case AlertRequestKindSpend:
+		return true
+	case AlertRequestKindUsage:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CreditGrantStatus.
 const (
 	CreditGrantStatusActive  CreditGrantStatus = "active"
@@ -135,6 +171,51 @@ func (e ReadyStatus) Valid() bool {
 		return false
 	}
 }
+
+// Alert defines model for Alert.
+type Alert struct {
+	Actor     string    `json:"actor"`
+	AlertId   Uuid      `json:"alertId"`
+	CreatedAt time.Time `json:"createdAt"`
+	Currency  *string   `json:"currency,omitempty"`
+	Kind      AlertKind `json:"kind"`
+	MeterCode *string   `json:"meterCode,omitempty"`
+	TenantId  string    `json:"tenantId"`
+
+	// Threshold an exact decimal number as a string, such as "12.5"
+	//
+	// Examples: 12.5
+	Threshold Decimal `json:"threshold"`
+}
+
+// AlertKind defines model for Alert.Kind.
+type AlertKind string
+
+// AlertList defines model for AlertList.
+type AlertList struct {
+	Alerts []Alert `json:"alerts"`
+
+	// Next absent on the last page
+	Next *string `json:"next,omitempty"`
+}
+
+// AlertRequest defines model for AlertRequest.
+type AlertRequest struct {
+	// Currency spend: an active ISO 4217 code whose open invoice's running subtotal is watched; absent on usage
+	Currency *string          `json:"currency,omitempty"`
+	Kind     AlertRequestKind `json:"kind"`
+
+	// MeterCode usage: the meter whose period quantity (its aggregation) is watched; absent on spend
+	MeterCode *string `json:"meterCode,omitempty"`
+
+	// Threshold above zero; usage: at most 12 decimal places; spend: in whole minor units
+	//
+	// Examples: 12.5
+	Threshold Decimal `json:"threshold"`
+}
+
+// AlertRequestKind defines model for AlertRequest.Kind.
+type AlertRequestKind string
 
 // Correction defines model for Correction.
 type Correction struct {
@@ -620,6 +701,24 @@ type InternalWebhookIntentsParams struct {
 	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ListAlertsParams defines parameters for ListAlerts.
+type ListAlertsParams struct {
+	// Limit page size (default 100)
+	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor the next value of the previous page
+	Cursor *Cursor `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CreateAlertParams defines parameters for CreateAlert.
+type CreateAlertParams struct {
+	// IdempotencyKey 1-255 printable ASCII characters. A replay answers the first response with Idempotent-Replayed true; the same key with another body is 422 idempotency_key_reused.
+	IdempotencyKey IdempotencyKey `json:"Idempotency-Key"`
+
+	// XCorrelationId 1-128 printable ASCII characters without spaces (the envelope's rule), carried on the events the command writes; optional, but a malformed one is 400 invalid_correlation_id
+	XCorrelationId *CorrelationId `json:"X-Correlation-Id,omitempty"`
+}
+
 // ListCreditGrantsParams defines parameters for ListCreditGrants.
 type ListCreditGrantsParams struct {
 	// Limit page size (default 100)
@@ -661,6 +760,9 @@ type ListWebhookEndpointsParams struct {
 
 // InternalRetryWebhookIntentJSONRequestBody defines body for InternalRetryWebhookIntent for application/json ContentType.
 type InternalRetryWebhookIntentJSONRequestBody = InternalRetryRequest
+
+// CreateAlertJSONRequestBody defines body for CreateAlert for application/json ContentType.
+type CreateAlertJSONRequestBody = AlertRequest
 
 // GrantCreditJSONRequestBody defines body for GrantCredit for application/json ContentType.
 type GrantCreditJSONRequestBody = CreditGrantRequest

@@ -40,7 +40,14 @@ type Config struct {
 	// expired one tenant may have (INVOICE_MAX_CREDIT_GRANTS; default
 	// DefaultMaxGrants): one more is refused 422 limit_exceeded.
 	MaxGrants int
+	// MaxAlerts is how many live alerts one tenant may have
+	// (INVOICE_MAX_ALERTS; default DefaultMaxAlerts): one more is refused
+	// 422 limit_exceeded.
+	MaxAlerts int
 }
+
+// DefaultMaxAlerts is Config.MaxAlerts when unset.
+const DefaultMaxAlerts = 50
 
 // DefaultMaxGrants is Config.MaxGrants when unset.
 const DefaultMaxGrants = 100
@@ -53,6 +60,8 @@ type App struct {
 	webhooks *webhook.Recorder
 	// maxGrants is Config.MaxGrants.
 	maxGrants int
+	// maxAlerts is Config.MaxAlerts.
+	maxAlerts int
 	// afterLock, when set (tests: SetAfterLock), runs after a close locks
 	// its invoices and before it tallies them.
 	afterLock func()
@@ -74,6 +83,10 @@ func New(d Deps, c Config) *App {
 	a.maxGrants = c.MaxGrants
 	if a.maxGrants <= 0 {
 		a.maxGrants = DefaultMaxGrants
+	}
+	a.maxAlerts = c.MaxAlerts
+	if a.maxAlerts <= 0 {
+		a.maxAlerts = DefaultMaxAlerts
 	}
 	return a
 }

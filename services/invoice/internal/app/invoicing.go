@@ -134,6 +134,14 @@ func (a *App) ApplyChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope.D
 			return nil, inbox.ItemError(i, inbox.Duplicate("invoice_charge_origin_key"))
 		}
 	}
+	touches := make([]touch, n)
+	for i, p := range ps {
+		touches[i] = touch{TenantID: ds[i].Envelope.TenantID, Period: p.Period, MeterCode: p.MeterCode, Currency: p.Currency,
+			EventID: ds[i].Envelope.EventID}
+	}
+	if err := a.evaluateAlerts(ctx, tx, touches); err != nil {
+		return nil, err
+	}
 	return make([]inbox.Outcome, n), nil
 }
 
@@ -196,7 +204,10 @@ func (a *App) ApplyAdjustmentPosted(ctx context.Context, tx pgx.Tx, d *envelope.
 	case err != nil:
 		return inbox.Outcome{}, fmt.Errorf("add adjustment line of %s: %w", e.EventID, err)
 	case row.Added:
-		return inbox.Outcome{}, nil
+		// An adjustment moves the currency's running total, in either
+		// direction: one that takes it to a spend alert's threshold tells.
+		return inbox.Outcome{}, a.evaluateAlerts(ctx, tx, []touch{{TenantID: e.TenantID, Period: p.Period, Currency: p.Currency,
+			EventID: e.EventID}})
 	case row.Closed || row.Status == domain.StatusIssued:
 		return inbox.Outcome{}, inbox.Permanent(inbox.ReasonAdjustmentAfterIssue, fmt.Errorf(
 			"adjustment %s for %s %s %s is counted by the close (afterClose false) but the period is closed and its invoices issued",

@@ -44,6 +44,29 @@ type Invoice struct {
 	AmountDue      decimal.NullDecimal
 }
 
+type InvoiceAlert struct {
+	AlertID   uuid.UUID
+	TenantID  string
+	Kind      string
+	MeterCode pgtype.Text
+	Currency  pgtype.Text
+	Threshold decimal.Decimal
+	Actor     string
+	CreatedAt time.Time
+	DeletedAt *time.Time
+	DeletedBy pgtype.Text
+}
+
+type InvoiceAlertCrossing struct {
+	AlertID      uuid.UUID
+	Period       string
+	CrossingID   uuid.UUID
+	TenantID     string
+	Value        decimal.Decimal
+	CauseEventID uuid.UUID
+	CrossedAt    time.Time
+}
+
 type InvoiceCharge struct {
 	OriginEventID uuid.UUID
 	ChargeID      uuid.UUID

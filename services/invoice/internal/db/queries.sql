@@ -518,3 +518,90 @@ WHERE g.grant_id = d.grant_id;
 INSERT INTO invoice_line (invoice_id, origin_event_id, kind, grant_id, amount)
 SELECT @invoice_id::uuid, @origin_event_id::uuid, 'credit_applied', u.grant_id, u.amount
 FROM (SELECT unnest(@grant_ids::uuid[]) AS grant_id, unnest(@amounts::numeric[]) AS amount) u;
+
+-- name: LockTenantAlerts :exec
+-- A tenant's alerts are created one at a time (their count is bounded).
+SELECT pg_advisory_xact_lock(hashtextextended(@tenant_id::text, 7402))::text;
+
+-- name: CountLiveAlerts :one
+SELECT count(*) FROM invoice_alert WHERE tenant_id = @tenant_id AND deleted_at IS NULL;
+
+-- name: InsertAlert :exec
+INSERT INTO invoice_alert (alert_id, tenant_id, kind, meter_code, currency, threshold, actor, created_at)
+VALUES (@alert_id, @tenant_id, @kind, sqlc.narg(meter_code), sqlc.narg(currency), @threshold, @actor, @created_at);
+
+-- name: ListAlerts :many
+-- A page of a tenant's live alerts in (created_at, alert_id) order after a
+-- position.
+SELECT alert_id, tenant_id, kind, meter_code, currency, threshold, actor, created_at
+FROM invoice_alert
+WHERE tenant_id = @tenant_id AND deleted_at IS NULL
+  AND (created_at, alert_id) > (@after_created_at::timestamptz, @after_id::uuid)
+ORDER BY created_at, alert_id
+LIMIT @max_rows;
+
+-- name: DeleteAlert :execrows
+-- Deletes a live alert: its row stays (its crossings name it).
+UPDATE invoice_alert SET deleted_at = @deleted_at, deleted_by = @deleted_by
+WHERE tenant_id = @tenant_id AND alert_id = @alert_id AND deleted_at IS NULL;
+
+-- name: PendingAlerts :many
+-- The live alerts of the tenants that have not reached their threshold in
+-- the period given beside each tenant (the pairs @tenant_ids[i],
+-- @periods[i]), in alert_id order, unlocked: when none is pending, a
+-- batch of charges decides no alert and waits on nothing (LockAlerts).
+SELECT a.alert_id, a.tenant_id, p.period::text AS period, a.kind, a.meter_code, a.currency, a.threshold
+FROM invoice_alert a
+JOIN (SELECT DISTINCT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@periods::text[]) AS period) p
+  ON p.tenant_id = a.tenant_id
+WHERE a.deleted_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM invoice_alert_crossing x WHERE x.alert_id = a.alert_id AND x.period = p.period)
+ORDER BY a.alert_id, p.period;
+
+-- name: LockAlerts :many
+-- LockAlerts locks the live alerts given, in alert_id order (so two
+-- transactions lock them in one order), and returns those still live: the
+-- transactions applying one tenant's charges decide its pending alerts one
+-- at a time, each in statements after the lock, which see the charges
+-- committed before it (READ COMMITTED).
+SELECT alert_id FROM invoice_alert
+WHERE alert_id = ANY(@alert_ids::uuid[]) AND deleted_at IS NULL
+ORDER BY alert_id
+FOR UPDATE;
+
+-- name: MeterPeriodFigures :many
+-- MeterPeriodFigures is, per meter of the tenant's period among
+-- @meter_codes, what its period quantity is computed from, over every
+-- charge of the period (priced or not, every currency): the sum of the
+-- charges' quantities and their count, the largest figure of its max
+-- lines, the figure of its latest line with the latest charge, and the
+-- distinct values of its unique_count lines (counted across its lines).
+WITH ch AS (
+    SELECT c.meter_code, min(c.aggregation) AS aggregation, sum(c.quantity) AS total, count(*) AS charges
+    FROM invoice_charge c
+    WHERE c.tenant_id = @tenant_id::text AND c.period = @period::text AND c.meter_code = ANY(@meter_codes::text[])
+    GROUP BY c.meter_code
+)
+SELECT ch.meter_code, ch.aggregation::text AS aggregation, ch.total::numeric AS total, ch.charges::bigint AS charges,
+       coalesce((SELECT max(f.quantity) FROM invoice_line_figure f
+        WHERE f.tenant_id = @tenant_id::text AND f.period = @period::text AND f.meter_code = ch.meter_code
+          AND f.aggregation = 'max'), 0)::numeric AS max_figure,
+       coalesce((SELECT f.quantity FROM invoice_line_figure f
+        WHERE f.tenant_id = @tenant_id::text AND f.period = @period::text AND f.meter_code = ch.meter_code
+          AND f.aggregation = 'latest'
+        ORDER BY f.latest_at DESC, f.latest_source_system DESC, f.latest_source_event_id DESC
+        LIMIT 1), 0)::numeric AS latest_figure,
+       (SELECT count(DISTINCT v.value) FROM invoice_line_value v
+        WHERE v.tenant_id = @tenant_id::text AND v.period = @period::text AND v.meter_code = ch.meter_code)::bigint AS distinct_values
+FROM ch
+ORDER BY ch.meter_code;
+
+-- name: RecordCrossings :many
+-- RecordCrossings records that alerts reached their thresholds in a period,
+-- once per (alert, period): it returns the crossings it wrote, not those
+-- recorded before.
+INSERT INTO invoice_alert_crossing (alert_id, period, crossing_id, tenant_id, value, cause_event_id, crossed_at)
+SELECT unnest(@alert_ids::uuid[]), unnest(@periods::text[]), unnest(@crossing_ids::uuid[]), unnest(@tenant_ids::text[]),
+       unnest(@values::numeric[]), unnest(@cause_event_ids::uuid[]), @crossed_at::timestamptz
+ON CONFLICT (alert_id, period) DO NOTHING
+RETURNING alert_id, period, crossing_id;

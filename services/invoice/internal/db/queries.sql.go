@@ -438,6 +438,17 @@ func (q *Queries) CloseApplied(ctx context.Context, arg CloseAppliedParams) (boo
 	return applied, err
 }
 
+const countLiveAlerts = `-- name: CountLiveAlerts :one
+SELECT count(*) FROM invoice_alert WHERE tenant_id = $1 AND deleted_at IS NULL
+`
+
+func (q *Queries) CountLiveAlerts(ctx context.Context, tenantID string) (int64, error) {
+	row := q.db.QueryRow(ctx, countLiveAlerts, tenantID)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const countLiveGrants = `-- name: CountLiveGrants :one
 SELECT count(*) FROM credit_grant
 WHERE tenant_id = $1 AND balance > 0 AND (expires_at IS NULL OR expires_at > $2::timestamptz)
@@ -454,6 +465,32 @@ func (q *Queries) CountLiveGrants(ctx context.Context, arg CountLiveGrantsParams
 	var count int64
 	err := row.Scan(&count)
 	return count, err
+}
+
+const deleteAlert = `-- name: DeleteAlert :execrows
+UPDATE invoice_alert SET deleted_at = $1, deleted_by = $2
+WHERE tenant_id = $3 AND alert_id = $4 AND deleted_at IS NULL
+`
+
+type DeleteAlertParams struct {
+	DeletedAt *time.Time
+	DeletedBy pgtype.Text
+	TenantID  string
+	AlertID   uuid.UUID
+}
+
+// Deletes a live alert: its row stays (its crossings name it).
+func (q *Queries) DeleteAlert(ctx context.Context, arg DeleteAlertParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteAlert,
+		arg.DeletedAt,
+		arg.DeletedBy,
+		arg.TenantID,
+		arg.AlertID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const drawGrants = `-- name: DrawGrants :exec
@@ -629,6 +666,36 @@ func (q *Queries) GetInvoice(ctx context.Context, arg GetInvoiceParams) (GetInvo
 		&i.Draft,
 	)
 	return i, err
+}
+
+const insertAlert = `-- name: InsertAlert :exec
+INSERT INTO invoice_alert (alert_id, tenant_id, kind, meter_code, currency, threshold, actor, created_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+`
+
+type InsertAlertParams struct {
+	AlertID   uuid.UUID
+	TenantID  string
+	Kind      string
+	MeterCode pgtype.Text
+	Currency  pgtype.Text
+	Threshold decimal.Decimal
+	Actor     string
+	CreatedAt time.Time
+}
+
+func (q *Queries) InsertAlert(ctx context.Context, arg InsertAlertParams) error {
+	_, err := q.db.Exec(ctx, insertAlert,
+		arg.AlertID,
+		arg.TenantID,
+		arg.Kind,
+		arg.MeterCode,
+		arg.Currency,
+		arg.Threshold,
+		arg.Actor,
+		arg.CreatedAt,
+	)
+	return err
 }
 
 const insertChargeLines = `-- name: InsertChargeLines :exec
@@ -872,6 +939,69 @@ func (q *Queries) IssuedInvoiceState(ctx context.Context, arg IssuedInvoiceState
 	var i IssuedInvoiceStateRow
 	err := row.Scan(&i.Total, &i.Corrected, &i.NextVersion)
 	return i, err
+}
+
+const listAlerts = `-- name: ListAlerts :many
+SELECT alert_id, tenant_id, kind, meter_code, currency, threshold, actor, created_at
+FROM invoice_alert
+WHERE tenant_id = $1 AND deleted_at IS NULL
+  AND (created_at, alert_id) > ($2::timestamptz, $3::uuid)
+ORDER BY created_at, alert_id
+LIMIT $4
+`
+
+type ListAlertsParams struct {
+	TenantID       string
+	AfterCreatedAt time.Time
+	AfterID        uuid.UUID
+	MaxRows        int32
+}
+
+type ListAlertsRow struct {
+	AlertID   uuid.UUID
+	TenantID  string
+	Kind      string
+	MeterCode pgtype.Text
+	Currency  pgtype.Text
+	Threshold decimal.Decimal
+	Actor     string
+	CreatedAt time.Time
+}
+
+// A page of a tenant's live alerts in (created_at, alert_id) order after a
+// position.
+func (q *Queries) ListAlerts(ctx context.Context, arg ListAlertsParams) ([]ListAlertsRow, error) {
+	rows, err := q.db.Query(ctx, listAlerts,
+		arg.TenantID,
+		arg.AfterCreatedAt,
+		arg.AfterID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListAlertsRow
+	for rows.Next() {
+		var i ListAlertsRow
+		if err := rows.Scan(
+			&i.AlertID,
+			&i.TenantID,
+			&i.Kind,
+			&i.MeterCode,
+			&i.Currency,
+			&i.Threshold,
+			&i.Actor,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listCorrections = `-- name: ListCorrections :many
@@ -1277,6 +1407,38 @@ func (q *Queries) LiveChargeLines(ctx context.Context, invoiceIds []uuid.UUID) (
 	return items, nil
 }
 
+const lockAlerts = `-- name: LockAlerts :many
+SELECT alert_id FROM invoice_alert
+WHERE alert_id = ANY($1::uuid[]) AND deleted_at IS NULL
+ORDER BY alert_id
+FOR UPDATE
+`
+
+// LockAlerts locks the live alerts given, in alert_id order (so two
+// transactions lock them in one order), and returns those still live: the
+// transactions applying one tenant's charges decide its pending alerts one
+// at a time, each in statements after the lock, which see the charges
+// committed before it (READ COMMITTED).
+func (q *Queries) LockAlerts(ctx context.Context, alertIds []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, lockAlerts, alertIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var alert_id uuid.UUID
+		if err := rows.Scan(&alert_id); err != nil {
+			return nil, err
+		}
+		items = append(items, alert_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const lockIssuedInvoice = `-- name: LockIssuedInvoice :one
 SELECT i.invoice_id
 FROM invoice i
@@ -1337,6 +1499,16 @@ func (q *Queries) LockPeriodInvoices(ctx context.Context, arg LockPeriodInvoices
 	return items, nil
 }
 
+const lockTenantAlerts = `-- name: LockTenantAlerts :exec
+SELECT pg_advisory_xact_lock(hashtextextended($1::text, 7402))::text
+`
+
+// A tenant's alerts are created one at a time (their count is bounded).
+func (q *Queries) LockTenantAlerts(ctx context.Context, tenantID string) error {
+	_, err := q.db.Exec(ctx, lockTenantAlerts, tenantID)
+	return err
+}
+
 const lockTenantGrants = `-- name: LockTenantGrants :exec
 SELECT pg_advisory_xact_lock(hashtextextended($1::text, 7401))::text
 `
@@ -1345,6 +1517,78 @@ SELECT pg_advisory_xact_lock(hashtextextended($1::text, 7401))::text
 func (q *Queries) LockTenantGrants(ctx context.Context, tenantID string) error {
 	_, err := q.db.Exec(ctx, lockTenantGrants, tenantID)
 	return err
+}
+
+const meterPeriodFigures = `-- name: MeterPeriodFigures :many
+WITH ch AS (
+    SELECT c.meter_code, min(c.aggregation) AS aggregation, sum(c.quantity) AS total, count(*) AS charges
+    FROM invoice_charge c
+    WHERE c.tenant_id = $1::text AND c.period = $2::text AND c.meter_code = ANY($3::text[])
+    GROUP BY c.meter_code
+)
+SELECT ch.meter_code, ch.aggregation::text AS aggregation, ch.total::numeric AS total, ch.charges::bigint AS charges,
+       coalesce((SELECT max(f.quantity) FROM invoice_line_figure f
+        WHERE f.tenant_id = $1::text AND f.period = $2::text AND f.meter_code = ch.meter_code
+          AND f.aggregation = 'max'), 0)::numeric AS max_figure,
+       coalesce((SELECT f.quantity FROM invoice_line_figure f
+        WHERE f.tenant_id = $1::text AND f.period = $2::text AND f.meter_code = ch.meter_code
+          AND f.aggregation = 'latest'
+        ORDER BY f.latest_at DESC, f.latest_source_system DESC, f.latest_source_event_id DESC
+        LIMIT 1), 0)::numeric AS latest_figure,
+       (SELECT count(DISTINCT v.value) FROM invoice_line_value v
+        WHERE v.tenant_id = $1::text AND v.period = $2::text AND v.meter_code = ch.meter_code)::bigint AS distinct_values
+FROM ch
+ORDER BY ch.meter_code
+`
+
+type MeterPeriodFiguresParams struct {
+	TenantID   string
+	Period     string
+	MeterCodes []string
+}
+
+type MeterPeriodFiguresRow struct {
+	MeterCode      string
+	Aggregation    string
+	Total          decimal.Decimal
+	Charges        int64
+	MaxFigure      decimal.Decimal
+	LatestFigure   decimal.Decimal
+	DistinctValues int64
+}
+
+// MeterPeriodFigures is, per meter of the tenant's period among
+// @meter_codes, what its period quantity is computed from, over every
+// charge of the period (priced or not, every currency): the sum of the
+// charges' quantities and their count, the largest figure of its max
+// lines, the figure of its latest line with the latest charge, and the
+// distinct values of its unique_count lines (counted across its lines).
+func (q *Queries) MeterPeriodFigures(ctx context.Context, arg MeterPeriodFiguresParams) ([]MeterPeriodFiguresRow, error) {
+	rows, err := q.db.Query(ctx, meterPeriodFigures, arg.TenantID, arg.Period, arg.MeterCodes)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []MeterPeriodFiguresRow
+	for rows.Next() {
+		var i MeterPeriodFiguresRow
+		if err := rows.Scan(
+			&i.MeterCode,
+			&i.Aggregation,
+			&i.Total,
+			&i.Charges,
+			&i.MaxFigure,
+			&i.LatestFigure,
+			&i.DistinctValues,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const nextInvoiceNumber = `-- name: NextInvoiceNumber :one
@@ -1361,6 +1605,63 @@ func (q *Queries) NextInvoiceNumber(ctx context.Context, tenantID string) (int64
 	var last_number int64
 	err := row.Scan(&last_number)
 	return last_number, err
+}
+
+const pendingAlerts = `-- name: PendingAlerts :many
+SELECT a.alert_id, a.tenant_id, p.period::text AS period, a.kind, a.meter_code, a.currency, a.threshold
+FROM invoice_alert a
+JOIN (SELECT DISTINCT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS period) p
+  ON p.tenant_id = a.tenant_id
+WHERE a.deleted_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM invoice_alert_crossing x WHERE x.alert_id = a.alert_id AND x.period = p.period)
+ORDER BY a.alert_id, p.period
+`
+
+type PendingAlertsParams struct {
+	TenantIds []string
+	Periods   []string
+}
+
+type PendingAlertsRow struct {
+	AlertID   uuid.UUID
+	TenantID  string
+	Period    string
+	Kind      string
+	MeterCode pgtype.Text
+	Currency  pgtype.Text
+	Threshold decimal.Decimal
+}
+
+// The live alerts of the tenants that have not reached their threshold in
+// the period given beside each tenant (the pairs @tenant_ids[i],
+// @periods[i]), in alert_id order, unlocked: when none is pending, a
+// batch of charges decides no alert and waits on nothing (LockAlerts).
+func (q *Queries) PendingAlerts(ctx context.Context, arg PendingAlertsParams) ([]PendingAlertsRow, error) {
+	rows, err := q.db.Query(ctx, pendingAlerts, arg.TenantIds, arg.Periods)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PendingAlertsRow
+	for rows.Next() {
+		var i PendingAlertsRow
+		if err := rows.Scan(
+			&i.AlertID,
+			&i.TenantID,
+			&i.Period,
+			&i.Kind,
+			&i.MeterCode,
+			&i.Currency,
+			&i.Threshold,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const reconciliationCharges = `-- name: ReconciliationCharges :many
@@ -1583,6 +1884,61 @@ func (q *Queries) RecordClose(ctx context.Context, arg RecordCloseParams) error 
 		arg.Adjustments,
 	)
 	return err
+}
+
+const recordCrossings = `-- name: RecordCrossings :many
+INSERT INTO invoice_alert_crossing (alert_id, period, crossing_id, tenant_id, value, cause_event_id, crossed_at)
+SELECT unnest($1::uuid[]), unnest($2::text[]), unnest($3::uuid[]), unnest($4::text[]),
+       unnest($5::numeric[]), unnest($6::uuid[]), $7::timestamptz
+ON CONFLICT (alert_id, period) DO NOTHING
+RETURNING alert_id, period, crossing_id
+`
+
+type RecordCrossingsParams struct {
+	AlertIds      []uuid.UUID
+	Periods       []string
+	CrossingIds   []uuid.UUID
+	TenantIds     []string
+	Values        []decimal.Decimal
+	CauseEventIds []uuid.UUID
+	CrossedAt     time.Time
+}
+
+type RecordCrossingsRow struct {
+	AlertID    uuid.UUID
+	Period     string
+	CrossingID uuid.UUID
+}
+
+// RecordCrossings records that alerts reached their thresholds in a period,
+// once per (alert, period): it returns the crossings it wrote, not those
+// recorded before.
+func (q *Queries) RecordCrossings(ctx context.Context, arg RecordCrossingsParams) ([]RecordCrossingsRow, error) {
+	rows, err := q.db.Query(ctx, recordCrossings,
+		arg.AlertIds,
+		arg.Periods,
+		arg.CrossingIds,
+		arg.TenantIds,
+		arg.Values,
+		arg.CauseEventIds,
+		arg.CrossedAt,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RecordCrossingsRow
+	for rows.Next() {
+		var i RecordCrossingsRow
+		if err := rows.Scan(&i.AlertID, &i.Period, &i.CrossingID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const recordPeriodEnded = `-- name: RecordPeriodEnded :exec

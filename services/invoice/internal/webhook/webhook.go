@@ -43,6 +43,9 @@ var Statuses = []string{StatusPending, StatusLeased, StatusAccepted, StatusFaile
 const (
 	TypeInvoiceIssued           = "invoice.issued"
 	TypeInvoiceCorrectionIssued = "invoice.correction_issued"
+	// TypeAlertTriggered tells that a tenant's alert reached its threshold
+	// in a period (once per alert and period).
+	TypeAlertTriggered = "alert.triggered"
 )
 
 // DefaultTTL is how long an intent is tried when the Recorder is not
@@ -61,9 +64,9 @@ type Recorder struct {
 // whatever the volume.
 type Body struct {
 	ID       string          `json:"id"`   // the idempotency key, as in Webhook-Id
-	Type     string          `json:"type"` // invoice.issued | invoice.correction_issued
+	Type     string          `json:"type"` // invoice.issued | invoice.correction_issued | alert.triggered
 	TenantID string          `json:"tenantId"`
-	EventID  uuid.UUID       `json:"eventId"` // the invoice event told
+	EventID  uuid.UUID       `json:"eventId"` // the invoice event told, or the alert's crossing
 	Created  time.Time       `json:"createdAt"`
 	Data     json.RawMessage `json:"data"` // the event's payload
 }
@@ -91,6 +94,38 @@ func webhookType(eventType string) (string, bool) {
 // same event again writes nothing (webhook_intent_key). A nil Recorder
 // records with DefaultTTL.
 func (r *Recorder) Record(ctx context.Context, tx pgx.Tx, evs ...envelope.Envelope) error {
+	var ns []Notice
+	for i := range evs {
+		e := &evs[i]
+		typ, ok := webhookType(e.EventType)
+		if !ok {
+			continue
+		}
+		ns = append(ns, Notice{TenantID: e.TenantID, Key: Key(e), EventID: e.EventID, EventType: e.EventType, Type: typ,
+			Created: e.OccurredAt, Data: e.Payload})
+	}
+	return r.RecordNotices(ctx, tx, ns...)
+}
+
+// Notice is one thing to tell a tenant's endpoints: an invoice event
+// (Record), or a fact of invoice's own with no event on the bus (an alert's
+// crossing, TypeAlertTriggered).
+type Notice struct {
+	TenantID string
+	// Key is the idempotency key (Webhook-Id): the same key is one intent
+	// per endpoint, whatever writes it again.
+	Key       string
+	EventID   uuid.UUID // the event, or the fact's own id
+	EventType string    // as the operator's list shows it
+	Type      string    // the body's type
+	Created   time.Time
+	Data      json.RawMessage
+}
+
+// RecordNotices writes, in tx, one intent per active endpoint of each
+// notice's tenant; a key written before for an endpoint writes nothing. A
+// nil Recorder records with DefaultTTL.
+func (r *Recorder) RecordNotices(ctx context.Context, tx pgx.Tx, ns ...Notice) error {
 	ttl := DefaultTTL
 	if r != nil && r.TTL > 0 {
 		ttl = r.TTL
@@ -99,33 +134,28 @@ func (r *Recorder) Record(ctx context.Context, tx pgx.Tx, evs ...envelope.Envelo
 	endpoints := map[string][]uuid.UUID{}
 	byTenant := map[string]*webhookdb.InsertIntentsParams{}
 	var tenants []string
-	for i := range evs {
-		e := &evs[i]
-		typ, ok := webhookType(e.EventType)
-		if !ok {
-			continue
-		}
-		ids, seen := endpoints[e.TenantID]
+	for _, n := range ns {
+		ids, seen := endpoints[n.TenantID]
 		if !seen {
 			var err error
-			if ids, err = q.ActiveEndpointIDs(ctx, e.TenantID); err != nil {
-				return fmt.Errorf("read webhook endpoints of %s: %w", e.TenantID, err)
+			if ids, err = q.ActiveEndpointIDs(ctx, n.TenantID); err != nil {
+				return fmt.Errorf("read webhook endpoints of %s: %w", n.TenantID, err)
 			}
-			endpoints[e.TenantID] = ids
+			endpoints[n.TenantID] = ids
 		}
 		if len(ids) == 0 {
 			continue
 		}
-		body, err := json.Marshal(Body{ID: Key(e), Type: typ, TenantID: e.TenantID, EventID: e.EventID,
-			Created: e.OccurredAt.UTC(), Data: e.Payload})
+		body, err := json.Marshal(Body{ID: n.Key, Type: n.Type, TenantID: n.TenantID, EventID: n.EventID,
+			Created: n.Created.UTC(), Data: n.Data})
 		if err != nil {
-			return fmt.Errorf("webhook body of %s: %w", e.EventID, err)
+			return fmt.Errorf("webhook body of %s: %w", n.EventID, err)
 		}
-		p, ok := byTenant[e.TenantID]
+		p, ok := byTenant[n.TenantID]
 		if !ok {
-			p = &webhookdb.InsertIntentsParams{TenantID: e.TenantID, TtlSeconds: ttl.Seconds()}
-			byTenant[e.TenantID] = p
-			tenants = append(tenants, e.TenantID)
+			p = &webhookdb.InsertIntentsParams{TenantID: n.TenantID, TtlSeconds: ttl.Seconds()}
+			byTenant[n.TenantID] = p
+			tenants = append(tenants, n.TenantID)
 		}
 		for _, endpoint := range ids {
 			id, err := uuid.NewV7()
@@ -134,9 +164,9 @@ func (r *Recorder) Record(ctx context.Context, tx pgx.Tx, evs ...envelope.Envelo
 			}
 			p.IntentIds = append(p.IntentIds, id)
 			p.EndpointIds = append(p.EndpointIds, endpoint)
-			p.IdempotencyKeys = append(p.IdempotencyKeys, Key(e))
-			p.EventIds = append(p.EventIds, e.EventID)
-			p.EventTypes = append(p.EventTypes, e.EventType)
+			p.IdempotencyKeys = append(p.IdempotencyKeys, n.Key)
+			p.EventIds = append(p.EventIds, n.EventID)
+			p.EventTypes = append(p.EventTypes, n.EventType)
 			p.Bodies = append(p.Bodies, string(body))
 		}
 	}

@@ -1,0 +1,2 @@
+DROP TABLE invoice_alert_crossing;
+DROP TABLE invoice_alert;
