@@ -61,6 +61,13 @@ func init() {
 			cols: []column{col("GRANT", "grantId"), col("CURRENCY", "currency"), col("AMOUNT", "amount"), col("BALANCE", "balance"),
 				col("STATUS", "status"), col("PRIORITY", "priority"), col("EFFECTIVE AT", "effectiveAt"), col("EXPIRES AT", "expiresAt")},
 		})},
+		&command{name: "alert create", short: "define a usage alert (-meter) or a spend alert (-currency) at -threshold, told once per period by an alert.triggered webhook", role: auth.RoleBillingAdmin, flags: alertCreate},
+		&command{name: "alert list", short: "the tenant's alerts", role: auth.RoleViewer, flags: listCommand(listSpec{
+			service: "invoice", path: "alerts", key: "alerts",
+			cols: []column{col("ALERT", "alertId"), col("KIND", "kind"), col("METER", "meterCode"), col("CURRENCY", "currency"),
+				col("THRESHOLD", "threshold"), col("CREATED BY", "actor"), col("CREATED AT", "createdAt")},
+		})},
+		&command{name: "alert delete", args: "ALERT_ID", short: "delete an alert: it is told no more", role: auth.RoleBillingAdmin, flags: alertDelete},
 		&command{name: "webhook add", args: "URL", short: "add a webhook endpoint (its secret is shown once)", role: auth.RoleBillingAdmin, flags: webhookAdd},
 		&command{name: "webhook list", short: "the tenant's webhook endpoints", role: auth.RoleBillingAdmin, flags: listCommand(listSpec{
 			service: "invoice", path: "webhook-endpoints", key: "endpoints",
@@ -505,6 +512,48 @@ func creditGrant(fs *flag.FlagSet) runFunc {
 			*t.into = &at
 		}
 		return c.command(ctx, call{service: "invoice", method: http.MethodPost, path: c.tenantPath("credit-grants"), body: req}, *key)
+	}
+}
+
+func alertCreate(fs *flag.FlagSet) runFunc {
+	key := fs.String("idempotency-key", "", "the Idempotency-Key (default: derived from the request, so a rerun replays)")
+	meter := fs.String("meter", "", "a usage alert on this meter's period quantity (its aggregation)")
+	currency := fs.String("currency", "", "a spend alert on this ISO 4217 currency's running total (the open invoice's subtotal)")
+	threshold := fs.String("threshold", "", "the figure it is told at, a decimal above zero; a spend one in whole minor units (required)")
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args); err != nil {
+			return err
+		}
+		if (*meter == "") == (*currency == "") || *threshold == "" {
+			return usagef("-threshold and one of -meter (a usage alert) or -currency (a spend alert) are required")
+		}
+		t, err := decimalArg("threshold", *threshold)
+		if err != nil {
+			return err
+		}
+		req := invoiceapi.AlertRequest{Kind: invoiceapi.AlertRequestKindUsage, Threshold: *t}
+		if *meter != "" {
+			req.MeterCode = meter
+		} else {
+			req.Kind, req.Currency = invoiceapi.AlertRequestKindSpend, currency
+		}
+		return c.command(ctx, call{service: "invoice", method: http.MethodPost, path: c.tenantPath("alerts"), body: req}, *key)
+	}
+}
+
+func alertDelete(fs *flag.FlagSet) runFunc {
+	return func(ctx context.Context, c *Client, args []string) error {
+		if err := positional(args, "ALERT_ID"); err != nil {
+			return err
+		}
+		if _, err := c.do(ctx, call{service: "invoice", method: http.MethodDelete, path: c.tenantPath("alerts", args[0])}); err != nil {
+			return err
+		}
+		if c.json {
+			return c.printJSON(map[string]string{"alertId": args[0], "status": "deleted"})
+		}
+		fmt.Fprintf(c.out, "alert %s deleted\n", args[0])
+		return nil
 	}
 }
 
