@@ -404,6 +404,14 @@ func operatorFlow(t *testing.T, c *ctl, s *stack.Stack) {
 	if a := rd.Audit[0]; a.State != "requested" || a.Actor != "alice" || a.CorrelationID != "cli-test-1" || a.Reason != reason {
 		t.Fatalf("audit %+v, want requested by alice, cli-test-1, %q", a, reason)
 	}
+	// A typo: billing holds no such event. Refused at once, exit 1,
+	// nothing audited.
+	for _, args := range [][]string{{"redrive", "-service", "billing"}, {"dead-letters", "release", "-service", "billing"}} {
+		r := c.run("", append(args, "-event", "01a23ced-0000-7000-8000-000000000000", "-reason", "typo")...)
+		if r.code != cli.ExitRefused || !strings.Contains(r.errOut, "404 Not Found (code event_not_found)") {
+			t.Fatalf("%s of an unknown event: exit %d, want %d and event_not_found\n%s%s", strings.Join(args, " "), r.code, cli.ExitRefused, r.out, r.errOut)
+		}
+	}
 	out = c.ok("audit", rd.RedriveID)
 	for _, want := range []string{"requested", "completed", "alice", "cli-test-1", reason, *rd.Outcome} {
 		if !strings.Contains(out, want) {

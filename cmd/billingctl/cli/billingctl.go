@@ -195,9 +195,13 @@ func report(w io.Writer, name string, err error) int {
 	var p *httpx.Problem
 	var ue usageError
 	var some *SomeRefusedError
+	var nf notFoundError
 	switch {
 	case errors.As(err, &p):
 		fmt.Fprintf(w, "billingctl %s: refused: %d %s (code %s): %s\n", name, p.Status, http.StatusText(p.Status), p.Code, p.Detail)
+		return ExitRefused
+	case errors.As(err, &nf):
+		fmt.Fprintf(w, "billingctl %s: %v\n", name, err)
 		return ExitRefused
 	case errors.As(err, &ue):
 		fmt.Fprintf(w, "billingctl %s: %s (billingctl %s -h for help)\n", name, ue.msg, name)

@@ -137,7 +137,13 @@ func (c *Client) submit(ctx context.Context, path string, s submitFlags) error {
 			if rd["state"] != "completed" && !c.json {
 				fmt.Fprintf(c.err, "(not completed after %v; billingctl audit %s shows it later)\n", s.wait, sub.RedriveID)
 			}
-			return c.printRedrive(rd)
+			if err := c.printRedrive(rd); err != nil {
+				return err
+			}
+			if rd["outcome"] == outcomeNotFound {
+				return notFoundError{service: s.req.Service, event: s.req.EventId}
+			}
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -145,6 +151,19 @@ func (c *Client) submit(ctx context.Context, path string, s submitFlags) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// outcomeNotFound is the outcome of a redrive whose service did not hold
+// the event: query refuses such a request at once (404 event_not_found)
+// when it can ask the service, else the service answers it later.
+const outcomeNotFound = "not_found"
+
+// notFoundError is a redrive that completed not_found: exit code 1, as a
+// refusal, so that a typo in a script stops it.
+type notFoundError struct{ service, event string }
+
+func (e notFoundError) Error() string {
+	return fmt.Sprintf("%s holds no such event %s (outcome not_found)", e.service, e.event)
 }
 
 func (c *Client) redriveStatus(ctx context.Context, id string) (map[string]any, error) {

@@ -184,6 +184,12 @@ func (f *fixture) quarantine(service, tenant, reason string) uuid.UUID {
 	if ds := querytest.Decide(f.t, f.pool, ib, querytest.Event{Topic: events.TopicOps, Envelope: env}); ds[0].Outcome != inbox.OutcomeApplied {
 		f.t.Fatalf("notice decided %+v", ds[0])
 	}
+	if service == operator.Self { // query's own inbox holds what it announced
+		if _, err := f.pool.Exec(f.t.Context(), `INSERT INTO inbox_quarantine (raw_sha256, event_id, event_type, tenant_id, reason, raw, topic, partition, "offset")
+			VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0)`, raw, id, events.TypeUsageAccepted, tenant, reason, id[:], events.TopicUsage); err != nil {
+			f.t.Fatal(err)
+		}
+	}
 	return id
 }
 
@@ -403,6 +409,12 @@ func TestCSRFAndRedrive(t *testing.T) {
 		if resp := f.do("POST", "/console/redrives", alice, v); resp.status != http.StatusBadRequest {
 			t.Errorf("%s: %d, want 400", name, resp.status)
 		}
+	}
+	// An event query does not hold (a typo): 404, nothing audited.
+	unknown := url.Values{"service": {operator.Self}, "eventId": {uuid.NewString()}, "reason": {"r"}, console.CSRFField: {aliceCSRF}}
+	if resp := f.do("POST", "/console/redrives", alice, unknown); resp.status != http.StatusNotFound ||
+		!strings.Contains(resp.body, "holds no quarantined event") {
+		t.Errorf("an unknown event: %d %s, want 404", resp.status, resp.body)
 	}
 	mallory := f.signIn(token(t, "mal\x1b[31mlory", auth.RoleOperator, "", time.Hour))
 	malloryForm := form(csrf(t, f.do("GET", "/console", mallory, nil)))

@@ -93,6 +93,8 @@ func (c *Console) fail(w http.ResponseWriter, r *http.Request, what string, err 
 		status, msg = http.StatusBadRequest, err.Error()
 	case errors.Is(err, operator.ErrNotFound):
 		status, msg = http.StatusNotFound, "No redrive with that id."
+	case errors.Is(err, operator.ErrEventNotFound):
+		status, msg = http.StatusNotFound, err.Error()
 	case errors.Is(err, operator.ErrUpstream):
 		status, msg = http.StatusBadGateway, err.Error()
 	}

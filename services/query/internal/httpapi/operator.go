@@ -160,8 +160,9 @@ const MaxReason = 500
 
 // submit: POST /v1/operator/redrives and POST
 // /v1/operator/dead-letters/release, {service, eventId, reason} with
-// X-Correlation-Id -> 202 {redriveId, state}. Each call is a new audited
-// request; asking twice is safe (the second finds a duplicate, or nothing).
+// X-Correlation-Id -> 202 {redriveId, state}, or 404 event_not_found when
+// the service holds no such event (operator.Submit). Each call is a new
+// audited request; asking twice is safe (the second finds a duplicate).
 func (a *Operator) submit(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		corr, p := httpx.CorrelationID(r, true)
@@ -356,6 +357,8 @@ func (a *Operator) fail(w http.ResponseWriter, r *http.Request, what string, err
 		p = httpx.NewProblem(http.StatusBadRequest, "unknown_service", err.Error())
 	case errors.Is(err, operator.ErrNotFound):
 		p = httpx.NewProblem(http.StatusNotFound, "redrive_not_found", "no redrive with that id")
+	case errors.Is(err, operator.ErrEventNotFound):
+		p = httpx.NewProblem(http.StatusNotFound, "event_not_found", err.Error())
 	case errors.Is(err, operator.ErrUpstream):
 		p = httpx.NewProblem(http.StatusBadGateway, "service_unavailable", err.Error())
 	default:

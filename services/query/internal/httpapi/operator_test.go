@@ -204,6 +204,65 @@ func TestRedriveIsAudited(t *testing.T) {
 	}
 }
 
+// TestSubmitRefusesAnUnknownEvent: a redrive or release of an event the
+// service answers it does not hold (a typo) is 404 event_not_found, and
+// nothing is audited or sent; one it holds is requested. A service that
+// cannot be asked gets the request all the same (TestRedriveIsAudited).
+func TestSubmitRefusesAnUnknownEvent(t *testing.T) {
+	pool := pgtest.NewPool(t, Template)
+	held := uuid.NewString()
+	// billing, as its internal endpoints answer: one quarantined event
+	// (redriven already: state=all finds it), one dead letter.
+	billing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/internal/v1/quarantine":
+			if q := r.URL.Query(); q.Get("state") != "all" || q.Get("eventId") != held {
+				fmt.Fprint(w, `{"items":[],"next":null}`)
+				return
+			}
+			fmt.Fprintf(w, `{"items":[{"id":1,"eventId":%q,"state":"redriven"}],"next":null}`, held)
+		case "/internal/v1/dead-letters":
+			fmt.Fprintf(w, `{"items":[{"id":7,"eventId":%q}],"next":null}`, held)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(billing.Close)
+	srv, _ := operatorServerOf(t, pool, map[string]string{"billing": billing.URL})
+	for _, tc := range []struct {
+		name, path, service, event string
+		status                     int
+		code                       string
+	}{
+		{"redrive of an unknown event", "/v1/operator/redrives", "billing", uuid.NewString(), 404, "event_not_found"},
+		{"release of an unknown dead letter", "/v1/operator/dead-letters/release", "billing", uuid.NewString(), 404, "event_not_found"},
+		{"redrive of an event query does not hold", "/v1/operator/redrives", operator.Self, uuid.NewString(), 404, "event_not_found"},
+		{"release of a dead letter query does not hold", "/v1/operator/dead-letters/release", operator.Self, uuid.NewString(), 404, "event_not_found"},
+		{"redrive of a held event", "/v1/operator/redrives", "billing", held, 202, ""},
+		{"release of a held dead letter", "/v1/operator/dead-letters/release", "billing", held, 202, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var before int
+			if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM redrive_audit`).Scan(&before); err != nil {
+				t.Fatal(err)
+			}
+			body := fmt.Sprintf(`{"service":%q,"eventId":%q,"reason":"typo?"}`, tc.service, tc.event)
+			status, code := call(t, alice, "POST", srv.URL+tc.path, "ticket-7", body, nil)
+			if status != tc.status || code != tc.code {
+				t.Fatalf("%d %s, want %d %s", status, code, tc.status, tc.code)
+			}
+			var after int
+			if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM redrive_audit`).Scan(&after); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int{true: 1, false: 0}[tc.status == 202]; after-before != want {
+				t.Fatalf("%d audit rows written, want %d", after-before, want)
+			}
+		})
+	}
+}
+
 func TestSubmitRefusesBadInput(t *testing.T) {
 	pool := pgtest.NewPool(t, Template)
 	srv, _ := operatorServer(t, pool)

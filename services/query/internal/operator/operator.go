@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -39,6 +40,8 @@ const Self = "query"
 var (
 	ErrUnknownService = errors.New("unknown service")
 	ErrNotFound       = errors.New("redrive not found")
+	// ErrEventNotFound: the service holds no such event to act on.
+	ErrEventNotFound = errors.New("event not found")
 	// ErrUpstream: a service's internal endpoint could not be read.
 	ErrUpstream = errors.New("service unavailable")
 )
@@ -116,6 +119,19 @@ func (o *Operator) Submit(ctx context.Context, req Request) (Redrive, error) {
 	if !o.knows(req.Service) {
 		return Redrive{}, fmt.Errorf("%w %q", ErrUnknownService, req.Service)
 	}
+	switch held, err := o.holds(ctx, req); {
+	case err != nil:
+		// The service cannot be asked now: the request goes through the
+		// outbox as ever, and completes not_found if the event is not there.
+		o.log.WarnContext(ctx, "redrive: could not ask the service whether it holds the event; requesting it all the same",
+			"service", req.Service, "event_id", req.EventID, "action", req.Action, "err", err)
+	case !held:
+		what := "quarantined event"
+		if req.Action == events.ActionRedriveDeadLetter {
+			what = "dead letter"
+		}
+		return Redrive{}, fmt.Errorf("%w: %s holds no %s %s", ErrEventNotFound, req.Service, what, req.EventID)
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return Redrive{}, fmt.Errorf("new redrive id: %w", err)
@@ -143,6 +159,51 @@ func (o *Operator) Submit(ctx context.Context, req Request) (Redrive, error) {
 	o.log.InfoContext(ctx, "redrive requested", "redrive_id", id, "service", req.Service, "event_id", req.EventID,
 		"action", req.Action, "actor", req.Actor, "correlation_id", req.CorrelationID)
 	return Redrive{ID: id, Service: req.Service, EventID: req.EventID, Action: req.Action, State: StateRequested}, nil
+}
+
+// holds reports whether the service holds what req acts on, as its own
+// internal endpoints say (or query's database, for query): a quarantined
+// message of the event, in any state (a redrive asked again decides it
+// again), for a redrive; a dead letter of that id for a release. A typo
+// is then refused at once, not audited as a request that ends not_found.
+// An event the service only holds deferred is not found: it is decided by
+// itself when what it waits for arrives, or quarantined when it expires.
+func (o *Operator) holds(ctx context.Context, req Request) (bool, error) {
+	id := req.EventID.String()
+	if req.Action == events.ActionRedriveDeadLetter {
+		for after := int64(0); ; {
+			var page ops.DeadLetterPage
+			var err error
+			if req.Service == Self {
+				page, err = ops.ListDeadLetters(ctx, o.pool, after, ops.MaxLimit)
+			} else {
+				page, err = o.client.DeadLetters(ctx, req.Service, after, ops.MaxLimit)
+			}
+			if err != nil {
+				return false, err
+			}
+			for _, d := range page.Items {
+				if d.EventID == id {
+					return true, nil
+				}
+			}
+			if page.Next == nil || len(page.Items) == 0 {
+				return false, nil
+			}
+			after = page.Items[len(page.Items)-1].ID
+		}
+	}
+	var page ops.QuarantinePage
+	var err error
+	if req.Service == Self {
+		page, err = ops.ListQuarantine(ctx, o.pool, inbox.QuarantineFilter{EventID: req.EventID, All: true, Limit: 1})
+	} else {
+		page, err = o.client.Quarantine(ctx, req.Service, url.Values{"eventId": {id}, "state": {"all"}, "limit": {"1"}})
+	}
+	if err != nil {
+		return false, err
+	}
+	return len(page.Items) > 0, nil
 }
 
 // Redrive reads a redrive and its audit.
