@@ -117,6 +117,9 @@ an hour, the longest a service accepts (a fresh one: go run ./cmd/token -dev -ro
   # health, readiness, metrics
   curl -s %[1]s/readyz; curl -s %[1]s/metrics | grep -E '^outbox_(pending|dead_letters|published_total)'
 
+  # something for the operator's views: an event billing and query quarantine (it prints its id)
+  go run ./e2e/cmd/quarantine -brokers %[7]s -tenant demo
+
 Ctrl-C stops everything.
-`, u["meter"], u["usage"], u["billing"], u["invoice"], u["query"], token)
+`, u["meter"], u["usage"], u["billing"], u["invoice"], u["query"], token, strings.Join(s.KafkaBrokers(), ","))
 }
