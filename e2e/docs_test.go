@@ -21,7 +21,7 @@ import (
 //     the decision records names a target of the Makefile, every relative link leads to a file
 //     (and heading) that exists, every repository path in code names a
 //     file or directory that exists, and every `billingctl <command>` in
-//     the README and docs/ names a command it has;
+//     the README, docs/ and the services' READMEs names a command it has;
 //   - TestDecisionReferences: every "decision NNNN" and "decisions/NNNN" in
 //     the code, its comments and the docs names a record of docs/decisions,
 //     and a reference that gives the record's subject in parentheses,
@@ -296,10 +296,11 @@ func withoutComments(code string) string {
 }
 
 // checksCommands tells whether the billingctl commands of page rel are
-// checked: the README's and the docs pages', what a user follows.
+// checked: the README's, the docs pages' and the services' READMEs', what a
+// user follows.
 func checksCommands(rel string) bool {
 	rel = filepath.ToSlash(rel)
-	return rel == "README.md" || path.Dir(rel) == "docs"
+	return rel == "README.md" || path.Dir(rel) == "docs" || strings.HasPrefix(rel, "services/") && path.Base(rel) == "README.md"
 }
 
 func hasTarget(targets map[string]bool, name string) bool {
