@@ -23,13 +23,14 @@ import (
 // Operator serves the operator API (pkg/api/queryapi/openapi.yaml). auth.Middleware
 // admits only operator credentials to /v1/operator/.
 type Operator struct {
-	op  *operator.Operator
-	log *slog.Logger
+	op    *operator.Operator
+	log   *slog.Logger
+	slots *reconcileSlots // the tenants' reconciliations running
 }
 
 // NewOperator returns the operator API over op.
 func NewOperator(op *operator.Operator, log *slog.Logger) *Operator {
-	return &Operator{op: op, log: log}
+	return &Operator{op: op, log: log, slots: newReconcileSlots(MaxTenantReconciliations)}
 }
 
 // Routes mounts the operator endpoints on r.
@@ -314,9 +315,16 @@ func (a *Operator) reconciliation(w http.ResponseWriter, r *http.Request) {
 
 // tenantReconciliation: GET /v1/tenants/{tenantId}/periods/{period}/reconciliation,
 // the operator's reconciliation of the tenant's own period (its token
-// reaches no other tenant's path: auth.Allow).
+// reaches no other tenant's path: auth.Allow), one at a time per tenant and
+// at most MaxTenantReconciliations at once (429 reconciliation_busy).
 func (a *Operator) tenantReconciliation(w http.ResponseWriter, r *http.Request) {
-	a.reconcile(w, r, chi.URLParam(r, "tenantId"), chi.URLParam(r, "period"))
+	tenant := chi.URLParam(r, "tenantId")
+	if !a.slots.take(tenant) {
+		busy(w)
+		return
+	}
+	defer a.slots.give(tenant)
+	a.reconcile(w, r, tenant, chi.URLParam(r, "period"))
 }
 
 // reconcile answers the reconciliation of one tenant's period:

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -247,4 +248,46 @@ func (a *API) lateUsage(w http.ResponseWriter, r *http.Request) {
 		Charges  []lateUsageJSON `json:"charges"`
 		Next     *string         `json:"next,omitempty"`
 	}{tenantID, billed, out, next})
+}
+
+// MaxTenantReconciliations is how many tenant reconciliations one query
+// instance runs at once; each tenant runs one at a time. A reconciliation
+// reads a whole period from four services (minutes at a million facts), so
+// a tenant's viewer must not be able to start them faster than they end.
+const MaxTenantReconciliations = 4
+
+// reconcileSlots are the tenant reconciliations running.
+type reconcileSlots struct {
+	mu      sync.Mutex
+	running map[string]bool
+	max     int
+}
+
+func newReconcileSlots(max int) *reconcileSlots {
+	return &reconcileSlots{running: map[string]bool{}, max: max}
+}
+
+// take reserves the tenant's slot: false when the tenant runs one already or
+// every slot is taken.
+func (s *reconcileSlots) take(tenant string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[tenant] || len(s.running) >= s.max {
+		return false
+	}
+	s.running[tenant] = true
+	return true
+}
+
+func (s *reconcileSlots) give(tenant string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.running, tenant)
+}
+
+// busy answers 429 reconciliation_busy, to be asked again in a few seconds.
+func busy(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "5")
+	httpx.WriteProblem(w, httpx.NewProblem(http.StatusTooManyRequests, "reconciliation_busy",
+		"a reconciliation of this tenant, or too many of others, is running; ask again when it is done"))
 }

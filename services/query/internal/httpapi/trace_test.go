@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"testing"
@@ -187,5 +188,67 @@ func TestLateUsageReportNamesBothPeriods(t *testing.T) {
 	}
 	if got["late-1"].Fact.Properties["region"] != "eu" {
 		t.Errorf("late-1's properties: %v", got["late-1"].Fact.Properties)
+	}
+}
+
+// A tenant runs one reconciliation at a time (each reads a whole period
+// from four services): a second while the first runs is 429
+// reconciliation_busy, another tenant's runs, and once the first ends the
+// tenant may ask again.
+func TestTenantReconciliationOneAtATime(t *testing.T) {
+	pool := pgtest.NewPool(t, Template)
+	release := make(chan struct{})
+	entered := make(chan string, 8)
+	billing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		entered <- r.URL.Query().Get("tenantId")
+		<-release
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(billing.Close)
+	released := false
+	free := func() {
+		if !released {
+			released = true
+			close(release)
+		}
+	}
+	t.Cleanup(free)
+	srv, _ := operatorServerOf(t, pool, map[string]string{"billing": billing.URL})
+	path := func(tenant string) string {
+		return srv.URL + "/v1/tenants/" + tenant + "/periods/2026-11/reconciliation"
+	}
+	start := func(tenant string) chan int {
+		done := make(chan int, 1)
+		go func() {
+			resp, err := auth.Client(auth.DevToken(auth.RoleViewer, tenant)).Get(path(tenant))
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		return done
+	}
+	acme := start("acme")
+	if got := <-entered; got != "acme" {
+		t.Fatalf("billing asked for %q, want acme", got)
+	}
+	viewer := auth.Client(auth.DevToken(auth.RoleViewer, "acme"))
+	if status, code := call(t, viewer, "GET", path("acme"), "", "", nil); status != http.StatusTooManyRequests || code != "reconciliation_busy" {
+		t.Fatalf("a second reconciliation of acme while one runs: %d %s, want 429 reconciliation_busy", status, code)
+	}
+	globex := start("globex")
+	if got := <-entered; got != "globex" {
+		t.Fatalf("billing asked for %q, want globex", got)
+	}
+	free()
+	for name, done := range map[string]chan int{"acme": acme, "globex": globex} {
+		if status := <-done; status != http.StatusBadGateway {
+			t.Errorf("%s's reconciliation with billing failing: %d, want 502", name, status)
+		}
+	}
+	if status, code := call(t, viewer, "GET", path("acme"), "", "", nil); status != http.StatusBadGateway || code != "service_unavailable" {
+		t.Errorf("acme's reconciliation once the first ended: %d %s, want 502 service_unavailable (its slot given back)", status, code)
 	}
 }
