@@ -46,6 +46,13 @@ type Config struct {
 	// invoice's issue and its arrival in query, up to CloseTimeout each.
 	Close        bool
 	CloseTimeout time.Duration
+	// Alerts, when positive, registers a webhook receiver of the load tool
+	// with every tenant and defines that many usage alerts per tenant on
+	// MeterCode, at AlertStep, 2 x AlertStep, ... (0: derived from the
+	// facts expected), and reports the latency from the commit of each
+	// crossing charge to the first delivery of its alert.triggered.
+	Alerts    int
+	AlertStep int64
 	// Poll is the time to poll every tenant's summary once; polls are
 	// spaced at least MinPollGap apart whatever the number of tenants.
 	Poll time.Duration
@@ -144,6 +151,15 @@ func (c *Config) Check() error {
 	}
 	if c.Properties < 0 || c.Properties > 16 {
 		bad("-properties %d: want 0 to 16 (a fact carries at most 16)", c.Properties)
+	}
+	if c.Alerts < 0 || c.Alerts > 50 {
+		bad("-alerts %d: want 0 to 50 alerts per tenant (the invoice service's INVOICE_MAX_ALERTS default)", c.Alerts)
+	}
+	if c.AlertStep < 0 {
+		bad("-alert-step %d: want facts between two thresholds, 0 to derive it", c.AlertStep)
+	}
+	if c.Alerts > 0 && c.Token != "" && TokenTenant(c.Token) == "" {
+		bad("-alerts needs tenant tokens (a billing-admin defines alerts): use -dev-key or a tenant token")
 	}
 	if c.Batch < 1 || c.Batch > 1000 {
 		bad("-batch %d: want 1 to 1000 facts per request", c.Batch)

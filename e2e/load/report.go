@@ -28,6 +28,7 @@ type Report struct {
 	CPU        CPU         `json:"cpuPerFact"`
 	Tenants    []Tenant    `json:"tenants"`
 	Closed     []Closed    `json:"closed,omitempty"`
+	Alerts     *AlertStats `json:"alerts,omitempty"`
 	Series     []Point     `json:"series"`
 	Failures   []string    `json:"failures"`
 	Notes      []string    `json:"notes"`
@@ -247,6 +248,11 @@ func (r *Report) judge(o *outcome) {
 		r.Failures = append(r.Failures, "the run was interrupted: the figures are partial")
 	}
 	r.Closed = o.closed
+	if r.Alerts = o.alerts; r.Alerts != nil {
+		for _, p := range r.Alerts.Problems {
+			r.Failures = append(r.Failures, "alerts: "+p)
+		}
+	}
 	for _, c := range o.closed {
 		if c.Problem != "" {
 			r.Failures = append(r.Failures, fmt.Sprintf("closing %s %s: %s", c.Tenant, c.Period, c.Problem))
@@ -401,6 +407,7 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintln(w, "percentiles from histogram buckets, interpolated linearly inside a bucket (as histogram_quantile)")
 	r.writeTenants(w)
 	r.writeClosed(w)
+	r.writeAlerts(w)
 	r.writeVerdict(w)
 }
 

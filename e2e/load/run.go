@@ -27,6 +27,7 @@ type outcome struct {
 	tally       *tally
 	views       []tenantView
 	closed      []Closed
+	alerts      *AlertStats
 	polls       int64
 	pollErrs    int64
 	pollLastErr string
@@ -58,6 +59,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := o.setup(ctx, cl, smp, progress); err != nil {
 		return nil, err
 	}
+	var alerts *alertWatch
+	if cfg.Alerts > 0 {
+		if alerts, err = setupAlerts(ctx, &cfg, cl, progress); err != nil {
+			return nil, err
+		}
+	}
 
 	pollCtx, stopPolls := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
@@ -74,8 +81,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	stopPolls()
 	close(stopTicker)
 	bg.Wait()
+	if alerts != nil {
+		progress("-alerts: waiting up to %s for the webhooks of the thresholds reached", AlertWait)
+		o.alerts = alerts.collect(ctx, o.tally.reached(), AlertWait)
+	}
 	if cfg.Close && o.drained && ctx.Err() == nil {
 		o.closeAll(ctx, cl, progress)
+	}
+	if alerts != nil {
+		alerts.finish(context.Background(), cl)
 	}
 	o.finish(smp, cl)
 	return buildReport(o), nil
@@ -157,6 +171,18 @@ func (o *outcome) closeAll(ctx context.Context, cl *client, progress func(string
 	o.tally.mu.Unlock()
 	progress("closing period %s of every tenant and timing its invoice (issued, then visible in query)", period)
 	o.closed = closePeriods(ctx, o.cfg, cl, period, accepted, o.cfg.CloseTimeout, progress)
+}
+
+// reached is, per tenant, the facts accepted (probes included): once
+// drained, its meter's period quantity.
+func (t *tally) reached() []int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]int64, len(t.tenants))
+	for i, tt := range t.tenants {
+		out[i] = tt.accepted + tt.probes
+	}
+	return out
 }
 
 // finish takes a last reading of every tenant and of the services' metrics.
