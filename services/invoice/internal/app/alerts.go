@@ -268,12 +268,13 @@ func figureKey(tenantID, period, kind, of string) string {
 // runningFigures computes the figures the pending alerts watch, by
 // figureKey: a meter's period quantity by its aggregation over every charge
 // of the period (MeterPeriodFigures, domain.MeterQuantity), a currency's
-// running total the subtotal of the period's open invoice in it, as its
-// read computes it (its charge and unpriced lines priced so far, and its
-// adjustment lines).
+// running total the subtotal of the period's open invoice in it
+// (runningTotal). Both read the batches' parts (invoice_line_part) and the
+// lines' own rows, never the charges one by one: their cost grows with the
+// batches of the period, not with its facts.
 func runningFigures(ctx context.Context, q *db.Queries, pending []db.PendingAlertsRow) (map[string]decimal.Decimal, error) {
 	meters := map[tenantPeriod][]string{}
-	spends := map[tenantPeriod]bool{}
+	spends := map[tenantPeriod][]string{}
 	seen := map[tenantPeriod]bool{}
 	var order []tenantPeriod
 	for _, r := range pending {
@@ -284,7 +285,9 @@ func runningFigures(ctx context.Context, q *db.Queries, pending []db.PendingAler
 		}
 		switch {
 		case r.Kind == domain.AlertSpend:
-			spends[tp] = true
+			if !slices.Contains(spends[tp], r.Currency.String) {
+				spends[tp] = append(spends[tp], r.Currency.String)
+			}
 		case !slices.Contains(meters[tp], r.MeterCode.String):
 			meters[tp] = append(meters[tp], r.MeterCode.String)
 		}
@@ -303,21 +306,46 @@ func runningFigures(ctx context.Context, q *db.Queries, pending []db.PendingAler
 				})
 			}
 		}
-		if !spends[tp] {
-			continue
-		}
-		rows, err := q.ListInvoices(ctx, db.ListInvoicesParams{TenantID: tp.tenant, Period: pgtype.Text{String: tp.period, Valid: true}, PageSize: 1000})
-		if err != nil {
-			return nil, fmt.Errorf("read invoices of %s %s: %w", tp.tenant, tp.period, err)
-		}
-		rows = slices.DeleteFunc(rows, func(r db.ListInvoicesRow) bool { return r.Status != domain.StatusOpen })
-		invs, err := complete(ctx, q, rows)
-		if err != nil {
-			return nil, err
-		}
-		for _, inv := range invs {
-			out[figureKey(tp.tenant, tp.period, domain.AlertSpend, inv.Currency)] = inv.Subtotal
+		for _, cur := range spends[tp] {
+			v, ok, err := runningTotal(ctx, q, tp.tenant, tp.period, cur)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				out[figureKey(tp.tenant, tp.period, domain.AlertSpend, cur)] = v
+			}
 		}
 	}
 	return out, nil
+}
+
+// runningTotal is the subtotal of the open invoice of a tenant's period in
+// currency, as its read computes it: its charge and unpriced lines priced
+// by their versions over their quantities so far (domain.Group.Price),
+// plus its adjustment lines; false when the invoice is not open.
+func runningTotal(ctx context.Context, q *db.Queries, tenantID, period, currency string) (decimal.Decimal, bool, error) {
+	adj, err := q.OpenAdjustments(ctx, db.OpenAdjustmentsParams{TenantID: tenantID, Period: period, Currency: currency})
+	if err != nil {
+		return decimal.Decimal{}, false, fmt.Errorf("read the adjustments of %s %s %s: %w", tenantID, period, currency, err)
+	}
+	if !adj.Open {
+		return decimal.Decimal{}, false, nil
+	}
+	rows, err := q.PartLineSums(ctx, db.PartLineSumsParams{TenantID: tenantID, Period: period, Currency: currency})
+	if err != nil {
+		return decimal.Decimal{}, false, fmt.Errorf("sum the lines of %s %s %s: %w", tenantID, period, currency, err)
+	}
+	total := adj.Amount
+	for _, r := range rows {
+		g, err := groupOf(db.ChargeLineSumsRow(r))
+		if err != nil {
+			return decimal.Decimal{}, false, err
+		}
+		line, err := g.Price(false)
+		if err != nil {
+			return decimal.Decimal{}, false, err
+		}
+		total = total.Add(line.Amount)
+	}
+	return total, true, nil
 }

@@ -306,4 +306,14 @@ func TestAlertNotToldTwiceUnderRedelivery(t *testing.T) {
 	if crossings != 1 || intents != 1 {
 		t.Fatalf("%d crossings and %d intents, want 1 and 1", crossings, intents)
 	}
+	// The figures are summed from the batches' parts: the duplicates and
+	// the crashed transaction added none.
+	var quantity string
+	var charges int
+	if err := r.pool.QueryRow(t.Context(), `SELECT sum(quantity)::text, sum(charges) FROM invoice_line_part`).Scan(&quantity, &charges); err != nil {
+		t.Fatal(err)
+	}
+	if !D(quantity).Equal(D("13")) || charges != 3 {
+		t.Fatalf("parts of %s quantity and %d charges, want 13 and 3", quantity, charges)
+	}
 }

@@ -141,6 +141,22 @@ type InvoiceLineFigure struct {
 	LatestSourceEventID pgtype.Text
 }
 
+type InvoiceLinePart struct {
+	PartID        int64
+	TenantID      string
+	Period        string
+	Currency      string
+	MeterCode     string
+	PriceVersion  int64
+	DimensionsKey string
+	Unpriced      bool
+	Aggregation   string
+	UnitPrice     decimal.Decimal
+	Quantity      decimal.Decimal
+	Charges       int64
+	Amount        decimal.Decimal
+}
+
 type InvoiceLineValue struct {
 	TenantID      string
 	Period        string

@@ -92,6 +92,17 @@ WITH u AS (
     ORDER BY 1, 2, 3, 4, 5, 6, 7, 8
     ON CONFLICT DO NOTHING
     RETURNING 1
+), part AS (
+    -- What the batch added to each line (the charges added, not those
+    -- recorded before): the alerts' running figures sum these.
+    INSERT INTO invoice_line_part (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced,
+                                   aggregation, unit_price, quantity, charges, amount)
+    SELECT c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
+           c.aggregation, c.unit_price, sum(c.quantity), count(*), sum(c.amount)
+    FROM c JOIN charge a ON a.origin_event_id = c.origin_event_id
+    GROUP BY c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
+             c.aggregation, c.unit_price
+    RETURNING 1
 )
 SELECT c.closed::boolean AS closed,
        (a.origin_event_id IS NOT NULL)::boolean AS added,
@@ -573,14 +584,15 @@ FOR UPDATE;
 -- MeterPeriodFigures is, per meter of the tenant's period among
 -- @meter_codes, what its period quantity is computed from, over every
 -- charge of the period (priced or not, every currency): the sum of the
--- charges' quantities and their count, the largest figure of its max
--- lines, the figure of its latest line with the latest charge, and the
--- distinct values of its unique_count lines (counted across its lines).
+-- charges' quantities and their count (from the batches' parts, a few rows
+-- per batch), the largest figure of its max lines, the figure of its
+-- latest line with the latest charge, and the distinct values of its
+-- unique_count lines (counted across its lines).
 WITH ch AS (
-    SELECT c.meter_code, min(c.aggregation) AS aggregation, sum(c.quantity) AS total, count(*) AS charges
-    FROM invoice_charge c
-    WHERE c.tenant_id = @tenant_id::text AND c.period = @period::text AND c.meter_code = ANY(@meter_codes::text[])
-    GROUP BY c.meter_code
+    SELECT p.meter_code, min(p.aggregation) AS aggregation, sum(p.quantity) AS total, sum(p.charges) AS charges
+    FROM invoice_line_part p
+    WHERE p.tenant_id = @tenant_id::text AND p.period = @period::text AND p.meter_code = ANY(@meter_codes::text[])
+    GROUP BY p.meter_code
 )
 SELECT ch.meter_code, ch.aggregation::text AS aggregation, ch.total::numeric AS total, ch.charges::bigint AS charges,
        coalesce((SELECT max(f.quantity) FROM invoice_line_figure f
@@ -605,3 +617,40 @@ SELECT unnest(@alert_ids::uuid[]), unnest(@periods::text[]), unnest(@crossing_id
        unnest(@values::numeric[]), unnest(@cause_event_ids::uuid[]), @crossed_at::timestamptz
 ON CONFLICT (alert_id, period) DO NOTHING
 RETURNING alert_id, period, crossing_id;
+
+-- name: PartLineSums :many
+-- PartLineSums is ChargeLineSums of the open invoice of a tenant's period
+-- and currency summed from the batches' parts (invoice_line_part), a few
+-- rows per batch, not from its charges: the running total a spend alert
+-- watches.
+SELECT g.meter_code, g.price_version, g.dimensions_key::text AS dimensions_key, g.unpriced, g.aggregation, g.unit_price,
+       g.quantity::numeric AS quantity, g.charge_count::bigint AS charge_count, g.amount::numeric AS amount,
+       vp.pricing, f.quantity AS figure,
+       (CASE WHEN g.aggregation = 'unique_count' THEN (
+            SELECT count(*) FROM invoice_line_value v
+            WHERE v.tenant_id = g.tenant_id AND v.period = g.period AND v.currency = g.currency
+              AND v.meter_code = g.meter_code AND v.price_version = g.price_version
+              AND v.dimensions_key = g.dimensions_key AND v.unpriced = g.unpriced) ELSE 0 END)::bigint AS distinct_values
+FROM (SELECT p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced,
+             p.aggregation, p.unit_price, sum(p.quantity) AS quantity, sum(p.charges) AS charge_count, sum(p.amount) AS amount
+      FROM invoice_line_part p
+      WHERE p.tenant_id = @tenant_id::text AND p.period = @period::text AND p.currency = @currency::text
+      GROUP BY p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced,
+               p.aggregation, p.unit_price) g
+LEFT JOIN invoice_price_version vp
+       ON vp.tenant_id = g.tenant_id AND vp.currency = g.currency AND vp.meter_code = g.meter_code
+      AND vp.price_version = g.price_version
+      -- a plan's line: its key holds the pair %40plan=<code> (domain.LineKey)
+      AND vp.price_key = CASE WHEN g.dimensions_key ~ '(^|&)%40plan=' THEN g.dimensions_key ELSE '' END
+LEFT JOIN invoice_line_figure f
+       ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
+      AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced
+ORDER BY g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregation, g.unit_price;
+
+-- name: OpenAdjustments :one
+-- OpenAdjustments is the sum of the adjustment lines of the open invoice
+-- of a tenant's period and currency (0 without one), and whether it is open.
+SELECT coalesce(sum(l.amount), 0)::numeric AS amount, coalesce(bool_or(i.status = 'open'), false)::boolean AS open
+FROM invoice i
+LEFT JOIN invoice_line l ON l.invoice_id = i.invoice_id AND l.kind = 'adjustment'
+WHERE i.tenant_id = @tenant_id::text AND i.period = @period::text AND i.currency = @currency::text;
