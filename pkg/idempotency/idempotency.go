@@ -146,6 +146,59 @@ func Run(ctx context.Context, tx pgx.Tx, scope, key, requestHash string, run fun
 	return SaveReply(ctx, tx, scope, key, status, body)
 }
 
+// Steps makes a command that runs in several transactions idempotent, as
+// Run does one that runs in one: the command calls Claim in each
+// transaction that may change something before its last, and Save in its
+// last, which stores its result with Status as the key's answer. Claim
+// reports whether the key has an answer already (the command ran to its
+// end before and does nothing more); a key claimed by an attempt that
+// stopped before Save (a crash between steps) has none, and the command
+// carries on. A command that ends without Save (a close still waiting)
+// leaves the key without an answer. The caller sends Result.
+type Steps struct {
+	Scope, Key, RequestHash string
+	// Status is what the answer is stored and sent with.
+	Status int
+	// reply is the key's answer: the stored one Claim found, or the one
+	// Save stored.
+	reply *Reply
+}
+
+// Claim claims the key in tx (ClaimReply): true when it has an answer, to
+// send again; ErrKeyReused when it came with another request.
+func (s *Steps) Claim(ctx context.Context, tx pgx.Tx) (bool, error) {
+	r, err := ClaimReply(ctx, tx, s.Scope, s.Key, s.RequestHash)
+	if err != nil {
+		return false, err
+	}
+	s.reply = r
+	return r != nil, nil
+}
+
+// Save stores v, JSON-encoded with Status, as the key's answer in tx.
+func (s *Steps) Save(ctx context.Context, tx pgx.Tx, v any) error {
+	r, err := SaveReply(ctx, tx, s.Scope, s.Key, s.Status, v)
+	if err != nil {
+		return err
+	}
+	s.reply = &r
+	return nil
+}
+
+// Result is the reply to send once the command returned v: the key's
+// answer (a replay, or the one Save stored), or, when it has none, v
+// JSON-encoded with Status and not stored.
+func (s *Steps) Result(v any) (Reply, error) {
+	if s.reply != nil {
+		return *s.reply, nil
+	}
+	body, err := json.Marshal(v)
+	if err != nil {
+		return Reply{}, fmt.Errorf("encode reply: %w", err)
+	}
+	return Reply{Status: s.Status, Body: body}, nil
+}
+
 // Purge deletes up to limit keys created before olderThan (the TTL) and
 // returns how many it deleted; call it again while it returns limit. A
 // request that comes back with a purged key is a new command: it runs again.

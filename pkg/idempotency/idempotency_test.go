@@ -109,3 +109,66 @@ func TestClaimReply(t *testing.T) {
 		t.Fatalf("another request: %v; want ErrKeyReused", err)
 	}
 }
+
+// Steps: a command in several transactions claims the key in each step and
+// saves its answer in the last; an attempt that stopped before saving
+// leaves the key without an answer and the next carries on; one that ends
+// without saving sends its result unstored; an answered key replays.
+func TestSteps(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, tmpl)
+	steps := func() *idempotency.Steps {
+		return &idempotency.Steps{Scope: "acme/close", Key: "k", Status: 202,
+			RequestHash: idempotency.RequestHash("POST", "/close", nil)}
+	}
+	claim := func(s *idempotency.Steps) bool {
+		t.Helper()
+		var answered bool
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+			answered, err = s.Claim(ctx, tx)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return answered
+	}
+	// An attempt that claims and stops: no answer, its result unstored.
+	first := steps()
+	if claim(first) {
+		t.Fatal("first claim answered")
+	}
+	if r, err := first.Result(map[string]string{"status": "closing"}); err != nil || r.Status != 202 ||
+		string(r.Body) != `{"status":"closing"}` || r.Replayed {
+		t.Fatalf("unsaved result = %+v, %v", r, err)
+	}
+	// The next carries on and saves.
+	second := steps()
+	if claim(second) {
+		t.Fatal("a key without an answer answered")
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		return second.Save(ctx, tx, map[string]string{"status": "closed"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := second.Result(nil); err != nil || r.Status != 202 || string(r.Body) != `{"status":"closed"}` || r.Replayed {
+		t.Fatalf("saved result = %+v, %v", r, err)
+	}
+	// Then the key replays.
+	third := steps()
+	if !claim(third) {
+		t.Fatal("an answered key did not answer")
+	}
+	if r, err := third.Result(nil); err != nil || !r.Replayed || string(r.Body) != `{"status":"closed"}` {
+		t.Fatalf("replay = %+v, %v", r, err)
+	}
+	other := steps()
+	other.RequestHash = idempotency.RequestHash("POST", "/other", nil)
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := other.Claim(ctx, tx)
+		return err
+	}); !errors.Is(err, idempotency.ErrKeyReused) {
+		t.Fatalf("another request: %v; want ErrKeyReused", err)
+	}
+}
