@@ -131,7 +131,7 @@ compose-images: ## build every image of deploy/compose.yaml locally, no registry
 	deploy/offline/engine.sh start
 	deploy/offline/images.sh
 
-compose-keys: ## the issuer's and query's Ed25519 keys and their JWKS in deploy/keys (once; compose mounts them at /keys)
+compose-keys: ## the issuer's and query's Ed25519 keys and their JWKS in deploy/keys (once; compose mounts jwks.json in each service, query.pem in query only)
 	@if [ -f deploy/keys/jwks.json ]; then echo "deploy/keys: keys present"; else \
 	  mkdir -p deploy/keys && \
 	  $(GO) run ./cmd/token keygen -kid issuer-1 -key deploy/keys/issuer.pem -jwks deploy/keys/jwks.json && \

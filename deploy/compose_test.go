@@ -92,12 +92,11 @@ func serviceConfig(t *testing.T, p *types.Project, spec service.Spec) service.Co
 	t.Helper()
 	svc := composeService(t, p, spec.Name)
 	e := env(svc)
-	mounted := false
-	for _, v := range svc.Volumes {
-		mounted = mounted || (v.Target == "/keys" && v.ReadOnly)
-	}
-	if !mounted {
-		t.Fatalf("%s: no read-only /keys mount for the keys its AUTH_ variables name", spec.Name)
+	mounted := keyMounts(svc)
+	for name, v := range e {
+		if strings.HasPrefix(v, "/keys/") && !mounted[v] {
+			t.Fatalf("%s: %s names %s, which no read-only mount of its own file gives it", spec.Name, name, v)
+		}
 	}
 	// The keys `make compose-keys` writes to ./keys, made here as it makes
 	// them, where the container sees /keys.
@@ -342,6 +341,60 @@ func TestMigrateStep(t *testing.T) {
 				t.Errorf("%s runs as %q, its database's owner: want a DML-only role", spec.Name, runUser)
 			}
 		})
+	}
+}
+
+// keyMounts is the files of ./keys a service mounts read-only under /keys,
+// each at /keys/<its name>: target -> true.
+func keyMounts(s types.ServiceConfig) map[string]bool {
+	m := map[string]bool{}
+	for _, v := range s.Volumes {
+		if v.ReadOnly && strings.HasPrefix(v.Target, "/keys/") && filepath.Base(filepath.Dir(v.Source)) == "keys" &&
+			v.Target == "/keys/"+filepath.Base(v.Source) {
+			m[v.Target] = true
+		}
+	}
+	return m
+}
+
+// TestKeyFilesOnlyForTheirService checks that every container of compose.yaml
+// sees only the files of ./keys its own AUTH_ variables name, each mounted
+// on its own: the public keys (jwks.json), and a private key only to the
+// service it belongs to (query.pem to query). A mount of the whole ./keys
+// directory would hand the issuer's private key (issuer.pem, which signs
+// any user's token with any role) and query's service key to every service.
+func TestKeyFilesOnlyForTheirService(t *testing.T) {
+	p := loadCompose(t)
+	keysDir := filepath.Join(p.WorkingDir, "keys")
+	for name, svc := range p.Services {
+		named := map[string]bool{}
+		for _, v := range env(svc) {
+			if strings.HasPrefix(v, "/keys/") {
+				named[v] = true
+			}
+		}
+		for _, v := range svc.Volumes {
+			inKeys := v.Source == keysDir || strings.HasPrefix(v.Source, keysDir+string(filepath.Separator))
+			if !inKeys && v.Target != "/keys" && !strings.HasPrefix(v.Target, "/keys/") {
+				continue
+			}
+			switch {
+			case v.Source == keysDir:
+				t.Errorf("%s mounts the whole keys directory at %s: mount only the files its AUTH_ variables name", name, v.Target)
+			case !v.ReadOnly:
+				t.Errorf("%s mounts %s writable: key files are read-only", name, v.Source)
+			case v.Target != "/keys/"+filepath.Base(v.Source):
+				t.Errorf("%s mounts %s at %s, want /keys/%s", name, v.Source, v.Target, filepath.Base(v.Source))
+			case !named[v.Target]:
+				t.Errorf("%s mounts %s, which none of its variables names: only its own keys", name, v.Target)
+			}
+			if filepath.Base(v.Source) == "issuer.pem" {
+				t.Errorf("%s mounts the issuer's private key: no service signs users' tokens", name)
+			}
+		}
+	}
+	if svc := composeService(t, p, "query"); !keyMounts(svc)["/keys/query.pem"] {
+		t.Errorf("query does not mount its own service key /keys/query.pem")
 	}
 }
 
