@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -316,4 +317,65 @@ func TestAlertNotToldTwiceUnderRedelivery(t *testing.T) {
 	if !D(quantity).Equal(D("13")) || charges != 3 {
 		t.Fatalf("parts of %s quantity and %d charges, want 13 and 3", quantity, charges)
 	}
+}
+
+// Two consumers apply charges of one tenant at once, each below the
+// threshold, together past it: the second to decide waits for the first's
+// lock on the alert and, in the statements after it, sees the first's
+// committed charges, so the crossing is told (with the figure both reached)
+// and not missed.
+func TestAlertSeenAcrossConcurrentBatches(t *testing.T) {
+	t.Parallel()
+	r := newAlertRig(t)
+	r.alert("usage", Meter, "", "13")
+	r.decide(r.p.Charge("USD", "1", "1")) // the invoice exists: the two batches share no row but the alert
+	ctx := t.Context()
+	txA, err := r.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txA.Rollback(ctx)
+	ds, err := NewInbox(t).Decide(ctx, txA, servicetest.Messages(events.TopicBilling, Raw(t, r.p.Charge("USD", "6", "1"))...))
+	if err != nil || len(ds) != 1 || ds[0].Outcome != inbox.OutcomeApplied {
+		t.Fatalf("batch A: %v %v", ds, err)
+	}
+	// Batch B in its own transaction, while A holds its lock.
+	done := make(chan error, 1)
+	chargeB := r.p.Charge("USD", "6", "1")
+	go func() {
+		done <- pgx.BeginFunc(context.Background(), r.pool, func(tx pgx.Tx) error {
+			ds, err := NewInbox(t).Decide(context.Background(), tx, servicetest.Messages(events.TopicBilling, Raw(t, chargeB)...))
+			if err == nil && (len(ds) != 1 || ds[0].Outcome != inbox.OutcomeApplied) {
+				err = fmt.Errorf("batch B: %v", ds)
+			}
+			return err
+		})
+	}()
+	// The signal: B waits on a lock (or, wrongly, finished without).
+	var finished error
+	waiting := false
+	for deadline := time.Now().Add(30 * time.Second); !waiting; {
+		select {
+		case finished = <-done:
+			waiting = true // B did not wait: its figure missed A's charge
+			done <- finished
+		default:
+			var n int
+			if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			waiting = n > 0
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("batch B neither waits nor finishes")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := txA.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	wantTold(t, r.told(), "13 13")
 }
