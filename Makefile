@@ -74,7 +74,7 @@ STATICCHECK ?= $(shell command -v staticcheck 2>/dev/null || echo $$($(GO) env G
 .PHONY: lint
 lint: ## staticcheck over every module with every build tag (staticcheck.conf says which checks and why); install: GOTOOLCHAIN=go1.27.3 go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 	@for m in pkg testkit cmd services/* e2e deploy; do echo "staticcheck $$m"; \
-	  (cd $$m && $(STATICCHECK) -tags chaos,containers,hostile,money ./...) || exit 1; done
+	  (cd $$m && $(STATICCHECK) -tags chaos,containers,hostile,money,soak ./...) || exit 1; done
 
 # The packages whose goroutines share state: the outbox relay and its shard
 # leases, the inbox runner, the service run group, the rate limiter, the
@@ -115,6 +115,17 @@ vulncheck: ## govulncheck over every module, offline: Go vulnerability DB from t
 .PHONY: e2e
 e2e: ## chaos suite: the whole system on a real Apache Kafka under load, faults injected, reconciled (~10 min)
 	KAFKA=apache $(GO) test -tags chaos -count=1 -timeout 40m -v ./e2e/chaos/
+
+# The soak: the chaos suite's stack and load for SOAK_DURATION at SOAK_RATE
+# facts/s with a random fault a minute (docs/testing.md).
+SOAK_DURATION ?= 1h
+SOAK_RATE     ?= 1000
+SOAK_SEED     ?=
+SOAK_OUT      ?= $(CURDIR)/bin/soak
+.PHONY: soak
+soak: ## the whole system on a real Apache Kafka for SOAK_DURATION (1h) at SOAK_RATE (1000) facts/s over four tenants, a random fault every minute (SOAK_SEED replays), resources watched; fails on anything lost or doubled or a series that grew; report and plot in SOAK_OUT
+	KAFKA=apache SOAK_DURATION=$(SOAK_DURATION) SOAK_RATE=$(SOAK_RATE) SOAK_SEED=$(SOAK_SEED) SOAK_OUT=$(SOAK_OUT) \
+	  $(GO) test -tags soak -count=1 -timeout 0 -v -run '^TestSoak$$' ./e2e/soak/
 
 # The model-based money test: random operations against the running services
 # (stack launcher, embedded broker) and an independent model (docs/money.md).

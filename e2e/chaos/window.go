@@ -1,0 +1,31 @@
+package chaos
+
+import "time"
+
+// AcceptedBetween returns the event ids of the facts accepted from from to
+// to: what a fault in that window touched, without copying a long run's
+// whole ledger (the soak's time to recover, e2e/soak).
+func (l *Ledger) AcceptedBetween(from, to time.Time) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ids []string
+	for _, f := range l.order {
+		if f.Accepted && !f.AcceptedAt.Before(from) && !f.AcceptedAt.After(to) {
+			ids = append(ids, f.EventID)
+		}
+	}
+	return ids
+}
+
+// AcceptedOf returns the number of accepted facts of tenant.
+func (l *Ledger) AcceptedOf(tenant string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, f := range l.order {
+		if f.Accepted && f.Tenant == tenant {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,207 @@
+package soak
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/usagebilling/billing/e2e/chaos"
+)
+
+// Conditions are what the report states the run ran under.
+type Conditions struct {
+	Commit, Kafka, Machine, Started string
+}
+
+// Panels are the plot's charts, one per watched series kind.
+func (res *Result) Panels() []Panel {
+	s := res.Series
+	perService := func(kind string) []Line {
+		var out []Line
+		for _, name := range slices.Sorted(maps.Keys(s)) {
+			if k, what, _ := cutKind(name); k == kind {
+				out = append(out, Line{Name: what, Points: s[name]})
+			}
+		}
+		return out
+	}
+	top := func(kind string, n int, by func([]Point) float64) []Line {
+		lines := perService(kind)
+		slices.SortFunc(lines, func(a, b Line) int { return cmp.Compare(by(b.Points), by(a.Points)) })
+		return lines[:min(n, len(lines))]
+	}
+	last := func(p []Point) float64 {
+		if len(p) == 0 {
+			return 0
+		}
+		return p[len(p)-1].V
+	}
+	peak := func(p []Point) float64 {
+		m := 0.0
+		for _, x := range p {
+			m = max(m, x.V)
+		}
+		return m
+	}
+	var p50, p95, p99 []Point
+	for _, m := range res.Latency {
+		t := float64(m.Minute)*60 + 30
+		p50, p95, p99 = append(p50, Point{t, m.P50}), append(p95, Point{t, m.P95}), append(p99, Point{t, m.P99})
+	}
+	return []Panel{
+		{Title: "usage facts accepted and charged in billing", Unit: "facts/s", Lines: []Line{
+			{"accepted", rate(s["accepted"])}, {"charged", rate(s["charged"])}}},
+		{Title: "usage -> charged in billing, per minute of occurrence", Unit: "s", Lines: []Line{{"p50", p50}, {"p95", p95}, {"p99", p99}}},
+		{Title: "resident memory", Unit: "MiB", Scale: 1 << 20, Lines: perService("rss")},
+		{Title: "goroutines", Unit: "count", Lines: perService("goroutines")},
+		{Title: "open files", Unit: "count", Lines: perService("fds")},
+		{Title: "database connections (pg_stat_activity)", Unit: "count", Lines: perService("conns")},
+		{Title: "largest tables with their indexes", Unit: "MiB", Scale: 1 << 20, Lines: top("size", 8, last)},
+		{Title: "dead tuples, most at any time", Unit: "rows", Lines: top("dead", 8, peak)},
+		{Title: "outbox backlog (pending + dead letters)", Unit: "events", Lines: perService("outbox")},
+		{Title: "inbox backlog (deferred + quarantined)", Unit: "events", Lines: perService("inbox")},
+		{Title: "consumer lag, per group", Unit: "messages", Lines: perService("lag")},
+	}
+}
+
+// rate turns a cumulative count into a per-second rate between readings.
+func rate(pts []Point) []Point {
+	var out []Point
+	for i := 1; i < len(pts); i++ {
+		if dt := pts[i].T - pts[i-1].T; dt > 0 && pts[i].V >= pts[i-1].V {
+			out = append(out, Point{pts[i].T, (pts[i].V - pts[i-1].V) / dt})
+		}
+	}
+	return out
+}
+
+// Bands are the faults, for shading.
+func (res *Result) Bands() []Band {
+	var out []Band
+	for _, f := range res.Faults {
+		out = append(out, Band{f.Start.Sub(res.LoadStart).Seconds(), f.End.Sub(res.LoadStart).Seconds()})
+	}
+	return out
+}
+
+// Title is the plot's and the report's first line.
+func (res *Result) Title() string {
+	verdict := "passed"
+	if !res.OK() {
+		verdict = "FAILED"
+	}
+	return fmt.Sprintf("make soak: %s at %d facts/s, %d faults, seed %d: %s", res.Config.Duration, res.Config.Rate,
+		len(res.Faults), res.Config.Seed, verdict)
+}
+
+// WriteMarkdown writes the report.
+func (res *Result) WriteMarkdown(w io.Writer, c Conditions, plot string) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("# %s\n\n", res.Title())
+	p("Replay: `make soak SOAK_DURATION=%s SOAK_RATE=%d SOAK_SEED=%d`. ", res.Config.Duration, res.Config.Rate, res.Config.Seed)
+	p("Started %s at commit %s; %s; %s. The stack of the chaos suite (e2e/stack: the five services as processes, one each, PostgreSQL with fsync off, toxiproxy in front of Kafka and each database). ",
+		c.Started, c.Commit, c.Kafka, c.Machine)
+	p("Load: the chaos suite's load (e2e/chaos) at %d facts/s, %.0f%% to %s and the rest evenly to %s, batches and single facts, 1%% deliberate duplicates; a new price version of every tenant's meters every 3 minutes. Watched every %s. The whole run took %s.\n\n",
+		res.Config.Rate, DominantShare*100, Dominant, strings.Join(chaos.Tenants(Key), ", "), res.Config.Sample, res.Took.Round(time.Second))
+	if plot != "" {
+		p("![plot](%s)\n\n", plot)
+	}
+	p("## Verdict\n\n")
+	if res.OK() {
+		p("Passed: nothing lost, nothing charged twice, every invoice equal to what was sent, reconciliation empty, every resource series flat over the last half.\n\n")
+	} else {
+		for _, pr := range res.Problems {
+			p("- %s\n", oneLine(pr))
+		}
+		p("\n")
+	}
+	if row := res.Row; row != nil {
+		p("## Reconciliation (the chaos suite's, from the five databases)\n\n")
+		p("| facts accepted | requests | sent again on purpose | duplicates delivered and absorbed | duplicate publications | deferred then applied | quarantined | lost | charged twice / extra | mismatched |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n\n", row.Facts, row.Requests, row.DupSubmitted, row.DupAbsorbed,
+			row.DupPublished, row.Deferred, row.Quarantined, row.Lost, row.Duplicated, row.Mismatched)
+		if rc := res.Recon; rc != nil {
+			p("Reconciled %d usage facts, %d charges, %d adjustments, %d invoice charges in %d lines on %d invoices, %d projected events, %d price versions.\n\n",
+				rc.Facts, rc.Charges, rc.Adjustments, rc.InvoiceCharges, rc.InvoiceLines, rc.Invoices, rc.Projected, rc.Prices)
+		}
+		for _, n := range row.Notes {
+			p("- %s\n", oneLine(n))
+		}
+		p("\n")
+	}
+	p("## Faults\n\n| at | kind | target | lasted | previous still recovering | charged again after |\n|---|---|---|---:|---|---:|\n")
+	for _, f := range res.Faults {
+		rec := f.Recovery.Round(100 * time.Millisecond).String()
+		if f.RecoverErr != nil {
+			rec = "NOT: " + oneLine(f.RecoverErr.Error())
+		}
+		if f.Err != nil {
+			rec += " (fault failed: " + oneLine(f.Err.Error()) + ")"
+		}
+		p("| %s | %s | %s | %s | %v | %s |\n", f.Start.Sub(res.LoadStart).Round(time.Second), f.Kind, f.Target,
+			f.End.Sub(f.Start).Round(100*time.Millisecond), yes(f.Overlapping), rec)
+	}
+	p("\n\"Charged again after\": from the fault's end until every fact accepted from 10 s before it began to its end had its charge in billing.\n\n")
+	p("## Usage -> charged in billing, per minute\n\n| minute | facts | p50 | p95 | p99 |\n|---:|---:|---:|---:|---:|\n")
+	for _, m := range res.Latency {
+		p("| %d | %d | %.2f s | %.2f s | %.2f s |\n", m.Minute, m.Facts, m.P50, m.P95, m.P99)
+	}
+	p("\nFrom the time the load first sent a fact (its occurredAt) to the commit time of its charge in billing (charge.created_at); a fact retried through an outage counts its retries.\n\n")
+	p("## Slope test (last half against the level after warm-up)\n\n| series | level after warm-up | end of the fit | change | slope per minute | verdict |\n|---|---:|---:|---:|---:|---|\n")
+	for _, f := range res.Flat {
+		v := "flat"
+		switch {
+		case f.NotEnough:
+			v = "not enough readings"
+		case f.Grew:
+			v = "**GREW**"
+		}
+		p("| %s | %s | %s | %+.1f%% | %s | %s |\n", f.Name, f.fmt(f.Level), f.fmt(f.EndFit), pct(f.EndFit, f.Level), f.fmt(f.PerMinute), v)
+	}
+	p("\n## Tables (size with indexes, dead tuples)\n\n| table | at the start | at the end | dead tuples at the end | most dead tuples |\n|---|---:|---:|---:|---:|\n")
+	var sizes []string
+	for name := range res.Series {
+		if k, _, _ := cutKind(name); k == "size" {
+			sizes = append(sizes, name)
+		}
+	}
+	endOf := func(name string) float64 {
+		pts := res.Series[name]
+		if len(pts) == 0 {
+			return 0
+		}
+		return pts[len(pts)-1].V
+	}
+	slices.SortFunc(sizes, func(a, b string) int { return cmp.Compare(endOf(b), endOf(a)) })
+	for _, name := range sizes[:min(12, len(sizes))] {
+		_, table, _ := cutKind(name)
+		pts := res.Series[name]
+		dead := res.Series["dead/"+table]
+		most := 0.0
+		for _, d := range dead {
+			most = max(most, d.V)
+		}
+		p("| %s | %.1f MiB | %.1f MiB | %.0f | %.0f |\n", table, pts[0].V/(1<<20), endOf(name)/(1<<20), endOf("dead/"+table), most)
+	}
+	p("\n")
+}
+
+func yes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return ""
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", "; ")
+	s = strings.ReplaceAll(s, "|", "/")
+	if len(s) > 600 {
+		s = s[:600] + "..."
+	}
+	return s
+}

@@ -1,0 +1,322 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/usagebilling/billing/e2e/chaos"
+	"github.com/usagebilling/billing/pkg/events"
+)
+
+// Config shapes a soak run.
+type Config struct {
+	Duration time.Duration
+	Rate     int // facts per second over every tenant
+	Seed     uint64
+	// Sample is the watch's interval.
+	Sample time.Duration
+	// Progress receives a line now and then.
+	Progress func(format string, args ...any)
+}
+
+// Key names the run's tenants (soak-acme, soak-globex, soak-initech) and
+// Dominant its dominant tenant, who sends DominantShare of the facts.
+const (
+	Key           = "soak"
+	Dominant      = "soak-dominant"
+	DominantShare = 0.6
+)
+
+// Result is what a run saw.
+type Result struct {
+	Config    Config
+	Row       *chaos.Row
+	Recon     *chaos.Reconciliation
+	Faults    []*Fault
+	Series    map[string][]Point // T in seconds since the load began
+	Latency   []MinuteLatency
+	Flat      []Flat
+	Problems  []string
+	LoadStart time.Time
+	Took      time.Duration
+}
+
+// MinuteLatency is usage -> charged in billing for the facts that occurred
+// in one minute of the run: from the time the load first sent a fact (its
+// occurredAt) to billing's charge row (created_at).
+type MinuteLatency struct {
+	Minute        int
+	Facts         int64
+	P50, P95, P99 float64 // seconds
+}
+
+// OK reports whether the run passed: reconciled with nothing lost,
+// duplicated or mismatched, every fault injected, every resource series
+// flat.
+func (r *Result) OK() bool { return len(r.Problems) == 0 }
+
+// Run soaks the stack under h: the chaos suite's load at cfg.Rate over
+// four tenants (one dominant) for cfg.Duration, price versions activated
+// every three minutes, a fault drawn from Kinds every minute, the system
+// watched every cfg.Sample; then it lets the system come to rest, closes
+// the periods, reconciles (the chaos suite's RunScenario) and runs the
+// slope test.
+func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
+	began := time.Now()
+	res := &Result{Config: cfg}
+	progress := cfg.Progress
+	var (
+		run    *chaos.Run
+		ready  = make(chan struct{})
+		faults []*Fault
+		fmu    sync.Mutex
+	)
+	mainFacts := int(float64(cfg.Rate) * cfg.Duration.Seconds() * (1 - DominantShare))
+	domFacts := int(float64(cfg.Rate) * cfg.Duration.Seconds() * DominantShare)
+	changes := func(offset time.Duration) []chaos.PriceChange {
+		var out []chaos.PriceChange
+		for at := offset; at < cfg.Duration-30*time.Second; at += 3 * time.Minute {
+			out = append(out, chaos.PriceChange{At: at.Seconds() / cfg.Duration.Seconds(), Lead: 20 * time.Second})
+		}
+		return out
+	}
+	var dom *chaos.Load
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var watch *Watch
+	var watchers sync.WaitGroup
+	sc := chaos.Scenario{
+		Key: Key, Title: "soak",
+		Load: chaos.LoadConfig{
+			Facts: mainFacts, Duration: cfg.Duration, Workers: 12, MaxBatch: 40, DuplicateRate: 0.01,
+			PriceChanges: changes(2 * time.Minute),
+		},
+		Setup: func(ctx context.Context, r *chaos.Run) error {
+			run = r
+			r.Extra = append(r.Extra, Dominant)
+			dom = chaos.NewLoad(h.Client, r.Ledger, chaos.LoadConfig{
+				Name: Key + "-dom", Tenants: []string{Dominant}, Facts: domFacts, Duration: cfg.Duration,
+				Workers: 10, MaxBatch: 100, DuplicateRate: 0.01, PriceChanges: changes(3 * time.Minute), Progress: progress,
+			})
+			if err := dom.ActivateInitialPrices(ctx); err != nil {
+				return fmt.Errorf("the dominant tenant's prices: %w", err)
+			}
+			watch = NewWatch(h, r.Ledger, cfg.Sample, time.Now())
+			watchers.Go(func() { watch.Run(watchCtx) })
+			close(ready)
+			return nil
+		},
+		Faults: func(ctx context.Context, r *chaos.Run) error {
+			var wg sync.WaitGroup
+			var domErr, faultErr error
+			wg.Go(func() { domErr = dom.Run(ctx) })
+			wg.Go(func() {
+				faultErr = faultLoop(ctx, h, r, cfg, &fmu, &faults)
+			})
+			wg.Wait()
+			if domErr != nil {
+				return fmt.Errorf("the dominant tenant's load: %w", domErr)
+			}
+			if err := closeDominant(ctx, h, r); err != nil {
+				return errors.Join(faultErr, err)
+			}
+			return faultErr
+		},
+	}
+	row, r, err := h.RunScenario(ctx, sc)
+	res.Row = row
+	if r != nil {
+		res.Recon = r.Recon
+		res.LoadStart = r.LoadStart
+	}
+	select {
+	case <-ready:
+	default:
+		return res, fmt.Errorf("the soak never started: %v", err)
+	}
+	sleep(ctx, 2*cfg.Sample) // a few readings at rest
+	stopWatch()
+	watchers.Wait()
+	res.Faults = faults
+	res.Series = shift(watch.Series(), run.LoadStart.Sub(watch.Origin).Seconds())
+	res.Took = time.Since(began)
+	if err != nil {
+		res.Problems = append(res.Problems, "the run stopped: "+err.Error())
+	}
+	res.judge(row)
+	lat, lerr := latency(ctx, h, append(chaos.Tenants(Key), Dominant), run.LoadStart)
+	if lerr != nil {
+		res.Problems = append(res.Problems, "latency: "+lerr.Error())
+	}
+	res.Latency = lat
+	return res, nil
+}
+
+// faultLoop injects one fault a minute (sometimes two) until the load's
+// duration is nearly over, and waits for each fault's recovery.
+func faultLoop(ctx context.Context, h *chaos.Harness, r *chaos.Run, cfg Config, mu *sync.Mutex, out *[]*Fault) error {
+	plan := NewPlan(cfg.Seed)
+	services := h.Stack.Services()
+	var recovering sync.WaitGroup
+	var last *Fault
+	var errs []error
+	one := func(kind, target string, d time.Duration) {
+		f := &Fault{Kind: kind, Target: target, Start: time.Now()}
+		mu.Lock()
+		f.Overlapping = last != nil && (last.Recovery == 0 && last.RecoverErr == nil)
+		*out = append(*out, f)
+		mu.Unlock()
+		h.Progress("soak: fault %s on %s for %s at %s%s", kind, target, d, r.Since().Round(time.Second),
+			map[bool]string{true: " (the previous one still recovering)"}[f.Overlapping])
+		f.Err = inject(ctx, h, kind, target, d)
+		f.End = time.Now()
+		if f.Err != nil {
+			errs = append(errs, fmt.Errorf("fault %s on %s: %w", kind, target, f.Err))
+		}
+		last = f
+		recovering.Go(func() {
+			d, err := recovered(ctx, h, r.Ledger, f.Start.Add(-10*time.Second), f.End, 6*time.Minute)
+			mu.Lock()
+			f.Recovery, f.RecoverErr = d, err
+			mu.Unlock()
+			if err == nil {
+				h.Progress("soak: caught up %s after %s on %s", d.Round(100*time.Millisecond), kind, target)
+			} else {
+				h.Progress("soak: NOT caught up after %s on %s: %v", kind, target, err)
+			}
+		})
+	}
+	for minute := 1; ; minute++ {
+		at := time.Duration(minute)*time.Minute + plan.Offset()
+		kind, target, d := plan.Next(services)
+		storm, gap := plan.Storm()
+		if at+d > cfg.Duration-10*time.Second {
+			break
+		}
+		if !r.At(ctx, at) {
+			break
+		}
+		one(kind, target, d)
+		if storm {
+			k2, t2, d2 := plan.Next(services)
+			if r.Since()+gap+d2 < time.Duration(minute+1)*time.Minute && r.Since()+gap+d2 < cfg.Duration-10*time.Second {
+				sleep(ctx, gap)
+				one(k2, t2, d2)
+			}
+		}
+	}
+	recovering.Wait()
+	return errors.Join(errs...)
+}
+
+// closeDominant waits until billing has charged every fact of the dominant
+// tenant, then closes each period they fell in (RunScenario adjusts and
+// closes its own three tenants'; the extra tenant's are the soak's to close).
+func closeDominant(ctx context.Context, h *chaos.Harness, r *chaos.Run) error {
+	want := r.Ledger.AcceptedOf(Dominant)
+	if err := chaos.Poll(ctx, 10*time.Minute, "billing charges the dominant tenant's facts", func() (bool, string, error) {
+		var n int
+		err := h.DB["billing"].QueryRow(ctx, `SELECT count(*) FROM charge WHERE tenant_id = $1`, Dominant).Scan(&n)
+		return n >= want, fmt.Sprintf("%d of %d charged", n, want), err
+	}); err != nil {
+		return err
+	}
+	periods := map[string]bool{}
+	for _, f := range r.Ledger.Facts(Dominant) {
+		if f.Accepted {
+			periods[events.Period(f.OccurredAt)] = true
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(periods)) {
+		if err := h.ClosePeriod(ctx, Dominant, p); err != nil {
+			return fmt.Errorf("close %s %s: %w", Dominant, p, err)
+		}
+		h.Progress("soak: closed %s %s", Dominant, p)
+	}
+	return nil
+}
+
+// judge fills the problems: the reconciliation's verdict, faults that
+// failed or never recovered, and the slope test of every resource series.
+func (res *Result) judge(row *chaos.Row) {
+	if row != nil {
+		res.Problems = append(res.Problems, row.Problems...)
+		res.Problems = append(res.Problems, row.NotProven...)
+		if !row.Reconciled {
+			res.Problems = append(res.Problems, "not reconciled")
+		}
+	}
+	if res.Recon != nil {
+		if err := res.Recon.Err(); err != nil {
+			res.Problems = append(res.Problems, err.Error())
+		}
+	}
+	for _, f := range res.Faults {
+		if f.RecoverErr != nil {
+			res.Problems = append(res.Problems, fmt.Sprintf("fault %s on %s at %s: not caught up: %v", f.Kind, f.Target,
+				f.Start.Sub(res.LoadStart).Round(time.Second), f.RecoverErr))
+		}
+	}
+	d := res.Config.Duration.Seconds()
+	warm := max(60, d/10)
+	w := Window{Warm: warm, Baseline: warm + max(30, d/10), Half: d / 2, End: d}
+	for _, name := range slices.Sorted(maps.Keys(res.Series)) {
+		kind, _, _ := cutKind(name)
+		if _, ok := Slack[kind]; !ok {
+			continue
+		}
+		f := FlatTest(name, res.Series[name], w)
+		res.Flat = append(res.Flat, f)
+		if f.Grew {
+			res.Problems = append(res.Problems, "grew: "+f.String())
+		}
+	}
+}
+
+func cutKind(name string) (string, string, bool) {
+	for i := range name {
+		if name[i] == '/' {
+			return name[:i], name[i+1:], true
+		}
+	}
+	return name, "", false
+}
+
+func shift(series map[string][]Point, by float64) map[string][]Point {
+	for k, pts := range series {
+		for i := range pts {
+			pts[i].T -= by
+		}
+		series[k] = pts
+	}
+	return series
+}
+
+// latency reads, per minute of the run, the percentiles of usage ->
+// charged in billing.
+func latency(ctx context.Context, h *chaos.Harness, tenants []string, start time.Time) ([]MinuteLatency, error) {
+	rows, err := h.DB["billing"].Query(ctx, `
+		SELECT floor(extract(epoch FROM occurred_at - $2::timestamptz) / 60)::int, count(*),
+		       percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM created_at - occurred_at))
+		FROM charge WHERE tenant_id = ANY($1) GROUP BY 1 ORDER BY 1`, tenants, start)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []MinuteLatency
+	for rows.Next() {
+		var m MinuteLatency
+		var p []float64
+		if err := rows.Scan(&m.Minute, &m.Facts, &p); err != nil {
+			return nil, err
+		}
+		m.P50, m.P95, m.P99 = p[0], p[1], p[2]
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}

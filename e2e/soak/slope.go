@@ -1,0 +1,114 @@
+package soak
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Flat is the slope test of one resource series: its level after warm-up
+// (the median of the readings in [Warm, Warm+Window]) against the value a
+// least-squares line through the last half of the run ([Half, End]) reaches
+// at End. The series grew when that value exceeds the level by more than
+// 10% and by more than Slack (the noise of small counts: a few goroutines,
+// files or connections).
+type Flat struct {
+	Name            string
+	Level, EndFit   float64
+	PerMinute       float64 // the fitted line's slope
+	Readings        int
+	Grew, NotEnough bool
+}
+
+// Window is the stretch of the run the test reads.
+type Window struct {
+	Warm, Baseline, Half, End float64 // seconds after the load began
+}
+
+// Slack is the absolute growth tolerated beyond 10%, by series kind.
+var Slack = map[string]float64{
+	"rss":        4 << 20, // 4 MiB
+	"goroutines": 5,
+	"fds":        5,
+	"conns":      2,
+}
+
+// FlatTest runs the slope test on a series named kind/what.
+func FlatTest(name string, pts []Point, w Window) Flat {
+	kind, _, _ := strings.Cut(name, "/")
+	f := Flat{Name: name}
+	var base []float64
+	var xs, ys []float64
+	for _, p := range pts {
+		if p.T >= w.Warm && p.T <= w.Baseline {
+			base = append(base, p.V)
+		}
+		if p.T >= w.Half && p.T <= w.End {
+			xs, ys = append(xs, p.T), append(ys, p.V)
+		}
+	}
+	f.Readings = len(xs)
+	if len(base) == 0 || len(xs) < 3 {
+		f.NotEnough = true
+		return f
+	}
+	f.Level = median(base)
+	slope, icept := fit(xs, ys)
+	f.PerMinute = slope * 60
+	f.EndFit = icept + slope*w.End
+	f.Grew = f.EndFit > f.Level*1.10 && f.EndFit-f.Level > Slack[kind]
+	return f
+}
+
+func (f Flat) String() string {
+	verdict := "flat"
+	switch {
+	case f.NotEnough:
+		verdict = "not enough readings"
+	case f.Grew:
+		verdict = "GREW"
+	}
+	return fmt.Sprintf("%s: level %s after warm-up, %s at the end of the fit (%+.1f%%), %s/min: %s",
+		f.Name, f.fmt(f.Level), f.fmt(f.EndFit), pct(f.EndFit, f.Level), f.fmt(f.PerMinute), verdict)
+}
+
+func (f Flat) fmt(v float64) string {
+	if strings.HasPrefix(f.Name, "rss/") {
+		return fmt.Sprintf("%.1f MiB", v/(1<<20))
+	}
+	return fmt.Sprintf("%.1f", v)
+}
+
+func pct(v, of float64) float64 {
+	if of == 0 {
+		return 0
+	}
+	return (v/of - 1) * 100
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// fit returns the least-squares line through (xs, ys).
+func fit(xs, ys []float64) (slope, intercept float64) {
+	n := float64(len(xs))
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx += xs[i]
+		sy += ys[i]
+		sxx += xs[i] * xs[i]
+		sxy += xs[i] * ys[i]
+	}
+	d := n*sxx - sx*sx
+	if d == 0 {
+		return 0, sy / n
+	}
+	slope = (n*sxy - sx*sy) / d
+	return slope, (sy - slope*sx) / n
+}
