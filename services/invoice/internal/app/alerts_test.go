@@ -361,7 +361,7 @@ func TestAlertSeenAcrossConcurrentBatches(t *testing.T) {
 			done <- finished
 		default:
 			var n int
-			if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&n); err != nil {
+			if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
 			waiting = n > 0
