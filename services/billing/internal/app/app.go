@@ -3,9 +3,11 @@
 // its Config, holding the handlers of the events it consumes (Handlers,
 // BatchHandlers: meters.go, prices.go, rating.go, usage_watermark.go), the
 // commands (adjustments, closes, settings) and its background work (the
-// close scheduler, RunScheduler). Each runs in one transaction that holds
-// the business change, the events it publishes (events.Append) and, for
-// commands, the idempotent response.
+// close scheduler, RunScheduler). Each change runs in a transaction that
+// holds the business change and the events it publishes (events.Append).
+// A command's idempotent reply is the HTTP edge's (httpapi): it gives a
+// command of one transaction that transaction, with the key claimed in it,
+// and the close, which runs in steps, a Key to claim and answer in them.
 package app
 
 import (

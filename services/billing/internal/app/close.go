@@ -2,16 +2,13 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/services/billing/internal/db"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
@@ -24,8 +21,8 @@ type CloseReply struct {
 
 // ClosePeriod closes a tenant's period, restartably and idempotently.
 //
-// Periods close in order (decision 0014): a close is refused (422
-// earlier_period_open) while an earlier period of the tenant with charges
+// Periods close in order (decision 0014): a close is refused
+// (earlier_period_open) while an earlier period of the tenant with charges
 // or fees is not closed, and a period before one that is closing takes no
 // more charges (its usage is late). Its BillingPeriodClosed names the
 // tenant's previous closed period, so invoice issues, numbers and draws
@@ -47,75 +44,80 @@ type CloseReply struct {
 // was requested (decision 0014): the request is recorded first
 // (close_requested_at, the first request's time and actor stand) and the
 // period stays open; the call waits up to the service's close wait for
-// usage's watermarks, then answers 202 {status: "closing"} without saving
-// an answer under the key, and the scheduler finishes the close once usage
+// usage's watermarks, then returns closing without saving an answer under
+// the key, and the scheduler finishes the close once usage
 // has caught up (a retry with the key carries on, and answers closed once
 // it is).
-func (a *App) ClosePeriod(ctx context.Context, r Request, period string) (Reply, error) {
-	return a.closePeriod(ctx, r, period, a.cfg.CloseWait)
+//
+// The caller's key (Key) is claimed by step 1 (and by the request, when
+// the close waits) and answered by step 2 with the closed CloseReply. A
+// key with an answer means the close ran to its end before: it does
+// nothing more and returns closed. A key with another request is
+// idempotency.ErrKeyReused; a refused close (earlier_period_open) writes
+// nothing, the key included.
+func (a *App) ClosePeriod(ctx context.Context, r Request, period string, key Key) (CloseReply, error) {
+	return a.closePeriod(ctx, r, period, key, a.cfg.CloseWait)
 }
 
-func (a *App) closePeriod(ctx context.Context, r Request, period string, wait time.Duration) (Reply, error) {
+func (a *App) closePeriod(ctx context.Context, r Request, period string, key Key, wait time.Duration) (CloseReply, error) {
 	if err := r.checkActor(); err != nil {
-		return Reply{}, err
+		return CloseReply{}, err
 	}
 	current, err := a.CurrentPeriod(ctx, r.TenantID)
 	if err != nil {
-		return Reply{}, err
+		return CloseReply{}, err
 	}
 	if err := domain.CheckBegun(period, current); err != nil {
-		return Reply{}, err
+		return CloseReply{}, err
 	}
 	// Refused at once while an earlier period is open; markClosing checks
 	// again under the tenant's close lock.
 	earliest, err := a.earliestUnclosed(ctx, a.pool, r.TenantID, period)
 	if err != nil {
-		return Reply{}, err
+		return CloseReply{}, err
 	}
 	if err := domain.CheckEarlierClosed(period, earliest); err != nil {
-		return Reply{}, err
+		return CloseReply{}, err
 	}
+	closed := CloseReply{Period: period, Status: domain.StatusClosed}
 	if a.cfg.WaitForUsage {
-		replay, ready, err := a.requestClose(ctx, r, period, wait)
-		if err != nil || replay != nil {
-			return derefReply(replay), err
+		answered, ready, err := a.requestClose(ctx, r, period, key, wait)
+		if err != nil {
+			return CloseReply{}, err
+		}
+		if answered {
+			return closed, nil
 		}
 		if !ready {
-			body, err := json.Marshal(CloseReply{Period: period, Status: domain.StatusClosing})
-			if err != nil {
-				return Reply{}, fmt.Errorf("encode reply: %w", err)
-			}
-			return Reply{Status: http.StatusAccepted, Body: body}, nil
+			return CloseReply{Period: period, Status: domain.StatusClosing}, nil
 		}
 	}
-	replay, err := a.markClosing(ctx, r, period)
-	if err != nil || replay != nil {
-		return derefReply(replay), err
+	answered, err := a.markClosing(ctx, r, period, key)
+	if err != nil {
+		return CloseReply{}, err
 	}
-	return a.finishClose(ctx, r, period)
-}
-
-func derefReply(r *Reply) Reply {
-	if r == nil {
-		return Reply{}
+	if answered {
+		return closed, nil
 	}
-	return *r
+	if err := a.finishClose(ctx, r, period, key, closed); err != nil {
+		return CloseReply{}, err
+	}
+	return closed, nil
 }
 
 // closePoll is how often a waiting close looks at usage's watermarks again.
 const closePoll = 50 * time.Millisecond
 
 // requestClose records the close request (claiming the key first, so a
-// reused key changes nothing and an answered one replays) and waits up to
-// wait for usage to catch up with it: ready when step 1 may run (or the
-// period is closing or closed already).
-func (a *App) requestClose(ctx context.Context, r Request, period string, wait time.Duration) (*Reply, bool, error) {
-	var replay *Reply
+// reused key changes nothing; answered when the key has an answer) and
+// waits up to wait for usage to catch up with it: ready when step 1 may run
+// (or the period is closing or closed already).
+func (a *App) requestClose(ctx context.Context, r Request, period string, key Key, wait time.Duration) (answered, ready bool, err error) {
 	var status string
 	var requestedAt time.Time
-	err := a.inTx(ctx, func(tx pgx.Tx) error {
+	err = a.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		if replay, err = idempotency.ClaimReply(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, r.RequestHash); err != nil || replay != nil {
+		if answered, err = key.Claim(ctx, tx); err != nil || answered {
 			return err
 		}
 		q := db.New(tx)
@@ -130,42 +132,40 @@ func (a *App) requestClose(ctx context.Context, r Request, period string, wait t
 		status, requestedAt = row.Status, row.CloseRequestedAt
 		return nil
 	})
-	if err != nil || replay != nil {
-		return replay, false, err
+	if err != nil || answered {
+		return answered, false, err
 	}
 	if status != domain.StatusOpen {
-		return nil, true, nil
+		return false, true, nil
 	}
 	cals, err := calendars(ctx, a.pool, r.TenantID)
 	if err != nil {
-		return nil, false, err
+		return false, false, err
 	}
 	end := cals[r.TenantID].End(period)
 	deadline := time.Now().Add(wait)
 	for {
 		ready, _, err := a.usageCaughtUp(ctx, a.pool, r.TenantID, end, requestedAt)
 		if err != nil || ready || !time.Now().Add(closePoll).Before(deadline) {
-			return nil, ready, err
+			return false, ready, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, false, ctx.Err()
+			return false, false, ctx.Err()
 		case <-time.After(closePoll):
 		}
 	}
 }
 
-// markClosing is step 1. It claims the Idempotency-Key first, so a reused key
-// changes nothing; a stored answer is returned as a replay. Under the
-// tenant's close lock (no rating of the tenant in flight) it refuses while
-// an earlier period is open. The key stays
-// claimed without an answer until step 2 saves one; a retry after a crash
-// finds it so and carries on.
-func (a *App) markClosing(ctx context.Context, r Request, period string) (*Reply, error) {
-	var replay *Reply
-	err := a.inTx(ctx, func(tx pgx.Tx) error {
+// markClosing is step 1. It claims the key first, so a reused key changes
+// nothing; answered when the key has an answer. Under the tenant's close
+// lock (no rating of the tenant in flight) it refuses while an earlier
+// period is open. The key stays claimed without an answer until step 2
+// saves one; a retry after a crash finds it so and carries on.
+func (a *App) markClosing(ctx context.Context, r Request, period string, key Key) (answered bool, err error) {
+	err = a.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		if replay, err = idempotency.ClaimReply(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, r.RequestHash); err != nil || replay != nil {
+		if answered, err = key.Claim(ctx, tx); err != nil || answered {
 			return err
 		}
 		q := db.New(tx)
@@ -190,13 +190,13 @@ func (a *App) markClosing(ctx context.Context, r Request, period string) (*Reply
 		}
 		return nil
 	})
-	return replay, err
+	return answered, err
 }
 
-// finishClose is step 2.
-func (a *App) finishClose(ctx context.Context, r Request, period string) (Reply, error) {
-	var reply Reply
-	err := a.inTx(ctx, func(tx pgx.Tx) error {
+// finishClose is step 2: it closes the period (if a concurrent close has
+// not) and saves closed as the key's answer.
+func (a *App) finishClose(ctx context.Context, r Request, period string, key Key, closed CloseReply) error {
+	return a.inTx(ctx, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if err := q.LockPeriodExclusive(ctx, db.LockPeriodExclusiveParams{TenantID: r.TenantID, Period: period}); err != nil {
 			return fmt.Errorf("lock period %s: %w", period, err)
@@ -212,14 +212,8 @@ func (a *App) finishClose(ctx context.Context, r Request, period string) (Reply,
 		} else if status != domain.StatusClosed {
 			return fmt.Errorf("%w: period %s of %s is %s after it was marked closing", ErrInternal, period, r.TenantID, status)
 		}
-		reply, err = idempotency.SaveReply(ctx, tx, scope("close", r.TenantID), r.IdempotencyKey, http.StatusAccepted,
-			CloseReply{Period: period, Status: domain.StatusClosed})
-		return err
+		return key.Save(ctx, tx, closed)
 	})
-	if err != nil {
-		return Reply{}, err
-	}
-	return reply, nil
 }
 
 // close counts and closes a period the caller holds locked.

@@ -1,22 +1,15 @@
 package app
 
 import (
+	"context"
 	"errors"
 
-	"github.com/usagebilling/billing/pkg/idempotency"
+	"github.com/jackc/pgx/v5"
 )
 
-// Reply is a command's response: what it answered the first time, or, on a
-// replay of the same Idempotency-Key and request, the stored first answer.
-type Reply = idempotency.Reply
-
-// Request is what every idempotent command gets besides its own input.
+// Request is what every command gets besides its own input.
 type Request struct {
 	TenantID string
-	// IdempotencyKey is the client's key; RequestHash identifies the request
-	// (idempotency.RequestHash of method, path and body).
-	IdempotencyKey string
-	RequestHash    string
 	// CorrelationID is carried into the events; optional.
 	CorrelationID string
 	// Actor is who sent the command (the bearer token's subject), recorded
@@ -35,7 +28,25 @@ func (r Request) checkActor() error {
 	return nil
 }
 
-// ErrKeyReused is returned when the Idempotency-Key came with another request.
-var ErrKeyReused = idempotency.ErrKeyReused
+// Key keeps the answer of a command that runs in several transactions (a
+// close) under its caller's Idempotency-Key, in the command's own
+// transactions. The caller chooses how an answer is stored and sent
+// (httpapi: JSON with its HTTP status, idempotency.Steps); a command that
+// runs in one transaction takes that transaction from its caller instead,
+// and the caller claims and saves around it (idempotency.Run).
+type Key interface {
+	// Claim claims the key in tx, a transaction of a step before the last
+	// that may change something. true: the key has an answer, the command
+	// ran to its end before and does nothing more.
+	Claim(ctx context.Context, tx pgx.Tx) (bool, error)
+	// Save stores result as the key's answer in tx, the command's last.
+	Save(ctx context.Context, tx pgx.Tx, result any) error
+}
 
-func scope(command, tenantID string) string { return "billing." + command + "/" + tenantID }
+// noKey is the Key of a command nobody retries by key (the close
+// scheduler's): the period's locks and status make its close safe to
+// repeat.
+type noKey struct{}
+
+func (noKey) Claim(context.Context, pgx.Tx) (bool, error) { return false, nil }
+func (noKey) Save(context.Context, pgx.Tx, any) error     { return nil }

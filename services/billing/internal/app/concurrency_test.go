@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/services/billing/internal/app"
 	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
@@ -102,7 +101,7 @@ func (r ratingRace) run(t *testing.T) raceResult {
 			if i > 0 { // periods close in order: after the one before
 				<-done[i-1]
 			}
-			if _, err := svc.ClosePeriod(ctx, closeRequest("t1", c.period, "close-"+c.period), c.period); err != nil {
+			if _, err := tryClose(ctx, svc, "t1", c.period, "close-"+c.period); err != nil {
 				errs <- fmt.Errorf("close %s: %w", c.period, err)
 			}
 		})
@@ -161,8 +160,7 @@ func (r ratingRace) run(t *testing.T) raceResult {
 					Amount: []string{"1", "-1", "2"}[rand.IntN(3)], Currency: currency, Reason: "race"})
 				if err == nil {
 					key := fmt.Sprintf("adj-%d", i)
-					_, err = svc.PostAdjustment(ctx, app.Request{TenantID: "t1", IdempotencyKey: key,
-						RequestHash: idempotency.RequestHash("POST", "/adj", []byte(key)), Actor: "racer@test"}, a)
+					_, err = postAdjustment(ctx, svc, app.Request{TenantID: "t1", Actor: "racer@test"}, key, a)
 				}
 				if de := (*domain.Error)(nil); errors.As(err, &de) && de.Code == "credit_exceeds_charges" {
 					err = nil // a credit larger than what is left is refused, as it should be

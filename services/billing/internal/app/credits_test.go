@@ -19,18 +19,16 @@ import (
 
 // post sends an adjustment as the HTTP API does (parsed, then posted) by
 // actor, and returns the rule it broke, if any.
-func post(t *testing.T, svc *app.App, tenant string, charge uuid.UUID, amount, currency, actor string) (app.Reply, error) {
+func post(t *testing.T, svc *app.App, tenant string, charge uuid.UUID, amount, currency, actor string) (idempotency.Reply, error) {
 	t.Helper()
 	a, err := domain.ParseAdjustment(domain.AdjustmentRequest{
 		CorrectionOf: charge.String(), Amount: amount, Currency: currency, Reason: "credit",
 	})
 	if err != nil {
-		return app.Reply{}, err
+		return idempotency.Reply{}, err
 	}
 	key := uuid.NewString()
-	return svc.PostAdjustment(t.Context(), app.Request{
-		TenantID: tenant, IdempotencyKey: key, RequestHash: idempotency.RequestHash("POST", "/adj", []byte(key)), Actor: actor,
-	}, a)
+	return postAdjustment(t.Context(), svc, app.Request{TenantID: tenant, Actor: actor}, key, a)
 }
 
 func wantCode(t *testing.T, err error, code string) {
@@ -218,9 +216,9 @@ func TestCreditAfterClose(t *testing.T) {
 		AND status = 'closed' AND closed_by = 'closer@t1.example'`); n != 1 {
 		t.Fatalf("closed periods by closer@t1.example = %d", n)
 	}
-	req := closeRequest("t1", "2026-02", "close-feb")
+	req := closeRequest("t1")
 	req.Actor = ""
-	if _, err := svc.ClosePeriod(t.Context(), req, "2026-02"); !errors.Is(err, app.ErrNoActor) {
+	if _, err := svc.ClosePeriod(t.Context(), req, "2026-02", closeKey("t1", "2026-02", "close-feb")); !errors.Is(err, app.ErrNoActor) {
 		t.Fatalf("close without actor: %v", err)
 	}
 }

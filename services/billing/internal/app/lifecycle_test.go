@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/pkg/events"
@@ -36,6 +38,13 @@ func (c *clock) service(pool *pgxpool.Pool) *app.App {
 	return app.New(app.Deps{Pool: pool, Clock: c.now}, app.Config{})
 }
 
+// putSettingsAs sets a tenant's settings as the HTTP API does, under key.
+func putSettingsAs(ctx context.Context, svc *app.App, r app.Request, key string, st domain.Settings) (idempotency.Reply, error) {
+	return inKey(ctx, svc, "billing.settings/"+r.TenantID, key, http.StatusOK, func(tx pgx.Tx) (app.SettingsReply, error) {
+		return svc.PutSettings(ctx, tx, r, st)
+	})
+}
+
 func putSettings(t *testing.T, svc *app.App, tenant, zone, grace string) app.SettingsReply {
 	t.Helper()
 	st, err := domain.ParseSettings(domain.SettingsRequest{TimeZone: &zone, GracePeriod: &grace})
@@ -43,10 +52,8 @@ func putSettings(t *testing.T, svc *app.App, tenant, zone, grace string) app.Set
 		t.Fatal(err)
 	}
 	body := fmt.Sprintf(`{"timeZone":%q,"gracePeriod":%q}`, zone, grace)
-	reply, err := svc.PutSettings(t.Context(), app.Request{
-		TenantID: tenant, IdempotencyKey: "settings-" + body, Actor: "admin@" + tenant + ".example",
-		RequestHash: idempotency.RequestHash(http.MethodPut, "/v1/tenants/"+tenant+"/settings", []byte(body)),
-	}, st)
+	reply, err := putSettingsAs(t.Context(), svc, app.Request{TenantID: tenant, Actor: "admin@" + tenant + ".example"},
+		"settings-"+body, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,7 +380,7 @@ func TestCloseOfAPeriodNotBegunInTheTenantsZone(t *testing.T) {
 	svc := clk.service(pool)
 	putSettings(t, svc, "seoul", "Asia/Seoul", "PT1H") // from 2026-12
 	clk.set(time.Date(2026, 12, 31, 16, 0, 0, 0, time.UTC))
-	if _, err := svc.ClosePeriod(t.Context(), closeRequest("utc", "2027-01", "k"), "2027-01"); codeOf(err) != "period_in_future" {
+	if _, err := tryClose(t.Context(), svc, "utc", "2027-01", "k"); codeOf(err) != "period_in_future" {
 		t.Fatalf("close of 2027-01 in UTC: %v, want period_in_future", err)
 	}
 	closePeriod(t, svc, "seoul", "2027-01", "k")
@@ -427,11 +434,7 @@ func TestTheCloseCarriesThePeriodsTaxRates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := `{"taxRates":[{"code":"VAT","name":"VAT 20%","rate":"0.2"},{"code":"CITY","name":"City","rate":"0.015"}]}`
-	reply, err := svc.PutSettings(t.Context(), app.Request{
-		TenantID: "taxed", IdempotencyKey: "tax", Actor: "admin@taxed.example",
-		RequestHash: idempotency.RequestHash(http.MethodPut, "/v1/tenants/taxed/settings", []byte(body)),
-	}, st)
+	reply, err := putSettingsAs(t.Context(), svc, app.Request{TenantID: "taxed", Actor: "admin@taxed.example"}, "tax", st)
 	if err != nil || reply.Status != http.StatusOK {
 		t.Fatalf("settings: %v %d %s", err, reply.Status, reply.Body)
 	}

@@ -23,7 +23,7 @@ func TestPeriodsCloseInOrder(t *testing.T) {
 	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), usageAt("t1", 1, "4", jan10).Raw(t), usageAt("t1", 1, "2", mar5).Raw(t))
 
 	// March while January (charged) is open: refused, nothing written.
-	if _, err := svc.ClosePeriod(t.Context(), closeRequest("t1", "2026-03", "k-mar"), "2026-03"); codeOf(err) != "earlier_period_open" {
+	if _, err := tryClose(t.Context(), svc, "t1", "2026-03", "k-mar"); codeOf(err) != "earlier_period_open" {
 		t.Fatalf("close of March before January: %v, want earlier_period_open", err)
 	}
 	if n := bt.Count(t, pool, `SELECT count(*) FROM billing_period WHERE period = '2026-03'`); n != 0 {
@@ -75,7 +75,7 @@ func TestSchedulerClosesInPeriodOrder(t *testing.T) {
 
 	// February closed explicitly while January (fees) is open: refused.
 	clk.set(feb3.Add(24 * time.Hour))
-	if _, err := svc.ClosePeriod(t.Context(), closeRequest("s1", "2026-02", "k-feb"), "2026-02"); codeOf(err) != "earlier_period_open" {
+	if _, err := tryClose(t.Context(), svc, "s1", "2026-02", "k-feb"); codeOf(err) != "earlier_period_open" {
 		t.Fatalf("close of February before a fee-only January: %v, want earlier_period_open", err)
 	}
 	// Both due: one pass closes January, then February.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
-	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/services/billing/internal/db"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
@@ -88,58 +86,41 @@ type SettingsReply struct {
 	EffectiveFrom string           `json:"effectiveFrom"`
 }
 
-// PutSettings sets a tenant's period settings for the periods not yet
-// begun: from the period after the one in progress SettingsLead from now
-// (so a period keeps the zone and grace it began with, and no fact already
-// rated belongs to a period they change). A second change before that
-// period begins replaces the first. Idempotent by key; records the actor.
-func (a *App) PutSettings(ctx context.Context, r Request, st domain.Settings) (Reply, error) {
+// PutSettings sets a tenant's period settings in tx for the periods not
+// yet begun: from the period after the one in progress SettingsLead from
+// now (so a period keeps the zone and grace it began with, and no fact
+// already rated belongs to a period they change). A second change before
+// that period begins replaces the first. Records the actor; on an error
+// the caller must not commit.
+func (a *App) PutSettings(ctx context.Context, tx pgx.Tx, r Request, st domain.Settings) (SettingsReply, error) {
 	if err := r.checkActor(); err != nil {
-		return Reply{}, err
+		return SettingsReply{}, err
 	}
-	var reply Reply
-	err := a.inTx(ctx, func(tx pgx.Tx) error {
-		sc := scope("settings", r.TenantID)
-		replay, err := idempotency.ClaimReply(ctx, tx, sc, r.IdempotencyKey, r.RequestHash)
-		if err != nil {
-			return err
-		}
-		if replay != nil {
-			reply = *replay
-			return nil
-		}
-		q := db.New(tx)
-		if err := q.LockTenantSettings(ctx, r.TenantID); err != nil {
-			return fmt.Errorf("lock settings of %s: %w", r.TenantID, err)
-		}
-		cals, err := calendars(ctx, tx, r.TenantID)
-		if err != nil {
-			return err
-		}
-		from := cals[r.TenantID].FirstChangeable(a.now())
-		rates := st.TaxRates
-		if rates == nil {
-			rates = []events.TaxRate{}
-		}
-		ratesJSON, err := json.Marshal(rates)
-		if err != nil {
-			return fmt.Errorf("encode tax rates: %w", err)
-		}
-		err = q.PutTenantSettings(ctx, db.PutTenantSettingsParams{
-			TenantID: r.TenantID, EffectiveFrom: from, TimeZone: st.TimeZone,
-			GraceSeconds: int64(st.Grace / time.Second), TaxRates: ratesJSON, Actor: r.Actor,
-		})
-		if err != nil {
-			return fmt.Errorf("put settings of %s: %w", r.TenantID, err)
-		}
-		reply, err = idempotency.SaveReply(ctx, tx, sc, r.IdempotencyKey, http.StatusOK,
-			SettingsReply{TimeZone: st.TimeZone, GracePeriod: domain.FormatDuration(st.Grace), TaxRates: rates, EffectiveFrom: from})
-		return err
+	q := db.New(tx)
+	if err := q.LockTenantSettings(ctx, r.TenantID); err != nil {
+		return SettingsReply{}, fmt.Errorf("lock settings of %s: %w", r.TenantID, err)
+	}
+	cals, err := calendars(ctx, tx, r.TenantID)
+	if err != nil {
+		return SettingsReply{}, err
+	}
+	from := cals[r.TenantID].FirstChangeable(a.now())
+	rates := st.TaxRates
+	if rates == nil {
+		rates = []events.TaxRate{}
+	}
+	ratesJSON, err := json.Marshal(rates)
+	if err != nil {
+		return SettingsReply{}, fmt.Errorf("encode tax rates: %w", err)
+	}
+	err = q.PutTenantSettings(ctx, db.PutTenantSettingsParams{
+		TenantID: r.TenantID, EffectiveFrom: from, TimeZone: st.TimeZone,
+		GraceSeconds: int64(st.Grace / time.Second), TaxRates: ratesJSON, Actor: r.Actor,
 	})
 	if err != nil {
-		return Reply{}, err
+		return SettingsReply{}, fmt.Errorf("put settings of %s: %w", r.TenantID, err)
 	}
-	return reply, nil
+	return SettingsReply{TimeZone: st.TimeZone, GracePeriod: domain.FormatDuration(st.Grace), TaxRates: rates, EffectiveFrom: from}, nil
 }
 
 // SchedulerRun is what one pass of the close scheduler did.
@@ -151,10 +132,9 @@ type SchedulerRun struct {
 // CloseDuePeriods is one pass of the close scheduler: of the periods with
 // charges that are not closed, it closes each whose end plus grace has
 // passed, and finishes each a close left closing (a crash between its
-// steps), through the same code path as the
-// HTTP close (ClosePeriod, actor SchedulerActor, Idempotency-Key
-// "scheduler/<period>"), and appends BillingPeriodEnded once for each that
-// has ended but is still in grace. Safe with any number of instances at
+// steps), through the same code path as the HTTP close (ClosePeriod, actor
+// SchedulerActor, no Idempotency-Key), and appends BillingPeriodEnded once
+// for each that has ended but is still in grace. Safe with any number of instances at
 // once: a close takes the period's exclusive lock and closes a period once
 // (a second close of it publishes nothing), and BillingPeriodEnded is
 // appended with its period_ended row, whose key lets only one in.
@@ -240,17 +220,15 @@ func (a *App) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 	return run, nil
 }
 
-// scheduledClose runs a close for the scheduler, without waiting: true
-// when the period is closed, false when it waits for usage.
+// scheduledClose runs a close for the scheduler, without waiting and
+// without a key: true when the period is closed, false when it waits for
+// usage.
 func (a *App) scheduledClose(ctx context.Context, tenantID, period, actor string) (bool, error) {
 	if actor == "" {
 		actor = SchedulerActor
 	}
-	path := fmt.Sprintf("/v1/tenants/%s/periods/%s/close", tenantID, period)
-	reply, err := a.closePeriod(ctx, Request{
-		TenantID: tenantID, IdempotencyKey: "scheduler/" + period, Actor: actor,
-		RequestHash: idempotency.RequestHash("SCHEDULE", path, nil), CorrelationID: "scheduler-" + period,
-	}, period, 0)
+	c, err := a.closePeriod(ctx, Request{TenantID: tenantID, Actor: actor, CorrelationID: "scheduler-" + period},
+		period, noKey{}, 0)
 	var refused *domain.Error
 	if errors.As(err, &refused) && refused.Code == domain.CodeEarlierPeriodOpen {
 		return false, nil // closed once the earlier period is
@@ -258,11 +236,7 @@ func (a *App) scheduledClose(ctx context.Context, tenantID, period, actor string
 	if err != nil {
 		return false, err
 	}
-	var body CloseReply
-	if err := json.Unmarshal(reply.Body, &body); err != nil {
-		return false, fmt.Errorf("%w: close answer %q: %v", ErrInternal, reply.Body, err)
-	}
-	return body.Status == domain.StatusClosed, nil
+	return c.Status == domain.StatusClosed, nil
 }
 
 // periodEnded records that a period went into grace and appends

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,15 +22,55 @@ import (
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
 
-func closeRequest(tenant, period, key string) app.Request {
-	path := fmt.Sprintf("/v1/tenants/%s/periods/%s/close", tenant, period)
-	return app.Request{TenantID: tenant, IdempotencyKey: key, RequestHash: idempotency.RequestHash(http.MethodPost, path, nil),
-		Actor: "closer@" + tenant + ".example"}
+func closeRequest(tenant string) app.Request {
+	return app.Request{TenantID: tenant, Actor: "closer@" + tenant + ".example"}
 }
 
-func closePeriod(t *testing.T, svc *app.App, tenant, period, key string) app.Reply {
+// closeKey is the key the HTTP API gives a close of period with
+// Idempotency-Key key (httpapi).
+func closeKey(tenant, period, key string) *idempotency.Steps {
+	path := fmt.Sprintf("/v1/tenants/%s/periods/%s/close", tenant, period)
+	return &idempotency.Steps{Scope: "billing.close/" + tenant, Key: key,
+		RequestHash: idempotency.RequestHash(http.MethodPost, path, nil), Status: http.StatusAccepted}
+}
+
+// tryClose closes a period as the HTTP API does and returns its reply.
+func tryClose(ctx context.Context, svc *app.App, tenant, period, key string) (idempotency.Reply, error) {
+	k := closeKey(tenant, period, key)
+	c, err := svc.ClosePeriod(ctx, closeRequest(tenant), period, k)
+	if err != nil {
+		return idempotency.Reply{}, err
+	}
+	return k.Result(c)
+}
+
+// inKey runs a command of one transaction as the HTTP API does: under key
+// in scope, its result answered with status (idempotency.Run).
+func inKey[R any](ctx context.Context, svc *app.App, scope, key string, status int,
+	run func(tx pgx.Tx) (R, error)) (idempotency.Reply, error) {
+	var reply idempotency.Reply
+	err := svc.InTx(ctx, func(tx pgx.Tx) (err error) {
+		reply, err = idempotency.Run(ctx, tx, scope, key, idempotency.RequestHash("POST", "/"+scope, []byte(key)),
+			func() (int, any, error) {
+				r, err := run(tx)
+				return status, r, err
+			})
+		return err
+	})
+	return reply, err
+}
+
+// postAdjustment posts an adjustment as the HTTP API does, under a key of
+// its own.
+func postAdjustment(ctx context.Context, svc *app.App, r app.Request, key string, adj domain.Adjustment) (idempotency.Reply, error) {
+	return inKey(ctx, svc, "billing.adjustment/"+r.TenantID, key, http.StatusCreated, func(tx pgx.Tx) (app.AdjustmentReply, error) {
+		return svc.PostAdjustment(ctx, tx, r, adj)
+	})
+}
+
+func closePeriod(t *testing.T, svc *app.App, tenant, period, key string) idempotency.Reply {
 	t.Helper()
-	reply, err := svc.ClosePeriod(t.Context(), closeRequest(tenant, period, key), period)
+	reply, err := tryClose(t.Context(), svc, tenant, period, key)
 	if err != nil {
 		t.Fatalf("close %s %s: %v", tenant, period, err)
 	}
@@ -50,10 +91,7 @@ func adjust(t *testing.T, svc *app.App, tenant string, chargeID uuid.UUID, amoun
 		t.Fatal(err)
 	}
 	key := uuid.NewString()
-	reply, err := svc.PostAdjustment(t.Context(), app.Request{
-		TenantID: tenant, IdempotencyKey: key, RequestHash: idempotency.RequestHash("POST", "/adj", []byte(key)),
-		Actor: "admin@" + tenant + ".example",
-	}, a)
+	reply, err := postAdjustment(t.Context(), svc, app.Request{TenantID: tenant, Actor: "admin@" + tenant + ".example"}, key, a)
 	if err != nil {
 		return app.AdjustmentReply{}, err
 	}
@@ -153,12 +191,12 @@ func TestCloseRestartedHalfway(t *testing.T) {
 	// A close that crashed after step 1: its key claimed without an
 	// answer, the period closing, nothing published.
 	const key = "close-jan-1"
-	req := closeRequest("t1", "2026-01", key)
+	ck := closeKey("t1", "2026-01", key)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := idempotency.Claim(ctx, tx, "billing.close/t1", key, req.RequestHash); err != nil {
+	if _, err := idempotency.Claim(ctx, tx, ck.Scope, key, ck.RequestHash); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.New(tx).MarkPeriodClosing(ctx, db.MarkPeriodClosingParams{TenantID: "t1", Period: "2026-01"}); err != nil {
@@ -270,8 +308,8 @@ func TestCloseIsIdempotent(t *testing.T) {
 	checkClose(t, pool, "t1", closes[0])
 
 	// The same key for another period is refused, and changes nothing.
-	_, err := svc.ClosePeriod(t.Context(), closeRequest("t1", "2026-02", "k1"), "2026-02")
-	if !errors.Is(err, app.ErrKeyReused) {
+	_, err := tryClose(t.Context(), svc, "t1", "2026-02", "k1")
+	if !errors.Is(err, idempotency.ErrKeyReused) {
 		t.Fatalf("err = %v, want key reused", err)
 	}
 	if n := bt.Count(t, pool, `SELECT count(*) FROM billing_period WHERE period = '2026-02'`); n != 0 {
@@ -306,7 +344,7 @@ func TestConcurrentClosesPublishOnce(t *testing.T) {
 	for i := range 6 {
 		go func() {
 			key := fmt.Sprintf("k%d", i%2) // two keys, three requests each
-			_, err := svc.ClosePeriod(t.Context(), closeRequest("t1", "2026-01", key), "2026-01")
+			_, err := tryClose(t.Context(), svc, "t1", "2026-01", key)
 			errs <- err
 		}()
 	}

@@ -51,7 +51,7 @@ func TestCloseWaitsForUsageWatermarks(t *testing.T) {
 
 	requested := time.Date(2026, 1, 25, 0, 0, 0, 0, time.UTC)
 	clk.set(requested)
-	reply, err := svc.ClosePeriod(ctx, closeRequest("t1", "2026-01", "close-1"), "2026-01")
+	reply, err := tryClose(ctx, svc, "t1", "2026-01", "close-1")
 	var body struct{ Period, Status string }
 	if err != nil || reply.Status != http.StatusAccepted || json.Unmarshal(reply.Body, &body) != nil || body.Status != "closing" {
 		t.Fatalf("close = %d %s, %v; want 202 closing", reply.Status, reply.Body, err)
@@ -83,7 +83,7 @@ func TestCloseWaitsForUsageWatermarks(t *testing.T) {
 	waiting("1 usage facts of the period deferred")
 	// A second request keeps the first's time; the same key carries on.
 	clk.set(requested.Add(time.Hour))
-	if reply, err := svc.ClosePeriod(ctx, closeRequest("t1", "2026-01", "close-1"), "2026-01"); err != nil ||
+	if reply, err := tryClose(ctx, svc, "t1", "2026-01", "close-1"); err != nil ||
 		!strings.Contains(string(reply.Body), "closing") {
 		t.Fatalf("retry = %d %s, %v", reply.Status, reply.Body, err)
 	}

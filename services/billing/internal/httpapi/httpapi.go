@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/usagebilling/billing/pkg/api/billingapi"
 	"github.com/usagebilling/billing/pkg/auth"
@@ -105,7 +106,10 @@ func (a *API) postAdjustment(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	reply, err := a.svc.PostAdjustment(r.Context(), request(tenant, cmd, actor), adj)
+	reply, err := a.idempotent(r.Context(), adjustmentsScope(tenant), cmd, func(tx pgx.Tx) (int, any, error) {
+		posted, err := a.svc.PostAdjustment(r.Context(), tx, request(tenant, cmd, actor), adj)
+		return http.StatusCreated, posted, err
+	})
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -135,7 +139,16 @@ func (a *API) closePeriod(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	reply, err := a.svc.ClosePeriod(r.Context(), request(tenant, cmd, actor), period)
+	// The close runs in steps, claiming the key and saving its answer in
+	// its own transactions; one still waiting for usage answers closing
+	// and saves nothing, so a retry with the key carries on.
+	key := steps(closeScope(tenant), cmd, http.StatusAccepted)
+	closed, err := a.svc.ClosePeriod(r.Context(), request(tenant, cmd, actor), period, key)
+	if err != nil {
+		httpx.WriteError(w, r, a.log, err)
+		return
+	}
+	reply, err := key.Result(closed)
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -214,6 +227,5 @@ func (a *API) svcNow() time.Time { return a.svc.Now() }
 
 // request is the app's request of a command.
 func request(tenant string, cmd httpx.Command, actor string) app.Request {
-	return app.Request{TenantID: tenant, IdempotencyKey: cmd.IdempotencyKey, CorrelationID: cmd.CorrelationID,
-		RequestHash: cmd.RequestHash, Actor: actor}
+	return app.Request{TenantID: tenant, CorrelationID: cmd.CorrelationID, Actor: actor}
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
@@ -62,7 +63,10 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteProblem(w, p)
 		return
 	}
-	reply, err := a.svc.PutSettings(r.Context(), request(tenant, cmd, actor), st)
+	reply, err := a.idempotent(r.Context(), settingsScope(tenant), cmd, func(tx pgx.Tx) (int, any, error) {
+		set, err := a.svc.PutSettings(r.Context(), tx, request(tenant, cmd, actor), st)
+		return http.StatusOK, set, err
+	})
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return

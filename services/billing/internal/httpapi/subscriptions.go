@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/httpx"
-	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/page"
 	"github.com/usagebilling/billing/pkg/rule"
 	"github.com/usagebilling/billing/services/billing/internal/app"
@@ -22,22 +20,6 @@ func (a *API) SubscriptionRoutes(r chi.Router) {
 	r.Method(http.MethodPost, "/v1/tenants/{tenantId}/subscriptions/{subscriptionId}/end", auth.Allow(a.endSubscription, auth.RoleBillingAdmin))
 	r.Method(http.MethodGet, "/v1/tenants/{tenantId}/subscriptions", auth.Allow(a.listSubscriptions, auth.RoleViewer, auth.RoleBillingAdmin))
 }
-
-// idempotent runs a command in one transaction (app.InTx): it claims the
-// Idempotency-Key in scope (a replay answers the stored first reply), runs
-// run and saves its status and body as the key's reply. An error of run
-// leaves nothing written, the key included.
-func (a *API) idempotent(ctx context.Context, scope string, cmd httpx.Command,
-	run func(tx pgx.Tx) (status int, body any, err error)) (idempotency.Reply, error) {
-	var rc idempotency.Reply
-	err := a.svc.InTx(ctx, func(tx pgx.Tx) (err error) {
-		rc, err = idempotency.Run(ctx, tx, scope, cmd.IdempotencyKey, cmd.RequestHash, func() (int, any, error) { return run(tx) })
-		return err
-	})
-	return rc, err
-}
-
-func subscriptionsScope(tenantID string) string { return "billing.subscriptions/" + tenantID }
 
 type subscribeBody struct {
 	PlanCode string `json:"planCode"`
