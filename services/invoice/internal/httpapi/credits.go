@@ -62,22 +62,24 @@ func (a *API) grantCredit(w http.ResponseWriter, r *http.Request) {
 		}
 		*f.into = &t
 	}
-	g, err := domain.ParseGrant(req, a.svc.Now())
-	if err != nil {
-		httpx.WriteError(w, r, a.log, err)
-		return
-	}
 	actor, p := auth.ActorOf(r)
 	if p != nil {
 		httpx.WriteProblem(w, p)
 		return
 	}
 	var reply idempotency.Reply
-	err = a.svc.InTx(r.Context(), func(tx pgx.Tx) (err error) {
+	err := a.svc.InTx(r.Context(), func(tx pgx.Tx) (err error) {
 		reply, err = idempotency.Run(r.Context(), tx, "invoice.credit-grants/"+tenant, cmd.IdempotencyKey, cmd.RequestHash,
 			func() (int, any, error) {
-				g, err := a.svc.GrantCredit(r.Context(), tx, app.GrantCredit{TenantID: tenant, Actor: actor, Grant: g})
-				return http.StatusCreated, g, err
+				// Checked after the key: the checks depend on now (a
+				// default effectiveAt, an expiry after now), and a retry of
+				// an answered request replays its answer whenever it comes.
+				g, err := domain.ParseGrant(req, a.svc.Now())
+				if err != nil {
+					return 0, nil, err
+				}
+				created, err := a.svc.GrantCredit(r.Context(), tx, app.GrantCredit{TenantID: tenant, Actor: actor, Grant: g})
+				return http.StatusCreated, created, err
 			})
 		return err
 	})

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,10 +29,12 @@ import (
 func TestCreditGrantsOverHTTP(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, Template)
-	now := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	var now atomic.Pointer[time.Time]
+	start := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	now.Store(&start)
 	r := chi.NewRouter()
 	r.Use(authtest.SignedIn("admin@acme.example", "billing-admin"))
-	httpapi.New(app.New(app.Deps{Pool: pool, Clock: func() time.Time { return now }}, app.Config{MaxGrants: 2}),
+	httpapi.New(app.New(app.Deps{Pool: pool, Clock: func() time.Time { return *now.Load() }}, app.Config{MaxGrants: 2}),
 		seller, slog.New(slog.DiscardHandler)).CreditRoutes(r)
 	srv := httptest.NewServer(apitest.Handler(t, invoiceapi.YAML(), r))
 	t.Cleanup(srv.Close)
@@ -104,6 +107,15 @@ func TestCreditGrantsOverHTTP(t *testing.T) {
 		h.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replay: %d %v", status, again)
 	}
+	// A retry after the grant expired replays its answer: the checks that
+	// depend on now are made for a request not answered yet.
+	later := time.Date(2027, 12, 1, 0, 0, 0, 0, time.UTC)
+	now.Store(&later)
+	if status, again, h := post("g1", body); status != http.StatusCreated || again["grantId"] != first["grantId"] ||
+		h.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay after the expiry: %d %v", status, again)
+	}
+	now.Store(&start)
 	if status, v, _ := post("g1", `{"currency":"USD","amount":"501","reason":"prepaid"}`); status != 422 || v["code"] != "idempotency_key_reused" {
 		t.Fatalf("key reused: %d %v", status, v)
 	}
