@@ -44,7 +44,14 @@ type Config struct {
 	// (INVOICE_MAX_ALERTS; default DefaultMaxAlerts): one more is refused
 	// 422 limit_exceeded.
 	MaxAlerts int
+	// MaxReadLines is how many lines and correction notes one read of
+	// invoices (a page of the list, or one invoice) may answer (default
+	// DefaultMaxReadLines): more is refused 422 too_many_lines.
+	MaxReadLines int
 }
+
+// DefaultMaxReadLines is Config.MaxReadLines when unset.
+const DefaultMaxReadLines = 10000
 
 // DefaultMaxAlerts is Config.MaxAlerts when unset.
 const DefaultMaxAlerts = 50
@@ -62,6 +69,8 @@ type App struct {
 	maxGrants int
 	// maxAlerts is Config.MaxAlerts.
 	maxAlerts int
+	// maxReadLines is Config.MaxReadLines.
+	maxReadLines int
 	// afterLock, when set (tests: SetAfterLock), runs after a close locks
 	// its invoices and before it tallies them.
 	afterLock func()
@@ -87,6 +96,10 @@ func New(d Deps, c Config) *App {
 	a.maxAlerts = c.MaxAlerts
 	if a.maxAlerts <= 0 {
 		a.maxAlerts = DefaultMaxAlerts
+	}
+	a.maxReadLines = c.MaxReadLines
+	if a.maxReadLines <= 0 {
+		a.maxReadLines = DefaultMaxReadLines
 	}
 	return a
 }

@@ -19,6 +19,12 @@ import (
 // ErrNotFound: the tenant has no invoice with that id.
 var ErrNotFound = errors.New("invoice not found")
 
+// ErrTooManyLines: the invoices a read would answer hold more lines and
+// correction notes than Config.MaxReadLines (422 too_many_lines): a page
+// of them is read with a smaller limit; one invoice that large alone is
+// not answered whole (its charges are billing's to list, page by page).
+var ErrTooManyLines = errors.New("too many invoice lines for one answer")
+
 // Invoice is an invoice as read, with its lines and correction notes.
 type Invoice struct {
 	InvoiceID uuid.UUID
@@ -106,7 +112,7 @@ func (a *App) Invoice(ctx context.Context, tenantID string, id uuid.UUID) (Invoi
 		if err != nil {
 			return fmt.Errorf("get invoice %s: %w", id, err)
 		}
-		invs, err := complete(ctx, q, []db.ListInvoicesRow{db.ListInvoicesRow(row)})
+		invs, err := complete(ctx, q, []db.ListInvoicesRow{db.ListInvoicesRow(row)}, a.maxReadLines)
 		if err != nil {
 			return err
 		}
@@ -118,7 +124,9 @@ func (a *App) Invoice(ctx context.Context, tenantID string, id uuid.UUID) (Invoi
 
 // Invoices returns up to n of the tenant's invoices of period, or of every
 // period when period is empty, in (period, currency) order, after position
-// after (from the first when nil).
+// after (from the first when nil). The n-th, when there is one, is a page's
+// look-ahead (page.Request.Fetch): it comes without its lines and
+// corrections, and its lines do not count towards MaxReadLines.
 func (a *App) Invoices(ctx context.Context, tenantID, period string, after *Position, n int32) ([]Invoice, error) {
 	params := db.ListInvoicesParams{
 		TenantID: tenantID, Period: pgtype.Text{String: period, Valid: period != ""}, PageSize: n,
@@ -134,7 +142,18 @@ func (a *App) Invoices(ctx context.Context, tenantID, period string, after *Posi
 		if err != nil {
 			return fmt.Errorf("list invoices of %s: %w", tenantID, err)
 		}
-		out, err = complete(ctx, q, rows)
+		var last db.ListInvoicesRow
+		if len(rows) > 0 {
+			last = rows[len(rows)-1]
+		}
+		ahead := len(rows) == int(n) && n > 1
+		if ahead {
+			rows = rows[:n-1]
+		}
+		out, err = complete(ctx, q, rows, a.maxReadLines)
+		if err == nil && ahead {
+			out = append(out, invoiceOf(last))
+		}
 		return err
 	})
 	return out, err
@@ -142,8 +161,12 @@ func (a *App) Invoices(ctx context.Context, tenantID, period string, after *Posi
 
 // complete reads the lines and corrections of the invoices in rows: the
 // stored lines, and for an open invoice its charge lines computed from its
-// charges (a GROUP BY, bounded by its meters and price versions).
-func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow) ([]Invoice, error) {
+// charges (a GROUP BY, bounded by its meters and price versions). With most
+// > 0 it reads at most most+1 rows of each kind, and ErrTooManyLines when
+// the lines and correction notes together are more than most: an answer's
+// size and the work of building it do not grow with the tenant's adjustments,
+// corrections and price dimensions.
+func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow, most int) ([]Invoice, error) {
 	out := make([]Invoice, len(rows))
 	if len(rows) == 0 {
 		return out, nil
@@ -157,9 +180,21 @@ func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow) ([]
 	}
 	// Charge lines come first: the open invoices' live ones, then the
 	// stored lines (an issued invoice's charge lines, adjustments, rounding).
-	live, err := q.LiveChargeLines(ctx, ids)
+	var limit pgtype.Int4
+	if most > 0 {
+		limit = pgtype.Int4{Int32: int32(most) + 1, Valid: true}
+	}
+	read := 0
+	over := func(n int) bool {
+		read += n
+		return most > 0 && read > most
+	}
+	live, err := q.LiveChargeLines(ctx, db.LiveChargeLinesParams{InvoiceIds: ids, RowLimit: limit})
 	if err != nil {
 		return nil, fmt.Errorf("compute open invoices' charge lines: %w", err)
+	}
+	if over(len(live)) {
+		return nil, ErrTooManyLines
 	}
 	for _, l := range live {
 		line, err := liveLine(l)
@@ -170,9 +205,12 @@ func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow) ([]
 		inv.Lines = append(inv.Lines, line)
 		inv.Subtotal = inv.Subtotal.Add(line.Amount)
 	}
-	stored, err := q.ListStoredLines(ctx, ids)
+	stored, err := q.ListStoredLines(ctx, db.ListStoredLinesParams{InvoiceIds: ids, RowLimit: limit})
 	if err != nil {
 		return nil, fmt.Errorf("list invoice lines: %w", err)
+	}
+	if over(len(stored)) {
+		return nil, ErrTooManyLines
 	}
 	for _, l := range stored {
 		inv := &out[at[l.InvoiceID]]
@@ -190,9 +228,12 @@ func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow) ([]
 			out[i].Status = domain.StatusDraft
 		}
 	}
-	corrections, err := q.ListCorrections(ctx, ids)
+	corrections, err := q.ListCorrections(ctx, db.ListCorrectionsParams{InvoiceIds: ids, RowLimit: limit})
 	if err != nil {
 		return nil, fmt.Errorf("list invoice corrections: %w", err)
+	}
+	if over(len(corrections)) {
+		return nil, ErrTooManyLines
 	}
 	for _, c := range corrections {
 		inv := &out[at[c.InvoiceID]]

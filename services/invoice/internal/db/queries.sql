@@ -320,10 +320,13 @@ WHERE i.tenant_id = @tenant_id AND i.period = ANY(@periods::text[])
 ORDER BY i.period, i.currency;
 
 -- name: ListCorrections :many
+-- ListCorrections reads the correction notes of the invoices, at most
+-- row_limit (NULL: all).
 SELECT correction_id, invoice_id, origin_event_id, amount, issued_at
 FROM invoice_correction
 WHERE invoice_id = ANY(@invoice_ids::uuid[])
-ORDER BY invoice_id, version;
+ORDER BY invoice_id, version
+LIMIT sqlc.narg(row_limit)::int;
 
 -- name: ReconciliationCorrections :many
 -- ReconciliationCorrections reads a page of the correction notes of a
@@ -405,7 +408,8 @@ ORDER BY g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregat
 
 -- name: LiveChargeLines :many
 -- LiveChargeLines groups the charges of the open invoices among the given
--- ones into their lines, as ChargeLineSums does for the close.
+-- ones into their lines, as ChargeLineSums does for the close: at most
+-- row_limit lines (NULL: all), so a read's answer is bounded (app.complete).
 SELECT g.invoice_id, g.meter_code, g.price_version, g.dimensions_key::text AS dimensions_key, g.unpriced, g.aggregation,
        g.unit_price, g.quantity::numeric AS quantity, g.charge_count::bigint AS charge_count, g.amount::numeric AS amount,
        vp.pricing, f.quantity AS figure,
@@ -429,7 +433,8 @@ LEFT JOIN invoice_price_version vp
 LEFT JOIN invoice_line_figure f
        ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
       AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced
-ORDER BY g.invoice_id, g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregation, g.unit_price;
+ORDER BY g.invoice_id, g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregation, g.unit_price
+LIMIT sqlc.narg(row_limit)::int;
 
 -- name: InsertChargeLines :exec
 -- Writes an invoice's charge and unpriced lines, computed and priced.
@@ -446,6 +451,7 @@ FROM (SELECT unnest(@kinds::text[]) AS kind, unnest(@meter_codes::text[]) AS met
 -- by meter, price version and dimensions, then the unpriced lines by meter,
 -- then adjustments in arrival order, then the rounding line, then the tax
 -- lines in their rates' order, then the credit lines in their draw order.
+-- At most row_limit lines (NULL: all).
 SELECT invoice_id, line_id, kind, origin_event_id, meter_code, price_version, dimensions_key::text AS dimensions_key,
        quantity, charge_count, amount, COALESCE(plan_code, '')::text AS plan_code, COALESCE(plan_version, 0)::bigint AS plan_version,
        COALESCE(fee_code, '')::text AS fee_code, COALESCE(fee_name, '')::text AS fee_name,
@@ -456,7 +462,8 @@ FROM invoice_line
 WHERE invoice_id = ANY(@invoice_ids::uuid[])
 ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'unpriced' THEN 1 WHEN 'fixed_fee' THEN 2 WHEN 'minimum_true_up' THEN 3
                                 WHEN 'adjustment' THEN 4 WHEN 'rounding' THEN 5 WHEN 'tax' THEN 6 ELSE 7 END,
-         meter_code, price_version, dimensions_key, plan_code, plan_version, fee_code, line_id;
+         meter_code, price_version, dimensions_key, plan_code, plan_version, fee_code, line_id
+LIMIT sqlc.narg(row_limit)::int;
 
 -- name: ReconciliationCharges :many
 -- ReconciliationCharges reads a page of the charges a tenant's invoices of

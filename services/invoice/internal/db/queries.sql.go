@@ -1020,7 +1020,13 @@ SELECT correction_id, invoice_id, origin_event_id, amount, issued_at
 FROM invoice_correction
 WHERE invoice_id = ANY($1::uuid[])
 ORDER BY invoice_id, version
+LIMIT $2::int
 `
+
+type ListCorrectionsParams struct {
+	InvoiceIds []uuid.UUID
+	RowLimit   pgtype.Int4
+}
 
 type ListCorrectionsRow struct {
 	CorrectionID  uuid.UUID
@@ -1030,8 +1036,10 @@ type ListCorrectionsRow struct {
 	IssuedAt      time.Time
 }
 
-func (q *Queries) ListCorrections(ctx context.Context, invoiceIds []uuid.UUID) ([]ListCorrectionsRow, error) {
-	rows, err := q.db.Query(ctx, listCorrections, invoiceIds)
+// ListCorrections reads the correction notes of the invoices, at most
+// row_limit (NULL: all).
+func (q *Queries) ListCorrections(ctx context.Context, arg ListCorrectionsParams) ([]ListCorrectionsRow, error) {
+	rows, err := q.db.Query(ctx, listCorrections, arg.InvoiceIds, arg.RowLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -1268,7 +1276,13 @@ WHERE invoice_id = ANY($1::uuid[])
 ORDER BY invoice_id, CASE kind WHEN 'charge' THEN 0 WHEN 'unpriced' THEN 1 WHEN 'fixed_fee' THEN 2 WHEN 'minimum_true_up' THEN 3
                                 WHEN 'adjustment' THEN 4 WHEN 'rounding' THEN 5 WHEN 'tax' THEN 6 ELSE 7 END,
          meter_code, price_version, dimensions_key, plan_code, plan_version, fee_code, line_id
+LIMIT $2::int
 `
+
+type ListStoredLinesParams struct {
+	InvoiceIds []uuid.UUID
+	RowLimit   pgtype.Int4
+}
 
 type ListStoredLinesRow struct {
 	InvoiceID     uuid.UUID
@@ -1298,8 +1312,9 @@ type ListStoredLinesRow struct {
 // by meter, price version and dimensions, then the unpriced lines by meter,
 // then adjustments in arrival order, then the rounding line, then the tax
 // lines in their rates' order, then the credit lines in their draw order.
-func (q *Queries) ListStoredLines(ctx context.Context, invoiceIds []uuid.UUID) ([]ListStoredLinesRow, error) {
-	rows, err := q.db.Query(ctx, listStoredLines, invoiceIds)
+// At most row_limit lines (NULL: all).
+func (q *Queries) ListStoredLines(ctx context.Context, arg ListStoredLinesParams) ([]ListStoredLinesRow, error) {
+	rows, err := q.db.Query(ctx, listStoredLines, arg.InvoiceIds, arg.RowLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -1364,7 +1379,13 @@ LEFT JOIN invoice_line_figure f
        ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
       AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced
 ORDER BY g.invoice_id, g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregation, g.unit_price
+LIMIT $2::int
 `
+
+type LiveChargeLinesParams struct {
+	InvoiceIds []uuid.UUID
+	RowLimit   pgtype.Int4
+}
 
 type LiveChargeLinesRow struct {
 	InvoiceID      uuid.UUID
@@ -1383,9 +1404,10 @@ type LiveChargeLinesRow struct {
 }
 
 // LiveChargeLines groups the charges of the open invoices among the given
-// ones into their lines, as ChargeLineSums does for the close.
-func (q *Queries) LiveChargeLines(ctx context.Context, invoiceIds []uuid.UUID) ([]LiveChargeLinesRow, error) {
-	rows, err := q.db.Query(ctx, liveChargeLines, invoiceIds)
+// ones into their lines, as ChargeLineSums does for the close: at most
+// row_limit lines (NULL: all), so a read's answer is bounded (app.complete).
+func (q *Queries) LiveChargeLines(ctx context.Context, arg LiveChargeLinesParams) ([]LiveChargeLinesRow, error) {
+	rows, err := q.db.Query(ctx, liveChargeLines, arg.InvoiceIds, arg.RowLimit)
 	if err != nil {
 		return nil, err
 	}

@@ -114,6 +114,10 @@ func toJSON(inv app.Invoice) invoiceJSON {
 	return out
 }
 
+// codeTooManyLines: a read's invoices hold more lines and correction notes
+// than app.Config.MaxReadLines (422).
+const codeTooManyLines = "too_many_lines"
+
 // list: GET /v1/tenants/{tenantId}/invoices?period=YYYY-MM&limit=&cursor=.
 // Without period (or with an empty one) it lists every period's invoices.
 // Pages are keyset pages in (period, currency) order (pkg/page).
@@ -149,6 +153,11 @@ func (a *API) list(w http.ResponseWriter, r *http.Request) {
 		after = &pos
 	}
 	invs, err := a.svc.Invoices(r.Context(), tenantID, period, after, req.Fetch())
+	if errors.Is(err, app.ErrTooManyLines) {
+		httpx.WriteProblem(w, httpx.NewProblem(http.StatusUnprocessableEntity, codeTooManyLines,
+			"the invoices of this page hold more lines and correction notes than one answer carries; ask for fewer with limit"))
+		return
+	}
 	if err != nil {
 		httpx.WriteError(w, r, a.log, err)
 		return
@@ -191,6 +200,11 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 	inv, err := a.svc.Invoice(r.Context(), tenantID, id)
 	if errors.Is(err, app.ErrNotFound) {
 		httpx.WriteProblem(w, httpx.Problemf(http.StatusNotFound, "not_found", "tenant %s has no invoice %s", tenantID, id))
+		return
+	}
+	if errors.Is(err, app.ErrTooManyLines) {
+		httpx.WriteProblem(w, httpx.Problemf(http.StatusUnprocessableEntity, codeTooManyLines,
+			"invoice %s holds more lines and correction notes than one answer carries; billing lists its charges page by page", id))
 		return
 	}
 	if err != nil {
