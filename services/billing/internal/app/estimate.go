@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/pricing"
+	"github.com/usagebilling/billing/pkg/rule"
 	"github.com/usagebilling/billing/services/billing/internal/db"
 	"github.com/usagebilling/billing/services/billing/internal/domain"
 )
@@ -39,9 +41,18 @@ type Estimate struct {
 	WaitingFor       string     `json:"waitingFor,omitempty"`
 }
 
+// MaxPeriodLines is how many lines (meter, currency, price version and
+// price dimensions) a period read prices: a period with more is refused
+// 422 too_many_lines, so the read's work and memory do not grow with the
+// tenant's price versions and dimensions (issue 27 item 7).
+var MaxPeriodLines = 10000
+
+// CodeTooManyLines: a period has more than MaxPeriodLines lines.
+const CodeTooManyLines = "too_many_lines"
+
 // PeriodEstimate reads the period's status, lines and adjustments, in one
 // snapshot, and prices the lines. Bounded by meters x versions x currencies,
-// whatever the number of charges.
+// whatever the number of charges, and by MaxPeriodLines lines.
 func (a *App) PeriodEstimate(ctx context.Context, tenantID, period string) (Estimate, error) {
 	out := Estimate{Period: period, Estimate: map[string]decimal.Decimal{}}
 	tx, err := a.pool.Begin(ctx)
@@ -86,9 +97,15 @@ func (a *App) PeriodEstimate(ctx context.Context, tenantID, period string) (Esti
 			out.WaitingFor = why
 		}
 	}
-	lines, err := q.PeriodLines(ctx, db.PeriodLinesParams{TenantID: tenantID, Period: period})
+	lines, err := q.PeriodLines(ctx, db.PeriodLinesParams{TenantID: tenantID, Period: period,
+		RowLimit: pgtype.Int4{Int32: int32(MaxPeriodLines) + 1, Valid: true}})
 	if err != nil {
 		return Estimate{}, fmt.Errorf("read period lines: %w", err)
+	}
+	if len(lines) > MaxPeriodLines {
+		return Estimate{}, &rule.Error{Kind: rule.Unprocessable, Code: CodeTooManyLines,
+			Detail: fmt.Sprintf("period %s has more than %d lines (meter, currency, price version and dimensions) "+
+				"for one read; billing's charges list reads them page by page", period, MaxPeriodLines)}
 	}
 	for _, l := range lines {
 		amount, err := LineAmount(l)

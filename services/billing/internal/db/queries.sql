@@ -262,7 +262,8 @@ WHERE pe.tenant_id = @tenant_id
 -- the larger (source system, source event id) in byte order; the number of
 -- distinct values), the sum of the charges' own amounts, and the version's
 -- pricing. Order-independent; bounded by lines whatever the number of
--- charges.
+-- charges, and by row_limit lines when given (NULL: every line; the
+-- period read's bound, app.MaxPeriodLines).
 WITH l AS (
     SELECT c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
            min(c.dimensions::text)::jsonb AS dimensions, count(*) AS charges,
@@ -302,7 +303,8 @@ LEFT JOIN price_evidence pe ON pe.tenant_id = @tenant_id AND pe.meter_code = l.m
                            AND l.plan_code = ''
 LEFT JOIN plan_charge pc ON pc.code = l.plan_code AND pc.version = l.price_version AND pc.meter_code = l.meter_code
                         AND pc.dimensions_key = l.dimensions_key AND l.plan_code <> ''
-ORDER BY l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key;
+ORDER BY l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key
+LIMIT sqlc.narg(row_limit)::int;
 
 -- name: PeriodAdjustments :many
 -- The adjustments a period's close counts (posted before it closed), summed

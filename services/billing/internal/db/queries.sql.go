@@ -1165,13 +1165,13 @@ WITH l AS (
            count(DISTINCT c.value) FILTER (WHERE c.aggregation = 'unique_count') AS distinct_values,
            sum(c.amount) AS amount
     FROM charge c
-    WHERE c.tenant_id = $1 AND c.period = $2
+    WHERE c.tenant_id = $1 AND c.period = $3
     GROUP BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
 ), latest AS (
     SELECT DISTINCT ON (c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced)
            c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.quantity
     FROM charge c
-    WHERE c.tenant_id = $1 AND c.period = $2 AND c.aggregation = 'latest'
+    WHERE c.tenant_id = $1 AND c.period = $3 AND c.aggregation = 'latest'
     ORDER BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
              c.occurred_at DESC, c.source_system COLLATE "C" DESC, c.source_event_id COLLATE "C" DESC
 )
@@ -1198,10 +1198,12 @@ LEFT JOIN price_evidence pe ON pe.tenant_id = $1 AND pe.meter_code = l.meter_cod
 LEFT JOIN plan_charge pc ON pc.code = l.plan_code AND pc.version = l.price_version AND pc.meter_code = l.meter_code
                         AND pc.dimensions_key = l.dimensions_key AND l.plan_code <> ''
 ORDER BY l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key
+LIMIT $2::int
 `
 
 type PeriodLinesParams struct {
 	TenantID string
+	RowLimit pgtype.Int4
 	Period   string
 }
 
@@ -1232,9 +1234,10 @@ type PeriodLinesRow struct {
 // the larger (source system, source event id) in byte order; the number of
 // distinct values), the sum of the charges' own amounts, and the version's
 // pricing. Order-independent; bounded by lines whatever the number of
-// charges.
+// charges, and by row_limit lines when given (NULL: every line; the
+// period read's bound, app.MaxPeriodLines).
 func (q *Queries) PeriodLines(ctx context.Context, arg PeriodLinesParams) ([]PeriodLinesRow, error) {
-	rows, err := q.db.Query(ctx, periodLines, arg.TenantID, arg.Period)
+	rows, err := q.db.Query(ctx, periodLines, arg.TenantID, arg.RowLimit, arg.Period)
 	if err != nil {
 		return nil, err
 	}
