@@ -379,3 +379,15 @@ func TestAlertSeenAcrossConcurrentBatches(t *testing.T) {
 	}
 	wantTold(t, r.told(), "13 13")
 }
+
+// An adjustment line moves the running total too: one that takes it to a
+// spend alert's threshold tells it, with the subtotal it reached.
+func TestSpendAlertCrossedByAnAdjustment(t *testing.T) {
+	t.Parallel()
+	r := newAlertRig(t)
+	r.alert("spend", "", "USD", "10")
+	r.decide(r.p.Charge("USD", "8", "1"))
+	wantTold(t, r.told())
+	r.decide(r.p.Adjustment("USD", "3"))
+	wantTold(t, r.told(), "USD 10 11")
+}
