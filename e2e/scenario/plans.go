@@ -69,6 +69,9 @@ type PlanResult struct {
 	Balance, WantBalance         decimal.Decimal // the grant's, after the draw
 	GrantStatus, WantGrantStatus string
 	ClockMoves                   []ClockMove
+	SourceEventIDs               []string // of the facts sent
+	ChargeLineID                 string   // the issued invoice's charge line
+	Alert                        AlertResult
 	Took                         time.Duration
 	Mismatches                   []string
 }
@@ -142,10 +145,18 @@ func (r *run) planStory(ctx context.Context, res *PlanResult, clk Clock) error {
 	if err != nil {
 		return err
 	}
+	alerts, err := r.planAlert(ctx, res)
+	if err != nil {
+		return err
+	}
+	defer alerts.close()
 	r.cfg.Progress("plan story: %s subscribed to %s from %s (%s): %d of %d days; got a USD %s credit grant", res.Tenant, PlanCode,
 		res.StartsAt.UTC().Format(time.RFC3339Nano), res.StartsAt.In(loc).Format("2006-01-02 15:04 MST"), res.Days, res.PeriodDays,
 		PlanGrant.StringFixed(planCents))
 	if err := r.sendPlanUsage(ctx, res, clk); err != nil {
+		return err
+	}
+	if err := r.checkAlert(ctx, res, alerts, false); err != nil {
 		return err
 	}
 	want := planInvoice(res, grantID)
@@ -164,6 +175,12 @@ func (r *run) planStory(ctx context.Context, res *PlanResult, clk Clock) error {
 		return fmt.Errorf("close %s %s: status %d: %s", res.Tenant, res.Period, resp.status, resp.body)
 	}
 	if err := r.checkPlanInvoice(ctx, res, want); err != nil {
+		return err
+	}
+	if err := r.checkAlert(ctx, res, alerts, true); err != nil {
+		return err
+	}
+	if err := r.traceLine(ctx, res, res.ChargeLineID, res.SourceEventIDs); err != nil {
 		return err
 	}
 	return r.checkGrant(ctx, res, grantID)
@@ -351,6 +368,7 @@ func (r *run) sendPlanUsage(ctx context.Context, res *PlanResult, clk Clock) err
 	for i := range 10 {
 		q := decimal.NewFromInt(900).Add(decimal.RequireFromString("75.5").Mul(decimal.NewFromInt(int64(i))))
 		res.Quantity = res.Quantity.Add(q)
+		res.SourceEventIDs = append(res.SourceEventIDs, fmt.Sprintf("req-%02d", i))
 		batch = append(batch, map[string]any{"sourceSystem": "scenario", "sourceEventId": fmt.Sprintf("req-%02d", i), "meterCode": PlanMeter,
 			"quantity": q.String(), "currency": PlanCurrency, "occurredAt": now.Add(time.Duration(i) * time.Millisecond).Format(time.RFC3339Nano)})
 	}
@@ -485,6 +503,7 @@ func (r *run) planEstimate(ctx context.Context, res *PlanResult, want []PlanLine
 }
 
 type planLineDoc struct {
+	LineID       string           `json:"lineId"`
 	Kind         string           `json:"kind"`
 	MeterCode    string           `json:"meterCode"`
 	PriceVersion int64            `json:"priceVersion"`
@@ -545,6 +564,7 @@ func (r *run) checkPlanInvoice(ctx context.Context, res *PlanResult, want []Plan
 		var bad bool
 		switch l.Kind {
 		case "charge":
+			res.ChargeLineID = l.LineID
 			bad = l.MeterCode != PlanMeter || l.PlanCode != PlanCode || l.PriceVersion != res.PlanVersion || l.PlanVersion != res.PlanVersion ||
 				!l.Quantity.Equal(res.Quantity) || l.ChargeCount != int64(res.Facts)
 		case "fixed_fee":

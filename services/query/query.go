@@ -45,13 +45,10 @@ var Spec = service.Spec{
 // Build wires the projection and ops consumers, the tenant API and the
 // operator API.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
-	op := operator.New(d.Pool, ops.NewClient(d.Config.ServiceURLs, d.Config.Auth, operator.Self), d.Logger)
-	tenantAPI := httpapi.New(app.NewReader(d.Pool), d.Logger)
-	operatorAPI := httpapi.NewOperator(op, d.Logger)
 	webhookAPI := httpapi.NewWebhookOperator(
 		operator.NewWebhooks(d.Pool, d.Config.ServiceURLs[operator.WebhookService], d.Config.Auth, d.Logger), d.Logger)
 	env := service.NewEnv()
-	interval := env.Duration("QUERY_FOLD_INTERVAL", app.DefaultFoldInterval)
+	cfg := app.Config{FoldInterval: env.Duration("QUERY_FOLD_INTERVAL", app.DefaultFoldInterval)}
 	consoleCfg := console.Config{SecureCookie: env.Bool("QUERY_CONSOLE_SECURE_COOKIE", false)}
 	keyFile := env.String("QUERY_CONSOLE_CSRF_KEY_FILE", "")
 	if err := env.Err(); err != nil {
@@ -64,8 +61,12 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		}
 		consoleCfg.CSRFKey = bytes.TrimSpace(key)
 	}
+	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Metrics: d.Metrics}, cfg)
+	op := operator.New(d.Pool, ops.NewClient(d.Config.ServiceURLs, d.Config.Auth, operator.Self), a.Reconciliation(), d.Logger)
+	operatorAPI := httpapi.NewOperator(op, d.Logger)
+	tenantAPI := httpapi.New(a, d.Logger)
 	con, err := console.New(op, operator.NewWebhooks(d.Pool, d.Config.ServiceURLs[operator.WebhookService], d.Config.Auth, d.Logger),
-		operator.NewAccounts(d.Config.ServiceURLs, d.Config.Auth), app.NewReader(d.Pool), d.Config.Auth, consoleCfg, d.Logger)
+		operator.NewAccounts(d.Config.ServiceURLs, d.Config.Auth), a, d.Config.Auth, consoleCfg, d.Logger)
 	if err != nil {
 		return service.Parts{}, fmt.Errorf("QUERY_CONSOLE_CSRF_KEY_FILE %s: %w", keyFile, err)
 	}
@@ -80,9 +81,9 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		},
 		Topics:         append(append([]string{}, app.Topics...), events.TopicOps),
 		Handlers:       handlers,
-		BatchHandlers:  app.BatchHandlers(),
-		Reconciliation: app.NewReader(d.Pool).Reconciliation(),
+		BatchHandlers:  a.BatchHandlers(),
+		Reconciliation: a.Reconciliation(),
 		// Summary deltas are folded in the background (QUERY_FOLD_INTERVAL).
-		Work: app.NewFolder(d.Pool, interval, d.Metrics, d.Logger).Run,
+		Work: a.RunFolder,
 	}, nil
 }

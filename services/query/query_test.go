@@ -56,7 +56,7 @@ func runnerThroughKafka(t *testing.T) ([]string, string) {
 	servicetest.Background(t, runner.Run)
 	router := chi.NewRouter()
 	router.Use(auth.Middleware(devKeys(t), log))
-	httpapi.New(app.NewReader(pool), log).Routes(router)
+	httpapi.New(app.New(app.Deps{Pool: pool}, app.Config{}), log).Routes(router)
 	srv := httptest.NewServer(router)
 	t.Cleanup(srv.Close)
 	return brokers, srv.URL

@@ -58,6 +58,13 @@ func reportPlan(res *scenario.PlanResult) {
 	}
 	fmt.Fprintf(w, "grant after the draw\tbalance, status\t%s %s\n", check(res.Balance, res.WantBalance), checkString(res.GrantStatus, res.WantGrantStatus))
 	w.Flush()
+	a := res.Alert
+	w = section(fmt.Sprintf("Told before the invoice, and traced after it: %s's alert and its own viewer's trace", res.Tenant))
+	fmt.Fprintf(w, "alert: %s of %s reach %s\tWebhook-Id %s\ttold %s time(s) (bad signatures %d), at %s\n",
+		scenario.PlanMeter, res.Period, a.Threshold, a.WebhookID, checkInt(a.Deliveries, 1), a.BadSignatures, a.Value)
+	fmt.Fprintf(w, "charge line %s\ttraced by a viewer token of %s, %d pages\t%d facts %v, quantity %s\n",
+		res.ChargeLineID, res.Tenant, a.Pages, len(a.Traced), a.Traced, check(a.Quantity, res.Quantity))
+	w.Flush()
 	fmt.Printf("(%d facts; the story took %s)\n", res.Facts, res.Took.Round(100*time.Millisecond))
 }
 

@@ -248,7 +248,7 @@ func addDistinctDays(ctx context.Context, q *db.Queries, facts []fact) error {
 // defineMeters records the meters of a batch of MeterDefined (the first
 // definition of a code stays) and rolls up the facts of each that arrived
 // before it.
-func defineMeters(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, ps []events.MeterDefined) ([]inbox.Outcome, error) {
+func (a *App) defineMeters(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, ps []events.MeterDefined) ([]inbox.Outcome, error) {
 	q := db.New(tx)
 	order := make([]int, len(ps))
 	for i := range order {
@@ -334,7 +334,7 @@ func meterOf(code, aggregation, valueProperty string, dims []string, eventType s
 
 // setTenantZones keeps the zone of each tenant's latest period seen ending:
 // the analytics' default zone.
-func setTenantZones(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, ps []events.BillingPeriodEnded) ([]inbox.Outcome, error) {
+func (a *App) setTenantZones(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, ps []events.BillingPeriodEnded) ([]inbox.Outcome, error) {
 	q := db.New(tx)
 	for i, p := range ps {
 		if err := q.SetTenantZone(ctx, db.SetTenantZoneParams{TenantID: ds[i].Envelope.TenantID, Period: p.Period,

@@ -79,7 +79,7 @@ func TestUsageAnalyticsAtScale(t *testing.T) {
 	}
 	t.Logf("loaded %d facts of each of 2 meters (%d hourly rollup rows) in %s", n, hourly, time.Since(loadStart).Round(time.Second))
 
-	r := app.NewReader(pool)
+	r := app.New(app.Deps{Pool: pool}, app.Config{})
 	for _, limit := range []int{100, 1000} {
 		q := domain.UsageQuery{TenantID: "bench", MeterCode: "tokens", From: month, To: end, WindowSize: domain.WindowHour, GroupBy: []string{"model"}}
 		var times []time.Duration

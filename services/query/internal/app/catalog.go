@@ -18,8 +18,8 @@ type CatalogMeter struct {
 
 // Meters returns at most limit meters of query's copy of the catalog, by
 // code after after ("" from the first).
-func (r *Reader) Meters(ctx context.Context, after string, limit int) ([]CatalogMeter, error) {
-	rows, err := db.New(r.pool).ListMeterDefinitions(ctx, db.ListMeterDefinitionsParams{After: after, Lim: int32(limit)})
+func (a *App) Meters(ctx context.Context, after string, limit int) ([]CatalogMeter, error) {
+	rows, err := db.New(a.pool).ListMeterDefinitions(ctx, db.ListMeterDefinitionsParams{After: after, Lim: int32(limit)})
 	if err != nil {
 		return nil, fmt.Errorf("list meters: %w", err)
 	}

@@ -86,7 +86,7 @@ func TestChargedAgreesWithTheLinesOfEveryAggregation(t *testing.T) {
 		batch := evs[i:min(i+7, len(evs))]
 		Decide(t, pool, ib, append(slices.Clone(batch), batch[0])...)
 	}
-	s, err := app.NewReader(pool).Summary(t.Context(), "acme")
+	s, err := app.New(app.Deps{Pool: pool}, app.Config{}).Summary(t.Context(), "acme")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,53 +3,21 @@ package app
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usagebilling/billing/services/query/internal/db"
 )
 
-// Folder moves the summary deltas the consumers insert into the folded
-// totals, in the background, so a read adds up few rows and the table stays
-// small. Folds of one tenant are serialised (an advisory lock); consumers
-// never wait for them, and reads never wait either (see Summary).
-type Folder struct {
-	pool     *pgxpool.Pool
-	interval time.Duration
-	log      *slog.Logger
-	pending  prometheus.Gauge
-	folded   prometheus.Counter
-}
-
-// DefaultFoldInterval is how often the folder runs when not configured.
-const DefaultFoldInterval = time.Second
-
-// NewFolder returns a folder running every interval, with its metrics on
-// reg (nil: none): summary_deltas_pending and summary_folds_total.
-func NewFolder(pool *pgxpool.Pool, interval time.Duration, reg prometheus.Registerer, log *slog.Logger) *Folder {
-	if interval <= 0 {
-		interval = DefaultFoldInterval
-	}
-	f := &Folder{pool: pool, interval: interval, log: log,
-		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "summary_deltas_pending",
-			Help: "Summary deltas not folded into the tenant totals yet (after the last fold)."}),
-		folded: prometheus.NewCounter(prometheus.CounterOpts{Name: "summary_folds_total",
-			Help: "Tenant folds of summary deltas committed by the background folder."}),
-	}
-	if reg != nil {
-		_ = reg.Register(f.pending)
-		_ = reg.Register(f.folded)
-	}
-	return f
-}
-
-// Run folds every interval until ctx ends.
-func (f *Folder) Run(ctx context.Context) error {
-	t := time.NewTicker(f.interval)
+// RunFolder moves the summary deltas the consumers insert into the folded
+// totals every Config.FoldInterval until ctx ends, so a read adds up few
+// rows and the table stays small. Folds of one tenant are serialised (an
+// advisory lock); consumers never wait for them, and reads never wait
+// either (see Summary). A failed fold is logged and tried again next
+// interval.
+func (a *App) RunFolder(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.FoldInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -57,8 +25,8 @@ func (f *Folder) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		if _, err := f.FoldOnce(ctx); err != nil && ctx.Err() == nil {
-			f.log.WarnContext(ctx, "fold of summary deltas failed; next interval tries again", "err", err)
+		if _, err := a.FoldOnce(ctx); err != nil && ctx.Err() == nil {
+			a.log.WarnContext(ctx, "fold of summary deltas failed; next interval tries again", "err", err)
 		}
 	}
 }
@@ -66,14 +34,14 @@ func (f *Folder) Run(ctx context.Context) error {
 // FoldOnce folds the deltas of the tenants with the oldest pending deltas
 // (up to 100 tenants), one transaction per tenant, and returns how many
 // tenants it folded.
-func (f *Folder) FoldOnce(ctx context.Context) (int, error) {
-	tenants, err := db.New(f.pool).ListTenantsToFold(ctx, 10000)
+func (a *App) FoldOnce(ctx context.Context) (int, error) {
+	tenants, err := db.New(a.pool).ListTenantsToFold(ctx, 10000)
 	if err != nil {
 		return 0, fmt.Errorf("list tenants to fold: %w", err)
 	}
 	n := 0
 	for _, tenantID := range tenants[:min(len(tenants), 100)] {
-		err := pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		err := pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 			q := db.New(tx)
 			if err := q.LockTenantSummary(ctx, tenantID); err != nil {
 				return fmt.Errorf("lock summary of %s: %w", tenantID, err)
@@ -87,10 +55,10 @@ func (f *Folder) FoldOnce(ctx context.Context) (int, error) {
 			return n, err
 		}
 		n++
-		f.folded.Inc()
+		a.folded.Inc()
 	}
-	if left, err := db.New(f.pool).CountPendingDeltas(ctx); err == nil {
-		f.pending.Set(float64(left))
+	if left, err := db.New(a.pool).CountPendingDeltas(ctx); err == nil {
+		a.pending.Set(float64(left))
 	}
 	return n, nil
 }

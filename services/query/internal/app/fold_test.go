@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,8 +26,7 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 	f := NewFeed(t, "acme")
 	price := D("0.0125")
 	Decide(t, pool, ib, f.Price("api_calls", "USD", price.String()))
-	folder := app.NewFolder(pool, 0, nil, slog.New(slog.DiscardHandler))
-	reader := app.NewReader(pool)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 
 	// started is raised before a batch commits and committed after: a read
 	// can land between a batch's commit and the raise of committed, so a
@@ -49,7 +47,7 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 				return
 			default:
 			}
-			n, err := folder.FoldOnce(ctx)
+			n, err := svc.FoldOnce(ctx)
 			if err != nil {
 				t.Errorf("fold: %v", err)
 				fail()
@@ -67,7 +65,7 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 			default:
 			}
 			before := committed.Load()
-			s, err := reader.Summary(ctx, "acme")
+			s, err := svc.Summary(ctx, "acme")
 			after := started.Load()
 			if err != nil {
 				t.Errorf("read: %v", err)
@@ -100,7 +98,7 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 		started.Add(size)
 		Decide(t, pool, ib, evs...)
 		n := committed.Add(size)
-		s, err := reader.Summary(ctx, "acme")
+		s, err := svc.Summary(ctx, "acme")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,14 +124,14 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 		t.Fatalf("not proven: %d folds and %d concurrent reads during the writes", folds.Load(), reads.Load())
 	}
 	// A last fold leaves no delta, and the figures do not move.
-	if _, err := folder.FoldOnce(ctx); err != nil {
+	if _, err := svc.FoldOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var left int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM summary_delta`).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("%d deltas left after the last fold, %v", left, err)
 	}
-	s, err := reader.Summary(ctx, "acme")
+	s, err := svc.Summary(ctx, "acme")
 	if err != nil || s.UsageCount != batches*size || !s.Charged["USD"].Equal(price.Mul(decimal.NewFromInt(batches*size))) {
 		t.Fatalf("final summary %+v, %v", s, err)
 	}

@@ -1,8 +1,3 @@
-// Package app is the query service's application layer: the inbox handler
-// that projects every public event (a per-event row and a summary delta, in
-// the deciding transaction), the summary read (folded totals plus the deltas
-// not folded yet, in one snapshot), the background folder, and the
-// reconciliation sets query serves (reconcile.go, as in every service).
 package app
 
 import (
@@ -15,53 +10,21 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/envelope"
-	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/services/query/internal/db"
 	"github.com/usagebilling/billing/services/query/internal/domain"
 )
 
-// Topics are the public topics the query service projects.
-var Topics = []string{events.TopicMeter, events.TopicUsage, events.TopicBilling, events.TopicInvoice}
-
-// Projected are the event types projected (every public event type).
-var Projected = []string{
-	events.TypePriceActivated, events.TypeUsageAccepted, events.TypeChargeRated, events.TypeAdjustmentPosted,
-	events.TypeBillingPeriodClosed, events.TypeInvoiceIssued, events.TypeInvoiceCorrectionIssued,
-}
-
-// BatchHandlers maps every projected event type to the projection, and the
-// meter's schedule watermarks (PriceScheduleWatermark, billing's concern,
-// sent every few seconds per price series) to nothing: they share the
-// meter's topic and are absorbed, not projected.
-func BatchHandlers() map[string]inbox.BatchHandler {
-	hs := make(map[string]inbox.BatchHandler, len(Projected)+1)
-	for _, t := range Projected {
-		hs[t] = project
-	}
-	hs[events.TypePriceScheduleWatermark] = absorb
-	// PlanPublished: billing prices facts by plans; no summary holds them.
-	hs[events.TypePlanPublished] = absorb
-	// BillingPeriodEnded (a period went into grace, decision 0014) changes
-	// no summary; its zone is the analytics' default zone of the tenant.
-	inbox.HandleBatch(hs, setTenantZones)
-	// MeterDefined: the catalog, for the analytics.
-	inbox.HandleBatch(hs, defineMeters)
-	// Usage's watermarks (UsageAcceptedThrough, decision 0014: billing's
-	// concern, every second per partition) share the usage topic: absorbed.
-	hs[events.TypeUsageAcceptedThrough] = absorb
-	return hs
-}
-
-// absorb applies events without effect.
-func absorb(_ context.Context, _ pgx.Tx, ds []*envelope.Decoded) ([]inbox.Outcome, error) {
+// absorb applies events of payload type T without effect.
+func absorb[T any](_ context.Context, _ pgx.Tx, ds []*envelope.Decoded, _ []T) ([]inbox.Outcome, error) {
 	return make([]inbox.Outcome, len(ds)), nil
 }
 
 // project records the events and their summary deltas in one statement. The
 // inbox dedups by event id; an event projected anyway (its projected_event
-// row exists) is a duplicate.
-func project(ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded) ([]inbox.Outcome, error) {
+// row exists) is a duplicate. Every projected payload type T takes the same
+// path (domain.Project tells them apart).
+func project[T any](ctx context.Context, tx pgx.Tx, ds []*envelope.Decoded, _ []T) ([]inbox.Outcome, error) {
 	n := len(ds)
 	p := db.ProjectParams{
 		EventIds: make([]uuid.UUID, n), EventTypes: make([]string, n), TenantIds: make([]string, n),

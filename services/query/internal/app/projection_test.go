@@ -88,7 +88,7 @@ func scenario(t *testing.T, tenant string, n int) ([]Event, *want) {
 
 func check(t *testing.T, pool *pgxpool.Pool, tenant string, w *want) {
 	t.Helper()
-	s, err := app.NewReader(pool).Summary(t.Context(), tenant)
+	s, err := app.New(app.Deps{Pool: pool}, app.Config{}).Summary(t.Context(), tenant)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestSummaryIndependentOfOrder(t *testing.T) {
 	for start := 0; start < len(shuffled); start += 5 {
 		Decide(t, pool, ib, shuffled[start:min(start+5, len(shuffled))]...)
 		if start == 10 { // a read while events are still missing folds what is there
-			if _, err := app.NewReader(pool).Summary(t.Context(), "acme"); err != nil {
+			if _, err := app.New(app.Deps{Pool: pool}, app.Config{}).Summary(t.Context(), "acme"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -197,7 +197,7 @@ func TestProjectionIsUniqueByEventID(t *testing.T) {
 	if ds[0].Outcome != inbox.OutcomeDuplicate || ds[0].Reason != "effect_exists:projected_event_pkey" {
 		t.Fatalf("decision %+v, want duplicate by projected_event_pkey", ds[0])
 	}
-	s, err := app.NewReader(pool).Summary(t.Context(), "acme")
+	s, err := app.New(app.Deps{Pool: pool}, app.Config{}).Summary(t.Context(), "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestProjectionDuplicateInABatch(t *testing.T) {
 			t.Fatalf("decision %d %+v, want applied", i, d)
 		}
 	}
-	s, err := app.NewReader(pool).Summary(t.Context(), "acme")
+	s, err := app.New(app.Deps{Pool: pool}, app.Config{}).Summary(t.Context(), "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestProjectionDuplicateInABatch(t *testing.T) {
 func TestUnknownTenantHasAZeroSummary(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, Template)
-	s, err := app.NewReader(pool).Summary(t.Context(), "nobody")
+	s, err := app.New(app.Deps{Pool: pool}, app.Config{}).Summary(t.Context(), "nobody")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestUnknownTenantHasAZeroSummary(t *testing.T) {
 // Every public event type has a handler (an unhandled one would be
 // quarantined as unknown_event_type).
 func TestEveryPublicEventTypeIsProjected(t *testing.T) {
-	hs := app.BatchHandlers()
+	hs := app.New(app.Deps{}, app.Config{}).BatchHandlers()
 	for _, typ := range []string{events.TypePriceActivated, events.TypeUsageAccepted, events.TypeChargeRated,
 		events.TypeAdjustmentPosted, events.TypeBillingPeriodClosed, events.TypeInvoiceIssued, events.TypeInvoiceCorrectionIssued,
 		events.TypePriceScheduleWatermark, events.TypeBillingPeriodEnded, events.TypeUsageAcceptedThrough} {

@@ -12,16 +12,16 @@ import (
 
 // Reconciliation returns the reconciliation sets query serves: its
 // projection of the tenant's money flow, by month.
-func (r *Reader) Reconciliation() recon.Sets {
+func (a *App) Reconciliation() recon.Sets {
 	return recon.Sets{
-		recon.SetUsageFacts:  recon.Set(r.reconciliationUsage),
-		recon.SetCharges:     recon.Set(r.reconciliationCharges),
-		recon.SetAdjustments: recon.Set(r.reconciliationAdjustments),
-		recon.SetCorrections: recon.Set(r.reconciliationCorrections),
-		recon.SetInvoices:    recon.Set(r.reconciliationInvoices),
+		recon.SetUsageFacts:  recon.Set(a.reconciliationUsage),
+		recon.SetCharges:     recon.Set(a.reconciliationCharges),
+		recon.SetAdjustments: recon.Set(a.reconciliationAdjustments),
+		recon.SetCorrections: recon.Set(a.reconciliationCorrections),
+		recon.SetInvoices:    recon.Set(a.reconciliationInvoices),
 		// Query's own, for its reconciliation: what its projected charges
 		// contribute to their lines' aggregation.
-		SetChargeObservations: recon.Set(r.reconciliationObservations),
+		SetChargeObservations: recon.Set(a.reconciliationObservations),
 	}
 }
 
@@ -29,8 +29,8 @@ func (r *Reader) Reconciliation() recon.Sets {
 // contribute to their lines' aggregation (domain.ChargeObservation).
 const SetChargeObservations = "query-charge-observations"
 
-func (r *Reader) reconciliationObservations(ctx context.Context, q recon.Query) ([]domain.ChargeObservation, error) {
-	rows, err := db.New(r.pool).ReconciliationChargeObservations(ctx, db.ReconciliationChargeObservationsParams{TenantID: q.TenantID,
+func (a *App) reconciliationObservations(ctx context.Context, q recon.Query) ([]domain.ChargeObservation, error) {
+	rows, err := db.New(a.pool).ReconciliationChargeObservations(ctx, db.ReconciliationChargeObservationsParams{TenantID: q.TenantID,
 		Period: q.Period, AfterKey: q.After.Key, AfterID: q.After.ID, RowLimit: int32(q.Limit)})
 	if err != nil {
 		return nil, fmt.Errorf("read projected charge observations: %w", err)
@@ -44,8 +44,8 @@ func (r *Reader) reconciliationObservations(ctx context.Context, q recon.Query) 
 	return out, nil
 }
 
-func (r *Reader) reconciliationUsage(ctx context.Context, q recon.Query) ([]recon.UsageFact, error) {
-	rows, err := db.New(r.pool).ReconciliationUsage(ctx, db.ReconciliationUsageParams{TenantID: q.TenantID,
+func (a *App) reconciliationUsage(ctx context.Context, q recon.Query) ([]recon.UsageFact, error) {
+	rows, err := db.New(a.pool).ReconciliationUsage(ctx, db.ReconciliationUsageParams{TenantID: q.TenantID,
 		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
 	if err != nil {
 		return nil, fmt.Errorf("read projected usage: %w", err)
@@ -57,8 +57,8 @@ func (r *Reader) reconciliationUsage(ctx context.Context, q recon.Query) ([]reco
 	return out, nil
 }
 
-func (r *Reader) reconciliationCharges(ctx context.Context, q recon.Query) ([]recon.Charge, error) {
-	rows, err := db.New(r.pool).ReconciliationCharges(ctx, db.ReconciliationChargesParams{TenantID: q.TenantID,
+func (a *App) reconciliationCharges(ctx context.Context, q recon.Query) ([]recon.Charge, error) {
+	rows, err := db.New(a.pool).ReconciliationCharges(ctx, db.ReconciliationChargesParams{TenantID: q.TenantID,
 		Period: q.Period, AfterKey: q.After.Key, AfterID: q.After.ID, RowLimit: int32(q.Limit)})
 	if err != nil {
 		return nil, fmt.Errorf("read projected charges: %w", err)
@@ -71,8 +71,8 @@ func (r *Reader) reconciliationCharges(ctx context.Context, q recon.Query) ([]re
 	return out, nil
 }
 
-func (r *Reader) reconciliationAdjustments(ctx context.Context, q recon.Query) ([]recon.Adjustment, error) {
-	rows, err := db.New(r.pool).ReconciliationAdjustments(ctx, db.ReconciliationAdjustmentsParams{TenantID: q.TenantID,
+func (a *App) reconciliationAdjustments(ctx context.Context, q recon.Query) ([]recon.Adjustment, error) {
+	rows, err := db.New(a.pool).ReconciliationAdjustments(ctx, db.ReconciliationAdjustmentsParams{TenantID: q.TenantID,
 		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
 	if err != nil {
 		return nil, fmt.Errorf("read projected adjustments: %w", err)
@@ -84,8 +84,8 @@ func (r *Reader) reconciliationAdjustments(ctx context.Context, q recon.Query) (
 	return out, nil
 }
 
-func (r *Reader) reconciliationCorrections(ctx context.Context, q recon.Query) ([]recon.Correction, error) {
-	rows, err := db.New(r.pool).ReconciliationCorrections(ctx, db.ReconciliationCorrectionsParams{TenantID: q.TenantID,
+func (a *App) reconciliationCorrections(ctx context.Context, q recon.Query) ([]recon.Correction, error) {
+	rows, err := db.New(a.pool).ReconciliationCorrections(ctx, db.ReconciliationCorrectionsParams{TenantID: q.TenantID,
 		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
 	if err != nil {
 		return nil, fmt.Errorf("read projected corrections: %w", err)
@@ -97,8 +97,8 @@ func (r *Reader) reconciliationCorrections(ctx context.Context, q recon.Query) (
 	return out, nil
 }
 
-func (r *Reader) reconciliationInvoices(ctx context.Context, q recon.Query) ([]recon.Invoice, error) {
-	rows, err := db.New(r.pool).ReconciliationInvoices(ctx, db.ReconciliationInvoicesParams{TenantID: q.TenantID,
+func (a *App) reconciliationInvoices(ctx context.Context, q recon.Query) ([]recon.Invoice, error) {
+	rows, err := db.New(a.pool).ReconciliationInvoices(ctx, db.ReconciliationInvoicesParams{TenantID: q.TenantID,
 		Period: q.Period, After: q.After.Key, RowLimit: int32(q.Limit)})
 	if err != nil {
 		return nil, fmt.Errorf("read projected invoices: %w", err)

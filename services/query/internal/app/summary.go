@@ -7,28 +7,19 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/services/query/internal/db"
 	"github.com/usagebilling/billing/services/query/internal/domain"
 )
 
-// Reader reads tenant summaries and query's reconciliation sets.
-type Reader struct {
-	pool *pgxpool.Pool
-}
-
-// NewReader returns a Reader on pool.
-func NewReader(pool *pgxpool.Pool) *Reader { return &Reader{pool: pool} }
-
 // Summary returns the tenant's summary: its folded totals plus the deltas not
 // folded yet, read in one snapshot (a REPEATABLE READ transaction), so the
-// figures are exact whether or not the folder (Folder) ran, or runs
+// figures are exact whether or not the folder (RunFolder) ran, or runs
 // meanwhile. A tenant with no event has an all-zero summary. A read never
 // writes and never waits for a fold.
-func (r *Reader) Summary(ctx context.Context, tenantID string) (domain.Summary, error) {
+func (a *App) Summary(ctx context.Context, tenantID string) (domain.Summary, error) {
 	var out domain.Summary
-	err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, a.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		var lastEventAt *time.Time
 		row, err := q.GetTenantSummary(ctx, tenantID)

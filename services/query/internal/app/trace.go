@@ -66,7 +66,7 @@ type ChargeQuery struct {
 
 // ChargeFacts reads a page of the charges q selects, each with its fact, in
 // (usage event id, event id) order after the position (nil: the first).
-func (r *Reader) ChargeFacts(ctx context.Context, q ChargeQuery, limit int32, after *TracePosition) ([]ChargeFact, error) {
+func (a *App) ChargeFacts(ctx context.Context, q ChargeQuery, limit int32, after *TracePosition) ([]ChargeFact, error) {
 	p := db.ChargeFactsParams{TenantID: q.TenantID, Period: q.Period, MeterCode: q.MeterCode, Currency: q.Currency,
 		Dimensions: []byte("{}"), RowLimit: limit}
 	if l := q.Line; l != nil {
@@ -82,7 +82,7 @@ func (r *Reader) ChargeFacts(ctx context.Context, q ChargeQuery, limit int32, af
 	if after != nil {
 		p.AfterKey, p.AfterID = after.UsageEventID, after.EventID
 	}
-	rows, err := db.New(r.pool).ChargeFacts(ctx, p)
+	rows, err := db.New(a.pool).ChargeFacts(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("read the charges of %s %s: %w", q.TenantID, q.Period, err)
 	}
@@ -101,12 +101,12 @@ func (r *Reader) ChargeFacts(ctx context.Context, q ChargeQuery, limit int32, af
 // (BillingPeriodClosed.periodEnd, in the tenant's zone then), else, for a
 // close query has not seen or one from before closes said their end, the
 // month of its occurredAt in the tenant's latest zone (UTC if none).
-func (r *Reader) LateUsage(ctx context.Context, tenantID, period string, limit int32, after *TracePosition) ([]ChargeFact, error) {
+func (a *App) LateUsage(ctx context.Context, tenantID, period string, limit int32, after *TracePosition) ([]ChargeFact, error) {
 	p := db.LateChargesParams{TenantID: tenantID, Period: period, RowLimit: limit}
 	if after != nil {
 		p.AfterKey, p.AfterID = after.UsageEventID, after.EventID
 	}
-	q := db.New(r.pool)
+	q := db.New(a.pool)
 	rows, err := q.LateCharges(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("read the late charges of %s %s: %w", tenantID, period, err)
@@ -122,7 +122,7 @@ func (r *Reader) LateUsage(ctx context.Context, tenantID, period string, limit i
 			continue
 		}
 		if zone == nil {
-			if zone, err = r.tenantZone(ctx, q, tenantID); err != nil {
+			if zone, err = a.tenantZone(ctx, q, tenantID); err != nil {
 				return nil, err
 			}
 		}
@@ -132,7 +132,7 @@ func (r *Reader) LateUsage(ctx context.Context, tenantID, period string, limit i
 }
 
 // tenantZone is the zone of the tenant's latest period seen ending, else UTC.
-func (r *Reader) tenantZone(ctx context.Context, q *db.Queries, tenantID string) (*time.Location, error) {
+func (a *App) tenantZone(ctx context.Context, q *db.Queries, tenantID string) (*time.Location, error) {
 	name, err := q.GetTenantZone(ctx, tenantID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

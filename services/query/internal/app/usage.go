@@ -34,12 +34,12 @@ const maxChunkWindows = 256
 // one window (without groups: of as many windows as the page has rows),
 // then of twice as many, ... (at most maxChunkWindows) until it has limit+1
 // rows or reaches q.To, each window an index range of its hours.
-func (r *Reader) Usage(ctx context.Context, q domain.UsageQuery, limit int, after *domain.UsagePosition) (domain.UsageReport, error) {
+func (a *App) Usage(ctx context.Context, q domain.UsageQuery, limit int, after *domain.UsagePosition) (domain.UsageReport, error) {
 	var out domain.UsageReport
 	if err := q.CheckRange(); err != nil {
 		return out, err
 	}
-	dq := db.New(r.pool)
+	dq := db.New(a.pool)
 	m, err := dq.GetMeterDefinition(ctx, q.MeterCode)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return out, rule.Errorf(rule.NotFound, domain.CodeMeterNotFound, "no meter %q in the catalog", q.MeterCode)
@@ -90,7 +90,7 @@ func (r *Reader) Usage(ctx context.Context, q domain.UsageQuery, limit int, afte
 			c.starts, c.los, c.his = append(c.starts, w), append(c.los, maxTime(w, q.From)), append(c.his, minTime(next, q.To))
 			w = next
 		}
-		got, err := plan.read(ctx, r, c, after, limit+1-len(rows))
+		got, err := plan.read(ctx, a, c, after, limit+1-len(rows))
 		if err != nil {
 			return out, err
 		}
@@ -136,7 +136,7 @@ type usagePlan struct {
 
 // windowReader reads the rows of a chunk of windows.
 type windowReader interface {
-	read(ctx context.Context, r *Reader, c windowChunk, after *domain.UsagePosition, limit int) ([]windowRow, error)
+	read(ctx context.Context, a *App, c windowChunk, after *domain.UsagePosition, limit int) ([]windowRow, error)
 }
 
 // planUsage chooses the tables that answer q: the hourly rollups for sum,
@@ -217,13 +217,13 @@ LIMIT $%[11]d`, group, value, table, at, cond, n+1, n+2, n+3, n+4, n+5, n+6)
 
 // read reads the rows of the chunk's windows after position after, at
 // most limit.
-func (p usagePlan) read(ctx context.Context, r *Reader, c windowChunk, after *domain.UsagePosition, limit int) ([]windowRow, error) {
+func (p usagePlan) read(ctx context.Context, a *App, c windowChunk, after *domain.UsagePosition, limit int) ([]windowRow, error) {
 	var cw *time.Time
 	cd := []string{}
 	if after != nil {
 		cw, cd = &after.Window, after.Dimensions
 	}
-	rows, err := r.pool.Query(ctx, p.sql, append(slices.Clone(p.args), c.starts, c.los, c.his, cw, cd, limit)...)
+	rows, err := a.pool.Query(ctx, p.sql, append(slices.Clone(p.args), c.starts, c.los, c.his, cw, cd, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("read usage windows: %w", err)
 	}
@@ -261,7 +261,7 @@ ORDER BY w.n
 LIMIT $9`
 )
 
-func (d distinctDays) read(ctx context.Context, r *Reader, c windowChunk, after *domain.UsagePosition, limit int) ([]windowRow, error) {
+func (d distinctDays) read(ctx context.Context, a *App, c windowChunk, after *domain.UsagePosition, limit int) ([]windowRow, error) {
 	n := len(c.starts)
 	d0s, dns, m0s, mns := make([]pgtype.Date, n), make([]pgtype.Date, n), make([]int32, n), make([]int32, n)
 	single := true
@@ -285,7 +285,7 @@ func (d distinctDays) read(ctx context.Context, r *Reader, c windowChunk, after 
 	if after != nil {
 		cw = &after.Window
 	}
-	rows, err := r.pool.Query(ctx, fmt.Sprintf(distinctDaysSQL, value), d.tenantID, d.meterCode, c.starts, d0s, dns, m0s, mns, cw, limit)
+	rows, err := a.pool.Query(ctx, fmt.Sprintf(distinctDaysSQL, value), d.tenantID, d.meterCode, c.starts, d0s, dns, m0s, mns, cw, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read distinct values by day: %w", err)
 	}

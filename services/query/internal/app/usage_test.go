@@ -136,7 +136,7 @@ func rowText(from, to time.Time, dims []string, v decimal.Decimal) string {
 // readAll reads every page of q, limit rows a page.
 func readAll(t *testing.T, pool *pgxpool.Pool, q domain.UsageQuery, limit int) ([]string, int) {
 	t.Helper()
-	r := app.NewReader(pool)
+	r := app.New(app.Deps{Pool: pool}, app.Config{})
 	var out []string
 	var after *domain.UsagePosition
 	pages := 0
@@ -317,7 +317,7 @@ func TestUsageDefaultsToTheTenantsZone(t *testing.T) {
 	at := time.Date(2026, 11, 3, 23, 30, 0, 0, time.UTC) // the 4th in Tokyo
 	Decide(t, pool, ib, Meter(t, "calls", catalog.Count, ""), f.PeriodEnded("2026-09", "Europe/Paris"),
 		f.PeriodEnded("2026-10", "Asia/Tokyo"), f.Fact("calls", "1", at, "a", nil))
-	rep, err := app.NewReader(pool).Usage(t.Context(), domain.UsageQuery{TenantID: "acme", MeterCode: "calls",
+	rep, err := app.New(app.Deps{Pool: pool}, app.Config{}).Usage(t.Context(), domain.UsageQuery{TenantID: "acme", MeterCode: "calls",
 		From: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2026, 11, 8, 0, 0, 0, 0, time.UTC),
 		WindowSize: domain.WindowDay}, 10, nil)
 	if err != nil {
@@ -339,7 +339,7 @@ func TestUsageRefusals(t *testing.T) {
 	Decide(t, pool, ib, Meter(t, "tokens", catalog.Sum, "", "model"))
 	from := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	base := domain.UsageQuery{TenantID: "acme", MeterCode: "tokens", From: from, To: from.Add(24 * time.Hour), WindowSize: domain.WindowHour}
-	r := app.NewReader(pool)
+	r := app.New(app.Deps{Pool: pool}, app.Config{})
 	for _, c := range []struct {
 		name  string
 		edit  func(*domain.UsageQuery)

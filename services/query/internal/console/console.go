@@ -34,7 +34,7 @@ type Console struct {
 	op       *operator.Operator
 	hooks    *operator.Webhooks
 	accounts *operator.Accounts
-	reader   *app.Reader
+	reader   *app.App
 	keys     auth.Keys
 	cfg      Config
 	pages    pages
@@ -58,7 +58,7 @@ const MinCSRFKey = 32
 
 // New returns the console over op, hooks, accounts and reader, admitting
 // operator tokens keys verifies.
-func New(op *operator.Operator, hooks *operator.Webhooks, accounts *operator.Accounts, reader *app.Reader, keys auth.Keys,
+func New(op *operator.Operator, hooks *operator.Webhooks, accounts *operator.Accounts, reader *app.App, keys auth.Keys,
 	cfg Config, log *slog.Logger) (*Console, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

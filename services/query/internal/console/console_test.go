@@ -70,11 +70,12 @@ func newFixtureOn(t *testing.T, pool *pgxpool.Pool, urls map[string]string, cfg 
 	if err != nil {
 		t.Fatal(err)
 	}
-	op := operator.New(pool, ops.NewClient(nil, keys, operator.Self), nil)
+	a := app.New(app.Deps{Pool: pool}, app.Config{})
+	op := operator.New(pool, ops.NewClient(nil, keys, operator.Self), a.Reconciliation(), nil)
 	r := chi.NewRouter()
 	r.Use(auth.Middleware(keys, nil))
 	c, err := console.New(op, operator.NewWebhooks(pool, urls[operator.WebhookService], keys, nil), operator.NewAccounts(urls, keys),
-		app.NewReader(pool), keys, cfg, nil)
+		a, keys, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,12 +19,12 @@ import (
 
 // API serves the query endpoints.
 type API struct {
-	reader *app.Reader
+	reader *app.App
 	log    *slog.Logger
 }
 
-// New returns the API reading through reader.
-func New(reader *app.Reader, log *slog.Logger) *API {
+// New returns the API reading through the App.
+func New(reader *app.App, log *slog.Logger) *API {
 	return &API{reader: reader, log: log}
 }
 

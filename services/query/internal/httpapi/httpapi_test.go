@@ -28,7 +28,7 @@ func server(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
 	t.Helper()
 	r := chi.NewRouter()
 	r.Use(authtest.SignedIn("viewer@acme.example", "viewer"))
-	httpapi.New(app.NewReader(pool), slog.New(slog.DiscardHandler)).Routes(r)
+	httpapi.New(app.New(app.Deps{Pool: pool}, app.Config{}), slog.New(slog.DiscardHandler)).Routes(r)
 	srv := httptest.NewServer(apitest.Handler(t, queryapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	return srv

@@ -24,6 +24,7 @@ import (
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/ops"
 	"github.com/usagebilling/billing/pkg/page"
+	"github.com/usagebilling/billing/services/query/internal/app"
 	"github.com/usagebilling/billing/services/query/internal/httpapi"
 	"github.com/usagebilling/billing/services/query/internal/operator"
 	. "github.com/usagebilling/billing/services/query/internal/querytest"
@@ -47,7 +48,7 @@ func operatorServerOf(t *testing.T, pool *pgxpool.Pool, urls map[string]string) 
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	op := operator.New(pool, ops.NewClient(urls, keys, "query"), log)
+	op := operator.New(pool, ops.NewClient(urls, keys, "query"), app.New(app.Deps{Pool: pool}, app.Config{}).Reconciliation(), log)
 	r := chi.NewRouter()
 	r.Use(auth.Middleware(keys, log))
 	httpapi.NewOperator(op, log).Routes(r)

@@ -30,7 +30,7 @@ func tenantServer(t *testing.T, pool *pgxpool.Pool) *httptest.Server {
 	log := slog.New(slog.DiscardHandler)
 	r := chi.NewRouter()
 	r.Use(auth.Middleware(keys, log))
-	httpapi.New(app.NewReader(pool), log).Routes(r)
+	httpapi.New(app.New(app.Deps{Pool: pool}, app.Config{}), log).Routes(r)
 	srv := httptest.NewServer(apitest.Handler(t, queryapi.YAML(), r))
 	t.Cleanup(srv.Close)
 	return srv

@@ -29,7 +29,6 @@ import (
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/ops"
 	"github.com/usagebilling/billing/pkg/recon"
-	"github.com/usagebilling/billing/services/query/internal/app"
 	"github.com/usagebilling/billing/services/query/internal/db"
 )
 
@@ -51,15 +50,16 @@ type Operator struct {
 	pool   *pgxpool.Pool
 	client *ops.Client
 	log    *slog.Logger
-	local  recon.Sets // query's own reconciliation sets (app.Reader)
+	local  recon.Sets // query's own reconciliation sets
 }
 
-// New returns the Operator on pool, reaching the other services with client.
-func New(pool *pgxpool.Pool, client *ops.Client, log *slog.Logger) *Operator {
+// New returns the Operator on pool, reaching the other services with client
+// and reading query's own reconciliation sets from local (App.Reconciliation).
+func New(pool *pgxpool.Pool, client *ops.Client, local recon.Sets, log *slog.Logger) *Operator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Operator{pool: pool, client: client, log: log, local: app.NewReader(pool).Reconciliation()}
+	return &Operator{pool: pool, client: client, log: log, local: local}
 }
 
 // Services are the services the operator acts on: query and every service

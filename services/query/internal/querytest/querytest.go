@@ -175,7 +175,7 @@ func NewInbox(t testing.TB) *inbox.Inbox {
 func NewInboxWith(t testing.TB, handlers map[string]inbox.Handler) *inbox.Inbox {
 	t.Helper()
 	return servicetest.NewInbox(t, query.Spec, service.Parts{
-		Topics: append(slices.Clone(app.Topics), events.TopicOps), Handlers: handlers, BatchHandlers: app.BatchHandlers(),
+		Topics: append(slices.Clone(app.Topics), events.TopicOps), Handlers: handlers, BatchHandlers: app.New(app.Deps{}, app.Config{}).BatchHandlers(),
 	})
 }
 
