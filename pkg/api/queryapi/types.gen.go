@@ -643,6 +643,9 @@ type Unauthorized = Problem
 // Unavailable RFC 9457 problem details with a stable code
 type Unavailable = Problem
 
+// Unprocessable RFC 9457 problem details with a stable code
+type Unprocessable = Problem
+
 // UnsupportedMediaType RFC 9457 problem details with a stable code
 type UnsupportedMediaType = Problem
 

@@ -39,13 +39,9 @@ func (a *App) Summary(ctx context.Context, tenantID string) (domain.Summary, err
 			at = at.UTC()
 			lastEventAt = &at
 		}
-		rows, err := q.ListTenantTotals(ctx, tenantID)
+		rows, prows, err := summaryTotals(ctx, q, tenantID)
 		if err != nil {
-			return fmt.Errorf("read totals of %s: %w", tenantID, err)
-		}
-		prows, err := q.ListPendingTotals(ctx, tenantID)
-		if err != nil {
-			return fmt.Errorf("read pending totals of %s: %w", tenantID, err)
+			return err
 		}
 		totals := make([]domain.Total, 0, len(rows)+len(prows))
 		at := map[[2]string]int{}
@@ -60,6 +56,9 @@ func (a *App) Summary(ctx context.Context, tenantID string) (domain.Summary, err
 				continue
 			}
 			totals = append(totals, domain.Total{Kind: p.Kind, Key: p.Key, Amount: p.Amount, Events: p.Events})
+		}
+		if len(totals) > MaxSummaryTotals {
+			return tooManyTotals()
 		}
 		out = domain.Summarize(tenantID, totals, lastEventAt)
 		return nil

@@ -73,10 +73,12 @@ SET events = tenant_summary.events + EXCLUDED.events,
 
 -- name: ListPendingTotals :many
 -- ListPendingTotals sums a tenant's deltas not folded yet, per kind and key,
--- for a read that adds them to the folded totals (in one snapshot).
+-- for a read that adds them to the folded totals (in one snapshot): at most
+-- row_limit of them (NULL: all; the summary's bound, app.MaxSummaryTotals).
 SELECT kind, key, sum(amount)::numeric AS amount, count(*) AS events
 FROM summary_delta WHERE tenant_id = @tenant_id AND kind <> 'seen'
-GROUP BY kind, key ORDER BY kind, key;
+GROUP BY kind, key ORDER BY kind, key
+LIMIT sqlc.narg(row_limit)::int;
 
 -- name: GetPendingSummary :one
 -- GetPendingSummary counts a tenant's deltas not folded yet and their latest
@@ -98,7 +100,10 @@ SELECT count(*) FROM summary_delta;
 SELECT tenant_id, events, last_event_at FROM tenant_summary WHERE tenant_id = @tenant_id;
 
 -- name: ListTenantTotals :many
-SELECT kind, key, amount, events FROM tenant_total WHERE tenant_id = @tenant_id ORDER BY kind, key;
+-- ListTenantTotals reads a tenant's folded totals (one per meter with usage,
+-- and per currency of each kind of amount): at most row_limit (NULL: all).
+SELECT kind, key, amount, events FROM tenant_total WHERE tenant_id = @tenant_id ORDER BY kind, key
+LIMIT sqlc.narg(row_limit)::int;
 
 -- name: InsertQuarantineNotice :exec
 -- InsertQuarantineNotice records an EventQuarantined. The same message

@@ -726,7 +726,13 @@ const listPendingTotals = `-- name: ListPendingTotals :many
 SELECT kind, key, sum(amount)::numeric AS amount, count(*) AS events
 FROM summary_delta WHERE tenant_id = $1 AND kind <> 'seen'
 GROUP BY kind, key ORDER BY kind, key
+LIMIT $2::int
 `
+
+type ListPendingTotalsParams struct {
+	TenantID string
+	RowLimit pgtype.Int4
+}
 
 type ListPendingTotalsRow struct {
 	Kind   string
@@ -736,9 +742,10 @@ type ListPendingTotalsRow struct {
 }
 
 // ListPendingTotals sums a tenant's deltas not folded yet, per kind and key,
-// for a read that adds them to the folded totals (in one snapshot).
-func (q *Queries) ListPendingTotals(ctx context.Context, tenantID string) ([]ListPendingTotalsRow, error) {
-	rows, err := q.db.Query(ctx, listPendingTotals, tenantID)
+// for a read that adds them to the folded totals (in one snapshot): at most
+// row_limit of them (NULL: all; the summary's bound, app.MaxSummaryTotals).
+func (q *Queries) ListPendingTotals(ctx context.Context, arg ListPendingTotalsParams) ([]ListPendingTotalsRow, error) {
+	rows, err := q.db.Query(ctx, listPendingTotals, arg.TenantID, arg.RowLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -850,7 +857,13 @@ func (q *Queries) ListQuarantineNotices(ctx context.Context, arg ListQuarantineN
 
 const listTenantTotals = `-- name: ListTenantTotals :many
 SELECT kind, key, amount, events FROM tenant_total WHERE tenant_id = $1 ORDER BY kind, key
+LIMIT $2::int
 `
+
+type ListTenantTotalsParams struct {
+	TenantID string
+	RowLimit pgtype.Int4
+}
 
 type ListTenantTotalsRow struct {
 	Kind   string
@@ -859,8 +872,10 @@ type ListTenantTotalsRow struct {
 	Events int64
 }
 
-func (q *Queries) ListTenantTotals(ctx context.Context, tenantID string) ([]ListTenantTotalsRow, error) {
-	rows, err := q.db.Query(ctx, listTenantTotals, tenantID)
+// ListTenantTotals reads a tenant's folded totals (one per meter with usage,
+// and per currency of each kind of amount): at most row_limit (NULL: all).
+func (q *Queries) ListTenantTotals(ctx context.Context, arg ListTenantTotalsParams) ([]ListTenantTotalsRow, error) {
+	rows, err := q.db.Query(ctx, listTenantTotals, arg.TenantID, arg.RowLimit)
 	if err != nil {
 		return nil, err
 	}
