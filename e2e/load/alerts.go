@@ -14,9 +14,9 @@ import (
 	"github.com/shopspring/decimal"
 )
 
-// AlertTarget is the issue's bound on the alerts' latency (issue 23): the
-// commit of the charge that crosses a threshold to the first delivery
-// attempt of its alert.triggered, p99, at 1,000 facts/s.
+// AlertTarget is the bound on the alerts' latency: the commit of the charge
+// that crosses a threshold to the first delivery attempt of its
+// alert.triggered, p99, at 1,000 facts/s (docs/measured.md).
 const AlertTarget = 2 * time.Second
 
 // AlertWait bounds the wait, after the drain, for the last crossings'

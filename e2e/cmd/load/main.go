@@ -114,7 +114,7 @@ func parseFlags(args []string) (*flags, int) {
 	fs.DurationVar(&cfg.Drain, "drain", 5*time.Minute, "how long to wait, once sending stops, for every accepted fact to be counted and charged in query")
 	fs.BoolVar(&cfg.Close, "close", false, "after the drain, close every tenant's period and time its invoice: issued, then visible in query")
 	fs.DurationVar(&cfg.CloseTimeout, "close-timeout", 5*time.Minute, "how long to wait for each closed period's invoice to be issued, and then to show in query")
-	fs.IntVar(&cfg.Alerts, "alerts", 0, "define this many usage alerts per tenant (0-50) with a webhook receiver in this process, and report the latency from the commit of each crossing charge to the first delivery of its alert.triggered (issue 23: p99 <= 2s at 1,000 facts/s)")
+	fs.IntVar(&cfg.Alerts, "alerts", 0, "define this many usage alerts per tenant (0-50) with a webhook receiver in this process, and report the latency from the commit of each crossing charge to the first delivery of its alert.triggered (the target: p99 <= 2s at 1,000 facts/s)")
 	fs.Int64Var(&cfg.AlertStep, "alert-step", 0, "facts between two alerts' thresholds (0: the facts a tenant is expected to send divided by one more than -alerts; 1,000 flat out)")
 	fs.DurationVar(&cfg.Poll, "poll", 250*time.Millisecond, "poll every tenant's query summary this often (never more than 50 polls/s in all)")
 	fs.StringVar(&cfg.RunID, "run-id", "", "prefix of the tenant ids and source event ids (default load-<UTC time>)")
