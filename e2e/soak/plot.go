@@ -98,9 +98,12 @@ func drawPanel(p func(string, ...any), pn Panel, bands []Band, tMax, x0, y0 floa
 	for i, l := range pn.Lines {
 		color := palette[i%len(palette)]
 		var b strings.Builder
-		for j, pt := range l.Points {
+		for _, pt := range l.Points {
+			if pt.T < 0 || pt.T > tMax { // before the load, or past the plot's end
+				continue
+			}
 			cmd := "L"
-			if j == 0 {
+			if b.Len() == 0 {
 				cmd = "M"
 			}
 			fmt.Fprintf(&b, "%s%.1f %.1f ", cmd, x(pt.T), y(pt.V/scale))

@@ -62,7 +62,7 @@ func (res *Result) Panels() []Panel {
 		{Title: "database connections (pg_stat_activity)", Unit: "count", Lines: perService("conns")},
 		{Title: "largest tables with their indexes", Unit: "MiB", Scale: 1 << 20, Lines: top("size", 8, last)},
 		{Title: "dead tuples, most at any time", Unit: "rows", Lines: top("dead", 8, peak)},
-		{Title: "outbox backlog (pending + dead letters)", Unit: "events", Lines: perService("outbox")},
+		{Title: "outbox backlog (pending, counted up to 100,000, + dead letters)", Unit: "events", Lines: perService("outbox")},
 		{Title: "inbox backlog (deferred + quarantined)", Unit: "events", Lines: perService("inbox")},
 		{Title: "consumer lag, per group", Unit: "messages", Lines: perService("lag")},
 	}
@@ -129,7 +129,9 @@ func (res *Result) WriteMarkdown(w io.Writer, c Conditions, plot string) {
 				rc.Facts, rc.Charges, rc.Adjustments, rc.InvoiceCharges, rc.InvoiceLines, rc.Invoices, rc.Projected, rc.Prices)
 		}
 		for _, n := range row.Notes {
-			p("- %s\n", oneLine(n))
+			if !strings.HasPrefix(n, "reconciled ") { // said above
+				p("- %s\n", oneLine(n))
+			}
 		}
 		p("\n")
 	}
