@@ -315,13 +315,6 @@ func (t *Tenant) period(name string) *Period {
 // period bills nothing more, even one that never had a charge.
 func (t *Tenant) target(at time.Time) (string, bool) {
 	p := t.periodOf(at)
-	if mutation == "late-into-earlier-open" { // a deliberately wrong model: an open period before a closed one still takes charges
-		late := false
-		for t.period(p).Closed {
-			p, late = nextPeriod(p), true
-		}
-		return p, late
-	}
 	last := ""
 	for name, per := range t.Periods {
 		if per.Closed && name >= p && name > last {
@@ -332,6 +325,91 @@ func (t *Tenant) target(at time.Time) (string, bool) {
 		return p, false
 	}
 	return nextPeriod(last), true
+}
+
+// rated is the period and lateness the model predicts for a fact
+// occurring at `at` (target; the mutation changes the prediction alone,
+// not which facts are sent).
+func (t *Tenant) rated(at time.Time) (string, bool) {
+	if mutation == "late-into-earlier-open" { // a deliberately wrong model: an open period before a closed one still takes charges
+		p, late := t.periodOf(at), false
+		for t.period(p).Closed {
+			p, late = nextPeriod(p), true
+		}
+		return p, late
+	}
+	return t.target(at)
+}
+
+// feeWindow is how far back billing's close scheduler (and the order of
+// closes) counts a period a subscription holds in as one to bill.
+const feeWindow = 92 * 24 * time.Hour
+
+// laterClose is a close of p1, the period in progress, while an earlier
+// period is open; blocking is the earliest open one after the last closed
+// period before p1 that has something to bill (a charge, or a
+// subscription's fee), which billing closes first (periods close in
+// order); "" when the open ones are empty and p1 may close.
+func (t *Tenant) laterClose(now time.Time) (p1, blocking string, ok bool) {
+	p1 = t.periodOf(now)
+	if t.earliestOpen() >= p1 || t.period(p1).Closed {
+		return "", "", false
+	}
+	last := ""
+	for name, per := range t.Periods {
+		if per.Closed && name < p1 && name > last {
+			last = name
+		}
+	}
+	for p := t.earliestOpen(); p < p1; p = nextPeriod(p) {
+		if p <= last || t.period(p).Closed {
+			continue
+		}
+		if t.subscribedIn(p) && p >= t.periodOf(now.Add(-feeWindow)) {
+			return p1, p, true
+		}
+		for _, f := range t.Facts {
+			if f.Period == p {
+				return p1, p, true
+			}
+		}
+	}
+	return p1, "", true
+}
+
+// behindClosed is an instant in an open period of the tenant without a
+// charge that lies before a closed period (a fact of it is late, past the
+// closed one), between lo and now; false when there is none. The months
+// before the tenant began are such periods once one of its periods closed.
+func (t *Tenant) behindClosed(lo, now time.Time, pick func(n int64) int64) (time.Time, bool) {
+	var cands []string
+	for p := t.periodOf(lo); t.end(p).Before(now); p = nextPeriod(p) {
+		if t.period(p).Closed || t.subscribedIn(p) {
+			continue
+		}
+		charged, later := false, false
+		for _, f := range t.Facts {
+			charged = charged || f.Period == p
+		}
+		for name, per := range t.Periods {
+			later = later || (per.Closed && name > p)
+		}
+		if !charged && later {
+			cands = append(cands, p)
+		}
+	}
+	if len(cands) == 0 {
+		return time.Time{}, false
+	}
+	p := cands[pick(int64(len(cands)))]
+	from, to := t.start(p), t.end(p).Add(-time.Microsecond)
+	if from.Before(lo) {
+		from = lo
+	}
+	if !from.Before(to) {
+		return time.Time{}, false
+	}
+	return instant(from.Add(time.Duration(pick(int64(to.Sub(from)))))), true
 }
 
 // earliestOpen is the earliest open period from the tenant's first month.

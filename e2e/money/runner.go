@@ -104,6 +104,10 @@ type Stats struct {
 	// credits covered the whole total.
 	Grants, GrantsRefused, GrantReplays, GrantLists, GrantsFinerThanMicros int
 	CreditedInvoices, CreditLines, FullyCredited                           int
+	// Periods close in order: closes refused while an earlier period had
+	// charges, and facts rated late because a later period was closed
+	// while their own was open.
+	OutOfOrderCloses, LateBehindClosed, BehindClosedPicked, LaterCloses int
 }
 
 func (s Stats) String() string {
@@ -119,7 +123,10 @@ func (s Stats) String() string {
 		fmt.Sprintf("; taxes: issued invoices with tax lines by currency %v, %d tax lines", s.TaxedInvoices, s.TaxLines) +
 		fmt.Sprintf("; credits: %d grants (%d refused, %d replays, %d effective now answered finer than a microsecond), %d grant lists compared, "+
 			"%d issued invoices with credit lines (%d lines, %d with nothing left due)",
-			s.Grants, s.GrantsRefused, s.GrantReplays, s.GrantsFinerThanMicros, s.GrantLists, s.CreditedInvoices, s.CreditLines, s.FullyCredited)
+			s.Grants, s.GrantsRefused, s.GrantReplays, s.GrantsFinerThanMicros, s.GrantLists, s.CreditedInvoices, s.CreditLines, s.FullyCredited) +
+		fmt.Sprintf("; order: %d closes refused while an earlier period had charges, %d closes past empty open periods, "+
+			"%d facts late behind a later closed period (%d times picked)",
+			s.OutOfOrderCloses, s.LaterCloses, s.LateBehindClosed, s.BehindClosedPicked)
 }
 
 type runner struct {
@@ -538,6 +545,12 @@ func (r *runner) occurredAt1(t *Tenant, s *Series) time.Time {
 			}
 		}
 	}
+	if x >= 92 && x < 96 { // in an empty open period before a closed one, perhaps before the tenant began: late past it
+		if at, ok := t.behindClosed(instant(t.Created.AddDate(0, -2, 0)), now, r.rng.Int64N); ok {
+			r.stats.BehindClosedPicked++
+			return at
+		}
+	}
 	if s != nil && x < 25 {
 		v := s.Versions[r.rng.IntN(len(s.Versions))]
 		at := v.Eff
@@ -679,9 +692,12 @@ func (r *runner) accept(t *Tenant, f *Fact, s *Series, got usageAnswer) {
 	case len(f.Dims) > 0:
 		r.stats.DimPriced++
 	}
-	f.Period, f.Late = t.target(f.At)
+	f.Period, f.Late = t.rated(f.At)
 	if f.Late {
 		r.stats.Late++
+		if !t.period(t.periodOf(f.At)).Closed {
+			r.stats.LateBehindClosed++ // its own period open, a later one closed
+		}
 	}
 	t.Facts = append(t.Facts, f)
 	t.byIdentity[f.SourceEventID] = f
@@ -1104,6 +1120,19 @@ func (r *runner) close(ctx context.Context) error {
 			break
 		}
 	}
+	if r.rng.IntN(4) == 0 { // the period in progress while an earlier one is open
+		for _, c := range r.active {
+			p1, blocking, ok := c.laterClose(now)
+			switch {
+			case !ok:
+			case blocking != "": // it has something to bill: refused
+				return r.closeOutOfOrder(ctx, c, blocking, p1)
+			default: // the earlier open ones are empty: they do not hold it back
+				r.stats.LaterCloses++
+				return r.closePeriod(ctx, c, p1)
+			}
+		}
+	}
 	if t == nil || r.rng.IntN(8) == 0 {
 		t = r.pickTenant()
 		if r.rng.IntN(2) == 0 {
@@ -1141,7 +1170,11 @@ func (r *runner) close(ctx context.Context) error {
 		}
 		return r.checkInvoices(ctx, t, p)
 	}
-	p := t.earliestOpen()
+	return r.closePeriod(ctx, t, t.earliestOpen())
+}
+
+// closePeriod closes t's period p, which billing must accept.
+func (r *runner) closePeriod(ctx context.Context, t *Tenant, p string) error {
 	if err := r.settle(ctx, t); err != nil { // every accepted fact is rated into p before the close
 		return err
 	}
@@ -1156,6 +1189,29 @@ func (r *runner) close(ctx context.Context) error {
 	r.markClosed(t, p)
 	r.stats.Closes++
 	return r.checkInvoices(ctx, t, p)
+}
+
+// closeOutOfOrder closes p1 while the earlier p0 has charges and is open:
+// billing refuses it (periods close in order) and nothing changes.
+func (r *runner) closeOutOfOrder(ctx context.Context, t *Tenant, p0, p1 string) error {
+	if err := r.settle(ctx, t); err != nil { // p0's charges are rated before the close
+		return err
+	}
+	a, err := r.c.do(ctx, "billing", "POST", t.ID, "/periods/"+p1+"/close", nil, map[string]string{"Idempotency-Key": r.key("close")})
+	if err != nil {
+		return err
+	}
+	r.note("#%d close %s %s before %s -> %d %s", r.step, t.ID, p1, p0, a.Status, a.Code())
+	wantStatus, wantCode := 422, "earlier_period_open"
+	if mutation == "close-out-of-order" { // a deliberately wrong model: any begun period may close
+		wantStatus, wantCode = 202, ""
+	}
+	if a.Status != wantStatus || a.Code() != wantCode {
+		return fail("close", "%s close of %s while %s is open: want %d %s, got %d %s", t.ID, p1, p0, wantStatus, wantCode,
+			a.Status, clip(string(a.Body)))
+	}
+	r.stats.OutOfOrderCloses++
+	return nil
 }
 
 // String of the run's first steps, for a failure report.
