@@ -44,7 +44,7 @@ type Estimate struct {
 // MaxPeriodLines is how many lines (meter, currency, price version and
 // price dimensions) a period read prices: a period with more is refused
 // 422 too_many_lines, so the read's work and memory do not grow with the
-// tenant's price versions and dimensions (issue 27 item 7).
+// tenant's price versions and dimensions.
 var MaxPeriodLines = 10000
 
 // CodeTooManyLines: a period has more than MaxPeriodLines lines.

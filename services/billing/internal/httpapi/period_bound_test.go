@@ -7,7 +7,7 @@ import (
 	"github.com/usagebilling/billing/services/billing/internal/app"
 )
 
-// A period read prices at most app.MaxPeriodLines lines (issue 27 item 7):
+// A period read prices at most app.MaxPeriodLines lines:
 // a period with more is refused 422 too_many_lines, not read whole however
 // many price versions and dimensions the tenant's charges name. The
 // fixture's January has one line; with the bound at 0 it is refused, and a

@@ -19,8 +19,8 @@ import (
 )
 
 // One read of invoices answers at most MaxReadLines lines and correction
-// notes (issue 27 item 7: a request's cost must not grow with a tenant's
-// adjustments and price dimensions). Over it, a page or an invoice is
+// notes (a request's cost must not grow with a tenant's adjustments and
+// price dimensions). Over it, a page or an invoice is
 // refused 422 too_many_lines; a smaller page reads what fits, and a page's
 // look-ahead invoice (the one read only to tell whether there is a next
 // page) does not count.

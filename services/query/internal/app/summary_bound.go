@@ -14,7 +14,7 @@ import (
 // meter with usage (quantityByMeter) and one per currency of each of
 // charged, adjusted and invoiced. A tenant with more is refused 422
 // too_many_meters, so a summary's answer and its work do not grow without a
-// bound with the meters a tenant uses (issue 27 item 7); a meter's usage is
+// bound with the meters a tenant uses; a meter's usage is
 // read page by page at .../meters/{meterCode}/usage.
 var MaxSummaryTotals = 10000
 

@@ -9,8 +9,8 @@ import (
 	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
-// A summary answers at most app.MaxSummaryTotals totals (issue 27 item 7):
-// a tenant with more (meters with usage, and currencies) is refused 422
+// A summary answers at most app.MaxSummaryTotals totals: a
+// tenant with more (meters with usage, and currencies) is refused 422
 // too_many_meters rather than read whole. Two meters with usage are two
 // totals: read at a bound of 2, refused at 1. Not parallel: it sets the
 // bound.
