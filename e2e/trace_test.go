@@ -58,9 +58,10 @@ func TestOneTraceAcrossTheServices(t *testing.T) {
 		map[string]string{"Idempotency-Key": "price-" + tenant}); status != http.StatusCreated {
 		t.Fatalf("activate a price: %d %s", status, body)
 	}
-	// Usage refuses the meter (unknown_meter, writing nothing) until meter's
-	// price event reaches it; each try is a trace of its own, and the
-	// accepted one is the trace followed.
+	// Usage refuses the fact, writing nothing, until meter's events reach
+	// it: unknown_meter before the meter's definition, no_price_in_effect
+	// after it but before the tenant's price. Each try is a trace of its
+	// own, and the accepted one is the trace followed.
 	var traceID, usageRoot string
 	for {
 		traceID, usageRoot = randomHex(16), randomHex(8)
@@ -71,7 +72,7 @@ func TestOneTraceAcrossTheServices(t *testing.T) {
 		if status == http.StatusCreated {
 			break
 		}
-		if !strings.Contains(body, "unknown_meter") {
+		if !strings.Contains(body, "unknown_meter") && !strings.Contains(body, "no_price_in_effect") {
 			t.Fatalf("send the usage fact: %d %s", status, body)
 		}
 		if !sleepCtx(ctx, 200*time.Millisecond) {
