@@ -29,6 +29,12 @@ const (
 	// whose date is already the next day in UTC, so counting the days in
 	// UTC would count one fewer.
 	planSubscribeDay, planSubscribeHour = 10, 21
+	// planChangeDay is when, at the same hour, the tenant moves from
+	// "starter" to "pro": mid-month, so each plan bills its own days.
+	planChangeDay = 15
+	// StarterCode is the plan the tenant starts on: USD 19 a month and
+	// 0.004 a request, no minimum.
+	StarterCode = "starter"
 	// settingsLead is billing's: settings apply from the period after the
 	// one in progress this far from now (decision 0014).
 	settingsLead = 10 * time.Minute
@@ -42,6 +48,8 @@ var (
 	PlanUnitPrice = decimal.RequireFromString("0.002")
 	PlanTaxRate   = decimal.RequireFromString("0.2")
 	PlanGrant     = decimal.RequireFromString("25.00")
+	StarterFee    = decimal.RequireFromString("19")
+	StarterPrice  = decimal.RequireFromString("0.004")
 )
 
 // planCents is USD's minor unit: every rounding of the story is half-even
@@ -59,7 +67,14 @@ type PlanResult struct {
 	PlanVersion                  int64
 	StartsAt                     time.Time // the subscription's, as billing answered it
 	Days, PeriodDays             int       // the demo's count of the subscription's days
-	UTCDays                      int       // the days a count in UTC would give, for contrast
+	// The starter plan the tenant held before the change: its version,
+	// start, days, and the facts it priced.
+	StarterVersion               int64
+	StarterStartsAt              time.Time
+	StarterDays                  int
+	StarterFacts                 int
+	StarterQuantity              decimal.Decimal
+	UTCDays                      int // the days a count in UTC would give, for contrast
 	Facts                        int
 	Quantity                     decimal.Decimal
 	Estimate, WantEstimate       decimal.Decimal // billing's running estimate before the close
@@ -87,6 +102,7 @@ type ClockMove struct {
 // what the invoice says beside what the story computed, and how.
 type PlanLine struct {
 	Kind, How          string
+	Plan               string // the plan of a charge, fee or true-up line
 	Figure             bool
 	Found, WantFound   bool
 	Amount, WantAmount decimal.Decimal
@@ -136,11 +152,9 @@ func (r *run) planStory(ctx context.Context, res *PlanResult, clk Clock) error {
 	if err := r.moveClock(res, clk, to, "into the settings' first period, an evening"); err != nil {
 		return err
 	}
-	if err := r.subscribe(ctx, res, clk); err != nil {
+	if res.StarterStartsAt, err = r.subscribe(ctx, res, clk, StarterCode); err != nil {
 		return err
 	}
-	res.Days, res.PeriodDays = subscribedDays(start, res.StartsAt)
-	res.UTCDays, _ = subscribedDays(time.Date(start.Year(), start.Month(), 1, 0, 0, 0, 0, time.UTC), res.StartsAt)
 	grantID, err := r.grantCredit(ctx, res)
 	if err != nil {
 		return err
@@ -150,10 +164,31 @@ func (r *run) planStory(ctx context.Context, res *PlanResult, clk Clock) error {
 		return err
 	}
 	defer alerts.close()
-	r.cfg.Progress("plan story: %s subscribed to %s from %s (%s): %d of %d days; got a USD %s credit grant", res.Tenant, PlanCode,
-		res.StartsAt.UTC().Format(time.RFC3339Nano), res.StartsAt.In(loc).Format("2006-01-02 15:04 MST"), res.Days, res.PeriodDays,
+	r.cfg.Progress("plan story: %s subscribed to %s from %s (%s); got a USD %s credit grant", res.Tenant, StarterCode,
+		res.StarterStartsAt.UTC().Format(time.RFC3339Nano), res.StarterStartsAt.In(loc).Format("2006-01-02 15:04 MST"),
 		PlanGrant.StringFixed(planCents))
-	if err := r.sendPlanUsage(ctx, res, clk); err != nil {
+	starter := []decimal.Decimal{decimal.NewFromInt(100), decimal.NewFromInt(200), decimal.NewFromInt(300)}
+	if err := r.sendPlanFacts(ctx, res, clk, StarterCode, res.StarterStartsAt, starter); err != nil {
+		return err
+	}
+	change := time.Date(start.Year(), start.Month(), planChangeDay, planSubscribeHour, 0, 0, 0, loc)
+	if err := r.moveClock(res, clk, change, "mid-month, to change plans"); err != nil {
+		return err
+	}
+	if res.StartsAt, err = r.subscribe(ctx, res, clk, PlanCode); err != nil {
+		return err
+	}
+	res.StarterDays, res.PeriodDays = heldDays(start, res.StarterStartsAt, res.StartsAt)
+	res.Days, _ = heldDays(start, res.StartsAt, time.Time{})
+	res.UTCDays, _ = heldDays(time.Date(start.Year(), start.Month(), 1, 0, 0, 0, 0, time.UTC), res.StartsAt, time.Time{})
+	r.cfg.Progress("plan story: %s changed to %s from %s (%s): %s holds %d of %d days, %s %d", res.Tenant, PlanCode,
+		res.StartsAt.UTC().Format(time.RFC3339Nano), res.StartsAt.In(loc).Format("2006-01-02 15:04 MST"), StarterCode,
+		res.StarterDays, res.PeriodDays, PlanCode, res.Days)
+	var pro []decimal.Decimal
+	for i := range 10 {
+		pro = append(pro, decimal.NewFromInt(900).Add(decimal.RequireFromString("75.5").Mul(decimal.NewFromInt(int64(i)))))
+	}
+	if err := r.sendPlanFacts(ctx, res, clk, PlanCode, res.StartsAt, pro); err != nil {
 		return err
 	}
 	if err := r.checkAlert(ctx, res, alerts, false); err != nil {
@@ -243,6 +278,20 @@ func (r *run) publishPlan(ctx context.Context, res *PlanResult) error {
 	res.PlanVersion = plan.Version
 	r.cfg.Progress("plan story: published plan %s v%d (USD %s a month, %s %s included then %s, at least %s), effective %s",
 		PlanCode, plan.Version, PlanFee, PlanIncluded, PlanMeter, PlanUnitPrice, PlanMinimum, plan.EffectiveAt.UTC().Format(time.RFC3339Nano))
+	body = map[string]any{
+		"code": StarterCode, "name": "Starter", "currency": PlanCurrency,
+		"fixedFees": []map[string]string{{"code": PlanFeeCode, "name": "Platform fee", "amount": StarterFee.String()}},
+		"charges":   []map[string]any{{"meterCode": PlanMeter, "model": "unit", "unitPrice": StarterPrice.String()}},
+	}
+	resp, err = r.call(ctx, http.MethodPost, r.ep.Meter+"/v1/plans", body, headers("plan-"+StarterCode), &plan)
+	if err != nil {
+		return err
+	}
+	if resp.status != http.StatusCreated || plan.Version != 1 {
+		return fmt.Errorf("publish plan %s: status %d: %s", StarterCode, resp.status, resp.body)
+	}
+	res.StarterVersion = plan.Version
+	r.cfg.Progress("plan story: published plan %s v%d (USD %s a month, %s a request)", StarterCode, plan.Version, StarterFee, StarterPrice)
 	return nil
 }
 
@@ -279,9 +328,10 @@ func nextPeriod(p string) string {
 	return t.AddDate(0, 1, 0).Format("2006-01")
 }
 
-// subscribe subscribes the tenant to the plan as soon as it may (no
-// startsAt: never backdated), once billing has learnt the plan.
-func (r *run) subscribe(ctx context.Context, res *PlanResult, clk Clock) error {
+// subscribe subscribes the tenant to plan as soon as it may (no startsAt:
+// never backdated), once billing has learnt the plan, ending the plan it
+// held, and returns when the subscription starts.
+func (r *run) subscribe(ctx context.Context, res *PlanResult, clk Clock, plan string) (time.Time, error) {
 	var sub struct {
 		PlanCode string    `json:"planCode"`
 		StartsAt time.Time `json:"startsAt"`
@@ -289,10 +339,10 @@ func (r *run) subscribe(ctx context.Context, res *PlanResult, clk Clock) error {
 	}
 	attempt := 0
 	asked := clk.Now()
-	err := r.waitFor(ctx, "billing to learn plan "+PlanCode, func() (bool, string, error) {
+	err := r.waitFor(ctx, "billing to learn plan "+plan, func() (bool, string, error) {
 		attempt++
 		resp, err := r.call(ctx, http.MethodPost, r.ep.Billing+"/v1/tenants/"+res.Tenant+"/subscriptions",
-			map[string]string{"planCode": PlanCode}, map[string]string{"Idempotency-Key": fmt.Sprintf("subscribe-%s-%d", res.Tenant, attempt)}, &sub)
+			map[string]string{"planCode": plan}, map[string]string{"Idempotency-Key": fmt.Sprintf("subscribe-%s-%s-%d", res.Tenant, plan, attempt)}, &sub)
 		if err != nil {
 			return false, "", err
 		}
@@ -302,27 +352,26 @@ func (r *run) subscribe(ctx context.Context, res *PlanResult, clk Clock) error {
 		case sub.Code == "unknown_plan":
 			return false, "billing answers unknown_plan", nil
 		}
-		return false, "", fmt.Errorf("subscribe %s to %s: status %d: %s", res.Tenant, PlanCode, resp.status, resp.body)
+		return false, "", fmt.Errorf("subscribe %s to %s: status %d: %s", res.Tenant, plan, resp.status, resp.body)
 	})
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
-	res.StartsAt = sub.StartsAt
-	if sub.PlanCode != PlanCode || sub.StartsAt.Before(asked) || sub.StartsAt.After(clk.Now().Add(10*time.Second)) {
+	if sub.PlanCode != plan || sub.StartsAt.Before(asked) || sub.StartsAt.After(clk.Now().Add(10*time.Second)) {
 		r.mismatch("%s's subscription: plan %s from %s, want %s from about now (%s)", res.Tenant, sub.PlanCode,
-			sub.StartsAt.Format(time.RFC3339Nano), PlanCode, asked.Format(time.RFC3339Nano))
+			sub.StartsAt.Format(time.RFC3339Nano), plan, asked.Format(time.RFC3339Nano))
 	}
-	return nil
+	return sub.StartsAt, nil
 }
 
-// subscribedDays counts the days of the period starting at start (a month
-// in the tenant's zone) that a subscription from startsAt holds at the
-// first instant of (DESIGN.md 3a: a day belongs to what was in effect at
-// its start), and the days of the period.
-func subscribedDays(start, startsAt time.Time) (days, periodDays int) {
+// heldDays counts the days of the period starting at start (a month in
+// the tenant's zone) that a subscription from startsAt until endsAt (zero:
+// none) holds at the first instant of (DESIGN.md 3a: a day belongs to what
+// was in effect at its start), and the days of the period.
+func heldDays(start, startsAt, endsAt time.Time) (days, periodDays int) {
 	for d := start; d.Month() == start.Month(); d = time.Date(d.Year(), d.Month(), d.Day()+1, 0, 0, 0, 0, d.Location()) {
 		periodDays++
-		if !startsAt.After(d) {
+		if !startsAt.After(d) && (endsAt.IsZero() || d.Before(endsAt)) {
 			days++
 		}
 	}
@@ -351,12 +400,12 @@ func (r *run) grantCredit(ctx context.Context, res *PlanResult) (string, error) 
 	return g.GrantID, nil
 }
 
-// sendPlanUsage sends 10 facts of the plan's meter once the subscription
-// is in effect, naming the plan's currency (usage does not know
-// subscriptions: decision 0021's known gaps), and waits for their charges,
-// each priced by the plan.
-func (r *run) sendPlanUsage(ctx context.Context, res *PlanResult, clk Clock) error {
-	if wait := res.StartsAt.Sub(clk.Now()); wait > 0 {
+// sendPlanFacts sends facts of the plan's meter of these quantities once
+// the subscription to plan (from startsAt) is in effect, naming the plan's
+// currency (usage does not know subscriptions: decision 0021's known
+// gaps), and waits for their charges, each priced by that plan.
+func (r *run) sendPlanFacts(ctx context.Context, res *PlanResult, clk Clock, plan string, startsAt time.Time, qs []decimal.Decimal) error {
+	if wait := startsAt.Sub(clk.Now()); wait > 0 {
 		select {
 		case <-time.After(wait + 10*time.Millisecond):
 		case <-ctx.Done():
@@ -365,14 +414,22 @@ func (r *run) sendPlanUsage(ctx context.Context, res *PlanResult, clk Clock) err
 	}
 	now := clk.Now().UTC().Truncate(time.Millisecond)
 	var batch []map[string]any
-	for i := range 10 {
-		q := decimal.NewFromInt(900).Add(decimal.RequireFromString("75.5").Mul(decimal.NewFromInt(int64(i))))
-		res.Quantity = res.Quantity.Add(q)
-		res.SourceEventIDs = append(res.SourceEventIDs, fmt.Sprintf("req-%02d", i))
-		batch = append(batch, map[string]any{"sourceSystem": "scenario", "sourceEventId": fmt.Sprintf("req-%02d", i), "meterCode": PlanMeter,
+	for i, q := range qs {
+		id := fmt.Sprintf("req-%s-%02d", plan, i)
+		if plan == PlanCode {
+			res.Quantity = res.Quantity.Add(q)
+			res.SourceEventIDs = append(res.SourceEventIDs, id)
+		} else {
+			res.StarterQuantity = res.StarterQuantity.Add(q)
+		}
+		batch = append(batch, map[string]any{"sourceSystem": "scenario", "sourceEventId": id, "meterCode": PlanMeter,
 			"quantity": q.String(), "currency": PlanCurrency, "occurredAt": now.Add(time.Duration(i) * time.Millisecond).Format(time.RFC3339Nano)})
 	}
-	res.Facts = len(batch)
+	if plan == PlanCode {
+		res.Facts = len(batch)
+	} else {
+		res.StarterFacts = len(batch)
+	}
 	err := r.waitFor(ctx, "usage to accept "+res.Tenant+"'s requests", func() (bool, string, error) {
 		var out struct {
 			Results []struct {
@@ -400,16 +457,25 @@ func (r *run) sendPlanUsage(ctx context.Context, res *PlanResult, clk Clock) err
 	if err != nil {
 		return err
 	}
-	return r.waitFor(ctx, "the charges of "+res.Tenant, func() (bool, string, error) {
+	version := map[string]int64{PlanCode: res.PlanVersion, StarterCode: res.StarterVersion}
+	return r.waitFor(ctx, "the charges of "+res.Tenant+" on "+plan, func() (bool, string, error) {
 		cs, err := r.charges(ctx, res.Tenant)
-		if err != nil || len(cs) < res.Facts {
-			return false, fmt.Sprintf("%d/%d charges", len(cs), res.Facts), err
+		if err != nil || len(cs) < res.StarterFacts+res.Facts {
+			return false, fmt.Sprintf("%d/%d charges", len(cs), res.StarterFacts+res.Facts), err
 		}
+		on := 0
 		for _, c := range cs {
-			if deref(c.PlanCode) != PlanCode || c.PriceVersion != res.PlanVersion || c.Currency != PlanCurrency || c.Period != res.Period {
-				r.mismatch("%s charge %s: plan %q v%d %s in %s, want plan %s v%d USD in %s", res.Tenant, c.ChargeId, deref(c.PlanCode),
-					c.PriceVersion, c.Currency, c.Period, PlanCode, res.PlanVersion, res.Period)
+			p := deref(c.PlanCode)
+			if p == plan {
+				on++
 			}
+			if (p != PlanCode && p != StarterCode) || c.PriceVersion != version[p] || c.Currency != PlanCurrency || c.Period != res.Period {
+				r.mismatch("%s charge %s: plan %q v%d %s in %s, want plan %s or %s v1 USD in %s", res.Tenant, c.ChargeId, p,
+					c.PriceVersion, c.Currency, c.Period, StarterCode, PlanCode, res.Period)
+			}
+		}
+		if on != len(qs) {
+			r.mismatch("%s: %d charges priced by %s, want %d", res.Tenant, on, plan, len(qs))
 		}
 		return true, "", nil
 	})
@@ -423,11 +489,13 @@ func (r *run) sendPlanUsage(ctx context.Context, res *PlanResult, clk Clock) err
 // rounding of the subtotal, the tax on the rounded subtotal, and the
 // credit drawn: min(grant, total).
 func planInvoice(res *PlanResult, grantID string) []PlanLine {
+	starterCharge := res.StarterQuantity.Mul(StarterPrice)
+	starterFee := prorate(StarterFee, res.StarterDays, res.PeriodDays)
 	charge := decimal.Max(decimal.Zero, res.Quantity.Sub(PlanIncluded)).Mul(PlanUnitPrice)
 	fee := prorate(PlanFee, res.Days, res.PeriodDays)
 	minimum := prorate(PlanMinimum, res.Days, res.PeriodDays)
-	trueUp := minimum.Sub(fee).Sub(charge)
-	subtotal := charge.Add(fee)
+	trueUp := minimum.Sub(fee).Sub(charge) // pro's minimum against pro's own lines
+	subtotal := starterCharge.Add(starterFee).Add(charge).Add(fee)
 	if trueUp.Sign() > 0 {
 		subtotal = subtotal.Add(trueUp)
 	}
@@ -436,11 +504,15 @@ func planInvoice(res *PlanResult, grantID string) []PlanLine {
 	total := rounded.Add(tax)
 	credit := decimal.Min(PlanGrant, total)
 	days := fmt.Sprintf("%d/%d days", res.Days, res.PeriodDays)
+	starterDays := fmt.Sprintf("%d/%d days", res.StarterDays, res.PeriodDays)
 	return []PlanLine{
-		{Kind: "charge", How: fmt.Sprintf("%s %s (%d facts): (%s - %s included) x %s", PlanMeter, res.Quantity, res.Facts, res.Quantity, PlanIncluded, PlanUnitPrice),
+		{Kind: "charge", Plan: StarterCode, How: fmt.Sprintf("%s %s (%d facts) x %s", PlanMeter, res.StarterQuantity, res.StarterFacts, StarterPrice),
+			WantFound: true, WantAmount: starterCharge},
+		{Kind: "charge", Plan: PlanCode, How: fmt.Sprintf("%s %s (%d facts): (%s - %s included) x %s", PlanMeter, res.Quantity, res.Facts, res.Quantity, PlanIncluded, PlanUnitPrice),
 			WantFound: true, WantAmount: charge},
-		{Kind: "fixed_fee", How: fmt.Sprintf("%s: %s x %s, half-even", PlanFeeCode, PlanFee, days), WantFound: true, WantAmount: fee},
-		{Kind: "minimum_true_up", How: fmt.Sprintf("minimum %s x %s = %s, less fee and charge", PlanMinimum, days, minimum),
+		{Kind: "fixed_fee", Plan: StarterCode, How: fmt.Sprintf("%s: %s x %s, half-even", PlanFeeCode, StarterFee, starterDays), WantFound: true, WantAmount: starterFee},
+		{Kind: "fixed_fee", Plan: PlanCode, How: fmt.Sprintf("%s: %s x %s, half-even", PlanFeeCode, PlanFee, days), WantFound: true, WantAmount: fee},
+		{Kind: "minimum_true_up", Plan: PlanCode, How: fmt.Sprintf("minimum %s x %s = %s, less %s's fee and charge", PlanMinimum, days, minimum, PlanCode),
 			WantFound: trueUp.Sign() > 0, WantAmount: decimal.Max(trueUp, decimal.Zero)},
 		{Kind: "subtotal", Figure: true, How: "the lines above, exact", WantFound: true, WantAmount: subtotal},
 		{Kind: "rounding", How: fmt.Sprintf("subtotal %s to the cent, half-even", subtotal), WantFound: !rounded.Equal(subtotal), WantAmount: rounded.Sub(subtotal)},
@@ -556,19 +628,34 @@ func (r *run) checkPlanInvoice(ctx context.Context, res *PlanResult, want []Plan
 		r.mismatch("%s's first invoice: number %d, want 1", res.Tenant, res.Number)
 	}
 	got := map[string]planLineDoc{}
+	// What each plan's lines must name: its version, days, facts.
+	type planWant struct {
+		version  int64
+		days     int
+		quantity decimal.Decimal
+		facts    int
+	}
+	plans := map[string]planWant{
+		PlanCode:    {res.PlanVersion, res.Days, res.Quantity, res.Facts},
+		StarterCode: {res.StarterVersion, res.StarterDays, res.StarterQuantity, res.StarterFacts},
+	}
 	for _, l := range inv.Lines {
-		if _, dup := got[l.Kind]; dup {
-			r.mismatch("%s's invoice: two %s lines", res.Tenant, l.Kind)
+		key := l.Kind + "/" + l.PlanCode
+		if _, dup := got[key]; dup {
+			r.mismatch("%s's invoice: two %s lines", res.Tenant, key)
 		}
-		got[l.Kind] = l
+		got[key] = l
+		pw, known := plans[l.PlanCode]
 		var bad bool
 		switch l.Kind {
 		case "charge":
-			res.ChargeLineID = l.LineID
-			bad = l.MeterCode != PlanMeter || l.PlanCode != PlanCode || l.PriceVersion != res.PlanVersion || l.PlanVersion != res.PlanVersion ||
-				!l.Quantity.Equal(res.Quantity) || l.ChargeCount != int64(res.Facts)
+			if l.PlanCode == PlanCode {
+				res.ChargeLineID = l.LineID
+			}
+			bad = !known || l.MeterCode != PlanMeter || l.PriceVersion != pw.version || l.PlanVersion != pw.version ||
+				!l.Quantity.Equal(pw.quantity) || l.ChargeCount != int64(pw.facts)
 		case "fixed_fee":
-			bad = l.PlanCode != PlanCode || l.PlanVersion != res.PlanVersion || l.FeeCode != PlanFeeCode || l.Days != res.Days || l.PeriodDays != res.PeriodDays
+			bad = !known || l.PlanVersion != pw.version || l.FeeCode != PlanFeeCode || l.Days != pw.days || l.PeriodDays != res.PeriodDays
 		case "minimum_true_up":
 			bad = l.PlanCode != PlanCode || l.PlanVersion != res.PlanVersion || l.Days != res.Days || l.PeriodDays != res.PeriodDays
 		case "tax":
@@ -578,8 +665,9 @@ func (r *run) checkPlanInvoice(ctx context.Context, res *PlanResult, want []Plan
 			bad = true
 		}
 		if bad {
-			r.mismatch("%s's invoice line %+v: want %s, plan %s v%d, fee %s, %d/%d days, %s %s requests in %d charges, tax %s %s",
-				res.Tenant, l, PlanMeter, PlanCode, res.PlanVersion, PlanFeeCode, res.Days, res.PeriodDays, res.Quantity, PlanMeter, res.Facts, PlanTaxCode, PlanTaxRate)
+			r.mismatch("%s's invoice line %+v: want %s, plan %s v%d (%d/%d days, %s requests in %d charges) or %s v%d (%d days, %s in %d), fee %s, tax %s %s",
+				res.Tenant, l, PlanMeter, PlanCode, res.PlanVersion, res.Days, res.PeriodDays, res.Quantity, res.Facts,
+				StarterCode, res.StarterVersion, res.StarterDays, res.StarterQuantity, res.StarterFacts, PlanFeeCode, PlanTaxCode, PlanTaxRate)
 		}
 	}
 	figures := map[string]*decimal.Decimal{"subtotal": &inv.Subtotal, "taxTotal": inv.TaxTotal, "total": inv.Total,
@@ -591,7 +679,7 @@ func (r *run) checkPlanInvoice(ctx context.Context, res *PlanResult, want []Plan
 				l.Amount = *f
 			}
 		} else {
-			g, ok := got[l.Kind]
+			g, ok := got[l.Kind+"/"+l.Plan]
 			l.Found, l.Amount = ok, g.Amount
 		}
 		res.Lines = append(res.Lines, l)

@@ -32,17 +32,22 @@ func reportPlan(res *scenario.PlanResult) {
 	if err != nil {
 		loc = time.UTC
 	}
-	w := section(fmt.Sprintf("A SaaS plan (meter, billing, invoice): tenant %s on %q, USD %s a month, %s %s included then %s, at least %s; VAT %s%%; a USD %s credit",
-		res.Tenant, res.Plan, scenario.PlanFee, scenario.PlanIncluded, scenario.PlanMeter, scenario.PlanUnitPrice, scenario.PlanMinimum,
-		scenario.PlanTaxRate.Shift(2), scenario.PlanGrant.StringFixed(2)))
+	w := section(fmt.Sprintf("A SaaS plan (meter, billing, invoice): tenant %s from %q (USD %s a month, %s a request) to %q mid-month (USD %s a month, %s %s included then %s, at least %s); VAT %s%%; a USD %s credit",
+		res.Tenant, scenario.StarterCode, scenario.StarterFee, scenario.StarterPrice, res.Plan, scenario.PlanFee, scenario.PlanIncluded,
+		scenario.PlanMeter, scenario.PlanUnitPrice, scenario.PlanMinimum, scenario.PlanTaxRate.Shift(2), scenario.PlanGrant.StringFixed(2)))
 	fmt.Fprintf(w, "settings (zone %s, VAT) apply from\t%s\n", res.Zone, checkString(res.EffectiveFrom, res.WantEffectiveFrom))
 	for i, m := range res.ClockMoves {
 		fmt.Fprintf(w, "clock move %d: %s\t%s (%s)\n", i+1, m.Why, m.To.In(loc).Format("2006-01-02 15:04 MST"), m.To.UTC().Format("2006-01-02 15:04 UTC"))
 	}
+	if !res.StarterStartsAt.IsZero() {
+		fmt.Fprintf(w, "subscribed to %s (never backdated)\t%s (%s): %d of %d days of %s in %s\n", scenario.StarterCode,
+			res.StarterStartsAt.In(loc).Format("2006-01-02 15:04:05 MST"), res.StarterStartsAt.UTC().Format("2006-01-02 15:04:05 UTC"),
+			res.StarterDays, res.PeriodDays, res.Period, res.Zone)
+	}
 	if !res.StartsAt.IsZero() {
-		fmt.Fprintf(w, "subscribed from (never backdated)\t%s (%s): %d of %d days of %s in %s (counted in UTC: %d)\n",
+		fmt.Fprintf(w, "changed to %s, ending %s\t%s (%s): %d of %d days (counted in UTC: %d)\n", res.Plan, scenario.StarterCode,
 			res.StartsAt.In(loc).Format("2006-01-02 15:04:05 MST"), res.StartsAt.UTC().Format("2006-01-02 15:04:05 UTC"),
-			res.Days, res.PeriodDays, res.Period, res.Zone, res.UTCDays)
+			res.Days, res.PeriodDays, res.UTCDays)
 	}
 	fmt.Fprintf(w, "billing's estimate, open period\t%s\n", check(res.Estimate, res.WantEstimate))
 	fmt.Fprintf(w, "invoice\tnumber %s, %s, closed in the period's grace\n", checkInt(int(res.Number), 1), res.Status)
@@ -51,6 +56,9 @@ func reportPlan(res *scenario.PlanResult) {
 	fmt.Fprintln(w, "line or figure\tthe demo's arithmetic\tinvoice")
 	for _, l := range res.Lines {
 		kind := l.Kind
+		if l.Plan != "" {
+			kind += " (" + l.Plan + ")"
+		}
 		if l.Figure {
 			kind = "= " + kind
 		}
@@ -65,7 +73,7 @@ func reportPlan(res *scenario.PlanResult) {
 	fmt.Fprintf(w, "charge line %s\ttraced by a viewer token of %s, %d pages\t%d facts %v, quantity %s\n",
 		res.ChargeLineID, res.Tenant, a.Pages, len(a.Traced), a.Traced, check(a.Quantity, res.Quantity))
 	w.Flush()
-	fmt.Printf("(%d facts; the story took %s)\n", res.Facts, res.Took.Round(100*time.Millisecond))
+	fmt.Printf("(%d facts; the story took %s)\n", res.StarterFacts+res.Facts, res.Took.Round(100*time.Millisecond))
 }
 
 // checkLine shows an invoice line or figure beside the demo's: "none" for
