@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/usagebilling/billing/pkg/auth"
@@ -20,6 +21,8 @@ import (
 type client struct {
 	http     *http.Client
 	urls     map[string]string
+	spread   map[string][]string // every instance, when a service has several
+	next     atomic.Uint64       // the instance of the next spread request
 	mu       sync.Mutex
 	tokens   map[string]string    // by tenant
 	minted   map[string]time.Time // by tenant
@@ -39,6 +42,7 @@ func newClient(cfg *Config) (*client, error) {
 			},
 		},
 		urls:   cfg.URLs,
+		spread: cfg.Instances,
 		tokens: map[string]string{},
 		minted: map[string]time.Time{},
 		token:  cfg.Token,
@@ -117,6 +121,38 @@ func (a answer) String() string {
 	return fmt.Sprintf("%d %s", a.status, b)
 }
 
+// base is the base URL of service for the next request: its instances in
+// turn when it has several.
+func (c *client) base(service string) string {
+	if all := c.spread[service]; len(all) > 1 {
+		return all[c.next.Add(1)%uint64(len(all))]
+	}
+	return c.urls[service]
+}
+
+// instances returns the base URL of each of service's instances.
+func (c *client) instances(service string) []string {
+	if all := c.spread[service]; len(all) > 1 {
+		return all
+	}
+	return []string{c.urls[service]}
+}
+
+// get reads url with no token (/metrics).
+func (c *client) get(ctx context.Context, url string) (answer, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return answer{}, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, body: b, header: resp.Header}, err
+}
+
 // do sends a request to service for tenant ("" for none: /metrics).
 func (c *client) do(ctx context.Context, method, service, tenant, path string, header map[string]string, body any) (answer, error) {
 	return c.send(ctx, c.tokenFor(tenant), method, service, path, header, body)
@@ -148,7 +184,7 @@ func (c *client) sendWith(ctx context.Context, hc *http.Client, token, method, s
 			rd = bytes.NewReader(raw)
 		}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.urls[service], "/")+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.base(service), "/")+path, rd)
 	if err != nil {
 		return answer{}, err
 	}

@@ -17,6 +17,9 @@ var Services = []string{"meter", "usage", "billing", "invoice", "query"}
 type Config struct {
 	// URLs are the base URLs of the services by name (Services).
 	URLs map[string]string
+	// Instances, when a service runs as several processes, holds every
+	// instance's base URL; requests to that service go to each in turn.
+	Instances map[string][]string
 	// Token is one bearer token for every call; empty means mint a tenant
 	// token per tenant (DevKey) with the environment's signer
 	// (auth.SignerFromEnv: the development key unless AUTH_SIGNING_KEY is set).

@@ -16,21 +16,27 @@ const (
 // scrape is one reading of every service's /metrics.
 type scrape map[string][]Series
 
-// scrapeAll reads /metrics of every service; a service that does not
-// answer is left out and named in the error.
+// scrapeAll reads /metrics of every service, of each instance when a
+// service has several (their series together: a histogram sums them); a
+// service that does not answer is left out and named in the error.
 func scrapeAll(ctx context.Context, cl *client) (scrape, error) {
 	out := scrape{}
 	var failed []string
 	for _, s := range Services {
-		a, err := cl.do(ctx, http.MethodGet, s, "", "/metrics", nil, nil)
-		if err == nil && a.status != http.StatusOK {
-			err = fmt.Errorf("%s", a)
-		}
-		if err == nil {
-			out[s], err = ParseText(bytes.NewReader(a.body))
-		}
-		if err != nil {
-			failed = append(failed, fmt.Sprintf("%s: %v", s, err))
+		for _, base := range cl.instances(s) {
+			a, err := cl.get(ctx, base+"/metrics")
+			if err == nil && a.status != http.StatusOK {
+				err = fmt.Errorf("%s", a)
+			}
+			var series []Series
+			if err == nil {
+				series, err = ParseText(bytes.NewReader(a.body))
+			}
+			if err != nil {
+				failed = append(failed, fmt.Sprintf("%s: %v", s, err))
+				break
+			}
+			out[s] = append(out[s], series...)
 		}
 	}
 	if len(failed) > 0 {

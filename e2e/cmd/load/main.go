@@ -268,6 +268,16 @@ func startStack(ctx context.Context, cfg *load.Config) (s *stack.Stack, stop fun
 		}
 	}
 	cfg.URLs = s.URLs()
+	for _, svc := range s.Services() {
+		if n := s.Instances(svc); n > 1 {
+			if cfg.Instances == nil {
+				cfg.Instances = map[string][]string{}
+			}
+			for i := range n {
+				cfg.Instances[svc] = append(cfg.Instances[svc], s.URL(svc, i))
+			}
+		}
+	}
 	describeStack(cfg, opts, time.Since(began))
 	return s, stop, 0
 }
