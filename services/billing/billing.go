@@ -38,11 +38,14 @@ var Spec = service.Spec{
 // to the scheduler (decision 0014); BILLING_CLOSE_INTERVAL (a duration of at
 // least 100ms, default 10s, or "off"), how often each instance's close
 // scheduler looks for due periods ("off": none in this process; periods
-// then close when someone calls close, or by another instance's scheduler).
+// then close when someone calls close, or by another instance's scheduler);
+// BILLING_CLOSE_CHUNK (default 10000, 1 to 1000000), how many charges one
+// transaction of a close's tally reads.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	env := service.NewEnv()
 	cfg := app.Config{WaitForUsage: true, CloseWait: env.Duration("BILLING_CLOSE_WAIT", app.DefaultCloseWait),
-		MaxSubscriptions: env.Int("BILLING_MAX_SUBSCRIPTIONS", app.DefaultMaxSubscriptions)}
+		MaxSubscriptions: env.Int("BILLING_MAX_SUBSCRIPTIONS", app.DefaultMaxSubscriptions),
+		CloseChunk:       env.Int("BILLING_CLOSE_CHUNK", app.DefaultCloseChunk)}
 	scheduler := env.String("BILLING_CLOSE_INTERVAL", "") != "off"
 	if scheduler {
 		cfg.CloseInterval = env.Duration("BILLING_CLOSE_INTERVAL", app.DefaultCloseInterval)
@@ -50,6 +53,9 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	err := env.Err()
 	if err == nil && scheduler && cfg.CloseInterval < minCloseInterval {
 		err = fmt.Errorf("BILLING_CLOSE_INTERVAL: want a duration of at least %s such as 10s, or off, got %s", minCloseInterval, cfg.CloseInterval)
+	}
+	if err == nil && (cfg.CloseChunk < 1 || cfg.CloseChunk > maxCloseChunk) {
+		err = fmt.Errorf("BILLING_CLOSE_CHUNK: want a number of charges from 1 to %d, got %d", maxCloseChunk, cfg.CloseChunk)
 	}
 	if err != nil {
 		return service.Parts{}, err
@@ -92,3 +98,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 
 // minCloseInterval is the shortest BILLING_CLOSE_INTERVAL.
 const minCloseInterval = 100 * time.Millisecond
+
+// maxCloseChunk is the largest BILLING_CLOSE_CHUNK: a chunk's statement
+// must stay well inside DB_STATEMENT_TIMEOUT.
+const maxCloseChunk = 1000000

@@ -53,6 +53,10 @@ type Config struct {
 	// one tenant may have (BILLING_MAX_SUBSCRIPTIONS; default
 	// DefaultMaxSubscriptions): one more is refused 422 limit_exceeded.
 	MaxSubscriptions int
+	// CloseChunk is how many charges one transaction of a close's tally
+	// reads (BILLING_CLOSE_CHUNK; default DefaultCloseChunk): the close's
+	// longest statement grows with it, not with the period.
+	CloseChunk int
 }
 
 // Defaults of Config.
@@ -61,6 +65,8 @@ const (
 	DefaultCloseInterval = 10 * time.Second
 	// Two years of monthly plan changes scheduled ahead.
 	DefaultMaxSubscriptions = 24
+	// A chunk of 10,000 charges is tallied in well under a second.
+	DefaultCloseChunk = 10000
 )
 
 // App is billing: its event handlers, commands and close scheduler against
@@ -71,6 +77,9 @@ type App struct {
 	now     func() time.Time
 	cfg     Config
 	metrics closeMetrics
+	// afterChunk, when set (tests), runs at the end of each chunk's
+	// transaction of a close's tally; an error rolls the chunk back.
+	afterChunk func(chunk int64) error
 }
 
 // New returns the App of d and c.
@@ -90,6 +99,9 @@ func New(d Deps, c Config) *App {
 	}
 	if a.cfg.MaxSubscriptions <= 0 {
 		a.cfg.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if a.cfg.CloseChunk <= 0 {
+		a.cfg.CloseChunk = DefaultCloseChunk
 	}
 	return a
 }

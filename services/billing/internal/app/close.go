@@ -102,6 +102,10 @@ func (a *App) closePeriod(ctx context.Context, r Request, period string, key Key
 	if err := a.finishClose(ctx, r, period, key, closed); err != nil {
 		return CloseReply{}, err
 	}
+	if err := a.purgeTally(ctx, r.TenantID, period); err != nil {
+		// The close is done; the scheduler's next pass purges the rest.
+		a.log.WarnContext(ctx, "purge the tally of a closed period", "tenant_id", r.TenantID, "period", period, "err", err)
+	}
 	return closed, nil
 }
 
@@ -193,9 +197,13 @@ func (a *App) markClosing(ctx context.Context, r Request, period string, key Key
 	return answered, err
 }
 
-// finishClose is step 2: it closes the period (if a concurrent close has
-// not) and saves closed as the key's answer.
+// finishClose is step 2: it tallies the period's charges chunk by chunk,
+// then closes the period (if a concurrent close has not) and saves closed
+// as the key's answer.
 func (a *App) finishClose(ctx context.Context, r Request, period string, key Key, closed CloseReply) error {
+	if err := a.tallyChunks(ctx, r.TenantID, period); err != nil {
+		return err
+	}
 	return a.inTx(ctx, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if err := q.LockPeriodExclusive(ctx, db.LockPeriodExclusiveParams{TenantID: r.TenantID, Period: period}); err != nil {
@@ -216,9 +224,76 @@ func (a *App) finishClose(ctx context.Context, r Request, period string, key Key
 	})
 }
 
-// close counts and closes a period the caller holds locked.
+// tallyChunks walks a closing period's charges in chunks of
+// Config.CloseChunk, each its own transaction under the period's exclusive
+// lock: it reads the next chunk after the recorded position (keyset order
+// of usage_event_id), adds it to the running tally of the period's lines
+// (close_line, close_value) and records the new position in the same
+// transaction, so a crash loses at most the chunk in flight and a retry,
+// or a concurrent closer, carries on from the last commit. Step 1 made the
+// set final: a closing period takes no charge and charges are immutable,
+// so the walk counts each charge once. It returns once the walk is done or
+// the period is no longer closing (a concurrent close finished it).
+func (a *App) tallyChunks(ctx context.Context, tenantID, period string) error {
+	for {
+		var done bool
+		err := a.inTx(ctx, func(tx pgx.Tx) error {
+			q := db.New(tx)
+			if err := q.LockPeriodExclusive(ctx, db.LockPeriodExclusiveParams{TenantID: tenantID, Period: period}); err != nil {
+				return fmt.Errorf("lock period %s: %w", period, err)
+			}
+			status, err := q.LockPeriod(ctx, db.LockPeriodParams{TenantID: tenantID, Period: period})
+			if err != nil {
+				return fmt.Errorf("lock period %s: %w", period, err)
+			}
+			if status != domain.StatusClosing {
+				done = true
+				return nil
+			}
+			if err := q.StartCloseProgress(ctx, db.StartCloseProgressParams{TenantID: tenantID, Period: period}); err != nil {
+				return fmt.Errorf("start the tally of %s: %w", period, err)
+			}
+			p, err := q.CloseProgress(ctx, db.CloseProgressParams{TenantID: tenantID, Period: period})
+			if err != nil {
+				return fmt.Errorf("read the tally of %s: %w", period, err)
+			}
+			if p.Done {
+				done = true
+				return nil
+			}
+			chunk, err := q.TallyCloseChunk(ctx, db.TallyCloseChunkParams{
+				TenantID: tenantID, Period: period, After: p.After, ChunkSize: int32(a.cfg.CloseChunk)})
+			if err != nil {
+				return fmt.Errorf("tally chunk %d of %s (%d charges so far): %w", p.Chunks+1, period, p.Charges, err)
+			}
+			done = chunk.Charges < int64(a.cfg.CloseChunk)
+			if err := q.AdvanceCloseProgress(ctx, db.AdvanceCloseProgressParams{
+				TenantID: tenantID, Period: period, After: chunk.Last, Charges: chunk.Charges, Done: done}); err != nil {
+				return fmt.Errorf("record chunk %d of %s: %w", p.Chunks+1, period, err)
+			}
+			if a.afterChunk != nil {
+				return a.afterChunk(p.Chunks + 1)
+			}
+			return nil
+		})
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// close counts and closes a period the caller holds locked, from the
+// running tally tallyChunks completed: O(lines) rows, whatever the number
+// of charges.
 func (a *App) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, period string) error {
-	rows, err := q.CloseTallies(ctx, db.CloseTalliesParams{TenantID: r.TenantID, Period: period})
+	p, err := q.CloseProgress(ctx, db.CloseProgressParams{TenantID: r.TenantID, Period: period})
+	if err != nil {
+		return fmt.Errorf("read the tally of %s: %w", period, err)
+	}
+	if !p.Done {
+		return fmt.Errorf("%w: period %s of %s closes before its charges were tallied", ErrInternal, period, r.TenantID)
+	}
+	rows, err := q.ClosingTallies(ctx, db.ClosingTalliesParams{TenantID: r.TenantID, Period: period})
 	if err != nil {
 		return fmt.Errorf("tally period %s: %w", period, err)
 	}
@@ -226,9 +301,13 @@ func (a *App) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, pe
 	if err != nil {
 		return err
 	}
-	lines, err := q.PeriodLines(ctx, db.PeriodLinesParams{TenantID: r.TenantID, Period: period})
+	closing, err := q.ClosingLines(ctx, db.ClosingLinesParams{TenantID: r.TenantID, Period: period})
 	if err != nil {
 		return fmt.Errorf("read period lines: %w", err)
+	}
+	lines := make([]db.PeriodLinesRow, len(closing))
+	for i, l := range closing {
+		lines[i] = db.PeriodLinesRow(l)
 	}
 	fees, err := periodFees(ctx, q, r.TenantID, period, cals[r.TenantID], lines)
 	if err != nil {
@@ -270,4 +349,39 @@ func (a *App) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, pe
 		return fmt.Errorf("%w: period %s of %s was not closing under its lock", ErrInternal, period, r.TenantID)
 	}
 	return events.Append(ctx, tx, env)
+}
+
+// purgeTally deletes a closed period's close_value rows, CloseChunk at a
+// time (each its own statement), then its close_progress row; its
+// close_line rows stay (O(lines)).
+func (a *App) purgeTally(ctx context.Context, tenantID, period string) error {
+	q := db.New(a.pool)
+	for {
+		n, err := q.PurgeCloseValues(ctx, db.PurgeCloseValuesParams{TenantID: tenantID, Period: period, RowLimit: int32(a.cfg.CloseChunk)})
+		if err != nil {
+			return fmt.Errorf("purge the values tallied for %s: %w", period, err)
+		}
+		if n < int64(a.cfg.CloseChunk) {
+			break
+		}
+	}
+	if err := q.EndCloseProgress(ctx, db.EndCloseProgressParams{TenantID: tenantID, Period: period}); err != nil {
+		return fmt.Errorf("end the tally of %s: %w", period, err)
+	}
+	return nil
+}
+
+// purgeClosedTallies purges what the chunked tallies of closed periods left
+// (a close that crashed after it committed, or whose purge failed).
+func (a *App) purgeClosedTallies(ctx context.Context) error {
+	left, err := db.New(a.pool).ClosedWithValues(ctx, 100)
+	if err != nil {
+		return fmt.Errorf("find closed periods' tallies: %w", err)
+	}
+	for _, p := range left {
+		if err := a.purgeTally(ctx, p.TenantID, p.Period); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -141,6 +141,9 @@ type SchedulerRun struct {
 func (a *App) CloseDuePeriods(ctx context.Context) (SchedulerRun, error) {
 	var run SchedulerRun
 	q := db.New(a.pool)
+	if err := a.purgeClosedTallies(ctx); err != nil {
+		return run, err
+	}
 	// Closes requested and waiting for usage (decision 0014): finished
 	// once usage has caught up, under the requester's actor.
 	waits, err := q.RequestedCloses(ctx)

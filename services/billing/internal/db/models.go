@@ -67,6 +67,50 @@ type Charge struct {
 	PlanCode      string
 }
 
+type CloseLine struct {
+	TenantID       string
+	Period         string
+	MeterCode      string
+	Currency       string
+	PlanCode       string
+	PriceVersion   int64
+	DimensionsKey  string
+	Unpriced       bool
+	Aggregation    string
+	Dimensions     string
+	Charges        int64
+	Total          decimal.Decimal
+	Peak           decimal.Decimal
+	Amount         decimal.Decimal
+	Digest         decimal.Decimal
+	DistinctValues int64
+	LatestAt       pgtype.Timestamptz
+	LatestSystem   pgtype.Text
+	LatestSource   pgtype.Text
+	LatestQuantity decimal.NullDecimal
+}
+
+type CloseProgress struct {
+	TenantID string
+	Period   string
+	After    pgtype.UUID
+	Chunks   int64
+	Charges  int64
+	Done     bool
+}
+
+type CloseValue struct {
+	TenantID      string
+	Period        string
+	MeterCode     string
+	Currency      string
+	PlanCode      string
+	PriceVersion  int64
+	DimensionsKey string
+	Unpriced      bool
+	Value         string
+}
+
 type Meter struct {
 	Code          string
 	Aggregation   string

@@ -395,12 +395,119 @@ SELECT status FROM billing_period
 WHERE tenant_id = @tenant_id AND period = @period
 FOR UPDATE;
 
--- name: CloseTallies :many
--- What a close counts, per currency: the period's charges and the
--- adjustments posted before it closed, each counted, summed exactly and
--- digested (package digest: the sum of a term per event id, so any copy of
--- the set computes the same whatever order it came in). One pass over the
--- period's rows in SQL: bounded memory whatever the volume.
+-- name: StartCloseProgress :exec
+-- The chunked tally of a closing period starts at the first charge (the
+-- nil UUID sorts before every usage event id; none is nil).
+INSERT INTO close_progress (tenant_id, period, after)
+VALUES (@tenant_id, @period, '00000000-0000-0000-0000-000000000000')
+ON CONFLICT (tenant_id, period) DO NOTHING;
+
+-- name: CloseProgress :one
+-- Where the chunked tally of a closing period stands, row-locked: chunks of
+-- concurrent closers (they hold the period's exclusive lock too) follow one
+-- another from the position the last one committed.
+SELECT after::uuid AS after, chunks, charges, done FROM close_progress
+WHERE tenant_id = @tenant_id AND period = @period
+FOR UPDATE;
+
+-- name: TallyCloseChunk :one
+-- One chunk of a close's tally: the next chunk_size charges of the closing
+-- period after the position, in usage_event_id order (one range scan of
+-- charge_reconciliation_idx, bounded by the chunk whatever the period's
+-- size), added to the running tally of their lines: counts, sums, the peak,
+-- the digest terms, the latest charge, and the distinct values (inserted
+-- into close_value; those new to the set are added). Returns the charges
+-- read and the last one's usage_event_id (the position, when none).
+WITH c AS (
+    SELECT ch.usage_event_id, ch.event_id, ch.meter_code, ch.currency, ch.plan_code, ch.price_version,
+           ch.dimensions_key, ch.unpriced, ch.aggregation, ch.dimensions, ch.quantity, ch.amount, ch.value,
+           ch.occurred_at, ch.source_system, ch.source_event_id
+    FROM charge ch
+    WHERE ch.tenant_id = @tenant_id AND ch.period = @period AND ch.usage_event_id > sqlc.arg(after)::uuid
+    ORDER BY ch.usage_event_id
+    LIMIT sqlc.arg(chunk_size)::int
+), vals AS (
+    INSERT INTO close_value (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced, value)
+    SELECT DISTINCT @tenant_id, @period, c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.value
+    FROM c WHERE c.aggregation = 'unique_count'
+    ON CONFLICT DO NOTHING
+    RETURNING meter_code, currency, plan_code, price_version, dimensions_key, unpriced
+), fresh AS (
+    SELECT v.meter_code, v.currency, v.plan_code, v.price_version, v.dimensions_key, v.unpriced, count(*) AS n
+    FROM vals v
+    GROUP BY v.meter_code, v.currency, v.plan_code, v.price_version, v.dimensions_key, v.unpriced
+), g AS (
+    SELECT c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
+           min(c.dimensions::text) AS dimensions, count(*) AS charges, sum(c.quantity) AS total, max(c.quantity) AS peak,
+           sum(c.amount) AS amount,
+           sum(('x' || encode(substr(sha256(convert_to(c.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::numeric AS digest
+    FROM c
+    GROUP BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
+), lt AS (
+    SELECT DISTINCT ON (c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced)
+           c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
+           c.occurred_at, c.source_system, c.source_event_id, c.quantity
+    FROM c
+    WHERE c.aggregation = 'latest'
+    ORDER BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
+             c.occurred_at DESC, c.source_system COLLATE "C" DESC, c.source_event_id COLLATE "C" DESC
+), up AS (
+    INSERT INTO close_line (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced,
+                            aggregation, dimensions, charges, total, peak, amount, digest, distinct_values,
+                            latest_at, latest_system, latest_source, latest_quantity)
+    SELECT @tenant_id, @period, g.meter_code, g.currency, g.plan_code, g.price_version, g.dimensions_key, g.unpriced,
+           g.aggregation, g.dimensions, g.charges, g.total, g.peak, g.amount, g.digest,
+           CASE WHEN g.aggregation = 'unique_count' THEN COALESCE(f.n, 0) ELSE 0 END,
+           lt.occurred_at, lt.source_system, lt.source_event_id, lt.quantity
+    FROM g
+    LEFT JOIN fresh f ON f.meter_code = g.meter_code AND f.currency = g.currency AND f.plan_code = g.plan_code
+                     AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key
+                     AND f.unpriced = g.unpriced AND g.aggregation = 'unique_count'
+    LEFT JOIN lt ON lt.meter_code = g.meter_code AND lt.currency = g.currency AND lt.plan_code = g.plan_code
+                AND lt.price_version = g.price_version AND lt.dimensions_key = g.dimensions_key
+                AND lt.unpriced = g.unpriced AND g.aggregation = 'latest'
+    ON CONFLICT (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced, aggregation)
+    DO UPDATE SET
+        dimensions = least(close_line.dimensions, EXCLUDED.dimensions),
+        charges = close_line.charges + EXCLUDED.charges,
+        total = close_line.total + EXCLUDED.total,
+        peak = greatest(close_line.peak, EXCLUDED.peak),
+        amount = close_line.amount + EXCLUDED.amount,
+        digest = close_line.digest + EXCLUDED.digest,
+        distinct_values = close_line.distinct_values + EXCLUDED.distinct_values,
+        latest_at = CASE WHEN close_line.latest_at IS NULL OR
+                (EXCLUDED.latest_at, EXCLUDED.latest_system COLLATE "C", EXCLUDED.latest_source COLLATE "C") >
+                (close_line.latest_at, close_line.latest_system COLLATE "C", close_line.latest_source COLLATE "C")
+            THEN EXCLUDED.latest_at ELSE close_line.latest_at END,
+        latest_system = CASE WHEN close_line.latest_at IS NULL OR
+                (EXCLUDED.latest_at, EXCLUDED.latest_system COLLATE "C", EXCLUDED.latest_source COLLATE "C") >
+                (close_line.latest_at, close_line.latest_system COLLATE "C", close_line.latest_source COLLATE "C")
+            THEN EXCLUDED.latest_system ELSE close_line.latest_system END,
+        latest_source = CASE WHEN close_line.latest_at IS NULL OR
+                (EXCLUDED.latest_at, EXCLUDED.latest_system COLLATE "C", EXCLUDED.latest_source COLLATE "C") >
+                (close_line.latest_at, close_line.latest_system COLLATE "C", close_line.latest_source COLLATE "C")
+            THEN EXCLUDED.latest_source ELSE close_line.latest_source END,
+        latest_quantity = CASE WHEN close_line.latest_at IS NULL OR
+                (EXCLUDED.latest_at, EXCLUDED.latest_system COLLATE "C", EXCLUDED.latest_source COLLATE "C") >
+                (close_line.latest_at, close_line.latest_system COLLATE "C", close_line.latest_source COLLATE "C")
+            THEN EXCLUDED.latest_quantity ELSE close_line.latest_quantity END
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM c)::bigint AS charges,
+       COALESCE((SELECT c.usage_event_id FROM c ORDER BY c.usage_event_id DESC LIMIT 1), sqlc.arg(after)::uuid)::uuid AS last,
+       (SELECT count(*) FROM up)::bigint AS lines;
+
+-- name: AdvanceCloseProgress :exec
+-- Records a chunk in its own transaction: where the next one starts, and
+-- done once a chunk came back short.
+UPDATE close_progress
+SET after = sqlc.arg(after)::uuid, chunks = chunks + 1, charges = charges + sqlc.arg(charges)::bigint,
+    done = sqlc.arg(done)::boolean
+WHERE tenant_id = @tenant_id AND period = @period;
+
+-- name: ClosingTallies :many
+-- CloseTallies from the running tally of the closing period's lines (its
+-- charges, O(lines) rows) and the adjustments posted before it closed.
 SELECT t.currency::text AS currency,
        sum(t.charges)::bigint AS charges,
        sum(t.charge_amount)::numeric AS charge_amount,
@@ -409,10 +516,9 @@ SELECT t.currency::text AS currency,
        sum(t.adjustment_amount)::numeric AS adjustment_amount,
        sum(t.adjustment_digest)::numeric::text AS adjustment_digest
 FROM (
-    SELECT c.currency, count(*) AS charges, sum(c.amount) AS charge_amount,
-           sum(('x' || encode(substr(sha256(convert_to(c.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint) AS charge_digest,
+    SELECT l.currency, sum(l.charges) AS charges, sum(l.amount) AS charge_amount, sum(l.digest) AS charge_digest,
            0::bigint AS adjustments, 0::numeric AS adjustment_amount, 0::numeric AS adjustment_digest
-    FROM charge c WHERE c.tenant_id = @tenant_id AND c.period = @period GROUP BY c.currency
+    FROM close_line l WHERE l.tenant_id = @tenant_id AND l.period = @period GROUP BY l.currency
     UNION ALL
     SELECT a.currency, 0, 0, 0, count(*), sum(a.amount),
            sum(('x' || encode(substr(sha256(convert_to(a.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)
@@ -420,6 +526,52 @@ FROM (
 ) t
 GROUP BY t.currency
 ORDER BY t.currency;
+
+-- name: ClosingLines :many
+-- PeriodLines of a closing period from its running tally (O(lines)), with
+-- the same columns and the same pricing joins.
+SELECT l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key, l.dimensions::jsonb AS dimensions,
+       l.unpriced, l.aggregation, l.charges::bigint AS charges,
+       (CASE l.aggregation
+            WHEN 'count' THEN l.charges::numeric
+            WHEN 'max' THEN l.peak
+            WHEN 'latest' THEN l.latest_quantity
+            WHEN 'unique_count' THEN l.distinct_values::numeric
+            ELSE l.total END)::numeric AS quantity,
+       l.amount::numeric AS amount,
+       COALESCE(pe.model, pc.model, 'unit')::text AS model, COALESCE(pe.unit_price, pc.unit_price, 0)::numeric AS unit_price,
+       COALESCE(pe.tiers, pc.tiers) AS tiers,
+       COALESCE(pe.package_size, pc.package_size, 0)::numeric AS package_size,
+       COALESCE(pe.package_price, pc.package_price, 0)::numeric AS package_price
+FROM close_line l
+LEFT JOIN price_evidence pe ON pe.tenant_id = @tenant_id AND pe.meter_code = l.meter_code
+                           AND pe.currency = l.currency AND pe.version = l.price_version AND NOT l.unpriced
+                           AND l.plan_code = ''
+LEFT JOIN plan_charge pc ON pc.code = l.plan_code AND pc.version = l.price_version AND pc.meter_code = l.meter_code
+                        AND pc.dimensions_key = l.dimensions_key AND l.plan_code <> ''
+WHERE l.tenant_id = @tenant_id AND l.period = @period
+ORDER BY l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key;
+
+-- name: ClosedWithValues :many
+-- Closed periods whose chunked tally left rows to purge (close_value), at
+-- most row_limit.
+SELECT p.tenant_id, p.period FROM close_progress p
+JOIN billing_period b ON b.tenant_id = p.tenant_id AND b.period = p.period AND b.status = 'closed'
+ORDER BY p.tenant_id, p.period
+LIMIT sqlc.arg(row_limit)::int;
+
+-- name: PurgeCloseValues :execrows
+-- Deletes up to row_limit of a closed period's close_value rows.
+DELETE FROM close_value v
+WHERE (v.tenant_id, v.period, v.meter_code, v.currency, v.plan_code, v.price_version, v.dimensions_key, v.unpriced, v.value) IN (
+    SELECT x.tenant_id, x.period, x.meter_code, x.currency, x.plan_code, x.price_version, x.dimensions_key, x.unpriced, x.value
+    FROM close_value x WHERE x.tenant_id = @tenant_id AND x.period = @period
+    LIMIT sqlc.arg(row_limit)::int);
+
+-- name: EndCloseProgress :exec
+-- The chunked tally of a closed period is purged: its position goes (its
+-- close_line rows stay, O(lines), the close's record of its lines).
+DELETE FROM close_progress WHERE tenant_id = @tenant_id AND period = @period;
 
 -- name: MarkPeriodClosed :execrows
 -- Step 2 of a close, under the period's exclusive lock and the row lock

@@ -1,0 +1,3 @@
+DROP TABLE close_value;
+DROP TABLE close_line;
+DROP TABLE close_progress;
