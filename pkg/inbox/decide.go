@@ -82,6 +82,7 @@ type item struct {
 	handler Handler
 	batch   BatchHandler // instead of handler
 	qreason string       // set when the message is quarantined without a lookup
+	qdetail string       // what the inbox says of qreason, when anything
 	hint    hint         // what could be read of a message that did not decode
 	woken   bool
 	span    trace.Span        // the decision's span, while tracing is on (trace.go)
@@ -141,6 +142,11 @@ func (ib *Inbox) newItem(m Message, woken bool) *item {
 		return it
 	}
 	it.dec = d
+	if ib.opts.Authorize != nil && !ib.opts.Authorize(m.Topic, &d.Envelope) {
+		it.qreason = ReasonUnauthorizedProducer
+		it.qdetail = fmt.Sprintf("%s from producer %q on topic %q", d.Envelope.EventType, d.Envelope.Producer, clip(m.Topic))
+		return it
+	}
 	if b, ok := ib.batch[d.Envelope.EventType]; ok {
 		it.batch = b
 		return it
@@ -530,7 +536,7 @@ func itemErr(err error, k int) error {
 // conflicting deferred copy, a version gap. It reports whether it decided.
 func (st *runState) settle(p *pending, res *runResult, i int, it *item) bool {
 	if it.qreason != "" {
-		res.decisions[i] = p.quarantine(it, it.qreason, "")
+		res.decisions[i] = p.quarantine(it, it.qreason, it.qdetail)
 		return true
 	}
 	e := it.env()

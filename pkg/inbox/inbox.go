@@ -11,7 +11,8 @@
 //     (DeferUntil), is not here yet. The raw message is kept and decided again
 //     when the missing event is applied, or by the periodic Sweep.
 //   - QUARANTINED: the message can never be processed as it is (undecodable,
-//     unknown type or schema, the same eventId with another digest, a
+//     unknown type or schema, a producer not allowed to publish it on its
+//     topic (Options.Authorize), the same eventId with another digest, a
 //     Permanent handler error, a payload of another type than the handler's,
 //     a handler that panicked or failed past its retry budget). The raw bytes
 //     are kept with the reason (one of the list in reasons.go) and what the
@@ -236,6 +237,14 @@ type Options struct {
 	// The attempts are counted in memory, per event, and only those that
 	// fail in the handler: a database outage does not use the budget up.
 	RetryBudget int
+	// Authorize, when set, is asked of every event that decodes whether its
+	// producer may publish it on the topic it arrived on (for the services,
+	// events.Authorized: the type's own topic, written by the service that
+	// owns the type). An event it refuses is QUARANTINED as
+	// ReasonUnauthorizedProducer before any lookup: it claims no event id
+	// and reaches no handler, so a forgery cannot take a genuine event's
+	// place. Nil accepts every producer on every topic.
+	Authorize func(topic string, e *envelope.Envelope) bool
 }
 
 // Inbox decides consumed events. It is safe for concurrent use.

@@ -41,6 +41,11 @@ const (
 	// arriving; ExpireDeferred moved it here. The detail names what it
 	// waited for. A redrive decides it again.
 	ReasonDeferredExpired = "deferred_expired"
+	// ReasonUnauthorizedProducer: the event arrived on a topic its type is
+	// not published on, or names a producer that does not own its type
+	// (Options.Authorize): a forgery, or a producer breaking the contract.
+	// Its detail names the type, producer and topic.
+	ReasonUnauthorizedProducer = "unauthorized_producer"
 	// ReasonPermanent: Permanent was given no reason.
 	ReasonPermanent = "permanent"
 

@@ -346,7 +346,7 @@ func NewInbox(spec Spec, d Deps, parts Parts, reg prometheus.Registerer) (*inbox
 	ib, err := inbox.New(d.Registry, handlers, inbox.Options{
 		Service: spec.Name, Logger: d.Logger, Registerer: reg,
 		OnQuarantine: ops.PublishQuarantine(spec.Name), OriginConstraints: spec.OriginConstraints,
-		BatchHandlers: parts.BatchHandlers,
+		BatchHandlers: parts.BatchHandlers, Authorize: AuthorizeProducer,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("build inbox: %w", err)
@@ -357,6 +357,15 @@ func NewInbox(spec Spec, d Deps, parts Parts, reg prometheus.Registerer) (*inbox
 		topics = append(topics, events.TopicOpsCommands)
 	}
 	return ib, topics, nil
+}
+
+// AuthorizeProducer is every service's inbox check of who produced an event
+// (inbox.Options.Authorize): the event must come from its type's topic and
+// name a producer allowed to write it (events.Authorized); the broker's ACLs
+// let only that service's principal write the topic. Anything else is
+// quarantined as unauthorized_producer.
+func AuthorizeProducer(topic string, e *envelope.Envelope) bool {
+	return events.Authorized(e.EventType, e.Producer, topic)
 }
 
 // NewRouter returns the service's HTTP handler: /healthz, /readyz and

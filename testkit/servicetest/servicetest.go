@@ -14,6 +14,7 @@ package servicetest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -133,6 +134,23 @@ func Messages(topic string, raws ...[]byte) []inbox.Message {
 	msgs := make([]inbox.Message, len(raws))
 	for i, r := range raws {
 		msgs[i] = inbox.Message{Raw: r, Topic: topic, Offset: int64(i)}
+	}
+	return msgs
+}
+
+// Delivered numbers raw envelopes as consecutive offsets of one partition,
+// each on its event type's own topic (events.Topic), as the broker would
+// deliver them: the inbox refuses an event from another topic
+// (service.AuthorizeProducer). A raw message that names no event type of the
+// contract comes on no topic.
+func Delivered(raws ...[]byte) []inbox.Message {
+	msgs := make([]inbox.Message, len(raws))
+	for i, r := range raws {
+		var head struct {
+			EventType string `json:"eventType"`
+		}
+		_ = json.Unmarshal(r, &head) // undecodable: no topic, quarantined anyway
+		msgs[i] = inbox.Message{Raw: r, Topic: events.Topic(head.EventType), Offset: int64(i)}
 	}
 	return msgs
 }

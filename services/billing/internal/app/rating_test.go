@@ -357,7 +357,7 @@ func TestConcurrentBatchesOverTheSameTenantsDoNotWait(t *testing.T) {
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 		msg := func(tenant string) []inbox.Message {
-			return []inbox.Message{{Raw: usageAt(tenant, 1, "1", jan10).Raw(t), Topic: "test"}}
+			return []inbox.Message{{Raw: usageAt(tenant, 1, "1", jan10).Raw(t), Topic: events.TopicUsage}}
 		}
 		if _, err := ib.Decide(ctx, tx, msg(first)); err != nil {
 			return err
@@ -418,7 +418,7 @@ func TestRatingNeedsNoSecondConnection(t *testing.T) {
 	for i, tx := range txs {
 		go func() {
 			raw := usageAt("t1", 1, "1", jan10.AddDate(0, i, 0)).Raw(t)
-			if _, err := ib.Decide(ctx, tx, []inbox.Message{{Raw: raw, Topic: "test"}}); err != nil {
+			if _, err := ib.Decide(ctx, tx, []inbox.Message{{Raw: raw, Topic: events.TopicUsage}}); err != nil {
 				errs <- err
 				return
 			}
@@ -623,7 +623,7 @@ func TestBatchesRaisingSchedulesInOppositeOrdersDoNotDeadlock(t *testing.T) {
 
 	watermark := func(tenant string, through time.Time) []inbox.Message {
 		wm := bt.Watermark{Tenant: tenant, Seq: 1, KnownThrough: through}
-		return []inbox.Message{{Raw: wm.Raw(t), Topic: "test"}}
+		return []inbox.Message{{Raw: wm.Raw(t), Topic: events.TopicMeter}}
 	}
 	// Each batch raises its first series, waits until the other has raised
 	// its own, reaches for the other's series, and commits only once the

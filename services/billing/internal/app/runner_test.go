@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/services/billing/internal/app"
 	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
@@ -18,9 +19,10 @@ import (
 // usage that arrives before its price, and every message delivered twice.
 func TestRunnerRatesUsageFromTheBroker(t *testing.T) {
 	t.Parallel()
-	brokers := kafkatest.Brokers(t)
-	meterTopic := kafkatest.Topic(t, brokers, 2)
-	usageTopic := kafkatest.Topic(t, brokers, 4)
+	// The contract's own topics: billing's inbox takes an event only from its
+	// type's topic (service.AuthorizeProducer).
+	meterTopic, usageTopic := events.TopicMeter, events.TopicUsage
+	brokers := kafkatest.BrokersWithTopics(t, 4, meterTopic, usageTopic)
 	pool := bt.NewPool(t)
 	svc := app.New(app.Deps{Pool: pool}, app.Config{})
 	ib := bt.NewInbox(t, svc)

@@ -66,15 +66,16 @@ func NewRelease(t testing.TB, svc *app.App, register func(*envelope.Registry)) *
 	})
 }
 
-// Decide decides raws in one transaction through ib and commits it.
+// Decide decides raws in one transaction through ib and commits it, each
+// delivered on its type's topic.
 func Decide(t testing.TB, pool *pgxpool.Pool, ib *inbox.Inbox, raws ...[]byte) []inbox.Decision {
 	t.Helper()
-	return servicetest.Decide(t, pool, ib, servicetest.Messages("test", raws...)...)
+	return servicetest.Decide(t, pool, ib, servicetest.Delivered(raws...)...)
 }
 
 // TryDecide is Decide returning its error.
 func TryDecide(ctx context.Context, pool *pgxpool.Pool, ib *inbox.Inbox, raws ...[]byte) ([]inbox.Decision, error) {
-	return servicetest.TryDecide(ctx, pool, ib, servicetest.Messages("test", raws...)...)
+	return servicetest.TryDecide(ctx, pool, ib, servicetest.Delivered(raws...)...)
 }
 
 func marshal(t testing.TB, m envelope.Meta, payload any) (envelope.Envelope, []byte) {
