@@ -208,7 +208,10 @@ func (r *runner) check(ctx context.Context, t *Tenant) error {
 	if err := r.checkSummary(ctx, t); err != nil {
 		return err
 	}
-	return r.checkGrants(ctx, t)
+	if err := r.checkGrants(ctx, t); err != nil {
+		return err
+	}
+	return r.checkAlerts(ctx, t)
 }
 
 func (r *runner) checkEstimate(ctx context.Context, t *Tenant, p string) error {

@@ -62,11 +62,15 @@ func (c *client) token(tenant string) string {
 	defer c.mu.Unlock()
 	if c.tokens[tenant] == "" {
 		role, subject := auth.RoleTenant, "dev-tenant"
-		if tenant == "" {
+		of := tenant
+		switch tenant {
+		case "":
 			role, subject = auth.RoleCatalogAdmin, "money-catalog"
+		case operatorToken:
+			role, subject, of = auth.RoleOperator, "money-operator", ""
 		}
 		// the development key unless AUTH_SIGNING_KEY names the issuer's
-		tok, err := auth.TokenFromEnv(subject, role, tenant)
+		tok, err := auth.TokenFromEnv(subject, role, of)
 		if err != nil {
 			panic(fmt.Sprintf("money client: sign a %s token for %q: %v", role, tenant, err)) // the environment names a bad key
 		}
@@ -80,6 +84,15 @@ func (c *client) token(tenant string) string {
 func (c *client) do(ctx context.Context, service, method, tenant, path string, body any, headers map[string]string) (answer, error) {
 	return c.send(ctx, service, method, tenant, "/v1/tenants/"+tenant+path, body, headers)
 }
+
+// operator sends an operator's request to query's path (the webhook
+// intents, which query reads from invoice).
+func (c *client) operator(ctx context.Context, method, path string) (answer, error) {
+	return c.send(ctx, "query", method, operatorToken, path, nil, nil)
+}
+
+// operatorToken is the tokens key of the operator's token.
+const operatorToken = "\x00operator"
 
 // catalog sends a catalog-admin's request to meter's path.
 func (c *client) catalog(ctx context.Context, method, path string, body any, headers map[string]string) (answer, error) {

@@ -198,6 +198,11 @@ type Tenant struct {
 	Grants      []*Grant         // prepaid credits, in creation order
 	plans       map[string]*Plan // the run's, by code
 	nextEventID int
+	// Alerts are the tenant's alerts, in creation order (alerts.go);
+	// seenFacts and seenAdjs how many of Facts and Adjs invoice had
+	// applied at the last point the model decided them.
+	Alerts              []*Alert
+	seenFacts, seenAdjs int
 }
 
 // Setting is a tenant's time zone, grace period and tax rates for the

@@ -43,13 +43,20 @@ func TestMoney(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The tenants' webhook endpoint, on the loopback address the invoice
+	// service is told to allow (alerts.go).
+	hooks, err := StartHooks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hooks.Close)
 	s := stacktest.Start(t, stack.Options{PostgresFast: true, DirectDB: true,
 		Env: map[string]string{"CLOCK_OFFSET_FILE": clk.Path},
 		ServiceEnv: map[string]map[string]string{"meter": {"METER_SCHEDULE_LEAD": lead.String()},
-			"billing": {"BILLING_CLOSE_INTERVAL": "200ms"}}})
+			"billing": {"BILLING_CLOSE_INTERVAL": "200ms"}, "invoice": HookServiceEnv}})
 
 	cfg := Config{URLs: s.URLs(), Lead: lead, Settle: 90 * time.Second, Logf: t.Logf, Clock: clk,
-		Prefix: fmt.Sprintf("m%x", seed&0xffffffff)}
+		Prefix: fmt.Sprintf("m%x", seed&0xffffffff), Hooks: hooks}
 	ops := Generate(seed, n)
 	runBegan := time.Now()
 	stats, f, err := Run(ctx, cfg, ops)

@@ -26,10 +26,12 @@ const (
 	OpSubscribe
 	OpTaxes
 	OpGrant
+	OpAlert
+	OpToThreshold
 )
 
 var kindNames = [...]string{"new-tenant", "activate", "usage", "batch", "replay", "conflict", "to-bound",
-	"adjust", "adj-replay", "check", "close", "settings", "advance", "plan", "subscribe", "taxes", "grant"}
+	"adjust", "adj-replay", "check", "close", "settings", "advance", "plan", "subscribe", "taxes", "grant", "alert", "to-threshold"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -51,7 +53,9 @@ func (o Op) String() string { return fmt.Sprintf("%s#%x", o.Kind, o.Seed) }
 // tax rates about twice (besides the rates two tenants in three start
 // with) and subscribes to a plan (or changes plan) about three times while
 // the run's plans gain about two versions; it gets about five prepaid
-// credit grants (far from invoice's limit of 100 live ones).
+// credit grants (far from invoice's limit of 100 live ones), and about
+// five alert operations (create, or delete: the money stack's limit is
+// four live alerts) and three facts aimed at a usage alert's threshold.
 var weights = []struct {
 	k Kind
 	w int
@@ -59,6 +63,7 @@ var weights = []struct {
 	{OpNewTenant, 3}, {OpActivate, 50}, {OpUsage, 420}, {OpBatch, 40}, {OpReplay, 60}, {OpConflict, 30},
 	{OpToBound, 60}, {OpAdjust, 110}, {OpAdjReplay, 20}, {OpCheck, 12}, {OpClose, 6},
 	{OpSettings, 5}, {OpAdvance, 16}, {OpPlan, 8}, {OpSubscribe, 10}, {OpTaxes, 6}, {OpGrant, 16},
+	{OpAlert, 16}, {OpToThreshold, 10},
 }
 
 // Generate is the operation sequence of seed: n ops, the first a new tenant.

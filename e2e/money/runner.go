@@ -63,6 +63,8 @@ type Config struct {
 	Mutate string            // a deliberate error in the model (to see the test fail)
 	Clock  Clock
 	Logf   func(format string, args ...any)
+	// Hooks is the tenants' webhook endpoint (nil: no alerts).
+	Hooks *Hooks
 }
 
 // Failure is a disagreement between the services and the model.
@@ -108,6 +110,16 @@ type Stats struct {
 	// charges, and facts rated late because a later period was closed
 	// while their own was open.
 	OutOfOrderCloses, LateBehindClosed, BehindClosedPicked, LaterCloses int
+	// Alerts: created (by kind and aggregation or currency), refused at the
+	// limit, refused as invalid, deleted; points where the model decided
+	// them, and those where more than ten facts and adjustments touched a
+	// figure that is not monotone (counted as may have reached); facts sent
+	// to a usage alert's threshold; (alert, period) pairs told for certain
+	// by the model; those received, of which told for certain, told where
+	// the model said it may be, and told at exactly the threshold.
+	Alerts, AlertsAtLimit, AlertsInvalid, AlertsDeleted, AlertPoints, AlertMayUnbounded, ToThreshold int
+	AlertsByKind                                                                                     map[string]int
+	AlertsPredicted, AlertsReceived, AlertsCertain, AlertsMayTold, AlertsExact                       int
 }
 
 func (s Stats) String() string {
@@ -126,7 +138,11 @@ func (s Stats) String() string {
 			s.Grants, s.GrantsRefused, s.GrantReplays, s.GrantsFinerThanMicros, s.GrantLists, s.CreditedInvoices, s.CreditLines, s.FullyCredited) +
 		fmt.Sprintf("; order: %d closes refused while an earlier period had charges, %d closes past empty open periods, "+
 			"%d facts late behind a later closed period (%d times picked)",
-			s.OutOfOrderCloses, s.LaterCloses, s.LateBehindClosed, s.BehindClosedPicked)
+			s.OutOfOrderCloses, s.LaterCloses, s.LateBehindClosed, s.BehindClosedPicked) +
+		fmt.Sprintf("; alerts: %d created %v (%d refused limit_exceeded, %d refused invalid), %d deleted, %d facts to a threshold, "+
+			"%d points (%d unbounded); %d (alert, period) told for certain by the model, %d received (%d certain, %d may, %d at exactly the threshold)",
+			s.Alerts, s.AlertsByKind, s.AlertsAtLimit, s.AlertsInvalid, s.AlertsDeleted, s.ToThreshold, s.AlertPoints, s.AlertMayUnbounded,
+			s.AlertsPredicted, s.AlertsReceived, s.AlertsCertain, s.AlertsMayTold, s.AlertsExact)
 }
 
 type runner struct {
@@ -143,6 +159,9 @@ type runner struct {
 	// taxedSeen and creditedSeen are the issued invoices with tax lines,
 	// and with credit lines, counted in stats (tenant, period, currency).
 	taxedSeen, creditedSeen map[string]bool
+	// alertsCounted and alertsPredicted are the alert keys counted in
+	// stats as received, and as told for certain.
+	alertsCounted, alertsPredicted map[string]bool
 }
 
 type mismatch struct{ kind, msg string }
@@ -164,7 +183,8 @@ func Run(ctx context.Context, cfg Config, ops []Op) (Stats, *Failure, error) {
 		cfg.Logf = func(string, ...any) {}
 	}
 	r := &runner{cfg: cfg, c: newClient(cfg.URLs), plans: map[string]*Plan{}, taxedSeen: map[string]bool{},
-		creditedSeen: map[string]bool{}}
+		creditedSeen: map[string]bool{}, alertsCounted: map[string]bool{}, alertsPredicted: map[string]bool{}}
+	r.stats.AlertsByKind = map[string]int{}
 	began := time.Now()
 	handle := func(i int, err error) (*Failure, error) {
 		var m *mismatch
@@ -239,18 +259,26 @@ func (r *runner) exec(ctx context.Context, op Op) error {
 	switch op.Kind {
 	case OpActivate:
 		return r.activate(ctx, t)
-	case OpUsage:
-		return r.usage(ctx, t, false)
-	case OpToBound:
-		return r.usage(ctx, t, true)
-	case OpBatch:
-		return r.batch(ctx, t)
+	case OpUsage, OpToBound, OpBatch, OpAdjust:
+		var err error
+		switch op.Kind {
+		case OpUsage:
+			err = r.usage(ctx, t, false)
+		case OpToBound:
+			err = r.usage(ctx, t, true)
+		case OpBatch:
+			err = r.batch(ctx, t)
+		default:
+			err = r.adjust(ctx, t)
+		}
+		if err != nil {
+			return err
+		}
+		return r.afterOp(ctx, t, op.Kind)
 	case OpReplay:
 		return r.replayOrConflict(ctx, t, false)
 	case OpConflict:
 		return r.replayOrConflict(ctx, t, true)
-	case OpAdjust:
-		return r.adjust(ctx, t)
 	case OpAdjReplay:
 		return r.adjReplay(ctx, t)
 	case OpCheck:
@@ -266,6 +294,10 @@ func (r *runner) exec(ctx context.Context, op Op) error {
 		return r.grant(ctx, t)
 	case OpSubscribe:
 		return r.subscribe(ctx, t)
+	case OpAlert:
+		return r.alertOp(ctx, t)
+	case OpToThreshold:
+		return r.toThreshold(ctx, t)
 	}
 	return fmt.Errorf("unknown op %v", op.Kind)
 }
@@ -302,6 +334,11 @@ func (r *runner) newTenant(ctx context.Context) error {
 		}
 	}
 	r.note("#%d new tenant %s", r.step, t.ID)
+	if r.cfg.Hooks != nil {
+		if err := r.registerHook(ctx, t); err != nil {
+			return err
+		}
+	}
 	perm := r.rng.Perm(len(meters))
 	k := 2 + r.rng.IntN(len(meters)-1)
 	for _, i := range perm[:k] {
@@ -1176,6 +1213,9 @@ func (r *runner) close(ctx context.Context) error {
 // closePeriod closes t's period p, which billing must accept.
 func (r *runner) closePeriod(ctx context.Context, t *Tenant, p string) error {
 	if err := r.settle(ctx, t); err != nil { // every accepted fact is rated into p before the close
+		return err
+	}
+	if err := r.alertPoint(ctx, t, false); err != nil { // decided while p's invoices are open
 		return err
 	}
 	a, err := r.c.do(ctx, "billing", "POST", t.ID, "/periods/"+p+"/close", nil, map[string]string{"Idempotency-Key": r.key("close")})

@@ -252,6 +252,19 @@ func (r *runner) advanceTo(ctx context.Context, to time.Time) error {
 			return err
 		}
 	}
+	// Alerts are decided, and told, before the move: a close ends a
+	// period's running figures, and an intent expires on the clock.
+	for _, t := range r.tenants {
+		if len(t.Alerts) == 0 {
+			continue
+		}
+		if err := r.alertPoint(ctx, t, false); err != nil {
+			return err
+		}
+		if err := r.drainHooks(ctx, t); err != nil {
+			return err
+		}
+	}
 	if err := r.driver().Advance(to); err != nil {
 		return err
 	}
