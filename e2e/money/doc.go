@@ -35,5 +35,10 @@
 // invoices of a period in grace as draft (compared line by line). After
 // every operation no period ends or closes within 20 minutes of now (the
 // clock is moved past one that comes closer), so the wall clock alone never
-// carries a period into grace or a close unseen.
+// carries a period into grace or a close unseen. Every tenant registers the
+// test's loopback webhook receiver (hooks.go); "alert" operations create
+// and delete usage and spend alerts and "to-threshold" ones aim a fact at
+// a usage alert's threshold, and the model predicts which alert.triggered
+// deliveries each check finds (alerts.go; mutations alert-strictly-above,
+// alert-retold-after-drop, alert-after-delete).
 package money
