@@ -18,7 +18,6 @@ import (
 
 	"github.com/usagebilling/billing/e2e/stack"
 	"github.com/usagebilling/billing/pkg/api/billingapi"
-	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/money"
 	"github.com/usagebilling/billing/pkg/outbox"
@@ -277,17 +276,9 @@ var (
 // period, after the close: a correction note. Each command is retried
 // through outages with one Idempotency-Key.
 func (h *Harness) AdjustAndClose(ctx context.Context, ledger *Ledger, tenants []string) error {
-	periods := map[string]map[string]bool{}
-	for _, f := range ledger.Facts(tenants...) {
-		if f.Accepted {
-			if periods[f.Tenant] == nil {
-				periods[f.Tenant] = map[string]bool{}
-			}
-			periods[f.Tenant][events.Period(f.OccurredAt)] = true
-		}
-	}
+	periods := ledger.Periods(tenants...)
 	for _, tenant := range tenants {
-		tenantPeriods := slices.Sorted(maps.Keys(periods[tenant]))
+		tenantPeriods := periods[tenant]
 		for _, period := range tenantPeriods {
 			if err := h.adjustEachCurrency(ctx, ledger, tenant, period, adjustmentAmounts, "chaos-adj"); err != nil {
 				return err

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/google/uuid"
 
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
@@ -40,7 +42,7 @@ type Kafka struct {
 	// Log scan state: the next offset to read per topic and partition,
 	// and how often each event id was seen per topic.
 	next map[string]map[int32]int64
-	seen map[string]map[string]int
+	seen map[string]map[[16]byte]uint32
 	// The newest offsets of earlier Lag readings, oldest first: what the
 	// lag is measured against (see LagGrace).
 	history []offsetsAt
@@ -64,7 +66,7 @@ const LagGrace = 10 * time.Second
 
 // NewKafka returns a Kafka view of brokers.
 func NewKafka(brokers []string) *Kafka {
-	return &Kafka{brokers: brokers, next: map[string]map[int32]int64{}, seen: map[string]map[string]int{}}
+	return &Kafka{brokers: brokers, next: map[string]map[int32]int64{}, seen: map[string]map[[16]byte]uint32{}}
 }
 
 func (k *Kafka) clientLocked() (sarama.Client, error) {
@@ -245,7 +247,7 @@ func (k *Kafka) scanLocked(ctx context.Context) (LogDuplicates, error) {
 		}
 		if k.next[topic] == nil {
 			k.next[topic] = map[int32]int64{}
-			k.seen[topic] = map[string]int{}
+			k.seen[topic] = map[[16]byte]uint32{}
 		}
 		for _, p := range ps {
 			end, err := c.GetOffset(topic, p, sarama.OffsetNewest)
@@ -275,8 +277,9 @@ func (k *Kafka) scanLocked(ctx context.Context) (LogDuplicates, error) {
 							continue
 						}
 						out.Messages[topic]++
-						k.seen[topic][e.EventID]++
-						if k.seen[topic][e.EventID] > 1 {
+						id := idKey(e.EventID)
+						k.seen[topic][id]++
+						if k.seen[topic][id] > 1 {
 							out.Duplicates[topic]++
 							if len(out.IDs[topic]) < 5 {
 								out.IDs[topic] = append(out.IDs[topic], e.EventID)
@@ -308,7 +311,7 @@ func (k *Kafka) Seen(topic string, ids []string) map[string]int {
 	defer k.mu.Unlock()
 	out := map[string]int{}
 	for _, id := range ids {
-		out[id] = k.seen[topic][id]
+		out[id] = int(k.seen[topic][idKey(id)])
 	}
 	return out
 }
@@ -361,4 +364,17 @@ func (k *Kafka) Members(ctx context.Context) (map[string]int, error) {
 		out[g.GroupId] = len(g.Members)
 	}
 	return out, nil
+}
+
+// idKey is the compact form the scans count an event id under: its 16
+// bytes when it is a UUID (every event id the services write), else the
+// first 16 bytes of its SHA-256. A long run's scans count millions of ids.
+func idKey(id string) [16]byte {
+	if u, err := uuid.Parse(id); err == nil {
+		return u
+	}
+	var k [16]byte
+	sum := sha256.Sum256([]byte(id))
+	copy(k[:], sum[:16])
+	return k
 }

@@ -169,6 +169,12 @@ type reconciler struct {
 }
 
 func newReconciler(tenants []string, ledger *Ledger, s *snapshot) *reconciler {
+	return newReconcilerOf(tenants, ledger, s, true)
+}
+
+// newReconcilerOf is newReconciler; withFacts false leaves out the copy of
+// the ledger's facts (ReconcileStream walks them in place).
+func newReconcilerOf(tenants []string, ledger *Ledger, s *snapshot, withFacts bool) *reconciler {
 	rc := &reconciler{
 		r: &Reconciliation{Tenants: tenants, ByVersion: map[int64]int{},
 			Facts: len(s.facts), Charges: len(s.charges), Adjustments: len(s.adjustments), InvoiceCharges: len(s.invoiceCharges),
@@ -183,7 +189,9 @@ func newReconciler(tenants []string, ledger *Ledger, s *snapshot) *reconciler {
 	rc.ledgerPrices = slices.Clone(ledger.Prices)
 	rc.ledgerAdjustments = slices.Clone(ledger.Adjustments)
 	ledger.mu.Unlock()
-	rc.ledgerFacts = ledger.Facts(tenants...)
+	if withFacts {
+		rc.ledgerFacts = ledger.Facts(tenants...)
+	}
 	for _, p := range s.prices {
 		rc.priceByEvent[p.EventID] = p
 		k := p.Tenant + "/" + p.Meter + "/" + p.Currency
@@ -635,6 +643,12 @@ func (rc *reconciler) adjustmentLines() {
 // line = total - subtotal (none when it is zero).
 func (rc *reconciler) invoiceTotals() error {
 	billed, counted := rc.billed()
+	return rc.invoiceTotalsOf(billed, counted)
+}
+
+// invoiceTotalsOf is invoiceTotals given billing's sums (billed) and
+// counts (counted), as billed returns them.
+func (rc *reconciler) invoiceTotalsOf(billed map[string]decimal.Decimal, counted map[string][2]int64) error {
 	lines := rc.lineTotals()
 	status := map[string]string{}
 	for _, p := range rc.s.periods {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Scenario is one fault (or set of faults) injected while a load runs.
@@ -26,6 +28,9 @@ type Scenario struct {
 	// NeedDuplicates: a run without a real duplicate delivery is "not
 	// proven" and fails.
 	NeedDuplicates bool
+	// Reconcile replaces Reconcile for the end check when set (the soak's
+	// ReconcileStream, whose memory does not grow with the run).
+	Reconcile func(ctx context.Context, db map[string]*pgxpool.Pool, tenants []string, ledger *Ledger) (*Reconciliation, error)
 }
 
 // Run is one scenario's run.
@@ -171,7 +176,7 @@ func (h *Harness) runScenario(ctx context.Context, sc Scenario, r *Run) error {
 	if err := h.settle(ctx, r, before); err != nil {
 		return err
 	}
-	if err := h.reconcile(ctx, r); err != nil {
+	if err := h.reconcile(ctx, r, sc.Reconcile); err != nil {
 		return err
 	}
 	if sc.Verify != nil {
@@ -243,8 +248,11 @@ func (h *Harness) settle(ctx context.Context, r *Run, before Counts) error {
 
 // reconcile reconciles the run's tenants against its ledger and notes what
 // was reconciled.
-func (h *Harness) reconcile(ctx context.Context, r *Run) error {
-	rec, err := Reconcile(ctx, h.DB, append(slices.Clone(r.Tenants), r.Extra...), r.Ledger)
+func (h *Harness) reconcile(ctx context.Context, r *Run, reconcile func(context.Context, map[string]*pgxpool.Pool, []string, *Ledger) (*Reconciliation, error)) error {
+	if reconcile == nil {
+		reconcile = Reconcile
+	}
+	rec, err := reconcile(ctx, h.DB, append(slices.Clone(r.Tenants), r.Extra...), r.Ledger)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}

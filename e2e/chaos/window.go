@@ -1,6 +1,12 @@
 package chaos
 
-import "time"
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/usagebilling/billing/pkg/events"
+)
 
 // AcceptedBetween returns the event ids of the facts accepted from from to
 // to: what a fault in that window touched, without copying a long run's
@@ -28,4 +34,26 @@ func (l *Ledger) AcceptedOf(tenant string) int {
 		}
 	}
 	return n
+}
+
+// Periods returns, per tenant, the periods its accepted facts occurred in,
+// in order, without copying the facts.
+func (l *Ledger) Periods(tenants ...string) map[string][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := map[string]map[string]bool{}
+	for _, f := range l.order {
+		if !f.Accepted || (len(tenants) > 0 && !slices.Contains(tenants, f.Tenant)) {
+			continue
+		}
+		if seen[f.Tenant] == nil {
+			seen[f.Tenant] = map[string]bool{}
+		}
+		seen[f.Tenant][events.Period(f.OccurredAt)] = true
+	}
+	out := map[string][]string{}
+	for t, ps := range seen {
+		out[t] = slices.Sorted(maps.Keys(ps))
+	}
+	return out
 }

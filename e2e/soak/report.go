@@ -65,6 +65,8 @@ func (res *Result) Panels() []Panel {
 		{Title: "outbox backlog (pending, counted up to 100,000, + dead letters)", Unit: "events", Lines: perService("outbox")},
 		{Title: "inbox backlog (deferred + quarantined)", Unit: "events", Lines: perService("inbox")},
 		{Title: "consumer lag, per group", Unit: "messages", Lines: perService("lag")},
+		{Title: "retention purges: rows deleted (n_tup_del) from outbox, inbox and idempotency tables", Unit: "rows", Lines: top("purged", 8, last)},
+		{Title: "the test process (ledger, watch, reconciliation)", Unit: "MiB", Scale: 1 << 20, Lines: perService("harness")},
 	}
 }
 
@@ -189,7 +191,41 @@ func (res *Result) WriteMarkdown(w io.Writer, c Conditions, plot string) {
 		}
 		p("| %s | %.1f MiB | %.1f MiB | %.0f | %.0f |\n", table, pts[0].V/(1<<20), endOf(name)/(1<<20), endOf("dead/"+table), most)
 	}
-	p("\n")
+	p("\n## Retention purges (rows deleted, pg_stat_user_tables.n_tup_del)\n\n| table | deleted by the end of the load | deleted by the end |\n|---|---:|---:|\n")
+	var purges []string
+	for name := range res.Series {
+		if k, _, _ := cutKind(name); k == "purged" {
+			purges = append(purges, name)
+		}
+	}
+	slices.Sort(purges)
+	for _, name := range purges {
+		_, table, _ := cutKind(name)
+		p("| %s | %.0f | %.0f |\n", table, at(res.Series[name], res.Config.Duration.Seconds()), endOf(name))
+	}
+	p("\n## The test process\n\n")
+	peak := func(name string) float64 {
+		m := 0.0
+		for _, x := range res.Series[name] {
+			m = max(m, x.V)
+		}
+		return m
+	}
+	p("Resident memory %.0f MiB at the end of the load, %.0f MiB at most while watched (heap in use: %.0f MiB at the end of the load, %.0f MiB at most); after the watch, the reconciliation peaked at %.0f MiB resident (VmHWM).\n\n",
+		at(res.Series["harness/resident"], res.Config.Duration.Seconds())/(1<<20), peak("harness/resident")/(1<<20),
+		at(res.Series["harness/heap in use"], res.Config.Duration.Seconds())/(1<<20), peak("harness/heap in use")/(1<<20), res.PeakRSS/(1<<20))
+}
+
+// at is the last reading at or before t.
+func at(pts []Point, t float64) float64 {
+	v := 0.0
+	for _, x := range pts {
+		if x.T > t {
+			break
+		}
+		v = x.V
+	}
+	return v
 }
 
 func yes(b bool) string {

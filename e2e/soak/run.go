@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/usagebilling/billing/e2e/chaos"
-	"github.com/usagebilling/billing/pkg/events"
 )
 
 // Config shapes a soak run.
@@ -22,6 +25,11 @@ type Config struct {
 	Sample time.Duration
 	// Progress receives a line now and then.
 	Progress func(format string, args ...any)
+	// Pprof is each service's PPROF_ADDR; Out the directory the heap
+	// profiles are written to (heap-<service>-warm.pb.gz after warm-up,
+	// heap-<service>-end.pb.gz at the end of the load).
+	Pprof map[string]string
+	Out   string
 }
 
 // Key names the run's tenants (soak-acme, soak-globex, soak-initech) and
@@ -44,6 +52,8 @@ type Result struct {
 	Problems  []string
 	LoadStart time.Time
 	Took      time.Duration
+	// PeakRSS is the test process's peak resident memory (VmHWM).
+	PeakRSS float64
 }
 
 // MinuteLatency is usage -> charged in billing for the facts that occurred
@@ -108,6 +118,7 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 			}
 			watch = NewWatch(h, r.Ledger, cfg.Sample, time.Now())
 			watchers.Go(func() { watch.Run(watchCtx) })
+			watchers.Go(func() { heapProfiles(watchCtx, cfg, progress) })
 			close(ready)
 			return nil
 		},
@@ -154,6 +165,7 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 		res.Problems = append(res.Problems, "latency: "+lerr.Error())
 	}
 	res.Latency = lat
+	res.PeakRSS = peakRSS()
 	return res, nil
 }
 
@@ -226,13 +238,7 @@ func closeDominant(ctx context.Context, h *chaos.Harness, r *chaos.Run) error {
 	}); err != nil {
 		return err
 	}
-	periods := map[string]bool{}
-	for _, f := range r.Ledger.Facts(Dominant) {
-		if f.Accepted {
-			periods[events.Period(f.OccurredAt)] = true
-		}
-	}
-	for _, p := range slices.Sorted(maps.Keys(periods)) {
+	for _, p := range r.Ledger.Periods(Dominant)[Dominant] {
 		if err := h.ClosePeriod(ctx, Dominant, p); err != nil {
 			return fmt.Errorf("close %s %s: %w", Dominant, p, err)
 		}
@@ -262,9 +268,7 @@ func (res *Result) judge(row *chaos.Row) {
 				f.Start.Sub(res.LoadStart).Round(time.Second), f.RecoverErr))
 		}
 	}
-	d := res.Config.Duration.Seconds()
-	warm := max(60, d/10)
-	w := Window{Warm: warm, Baseline: warm + max(30, d/10), Half: d / 2, End: d}
+	w := window(res.Config.Duration.Seconds())
 	for _, name := range slices.Sorted(maps.Keys(res.Series)) {
 		kind, _, _ := cutKind(name)
 		if _, ok := Slack[kind]; !ok {
@@ -319,4 +323,63 @@ func latency(ctx context.Context, h *chaos.Harness, tenants []string, start time
 		out = append(out, m)
 	}
 	return out, rows.Err()
+}
+
+// heapProfiles reads each service's heap profile when the slope test's
+// baseline ends and just before the load ends.
+func heapProfiles(ctx context.Context, cfg Config, progress func(string, ...any)) {
+	if len(cfg.Pprof) == 0 || cfg.Out == "" {
+		return
+	}
+	start := time.Now()
+	w := window(cfg.Duration.Seconds())
+	for _, at := range []struct {
+		label string
+		at    time.Duration
+	}{{"warm", time.Duration(w.Baseline * float64(time.Second))}, {"end", cfg.Duration - 15*time.Second}} {
+		if !sleep(ctx, time.Until(start.Add(at.at))) {
+			return
+		}
+		for name, addr := range cfg.Pprof {
+			path := filepath.Join(cfg.Out, fmt.Sprintf("heap-%s-%s.pb.gz", name, at.label))
+			if err := fetchTo(ctx, "http://"+addr+"/debug/pprof/heap?gc=1", path); err != nil {
+				progress("heap profile of %s (%s): %v", name, at.label, err)
+			}
+		}
+		progress("heap profiles (%s) in %s", at.label, cfg.Out)
+	}
+}
+
+func fetchTo(ctx context.Context, url, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// window is the slope test's window for a run of d seconds: warm-up the
+// first tenth (at least a minute), the level read over the next tenth (at
+// least 30 s), the line fitted through the last half.
+func window(d float64) Window {
+	warm := max(60, d/10)
+	return Window{Warm: warm, Baseline: warm + max(30, d/10), Half: d / 2, End: d}
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,6 +76,30 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts.BinDir = bin
+	// Short retention, so the purges run during the soak and their
+	// progress is watched: published outbox rows after 5 minutes, decided
+	// inbox events and idempotency keys after 20 (the defaults, 24 hours
+	// and 14 days, would purge nothing in an hour). 20 minutes is longer
+	// than any redelivery a fault causes here.
+	opts.Env = map[string]string{"RELAY_RETENTION": "5m", "INBOX_RETENTION": "20m", "IDEMPOTENCY_TTL": "20m"}
+	// Each service's heap profile, read after warm-up and at the end of
+	// the load (a series that grows is then told from a working set
+	// that settles by what holds the memory).
+	cfg.Pprof, cfg.Out = map[string]string{}, out
+	for _, name := range stack.Services {
+		if opts.ServiceEnv == nil {
+			opts.ServiceEnv = map[string]map[string]string{}
+		}
+		if opts.ServiceEnv[name] == nil {
+			opts.ServiceEnv[name] = map[string]string{}
+		}
+		addr := opts.ServiceEnv[name]["PPROF_ADDR"]
+		if addr == "" {
+			addr = freeAddr(t)
+			opts.ServiceEnv[name]["PPROF_ADDR"] = addr
+		}
+		cfg.Pprof[name] = addr
+	}
 	opts.PostgresFast = true // nothing kills PostgreSQL itself here
 	opts.Logger = stack.ConsoleLogger(os.Stderr)
 	started := time.Now().UTC()
@@ -153,6 +178,15 @@ func commit() string {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(out))
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 func loadAverage() string {

@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +84,10 @@ func (w *Watch) failed() {
 	w.errs++
 }
 
+// purged are the tables the retention purges delete from; their rows
+// deleted (pg_stat_user_tables.n_tup_del) are the purges' progress.
+var purged = map[string]bool{"outbox_event": true, "inbox_event": true, "idempotency_key": true, "inbox_quarantine": true}
+
 var processMetrics = map[string]string{
 	"process_resident_memory_bytes": "rss",
 	"go_goroutines":                 "goroutines",
@@ -91,6 +99,12 @@ func (w *Watch) sample(ctx context.Context) {
 	defer cancel()
 	t := time.Since(w.Origin).Seconds()
 	w.add(t, "accepted", float64(w.Ledger.Accepted()))
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	w.add(t, "harness/heap in use", float64(ms.HeapInuse))
+	if rss, ok := selfRSS(); ok {
+		w.add(t, "harness/resident", rss)
+	}
 	for _, name := range w.H.Stack.Services() {
 		if w.H.Stack.PID(name, 0) == 0 {
 			continue
@@ -167,19 +181,22 @@ func (w *Watch) database(ctx context.Context, t float64) error {
 	}
 	for name, pool := range w.H.DB {
 		rows, err := pool.Query(ctx, `
-			SELECT relname, pg_total_relation_size(relid), n_dead_tup, n_tup_ins FROM pg_stat_user_tables`)
+			SELECT relname, pg_total_relation_size(relid), n_dead_tup, n_tup_ins, n_tup_del FROM pg_stat_user_tables`)
 		if err != nil {
 			return err
 		}
 		for rows.Next() {
 			var table string
-			var size, dead, ins int64
-			if err := rows.Scan(&table, &size, &dead, &ins); err != nil {
+			var size, dead, ins, del int64
+			if err := rows.Scan(&table, &size, &dead, &ins, &del); err != nil {
 				rows.Close()
 				return err
 			}
 			w.add(t, "size/"+name+"."+table, float64(size))
 			w.add(t, "dead/"+name+"."+table, float64(dead))
+			if purged[table] {
+				w.add(t, "purged/"+name+"."+table, float64(del))
+			}
 			if name == "billing" && table == "charge" {
 				w.add(t, "charged", float64(ins))
 			}
@@ -190,4 +207,27 @@ func (w *Watch) database(ctx context.Context, t float64) error {
 		}
 	}
 	return nil
+}
+
+// selfRSS is the test process's resident memory (VmRSS), in bytes.
+func selfRSS() (float64, bool) { return status("VmRSS:") }
+
+// peakRSS is the test process's peak resident memory (VmHWM), in bytes.
+func peakRSS() float64 {
+	v, _ := status("VmHWM:")
+	return v
+}
+
+func status(field string) (float64, bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb * 1024, err == nil
+		}
+	}
+	return 0, false
 }
