@@ -149,6 +149,7 @@ func (res *Result) WriteMarkdown(w io.Writer, c Conditions, plot string) {
 		p("| %s | %s | %s | %s | %v | %s |\n", f.Start.Sub(res.LoadStart).Round(time.Second), f.Kind, f.Target,
 			f.End.Sub(f.Start).Round(100*time.Millisecond), yes(f.Overlapping), rec)
 	}
+	p("\nWebhook endpoints changed under the load: %d created, %d deleted (one tenant's every four minutes, deleted two minutes later); %d attempts failed and were retried%s.\n", res.Churn.Created, res.Churn.Deleted, res.Churn.Failures, lastFailure(res.Churn.Last))
 	p("\n\"Charged again after\": from the fault's end until every fact accepted from 10 s before it began to its end had its charge in billing.\n\n")
 	p("## Usage -> charged in billing, per minute\n\n| minute | facts | p50 | p95 | p99 |\n|---:|---:|---:|---:|---:|\n")
 	for _, m := range res.Latency {
@@ -242,4 +243,11 @@ func oneLine(s string) string {
 		s = s[:600] + "..."
 	}
 	return s
+}
+
+func lastFailure(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (the last: " + oneLine(s) + ")"
 }

@@ -52,6 +52,7 @@ type Result struct {
 	Problems  []string
 	LoadStart time.Time
 	Took      time.Duration
+	Churn     Churn
 	// PeakRSS is the test process's peak resident memory (VmHWM).
 	PeakRSS float64
 }
@@ -102,6 +103,9 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 	var watchers sync.WaitGroup
 	sc := chaos.Scenario{
 		Key: Key, Title: "soak",
+		// The chaos suite's Reconcile holds every row of every database in
+		// memory; an hour's millions of facts need the streaming one.
+		Reconcile: chaos.ReconcileStream,
 		Load: chaos.LoadConfig{
 			Facts: mainFacts, Duration: cfg.Duration, Workers: 12, MaxBatch: 40, DuplicateRate: 0.01,
 			PriceChanges: changes(2 * time.Minute),
@@ -126,6 +130,7 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 			var wg sync.WaitGroup
 			var domErr, faultErr error
 			wg.Go(func() { domErr = dom.Run(ctx) })
+			wg.Go(func() { churnWebhooks(ctx, h, append(r.Tenants, Dominant), cfg.Duration, &res.Churn) })
 			wg.Go(func() {
 				faultErr = faultLoop(ctx, h, r, cfg, &fmu, &faults)
 			})
