@@ -57,6 +57,7 @@ func (res *Result) Panels() []Panel {
 			{"accepted", rate(s["accepted"])}, {"charged", rate(s["charged"])}}},
 		{Title: "usage -> charged in billing, per minute of occurrence", Unit: "s", Lines: []Line{{"p50", p50}, {"p95", p95}, {"p99", p99}}},
 		{Title: "resident memory", Unit: "MiB", Scale: 1 << 20, Lines: perService("rss")},
+		{Title: "Go heap in use (go_memstats_heap_inuse_bytes)", Unit: "MiB", Scale: 1 << 20, Lines: perService("heap")},
 		{Title: "goroutines", Unit: "count", Lines: perService("goroutines")},
 		{Title: "open files", Unit: "count", Lines: perService("fds")},
 		{Title: "database connections (pg_stat_activity)", Unit: "count", Lines: perService("conns")},
@@ -162,6 +163,8 @@ func (res *Result) WriteMarkdown(w io.Writer, c Conditions, plot string) {
 		switch {
 		case f.NotEnough:
 			v = "not enough readings"
+		case f.Grew && !Judged(strings.SplitN(f.Name, "/", 2)[0]):
+			v = "grew (not judged)"
 		case f.Grew:
 			v = "**GREW**"
 		}

@@ -281,7 +281,7 @@ func (res *Result) judge(row *chaos.Row) {
 		}
 		f := FlatTest(name, res.Series[name], w)
 		res.Flat = append(res.Flat, f)
-		if f.Grew {
+		if f.Grew && Judged(kind) {
 			res.Problems = append(res.Problems, "grew: "+f.String())
 		}
 	}

@@ -28,10 +28,17 @@ type Window struct {
 // Slack is the absolute growth tolerated beyond 10%, by series kind.
 var Slack = map[string]float64{
 	"rss":        4 << 20, // 4 MiB
+	"heap":       4 << 20, // shown beside rss, not judged (Judged)
 	"goroutines": 5,
 	"fds":        5,
 	"conns":      2,
 }
+
+// Judged reports whether a series of kind fails the run when it grew: a
+// service's Go heap in use is tested and shown to tell what its resident
+// memory holds (live objects, or pages the runtime keeps after a peak),
+// the resident memory is what is judged.
+func Judged(kind string) bool { return kind != "heap" }
 
 // FlatTest runs the slope test on a series named kind/what.
 func FlatTest(name string, pts []Point, w Window) Flat {
@@ -65,6 +72,8 @@ func (f Flat) String() string {
 	switch {
 	case f.NotEnough:
 		verdict = "not enough readings"
+	case f.Grew && !Judged(strings.SplitN(f.Name, "/", 2)[0]):
+		verdict = "grew (not judged)"
 	case f.Grew:
 		verdict = "GREW"
 	}
@@ -73,7 +82,7 @@ func (f Flat) String() string {
 }
 
 func (f Flat) fmt(v float64) string {
-	if strings.HasPrefix(f.Name, "rss/") {
+	if strings.HasPrefix(f.Name, "rss/") || strings.HasPrefix(f.Name, "heap/") {
 		return fmt.Sprintf("%.1f MiB", v/(1<<20))
 	}
 	return fmt.Sprintf("%.1f", v)

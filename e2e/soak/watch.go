@@ -92,6 +92,7 @@ var processMetrics = map[string]string{
 	"process_resident_memory_bytes": "rss",
 	"go_goroutines":                 "goroutines",
 	"process_open_fds":              "fds",
+	"go_memstats_heap_inuse_bytes":  "heap",
 }
 
 func (w *Watch) sample(ctx context.Context) {
