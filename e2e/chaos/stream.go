@@ -246,8 +246,22 @@ func (rc *reconciler) streamFacts(ctx context.Context, db map[string]*pgxpool.Po
 		}
 		f := fs[0]
 		if lf == nil {
-			r.dup(k, "usage holds fact %s (%s/%s), which the client never saw accepted", f.UsageID, f.Tenant, f.SourceEventID)
-		} else if f.Tenant != lf.Tenant || f.SourceEventID != lf.SourceEventID || f.UsageID != lf.UsageID || f.Meter != lf.Meter ||
+			// Not accepted under this event id: a fact the load gave up on
+			// (unresolved, its commit unknown) may be there; anything else
+			// is not.
+			ledger.mu.Lock()
+			sf := ledger.facts[factKey(f.Tenant, f.SourceEventID)]
+			ledger.mu.Unlock()
+			switch {
+			case sf == nil:
+				r.dup(k, "usage fact %s (%s/%s/%s) was never sent", f.UsageID, f.Tenant, f.SourceSystem, f.SourceEventID)
+			case sf.Accepted:
+				r.mismatch(k, "usage fact %s/%s: database has usage %s event %s, the client was answered usage %s event %s",
+					f.Tenant, f.SourceEventID, f.UsageID, f.EventID, sf.UsageID, sf.EventID)
+			case !sf.Unresolved:
+				r.mismatch(k, "usage fact %s/%s is in usage's database, but its request was never answered as accepted", f.Tenant, f.SourceEventID)
+			}
+		} else if f.SourceSystem != SourceSystem || f.Tenant != lf.Tenant || f.SourceEventID != lf.SourceEventID || f.UsageID != lf.UsageID || f.Meter != lf.Meter ||
 			!f.Quantity.Equal(lf.Quantity) || !f.OccurredAt.Equal(lf.OccurredAt) {
 			r.mismatch(k, "usage fact %s: %s/%s %s %s at %s; sent: %s/%s %s %s at %s (usage id %s)", f.UsageID, f.Tenant, f.SourceEventID,
 				f.Meter, f.Quantity, f.OccurredAt.Format(time.RFC3339Nano), lf.Tenant, lf.SourceEventID, lf.Meter, lf.Quantity,
