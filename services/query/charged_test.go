@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/usagebilling/billing/pkg/pricing"
+	"github.com/usagebilling/billing/services/query/internal/app"
 	. "github.com/usagebilling/billing/services/query/internal/querytest"
+	"github.com/usagebilling/billing/testkit/kafkatest"
 )
 
 // The summary's charged under every pricing model, on the consumer path as
@@ -65,7 +67,8 @@ func TestChargedUnderEveryPricingModel(t *testing.T) {
 	read := func() bool {
 		return getJSON(base+"/v1/tenants/acme/summary", &s) == http.StatusOK && s.Usage.Count == len(all)/2
 	}
-	// The topics are consumed independently: wait for the full sums.
+	// The topics are consumed independently: wait for the full sums (an
+	// HTTP read of what the runner projected so far, polled).
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		done := read() && len(s.Charged) == len(want)
 		for c, w := range want {
@@ -78,8 +81,9 @@ func TestChargedUnderEveryPricingModel(t *testing.T) {
 			t.Fatalf("summary %+v, want %d usage facts and charged %v", s, len(all)/2, want)
 		}
 	}
-	// Everything was delivered twice; after a pause the sums are unchanged.
-	time.Sleep(500 * time.Millisecond)
+	// Everything was delivered twice; once every copy is decided, the sums
+	// are unchanged.
+	kafkatest.WaitConsumed(t, brokers, "query", time.Minute, app.Topics...)
 	if !read() {
 		t.Fatal("summary unreadable")
 	}

@@ -121,10 +121,11 @@ func flow(t *testing.T, brokers []string, base string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("summary %+v, want the sums of the events", s)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // an HTTP read of what the runner projected so far
 	}
-	// Everything was delivered twice; after a pause the sums are unchanged.
-	time.Sleep(500 * time.Millisecond)
+	// Everything was delivered twice; once every copy is decided, the sums
+	// are unchanged.
+	kafkatest.WaitConsumed(t, brokers, "query", time.Minute, app.Topics...)
 	var again struct {
 		Usage struct {
 			Count int `json:"count"`

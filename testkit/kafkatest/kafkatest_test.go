@@ -123,3 +123,56 @@ func TestDedicatedApacheClosed(t *testing.T) {
 		t.Fatalf("dedicated broker dir %s left behind", dir)
 	}
 }
+
+// Lagging, what WaitConsumed waits on, names each partition the group has
+// not committed to its end, and nothing once it has.
+func TestLaggingUntilCommittedToTheEnd(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.Topic(t, brokers, 1)
+	kafkatest.Produce(t, brokers, topic, kafkatest.Values([]byte("a"), []byte("b"), []byte("c"))...)
+	behind := func() []string {
+		t.Helper()
+		l, err := kafkatest.Lagging(brokers, "g", topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	if l := behind(); len(l) != 1 {
+		t.Fatalf("before the group joined: %v, want one entry", l)
+	}
+	cfg := sarama.NewConfig()
+	cfg.Version = kafkabroker.SaramaVersion()
+	client, err := sarama.NewClient(brokers, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	// Commits outside any generation (-1), as an admin tool does: no member
+	// joins the group.
+	commit := func(offset int64) {
+		t.Helper()
+		coord, err := client.Coordinator("g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := &sarama.OffsetCommitRequest{Version: 2, ConsumerGroup: "g", ConsumerGroupGeneration: -1}
+		req.AddBlock(topic, 0, offset, 0, "")
+		resp, err := coord.CommitOffset(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kerr := resp.Errors[topic][0]; kerr != sarama.ErrNoError {
+			t.Fatalf("commit %d: %v", offset, kerr)
+		}
+	}
+	commit(2)
+	if l := behind(); !slices.Equal(l, []string{topic + "/0 2/3"}) {
+		t.Fatalf("two of three committed: %v, want [%s/0 2/3]", l, topic)
+	}
+	commit(3)
+	if l := behind(); len(l) != 0 {
+		t.Fatalf("all committed: %v, want none", l)
+	}
+	kafkatest.WaitConsumed(t, brokers, "g", time.Minute, topic)
+}

@@ -66,14 +66,18 @@ func TestRunnerRatesUsageFromTheBroker(t *testing.T) {
 		}
 	}()
 
+	// Every message consumed and decided, the duplicates too: the runner
+	// commits a message's offset only once its decision is committed.
+	kafkatest.WaitConsumed(t, brokers, "billing-test", time.Minute, meterTopic, usageTopic)
+	// The usage that came before its price waits deferred; the sweep applies
+	// it on its own interval, which nothing signals: polled.
 	deadline := time.Now().Add(60 * time.Second)
 	for bt.Count(t, pool, `SELECT count(*) FROM charge`) < len(want) {
 		if time.Now().After(deadline) {
 			t.Fatalf("rated %d of %d usage events", bt.Count(t, pool, `SELECT count(*) FROM charge`), len(want))
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the sweep's interval is 200 ms
 	}
-	time.Sleep(300 * time.Millisecond) // let the duplicates behind them be decided too
 	for _, e := range want {
 		if n := bt.Count(t, pool, `SELECT count(*) FROM charge WHERE usage_event_id = $1`, e.EventID); n != 1 {
 			t.Fatalf("usage %s has %d charges", e.EventID, n)
