@@ -222,7 +222,10 @@ func TestKeyRotationUnderTraffic(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var sent, failed atomic.Int64
-	for range 4 {
+	const workers = 4
+	var done [workers]atomic.Int64       // requests answered, per worker
+	progressed := make(chan struct{}, 1) // a request was answered
+	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -237,30 +240,73 @@ func TestKeyRotationUnderTraffic(t *testing.T) {
 					failed.Add(1)
 					t.Errorf("request during the rotation: %d", status)
 				}
+				done[w].Add(1)
+				select {
+				case progressed <- struct{}{}:
+				default:
+				}
 			}
 		}()
 	}
-	pause := func() { time.Sleep(200 * time.Millisecond) }
-	pause()
+	halt := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer halt() // also when the test fails early
+	// traffic waits until every worker answered two more requests: at least
+	// one of each was sent after the step before it, with its key.
+	traffic := func(step string) {
+		t.Helper()
+		var from [workers]int64
+		for w := range workers {
+			from[w] = done[w].Load()
+		}
+		timeout := time.After(30 * time.Second)
+		for {
+			all := true
+			for w := range workers {
+				all = all && done[w].Load() >= from[w]+2
+			}
+			if all {
+				return
+			}
+			select {
+			case <-progressed:
+			case <-timeout:
+				t.Fatalf("%s: the workers answered no requests for 30 s", step)
+			}
+		}
+	}
+	traffic("before the rotation")
 	if err := auth.WriteJWKS(path, oldKey, newKey); err != nil { // 1. publish the new key
 		t.Fatal(err)
 	}
-	pause()
+	// The issuer switches once the verifier knows the new key: it reads the
+	// document again in the background once it is older than Refresh, and
+	// nothing tells when, so polled.
+	for deadline := time.Now().Add(30 * time.Second); call(newKey) != http.StatusOK; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the new key is still refused 30 s after its publication")
+		}
+	}
+	traffic("both keys published")
 	if status := call(oldKey); status != http.StatusOK {
 		t.Fatalf("old key while both are published: %d", status)
 	}
 	signing.Store(&newKey) // 2. the issuer signs with the new key
-	pause()
+	traffic("signing with the new key")
 	if status := call(oldKey); status != http.StatusOK {
 		t.Fatalf("an old token before the old key is removed: %d", status)
 	}
 	if err := auth.WriteJWKS(path, newKey); err != nil { // 3. remove the old key
 		t.Fatal(err)
 	}
-	pause()
-	pause()
-	close(stop)
-	wg.Wait()
+	// Read again in the background as above: polled until the old key is
+	// refused.
+	for deadline := time.Now().Add(30 * time.Second); call(oldKey) != http.StatusUnauthorized; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the old key is still accepted 30 s after its removal")
+		}
+	}
+	traffic("the old key removed")
+	halt()
 	if status := call(oldKey); status != http.StatusUnauthorized {
 		t.Fatalf("old key after its removal: %d, want 401", status)
 	}
@@ -282,6 +328,8 @@ func TestNewKidWithoutWaiting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An unknown kid reads the document again at most once a second: a
+	// deliberate wait past that second since New read it.
 	time.Sleep(1100 * time.Millisecond)
 	if err := auth.WriteJWKS(path, oldKey, newKey); err != nil {
 		t.Fatal(err)
@@ -293,7 +341,7 @@ func TestNewKidWithoutWaiting(t *testing.T) {
 	if err := os.WriteFile(path, []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond)
+	time.Sleep(1100 * time.Millisecond) // past the once-a-second guard again
 	_, _ = k.Verify(sign(t, mustKey("c"), claims("a", auth.RoleOperator, "", time.Hour)))
 	if _, err := k.Verify(sign(t, newKey, claims("a", auth.RoleOperator, "", time.Hour))); err != nil {
 		t.Fatalf("after a broken document: %v", err)

@@ -15,6 +15,8 @@ import (
 func TestRateLimitAnswers429AndRecovers(t *testing.T) {
 	t.Parallel()
 	l := NewRateLimiter(2, 2) // 2 requests/s, bursts of 2
+	now := time.Date(2026, 11, 5, 12, 0, 0, 0, time.UTC)
+	l.now = func() time.Time { return now } // the bucket refills when the test says
 	limited := 0
 	l.OnLimited = func(string) { limited++ }
 	h := l.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -49,7 +51,11 @@ func TestRateLimitAnswers429AndRecovers(t *testing.T) {
 			t.Fatalf("a path without a tenant: %d", rec.Code)
 		}
 	}
-	time.Sleep(1100 * time.Millisecond) // Retry-After: 1
+	now = now.Add(400 * time.Millisecond) // 0.8 of a token at 2/s
+	if rec := do("/v1/tenants/acme/usage"); rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("before the bucket refilled: %d", rec.Code)
+	}
+	now = now.Add(600 * time.Millisecond) // Retry-After: 1 since the first refusal
 	if rec := do("/v1/tenants/acme/usage"); rec.Code != http.StatusNoContent {
 		t.Fatalf("after Retry-After: %d", rec.Code)
 	}

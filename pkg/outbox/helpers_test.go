@@ -136,6 +136,8 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 			t.Logf("waiting for %s: %s", what, status)
 			lastLog = time.Now()
 		}
+		// Polled: what the tests wait for is a row in the database or a
+		// message on the broker, which tell no one.
 		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -58,6 +58,7 @@ func TestRelaySurvivesBrokerOutages(t *testing.T) {
 			return a >= 2, fmt.Sprintf("max attempts on a pending row = %d", a)
 		})
 		// Backing off: a few attempts over several seconds, not a hot loop.
+		// The time is the point: a deliberate wait, then the attempts counted.
 		time.Sleep(4 * time.Second)
 		attempts := maxAttempts(t, pool)
 		if attempts > 15 {
