@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/usagebilling/billing/pkg/kafkaconf"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/pkg/tracing"
 )
@@ -290,6 +291,13 @@ func checkK8sDeployments(p *problems, _ map[string][]byte, o *k8sObjects, f k8sF
 		}
 		if cfg.DevKey {
 			p.add("%s: AUTH_DEV_KEY: the published development key, never in a cluster", what)
+		}
+		// Its own principal over SASL_SSL: the broker's ACLs grant each
+		// service's user WRITE on its own topics only (events.Writers).
+		if cfg.Kafka.Protocol != kafkaconf.SASLSSL || cfg.AllowPlaintext {
+			p.add("%s: Kafka over %s (KAFKA_ALLOW_PLAINTEXT %v): want SASL_SSL, each service its own principal", what, cfg.Kafka.Protocol, cfg.AllowPlaintext)
+		} else if cfg.Kafka.Username != spec.Name {
+			p.add("%s: Kafka principal %q, want %q (the user the ACLs grant its topics)", what, cfg.Kafka.Username, spec.Name)
 		}
 		if cfg.DatabaseMigrateURL != "" {
 			p.add("%s: given DATABASE_MIGRATE_URL: only the migration Job has the owner's URL", what)

@@ -12,9 +12,16 @@ package deploy
 import (
 	"bufio"
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"os"
 	"path"
 	"path/filepath"
@@ -22,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -134,7 +142,8 @@ func k8sFiles(t *testing.T) map[string][]byte {
 // k8sSecretInputs are the secretGenerator's inputs as deploy/k8s/README.md
 // says to make them: the keys `make compose-keys` makes (jwks.json with the
 // issuer's key and query/1, query.pem), and for each service its runtime
-// role's DATABASE_URL and its owner's DATABASE_MIGRATE_URL.
+// role's DATABASE_URL and its owner's DATABASE_MIGRATE_URL, its Kafka
+// principal's password, and the Kafka CA's certificate.
 func k8sSecretInputs(t *testing.T) map[string][]byte {
 	t.Helper()
 	dir := composeKeys(t)
@@ -146,8 +155,10 @@ func k8sSecretInputs(t *testing.T) map[string][]byte {
 		}
 		in[path.Join(k8sSecretsDir, f)] = raw
 	}
+	in[path.Join(k8sSecretsDir, "kafka-ca.crt")] = testCACert(t)
 	for _, spec := range specs {
 		n := spec.Name
+		in[path.Join(k8sSecretsDir, n+"-kafka.password")] = []byte(n + "-kafka-password\n")
 		in[path.Join(k8sSecretsDir, n+"-database.env")] = fmt.Appendf(nil,
 			"DATABASE_URL=postgres://%s_app:app-password@%s-db.example.internal:5432/%s?sslmode=verify-full\n", n, n, n)
 		in[path.Join(k8sSecretsDir, n+"-database-owner.env")] = fmt.Appendf(nil,
@@ -324,6 +335,9 @@ func TestK8sRefusesWrongManifests(t *testing.T) {
 		{"no Kafka egress", "networkpolicy.yaml", "port: 9092", "port: 9093", -1, "egress to Kafka on TCP 9092"},
 		{"wrong service url", "config.yaml", "billing=http://billing:8083", "billing=http://billing:8080", 1, "SERVICE_URLS has billing="},
 		{"replicas on one node", "usage.yaml", "topologyKey: kubernetes.io/hostname", "topologyKey: topology.kubernetes.io/zone", 1, "usage: Deployment: no topology spread over kubernetes.io/hostname"},
+		{"kafka in the clear", "config.yaml", "KAFKA_SECURITY_PROTOCOL: SASL_SSL", "KAFKA_SECURITY_PROTOCOL: PLAINTEXT", 1, "KAFKA_SECURITY_PROTOCOL: PLAINTEXT to kafka-0"},
+		{"another service's principal", "billing.yaml", "name: KAFKA_SASL_USERNAME\n              value: billing", "name: KAFKA_SASL_USERNAME\n              value: usage", 1,
+			"billing: Deployment: Kafka principal \"usage\", want \"billing\""},
 		{"jwks not mounted", "meter.yaml", "mountPath: /keys", "mountPath: /etc/keys", 1, "meter: Deployment: AUTH_JWKS=/keys/jwks.json is no file the pod mounts"},
 	}
 	for _, c := range cases {
@@ -440,4 +454,24 @@ func checkK8sEveryService(p *problems, _ map[string][]byte, o *k8sObjects, _ k8s
 	if len(o.deployments) != len(specs) || len(o.jobs) != len(specs) {
 		p.add("%d Deployments and %d Jobs, want one each per service (%d)", len(o.deployments), len(o.jobs), len(specs))
 	}
+}
+
+// testCACert is a self-signed CA certificate in PEM, standing for the Kafka
+// cluster's CA (the services refuse a KAFKA_TLS_CA_FILE holding none).
+func testCACert(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kafka test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

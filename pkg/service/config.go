@@ -155,6 +155,11 @@ type Config struct {
 	// Kafka is how the clients reach the brokers, TLS and SASL
 	// (KAFKA_SECURITY_PROTOCOL, ...: kafkaconf.SecurityFromEnv).
 	Kafka kafkaconf.Security
+	// AllowPlaintext lets the clients reach brokers that are not on a
+	// loopback host over PLAINTEXT (KAFKA_ALLOW_PLAINTEXT, false): without
+	// it such a configuration is refused at start, since the broker could
+	// not authorise who writes which topic.
+	AllowPlaintext bool
 	// MetricsAddr, when set, serves /metrics on its own listener instead of
 	// the API port (METRICS_ADDR, e.g. 127.0.0.1:9100; off by default).
 	MetricsAddr string
@@ -233,7 +238,7 @@ var DefaultServiceURLs = map[string]string{
 // EnvNames lists the variables Config reads, for documentation and for the
 // check of deploy/compose.yaml.
 var EnvNames = append([]string{
-	"DATABASE_URL", "DATABASE_MIGRATE_URL", "KAFKA_BROKERS", "HTTP_ADDR", "LOG_LEVEL", "DB_MAX_CONNS", "SHUTDOWN_TIMEOUT", "PPROF_ADDR", "METRICS_ADDR",
+	"DATABASE_URL", "DATABASE_MIGRATE_URL", "KAFKA_BROKERS", "KAFKA_ALLOW_PLAINTEXT", "HTTP_ADDR", "LOG_LEVEL", "DB_MAX_CONNS", "SHUTDOWN_TIMEOUT", "PPROF_ADDR", "METRICS_ADDR",
 	"HTTP_READ_HEADER_TIMEOUT", "HTTP_READ_TIMEOUT", "HTTP_WRITE_TIMEOUT", "HTTP_IDLE_TIMEOUT", "HTTP_MAX_HEADER_BYTES",
 	"HTTP_REQUEST_TIMEOUT", "DB_CONSUMER_MAX_CONNS", "DB_STATEMENT_TIMEOUT", "DB_ACQUIRE_TIMEOUT",
 	"RATE_LIMIT_RPS", "RATE_LIMIT_BURST",
@@ -314,6 +319,12 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 	if c.Kafka, err = kafkaconf.SecurityFromEnv(e.lookup); err != nil {
 		e.errs = append(e.errs, strings.Split(err.Error(), "\n")...)
 	}
+	c.AllowPlaintext = e.Bool("KAFKA_ALLOW_PLAINTEXT", false)
+	if remote := remoteBrokers(c.Brokers); c.Kafka.Protocol == kafkaconf.Plaintext && len(remote) > 0 && !c.AllowPlaintext {
+		e.fail("KAFKA_SECURITY_PROTOCOL", "PLAINTEXT to %s: the broker can tell no service from another, so anyone on the network "+
+			"could publish any event; want SASL_SSL (docs/access.md, \"Who may publish an event\"), or KAFKA_ALLOW_PLAINTEXT=true "+
+			"for a network of your own (compose)", strings.Join(remote, ","))
+	}
 	return c, e.Err()
 }
 
@@ -360,6 +371,17 @@ func authKeys(e *Env, name string, dev bool, httpAddr string) auth.Keys {
 		e.fail("AUTH_JWKS", "%v", err)
 	}
 	return k
+}
+
+// remoteBrokers returns the brokers that are not on a loopback host.
+func remoteBrokers(brokers []string) []string {
+	var out []string
+	for _, b := range brokers {
+		if host, _, err := net.SplitHostPort(b); err != nil || !loopbackHost(host) {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // loopbackAddr reports whether a listen address is on a loopback address
