@@ -371,12 +371,20 @@ func (r *runner) createAlert(ctx context.Context, t *Tenant) error {
 		}
 		cands := withFacts
 		if len(cands) == 0 || r.rng.IntN(3) == 0 {
-			cands = sortedKeys(t.Series)
+			cands = append(sortedKeys(t.Series), t.planMeters()...)
 		}
 		if len(cands) == 0 {
 			cands = []string{meters[r.rng.IntN(len(meters))].Code}
 		}
-		a.Meter = cands[r.rng.IntN(len(cands))]
+		// an aggregation first, so that the many sum meters do not crowd
+		// out the others
+		byAgg := map[string][]string{}
+		for _, m := range cands {
+			byAgg[aggName(m)] = append(byAgg[aggName(m)], m)
+		}
+		aggs := sortedKeys(byAgg)
+		ms := byAgg[aggs[r.rng.IntN(len(aggs))]]
+		a.Meter = ms[r.rng.IntN(len(ms))]
 		v, _ := t.alertFigure(a, p, nil, nil)
 		a.Threshold, what = r.usageThreshold(v, aggName(a.Meter))
 		body["kind"], body["meterCode"] = "usage", a.Meter
@@ -502,9 +510,11 @@ func (r *runner) deleteAlert(ctx context.Context, t *Tenant, a *Alert) error {
 	return nil
 }
 
-// toThreshold sends a fact that takes a live usage alert's figure (of a
-// sum or count meter) exactly to its threshold in the period now, when
-// there is one, else an ordinary fact.
+// toThreshold sends a fact that takes a live usage alert's figure
+// exactly to its threshold in the period now, when there is one, else an
+// ordinary fact: the gap for a sum meter, the threshold for a max one,
+// any fact when a count alert is one short, a new value when a
+// unique_count one is.
 func (r *runner) toThreshold(ctx context.Context, t *Tenant) error {
 	now := r.now()
 	at := instant(now.Add(-20 * time.Millisecond))
@@ -513,8 +523,9 @@ func (r *runner) toThreshold(ctx context.Context, t *Tenant) error {
 	}
 	p, _ := t.target(at)
 	type cand struct {
-		a   *Alert
-		qty decimal.Decimal
+		a     *Alert
+		qty   decimal.Decimal
+		value string // a unique_count fact's value, new in the period
 	}
 	var cands []cand
 	for _, a := range t.liveAlerts() {
@@ -526,19 +537,41 @@ func (r *runner) toThreshold(ctx context.Context, t *Tenant) error {
 		switch agg := aggName(a.Meter); {
 		case !gap.IsPositive():
 		case agg == "sum":
-			cands = append(cands, cand{a, gap})
+			cands = append(cands, cand{a: a, qty: gap})
 		case agg == "count" && gap.Equal(decimal.NewFromInt(1)):
-			cands = append(cands, cand{a, randomQty(r.rng)})
+			cands = append(cands, cand{a: a, qty: randomQty(r.rng)})
+		case agg == "max":
+			cands = append(cands, cand{a: a, qty: a.Threshold})
+		case agg == "unique_count" && gap.Equal(decimal.NewFromInt(1)):
+			m := meterDef(a.Meter)
+			seen := map[string]bool{}
+			for _, f := range t.Facts {
+				if f.Period == p && f.Meter == a.Meter {
+					seen[f.Props[m.ValueProp]] = true
+				}
+			}
+			for _, v := range propertyValues[m.ValueProp] {
+				if !seen[v] {
+					cands = append(cands, cand{a: a, qty: randomQty(r.rng), value: v})
+					break
+				}
+			}
 		}
 	}
 	if len(cands) == 0 {
-		r.note("#%d to-threshold %s: no usage alert of a sum or count meter a fact can take to its threshold", r.step, t.ID)
+		r.note("#%d to-threshold %s: no usage alert a fact can take to its threshold", r.step, t.ID)
 		return r.usage(ctx, t, false)
 	}
 	c := cands[r.rng.IntN(len(cands))]
 	m := meterDef(c.a.Meter)
 	t.nextEventID++
 	f := &Fact{SourceEventID: fmt.Sprintf("e%d", t.nextEventID), Meter: m.Code, Qty: c.qty, At: at, Props: r.properties(m)}
+	if c.value != "" {
+		if f.Props == nil {
+			f.Props = map[string]string{}
+		}
+		f.Props[m.ValueProp] = c.value
+	}
 	s := t.Series[m.Code]
 	if s != nil {
 		f.Currency = s.Currency
@@ -571,19 +604,39 @@ func (r *runner) toThreshold(ctx context.Context, t *Tenant) error {
 }
 
 // afterOp decides t's alerts after an operation that may have touched
-// their figures: always after an adjustment while a spend alert is live
-// (a credit may take a told figure below its threshold), one time in
-// three after usage.
+// their figures: after an adjustment in a currency a live spend alert
+// watches (a credit may take a told figure below its threshold), and one
+// time in two after usage that touched the figure of a live alert not
+// yet told in the fact's period (whether it reaches the threshold). A
+// told alert's figure rising again needs no point of its own: the next
+// one sees it.
 func (r *runner) afterOp(ctx context.Context, t *Tenant, k Kind) error {
-	if r.cfg.Hooks == nil || len(t.liveAlerts()) == 0 {
+	if r.cfg.Hooks == nil {
 		return nil
 	}
-	spend := false
-	for _, a := range t.liveAlerts() {
-		spend = spend || a.Kind == "spend"
+	live := t.liveAlerts()
+	for _, a := range live {
+		if a.Kind != "spend" {
+			continue
+		}
+		for _, x := range t.Adjs[t.seenAdjs:] {
+			if x.Currency == a.Currency && !x.AfterClose {
+				return r.alertPoint(ctx, t, false)
+			}
+		}
 	}
-	if (k == OpAdjust && spend) || r.rng.IntN(3) == 0 {
-		return r.alertPoint(ctx, t, false)
+	if k == OpAdjust {
+		return nil
+	}
+	for _, a := range live {
+		for _, f := range t.Facts[t.seenFacts:] {
+			if a.watches(f) && (a.Periods[f.Period] == nil || a.Periods[f.Period].Told == 0) {
+				if r.rng.IntN(2) == 0 {
+					return r.alertPoint(ctx, t, false)
+				}
+				return nil
+			}
+		}
 	}
 	return nil
 }
