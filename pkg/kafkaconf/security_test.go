@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
 	"github.com/usagebilling/billing/testkit/kafkabroker"
 )
@@ -276,4 +278,92 @@ func writePKI(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 		return path
 	}
 	return write("ca.pem", "CERTIFICATE", caDER), write("broker.pem", "CERTIFICATE", der), write("broker.key", "PRIVATE KEY", pkcs8)
+}
+
+// TestACLsRefuseAnotherServicesTopic starts Apache Kafka with a SASL_SSL
+// listener and its StandardAuthorizer, grants each service's principal WRITE
+// on the topics events.Writers gives it (as deploy/k8s/README.md says to),
+// and checks that usage's principal writing billing.events.v1 is refused
+// TopicAuthorizationFailed while billing's may, and usage's may write its
+// own topic: only billing can publish what invoice bills.
+func TestACLsRefuseAnotherServicesTopic(t *testing.T) {
+	dir := t.TempDir()
+	caFile, certFile, keyFile := writePKI(t, dir)
+	users := map[string]string{}
+	for _, s := range events.Services {
+		users[s] = s + "-secret-7c1e"
+	}
+	a, err := kafkabroker.StartApache(t.Context(), kafkabroker.ApacheOptions{
+		SASLSSL: &kafkabroker.SASLSSLListener{CertFile: certFile, KeyFile: keyFile, Users: users, Authorize: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Close(); err != nil {
+			t.Errorf("close broker: %v", err)
+		}
+	})
+	if err := kafkabroker.CreateTopics(t.Context(), a.Addrs(), 1, events.AllTopics...); err != nil { // over PLAINTEXT
+		t.Fatal(err)
+	}
+	// The ACLs, as the super user over PLAINTEXT: each principal WRITE and
+	// DESCRIBE on the topics it may publish on, nothing else.
+	admin, err := sarama.NewClusterAdmin(a.Addrs(), kafkaconf.New("acl-admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var acls []*sarama.ResourceAcls
+	for _, topic := range events.AllTopics {
+		for _, s := range events.Writers(topic) {
+			for _, op := range []sarama.AclOperation{sarama.AclOperationWrite, sarama.AclOperationDescribe} {
+				acls = append(acls, &sarama.ResourceAcls{
+					Resource: sarama.Resource{ResourceType: sarama.AclResourceTopic, ResourceName: topic, ResourcePatternType: sarama.AclPatternLiteral},
+					Acls:     []*sarama.Acl{{Principal: "User:" + s, Host: "*", Operation: op, PermissionType: sarama.AclPermissionAllow}},
+				})
+			}
+		}
+	}
+	if err := admin.CreateACLs(acls); err != nil {
+		t.Fatalf("create ACLs: %v", err)
+	}
+	send := func(t *testing.T, user, topic string) error {
+		t.Helper()
+		s, err := kafkaconf.SecurityFromEnv(lookup(map[string]string{
+			"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_USERNAME": user, "KAFKA_SASL_PASSWORD": users[user], "KAFKA_TLS_CA_FILE": caFile,
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := kafkaconf.NewIdempotentProducer("acl-test-" + user)
+		s.Apply(cfg)
+		cfg.Producer.Retry.Max = 1
+		cfg.Metadata.Retry.Max = 1
+		p, err := sarama.NewSyncProducer([]string{a.SASLSSLAddr()}, cfg)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		_, _, err = p.SendMessage(&sarama.ProducerMessage{Topic: topic, Value: sarama.StringEncoder(`{"eventType":"ChargeRated"}`)})
+		return err
+	}
+	// The ACLs take a moment to reach the authorizer: wait for billing's
+	// own write to pass before judging the refusals.
+	deadline := time.Now().Add(time.Minute)
+	for err := send(t, events.ServiceBilling, events.TopicBilling); err != nil; err = send(t, events.ServiceBilling, events.TopicBilling) {
+		if time.Now().After(deadline) {
+			t.Fatalf("billing writing %s: %v", events.TopicBilling, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err := send(t, events.ServiceUsage, events.TopicUsage); err != nil {
+		t.Fatalf("usage writing its own topic: %v", err)
+	}
+	for _, s := range []string{events.ServiceUsage, events.ServiceMeter, events.ServiceInvoice, events.ServiceQuery} {
+		err := send(t, s, events.TopicBilling)
+		if !errors.Is(err, sarama.ErrTopicAuthorizationFailed) {
+			t.Errorf("%s writing %s: %v, want %v", s, events.TopicBilling, err, sarama.ErrTopicAuthorizationFailed)
+		}
+	}
 }

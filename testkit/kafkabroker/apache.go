@@ -72,6 +72,12 @@ type SASLSSLListener struct {
 	// --add-scram): a broker started again on formatted storage keeps the
 	// ones it was formatted with.
 	Users map[string]string
+	// Authorize, when set, turns on the KRaft StandardAuthorizer: a SASL
+	// principal may do only what an ACL allows it (no ACL: refused). The
+	// PLAINTEXT listener's principal, User:ANONYMOUS (the broker itself,
+	// the readiness checks, an admin client over Addrs), is a super user
+	// and creates the ACLs.
+	Authorize bool
 }
 
 // readyTimeout bounds one start, on top of the caller's context: a JVM
@@ -502,6 +508,12 @@ func (a *Apache) writeConfig() error {
 			"listener.name.sasl_ssl.ssl.keystore.location="+keystore,
 			"listener.name.sasl_ssl.ssl.client.auth=none",
 		)
+		if l.Authorize {
+			props = append(props,
+				"authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+				"super.users=User:ANONYMOUS",
+				"allow.everyone.if.no.acl.found=false")
+		}
 		for _, mech := range l.Mechanisms {
 			props = append(props, "listener.name.sasl_ssl."+strings.ToLower(mech)+
 				".sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;")
