@@ -228,8 +228,12 @@ func startContainers(t *testing.T) *target {
 		maps.Copy(env, map[string]string{
 			"DATABASE_URL":  "postgres://postgres:postgres@postgres:5432/" + name + "?sslmode=disable",
 			"KAFKA_BROKERS": "kafka:9092",
-			"HTTP_ADDR":     fmt.Sprintf(":%d", stack.DefaultPorts()[name]),
-			"SERVICE_URLS":  strings.Join(serviceURLs, ","),
+			// The broker on the test's own network speaks PLAINTEXT, as in
+			// deploy/compose.yaml; a service refuses a remote PLAINTEXT
+			// broker without this.
+			"KAFKA_ALLOW_PLAINTEXT": "true",
+			"HTTP_ADDR":             fmt.Sprintf(":%d", stack.DefaultPorts()[name]),
+			"SERVICE_URLS":          strings.Join(serviceURLs, ","),
 		})
 		wg.Add(1)
 		go func() {
