@@ -12,6 +12,7 @@ package invoice
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/go-chi/chi/v5"
 
@@ -49,10 +50,16 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	env := service.NewEnv()
 	maxGrants := env.Int("INVOICE_MAX_CREDIT_GRANTS", app.DefaultMaxGrants)
 	maxAlerts := env.Int("INVOICE_MAX_ALERTS", app.DefaultMaxAlerts)
-	if err := errors.Join(hooksErr, sellerErr, env.Err()); err != nil {
+	closeChunk := env.Int("INVOICE_CLOSE_CHUNK", app.DefaultCloseChunk)
+	var chunkErr error
+	if closeChunk < 1 || closeChunk > app.MaxCloseChunk {
+		chunkErr = fmt.Errorf("INVOICE_CLOSE_CHUNK: want a number of charges from 1 to %d, got %d", app.MaxCloseChunk, closeChunk)
+	}
+	if err := errors.Join(hooksErr, sellerErr, env.Err(), chunkErr); err != nil {
 		return service.Parts{}, err
 	}
-	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Clock: now}, app.Config{WebhookTTL: hooks.TTL, MaxGrants: maxGrants, MaxAlerts: maxAlerts})
+	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Clock: now},
+		app.Config{WebhookTTL: hooks.TTL, MaxGrants: maxGrants, MaxAlerts: maxAlerts, CloseChunk: closeChunk})
 	worker, err := webhook.NewWorker(d.Pool, hooks, d.Logger, d.Metrics)
 	if err != nil {
 		return service.Parts{}, err

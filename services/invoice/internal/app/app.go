@@ -48,7 +48,18 @@ type Config struct {
 	// invoices (a page of the list, or one invoice) may answer (default
 	// DefaultMaxReadLines): more is refused 422 too_many_lines.
 	MaxReadLines int
+	// CloseChunk is how many charges one statement of a close's tally
+	// reads (INVOICE_CLOSE_CHUNK; default DefaultCloseChunk): the close's
+	// longest statement grows with it, not with the period.
+	CloseChunk int
 }
+
+// DefaultCloseChunk is Config.CloseChunk when unset; MaxCloseChunk the
+// largest INVOICE_CLOSE_CHUNK.
+const (
+	DefaultCloseChunk = 10000
+	MaxCloseChunk     = 1000000
+)
 
 // DefaultMaxReadLines is Config.MaxReadLines when unset.
 const DefaultMaxReadLines = 10000
@@ -74,6 +85,11 @@ type App struct {
 	// afterLock, when set (tests: SetAfterLock), runs after a close locks
 	// its invoices and before it tallies them.
 	afterLock func()
+	// closeChunk is Config.CloseChunk.
+	closeChunk int
+	// afterChunk, when set (tests: SetAfterChunk), runs after each chunk
+	// of a close's tally with the charges it read.
+	afterChunk func(charges int64)
 }
 
 // New returns the App of d and c.
@@ -96,6 +112,10 @@ func New(d Deps, c Config) *App {
 	a.maxAlerts = c.MaxAlerts
 	if a.maxAlerts <= 0 {
 		a.maxAlerts = DefaultMaxAlerts
+	}
+	a.closeChunk = c.CloseChunk
+	if a.closeChunk <= 0 {
+		a.closeChunk = DefaultCloseChunk
 	}
 	a.maxReadLines = c.MaxReadLines
 	if a.maxReadLines <= 0 {

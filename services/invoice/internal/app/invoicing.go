@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -347,7 +348,7 @@ func (a *App) ApplyPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Deco
 			return inbox.Outcome{}, fmt.Errorf("open the %s invoice of %s %s: %w", cur, e.TenantID, p.Period, err)
 		}
 	}
-	invs, have, err := a.lockAndTally(ctx, q, e.TenantID, p.Period)
+	invs, have, lines, err := a.lockAndTally(ctx, q, e.TenantID, p.Period)
 	if err != nil {
 		return inbox.Outcome{}, err
 	}
@@ -365,8 +366,8 @@ func (a *App) ApplyPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Deco
 		if inv.Status != domain.StatusOpen {
 			return inbox.Outcome{}, fmt.Errorf("invoice %s of %s %s is %s before its close", inv.InvoiceID, e.TenantID, p.Period, inv.Status)
 		}
-		ev, err := a.issue(ctx, q, e, p.Period, inv.InvoiceID, inv.Currency, want[inv.Currency], p.Fees[inv.Currency], p.TaxRates,
-			periodEnd(p), now)
+		ev, err := a.issue(ctx, q, e, p.Period, inv.InvoiceID, inv.Currency, lines[inv.Currency], want[inv.Currency],
+			p.Fees[inv.Currency], p.TaxRates, periodEnd(p), now)
 		if err != nil {
 			return inbox.Outcome{}, err
 		}
@@ -395,25 +396,26 @@ const maxRelocks = 5
 // charge of an invoice the close neither locked nor issues. So the invoices
 // are locked again, in a newer snapshot that sees the new invoice, until
 // every currency tallied has its invoice locked.
-func (a *App) lockAndTally(ctx context.Context, q *db.Queries, tenantID, period string) ([]db.LockPeriodInvoicesRow, map[string]domain.Tally, error) {
+func (a *App) lockAndTally(ctx context.Context, q *db.Queries, tenantID, period string) (
+	[]db.LockPeriodInvoicesRow, map[string]domain.Tally, map[string][]chargeLine, error) {
 	for attempt := 0; ; attempt++ {
 		invs, err := q.LockPeriodInvoices(ctx, db.LockPeriodInvoicesParams{TenantID: tenantID, Period: period})
 		if err != nil {
-			return nil, nil, fmt.Errorf("lock invoices of %s %s: %w", tenantID, period, err)
+			return nil, nil, nil, fmt.Errorf("lock invoices of %s %s: %w", tenantID, period, err)
 		}
 		if a.afterLock != nil {
 			a.afterLock()
 		}
-		have, err := tally(ctx, q, tenantID, period)
+		have, lines, err := a.tally(ctx, q, tenantID, period)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		cur, ok := unlocked(invs, have)
 		if ok {
-			return invs, have, nil
+			return invs, have, lines, nil
 		}
 		if attempt == maxRelocks {
-			return nil, nil, inbox.DeferUntil(CloseKey(tenantID, period))
+			return nil, nil, nil, inbox.DeferUntil(CloseKey(tenantID, period))
 		}
 		a.log.InfoContext(ctx, "close locks its invoices again: one was created while it tallied",
 			"tenant_id", tenantID, "period", period, "currency", cur)
@@ -430,18 +432,96 @@ func unlocked(invs []db.LockPeriodInvoicesRow, have map[string]domain.Tally) (st
 	return "", true
 }
 
-// tally is what invoice holds of a tenant's period, by currency, counted and
-// summed in SQL (a few rows whatever the number of charges).
-func tally(ctx context.Context, q *db.Queries, tenantID, period string) (map[string]domain.Tally, error) {
-	charges, err := q.TallyCharges(ctx, db.TallyChargesParams{TenantID: tenantID, Period: period})
+// chargeLine is the tally of one line's charges (currency, meter, price
+// version, price dimensions, unpriced, with the line's aggregation and unit
+// price): count, exact sums and the digest of their origin event ids.
+type chargeLine struct {
+	Currency, MeterCode, DimensionsKey, Aggregation string
+	PriceVersion                                    int64
+	Unpriced                                        bool
+	UnitPrice, Quantity, Amount                     decimal.Decimal
+	Charges                                         int64
+	Digest                                          *big.Int
+}
+
+// tallyCharges tallies a tenant's period's charges per line in chunks of
+// closeChunk charges, one statement each (TallyChargeChunk, keyset order
+// of usage_event_id and origin_event_id), merged here: no statement's time
+// grows with the period, so a large period fits DB_STATEMENT_TIMEOUT.
+// The caller holds the period's invoices locked, so no charge of them
+// commits while it walks. Lines come back in currency and line order.
+func (a *App) tallyCharges(ctx context.Context, q *db.Queries, tenantID, period string) ([]*chargeLine, error) {
+	byKey := map[string]*chargeLine{}
+	var out []*chargeLine
+	var afterUsage, afterOrigin uuid.UUID // the nil UUIDs sort first; no event id is nil
+	for {
+		rows, err := q.TallyChargeChunk(ctx, db.TallyChargeChunkParams{TenantID: tenantID, Period: period,
+			AfterUsage: afterUsage, AfterOrigin: afterOrigin, ChunkSize: int32(a.closeChunk)})
+		if err != nil {
+			return nil, fmt.Errorf("tally charges of %s %s after %s: %w", tenantID, period, afterUsage, err)
+		}
+		var n int64
+		for _, r := range rows {
+			n += r.Charges
+			term, ok := new(big.Int).SetString(r.Digest, 10)
+			if !ok {
+				return nil, fmt.Errorf("tally charges of %s %s: digest %q is not an integer", tenantID, period, r.Digest)
+			}
+			key := fmt.Sprintf("%s\x00%s\x00%d\x00%s\x00%t\x00%s\x00%s", r.Currency, r.MeterCode, r.PriceVersion,
+				r.DimensionsKey, r.Unpriced, r.Aggregation, r.UnitPrice.String())
+			l, ok := byKey[key]
+			if !ok {
+				l = &chargeLine{Currency: r.Currency, MeterCode: r.MeterCode, DimensionsKey: r.DimensionsKey,
+					Aggregation: r.Aggregation, PriceVersion: r.PriceVersion, Unpriced: r.Unpriced, UnitPrice: r.UnitPrice,
+					Digest: new(big.Int)}
+				byKey[key] = l
+				out = append(out, l)
+			}
+			l.Charges += r.Charges
+			l.Quantity, l.Amount = l.Quantity.Add(r.Quantity), l.Amount.Add(r.Amount)
+			l.Digest.Add(l.Digest, term)
+			afterUsage, afterOrigin = r.LastUsage, r.LastOrigin
+		}
+		if a.afterChunk != nil {
+			a.afterChunk(n)
+		}
+		if n < int64(a.closeChunk) {
+			break
+		}
+	}
+	slices.SortFunc(out, func(x, y *chargeLine) int {
+		return cmp.Or(cmp.Compare(x.Currency, y.Currency), cmp.Compare(x.MeterCode, y.MeterCode),
+			cmp.Compare(x.PriceVersion, y.PriceVersion), cmp.Compare(x.DimensionsKey, y.DimensionsKey),
+			boolCompare(x.Unpriced, y.Unpriced), cmp.Compare(x.Aggregation, y.Aggregation), x.UnitPrice.Cmp(y.UnitPrice))
+	})
+	return out, nil
+}
+
+func boolCompare(x, y bool) int {
+	switch {
+	case x == y:
+		return 0
+	case !x:
+		return -1
+	default:
+		return 1
+	}
+}
+
+// tally is what invoice holds of a tenant's period, by currency (counted
+// and summed chunk by chunk, tallyCharges), and the lines of its charges
+// by currency.
+func (a *App) tally(ctx context.Context, q *db.Queries, tenantID, period string) (map[string]domain.Tally, map[string][]chargeLine, error) {
+	charges, err := a.tallyCharges(ctx, q, tenantID, period)
 	if err != nil {
-		return nil, fmt.Errorf("tally charges of %s %s: %w", tenantID, period, err)
+		return nil, nil, err
 	}
 	adjustments, err := q.TallyAdjustments(ctx, db.TallyAdjustmentsParams{TenantID: tenantID, Period: period})
 	if err != nil {
-		return nil, fmt.Errorf("tally adjustments of %s %s: %w", tenantID, period, err)
+		return nil, nil, fmt.Errorf("tally adjustments of %s %s: %w", tenantID, period, err)
 	}
 	out := make(map[string]domain.Tally)
+	byCurrency := make(map[string][]chargeLine)
 	digests := make(map[string]*big.Int)
 	lines := make(map[string]bool, len(charges))
 	for _, r := range charges {
@@ -449,24 +529,21 @@ func tally(ctx context.Context, q *db.Queries, tenantID, period string) (map[str
 		// make two lines of one id.
 		line := r.Currency + " " + domain.LineID(r.MeterCode, r.PriceVersion, r.DimensionsKey, r.Unpriced)
 		if lines[line] {
-			return nil, inbox.Permanent(inbox.ReasonPriceVersionConflict, fmt.Errorf(
+			return nil, nil, inbox.Permanent(inbox.ReasonPriceVersionConflict, fmt.Errorf(
 				"%s %s: charges of %s carry different unit prices or aggregations", tenantID, period, line))
 		}
 		lines[line] = true
+		byCurrency[r.Currency] = append(byCurrency[r.Currency], *r)
 		t := out[r.Currency]
 		t.Charges += r.Charges
 		t.ChargeAmount = t.ChargeAmount.Add(r.Amount)
-		// One row per line: the currency's digest is the sum of theirs.
+		// The currency's digest is the sum of its lines'.
 		sum, ok := digests[r.Currency]
 		if !ok {
 			sum = new(big.Int)
 			digests[r.Currency] = sum
 		}
-		term, ok := new(big.Int).SetString(r.Digest, 10)
-		if !ok {
-			return nil, fmt.Errorf("tally charges of %s %s: digest %q is not an integer", tenantID, period, r.Digest)
-		}
-		sum.Add(sum, term)
+		sum.Add(sum, r.Digest)
 		t.ChargeDigest = sum.String()
 		out[r.Currency] = t
 	}
@@ -475,7 +552,7 @@ func tally(ctx context.Context, q *db.Queries, tenantID, period string) (map[str
 		t.Adjustments, t.AdjustmentAmount, t.AdjustmentDigest = r.Adjustments, r.Amount, r.Digest
 		out[r.Currency] = t
 	}
-	return out, nil
+	return out, byCurrency, nil
 }
 
 // checkClose maps the close rules' verdict to the inbox's: wait for missing
@@ -528,15 +605,23 @@ func groupOf(l db.ChargeLineSumsRow) (domain.Group, error) {
 // issue issues one open invoice of a closed period whose charges and
 // adjustments match the close's tally want: it materialises the charge and
 // unpriced lines (one per meter, price version, price dimensions and
-// unpriced, grouped in SQL), computes each line's quantity by its meter's
+// unpriced, tallied by the close: tallied), computes each line's quantity by its meter's
 // aggregation and prices it (domain.Group.Price: checked against its
 // charges' own amounts), checks the charges' count and own amounts against
 // the tally, adds the rounding line, takes the tenant's next invoice number
 // and returns the InvoiceIssued to publish (ChargeLines counts the charge
 // and unpriced lines, Charges their charges).
 func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, period string, invoiceID uuid.UUID,
-	currency string, want domain.Tally, fees []events.FeeLine, rates []events.TaxRate, end, now time.Time) (envelope.Envelope, error) {
-	sums, err := q.ChargeLineSums(ctx, db.ChargeLineSumsParams{TenantID: e.TenantID, Period: period, Currency: currency})
+	currency string, tallied []chargeLine, want domain.Tally, fees []events.FeeLine, rates []events.TaxRate, end, now time.Time) (envelope.Envelope, error) {
+	arg := db.ChargeLineSumsParams{TenantID: e.TenantID, Period: period, Currency: currency}
+	for _, l := range tallied {
+		arg.MeterCodes, arg.PriceVersions = append(arg.MeterCodes, l.MeterCode), append(arg.PriceVersions, l.PriceVersion)
+		arg.DimensionsKeys, arg.Unpriceds = append(arg.DimensionsKeys, l.DimensionsKey), append(arg.Unpriceds, l.Unpriced)
+		arg.Aggregations, arg.UnitPrices = append(arg.Aggregations, l.Aggregation), append(arg.UnitPrices, l.UnitPrice)
+		arg.Quantities, arg.ChargeCounts = append(arg.Quantities, l.Quantity), append(arg.ChargeCounts, l.Charges)
+		arg.Amounts = append(arg.Amounts, l.Amount)
+	}
+	sums, err := q.ChargeLineSums(ctx, arg)
 	if err != nil {
 		return envelope.Envelope{}, fmt.Errorf("group charge lines of %s: %w", invoiceID, err)
 	}
@@ -562,8 +647,7 @@ func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, pe
 	if err := q.InsertChargeLines(ctx, lines); err != nil {
 		return envelope.Envelope{}, fmt.Errorf("write charge lines of %s: %w", invoiceID, err)
 	}
-	// The lines were grouped by a later statement than the tally: a charge
-	// the close did not count, committed in between, shows here.
+	// The lines' counts and sums must add up to the close's tally.
 	if charges != want.Charges || !chargeAmount.Equal(want.ChargeAmount) {
 		return envelope.Envelope{}, inbox.Permanent(inbox.ReasonCloseCountsMismatch, fmt.Errorf(
 			"invoice %s: the charge lines count %d charges of %s, the close %d of %s",

@@ -358,52 +358,70 @@ INSERT INTO period_grace (tenant_id, period, ended_at, closes_at, event_id)
 VALUES (@tenant_id, @period, @ended_at, @closes_at, @event_id)
 ON CONFLICT DO NOTHING;
 
--- name: TallyCharges :many
--- TallyCharges groups the charges of a tenant's period by currency and
--- line (meter, price version, price dimensions, unpriced), with the line's
--- aggregation and unit price: count, exact sums and the digest of their
--- origin event ids (pkg/digest, SQLTerm). Its rows are few (one per line)
--- whatever the number of charges; two rows of one line are a conflict.
-SELECT currency, meter_code, price_version, dimensions_key::text AS dimensions_key, unpriced, aggregation, unit_price,
-       count(*)::bigint AS charges,
-       sum(quantity)::numeric AS quantity,
-       sum(amount)::numeric AS amount,
-       sum(('x' || encode(substr(sha256(convert_to(origin_event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::text AS digest
-FROM invoice_charge
-WHERE tenant_id = @tenant_id AND period = @period
-GROUP BY currency, meter_code, price_version, dimensions_key, unpriced, aggregation, unit_price
-ORDER BY currency, meter_code, price_version, dimensions_key, unpriced, aggregation, unit_price;
+-- name: TallyChargeChunk :many
+-- One chunk of a close's tally: the next chunk_size charges of a tenant's
+-- period after the position (usage_event_id, origin_event_id), one range
+-- scan of invoice_charge_reconciliation_idx bounded by the chunk whatever
+-- the period's size, grouped by currency and line (meter, price version,
+-- price dimensions, unpriced) with the line's aggregation and unit price:
+-- count, exact sums and the digest of their origin event ids (pkg/digest,
+-- SQLTerm). Every row carries the chunk's last position; no row: no charge
+-- after the position.
+WITH c AS (
+    SELECT ch.usage_event_id, ch.origin_event_id, ch.currency, ch.meter_code, ch.price_version, ch.dimensions_key,
+           ch.unpriced, ch.aggregation, ch.unit_price, ch.quantity, ch.amount
+    FROM invoice_charge ch
+    WHERE ch.tenant_id = @tenant_id AND ch.period = @period
+      AND (ch.usage_event_id, ch.origin_event_id) > (sqlc.arg(after_usage)::uuid, sqlc.arg(after_origin)::uuid)
+    ORDER BY ch.usage_event_id, ch.origin_event_id
+    LIMIT sqlc.arg(chunk_size)::int
+), last AS (
+    SELECT c.usage_event_id, c.origin_event_id FROM c ORDER BY c.usage_event_id DESC, c.origin_event_id DESC LIMIT 1
+)
+SELECT g.currency, g.meter_code, g.price_version, g.dimensions_key::text AS dimensions_key, g.unpriced, g.aggregation,
+       g.unit_price, g.charges::bigint AS charges, g.quantity::numeric AS quantity, g.amount::numeric AS amount,
+       g.digest::text AS digest, last.usage_event_id::uuid AS last_usage, last.origin_event_id::uuid AS last_origin
+FROM (SELECT c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation, c.unit_price,
+             count(*) AS charges, sum(c.quantity) AS quantity, sum(c.amount) AS amount,
+             sum(('x' || encode(substr(sha256(convert_to(origin_event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint) AS digest
+      FROM c
+      GROUP BY c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation, c.unit_price) g
+CROSS JOIN last
+ORDER BY g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced, g.aggregation, g.unit_price;
 
 -- name: ChargeLineSums :many
--- ChargeLineSums groups an invoice's charges into its lines (one per
--- meter, price version, price dimensions and unpriced; charge lines first)
--- with what prices them: the charges' count and sums, the version's pricing
--- when recorded (NULL: none), the running figure of a max or latest line
--- (NULL: none) and the number of distinct values of a unique_count line.
--- The caller computes and prices each line (domain.Group) and writes it
+-- ChargeLineSums gives an invoice's lines (one per meter, price version,
+-- price dimensions and unpriced; charge lines first), whose charges' count
+-- and sums the close tallied chunk by chunk (TallyChargeChunk) and passes
+-- in, with what prices them: the version's pricing when recorded (NULL:
+-- none), the running figure of a max or latest line (NULL: none) and the
+-- number of distinct values of a unique_count line. O(lines) rows read
+-- (and, for a unique_count line, its distinct values counted). The caller
+-- computes and prices each line (domain.Group) and writes it
 -- (InsertChargeLines).
-SELECT g.meter_code, g.price_version, g.dimensions_key::text AS dimensions_key, g.unpriced, g.aggregation, g.unit_price,
+SELECT g.meter_code::text AS meter_code, g.price_version::bigint AS price_version, g.dimensions_key::text AS dimensions_key,
+       g.unpriced::boolean AS unpriced, g.aggregation::text AS aggregation, g.unit_price::numeric AS unit_price,
        g.quantity::numeric AS quantity, g.charge_count::bigint AS charge_count, g.amount::numeric AS amount,
        vp.pricing, f.quantity AS figure,
        (CASE WHEN g.aggregation = 'unique_count' THEN (
             SELECT count(*) FROM invoice_line_value v
-            WHERE v.tenant_id = g.tenant_id AND v.period = g.period AND v.currency = g.currency
+            WHERE v.tenant_id = @tenant_id::text AND v.period = @period::text AND v.currency = @currency::text
               AND v.meter_code = g.meter_code AND v.price_version = g.price_version
               AND v.dimensions_key = g.dimensions_key AND v.unpriced = g.unpriced) ELSE 0 END)::bigint AS distinct_values
-FROM (SELECT c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
-             c.aggregation, c.unit_price, sum(c.quantity) AS quantity, count(*) AS charge_count, sum(c.amount) AS amount
-      FROM invoice_charge c
-      WHERE c.tenant_id = @tenant_id::text AND c.period = @period::text AND c.currency = @currency::text
-      GROUP BY c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
-               c.aggregation, c.unit_price) g
+FROM (SELECT unnest(@meter_codes::text[]) AS meter_code, unnest(@price_versions::bigint[]) AS price_version,
+             unnest(@dimensions_keys::text[]) AS dimensions_key, unnest(@unpriceds::boolean[]) AS unpriced,
+             unnest(@aggregations::text[]) AS aggregation, unnest(@unit_prices::numeric[]) AS unit_price,
+             unnest(@quantities::numeric[]) AS quantity, unnest(@charge_counts::bigint[]) AS charge_count,
+             unnest(@amounts::numeric[]) AS amount) g
 LEFT JOIN invoice_price_version vp
-       ON vp.tenant_id = g.tenant_id AND vp.currency = g.currency AND vp.meter_code = g.meter_code
+       ON vp.tenant_id = @tenant_id::text AND vp.currency = @currency::text AND vp.meter_code = g.meter_code
       AND vp.price_version = g.price_version
       -- a plan's line: its key holds the pair %40plan=<code> (domain.LineKey)
       AND vp.price_key = CASE WHEN g.dimensions_key ~ '(^|&)%40plan=' THEN g.dimensions_key ELSE '' END
 LEFT JOIN invoice_line_figure f
-       ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
-      AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced
+       ON f.tenant_id = @tenant_id::text AND f.period = @period::text AND f.currency = @currency::text
+      AND f.meter_code = g.meter_code AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key
+      AND f.unpriced = g.unpriced
 ORDER BY g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregation, g.unit_price;
 
 -- name: LiveChargeLines :many

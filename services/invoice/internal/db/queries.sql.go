@@ -345,35 +345,45 @@ func (q *Queries) AddRoundingLine(ctx context.Context, arg AddRoundingLineParams
 }
 
 const chargeLineSums = `-- name: ChargeLineSums :many
-SELECT g.meter_code, g.price_version, g.dimensions_key::text AS dimensions_key, g.unpriced, g.aggregation, g.unit_price,
+SELECT g.meter_code::text AS meter_code, g.price_version::bigint AS price_version, g.dimensions_key::text AS dimensions_key,
+       g.unpriced::boolean AS unpriced, g.aggregation::text AS aggregation, g.unit_price::numeric AS unit_price,
        g.quantity::numeric AS quantity, g.charge_count::bigint AS charge_count, g.amount::numeric AS amount,
        vp.pricing, f.quantity AS figure,
        (CASE WHEN g.aggregation = 'unique_count' THEN (
             SELECT count(*) FROM invoice_line_value v
-            WHERE v.tenant_id = g.tenant_id AND v.period = g.period AND v.currency = g.currency
+            WHERE v.tenant_id = $1::text AND v.period = $2::text AND v.currency = $3::text
               AND v.meter_code = g.meter_code AND v.price_version = g.price_version
               AND v.dimensions_key = g.dimensions_key AND v.unpriced = g.unpriced) ELSE 0 END)::bigint AS distinct_values
-FROM (SELECT c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
-             c.aggregation, c.unit_price, sum(c.quantity) AS quantity, count(*) AS charge_count, sum(c.amount) AS amount
-      FROM invoice_charge c
-      WHERE c.tenant_id = $1::text AND c.period = $2::text AND c.currency = $3::text
-      GROUP BY c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
-               c.aggregation, c.unit_price) g
+FROM (SELECT unnest($4::text[]) AS meter_code, unnest($5::bigint[]) AS price_version,
+             unnest($6::text[]) AS dimensions_key, unnest($7::boolean[]) AS unpriced,
+             unnest($8::text[]) AS aggregation, unnest($9::numeric[]) AS unit_price,
+             unnest($10::numeric[]) AS quantity, unnest($11::bigint[]) AS charge_count,
+             unnest($12::numeric[]) AS amount) g
 LEFT JOIN invoice_price_version vp
-       ON vp.tenant_id = g.tenant_id AND vp.currency = g.currency AND vp.meter_code = g.meter_code
+       ON vp.tenant_id = $1::text AND vp.currency = $3::text AND vp.meter_code = g.meter_code
       AND vp.price_version = g.price_version
       -- a plan's line: its key holds the pair %40plan=<code> (domain.LineKey)
       AND vp.price_key = CASE WHEN g.dimensions_key ~ '(^|&)%40plan=' THEN g.dimensions_key ELSE '' END
 LEFT JOIN invoice_line_figure f
-       ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
-      AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced
+       ON f.tenant_id = $1::text AND f.period = $2::text AND f.currency = $3::text
+      AND f.meter_code = g.meter_code AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key
+      AND f.unpriced = g.unpriced
 ORDER BY g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregation, g.unit_price
 `
 
 type ChargeLineSumsParams struct {
-	TenantID string
-	Period   string
-	Currency string
+	TenantID       string
+	Period         string
+	Currency       string
+	MeterCodes     []string
+	PriceVersions  []int64
+	DimensionsKeys []string
+	Unpriceds      []bool
+	Aggregations   []string
+	UnitPrices     []decimal.Decimal
+	Quantities     []decimal.Decimal
+	ChargeCounts   []int64
+	Amounts        []decimal.Decimal
 }
 
 type ChargeLineSumsRow struct {
@@ -391,15 +401,30 @@ type ChargeLineSumsRow struct {
 	DistinctValues int64
 }
 
-// ChargeLineSums groups an invoice's charges into its lines (one per
-// meter, price version, price dimensions and unpriced; charge lines first)
-// with what prices them: the charges' count and sums, the version's pricing
-// when recorded (NULL: none), the running figure of a max or latest line
-// (NULL: none) and the number of distinct values of a unique_count line.
-// The caller computes and prices each line (domain.Group) and writes it
+// ChargeLineSums gives an invoice's lines (one per meter, price version,
+// price dimensions and unpriced; charge lines first), whose charges' count
+// and sums the close tallied chunk by chunk (TallyChargeChunk) and passes
+// in, with what prices them: the version's pricing when recorded (NULL:
+// none), the running figure of a max or latest line (NULL: none) and the
+// number of distinct values of a unique_count line. O(lines) rows read
+// (and, for a unique_count line, its distinct values counted). The caller
+// computes and prices each line (domain.Group) and writes it
 // (InsertChargeLines).
 func (q *Queries) ChargeLineSums(ctx context.Context, arg ChargeLineSumsParams) ([]ChargeLineSumsRow, error) {
-	rows, err := q.db.Query(ctx, chargeLineSums, arg.TenantID, arg.Period, arg.Currency)
+	rows, err := q.db.Query(ctx, chargeLineSums,
+		arg.TenantID,
+		arg.Period,
+		arg.Currency,
+		arg.MeterCodes,
+		arg.PriceVersions,
+		arg.DimensionsKeys,
+		arg.Unpriceds,
+		arg.Aggregations,
+		arg.UnitPrices,
+		arg.Quantities,
+		arg.ChargeCounts,
+		arg.Amounts,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -2199,24 +2224,39 @@ func (q *Queries) TallyAdjustments(ctx context.Context, arg TallyAdjustmentsPara
 	return items, nil
 }
 
-const tallyCharges = `-- name: TallyCharges :many
-SELECT currency, meter_code, price_version, dimensions_key::text AS dimensions_key, unpriced, aggregation, unit_price,
-       count(*)::bigint AS charges,
-       sum(quantity)::numeric AS quantity,
-       sum(amount)::numeric AS amount,
-       sum(('x' || encode(substr(sha256(convert_to(origin_event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::text AS digest
-FROM invoice_charge
-WHERE tenant_id = $1 AND period = $2
-GROUP BY currency, meter_code, price_version, dimensions_key, unpriced, aggregation, unit_price
-ORDER BY currency, meter_code, price_version, dimensions_key, unpriced, aggregation, unit_price
+const tallyChargeChunk = `-- name: TallyChargeChunk :many
+WITH c AS (
+    SELECT ch.usage_event_id, ch.origin_event_id, ch.currency, ch.meter_code, ch.price_version, ch.dimensions_key,
+           ch.unpriced, ch.aggregation, ch.unit_price, ch.quantity, ch.amount
+    FROM invoice_charge ch
+    WHERE ch.tenant_id = $1 AND ch.period = $2
+      AND (ch.usage_event_id, ch.origin_event_id) > ($3::uuid, $4::uuid)
+    ORDER BY ch.usage_event_id, ch.origin_event_id
+    LIMIT $5::int
+), last AS (
+    SELECT c.usage_event_id, c.origin_event_id FROM c ORDER BY c.usage_event_id DESC, c.origin_event_id DESC LIMIT 1
+)
+SELECT g.currency, g.meter_code, g.price_version, g.dimensions_key::text AS dimensions_key, g.unpriced, g.aggregation,
+       g.unit_price, g.charges::bigint AS charges, g.quantity::numeric AS quantity, g.amount::numeric AS amount,
+       g.digest::text AS digest, last.usage_event_id::uuid AS last_usage, last.origin_event_id::uuid AS last_origin
+FROM (SELECT c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation, c.unit_price,
+             count(*) AS charges, sum(c.quantity) AS quantity, sum(c.amount) AS amount,
+             sum(('x' || encode(substr(sha256(convert_to(origin_event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint) AS digest
+      FROM c
+      GROUP BY c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation, c.unit_price) g
+CROSS JOIN last
+ORDER BY g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced, g.aggregation, g.unit_price
 `
 
-type TallyChargesParams struct {
-	TenantID string
-	Period   string
+type TallyChargeChunkParams struct {
+	TenantID    string
+	Period      string
+	AfterUsage  uuid.UUID
+	AfterOrigin uuid.UUID
+	ChunkSize   int32
 }
 
-type TallyChargesRow struct {
+type TallyChargeChunkRow struct {
 	Currency      string
 	MeterCode     string
 	PriceVersion  int64
@@ -2228,22 +2268,33 @@ type TallyChargesRow struct {
 	Quantity      decimal.Decimal
 	Amount        decimal.Decimal
 	Digest        string
+	LastUsage     uuid.UUID
+	LastOrigin    uuid.UUID
 }
 
-// TallyCharges groups the charges of a tenant's period by currency and
-// line (meter, price version, price dimensions, unpriced), with the line's
-// aggregation and unit price: count, exact sums and the digest of their
-// origin event ids (pkg/digest, SQLTerm). Its rows are few (one per line)
-// whatever the number of charges; two rows of one line are a conflict.
-func (q *Queries) TallyCharges(ctx context.Context, arg TallyChargesParams) ([]TallyChargesRow, error) {
-	rows, err := q.db.Query(ctx, tallyCharges, arg.TenantID, arg.Period)
+// One chunk of a close's tally: the next chunk_size charges of a tenant's
+// period after the position (usage_event_id, origin_event_id), one range
+// scan of invoice_charge_reconciliation_idx bounded by the chunk whatever
+// the period's size, grouped by currency and line (meter, price version,
+// price dimensions, unpriced) with the line's aggregation and unit price:
+// count, exact sums and the digest of their origin event ids (pkg/digest,
+// SQLTerm). Every row carries the chunk's last position; no row: no charge
+// after the position.
+func (q *Queries) TallyChargeChunk(ctx context.Context, arg TallyChargeChunkParams) ([]TallyChargeChunkRow, error) {
+	rows, err := q.db.Query(ctx, tallyChargeChunk,
+		arg.TenantID,
+		arg.Period,
+		arg.AfterUsage,
+		arg.AfterOrigin,
+		arg.ChunkSize,
+	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []TallyChargesRow
+	var items []TallyChargeChunkRow
 	for rows.Next() {
-		var i TallyChargesRow
+		var i TallyChargeChunkRow
 		if err := rows.Scan(
 			&i.Currency,
 			&i.MeterCode,
@@ -2256,6 +2307,8 @@ func (q *Queries) TallyCharges(ctx context.Context, arg TallyChargesParams) ([]T
 			&i.Quantity,
 			&i.Amount,
 			&i.Digest,
+			&i.LastUsage,
+			&i.LastOrigin,
 		); err != nil {
 			return nil, err
 		}
