@@ -71,21 +71,14 @@ func TestServiceEndToEnd(t *testing.T) {
 		}
 	})
 	base := "http://" + addr
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	servicetest.Eventually(t, "readyz", 30*time.Second, func() bool {
 		select {
 		case <-done:
 			t.Fatalf("service stopped: %v", runErr)
 		default:
 		}
-		if status(base+"/readyz") == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("timed out waiting for readyz")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return status(base+"/readyz") == 200
+	})
 
 	req, _ := http.NewRequest("POST", base+"/v1/tenants/acme/prices",
 		strings.NewReader(`{"meterCode":"api","currency":"USD","unitPrice":"0.01"}`))

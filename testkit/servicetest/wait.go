@@ -23,7 +23,9 @@ func FreeAddr(t testing.TB) string {
 }
 
 // Eventually polls cond every 100 ms until it holds; the test fails when
-// it still does not after timeout.
+// it still does not after timeout. It is for what the code under test
+// cannot signal: an HTTP answer of a service, a row in another service's
+// database, a message on the broker.
 func Eventually(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -31,7 +33,7 @@ func Eventually(t testing.TB, what string, timeout time.Duration, cond func() bo
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polled: see above
 	}
 }
 

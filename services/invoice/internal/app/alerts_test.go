@@ -158,7 +158,7 @@ func (r *alertRig) told() []string {
 		if time.Now().After(deadline) {
 			r.t.Fatalf("%d webhook intents still not accepted", open)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polled: the worker records results in the database
 	}
 	r.rc.mu.Lock()
 	defer r.rc.mu.Unlock()
@@ -369,7 +369,7 @@ func TestAlertSeenAcrossConcurrentBatches(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("batch B neither waits nor finishes")
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // polled: only pg_stat_activity shows a backend waiting
 	}
 	if err := txA.Commit(ctx); err != nil {
 		t.Fatal(err)

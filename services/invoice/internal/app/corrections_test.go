@@ -110,7 +110,7 @@ func TestConcurrentCorrectionsOnlyTheOneThatFits(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the second correction never waited for the first")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polled: only pg_stat_activity shows a backend waiting
 	}
 	if err := tx1.Commit(ctx); err != nil {
 		t.Fatal(err)

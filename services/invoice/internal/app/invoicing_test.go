@@ -201,6 +201,8 @@ func TestCloseWaitsForChargesUntilTheSweep(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the sweep did not apply the close")
 		}
+		// Polled: the close waits out the inbox's back-off, a time in its
+		// table, before the sweep may apply it.
 		time.Sleep(200 * time.Millisecond)
 	}
 	usd := invoices(t, pool, "acme", "2026-11")["USD"]

@@ -200,6 +200,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
+		// Polled: the worker records each result in the database and
+		// tells no one.
 		time.Sleep(20 * time.Millisecond)
 	}
 }

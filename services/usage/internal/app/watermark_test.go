@@ -36,6 +36,13 @@ func TestWatermarkHoldsUnderConcurrentAcceptance(t *testing.T) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
+	progressed := make(chan struct{}, 1) // a batch accepted or a cut published
+	progress := func() {
+		select {
+		case progressed <- struct{}{}:
+		default:
+		}
+	}
 	// Four accepting clients.
 	var accepted atomic.Int64
 	for w := range 4 {
@@ -53,6 +60,7 @@ func TestWatermarkHoldsUnderConcurrentAcceptance(t *testing.T) {
 					return
 				}
 				accepted.Add(int64(len(batch)))
+				progress()
 			}
 		}()
 	}
@@ -65,6 +73,8 @@ func TestWatermarkHoldsUnderConcurrentAcceptance(t *testing.T) {
 				errs <- err
 				return
 			}
+			// Deliberately spaced: acknowledgements land between the
+			// acceptances and cuts, not in a hot loop that starves them.
 			time.Sleep(3 * time.Millisecond)
 		}
 	}()
@@ -82,13 +92,28 @@ func TestWatermarkHoldsUnderConcurrentAcceptance(t *testing.T) {
 				}
 				if !through.IsZero() {
 					published.Add(1)
+					progress()
 				}
 			}
 		}()
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) && len(errs) == 0 {
-		time.Sleep(50 * time.Millisecond)
+	// The race runs until it is big enough to prove something, not for a
+	// fixed time: a loaded machine accepts less per second.
+	const wantFacts, wantCuts = 1500, 40
+	timeout := time.After(2 * time.Minute)
+race:
+	for accepted.Load() < wantFacts || published.Load() < wantCuts {
+		select {
+		case <-progressed:
+		case err := <-errs:
+			errs <- err // reported below, once every goroutine has stopped
+			break race
+		case <-timeout:
+			stop.Store(true)
+			wg.Wait()
+			t.Fatalf("after 2 minutes %d facts accepted and %d cuts published, want %d and %d",
+				accepted.Load(), published.Load(), wantFacts, wantCuts)
+		}
 	}
 	stop.Store(true)
 	wg.Wait()
@@ -96,6 +121,7 @@ func TestWatermarkHoldsUnderConcurrentAcceptance(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	t.Logf("%d facts accepted, %d cuts published", accepted.Load(), published.Load())
 	if accepted.Load() == 0 || published.Load() < 2 {
 		t.Fatalf("%d facts accepted, %d cuts published: the race did not run", accepted.Load(), published.Load())
 	}
