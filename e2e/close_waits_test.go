@@ -74,7 +74,7 @@ func TestCloseWaitsForUsageDelayedInThePipeline(t *testing.T) {
 	// of each happen while the path is cut, and none may close the period.
 	var requestedAt time.Time
 	for range 3 {
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // deliberate: time for several scheduler passes and usage cuts while cut
 		var v periodView
 		c.do(http.MethodGet, c.urls["billing"]+"/v1/tenants/"+tenant+"/periods/"+period, tenant, nil, &v, nil)
 		if v.Status != "closing" || v.CloseRequestedAt == nil || v.WaitingFor == "" {
@@ -102,6 +102,7 @@ func TestCloseWaitsForUsageDelayedInThePipeline(t *testing.T) {
 		Status string `json:"status"`
 		Lines  []line `json:"lines"`
 	}
+	// Polled: the invoice service's answer, once the restored path lets the close end.
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
 		var list struct {
 			Invoices []json.RawMessage `json:"invoices"`

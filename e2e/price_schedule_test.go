@@ -109,6 +109,7 @@ func testModelsOnAnInvoice(t *testing.T, c *schedClient) {
 		Subtotal decimal.Decimal  `json:"subtotal"`
 		Total    *decimal.Decimal `json:"total"`
 	}
+	// Polled: the invoice service's answer, once billing's close reached it through Kafka.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
 		var list struct {
 			Invoices []json.RawMessage `json:"invoices"`
@@ -202,7 +203,7 @@ func testActivationsRacingUsage(t *testing.T, c *schedClient) {
 					occurred[id] = at
 				}
 				mu.Unlock()
-				time.Sleep(60 * time.Millisecond)
+				time.Sleep(60 * time.Millisecond) // deliberate: spaced batches, so versions activate between them
 			}
 		})
 	}
@@ -293,7 +294,7 @@ func testMeterCutDuringActivation(t *testing.T, c *schedClient, s *stack.Stack) 
 		if waiting = rec.Deferred; waiting >= 20 {
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // polled: billing's recovery counts, from its database
 	}
 	time.Sleep(2 * time.Second) // longer than the lead: without watermarks, nothing more is known
 	rec, err := scenario.ReadRecovery(t.Context(), s.DatabaseURL("billing"))
@@ -440,13 +441,14 @@ func (c *schedClient) activate(tenant, meter, unitPrice, effectiveAt string) sch
 // takes effect (right after its tenant's published schedule, decision
 // 0019): facts occurring from then on are priced by it.
 func (c *schedClient) untilInEffect(at time.Time) {
-	time.Sleep(time.Until(at) + time.Millisecond)
+	time.Sleep(time.Until(at) + time.Millisecond) // deliberate: a wall-clock time, the price's effective time
 }
 
 // waitUsageKnows waits until usage has the meter's price evidence: a probe
 // fact is accepted (its charge is left out of charges).
 func (c *schedClient) waitUsageKnows(tenant, meter string) {
 	c.t.Helper()
+	// Polled: usage learns the price through Kafka and tells the client nothing.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		f := schedFact{SourceSystem: "probe", SourceEventID: "probe-" + meter, MeterCode: meter, Quantity: "0",
 			OccurredAt: time.Now().UTC().Format(time.RFC3339Nano)}
@@ -547,7 +549,7 @@ func (c *schedClient) waitCharges(tenant string, n int, stall time.Duration) []s
 			c.t.Fatalf("%d charges of %s, want %d: none new for %s (waited %s of at most %s)\n%s", len(got), tenant, n,
 				time.Since(moved).Round(time.Millisecond), time.Since(began).Round(time.Millisecond), waitChargesCap, c.waiting(tenant))
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // polled: billing's charges over HTTP
 	}
 }
 

@@ -170,6 +170,7 @@ func eventually(t *testing.T, what string, check func() error) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %v", what, err)
 		}
+		// Polled: the services converge through Kafka and tell the client nothing.
 		time.Sleep(200 * time.Millisecond)
 	}
 }
@@ -203,6 +204,7 @@ func tenantFlow(t *testing.T, c *ctl) {
 			effective = p.EffectiveAt
 		}
 	}
+	// Deliberate: the facts must occur once the prices are in effect, a wall-clock time.
 	time.Sleep(time.Until(effective) + time.Millisecond)
 	at := effective.Add(time.Millisecond).Format(time.RFC3339Nano)
 

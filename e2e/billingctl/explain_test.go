@@ -43,6 +43,7 @@ func TestBillingctlInvoiceExplain(t *testing.T) {
 	if len(prices.Prices) != 1 {
 		t.Fatalf("price list: %v", prices.Prices)
 	}
+	// Deliberate: the facts must occur once the price is in effect, a wall-clock time.
 	time.Sleep(time.Until(prices.Prices[0].EffectiveAt) + time.Millisecond)
 	facts := func(at time.Time, ids ...string) string {
 		var b strings.Builder

@@ -870,7 +870,7 @@ func waitCatalog(t *testing.T, ctx context.Context, c *http.Client, urls map[str
 				t.Fatalf("the catalog did not reach %s in 60 s: %s %s answers %d %s %v, want %d %s",
 					w.l.service, w.l.method, w.l.path, status, code, err, w.status, w.code)
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // polled: the catalog reaches the service through Kafka
 		}
 	}
 }

@@ -169,7 +169,7 @@ func (w *alertWatch) collect(ctx context.Context, reached []int64, wait time.Dur
 		if n >= s.Expected || time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polled: the receiver records deliveries as they come
 	}
 	w.mu.Lock()
 	samples := make([]Sample, 0, len(w.first))

@@ -73,7 +73,7 @@ func TestCPUAtClampsOutsideTheSamples(t *testing.T) {
 
 func TestCPUFiguresOfAStackNotStartedHere(t *testing.T) {
 	m := startCPUMeter(nil, time.Now())
-	time.Sleep(10 * time.Millisecond)
+	time.Sleep(10 * time.Millisecond) // deliberate: some time for the meter to measure
 	m.finish()
 	cfg := &Config{NoProcesses: "not started here", Floor: 0.2, FloorSource: "test"}
 	c := m.figures(cfg, 0, time.Hour, 100)

@@ -130,7 +130,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within %v", what, timeout)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polled: the processes' HTTP answers and files
 	}
 }
 

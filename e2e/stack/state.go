@@ -140,7 +140,7 @@ func stopPostmaster(pid int) bool {
 		if !Alive(pid) {
 			return true
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polled: only /proc tells when it ends
 	}
 	return false
 }

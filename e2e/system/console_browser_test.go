@@ -317,7 +317,7 @@ func (b *browser) outcome(url string) string {
 		if time.Now().After(deadline) {
 			b.t.Fatalf("the redrive at %s was not completed (state %q, %v)", url, state, err)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // polled: the page in the browser shows the redrive's state
 	}
 }
 

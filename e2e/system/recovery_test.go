@@ -100,6 +100,7 @@ func TestOperatorRecovery(t *testing.T) {
 			effective = p.EffectiveAt
 		}
 	}
+	// Deliberate: the facts must occur once the prices are in effect, a wall-clock time.
 	time.Sleep(time.Until(effective) + time.Millisecond)
 	postUsage := func(c *http.Client, tenant, source, qty string) accepted {
 		t.Helper()

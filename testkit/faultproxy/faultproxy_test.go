@@ -288,6 +288,6 @@ func TestKafkaBehindProxy(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("produce after restore: %v", err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // polled: the client reconnects through the restored proxy on its own
 	}
 }

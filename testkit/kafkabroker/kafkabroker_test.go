@@ -307,7 +307,7 @@ func TestApacheDiesWithProcess(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("broker on %s still running after its Go process was killed", addr)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polled: the JVM exits on its own once its parent is gone
 	}
 }
 
@@ -319,7 +319,7 @@ func helperProcess(dir string) int {
 		return 1
 	}
 	fmt.Println(a.ListenAddr())
-	time.Sleep(2 * time.Minute)
+	time.Sleep(2 * time.Minute) // deliberate: the child waits to be killed; never outlive the test
 	return 0
 }
 

@@ -309,7 +309,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		// Backends of a crashed postmaster may still hold its shared
 		// memory for a moment; they exit on their own.
 		if strings.Contains(tail, "pre-existing shared memory block") && attempt < 20 && ctx.Err() == nil {
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // polled: they exit on their own
 			continue
 		}
 		return fmt.Errorf("start postgres on port %d: %w: %s\nlast lines of %s:\n%s",

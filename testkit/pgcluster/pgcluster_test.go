@@ -180,6 +180,7 @@ func TestStartAfterCrash(t *testing.T) {
 	// stops the server) must not hit the new server when collected.
 	runtime.GC()
 	runtime.GC()
+	// Deliberate: finalizers run on their own goroutine after a GC, and nothing tells when.
 	time.Sleep(300 * time.Millisecond)
 	if got := count(t, c.URL("postgres"), "SELECT count(*) FROM kept"); got != 1 {
 		t.Fatalf("rows after crash = %d, want 1", got)
@@ -269,7 +270,7 @@ func helperProcess(dir string) int {
 		return 1
 	}
 	fmt.Println(c.Port())
-	time.Sleep(time.Minute)
+	time.Sleep(time.Minute) // deliberate: the child waits to be killed; never outlive the test
 	return 0
 }
 
@@ -297,6 +298,6 @@ func waitGone(t *testing.T, pid int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d still alive", pid)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // polled: /proc tells no one when a process ends
 	}
 }
