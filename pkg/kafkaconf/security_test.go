@@ -355,7 +355,7 @@ func TestACLsRefuseAnotherServicesTopic(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("billing writing %s: %v", events.TopicBilling, err)
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // polled: the broker tells no one when its ACLs apply
 	}
 	if err := send(t, events.ServiceUsage, events.TopicUsage); err != nil {
 		t.Fatalf("usage writing its own topic: %v", err)
