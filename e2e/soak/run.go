@@ -215,6 +215,13 @@ func faultLoop(ctx context.Context, h *chaos.Harness, r *chaos.Run, cfg Config, 
 		if at+d > cfg.Duration-10*time.Second {
 			break
 		}
+		// A fault whose injection or restart took longer than its minute
+		// (a broker restart on a loaded machine) must not be followed by
+		// the minutes it overran, fired back to back: those are skipped.
+		if r.Since() > at+15*time.Second {
+			h.Progress("soak: minute %d's fault skipped: the previous one ran %s past it", minute, (r.Since() - at).Round(time.Second))
+			continue
+		}
 		if !r.At(ctx, at) {
 			break
 		}
