@@ -132,7 +132,7 @@ soak: ## the whole system on a real Apache Kafka for SOAK_DURATION (1h) at SOAK_
 MONEY_OPS  ?= 10000
 MONEY_SEED ?=
 .PHONY: money-test
-money-test: ## random prices, usage, credits, closes and corrections against the running services and an independent model; every invoice, note and summary to the minor unit (MONEY_OPS=10000; MONEY_SEED=<seed> replays a run)
+money-test: ## random prices, plans, usage, credits, taxes, alerts, closes and corrections against the running services and an independent model; every invoice, note, summary and alert.triggered webhook to the minor unit (MONEY_OPS=10000; MONEY_SEED=<seed> replays a run)
 	MONEY_OPS=$(MONEY_OPS) MONEY_SEED=$(MONEY_SEED) $(GO) test -tags money -count=1 -timeout 60m -v -run '^TestMoney$$' ./e2e/money/
 
 # Containers for real: a Docker engine from Debian's docker.io and every image

@@ -14,11 +14,11 @@ import (
 // text does not contain it.
 const sleepCall = "time." + "Sleep("
 
-// Every sleep in a test file, and in the test tooling of testkit/, says why
-// it is a sleep, on its line or the line above: what it polls that cannot
-// signal, or why the delay is the point (docs/testing.md, "How tests
-// wait"). A test that waits for something the code can tell waits for
-// that instead.
+// Every sleep in a test file, in the test tooling of testkit/ and in the
+// system suites of e2e/ says why it is a sleep, on its line or the line
+// above: what it polls that cannot signal, or why the delay is the point
+// (docs/testing.md, "How tests wait"). A test that waits for something
+// the code can tell waits for that instead.
 func TestEverySleepSaysWhy(t *testing.T) {
 	root := repoRoot(t)
 	var bad []string
@@ -33,7 +33,14 @@ func TestEverySleepSaysWhy(t *testing.T) {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(p, "_test.go") && !(strings.HasSuffix(p, ".go") && strings.HasPrefix(rel, "testkit"+string(filepath.Separator))) {
+		if !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		// Test files anywhere, and every file of the two test modules: the
+		// test tooling (testkit/) and the system suites and their
+		// harnesses (e2e/, whose suites build behind tags).
+		testModule := strings.HasPrefix(rel, "testkit"+string(filepath.Separator)) || strings.HasPrefix(rel, "e2e"+string(filepath.Separator))
+		if !strings.HasSuffix(p, "_test.go") && !testModule {
 			return nil
 		}
 		src, err := os.ReadFile(p)

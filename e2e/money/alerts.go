@@ -245,6 +245,7 @@ func (r *runner) waitApplied(ctx context.Context, t *Tenant) error {
 			if time.Now().After(deadline) {
 				return fail("alert-settle", "%s open invoices of %s after %s: %s", t.ID, p, r.cfg.Settle, strings.Join(diffs, "; "))
 			}
+			// polled: invoice applies charges from its consumer; no signal reaches the test
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
@@ -656,6 +657,7 @@ func (r *runner) drainHooks(ctx context.Context, t *Tenant) error {
 		if time.Now().After(deadline) {
 			return fail("alert", "%s alert.triggered intents not delivered after %s: %s", t.ID, r.cfg.Settle, strings.Join(open, "; "))
 		}
+		// polled: the webhook worker delivers on its own rounds
 		time.Sleep(50 * time.Millisecond)
 	}
 }

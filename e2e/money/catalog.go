@@ -69,6 +69,7 @@ func (r *runner) defineCatalog(ctx context.Context) error {
 			if time.Now().After(deadline) {
 				return fail("settle", "usage did not learn catalog meter %s within %s", m.Code, r.cfg.Settle)
 			}
+			// polled: usage learns the meter from meter's event
 			time.Sleep(50 * time.Millisecond)
 		}
 	}

@@ -103,6 +103,7 @@ func (r *runner) settle(ctx context.Context, t *Tenant) error {
 			if time.Now().After(deadline) {
 				return fail("charges", "%s %s: billing lists %d charges after %s, the model %d", t.ID, p, len(got), r.cfg.Settle, len(facts))
 			}
+			// polled: billing rates the facts from its consumer
 			time.Sleep(100 * time.Millisecond)
 		}
 		if len(got) != len(facts) {
@@ -254,6 +255,7 @@ func (r *runner) checkEstimate(ctx context.Context, t *Tenant, p string) error {
 		if time.Now().After(deadline) {
 			return fail("estimate", "%s estimate of %s: %s", t.ID, p, d)
 		}
+		// polled: billing's estimate follows its consumer
 		time.Sleep(100 * time.Millisecond)
 	}
 	if r.driver() != nil { // the wall clock may carry a period across its end at any moment
@@ -328,6 +330,7 @@ func (r *runner) checkInvoices(ctx context.Context, t *Tenant, p string) error {
 		if ready || time.Now().After(deadline) {
 			break
 		}
+		// polled: invoice issues from billing's close event
 		time.Sleep(100 * time.Millisecond)
 	}
 	numbers := map[int64]bool{}
@@ -596,6 +599,7 @@ func (r *runner) checkSummary(ctx context.Context, t *Tenant) error {
 		if time.Now().After(deadline) {
 			return fail("summary", "%s summary after %s: %s", t.ID, r.cfg.Settle, strings.Join(diffs, "; "))
 		}
+		// polled: query folds the events from its consumer
 		time.Sleep(150 * time.Millisecond)
 	}
 }

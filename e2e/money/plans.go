@@ -427,6 +427,7 @@ func (r *runner) subscribe(ctx context.Context, t *Tenant) error {
 		if a.Status != 422 || a.Code() != "unknown_plan" || time.Now().After(deadline) {
 			break
 		}
+		// polled: billing learns the plan from meter's event
 		time.Sleep(50 * time.Millisecond)
 		if how == "now" {
 			sent = instant(r.now())

@@ -405,6 +405,7 @@ func (r *runner) activateFirst(ctx context.Context, t *Tenant, meter, currency s
 		if time.Now().After(deadline) {
 			return fail("settle", "%s: usage did not learn %s's first price within %s", t.ID, meter, r.cfg.Settle)
 		}
+		// polled: usage learns the first price from meter's event
 		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -318,6 +318,7 @@ func (r *runner) awaitAutoClose(ctx context.Context, t *Tenant, p string) error 
 			return fail("autoclose", "%s period %s (closes at %s, now %s): still %s after %s", t.ID, p,
 				t.closesAt(p).Format(time.RFC3339Nano), r.now().Format(time.RFC3339Nano), got.Status, r.cfg.Settle)
 		}
+		// polled: billing's scheduler closes the period on its own pass
 		time.Sleep(100 * time.Millisecond)
 	}
 	r.markClosed(t, p)
@@ -376,6 +377,7 @@ func (r *runner) checkDrafts(ctx context.Context, t *Tenant, p string) error {
 			return fail("draft", "%s draft invoices of %s after %s (period ended %s, closes %s): %s", t.ID, p, r.cfg.Settle,
 				t.end(p).Format(time.RFC3339Nano), t.closesAt(p).Format(time.RFC3339Nano), strings.Join(diffs, "; "))
 		}
+		// polled: invoice shows the draft once it applied the period's charges
 		time.Sleep(100 * time.Millisecond)
 	}
 }
