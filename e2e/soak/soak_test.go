@@ -81,7 +81,10 @@ func TestSoak(t *testing.T) {
 	// inbox events and idempotency keys after 20 (the defaults, 24 hours
 	// and 14 days, would purge nothing in an hour). 20 minutes is longer
 	// than any redelivery a fault causes here.
-	opts.Env = map[string]string{"RELAY_RETENTION": "5m", "INBOX_RETENTION": "20m", "IDEMPOTENCY_TTL": "20m"}
+	// The webhook endpoints it registers are receivers in the test
+	// process: plain http on loopback, which invoice refuses by default.
+	opts.Env = map[string]string{"RELAY_RETENTION": "5m", "INBOX_RETENTION": "20m", "IDEMPOTENCY_TTL": "20m",
+		"WEBHOOK_ALLOW_NETS": "127.0.0.0/8,::1/128", "WEBHOOK_ALLOW_HTTP": "true"}
 	// Each service's heap profile, read after warm-up and at the end of
 	// the load (a series that grows is then told from a working set
 	// that settles by what holds the memory).
