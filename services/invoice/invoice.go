@@ -51,15 +51,20 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	maxGrants := env.Int("INVOICE_MAX_CREDIT_GRANTS", app.DefaultMaxGrants)
 	maxAlerts := env.Int("INVOICE_MAX_ALERTS", app.DefaultMaxAlerts)
 	closeChunk := env.Int("INVOICE_CLOSE_CHUNK", app.DefaultCloseChunk)
-	var chunkErr error
+	closeChunks := env.Int("INVOICE_CLOSE_CHUNKS_PER_ATTEMPT", app.DefaultCloseChunksPerAttempt)
+	var chunkErr, chunksErr error
 	if closeChunk < 1 || closeChunk > app.MaxCloseChunk {
 		chunkErr = fmt.Errorf("INVOICE_CLOSE_CHUNK: want a number of charges from 1 to %d, got %d", app.MaxCloseChunk, closeChunk)
 	}
-	if err := errors.Join(hooksErr, sellerErr, env.Err(), chunkErr); err != nil {
+	if closeChunks < 1 || closeChunks > 1000 {
+		chunksErr = fmt.Errorf("INVOICE_CLOSE_CHUNKS_PER_ATTEMPT: want a number of chunks from 1 to 1000, got %d", closeChunks)
+	}
+	if err := errors.Join(hooksErr, sellerErr, env.Err(), chunkErr, chunksErr); err != nil {
 		return service.Parts{}, err
 	}
 	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Clock: now},
-		app.Config{WebhookTTL: hooks.TTL, MaxGrants: maxGrants, MaxAlerts: maxAlerts, CloseChunk: closeChunk})
+		app.Config{WebhookTTL: hooks.TTL, MaxGrants: maxGrants, MaxAlerts: maxAlerts, CloseChunk: closeChunk,
+			CloseChunksPerAttempt: closeChunks})
 	worker, err := webhook.NewWorker(d.Pool, hooks, d.Logger, d.Metrics)
 	if err != nil {
 		return service.Parts{}, err

@@ -52,6 +52,13 @@ type Config struct {
 	// reads (INVOICE_CLOSE_CHUNK; default DefaultCloseChunk): the close's
 	// longest statement grows with it, not with the period.
 	CloseChunk int
+	// CloseChunksPerAttempt is how many chunks of a close's tally one
+	// decision of the close walks, each in its own transaction, before it
+	// sets the close aside for the inbox's sweep to resume
+	// (INVOICE_CLOSE_CHUNKS_PER_ATTEMPT; default
+	// DefaultCloseChunksPerAttempt): the deciding transaction stays open
+	// for at most this many chunks, whatever the period's size.
+	CloseChunksPerAttempt int
 }
 
 // DefaultCloseChunk is Config.CloseChunk when unset; MaxCloseChunk the
@@ -60,6 +67,9 @@ const (
 	DefaultCloseChunk = 10000
 	MaxCloseChunk     = 1000000
 )
+
+// DefaultCloseChunksPerAttempt is Config.CloseChunksPerAttempt when unset.
+const DefaultCloseChunksPerAttempt = 25
 
 // DefaultMaxReadLines is Config.MaxReadLines when unset.
 const DefaultMaxReadLines = 10000
@@ -87,8 +97,11 @@ type App struct {
 	afterLock func()
 	// closeChunk is Config.CloseChunk.
 	closeChunk int
+	// closeChunksPerAttempt is Config.CloseChunksPerAttempt.
+	closeChunksPerAttempt int
 	// afterChunk, when set (tests: SetAfterChunk), runs after each chunk
-	// of a close's tally with the charges it read.
+	// of a close's tally (after its commit, with a pool) with the charges
+	// it read.
 	afterChunk func(charges int64)
 }
 
@@ -116,6 +129,10 @@ func New(d Deps, c Config) *App {
 	a.closeChunk = c.CloseChunk
 	if a.closeChunk <= 0 {
 		a.closeChunk = DefaultCloseChunk
+	}
+	a.closeChunksPerAttempt = c.CloseChunksPerAttempt
+	if a.closeChunksPerAttempt <= 0 {
+		a.closeChunksPerAttempt = DefaultCloseChunksPerAttempt
 	}
 	a.maxReadLines = c.MaxReadLines
 	if a.maxReadLines <= 0 {

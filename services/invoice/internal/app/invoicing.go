@@ -56,6 +56,14 @@ func CloseKey(tenantID, period string) string {
 	return "invoice-close/" + tenantID + "/" + period
 }
 
+// CloseTallyKey is the wait key of a close whose chunked tally is not done
+// after the chunks one decision walks (Config.CloseChunksPerAttempt).
+// Nothing provides it: the inbox's sweep decides the close again, and it
+// resumes its tally where the last committed chunk left it.
+func CloseTallyKey(tenantID, period string) string {
+	return "invoice-close-tally/" + tenantID + "/" + period
+}
+
 // ApplyPeriodEnded records that billing's period ended and is in its grace
 // period (decision 0014): the period's open invoices read as draft until
 // its close issues them. Nothing is issued or numbered here. Before or
@@ -331,6 +339,17 @@ func (a *App) ApplyPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Deco
 			return inbox.Outcome{}, inbox.DeferUntil(IssuedKey(e.TenantID, prev))
 		}
 	}
+	// The period's charges are tallied first, chunk by chunk, each chunk
+	// committed on its own (walkCharges): this decision walks a bounded
+	// number of them and, when the period is larger, sets the close aside
+	// to resume where it stopped.
+	done, err := a.walkCharges(ctx, tx, e.TenantID, p.Period)
+	if err != nil {
+		return inbox.Outcome{}, err
+	}
+	if !done {
+		return inbox.Outcome{}, inbox.DeferUntil(CloseTallyKey(e.TenantID, p.Period))
+	}
 	// A second close of the same period is a unique violation here: the
 	// inbox counts it as a duplicate (the period's invoices are issued).
 	if err := q.RecordClose(ctx, db.RecordCloseParams{
@@ -357,6 +376,14 @@ func (a *App) ApplyPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Deco
 		want[cur] = domain.Tally(t)
 	}
 	if err := a.checkClose(ctx, e, p, want, have); err != nil {
+		if chargesDiffer(want, have) {
+			// The walk did not see the charges the close counted (some were
+			// still to come, or came behind its position): the next decision
+			// walks them again from the start.
+			if rerr := a.resetTally(ctx, tx, e.TenantID, p.Period); rerr != nil {
+				return inbox.Outcome{}, rerr
+			}
+		}
 		return inbox.Outcome{}, err
 	}
 
@@ -388,14 +415,14 @@ func (a *App) ApplyPeriodClosed(ctx context.Context, tx pgx.Tx, d *envelope.Deco
 const maxRelocks = 5
 
 // lockAndTally locks the invoices of a tenant's period and tallies what they
-// hold. Lock first, tally in the statements after: their snapshots see every
-// charge and adjustment line whose transaction held a locked invoice (a
-// foreign key share-locks it). A charge of a currency whose invoice did not
-// exist when the lock was taken is not held back: it may commit, with its
-// new invoice, between the lock and the tally, which would then count a
-// charge of an invoice the close neither locked nor issues. So the invoices
-// are locked again, in a newer snapshot that sees the new invoice, until
-// every currency tallied has its invoice locked.
+// hold: the charges as the chunked tally summed them (walkCharges, done
+// before), the adjustment lines in the statement after the lock, whose
+// snapshot sees every adjustment line whose transaction held a locked
+// invoice (a foreign key share-locks it). A charge the walk did not see
+// makes the tally differ from the close's (checkClose), and the close walks
+// again (resetTally). A currency tallied whose invoice did not exist when
+// the lock was taken is locked again, in a newer snapshot that sees the new
+// invoice, until every currency tallied has its invoice locked.
 func (a *App) lockAndTally(ctx context.Context, q *db.Queries, tenantID, period string) (
 	[]db.LockPeriodInvoicesRow, map[string]domain.Tally, map[string][]chargeLine, error) {
 	for attempt := 0; ; attempt++ {
@@ -444,50 +471,133 @@ type chargeLine struct {
 	Digest                                          *big.Int
 }
 
-// tallyCharges tallies a tenant's period's charges per line in chunks of
-// closeChunk charges, one statement each (TallyChargeChunk, keyset order
-// of usage_event_id and origin_event_id), merged here: no statement's time
-// grows with the period, so a large period fits DB_STATEMENT_TIMEOUT.
-// The caller holds the period's invoices locked, so no charge of them
-// commits while it walks. Lines come back in currency and line order.
-func (a *App) tallyCharges(ctx context.Context, q *db.Queries, tenantID, period string) ([]*chargeLine, error) {
-	byKey := map[string]*chargeLine{}
-	var out []*chargeLine
-	var afterUsage, afterOrigin uuid.UUID // the nil UUIDs sort first; no event id is nil
-	for {
-		rows, err := q.TallyChargeChunk(ctx, db.TallyChargeChunkParams{TenantID: tenantID, Period: period,
-			AfterUsage: afterUsage, AfterOrigin: afterOrigin, ChunkSize: int32(a.closeChunk)})
-		if err != nil {
-			return nil, fmt.Errorf("tally charges of %s %s after %s: %w", tenantID, period, afterUsage, err)
-		}
+// walkCharges advances the chunked tally of a tenant's period's charges
+// (close_tally, close_tally_line) by up to closeChunksPerAttempt chunks of
+// closeChunk charges and reports whether it is done. Each chunk is one
+// transaction of its own on the pool: it locks the period's progress row,
+// reads the next chunk after the recorded position (TallyChargeChunk,
+// keyset order of usage_event_id and origin_event_id, one bounded
+// statement), adds it to the lines' running sums and records the new
+// position, and commits. A crash or a cancel loses at most the chunk in
+// flight; the next decision resumes at the position. The deciding
+// transaction tx waits meanwhile, for a bounded number of chunks whatever
+// the period's size. An App built without a pool (tests of other rules)
+// walks every chunk in tx instead.
+func (a *App) walkCharges(ctx context.Context, tx pgx.Tx, tenantID, period string) (bool, error) {
+	for step := 0; a.pool == nil || step < a.closeChunksPerAttempt; step++ {
+		var done, read bool
 		var n int64
-		for _, r := range rows {
-			n += r.Charges
-			term, ok := new(big.Int).SetString(r.Digest, 10)
-			if !ok {
-				return nil, fmt.Errorf("tally charges of %s %s: digest %q is not an integer", tenantID, period, r.Digest)
+		err := a.closeStep(ctx, tx, func(q *db.Queries) error {
+			pos, err := q.LockCloseTally(ctx, db.LockCloseTallyParams{TenantID: tenantID, Period: period})
+			if err != nil {
+				return fmt.Errorf("lock the tally of %s %s: %w", tenantID, period, err)
 			}
-			key := fmt.Sprintf("%s\x00%s\x00%d\x00%s\x00%t\x00%s\x00%s", r.Currency, r.MeterCode, r.PriceVersion,
-				r.DimensionsKey, r.Unpriced, r.Aggregation, r.UnitPrice.String())
-			l, ok := byKey[key]
-			if !ok {
-				l = &chargeLine{Currency: r.Currency, MeterCode: r.MeterCode, DimensionsKey: r.DimensionsKey,
-					Aggregation: r.Aggregation, PriceVersion: r.PriceVersion, Unpriced: r.Unpriced, UnitPrice: r.UnitPrice,
-					Digest: new(big.Int)}
-				byKey[key] = l
-				out = append(out, l)
+			if pos.Done {
+				done = true
+				return nil
 			}
-			l.Charges += r.Charges
-			l.Quantity, l.Amount = l.Quantity.Add(r.Quantity), l.Amount.Add(r.Amount)
-			l.Digest.Add(l.Digest, term)
-			afterUsage, afterOrigin = r.LastUsage, r.LastOrigin
+			rows, err := q.TallyChargeChunk(ctx, db.TallyChargeChunkParams{TenantID: tenantID, Period: period,
+				AfterUsage: pos.AfterUsage, AfterOrigin: pos.AfterOrigin, ChunkSize: int32(a.closeChunk)})
+			if err != nil {
+				return fmt.Errorf("tally charges of %s %s after %s: %w", tenantID, period, pos.AfterUsage, err)
+			}
+			read = true
+			arg := db.AddCloseTallyLinesParams{TenantID: tenantID, Period: period}
+			afterUsage, afterOrigin := pos.AfterUsage, pos.AfterOrigin
+			for _, r := range rows {
+				n += r.Charges
+				arg.Currencies, arg.MeterCodes = append(arg.Currencies, r.Currency), append(arg.MeterCodes, r.MeterCode)
+				arg.PriceVersions, arg.DimensionsKeys = append(arg.PriceVersions, r.PriceVersion), append(arg.DimensionsKeys, r.DimensionsKey)
+				arg.Unpriceds, arg.Aggregations = append(arg.Unpriceds, r.Unpriced), append(arg.Aggregations, r.Aggregation)
+				arg.UnitPrices, arg.ChargeCounts = append(arg.UnitPrices, r.UnitPrice), append(arg.ChargeCounts, r.Charges)
+				arg.Quantities, arg.Amounts = append(arg.Quantities, r.Quantity), append(arg.Amounts, r.Amount)
+				arg.Digests = append(arg.Digests, r.Digest)
+				afterUsage, afterOrigin = r.LastUsage, r.LastOrigin
+			}
+			if len(rows) > 0 {
+				if err := q.AddCloseTallyLines(ctx, arg); err != nil {
+					return fmt.Errorf("add a chunk to the tally of %s %s: %w", tenantID, period, err)
+				}
+			}
+			done = n < int64(a.closeChunk)
+			if err := q.AdvanceCloseTally(ctx, db.AdvanceCloseTallyParams{TenantID: tenantID, Period: period,
+				AfterUsage: afterUsage, AfterOrigin: afterOrigin, Done: done}); err != nil {
+				return fmt.Errorf("record the tally's position of %s %s: %w", tenantID, period, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return false, err
 		}
-		if a.afterChunk != nil {
+		if read && a.afterChunk != nil {
 			a.afterChunk(n)
 		}
-		if n < int64(a.closeChunk) {
-			break
+		if done {
+			return true, nil
 		}
+	}
+	return false, nil
+}
+
+// closeStep runs fn as one step of a close's tally: in a transaction of
+// its own on the pool, committed when fn returns nil; without a pool, in
+// the deciding transaction tx.
+func (a *App) closeStep(ctx context.Context, tx pgx.Tx, fn func(q *db.Queries) error) error {
+	if a.pool == nil {
+		return fn(db.New(tx))
+	}
+	return pgx.BeginFunc(ctx, a.pool, func(stx pgx.Tx) error { return fn(db.New(stx)) })
+}
+
+// resetTally forgets the tally of a tenant's period, in a step of its own
+// (closeStep), so the next decision of its close walks the charges again.
+func (a *App) resetTally(ctx context.Context, tx pgx.Tx, tenantID, period string) error {
+	return a.closeStep(ctx, tx, func(q *db.Queries) error {
+		arg := db.ResetCloseTallyLinesParams{TenantID: tenantID, Period: period}
+		if err := q.ResetCloseTallyLines(ctx, arg); err != nil {
+			return fmt.Errorf("reset the tally of %s %s: %w", tenantID, period, err)
+		}
+		if err := q.ResetCloseTally(ctx, db.ResetCloseTallyParams(arg)); err != nil {
+			return fmt.Errorf("reset the tally of %s %s: %w", tenantID, period, err)
+		}
+		return nil
+	})
+}
+
+// chargesDiffer reports whether the charges tallied (have) differ from
+// those the close counted (want) in any currency.
+func chargesDiffer(want, have map[string]domain.Tally) bool {
+	for cur, w := range want {
+		h := have[cur]
+		if h.Charges != w.Charges || !h.ChargeAmount.Equal(w.ChargeAmount) || h.ChargeDigest != w.ChargeDigest {
+			return true
+		}
+	}
+	for cur, h := range have {
+		if _, ok := want[cur]; !ok && h.Charges != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// tallyCharges reads the lines of a tenant's period's charges as the
+// chunked tally summed them (walkCharges, done): O(lines). Lines come back
+// in currency and line order.
+func (a *App) tallyCharges(ctx context.Context, q *db.Queries, tenantID, period string) ([]*chargeLine, error) {
+	rows, err := q.CloseTallyLines(ctx, db.CloseTallyLinesParams{TenantID: tenantID, Period: period})
+	if err != nil {
+		return nil, fmt.Errorf("read the tally of %s %s: %w", tenantID, period, err)
+	}
+	out := make([]*chargeLine, 0, len(rows))
+	for _, r := range rows {
+		digest, ok := new(big.Int).SetString(r.Digest, 10)
+		if !ok {
+			return nil, fmt.Errorf("tally charges of %s %s: digest %q is not an integer", tenantID, period, r.Digest)
+		}
+		out = append(out, &chargeLine{Currency: r.Currency, MeterCode: r.MeterCode, DimensionsKey: r.DimensionsKey,
+			Aggregation: r.Aggregation, PriceVersion: r.PriceVersion, Unpriced: r.Unpriced, UnitPrice: r.UnitPrice,
+			Quantity: r.Quantity, Amount: r.Amount, Charges: r.Charges, Digest: digest})
 	}
 	slices.SortFunc(out, func(x, y *chargeLine) int {
 		return cmp.Or(cmp.Compare(x.Currency, y.Currency), cmp.Compare(x.MeterCode, y.MeterCode),
@@ -508,9 +618,9 @@ func boolCompare(x, y bool) int {
 	}
 }
 
-// tally is what invoice holds of a tenant's period, by currency (counted
-// and summed chunk by chunk, tallyCharges), and the lines of its charges
-// by currency.
+// tally is what invoice holds of a tenant's period, by currency (the
+// charges as the chunked tally summed them, tallyCharges), and the lines of
+// its charges by currency.
 func (a *App) tally(ctx context.Context, q *db.Queries, tenantID, period string) (map[string]domain.Tally, map[string][]chargeLine, error) {
 	charges, err := a.tallyCharges(ctx, q, tenantID, period)
 	if err != nil {

@@ -12,6 +12,31 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+type CloseTally struct {
+	TenantID    string
+	Period      string
+	AfterUsage  uuid.UUID
+	AfterOrigin uuid.UUID
+	Chunks      int64
+	Done        bool
+}
+
+type CloseTallyLine struct {
+	TenantID      string
+	Period        string
+	Currency      string
+	MeterCode     string
+	PriceVersion  int64
+	DimensionsKey string
+	Unpriced      bool
+	Aggregation   string
+	UnitPrice     decimal.Decimal
+	Charges       int64
+	Quantity      decimal.Decimal
+	Amount        decimal.Decimal
+	Digest        decimal.Decimal
+}
+
 type CreditGrant struct {
 	GrantID     uuid.UUID
 	TenantID    string

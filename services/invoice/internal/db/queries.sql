@@ -389,6 +389,53 @@ FROM (SELECT c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpr
 CROSS JOIN last
 ORDER BY g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced, g.aggregation, g.unit_price;
 
+-- name: LockCloseTally :one
+-- LockCloseTally takes (creating it at the start) the progress row of a
+-- period's chunked tally, locked: two closers of one period take their
+-- chunks one after the other, each from the position the last committed.
+INSERT INTO close_tally (tenant_id, period) VALUES (@tenant_id, @period)
+ON CONFLICT (tenant_id, period) DO UPDATE SET tenant_id = excluded.tenant_id
+RETURNING after_usage, after_origin, chunks, done;
+
+-- name: AddCloseTallyLines :exec
+-- AddCloseTallyLines adds one chunk's tally (TallyChargeChunk) to its
+-- period's running line sums: a few rows whatever the chunk's size.
+INSERT INTO close_tally_line AS l (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced,
+                                   aggregation, unit_price, charges, quantity, amount, digest)
+SELECT @tenant_id::text, @period::text, u.currency, u.meter_code, u.price_version, u.dimensions_key, u.unpriced,
+       u.aggregation, u.unit_price, u.charges, u.quantity, u.amount, u.digest::numeric
+FROM (SELECT unnest(@currencies::text[]) AS currency, unnest(@meter_codes::text[]) AS meter_code,
+             unnest(@price_versions::bigint[]) AS price_version, unnest(@dimensions_keys::text[]) AS dimensions_key,
+             unnest(@unpriceds::boolean[]) AS unpriced, unnest(@aggregations::text[]) AS aggregation,
+             unnest(@unit_prices::numeric[]) AS unit_price, unnest(@charge_counts::bigint[]) AS charges,
+             unnest(@quantities::numeric[]) AS quantity, unnest(@amounts::numeric[]) AS amount,
+             unnest(@digests::text[]) AS digest) u
+ON CONFLICT (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced, aggregation, unit_price)
+DO UPDATE SET charges = l.charges + excluded.charges, quantity = l.quantity + excluded.quantity,
+              amount = l.amount + excluded.amount, digest = l.digest + excluded.digest;
+
+-- name: AdvanceCloseTally :exec
+-- AdvanceCloseTally records the position a chunk reached, in the chunk's
+-- transaction, and whether the walk is done.
+UPDATE close_tally
+SET after_usage = @after_usage, after_origin = @after_origin, chunks = chunks + 1, done = @done
+WHERE tenant_id = @tenant_id AND period = @period;
+
+-- name: CloseTallyLines :many
+-- CloseTallyLines reads a period's tallied lines: O(lines).
+SELECT currency, meter_code, price_version, dimensions_key::text AS dimensions_key, unpriced, aggregation, unit_price,
+       charges, quantity, amount, digest::text AS digest
+FROM close_tally_line
+WHERE tenant_id = @tenant_id AND period = @period;
+
+-- name: ResetCloseTallyLines :exec
+-- ResetCloseTallyLines and ResetCloseTally forget a period's tally (its
+-- charges were not all there: the next close walks them again).
+DELETE FROM close_tally_line WHERE tenant_id = @tenant_id AND period = @period;
+
+-- name: ResetCloseTally :exec
+DELETE FROM close_tally WHERE tenant_id = @tenant_id AND period = @period;
+
 -- name: ChargeLineSums :many
 -- ChargeLineSums gives an invoice's lines (one per meter, price version,
 -- price dimensions and unpriced; charge lines first), whose charges' count

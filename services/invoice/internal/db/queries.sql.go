@@ -273,6 +273,59 @@ func (q *Queries) AddCharges(ctx context.Context, arg AddChargesParams) ([]AddCh
 	return items, nil
 }
 
+const addCloseTallyLines = `-- name: AddCloseTallyLines :exec
+INSERT INTO close_tally_line AS l (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced,
+                                   aggregation, unit_price, charges, quantity, amount, digest)
+SELECT $1::text, $2::text, u.currency, u.meter_code, u.price_version, u.dimensions_key, u.unpriced,
+       u.aggregation, u.unit_price, u.charges, u.quantity, u.amount, u.digest::numeric
+FROM (SELECT unnest($3::text[]) AS currency, unnest($4::text[]) AS meter_code,
+             unnest($5::bigint[]) AS price_version, unnest($6::text[]) AS dimensions_key,
+             unnest($7::boolean[]) AS unpriced, unnest($8::text[]) AS aggregation,
+             unnest($9::numeric[]) AS unit_price, unnest($10::bigint[]) AS charges,
+             unnest($11::numeric[]) AS quantity, unnest($12::numeric[]) AS amount,
+             unnest($13::text[]) AS digest) u
+ON CONFLICT (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced, aggregation, unit_price)
+DO UPDATE SET charges = l.charges + excluded.charges, quantity = l.quantity + excluded.quantity,
+              amount = l.amount + excluded.amount, digest = l.digest + excluded.digest
+`
+
+type AddCloseTallyLinesParams struct {
+	TenantID       string
+	Period         string
+	Currencies     []string
+	MeterCodes     []string
+	PriceVersions  []int64
+	DimensionsKeys []string
+	Unpriceds      []bool
+	Aggregations   []string
+	UnitPrices     []decimal.Decimal
+	ChargeCounts   []int64
+	Quantities     []decimal.Decimal
+	Amounts        []decimal.Decimal
+	Digests        []string
+}
+
+// AddCloseTallyLines adds one chunk's tally (TallyChargeChunk) to its
+// period's running line sums: a few rows whatever the chunk's size.
+func (q *Queries) AddCloseTallyLines(ctx context.Context, arg AddCloseTallyLinesParams) error {
+	_, err := q.db.Exec(ctx, addCloseTallyLines,
+		arg.TenantID,
+		arg.Period,
+		arg.Currencies,
+		arg.MeterCodes,
+		arg.PriceVersions,
+		arg.DimensionsKeys,
+		arg.Unpriceds,
+		arg.Aggregations,
+		arg.UnitPrices,
+		arg.ChargeCounts,
+		arg.Quantities,
+		arg.Amounts,
+		arg.Digests,
+	)
+	return err
+}
+
 const addCorrection = `-- name: AddCorrection :execrows
 INSERT INTO invoice_correction (correction_id, invoice_id, origin_event_id, amount, issued_at, version, event_id)
 SELECT $1, $2, $3, $4, $5, $6, $7
@@ -341,6 +394,33 @@ type AddRoundingLineParams struct {
 
 func (q *Queries) AddRoundingLine(ctx context.Context, arg AddRoundingLineParams) error {
 	_, err := q.db.Exec(ctx, addRoundingLine, arg.InvoiceID, arg.OriginEventID, arg.Amount)
+	return err
+}
+
+const advanceCloseTally = `-- name: AdvanceCloseTally :exec
+UPDATE close_tally
+SET after_usage = $1, after_origin = $2, chunks = chunks + 1, done = $3
+WHERE tenant_id = $4 AND period = $5
+`
+
+type AdvanceCloseTallyParams struct {
+	AfterUsage  uuid.UUID
+	AfterOrigin uuid.UUID
+	Done        bool
+	TenantID    string
+	Period      string
+}
+
+// AdvanceCloseTally records the position a chunk reached, in the chunk's
+// transaction, and whether the walk is done.
+func (q *Queries) AdvanceCloseTally(ctx context.Context, arg AdvanceCloseTallyParams) error {
+	_, err := q.db.Exec(ctx, advanceCloseTally,
+		arg.AfterUsage,
+		arg.AfterOrigin,
+		arg.Done,
+		arg.TenantID,
+		arg.Period,
+	)
 	return err
 }
 
@@ -472,6 +552,65 @@ func (q *Queries) CloseApplied(ctx context.Context, arg CloseAppliedParams) (boo
 	var applied bool
 	err := row.Scan(&applied)
 	return applied, err
+}
+
+const closeTallyLines = `-- name: CloseTallyLines :many
+SELECT currency, meter_code, price_version, dimensions_key::text AS dimensions_key, unpriced, aggregation, unit_price,
+       charges, quantity, amount, digest::text AS digest
+FROM close_tally_line
+WHERE tenant_id = $1 AND period = $2
+`
+
+type CloseTallyLinesParams struct {
+	TenantID string
+	Period   string
+}
+
+type CloseTallyLinesRow struct {
+	Currency      string
+	MeterCode     string
+	PriceVersion  int64
+	DimensionsKey string
+	Unpriced      bool
+	Aggregation   string
+	UnitPrice     decimal.Decimal
+	Charges       int64
+	Quantity      decimal.Decimal
+	Amount        decimal.Decimal
+	Digest        string
+}
+
+// CloseTallyLines reads a period's tallied lines: O(lines).
+func (q *Queries) CloseTallyLines(ctx context.Context, arg CloseTallyLinesParams) ([]CloseTallyLinesRow, error) {
+	rows, err := q.db.Query(ctx, closeTallyLines, arg.TenantID, arg.Period)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CloseTallyLinesRow
+	for rows.Next() {
+		var i CloseTallyLinesRow
+		if err := rows.Scan(
+			&i.Currency,
+			&i.MeterCode,
+			&i.PriceVersion,
+			&i.DimensionsKey,
+			&i.Unpriced,
+			&i.Aggregation,
+			&i.UnitPrice,
+			&i.Charges,
+			&i.Quantity,
+			&i.Amount,
+			&i.Digest,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const countLiveAlerts = `-- name: CountLiveAlerts :one
@@ -1497,6 +1636,39 @@ func (q *Queries) LockAlerts(ctx context.Context, alertIds []uuid.UUID) ([]uuid.
 	return items, nil
 }
 
+const lockCloseTally = `-- name: LockCloseTally :one
+INSERT INTO close_tally (tenant_id, period) VALUES ($1, $2)
+ON CONFLICT (tenant_id, period) DO UPDATE SET tenant_id = excluded.tenant_id
+RETURNING after_usage, after_origin, chunks, done
+`
+
+type LockCloseTallyParams struct {
+	TenantID string
+	Period   string
+}
+
+type LockCloseTallyRow struct {
+	AfterUsage  uuid.UUID
+	AfterOrigin uuid.UUID
+	Chunks      int64
+	Done        bool
+}
+
+// LockCloseTally takes (creating it at the start) the progress row of a
+// period's chunked tally, locked: two closers of one period take their
+// chunks one after the other, each from the position the last committed.
+func (q *Queries) LockCloseTally(ctx context.Context, arg LockCloseTallyParams) (LockCloseTallyRow, error) {
+	row := q.db.QueryRow(ctx, lockCloseTally, arg.TenantID, arg.Period)
+	var i LockCloseTallyRow
+	err := row.Scan(
+		&i.AfterUsage,
+		&i.AfterOrigin,
+		&i.Chunks,
+		&i.Done,
+	)
+	return i, err
+}
+
 const lockIssuedInvoice = `-- name: LockIssuedInvoice :one
 SELECT i.invoice_id
 FROM invoice i
@@ -2171,6 +2343,36 @@ func (q *Queries) RecordVersionPricings(ctx context.Context, arg RecordVersionPr
 		arg.PriceKeys,
 		arg.Pricings,
 	)
+	return err
+}
+
+const resetCloseTally = `-- name: ResetCloseTally :exec
+DELETE FROM close_tally WHERE tenant_id = $1 AND period = $2
+`
+
+type ResetCloseTallyParams struct {
+	TenantID string
+	Period   string
+}
+
+func (q *Queries) ResetCloseTally(ctx context.Context, arg ResetCloseTallyParams) error {
+	_, err := q.db.Exec(ctx, resetCloseTally, arg.TenantID, arg.Period)
+	return err
+}
+
+const resetCloseTallyLines = `-- name: ResetCloseTallyLines :exec
+DELETE FROM close_tally_line WHERE tenant_id = $1 AND period = $2
+`
+
+type ResetCloseTallyLinesParams struct {
+	TenantID string
+	Period   string
+}
+
+// ResetCloseTallyLines and ResetCloseTally forget a period's tally (its
+// charges were not all there: the next close walks them again).
+func (q *Queries) ResetCloseTallyLines(ctx context.Context, arg ResetCloseTallyLinesParams) error {
+	_, err := q.db.Exec(ctx, resetCloseTallyLines, arg.TenantID, arg.Period)
 	return err
 }
 

@@ -1,0 +1,2 @@
+DROP TABLE close_tally_line;
+DROP TABLE close_tally;
