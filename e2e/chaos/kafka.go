@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -377,4 +378,66 @@ func idKey(id string) [16]byte {
 	sum := sha256.Sum256([]byte(id))
 	copy(k[:], sum[:16])
 	return k
+}
+
+// Assigned reports whether every consumer group of every service is
+// stable and holds every partition of the topics it consumes, each
+// assigned to one of its members; when not, what is missing. A service's
+// resources are at their working level only once its consumers hold their
+// partitions (a consumer's fetchers run a goroutine group per partition).
+func (k *Kafka) Assigned(ctx context.Context) (bool, string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c, err := k.clientLocked()
+	if err != nil {
+		return false, "", err
+	}
+	admin, err := sarama.NewClusterAdminFromClient(c)
+	if err != nil {
+		return false, "", err
+	}
+	groups, err := admin.DescribeConsumerGroups(slices.Sorted(maps.Keys(ConsumerGroups)))
+	if err != nil {
+		k.resetLocked()
+		return false, "", err
+	}
+	var missing []string
+	for _, g := range groups {
+		if g.State != "Stable" {
+			missing = append(missing, fmt.Sprintf("%s is %s", g.GroupId, g.State))
+			continue
+		}
+		held := map[string]map[int32]bool{}
+		for _, m := range g.Members {
+			a, err := m.GetMemberAssignment()
+			if err != nil || a == nil {
+				continue
+			}
+			for topic, ps := range a.Topics {
+				if held[topic] == nil {
+					held[topic] = map[int32]bool{}
+				}
+				for _, p := range ps {
+					held[topic][p] = true
+				}
+			}
+		}
+		for _, topic := range ConsumerGroups[g.GroupId] {
+			ps, err := c.Partitions(topic)
+			if err != nil {
+				k.resetLocked()
+				return false, "", fmt.Errorf("partitions of %s: %w", topic, err)
+			}
+			n := 0
+			for _, p := range ps {
+				if held[topic][p] {
+					n++
+				}
+			}
+			if n < len(ps) {
+				missing = append(missing, fmt.Sprintf("%s holds %d of %d partitions of %s", g.GroupId, n, len(ps), topic))
+			}
+		}
+	}
+	return len(missing) == 0, strings.Join(missing, "; "), nil
 }

@@ -150,14 +150,22 @@ func (res *Result) WriteMarkdown(w io.Writer, c Conditions, plot string) {
 		p("| %s | %s | %s | %s | %v | %s |\n", f.Start.Sub(res.LoadStart).Round(time.Second), f.Kind, f.Target,
 			f.End.Sub(f.Start).Round(100*time.Millisecond), yes(f.Overlapping), rec)
 	}
-	p("\nWebhook endpoints changed under the load: %d created, %d deleted (one tenant's every four minutes, deleted two minutes later); %d attempts failed and were retried%s.\n", res.Churn.Created, res.Churn.Deleted, res.Churn.Failures, lastFailure(res.Churn.Last))
+	p("\nWebhook endpoints changed under the load: %d created, %d deleted (one tenant's every four minutes, deleted two minutes later, and %s's kept to the end); %d attempts failed and were retried%s; %d deliveries arrived at the receiver (invoices issued while an endpoint existed).\n",
+		res.Churn.Created, res.Churn.Deleted, orNone(res.Churn.Kept), res.Churn.Failures, lastFailure(res.Churn.Last), res.Churn.Delivered)
 	p("\n\"Charged again after\": from the fault's end until every fact accepted from 10 s before it began to its end had its charge in billing.\n\n")
 	p("## Usage -> charged in billing, per minute\n\n| minute | facts | p50 | p95 | p99 |\n|---:|---:|---:|---:|---:|\n")
 	for _, m := range res.Latency {
 		p("| %d | %d | %.2f s | %.2f s | %.2f s |\n", m.Minute, m.Facts, m.P50, m.P95, m.P99)
 	}
 	p("\nFrom the time the load first sent a fact (its occurredAt) to the commit time of its charge in billing (charge.created_at); a fact retried through an outage counts its retries.\n\n")
-	p("## Slope test (last half against the level after warm-up)\n\n| series | level after warm-up | end of the fit | change | slope per minute | verdict |\n|---|---:|---:|---:|---:|---|\n")
+	p("## Slope test (last half against the level after warm-up)\n\n")
+	if res.SettledAt >= 0 {
+		p("Every consumer group of every service first held all its partitions %.0f s into the load; each level is the median of the readings from the first one at or after the warm-up (%.0f s) taken while every group held its partitions and the series' service was not down or restarting after a kill, over %.0f s.\n\n",
+			res.SettledAt, window(res.Config.Duration.Seconds()).Warm, window(res.Config.Duration.Seconds()).Baseline-window(res.Config.Duration.Seconds()).Warm)
+	} else {
+		p("**The consumer groups were never seen holding all their partitions**: no series has a level, the resource verdicts are not evidence.\n\n")
+	}
+	p("| series | level after warm-up | level from | end of the fit | change | slope per minute | verdict |\n|---|---:|---:|---:|---:|---:|---|\n")
 	for _, f := range res.Flat {
 		v := "flat"
 		switch {
@@ -168,7 +176,7 @@ func (res *Result) WriteMarkdown(w io.Writer, c Conditions, plot string) {
 		case f.Grew:
 			v = "**GREW**"
 		}
-		p("| %s | %s | %s | %+.1f%% | %s | %s |\n", f.Name, f.fmt(f.Level), f.fmt(f.EndFit), pct(f.EndFit, f.Level), f.fmt(f.PerMinute), v)
+		p("| %s | %s | %.0f s | %s | %+.1f%% | %s | %s |\n", f.Name, f.fmt(f.Level), f.From, f.fmt(f.EndFit), pct(f.EndFit, f.Level), f.fmt(f.PerMinute), v)
 	}
 	p("\n## Tables (size with indexes, dead tuples)\n\n| table | at the start | at the end | dead tuples at the end | most dead tuples |\n|---|---:|---:|---:|---:|\n")
 	var sizes []string
@@ -253,4 +261,11 @@ func lastFailure(s string) string {
 		return ""
 	}
 	return " (the last: " + oneLine(s) + ")"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no tenant"
+	}
+	return s
 }

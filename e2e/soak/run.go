@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,9 +26,10 @@ type Config struct {
 	Sample time.Duration
 	// Progress receives a line now and then.
 	Progress func(format string, args ...any)
-	// Pprof is each service's PPROF_ADDR; Out the directory the heap
-	// profiles are written to (heap-<service>-warm.pb.gz after warm-up,
-	// heap-<service>-end.pb.gz at the end of the load).
+	// Pprof is each service's PPROF_ADDR; Out the directory the heap and
+	// goroutine profiles are written to (heap-<service>-warm.pb.gz and
+	// goroutine-<service>-warm.pb.gz after warm-up, -end at the end of the
+	// load).
 	Pprof map[string]string
 	Out   string
 }
@@ -55,6 +57,9 @@ type Result struct {
 	Churn     Churn
 	// PeakRSS is the test process's peak resident memory (VmHWM).
 	PeakRSS float64
+	// SettledAt is when every consumer group first held its partitions
+	// (seconds after the load began), -1 when never seen.
+	SettledAt float64
 }
 
 // MinuteLatency is usage -> charged in billing for the facts that occurred
@@ -97,6 +102,8 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 		return out
 	}
 	var dom *chaos.Load
+	hooks := res.Churn.Receiver()
+	defer hooks.Close()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	var watch *Watch
@@ -130,7 +137,9 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 			var wg sync.WaitGroup
 			var domErr, faultErr error
 			wg.Go(func() { domErr = dom.Run(ctx) })
-			wg.Go(func() { churnWebhooks(ctx, h, append(r.Tenants, Dominant), cfg.Duration, &res.Churn) })
+			wg.Go(func() {
+				churnWebhooks(ctx, h, hooks, append(r.Tenants, Dominant), Dominant, cfg.Duration, &res.Churn)
+			})
 			wg.Go(func() {
 				faultErr = faultLoop(ctx, h, r, cfg, &fmu, &faults)
 			})
@@ -165,6 +174,7 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 		res.Problems = append(res.Problems, "the run stopped: "+err.Error())
 	}
 	res.judge(row)
+	res.judgeChurn(ctx)
 	lat, lerr := latency(ctx, h, append(chaos.Tenants(Key), Dominant), run.LoadStart)
 	if lerr != nil {
 		res.Problems = append(res.Problems, "latency: "+lerr.Error())
@@ -281,6 +291,14 @@ func (res *Result) judge(row *chaos.Row) {
 		}
 	}
 	w := window(res.Config.Duration.Seconds())
+	w.Settled = Settled(res.Series[Assigned], res.Faults, res.LoadStart)
+	res.SettledAt = -1
+	for _, p := range res.Series[Assigned] {
+		if p.V == 1 {
+			res.SettledAt = p.T
+			break
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(res.Series)) {
 		kind, _, _ := cutKind(name)
 		if _, ok := Slack[kind]; !ok {
@@ -291,6 +309,65 @@ func (res *Result) judge(row *chaos.Row) {
 		if f.Grew && Judged(kind) {
 			res.Problems = append(res.Problems, "grew: "+f.String())
 		}
+	}
+}
+
+// killSettle is how long after a killed service or broker is started
+// again its readings are still not taken as a level: the process (or its
+// consumers' reconnections) starting up.
+const killSettle = 30 * time.Second
+
+// Settled returns the slope test's rule for a level's readings: a reading
+// at t (seconds after loadStart) counts when the assigned series read 1 at
+// t, and no kill of the series' service or of the broker was under way or
+// had ended less than killSettle before t.
+func Settled(assigned []Point, faults []*Fault, loadStart time.Time) func(name string, t float64) bool {
+	return func(name string, t float64) bool {
+		ok := false
+		for _, p := range assigned {
+			if p.T > t+0.001 {
+				break
+			}
+			ok = p.V == 1
+		}
+		if !ok {
+			return false
+		}
+		_, service, _ := cutKind(name)
+		for _, f := range faults {
+			if f.Kind != "broker-kill" && (f.Kind != "service-kill" || f.Target != service) {
+				continue
+			}
+			from, to := f.Start.Sub(loadStart).Seconds(), f.End.Add(killSettle).Sub(loadStart).Seconds()
+			if f.End.IsZero() {
+				to = math.Inf(1)
+			}
+			if t >= from && t <= to {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// judgeChurn fails the run when the webhook churn is not proven: no
+// endpoint created, or no delivery to the endpoint kept to the end within
+// two minutes of its tenant's periods being invoiced.
+func (res *Result) judgeChurn(ctx context.Context) {
+	c := &res.Churn
+	if c.Created == 0 {
+		res.Problems = append(res.Problems, fmt.Sprintf("webhook churn not proven: no endpoint created (%d attempts failed%s)", c.Failures, lastFailure(c.Last)))
+		return
+	}
+	if c.Kept == "" {
+		res.Problems = append(res.Problems, "webhook churn not proven: the endpoint kept to the end was not registered")
+		return
+	}
+	if err := chaos.Poll(ctx, 2*time.Minute, "a webhook delivery arrives", func() (bool, string, error) {
+		n := c.Deliveries()
+		return n > 0, fmt.Sprintf("%d deliveries", n), nil
+	}); err != nil {
+		res.Problems = append(res.Problems, fmt.Sprintf("webhook churn not proven: no delivery to %s's endpoint after its periods were invoiced: %v", c.Kept, err))
 	}
 }
 
@@ -337,8 +414,8 @@ func latency(ctx context.Context, h *chaos.Harness, tenants []string, start time
 	return out, rows.Err()
 }
 
-// heapProfiles reads each service's heap profile when the slope test's
-// baseline ends and just before the load ends.
+// heapProfiles reads each service's heap and goroutine profiles when the
+// slope test's warm-up window ends and just before the load ends.
 func heapProfiles(ctx context.Context, cfg Config, progress func(string, ...any)) {
 	if len(cfg.Pprof) == 0 || cfg.Out == "" {
 		return
@@ -357,8 +434,14 @@ func heapProfiles(ctx context.Context, cfg Config, progress func(string, ...any)
 			if err := fetchTo(ctx, "http://"+addr+"/debug/pprof/heap?gc=1", path); err != nil {
 				progress("heap profile of %s (%s): %v", name, at.label, err)
 			}
+			// The goroutines beside the heap, so a growth in either can be
+			// told apart (go tool pprof -base ...-warm ...-end).
+			path = filepath.Join(cfg.Out, fmt.Sprintf("goroutine-%s-%s.pb.gz", name, at.label))
+			if err := fetchTo(ctx, "http://"+addr+"/debug/pprof/goroutine", path); err != nil {
+				progress("goroutine profile of %s (%s): %v", name, at.label, err)
+			}
 		}
-		progress("heap profiles (%s) in %s", at.label, cfg.Out)
+		progress("heap and goroutine profiles (%s) in %s", at.label, cfg.Out)
 	}
 }
 

@@ -7,14 +7,21 @@ import (
 )
 
 // Flat is the slope test of one resource series: its level after warm-up
-// (the median of the readings in [Warm, Warm+Window]) against the value a
-// least-squares line through the last half of the run ([Half, End]) reaches
-// at End. The series grew when that value exceeds the level by more than
+// against the value a least-squares line through the last half of the run
+// ([Half, End]) reaches at End. The level is the median of the readings
+// taken from the first settled reading at or after Warm (Settled: every
+// consumer group of every service held its partitions, and the series'
+// service was not down or restarting after a kill) for as long as the
+// warm-up's window lasts (Baseline-Warm), settled readings only, and
+// before Half. A level read before the consumers held their partitions is
+// below the working level (their fetchers' goroutines, buffers and
+// connections come with the assignment) and would call that level growth. The series grew when that value exceeds the level by more than
 // 10% and by more than Slack (the noise of small counts: a few goroutines,
 // files or connections).
 type Flat struct {
 	Name            string
 	Level, EndFit   float64
+	From            float64 // when the level's first reading was taken
 	PerMinute       float64 // the fitted line's slope
 	Readings        int
 	Grew, NotEnough bool
@@ -23,6 +30,9 @@ type Flat struct {
 // Window is the stretch of the run the test reads.
 type Window struct {
 	Warm, Baseline, Half, End float64 // seconds after the load began
+	// Settled reports whether a reading of the named series taken at t
+	// may be part of the level; nil: every reading may.
+	Settled func(name string, t float64) bool
 }
 
 // Slack is the absolute growth tolerated beyond 10%, by series kind.
@@ -46,8 +56,14 @@ func FlatTest(name string, pts []Point, w Window) Flat {
 	f := Flat{Name: name}
 	var base []float64
 	var xs, ys []float64
+	from := -1.0
 	for _, p := range pts {
-		if p.T >= w.Warm && p.T <= w.Baseline {
+		settled := w.Settled == nil || w.Settled(name, p.T)
+		if from < 0 && settled && p.T >= w.Warm && p.T < w.Half {
+			from = p.T
+			f.From = p.T
+		}
+		if from >= 0 && settled && p.T <= from+(w.Baseline-w.Warm) && p.T < w.Half {
 			base = append(base, p.V)
 		}
 		if p.T >= w.Half && p.T <= w.End {
@@ -77,8 +93,8 @@ func (f Flat) String() string {
 	case f.Grew:
 		verdict = "GREW"
 	}
-	return fmt.Sprintf("%s: level %s after warm-up, %s at the end of the fit (%+.1f%%), %s/min: %s",
-		f.Name, f.fmt(f.Level), f.fmt(f.EndFit), pct(f.EndFit, f.Level), f.fmt(f.PerMinute), verdict)
+	return fmt.Sprintf("%s: level %s from %.0fs, %s at the end of the fit (%+.1f%%), %s/min: %s",
+		f.Name, f.fmt(f.Level), f.From, f.fmt(f.EndFit), pct(f.EndFit, f.Level), f.fmt(f.PerMinute), verdict)
 }
 
 func (f Flat) fmt(v float64) string {

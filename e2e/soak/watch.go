@@ -15,6 +15,11 @@ import (
 	"github.com/usagebilling/billing/e2e/load"
 )
 
+// Assigned is the series that is 1 at a reading when every consumer group
+// of every service was stable and held every partition of its topics, 0
+// when not (or when the broker could not tell).
+const Assigned = "assigned"
+
 // Point is one reading of a series, T seconds after the load began.
 type Point struct{ T, V float64 }
 
@@ -100,6 +105,13 @@ func (w *Watch) sample(ctx context.Context) {
 	defer cancel()
 	t := time.Since(w.Origin).Seconds()
 	w.add(t, "accepted", float64(w.Ledger.Accepted()))
+	// Read first, so a service's readings below count as settled only when
+	// its consumers already held their partitions.
+	if ok, _, err := w.H.Kafka.Assigned(ctx); err == nil && ok {
+		w.add(t, Assigned, 1)
+	} else {
+		w.add(t, Assigned, 0)
+	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	w.add(t, "harness/heap in use", float64(ms.HeapInuse))
