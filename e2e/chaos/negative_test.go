@@ -3,9 +3,12 @@
 package chaos_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/e2e/chaos"
 )
@@ -85,33 +88,48 @@ func negativeControl(t *testing.T, h *chaos.Harness) {
 	t.Logf("deleted charge %s (usage event %s, ChargeRated %s); copied charge %s of usage event %s as %s",
 		delCharge, delUsage, delEvent, dupOf, dupUsage, newCharge)
 
-	rec, err := chaos.Reconcile(ctx, h.DB, run.Tenants, run.Ledger)
+	// Both reconciliations must catch it: the chaos suite's, which holds
+	// every row in memory, and the streaming one the soak uses.
+	for _, rc := range []struct {
+		name      string
+		reconcile func(context.Context, map[string]*pgxpool.Pool, []string, *chaos.Ledger) (*chaos.Reconciliation, error)
+	}{{"Reconcile", chaos.Reconcile}, {"ReconcileStream", chaos.ReconcileStream}} {
+		t.Run(rc.name, func(t *testing.T) {
+			rec, err := rc.reconcile(ctx, h.DB, run.Tenants, run.Ledger)
+			corrupted(t, rec, err, rc.name, row.Facts, map[string]string{
+				"the usage fact whose charge was deleted":         delUsage,
+				"the deleted charge's event (its invoice charge)": delEvent,
+				"the usage fact charged twice":                    dupUsage,
+				"the original of the duplicated charge":           dupOf,
+				"the duplicate charge":                            newCharge,
+			}, []string{"charge " + delCharge + " deleted: named as usage event " + delUsage + " without a charge",
+				"charge " + dupOf + " copied as " + newCharge + ": named as usage event " + dupUsage + " with 2 charges"})
+		})
+	}
+}
+
+// corrupted requires a reconciliation of the corrupted database to fail
+// naming every id of want.
+func corrupted(t *testing.T, rec *chaos.Reconciliation, err error, name string, facts int, want map[string]string, notes []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
 	failure := rec.Err()
-	bad := &chaos.Row{Scenario: "neg after corrupting billing", Facts: row.Facts, Reconciled: true,
+	bad := &chaos.Row{Scenario: "neg after corrupting billing (" + name + ")", Facts: facts, Reconciled: true,
 		Lost: len(rec.Lost), Duplicated: len(rec.Duplicated), Mismatched: len(rec.Mismatch)}
 	if failure == nil {
 		bad.Verdict = "FAIL"
 		addRow(bad)
-		t.Fatal("the reconciliation passed with a charge deleted and another duplicated")
+		t.Fatalf("%s passed with a charge deleted and another duplicated", name)
 	}
-	t.Logf("the reconciliation fails as it must:\n%v", failure)
+	t.Logf("%s fails as it must:\n%v", name, failure)
 	msg := failure.Error()
-	for what, id := range map[string]string{
-		"the usage fact whose charge was deleted":         delUsage,
-		"the deleted charge's event (its invoice charge)": delEvent,
-		"the usage fact charged twice":                    dupUsage,
-		"the original of the duplicated charge":           dupOf,
-		"the duplicate charge":                            newCharge,
-	} {
+	for what, id := range want {
 		if !strings.Contains(msg, id) {
-			t.Errorf("the reconciliation's failure does not name %s (%s)", what, id)
+			t.Errorf("%s's failure does not name %s (%s)", name, what, id)
 		}
 	}
 	bad.Verdict = "fails, as it must"
-	bad.Notes = []string{"charge " + delCharge + " deleted: named as usage event " + delUsage + " without a charge",
-		"charge " + dupOf + " copied as " + newCharge + ": named as usage event " + dupUsage + " with 2 charges"}
+	bad.Notes = notes
 	addRow(bad)
 }
