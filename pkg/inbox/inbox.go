@@ -404,14 +404,22 @@ type Stats struct {
 // Stats reads the inbox's backlog (ReadStats).
 func (ib *Inbox) Stats(ctx context.Context, q Querier) (Stats, error) { return ReadStats(ctx, q) }
 
-// ReadStats reads the backlog of the inbox in the database q reaches.
+// StatsCountCap bounds the counts ReadStats makes, deferred events and
+// quarantined messages: a larger backlog reads as StatsCountCap, so a
+// refresh costs the same whatever the backlog (a million facts deferred
+// behind a price version were counted in one scan every refresh). The
+// oldest deferred age is read from an index's head whatever the count.
+const StatsCountCap = 10_000
+
+// ReadStats reads the backlog of the inbox in the database q reaches:
+// Deferred and Quarantined counted up to StatsCountCap.
 func ReadStats(ctx context.Context, q Querier) (Stats, error) {
 	var s Stats
 	var ageSeconds float64
 	err := q.QueryRow(ctx, `
-		SELECT (SELECT count(*) FROM inbox_deferred),
+		SELECT (SELECT count(*) FROM (SELECT 1 FROM inbox_deferred LIMIT $1) d),
 		       (SELECT COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(first_seen)), 0)::float8 FROM inbox_deferred),
-		       (SELECT count(*) FROM inbox_quarantine WHERE state = 'quarantined')`).
+		       (SELECT count(*) FROM (SELECT 1 FROM inbox_quarantine WHERE state = 'quarantined' LIMIT $1) q)`, StatsCountCap).
 		Scan(&s.Deferred, &ageSeconds, &s.Quarantined)
 	if err != nil {
 		return Stats{}, fmt.Errorf("read inbox stats: %w", err)

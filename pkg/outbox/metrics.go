@@ -22,10 +22,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 	}
 	m := &metrics{
-		pending:     gauge("outbox_pending", "Outbox rows not yet published (dead letters excluded), counted up to 100,000."),
+		pending:     gauge("outbox_pending", "Outbox rows not yet published (dead letters excluded), counted up to 10,000 (StatsCountCap): a larger backlog reads 10,000."),
 		oldestAge:   gauge("outbox_oldest_pending_age_seconds", "Age of the oldest pending outbox row."),
 		maxPerKey:   gauge("outbox_max_pending_per_key", "Most pending outbox rows of any one partition key, among the oldest 1,000 pending rows of each shard."),
-		deadLetters: gauge("outbox_dead_letters", "Outbox rows that exhausted their attempts and wait for an operator."),
+		deadLetters: gauge("outbox_dead_letters", "Outbox rows that exhausted their attempts and wait for an operator, counted up to 10,000 (StatsCountCap)."),
 		ownedShards: gauge("outbox_relay_owned_shards", "Shards whose lease this relay holds."),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_published_total", Help: "Outbox rows acknowledged by the broker and marked published."}),
