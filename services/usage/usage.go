@@ -8,6 +8,7 @@ package usage
 
 import (
 	"context"
+	"errors"
 
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/service"
@@ -27,9 +28,10 @@ var Spec = service.Spec{
 	OriginConstraints: []string{"price_evidence_event_id_key"},
 }
 
-// Build wires the HTTP API, the consumer of the meter's events and the
+// Build wires the HTTP API, the consumer of the meter's events, the
 // publisher of usage's watermarks (UsageAcceptedThrough, decision 0014):
-// USAGE_WATERMARK_INTERVAL (default 1s) is how often it cuts and publishes.
+// USAGE_WATERMARK_INTERVAL (default 1s) is how often it cuts and publishes,
+// and the upkeep of usage_fact's month partitions (decision 0025).
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	env := service.NewEnv()
 	cfg := app.Config{WatermarkInterval: env.Duration("USAGE_WATERMARK_INTERVAL", app.DefaultWatermarkInterval)}
@@ -46,7 +48,10 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		Work: func(ctx context.Context) error {
 			p := &topicPartitions{brokers: d.Config.Brokers}
 			defer p.close()
-			return a.RunWatermarks(ctx, p.count)
+			months := make(chan error, 1)
+			go func() { months <- a.RunMonths(ctx) }()
+			err := a.RunWatermarks(ctx, p.count)
+			return errors.Join(err, <-months)
 		},
 		Topics:         app.Topics,
 		Handlers:       a.Handlers(),

@@ -248,6 +248,7 @@ func (a *App) decideRound(ctx context.Context, q *db.Queries, tenantID, correlat
 	if err != nil {
 		return err
 	}
+	var missing []int
 	for _, i := range lookup {
 		u := us[i]
 		f, found := facts[u.Identity()]
@@ -259,12 +260,46 @@ func (a *App) decideRound(ctx context.Context, q *db.Queries, tenantID, correlat
 		case priceErrs[i] != nil:
 			res[i] = Result{Outcome: Refused, Err: priceErrs[i]}
 		default:
-			// ON CONFLICT skipped the row, so a committed fact holds the
-			// identity; not finding it is a fault worth a retry.
-			return fmt.Errorf("usage fact %s/%s was neither inserted nor found", u.SourceSystem, u.SourceEventID)
+			missing = append(missing, i)
 		}
 	}
+	if len(missing) == 0 {
+		return nil
+	}
+	// ON CONFLICT skipped these rows, so a committed identity holds each;
+	// its fact is in an archived month, or not finding it is a fault
+	// worth a retry.
+	taken, err := sourcesTaken(ctx, q, tenantID, us, missing)
+	if err != nil {
+		return err
+	}
+	for _, i := range missing {
+		u := us[i]
+		usageID, ok := taken[u.Identity()]
+		if !ok {
+			return fmt.Errorf("usage fact %s/%s was neither inserted nor found", u.SourceSystem, u.SourceEventID)
+		}
+		res[i] = Result{Outcome: Refused, Err: domain.ArchivedWith(u.Identity(), usageID)}
+	}
 	return nil
+}
+
+// sourcesTaken reads the usage ids holding the identities of us[idx].
+func sourcesTaken(ctx context.Context, q *db.Queries, tenantID string, us []domain.Usage, idx []int) (map[domain.Identity]uuid.UUID, error) {
+	p := db.SourcesTakenParams{TenantID: tenantID}
+	for _, i := range idx {
+		p.SourceSystems = append(p.SourceSystems, us[i].SourceSystem)
+		p.SourceEventIds = append(p.SourceEventIds, us[i].SourceEventID)
+	}
+	rows, err := q.SourcesTaken(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("read usage fact sources: %w", err)
+	}
+	out := make(map[domain.Identity]uuid.UUID, len(rows))
+	for _, r := range rows {
+		out[domain.Identity{SourceSystem: r.SourceSystem, SourceEventID: r.SourceEventID}] = r.UsageID
+	}
+	return out, nil
 }
 
 func newCandidate(tenantID, correlationID string, u domain.Usage, currency string) (*candidate, error) {

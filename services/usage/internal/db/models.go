@@ -49,6 +49,34 @@ type UsageFact struct {
 	Properties    []byte
 }
 
+type UsageFactLegacy struct {
+	UsageID       uuid.UUID
+	TenantID      string
+	SourceSystem  string
+	SourceEventID string
+	MeterCode     string
+	Quantity      decimal.Decimal
+	OccurredAt    time.Time
+	Currency      string
+	PriceVersion  pgtype.Int8
+	EventID       uuid.UUID
+	AcceptedAt    time.Time
+	Properties    []byte
+}
+
+type UsageFactMonth struct {
+	One         bool
+	LegacyUntil time.Time
+}
+
+type UsageFactSource struct {
+	TenantID      string
+	SourceSystem  string
+	SourceEventID string
+	UsageID       uuid.UUID
+	EventID       uuid.UUID
+}
+
 type UsageWatermarkCut struct {
 	One           bool
 	Through       time.Time

@@ -31,6 +31,19 @@ func (q *Queries) AcceptanceCut(ctx context.Context) (AcceptanceCutRow, error) {
 	return i, err
 }
 
+const addFactMonths = `-- name: AddFactMonths :one
+SELECT usage_fact_add_months($1::integer)::integer AS made
+`
+
+// Creates the partitions of usage_fact for this month and the next ones
+// (decision 0025); how many it made.
+func (q *Queries) AddFactMonths(ctx context.Context, ahead int32) (int32, error) {
+	row := q.db.QueryRow(ctx, addFactMonths, ahead)
+	var made int32
+	err := row.Scan(&made)
+	return made, err
+}
+
 const getUsageFact = `-- name: GetUsageFact :one
 SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
        currency, event_id, accepted_at, properties
@@ -141,22 +154,30 @@ func (q *Queries) InsertPriceEvidence(ctx context.Context, arg InsertPriceEviden
 }
 
 const insertUsageFacts = `-- name: InsertUsageFacts :many
+WITH u AS (
+    SELECT unnest($3::uuid[])            AS usage_id,
+           unnest($4::text[])       AS source_system,
+           unnest($5::text[])     AS source_event_id,
+           unnest($6::text[])          AS meter_code,
+           unnest($7::numeric[])        AS quantity,
+           unnest($8::timestamptz[])  AS occurred_at,
+           unnest($9::text[])           AS currency,
+           unnest($10::uuid[])            AS event_id,
+           unnest($11::text[])           AS properties
+), taken AS (
+    INSERT INTO usage_fact_source (tenant_id, source_system, source_event_id, usage_id, event_id)
+    SELECT $1::text, u.source_system, u.source_event_id, u.usage_id, u.event_id
+    FROM u
+    ORDER BY u.source_system, u.source_event_id
+    ON CONFLICT (tenant_id, source_system, source_event_id) DO NOTHING
+    RETURNING usage_fact_source.usage_id
+)
 INSERT INTO usage_fact (usage_id, tenant_id, source_system, source_event_id, meter_code, quantity,
                         occurred_at, currency, event_id, accepted_at, properties)
 SELECT u.usage_id, $1::text, u.source_system, u.source_event_id, u.meter_code, u.quantity,
        u.occurred_at, u.currency, u.event_id, $2::timestamptz, u.properties::jsonb
-FROM (SELECT unnest($3::uuid[])            AS usage_id,
-             unnest($4::text[])       AS source_system,
-             unnest($5::text[])     AS source_event_id,
-             unnest($6::text[])          AS meter_code,
-             unnest($7::numeric[])        AS quantity,
-             unnest($8::timestamptz[])  AS occurred_at,
-             unnest($9::text[])           AS currency,
-             unnest($10::uuid[])            AS event_id,
-             unnest($11::text[])           AS properties) AS u
-ORDER BY u.source_system, u.source_event_id
-ON CONFLICT (tenant_id, source_system, source_event_id) DO NOTHING
-RETURNING usage_id
+FROM u JOIN taken ON taken.usage_id = u.usage_id
+RETURNING usage_fact.usage_id
 `
 
 type InsertUsageFactsParams struct {
@@ -173,10 +194,13 @@ type InsertUsageFactsParams struct {
 	Properties     []string
 }
 
-// Inserts a batch of facts in one statement. Rows go in identity order, so
-// concurrent batches sharing identities wait for each other instead of
-// deadlocking; an identity already taken is skipped (the caller looks it up
-// to answer replay or conflict).
+// Inserts a batch of facts in one statement. Each fact's source identity is
+// taken first in usage_fact_source, which is not partitioned and so holds
+// it for every month (decision 0025); only the facts whose identity it took
+// are inserted into usage_fact, in the partition of their usage_id's month.
+// Rows go in identity order, so concurrent batches sharing identities wait
+// for each other instead of deadlocking; an identity already taken is
+// skipped (the caller looks it up to answer replay or conflict).
 func (q *Queries) InsertUsageFacts(ctx context.Context, arg InsertUsageFactsParams) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, insertUsageFacts,
 		arg.TenantID,
@@ -505,12 +529,55 @@ func (q *Queries) SetAcceptanceCut(ctx context.Context, arg SetAcceptanceCutPara
 	return err
 }
 
-const usageFactsBySource = `-- name: UsageFactsBySource :many
-SELECT usage_id, tenant_id, source_system, source_event_id, meter_code, quantity, occurred_at,
-       currency, event_id, accepted_at, properties
-FROM usage_fact
+const sourcesTaken = `-- name: SourcesTaken :many
+SELECT source_system, source_event_id, usage_id
+FROM usage_fact_source
 WHERE tenant_id = $1
   AND (source_system, source_event_id) IN (
+      SELECT unnest($2::text[]), unnest($3::text[]))
+`
+
+type SourcesTakenParams struct {
+	TenantID       string
+	SourceSystems  []string
+	SourceEventIds []string
+}
+
+type SourcesTakenRow struct {
+	SourceSystem  string
+	SourceEventID string
+	UsageID       uuid.UUID
+}
+
+// The usage ids holding a batch's source identities, whether or not their
+// facts are still in usage_fact (an archived month's are not).
+func (q *Queries) SourcesTaken(ctx context.Context, arg SourcesTakenParams) ([]SourcesTakenRow, error) {
+	rows, err := q.db.Query(ctx, sourcesTaken, arg.TenantID, arg.SourceSystems, arg.SourceEventIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SourcesTakenRow
+	for rows.Next() {
+		var i SourcesTakenRow
+		if err := rows.Scan(&i.SourceSystem, &i.SourceEventID, &i.UsageID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const usageFactsBySource = `-- name: UsageFactsBySource :many
+SELECT f.usage_id, f.tenant_id, f.source_system, f.source_event_id, f.meter_code, f.quantity,
+       f.occurred_at, f.currency, f.event_id, f.accepted_at, f.properties
+FROM usage_fact_source s
+JOIN usage_fact f ON f.usage_id = s.usage_id
+WHERE s.tenant_id = $1
+  AND (s.source_system, s.source_event_id) IN (
       SELECT unnest($2::text[]), unnest($3::text[]))
 `
 
@@ -534,6 +601,9 @@ type UsageFactsBySourceRow struct {
 	Properties    []byte
 }
 
+// The facts holding a batch's source identities, found through
+// usage_fact_source (usage_id finds each in its month's partition). An
+// identity whose fact is archived has none (SourcesArchived).
 func (q *Queries) UsageFactsBySource(ctx context.Context, arg UsageFactsBySourceParams) ([]UsageFactsBySourceRow, error) {
 	rows, err := q.db.Query(ctx, usageFactsBySource, arg.TenantID, arg.SourceSystems, arg.SourceEventIds)
 	if err != nil {

@@ -39,6 +39,7 @@ const (
 	CodeCurrencyRequired    = "currency_required"
 	CodeNoPriceInEffect     = "no_price_in_effect"
 	CodeSourceEventConflict = "source_event_conflict"
+	CodeSourceEventArchived = "source_event_archived"
 	// The catalog's (pkg/catalog), all 400.
 	CodeInvalidProperties = catalog.CodeInvalidProperties
 	CodeTooManyProperties = catalog.CodeTooManyProperties
@@ -208,6 +209,15 @@ func ConflictWith(f Fact) *Error {
 	return newError(rule.Conflict, CodeSourceEventConflict,
 		"sourceEventId %q of sourceSystem %q was accepted before with other content (usage %s)",
 		f.SourceEventID, f.SourceSystem, f.UsageID)
+}
+
+// ArchivedWith is the refusal of a source identity whose fact was accepted
+// in a month since archived (decision 0025): the identity still names that
+// fact, whose content is no longer here to tell a replay from a conflict.
+func ArchivedWith(id Identity, usageID uuid.UUID) *Error {
+	return newError(rule.Conflict, CodeSourceEventArchived,
+		"sourceEventId %q of sourceSystem %q was accepted before (usage %s) in a month since archived",
+		id.SourceEventID, id.SourceSystem, usageID)
 }
 
 // PriceVersion is one version of a price series, as replicated evidence.
