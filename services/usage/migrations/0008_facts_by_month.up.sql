@@ -113,3 +113,5 @@ BEGIN
     EXECUTE format('ALTER TABLE usage_fact DETACH PARTITION %I', name);
     RETURN name;
 END $$;
+-- Archiving is the owner's (an operator's), not the runtime role's.
+REVOKE EXECUTE ON FUNCTION usage_fact_archive(timestamptz) FROM PUBLIC;
