@@ -152,6 +152,8 @@ func (res *Result) WriteMarkdown(w io.Writer, c Conditions, plot string) {
 	}
 	p("\nWebhook endpoints changed under the load: %d created, %d deleted (one tenant's every four minutes, deleted two minutes later, and %s's kept to the end); %d attempts failed and were retried%s; %d deliveries arrived at the receiver (invoices issued while an endpoint existed).\n",
 		res.Churn.Created, res.Churn.Deleted, orNone(res.Churn.Kept), res.Churn.Failures, lastFailure(res.Churn.Last), res.Churn.Delivered)
+	p("\nPlans changing under the load: %d plan versions published (%s, charging only %s, which no fact uses), %s's subscription changed %d times (every three minutes, to the other plan); %d attempts failed and were retried%s.\n",
+		res.Plans.Published, strings.Join(Plans, ", "), PlanMeter, orNone(res.Plans.Tenant), res.Plans.Subscribed, res.Plans.Failures, lastFailure(res.Plans.Last))
 	p("\n\"Charged again after\": from the fault's end until every fact accepted from 10 s before it began to its end had its charge in billing.\n\n")
 	p("## Usage -> charged in billing, per minute\n\n| minute | facts | p50 | p95 | p99 |\n|---:|---:|---:|---:|---:|\n")
 	for _, m := range res.Latency {

@@ -55,6 +55,7 @@ type Result struct {
 	LoadStart time.Time
 	Took      time.Duration
 	Churn     Churn
+	Plans     PlanChurn
 	// PeakRSS is the test process's peak resident memory (VmHWM).
 	PeakRSS float64
 	// SettledAt is when every consumer group first held its partitions
@@ -137,6 +138,7 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 			var wg sync.WaitGroup
 			var domErr, faultErr error
 			wg.Go(func() { domErr = dom.Run(ctx) })
+			wg.Go(func() { churnPlans(ctx, h, r.Tenants[1], cfg.Duration, &res.Plans) })
 			wg.Go(func() {
 				churnWebhooks(ctx, h, hooks, append(r.Tenants, Dominant), Dominant, cfg.Duration, &res.Churn)
 			})
@@ -175,6 +177,10 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 	}
 	res.judge(row)
 	res.judgeChurn(ctx)
+	if res.Plans.Subscribed == 0 {
+		res.Problems = append(res.Problems, fmt.Sprintf("plan churn not proven: no subscription changed (%d plans published, %d attempts failed%s)",
+			res.Plans.Published, res.Plans.Failures, lastFailure(res.Plans.Last)))
+	}
 	lat, lerr := latency(ctx, h, append(chaos.Tenants(Key), Dominant), run.LoadStart)
 	if lerr != nil {
 		res.Problems = append(res.Problems, "latency: "+lerr.Error())
