@@ -1,0 +1,123 @@
+package app_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/services/billing/internal/app"
+	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
+)
+
+// longest records the longest statement a pool ran (a pgx tracer).
+type longest struct {
+	mu    sync.Mutex
+	took  time.Duration
+	sql   string
+	start sync.Map // *pgx.Conn -> started
+}
+
+type started struct {
+	at  time.Time
+	sql string
+}
+
+func (l *longest) TraceQueryStart(ctx context.Context, c *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	l.start.Store(c, started{time.Now(), d.SQL})
+	return ctx
+}
+
+func (l *longest) TraceQueryEnd(_ context.Context, c *pgx.Conn, _ pgx.TraceQueryEndData) {
+	v, ok := l.start.LoadAndDelete(c)
+	if !ok {
+		return
+	}
+	s := v.(started)
+	took := time.Since(s.at)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if took > l.took {
+		l.took, l.sql = took, s.sql
+	}
+}
+
+// TestCloseAtScale closes a period of CLOSE_FACTS charges of one tenant
+// (default 2,000; the measured run sets 1,000,000) with the services'
+// statement_timeout (30 s, DB_STATEMENT_TIMEOUT's default) and the default
+// chunk (10,000 charges): one charge is rated through the inbox, then
+// copied straight into the charge table with generate_series (new ids),
+// and the period closed by the real close (step 1, the chunks, the last
+// transaction). It logs the seeding, the close and its longest statement,
+// and checks the close counted every charge. Figures in docs/measured.md.
+func TestCloseAtScale(t *testing.T) {
+	t.Parallel()
+	n := 2000
+	if s := os.Getenv("CLOSE_FACTS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			t.Fatalf("CLOSE_FACTS=%q: want a number of charges", s)
+		}
+		n = v
+	}
+	seed := bt.NewPool(t)
+	ctx := t.Context()
+	cfg, err := pgxpool.ParseConfig(seed.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "30000" // as pkg/service sets DB_STATEMENT_TIMEOUT
+	trace := &longest{}
+	cfg.ConnConfig.Tracer = trace
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+
+	svc := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return feb3 }}, app.Config{})
+	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, seed, ib)
+	const tenant = "scale"
+	bt.Decide(t, seed, ib, priceV1(tenant).Raw(t), usageAt(tenant, 0, "1", jan10).Raw(t))
+	began := time.Now()
+	// Every column copied from the rated charge but its ids, new for each.
+	var cols, vals string
+	if err := seed.QueryRow(ctx, `
+		SELECT string_agg(quote_ident(column_name), ', ' ORDER BY ordinal_position),
+		       string_agg(CASE WHEN column_name IN ('charge_id', 'event_id', 'usage_event_id', 'usage_id')
+		                       THEN 'gen_random_uuid()' ELSE 'c.' || quote_ident(column_name) END, ', ' ORDER BY ordinal_position)
+		FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = 'charge' AND is_generated = 'NEVER'`).Scan(&cols, &vals); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := seed.Exec(ctx, `INSERT INTO charge (`+cols+`) SELECT `+vals+`
+		FROM charge c CROSS JOIN generate_series(2, $2) WHERE c.tenant_id = $1`, tenant, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := seed.Exec(ctx, `ANALYZE charge`); err != nil {
+		t.Fatal(err)
+	}
+	if got := bt.Count(t, seed, `SELECT count(*) FROM charge WHERE tenant_id = $1`, tenant); got != n {
+		t.Fatalf("%d charges seeded, want %d", got, n)
+	}
+	t.Logf("seeded %d charges in %s", n, time.Since(began).Round(time.Millisecond))
+
+	trace.took = 0
+	began = time.Now()
+	closePeriod(t, svc, tenant, "2026-01", "close-at-scale")
+	name, _, _ := strings.Cut(strings.TrimSpace(trace.sql), "\n")
+	t.Logf("close of %d charges in %s; longest statement %s: %.100s", n, time.Since(began).Round(time.Millisecond),
+		trace.took.Round(time.Millisecond), name)
+	closes := bt.OfType[events.BillingPeriodClosed](bt.Outbox(t, seed))
+	if len(closes) != 1 || closes[0].Charges != int64(n) {
+		t.Fatalf("closes %s, want one of %d charges", bt.JSON(closes), n)
+	}
+}
