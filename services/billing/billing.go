@@ -6,6 +6,7 @@ package billing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -83,11 +84,18 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		// The close scheduler (decision 0014): closes the periods whose end
 		// plus grace has passed, on every instance (safe: see
 		// app.CloseDuePeriods).
+		// And the upkeep of charge's month partitions (decision 0025), on
+		// every instance.
 		Work: func(ctx context.Context) error {
-			if !scheduler {
-				return nil
+			months := make(chan error, 1)
+			go func() { months <- a.RunMonths(ctx) }()
+			var err error
+			if scheduler {
+				err = a.RunScheduler(ctx)
+			} else {
+				<-ctx.Done()
 			}
-			return a.RunScheduler(ctx)
+			return errors.Join(err, <-months)
 		},
 		Topics:         app.Topics,
 		Handlers:       a.Handlers(),

@@ -67,6 +67,47 @@ type Charge struct {
 	PlanCode      string
 }
 
+type ChargeLegacy struct {
+	ChargeID      uuid.UUID
+	EventID       uuid.UUID
+	UsageEventID  uuid.UUID
+	UsageID       uuid.UUID
+	TenantID      string
+	MeterCode     string
+	Currency      string
+	Quantity      decimal.Decimal
+	UnitPrice     decimal.Decimal
+	PriceVersion  int64
+	Amount        decimal.Decimal
+	Period        string
+	Late          bool
+	OccurredAt    time.Time
+	CreatedAt     time.Time
+	Model         string
+	Aggregation   string
+	Dimensions    []byte
+	DimensionsKey string
+	Properties    []byte
+	SourceSystem  string
+	SourceEventID string
+	Value         string
+	Unpriced      bool
+	PlanCode      string
+}
+
+type ChargeMonth struct {
+	One         bool
+	LegacyUntil time.Time
+}
+
+type ChargeOrigin struct {
+	TenantID     string
+	UsageID      uuid.UUID
+	UsageEventID uuid.UUID
+	EventID      uuid.UUID
+	ChargeID     uuid.UUID
+}
+
 type CloseLine struct {
 	TenantID       string
 	Period         string

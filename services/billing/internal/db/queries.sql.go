@@ -14,6 +14,19 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+const addChargeMonths = `-- name: AddChargeMonths :one
+SELECT charge_add_months($1::integer)::integer AS made
+`
+
+// Creates the partitions of charge for this month and the next ones
+// (decision 0025); how many it made.
+func (q *Queries) AddChargeMonths(ctx context.Context, ahead int32) (int32, error) {
+	row := q.db.QueryRow(ctx, addChargeMonths, ahead)
+	var made int32
+	err := row.Scan(&made)
+	return made, err
+}
+
 const advanceCloseProgress = `-- name: AdvanceCloseProgress :exec
 UPDATE close_progress
 SET after = $1::uuid, chunks = chunks + 1, charges = charges + $2::bigint,
@@ -1819,6 +1832,17 @@ WITH u AS (
            CASE WHEN r.price_version IS NOT NULL AND r.aggregation IN ('sum', 'count') AND r.model = 'unit'
                 THEN r.price_unit_price ELSE 0 END AS unit_price
     FROM r
+), o AS (
+    -- What makes the charge its fact's only one, in any month: charge is
+    -- partitioned by month, charge_origin is not (decision 0025). A fact
+    -- charged before is a violation of charge_usage_id_key or
+    -- charge_usage_event_id_key here, as it was of charge's own.
+    INSERT INTO charge_origin (tenant_id, usage_id, usage_event_id, event_id, charge_id)
+    SELECT c.tenant_id, c.usage_id, c.usage_event_id, c.event_id, c.charge_id
+    FROM c
+    WHERE c.aggregation IS NOT NULL AND c.known AND c.status = 'open'
+      AND (c.aggregation <> 'unique_count' OR COALESCE(c.value, '') <> '')
+    ORDER BY c.n
 ), ch AS (
     INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency,
                         quantity, unit_price, price_version, amount, period, late, occurred_at, model,
