@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/e2e/chaos"
@@ -17,11 +18,13 @@ import (
 // reconciles), one charge row is deleted and another duplicated directly in
 // billing's database, and the reconciliation must fail naming both.
 //
-// A second charge for one usage fact cannot be written while billing's
-// unique constraints stand (charge_usage_event_id_key, charge_usage_id_key):
-// the corruption drops them first, as a schema without them would allow,
-// and inserts a copy under a new charge id and event id. It runs last on
-// its stack: the database is left corrupted.
+// Billing cannot write a second charge for one usage fact while
+// charge_origin's unique constraints stand (charge_usage_event_id_key,
+// charge_usage_id_key; charge itself is partitioned by month, decision
+// 0025 (facts by month)): the corruption writes a copy straight into
+// charge, past them, under a new charge id (a UUIDv7, so it lands in this
+// month's partition) and event id. It runs last on its stack: the database
+// is left corrupted.
 func negativeControl(t *testing.T, h *chaos.Harness) {
 	ctx := t.Context()
 	sc := chaos.Scenario{
@@ -68,17 +71,14 @@ func negativeControl(t *testing.T, h *chaos.Harness) {
 	if _, err := tx.Exec(ctx, `DELETE FROM charge WHERE charge_id = $1::uuid`, delCharge); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `ALTER TABLE charge DROP CONSTRAINT charge_usage_event_id_key, DROP CONSTRAINT charge_usage_id_key`); err != nil {
-		t.Fatal(err)
-	}
 	var newCharge string
 	err = tx.QueryRow(ctx, `
 		INSERT INTO charge (charge_id, event_id, usage_event_id, usage_id, tenant_id, meter_code, currency, quantity,
 		                    unit_price, price_version, amount, period, late, occurred_at)
-		SELECT gen_random_uuid(), gen_random_uuid(), usage_event_id, usage_id, tenant_id, meter_code, currency, quantity,
+		SELECT $2::uuid, gen_random_uuid(), usage_event_id, usage_id, tenant_id, meter_code, currency, quantity,
 		       unit_price, price_version, amount, period, late, occurred_at
 		FROM charge WHERE charge_id = $1::uuid
-		RETURNING charge_id::text`, dupOf).Scan(&newCharge)
+		RETURNING charge_id::text`, dupOf, uuid.Must(uuid.NewV7()).String()).Scan(&newCharge)
 	if err != nil {
 		t.Fatal(err)
 	}
