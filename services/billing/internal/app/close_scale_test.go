@@ -88,11 +88,16 @@ func TestCloseAtScale(t *testing.T) {
 	const tenant = "scale"
 	bt.Decide(t, seed, ib, priceV1(tenant).Raw(t), usageAt(tenant, 0, "1", jan10).Raw(t))
 	began := time.Now()
-	// Every column copied from the rated charge but its ids, new for each.
+	// Every column copied from the rated charge but its ids, new for each;
+	// the charge id a UUIDv7 of now (random after its milliseconds), so the
+	// charge lands in this month's partition (decision 0025).
 	var cols, vals string
 	if err := seed.QueryRow(ctx, `
 		SELECT string_agg(quote_ident(column_name), ', ' ORDER BY ordinal_position),
-		       string_agg(CASE WHEN column_name IN ('charge_id', 'event_id', 'usage_event_id', 'usage_id')
+		       string_agg(CASE WHEN column_name = 'charge_id'
+		                       THEN $$(lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+		                               || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid$$
+		                       WHEN column_name IN ('event_id', 'usage_event_id', 'usage_id')
 		                       THEN 'gen_random_uuid()' ELSE 'c.' || quote_ident(column_name) END, ', ' ORDER BY ordinal_position)
 		FROM information_schema.columns
 		WHERE table_schema = current_schema() AND table_name = 'charge' AND is_generated = 'NEVER'`).Scan(&cols, &vals); err != nil {
