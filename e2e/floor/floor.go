@@ -22,8 +22,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/e2e/procstat"
+	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/services/billing"
 	"github.com/usagebilling/billing/services/invoice"
@@ -133,6 +135,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err := pgmigrate.Up(cluster.URL(name), sets[name]...); err != nil {
 			return nil, fmt.Errorf("migrate %s: %w", name, err)
 		}
+		if err := ensureMonths(ctx, cluster.URL(name)); err != nil {
+			return nil, fmt.Errorf("create the months of %s: %w", name, err)
+		}
 		c, err := pgx.Connect(ctx, cluster.URL(name))
 		if err != nil {
 			return nil, fmt.Errorf("connect %s: %w", name, err)
@@ -237,4 +242,16 @@ func result(cfg Config, started time.Time, took time.Duration, before, after cpu
 		r.MachineBusyShare = busy / all
 	}
 	return r
+}
+
+// ensureMonths creates the month partitions a service's retention creates at
+// its start (pkg/service), so the facts land in their month's partition.
+func ensureMonths(ctx context.Context, databaseURL string) error {
+	pool, err := pgxpool.New(ctx, databaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	_, err = inbox.EnsureMonths(ctx, pool, time.Now())
+	return err
 }

@@ -48,11 +48,17 @@ const inboxClaimSQL = `
 		RETURNING event_id`
 
 // inboxDigestsSQL and inboxDeferredSQL are the lookups of pkg/inbox read
-// (decide.go): the run's event ids in inbox_event and inbox_deferred. The
+// (decide.go): the run's event ids in inbox_event (with another holder of
+// each event's aggregate slot, in any month) and in inbox_deferred. The
 // predecessor lookup is not sent: every event of a fact is at version 1.
 const inboxDigestsSQL = `
-		SELECT k.id, (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.id)
-		FROM unnest($1::uuid[]) AS k(id)`
+		SELECT k.id, (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.id),
+		       (SELECT e.event_id FROM inbox_event e
+		        WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
+		          AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
+		          AND e.event_id <> k.id LIMIT 1) IS NOT NULL
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[])
+		     AS k(id, tenant_id, aggregate_type, aggregate_id, aggregate_version)`
 
 const inboxDeferredSQL = `
 		SELECT k.id, (SELECT d.payload_digest FROM inbox_deferred d WHERE d.event_id = k.id)

@@ -349,7 +349,7 @@ func (w *workload) decide(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, 
 		}
 		return rows.Err()
 	})
-	pb.Queue(inboxDigestsSQL, ids).Query(func(rows pgx.Rows) error { return drain(rows, nil) })
+	pb.Queue(inboxDigestsSQL, ids, repeat(tenantID, n), repeat(aggregateType, n), aggIDs, repeat(int64(1), n)).Query(func(rows pgx.Rows) error { return drain(rows, nil) })
 	pb.Queue(inboxDeferredSQL, ids).Query(func(rows pgx.Rows) error { return drain(rows, nil) })
 	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
 		return 0, fmt.Errorf("claim %d events: %w", n, err)

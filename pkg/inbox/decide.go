@@ -305,6 +305,7 @@ type runState struct {
 	digests  map[uuid.UUID]string // inbox_event digests of the run's ids
 	preds    map[slot]uuid.UUID   // event holding each predecessor version
 	deferred map[uuid.UUID]string // inbox_deferred digests of the run's ids
+	taken    map[uuid.UUID]bool   // run's ids whose slot another event holds
 	applied  map[slot]bool        // slots applied by this run so far
 }
 
@@ -350,6 +351,7 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 		claimed:  make(map[uuid.UUID]bool, len(cands)),
 		digests:  make(map[uuid.UUID]string, len(cands)),
 		preds:    make(map[slot]uuid.UUID),
+		taken:    make(map[uuid.UUID]bool),
 		deferred: make(map[uuid.UUID]string),
 		applied:  make(map[slot]bool, len(cands)),
 	}
@@ -553,6 +555,12 @@ func (st *runState) settle(p *pending, res *runResult, i int, it *item) bool {
 		st.resolve(p, it)
 		return true
 	}
+	if st.taken[id] { // another month's event holds this aggregate version
+		p.released = append(p.released, id)
+		res.decisions[i] = it.decision(OutcomeDuplicate, ReasonVersionApplied)
+		st.resolve(p, it)
+		return true
+	}
 	if deferredDigest, isDeferred := st.deferred[id]; isDeferred && deferredDigest != e.PayloadDigest {
 		p.released = append(p.released, id)
 		res.decisions[i] = p.quarantine(it, ReasonDigestConflict, "")
@@ -696,10 +704,38 @@ func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
 	// rather than join or filter by "= ANY": PostgreSQL then keeps index
 	// scans in its cached generic plans even when they were planned on a new,
 	// empty table, instead of sequential scans that grow with the table.
+	//
+	// Beside each id's digest, the lookup reads whether another event holds
+	// the event's aggregate slot: the slot is unique within a month of
+	// inbox_event only (see months.go), so a holder in another month is found
+	// here, one probe of each month's slot index.
+	tenants, aggTypes, aggIDs, versions := slotColumns(cands)
 	b.Queue(`
-		SELECT k.id, (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.id)
-		FROM unnest($1::uuid[]) AS k(id)`, ids).
-		Query(scanDigests(st.digests))
+		SELECT k.id, (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.id),
+		       (SELECT e.event_id FROM inbox_event e
+		        WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
+		          AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
+		          AND e.event_id <> k.id LIMIT 1) IS NOT NULL
+		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[])
+		     AS k(id, tenant_id, aggregate_type, aggregate_id, aggregate_version)`,
+		ids, tenants, aggTypes, aggIDs, versions).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id uuid.UUID
+				var digest pgtype.Text
+				var taken bool
+				if err := rows.Scan(&id, &digest, &taken); err != nil {
+					return err
+				}
+				if digest.Valid {
+					st.digests[id] = digest.String
+				}
+				if taken {
+					st.taken[id] = true
+				}
+			}
+			return rows.Err()
+		})
 	st.queuePredecessors(b, cands)
 	b.Queue(`
 		SELECT k.id, (SELECT d.payload_digest FROM inbox_deferred d WHERE d.event_id = k.id)
@@ -757,6 +793,17 @@ func (st *runState) queueClaims(b *pgx.Batch, cands []*item) [][16]byte {
 			return rows.Err()
 		})
 	return ids
+}
+
+// slotColumns returns the aggregate slots of cands as columns.
+func slotColumns(cands []*item) (tenants, aggTypes, aggIDs []string, versions []int64) {
+	n := len(cands)
+	tenants, aggTypes, aggIDs, versions = make([]string, n), make([]string, n), make([]string, n), make([]int64, n)
+	for i, it := range cands {
+		e := it.env()
+		tenants[i], aggTypes[i], aggIDs[i], versions[i] = e.TenantID, e.AggregateType, e.AggregateID, e.AggregateVersion
+	}
+	return tenants, aggTypes, aggIDs, versions
 }
 
 // queuePredecessors queues the lookup of the event holding the version before

@@ -15,8 +15,11 @@ import (
 // every copy of its event that can still be delivered: a topic keeps a
 // message for its retention (Kafka's default, 7 days, which the topics here
 // keep: none sets retention.ms), so the inbox keeps a decided event for
-// longer (INBOX_RETENTION, 14 days by default; raise it with the topics'). Past that, PurgeEvents deletes it, in small batches
-// (and PurgeRedriven the quarantine rows redriven as long ago). Two kinds
+// longer (INBOX_RETENTION, 14 days by default; raise it with the topics').
+// Past that, DropMonths drops the months of inbox_event whose rows are all
+// that old, and PurgeDefault deletes the rows of its default partition in
+// small batches (see months.go; PurgeEvents deletes from every partition);
+// PurgeRedriven deletes the quarantine rows redriven as long ago. Two kinds
 // of row are kept whatever their age:
 //
 //   - the newest applied version of each aggregate of a type listed in
@@ -37,12 +40,22 @@ import (
 // keeping the newest version of each aggregate of the keepNewest types, and
 // returns how many it deleted. Call it again while it returns limit.
 func PurgeEvents(ctx context.Context, pool *pgxpool.Pool, olderThan time.Time, keepNewest []string, limit int) (int64, error) {
+	return purgeEvents(ctx, pool, "inbox_event", olderThan, keepNewest, limit)
+}
+
+// PurgeDefault is PurgeEvents on the rows of inbox_event's default partition
+// only (see months.go): the months are dropped whole by DropMonths.
+func PurgeDefault(ctx context.Context, pool *pgxpool.Pool, olderThan time.Time, keepNewest []string, limit int) (int64, error) {
+	return purgeEvents(ctx, pool, EventMonths.Default(), olderThan, keepNewest, limit)
+}
+
+func purgeEvents(ctx context.Context, pool *pgxpool.Pool, table string, olderThan time.Time, keepNewest []string, limit int) (int64, error) {
 	if keepNewest == nil {
 		keepNewest = []string{}
 	}
 	tag, err := pool.Exec(ctx, `
 		DELETE FROM inbox_event WHERE event_id IN (
-			SELECT e.event_id FROM inbox_event e
+			SELECT e.event_id FROM `+table+` e
 			WHERE e.applied_at < $1
 			  AND NOT (e.aggregate_type = ANY($2::text[]) AND NOT EXISTS (
 			      SELECT 1 FROM inbox_event n

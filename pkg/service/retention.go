@@ -19,10 +19,14 @@ import (
 // age, since the gap check of the next version reads it.
 var KeepNewestAggregates = []string{events.AggregatePrice, events.AggregateInvoice}
 
-// retention purges, in the background and in small batches, what each
-// service keeps only for a while: decided inbox events and quarantine rows
-// redriven past INBOX_RETENTION, idempotency keys past IDEMPOTENCY_TTL, and deferred events past
-// DEFERRED_MAX_AGE (quarantined as deferred_expired, not deleted).
+// retention purges, in the background, what each service keeps only for a
+// while: decided inbox events and quarantine rows redriven past
+// INBOX_RETENTION, idempotency keys past IDEMPOTENCY_TTL, and deferred events
+// past DEFERRED_MAX_AGE (quarantined as deferred_expired, not deleted). It
+// also keeps inbox_event's months: the partitions of the current month and
+// the next ones are created ahead (at start and each interval), and a month
+// past INBOX_RETENTION is dropped whole; the rows outside the months (the
+// default partition) are deleted in small batches, like the rest.
 type retention struct {
 	pool       *pgxpool.Pool
 	ib         *inbox.Inbox
@@ -55,6 +59,7 @@ func newRetention(pool *pgxpool.Pool, ib *inbox.Inbox, cfg Config, reg prometheu
 }
 
 func (r *retention) run(ctx context.Context) {
+	r.ensureMonths(ctx)
 	t := time.NewTicker(r.cfg.RetentionInterval)
 	defer t.Stop()
 	for {
@@ -72,8 +77,17 @@ func (r *retention) run(ctx context.Context) {
 func (r *retention) once(ctx context.Context) {
 	stop := r.now().Add(time.Minute)
 	limit := r.cfg.RetentionBatch
+	r.ensureMonths(ctx)
+	dropped, rows, err := inbox.DropMonths(ctx, r.pool, r.now().Add(-r.cfg.InboxRetention), KeepNewestAggregates)
+	r.ib.CountPurged(rows)
+	if err != nil {
+		r.warn(ctx, err)
+	}
+	if len(dropped) > 0 {
+		r.log.InfoContext(ctx, "dropped inbox months past the retention", "partitions", dropped, "rows", rows)
+	}
 	for r.now().Before(stop) {
-		n, err := inbox.PurgeEvents(ctx, r.pool, r.now().Add(-r.cfg.InboxRetention), KeepNewestAggregates, limit)
+		n, err := inbox.PurgeDefault(ctx, r.pool, r.now().Add(-r.cfg.InboxRetention), KeepNewestAggregates, limit)
 		r.ib.CountPurged(n)
 		if err != nil {
 			r.warn(ctx, err)
@@ -116,6 +130,19 @@ func (r *retention) once(ctx context.Context) {
 		if n < min(limit, 100) {
 			break
 		}
+	}
+}
+
+// ensureMonths creates inbox_event's partitions for the current month and
+// the next ones; a failure is logged and tried again at the next interval
+// (until then, rows of a month without a partition go to the default one).
+func (r *retention) ensureMonths(ctx context.Context) {
+	created, err := inbox.EnsureMonths(ctx, r.pool, r.now())
+	if err != nil {
+		r.warn(ctx, err)
+	}
+	if len(created) > 0 {
+		r.log.InfoContext(ctx, "created inbox months", "partitions", created)
 	}
 }
 

@@ -1,0 +1,256 @@
+package inbox_test
+
+import (
+	"context"
+	"encoding/binary"
+	"io/fs"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/monthpart"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/testkit/pgtest"
+)
+
+// idAt returns a UUIDv7 minted at t.
+func idAt(t time.Time) uuid.UUID {
+	id := uuid.Must(uuid.NewV7())
+	var ms [8]byte
+	binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
+	copy(id[:6], ms[2:])
+	return id
+}
+
+// evAt is a Noted event of tenant t1, aggregate type "thing", with a fresh
+// origin and an event id minted at at.
+func evAt(t testing.TB, at time.Time, aggregate string, version int64) envelope.Envelope {
+	t.Helper()
+	e, err := envelope.New(envelope.Meta{
+		EventID: idAt(at), EventType: "Noted", SchemaVersion: 1, TenantID: "t1",
+		AggregateType: "thing", AggregateID: aggregate, AggregateVersion: version,
+		OccurredAt: at, Producer: "test",
+	}, note{Origin: origin(aggregate)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// partitionOf returns the partition of inbox_event holding id ("" if none).
+func partitionOf(t testing.TB, pool *pgxpool.Pool, id uuid.UUID) string {
+	t.Helper()
+	var name string
+	err := pool.QueryRow(t.Context(), `SELECT tableoid::regclass::text FROM inbox_event WHERE event_id = $1`, id).Scan(&name)
+	if err == pgx.ErrNoRows {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// An event decided last month is redelivered this month: its id leads to
+// last month's partition, where its claim is, and it is a DUPLICATE.
+func TestRedeliveryAfterTheMonthTurnedIsADuplicate(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, tmpl)
+	now := time.Now()
+	last := monthpart.Start(now).Add(-time.Hour)
+	if _, err := inbox.EventMonths.Ensure(ctx, pool, last, 2); err != nil {
+		t.Fatal(err)
+	}
+	e := evAt(t, last, "r", 1)
+	wantOutcomes(t, decide(t, ib0(t), pool, raw(t, e)), "applied")
+	if got, want := partitionOf(t, pool, e.EventID), monthpart.MonthOf("inbox_event", last).Name; got != want {
+		t.Fatalf("claim in %q, want last month's %q", got, want)
+	}
+	wantOutcomes(t, decide(t, ib0(t), pool, raw(t, e)), "duplicate")
+	if got := effectVersions(t, pool, "r"); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("effects of r %v, want one", got)
+	}
+}
+
+func ib0(t testing.TB) *inbox.Inbox { return newInbox(t, inbox.Options{}) }
+
+// The aggregate slot is unique within a month; a second event claiming an
+// applied version from another month is a DUPLICATE (version applied) all
+// the same, in either order of months, and writes nothing; the next version,
+// this month, finds its predecessor in last month's partition.
+func TestSlotConflictAcrossMonths(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, tmpl)
+	ib := ib0(t)
+	now := time.Now()
+	last := monthpart.Start(now).Add(-time.Hour)
+	if _, err := inbox.EventMonths.Ensure(ctx, pool, last, 2); err != nil {
+		t.Fatal(err)
+	}
+	// x@1 last month, then another x@1 this month (another origin, so no
+	// effect constraint stands in for the slot).
+	wantOutcomes(t, decide(t, ib, pool, raw(t, evAt(t, last, "x", 1))), "applied")
+	other := evAt(t, now, "x", 1)
+	wantOutcomes(t, decide(t, ib, pool, raw(t, other)), "duplicate:version_already_applied")
+	// y@1 this month, then another y@1 minted last month.
+	wantOutcomes(t, decide(t, ib, pool, raw(t, evAt(t, now, "y", 1))), "applied")
+	older := evAt(t, last, "y", 1)
+	wantOutcomes(t, decide(t, ib, pool, raw(t, older)), "duplicate:version_already_applied")
+	for _, a := range []string{"x", "y"} {
+		if got := effectVersions(t, pool, a); !slices.Equal(got, []int64{1}) {
+			t.Fatalf("effects of %s %v, want one", a, got)
+		}
+	}
+	if partitionOf(t, pool, other.EventID) != "" || partitionOf(t, pool, older.EventID) != "" {
+		t.Fatal("the refused events keep a claim")
+	}
+	wantOutcomes(t, decide(t, ib, pool, raw(t, evAt(t, now, "x", 2))), "applied")
+}
+
+// Dropping a month past the retention carries the newest version of a kept
+// aggregate type into the default partition, so the next version, months
+// later, finds its predecessor; older versions go with the
+// month. A month holding a row decided within the retention is kept.
+// (q@1 is the newest of q: carried too.)
+func TestDropMonthKeepsTheNewestVersion(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, tmpl)
+	ib := ib0(t)
+	now := time.Now()
+	old := monthpart.Start(now).AddDate(0, -3, 0).Add(time.Hour) // three months ago
+	late := old.AddDate(0, 1, 0)                                 // two months ago
+	if _, err := inbox.EventMonths.Ensure(ctx, pool, old, 4); err != nil {
+		t.Fatal(err)
+	}
+	wantOutcomes(t, decide(t, ib, pool,
+		raw(t, evAt(t, old, "p", 1)), raw(t, evAt(t, old, "p", 2)), raw(t, evAt(t, old, "q", 1)),
+		raw(t, evAt(t, late, "l", 1))),
+		"applied", "applied", "applied", "applied")
+	if _, err := pool.Exec(ctx, `UPDATE inbox_event SET applied_at = $1 WHERE aggregate_id <> 'l'`, old); err != nil {
+		t.Fatal(err)
+	}
+	left := func() []string {
+		rows, err := pool.Query(ctx, `SELECT aggregate_id || '@' || aggregate_version FROM inbox_event ORDER BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	cutoff := now.Add(-14 * 24 * time.Hour)
+	dropped, n, err := inbox.DropMonths(ctx, pool, cutoff, []string{"thing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldName, lateName := monthpart.MonthOf("inbox_event", old).Name, monthpart.MonthOf("inbox_event", late).Name
+	if !slices.Contains(dropped, oldName) || slices.Contains(dropped, lateName) || n != 3 {
+		t.Fatalf("dropped %v (%d rows), want %s (3 rows) and not %s, decided just now", dropped, n, oldName, lateName)
+	}
+	if got := left(); !slices.Equal(got, []string{"l@1", "p@2", "q@1"}) {
+		t.Fatalf("left %v, want the newest versions p@2 and q@1 carried over, and l@1", got)
+	}
+	var months []string
+	ms, err := inbox.EventMonths.Months(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		months = append(months, m.Name)
+	}
+	if slices.Contains(months, oldName) || !slices.Contains(months, lateName) {
+		t.Fatalf("months left %v", months)
+	}
+	wantOutcomes(t, decide(t, ib, pool, raw(t, evAt(t, now, "p", 3))), "applied")
+}
+
+// A database holding the inbox as it was before the months (decided rows, a
+// deferred event) migrates: nothing is lost, a redelivery is still a
+// DUPLICATE, a slot conflict still refused, the deferred event still wakes;
+// the month whose rows the old table holds stays in the default partition,
+// the months after it get partitions.
+func TestMigrationToMonthsKeepsEveryDecision(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	before := fstest.MapFS{}
+	if err := fs.WalkDir(inbox.Migrations.FS, inbox.Migrations.Dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), "0005") {
+			return err
+		}
+		b, err := fs.ReadFile(inbox.Migrations.FS, p)
+		before[p] = &fstest.MapFile{Data: b}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	old := pgmigrate.Set{FS: before, Dir: inbox.Migrations.Dir, Table: inbox.Migrations.Table}
+	url := pgtest.NewDB(t, pgtest.Template{Name: "inbox-before-months", Migrate: func(ctx context.Context, databaseURL string) error {
+		if err := pgmigrate.Up(databaseURL, old); err != nil {
+			return err
+		}
+		conn, err := pgx.Connect(ctx, databaseURL)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, testSchema)
+		return err
+	}})
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ib := ib0(t)
+	if got := count(t, pool, `SELECT count(*) FROM pg_partitioned_table`); got != 0 {
+		t.Fatal("the old schema is already partitioned")
+	}
+	now := time.Now()
+	a1, b1, b3 := ev(t, "Noted", 1, "a", 1, note{Origin: origin("a")}), ev(t, "Noted", 1, "b", 1, note{Origin: origin("b")}),
+		ev(t, "Noted", 1, "b", 3, note{Origin: origin("b")})
+	wantOutcomes(t, decide(t, ib, pool, raw(t, a1), raw(t, b1), raw(t, b3)), "applied", "applied", "deferred:version_gap")
+
+	if err := inbox.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	created, err := inbox.EnsureMonths(ctx, pool, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := monthpart.MonthOf("inbox_event", now).Name
+	if slices.Contains(created, cur) || len(created) != inbox.MonthsAhead {
+		t.Fatalf("created %v: want the %d months after %s only", created, inbox.MonthsAhead, cur)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM inbox_event_default`); got != 2 {
+		t.Fatalf("%d rows in the default partition, want the 2 decided", got)
+	}
+	wantOutcomes(t, decide(t, ib, pool, raw(t, a1)), "duplicate")
+	wantOutcomes(t, decide(t, ib, pool, raw(t, evAt(t, now, "a", 1))), "duplicate:version_already_applied")
+	wantOutcomes(t, decide(t, ib, pool, raw(t, evAt(t, now, "b", 2))), "applied", "applied+woken")
+	// An event minted next month (a clock ahead) goes to its partition.
+	next := evAt(t, monthpart.Start(now).AddDate(0, 1, 1), "c", 1)
+	wantOutcomes(t, decide(t, ib, pool, raw(t, next)), "applied")
+	if got, want := partitionOf(t, pool, next.EventID), monthpart.MonthOf("inbox_event", next.OccurredAt).Name; got != want {
+		t.Fatalf("next month's event in %q, want %q", got, want)
+	}
+	if got := effectVersions(t, pool, "b"); !slices.Equal(got, []int64{1, 2, 3}) {
+		t.Fatalf("effects of b %v", got)
+	}
+	if got := effectVersions(t, pool, "a"); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("effects of a %v", got)
+	}
+}
