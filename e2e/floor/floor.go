@@ -26,6 +26,7 @@ import (
 
 	"github.com/usagebilling/billing/e2e/procstat"
 	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/services/billing"
 	"github.com/usagebilling/billing/services/invoice"
@@ -252,6 +253,9 @@ func ensureMonths(ctx context.Context, databaseURL string) error {
 		return err
 	}
 	defer pool.Close()
-	_, err = inbox.EnsureMonths(ctx, pool, time.Now())
+	if _, err := inbox.EnsureMonths(ctx, pool, time.Now()); err != nil {
+		return err
+	}
+	_, err = outbox.EnsureMonths(ctx, pool, time.Now())
 	return err
 }

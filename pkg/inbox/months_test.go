@@ -254,3 +254,23 @@ func TestMigrationToMonthsKeepsEveryDecision(t *testing.T) {
 		t.Fatalf("effects of a %v", got)
 	}
 }
+
+// The migrations go down and up again, the months with them.
+func TestMigrationsGoDownAndUp(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t, tmpl)
+	pool, err := pgxpool.New(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := inbox.EnsureMonths(t.Context(), pool, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgmigrate.Down(url, inbox.Migrations); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgmigrate.Up(url, inbox.Migrations); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -116,11 +116,21 @@ func RedriveDeadLetter(ctx context.Context, q Querier, eventID uuid.UUID) (bool,
 // statement so that no statement holds many locks or a long transaction. Dead
 // letters and pending rows are never purged. It returns the rows deleted.
 func Purge(ctx context.Context, q Querier, retention time.Duration, batch int) (int64, error) {
+	return purge(ctx, q, "outbox_event", retention, batch)
+}
+
+// PurgeDefault is Purge on the rows of outbox_event's default partition only
+// (see months.go): the months are dropped whole by DropMonths.
+func PurgeDefault(ctx context.Context, q Querier, retention time.Duration, batch int) (int64, error) {
+	return purge(ctx, q, EventMonths.Default(), retention, batch)
+}
+
+func purge(ctx context.Context, q Querier, table string, retention time.Duration, batch int) (int64, error) {
 	var total int64
 	for {
 		tag, err := q.Exec(ctx, `
 			DELETE FROM outbox_event WHERE event_id IN (
-				SELECT event_id FROM outbox_event
+				SELECT event_id FROM `+table+`
 				WHERE published_at < now() - $1::interval
 				ORDER BY published_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, retention, batch)
 		if err != nil {
@@ -133,8 +143,27 @@ func Purge(ctx context.Context, q Querier, retention time.Duration, batch int) (
 	}
 }
 
+// purge keeps the months of outbox_event (see months.go) and deletes the
+// published rows of its default partition past the retention.
 func (r *Relay) purge(ctx context.Context) {
-	n, err := Purge(ctx, r.pool, r.cfg.Retention, r.cfg.PurgeBatch)
+	created, err := EnsureMonths(ctx, r.pool, time.Now())
+	if err != nil && ctx.Err() == nil {
+		r.log.Warn("create outbox months; rows of a month without a partition go to the default one", "err", err)
+	}
+	if len(created) > 0 {
+		r.log.Info("created outbox months", "partitions", created)
+	}
+	d, err := DropMonths(ctx, r.pool, time.Now(), r.cfg.Retention)
+	if err != nil && ctx.Err() == nil {
+		r.log.Warn("drop outbox months", "err", err)
+	}
+	if len(d.Months) > 0 {
+		r.log.Info("dropped outbox months past the retention", "partitions", d.Months, "rows", d.Rows, "retention", r.cfg.Retention)
+	}
+	if len(d.Held) > 0 {
+		r.log.Warn("outbox months past the retention kept: they hold pending rows or dead letters", "partitions", d.Held)
+	}
+	n, err := PurgeDefault(ctx, r.pool, r.cfg.Retention, r.cfg.PurgeBatch)
 	if err != nil && ctx.Err() == nil {
 		r.log.Warn("purge outbox", "err", err)
 	}

@@ -1,0 +1,204 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/binary"
+	"io/fs"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/monthpart"
+	"github.com/usagebilling/billing/pkg/outbox"
+	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/testkit/kafkatest"
+	"github.com/usagebilling/billing/testkit/pgtest"
+)
+
+// mintedAt gives evs event ids minted at t, keeping their order.
+func mintedAt(evs []envelope.Envelope, t time.Time) []envelope.Envelope {
+	out := slices.Clone(evs)
+	for i := range out {
+		id := uuid.Must(uuid.NewV7())
+		var ms [8]byte
+		binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
+		copy(id[:6], ms[2:])
+		out[i].EventID = id
+	}
+	return out
+}
+
+// A month past the retention whose rows were all published long ago is
+// dropped whole; one holding a dead letter (or a pending row) is kept,
+// reported held, until the dead letter is redriven and published.
+func TestDropMonthsKeepsAMonthHoldingADeadLetter(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, outboxDB)
+	now := time.Now()
+	a := monthpart.Start(now).AddDate(0, -3, 0).Add(time.Hour)
+	b := a.AddDate(0, 1, 0)
+	if _, err := outbox.EventMonths.Ensure(ctx, pool, a, 4); err != nil {
+		t.Fatal(err)
+	}
+	inA, inB := mintedAt(newEvents(t, 3, 3), a), mintedAt(newEvents(t, 2, 2), b)
+	appendEvents(t, pool, "t", append(inA, inB...))
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`UPDATE outbox_event SET published_at = now() - interval '40 days'`)
+	exec(`UPDATE outbox_event SET published_at = NULL, dead_at = now() - interval '40 days' WHERE event_id = $1`, inB[0].EventID)
+
+	d, err := outbox.DropMonths(ctx, pool, now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nameA, nameB := monthpart.MonthOf("outbox_event", a).Name, monthpart.MonthOf("outbox_event", b).Name
+	// (Last month, empty and ended more than a day ago, goes too.)
+	if !slices.Contains(d.Months, nameA) || slices.Contains(d.Months, nameB) || d.Rows != 3 || !slices.Equal(d.Held, []string{nameB}) {
+		t.Fatalf("dropped %+v, want %s (3 rows) dropped and %s held", d, nameA, nameB)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM outbox_event`); got != 2 {
+		t.Fatalf("%d rows left, want month b's 2", got)
+	}
+	if ok, err := outbox.RedriveDeadLetter(ctx, pool, inB[0].EventID); err != nil || !ok {
+		t.Fatalf("redrive: %v %v", ok, err)
+	}
+	if d, err := outbox.DropMonths(ctx, pool, now, 24*time.Hour); err != nil || len(d.Months) != 0 || !slices.Equal(d.Held, []string{nameB}) {
+		t.Fatalf("with the redriven row pending: %+v %v", d, err)
+	}
+	exec(`UPDATE outbox_event SET published_at = now() - interval '30 days' WHERE event_id = $1`, inB[0].EventID)
+	if d, err := outbox.DropMonths(ctx, pool, now, 24*time.Hour); err != nil || !slices.Equal(d.Months, []string{nameB}) {
+		t.Fatalf("once published: %+v %v", d, err)
+	}
+}
+
+func count(t testing.TB, pool *pgxpool.Pool, sql string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(t.Context(), sql).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A database holding the outbox as it was before the months (published
+// rows and a backlog of pending ones) migrates: the backlog is delivered,
+// in order per key, none lost or sent twice, with the events appended after
+// the migration (ids after the old ones).
+func TestMigrationToMonthsDeliversTheBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	before := fstest.MapFS{}
+	if err := fs.WalkDir(outbox.Migrations.FS, outbox.Migrations.Dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasPrefix(d.Name(), "0001") {
+			return err
+		}
+		b, err := fs.ReadFile(outbox.Migrations.FS, p)
+		before[p] = &fstest.MapFile{Data: b}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	old := pgmigrate.Set{FS: before, Dir: outbox.Migrations.Dir, Table: outbox.Migrations.Table}
+	url := pgtest.NewDB(t, pgtest.Template{Name: "outbox-before-months", Migrate: func(_ context.Context, databaseURL string) error {
+		return pgmigrate.Up(databaseURL, old)
+	}})
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	brokers := kafkatest.Brokers(t)
+	topic := kafkatest.Topic(t, brokers, 3)
+	published, backlog := newEvents(t, 5, 5), newEvents(t, 300, 20)
+	appendEvents(t, pool, topic, published)
+	if _, err := pool.Exec(ctx, `UPDATE outbox_event SET published_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	appendEvents(t, pool, topic, backlog)
+
+	if err := outbox.Migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM pg_partitioned_table`); got != 1 {
+		t.Fatal("outbox_event is not partitioned")
+	}
+	if got := count(t, pool, `SELECT count(*) FROM outbox_event_default`); got != 305 {
+		t.Fatalf("%d rows in the default partition, want the 305 appended", got)
+	}
+	// The relay creates the months after this one at its start (this
+	// month's rows are in the default partition: it stays there); the next
+	// appends of the same keys come after the backlog.
+	more := newEvents(t, 40, 20)
+	for i := range more {
+		more[i].PartitionKey, more[i].AggregateID = backlog[i%20].PartitionKey, backlog[i%20].AggregateID
+		more[i].AggregateVersion = backlog[len(backlog)-20+i%20].AggregateVersion + int64(1+i/20)
+	}
+	reg := prometheus.NewRegistry()
+	_, stop := startRelays(t, pool, 1, outbox.Config{Brokers: brokers, Registerer: reg})
+	waitFor(t, 30*time.Second, "months created", func() (bool, string) {
+		n := count(t, pool, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'outbox_event'::regclass`)
+		return n == 1+outbox.MonthsAhead, ""
+	})
+	appendEvents(t, pool, topic, more)
+	waitDrained(t, pool, 60*time.Second)
+	stop()
+	ids := make([]uuid.UUID, len(more))
+	for i, e := range more {
+		ids[i] = e.EventID
+	}
+	var newest, oldest int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT max(id) FROM outbox_event WHERE NOT event_id = ANY($1)),
+		(SELECT min(id) FROM outbox_event WHERE event_id = ANY($1))`, ids).Scan(&newest, &oldest); err != nil {
+		t.Fatal(err)
+	}
+	if oldest <= newest {
+		t.Fatalf("an event appended after the migration has id %d, not after the old rows' %d", oldest, newest)
+	}
+	rep := checkDelivery(append(backlog, more...), readTopic(t, brokers, topic))
+	if rep.Lost != 0 || rep.Duplicates != 0 || rep.Reordered != 0 || rep.Unknown != 0 {
+		t.Fatalf("delivery: %v", rep)
+	}
+	// A month's partition takes the appends of its ids.
+	next := mintedAt(newEvents(t, 1, 1), monthpart.Start(time.Now()).AddDate(0, 1, 1))
+	appendEvents(t, pool, topic, next)
+	var part string
+	if err := pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM outbox_event WHERE event_id = $1`, next[0].EventID).Scan(&part); err != nil {
+		t.Fatal(err)
+	}
+	if want := monthpart.MonthOf("outbox_event", monthpart.Start(time.Now()).AddDate(0, 1, 1)).Name; part != want {
+		t.Fatalf("next month's event in %s, want %s", part, want)
+	}
+}
+
+// The migrations go down and up again, the months with them.
+func TestMigrationsGoDownAndUp(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDB(t, outboxDB)
+	pool, err := pgxpool.New(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := outbox.EnsureMonths(t.Context(), pool, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	appendEvents(t, pool, "t", newEvents(t, 3, 3))
+	if err := pgmigrate.Down(url, outbox.Migrations); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgmigrate.Up(url, outbox.Migrations); err != nil {
+		t.Fatal(err)
+	}
+}
