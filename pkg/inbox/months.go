@@ -17,7 +17,7 @@ import (
 // inbox_event is partitioned by the month of its event id (migration 0005).
 // The primary key is the event id, global across months, so a redelivery is
 // a DUPLICATE however late it comes: its id leads to its own month. The
-// aggregate slot is unique within each month (EventMonths.PerMonth); across
+// aggregate slot is unique within each month (created with each month's partition); across
 // months, the claim's step reads the holder of each event's slot (see read in
 // decide.go) and an event whose slot another event holds is a DUPLICATE
 // (ReasonVersionApplied), as when the unique slot refused its claim.
@@ -30,11 +30,9 @@ import (
 // month, carried rows) is purged row by row (PurgeDefault).
 
 // EventMonths is inbox_event as a table partitioned by month.
-var EventMonths = monthpart.Table{
-	Name:     "inbox_event",
-	Key:      "event_id",
-	PerMonth: "CONSTRAINT %[1]s_slot UNIQUE (tenant_id, aggregate_type, aggregate_id, aggregate_version)",
-}
+// Each month partition gets its own unique aggregate slot (the function
+// inbox_event_months of migration 0005 creates it).
+var EventMonths = monthpart.Table{Name: "inbox_event", Key: "event_id", DDL: "inbox_event_months"}
 
 // MonthsAhead is how many months after the current one EnsureMonths creates,
 // so that no insert ever finds its month missing while the upkeep is down for
@@ -104,7 +102,7 @@ func dropMonth(ctx context.Context, pool *pgxpool.Pool, m monthpart.Month, older
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `ALTER TABLE inbox_event DETACH PARTITION `+part); err != nil {
+		if err := EventMonths.Exec(ctx, tx, "detach", m); err != nil {
 			return err
 		}
 		var fresh bool
@@ -118,7 +116,7 @@ func dropMonth(ctx context.Context, pool *pgxpool.Pool, m monthpart.Month, older
 		if _, err := tx.Exec(ctx, `INSERT INTO inbox_event SELECT * FROM inbox_carry ON CONFLICT DO NOTHING`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DROP TABLE `+part); err != nil {
+		if err := EventMonths.Exec(ctx, tx, "drop", m); err != nil {
 			return err
 		}
 		dropped = true

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -54,12 +55,22 @@ func MonthOf(table string, t time.Time) Month {
 type Table struct {
 	Name string
 	Key  string
-	// PerMonth is the constraint list each new month partition gets beside
-	// the parent's, in CREATE TABLE ... PARTITION OF parent (...) form, with
-	// %[1]s standing for the partition's name; empty for none. A unique
-	// constraint that cannot include the key lives here: unique within the
-	// month.
-	PerMonth string
+	// DDL is the SECURITY DEFINER function the table's migration created
+	// for the upkeep's DDL, <table>_months(op, month, lo, hi): the service
+	// runs as a role that owns no table, so it creates, detaches and drops
+	// partitions, and adds, validates and drops the default's month CHECK,
+	// through it (ops "create", "detach", "drop", "add_check",
+	// "validate_check", "drop_check"; month as YYYYMM).
+	DDL string
+}
+
+// Exec runs op of the table's DDL function on month m through q.
+func (tb Table) Exec(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, op string, m Month) error {
+	_, err := q.Exec(ctx, `SELECT `+pgx.Identifier{tb.DDL}.Sanitize()+`($1, $2, $3, $4)`,
+		op, m.From.Format("200601"), Bound(m.From), Bound(m.To))
+	return err
 }
 
 // Default is the name of the table's DEFAULT partition.
@@ -157,26 +168,27 @@ func (tb Table) Ensure(ctx context.Context, pool *pgxpool.Pool, now time.Time, a
 // takes a strong lock runs in a transaction of its own with a local
 // lock_timeout, so the connection goes back to the pool as it came.
 func (tb Table) create(ctx context.Context, conn *pgx.Conn, m Month, mayMove bool) (bool, error) {
-	lo, hi := Bound(m.From).String(), Bound(m.To).String()
-	check := pgx.Identifier{m.Name + "_not_in_default"}.Sanitize()
+	lo, hi := Bound(m.From), Bound(m.To)
 	def := pgx.Identifier{tb.Default()}.Sanitize()
 	key := pgx.Identifier{tb.Key}.Sanitize()
-	parent := pgx.Identifier{tb.Name}.Sanitize()
-	cols := ""
-	if tb.PerMonth != "" {
-		cols = "(" + fmt.Sprintf(tb.PerMonth, m.Name) + ")"
-	}
-	createSQL := fmt.Sprintf(`CREATE TABLE %s PARTITION OF %s %s FOR VALUES FROM ('%s') TO ('%s')`,
-		pgx.Identifier{m.Name}.Sanitize(), parent, cols, lo, hi)
-	locked := func(sqls ...string) error {
+	locked := func(steps ...func(pgx.Tx) error) error {
 		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			for _, sql := range append([]string{`SET LOCAL lock_timeout = '` + lockTimeout + `'`}, sqls...) {
-				if _, err := tx.Exec(ctx, sql); err != nil {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '`+lockTimeout+`'`); err != nil {
+				return err
+			}
+			for _, step := range steps {
+				if err := step(tx); err != nil {
 					return err
 				}
 			}
 			return nil
 		})
+	}
+	sql := func(q string, args ...any) func(pgx.Tx) error {
+		return func(tx pgx.Tx) error { _, err := tx.Exec(ctx, q, args...); return err }
+	}
+	ddl := func(op string) func(pgx.Tx) error {
+		return func(tx pgx.Tx) error { return tb.Exec(ctx, tx, op, m) }
 	}
 	// A look through the default's primary key first, under no lock that
 	// stops writes: a month that has begun in the default is left there.
@@ -190,29 +202,28 @@ func (tb Table) create(ctx context.Context, conn *pgx.Conn, m Month, mayMove boo
 		return false, nil
 	case inDefault: // a month to come: its few rows move with the creation
 		err := locked(
-			fmt.Sprintf(`CREATE TEMP TABLE monthpart_moving ON COMMIT DROP AS SELECT * FROM %s WHERE %s >= '%s' AND %s < '%s'`, def, key, lo, key, hi),
-			fmt.Sprintf(`DELETE FROM %s WHERE %s >= '%s' AND %s < '%s'`, def, key, lo, key, hi),
-			createSQL,
-			fmt.Sprintf(`INSERT INTO %s OVERRIDING SYSTEM VALUE SELECT * FROM monthpart_moving`, parent))
+			sql(fmt.Sprintf(`CREATE TEMP TABLE monthpart_moving ON COMMIT DROP AS SELECT * FROM %s WHERE %s >= $1 AND %s < $2`, def, key, key), lo, hi),
+			sql(fmt.Sprintf(`DELETE FROM %s WHERE %s >= $1 AND %s < $2`, def, key, key), lo, hi),
+			ddl("create"),
+			sql(fmt.Sprintf(`INSERT INTO %s OVERRIDING SYSTEM VALUE SELECT * FROM monthpart_moving`, pgx.Identifier{tb.Name}.Sanitize())))
 		return err == nil, err
 	case !mayMove:
 		// A month that has begun (a new database, or upkeep down for
 		// months): rows of it may come at any moment, so no CHECK may refuse
 		// them; the creation scans the default, which holds none of it.
-		err := locked(createSQL)
+		err := locked(ddl("create"))
 		return err == nil, err
 	}
 	// A month to come, none of it in the default: a CHECK excluding it,
 	// added NOT VALID and validated under a lock that lets writes through,
 	// spares the creation its scan of the default.
-	if err := locked(fmt.Sprintf(`ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s`, def, check),
-		fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s CHECK (%s < '%s' OR %s >= '%s') NOT VALID`, def, check, key, lo, key, hi)); err != nil {
+	if err := locked(ddl("add_check")); err != nil {
 		return false, err
 	}
-	if _, err := conn.Exec(ctx, fmt.Sprintf(`ALTER TABLE %s VALIDATE CONSTRAINT %s`, def, check)); err != nil {
+	if err := tb.Exec(ctx, conn, "validate_check", m); err != nil {
 		// A row of the month came meanwhile: the next interval moves it.
-		return false, errors.Join(err, locked(fmt.Sprintf(`ALTER TABLE %s DROP CONSTRAINT %s`, def, check)))
+		return false, errors.Join(err, locked(ddl("drop_check")))
 	}
-	err := locked(createSQL, fmt.Sprintf(`ALTER TABLE %s DROP CONSTRAINT %s`, def, check))
+	err := locked(ddl("create"), ddl("drop_check"))
 	return err == nil, err
 }

@@ -27,7 +27,7 @@ import (
 // it as held, and the relay warns of it at each purge.
 
 // EventMonths is outbox_event as a table partitioned by month.
-var EventMonths = monthpart.Table{Name: "outbox_event", Key: "event_id"}
+var EventMonths = monthpart.Table{Name: "outbox_event", Key: "event_id", DDL: "outbox_event_months"}
 
 // MonthsAhead is how many months after the current one EnsureMonths creates.
 const MonthsAhead = 2
@@ -111,7 +111,7 @@ func dropMonth(ctx context.Context, pool *pgxpool.Pool, m monthpart.Month, older
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `ALTER TABLE outbox_event DETACH PARTITION `+part); err != nil {
+		if err := EventMonths.Exec(ctx, tx, "detach", m); err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, check, olderThan).Scan(&held, &recent); err != nil {
@@ -124,8 +124,7 @@ func dropMonth(ctx context.Context, pool *pgxpool.Pool, m monthpart.Month, older
 			}
 			return errKeep
 		}
-		_, err := tx.Exec(ctx, `DROP TABLE `+part)
-		return err
+		return EventMonths.Exec(ctx, tx, "drop", m)
 	})
 	if errors.Is(err, errKeep) {
 		return 0, state, nil

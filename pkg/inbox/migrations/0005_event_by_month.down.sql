@@ -1,3 +1,4 @@
+DROP FUNCTION inbox_event_months(text, text, uuid, uuid);
 CREATE TABLE inbox_event_flat (
     event_id          uuid        PRIMARY KEY,
     payload_digest    text        NOT NULL,

@@ -30,3 +30,40 @@ CREATE TABLE inbox_event (
 CREATE INDEX inbox_event_applied_at ON inbox_event (applied_at);
 
 ALTER TABLE inbox_event ATTACH PARTITION inbox_event_default DEFAULT;
+
+-- The month upkeep's DDL, for the service's runtime role, which owns no
+-- table (pkg/pgmigrate roles.go): SECURITY DEFINER runs it as the owner,
+-- limited to these operations on this table's month partitions (the month
+-- checked as YYYYMM, the bounds typed as uuid). pkg/monthpart calls it.
+CREATE FUNCTION inbox_event_months(op text, month text, lo uuid DEFAULT NULL, hi uuid DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    part text := 'inbox_event_p' || month;
+    chk  text := 'inbox_event_p' || month || '_not_in_default';
+BEGIN
+    IF month !~ '^[0-9]{6}$' THEN
+        RAISE EXCEPTION 'month % is not YYYYMM', month;
+    END IF;
+    CASE op
+    WHEN 'add_check' THEN
+        EXECUTE format('ALTER TABLE inbox_event_default DROP CONSTRAINT IF EXISTS %I', chk);
+        EXECUTE format('ALTER TABLE inbox_event_default ADD CONSTRAINT %I CHECK (event_id < %L OR event_id >= %L) NOT VALID',
+                       chk, lo, hi);
+    WHEN 'validate_check' THEN
+        EXECUTE format('ALTER TABLE inbox_event_default VALIDATE CONSTRAINT %I', chk);
+    WHEN 'drop_check' THEN
+        EXECUTE format('ALTER TABLE inbox_event_default DROP CONSTRAINT IF EXISTS %I', chk);
+    WHEN 'create' THEN
+        EXECUTE format('CREATE TABLE %I PARTITION OF inbox_event (CONSTRAINT %I UNIQUE (tenant_id, aggregate_type, aggregate_id, aggregate_version)) FOR VALUES FROM (%L) TO (%L)',
+                       part, part || '_slot', lo, hi);
+    WHEN 'detach' THEN
+        EXECUTE format('ALTER TABLE inbox_event DETACH PARTITION %I', part);
+    WHEN 'drop' THEN
+        IF EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass(part)) THEN
+            RAISE EXCEPTION '% is still a partition: detach it first', part;
+        END IF;
+        EXECUTE format('DROP TABLE %I', part);
+    ELSE
+        RAISE EXCEPTION 'unknown operation %', op;
+    END CASE;
+END $$;

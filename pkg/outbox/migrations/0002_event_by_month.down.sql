@@ -1,3 +1,4 @@
+DROP FUNCTION outbox_event_months(text, text, uuid, uuid);
 CREATE TABLE outbox_event_flat (
     event_id        uuid        PRIMARY KEY,
     id              bigint      GENERATED ALWAYS AS IDENTITY,

@@ -48,3 +48,40 @@ ALTER TABLE outbox_event ATTACH PARTITION outbox_event_default DEFAULT;
 
 CREATE TRIGGER outbox_event_notify AFTER INSERT ON outbox_event
     FOR EACH STATEMENT EXECUTE FUNCTION outbox_notify();
+
+-- The month upkeep's DDL, for the service's runtime role, which owns no
+-- table (pkg/pgmigrate roles.go): SECURITY DEFINER runs it as the owner,
+-- limited to these operations on this table's month partitions (the month
+-- checked as YYYYMM, the bounds typed as uuid). pkg/monthpart calls it.
+CREATE FUNCTION outbox_event_months(op text, month text, lo uuid DEFAULT NULL, hi uuid DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    part text := 'outbox_event_p' || month;
+    chk  text := 'outbox_event_p' || month || '_not_in_default';
+BEGIN
+    IF month !~ '^[0-9]{6}$' THEN
+        RAISE EXCEPTION 'month % is not YYYYMM', month;
+    END IF;
+    CASE op
+    WHEN 'add_check' THEN
+        EXECUTE format('ALTER TABLE outbox_event_default DROP CONSTRAINT IF EXISTS %I', chk);
+        EXECUTE format('ALTER TABLE outbox_event_default ADD CONSTRAINT %I CHECK (event_id < %L OR event_id >= %L) NOT VALID',
+                       chk, lo, hi);
+    WHEN 'validate_check' THEN
+        EXECUTE format('ALTER TABLE outbox_event_default VALIDATE CONSTRAINT %I', chk);
+    WHEN 'drop_check' THEN
+        EXECUTE format('ALTER TABLE outbox_event_default DROP CONSTRAINT IF EXISTS %I', chk);
+    WHEN 'create' THEN
+        EXECUTE format('CREATE TABLE %I PARTITION OF outbox_event FOR VALUES FROM (%L) TO (%L)',
+                       part, lo, hi);
+    WHEN 'detach' THEN
+        EXECUTE format('ALTER TABLE outbox_event DETACH PARTITION %I', part);
+    WHEN 'drop' THEN
+        IF EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass(part)) THEN
+            RAISE EXCEPTION '% is still a partition: detach it first', part;
+        END IF;
+        EXECUTE format('DROP TABLE %I', part);
+    ELSE
+        RAISE EXCEPTION 'unknown operation %', op;
+    END CASE;
+END $$;
