@@ -103,6 +103,10 @@ type App struct {
 	// of a close's tally (after its commit, with a pool) with the charges
 	// it read.
 	afterChunk func(charges int64)
+	// afterValueChunk, when set (tests: SetAfterValueChunk), runs after
+	// each chunk of a close's count of distinct values (in its step) with
+	// the values it read.
+	afterValueChunk func(values int64)
 }
 
 // New returns the App of d and c.

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/usagebilling/billing/pkg/envelope"
@@ -235,5 +236,36 @@ func TestChunkedCloseWalksAgainForALateCharge(t *testing.T) {
 	invs := invoices(t, pool, "acme", "2026-11")
 	if invs["USD"].Status != "issued" || !invs["USD"].Total.Equal(D("39")) {
 		t.Fatalf("invoice %+v", invs["USD"])
+	}
+}
+
+// TestCloseCountsDistinctValuesInChunks: a unique_count line of 25 charges
+// with 10 distinct values, closed with a chunk of 4 (with a pool: each
+// chunk its own transaction), counts its values in statements of at most
+// 4 (4, 4, 2) and prices the 10: five packages of 2 at 5.
+func TestCloseCountsDistinctValuesInChunks(t *testing.T) {
+	t.Parallel()
+	p := NewPeriod(t, "acme", "2026-11")
+	pk := packagePricing("2", "5")
+	var envs []envelope.Envelope
+	for i := range 25 {
+		envs = append(envs, p.ChargeRated(whole("unique_count", "1", pk, at(i), "s", fmt.Sprint(i), fmt.Sprint("user-", i%10))))
+	}
+	closed := p.Close()
+	pool := pgtest.NewPool(t, Template)
+	closer := app.New(app.Deps{Pool: pool}, app.Config{CloseChunk: 4})
+	var values []int64
+	closer.SetAfterValueChunk(func(n int64) { values = append(values, n) })
+	ib := servicetest.NewInbox(t, invoice.Spec, service.Parts{
+		Topics: app.Topics, Handlers: closer.Handlers(), BatchHandlers: closer.BatchHandlers(),
+	})
+	Decide(t, pool, ib, envs...)
+	wantOutcomes(t, Decide(t, pool, ib, closed), "applied")
+	if !slices.Equal(values, []int64{4, 4, 2}) {
+		t.Fatalf("value chunks %v, want 4, 4, 2", values)
+	}
+	inv := invoices(t, pool, "acme", "2026-11")["USD"]
+	if got := summaries(inv); !slices.Equal(got, []string{"charge/api_calls/1 10/25 25"}) || !inv.Total.Equal(D("25")) {
+		t.Fatalf("lines %q, total %v; want 10 distinct of 25 charges, 25", got, inv.Total)
 	}
 }

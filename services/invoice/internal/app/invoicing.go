@@ -469,6 +469,8 @@ type chargeLine struct {
 	UnitPrice, Quantity, Amount                     decimal.Decimal
 	Charges                                         int64
 	Digest                                          *big.Int
+	// Distinct is the number of distinct values of a unique_count line.
+	Distinct int64
 }
 
 // walkCharges advances the chunked tally of a tenant's period's charges
@@ -492,9 +494,14 @@ func (a *App) walkCharges(ctx context.Context, tx pgx.Tx, tenantID, period strin
 			if err != nil {
 				return fmt.Errorf("lock the tally of %s %s: %w", tenantID, period, err)
 			}
-			if pos.Done {
+			if pos.Done && pos.ValuesDone {
 				done = true
 				return nil
+			}
+			if pos.Done {
+				var err error
+				done, err = a.valueChunk(ctx, q, tenantID, period, pos)
+				return err
 			}
 			rows, err := q.TallyChargeChunk(ctx, db.TallyChargeChunkParams{TenantID: tenantID, Period: period,
 				AfterUsage: pos.AfterUsage, AfterOrigin: pos.AfterOrigin, ChunkSize: int32(a.closeChunk)})
@@ -519,9 +526,9 @@ func (a *App) walkCharges(ctx context.Context, tx pgx.Tx, tenantID, period strin
 					return fmt.Errorf("add a chunk to the tally of %s %s: %w", tenantID, period, err)
 				}
 			}
-			done = n < int64(a.closeChunk)
+			chargesDone := n < int64(a.closeChunk) // the distinct values are counted next
 			if err := q.AdvanceCloseTally(ctx, db.AdvanceCloseTallyParams{TenantID: tenantID, Period: period,
-				AfterUsage: afterUsage, AfterOrigin: afterOrigin, Done: done}); err != nil {
+				AfterUsage: afterUsage, AfterOrigin: afterOrigin, Done: chargesDone}); err != nil {
 				return fmt.Errorf("record the tally's position of %s %s: %w", tenantID, period, err)
 			}
 			return nil
@@ -537,6 +544,47 @@ func (a *App) walkCharges(ctx context.Context, tx pgx.Tx, tenantID, period strin
 		}
 	}
 	return false, nil
+}
+
+// valueChunk counts the next closeChunk distinct values of a tenant's
+// period's unique_count lines (TallyValueChunk, key order of
+// invoice_line_value after the recorded key), adds them to the tally's
+// lines and records the key it reached, in the caller's step; it reports
+// whether the values are all counted.
+func (a *App) valueChunk(ctx context.Context, q *db.Queries, tenantID, period string, pos db.LockCloseTallyRow) (bool, error) {
+	rows, err := q.TallyValueChunk(ctx, db.TallyValueChunkParams{TenantID: tenantID, Period: period,
+		AfterCurrency: pos.ValueCurrency, AfterMeterCode: pos.ValueMeterCode, AfterPriceVersion: pos.ValuePriceVersion,
+		AfterDimensionsKey: pos.ValueDimensionsKey, AfterUnpriced: pos.ValueUnpriced, AfterValue: pos.ValueValue,
+		ChunkSize: int32(a.closeChunk)})
+	if err != nil {
+		return false, fmt.Errorf("count distinct values of %s %s: %w", tenantID, period, err)
+	}
+	arg := db.AddCloseTallyValuesParams{TenantID: tenantID, Period: period}
+	next := db.AdvanceValueTallyParams{TenantID: tenantID, Period: period, ValueCurrency: pos.ValueCurrency,
+		ValueMeterCode: pos.ValueMeterCode, ValuePriceVersion: pos.ValuePriceVersion,
+		ValueDimensionsKey: pos.ValueDimensionsKey, ValueUnpriced: pos.ValueUnpriced, ValueValue: pos.ValueValue}
+	var n int64
+	for _, r := range rows {
+		n += r.N
+		arg.Currencies, arg.MeterCodes = append(arg.Currencies, r.Currency), append(arg.MeterCodes, r.MeterCode)
+		arg.PriceVersions, arg.DimensionsKeys = append(arg.PriceVersions, r.PriceVersion), append(arg.DimensionsKeys, r.DimensionsKey)
+		arg.Unpriceds, arg.Counts = append(arg.Unpriceds, r.Unpriced), append(arg.Counts, r.N)
+		next.ValueCurrency, next.ValueMeterCode, next.ValuePriceVersion = r.LastCurrency, r.LastMeterCode, r.LastPriceVersion
+		next.ValueDimensionsKey, next.ValueUnpriced, next.ValueValue = r.LastDimensionsKey, r.LastUnpriced, r.LastValue
+	}
+	if len(rows) > 0 {
+		if err := q.AddCloseTallyValues(ctx, arg); err != nil {
+			return false, fmt.Errorf("add distinct values to the tally of %s %s: %w", tenantID, period, err)
+		}
+	}
+	next.ValuesDone = n < int64(a.closeChunk)
+	if err := q.AdvanceValueTally(ctx, next); err != nil {
+		return false, fmt.Errorf("record the tally's position of %s %s: %w", tenantID, period, err)
+	}
+	if a.afterValueChunk != nil {
+		a.afterValueChunk(n)
+	}
+	return next.ValuesDone, nil
 }
 
 // closeStep runs fn as one step of a close's tally: in a transaction of
@@ -597,7 +645,7 @@ func (a *App) tallyCharges(ctx context.Context, q *db.Queries, tenantID, period 
 		}
 		out = append(out, &chargeLine{Currency: r.Currency, MeterCode: r.MeterCode, DimensionsKey: r.DimensionsKey,
 			Aggregation: r.Aggregation, PriceVersion: r.PriceVersion, Unpriced: r.Unpriced, UnitPrice: r.UnitPrice,
-			Quantity: r.Quantity, Amount: r.Amount, Charges: r.Charges, Digest: digest})
+			Quantity: r.Quantity, Amount: r.Amount, Charges: r.Charges, Digest: digest, Distinct: r.DistinctValues})
 	}
 	slices.SortFunc(out, func(x, y *chargeLine) int {
 		return cmp.Or(cmp.Compare(x.Currency, y.Currency), cmp.Compare(x.MeterCode, y.MeterCode),
@@ -729,7 +777,7 @@ func (a *App) issue(ctx context.Context, q *db.Queries, e *envelope.Envelope, pe
 		arg.DimensionsKeys, arg.Unpriceds = append(arg.DimensionsKeys, l.DimensionsKey), append(arg.Unpriceds, l.Unpriced)
 		arg.Aggregations, arg.UnitPrices = append(arg.Aggregations, l.Aggregation), append(arg.UnitPrices, l.UnitPrice)
 		arg.Quantities, arg.ChargeCounts = append(arg.Quantities, l.Quantity), append(arg.ChargeCounts, l.Charges)
-		arg.Amounts = append(arg.Amounts, l.Amount)
+		arg.Amounts, arg.Distincts = append(arg.Amounts, l.Amount), append(arg.Distincts, l.Distinct)
 	}
 	sums, err := q.ChargeLineSums(ctx, arg)
 	if err != nil {

@@ -13,28 +13,36 @@ import (
 )
 
 type CloseTally struct {
-	TenantID    string
-	Period      string
-	AfterUsage  uuid.UUID
-	AfterOrigin uuid.UUID
-	Chunks      int64
-	Done        bool
+	TenantID           string
+	Period             string
+	AfterUsage         uuid.UUID
+	AfterOrigin        uuid.UUID
+	Chunks             int64
+	Done               bool
+	ValuesDone         bool
+	ValueCurrency      string
+	ValueMeterCode     string
+	ValuePriceVersion  int64
+	ValueDimensionsKey string
+	ValueUnpriced      bool
+	ValueValue         string
 }
 
 type CloseTallyLine struct {
-	TenantID      string
-	Period        string
-	Currency      string
-	MeterCode     string
-	PriceVersion  int64
-	DimensionsKey string
-	Unpriced      bool
-	Aggregation   string
-	UnitPrice     decimal.Decimal
-	Charges       int64
-	Quantity      decimal.Decimal
-	Amount        decimal.Decimal
-	Digest        decimal.Decimal
+	TenantID       string
+	Period         string
+	Currency       string
+	MeterCode      string
+	PriceVersion   int64
+	DimensionsKey  string
+	Unpriced       bool
+	Aggregation    string
+	UnitPrice      decimal.Decimal
+	Charges        int64
+	Quantity       decimal.Decimal
+	Amount         decimal.Decimal
+	Digest         decimal.Decimal
+	DistinctValues int64
 }
 
 type CreditGrant struct {

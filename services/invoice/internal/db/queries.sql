@@ -395,7 +395,58 @@ ORDER BY g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced
 -- chunks one after the other, each from the position the last committed.
 INSERT INTO close_tally (tenant_id, period) VALUES (@tenant_id, @period)
 ON CONFLICT (tenant_id, period) DO UPDATE SET tenant_id = excluded.tenant_id
-RETURNING after_usage, after_origin, chunks, done;
+RETURNING after_usage, after_origin, chunks, done, values_done, value_currency, value_meter_code, value_price_version,
+          value_dimensions_key::text AS value_dimensions_key, value_unpriced, value_value::text AS value_value;
+
+-- name: TallyValueChunk :many
+-- One chunk of the count of a close's distinct values: the next chunk_size
+-- rows of invoice_line_value of a tenant's period after the position (its
+-- key), one range scan of its primary key bounded by the chunk, counted by
+-- line. Every row carries the chunk's last key; no row: none after it.
+WITH v AS (
+    SELECT v.currency, v.meter_code, v.price_version, v.dimensions_key, v.unpriced, v.value
+    FROM invoice_line_value v
+    WHERE v.tenant_id = @tenant_id AND v.period = @period
+      AND (v.currency, v.meter_code, v.price_version, v.dimensions_key, v.unpriced, v.value)
+        > (sqlc.arg(after_currency)::text, sqlc.arg(after_meter_code)::text, sqlc.arg(after_price_version)::bigint,
+           sqlc.arg(after_dimensions_key)::text COLLATE "C", sqlc.arg(after_unpriced)::boolean,
+           sqlc.arg(after_value)::text COLLATE "C")
+    ORDER BY v.currency, v.meter_code, v.price_version, v.dimensions_key, v.unpriced, v.value
+    LIMIT sqlc.arg(chunk_size)::int
+), last AS (
+    SELECT * FROM v
+    ORDER BY v.currency DESC, v.meter_code DESC, v.price_version DESC, v.dimensions_key DESC, v.unpriced DESC, v.value DESC
+    LIMIT 1
+)
+SELECT g.currency::text AS currency, g.meter_code::text AS meter_code, g.price_version::bigint AS price_version,
+       g.dimensions_key::text AS dimensions_key, g.unpriced::boolean AS unpriced, g.n::bigint AS n,
+       last.currency::text AS last_currency, last.meter_code::text AS last_meter_code,
+       last.price_version::bigint AS last_price_version, last.dimensions_key::text AS last_dimensions_key,
+       last.unpriced::boolean AS last_unpriced, last.value::text AS last_value
+FROM (SELECT v.currency, v.meter_code, v.price_version, v.dimensions_key, v.unpriced, count(*) AS n
+      FROM v GROUP BY v.currency, v.meter_code, v.price_version, v.dimensions_key, v.unpriced) g
+CROSS JOIN last
+ORDER BY g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced;
+
+-- name: AddCloseTallyValues :exec
+-- AddCloseTallyValues adds one chunk's counts of distinct values to the
+-- tally's unique_count lines.
+UPDATE close_tally_line l SET distinct_values = l.distinct_values + u.n
+FROM (SELECT unnest(@currencies::text[]) AS currency, unnest(@meter_codes::text[]) AS meter_code,
+             unnest(@price_versions::bigint[]) AS price_version, unnest(@dimensions_keys::text[]) AS dimensions_key,
+             unnest(@unpriceds::boolean[]) AS unpriced, unnest(@counts::bigint[]) AS n) u
+WHERE l.tenant_id = @tenant_id AND l.period = @period AND l.currency = u.currency AND l.meter_code = u.meter_code
+  AND l.price_version = u.price_version AND l.dimensions_key = u.dimensions_key AND l.unpriced = u.unpriced
+  AND l.aggregation = 'unique_count';
+
+-- name: AdvanceValueTally :exec
+-- AdvanceValueTally records the key the count of distinct values reached,
+-- in the chunk's transaction, and whether it is done.
+UPDATE close_tally
+SET value_currency = @value_currency, value_meter_code = @value_meter_code, value_price_version = @value_price_version,
+    value_dimensions_key = @value_dimensions_key, value_unpriced = @value_unpriced, value_value = @value_value,
+    values_done = @values_done
+WHERE tenant_id = @tenant_id AND period = @period;
 
 -- name: AddCloseTallyLines :exec
 -- AddCloseTallyLines adds one chunk's tally (TallyChargeChunk) to its
@@ -424,7 +475,7 @@ WHERE tenant_id = @tenant_id AND period = @period;
 -- name: CloseTallyLines :many
 -- CloseTallyLines reads a period's tallied lines: O(lines).
 SELECT currency, meter_code, price_version, dimensions_key::text AS dimensions_key, unpriced, aggregation, unit_price,
-       charges, quantity, amount, digest::text AS digest
+       charges, quantity, amount, digest::text AS digest, distinct_values
 FROM close_tally_line
 WHERE tenant_id = @tenant_id AND period = @period;
 
@@ -440,26 +491,22 @@ DELETE FROM close_tally WHERE tenant_id = @tenant_id AND period = @period;
 -- ChargeLineSums gives an invoice's lines (one per meter, price version,
 -- price dimensions and unpriced; charge lines first), whose charges' count
 -- and sums the close tallied chunk by chunk (TallyChargeChunk) and passes
--- in, with what prices them: the version's pricing when recorded (NULL:
--- none), the running figure of a max or latest line (NULL: none) and the
--- number of distinct values of a unique_count line. O(lines) rows read
--- (and, for a unique_count line, its distinct values counted). The caller
+-- in, with the number of distinct values of a unique_count line, counted
+-- chunk by chunk too (TallyValueChunk), and what prices them: the
+-- version's pricing when recorded (NULL: none) and the running figure of a
+-- max or latest line (NULL: none). O(lines) rows read. The caller
 -- computes and prices each line (domain.Group) and writes it
 -- (InsertChargeLines).
 SELECT g.meter_code::text AS meter_code, g.price_version::bigint AS price_version, g.dimensions_key::text AS dimensions_key,
        g.unpriced::boolean AS unpriced, g.aggregation::text AS aggregation, g.unit_price::numeric AS unit_price,
        g.quantity::numeric AS quantity, g.charge_count::bigint AS charge_count, g.amount::numeric AS amount,
        vp.pricing, f.quantity AS figure,
-       (CASE WHEN g.aggregation = 'unique_count' THEN (
-            SELECT count(*) FROM invoice_line_value v
-            WHERE v.tenant_id = @tenant_id::text AND v.period = @period::text AND v.currency = @currency::text
-              AND v.meter_code = g.meter_code AND v.price_version = g.price_version
-              AND v.dimensions_key = g.dimensions_key AND v.unpriced = g.unpriced) ELSE 0 END)::bigint AS distinct_values
+       g.distinct_values::bigint AS distinct_values
 FROM (SELECT unnest(@meter_codes::text[]) AS meter_code, unnest(@price_versions::bigint[]) AS price_version,
              unnest(@dimensions_keys::text[]) AS dimensions_key, unnest(@unpriceds::boolean[]) AS unpriced,
              unnest(@aggregations::text[]) AS aggregation, unnest(@unit_prices::numeric[]) AS unit_price,
              unnest(@quantities::numeric[]) AS quantity, unnest(@charge_counts::bigint[]) AS charge_count,
-             unnest(@amounts::numeric[]) AS amount) g
+             unnest(@amounts::numeric[]) AS amount, unnest(@distincts::bigint[]) AS distinct_values) g
 LEFT JOIN invoice_price_version vp
        ON vp.tenant_id = @tenant_id::text AND vp.currency = @currency::text AND vp.meter_code = g.meter_code
       AND vp.price_version = g.price_version

@@ -326,6 +326,43 @@ func (q *Queries) AddCloseTallyLines(ctx context.Context, arg AddCloseTallyLines
 	return err
 }
 
+const addCloseTallyValues = `-- name: AddCloseTallyValues :exec
+UPDATE close_tally_line l SET distinct_values = l.distinct_values + u.n
+FROM (SELECT unnest($3::text[]) AS currency, unnest($4::text[]) AS meter_code,
+             unnest($5::bigint[]) AS price_version, unnest($6::text[]) AS dimensions_key,
+             unnest($7::boolean[]) AS unpriced, unnest($8::bigint[]) AS n) u
+WHERE l.tenant_id = $1 AND l.period = $2 AND l.currency = u.currency AND l.meter_code = u.meter_code
+  AND l.price_version = u.price_version AND l.dimensions_key = u.dimensions_key AND l.unpriced = u.unpriced
+  AND l.aggregation = 'unique_count'
+`
+
+type AddCloseTallyValuesParams struct {
+	TenantID       string
+	Period         string
+	Currencies     []string
+	MeterCodes     []string
+	PriceVersions  []int64
+	DimensionsKeys []string
+	Unpriceds      []bool
+	Counts         []int64
+}
+
+// AddCloseTallyValues adds one chunk's counts of distinct values to the
+// tally's unique_count lines.
+func (q *Queries) AddCloseTallyValues(ctx context.Context, arg AddCloseTallyValuesParams) error {
+	_, err := q.db.Exec(ctx, addCloseTallyValues,
+		arg.TenantID,
+		arg.Period,
+		arg.Currencies,
+		arg.MeterCodes,
+		arg.PriceVersions,
+		arg.DimensionsKeys,
+		arg.Unpriceds,
+		arg.Counts,
+	)
+	return err
+}
+
 const addCorrection = `-- name: AddCorrection :execrows
 INSERT INTO invoice_correction (correction_id, invoice_id, origin_event_id, amount, issued_at, version, event_id)
 SELECT $1, $2, $3, $4, $5, $6, $7
@@ -424,37 +461,67 @@ func (q *Queries) AdvanceCloseTally(ctx context.Context, arg AdvanceCloseTallyPa
 	return err
 }
 
+const advanceValueTally = `-- name: AdvanceValueTally :exec
+UPDATE close_tally
+SET value_currency = $1, value_meter_code = $2, value_price_version = $3,
+    value_dimensions_key = $4, value_unpriced = $5, value_value = $6,
+    values_done = $7
+WHERE tenant_id = $8 AND period = $9
+`
+
+type AdvanceValueTallyParams struct {
+	ValueCurrency      string
+	ValueMeterCode     string
+	ValuePriceVersion  int64
+	ValueDimensionsKey string
+	ValueUnpriced      bool
+	ValueValue         string
+	ValuesDone         bool
+	TenantID           string
+	Period             string
+}
+
+// AdvanceValueTally records the key the count of distinct values reached,
+// in the chunk's transaction, and whether it is done.
+func (q *Queries) AdvanceValueTally(ctx context.Context, arg AdvanceValueTallyParams) error {
+	_, err := q.db.Exec(ctx, advanceValueTally,
+		arg.ValueCurrency,
+		arg.ValueMeterCode,
+		arg.ValuePriceVersion,
+		arg.ValueDimensionsKey,
+		arg.ValueUnpriced,
+		arg.ValueValue,
+		arg.ValuesDone,
+		arg.TenantID,
+		arg.Period,
+	)
+	return err
+}
+
 const chargeLineSums = `-- name: ChargeLineSums :many
 SELECT g.meter_code::text AS meter_code, g.price_version::bigint AS price_version, g.dimensions_key::text AS dimensions_key,
        g.unpriced::boolean AS unpriced, g.aggregation::text AS aggregation, g.unit_price::numeric AS unit_price,
        g.quantity::numeric AS quantity, g.charge_count::bigint AS charge_count, g.amount::numeric AS amount,
        vp.pricing, f.quantity AS figure,
-       (CASE WHEN g.aggregation = 'unique_count' THEN (
-            SELECT count(*) FROM invoice_line_value v
-            WHERE v.tenant_id = $1::text AND v.period = $2::text AND v.currency = $3::text
-              AND v.meter_code = g.meter_code AND v.price_version = g.price_version
-              AND v.dimensions_key = g.dimensions_key AND v.unpriced = g.unpriced) ELSE 0 END)::bigint AS distinct_values
-FROM (SELECT unnest($4::text[]) AS meter_code, unnest($5::bigint[]) AS price_version,
-             unnest($6::text[]) AS dimensions_key, unnest($7::boolean[]) AS unpriced,
-             unnest($8::text[]) AS aggregation, unnest($9::numeric[]) AS unit_price,
-             unnest($10::numeric[]) AS quantity, unnest($11::bigint[]) AS charge_count,
-             unnest($12::numeric[]) AS amount) g
+       g.distinct_values::bigint AS distinct_values
+FROM (SELECT unnest($1::text[]) AS meter_code, unnest($2::bigint[]) AS price_version,
+             unnest($3::text[]) AS dimensions_key, unnest($4::boolean[]) AS unpriced,
+             unnest($5::text[]) AS aggregation, unnest($6::numeric[]) AS unit_price,
+             unnest($7::numeric[]) AS quantity, unnest($8::bigint[]) AS charge_count,
+             unnest($9::numeric[]) AS amount, unnest($10::bigint[]) AS distinct_values) g
 LEFT JOIN invoice_price_version vp
-       ON vp.tenant_id = $1::text AND vp.currency = $3::text AND vp.meter_code = g.meter_code
+       ON vp.tenant_id = $11::text AND vp.currency = $12::text AND vp.meter_code = g.meter_code
       AND vp.price_version = g.price_version
       -- a plan's line: its key holds the pair %40plan=<code> (domain.LineKey)
       AND vp.price_key = CASE WHEN g.dimensions_key ~ '(^|&)%40plan=' THEN g.dimensions_key ELSE '' END
 LEFT JOIN invoice_line_figure f
-       ON f.tenant_id = $1::text AND f.period = $2::text AND f.currency = $3::text
+       ON f.tenant_id = $11::text AND f.period = $13::text AND f.currency = $12::text
       AND f.meter_code = g.meter_code AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key
       AND f.unpriced = g.unpriced
 ORDER BY g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregation, g.unit_price
 `
 
 type ChargeLineSumsParams struct {
-	TenantID       string
-	Period         string
-	Currency       string
 	MeterCodes     []string
 	PriceVersions  []int64
 	DimensionsKeys []string
@@ -464,6 +531,10 @@ type ChargeLineSumsParams struct {
 	Quantities     []decimal.Decimal
 	ChargeCounts   []int64
 	Amounts        []decimal.Decimal
+	Distincts      []int64
+	TenantID       string
+	Currency       string
+	Period         string
 }
 
 type ChargeLineSumsRow struct {
@@ -484,17 +555,14 @@ type ChargeLineSumsRow struct {
 // ChargeLineSums gives an invoice's lines (one per meter, price version,
 // price dimensions and unpriced; charge lines first), whose charges' count
 // and sums the close tallied chunk by chunk (TallyChargeChunk) and passes
-// in, with what prices them: the version's pricing when recorded (NULL:
-// none), the running figure of a max or latest line (NULL: none) and the
-// number of distinct values of a unique_count line. O(lines) rows read
-// (and, for a unique_count line, its distinct values counted). The caller
+// in, with the number of distinct values of a unique_count line, counted
+// chunk by chunk too (TallyValueChunk), and what prices them: the
+// version's pricing when recorded (NULL: none) and the running figure of a
+// max or latest line (NULL: none). O(lines) rows read. The caller
 // computes and prices each line (domain.Group) and writes it
 // (InsertChargeLines).
 func (q *Queries) ChargeLineSums(ctx context.Context, arg ChargeLineSumsParams) ([]ChargeLineSumsRow, error) {
 	rows, err := q.db.Query(ctx, chargeLineSums,
-		arg.TenantID,
-		arg.Period,
-		arg.Currency,
 		arg.MeterCodes,
 		arg.PriceVersions,
 		arg.DimensionsKeys,
@@ -504,6 +572,10 @@ func (q *Queries) ChargeLineSums(ctx context.Context, arg ChargeLineSumsParams) 
 		arg.Quantities,
 		arg.ChargeCounts,
 		arg.Amounts,
+		arg.Distincts,
+		arg.TenantID,
+		arg.Currency,
+		arg.Period,
 	)
 	if err != nil {
 		return nil, err
@@ -556,7 +628,7 @@ func (q *Queries) CloseApplied(ctx context.Context, arg CloseAppliedParams) (boo
 
 const closeTallyLines = `-- name: CloseTallyLines :many
 SELECT currency, meter_code, price_version, dimensions_key::text AS dimensions_key, unpriced, aggregation, unit_price,
-       charges, quantity, amount, digest::text AS digest
+       charges, quantity, amount, digest::text AS digest, distinct_values
 FROM close_tally_line
 WHERE tenant_id = $1 AND period = $2
 `
@@ -567,17 +639,18 @@ type CloseTallyLinesParams struct {
 }
 
 type CloseTallyLinesRow struct {
-	Currency      string
-	MeterCode     string
-	PriceVersion  int64
-	DimensionsKey string
-	Unpriced      bool
-	Aggregation   string
-	UnitPrice     decimal.Decimal
-	Charges       int64
-	Quantity      decimal.Decimal
-	Amount        decimal.Decimal
-	Digest        string
+	Currency       string
+	MeterCode      string
+	PriceVersion   int64
+	DimensionsKey  string
+	Unpriced       bool
+	Aggregation    string
+	UnitPrice      decimal.Decimal
+	Charges        int64
+	Quantity       decimal.Decimal
+	Amount         decimal.Decimal
+	Digest         string
+	DistinctValues int64
 }
 
 // CloseTallyLines reads a period's tallied lines: O(lines).
@@ -602,6 +675,7 @@ func (q *Queries) CloseTallyLines(ctx context.Context, arg CloseTallyLinesParams
 			&i.Quantity,
 			&i.Amount,
 			&i.Digest,
+			&i.DistinctValues,
 		); err != nil {
 			return nil, err
 		}
@@ -1639,7 +1713,8 @@ func (q *Queries) LockAlerts(ctx context.Context, alertIds []uuid.UUID) ([]uuid.
 const lockCloseTally = `-- name: LockCloseTally :one
 INSERT INTO close_tally (tenant_id, period) VALUES ($1, $2)
 ON CONFLICT (tenant_id, period) DO UPDATE SET tenant_id = excluded.tenant_id
-RETURNING after_usage, after_origin, chunks, done
+RETURNING after_usage, after_origin, chunks, done, values_done, value_currency, value_meter_code, value_price_version,
+          value_dimensions_key::text AS value_dimensions_key, value_unpriced, value_value::text AS value_value
 `
 
 type LockCloseTallyParams struct {
@@ -1648,10 +1723,17 @@ type LockCloseTallyParams struct {
 }
 
 type LockCloseTallyRow struct {
-	AfterUsage  uuid.UUID
-	AfterOrigin uuid.UUID
-	Chunks      int64
-	Done        bool
+	AfterUsage         uuid.UUID
+	AfterOrigin        uuid.UUID
+	Chunks             int64
+	Done               bool
+	ValuesDone         bool
+	ValueCurrency      string
+	ValueMeterCode     string
+	ValuePriceVersion  int64
+	ValueDimensionsKey string
+	ValueUnpriced      bool
+	ValueValue         string
 }
 
 // LockCloseTally takes (creating it at the start) the progress row of a
@@ -1665,6 +1747,13 @@ func (q *Queries) LockCloseTally(ctx context.Context, arg LockCloseTallyParams) 
 		&i.AfterOrigin,
 		&i.Chunks,
 		&i.Done,
+		&i.ValuesDone,
+		&i.ValueCurrency,
+		&i.ValueMeterCode,
+		&i.ValuePriceVersion,
+		&i.ValueDimensionsKey,
+		&i.ValueUnpriced,
+		&i.ValueValue,
 	)
 	return i, err
 }
@@ -2511,6 +2600,107 @@ func (q *Queries) TallyChargeChunk(ctx context.Context, arg TallyChargeChunkPara
 			&i.Digest,
 			&i.LastUsage,
 			&i.LastOrigin,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const tallyValueChunk = `-- name: TallyValueChunk :many
+WITH v AS (
+    SELECT v.currency, v.meter_code, v.price_version, v.dimensions_key, v.unpriced, v.value
+    FROM invoice_line_value v
+    WHERE v.tenant_id = $1 AND v.period = $2
+      AND (v.currency, v.meter_code, v.price_version, v.dimensions_key, v.unpriced, v.value)
+        > ($3::text, $4::text, $5::bigint,
+           $6::text COLLATE "C", $7::boolean,
+           $8::text COLLATE "C")
+    ORDER BY v.currency, v.meter_code, v.price_version, v.dimensions_key, v.unpriced, v.value
+    LIMIT $9::int
+), last AS (
+    SELECT currency, meter_code, price_version, dimensions_key, unpriced, value FROM v
+    ORDER BY v.currency DESC, v.meter_code DESC, v.price_version DESC, v.dimensions_key DESC, v.unpriced DESC, v.value DESC
+    LIMIT 1
+)
+SELECT g.currency::text AS currency, g.meter_code::text AS meter_code, g.price_version::bigint AS price_version,
+       g.dimensions_key::text AS dimensions_key, g.unpriced::boolean AS unpriced, g.n::bigint AS n,
+       last.currency::text AS last_currency, last.meter_code::text AS last_meter_code,
+       last.price_version::bigint AS last_price_version, last.dimensions_key::text AS last_dimensions_key,
+       last.unpriced::boolean AS last_unpriced, last.value::text AS last_value
+FROM (SELECT v.currency, v.meter_code, v.price_version, v.dimensions_key, v.unpriced, count(*) AS n
+      FROM v GROUP BY v.currency, v.meter_code, v.price_version, v.dimensions_key, v.unpriced) g
+CROSS JOIN last
+ORDER BY g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced
+`
+
+type TallyValueChunkParams struct {
+	TenantID           string
+	Period             string
+	AfterCurrency      string
+	AfterMeterCode     string
+	AfterPriceVersion  int64
+	AfterDimensionsKey string
+	AfterUnpriced      bool
+	AfterValue         string
+	ChunkSize          int32
+}
+
+type TallyValueChunkRow struct {
+	Currency          string
+	MeterCode         string
+	PriceVersion      int64
+	DimensionsKey     string
+	Unpriced          bool
+	N                 int64
+	LastCurrency      string
+	LastMeterCode     string
+	LastPriceVersion  int64
+	LastDimensionsKey string
+	LastUnpriced      bool
+	LastValue         string
+}
+
+// One chunk of the count of a close's distinct values: the next chunk_size
+// rows of invoice_line_value of a tenant's period after the position (its
+// key), one range scan of its primary key bounded by the chunk, counted by
+// line. Every row carries the chunk's last key; no row: none after it.
+func (q *Queries) TallyValueChunk(ctx context.Context, arg TallyValueChunkParams) ([]TallyValueChunkRow, error) {
+	rows, err := q.db.Query(ctx, tallyValueChunk,
+		arg.TenantID,
+		arg.Period,
+		arg.AfterCurrency,
+		arg.AfterMeterCode,
+		arg.AfterPriceVersion,
+		arg.AfterDimensionsKey,
+		arg.AfterUnpriced,
+		arg.AfterValue,
+		arg.ChunkSize,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []TallyValueChunkRow
+	for rows.Next() {
+		var i TallyValueChunkRow
+		if err := rows.Scan(
+			&i.Currency,
+			&i.MeterCode,
+			&i.PriceVersion,
+			&i.DimensionsKey,
+			&i.Unpriced,
+			&i.N,
+			&i.LastCurrency,
+			&i.LastMeterCode,
+			&i.LastPriceVersion,
+			&i.LastDimensionsKey,
+			&i.LastUnpriced,
+			&i.LastValue,
 		); err != nil {
 			return nil, err
 		}
