@@ -15,14 +15,14 @@ import (
 // BenchmarkPurgeMonth compares the two ways to remove a month of facts
 // (decision 0025): detaching and dropping its partition, and deleting its
 // rows in batches of 10,000 as retention without partitions would. Each
-// iteration fills a month partition with USAGE_PURGE_FACTS facts (default
+// iteration fills a month partition with PURGE_MONTH_ROWS facts (default
 // 1,000,000) and their identities, untimed, then purges it; it reports the
 // WAL each way writes beside the time.
 //
 //	go test -run '^$' -bench PurgeMonth -benchtime 1x ./migrations/
 func BenchmarkPurgeMonth(b *testing.B) {
 	n := 1_000_000
-	if s := os.Getenv("USAGE_PURGE_FACTS"); s != "" {
+	if s := os.Getenv("PURGE_MONTH_ROWS"); s != "" {
 		v, err := strconv.Atoi(s)
 		if err != nil {
 			b.Fatal(err)
