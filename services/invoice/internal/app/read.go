@@ -112,7 +112,7 @@ func (a *App) Invoice(ctx context.Context, tenantID string, id uuid.UUID) (Invoi
 		if err != nil {
 			return fmt.Errorf("get invoice %s: %w", id, err)
 		}
-		invs, err := complete(ctx, q, []db.ListInvoicesRow{db.ListInvoicesRow(row)}, a.maxReadLines)
+		invs, err := a.complete(ctx, q, []db.ListInvoicesRow{db.ListInvoicesRow(row)}, a.maxReadLines)
 		if err != nil {
 			return err
 		}
@@ -150,7 +150,7 @@ func (a *App) Invoices(ctx context.Context, tenantID, period string, after *Posi
 		if ahead {
 			rows = rows[:n-1]
 		}
-		out, err = complete(ctx, q, rows, a.maxReadLines)
+		out, err = a.complete(ctx, q, rows, a.maxReadLines)
 		if err == nil && ahead {
 			out = append(out, invoiceOf(last))
 		}
@@ -161,12 +161,12 @@ func (a *App) Invoices(ctx context.Context, tenantID, period string, after *Posi
 
 // complete reads the lines and corrections of the invoices in rows: the
 // stored lines, and for an open invoice its charge lines computed from its
-// charges (a GROUP BY, bounded by its meters and price versions). With most
+// charges (liveLines: walked in chunks, each statement bounded). With most
 // > 0 it reads at most most+1 rows of each kind, and ErrTooManyLines when
 // the lines and correction notes together are more than most: an answer's
 // size and the work of building it do not grow with the tenant's adjustments,
 // corrections and price dimensions.
-func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow, most int) ([]Invoice, error) {
+func (a *App) complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow, most int) ([]Invoice, error) {
 	out := make([]Invoice, len(rows))
 	if len(rows) == 0 {
 		return out, nil
@@ -189,21 +189,22 @@ func complete(ctx context.Context, q *db.Queries, rows []db.ListInvoicesRow, mos
 		read += n
 		return most > 0 && read > most
 	}
-	live, err := q.LiveChargeLines(ctx, db.LiveChargeLinesParams{InvoiceIds: ids, RowLimit: limit})
+	live, err := a.liveLines(ctx, q, rows, most)
 	if err != nil {
-		return nil, fmt.Errorf("compute open invoices' charge lines: %w", err)
+		return nil, err
 	}
-	if over(len(live)) {
-		return nil, ErrTooManyLines
-	}
-	for _, l := range live {
-		line, err := liveLine(l)
-		if err != nil {
-			return nil, err
+	for i, r := range rows {
+		if over(len(live[r.InvoiceID])) {
+			return nil, ErrTooManyLines
 		}
-		inv := &out[at[l.InvoiceID]]
-		inv.Lines = append(inv.Lines, line)
-		inv.Subtotal = inv.Subtotal.Add(line.Amount)
+		for _, l := range live[r.InvoiceID] {
+			line, err := liveLine(l)
+			if err != nil {
+				return nil, err
+			}
+			out[i].Lines = append(out[i].Lines, line)
+			out[i].Subtotal = out[i].Subtotal.Add(line.Amount)
+		}
 	}
 	stored, err := q.ListStoredLines(ctx, db.ListStoredLinesParams{InvoiceIds: ids, RowLimit: limit})
 	if err != nil {
@@ -268,12 +269,8 @@ func invoiceOf(r db.ListInvoicesRow) Invoice {
 // charges: its quantity the meter's aggregation so far; its amount its
 // charges' under unit pricing of a sum or count meter, else its version's
 // pricing over the quantity so far.
-func liveLine(l db.LiveChargeLinesRow) (Line, error) {
-	g, err := groupOf(db.ChargeLineSumsRow{
-		MeterCode: l.MeterCode, PriceVersion: l.PriceVersion, DimensionsKey: l.DimensionsKey, Unpriced: l.Unpriced,
-		Aggregation: l.Aggregation, UnitPrice: l.UnitPrice, Quantity: l.Quantity, ChargeCount: l.ChargeCount,
-		Amount: l.Amount, Pricing: l.Pricing, Figure: l.Figure, DistinctValues: l.DistinctValues,
-	})
+func liveLine(l db.ChargeLineSumsRow) (Line, error) {
+	g, err := groupOf(l)
 	if err != nil {
 		return Line{}, err
 	}

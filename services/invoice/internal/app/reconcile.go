@@ -87,7 +87,7 @@ func (a *App) reconciliationLineTotals(ctx context.Context, q recon.Query) ([]re
 		for i, row := range rows {
 			list[i] = db.ListInvoicesRow(row)
 		}
-		invs, err := complete(ctx, qs, list, 0) // every line: the reconciliation pages them itself
+		invs, err := a.complete(ctx, qs, list, 0) // every line: the reconciliation pages them itself
 		if err != nil {
 			return err
 		}

@@ -518,36 +518,6 @@ LEFT JOIN invoice_line_figure f
       AND f.unpriced = g.unpriced
 ORDER BY g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregation, g.unit_price;
 
--- name: LiveChargeLines :many
--- LiveChargeLines groups the charges of the open invoices among the given
--- ones into their lines, as ChargeLineSums does for the close: at most
--- row_limit lines (NULL: all), so a read's answer is bounded (app.complete).
-SELECT g.invoice_id, g.meter_code, g.price_version, g.dimensions_key::text AS dimensions_key, g.unpriced, g.aggregation,
-       g.unit_price, g.quantity::numeric AS quantity, g.charge_count::bigint AS charge_count, g.amount::numeric AS amount,
-       vp.pricing, f.quantity AS figure,
-       (CASE WHEN g.aggregation = 'unique_count' THEN (
-            SELECT count(*) FROM invoice_line_value v
-            WHERE v.tenant_id = g.tenant_id AND v.period = g.period AND v.currency = g.currency
-              AND v.meter_code = g.meter_code AND v.price_version = g.price_version
-              AND v.dimensions_key = g.dimensions_key AND v.unpriced = g.unpriced) ELSE 0 END)::bigint AS distinct_values
-FROM (SELECT i.invoice_id, c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key, c.unpriced,
-             c.aggregation, c.unit_price, sum(c.quantity) AS quantity, count(*) AS charge_count, sum(c.amount) AS amount
-      FROM invoice i
-      JOIN invoice_charge c ON c.tenant_id = i.tenant_id AND c.period = i.period AND c.currency = i.currency
-      WHERE i.invoice_id = ANY(@invoice_ids::uuid[]) AND i.status = 'open'
-      GROUP BY i.invoice_id, c.tenant_id, c.period, c.currency, c.meter_code, c.price_version, c.dimensions_key,
-               c.unpriced, c.aggregation, c.unit_price) g
-LEFT JOIN invoice_price_version vp
-       ON vp.tenant_id = g.tenant_id AND vp.currency = g.currency AND vp.meter_code = g.meter_code
-      AND vp.price_version = g.price_version
-      -- a plan's line: its key holds the pair %40plan=<code> (domain.LineKey)
-      AND vp.price_key = CASE WHEN g.dimensions_key ~ '(^|&)%40plan=' THEN g.dimensions_key ELSE '' END
-LEFT JOIN invoice_line_figure f
-       ON f.tenant_id = g.tenant_id AND f.period = g.period AND f.currency = g.currency AND f.meter_code = g.meter_code
-      AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key AND f.unpriced = g.unpriced
-ORDER BY g.invoice_id, g.unpriced, g.meter_code, g.price_version, g.dimensions_key, g.aggregation, g.unit_price
-LIMIT sqlc.narg(row_limit)::int;
-
 -- name: InsertChargeLines :exec
 -- Writes an invoice's charge and unpriced lines, computed and priced.
 INSERT INTO invoice_line (invoice_id, kind, meter_code, price_version, dimensions_key, unit_price, quantity, charge_count, amount)
