@@ -147,3 +147,62 @@ func TestCloseAtScale(t *testing.T) {
 		t.Fatalf("invoice %+v, want %d charges, total %s", inv, n, want.RoundBank(2))
 	}
 }
+
+// TestOpenReadAtScale reads an open invoice of READ_FACTS charges of one
+// tenant (default 2,000; the measured run sets 300,000) seeded straight
+// into invoice_charge, through a pool with the services' statement_timeout
+// (30 s) and the default chunk, and checks the read counts every charge.
+// It logs the read's time and its longest statement (one chunk's read,
+// not the period's). Figures in docs/measured.md.
+func TestOpenReadAtScale(t *testing.T) {
+	t.Parallel()
+	n := 2000
+	if s := os.Getenv("READ_FACTS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			t.Fatalf("READ_FACTS=%q: want a number of charges", s)
+		}
+		n = v
+	}
+	seed := pgtest.NewPool(t, Template)
+	ctx := t.Context()
+	began := time.Now()
+	if _, err := seed.Exec(ctx, `
+		INSERT INTO invoice (invoice_id, tenant_id, period, currency) VALUES (gen_random_uuid(), 'acme', '2026-11', 'USD');
+		INSERT INTO invoice_charge (origin_event_id, charge_id, usage_event_id, tenant_id, period, currency, meter_code,
+		                            price_version, unit_price, quantity, amount, aggregation, dimensions_key, unpriced)
+		SELECT gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), 'acme', '2026-11', 'USD', '`+Meter+`',
+		       1, 0.001, 1, 0.001, 'sum', '', false
+		FROM generate_series(1, `+strconv.Itoa(n)+`);
+		ANALYZE invoice_charge`); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seeded %d charges in %s", n, time.Since(began).Round(time.Millisecond))
+	cfg, err := pgxpool.ParseConfig(seed.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "30000"
+	trace := &longest{}
+	cfg.ConnConfig.Tracer = trace
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	reader := app.New(app.Deps{Pool: pool}, app.Config{})
+	began = time.Now()
+	invs, err := reader.Invoices(ctx, "acme", "2026-11", nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	name, _, _ := strings.Cut(strings.TrimSpace(trace.sql), "\n")
+	t.Logf("open invoice of %d charges read in %s; longest statement %s: %.100s",
+		n, took.Round(time.Millisecond), trace.took.Round(time.Millisecond), name)
+	want := decimal.New(int64(n), -3)
+	if len(invs) != 1 || invs[0].Status != "open" || len(invs[0].Lines) != 1 || invs[0].Lines[0].ChargeCount != int64(n) ||
+		!invs[0].Subtotal.Equal(want) {
+		t.Fatalf("invoices %+v, want one open of %d charges, subtotal %s", invs, n, want)
+	}
+}
