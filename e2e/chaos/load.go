@@ -64,6 +64,13 @@ type LoadConfig struct {
 	GiveUp time.Duration
 	// Progress receives a line every few seconds; nil discards.
 	Progress func(format string, args ...any)
+	// Clock stamps the facts and sets the price changes' effectiveAt: the
+	// services' clock (decision 0015) when a test moves it; nil is the
+	// wall clock.
+	Clock func() time.Time
+	// Gate, when set, pauses the senders and the price changes (the soak's
+	// clock moves).
+	Gate *Gate
 }
 
 // PriceChange is one mid-run activation of the next price version.
@@ -87,6 +94,9 @@ func (c *LoadConfig) defaults() {
 	}
 	if c.Progress == nil {
 		c.Progress = func(string, ...any) {}
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
 	}
 }
 
@@ -358,7 +368,7 @@ func (ld *Load) activateAll(ctx context.Context, lead time.Duration) error {
 			}
 		}
 	}
-	if lead == 0 && !sleepCtx(ctx, time.Until(last)+time.Millisecond) {
+	if lead == 0 && !sleepCtx(ctx, last.Sub(ld.cfg.Clock())+time.Millisecond) {
 		return ctx.Err()
 	}
 	return nil
@@ -367,7 +377,7 @@ func (ld *Load) activateAll(ctx context.Context, lead time.Duration) error {
 // ActivatePrice activates the next version of tenant's meter, effective
 // lead from now, retrying through outages with one Idempotency-Key.
 func (ld *Load) ActivatePrice(ctx context.Context, tenant string, m Meter, lead time.Duration) (PriceRecord, error) {
-	return ActivatePrice(ctx, ld.client, ld.ledger, ld.versions, ld.lastEff, tenant, m, lead)
+	return activatePrice(ctx, ld.client, ld.ledger, ld.versions, ld.lastEff, tenant, m, lead, ld.cfg.Clock)
 }
 
 // ActivatePrice activates the next version of a tenant's meter through
@@ -376,6 +386,13 @@ func (ld *Load) ActivatePrice(ctx context.Context, tenant string, m Meter, lead 
 // one again beyond them).
 func ActivatePrice(ctx context.Context, c *Client, ledger *Ledger, versions map[string]int64, lastEff map[string]time.Time,
 	tenant string, m Meter, lead time.Duration) (PriceRecord, error) {
+	return activatePrice(ctx, c, ledger, versions, lastEff, tenant, m, lead, time.Now)
+}
+
+// activatePrice is ActivatePrice with effectiveAt read from now (the
+// services' clock when a test moves it).
+func activatePrice(ctx context.Context, c *Client, ledger *Ledger, versions map[string]int64, lastEff map[string]time.Time,
+	tenant string, m Meter, lead time.Duration, now func() time.Time) (PriceRecord, error) {
 	key := tenant + "|" + m.Code
 	version := versions[key] + 1
 	price := m.Prices[min(int(version)-1, len(m.Prices)-1)]
@@ -385,7 +402,7 @@ func ActivatePrice(ctx context.Context, c *Client, ledger *Ledger, versions map[
 		// before the activation), or at activation when lead is zero.
 		unit := decimal.RequireFromString(price)
 		body := meterapi.ActivatePriceRequest{MeterCode: m.Code, Currency: m.Currency, UnitPrice: &unit}
-		eff := time.Now().UTC().Add(lead).Truncate(time.Millisecond).Add(time.Millisecond)
+		eff := now().UTC().Add(lead).Truncate(time.Millisecond).Add(time.Millisecond)
 		if prev, ok := lastEff[key]; ok && eff.Before(prev) {
 			eff = prev
 		}
@@ -467,7 +484,12 @@ func (ld *Load) Run(ctx context.Context) error {
 	for range cfg.Workers {
 		senders.Go(func() {
 			for it := range r.work {
-				if err := ld.send(runCtx, it, r.giveUpAt, r.dups); err != nil {
+				if !cfg.Gate.enter(runCtx) {
+					continue
+				}
+				err := ld.send(runCtx, it, r.giveUpAt, r.dups)
+				cfg.Gate.leave()
+				if err != nil {
 					r.fail(err)
 				}
 			}
@@ -544,10 +566,12 @@ func (r *loadRun) changePrices(ctx context.Context) {
 	cfg := r.ld.cfg
 	for _, pc := range cfg.PriceChanges {
 		at := r.began.Add(time.Duration(pc.At * float64(cfg.Duration)))
-		if !sleepCtx(ctx, time.Until(at)) {
+		if !sleepCtx(ctx, time.Until(at)) || !cfg.Gate.enter(ctx) {
 			return
 		}
-		if err := r.ld.activateAll(ctx, pc.Lead); err != nil {
+		err := r.ld.activateAll(ctx, pc.Lead)
+		cfg.Gate.leave()
+		if err != nil {
 			r.fail(fmt.Errorf("price change: %w", err))
 			return
 		}
@@ -704,7 +728,7 @@ func (ld *Load) send(ctx context.Context, it item, giveUpAt time.Time, dups chan
 // stamp sets the OccurredAt of the item's facts sent for the first time,
 // and counts a deliberate duplicate's submissions.
 func (ld *Load) stamp(it item) {
-	now := time.Now().UTC().Truncate(time.Microsecond)
+	now := ld.cfg.Clock().UTC().Truncate(time.Microsecond)
 	ld.ledger.mu.Lock()
 	defer ld.ledger.mu.Unlock()
 	for _, f := range it.facts {

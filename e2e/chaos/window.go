@@ -5,6 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/shopspring/decimal"
+
 	"github.com/usagebilling/billing/pkg/events"
 )
 
@@ -56,4 +58,52 @@ func (l *Ledger) Periods(tenants ...string) map[string][]string {
 		out[t] = slices.Sorted(maps.Keys(ps))
 	}
 	return out
+}
+
+// PeriodTotals returns what the ledger sent tenant for period, per
+// currency: each accepted fact's quantity times the unit price of the
+// latest version of its meter the ledger activated at or before the fact
+// occurred, and the number of those facts. It does not copy the facts.
+func (l *Ledger) PeriodTotals(tenant, period string) (map[string]decimal.Decimal, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prices := map[string][]PriceRecord{}
+	for _, p := range l.Prices {
+		if p.Tenant == tenant {
+			k := p.Meter + "|" + p.Currency
+			prices[k] = append(prices[k], p)
+		}
+	}
+	for _, ps := range prices {
+		slices.SortFunc(ps, func(a, b PriceRecord) int { return a.EffectiveAt.Compare(b.EffectiveAt) })
+	}
+	out, n := map[string]decimal.Decimal{}, 0
+	for _, f := range l.order {
+		if !f.Accepted || f.Tenant != tenant || events.Period(f.OccurredAt) != period {
+			continue
+		}
+		n++
+		cur := currencyOf(f.Meter)
+		var unit *decimal.Decimal
+		for _, p := range prices[f.Meter+"|"+cur] {
+			if p.EffectiveAt.After(f.OccurredAt) {
+				break
+			}
+			unit = &p.UnitPrice
+		}
+		if unit == nil {
+			continue // no price in effect: the reconciliation reports it
+		}
+		out[cur] = out[cur].Add(f.Quantity.Mul(*unit))
+	}
+	return out, n
+}
+
+func currencyOf(meter string) string {
+	for _, m := range Meters {
+		if m.Code == meter {
+			return m.Currency
+		}
+	}
+	return ""
 }

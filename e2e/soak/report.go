@@ -155,6 +155,22 @@ func (res *Result) WriteMarkdown(w io.Writer, c Conditions, plot string) {
 	p("\nPlans changing under the load: %d plan versions published (%s, charging only %s, which no fact uses), %s's subscription changed %d times (every three minutes, to the other plan); %d attempts failed and were retried%s.\n",
 		res.Plans.Published, strings.Join(Plans, ", "), PlanMeter, orNone(res.Plans.Tenant), res.Plans.Subscribed, res.Plans.Failures, lastFailure(res.Plans.Last))
 	p("\n\"Charged again after\": from the fault's end until every fact accepted from 10 s before it began to its end had its charge in billing.\n\n")
+	p("## Periods closed by the scheduler under the moved clock\n\n")
+	if res.Config.Clock == nil {
+		p("None: SOAK_CLOSE_EVERY=0, the periods were closed at the end only.\n\n")
+	} else {
+		p("Every %s (once at half time in a shorter run) the load paused, every accepted fact was charged, the services' clock moved past the period's end plus %s of grace, billing's scheduler closed it and invoice issued it; each invoice was compared with what the ledger sent for the period, then the load resumed on the moved clock. Faults went on meanwhile.\n\n", res.Config.CloseEvery, Grace)
+		p("| at | period | paused after | all charged after | closed and issued after | clock offset after | invoices equal to the ledger | facts | result |\n|---:|---|---:|---:|---:|---:|---:|---:|---|\n")
+		for _, c := range res.Closes {
+			result := "ok"
+			if c.Err != nil {
+				result = "FAILED: " + oneLine(c.Err.Error())
+			}
+			p("| %s | %s | %s | %s | %s | %s | %d | %d | %s |\n", c.At.Round(time.Second), c.Period, c.Paused.Round(100*time.Millisecond),
+				c.Charged.Round(100*time.Millisecond), c.Closed.Round(100*time.Millisecond), c.Offset.Round(time.Second), c.Invoices, c.Facts, result)
+		}
+		p("\n")
+	}
 	p("## Usage -> charged in billing, per minute\n\n| minute | facts | p50 | p95 | p99 |\n|---:|---:|---:|---:|---:|\n")
 	for _, m := range res.Latency {
 		p("| %d | %d | %.2f s | %.2f s | %.2f s |\n", m.Minute, m.Facts, m.P50, m.P95, m.P99)

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/usagebilling/billing/e2e/chaos"
+	"github.com/usagebilling/billing/e2e/scenario"
+	"github.com/usagebilling/billing/pkg/events"
 )
 
 // Config shapes a soak run.
@@ -32,6 +34,13 @@ type Config struct {
 	// load).
 	Pprof map[string]string
 	Out   string
+	// Clock is the services' clock (their CLOCK_OFFSET_FILE, decision
+	// 0015); CloseEvery how often the soak moves it past a period's end
+	// plus grace for billing's scheduler to close the period (closeLoop),
+	// once at half time when not shorter than Duration; 0 or a nil Clock
+	// closes periods only at the end.
+	Clock      *scenario.OffsetClock
+	CloseEvery time.Duration
 }
 
 // Key names the run's tenants (soak-acme, soak-globex, soak-initech) and
@@ -56,6 +65,9 @@ type Result struct {
 	Took      time.Duration
 	Churn     Churn
 	Plans     PlanChurn
+	// Closes are the periods billing's scheduler closed under the moved
+	// clock while the soak ran.
+	Closes []*Close
 	// PeakRSS is the test process's peak resident memory (VmHWM).
 	PeakRSS float64
 	// SettledAt is when every consumer group first held its partitions
@@ -103,6 +115,11 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 		return out
 	}
 	var dom *chaos.Load
+	var gate *chaos.Gate
+	now := time.Now
+	if cfg.Clock != nil {
+		gate, now = &chaos.Gate{}, cfg.Clock.Now
+	}
 	hooks := res.Churn.Receiver()
 	defer hooks.Close()
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -116,7 +133,7 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 		Reconcile: chaos.ReconcileStream,
 		Load: chaos.LoadConfig{
 			Facts: mainFacts, Duration: cfg.Duration, Workers: 12, MaxBatch: 40, DuplicateRate: 0.01,
-			PriceChanges: changes(2 * time.Minute),
+			PriceChanges: changes(2 * time.Minute), Clock: now, Gate: gate,
 		},
 		Setup: func(ctx context.Context, r *chaos.Run) error {
 			run = r
@@ -124,6 +141,7 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 			dom = chaos.NewLoad(h.Client, r.Ledger, chaos.LoadConfig{
 				Name: Key + "-dom", Tenants: []string{Dominant}, Facts: domFacts, Duration: cfg.Duration,
 				Workers: 10, MaxBatch: 100, DuplicateRate: 0.01, PriceChanges: changes(3 * time.Minute), Progress: progress,
+				Clock: now, Gate: gate,
 			})
 			if err := dom.ActivateInitialPrices(ctx); err != nil {
 				return fmt.Errorf("the dominant tenant's prices: %w", err)
@@ -145,6 +163,9 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 			wg.Go(func() {
 				faultErr = faultLoop(ctx, h, r, cfg, &fmu, &faults)
 			})
+			if gate != nil {
+				wg.Go(func() { closeLoop(ctx, h, r, cfg, gate, append(r.Tenants, Dominant), &res.Closes) })
+			}
 			wg.Wait()
 			if domErr != nil {
 				return fmt.Errorf("the dominant tenant's load: %w", domErr)
@@ -181,7 +202,7 @@ func Run(ctx context.Context, h *chaos.Harness, cfg Config) (*Result, error) {
 		res.Problems = append(res.Problems, fmt.Sprintf("plan churn not proven: no subscription changed (%d plans published, %d attempts failed%s)",
 			res.Plans.Published, res.Plans.Failures, lastFailure(res.Plans.Last)))
 	}
-	lat, lerr := latency(ctx, h, append(chaos.Tenants(Key), Dominant), run.LoadStart)
+	lat, lerr := latency(ctx, h, append(chaos.Tenants(Key), Dominant), run.LoadStart, res.Closes)
 	if lerr != nil {
 		res.Problems = append(res.Problems, "latency: "+lerr.Error())
 	}
@@ -296,6 +317,16 @@ func (res *Result) judge(row *chaos.Row) {
 				f.Start.Sub(res.LoadStart).Round(time.Second), f.RecoverErr))
 		}
 	}
+	if res.Config.Clock != nil {
+		if want := len(closeTimes(res.Config.Duration, res.Config.CloseEvery)); len(res.Closes) < want {
+			res.Problems = append(res.Problems, fmt.Sprintf("%d of %d scheduled closes made", len(res.Closes), want))
+		}
+		for _, c := range res.Closes {
+			if c.Err != nil {
+				res.Problems = append(res.Problems, fmt.Sprintf("scheduled close at %s (%s): %v", c.At.Round(time.Second), c.Period, c.Err))
+			}
+		}
+	}
 	w := window(res.Config.Duration.Seconds())
 	w.Settled = Settled(res.Series[Assigned], res.Faults, res.LoadStart)
 	res.SettledAt = -1
@@ -397,12 +428,30 @@ func shift(series map[string][]Point, by float64) map[string][]Point {
 }
 
 // latency reads, per minute of the run, the percentiles of usage ->
-// charged in billing.
-func latency(ctx context.Context, h *chaos.Harness, tenants []string, start time.Time) ([]MinuteLatency, error) {
+// charged in billing. A fact occurred on the services' clock: those of the
+// period after a close were stamped with the offset of that close's move
+// (the load was paused across it), which is taken off to compare with
+// created_at, PostgreSQL's wall clock.
+func latency(ctx context.Context, h *chaos.Harness, tenants []string, start time.Time, closes []*Close) ([]MinuteLatency, error) {
+	var periods []string
+	var offsets []float64
+	for _, c := range closes {
+		if c.Err == nil && c.Period != "" {
+			next, err := events.ParsePeriod(c.Period)
+			if err != nil {
+				return nil, err
+			}
+			periods, offsets = append(periods, events.Period(next.AddDate(0, 1, 0))), append(offsets, c.Offset.Seconds())
+		}
+	}
 	rows, err := h.DB["billing"].Query(ctx, `
-		SELECT floor(extract(epoch FROM occurred_at - $2::timestamptz) / 60)::int, count(*),
-		       percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM created_at - occurred_at))
-		FROM charge WHERE tenant_id = ANY($1) GROUP BY 1 ORDER BY 1`, tenants, start)
+		WITH c AS (
+			SELECT occurred_at - make_interval(secs => coalesce(o.secs, 0)) AS occurred, created_at
+			FROM charge LEFT JOIN unnest($3::text[], $4::float8[]) AS o(period, secs) ON o.period = charge.period
+			WHERE tenant_id = ANY($1))
+		SELECT floor(extract(epoch FROM occurred - $2::timestamptz) / 60)::int, count(*),
+		       percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP (ORDER BY extract(epoch FROM created_at - occurred))
+		FROM c GROUP BY 1 ORDER BY 1`, tenants, start, periods, offsets)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/usagebilling/billing/e2e/chaos"
+	"github.com/usagebilling/billing/e2e/scenario"
 	"github.com/usagebilling/billing/e2e/soak"
 	"github.com/usagebilling/billing/e2e/stack"
 	"github.com/usagebilling/billing/e2e/stack/stacktest"
@@ -25,10 +26,20 @@ import (
 
 // `make soak` (go test -tags soak ./e2e/soak/): SOAK_DURATION (default 1h),
 // SOAK_RATE (facts/s, default 1000), SOAK_SEED (replays a run's faults;
-// drawn and printed when unset), SOAK_SAMPLE (default 5s), SOAK_OUT (the
-// directory report.md and soak.svg are written to, default bin/soak).
+// drawn and printed when unset), SOAK_SAMPLE (default 5s), SOAK_CLOSE_EVERY
+// (default 15m: how often billing's scheduler closes a period under the
+// moved clock, once at half time in a shorter run; 0 closes periods only at
+// the end), SOAK_OUT (the directory report.md and soak.svg are written to,
+// default bin/soak).
 func TestSoak(t *testing.T) {
-	cfg := soak.Config{Duration: time.Hour, Rate: 1000, Sample: 5 * time.Second, Progress: progress}
+	cfg := soak.Config{Duration: time.Hour, Rate: 1000, Sample: 5 * time.Second, Progress: progress, CloseEvery: 15 * time.Minute}
+	if v := os.Getenv("SOAK_CLOSE_EVERY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || (d != 0 && d < 2*time.Minute) {
+			t.Fatalf("SOAK_CLOSE_EVERY=%q: want 0 or a duration of at least 2m", v)
+		}
+		cfg.CloseEvery = d
+	}
 	if v := os.Getenv("SOAK_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 2*time.Minute {
@@ -102,6 +113,17 @@ func TestSoak(t *testing.T) {
 			opts.ServiceEnv[name]["PPROF_ADDR"] = addr
 		}
 		cfg.Pprof[name] = addr
+	}
+	// The services' clock (decision 0015), which the soak moves past a
+	// period's end plus grace for the scheduler to close it; the services
+	// accept the offset file as they run with the development key.
+	if cfg.CloseEvery > 0 {
+		clk, err := scenario.NewOffsetClock(filepath.Join(t.TempDir(), "clock-offset"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Clock = clk
+		opts.Env["CLOCK_OFFSET_FILE"] = clk.Path
 	}
 	opts.PostgresFast = true // nothing kills PostgreSQL itself here
 	opts.Logger = stack.ConsoleLogger(os.Stderr)
