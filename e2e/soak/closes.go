@@ -29,7 +29,7 @@ type Close struct {
 	Offset time.Duration
 	// Invoices checked equal to what the ledger sent, Facts in them.
 	Invoices, Facts int
-	Err         error
+	Err             error
 }
 
 // closeTimes are when (since the load began) the soak closes a period:
@@ -125,8 +125,11 @@ func closeOnce(ctx context.Context, h *chaos.Harness, r *chaos.Run, cfg Config, 
 	if err := waitLogged(ctx, h, 10*time.Minute, "the scheduler closes "+c.Period+" and invoice issues it", func() (bool, string, error) {
 		var waiting []string
 		for _, t := range closing {
+			// A period has no row until a close or its end writes one: not
+			// closed yet.
 			var status string
-			err := h.DB["billing"].QueryRow(ctx, `SELECT status FROM billing_period WHERE tenant_id = $1 AND period = $2`, t, c.Period).Scan(&status)
+			err := h.DB["billing"].QueryRow(ctx, `SELECT coalesce((SELECT status FROM billing_period WHERE tenant_id = $1 AND period = $2), 'open')`,
+				t, c.Period).Scan(&status)
 			if err != nil {
 				return false, "", fmt.Errorf("%s's period %s: %w", t, c.Period, err)
 			}
