@@ -17,6 +17,25 @@ type Gate struct {
 	mu       sync.Mutex
 	paused   bool
 	inflight int
+	// held is how long the gate has been paused in all, the pause under
+	// way excluded (since holds its start).
+	held  time.Duration
+	since time.Time
+}
+
+// Held is how long the gate has been paused in all, the pause under way
+// included: a load's give-up deadline moves by it, so a fact waiting at a
+// paused gate is not given up for the time the gate held it.
+func (g *Gate) Held() time.Duration {
+	if g == nil {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.paused {
+		return g.held + time.Since(g.since)
+	}
+	return g.held
 }
 
 // enter waits while the gate is paused, then counts one request under way.
@@ -52,9 +71,7 @@ func (g *Gate) leave() {
 // to end, logging their number every ten seconds. On an error the gate
 // stays paused; Resume opens it.
 func (g *Gate) Pause(ctx context.Context, timeout time.Duration, progress func(string, ...any)) error {
-	g.mu.Lock()
-	g.paused = true
-	g.mu.Unlock()
+	g.hold()
 	deadline, logAt := time.Now().Add(timeout), time.Now().Add(10*time.Second)
 	for {
 		g.mu.Lock()
@@ -76,9 +93,20 @@ func (g *Gate) Pause(ctx context.Context, timeout time.Duration, progress func(s
 	}
 }
 
+// hold pauses the gate without waiting: no request starts after it returns.
+func (g *Gate) hold() {
+	g.mu.Lock()
+	if !g.paused {
+		g.paused, g.since = true, time.Now()
+	}
+	g.mu.Unlock()
+}
+
 // Resume lets the loads send again.
 func (g *Gate) Resume() {
 	g.mu.Lock()
-	g.paused = false
+	if g.paused {
+		g.paused, g.held = false, g.held+time.Since(g.since)
+	}
 	g.mu.Unlock()
 }

@@ -16,6 +16,7 @@ func TestGatePauseWaitsForRequestsUnderWay(t *testing.T) {
 	if !g.enter(ctx) {
 		t.Fatal("enter an open gate")
 	}
+	g.hold() // paused before the request below arrives, whenever Pause's goroutine runs
 	paused := make(chan error, 1)
 	go func() { paused <- g.Pause(ctx, time.Minute, t.Logf) }()
 	// A request arriving while paused waits; its context ending gives up.
@@ -82,5 +83,41 @@ func TestLedgerPeriodTotals(t *testing.T) {
 	got, n := l.PeriodTotals("a", "2026-12")
 	if n != 3 || len(got) != 2 || !got["USD"].Equal(d("0.033")) || !got["KRW"].Equal(d("31.25")) {
 		t.Fatalf("PeriodTotals = %v over %d facts, want USD 0.033 and KRW 31.25 over 3", got, n)
+	}
+}
+
+// The time a gate holds the load paused does not count against the load's
+// give-up deadline: a fact waiting out a soak's close is retried after it,
+// not given up.
+func TestGateHeldTimeMovesTheGiveUp(t *testing.T) {
+	ctx := t.Context()
+	g := &Gate{}
+	if err := g.Pause(ctx, time.Minute, t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	if !sleepCtx(ctx, 60*time.Millisecond) { // the gate holds the load this long at least
+		t.Fatal(ctx.Err())
+	}
+	g.Resume()
+	held := g.Held()
+	if held < 60*time.Millisecond {
+		t.Fatalf("held %s, want at least the 60ms paused", held)
+	}
+	if !sleepCtx(ctx, 10*time.Millisecond) {
+		t.Fatal(ctx.Err())
+	}
+	if g.Held() != held {
+		t.Fatalf("held %s after the gate opened, want it to stay %s", g.Held(), held)
+	}
+
+	fact := &Fact{}
+	giveUpAt := time.Now().Add(-30 * time.Millisecond) // passed, by less than the gate held
+	paused := &Load{ledger: NewLedger(), cfg: LoadConfig{Gate: g}}
+	if !paused.awaitRetry(ctx, []*Fact{fact}, giveUpAt, 0) || fact.Unresolved {
+		t.Fatal("a fact the gate held was given up before the held time had passed")
+	}
+	open := &Load{ledger: NewLedger()}
+	if open.awaitRetry(ctx, []*Fact{fact}, giveUpAt, 0) || !fact.Unresolved {
+		t.Fatal("a fact past its give-up with no gate held was retried")
 	}
 }

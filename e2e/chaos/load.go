@@ -742,14 +742,15 @@ func (ld *Load) stamp(it item) {
 }
 
 // awaitRetry counts the retry of pending and waits backoff before it. It
-// returns false when the item is given up: giveUpAt has passed (the facts
-// not accepted are marked Unresolved) or ctx ended.
+// returns false when the item is given up: giveUpAt, moved by the time the
+// gate held the load paused, has passed (the facts not accepted are marked
+// Unresolved) or ctx ended.
 func (ld *Load) awaitRetry(ctx context.Context, pending []*Fact, giveUpAt time.Time, backoff time.Duration) bool {
 	l := ld.ledger
 	l.mu.Lock()
 	l.Stats.Retries += len(pending)
 	l.mu.Unlock()
-	if time.Now().After(giveUpAt) {
+	if time.Now().Add(-ld.cfg.Gate.Held()).After(giveUpAt) {
 		l.mu.Lock()
 		for _, f := range pending {
 			if !f.Accepted {
