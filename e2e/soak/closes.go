@@ -109,7 +109,7 @@ func closeOnce(ctx context.Context, h *chaos.Harness, r *chaos.Run, cfg Config, 
 	if err := cfg.Clock.Advance(to); err != nil {
 		return fmt.Errorf("move the clock: %w", err)
 	}
-	c.Offset = cfg.Clock.Now().Sub(time.Now())
+	c.Offset = time.Until(cfg.Clock.Now())
 	h.Progress("soak: clock moved from %s to %s (offset %s): %s is past its end plus %s of grace", now.UTC().Format(time.RFC3339),
 		to.UTC().Format(time.RFC3339), c.Offset.Round(time.Second), c.Period, Grace)
 	var closing []string
