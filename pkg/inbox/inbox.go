@@ -50,6 +50,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/monthpart"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 )
 
@@ -58,7 +59,8 @@ var migrationFiles embed.FS
 
 // Migrations is the inbox schema, tracked in its own migrations table so it
 // can live beside a service's own schema.
-var Migrations = pgmigrate.Set{FS: migrationFiles, Dir: "migrations", Table: "inbox_schema_migrations"}
+var Migrations = pgmigrate.Set{FS: migrationFiles, Dir: "migrations", Table: "inbox_schema_migrations",
+	Needs: []pgmigrate.Set{monthpart.Migrations}}
 
 // Migrate applies the inbox schema to the database.
 func Migrate(_ context.Context, databaseURL string) error {

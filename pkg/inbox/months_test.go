@@ -2,12 +2,8 @@ package inbox_test
 
 import (
 	"context"
-	"encoding/binary"
-	"io/fs"
 	"slices"
-	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,25 +13,17 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/monthpart"
+	"github.com/usagebilling/billing/pkg/monthpart/monthparttest"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/testkit/pgtest"
 )
-
-// idAt returns a UUIDv7 minted at t.
-func idAt(t time.Time) uuid.UUID {
-	id := uuid.Must(uuid.NewV7())
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
-	copy(id[:6], ms[2:])
-	return id
-}
 
 // evAt is a Noted event of tenant t1, aggregate type "thing", with a fresh
 // origin and an event id minted at at.
 func evAt(t testing.TB, at time.Time, aggregate string, version int64) envelope.Envelope {
 	t.Helper()
 	e, err := envelope.New(envelope.Meta{
-		EventID: idAt(at), EventType: "Noted", SchemaVersion: 1, TenantID: "t1",
+		EventID: monthparttest.MintedAt(at), EventType: "Noted", SchemaVersion: 1, TenantID: "t1",
 		AggregateType: "thing", AggregateID: aggregate, AggregateVersion: version,
 		OccurredAt: at, Producer: "test",
 	}, note{Origin: origin(aggregate)})
@@ -186,18 +174,7 @@ func TestDropMonthKeepsTheNewestVersion(t *testing.T) {
 func TestMigrationToMonthsKeepsEveryDecision(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	before := fstest.MapFS{}
-	if err := fs.WalkDir(inbox.Migrations.FS, inbox.Migrations.Dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), "0005") {
-			return err
-		}
-		b, err := fs.ReadFile(inbox.Migrations.FS, p)
-		before[p] = &fstest.MapFile{Data: b}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	old := pgmigrate.Set{FS: before, Dir: inbox.Migrations.Dir, Table: inbox.Migrations.Table}
+	old := monthparttest.Before(t, inbox.Migrations, 5)
 	url := pgtest.NewDB(t, pgtest.Template{Name: "inbox-before-months", Migrate: func(ctx context.Context, databaseURL string) error {
 		if err := pgmigrate.Up(databaseURL, old); err != nil {
 			return err
@@ -252,25 +229,5 @@ func TestMigrationToMonthsKeepsEveryDecision(t *testing.T) {
 	}
 	if got := effectVersions(t, pool, "a"); !slices.Equal(got, []int64{1}) {
 		t.Fatalf("effects of a %v", got)
-	}
-}
-
-// The migrations go down and up again, the months with them.
-func TestMigrationsGoDownAndUp(t *testing.T) {
-	t.Parallel()
-	url := pgtest.NewDB(t, tmpl)
-	pool, err := pgxpool.New(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if _, err := inbox.EnsureMonths(t.Context(), pool, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if err := pgmigrate.Down(url, inbox.Migrations); err != nil {
-		t.Fatal(err)
-	}
-	if err := pgmigrate.Up(url, inbox.Migrations); err != nil {
-		t.Fatal(err)
 	}
 }

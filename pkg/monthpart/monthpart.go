@@ -10,6 +10,7 @@ package monthpart
 
 import (
 	"context"
+	"embed"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -20,7 +21,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/usagebilling/billing/pkg/pgmigrate"
 )
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations is the month upkeep's DDL every partitioned table's own
+// function calls (monthpart_ddl), tracked in monthpart_schema_migrations. A
+// set whose migrations define a table's DDL function lists it in its Needs.
+var Migrations = pgmigrate.Set{FS: migrationFiles, Dir: "migrations", Table: "monthpart_schema_migrations"}
 
 // Bound is the smallest UUIDv7 value of time t's millisecond: its 48-bit
 // Unix time in milliseconds, then zeros.
@@ -56,7 +67,8 @@ type Table struct {
 	Name string
 	Key  string
 	// DDL is the SECURITY DEFINER function the table's migration created
-	// for the upkeep's DDL, <table>_months(op, month, lo, hi): the service
+	// for the upkeep's DDL, <table>_months(op, month, lo, hi), one call of
+	// Migrations' monthpart_ddl with the table's name and key: the service
 	// runs as a role that owns no table, so it creates, detaches and drops
 	// partitions, and adds, validates and drops the default's month CHECK,
 	// through it (ops "create", "detach", "drop", "add_check",

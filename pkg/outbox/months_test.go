@@ -2,12 +2,8 @@ package outbox_test
 
 import (
 	"context"
-	"encoding/binary"
-	"io/fs"
 	"slices"
-	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,6 +12,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/monthpart"
+	"github.com/usagebilling/billing/pkg/monthpart/monthparttest"
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/testkit/kafkatest"
@@ -26,11 +23,7 @@ import (
 func mintedAt(evs []envelope.Envelope, t time.Time) []envelope.Envelope {
 	out := slices.Clone(evs)
 	for i := range out {
-		id := uuid.Must(uuid.NewV7())
-		var ms [8]byte
-		binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
-		copy(id[:6], ms[2:])
-		out[i].EventID = id
+		out[i].EventID = monthparttest.MintedAt(t)
 	}
 	return out
 }
@@ -99,18 +92,7 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string) int {
 func TestMigrationToMonthsDeliversTheBacklog(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	before := fstest.MapFS{}
-	if err := fs.WalkDir(outbox.Migrations.FS, outbox.Migrations.Dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasPrefix(d.Name(), "0001") {
-			return err
-		}
-		b, err := fs.ReadFile(outbox.Migrations.FS, p)
-		before[p] = &fstest.MapFile{Data: b}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	old := pgmigrate.Set{FS: before, Dir: outbox.Migrations.Dir, Table: outbox.Migrations.Table}
+	old := monthparttest.Before(t, outbox.Migrations, 2)
 	url := pgtest.NewDB(t, pgtest.Template{Name: "outbox-before-months", Migrate: func(_ context.Context, databaseURL string) error {
 		return pgmigrate.Up(databaseURL, old)
 	}})
@@ -179,26 +161,5 @@ func TestMigrationToMonthsDeliversTheBacklog(t *testing.T) {
 	}
 	if want := monthpart.MonthOf("outbox_event", monthpart.Start(time.Now()).AddDate(0, 1, 1)).Name; part != want {
 		t.Fatalf("next month's event in %s, want %s", part, want)
-	}
-}
-
-// The migrations go down and up again, the months with them.
-func TestMigrationsGoDownAndUp(t *testing.T) {
-	t.Parallel()
-	url := pgtest.NewDB(t, outboxDB)
-	pool, err := pgxpool.New(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if _, err := outbox.EnsureMonths(t.Context(), pool, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	appendEvents(t, pool, "t", newEvents(t, 3, 3))
-	if err := pgmigrate.Down(url, outbox.Migrations); err != nil {
-		t.Fatal(err)
-	}
-	if err := pgmigrate.Up(url, outbox.Migrations); err != nil {
-		t.Fatal(err)
 	}
 }

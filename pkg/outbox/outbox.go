@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/monthpart"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/tracing"
 )
@@ -40,7 +41,8 @@ var migrationFiles embed.FS
 
 // Migrations is the outbox schema, tracked in its own migrations table so it
 // can live beside a service's own schema.
-var Migrations = pgmigrate.Set{FS: migrationFiles, Dir: "migrations", Table: "outbox_schema_migrations"}
+var Migrations = pgmigrate.Set{FS: migrationFiles, Dir: "migrations", Table: "outbox_schema_migrations",
+	Needs: []pgmigrate.Set{monthpart.Migrations}}
 
 // Migrate applies the outbox schema to the database.
 func Migrate(_ context.Context, databaseURL string) error {

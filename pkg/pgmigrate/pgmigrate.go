@@ -19,11 +19,38 @@ type Set struct {
 	FS    fs.FS
 	Dir   string
 	Table string
+	// Needs are the sets whose objects this set's migrations use (a
+	// function they call): Up applies them first, Down reverts them after,
+	// Grant and Check cover them, each once however many sets need it.
+	Needs []Set
 }
 
-// Up applies every pending migration of each set, in order.
-func Up(databaseURL string, sets ...Set) error {
+// withNeeds returns sets with every set they need before it, each set once
+// (by Table), in the order Up applies them.
+func withNeeds(sets []Set) []Set {
+	var out []Set
+	seen := map[string]bool{}
+	var add func(Set)
+	add = func(s Set) {
+		if seen[s.Table] {
+			return
+		}
+		seen[s.Table] = true
+		for _, n := range s.Needs {
+			add(n)
+		}
+		out = append(out, s)
+	}
 	for _, s := range sets {
+		add(s)
+	}
+	return out
+}
+
+// Up applies every pending migration of each set, in order, the sets it
+// needs first.
+func Up(databaseURL string, sets ...Set) error {
+	for _, s := range withNeeds(sets) {
 		m, err := open(databaseURL, s)
 		if err != nil {
 			return err
@@ -40,8 +67,10 @@ func Up(databaseURL string, sets ...Set) error {
 	return nil
 }
 
-// Down reverts every migration of each set, last set first.
+// Down reverts every migration of each set, last set first, the sets they
+// need last.
 func Down(databaseURL string, sets ...Set) error {
+	sets = withNeeds(sets)
 	for i := len(sets) - 1; i >= 0; i-- {
 		m, err := open(databaseURL, sets[i])
 		if err != nil {

@@ -51,7 +51,7 @@ func Grant(ctx context.Context, ownerURL, role string, sets ...Set) error {
 		// TRIGGER granted earlier by hand.
 		"REVOKE TRUNCATE, REFERENCES, TRIGGER ON ALL TABLES IN SCHEMA " + s + " FROM " + r,
 	}
-	for _, set := range sets {
+	for _, set := range withNeeds(sets) {
 		// The version of a migration set is read at start, never written.
 		stmts = append(stmts, "REVOKE INSERT, UPDATE, DELETE ON "+pgx.Identifier{set.Table}.Sanitize()+" FROM "+r)
 	}
@@ -101,7 +101,7 @@ func Check(ctx context.Context, databaseURL string, sets ...Set) error {
 		return fmt.Errorf("connect to database: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	for _, s := range sets {
+	for _, s := range withNeeds(sets) {
 		want, err := Latest(s)
 		if err != nil {
 			return err

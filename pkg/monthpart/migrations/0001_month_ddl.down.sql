@@ -1,0 +1,1 @@
+DROP FUNCTION monthpart_ddl(text, text, text, text, uuid, uuid, text);
