@@ -26,7 +26,7 @@ type AdjustmentReply struct {
 // before the period closed, the close counts it and it is a line of the
 // period's invoice; posted after, it is marked AfterClose and corrects the
 // issued invoice. A credit is checked against the period's balance in its
-// currency under the credit lock (checkCredit). A *domain.Error reports a
+// currency under the credit lock (App.checkCredit). A *domain.Error reports a
 // broken rule; on an error the caller must not commit.
 func (a *App) PostAdjustment(ctx context.Context, tx pgx.Tx, r Request, adj domain.Adjustment) (AdjustmentReply, error) {
 	if err := r.checkActor(); err != nil {
@@ -50,7 +50,7 @@ func (a *App) PostAdjustment(ctx context.Context, tx pgx.Tx, r Request, adj doma
 	if err != nil {
 		return AdjustmentReply{}, fmt.Errorf("read period %s: %w", charge.Period, err)
 	}
-	if err := checkCredit(ctx, q, r.TenantID, charge.Period, adj); err != nil {
+	if err := a.checkCredit(ctx, q, r.TenantID, charge.Period, adj); err != nil {
 		return AdjustmentReply{}, err
 	}
 	afterClose := status == domain.StatusClosed

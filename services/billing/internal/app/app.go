@@ -54,8 +54,9 @@ type Config struct {
 	// DefaultMaxSubscriptions): one more is refused 422 limit_exceeded.
 	MaxSubscriptions int
 	// CloseChunk is how many charges one transaction of a close's tally
-	// reads (BILLING_CLOSE_CHUNK; default DefaultCloseChunk): the close's
-	// longest statement grows with it, not with the period.
+	// reads (BILLING_CLOSE_CHUNK; default DefaultCloseChunk), and one
+	// statement of a read of a period's lines (the estimate, a credit's
+	// check): their longest statement grows with it, not with the period.
 	CloseChunk int
 }
 
@@ -80,6 +81,9 @@ type App struct {
 	// afterChunk, when set (tests), runs at the end of each chunk's
 	// transaction of a close's tally; an error rolls the chunk back.
 	afterChunk func(chunk int64) error
+	// afterReadChunk, when set (tests), is told the charges of each chunk
+	// a read of a period's lines walked (walkLines).
+	afterReadChunk func(charges int64)
 }
 
 // New returns the App of d and c.

@@ -227,8 +227,8 @@ func (a *App) finishClose(ctx context.Context, r Request, period string, key Key
 // tallyChunks walks a closing period's charges in chunks of
 // Config.CloseChunk, each its own transaction under the period's exclusive
 // lock: it reads the next chunk after the recorded position (keyset order
-// of usage_event_id), adds it to the running tally of the period's lines
-// (close_line, close_value) and records the new position in the same
+// of usage_event_id, ChargeChunkLines), adds it to the running tally of
+// the period's lines (periodTally.add: close_line, close_value) and records the new position in the same
 // transaction, so a crash loses at most the chunk in flight and a retry,
 // or a concurrent closer, carries on from the last commit. Step 1 made the
 // set final: a closing period takes no charge and charges are immutable,
@@ -261,14 +261,28 @@ func (a *App) tallyChunks(ctx context.Context, tenantID, period string) error {
 				done = true
 				return nil
 			}
-			chunk, err := q.TallyCloseChunk(ctx, db.TallyCloseChunkParams{
+			rows, err := q.ChargeChunkLines(ctx, db.ChargeChunkLinesParams{
 				TenantID: tenantID, Period: period, After: p.After, ChunkSize: int32(a.cfg.CloseChunk)})
 			if err != nil {
 				return fmt.Errorf("tally chunk %d of %s (%d charges so far): %w", p.Chunks+1, period, p.Charges, err)
 			}
-			done = chunk.Charges < int64(a.cfg.CloseChunk)
+			charges, last := int64(0), p.After
+			if len(rows) > 0 {
+				charges, last = rows[0].ChunkCharges, rows[0].ChunkLast
+				t, err := loadCloseTally(ctx, q, tenantID, period)
+				if err != nil {
+					return err
+				}
+				if err := t.add(ctx, rows, closeValues(q, tenantID, period)); err != nil {
+					return fmt.Errorf("tally chunk %d of %s: %w", p.Chunks+1, period, err)
+				}
+				if err := saveCloseTally(ctx, q, tenantID, period, t); err != nil {
+					return err
+				}
+			}
+			done = charges < int64(a.cfg.CloseChunk)
 			if err := q.AdvanceCloseProgress(ctx, db.AdvanceCloseProgressParams{
-				TenantID: tenantID, Period: period, After: chunk.Last, Charges: chunk.Charges, Done: done}); err != nil {
+				TenantID: tenantID, Period: period, After: last, Charges: charges, Done: done}); err != nil {
 				return fmt.Errorf("record chunk %d of %s: %w", p.Chunks+1, period, err)
 			}
 			if a.afterChunk != nil {
@@ -301,13 +315,13 @@ func (a *App) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, pe
 	if err != nil {
 		return err
 	}
-	closing, err := q.ClosingLines(ctx, db.ClosingLinesParams{TenantID: r.TenantID, Period: period})
+	tally, err := loadCloseTally(ctx, q, r.TenantID, period)
 	if err != nil {
-		return fmt.Errorf("read period lines: %w", err)
+		return err
 	}
-	lines := make([]db.PeriodLinesRow, len(closing))
-	for i, l := range closing {
-		lines[i] = db.PeriodLinesRow(l)
+	lines := tally.lines()
+	if err := priceLines(ctx, q, r.TenantID, lines); err != nil {
+		return err
 	}
 	fees, err := periodFees(ctx, q, r.TenantID, period, cals[r.TenantID], lines)
 	if err != nil {

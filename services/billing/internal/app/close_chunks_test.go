@@ -6,12 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/shopspring/decimal"
+
 	"github.com/usagebilling/billing/pkg/catalog"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/services/billing/internal/app"
 	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
-	"github.com/usagebilling/billing/services/billing/internal/db"
 )
 
 // TestCloseTalliesInChunks: a period of 75 charges closed with a chunk of 4
@@ -61,6 +63,26 @@ func TestCloseTalliesInChunks(t *testing.T) {
 		t.Fatalf("%d charges, want %d", n, charges)
 	}
 
+	// The open period's read walks the same chunks: statements of at most
+	// a chunk, each charge once, and the lines of the charges.
+	want := linesFromCharges(t, pool, tenant, "2026-01")
+	var read []int64
+	svc.SetAfterReadChunk(func(n int64) { read = append(read, n) })
+	est, err := svc.PeriodEstimate(t.Context(), tenant, "2026-01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkReadChunks(t, read, chunk, charges)
+	whole := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return feb3 }}, app.Config{CloseChunk: 1000})
+	if once, err := whole.PeriodEstimate(t.Context(), tenant, "2026-01"); err != nil || bt.JSON(once) != bt.JSON(est) {
+		t.Fatalf("estimate in chunks of %d: %s; in one chunk: %s, %v", chunk, bt.JSON(est), bt.JSON(once), err)
+	}
+	walked, err := svc.WalkLines(t.Context(), tenant, "2026-01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameLines(t, "walked", walked, want)
+
 	// A crash in chunk 7: the close fails, the period stays closing, and
 	// what the first six chunks tallied is kept.
 	crash := errors.New("crash in chunk 7")
@@ -100,9 +122,9 @@ func TestCloseTalliesInChunks(t *testing.T) {
 		return nil
 	})
 	closePeriod(t, svc, tenant, "2026-01", key)
-	want := int64(charges/chunk + 1) // the last chunk comes back short
-	if len(seen) == 0 || seen[0] != 7 || seen[len(seen)-1] != want || int64(len(seen)) != want-6 {
-		t.Fatalf("chunks of the retry = %v, want 7..%d", seen, want)
+	last := int64(charges/chunk + 1) // the last chunk comes back short
+	if len(seen) == 0 || seen[0] != 7 || seen[len(seen)-1] != last || int64(len(seen)) != last-6 {
+		t.Fatalf("chunks of the retry = %v, want 7..%d", seen, last)
 	}
 	closes := bt.OfType[events.BillingPeriodClosed](bt.Outbox(t, pool))
 	if len(closes) != 1 || closes[0].Charges != charges {
@@ -110,28 +132,116 @@ func TestCloseTalliesInChunks(t *testing.T) {
 	}
 	checkClose(t, pool, tenant, closes[0])
 
-	// The lines the close read are the charges' lines.
-	q := db.New(pool)
-	fromCharges, err := q.PeriodLines(t.Context(), db.PeriodLinesParams{TenantID: tenant, Period: "2026-01"})
+	// The lines the close read are the charges' lines, and those the
+	// open read priced.
+	fromTally, err := svc.TallyLines(t.Context(), tenant, "2026-01")
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromTally, err := q.ClosingLines(t.Context(), db.ClosingLinesParams{TenantID: tenant, Period: "2026-01"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(fromCharges) != 6 || len(fromTally) != len(fromCharges) {
-		t.Fatalf("lines: %d from the charges, %d from the tally", len(fromCharges), len(fromTally))
-	}
-	for i, l := range fromTally {
-		c := fromCharges[i]
-		if got := db.PeriodLinesRow(l); bt.JSON(got) != bt.JSON(c) || !got.Quantity.Equal(c.Quantity) || !got.Amount.Equal(c.Amount) {
-			t.Errorf("line %d: tallied %s, from the charges %s", i, bt.JSON(got), bt.JSON(c))
-		}
+	sameLines(t, "tallied", fromTally, want)
+	if bt.JSON(fromTally) != bt.JSON(walked) {
+		t.Errorf("tallied lines %s, walked %s", bt.JSON(fromTally), bt.JSON(walked))
 	}
 	// The tally's distinct values are purged; its lines stay.
 	if n := bt.Count(t, pool, `SELECT count(*) FROM close_value WHERE tenant_id = $1`, tenant) +
 		bt.Count(t, pool, `SELECT count(*) FROM close_progress WHERE tenant_id = $1`, tenant); n != 0 {
 		t.Fatalf("%d tally rows left after the close", n)
+	}
+}
+
+// checkReadChunks fails unless a read walked n charges in chunks of
+// chunk: every statement but the last a full chunk, the last short.
+func checkReadChunks(t *testing.T, read []int64, chunk, n int64) {
+	t.Helper()
+	var sum int64
+	for i, c := range read {
+		if c > chunk || (i < len(read)-1 && c != chunk) {
+			t.Fatalf("read chunks %v, want chunks of %d", read, chunk)
+		}
+		sum += c
+	}
+	if sum != n || int64(len(read)) != n/chunk+1 {
+		t.Fatalf("read chunks %v: %d charges in %d statements, want %d in %d", read, sum, len(read), n, n/chunk+1)
+	}
+}
+
+// linesFromCharges computes a period's lines from its charges, one by one
+// in Go: the key, charges, quantity by aggregation and own amounts.
+func linesFromCharges(t *testing.T, pool *pgxpool.Pool, tenant, period string) map[string]app.Line {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), `SELECT meter_code, currency, plan_code, price_version, dimensions_key, unpriced,
+		aggregation, quantity, amount, value, occurred_at, source_system, source_event_id
+		FROM charge WHERE tenant_id = $1 AND period = $2`, tenant, period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	type latest struct {
+		at             time.Time
+		system, source string
+	}
+	out := map[string]app.Line{}
+	values := map[string]map[string]bool{}
+	latests := map[string]latest{}
+	for rows.Next() {
+		var l app.Line
+		var qty, amount decimal.Decimal
+		var value, system, source string
+		var at time.Time
+		if err := rows.Scan(&l.MeterCode, &l.Currency, &l.PlanCode, &l.PriceVersion, &l.DimensionsKey, &l.Unpriced,
+			&l.Aggregation, &qty, &amount, &value, &at, &system, &source); err != nil {
+			t.Fatal(err)
+		}
+		k := lineKey(l)
+		have, ok := out[k]
+		if !ok {
+			have = l
+			values[k] = map[string]bool{}
+		}
+		have.Charges++
+		have.Amount = have.Amount.Add(amount)
+		switch l.Aggregation {
+		case catalog.Count:
+			have.Quantity = decimal.NewFromInt(have.Charges)
+		case catalog.Max:
+			have.Quantity = decimal.Max(have.Quantity, qty)
+		case catalog.Latest:
+			was, seen := latests[k]
+			if !seen || at.After(was.at) || (at.Equal(was.at) && (system > was.system || (system == was.system && source > was.source))) {
+				latests[k] = latest{at, system, source}
+				have.Quantity = qty
+			}
+		case catalog.UniqueCount:
+			values[k][value] = true
+			have.Quantity = decimal.NewFromInt(int64(len(values[k])))
+		default:
+			have.Quantity = have.Quantity.Add(qty)
+		}
+		out[k] = have
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func lineKey(l app.Line) string {
+	return fmt.Sprint(l.MeterCode, "|", l.Currency, "|", l.PlanCode, "|", l.PriceVersion, "|", l.DimensionsKey, "|",
+		l.Unpriced, "|", l.Aggregation)
+}
+
+// sameLines fails unless got are the lines of want: the same keys,
+// charges, quantities and amounts.
+func sameLines(t *testing.T, what string, got []app.Line, want map[string]app.Line) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d lines, want %d", what, len(got), len(want))
+	}
+	for _, l := range got {
+		w, ok := want[lineKey(l)]
+		if !ok || l.Charges != w.Charges || !l.Quantity.Equal(w.Quantity) || !l.Amount.Equal(w.Amount) {
+			t.Errorf("%s line %s: %d charges, quantity %s, amount %s; want %d, %s, %s", what, lineKey(l),
+				l.Charges, l.Quantity, l.Amount, w.Charges, w.Quantity, w.Amount)
+		}
 	}
 }

@@ -16,31 +16,33 @@ import (
 // zero in its currency (credit_exceeds_charges), before or after the close
 // (decision 0010). The caller holds the period's shared lock; this takes the
 // credit lock of the period and currency (always after it), so concurrent
-// credits are decided one at a time, and then reads the period's lines and
+// credits are decided one at a time, and then reads the period's lines
+// (walkLines: its charges in chunks, each statement at most a chunk) and
 // adjustments in statements of their own, whose snapshots see every credit
-// committed before the lock was granted. Rating never waits for a credit:
+// committed before the lock was granted. It runs in the HTTP request that
+// posts the adjustment, never in an inbox handler. Rating never waits for a credit:
 // a charge rated meanwhile can only leave more to credit, since the charges
 // are counted at their floor (chargedFloor). A debit is not checked.
-func checkCredit(ctx context.Context, q *db.Queries, tenantID, period string, a domain.Adjustment) error {
-	if !domain.CreditNeedsCheck(a.Amount) {
+func (a *App) checkCredit(ctx context.Context, q *db.Queries, tenantID, period string, adj domain.Adjustment) error {
+	if !domain.CreditNeedsCheck(adj.Amount) {
 		return nil
 	}
-	if err := q.LockPeriodCredits(ctx, db.LockPeriodCreditsParams{TenantID: tenantID, Period: period, Currency: a.Currency}); err != nil {
-		return fmt.Errorf("lock credits of %s %s: %w", period, a.Currency, err)
+	if err := q.LockPeriodCredits(ctx, db.LockPeriodCreditsParams{TenantID: tenantID, Period: period, Currency: adj.Currency}); err != nil {
+		return fmt.Errorf("lock credits of %s %s: %w", period, adj.Currency, err)
 	}
-	lines, err := q.PeriodLines(ctx, db.PeriodLinesParams{TenantID: tenantID, Period: period})
+	lines, err := a.walkLines(ctx, q, tenantID, period, -1)
 	if err != nil {
 		return fmt.Errorf("read lines of %s: %w", period, err)
 	}
-	charged, err := chargedFloor(lines, a.Currency)
+	charged, err := chargedFloor(lines, adj.Currency)
 	if err != nil {
 		return err
 	}
-	adjusted, err := q.PeriodAdjusted(ctx, db.PeriodAdjustedParams{TenantID: tenantID, Period: period, Currency: a.Currency})
+	adjusted, err := q.PeriodAdjusted(ctx, db.PeriodAdjustedParams{TenantID: tenantID, Period: period, Currency: adj.Currency})
 	if err != nil {
-		return fmt.Errorf("read adjustments of %s %s: %w", period, a.Currency, err)
+		return fmt.Errorf("read adjustments of %s %s: %w", period, adj.Currency, err)
 	}
-	return domain.CheckCredit(a.Amount, a.Currency, domain.Balance{Charged: charged, Adjusted: adjusted})
+	return domain.CheckCredit(adj.Amount, adj.Currency, domain.Balance{Charged: charged, Adjusted: adjusted})
 }
 
 // quantum is the smallest quantity step: quantities have at most
@@ -60,7 +62,7 @@ var quantum = decimal.New(1, -pricing.MaxScale)
 // ahead (the bound plus one quantum: a bound is the last quantity of its
 // tier). A credit checked against the floor stays covered whatever usage is
 // rated into the period after it.
-func chargedFloor(lines []db.PeriodLinesRow, currency string) (decimal.Decimal, error) {
+func chargedFloor(lines []Line, currency string) (decimal.Decimal, error) {
 	total := decimal.Zero
 	for _, l := range lines {
 		if l.Currency != currency {

@@ -285,3 +285,37 @@ func TestCreditsAgainstPricedLines(t *testing.T) {
 		t.Fatalf("estimate %s, want USD 0 and EUR 0", bt.JSON(est))
 	}
 }
+
+// A credit's check reads the period's charges in chunks (a statement of at
+// most BILLING_CLOSE_CHUNK charges, whatever the period's size) and still
+// weighs all of them: 10 USD charges of 1.00 and a KRW one, read in chunks
+// of 3, allow a credit of exactly 10.00 and refuse one of 10.01.
+func TestCreditCheckReadsChargesInChunks(t *testing.T) {
+	t.Parallel()
+	const chunk = 3
+	pool := bt.NewPool(t)
+	svc := app.New(app.Deps{Pool: pool}, app.Config{CloseChunk: chunk})
+	ib := bt.NewInbox(t, svc)
+	bt.DefineMeters(t, pool, ib)
+	raws := [][]byte{priceV1("t1").Raw(t), krwPrice("t1").Raw(t),
+		bt.Usage{Tenant: "t1", Meter: "sms", Currency: "KRW", PriceVersion: 1, Quantity: "10", OccurredAt: jan10}.Raw(t)}
+	for range 10 {
+		raws = append(raws, usageAt("t1", 1, "80", jan10).Raw(t)) // 80 x 0.0125 = 1.00
+	}
+	bt.Decide(t, pool, ib, raws...)
+	jan := charges(t, svc, "t1", "2026-01")
+	if len(jan) != 11 {
+		t.Fatalf("%d charges, want 11", len(jan))
+	}
+	usd := jan[0]
+	var read []int64
+	svc.SetAfterReadChunk(func(n int64) { read = append(read, n) })
+	_, err := post(t, svc, "t1", usd.ChargeID, "-10.01", "USD", "admin@t1.example")
+	wantCode(t, err, "credit_exceeds_charges")
+	checkReadChunks(t, read, chunk, 11)
+	read = nil
+	if _, err := post(t, svc, "t1", usd.ChargeID, "-10.00", "USD", "admin@t1.example"); err != nil {
+		t.Fatalf("credit of all the charges: %v", err)
+	}
+	checkReadChunks(t, read, chunk, 11)
+}

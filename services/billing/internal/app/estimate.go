@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/catalog"
@@ -51,8 +50,10 @@ var MaxPeriodLines = 10000
 const CodeTooManyLines = "too_many_lines"
 
 // PeriodEstimate reads the period's status, lines and adjustments, in one
-// snapshot, and prices the lines. Bounded by meters x versions x currencies,
-// whatever the number of charges, and by MaxPeriodLines lines.
+// snapshot, and prices the lines. The lines are the period's charges
+// walked in chunks of Config.CloseChunk (walkLines), so no statement reads
+// more than a chunk whatever the period's size; more than MaxPeriodLines
+// lines stop the walk.
 func (a *App) PeriodEstimate(ctx context.Context, tenantID, period string) (Estimate, error) {
 	out := Estimate{Period: period, Estimate: map[string]decimal.Decimal{}}
 	tx, err := a.pool.Begin(ctx)
@@ -97,15 +98,14 @@ func (a *App) PeriodEstimate(ctx context.Context, tenantID, period string) (Esti
 			out.WaitingFor = why
 		}
 	}
-	lines, err := q.PeriodLines(ctx, db.PeriodLinesParams{TenantID: tenantID, Period: period,
-		RowLimit: pgtype.Int4{Int32: int32(MaxPeriodLines) + 1, Valid: true}})
-	if err != nil {
-		return Estimate{}, fmt.Errorf("read period lines: %w", err)
-	}
-	if len(lines) > MaxPeriodLines {
+	lines, err := a.walkLines(ctx, q, tenantID, period, MaxPeriodLines)
+	if errors.Is(err, errTooManyLines) {
 		return Estimate{}, &rule.Error{Kind: rule.Unprocessable, Code: CodeTooManyLines,
 			Detail: fmt.Sprintf("period %s has more than %d lines (meter, currency, price version and dimensions) "+
 				"for one read; billing's charges list reads them page by page", period, MaxPeriodLines)}
+	}
+	if err != nil {
+		return Estimate{}, err
 	}
 	for _, l := range lines {
 		amount, err := LineAmount(l)
@@ -138,7 +138,7 @@ func (a *App) PeriodEstimate(ctx context.Context, tenantID, period string) (Esti
 // exact, so the same as the version's pricing over the line's quantity);
 // else the version's pricing over the line's quantity, its meter's
 // aggregation over its charges.
-func LineAmount(l db.PeriodLinesRow) (decimal.Decimal, error) {
+func LineAmount(l Line) (decimal.Decimal, error) {
 	if l.Unpriced {
 		return decimal.Zero, nil
 	}
@@ -153,7 +153,7 @@ func LineAmount(l db.PeriodLinesRow) (decimal.Decimal, error) {
 }
 
 // linePricing is the pricing of a priced line's version.
-func linePricing(l db.PeriodLinesRow) (pricing.Pricing, error) {
+func linePricing(l Line) (pricing.Pricing, error) {
 	p, err := evidencePricing(l.Model, l.UnitPrice, l.Tiers, l.PackageSize, l.PackagePrice)
 	if err != nil {
 		return pricing.Pricing{}, err

@@ -19,7 +19,7 @@ import (
 // they stand in q's snapshot. Bounded by the tenant's subscriptions in the
 // period and their plans' versions, whatever the usage.
 func periodFees(ctx context.Context, q *db.Queries, tenantID, period string, cal domain.Calendar,
-	lines []db.PeriodLinesRow) (map[string][]events.FeeLine, error) {
+	lines []Line) (map[string][]events.FeeLine, error) {
 	days, err := domain.PeriodDays(period, cal.Settings(period).Location())
 	if err != nil {
 		return nil, err

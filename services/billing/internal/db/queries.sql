@@ -264,58 +264,84 @@ WHERE pe.tenant_id = @tenant_id
   AND (pe.meter_code, pe.currency, pe.version) IN (
       SELECT unnest(@meter_codes::text[]), unnest(@currencies::text[]), unnest(@versions::bigint[]));
 
--- name: PeriodLines :many
--- A period's lines (what invoice lines will be): its charges per meter,
--- currency, price version and price dimensions, the unpriced ones (version
--- 0) one line per meter and currency, with each line's quantity by its
--- meter's aggregation (sum of quantities; count of charges; the largest
--- quantity; the quantity of the charge with the latest occurrence, ties to
--- the larger (source system, source event id) in byte order; the number of
--- distinct values), the sum of the charges' own amounts, and the version's
--- pricing. Order-independent; bounded by lines whatever the number of
--- charges, and by row_limit lines when given (NULL: every line; the
--- period read's bound, app.MaxPeriodLines).
-WITH l AS (
+-- name: ChargeChunkLines :many
+-- One chunk of a period's charges, the one definition of how charges make
+-- lines (app.periodTally adds it to a running tally): the next chunk_size
+-- charges of the period after the position, in usage_event_id order (one
+-- range scan of charge_reconciliation_idx, bounded by the chunk whatever
+-- the period's size), grouped per line (meter, currency, plan, price
+-- version, price dimensions, unpriced, aggregation): count, sum, peak,
+-- own amounts, the digest terms of the event ids, the chunk's distinct
+-- values (unique_count) and its latest charge by occurrence, ties to the
+-- larger (source system, source event id) in byte order. Each row also
+-- carries the chunk's charge count and last usage_event_id (the next
+-- position); no row when the chunk is empty.
+WITH c AS (
+    SELECT ch.usage_event_id, ch.event_id, ch.meter_code, ch.currency, ch.plan_code, ch.price_version,
+           ch.dimensions_key, ch.unpriced, ch.aggregation, ch.dimensions, ch.quantity, ch.amount, ch.value,
+           ch.occurred_at, ch.source_system, ch.source_event_id
+    FROM charge ch
+    WHERE ch.tenant_id = @tenant_id AND ch.period = @period AND ch.usage_event_id > sqlc.arg(after)::uuid
+    ORDER BY ch.usage_event_id
+    LIMIT sqlc.arg(chunk_size)::int
+), g AS (
     SELECT c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
-           min(c.dimensions::text)::jsonb AS dimensions, count(*) AS charges,
-           sum(c.quantity) AS total, max(c.quantity) AS peak,
-           count(DISTINCT c.value) FILTER (WHERE c.aggregation = 'unique_count') AS distinct_values,
-           sum(c.amount) AS amount
-    FROM charge c
-    WHERE c.tenant_id = @tenant_id AND c.period = @period
+           min(c.dimensions::text) AS dimensions, count(*) AS charges, sum(c.quantity) AS total, max(c.quantity) AS peak,
+           sum(c.amount) AS amount,
+           sum(('x' || encode(substr(sha256(convert_to(c.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::numeric AS digest,
+           array_agg(DISTINCT c.value) FILTER (WHERE c.aggregation = 'unique_count') AS vals
+    FROM c
     GROUP BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
-), latest AS (
+), lt AS (
     SELECT DISTINCT ON (c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced)
-           c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.quantity
-    FROM charge c
-    WHERE c.tenant_id = @tenant_id AND c.period = @period AND c.aggregation = 'latest'
+           c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
+           c.occurred_at, c.source_system, c.source_event_id, c.quantity
+    FROM c
+    WHERE c.aggregation = 'latest'
     ORDER BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
              c.occurred_at DESC, c.source_system COLLATE "C" DESC, c.source_event_id COLLATE "C" DESC
 )
-SELECT l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key, l.dimensions::jsonb AS dimensions,
-       l.unpriced, l.aggregation, l.charges::bigint AS charges,
-       (CASE l.aggregation
-            WHEN 'count' THEN l.charges::numeric
-            WHEN 'max' THEN l.peak
-            WHEN 'latest' THEN lt.quantity
-            WHEN 'unique_count' THEN l.distinct_values::numeric
-            ELSE l.total END)::numeric AS quantity,
-       l.amount::numeric AS amount,
+SELECT g.meter_code, g.currency, g.plan_code, g.price_version, g.dimensions_key, g.unpriced, g.aggregation,
+       g.dimensions::text AS dimensions, g.charges::bigint AS charges, g.total::numeric AS total,
+       g.peak::numeric AS peak, g.amount::numeric AS amount, g.digest::numeric AS digest,
+       COALESCE(g.vals, '{}')::text[] AS vals,
+       (lt.occurred_at IS NOT NULL)::boolean AS has_latest,
+       COALESCE(lt.occurred_at, 'epoch')::timestamptz AS latest_at,
+       COALESCE(lt.source_system, '')::text AS latest_system, COALESCE(lt.source_event_id, '')::text AS latest_source,
+       COALESCE(lt.quantity, 0)::numeric AS latest_quantity,
+       (SELECT count(*) FROM c)::bigint AS chunk_charges,
+       (SELECT c.usage_event_id FROM c ORDER BY c.usage_event_id DESC LIMIT 1)::uuid AS chunk_last
+FROM g
+LEFT JOIN lt ON lt.meter_code = g.meter_code AND lt.currency = g.currency AND lt.plan_code = g.plan_code
+            AND lt.price_version = g.price_version AND lt.dimensions_key = g.dimensions_key
+            AND lt.unpriced = g.unpriced AND g.aggregation = 'latest';
+
+-- name: LinePricings :many
+-- The pricing of lines (the one definition of a line's price joins): per
+-- line given, in the order given, its version's pricing from the tenant's
+-- price evidence, or from the plan's charge for a line priced by a plan,
+-- unit at 0 for an unpriced line. One indexed probe per line.
+WITH u AS (
+    SELECT unnest(@meter_codes::text[])      AS meter_code,
+           unnest(@currencies::text[])       AS currency,
+           unnest(@plan_codes::text[])       AS plan_code,
+           unnest(@price_versions::bigint[]) AS price_version,
+           unnest(@dimensions_keys::text[])  AS dimensions_key,
+           unnest(@unpriceds::boolean[])     AS unpriced,
+           generate_series(1, cardinality(@meter_codes::text[])) AS n
+)
+SELECT u.n::int AS n,
        COALESCE(pe.model, pc.model, 'unit')::text AS model, COALESCE(pe.unit_price, pc.unit_price, 0)::numeric AS unit_price,
        COALESCE(pe.tiers, pc.tiers) AS tiers,
        COALESCE(pe.package_size, pc.package_size, 0)::numeric AS package_size,
        COALESCE(pe.package_price, pc.package_price, 0)::numeric AS package_price
-FROM l
-LEFT JOIN latest lt ON lt.meter_code = l.meter_code AND lt.currency = l.currency AND lt.plan_code = l.plan_code
-                   AND lt.price_version = l.price_version
-                   AND lt.dimensions_key = l.dimensions_key AND lt.unpriced = l.unpriced AND l.aggregation = 'latest'
-LEFT JOIN price_evidence pe ON pe.tenant_id = @tenant_id AND pe.meter_code = l.meter_code
-                           AND pe.currency = l.currency AND pe.version = l.price_version AND NOT l.unpriced
-                           AND l.plan_code = ''
-LEFT JOIN plan_charge pc ON pc.code = l.plan_code AND pc.version = l.price_version AND pc.meter_code = l.meter_code
-                        AND pc.dimensions_key = l.dimensions_key AND l.plan_code <> ''
-ORDER BY l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key
-LIMIT sqlc.narg(row_limit)::int;
+FROM u
+LEFT JOIN price_evidence pe ON pe.tenant_id = @tenant_id AND pe.meter_code = u.meter_code
+                           AND pe.currency = u.currency AND pe.version = u.price_version AND NOT u.unpriced
+                           AND u.plan_code = ''
+LEFT JOIN plan_charge pc ON pc.code = u.plan_code AND pc.version = u.price_version AND pc.meter_code = u.meter_code
+                        AND pc.dimensions_key = u.dimensions_key AND u.plan_code <> ''
+ORDER BY u.n;
 
 -- name: PeriodAdjustments :many
 -- The adjustments a period's close counts (posted before it closed), summed
@@ -387,7 +413,7 @@ SELECT pg_advisory_xact_lock(hashtextextended(@tenant_id::text || '|' || @period
 -- name: PeriodAdjusted :one
 -- The exact sum of a tenant's period's adjustments in one currency, posted
 -- before and after the close (a credit's balance; its charges are priced
--- from PeriodLines).
+-- from the period's lines, app.periodTally).
 SELECT COALESCE(sum(a.amount), 0)::numeric AS adjusted
 FROM adjustment a
 WHERE a.tenant_id = @tenant_id AND a.period = @period AND a.currency = @currency;
@@ -421,92 +447,53 @@ SELECT after::uuid AS after, chunks, charges, done FROM close_progress
 WHERE tenant_id = @tenant_id AND period = @period
 FOR UPDATE;
 
--- name: TallyCloseChunk :one
--- One chunk of a close's tally: the next chunk_size charges of the closing
--- period after the position, in usage_event_id order (one range scan of
--- charge_reconciliation_idx, bounded by the chunk whatever the period's
--- size), added to the running tally of their lines: counts, sums, the peak,
--- the digest terms, the latest charge, and the distinct values (inserted
--- into close_value; those new to the set are added). Returns the charges
--- read and the last one's usage_event_id (the position, when none).
-WITH c AS (
-    SELECT ch.usage_event_id, ch.event_id, ch.meter_code, ch.currency, ch.plan_code, ch.price_version,
-           ch.dimensions_key, ch.unpriced, ch.aggregation, ch.dimensions, ch.quantity, ch.amount, ch.value,
-           ch.occurred_at, ch.source_system, ch.source_event_id
-    FROM charge ch
-    WHERE ch.tenant_id = @tenant_id AND ch.period = @period AND ch.usage_event_id > sqlc.arg(after)::uuid
-    ORDER BY ch.usage_event_id
-    LIMIT sqlc.arg(chunk_size)::int
-), vals AS (
-    INSERT INTO close_value (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced, value)
-    SELECT DISTINCT @tenant_id, @period, c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.value
-    FROM c WHERE c.aggregation = 'unique_count'
-    ON CONFLICT DO NOTHING
-    RETURNING meter_code, currency, plan_code, price_version, dimensions_key, unpriced
-), fresh AS (
-    SELECT v.meter_code, v.currency, v.plan_code, v.price_version, v.dimensions_key, v.unpriced, count(*) AS n
-    FROM vals v
-    GROUP BY v.meter_code, v.currency, v.plan_code, v.price_version, v.dimensions_key, v.unpriced
-), g AS (
-    SELECT c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
-           min(c.dimensions::text) AS dimensions, count(*) AS charges, sum(c.quantity) AS total, max(c.quantity) AS peak,
-           sum(c.amount) AS amount,
-           sum(('x' || encode(substr(sha256(convert_to(c.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::numeric AS digest
-    FROM c
-    GROUP BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
-), lt AS (
-    SELECT DISTINCT ON (c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced)
-           c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
-           c.occurred_at, c.source_system, c.source_event_id, c.quantity
-    FROM c
-    WHERE c.aggregation = 'latest'
-    ORDER BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
-             c.occurred_at DESC, c.source_system COLLATE "C" DESC, c.source_event_id COLLATE "C" DESC
-), up AS (
-    INSERT INTO close_line (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced,
-                            aggregation, dimensions, charges, total, peak, amount, digest, distinct_values,
-                            latest_at, latest_system, latest_source, latest_quantity)
-    SELECT @tenant_id, @period, g.meter_code, g.currency, g.plan_code, g.price_version, g.dimensions_key, g.unpriced,
-           g.aggregation, g.dimensions, g.charges, g.total, g.peak, g.amount, g.digest,
-           CASE WHEN g.aggregation = 'unique_count' THEN COALESCE(f.n, 0) ELSE 0 END,
-           lt.occurred_at, lt.source_system, lt.source_event_id, lt.quantity
-    FROM g
-    LEFT JOIN fresh f ON f.meter_code = g.meter_code AND f.currency = g.currency AND f.plan_code = g.plan_code
-                     AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key
-                     AND f.unpriced = g.unpriced AND g.aggregation = 'unique_count'
-    LEFT JOIN lt ON lt.meter_code = g.meter_code AND lt.currency = g.currency AND lt.plan_code = g.plan_code
-                AND lt.price_version = g.price_version AND lt.dimensions_key = g.dimensions_key
-                AND lt.unpriced = g.unpriced AND g.aggregation = 'latest'
-    ON CONFLICT (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced, aggregation)
-    DO UPDATE SET
-        dimensions = least(close_line.dimensions, EXCLUDED.dimensions),
-        charges = close_line.charges + EXCLUDED.charges,
-        total = close_line.total + EXCLUDED.total,
-        peak = greatest(close_line.peak, EXCLUDED.peak),
-        amount = close_line.amount + EXCLUDED.amount,
-        digest = close_line.digest + EXCLUDED.digest,
-        distinct_values = close_line.distinct_values + EXCLUDED.distinct_values,
-        latest_at = CASE WHEN close_line.latest_at IS NULL OR
-                (EXCLUDED.latest_at, EXCLUDED.latest_system COLLATE "C", EXCLUDED.latest_source COLLATE "C") >
-                (close_line.latest_at, close_line.latest_system COLLATE "C", close_line.latest_source COLLATE "C")
-            THEN EXCLUDED.latest_at ELSE close_line.latest_at END,
-        latest_system = CASE WHEN close_line.latest_at IS NULL OR
-                (EXCLUDED.latest_at, EXCLUDED.latest_system COLLATE "C", EXCLUDED.latest_source COLLATE "C") >
-                (close_line.latest_at, close_line.latest_system COLLATE "C", close_line.latest_source COLLATE "C")
-            THEN EXCLUDED.latest_system ELSE close_line.latest_system END,
-        latest_source = CASE WHEN close_line.latest_at IS NULL OR
-                (EXCLUDED.latest_at, EXCLUDED.latest_system COLLATE "C", EXCLUDED.latest_source COLLATE "C") >
-                (close_line.latest_at, close_line.latest_system COLLATE "C", close_line.latest_source COLLATE "C")
-            THEN EXCLUDED.latest_source ELSE close_line.latest_source END,
-        latest_quantity = CASE WHEN close_line.latest_at IS NULL OR
-                (EXCLUDED.latest_at, EXCLUDED.latest_system COLLATE "C", EXCLUDED.latest_source COLLATE "C") >
-                (close_line.latest_at, close_line.latest_system COLLATE "C", close_line.latest_source COLLATE "C")
-            THEN EXCLUDED.latest_quantity ELSE close_line.latest_quantity END
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM c)::bigint AS charges,
-       COALESCE((SELECT c.usage_event_id FROM c ORDER BY c.usage_event_id DESC LIMIT 1), sqlc.arg(after)::uuid)::uuid AS last,
-       (SELECT count(*) FROM up)::bigint AS lines;
+-- name: CloseLineSums :many
+-- The running tally of a closing period's lines (O(lines) rows), for the
+-- next chunk to add to and for the close to read its lines from.
+SELECT meter_code, currency, plan_code, price_version, dimensions_key, unpriced, aggregation, dimensions,
+       charges, total, peak, amount, digest, distinct_values,
+       (latest_at IS NOT NULL)::boolean AS has_latest,
+       COALESCE(latest_at, 'epoch')::timestamptz AS latest_at, COALESCE(latest_system, '')::text AS latest_system,
+       COALESCE(latest_source, '')::text AS latest_source, COALESCE(latest_quantity, 0)::numeric AS latest_quantity
+FROM close_line
+WHERE tenant_id = @tenant_id AND period = @period;
+
+-- name: AddCloseValues :many
+-- Adds a chunk's distinct values of unique_count lines to the closing
+-- period's set; returns the line of each value new to it.
+INSERT INTO close_value (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced, value)
+SELECT @tenant_id, @period, unnest(@meter_codes::text[]), unnest(@currencies::text[]), unnest(@plan_codes::text[]),
+       unnest(@price_versions::bigint[]), unnest(@dimensions_keys::text[]), unnest(@unpriceds::boolean[]),
+       unnest(@vals::text[])
+ON CONFLICT DO NOTHING
+RETURNING meter_code, currency, plan_code, price_version, dimensions_key, unpriced;
+
+-- name: PutCloseLines :exec
+-- Writes the lines a chunk changed of a closing period's running tally
+-- (app.periodTally computed them).
+INSERT INTO close_line (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced,
+                        aggregation, dimensions, charges, total, peak, amount, digest, distinct_values,
+                        latest_at, latest_system, latest_source, latest_quantity)
+SELECT @tenant_id, @period, u.meter_code, u.currency, u.plan_code, u.price_version, u.dimensions_key, u.unpriced,
+       u.aggregation, u.dimensions, u.charges, u.total, u.peak, u.amount, u.digest, u.distinct_values,
+       CASE WHEN u.has_latest THEN u.latest_at END, CASE WHEN u.has_latest THEN u.latest_system END,
+       CASE WHEN u.has_latest THEN u.latest_source END, CASE WHEN u.has_latest THEN u.latest_quantity END
+FROM (SELECT unnest(@meter_codes::text[]) AS meter_code, unnest(@currencies::text[]) AS currency,
+             unnest(@plan_codes::text[]) AS plan_code, unnest(@price_versions::bigint[]) AS price_version,
+             unnest(@dimensions_keys::text[]) AS dimensions_key, unnest(@unpriceds::boolean[]) AS unpriced,
+             unnest(@aggregations::text[]) AS aggregation, unnest(@dimensionses::text[]) AS dimensions,
+             unnest(@chargeses::bigint[]) AS charges, unnest(@totals::numeric[]) AS total,
+             unnest(@peaks::numeric[]) AS peak, unnest(@amounts::numeric[]) AS amount,
+             unnest(@digests::numeric[]) AS digest, unnest(@distinct_valueses::bigint[]) AS distinct_values,
+             unnest(@has_latests::boolean[]) AS has_latest, unnest(@latest_ats::timestamptz[]) AS latest_at,
+             unnest(@latest_systems::text[]) AS latest_system, unnest(@latest_sources::text[]) AS latest_source,
+             unnest(@latest_quantities::numeric[]) AS latest_quantity) u
+ON CONFLICT (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced, aggregation)
+DO UPDATE SET dimensions = EXCLUDED.dimensions, charges = EXCLUDED.charges, total = EXCLUDED.total,
+              peak = EXCLUDED.peak, amount = EXCLUDED.amount, digest = EXCLUDED.digest,
+              distinct_values = EXCLUDED.distinct_values, latest_at = EXCLUDED.latest_at,
+              latest_system = EXCLUDED.latest_system, latest_source = EXCLUDED.latest_source,
+              latest_quantity = EXCLUDED.latest_quantity;
 
 -- name: AdvanceCloseProgress :exec
 -- Records a chunk in its own transaction: where the next one starts, and
@@ -537,31 +524,6 @@ FROM (
 ) t
 GROUP BY t.currency
 ORDER BY t.currency;
-
--- name: ClosingLines :many
--- PeriodLines of a closing period from its running tally (O(lines)), with
--- the same columns and the same pricing joins.
-SELECT l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key, l.dimensions::jsonb AS dimensions,
-       l.unpriced, l.aggregation, l.charges::bigint AS charges,
-       (CASE l.aggregation
-            WHEN 'count' THEN l.charges::numeric
-            WHEN 'max' THEN l.peak
-            WHEN 'latest' THEN l.latest_quantity
-            WHEN 'unique_count' THEN l.distinct_values::numeric
-            ELSE l.total END)::numeric AS quantity,
-       l.amount::numeric AS amount,
-       COALESCE(pe.model, pc.model, 'unit')::text AS model, COALESCE(pe.unit_price, pc.unit_price, 0)::numeric AS unit_price,
-       COALESCE(pe.tiers, pc.tiers) AS tiers,
-       COALESCE(pe.package_size, pc.package_size, 0)::numeric AS package_size,
-       COALESCE(pe.package_price, pc.package_price, 0)::numeric AS package_price
-FROM close_line l
-LEFT JOIN price_evidence pe ON pe.tenant_id = @tenant_id AND pe.meter_code = l.meter_code
-                           AND pe.currency = l.currency AND pe.version = l.price_version AND NOT l.unpriced
-                           AND l.plan_code = ''
-LEFT JOIN plan_charge pc ON pc.code = l.plan_code AND pc.version = l.price_version AND pc.meter_code = l.meter_code
-                        AND pc.dimensions_key = l.dimensions_key AND l.plan_code <> ''
-WHERE l.tenant_id = @tenant_id AND l.period = @period
-ORDER BY l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key;
 
 -- name: ClosedWithValues :many
 -- Closed periods whose chunked tally left rows to purge (close_value), at

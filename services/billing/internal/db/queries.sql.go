@@ -27,6 +27,75 @@ func (q *Queries) AddChargeMonths(ctx context.Context, ahead int32) (int32, erro
 	return made, err
 }
 
+const addCloseValues = `-- name: AddCloseValues :many
+INSERT INTO close_value (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced, value)
+SELECT $1, $2, unnest($3::text[]), unnest($4::text[]), unnest($5::text[]),
+       unnest($6::bigint[]), unnest($7::text[]), unnest($8::boolean[]),
+       unnest($9::text[])
+ON CONFLICT DO NOTHING
+RETURNING meter_code, currency, plan_code, price_version, dimensions_key, unpriced
+`
+
+type AddCloseValuesParams struct {
+	TenantID       string
+	Period         string
+	MeterCodes     []string
+	Currencies     []string
+	PlanCodes      []string
+	PriceVersions  []int64
+	DimensionsKeys []string
+	Unpriceds      []bool
+	Vals           []string
+}
+
+type AddCloseValuesRow struct {
+	MeterCode     string
+	Currency      string
+	PlanCode      string
+	PriceVersion  int64
+	DimensionsKey string
+	Unpriced      bool
+}
+
+// Adds a chunk's distinct values of unique_count lines to the closing
+// period's set; returns the line of each value new to it.
+func (q *Queries) AddCloseValues(ctx context.Context, arg AddCloseValuesParams) ([]AddCloseValuesRow, error) {
+	rows, err := q.db.Query(ctx, addCloseValues,
+		arg.TenantID,
+		arg.Period,
+		arg.MeterCodes,
+		arg.Currencies,
+		arg.PlanCodes,
+		arg.PriceVersions,
+		arg.DimensionsKeys,
+		arg.Unpriceds,
+		arg.Vals,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AddCloseValuesRow
+	for rows.Next() {
+		var i AddCloseValuesRow
+		if err := rows.Scan(
+			&i.MeterCode,
+			&i.Currency,
+			&i.PlanCode,
+			&i.PriceVersion,
+			&i.DimensionsKey,
+			&i.Unpriced,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const advanceCloseProgress = `-- name: AdvanceCloseProgress :exec
 UPDATE close_progress
 SET after = $1::uuid, chunks = chunks + 1, charges = charges + $2::bigint,
@@ -53,6 +122,216 @@ func (q *Queries) AdvanceCloseProgress(ctx context.Context, arg AdvanceCloseProg
 		arg.Period,
 	)
 	return err
+}
+
+const chargeChunkLines = `-- name: ChargeChunkLines :many
+WITH c AS (
+    SELECT ch.usage_event_id, ch.event_id, ch.meter_code, ch.currency, ch.plan_code, ch.price_version,
+           ch.dimensions_key, ch.unpriced, ch.aggregation, ch.dimensions, ch.quantity, ch.amount, ch.value,
+           ch.occurred_at, ch.source_system, ch.source_event_id
+    FROM charge ch
+    WHERE ch.tenant_id = $1 AND ch.period = $2 AND ch.usage_event_id > $3::uuid
+    ORDER BY ch.usage_event_id
+    LIMIT $4::int
+), g AS (
+    SELECT c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
+           min(c.dimensions::text) AS dimensions, count(*) AS charges, sum(c.quantity) AS total, max(c.quantity) AS peak,
+           sum(c.amount) AS amount,
+           sum(('x' || encode(substr(sha256(convert_to(c.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::numeric AS digest,
+           array_agg(DISTINCT c.value) FILTER (WHERE c.aggregation = 'unique_count') AS vals
+    FROM c
+    GROUP BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
+), lt AS (
+    SELECT DISTINCT ON (c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced)
+           c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
+           c.occurred_at, c.source_system, c.source_event_id, c.quantity
+    FROM c
+    WHERE c.aggregation = 'latest'
+    ORDER BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
+             c.occurred_at DESC, c.source_system COLLATE "C" DESC, c.source_event_id COLLATE "C" DESC
+)
+SELECT g.meter_code, g.currency, g.plan_code, g.price_version, g.dimensions_key, g.unpriced, g.aggregation,
+       g.dimensions::text AS dimensions, g.charges::bigint AS charges, g.total::numeric AS total,
+       g.peak::numeric AS peak, g.amount::numeric AS amount, g.digest::numeric AS digest,
+       COALESCE(g.vals, '{}')::text[] AS vals,
+       (lt.occurred_at IS NOT NULL)::boolean AS has_latest,
+       COALESCE(lt.occurred_at, 'epoch')::timestamptz AS latest_at,
+       COALESCE(lt.source_system, '')::text AS latest_system, COALESCE(lt.source_event_id, '')::text AS latest_source,
+       COALESCE(lt.quantity, 0)::numeric AS latest_quantity,
+       (SELECT count(*) FROM c)::bigint AS chunk_charges,
+       (SELECT c.usage_event_id FROM c ORDER BY c.usage_event_id DESC LIMIT 1)::uuid AS chunk_last
+FROM g
+LEFT JOIN lt ON lt.meter_code = g.meter_code AND lt.currency = g.currency AND lt.plan_code = g.plan_code
+            AND lt.price_version = g.price_version AND lt.dimensions_key = g.dimensions_key
+            AND lt.unpriced = g.unpriced AND g.aggregation = 'latest'
+`
+
+type ChargeChunkLinesParams struct {
+	TenantID  string
+	Period    string
+	After     uuid.UUID
+	ChunkSize int32
+}
+
+type ChargeChunkLinesRow struct {
+	MeterCode      string
+	Currency       string
+	PlanCode       string
+	PriceVersion   int64
+	DimensionsKey  string
+	Unpriced       bool
+	Aggregation    string
+	Dimensions     string
+	Charges        int64
+	Total          decimal.Decimal
+	Peak           decimal.Decimal
+	Amount         decimal.Decimal
+	Digest         decimal.Decimal
+	Vals           []string
+	HasLatest      bool
+	LatestAt       time.Time
+	LatestSystem   string
+	LatestSource   string
+	LatestQuantity decimal.Decimal
+	ChunkCharges   int64
+	ChunkLast      uuid.UUID
+}
+
+// One chunk of a period's charges, the one definition of how charges make
+// lines (app.periodTally adds it to a running tally): the next chunk_size
+// charges of the period after the position, in usage_event_id order (one
+// range scan of charge_reconciliation_idx, bounded by the chunk whatever
+// the period's size), grouped per line (meter, currency, plan, price
+// version, price dimensions, unpriced, aggregation): count, sum, peak,
+// own amounts, the digest terms of the event ids, the chunk's distinct
+// values (unique_count) and its latest charge by occurrence, ties to the
+// larger (source system, source event id) in byte order. Each row also
+// carries the chunk's charge count and last usage_event_id (the next
+// position); no row when the chunk is empty.
+func (q *Queries) ChargeChunkLines(ctx context.Context, arg ChargeChunkLinesParams) ([]ChargeChunkLinesRow, error) {
+	rows, err := q.db.Query(ctx, chargeChunkLines,
+		arg.TenantID,
+		arg.Period,
+		arg.After,
+		arg.ChunkSize,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChargeChunkLinesRow
+	for rows.Next() {
+		var i ChargeChunkLinesRow
+		if err := rows.Scan(
+			&i.MeterCode,
+			&i.Currency,
+			&i.PlanCode,
+			&i.PriceVersion,
+			&i.DimensionsKey,
+			&i.Unpriced,
+			&i.Aggregation,
+			&i.Dimensions,
+			&i.Charges,
+			&i.Total,
+			&i.Peak,
+			&i.Amount,
+			&i.Digest,
+			&i.Vals,
+			&i.HasLatest,
+			&i.LatestAt,
+			&i.LatestSystem,
+			&i.LatestSource,
+			&i.LatestQuantity,
+			&i.ChunkCharges,
+			&i.ChunkLast,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const closeLineSums = `-- name: CloseLineSums :many
+SELECT meter_code, currency, plan_code, price_version, dimensions_key, unpriced, aggregation, dimensions,
+       charges, total, peak, amount, digest, distinct_values,
+       (latest_at IS NOT NULL)::boolean AS has_latest,
+       COALESCE(latest_at, 'epoch')::timestamptz AS latest_at, COALESCE(latest_system, '')::text AS latest_system,
+       COALESCE(latest_source, '')::text AS latest_source, COALESCE(latest_quantity, 0)::numeric AS latest_quantity
+FROM close_line
+WHERE tenant_id = $1 AND period = $2
+`
+
+type CloseLineSumsParams struct {
+	TenantID string
+	Period   string
+}
+
+type CloseLineSumsRow struct {
+	MeterCode      string
+	Currency       string
+	PlanCode       string
+	PriceVersion   int64
+	DimensionsKey  string
+	Unpriced       bool
+	Aggregation    string
+	Dimensions     string
+	Charges        int64
+	Total          decimal.Decimal
+	Peak           decimal.Decimal
+	Amount         decimal.Decimal
+	Digest         decimal.Decimal
+	DistinctValues int64
+	HasLatest      bool
+	LatestAt       time.Time
+	LatestSystem   string
+	LatestSource   string
+	LatestQuantity decimal.Decimal
+}
+
+// The running tally of a closing period's lines (O(lines) rows), for the
+// next chunk to add to and for the close to read its lines from.
+func (q *Queries) CloseLineSums(ctx context.Context, arg CloseLineSumsParams) ([]CloseLineSumsRow, error) {
+	rows, err := q.db.Query(ctx, closeLineSums, arg.TenantID, arg.Period)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CloseLineSumsRow
+	for rows.Next() {
+		var i CloseLineSumsRow
+		if err := rows.Scan(
+			&i.MeterCode,
+			&i.Currency,
+			&i.PlanCode,
+			&i.PriceVersion,
+			&i.DimensionsKey,
+			&i.Unpriced,
+			&i.Aggregation,
+			&i.Dimensions,
+			&i.Charges,
+			&i.Total,
+			&i.Peak,
+			&i.Amount,
+			&i.Digest,
+			&i.DistinctValues,
+			&i.HasLatest,
+			&i.LatestAt,
+			&i.LatestSystem,
+			&i.LatestSource,
+			&i.LatestQuantity,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const closeProgress = `-- name: CloseProgress :one
@@ -135,93 +414,6 @@ func (q *Queries) ClosedWithValues(ctx context.Context, rowLimit int32) ([]Close
 	for rows.Next() {
 		var i ClosedWithValuesRow
 		if err := rows.Scan(&i.TenantID, &i.Period); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const closingLines = `-- name: ClosingLines :many
-SELECT l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key, l.dimensions::jsonb AS dimensions,
-       l.unpriced, l.aggregation, l.charges::bigint AS charges,
-       (CASE l.aggregation
-            WHEN 'count' THEN l.charges::numeric
-            WHEN 'max' THEN l.peak
-            WHEN 'latest' THEN l.latest_quantity
-            WHEN 'unique_count' THEN l.distinct_values::numeric
-            ELSE l.total END)::numeric AS quantity,
-       l.amount::numeric AS amount,
-       COALESCE(pe.model, pc.model, 'unit')::text AS model, COALESCE(pe.unit_price, pc.unit_price, 0)::numeric AS unit_price,
-       COALESCE(pe.tiers, pc.tiers) AS tiers,
-       COALESCE(pe.package_size, pc.package_size, 0)::numeric AS package_size,
-       COALESCE(pe.package_price, pc.package_price, 0)::numeric AS package_price
-FROM close_line l
-LEFT JOIN price_evidence pe ON pe.tenant_id = $1 AND pe.meter_code = l.meter_code
-                           AND pe.currency = l.currency AND pe.version = l.price_version AND NOT l.unpriced
-                           AND l.plan_code = ''
-LEFT JOIN plan_charge pc ON pc.code = l.plan_code AND pc.version = l.price_version AND pc.meter_code = l.meter_code
-                        AND pc.dimensions_key = l.dimensions_key AND l.plan_code <> ''
-WHERE l.tenant_id = $1 AND l.period = $2
-ORDER BY l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key
-`
-
-type ClosingLinesParams struct {
-	TenantID string
-	Period   string
-}
-
-type ClosingLinesRow struct {
-	MeterCode     string
-	Currency      string
-	PlanCode      string
-	PriceVersion  int64
-	DimensionsKey string
-	Dimensions    []byte
-	Unpriced      bool
-	Aggregation   string
-	Charges       int64
-	Quantity      decimal.Decimal
-	Amount        decimal.Decimal
-	Model         string
-	UnitPrice     decimal.Decimal
-	Tiers         []byte
-	PackageSize   decimal.Decimal
-	PackagePrice  decimal.Decimal
-}
-
-// PeriodLines of a closing period from its running tally (O(lines)), with
-// the same columns and the same pricing joins.
-func (q *Queries) ClosingLines(ctx context.Context, arg ClosingLinesParams) ([]ClosingLinesRow, error) {
-	rows, err := q.db.Query(ctx, closingLines, arg.TenantID, arg.Period)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ClosingLinesRow
-	for rows.Next() {
-		var i ClosingLinesRow
-		if err := rows.Scan(
-			&i.MeterCode,
-			&i.Currency,
-			&i.PlanCode,
-			&i.PriceVersion,
-			&i.DimensionsKey,
-			&i.Dimensions,
-			&i.Unpriced,
-			&i.Aggregation,
-			&i.Charges,
-			&i.Quantity,
-			&i.Amount,
-			&i.Model,
-			&i.UnitPrice,
-			&i.Tiers,
-			&i.PackageSize,
-			&i.PackagePrice,
-		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -781,6 +973,88 @@ func (q *Queries) LatestPlanVersion(ctx context.Context, code string) (LatestPla
 	return i, err
 }
 
+const linePricings = `-- name: LinePricings :many
+WITH u AS (
+    SELECT unnest($2::text[])      AS meter_code,
+           unnest($3::text[])       AS currency,
+           unnest($4::text[])       AS plan_code,
+           unnest($5::bigint[]) AS price_version,
+           unnest($6::text[])  AS dimensions_key,
+           unnest($7::boolean[])     AS unpriced,
+           generate_series(1, cardinality($2::text[])) AS n
+)
+SELECT u.n::int AS n,
+       COALESCE(pe.model, pc.model, 'unit')::text AS model, COALESCE(pe.unit_price, pc.unit_price, 0)::numeric AS unit_price,
+       COALESCE(pe.tiers, pc.tiers) AS tiers,
+       COALESCE(pe.package_size, pc.package_size, 0)::numeric AS package_size,
+       COALESCE(pe.package_price, pc.package_price, 0)::numeric AS package_price
+FROM u
+LEFT JOIN price_evidence pe ON pe.tenant_id = $1 AND pe.meter_code = u.meter_code
+                           AND pe.currency = u.currency AND pe.version = u.price_version AND NOT u.unpriced
+                           AND u.plan_code = ''
+LEFT JOIN plan_charge pc ON pc.code = u.plan_code AND pc.version = u.price_version AND pc.meter_code = u.meter_code
+                        AND pc.dimensions_key = u.dimensions_key AND u.plan_code <> ''
+ORDER BY u.n
+`
+
+type LinePricingsParams struct {
+	TenantID       string
+	MeterCodes     []string
+	Currencies     []string
+	PlanCodes      []string
+	PriceVersions  []int64
+	DimensionsKeys []string
+	Unpriceds      []bool
+}
+
+type LinePricingsRow struct {
+	N            int32
+	Model        string
+	UnitPrice    decimal.Decimal
+	Tiers        []byte
+	PackageSize  decimal.Decimal
+	PackagePrice decimal.Decimal
+}
+
+// The pricing of lines (the one definition of a line's price joins): per
+// line given, in the order given, its version's pricing from the tenant's
+// price evidence, or from the plan's charge for a line priced by a plan,
+// unit at 0 for an unpriced line. One indexed probe per line.
+func (q *Queries) LinePricings(ctx context.Context, arg LinePricingsParams) ([]LinePricingsRow, error) {
+	rows, err := q.db.Query(ctx, linePricings,
+		arg.TenantID,
+		arg.MeterCodes,
+		arg.Currencies,
+		arg.PlanCodes,
+		arg.PriceVersions,
+		arg.DimensionsKeys,
+		arg.Unpriceds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []LinePricingsRow
+	for rows.Next() {
+		var i LinePricingsRow
+		if err := rows.Scan(
+			&i.N,
+			&i.Model,
+			&i.UnitPrice,
+			&i.Tiers,
+			&i.PackageSize,
+			&i.PackagePrice,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listCharges = `-- name: ListCharges :many
 SELECT charge_id, event_id, usage_event_id, usage_id, meter_code, currency, quantity, unit_price,
        price_version, amount, period, late, occurred_at, model, aggregation, dimensions, properties, unpriced, plan_code
@@ -1270,7 +1544,7 @@ type PeriodAdjustedParams struct {
 
 // The exact sum of a tenant's period's adjustments in one currency, posted
 // before and after the close (a credit's balance; its charges are priced
-// from PeriodLines).
+// from the period's lines, app.periodTally).
 func (q *Queries) PeriodAdjusted(ctx context.Context, arg PeriodAdjustedParams) (decimal.Decimal, error) {
 	row := q.db.QueryRow(ctx, periodAdjusted, arg.TenantID, arg.Period, arg.Currency)
 	var adjusted decimal.Decimal
@@ -1353,122 +1627,6 @@ func (q *Queries) PeriodFlags(ctx context.Context, arg PeriodFlagsParams) ([]Per
 			&i.Period,
 			&i.Ended,
 			&i.Status,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const periodLines = `-- name: PeriodLines :many
-WITH l AS (
-    SELECT c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
-           min(c.dimensions::text)::jsonb AS dimensions, count(*) AS charges,
-           sum(c.quantity) AS total, max(c.quantity) AS peak,
-           count(DISTINCT c.value) FILTER (WHERE c.aggregation = 'unique_count') AS distinct_values,
-           sum(c.amount) AS amount
-    FROM charge c
-    WHERE c.tenant_id = $1 AND c.period = $3
-    GROUP BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
-), latest AS (
-    SELECT DISTINCT ON (c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced)
-           c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.quantity
-    FROM charge c
-    WHERE c.tenant_id = $1 AND c.period = $3 AND c.aggregation = 'latest'
-    ORDER BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
-             c.occurred_at DESC, c.source_system COLLATE "C" DESC, c.source_event_id COLLATE "C" DESC
-)
-SELECT l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key, l.dimensions::jsonb AS dimensions,
-       l.unpriced, l.aggregation, l.charges::bigint AS charges,
-       (CASE l.aggregation
-            WHEN 'count' THEN l.charges::numeric
-            WHEN 'max' THEN l.peak
-            WHEN 'latest' THEN lt.quantity
-            WHEN 'unique_count' THEN l.distinct_values::numeric
-            ELSE l.total END)::numeric AS quantity,
-       l.amount::numeric AS amount,
-       COALESCE(pe.model, pc.model, 'unit')::text AS model, COALESCE(pe.unit_price, pc.unit_price, 0)::numeric AS unit_price,
-       COALESCE(pe.tiers, pc.tiers) AS tiers,
-       COALESCE(pe.package_size, pc.package_size, 0)::numeric AS package_size,
-       COALESCE(pe.package_price, pc.package_price, 0)::numeric AS package_price
-FROM l
-LEFT JOIN latest lt ON lt.meter_code = l.meter_code AND lt.currency = l.currency AND lt.plan_code = l.plan_code
-                   AND lt.price_version = l.price_version
-                   AND lt.dimensions_key = l.dimensions_key AND lt.unpriced = l.unpriced AND l.aggregation = 'latest'
-LEFT JOIN price_evidence pe ON pe.tenant_id = $1 AND pe.meter_code = l.meter_code
-                           AND pe.currency = l.currency AND pe.version = l.price_version AND NOT l.unpriced
-                           AND l.plan_code = ''
-LEFT JOIN plan_charge pc ON pc.code = l.plan_code AND pc.version = l.price_version AND pc.meter_code = l.meter_code
-                        AND pc.dimensions_key = l.dimensions_key AND l.plan_code <> ''
-ORDER BY l.meter_code, l.currency, l.plan_code, l.price_version, l.dimensions_key
-LIMIT $2::int
-`
-
-type PeriodLinesParams struct {
-	TenantID string
-	RowLimit pgtype.Int4
-	Period   string
-}
-
-type PeriodLinesRow struct {
-	MeterCode     string
-	Currency      string
-	PlanCode      string
-	PriceVersion  int64
-	DimensionsKey string
-	Dimensions    []byte
-	Unpriced      bool
-	Aggregation   string
-	Charges       int64
-	Quantity      decimal.Decimal
-	Amount        decimal.Decimal
-	Model         string
-	UnitPrice     decimal.Decimal
-	Tiers         []byte
-	PackageSize   decimal.Decimal
-	PackagePrice  decimal.Decimal
-}
-
-// A period's lines (what invoice lines will be): its charges per meter,
-// currency, price version and price dimensions, the unpriced ones (version
-// 0) one line per meter and currency, with each line's quantity by its
-// meter's aggregation (sum of quantities; count of charges; the largest
-// quantity; the quantity of the charge with the latest occurrence, ties to
-// the larger (source system, source event id) in byte order; the number of
-// distinct values), the sum of the charges' own amounts, and the version's
-// pricing. Order-independent; bounded by lines whatever the number of
-// charges, and by row_limit lines when given (NULL: every line; the
-// period read's bound, app.MaxPeriodLines).
-func (q *Queries) PeriodLines(ctx context.Context, arg PeriodLinesParams) ([]PeriodLinesRow, error) {
-	rows, err := q.db.Query(ctx, periodLines, arg.TenantID, arg.RowLimit, arg.Period)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []PeriodLinesRow
-	for rows.Next() {
-		var i PeriodLinesRow
-		if err := rows.Scan(
-			&i.MeterCode,
-			&i.Currency,
-			&i.PlanCode,
-			&i.PriceVersion,
-			&i.DimensionsKey,
-			&i.Dimensions,
-			&i.Unpriced,
-			&i.Aggregation,
-			&i.Charges,
-			&i.Quantity,
-			&i.Amount,
-			&i.Model,
-			&i.UnitPrice,
-			&i.Tiers,
-			&i.PackageSize,
-			&i.PackagePrice,
 		); err != nil {
 			return nil, err
 		}
@@ -1675,6 +1833,85 @@ func (q *Queries) PurgeCloseValues(ctx context.Context, arg PurgeCloseValuesPara
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const putCloseLines = `-- name: PutCloseLines :exec
+INSERT INTO close_line (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced,
+                        aggregation, dimensions, charges, total, peak, amount, digest, distinct_values,
+                        latest_at, latest_system, latest_source, latest_quantity)
+SELECT $1, $2, u.meter_code, u.currency, u.plan_code, u.price_version, u.dimensions_key, u.unpriced,
+       u.aggregation, u.dimensions, u.charges, u.total, u.peak, u.amount, u.digest, u.distinct_values,
+       CASE WHEN u.has_latest THEN u.latest_at END, CASE WHEN u.has_latest THEN u.latest_system END,
+       CASE WHEN u.has_latest THEN u.latest_source END, CASE WHEN u.has_latest THEN u.latest_quantity END
+FROM (SELECT unnest($3::text[]) AS meter_code, unnest($4::text[]) AS currency,
+             unnest($5::text[]) AS plan_code, unnest($6::bigint[]) AS price_version,
+             unnest($7::text[]) AS dimensions_key, unnest($8::boolean[]) AS unpriced,
+             unnest($9::text[]) AS aggregation, unnest($10::text[]) AS dimensions,
+             unnest($11::bigint[]) AS charges, unnest($12::numeric[]) AS total,
+             unnest($13::numeric[]) AS peak, unnest($14::numeric[]) AS amount,
+             unnest($15::numeric[]) AS digest, unnest($16::bigint[]) AS distinct_values,
+             unnest($17::boolean[]) AS has_latest, unnest($18::timestamptz[]) AS latest_at,
+             unnest($19::text[]) AS latest_system, unnest($20::text[]) AS latest_source,
+             unnest($21::numeric[]) AS latest_quantity) u
+ON CONFLICT (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced, aggregation)
+DO UPDATE SET dimensions = EXCLUDED.dimensions, charges = EXCLUDED.charges, total = EXCLUDED.total,
+              peak = EXCLUDED.peak, amount = EXCLUDED.amount, digest = EXCLUDED.digest,
+              distinct_values = EXCLUDED.distinct_values, latest_at = EXCLUDED.latest_at,
+              latest_system = EXCLUDED.latest_system, latest_source = EXCLUDED.latest_source,
+              latest_quantity = EXCLUDED.latest_quantity
+`
+
+type PutCloseLinesParams struct {
+	TenantID         string
+	Period           string
+	MeterCodes       []string
+	Currencies       []string
+	PlanCodes        []string
+	PriceVersions    []int64
+	DimensionsKeys   []string
+	Unpriceds        []bool
+	Aggregations     []string
+	Dimensionses     []string
+	Chargeses        []int64
+	Totals           []decimal.Decimal
+	Peaks            []decimal.Decimal
+	Amounts          []decimal.Decimal
+	Digests          []decimal.Decimal
+	DistinctValueses []int64
+	HasLatests       []bool
+	LatestAts        []time.Time
+	LatestSystems    []string
+	LatestSources    []string
+	LatestQuantities []decimal.Decimal
+}
+
+// Writes the lines a chunk changed of a closing period's running tally
+// (app.periodTally computed them).
+func (q *Queries) PutCloseLines(ctx context.Context, arg PutCloseLinesParams) error {
+	_, err := q.db.Exec(ctx, putCloseLines,
+		arg.TenantID,
+		arg.Period,
+		arg.MeterCodes,
+		arg.Currencies,
+		arg.PlanCodes,
+		arg.PriceVersions,
+		arg.DimensionsKeys,
+		arg.Unpriceds,
+		arg.Aggregations,
+		arg.Dimensionses,
+		arg.Chargeses,
+		arg.Totals,
+		arg.Peaks,
+		arg.Amounts,
+		arg.Digests,
+		arg.DistinctValueses,
+		arg.HasLatests,
+		arg.LatestAts,
+		arg.LatestSystems,
+		arg.LatestSources,
+		arg.LatestQuantities,
+	)
+	return err
 }
 
 const putTenantSettings = `-- name: PutTenantSettings :exec
@@ -2394,119 +2631,6 @@ func (q *Queries) SubscriptionsSince(ctx context.Context, since time.Time) ([]Su
 		return nil, err
 	}
 	return items, nil
-}
-
-const tallyCloseChunk = `-- name: TallyCloseChunk :one
-WITH c AS (
-    SELECT ch.usage_event_id, ch.event_id, ch.meter_code, ch.currency, ch.plan_code, ch.price_version,
-           ch.dimensions_key, ch.unpriced, ch.aggregation, ch.dimensions, ch.quantity, ch.amount, ch.value,
-           ch.occurred_at, ch.source_system, ch.source_event_id
-    FROM charge ch
-    WHERE ch.tenant_id = $2 AND ch.period = $3 AND ch.usage_event_id > $1::uuid
-    ORDER BY ch.usage_event_id
-    LIMIT $4::int
-), vals AS (
-    INSERT INTO close_value (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced, value)
-    SELECT DISTINCT $2, $3, c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.value
-    FROM c WHERE c.aggregation = 'unique_count'
-    ON CONFLICT DO NOTHING
-    RETURNING meter_code, currency, plan_code, price_version, dimensions_key, unpriced
-), fresh AS (
-    SELECT v.meter_code, v.currency, v.plan_code, v.price_version, v.dimensions_key, v.unpriced, count(*) AS n
-    FROM vals v
-    GROUP BY v.meter_code, v.currency, v.plan_code, v.price_version, v.dimensions_key, v.unpriced
-), g AS (
-    SELECT c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
-           min(c.dimensions::text) AS dimensions, count(*) AS charges, sum(c.quantity) AS total, max(c.quantity) AS peak,
-           sum(c.amount) AS amount,
-           sum(('x' || encode(substr(sha256(convert_to(c.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::numeric AS digest
-    FROM c
-    GROUP BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
-), lt AS (
-    SELECT DISTINCT ON (c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced)
-           c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
-           c.occurred_at, c.source_system, c.source_event_id, c.quantity
-    FROM c
-    WHERE c.aggregation = 'latest'
-    ORDER BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced,
-             c.occurred_at DESC, c.source_system COLLATE "C" DESC, c.source_event_id COLLATE "C" DESC
-), up AS (
-    INSERT INTO close_line (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced,
-                            aggregation, dimensions, charges, total, peak, amount, digest, distinct_values,
-                            latest_at, latest_system, latest_source, latest_quantity)
-    SELECT $2, $3, g.meter_code, g.currency, g.plan_code, g.price_version, g.dimensions_key, g.unpriced,
-           g.aggregation, g.dimensions, g.charges, g.total, g.peak, g.amount, g.digest,
-           CASE WHEN g.aggregation = 'unique_count' THEN COALESCE(f.n, 0) ELSE 0 END,
-           lt.occurred_at, lt.source_system, lt.source_event_id, lt.quantity
-    FROM g
-    LEFT JOIN fresh f ON f.meter_code = g.meter_code AND f.currency = g.currency AND f.plan_code = g.plan_code
-                     AND f.price_version = g.price_version AND f.dimensions_key = g.dimensions_key
-                     AND f.unpriced = g.unpriced AND g.aggregation = 'unique_count'
-    LEFT JOIN lt ON lt.meter_code = g.meter_code AND lt.currency = g.currency AND lt.plan_code = g.plan_code
-                AND lt.price_version = g.price_version AND lt.dimensions_key = g.dimensions_key
-                AND lt.unpriced = g.unpriced AND g.aggregation = 'latest'
-    ON CONFLICT (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced, aggregation)
-    DO UPDATE SET
-        dimensions = least(close_line.dimensions, EXCLUDED.dimensions),
-        charges = close_line.charges + EXCLUDED.charges,
-        total = close_line.total + EXCLUDED.total,
-        peak = greatest(close_line.peak, EXCLUDED.peak),
-        amount = close_line.amount + EXCLUDED.amount,
-        digest = close_line.digest + EXCLUDED.digest,
-        distinct_values = close_line.distinct_values + EXCLUDED.distinct_values,
-        latest_at = CASE WHEN close_line.latest_at IS NULL OR
-                (EXCLUDED.latest_at, EXCLUDED.latest_system COLLATE "C", EXCLUDED.latest_source COLLATE "C") >
-                (close_line.latest_at, close_line.latest_system COLLATE "C", close_line.latest_source COLLATE "C")
-            THEN EXCLUDED.latest_at ELSE close_line.latest_at END,
-        latest_system = CASE WHEN close_line.latest_at IS NULL OR
-                (EXCLUDED.latest_at, EXCLUDED.latest_system COLLATE "C", EXCLUDED.latest_source COLLATE "C") >
-                (close_line.latest_at, close_line.latest_system COLLATE "C", close_line.latest_source COLLATE "C")
-            THEN EXCLUDED.latest_system ELSE close_line.latest_system END,
-        latest_source = CASE WHEN close_line.latest_at IS NULL OR
-                (EXCLUDED.latest_at, EXCLUDED.latest_system COLLATE "C", EXCLUDED.latest_source COLLATE "C") >
-                (close_line.latest_at, close_line.latest_system COLLATE "C", close_line.latest_source COLLATE "C")
-            THEN EXCLUDED.latest_source ELSE close_line.latest_source END,
-        latest_quantity = CASE WHEN close_line.latest_at IS NULL OR
-                (EXCLUDED.latest_at, EXCLUDED.latest_system COLLATE "C", EXCLUDED.latest_source COLLATE "C") >
-                (close_line.latest_at, close_line.latest_system COLLATE "C", close_line.latest_source COLLATE "C")
-            THEN EXCLUDED.latest_quantity ELSE close_line.latest_quantity END
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM c)::bigint AS charges,
-       COALESCE((SELECT c.usage_event_id FROM c ORDER BY c.usage_event_id DESC LIMIT 1), $1::uuid)::uuid AS last,
-       (SELECT count(*) FROM up)::bigint AS lines
-`
-
-type TallyCloseChunkParams struct {
-	After     uuid.UUID
-	TenantID  string
-	Period    string
-	ChunkSize int32
-}
-
-type TallyCloseChunkRow struct {
-	Charges int64
-	Last    uuid.UUID
-	Lines   int64
-}
-
-// One chunk of a close's tally: the next chunk_size charges of the closing
-// period after the position, in usage_event_id order (one range scan of
-// charge_reconciliation_idx, bounded by the chunk whatever the period's
-// size), added to the running tally of their lines: counts, sums, the peak,
-// the digest terms, the latest charge, and the distinct values (inserted
-// into close_value; those new to the set are added). Returns the charges
-// read and the last one's usage_event_id (the position, when none).
-func (q *Queries) TallyCloseChunk(ctx context.Context, arg TallyCloseChunkParams) (TallyCloseChunkRow, error) {
-	row := q.db.QueryRow(ctx, tallyCloseChunk,
-		arg.After,
-		arg.TenantID,
-		arg.Period,
-		arg.ChunkSize,
-	)
-	var i TallyCloseChunkRow
-	err := row.Scan(&i.Charges, &i.Last, &i.Lines)
-	return i, err
 }
 
 const tenantSettings = `-- name: TenantSettings :many
