@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
@@ -58,24 +57,10 @@ type lineSums struct {
 	Amount         decimal.Decimal
 	Digest         decimal.Decimal
 	DistinctValues int64
-	// The latest charge by occurrence, ties to the larger (source system,
-	// source event id) in byte order.
-	HasLatest      bool
-	LatestAt       time.Time
-	LatestSystem   string
-	LatestSource   string
-	LatestQuantity decimal.Decimal
-}
-
-// laterThan reports whether the latest charge of a is after b's.
-func (a *lineSums) laterThan(b *lineSums) bool {
-	if !a.LatestAt.Equal(b.LatestAt) {
-		return a.LatestAt.After(b.LatestAt)
-	}
-	if a.LatestSystem != b.LatestSystem {
-		return a.LatestSystem > b.LatestSystem
-	}
-	return a.LatestSource > b.LatestSource
+	// The latest charge (latest lines): by occurrence, ties to the larger
+	// (source system, source event id) in byte order (catalog's order).
+	HasLatest bool
+	Latest    catalog.Observation
 }
 
 // lineValue is a distinct value of a unique_count line seen in a chunk.
@@ -112,8 +97,8 @@ func (t *periodTally) add(ctx context.Context, rows []db.ChargeChunkLinesRow, se
 		k := lineKey{MeterCode: r.MeterCode, Currency: r.Currency, PlanCode: r.PlanCode, PriceVersion: r.PriceVersion,
 			DimensionsKey: r.DimensionsKey, Unpriced: r.Unpriced, Aggregation: r.Aggregation}
 		in := lineSums{Dimensions: r.Dimensions, Charges: r.Charges, Total: r.Total, Peak: r.Peak, Amount: r.Amount,
-			Digest: r.Digest, HasLatest: r.HasLatest, LatestAt: r.LatestAt, LatestSystem: r.LatestSystem,
-			LatestSource: r.LatestSource, LatestQuantity: r.LatestQuantity}
+			Digest: r.Digest, HasLatest: r.HasLatest, Latest: catalog.Observation{Quantity: r.LatestQuantity,
+				OccurredAt: r.LatestAt, SourceSystem: r.LatestSystem, SourceEventID: r.LatestSource}}
 		for _, v := range r.Vals {
 			vals = append(vals, lineValue{key: k, value: v})
 		}
@@ -129,9 +114,8 @@ func (t *periodTally) add(ctx context.Context, rows []db.ChargeChunkLinesRow, se
 		s.Peak = decimal.Max(s.Peak, in.Peak)
 		s.Amount = s.Amount.Add(in.Amount)
 		s.Digest = s.Digest.Add(in.Digest)
-		if in.HasLatest && (!s.HasLatest || in.laterThan(s)) {
-			s.HasLatest, s.LatestAt, s.LatestSystem, s.LatestSource, s.LatestQuantity =
-				true, in.LatestAt, in.LatestSystem, in.LatestSource, in.LatestQuantity
+		if in.HasLatest && (!s.HasLatest || in.Latest.After(s.Latest)) {
+			s.HasLatest, s.Latest = true, in.Latest
 		}
 	}
 	if len(vals) == 0 {
@@ -164,7 +148,7 @@ func (t *periodTally) lines() []Line {
 		case catalog.Max:
 			q = s.Peak
 		case catalog.Latest:
-			q = s.LatestQuantity
+			q = s.Latest.Quantity
 		case catalog.UniqueCount:
 			q = decimal.NewFromInt(s.DistinctValues)
 		}
@@ -295,8 +279,8 @@ func loadCloseTally(ctx context.Context, q *db.Queries, tenantID, period string)
 		t.sums[lineKey{MeterCode: r.MeterCode, Currency: r.Currency, PlanCode: r.PlanCode, PriceVersion: r.PriceVersion,
 			DimensionsKey: r.DimensionsKey, Unpriced: r.Unpriced, Aggregation: r.Aggregation}] = &lineSums{
 			Dimensions: r.Dimensions, Charges: r.Charges, Total: r.Total, Peak: r.Peak, Amount: r.Amount, Digest: r.Digest,
-			DistinctValues: r.DistinctValues, HasLatest: r.HasLatest, LatestAt: r.LatestAt, LatestSystem: r.LatestSystem,
-			LatestSource: r.LatestSource, LatestQuantity: r.LatestQuantity}
+			DistinctValues: r.DistinctValues, HasLatest: r.HasLatest, Latest: catalog.Observation{Quantity: r.LatestQuantity,
+				OccurredAt: r.LatestAt, SourceSystem: r.LatestSystem, SourceEventID: r.LatestSource}}
 	}
 	return t, nil
 }
@@ -322,10 +306,10 @@ func saveCloseTally(ctx context.Context, q *db.Queries, tenantID, period string,
 		arg.Digests = append(arg.Digests, s.Digest)
 		arg.DistinctValueses = append(arg.DistinctValueses, s.DistinctValues)
 		arg.HasLatests = append(arg.HasLatests, s.HasLatest)
-		arg.LatestAts = append(arg.LatestAts, s.LatestAt)
-		arg.LatestSystems = append(arg.LatestSystems, s.LatestSystem)
-		arg.LatestSources = append(arg.LatestSources, s.LatestSource)
-		arg.LatestQuantities = append(arg.LatestQuantities, s.LatestQuantity)
+		arg.LatestAts = append(arg.LatestAts, s.Latest.OccurredAt)
+		arg.LatestSystems = append(arg.LatestSystems, s.Latest.SourceSystem)
+		arg.LatestSources = append(arg.LatestSources, s.Latest.SourceEventID)
+		arg.LatestQuantities = append(arg.LatestQuantities, s.Latest.Quantity)
 	}
 	if len(arg.MeterCodes) == 0 {
 		return nil
