@@ -11,6 +11,7 @@ import (
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/monthpart"
 )
 
 // KeepNewestAggregates are the aggregate types whose next version may come
@@ -23,10 +24,11 @@ var KeepNewestAggregates = []string{events.AggregatePrice, events.AggregateInvoi
 // while: decided inbox events and quarantine rows redriven past
 // INBOX_RETENTION, idempotency keys past IDEMPOTENCY_TTL, and deferred events
 // past DEFERRED_MAX_AGE (quarantined as deferred_expired, not deleted). It
-// also keeps inbox_event's months: the partitions of the current month and
-// the next ones are created ahead (at start and each interval), and a month
-// past INBOX_RETENTION is dropped whole; the rows outside the months (the
-// default partition) are deleted in small batches, like the rest.
+// also keeps inbox_event's months, and those of the service's own tables
+// partitioned by month (Spec.MonthTables): the partitions of the current
+// month and the next ones are created ahead (at start and each interval); an
+// inbox month past INBOX_RETENTION is dropped whole; the rows outside the
+// months (the default partition) are deleted in small batches, like the rest.
 type retention struct {
 	pool       *pgxpool.Pool
 	ib         *inbox.Inbox
@@ -35,7 +37,10 @@ type retention struct {
 	keysPurged prometheus.Counter
 	// quarantinePurged counts the redriven quarantine rows purged.
 	quarantinePurged prometheus.Counter
-	now              func() time.Time
+	// months are the service's own tables partitioned by month
+	// (Spec.MonthTables), whose months ahead are kept as inbox_event's.
+	months []monthpart.Table
+	now    func() time.Time
 }
 
 func newRetention(pool *pgxpool.Pool, ib *inbox.Inbox, cfg Config, reg prometheus.Registerer, log *slog.Logger) (*retention, error) {
@@ -137,12 +142,14 @@ func (r *retention) once(ctx context.Context) {
 // the next ones; a failure is logged and tried again at the next interval
 // (until then, rows of a month without a partition go to the default one).
 func (r *retention) ensureMonths(ctx context.Context) {
-	created, err := inbox.EnsureMonths(ctx, r.pool, r.now())
-	if err != nil {
-		r.warn(ctx, err)
-	}
-	if len(created) > 0 {
-		r.log.InfoContext(ctx, "created inbox months", "partitions", created)
+	for _, tb := range append([]monthpart.Table{inbox.EventMonths}, r.months...) {
+		created, err := tb.Ensure(ctx, r.pool, r.now(), inbox.MonthsAhead)
+		if err != nil {
+			r.warn(ctx, err)
+		}
+		if len(created) > 0 {
+			r.log.InfoContext(ctx, "created months", "table", tb.Name, "partitions", created)
+		}
 	}
 }
 

@@ -43,6 +43,7 @@ import (
 	"github.com/usagebilling/billing/pkg/idempotency"
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
+	"github.com/usagebilling/billing/pkg/monthpart"
 	"github.com/usagebilling/billing/pkg/ops"
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
@@ -97,6 +98,10 @@ type Spec struct {
 	// unique violation on one of them is a DUPLICATE, on any other a
 	// Permanent error. Empty: every unique violation is a DUPLICATE.
 	OriginConstraints []string
+	// MonthTables are the service's own tables partitioned by month of
+	// their UUIDv7 key (pkg/monthpart): the retention creates their months
+	// ahead, as inbox_event's, at start and each RETENTION_INTERVAL.
+	MonthTables []monthpart.Table
 }
 
 // Sets returns every migration set of a service, shared ones first.
@@ -240,6 +245,7 @@ func assemble(ctx context.Context, spec Spec, cfg Config, log *slog.Logger, pool
 	if err != nil {
 		return nil, err
 	}
+	p.retention.months = spec.MonthTables
 
 	p.broker = newBrokerHealth(cfg.Brokers, reg, log)
 	p.srv = NewHTTPServer(cfg, newServiceRouter(deps, p.metrics, parts, p.broker), log)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/usagebilling/billing/pkg/monthpart"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/invoice/internal/app"
@@ -34,6 +35,8 @@ var Spec = service.Spec{
 	// One charge, adjustment line or correction per origin event, one close
 	// per tenant and period. Any other unique violation is a conflict.
 	OriginConstraints: app.OriginConstraints,
+	// invoice_charge's months ahead (decision 0025, facts by month).
+	MonthTables: []monthpart.Table{migrations.ChargeMonths},
 }
 
 // Build wires the App (the consumer of billing's events and the reads), the

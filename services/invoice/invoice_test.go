@@ -13,11 +13,13 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/go-chi/chi/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/pkg/auth"
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/monthpart"
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/invoice"
@@ -87,6 +89,21 @@ func TestServiceRun(t *testing.T) {
 		return getJSON(base+"/readyz", &v) == http.StatusOK
 	})
 	flow(t, brokers, base)
+	// The service's upkeep makes invoice_charge's months ahead (decision
+	// 0025, facts by month), as inbox_event's.
+	pool, err := pgxpool.New(t.Context(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	next := monthpart.MonthOf("invoice_charge", monthpart.Start(time.Now()).AddDate(0, 1, 0)).Name
+	servicetest.Eventually(t, "invoice_charge's next month", time.Minute, func() bool {
+		var ok bool
+		if err := pool.QueryRow(t.Context(), `SELECT to_regclass($1) IS NOT NULL`, next).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	})
 }
 
 func flow(t *testing.T, brokers []string, base string) {

@@ -15,6 +15,7 @@ package migrations
 import (
 	"embed"
 
+	"github.com/usagebilling/billing/pkg/monthpart"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 )
 
@@ -22,4 +23,12 @@ import (
 var files embed.FS
 
 // Set is the invoice schema, tracked in its own migrations table.
-var Set = pgmigrate.Set{FS: files, Dir: ".", Table: "invoice_schema_migrations"}
+// Its invoice_charge_months calls the month upkeep's shared DDL.
+var Set = pgmigrate.Set{FS: files, Dir: ".", Table: "invoice_schema_migrations",
+	Needs: []pgmigrate.Set{monthpart.Migrations}}
+
+// ChargeMonths is invoice_charge as a table partitioned by month of its
+// origin event id (0019): the service's retention creates its months ahead
+// through invoice_charge_months, which does nothing else; archiving a month
+// is the operator's, through invoice_charge_archive.
+var ChargeMonths = monthpart.Table{Name: "invoice_charge", Key: "origin_event_id", DDL: "invoice_charge_months"}

@@ -118,6 +118,31 @@ type InvoiceCharge struct {
 	Unpriced      bool
 }
 
+type InvoiceChargeArchived struct {
+	Partition  string
+	Lo         uuid.UUID
+	Hi         uuid.UUID
+	ArchivedAt time.Time
+}
+
+type InvoiceChargeDefault struct {
+	OriginEventID uuid.UUID
+	ChargeID      uuid.UUID
+	TenantID      string
+	Period        string
+	Currency      string
+	MeterCode     string
+	PriceVersion  int64
+	UnitPrice     decimal.Decimal
+	Quantity      decimal.Decimal
+	Amount        decimal.Decimal
+	CreatedAt     time.Time
+	UsageEventID  uuid.UUID
+	Aggregation   string
+	DimensionsKey string
+	Unpriced      bool
+}
+
 type InvoiceCorrection struct {
 	CorrectionID  uuid.UUID
 	InvoiceID     uuid.UUID

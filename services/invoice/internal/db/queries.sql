@@ -11,8 +11,8 @@
 -- written in key order, so two batches lock shared rows in one order. It
 -- returns per event, in order: whether its period is closed, whether the
 -- charge was added, and, when it was not, whether a charge of that origin
--- was already recorded (a redelivery: a duplicate). Nothing is written for
--- a closed period.
+-- was already recorded, here or in a month archived (a redelivery: a
+-- duplicate). Nothing is written for a closed period.
 WITH u AS (
     SELECT unnest(@origin_event_ids::uuid[])  AS origin_event_id,
            unnest(@charge_ids::uuid[])        AS charge_id,
@@ -106,8 +106,9 @@ WITH u AS (
 )
 SELECT c.closed::boolean AS closed,
        (a.origin_event_id IS NOT NULL)::boolean AS added,
-       (a.origin_event_id IS NULL AND EXISTS (
-            SELECT 1 FROM invoice_charge k WHERE k.origin_event_id = c.origin_event_id))::boolean AS known
+       (a.origin_event_id IS NULL AND (EXISTS (
+            SELECT 1 FROM invoice_charge k WHERE k.origin_event_id = c.origin_event_id) OR EXISTS (
+            SELECT 1 FROM invoice_charge_archived r WHERE c.origin_event_id >= r.lo AND c.origin_event_id < r.hi)))::boolean AS known
 FROM c LEFT JOIN charge a ON a.origin_event_id = c.origin_event_id
 ORDER BY c.n;
 

@@ -185,8 +185,9 @@ WITH u AS (
 )
 SELECT c.closed::boolean AS closed,
        (a.origin_event_id IS NOT NULL)::boolean AS added,
-       (a.origin_event_id IS NULL AND EXISTS (
-            SELECT 1 FROM invoice_charge k WHERE k.origin_event_id = c.origin_event_id))::boolean AS known
+       (a.origin_event_id IS NULL AND (EXISTS (
+            SELECT 1 FROM invoice_charge k WHERE k.origin_event_id = c.origin_event_id) OR EXISTS (
+            SELECT 1 FROM invoice_charge_archived r WHERE c.origin_event_id >= r.lo AND c.origin_event_id < r.hi)))::boolean AS known
 FROM c LEFT JOIN charge a ON a.origin_event_id = c.origin_event_id
 ORDER BY c.n
 `
