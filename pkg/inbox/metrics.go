@@ -53,6 +53,7 @@ func newMetrics(reg prometheus.Registerer, service string) (*metrics, error) {
 // runnerMetrics of a Runner.
 type runnerMetrics struct {
 	batchDuration   prometheus.Histogram
+	batchMessages   prometheus.Histogram
 	transientErrors prometheus.Counter
 }
 
@@ -65,6 +66,12 @@ func newRunnerMetrics(reg prometheus.Registerer, service string) (*runnerMetrics
 			ConstLabels: labels,
 			Buckets:     prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
+		batchMessages: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:        "inbox_batch_messages",
+			Help:        "Consumed messages decided in one committed batch, from every partition of the session.",
+			ConstLabels: labels,
+			Buckets:     []float64{1, 5, 10, 25, 50, 100, 200, 300, 400, 500, 1000},
+		}),
 		transientErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name:        "inbox_transient_errors_total",
 			Help:        "Batch or sweep attempts that failed transiently and were retried.",
@@ -76,6 +83,7 @@ func newRunnerMetrics(reg prometheus.Registerer, service string) (*runnerMetrics
 	}
 	var err error
 	m.batchDuration = collector.Register(reg, m.batchDuration, &err)
+	m.batchMessages = collector.Register(reg, m.batchMessages, &err)
 	m.transientErrors = collector.Register(reg, m.transientErrors, &err)
 	return m, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -25,11 +26,20 @@ type RunnerConfig struct {
 	Group string
 	// Topics are the topics to consume.
 	Topics []string
-	// BatchSize is the most messages decided in one transaction (500).
+	// BatchSize is the most messages decided in one transaction (500),
+	// from any of the partitions the consumer holds.
 	BatchSize int
 	// MaxWait is how long a batch waits for more messages after its first
-	// (5ms).
+	// (5ms); a batch is decided once it holds BatchSize messages or MaxWait
+	// has passed. What arrives while a batch is decided waits for the next,
+	// so the busier the consumer, the larger its batches.
 	MaxWait time.Duration
+	// Lanes is how many batches are decided at once (1): each partition the
+	// consumer holds is given to one lane, whose batches take from its
+	// partitions only, one batch after the other. More lanes overlap one
+	// batch's database round trips with another's work, at the cost of
+	// smaller batches, each paying its begin, claims and commit.
+	Lanes int
 	// SweepInterval is the period of the deferred sweep and of the gauge
 	// refresh (2s).
 	SweepInterval time.Duration
@@ -45,14 +55,16 @@ type RunnerConfig struct {
 	Sarama *sarama.Config
 	// Logger receives the runner's logs. Nil discards.
 	Logger *slog.Logger
-	// Registerer registers inbox_batch_duration_seconds and
-	// inbox_transient_errors_total; nil registers none.
+	// Registerer registers inbox_batch_duration_seconds,
+	// inbox_batch_messages and inbox_transient_errors_total; nil registers
+	// none.
 	Registerer prometheus.Registerer
 }
 
-// Runner consumes topics through a Kafka consumer group and decides each
-// partition's messages in batches through an Inbox, one transaction per
-// batch. A message's offset is marked only after its batch committed. A
+// Runner consumes topics through a Kafka consumer group and decides the
+// messages of every partition it holds in batches through an Inbox, one
+// transaction per batch, one batch at a time, each partition's messages in
+// their order. A message's offset is marked only after its batch committed. A
 // transient failure (the database is down) is retried with backoff, the same
 // batch again, never quarantined and never marked; a quarantined message is
 // marked like any decided one, so the healthy events behind it keep flowing.
@@ -91,6 +103,7 @@ func NewRunner(pool *pgxpool.Pool, ib *Inbox, cfg RunnerConfig) (*Runner, error)
 	}
 	setDefault(&cfg.BatchSize, 500)
 	setDefault(&cfg.MaxWait, 5*time.Millisecond)
+	setDefault(&cfg.Lanes, 1)
 	setDefault(&cfg.SweepInterval, 2*time.Second)
 	setDefault(&cfg.SweepLimit, 500)
 	setDefault(&cfg.MinBackoff, 100*time.Millisecond)
@@ -236,21 +249,89 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-type groupHandler struct{ r *Runner }
+// groupHandler decides the messages of the partitions a session claims in
+// Lanes streams of batches. Each claim's goroutine only forwards its
+// messages, in order, to its partition's lane, which cuts batches of up to
+// BatchSize out of all its partitions together: at a given rate a batch
+// holds the messages of every partition of the lane that arrived while the
+// previous one was decided, not one partition's share, and every batch pays
+// its begin, claims, savepoints and commit once. A lane decides one batch at
+// a time, so a partition's messages are still decided in their order, each
+// batch after the previous one committed.
+type groupHandler struct {
+	r *Runner
+	// lanes are the session's gatherers, set by Setup before any claim
+	// starts and left alone until Cleanup, after every claim returned.
+	lanes []*gatherer
+}
 
-func (h *groupHandler) Setup(sarama.ConsumerGroupSession) error { return nil }
+// gatherer is one session's stream of messages and the goroutine deciding
+// them.
+type gatherer struct {
+	in   chan *sarama.ConsumerMessage
+	done chan struct{}
+}
 
-// Cleanup commits the offsets marked in the ending session synchronously.
+// Setup starts the session's lanes.
+func (h *groupHandler) Setup(s sarama.ConsumerGroupSession) error {
+	h.lanes = make([]*gatherer, h.r.cfg.Lanes)
+	for i := range h.lanes {
+		g := &gatherer{in: make(chan *sarama.ConsumerMessage, h.r.cfg.BatchSize), done: make(chan struct{})}
+		h.lanes[i] = g
+		go func() {
+			defer close(g.done)
+			h.r.decideStream(s, g.in)
+		}()
+	}
+	return nil
+}
+
+// Cleanup waits for the lanes, which stop deciding once the session's
+// context is done (before Cleanup is called), then commits the offsets
+// marked in the ending session synchronously.
 func (h *groupHandler) Cleanup(s sarama.ConsumerGroupSession) error {
+	for _, g := range h.lanes {
+		<-g.done
+	}
 	s.Commit()
 	return nil
 }
 
-// ConsumeClaim gathers a batch (blocking for its first message, then taking
-// what arrives within MaxWait up to BatchSize), decides and commits it, and
-// marks its last message; it repeats until the session ends.
+// lane returns the gatherer of a topic's partition: the same one for the
+// whole session, so the partition's messages stay in one ordered stream.
+func (h *groupHandler) lane(topic string, partition int32) *gatherer {
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(topic))
+	return h.lanes[(uint64(f.Sum32())+uint64(partition))%uint64(len(h.lanes))]
+}
+
+// ConsumeClaim forwards the claim's messages, in order, to the session's
+// gatherer until the claim or the session ends.
 func (h *groupHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
-	r := h.r
+	ctx := s.Context()
+	in := h.lane(claim.Topic(), claim.Partition()).in
+	for {
+		select {
+		case m, ok := <-claim.Messages():
+			if !ok {
+				return nil
+			}
+			select {
+			case in <- m:
+			case <-ctx.Done():
+				return nil
+			}
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// decideStream gathers a batch (blocking for its first message, then taking
+// what arrives within MaxWait up to BatchSize, from any partition), decides
+// and commits it, and marks the last message of each partition in it; it
+// repeats until the session ends.
+func (r *Runner) decideStream(s sarama.ConsumerGroupSession, in <-chan *sarama.ConsumerMessage) {
 	ctx := s.Context()
 	batch := make([]*sarama.ConsumerMessage, 0, r.cfg.BatchSize)
 	linger := time.NewTimer(r.cfg.MaxWait)
@@ -258,30 +339,26 @@ func (h *groupHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.
 	for {
 		batch = batch[:0]
 		select {
-		case m, ok := <-claim.Messages():
-			if !ok {
-				return nil
-			}
+		case m := <-in:
 			batch = append(batch, m)
 		case <-ctx.Done():
-			return nil
+			return
 		}
 		linger.Reset(r.cfg.MaxWait)
 	gather:
 		for len(batch) < r.cfg.BatchSize {
 			select {
-			case m, ok := <-claim.Messages():
-				if !ok {
-					break gather
-				}
+			case m := <-in:
 				batch = append(batch, m)
 			case <-linger.C:
 				break gather
+			case <-ctx.Done():
+				return
 			}
 		}
 		linger.Stop()
 		if !r.handle(ctx, s, batch) {
-			return nil
+			return
 		}
 	}
 }
@@ -292,14 +369,16 @@ func (r *Runner) handle(ctx context.Context, s sarama.ConsumerGroupSession, batc
 	for i, m := range batch {
 		msgs[i] = Message{Raw: m.Value, Topic: m.Topic, Partition: m.Partition, Offset: m.Offset}
 	}
-	last := batch[len(batch)-1]
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
 		ds, err := r.decide(ctx, msgs)
 		if err == nil {
 			r.metrics.batchDuration.Observe(time.Since(start).Seconds())
+			r.metrics.batchMessages.Observe(float64(len(batch)))
 			r.ib.Observe(ds)
-			s.MarkMessage(last, "")
+			for _, m := range lastOfEachPartition(batch) {
+				s.MarkMessage(m, "")
+			}
 			return true
 		}
 		if ctx.Err() != nil {
@@ -311,13 +390,37 @@ func (r *Runner) handle(ctx context.Context, s sarama.ConsumerGroupSession, batc
 		if retry := (*RetryError)(nil); errors.As(err, &retry) {
 			msg = "handler failed; retrying the same batch within the event's budget"
 		}
-		r.log.WarnContext(ctx, msg, "err", err,
-			"topic", last.Topic, "partition", last.Partition, "first_offset", batch[0].Offset,
-			"last_offset", last.Offset, "attempt", attempt+1, "backoff", d)
+		first, last := batch[0], batch[len(batch)-1]
+		r.log.WarnContext(ctx, msg, "err", err, "messages", len(batch),
+			"first", position(first), "last", position(last),
+			"attempt", attempt+1, "backoff", d)
 		if !sleep(ctx, d) {
 			return false
 		}
 	}
+}
+
+// lastOfEachPartition returns the last message of each partition in batch,
+// which holds each partition's messages in their order: marking it commits
+// that partition's offsets up to it.
+func lastOfEachPartition(batch []*sarama.ConsumerMessage) []*sarama.ConsumerMessage {
+	var last []*sarama.ConsumerMessage
+next:
+	for i := len(batch) - 1; i >= 0; i-- {
+		m := batch[i]
+		for _, l := range last {
+			if l.Partition == m.Partition && l.Topic == m.Topic {
+				continue next
+			}
+		}
+		last = append(last, m)
+	}
+	return last
+}
+
+// position names a message's topic, partition and offset for the logs.
+func position(m *sarama.ConsumerMessage) string {
+	return fmt.Sprintf("%s/%d@%d", m.Topic, m.Partition, m.Offset)
 }
 
 func (r *Runner) decide(ctx context.Context, msgs []Message) ([]Decision, error) {

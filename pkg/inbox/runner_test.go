@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -78,13 +79,19 @@ type running struct {
 // startRunner runs a Runner on topic until the test ends (or stop is called).
 func startRunner(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, brokers []string, group, topic string, reg prometheus.Registerer) *running {
 	t.Helper()
-	r, err := inbox.NewRunner(pool, ib, inbox.RunnerConfig{
-		Brokers: brokers, Group: group, Topics: []string{topic},
-		SweepInterval: 200 * time.Millisecond,
-		MinBackoff:    50 * time.Millisecond, MaxBackoff: 400 * time.Millisecond,
-		Logger:     slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Registerer: reg,
+	return startRunnerWith(t, pool, ib, inbox.RunnerConfig{
+		Brokers: brokers, Group: group, Topics: []string{topic}, Registerer: reg,
 	})
+}
+
+// startRunnerWith runs a Runner configured by cfg, with the tests' sweep
+// interval, backoff and logger, until the test ends (or stop is called).
+func startRunnerWith(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, cfg inbox.RunnerConfig) *running {
+	t.Helper()
+	cfg.SweepInterval = 200 * time.Millisecond
+	cfg.MinBackoff, cfg.MaxBackoff = 50*time.Millisecond, 400*time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	r, err := inbox.NewRunner(pool, ib, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,4 +242,141 @@ func TestRunnerRetriesTransientDatabaseFailure(t *testing.T) {
 	if got := count(t, pool, `SELECT count(*) FROM inbox_quarantine`); got != 0 {
 		t.Fatalf("%d messages quarantined by a transient failure", got)
 	}
+}
+
+// TestRunnerBatchesAcrossPartitions has 20 events waiting on each of three
+// partitions when the runner starts with batches of at most 50 and a linger
+// long enough for every fetch to arrive: a batch takes messages from several
+// partitions (more than one partition's 20), never more than 50, each
+// partition's events are applied in their order, and after the batches
+// committed each partition's offset is committed past its own last message.
+// With two lanes, one of them holds two of the three partitions.
+func TestRunnerBatchesAcrossPartitions(t *testing.T) {
+	t.Parallel()
+	for _, lanes := range []int{1, 2} {
+		t.Run(fmt.Sprintf("lanes=%d", lanes), func(t *testing.T) {
+			t.Parallel()
+			testBatchesAcrossPartitions(t, lanes)
+		})
+	}
+}
+
+func testBatchesAcrossPartitions(t *testing.T, lanes int) {
+	brokers := kafkatest.Brokers(t)
+	const partitions, each = 3, 20
+	topic := kafkatest.Topic(t, brokers, partitions)
+	pool := pgtest.NewPool(t, tmpl)
+	reg := prometheus.NewRegistry()
+	ib := newInbox(t, inbox.Options{Service: "runner", Registerer: reg})
+	for p := range int32(partitions) {
+		aggregate := fmt.Sprintf("p%d", p)
+		raws := make([][]byte, each)
+		for i := range raws {
+			raws[i] = raw(t, ev(t, "Noted", 1, aggregate, int64(i+1), note{Origin: origin(aggregate)}))
+		}
+		produceTo(t, brokers, topic, p, raws...)
+	}
+	group := "inbox-" + topic
+	startRunnerWith(t, pool, ib, inbox.RunnerConfig{
+		Brokers: brokers, Group: group, Topics: []string{topic}, Registerer: reg,
+		BatchSize: 50, MaxWait: 2 * time.Second, Lanes: lanes,
+	})
+	eventually(t, "every event applied", 30*time.Second, func() bool {
+		return count(t, pool, `SELECT count(*) FROM effect`) == partitions*each
+	})
+	eventually(t, "every partition's offset committed", 30*time.Second, func() bool {
+		for p := range int32(partitions) {
+			if committedAt(t, brokers, group, topic, p) != each {
+				return false
+			}
+		}
+		return true
+	})
+	for p := range partitions {
+		got := effectVersions(t, pool, fmt.Sprintf("p%d", p))
+		if len(got) != each {
+			t.Fatalf("partition %d: %d effects, want %d", p, len(got), each)
+		}
+		for i, v := range got {
+			if v != int64(i+1) {
+				t.Fatalf("partition %d: effects in versions %v, want 1..%d in order", p, got, each)
+			}
+		}
+	}
+	n, sum, atMost := histogram(t, reg, "inbox_batch_messages")
+	if sum != partitions*each {
+		t.Fatalf("batches held %v messages in all, want %d", sum, partitions*each)
+	}
+	if atMost[50] != n {
+		t.Fatalf("%d of %d batches held more than BatchSize (50) messages", n-atMost[50], n)
+	}
+	if atMost[25] == n {
+		t.Fatalf("all %d batches held at most 25 messages: none took from more than one partition", n)
+	}
+}
+
+// produceTo sends raws to partition p of topic, in order.
+func produceTo(t *testing.T, brokers []string, topic string, p int32, raws ...[]byte) {
+	t.Helper()
+	cfg := sarama.NewConfig()
+	cfg.Version = kafkabroker.SaramaVersion()
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	pr, err := sarama.NewSyncProducer(brokers, cfg)
+	if err != nil {
+		t.Fatalf("new producer: %v", err)
+	}
+	defer pr.Close()
+	for _, r := range raws {
+		if _, _, err := pr.SendMessage(&sarama.ProducerMessage{Topic: topic, Partition: p, Value: sarama.ByteEncoder(r)}); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+}
+
+// committedAt returns the group's committed offset of partition p of topic
+// (-1 when none).
+func committedAt(t *testing.T, brokers []string, group, topic string, p int32) int64 {
+	t.Helper()
+	cfg := sarama.NewConfig()
+	cfg.Version = kafkabroker.SaramaVersion()
+	admin, err := sarama.NewClusterAdmin(brokers, cfg)
+	if err != nil {
+		t.Fatalf("new cluster admin: %v", err)
+	}
+	defer admin.Close()
+	resp, err := admin.ListConsumerGroupOffsets(group, map[string][]int32{topic: {p}})
+	if err != nil {
+		t.Fatalf("list group offsets: %v", err)
+	}
+	b := resp.GetBlock(topic, p)
+	if b == nil {
+		return -1
+	}
+	return b.Offset
+}
+
+// histogram returns the observations of the histogram name in g, their
+// sum, and the cumulative count of each bucket by upper bound (failing the
+// test when there is no such histogram).
+func histogram(t *testing.T, g prometheus.Gatherer, name string) (n uint64, sum float64, atMost map[float64]uint64) {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		atMost = map[float64]uint64{}
+		for _, b := range h.GetBucket() {
+			atMost[b.GetUpperBound()] = b.GetCumulativeCount()
+		}
+		return h.GetSampleCount(), h.GetSampleSum(), atMost
+	}
+	t.Fatalf("no histogram %s", name)
+	return 0, 0, nil
 }

@@ -208,6 +208,7 @@ type Config struct {
 	ConsumerGroup string        // CONSUMER_GROUP (<name>)
 	ConsumerBatch int           // CONSUMER_BATCH_SIZE (500)
 	ConsumerWait  time.Duration // CONSUMER_MAX_WAIT (5ms)
+	ConsumerLanes int           // CONSUMER_LANES (1)
 	SweepInterval time.Duration // CONSUMER_SWEEP_INTERVAL (2s)
 
 	// Auth verifies bearer tokens and signs the service's own calls to other
@@ -244,7 +245,7 @@ var EnvNames = append([]string{
 	"RATE_LIMIT_RPS", "RATE_LIMIT_BURST",
 	"INBOX_RETENTION", "IDEMPOTENCY_TTL", "DEFERRED_MAX_AGE", "RETENTION_INTERVAL", "RETENTION_BATCH_SIZE",
 	"RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL", "RELAY_LEASE_TTL", "RELAY_MAX_ATTEMPTS", "RELAY_RETENTION",
-	"CONSUMER_GROUP", "CONSUMER_BATCH_SIZE", "CONSUMER_MAX_WAIT", "CONSUMER_SWEEP_INTERVAL",
+	"CONSUMER_GROUP", "CONSUMER_BATCH_SIZE", "CONSUMER_MAX_WAIT", "CONSUMER_LANES", "CONSUMER_SWEEP_INTERVAL",
 	"AUTH_ISSUER", "AUTH_JWKS", "AUTH_JWKS_REFRESH", "AUTH_SERVICE_KEY", "AUTH_SERVICE_KEY_ID", "AUTH_SERVICE_CALLERS", "AUTH_DEV_KEY", "SERVICE_URLS",
 }, kafkaconf.EnvNames...)
 
@@ -290,6 +291,7 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 		ConsumerGroup: e.String("CONSUMER_GROUP", name),
 		ConsumerBatch: e.Int("CONSUMER_BATCH_SIZE", 500),
 		ConsumerWait:  e.Duration("CONSUMER_MAX_WAIT", 5*time.Millisecond),
+		ConsumerLanes: e.Int("CONSUMER_LANES", 1),
 		SweepInterval: e.Duration("CONSUMER_SWEEP_INTERVAL", 2*time.Second),
 	}
 	if c.PprofAddr != "" && !loopbackAddr(c.PprofAddr) {

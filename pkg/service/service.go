@@ -235,7 +235,7 @@ func assemble(ctx context.Context, spec Spec, cfg Config, log *slog.Logger, pool
 	p.topics = topics
 	p.runner, err = inbox.NewRunner(consumerPool, ib, inbox.RunnerConfig{
 		Brokers: cfg.Brokers, Group: cfg.ConsumerGroup, Topics: topics,
-		BatchSize: cfg.ConsumerBatch, MaxWait: cfg.ConsumerWait, SweepInterval: cfg.SweepInterval,
+		BatchSize: cfg.ConsumerBatch, MaxWait: cfg.ConsumerWait, Lanes: cfg.ConsumerLanes, SweepInterval: cfg.SweepInterval,
 		Logger: log, Registerer: p.metrics, // the inbox labels its metrics with the service itself
 	})
 	if err != nil {
