@@ -226,6 +226,33 @@ type InvoiceLineValue struct {
 	Value         string
 }
 
+type InvoiceLineValuePart struct {
+	PartID        int64
+	TenantID      string
+	Period        string
+	Currency      string
+	MeterCode     string
+	PriceVersion  int64
+	DimensionsKey string
+	Unpriced      bool
+	NewValues     int64
+}
+
+type InvoiceMeterValue struct {
+	TenantID  string
+	Period    string
+	MeterCode string
+	Value     string
+}
+
+type InvoiceMeterValuePart struct {
+	PartID    int64
+	TenantID  string
+	Period    string
+	MeterCode string
+	NewValues int64
+}
+
 type InvoiceNumberCounter struct {
 	TenantID   string
 	LastNumber int64

@@ -7,7 +7,10 @@
 -- line's running figure (invoice_line_figure) when it beats it, and a
 -- unique_count charge adds its value to its line's set
 -- (invoice_line_value): both by comparison or set union, so neither depends
--- on the order of the charges, and a redelivery changes neither. Rows are
+-- on the order of the charges, and a redelivery changes neither; how many
+-- values the batch added to each line's set and to its meter's set across
+-- lines is written beside (invoice_line_value_part, invoice_meter_value,
+-- invoice_meter_value_part), insert-only. Rows are
 -- written in key order, so two batches lock shared rows in one order. It
 -- returns per event, in order: whether its period is closed, whether the
 -- charge was added, and, when it was not, whether a charge of that origin
@@ -91,6 +94,30 @@ WITH u AS (
     FROM c WHERE NOT c.closed AND c.aggregation = 'unique_count'
     ORDER BY 1, 2, 3, 4, 5, 6, 7, 8
     ON CONFLICT DO NOTHING
+    RETURNING tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced
+), uniq_part AS (
+    -- How many values the batch added to each line's set (those new to
+    -- it): a spend alert's distinct values sum these.
+    INSERT INTO invoice_line_value_part (tenant_id, period, currency, meter_code, price_version, dimensions_key,
+                                         unpriced, new_values)
+    SELECT q.tenant_id, q.period, q.currency, q.meter_code, q.price_version, q.dimensions_key, q.unpriced, count(*)
+    FROM uniq q
+    GROUP BY q.tenant_id, q.period, q.currency, q.meter_code, q.price_version, q.dimensions_key, q.unpriced
+    RETURNING 1
+), meter_uniq AS (
+    -- The meter's set across its lines, and how many values the batch
+    -- added to it: a usage alert's distinct values sum these.
+    INSERT INTO invoice_meter_value (tenant_id, period, meter_code, value)
+    SELECT DISTINCT c.tenant_id, c.period, c.meter_code, c.value
+    FROM c WHERE NOT c.closed AND c.aggregation = 'unique_count'
+    ORDER BY 1, 2, 3, 4
+    ON CONFLICT DO NOTHING
+    RETURNING tenant_id, period, meter_code
+), meter_uniq_part AS (
+    INSERT INTO invoice_meter_value_part (tenant_id, period, meter_code, new_values)
+    SELECT m.tenant_id, m.period, m.meter_code, count(*)
+    FROM meter_uniq m
+    GROUP BY m.tenant_id, m.period, m.meter_code
     RETURNING 1
 ), part AS (
     -- What the batch added to each line (the charges added, not those
@@ -677,7 +704,9 @@ FOR UPDATE;
 -- charges' quantities and their count (from the batches' parts, a few rows
 -- per batch), the largest figure of its max lines, the figure of its
 -- latest line with the latest charge, and the distinct values of its
--- unique_count lines (counted across its lines).
+-- unique_count lines (counted across its lines: the sum of what each batch
+-- added to the meter's set, invoice_meter_value_part, a row per batch, not
+-- a count of the set).
 WITH ch AS (
     SELECT p.meter_code, min(p.aggregation) AS aggregation, sum(p.quantity) AS total, sum(p.charges) AS charges
     FROM invoice_line_part p
@@ -693,8 +722,8 @@ SELECT ch.meter_code, ch.aggregation::text AS aggregation, ch.total::numeric AS 
           AND f.aggregation = 'latest'
         ORDER BY f.latest_at DESC, f.latest_source_system DESC, f.latest_source_event_id DESC
         LIMIT 1), 0)::numeric AS latest_figure,
-       (SELECT count(DISTINCT v.value) FROM invoice_line_value v
-        WHERE v.tenant_id = @tenant_id::text AND v.period = @period::text AND v.meter_code = ch.meter_code)::bigint AS distinct_values
+       coalesce((SELECT sum(m.new_values) FROM invoice_meter_value_part m
+        WHERE m.tenant_id = @tenant_id::text AND m.period = @period::text AND m.meter_code = ch.meter_code), 0)::bigint AS distinct_values
 FROM ch
 ORDER BY ch.meter_code;
 
@@ -711,13 +740,14 @@ RETURNING alert_id, period, crossing_id;
 -- name: PartLineSums :many
 -- PartLineSums is ChargeLineSums of the open invoice of a tenant's period
 -- and currency summed from the batches' parts (invoice_line_part), a few
--- rows per batch, not from its charges: the running total a spend alert
--- watches.
+-- rows per batch, not from its charges, and the distinct values of its
+-- unique_count lines from what each batch added to their sets
+-- (invoice_line_value_part): the running total a spend alert watches.
 SELECT g.meter_code, g.price_version, g.dimensions_key::text AS dimensions_key, g.unpriced, g.aggregation, g.unit_price,
        g.quantity::numeric AS quantity, g.charge_count::bigint AS charge_count, g.amount::numeric AS amount,
        vp.pricing, f.quantity AS figure,
        (CASE WHEN g.aggregation = 'unique_count' THEN (
-            SELECT count(*) FROM invoice_line_value v
+            SELECT coalesce(sum(v.new_values), 0) FROM invoice_line_value_part v
             WHERE v.tenant_id = g.tenant_id AND v.period = g.period AND v.currency = g.currency
               AND v.meter_code = g.meter_code AND v.price_version = g.price_version
               AND v.dimensions_key = g.dimensions_key AND v.unpriced = g.unpriced) ELSE 0 END)::bigint AS distinct_values

@@ -1,0 +1,90 @@
+package app_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/usagebilling/billing/pkg/envelope"
+	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/pricing"
+	"github.com/usagebilling/billing/services/invoice/internal/db"
+	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
+)
+
+// The figures the alerts of a unique_count meter watch are read from what
+// each batch added to the value sets (a row per batch), not counted from
+// the sets: after 20 batches of 25 users (405 distinct, 5 shared with the
+// batch before, over two price versions), the statements that compute the
+// usage and spend figures read no row of the sets (invoice_line_value,
+// invoice_meter_value) and a row per batch of the parts, and the alerts
+// see the meter's distinct values across its lines (405, then 406) and
+// each line's own (the spend). Counting the sets instead
+// (count(DISTINCT) over invoice_line_value) reads every value and fails.
+func TestAlertFiguresReadTheBatchesNotTheValues(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	r := newAlertRig(t)
+	r.alert("usage", "users", "", "406")
+	r.alert("spend", "", "USD", "502")
+	user := func(version int64, v string) envelope.Envelope {
+		c := events.ChargeRated{MeterCode: "users", Aggregation: "unique_count", Quantity: D("1"), UnitPrice: D("0"),
+			PriceVersion: version, Value: v, OccurredAt: time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC),
+			SourceSystem: "app", SourceEventID: uuid.NewString(), Currency: "USD"}
+		c.Pricing = &pricing.Pricing{Model: pricing.Graduated, Tiers: []pricing.Tier{{UnitPrice: D("1")}}}
+		c.Model = pricing.Graduated
+		return r.p.ChargeRated(c)
+	}
+	const batches = 20
+	for b := range batches {
+		var envs []envelope.Envelope
+		for i := range 25 {
+			envs = append(envs, user(int64(1+b%2), fmt.Sprint("u", b*20+i)))
+		}
+		r.decide(envs...)
+	}
+	wantTold(t, r.told())
+
+	explain := func(name string, run func(q *db.Queries) error) {
+		t.Helper()
+		var rec recorder
+		if err := run(db.New(&rec)); !errors.Is(err, errRecorded) {
+			t.Fatalf("recorder: %v", err)
+		}
+		var plan []byte
+		if err := r.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+rec.sql, rec.args...).Scan(&plan); err != nil {
+			t.Fatal(err)
+		}
+		for _, set := range []string{"invoice_line_value", "invoice_meter_value"} {
+			if n := rowsRead(t, plan, set); n > 0 {
+				t.Errorf("%s reads %v rows of the value set %s, want none", name, n, set)
+			}
+		}
+		for _, parts := range []string{"invoice_line_part", "invoice_line_value_part", "invoice_meter_value_part"} {
+			if n := rowsRead(t, plan, parts); n > batches {
+				t.Errorf("%s reads %v rows of %s, want at most one per batch (%d)", name, n, parts, batches)
+			}
+		}
+	}
+	explain("MeterPeriodFigures", func(q *db.Queries) error {
+		_, err := q.MeterPeriodFigures(ctx, db.MeterPeriodFiguresParams{TenantID: "acme", Period: r.p.Period, MeterCodes: []string{"users"}})
+		return err
+	})
+	explain("PartLineSums", func(q *db.Queries) error {
+		_, err := q.PartLineSums(ctx, db.PartLineSumsParams{TenantID: "acme", Period: r.p.Period, Currency: "USD"})
+		return err
+	})
+	figures, err := db.New(r.pool).MeterPeriodFigures(ctx, db.MeterPeriodFiguresParams{TenantID: "acme", Period: r.p.Period,
+		MeterCodes: []string{"users"}})
+	if err != nil || len(figures) != 1 || figures[0].DistinctValues != 405 {
+		t.Fatalf("figures %+v, %v; want 405 distinct values", figures, err)
+	}
+	// One user new to the meter and one new to its version's line: the
+	// meter reaches 406 distinct users; the lines, 250 each before, 502
+	// (a user is USD 1 under the tier).
+	r.decide(user(1, "new"), user(2, "u0"))
+	wantTold(t, r.told(), "406 406", "USD 502 502")
+}

@@ -1,0 +1,3 @@
+DROP TABLE invoice_meter_value_part;
+DROP TABLE invoice_meter_value;
+DROP TABLE invoice_line_value_part;
