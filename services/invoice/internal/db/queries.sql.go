@@ -259,8 +259,8 @@ type AddChargesRow struct {
 // written in key order, so two batches lock shared rows in one order. It
 // returns per event, in order: whether its period is closed, whether the
 // charge was added, and, when it was not, whether a charge of that origin
-// was already recorded (a redelivery: a duplicate). Nothing is written for
-// a closed period.
+// was already recorded, here or in a month archived (a redelivery: a
+// duplicate). Nothing is written for a closed period.
 func (q *Queries) AddCharges(ctx context.Context, arg AddChargesParams) ([]AddChargesRow, error) {
 	rows, err := q.db.Query(ctx, addCharges,
 		arg.OriginEventIds,
