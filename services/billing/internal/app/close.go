@@ -262,7 +262,7 @@ func (a *App) tallyChunks(ctx context.Context, tenantID, period string) error {
 				return nil
 			}
 			rows, err := q.ChargeChunkLines(ctx, db.ChargeChunkLinesParams{
-				TenantID: tenantID, Period: period, After: p.After, ChunkSize: int32(a.cfg.CloseChunk)})
+				TenantID: tenantID, Period: period, After: p.After, ChunkSize: int32(a.cfg.CloseChunk), Digests: true})
 			if err != nil {
 				return fmt.Errorf("tally chunk %d of %s (%d charges so far): %w", p.Chunks+1, period, p.Charges, err)
 			}

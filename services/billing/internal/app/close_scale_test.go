@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -23,6 +24,21 @@ type longest struct {
 	took  time.Duration
 	sql   string
 	start sync.Map // *pgx.Conn -> started
+}
+
+// reset forgets the longest statement so far.
+func (l *longest) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.took, l.sql = 0, ""
+}
+
+// String is the longest statement's time and the first line of its text.
+func (l *longest) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	name, _, _ := strings.Cut(strings.TrimSpace(l.sql), "\n")
+	return fmt.Sprintf("%s: %.100s", l.took.Round(time.Millisecond), name)
 }
 
 type started struct {
@@ -49,24 +65,29 @@ func (l *longest) TraceQueryEnd(_ context.Context, c *pgx.Conn, _ pgx.TraceQuery
 	}
 }
 
-// TestCloseAtScale closes a period of CLOSE_FACTS charges of one tenant
-// (default 2,000; the measured run sets 1,000,000) with the services'
-// statement_timeout (30 s, DB_STATEMENT_TIMEOUT's default) and the default
-// chunk (10,000 charges): one charge is rated through the inbox, then
-// copied straight into the charge table with generate_series (new ids),
-// and the period closed by the real close (step 1, the chunks, the last
-// transaction). It logs the seeding, the close and its longest statement,
-// and checks the close counted every charge. Figures in docs/measured.md.
-func TestCloseAtScale(t *testing.T) {
-	t.Parallel()
-	n := 2000
-	if s := os.Getenv("CLOSE_FACTS"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 1 {
-			t.Fatalf("CLOSE_FACTS=%q: want a number of charges", s)
-		}
-		n = v
+// scaleFacts is the number of charges an at-scale test seeds: env's value,
+// else def.
+func scaleFacts(t *testing.T, env string, def int) int {
+	t.Helper()
+	s := os.Getenv(env)
+	if s == "" {
+		return def
 	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 {
+		t.Fatalf("%s=%q: want a number of charges", env, s)
+	}
+	return v
+}
+
+// seedAtScale makes a service over a pool with the services'
+// statement_timeout (30 s, DB_STATEMENT_TIMEOUT's default) whose longest
+// statement trace records, and n charges of tenant in January 2026: one
+// rated through the inbox, then copied straight into the charge table with
+// generate_series (new ids). It returns the service, the seeding pool and
+// the tracer.
+func seedAtScale(t *testing.T, tenant string, n int, clock time.Time) (*app.App, *pgxpool.Pool, *longest) {
+	t.Helper()
 	seed := bt.NewPool(t)
 	ctx := t.Context()
 	cfg, err := pgxpool.ParseConfig(seed.Config().ConnString())
@@ -82,10 +103,9 @@ func TestCloseAtScale(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 
-	svc := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return feb3 }}, app.Config{})
+	svc := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return clock }}, app.Config{})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, seed, ib)
-	const tenant = "scale"
 	bt.Decide(t, seed, ib, priceV1(tenant).Raw(t), usageAt(tenant, 0, "1", jan10).Raw(t))
 	began := time.Now()
 	// Every column copied from the rated charge but its ids, new for each;
@@ -114,15 +134,50 @@ func TestCloseAtScale(t *testing.T) {
 		t.Fatalf("%d charges seeded, want %d", got, n)
 	}
 	t.Logf("seeded %d charges in %s", n, time.Since(began).Round(time.Millisecond))
+	return svc, seed, trace
+}
 
-	trace.took = 0
-	began = time.Now()
+// TestCloseAtScale closes a period of CLOSE_FACTS charges of one tenant
+// (default 2,000; the measured run sets 1,000,000) with the default chunk
+// (10,000 charges) by the real close (step 1, the chunks, the last
+// transaction). It logs the seeding, the close and its longest statement,
+// and checks the close counted every charge. Figures in docs/measured.md.
+func TestCloseAtScale(t *testing.T) {
+	t.Parallel()
+	n := scaleFacts(t, "CLOSE_FACTS", 2000)
+	const tenant = "scale"
+	svc, seed, trace := seedAtScale(t, tenant, n, feb3)
+	trace.reset()
+	began := time.Now()
 	closePeriod(t, svc, tenant, "2026-01", "close-at-scale")
-	name, _, _ := strings.Cut(strings.TrimSpace(trace.sql), "\n")
-	t.Logf("close of %d charges in %s; longest statement %s: %.100s", n, time.Since(began).Round(time.Millisecond),
-		trace.took.Round(time.Millisecond), name)
+	t.Logf("close of %d charges in %s; longest statement %s", n, time.Since(began).Round(time.Millisecond), trace)
 	closes := bt.OfType[events.BillingPeriodClosed](bt.Outbox(t, seed))
 	if len(closes) != 1 || closes[0].Charges != int64(n) {
 		t.Fatalf("closes %s, want one of %d charges", bt.JSON(closes), n)
+	}
+}
+
+// TestOpenReadAtScale reads the open period of READ_FACTS charges of one
+// tenant (default 2,000; the measured run sets 300,000) as the period's
+// GET does (PeriodEstimate, the default chunk of 10,000 charges), twice,
+// and logs each read's time and longest statement. Figures in
+// docs/measured.md.
+func TestOpenReadAtScale(t *testing.T) {
+	t.Parallel()
+	n := scaleFacts(t, "READ_FACTS", 2000)
+	const tenant = "scale"
+	svc, _, trace := seedAtScale(t, tenant, n, jan20)
+	for i := range 2 {
+		trace.reset()
+		began := time.Now()
+		est, err := svc.PeriodEstimate(t.Context(), tenant, "2026-01")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("read %d of the open period of %d charges in %s (estimate %s); longest statement %s", i+1, n,
+			time.Since(began).Round(time.Millisecond), bt.JSON(est.Estimate), trace)
+		if est.Status != "open" || len(est.Estimate) != 1 {
+			t.Fatalf("estimate %s", bt.JSON(est))
+		}
 	}
 }

@@ -242,6 +242,7 @@ func (a *App) walkLines(ctx context.Context, q *db.Queries, tenantID, period str
 	t, seen := newPeriodTally(), memoryValues()
 	after := uuid.Nil // sorts before every usage event id; none is nil
 	for {
+		// No digests: a read prices lines, it does not prove a close.
 		rows, err := q.ChargeChunkLines(ctx, db.ChargeChunkLinesParams{TenantID: tenantID, Period: period, After: after,
 			ChunkSize: int32(a.cfg.CloseChunk)})
 		if err != nil {

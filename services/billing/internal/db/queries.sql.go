@@ -137,7 +137,9 @@ WITH c AS (
     SELECT c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
            min(c.dimensions::text) AS dimensions, count(*) AS charges, sum(c.quantity) AS total, max(c.quantity) AS peak,
            sum(c.amount) AS amount,
-           sum(('x' || encode(substr(sha256(convert_to(c.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::numeric AS digest,
+           sum(CASE WHEN $5::boolean
+                    THEN ('x' || encode(substr(sha256(convert_to(c.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint
+                    ELSE 0 END)::numeric AS digest,
            array_agg(DISTINCT c.value) FILTER (WHERE c.aggregation = 'unique_count') AS vals
     FROM c
     GROUP BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
@@ -171,6 +173,7 @@ type ChargeChunkLinesParams struct {
 	Period    string
 	After     uuid.UUID
 	ChunkSize int32
+	Digests   bool
 }
 
 type ChargeChunkLinesRow struct {
@@ -203,7 +206,9 @@ type ChargeChunkLinesRow struct {
 // range scan of charge_reconciliation_idx, bounded by the chunk whatever
 // the period's size), grouped per line (meter, currency, plan, price
 // version, price dimensions, unpriced, aggregation): count, sum, peak,
-// own amounts, the digest terms of the event ids, the chunk's distinct
+// own amounts, the digest terms of the event ids (0 unless digests: a
+// close's; a read has no use for them and a SHA-256 per charge is most of
+// the chunk's work), the chunk's distinct
 // values (unique_count) and its latest charge by occurrence, ties to the
 // larger (source system, source event id) in byte order. Each row also
 // carries the chunk's charge count and last usage_event_id (the next
@@ -214,6 +219,7 @@ func (q *Queries) ChargeChunkLines(ctx context.Context, arg ChargeChunkLinesPara
 		arg.Period,
 		arg.After,
 		arg.ChunkSize,
+		arg.Digests,
 	)
 	if err != nil {
 		return nil, err
