@@ -26,8 +26,10 @@ import (
 
 	"github.com/usagebilling/billing/e2e/procstat"
 	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/monthpart"
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
+	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/services/billing"
 	"github.com/usagebilling/billing/services/invoice"
 	"github.com/usagebilling/billing/services/query"
@@ -119,10 +121,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		defer cancel()
 		_ = cluster.Remove(sctx)
 	}()
-	sets := map[string][]pgmigrate.Set{
-		"usage": usage.Spec.Sets(), "billing": billing.Spec.Sets(),
-		"invoice": invoice.Spec.Sets(), "query": query.Spec.Sets(),
-	}
+	specs := map[string]service.Spec{"usage": usage.Spec, "billing": billing.Spec, "invoice": invoice.Spec, "query": query.Spec}
 	conns := map[string]*pgx.Conn{}
 	defer func() {
 		for _, c := range conns {
@@ -133,10 +132,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err := cluster.CreateDatabase(ctx, name); err != nil {
 			return nil, err
 		}
-		if err := pgmigrate.Up(cluster.URL(name), sets[name]...); err != nil {
+		if err := pgmigrate.Up(cluster.URL(name), specs[name].Sets()...); err != nil {
 			return nil, fmt.Errorf("migrate %s: %w", name, err)
 		}
-		if err := ensureMonths(ctx, cluster.URL(name)); err != nil {
+		if err := ensureMonths(ctx, cluster.URL(name), specs[name].MonthTables); err != nil {
 			return nil, fmt.Errorf("create the months of %s: %w", name, err)
 		}
 		c, err := pgx.Connect(ctx, cluster.URL(name))
@@ -246,8 +245,10 @@ func result(cfg Config, started time.Time, took time.Duration, before, after cpu
 }
 
 // ensureMonths creates the month partitions a service's retention creates at
-// its start (pkg/service), so the facts land in their month's partition.
-func ensureMonths(ctx context.Context, databaseURL string) error {
+// its start (pkg/service): inbox_event's, outbox_event's and those of the
+// service's own tables (Spec.MonthTables), so the rows land in their
+// month's partition.
+func ensureMonths(ctx context.Context, databaseURL string, tables []monthpart.Table) error {
 	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
 		return err
@@ -256,6 +257,13 @@ func ensureMonths(ctx context.Context, databaseURL string) error {
 	if _, err := inbox.EnsureMonths(ctx, pool, time.Now()); err != nil {
 		return err
 	}
-	_, err = outbox.EnsureMonths(ctx, pool, time.Now())
-	return err
+	if _, err := outbox.EnsureMonths(ctx, pool, time.Now()); err != nil {
+		return err
+	}
+	for _, tb := range tables {
+		if _, err := tb.Ensure(ctx, pool, time.Now(), inbox.MonthsAhead); err != nil {
+			return err
+		}
+	}
+	return nil
 }
