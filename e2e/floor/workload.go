@@ -60,7 +60,7 @@ func newWorkload(ctx context.Context, cfg Config, qs map[string]sqlcQuery, conns
 	for _, name := range []string{"LockAcceptanceShared", "AcceptanceCut", "PriceEvidenceForMeters", "usage.InsertUsageFacts",
 		"TenantSettings", "LockPeriodsShared", "RateUsages", "AddCharges", "Project", "LockMetersShared",
 		"query.InsertUsageFacts", "AddUsageHourly",
-		"ListTenantsToFold", "LockTenantSummary", "FoldDeltas", "CountPendingDeltas"} {
+		"LastDeltaSeq", "ListTenantsToFold", "LockTenantSummary", "FoldDeltas", "CountPendingDeltas"} {
 		if _, ok := qs[name]; !ok {
 			return nil, fmt.Errorf("no statement %s in the services' queries.sql: the floor needs updating", name)
 		}
@@ -574,9 +574,16 @@ func (w *workload) analytics(ctx context.Context, tx pgx.Tx, b *batch) error {
 	return nil
 }
 
-// fold is one round of query's Folder: the tenants with pending deltas,
-// one tenant's fold in its transaction, the pending count.
+// fold is one round of query's Folder: the last delta of the round, the
+// tenants with pending deltas, one chunk of one tenant's fold in its
+// transaction (a chunk of query's default, app.DefaultFoldChunk: the
+// floor's backlog is one chunk), the pending count.
 func (w *workload) fold(ctx context.Context, _ *batch) (int, error) {
+	sql, _, _ := w.stmt("LastDeltaSeq", map[string]any{})
+	var through int64
+	if err := w.query.QueryRow(ctx, sql).Scan(&through); err != nil {
+		return 0, fmt.Errorf("last delta: %w", err)
+	}
 	sql, args, err := w.stmt("ListTenantsToFold", map[string]any{"scan": 10000})
 	if err != nil {
 		return 0, err
@@ -589,13 +596,19 @@ func (w *workload) fold(ctx context.Context, _ *batch) (int, error) {
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	for _, name := range []string{"LockTenantSummary", "FoldDeltas"} {
-		sql, args, err := w.stmt(name, map[string]any{"tenant_id": tenantID})
+	for _, st := range []struct {
+		name string
+		args map[string]any
+	}{
+		{"LockTenantSummary", map[string]any{"tenant_id": tenantID}},
+		{"FoldDeltas", map[string]any{"tenant_id": tenantID, "after": int64(0), "through": through, "chunk_size": 10000}},
+	} {
+		sql, args, err := w.stmt(st.name, st.args)
 		if err != nil {
 			return 0, err
 		}
-		if _, err := tx.Exec(ctx, sql, args...); err != nil {
-			return 0, fmt.Errorf("%s: %w", name, err)
+		if err := drain(tx.Query(ctx, sql, args...)); err != nil {
+			return 0, fmt.Errorf("%s: %w", st.name, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {

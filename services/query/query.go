@@ -13,6 +13,7 @@ package query
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -48,10 +49,15 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	webhookAPI := httpapi.NewWebhookOperator(
 		operator.NewWebhooks(d.Pool, d.Config.ServiceURLs[operator.WebhookService], d.Config.Auth, d.Logger), d.Logger)
 	env := service.NewEnv()
-	cfg := app.Config{FoldInterval: env.Duration("QUERY_FOLD_INTERVAL", app.DefaultFoldInterval)}
+	cfg := app.Config{FoldInterval: env.Duration("QUERY_FOLD_INTERVAL", app.DefaultFoldInterval),
+		FoldChunk: env.Int("QUERY_FOLD_CHUNK", app.DefaultFoldChunk)}
 	consoleCfg := console.Config{SecureCookie: env.Bool("QUERY_CONSOLE_SECURE_COOKIE", false)}
 	keyFile := env.String("QUERY_CONSOLE_CSRF_KEY_FILE", "")
-	if err := env.Err(); err != nil {
+	var chunkErr error
+	if cfg.FoldChunk < 1 || cfg.FoldChunk > app.MaxFoldChunk {
+		chunkErr = fmt.Errorf("QUERY_FOLD_CHUNK: want a number of summary deltas from 1 to %d, got %d", app.MaxFoldChunk, cfg.FoldChunk)
+	}
+	if err := errors.Join(env.Err(), chunkErr); err != nil {
 		return service.Parts{}, err
 	}
 	if keyFile != "" {
@@ -83,7 +89,8 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		Handlers:       handlers,
 		BatchHandlers:  a.BatchHandlers(),
 		Reconciliation: a.Reconciliation(),
-		// Summary deltas are folded in the background (QUERY_FOLD_INTERVAL).
+		// Summary deltas are folded in the background (QUERY_FOLD_INTERVAL),
+		// in chunks of QUERY_FOLD_CHUNK.
 		Work: a.RunFolder,
 	}, nil
 }

@@ -35,10 +35,23 @@ type Config struct {
 	// FoldInterval is how often RunFolder folds summary deltas
 	// (QUERY_FOLD_INTERVAL; default DefaultFoldInterval).
 	FoldInterval time.Duration
+	// FoldChunk is how many summary deltas one statement reads, of a fold
+	// (each chunk its own transaction, so a backlog folds as many bounded
+	// commits) and of a summary's read of the deltas not folded yet
+	// (QUERY_FOLD_CHUNK; default DefaultFoldChunk): their longest
+	// statement grows with it, not with a tenant's backlog.
+	FoldChunk int
 }
 
 // DefaultFoldInterval is Config.FoldInterval's default.
 const DefaultFoldInterval = time.Second
+
+// DefaultFoldChunk is Config.FoldChunk's default; MaxFoldChunk the largest
+// QUERY_FOLD_CHUNK.
+const (
+	DefaultFoldChunk = 10000
+	MaxFoldChunk     = 1000000
+)
 
 // App is query: its projection, reads, folder and reconciliation sets
 // against its database.
@@ -48,6 +61,13 @@ type App struct {
 	cfg     Config
 	pending prometheus.Gauge
 	folded  prometheus.Counter
+	// afterFoldChunk, when set (tests), runs at the end of each chunk's
+	// transaction of a fold with the tenant and the deltas the chunk
+	// moved; an error rolls the chunk back and fails the round.
+	afterFoldChunk func(tenantID string, deltas int64) error
+	// afterReadChunk, when set (tests), is told the deltas of each chunk
+	// of pending deltas a summary read.
+	afterReadChunk func(deltas int64)
 }
 
 // New returns the App of d and c.
@@ -63,6 +83,9 @@ func New(d Deps, c Config) *App {
 	}
 	if a.cfg.FoldInterval <= 0 {
 		a.cfg.FoldInterval = DefaultFoldInterval
+	}
+	if a.cfg.FoldChunk <= 0 {
+		a.cfg.FoldChunk = DefaultFoldChunk
 	}
 	if d.Metrics != nil {
 		_ = d.Metrics.Register(a.pending)

@@ -16,7 +16,9 @@ import (
 // the consumer's writes: after each committed batch it counts exactly what
 // was committed, and every read in between sees a consistent snapshot
 // (between what was committed before and after it, usage and charges of the
-// same batches together), whether the rows were folded yet or not.
+// same batches together), whether the rows were folded yet or not. The
+// folder works in chunks of 7 deltas, a batch being 50: a read lands
+// between the chunks of a fold too.
 func TestSummaryExactWhileFolderRuns(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -26,7 +28,7 @@ func TestSummaryExactWhileFolderRuns(t *testing.T) {
 	f := NewFeed(t, "acme")
 	price := D("0.0125")
 	Decide(t, pool, ib, f.Price("api_calls", "USD", price.String()))
-	svc := app.New(app.Deps{Pool: pool}, app.Config{})
+	svc := app.New(app.Deps{Pool: pool}, app.Config{FoldChunk: 7})
 
 	// started is raised before a batch commits and committed after: a read
 	// can land between a batch's commit and the raise of committed, so a

@@ -15,8 +15,11 @@ import (
 // Summary returns the tenant's summary: its folded totals plus the deltas not
 // folded yet, read in one snapshot (a REPEATABLE READ transaction), so the
 // figures are exact whether or not the folder (RunFolder) ran, or runs
-// meanwhile. A tenant with no event has an all-zero summary. A read never
-// writes and never waits for a fold.
+// meanwhile: a fold's chunk moves its deltas into the totals in one commit,
+// which the snapshot sees whole or not at all. The deltas not folded yet are
+// read in chunks of Config.FoldChunk (pendingDeltas), so no statement of a
+// read grows with a tenant's backlog. A tenant with no event has an
+// all-zero summary. A read never writes and never waits for a fold.
 func (a *App) Summary(ctx context.Context, tenantID string) (domain.Summary, error) {
 	var out domain.Summary
 	err := pgx.BeginTxFunc(ctx, a.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
@@ -31,31 +34,26 @@ func (a *App) Summary(ctx context.Context, tenantID string) (domain.Summary, err
 			at := row.LastEventAt.UTC()
 			lastEventAt = &at
 		}
-		pending, err := q.GetPendingSummary(ctx, tenantID)
-		if err != nil {
-			return fmt.Errorf("read pending summary of %s: %w", tenantID, err)
-		}
-		if at, ok := pending.LastEventAt.(time.Time); ok && (lastEventAt == nil || at.After(*lastEventAt)) {
-			at = at.UTC()
-			lastEventAt = &at
-		}
-		rows, prows, err := summaryTotals(ctx, q, tenantID)
+		rows, pending, err := a.summaryTotals(ctx, q, tenantID)
 		if err != nil {
 			return err
 		}
-		totals := make([]domain.Total, 0, len(rows)+len(prows))
+		if at := pending.lastEventAt; at != nil && (lastEventAt == nil || at.After(*lastEventAt)) {
+			lastEventAt = at
+		}
+		totals := make([]domain.Total, 0, len(rows)+len(pending.totals))
 		at := map[[2]string]int{}
 		for _, t := range rows {
 			at[[2]string{t.Kind, t.Key}] = len(totals)
 			totals = append(totals, domain.Total{Kind: t.Kind, Key: t.Key, Amount: t.Amount, Events: t.Events})
 		}
-		for _, p := range prows {
+		for _, p := range pending.totals {
 			if i, ok := at[[2]string{p.Kind, p.Key}]; ok {
 				totals[i].Amount = totals[i].Amount.Add(p.Amount)
 				totals[i].Events += p.Events
 				continue
 			}
-			totals = append(totals, domain.Total{Kind: p.Kind, Key: p.Key, Amount: p.Amount, Events: p.Events})
+			totals = append(totals, p)
 		}
 		if len(totals) > MaxSummaryTotals {
 			return tooManyTotals()

@@ -49,12 +49,23 @@ SELECT ev.event_id FROM ev;
 -- LockTenantSummary serialises the folds of one tenant (until commit).
 SELECT pg_advisory_xact_lock(hashtextextended('query.tenant_summary:' || @tenant_id::text, 0));
 
--- name: FoldDeltas :exec
--- FoldDeltas moves a tenant's pending deltas into its totals and summary.
--- Call it after LockTenantSummary, in the same transaction.
+-- name: FoldDeltas :one
+-- FoldDeltas moves one chunk of a tenant's pending deltas into its totals
+-- and summary: the next chunk_size deltas after seq after, up to seq
+-- through, in seq order (one range scan of summary_delta_tenant_seq_idx,
+-- bounded by the chunk whatever the tenant's backlog, then deleted by
+-- primary key). It returns how many it moved and the last seq moved (the
+-- next position; 0 when none). Call it after LockTenantSummary, in the
+-- same transaction: the deltas leave and their sums arrive in one commit,
+-- so a chunk is folded once or not at all.
 WITH moved AS (
-    DELETE FROM summary_delta d WHERE d.tenant_id = @tenant_id::text
-    RETURNING d.kind, d.key, d.amount, d.occurred_at
+    DELETE FROM summary_delta d
+    WHERE d.seq = ANY (ARRAY(
+        SELECT p.seq FROM summary_delta p
+        WHERE p.tenant_id = @tenant_id::text AND p.seq > @after::bigint AND p.seq <= @through::bigint
+        ORDER BY p.seq
+        LIMIT @chunk_size::int))
+    RETURNING d.seq, d.kind, d.key, d.amount, d.occurred_at
 ), totals AS (
     INSERT INTO tenant_total (tenant_id, kind, key, amount, events)
     SELECT @tenant_id::text, m.kind, m.key, sum(m.amount), count(*)
@@ -63,28 +74,44 @@ WITH moved AS (
     ON CONFLICT (tenant_id, kind, key) DO UPDATE
     SET amount = tenant_total.amount + EXCLUDED.amount, events = tenant_total.events + EXCLUDED.events
     RETURNING 1
+), summary AS (
+    INSERT INTO tenant_summary (tenant_id, events, last_event_at)
+    SELECT @tenant_id::text, count(*), max(m.occurred_at) FROM moved m
+    HAVING count(*) > 0
+    ON CONFLICT (tenant_id) DO UPDATE
+    SET events = tenant_summary.events + EXCLUDED.events,
+        last_event_at = GREATEST(tenant_summary.last_event_at, EXCLUDED.last_event_at)
+    RETURNING 1
 )
-INSERT INTO tenant_summary (tenant_id, events, last_event_at)
-SELECT @tenant_id::text, count(*), max(m.occurred_at) FROM moved m
-HAVING count(*) > 0
-ON CONFLICT (tenant_id) DO UPDATE
-SET events = tenant_summary.events + EXCLUDED.events,
-    last_event_at = GREATEST(tenant_summary.last_event_at, EXCLUDED.last_event_at);
+SELECT count(*)::bigint AS deltas, COALESCE(max(m.seq), 0)::bigint AS last_seq FROM moved m;
 
--- name: ListPendingTotals :many
--- ListPendingTotals sums a tenant's deltas not folded yet, per kind and key,
--- for a read that adds them to the folded totals (in one snapshot): at most
--- row_limit of them (NULL: all; the summary's bound, app.MaxSummaryTotals).
-SELECT kind, key, sum(amount)::numeric AS amount, count(*) AS events
-FROM summary_delta WHERE tenant_id = @tenant_id AND kind <> 'seen'
-GROUP BY kind, key ORDER BY kind, key
-LIMIT sqlc.narg(row_limit)::int;
+-- name: PendingDeltaChunk :many
+-- PendingDeltaChunk reads one chunk of a tenant's deltas not folded yet,
+-- for a read that adds them to the folded totals (in one snapshot): the
+-- next chunk_size deltas after seq after, in seq order (one range scan of
+-- summary_delta_tenant_seq_idx, bounded by the chunk whatever the tenant's
+-- backlog), summed per kind and key ('seen' included: its key is empty),
+-- each with its count and latest occurredAt. Each row also carries the
+-- chunk's delta count and last seq (the next position); no row when the
+-- chunk is empty.
+WITH c AS (
+    SELECT d.seq, d.kind, d.key, d.amount, d.occurred_at FROM summary_delta d
+    WHERE d.tenant_id = @tenant_id::text AND d.seq > @after::bigint
+    ORDER BY d.seq
+    LIMIT @chunk_size::int
+)
+SELECT c.kind, c.key, sum(c.amount)::numeric AS amount, count(*)::bigint AS events,
+       max(c.occurred_at)::timestamptz AS last_event_at,
+       (SELECT count(*) FROM c)::bigint AS chunk_deltas,
+       (SELECT max(c.seq) FROM c)::bigint AS chunk_last
+FROM c
+GROUP BY c.kind, c.key ORDER BY c.kind, c.key;
 
--- name: GetPendingSummary :one
--- GetPendingSummary counts a tenant's deltas not folded yet and their latest
--- occurredAt (NULL when there is none).
-SELECT count(*) AS events, max(occurred_at) AS last_event_at
-FROM summary_delta WHERE tenant_id = @tenant_id;
+-- name: LastDeltaSeq :one
+-- LastDeltaSeq is the highest seq of the deltas not folded yet (0: none):
+-- a round of the folder folds none after it, so a tenant written as fast
+-- as it is folded does not hold the round (one row of the primary key).
+SELECT COALESCE(max(seq), 0)::bigint AS seq FROM summary_delta;
 
 -- name: ListTenantsToFold :many
 -- ListTenantsToFold returns the tenants of the oldest pending deltas, for the

@@ -351,10 +351,15 @@ func (q *Queries) DefineMeter(ctx context.Context, arg DefineMeterParams) error 
 	return err
 }
 
-const foldDeltas = `-- name: FoldDeltas :exec
+const foldDeltas = `-- name: FoldDeltas :one
 WITH moved AS (
-    DELETE FROM summary_delta d WHERE d.tenant_id = $1::text
-    RETURNING d.kind, d.key, d.amount, d.occurred_at
+    DELETE FROM summary_delta d
+    WHERE d.seq = ANY (ARRAY(
+        SELECT p.seq FROM summary_delta p
+        WHERE p.tenant_id = $1::text AND p.seq > $2::bigint AND p.seq <= $3::bigint
+        ORDER BY p.seq
+        LIMIT $4::int))
+    RETURNING d.seq, d.kind, d.key, d.amount, d.occurred_at
 ), totals AS (
     INSERT INTO tenant_total (tenant_id, kind, key, amount, events)
     SELECT $1::text, m.kind, m.key, sum(m.amount), count(*)
@@ -363,20 +368,48 @@ WITH moved AS (
     ON CONFLICT (tenant_id, kind, key) DO UPDATE
     SET amount = tenant_total.amount + EXCLUDED.amount, events = tenant_total.events + EXCLUDED.events
     RETURNING 1
+), summary AS (
+    INSERT INTO tenant_summary (tenant_id, events, last_event_at)
+    SELECT $1::text, count(*), max(m.occurred_at) FROM moved m
+    HAVING count(*) > 0
+    ON CONFLICT (tenant_id) DO UPDATE
+    SET events = tenant_summary.events + EXCLUDED.events,
+        last_event_at = GREATEST(tenant_summary.last_event_at, EXCLUDED.last_event_at)
+    RETURNING 1
 )
-INSERT INTO tenant_summary (tenant_id, events, last_event_at)
-SELECT $1::text, count(*), max(m.occurred_at) FROM moved m
-HAVING count(*) > 0
-ON CONFLICT (tenant_id) DO UPDATE
-SET events = tenant_summary.events + EXCLUDED.events,
-    last_event_at = GREATEST(tenant_summary.last_event_at, EXCLUDED.last_event_at)
+SELECT count(*)::bigint AS deltas, COALESCE(max(m.seq), 0)::bigint AS last_seq FROM moved m
 `
 
-// FoldDeltas moves a tenant's pending deltas into its totals and summary.
-// Call it after LockTenantSummary, in the same transaction.
-func (q *Queries) FoldDeltas(ctx context.Context, tenantID string) error {
-	_, err := q.db.Exec(ctx, foldDeltas, tenantID)
-	return err
+type FoldDeltasParams struct {
+	TenantID  string
+	After     int64
+	Through   int64
+	ChunkSize int32
+}
+
+type FoldDeltasRow struct {
+	Deltas  int64
+	LastSeq int64
+}
+
+// FoldDeltas moves one chunk of a tenant's pending deltas into its totals
+// and summary: the next chunk_size deltas after seq after, up to seq
+// through, in seq order (one range scan of summary_delta_tenant_seq_idx,
+// bounded by the chunk whatever the tenant's backlog, then deleted by
+// primary key). It returns how many it moved and the last seq moved (the
+// next position; 0 when none). Call it after LockTenantSummary, in the
+// same transaction: the deltas leave and their sums arrive in one commit,
+// so a chunk is folded once or not at all.
+func (q *Queries) FoldDeltas(ctx context.Context, arg FoldDeltasParams) (FoldDeltasRow, error) {
+	row := q.db.QueryRow(ctx, foldDeltas,
+		arg.TenantID,
+		arg.After,
+		arg.Through,
+		arg.ChunkSize,
+	)
+	var i FoldDeltasRow
+	err := row.Scan(&i.Deltas, &i.LastSeq)
+	return i, err
 }
 
 const getMeterDefinition = `-- name: GetMeterDefinition :one
@@ -446,25 +479,6 @@ func (q *Queries) GetMeterDefinitions(ctx context.Context, codes []string) ([]Ge
 		return nil, err
 	}
 	return items, nil
-}
-
-const getPendingSummary = `-- name: GetPendingSummary :one
-SELECT count(*) AS events, max(occurred_at) AS last_event_at
-FROM summary_delta WHERE tenant_id = $1
-`
-
-type GetPendingSummaryRow struct {
-	Events      int64
-	LastEventAt interface{}
-}
-
-// GetPendingSummary counts a tenant's deltas not folded yet and their latest
-// occurredAt (NULL when there is none).
-func (q *Queries) GetPendingSummary(ctx context.Context, tenantID string) (GetPendingSummaryRow, error) {
-	row := q.db.QueryRow(ctx, getPendingSummary, tenantID)
-	var i GetPendingSummaryRow
-	err := row.Scan(&i.Events, &i.LastEventAt)
-	return i, err
 }
 
 const getTenantSummary = `-- name: GetTenantSummary :one
@@ -601,6 +615,20 @@ func (q *Queries) InsertUsageFacts(ctx context.Context, arg InsertUsageFactsPara
 	return items, nil
 }
 
+const lastDeltaSeq = `-- name: LastDeltaSeq :one
+SELECT COALESCE(max(seq), 0)::bigint AS seq FROM summary_delta
+`
+
+// LastDeltaSeq is the highest seq of the deltas not folded yet (0: none):
+// a round of the folder folds none after it, so a tenant written as fast
+// as it is folded does not hold the round (one row of the primary key).
+func (q *Queries) LastDeltaSeq(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, lastDeltaSeq)
+	var seq int64
+	err := row.Scan(&seq)
+	return seq, err
+}
+
 const lateCharges = `-- name: LateCharges :many
 SELECT c.event_id, COALESCE(c.subject_id, '00000000-0000-0000-0000-000000000000')::uuid AS charge_id,
        COALESCE(c.origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_event_id,
@@ -714,53 +742,6 @@ func (q *Queries) ListMeterDefinitions(ctx context.Context, arg ListMeterDefinit
 			&i.Dimensions,
 			&i.EventType,
 			&i.DefinedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const listPendingTotals = `-- name: ListPendingTotals :many
-SELECT kind, key, sum(amount)::numeric AS amount, count(*) AS events
-FROM summary_delta WHERE tenant_id = $1 AND kind <> 'seen'
-GROUP BY kind, key ORDER BY kind, key
-LIMIT $2::int
-`
-
-type ListPendingTotalsParams struct {
-	TenantID string
-	RowLimit pgtype.Int4
-}
-
-type ListPendingTotalsRow struct {
-	Kind   string
-	Key    string
-	Amount decimal.Decimal
-	Events int64
-}
-
-// ListPendingTotals sums a tenant's deltas not folded yet, per kind and key,
-// for a read that adds them to the folded totals (in one snapshot): at most
-// row_limit of them (NULL: all; the summary's bound, app.MaxSummaryTotals).
-func (q *Queries) ListPendingTotals(ctx context.Context, arg ListPendingTotalsParams) ([]ListPendingTotalsRow, error) {
-	rows, err := q.db.Query(ctx, listPendingTotals, arg.TenantID, arg.RowLimit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []ListPendingTotalsRow
-	for rows.Next() {
-		var i ListPendingTotalsRow
-		if err := rows.Scan(
-			&i.Kind,
-			&i.Key,
-			&i.Amount,
-			&i.Events,
 		); err != nil {
 			return nil, err
 		}
@@ -1091,6 +1072,73 @@ SELECT pg_advisory_xact_lock(hashtextextended('query.tenant_summary:' || $1::tex
 func (q *Queries) LockTenantSummary(ctx context.Context, tenantID string) error {
 	_, err := q.db.Exec(ctx, lockTenantSummary, tenantID)
 	return err
+}
+
+const pendingDeltaChunk = `-- name: PendingDeltaChunk :many
+WITH c AS (
+    SELECT d.seq, d.kind, d.key, d.amount, d.occurred_at FROM summary_delta d
+    WHERE d.tenant_id = $1::text AND d.seq > $2::bigint
+    ORDER BY d.seq
+    LIMIT $3::int
+)
+SELECT c.kind, c.key, sum(c.amount)::numeric AS amount, count(*)::bigint AS events,
+       max(c.occurred_at)::timestamptz AS last_event_at,
+       (SELECT count(*) FROM c)::bigint AS chunk_deltas,
+       (SELECT max(c.seq) FROM c)::bigint AS chunk_last
+FROM c
+GROUP BY c.kind, c.key ORDER BY c.kind, c.key
+`
+
+type PendingDeltaChunkParams struct {
+	TenantID  string
+	After     int64
+	ChunkSize int32
+}
+
+type PendingDeltaChunkRow struct {
+	Kind        string
+	Key         string
+	Amount      decimal.Decimal
+	Events      int64
+	LastEventAt time.Time
+	ChunkDeltas int64
+	ChunkLast   int64
+}
+
+// PendingDeltaChunk reads one chunk of a tenant's deltas not folded yet,
+// for a read that adds them to the folded totals (in one snapshot): the
+// next chunk_size deltas after seq after, in seq order (one range scan of
+// summary_delta_tenant_seq_idx, bounded by the chunk whatever the tenant's
+// backlog), summed per kind and key ('seen' included: its key is empty),
+// each with its count and latest occurredAt. Each row also carries the
+// chunk's delta count and last seq (the next position); no row when the
+// chunk is empty.
+func (q *Queries) PendingDeltaChunk(ctx context.Context, arg PendingDeltaChunkParams) ([]PendingDeltaChunkRow, error) {
+	rows, err := q.db.Query(ctx, pendingDeltaChunk, arg.TenantID, arg.After, arg.ChunkSize)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PendingDeltaChunkRow
+	for rows.Next() {
+		var i PendingDeltaChunkRow
+		if err := rows.Scan(
+			&i.Kind,
+			&i.Key,
+			&i.Amount,
+			&i.Events,
+			&i.LastEventAt,
+			&i.ChunkDeltas,
+			&i.ChunkLast,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const project = `-- name: Project :many
