@@ -53,7 +53,7 @@ func TestMoney(t *testing.T) {
 	s := stacktest.Start(t, stack.Options{PostgresFast: true, DirectDB: true,
 		Env: map[string]string{"CLOCK_OFFSET_FILE": clk.Path},
 		ServiceEnv: map[string]map[string]string{"meter": {"METER_SCHEDULE_LEAD": lead.String()},
-			"billing": {"BILLING_CLOSE_INTERVAL": "200ms"}, "invoice": HookServiceEnv}})
+			"billing": BillingEnv, "invoice": HookServiceEnv}})
 
 	cfg := Config{URLs: s.URLs(), Lead: lead, Settle: 90 * time.Second, Logf: t.Logf, Clock: clk,
 		Prefix: fmt.Sprintf("m%x", seed&0xffffffff), Hooks: hooks}

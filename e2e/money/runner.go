@@ -80,7 +80,7 @@ func (f *Failure) Error() string { return fmt.Sprintf("op %d: %s", f.Op, f.Msg) 
 // Stats of a run.
 type Stats struct {
 	Ops, Facts, Accepted, Refused, Replays, Conflicts, Prices, Adjustments, Credits, CreditsRefused,
-	Corrections, Closes, Invoices, Checks, Settles int
+	AdjustmentsAtLimit, Corrections, Closes, Invoices, Checks, Settles int
 	Settings, Advances, AutoCloses, Drafts, Late int
 	// The catalog: accepted facts by their meter's aggregation, those rated
 	// unpriced and those priced by a dimension price; dimension prices
@@ -124,10 +124,10 @@ type Stats struct {
 
 func (s Stats) String() string {
 	return fmt.Sprintf("%d ops: %d usage facts sent (%d accepted, %d late, %d refused, %d replays, %d conflicts), %d price activations, "+
-		"%d adjustments posted (%d credits refused), %d correction notes, %d explicit closes, %d settings changes, "+
+		"%d adjustments posted (%d credits refused, %d refused at the period's limit), %d correction notes, %d explicit closes, %d settings changes, "+
 		"%d clock moves, %d automatic closes, %d draft invoice comparisons, %d issued invoice comparisons, %d checks, %d settles",
 		s.Ops, s.Facts, s.Accepted, s.Late, s.Refused, s.Replays, s.Conflicts, s.Prices, s.Adjustments, s.CreditsRefused,
-		s.Corrections, s.Closes, s.Settings, s.Advances, s.AutoCloses, s.Drafts, s.Invoices, s.Checks, s.Settles) +
+		s.AdjustmentsAtLimit, s.Corrections, s.Closes, s.Settings, s.Advances, s.AutoCloses, s.Drafts, s.Invoices, s.Checks, s.Settles) +
 		fmt.Sprintf("; catalog: accepted facts by aggregation %v, %d unpriced (%d of a meter the tenant has no price of its own for), %d priced by a dimension price; %d dimension prices activated, %d refused ambiguous_price",
 			s.ByAggregation, s.Unpriced, s.NoSeries, s.DimPriced, s.DimPrices, s.Ambiguous) +
 		fmt.Sprintf("; plans: %d versions published or refused, %d subscriptions asked, %d facts priced by a plan's charge, %d fee and true-up lines compared",
@@ -990,8 +990,11 @@ func (r *runner) adjust(ctx context.Context, t *Tenant) error {
 			f.SourceEventID, f.Period, wantStatus, wantCode, a.Status, clip(string(a.Body)))
 	}
 	if wantStatus != 201 {
-		if wantCode == "credit_exceeds_charges" {
+		switch wantCode {
+		case "credit_exceeds_charges":
 			r.stats.CreditsRefused++
+		case "limit_exceeded":
+			r.stats.AdjustmentsAtLimit++
 		}
 		return nil
 	}
@@ -1051,6 +1054,27 @@ func (r *runner) adjustment(ctx context.Context, t *Tenant, f *Fact) (amount dec
 	return amount, currency, what, nil
 }
 
+// maxAdjustments is the money stack's BILLING_MAX_ADJUSTMENTS: an
+// adjustment that would give a tenant's period more, before or after its
+// close, is refused 422 limit_exceeded. Small, so a run reaches it.
+const maxAdjustments = 8
+
+// BillingEnv are the billing service's settings for the money test: quick
+// scheduled closes and the adjustments' limit the model predicts.
+var BillingEnv = map[string]string{"BILLING_CLOSE_INTERVAL": "200ms", "BILLING_MAX_ADJUSTMENTS": fmt.Sprint(maxAdjustments)}
+
+// adjustmentsOf is how many adjustments billing accepted for the tenant's
+// period p.
+func (t *Tenant) adjustmentsOf(p string) int {
+	n := 0
+	for _, a := range t.Adjs {
+		if a.Period == p {
+			n++
+		}
+	}
+	return n
+}
+
 // confirmed: billing has listed the fact's charge.
 func confirmed(g *Fact) bool { return g.ChargeID != "" }
 
@@ -1064,6 +1088,8 @@ func (r *runner) expectAdjustment(ctx context.Context, t *Tenant, f *Fact, amoun
 		return 422, "amount_precision", nil
 	case currency != c:
 		return 422, "currency_mismatch", nil
+	case t.adjustmentsOf(f.Period) >= maxAdjustments:
+		return 422, "limit_exceeded", nil
 	case amount.Sign() < 0:
 		if t.Dirty { // latest's figure may fall as facts arrive: know every charge first
 			if err := r.settle(ctx, t); err != nil {

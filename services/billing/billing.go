@@ -41,11 +41,14 @@ var Spec = service.Spec{
 // scheduler looks for due periods ("off": none in this process; periods
 // then close when someone calls close, or by another instance's scheduler);
 // BILLING_CLOSE_CHUNK (default 10000, 1 to 1000000), how many charges one
-// transaction of a close's tally reads.
+// transaction of a close's tally reads; BILLING_MAX_SUBSCRIPTIONS (default
+// 24) and BILLING_MAX_ADJUSTMENTS (default 1000, 1 to 100000), a tenant's
+// subscriptions in effect or scheduled and one period's adjustments.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	env := service.NewEnv()
 	cfg := app.Config{WaitForUsage: true, CloseWait: env.Duration("BILLING_CLOSE_WAIT", app.DefaultCloseWait),
 		MaxSubscriptions: env.Int("BILLING_MAX_SUBSCRIPTIONS", app.DefaultMaxSubscriptions),
+		MaxAdjustments:   env.Int("BILLING_MAX_ADJUSTMENTS", app.DefaultMaxAdjustments),
 		CloseChunk:       env.Int("BILLING_CLOSE_CHUNK", app.DefaultCloseChunk)}
 	scheduler := env.String("BILLING_CLOSE_INTERVAL", "") != "off"
 	if scheduler {
@@ -57,6 +60,9 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	}
 	if err == nil && (cfg.CloseChunk < 1 || cfg.CloseChunk > maxCloseChunk) {
 		err = fmt.Errorf("BILLING_CLOSE_CHUNK: want a number of charges from 1 to %d, got %d", maxCloseChunk, cfg.CloseChunk)
+	}
+	if err == nil && (cfg.MaxAdjustments < 1 || cfg.MaxAdjustments > maxAdjustments) {
+		err = fmt.Errorf("BILLING_MAX_ADJUSTMENTS: want a number of adjustments from 1 to %d, got %d", maxAdjustments, cfg.MaxAdjustments)
 	}
 	if err != nil {
 		return service.Parts{}, err
@@ -110,3 +116,7 @@ const minCloseInterval = 100 * time.Millisecond
 // maxCloseChunk is the largest BILLING_CLOSE_CHUNK: a chunk's statement
 // must stay well inside DB_STATEMENT_TIMEOUT.
 const maxCloseChunk = 1000000
+
+// maxAdjustments is the largest BILLING_MAX_ADJUSTMENTS: the sums of a
+// period's adjustments read at most that many rows.
+const maxAdjustments = 100000

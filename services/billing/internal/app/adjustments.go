@@ -26,8 +26,9 @@ type AdjustmentReply struct {
 // before the period closed, the close counts it and it is a line of the
 // period's invoice; posted after, it is marked AfterClose and corrects the
 // issued invoice. A credit is checked against the period's balance in its
-// currency under the credit lock (App.checkCredit). A *domain.Error reports a
-// broken rule; on an error the caller must not commit.
+// currency under the credit lock (App.checkCredit). A period holds at most
+// Config.MaxAdjustments. A *domain.Error reports a broken rule; on an error
+// the caller must not commit.
 func (a *App) PostAdjustment(ctx context.Context, tx pgx.Tx, r Request, adj domain.Adjustment) (AdjustmentReply, error) {
 	if err := r.checkActor(); err != nil {
 		return AdjustmentReply{}, err
@@ -45,6 +46,9 @@ func (a *App) PostAdjustment(ctx context.Context, tx pgx.Tx, r Request, adj doma
 	}
 	if err := q.LockPeriodShared(ctx, db.LockPeriodSharedParams{TenantID: r.TenantID, Period: charge.Period}); err != nil {
 		return AdjustmentReply{}, fmt.Errorf("lock period %s: %w", charge.Period, err)
+	}
+	if err := a.checkAdjustmentRoom(ctx, q, r.TenantID, charge.Period); err != nil {
+		return AdjustmentReply{}, err
 	}
 	status, err := q.PeriodStatus(ctx, db.PeriodStatusParams{TenantID: r.TenantID, Period: charge.Period})
 	if err != nil {
@@ -80,4 +84,23 @@ func (a *App) PostAdjustment(ctx context.Context, tx pgx.Tx, r Request, adj doma
 		return AdjustmentReply{}, err
 	}
 	return AdjustmentReply{AdjustmentID: adjustmentID, EventID: env.EventID, Period: charge.Period}, nil
+}
+
+// checkAdjustmentRoom refuses an adjustment past Config.MaxAdjustments of
+// the tenant's period, counted under the period's adjustment lock (held to
+// the end of tx, so two adjustments at once cannot both take the last
+// place).
+func (a *App) checkAdjustmentRoom(ctx context.Context, q *db.Queries, tenantID, period string) error {
+	if err := q.LockPeriodAdjustments(ctx, db.LockPeriodAdjustmentsParams{TenantID: tenantID, Period: period}); err != nil {
+		return fmt.Errorf("lock adjustments of %s %s: %w", tenantID, period, err)
+	}
+	n, err := q.CountPeriodAdjustments(ctx, db.CountPeriodAdjustmentsParams{TenantID: tenantID, Period: period,
+		RowLimit: int32(a.cfg.MaxAdjustments)})
+	if err != nil {
+		return fmt.Errorf("count adjustments of %s %s: %w", tenantID, period, err)
+	}
+	if n >= int64(a.cfg.MaxAdjustments) {
+		return domain.AdjustmentLimitExceeded(tenantID, period, a.cfg.MaxAdjustments)
+	}
+	return nil
 }

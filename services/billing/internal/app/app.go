@@ -53,6 +53,11 @@ type Config struct {
 	// one tenant may have (BILLING_MAX_SUBSCRIPTIONS; default
 	// DefaultMaxSubscriptions): one more is refused 422 limit_exceeded.
 	MaxSubscriptions int
+	// MaxAdjustments is how many adjustments one tenant's period may have,
+	// posted before or after its close (BILLING_MAX_ADJUSTMENTS; default
+	// DefaultMaxAdjustments): one more is refused 422 limit_exceeded. It
+	// bounds every statement that sums a period's adjustments.
+	MaxAdjustments int
 	// CloseChunk is how many charges one transaction of a close's tally
 	// reads (BILLING_CLOSE_CHUNK; default DefaultCloseChunk), and one
 	// statement of a read of a period's lines (the estimate, a credit's
@@ -66,6 +71,9 @@ const (
 	DefaultCloseInterval = 10 * time.Second
 	// Two years of monthly plan changes scheduled ahead.
 	DefaultMaxSubscriptions = 24
+	// Corrections are posted by people: a thousand in one period is far
+	// past any billing team's, and summed in milliseconds.
+	DefaultMaxAdjustments = 1000
 	// A chunk of 10,000 charges is tallied in well under a second.
 	DefaultCloseChunk = 10000
 )
@@ -103,6 +111,9 @@ func New(d Deps, c Config) *App {
 	}
 	if a.cfg.MaxSubscriptions <= 0 {
 		a.cfg.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if a.cfg.MaxAdjustments <= 0 {
+		a.cfg.MaxAdjustments = DefaultMaxAdjustments
 	}
 	if a.cfg.CloseChunk <= 0 {
 		a.cfg.CloseChunk = DefaultCloseChunk

@@ -404,6 +404,23 @@ INSERT INTO adjustment (adjustment_id, event_id, tenant_id, correction_of, amoun
 VALUES (@adjustment_id, @event_id, @tenant_id, @correction_of, @amount, @currency, @reason,
         @period, @after_close, sqlc.arg(actor)::text);
 
+-- name: LockPeriodAdjustments :exec
+-- Takes the adjustment lock of a tenant's period, exclusively, for the
+-- transaction: an adjustment holds it while it counts the period's
+-- adjustments (CountPeriodAdjustments) and inserts itself, so concurrent
+-- adjustments of one period are counted one after the other and cannot
+-- together pass BILLING_MAX_ADJUSTMENTS. Taken after the period's shared
+-- lock and before the credit lock, always in that order.
+SELECT pg_advisory_xact_lock(hashtextextended(@tenant_id::text || '|' || @period::text, 7367))::text;
+
+-- name: CountPeriodAdjustments :one
+-- How many adjustments a tenant's period has, posted before or after its
+-- close, counted up to @row_limit (the cap): it reads at most that many
+-- entries of adjustment_period whatever the period holds.
+SELECT count(*)::bigint AS adjustments
+FROM (SELECT 1 FROM adjustment a WHERE a.tenant_id = @tenant_id AND a.period = @period
+      LIMIT sqlc.arg(row_limit)) a;
+
 -- name: LockPeriodCredits :exec
 -- Takes the credit lock of a tenant's period and currency, exclusively, for
 -- the transaction: a credit holds it while it reads the period's balance
@@ -564,19 +581,42 @@ WHERE tenant_id = @tenant_id AND period = @period AND status = 'closing';
 -- occurred in, and the periods the usage that occurred in the UTC month of
 -- the same name was rated into off-month. A charge is off-month when its
 -- period is not the UTC month its usage occurred in: late, or a tenant in
--- another time zone (decision 0014); the partial indexes of migration 0008
--- hold those charges, under the same predicate.
-SELECT DISTINCT m.period::text AS period FROM (
-    SELECT to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') AS period
-    FROM charge c WHERE c.tenant_id = @tenant_id AND c.period = @period
-      AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
-                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+-- another time zone (decision 0014); the partial indexes of migration 0019
+-- hold those charges, under the same predicate, with the month and the
+-- period in their keys. Each list is a skip scan: one index probe for the
+-- next month (or period) after the last one found, so the statement reads
+-- a few index entries per month, whatever the number of off-month charges.
+WITH RECURSIVE rated_from AS (
+    SELECT (SELECT min(date_trunc('month', c.occurred_at AT TIME ZONE 'UTC')) FROM charge c
+            WHERE c.tenant_id = @tenant_id AND c.period = @period
+              AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                   <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))) AS month
     UNION ALL
-    SELECT c.period FROM charge c
-    WHERE c.tenant_id = @tenant_id
-      AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
-                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
-      AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = @month::timestamp
+    SELECT (SELECT min(date_trunc('month', c.occurred_at AT TIME ZONE 'UTC')) FROM charge c
+            WHERE c.tenant_id = @tenant_id AND c.period = @period
+              AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                   <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+              AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') > r.month)
+    FROM rated_from r WHERE r.month IS NOT NULL
+), rated_into AS (
+    SELECT (SELECT min(c.period) FROM charge c
+            WHERE c.tenant_id = @tenant_id
+              AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                   <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+              AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = @month::timestamp) AS period
+    UNION ALL
+    SELECT (SELECT min(c.period) FROM charge c
+            WHERE c.tenant_id = @tenant_id
+              AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                   <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+              AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = @month::timestamp
+              AND c.period > r.period)
+    FROM rated_into r WHERE r.period IS NOT NULL
+)
+SELECT DISTINCT m.period::text AS period FROM (
+    SELECT to_char(f.month, 'YYYY-MM') AS period FROM rated_from f WHERE f.month IS NOT NULL
+    UNION ALL
+    SELECT i.period FROM rated_into i WHERE i.period IS NOT NULL
     UNION ALL
     SELECT @period::text
 ) m

@@ -515,6 +515,28 @@ func (q *Queries) CountLiveSubscriptions(ctx context.Context, arg CountLiveSubsc
 	return count, err
 }
 
+const countPeriodAdjustments = `-- name: CountPeriodAdjustments :one
+SELECT count(*)::bigint AS adjustments
+FROM (SELECT 1 FROM adjustment a WHERE a.tenant_id = $1 AND a.period = $2
+      LIMIT $3) a
+`
+
+type CountPeriodAdjustmentsParams struct {
+	TenantID string
+	Period   string
+	RowLimit int32
+}
+
+// How many adjustments a tenant's period has, posted before or after its
+// close, counted up to @row_limit (the cap): it reads at most that many
+// entries of adjustment_period whatever the period holds.
+func (q *Queries) CountPeriodAdjustments(ctx context.Context, arg CountPeriodAdjustmentsParams) (int64, error) {
+	row := q.db.QueryRow(ctx, countPeriodAdjustments, arg.TenantID, arg.Period, arg.RowLimit)
+	var adjustments int64
+	err := row.Scan(&adjustments)
+	return adjustments, err
+}
+
 const earliestUnclosedBefore = `-- name: EarliestUnclosedBefore :one
 SELECT COALESCE((
     SELECT c.period FROM charge c
@@ -1342,6 +1364,26 @@ func (q *Queries) LockPeriod(ctx context.Context, arg LockPeriodParams) (string,
 	var status string
 	err := row.Scan(&status)
 	return status, err
+}
+
+const lockPeriodAdjustments = `-- name: LockPeriodAdjustments :exec
+SELECT pg_advisory_xact_lock(hashtextextended($1::text || '|' || $2::text, 7367))::text
+`
+
+type LockPeriodAdjustmentsParams struct {
+	TenantID string
+	Period   string
+}
+
+// Takes the adjustment lock of a tenant's period, exclusively, for the
+// transaction: an adjustment holds it while it counts the period's
+// adjustments (CountPeriodAdjustments) and inserts itself, so concurrent
+// adjustments of one period are counted one after the other and cannot
+// together pass BILLING_MAX_ADJUSTMENTS. Taken after the period's shared
+// lock and before the credit lock, always in that order.
+func (q *Queries) LockPeriodAdjustments(ctx context.Context, arg LockPeriodAdjustmentsParams) error {
+	_, err := q.db.Exec(ctx, lockPeriodAdjustments, arg.TenantID, arg.Period)
+	return err
 }
 
 const lockPeriodCredits = `-- name: LockPeriodCredits :exec
@@ -2358,26 +2400,46 @@ func (q *Queries) ReconciliationCharges(ctx context.Context, arg ReconciliationC
 }
 
 const reconciliationMonths = `-- name: ReconciliationMonths :many
+WITH RECURSIVE rated_from AS (
+    SELECT (SELECT min(date_trunc('month', c.occurred_at AT TIME ZONE 'UTC')) FROM charge c
+            WHERE c.tenant_id = $2 AND c.period = $1
+              AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                   <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))) AS month
+    UNION ALL
+    SELECT (SELECT min(date_trunc('month', c.occurred_at AT TIME ZONE 'UTC')) FROM charge c
+            WHERE c.tenant_id = $2 AND c.period = $1
+              AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                   <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+              AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') > r.month)
+    FROM rated_from r WHERE r.month IS NOT NULL
+), rated_into AS (
+    SELECT (SELECT min(c.period) FROM charge c
+            WHERE c.tenant_id = $2
+              AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                   <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+              AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = $3::timestamp) AS period
+    UNION ALL
+    SELECT (SELECT min(c.period) FROM charge c
+            WHERE c.tenant_id = $2
+              AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
+                   <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+              AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = $3::timestamp
+              AND c.period > r.period)
+    FROM rated_into r WHERE r.period IS NOT NULL
+)
 SELECT DISTINCT m.period::text AS period FROM (
-    SELECT to_char(c.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM') AS period
-    FROM charge c WHERE c.tenant_id = $1 AND c.period = $2
-      AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
-                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
+    SELECT to_char(f.month, 'YYYY-MM') AS period FROM rated_from f WHERE f.month IS NOT NULL
     UNION ALL
-    SELECT c.period FROM charge c
-    WHERE c.tenant_id = $1
-      AND (c.late OR make_timestamp(substr(c.period, 1, 4)::int, substr(c.period, 6, 2)::int, 1, 0, 0, 0)
-                  <> date_trunc('month', c.occurred_at AT TIME ZONE 'UTC'))
-      AND date_trunc('month', c.occurred_at AT TIME ZONE 'UTC') = $3::timestamp
+    SELECT i.period FROM rated_into i WHERE i.period IS NOT NULL
     UNION ALL
-    SELECT $2::text
+    SELECT $1::text
 ) m
 ORDER BY 1
 `
 
 type ReconciliationMonthsParams struct {
-	TenantID string
 	Period   string
+	TenantID string
 	Month    pgtype.Timestamp
 }
 
@@ -2386,10 +2448,13 @@ type ReconciliationMonthsParams struct {
 // occurred in, and the periods the usage that occurred in the UTC month of
 // the same name was rated into off-month. A charge is off-month when its
 // period is not the UTC month its usage occurred in: late, or a tenant in
-// another time zone (decision 0014); the partial indexes of migration 0008
-// hold those charges, under the same predicate.
+// another time zone (decision 0014); the partial indexes of migration 0019
+// hold those charges, under the same predicate, with the month and the
+// period in their keys. Each list is a skip scan: one index probe for the
+// next month (or period) after the last one found, so the statement reads
+// a few index entries per month, whatever the number of off-month charges.
 func (q *Queries) ReconciliationMonths(ctx context.Context, arg ReconciliationMonthsParams) ([]string, error) {
-	rows, err := q.db.Query(ctx, reconciliationMonths, arg.TenantID, arg.Period, arg.Month)
+	rows, err := q.db.Query(ctx, reconciliationMonths, arg.Period, arg.TenantID, arg.Month)
 	if err != nil {
 		return nil, err
 	}

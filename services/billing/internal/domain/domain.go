@@ -214,6 +214,16 @@ func CheckAdjustment(a Adjustment, chargeCurrency string) error {
 	return nil
 }
 
+// AdjustmentLimitExceeded refuses an adjustment that would give a tenant's
+// period more than max adjustments, posted before or after its close: every
+// statement that sums a period's adjustments (its close, a credit's balance,
+// the invoice's corrections) reads at most that many.
+func AdjustmentLimitExceeded(tenantID, period string, max int) error {
+	return errorf(rule.Unprocessable, CodeLimitExceeded,
+		"period %s of tenant %s has %d adjustments, the most one period may have (BILLING_MAX_ADJUSTMENTS)",
+		period, tenantID, max)
+}
+
 // ChargeNotFound is the error for a correctionOf that names no charge of the
 // tenant.
 func ChargeNotFound(id uuid.UUID) error {

@@ -23,8 +23,9 @@ const (
 	CodeSubscriptionEnded = "subscription_ended"
 	// CodeSubscriptionNotFound: no subscription of that id for the tenant.
 	CodeSubscriptionNotFound = "subscription_not_found"
-	// CodeLimitExceeded refuses a subscription past the tenant's limit of
-	// subscriptions not yet ended (BILLING_MAX_SUBSCRIPTIONS).
+	// CodeLimitExceeded refuses what would pass one of a tenant's limits:
+	// subscriptions not yet ended (BILLING_MAX_SUBSCRIPTIONS), adjustments
+	// of one period (BILLING_MAX_ADJUSTMENTS).
 	CodeLimitExceeded = "limit_exceeded"
 )
 

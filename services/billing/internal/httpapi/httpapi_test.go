@@ -48,8 +48,13 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureWith(t, app.Config{})
+}
+
+func newFixtureWith(t *testing.T, cfg app.Config) *fixture {
+	t.Helper()
 	pool := bt.NewPool(t)
-	svc := app.New(app.Deps{Pool: pool}, app.Config{})
+	svc := app.New(app.Deps{Pool: pool}, cfg)
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	r := chi.NewRouter()
@@ -322,6 +327,45 @@ func TestAdjustmentOverHTTP(t *testing.T) {
 	}
 	if c := bt.Count(t, f.pool, `SELECT count(*) FROM adjustment WHERE actor = $1`, testActor); c != 1 {
 		t.Fatalf("adjustments of %s = %d, want 1", testActor, c)
+	}
+}
+
+// One tenant's period holds at most BILLING_MAX_ADJUSTMENTS adjustments,
+// posted before or after its close: one more is 422 limit_exceeded and
+// writes nothing, whatever its amount; another tenant's period is not
+// counted against it. Every sum of a period's adjustments is bounded by it.
+func TestAdjustmentsPastTheLimit(t *testing.T) {
+	t.Parallel()
+	f := newFixtureWith(t, app.Config{MaxAdjustments: 3})
+	post := func(tenant, charge, key, amount string) response {
+		return f.do(t, "POST", "/v1/tenants/"+tenant+"/adjustments", map[string]string{"Idempotency-Key": key},
+			adjustmentBody(charge, amount, "USD", "correction"))
+	}
+	for i := range 2 {
+		if r := post("t1", f.charge, fmt.Sprint("a", i), "0.25"); r.status != http.StatusCreated {
+			t.Fatalf("adjustment %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if r := f.do(t, "POST", "/v1/tenants/t1/periods/2026-01/close", map[string]string{"Idempotency-Key": "close"}, ""); r.status != http.StatusAccepted ||
+		!strings.Contains(string(r.body), `"status":"closed"`) {
+		t.Fatalf("close: %d %s", r.status, r.body)
+	}
+	// After the close it still counts: the third is the last that fits.
+	if r := post("t1", f.charge, "a2", "-0.25"); r.status != http.StatusCreated {
+		t.Fatalf("third adjustment, after the close: %d %s", r.status, r.body)
+	}
+	before := f.state(t)
+	for _, amount := range []string{"0.25", "-0.01"} {
+		r := post("t1", f.charge, "over-"+amount, amount)
+		if r.status != http.StatusUnprocessableEntity || r.problem(t) != "limit_exceeded" {
+			t.Fatalf("a fourth adjustment of %s: %d %s, want 422 limit_exceeded", amount, r.status, r.body)
+		}
+	}
+	if after := f.state(t); after != before {
+		t.Fatalf("refused adjustments wrote: %s before, %s after", before, after)
+	}
+	if r := post("t2", f.otherCharge, "t2-a0", "0.25"); r.status != http.StatusCreated {
+		t.Fatalf("another tenant's period: %d %s", r.status, r.body)
 	}
 }
 

@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/usagebilling/billing/pkg/pricing"
 	"github.com/usagebilling/billing/services/invoice/internal/db"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
+	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 // The figures the alerts of a unique_count meter watch are read from what
@@ -50,21 +50,14 @@ func TestAlertFiguresReadTheBatchesNotTheValues(t *testing.T) {
 
 	explain := func(name string, run func(q *db.Queries) error) {
 		t.Helper()
-		var rec recorder
-		if err := run(db.New(&rec)); !errors.Is(err, errRecorded) {
-			t.Fatalf("recorder: %v", err)
-		}
-		var plan []byte
-		if err := r.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+rec.sql, rec.args...).Scan(&plan); err != nil {
-			t.Fatal(err)
-		}
+		plan := pgtest.Explain(t, r.pool, func(rec *pgtest.Recorder) error { return run(db.New(rec)) })
 		for _, set := range []string{"invoice_line_value", "invoice_meter_value"} {
-			if n := rowsRead(t, plan, set); n > 0 {
+			if n := plan.RowsRead(t, pgtest.Relation(set)); n > 0 {
 				t.Errorf("%s reads %v rows of the value set %s, want none", name, n, set)
 			}
 		}
 		for _, parts := range []string{"invoice_line_part", "invoice_line_value_part", "invoice_meter_value_part"} {
-			if n := rowsRead(t, plan, parts); n > batches {
+			if n := plan.RowsRead(t, pgtest.Relation(parts)); n > batches {
 				t.Errorf("%s reads %v rows of %s, want at most one per batch (%d)", name, n, parts, batches)
 			}
 		}
