@@ -328,7 +328,13 @@ func (res *Result) judge(row *chaos.Row) {
 		}
 	}
 	w := window(res.Config.Duration.Seconds())
-	w.Settled = Settled(res.Series[Assigned], res.Faults, res.LoadStart)
+	published := map[string][]Point{}
+	for name, pts := range res.Series {
+		if kind, service, ok := cutKind(name); ok && kind == Published {
+			published[service] = pts
+		}
+	}
+	w.Settled = Settled(res.Series[Assigned], published, res.Faults, res.LoadStart)
 	res.SettledAt = -1
 	for _, p := range res.Series[Assigned] {
 		if p.V == 1 {
@@ -354,11 +360,28 @@ func (res *Result) judge(row *chaos.Row) {
 // consumers' reconnections) starting up.
 const killSettle = 30 * time.Second
 
+// Published is the kind of the series of each service's events published
+// by its relay (outbox_published_total).
+const Published = "published"
+
 // Settled returns the slope test's rule for a level's readings: a reading
 // at t (seconds after loadStart) counts when the assigned series read 1 at
-// t, and no kill of the series' service or of the broker was under way or
-// had ended less than killSettle before t.
-func Settled(assigned []Point, faults []*Fault, loadStart time.Time) func(name string, t float64) bool {
+// t, the series' service had published an event by t if it published any
+// in the run (published, by service: its relay's producer makes its topic
+// and partition producers, their goroutines and buffers, at its first
+// publication, which for invoice is the first scheduled close), and no
+// kill of the series' service or of the broker was under way or had ended
+// less than killSettle before t.
+func Settled(assigned []Point, published map[string][]Point, faults []*Fault, loadStart time.Time) func(name string, t float64) bool {
+	first := map[string]float64{}
+	for service, pts := range published {
+		for _, p := range pts {
+			if p.V > 0 {
+				first[service] = p.T
+				break
+			}
+		}
+	}
 	return func(name string, t float64) bool {
 		ok := false
 		for _, p := range assigned {
@@ -371,6 +394,9 @@ func Settled(assigned []Point, faults []*Fault, loadStart time.Time) func(name s
 			return false
 		}
 		_, service, _ := cutKind(name)
+		if at, ok := first[service]; ok && t < at {
+			return false
+		}
 		for _, f := range faults {
 			if f.Kind != "broker-kill" && (f.Kind != "service-kill" || f.Target != service) {
 				continue

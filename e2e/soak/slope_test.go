@@ -70,7 +70,7 @@ func TestFlatTestLevelAfterAssignment(t *testing.T) {
 	}
 	kill := &Fault{Kind: "service-kill", Target: "invoice", Start: load.Add(100 * time.Second), End: load.Add(105 * time.Second)}
 	w := Window{Warm: 60, Baseline: 120, Half: 150, End: 300}
-	w.Settled = Settled(assigned, []*Fault{kill}, load)
+	w.Settled = Settled(assigned, nil, []*Fault{kill}, load)
 	if f := FlatTest("goroutines/query", goroutines, w); f.Grew || f.NotEnough || f.From != 100 {
 		t.Errorf("level read before the consumers held their partitions: %s", f)
 	}
@@ -88,5 +88,42 @@ func TestFlatTestLevelAfterAssignment(t *testing.T) {
 	}
 	if f := FlatTest("goroutines/query", creep, w); !f.Grew {
 		t.Errorf("creep after the assignment: %s", f)
+	}
+}
+
+// A service's level is read once it has published: invoice's relay first
+// publishes at the first scheduled close, and its producer's goroutines
+// (a topic producer, one per partition, one per broker) come then, a step
+// of 19 that stays. Read from warm-up, before that step, the level is 104
+// and the flat series after it "grew" 18%; read from the first
+// publication it is flat. A service that never published is judged from
+// warm-up, and a creep after the publication still fails.
+func TestFlatTestLevelAfterFirstPublication(t *testing.T) {
+	load := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	var assigned, goroutines, published, creep []Point
+	for s := 0.0; s <= 3600; s += 5 {
+		g, pub := 104.0, 0.0
+		if s >= 960 {
+			g, pub = 123, s-955
+		}
+		assigned = append(assigned, Point{s, 1})
+		goroutines = append(goroutines, Point{s, g + float64(int(s)%2)})
+		published = append(published, Point{s, pub})
+		c := g
+		if s >= 960 {
+			c += (s - 960) / 60
+		}
+		creep = append(creep, Point{s, c})
+	}
+	w := window(3600)
+	w.Settled = Settled(assigned, map[string][]Point{"invoice": published}, nil, load)
+	if f := FlatTest("goroutines/invoice", goroutines, w); f.Grew || f.NotEnough || f.From != 960 {
+		t.Errorf("level read before the first publication: %s", f)
+	}
+	if f := FlatTest("goroutines/invoice", creep, w); !f.Grew {
+		t.Errorf("creep after the first publication: %s", f)
+	}
+	if f := FlatTest("goroutines/meter", goroutines, w); !f.Grew || f.From != w.Warm {
+		t.Errorf("a service that never published, judged from warm-up: %s", f)
 	}
 }

@@ -98,6 +98,9 @@ var processMetrics = map[string]string{
 	"go_goroutines":                 "goroutines",
 	"process_open_fds":              "fds",
 	"go_memstats_heap_inuse_bytes":  "heap",
+	// The relay's events acknowledged by the broker: a service's level is
+	// read once it has published (Settled).
+	"outbox_published_total": "published",
 }
 
 func (w *Watch) sample(ctx context.Context) {
