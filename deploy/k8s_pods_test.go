@@ -24,6 +24,8 @@ import (
 	"github.com/usagebilling/billing/pkg/kafkaconf"
 	"github.com/usagebilling/billing/pkg/service"
 	"github.com/usagebilling/billing/pkg/tracing"
+	"github.com/usagebilling/billing/services/invoice"
+	"github.com/usagebilling/billing/services/query"
 )
 
 // podEnv resolves a container's environment as the kubelet would, from its
@@ -146,8 +148,8 @@ func podEnv(p *problems, what string, o *k8sObjects, pod corev1.PodSpec, c corev
 // reads it: service.LoadConfig and tracing.LoadConfig.
 func loadServiceConfig(p *problems, what string, spec service.Spec, env map[string]string) (service.Config, bool) {
 	for name := range env {
-		if !slices.Contains(service.EnvNames, name) && !slices.Contains(tracing.EnvNames, name) {
-			p.add("%s: %s is not a variable the service reads (service.EnvNames, tracing.EnvNames)", what, name)
+		if !readsEnv(spec, name) {
+			p.add("%s: %s is not a variable the service reads (service.EnvNames, tracing.EnvNames, its own EnvNames)", what, name)
 		}
 	}
 	cfg, err := service.LoadConfig(service.NewEnvFrom(env), spec.Name, spec.DefaultPort)
@@ -317,6 +319,7 @@ func checkK8sDeployments(p *problems, _ map[string][]byte, o *k8sObjects, f k8sF
 			}
 		}
 		checkK8sServiceURLs(p, what, o, env["SERVICE_URLS"])
+		checkK8sOwnSettings(p, what, spec, env, f)
 
 		svc := o.services[spec.Name]
 		if svc == nil {
@@ -330,6 +333,40 @@ func checkK8sDeployments(p *problems, _ map[string][]byte, o *k8sObjects, f k8sF
 		}
 		if len(svc.Spec.Ports) != 1 || int(svc.Spec.Ports[0].Port) != spec.DefaultPort || portNumber(c, svc.Spec.Ports[0].TargetPort) != spec.DefaultPort {
 			p.add("%s: Service ports %+v, want %d to the container's %d", spec.Name, svc.Spec.Ports, spec.DefaultPort, spec.DefaultPort)
+		}
+	}
+}
+
+// checkK8sOwnSettings holds the Deployments to the settings of their own a
+// cluster needs, as the service reads them: invoice seals the webhook
+// endpoints' signing secrets at rest (WEBHOOK_SECRET_KEYS), not with
+// compose's committed key; query's console, two replicas or more behind one
+// Service, signs its forms with one key from a file every replica mounts
+// (QUERY_CONSOLE_CSRF_KEY_FILE) and marks its session cookie Secure, TLS
+// ending in front of it (QUERY_CONSOLE_SECURE_COOKIE).
+func checkK8sOwnSettings(p *problems, what string, spec service.Spec, env map[string]string, f k8sFacts) {
+	switch spec.Name {
+	case invoice.Spec.Name:
+		sealed, err := invoice.SealsWebhookSecrets(service.NewEnvFrom(env))
+		switch {
+		case err != nil:
+			p.add("%s: webhook settings refused: %v", what, err)
+		case !sealed:
+			p.add("%s: no WEBHOOK_SECRET_KEYS: the webhook endpoints' signing secrets would be stored in plaintext", what)
+		case f.composeWebhookKeys != "" && strings.Contains(env["WEBHOOK_SECRET_KEYS"], f.composeWebhookKeys):
+			p.add("%s: WEBHOOK_SECRET_KEYS is compose's committed development key", what)
+		}
+	case query.Spec.Name:
+		shared, secure, err := query.ConsoleSettings(service.NewEnvFrom(env))
+		if err != nil {
+			p.add("%s: console settings refused: %v", what, err)
+			return
+		}
+		if !shared {
+			p.add("%s: no QUERY_CONSOLE_CSRF_KEY_FILE: each replica signs the console's forms with a key of its own, and a form posted to another is refused", what)
+		}
+		if !secure {
+			p.add("%s: QUERY_CONSOLE_SECURE_COOKIE is not true: behind TLS ended in front, the console's session cookie would not be Secure", what)
 		}
 	}
 }

@@ -17,6 +17,8 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -143,7 +145,8 @@ func k8sFiles(t *testing.T) map[string][]byte {
 // says to make them: the keys `make compose-keys` makes (jwks.json with the
 // issuer's key and query/1, query.pem), and for each service its runtime
 // role's DATABASE_URL and its owner's DATABASE_MIGRATE_URL, its Kafka
-// principal's password, and the Kafka CA's certificate.
+// principal's password, the Kafka CA's certificate, invoice's webhook
+// secret key and the query console's form key.
 func k8sSecretInputs(t *testing.T) map[string][]byte {
 	t.Helper()
 	dir := composeKeys(t)
@@ -156,6 +159,9 @@ func k8sSecretInputs(t *testing.T) map[string][]byte {
 		in[path.Join(k8sSecretsDir, f)] = raw
 	}
 	in[path.Join(k8sSecretsDir, "kafka-ca.crt")] = testCACert(t)
+	// openssl rand -base64 32, and -hex 32.
+	in[path.Join(k8sSecretsDir, "invoice-webhook-keys.env")] = []byte("WEBHOOK_SECRET_KEYS=webhook-1:" + randomKey(t, base64.StdEncoding.EncodeToString) + "\n")
+	in[path.Join(k8sSecretsDir, "query-console-csrf.key")] = []byte(randomKey(t, hex.EncodeToString) + "\n")
 	for _, spec := range specs {
 		n := spec.Name
 		in[path.Join(k8sSecretsDir, n+"-kafka.password")] = []byte(n + "-kafka-password\n")
@@ -165,6 +171,16 @@ func k8sSecretInputs(t *testing.T) map[string][]byte {
 			"DATABASE_MIGRATE_URL=postgres://%s:owner-password@%s-db.example.internal:5432/%s?sslmode=verify-full\n", n, n, n)
 	}
 	return in
+}
+
+// randomKey is 32 random bytes, encoded.
+func randomKey(t *testing.T, encode func([]byte) string) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return encode(b)
 }
 
 // buildK8s runs kustomize on files (and the secrets' inputs) in memory, as
@@ -234,6 +250,8 @@ type k8sFacts struct {
 	consumers  map[string]bool // services whose own consumer reads domain topics
 	partitions int             // the topic job's partitions per topic
 	keysDir    string          // where the mounted files are written for LoadConfig
+	// composeWebhookKeys is compose's committed WEBHOOK_SECRET_KEYS.
+	composeWebhookKeys string
 }
 
 func newK8sFacts(t *testing.T) k8sFacts {
@@ -242,11 +260,13 @@ func newK8sFacts(t *testing.T) k8sFacts {
 	for _, spec := range specs {
 		f.consumers[spec.Name] = len(build(t, spec).parts.Topics) > 0
 	}
-	n, err := strconv.Atoi(env(composeService(t, loadCompose(t), topicInitService))["PARTITIONS"])
+	project := loadCompose(t)
+	n, err := strconv.Atoi(env(composeService(t, project, topicInitService))["PARTITIONS"])
 	if err != nil {
 		t.Fatalf("%s: PARTITIONS: %v", topicInitService, err)
 	}
 	f.partitions = n
+	f.composeWebhookKeys = env(composeService(t, project, "invoice"))["WEBHOOK_SECRET_KEYS"]
 	return f
 }
 
@@ -339,6 +359,14 @@ func TestK8sRefusesWrongManifests(t *testing.T) {
 		{"another service's principal", "billing.yaml", "name: KAFKA_SASL_USERNAME\n              value: billing", "name: KAFKA_SASL_USERNAME\n              value: usage", 1,
 			"billing: Deployment: Kafka principal \"usage\", want \"billing\""},
 		{"jwks not mounted", "meter.yaml", "mountPath: /keys", "mountPath: /etc/keys", 1, "meter: Deployment: AUTH_JWKS=/keys/jwks.json is no file the pod mounts"},
+		{"webhook secrets in plaintext", "invoice.yaml", "            - name: WEBHOOK_SECRET_KEYS\n              valueFrom:\n                secretKeyRef:\n                  name: invoice-webhook-keys\n                  key: WEBHOOK_SECRET_KEYS\n", "", 1,
+			"invoice: Deployment: no WEBHOOK_SECRET_KEYS"},
+		{"console key per replica", "query.yaml", "            - name: QUERY_CONSOLE_CSRF_KEY_FILE\n              value: /keys/console-csrf.key\n", "", 1,
+			"query: Deployment: no QUERY_CONSOLE_CSRF_KEY_FILE"},
+		{"console key not mounted", "query.yaml", "              - secret:\n                  name: query-console-csrf\n", "", 1,
+			"query: Deployment: QUERY_CONSOLE_CSRF_KEY_FILE=/keys/console-csrf.key is no file the pod mounts"},
+		{"console cookie not Secure", "query.yaml", "name: QUERY_CONSOLE_SECURE_COOKIE\n              value: \"true\"", "name: QUERY_CONSOLE_SECURE_COOKIE\n              value: \"false\"", 1,
+			"query: Deployment: QUERY_CONSOLE_SECURE_COOKIE is not true"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

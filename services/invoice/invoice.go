@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/go-chi/chi/v5"
 
@@ -37,6 +38,21 @@ var Spec = service.Spec{
 	OriginConstraints: app.OriginConstraints,
 	// invoice_charge's months ahead (decision 0025, facts by month).
 	MonthTables: []monthpart.Table{migrations.ChargeMonths},
+}
+
+// EnvNames are the variables Build reads beyond service.EnvNames: the
+// webhooks', the documents' seller and the invoice limits (for the checks
+// of deploy/).
+var EnvNames = slices.Concat(webhook.EnvNames, document.EnvNames, []string{
+	"INVOICE_MAX_CREDIT_GRANTS", "INVOICE_MAX_ALERTS", "INVOICE_CLOSE_CHUNK", "INVOICE_CLOSE_CHUNKS_PER_ATTEMPT",
+})
+
+// SealsWebhookSecrets reports whether env's WEBHOOK_SECRET_KEYS seals the
+// webhook endpoints' signing secrets at rest, as Build would read it; the
+// error names the webhook settings Build would refuse.
+func SealsWebhookSecrets(env *service.Env) (bool, error) {
+	c, err := webhook.LoadConfig(env)
+	return c.SecretKeys != nil, err
 }
 
 // Build wires the App (the consumer of billing's events and the reads), the

@@ -43,6 +43,42 @@ var Spec = service.Spec{
 	OriginConstraints: append([]string{"projected_event_pkey"}, operator.OriginConstraints...),
 }
 
+// EnvNames are the variables Build reads beyond service.EnvNames (for the
+// checks of deploy/).
+var EnvNames = []string{"QUERY_FOLD_INTERVAL", "QUERY_FOLD_CHUNK", "QUERY_CONSOLE_CSRF_KEY_FILE", "QUERY_CONSOLE_SECURE_COOKIE"}
+
+// consoleConfig reads the console's settings: QUERY_CONSOLE_SECURE_COOKIE,
+// and the key in the file QUERY_CONSOLE_CSRF_KEY_FILE names (none: the
+// console makes one for this process). A key shorter than
+// console.MinCSRFKey is refused here, as console.New would.
+func consoleConfig(env *service.Env) (console.Config, error) {
+	c := console.Config{SecureCookie: env.Bool("QUERY_CONSOLE_SECURE_COOKIE", false)}
+	keyFile := env.String("QUERY_CONSOLE_CSRF_KEY_FILE", "")
+	if err := env.Err(); err != nil || keyFile == "" {
+		return c, err
+	}
+	key, err := os.ReadFile(keyFile)
+	if err != nil {
+		return c, fmt.Errorf("QUERY_CONSOLE_CSRF_KEY_FILE: %w", err)
+	}
+	c.CSRFKey = bytes.TrimSpace(key)
+	if len(c.CSRFKey) < console.MinCSRFKey {
+		return c, fmt.Errorf("QUERY_CONSOLE_CSRF_KEY_FILE %s: %d bytes, want at least %d", keyFile, len(c.CSRFKey), console.MinCSRFKey)
+	}
+	return c, nil
+}
+
+// ConsoleSettings reports what the console makes of env, as Build reads
+// it: whether its form tokens are signed with a key from
+// QUERY_CONSOLE_CSRF_KEY_FILE, which every replica given the same file
+// shares, and whether its session cookie is Secure on plain HTTP
+// (QUERY_CONSOLE_SECURE_COOKIE, for TLS ended in front of query). The
+// error names a setting Build would refuse.
+func ConsoleSettings(env *service.Env) (sharedKey, secureCookie bool, err error) {
+	c, err := consoleConfig(env)
+	return c.CSRFKey != nil, c.SecureCookie, err
+}
+
 // Build wires the projection and ops consumers, the tenant API and the
 // operator API.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
@@ -51,21 +87,13 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	env := service.NewEnv()
 	cfg := app.Config{FoldInterval: env.Duration("QUERY_FOLD_INTERVAL", app.DefaultFoldInterval),
 		FoldChunk: env.Int("QUERY_FOLD_CHUNK", app.DefaultFoldChunk)}
-	consoleCfg := console.Config{SecureCookie: env.Bool("QUERY_CONSOLE_SECURE_COOKIE", false)}
-	keyFile := env.String("QUERY_CONSOLE_CSRF_KEY_FILE", "")
 	var chunkErr error
 	if cfg.FoldChunk < 1 || cfg.FoldChunk > app.MaxFoldChunk {
 		chunkErr = fmt.Errorf("QUERY_FOLD_CHUNK: want a number of summary deltas from 1 to %d, got %d", app.MaxFoldChunk, cfg.FoldChunk)
 	}
-	if err := errors.Join(env.Err(), chunkErr); err != nil {
+	consoleCfg, consoleErr := consoleConfig(env) // with env.Err(): every setting read above
+	if err := errors.Join(consoleErr, chunkErr); err != nil {
 		return service.Parts{}, err
-	}
-	if keyFile != "" {
-		key, err := os.ReadFile(keyFile)
-		if err != nil {
-			return service.Parts{}, fmt.Errorf("QUERY_CONSOLE_CSRF_KEY_FILE: %w", err)
-		}
-		consoleCfg.CSRFKey = bytes.TrimSpace(key)
 	}
 	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Metrics: d.Metrics}, cfg)
 	op := operator.New(d.Pool, ops.NewClient(d.Config.ServiceURLs, d.Config.Auth, operator.Self), a.Reconciliation(), d.Logger)
@@ -74,7 +102,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	con, err := console.New(op, operator.NewWebhooks(d.Pool, d.Config.ServiceURLs[operator.WebhookService], d.Config.Auth, d.Logger),
 		operator.NewAccounts(d.Config.ServiceURLs, d.Config.Auth), a, d.Config.Auth, consoleCfg, d.Logger)
 	if err != nil {
-		return service.Parts{}, fmt.Errorf("QUERY_CONSOLE_CSRF_KEY_FILE %s: %w", keyFile, err)
+		return service.Parts{}, fmt.Errorf("QUERY_CONSOLE_CSRF_KEY_FILE: %w", err)
 	}
 	handlers := map[string]inbox.Handler{}
 	maps.Copy(handlers, op.Handlers())
