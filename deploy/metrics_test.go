@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -63,8 +64,17 @@ func build(t *testing.T, spec service.Spec) built {
 	if spec.Register != nil {
 		spec.Register(registry)
 	}
-	cfg := serviceConfig(t, loadCompose(t), spec)
+	project := loadCompose(t)
+	cfg := serviceConfig(t, project, spec)
 	cfg.Brokers = []string{"127.0.0.1:1"} // /readyz answers at once
+	// Build reads the service's own settings from the process's
+	// environment: compose's (invoice refuses plaintext webhook secrets on
+	// its listener, which is not loopback).
+	for name, v := range env(composeService(t, project, spec.Name)) {
+		if slices.Contains(ownEnvNames[spec.Name], name) {
+			t.Setenv(name, v)
+		}
+	}
 	deps := service.Deps{Config: cfg, Logger: log, Pool: pool, Metrics: reg, Registry: registry}
 	parts, err := spec.Build(ctx, deps)
 	if err != nil {

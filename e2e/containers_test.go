@@ -235,6 +235,11 @@ func startContainers(t *testing.T) *target {
 			"HTTP_ADDR":             fmt.Sprintf(":%d", stack.DefaultPorts()[name]),
 			"SERVICE_URLS":          strings.Join(serviceURLs, ","),
 		})
+		if k := compose.Services[name].Environment["WEBHOOK_SECRET_KEYS"]; k != "" {
+			// Compose's development key: invoice refuses to store the
+			// webhook signing secrets in plaintext beyond loopback.
+			env["WEBHOOK_SECRET_KEYS"] = k
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

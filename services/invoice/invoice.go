@@ -65,6 +65,9 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	}
 	// Every setting checked before any is refused: one error lists them all.
 	hooks, hooksErr := webhook.LoadConfig(service.NewEnv())
+	if hooksErr == nil {
+		hooksErr = hooks.CheckSealed(d.Config.HTTPAddr)
+	}
 	seller, sellerErr := document.LoadSeller(service.NewEnv())
 	env := service.NewEnv()
 	maxGrants := env.Int("INVOICE_MAX_CREDIT_GRANTS", app.DefaultMaxGrants)

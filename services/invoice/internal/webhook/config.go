@@ -3,6 +3,7 @@ package webhook
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"time"
@@ -44,8 +45,13 @@ type Config struct {
 	// SecretKeys is WEBHOOK_SECRET_KEYS (none): the keys sealing the
 	// endpoints' signing secrets at rest, "<id>:<base64 of 32 bytes>", the
 	// first sealing, the others opening what they sealed (ParseSecretKeys).
-	// None: secrets are stored as they are.
+	// None: secrets are stored as they are, which CheckSealed refuses
+	// beyond loopback.
 	SecretKeys *SecretKeys
+	// AllowPlaintextSecrets is WEBHOOK_ALLOW_PLAINTEXT_SECRETS (false):
+	// store the secrets in plaintext without SecretKeys although the
+	// service listens beyond loopback (CheckSealed).
+	AllowPlaintextSecrets bool
 }
 
 // EnvNames are the variables LoadConfig reads.
@@ -53,7 +59,7 @@ var EnvNames = []string{
 	"WEBHOOK_WORKER", "WEBHOOK_POLL_INTERVAL", "WEBHOOK_TIMEOUT", "WEBHOOK_LEASE_TTL", "WEBHOOK_CONCURRENCY",
 	"WEBHOOK_BACKOFF_BASE", "WEBHOOK_BACKOFF_MAX", "WEBHOOK_TTL", "WEBHOOK_RETENTION", "WEBHOOK_MAX_ENDPOINTS",
 	"WEBHOOK_FAILED_RETENTION", "WEBHOOK_TENANT_CONCURRENCY", "WEBHOOK_ALLOW_NETS", "WEBHOOK_ALLOW_HTTP", "WEBHOOK_PROXY",
-	"WEBHOOK_SECRET_KEYS",
+	"WEBHOOK_SECRET_KEYS", "WEBHOOK_ALLOW_PLAINTEXT_SECRETS",
 }
 
 // DefaultConfig is the configuration with every default.
@@ -83,6 +89,8 @@ func LoadConfig(e *service.Env) (Config, error) {
 		FailedRetention:   e.Duration("WEBHOOK_FAILED_RETENTION", d.FailedRetention),
 		TenantConcurrency: e.Int("WEBHOOK_TENANT_CONCURRENCY", d.TenantConcurrency),
 		AllowHTTP:         e.Bool("WEBHOOK_ALLOW_HTTP", d.AllowHTTP),
+
+		AllowPlaintextSecrets: e.Bool("WEBHOOK_ALLOW_PLAINTEXT_SECRETS", d.AllowPlaintextSecrets),
 	}
 	var errs []error
 	for _, n := range e.List("WEBHOOK_ALLOW_NETS", nil) {
@@ -113,6 +121,33 @@ func LoadConfig(e *service.Env) (Config, error) {
 		return Config{}, err
 	}
 	return c, c.Check()
+}
+
+// CheckSealed refuses to store the endpoints' signing secrets in plaintext
+// in a service listening on httpAddr beyond loopback, a deployment rather
+// than a stack on one machine: without WEBHOOK_SECRET_KEYS, anyone who reads
+// the database or a backup of it could sign deliveries the tenants trust.
+// WEBHOOK_ALLOW_PLAINTEXT_SECRETS=true allows it all the same.
+func (c Config) CheckSealed(httpAddr string) error {
+	if c.SecretKeys != nil || c.AllowPlaintextSecrets || loopbackListener(httpAddr) {
+		return nil
+	}
+	return fmt.Errorf("WEBHOOK_SECRET_KEYS is not set, so the webhook endpoints' signing secrets would be stored in plaintext, "+
+		"on a service listening on %q: set a key (<key id>:<openssl rand -base64 32>), or WEBHOOK_ALLOW_PLAINTEXT_SECRETS=true "+
+		"to store them in plaintext all the same", httpAddr)
+}
+
+// loopbackListener reports whether addr listens on a loopback address only.
+func loopbackListener(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // Check reports settings that do not fit together.

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/service"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
 	"github.com/usagebilling/billing/services/invoice/internal/webhook"
 	"github.com/usagebilling/billing/services/invoice/internal/webhook/webhookdb"
@@ -119,4 +120,42 @@ func register(t *testing.T, pool *pgxpool.Pool, rc *receiver, keys *webhook.Secr
 	rc.secret = ep.Secret
 	rc.mu.Unlock()
 	return ep
+}
+
+// Without WEBHOOK_SECRET_KEYS the secrets would be stored in plaintext:
+// refused on a listener beyond loopback (a deployment), naming the key and
+// the opt-out, unless WEBHOOK_ALLOW_PLAINTEXT_SECRETS=true; accepted on
+// loopback (a stack on one machine) and whenever a key is set.
+func TestPlaintextSecretsRefusedBeyondLoopback(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		env     map[string]string
+		addr    string
+		refused bool
+	}{
+		{nil, ":8084", true},
+		{nil, "0.0.0.0:8084", true},
+		{nil, "[::]:8084", true},
+		{nil, "10.1.2.3:8084", true},
+		{map[string]string{"WEBHOOK_ALLOW_PLAINTEXT_SECRETS": "false"}, ":8084", true},
+		{map[string]string{"WEBHOOK_SECRET_KEYS": keyA}, ":8084", false},
+		{map[string]string{"WEBHOOK_ALLOW_PLAINTEXT_SECRETS": "true"}, ":8084", false},
+		{nil, "127.0.0.1:8084", false},
+		{nil, "[::1]:8084", false},
+		{nil, "localhost:8084", false},
+	}
+	for _, c := range cases {
+		cfg, err := webhook.LoadConfig(service.NewEnvFrom(c.env))
+		if err != nil {
+			t.Fatalf("%v: %v", c.env, err)
+		}
+		err = cfg.CheckSealed(c.addr)
+		switch {
+		case !c.refused && err != nil:
+			t.Errorf("%v on %s: refused: %v", c.env, c.addr, err)
+		case c.refused && (err == nil || !strings.Contains(err.Error(), "WEBHOOK_SECRET_KEYS is not set") ||
+			!strings.Contains(err.Error(), "WEBHOOK_ALLOW_PLAINTEXT_SECRETS=true")):
+			t.Errorf("%v on %s: %v, want refused naming WEBHOOK_SECRET_KEYS and WEBHOOK_ALLOW_PLAINTEXT_SECRETS", c.env, c.addr, err)
+		}
+	}
 }
