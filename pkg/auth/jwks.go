@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -62,14 +63,53 @@ func LoadJWKS(src string) (map[string]ed25519.PublicKey, error) {
 	return keys, nil
 }
 
+// jwksTimeout bounds one read of a JWKS document over http(s), redirects
+// included.
+const jwksTimeout = 5 * time.Second
+
+// maxJWKSRedirects bounds the redirects a JWKS read follows.
+const maxJWKSRedirects = 3
+
+// jwksClient reads a JWKS document over http(s). Not http.DefaultClient:
+// the keys it returns decide whose tokens are accepted, and that client
+// follows a redirect from https to plain http (the document then travels,
+// and can be altered, in the clear) and sends the request through the
+// environment's proxy (HTTPS_PROXY), a party the URL does not name. This one
+// follows a redirect only to an https URL (at most maxJWKSRedirects), uses
+// no proxy, and gives up after jwksTimeout.
+var jwksClient = newJWKSClient(nil)
+
+// newJWKSClient returns a client as jwksClient describes, trusting roots
+// (nil: the system's roots).
+func newJWKSClient(roots *x509.CertPool) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	if roots != nil {
+		t.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{Transport: t, Timeout: jwksTimeout, CheckRedirect: checkJWKSRedirect}
+}
+
+// checkJWKSRedirect refuses a redirect to anything but https, and stops
+// after maxJWKSRedirects.
+func checkJWKSRedirect(req *http.Request, via []*http.Request) error {
+	if req.URL.Scheme != "https" {
+		return fmt.Errorf("refused a redirect to %s://%s: a JWKS document is read over https only", req.URL.Scheme, req.URL.Host)
+	}
+	if len(via) >= maxJWKSRedirects {
+		return fmt.Errorf("stopped after %d redirects", maxJWKSRedirects)
+	}
+	return nil
+}
+
 func fetch(url string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), jwksTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := jwksClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
