@@ -1057,7 +1057,7 @@ func (r *runner) adjustment(ctx context.Context, t *Tenant, f *Fact) (amount dec
 // maxAdjustments is the money stack's BILLING_MAX_ADJUSTMENTS: an
 // adjustment that would give a tenant's period more, before or after its
 // close, is refused 422 limit_exceeded. Small, so a run reaches it.
-const maxAdjustments = 8
+const maxAdjustments = 16
 
 // BillingEnv are the billing service's settings for the money test: quick
 // scheduled closes and the adjustments' limit the model predicts.
