@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/testkit/kafkabroker"
@@ -53,5 +56,61 @@ func TestAMissingTopicIsRetriedNotDeadLettered(t *testing.T) {
 	waitDrained(t, pool, 90*time.Second)
 	if rep := checkDelivery(evs, readTopic(t, brokers, topic)); rep.Lost != 0 || rep.Duplicates != 0 {
 		t.Fatalf("once the topic exists: %v", rep)
+	}
+}
+
+// A topic this producer may not write to (TOPIC_AUTHORIZATION_FAILED: an ACL
+// not granted yet, or lost for a while) is the broker's condition too: the
+// backlog is retried past MaxAttempts, none of it dead-lettered, and once the
+// broker lets the producer write, it is delivered, none lost, none twice.
+//
+// The broker is the embedded kfake whatever TEST_KAFKA says: a fault answers
+// every Produce to the topic TOPIC_AUTHORIZATION_FAILED, as Apache Kafka
+// answers a principal that may describe the topic but not write to it
+// (kafkaconf's TestACLsRefuseAnotherServicesTopic), until it is removed.
+func TestAnUnauthorizedTopicIsRetriedNotDeadLettered(t *testing.T) {
+	pool := pgtest.NewPool(t, outboxDB)
+	broker, err := kafkabroker.StartEmbedded(kafkabroker.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	brokers := broker.Addrs()
+	topic := "unauthorized-" + uuid.NewString()[:8]
+	if err := kafkabroker.CreateTopics(t.Context(), brokers, 3, topic); err != nil {
+		t.Fatal(err)
+	}
+	refusal := broker.Cluster().Fault(kfake.Fault{
+		Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.TopicAuthorizationFailed, Count: -1,
+	})
+	evs := newEvents(t, 20, 5)
+	appendEvents(t, pool, topic, evs)
+
+	_, stop := startRelays(t, pool, 1, outbox.Config{
+		Brokers: brokers, MaxAttempts: 2, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+	})
+	defer stop()
+	waitFor(t, 90*time.Second, "attempts past MaxAttempts", func() (bool, string) {
+		var least int
+		if err := pool.QueryRow(t.Context(), `SELECT coalesce(min(attempts), 0) FROM outbox_event`).Scan(&least); err != nil {
+			t.Fatal(err)
+		}
+		return least >= 4, fmt.Sprintf("the least-tried row has %d attempts", least)
+	})
+	if refusal.Hits() == 0 {
+		t.Fatal("the broker refused no Produce: the relay never tried to write to the topic")
+	}
+	st, err := outbox.ReadStats(t.Context(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DeadLetters != 0 || st.Pending != int64(len(evs)) {
+		t.Fatalf("after %d refused writes: %+v, want all %d pending and no dead letter", refusal.Hits(), st, len(evs))
+	}
+
+	refusal.Remove()
+	waitDrained(t, pool, 90*time.Second)
+	if rep := checkDelivery(evs, readTopic(t, brokers, topic)); rep.Lost != 0 || rep.Duplicates != 0 {
+		t.Fatalf("once the producer may write: %v", rep)
 	}
 }
