@@ -1,7 +1,7 @@
 -- ReconciliationMonths lists the distinct UTC months a period's off-month
 -- charges occurred in, and the distinct periods the off-month usage of a
--- UTC month was rated into, by skip scans (issue 27 item 5: no statement
--- grows with a tenant's volume): one probe of an index for the next month
+-- UTC month was rated into, by skip scans (so that no statement grows with
+-- a tenant's volume): one probe of an index for the next month
 -- (or period) after the last one found. The indexes of migration 0008 did
 -- not key on those columns, so the lists read every off-month charge (all
 -- of a period's late charges; about 2% of the charges of a tenant in

@@ -14,9 +14,10 @@ import (
 )
 
 // The months a period's reconciliation reads are found by skip scans, a
-// few index entries per month, not by reading every off-month charge
-// (issue 27 item 5): with 1,200 late charges — 300 of each of three
-// earlier months rated into January, 300 of January rated into February —
+// few index entries per month, not by reading every off-month charge (no
+// statement may grow with a tenant's volume): with 1,200 late charges —
+// 300 of each of three earlier months rated into January, 300 of January
+// rated into February —
 // the statement lists the five months and reads at most a few dozen rows,
 // where a DISTINCT over the charges read all 1,200.
 func TestReconciliationMonthsReadAFewRowsAMonth(t *testing.T) {
