@@ -135,8 +135,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err := pgmigrate.Up(cluster.URL(name), specs[name].Sets()...); err != nil {
 			return nil, fmt.Errorf("migrate %s: %w", name, err)
 		}
-		if err := ensureMonths(ctx, cluster.URL(name), specs[name].MonthTables); err != nil {
-			return nil, fmt.Errorf("create the months of %s: %w", name, err)
+		if err := ensureParts(ctx, cluster.URL(name), specs[name].MonthTables); err != nil {
+			return nil, fmt.Errorf("create the partitions of %s: %w", name, err)
 		}
 		c, err := pgx.Connect(ctx, cluster.URL(name))
 		if err != nil {
@@ -244,24 +244,31 @@ func result(cfg Config, started time.Time, took time.Duration, before, after cpu
 	return r
 }
 
-// ensureMonths creates the month partitions a service's retention creates at
-// its start (pkg/service): inbox_event's, outbox_event's and those of the
-// service's own tables (Spec.MonthTables), so the rows land in their
-// month's partition.
-func ensureMonths(ctx context.Context, databaseURL string, tables []monthpart.Table) error {
+// ensureParts creates the partitions a service in its steady state has
+// (pkg/service): inbox_event's weeks and outbox_event's days still within
+// their default retention (14 days, a day) and ahead of now, and the months
+// of the service's own tables (Spec.MonthTables), so the rows land in their
+// partitions and the inbox's slot lookup probes as many partitions as it
+// does in service.
+func ensureParts(ctx context.Context, databaseURL string, tables []monthpart.Table) error {
 	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if _, err := inbox.EnsureMonths(ctx, pool, time.Now()); err != nil {
-		return err
+	now := time.Now()
+	for _, from := range []time.Time{now.Add(-14 * 24 * time.Hour), now.Add(-7 * 24 * time.Hour), now} {
+		if _, err := inbox.EnsureParts(ctx, pool, from); err != nil {
+			return err
+		}
 	}
-	if _, err := outbox.EnsureMonths(ctx, pool, time.Now()); err != nil {
-		return err
+	for _, from := range []time.Time{now.Add(-24 * time.Hour), now} {
+		if _, err := outbox.EnsureParts(ctx, pool, from); err != nil {
+			return err
+		}
 	}
 	for _, tb := range tables {
-		if _, err := tb.Ensure(ctx, pool, time.Now(), inbox.MonthsAhead); err != nil {
+		if _, err := tb.Ensure(ctx, pool, time.Now()); err != nil {
 			return err
 		}
 	}

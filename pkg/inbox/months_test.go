@@ -12,7 +12,6 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/inbox"
-	"github.com/usagebilling/billing/pkg/monthpart"
 	"github.com/usagebilling/billing/pkg/monthpart/monthparttest"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/testkit/pgtest"
@@ -47,21 +46,27 @@ func partitionOf(t testing.TB, pool *pgxpool.Pool, id uuid.UUID) string {
 	return name
 }
 
-// An event decided last month is redelivered this month: its id leads to
-// last month's partition, where its claim is, and it is a DUPLICATE.
-func TestRedeliveryAfterTheMonthTurnedIsADuplicate(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	pool := pgtest.NewPool(t, tmpl)
-	now := time.Now()
-	last := monthpart.Start(now).Add(-time.Hour)
-	if _, err := inbox.EventMonths.Ensure(ctx, pool, last, 2); err != nil {
+// lastWeek is an hour before the current week of inbox_event began, with
+// the partitions of that week and of the current one created.
+func lastWeek(t testing.TB, pool *pgxpool.Pool) time.Time {
+	t.Helper()
+	last := inbox.EventParts.Span.Start(time.Now()).Add(-time.Hour)
+	if _, err := inbox.EventParts.Ensure(t.Context(), pool, last); err != nil {
 		t.Fatal(err)
 	}
+	return last
+}
+
+// An event decided last week is redelivered this week: its id leads to
+// last week's partition, where its claim is, and it is a DUPLICATE.
+func TestRedeliveryAfterTheWeekTurnedIsADuplicate(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, tmpl)
+	last := lastWeek(t, pool)
 	e := evAt(t, last, "r", 1)
 	wantOutcomes(t, decide(t, ib0(t), pool, raw(t, e)), "applied")
-	if got, want := partitionOf(t, pool, e.EventID), monthpart.MonthOf("inbox_event", last).Name; got != want {
-		t.Fatalf("claim in %q, want last month's %q", got, want)
+	if got, want := partitionOf(t, pool, e.EventID), inbox.EventParts.PartOf(last).Name; got != want {
+		t.Fatalf("claim in %q, want last week's %q", got, want)
 	}
 	wantOutcomes(t, decide(t, ib0(t), pool, raw(t, e)), "duplicate")
 	if got := effectVersions(t, pool, "r"); !slices.Equal(got, []int64{1}) {
@@ -71,26 +76,22 @@ func TestRedeliveryAfterTheMonthTurnedIsADuplicate(t *testing.T) {
 
 func ib0(t testing.TB) *inbox.Inbox { return newInbox(t, inbox.Options{}) }
 
-// The aggregate slot is unique within a month; a second event claiming an
-// applied version from another month is a DUPLICATE (version applied) all
-// the same, in either order of months, and writes nothing; the next version,
-// this month, finds its predecessor in last month's partition.
-func TestSlotConflictAcrossMonths(t *testing.T) {
+// The aggregate slot is unique within a week; a second event claiming an
+// applied version from another week is a DUPLICATE (version applied) all
+// the same, in either order of weeks, and writes nothing; the next version,
+// this week, finds its predecessor in last week's partition.
+func TestSlotConflictAcrossWeeks(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
 	pool := pgtest.NewPool(t, tmpl)
 	ib := ib0(t)
 	now := time.Now()
-	last := monthpart.Start(now).Add(-time.Hour)
-	if _, err := inbox.EventMonths.Ensure(ctx, pool, last, 2); err != nil {
-		t.Fatal(err)
-	}
-	// x@1 last month, then another x@1 this month (another origin, so no
+	last := lastWeek(t, pool)
+	// x@1 last week, then another x@1 this week (another origin, so no
 	// effect constraint stands in for the slot).
 	wantOutcomes(t, decide(t, ib, pool, raw(t, evAt(t, last, "x", 1))), "applied")
 	other := evAt(t, now, "x", 1)
 	wantOutcomes(t, decide(t, ib, pool, raw(t, other)), "duplicate:version_already_applied")
-	// y@1 this month, then another y@1 minted last month.
+	// y@1 this week, then another y@1 minted last week.
 	wantOutcomes(t, decide(t, ib, pool, raw(t, evAt(t, now, "y", 1))), "applied")
 	older := evAt(t, last, "y", 1)
 	wantOutcomes(t, decide(t, ib, pool, raw(t, older)), "duplicate:version_already_applied")
@@ -105,20 +106,20 @@ func TestSlotConflictAcrossMonths(t *testing.T) {
 	wantOutcomes(t, decide(t, ib, pool, raw(t, evAt(t, now, "x", 2))), "applied")
 }
 
-// Dropping a month past the retention carries the newest version of a kept
+// Dropping a week past the retention carries the newest version of a kept
 // aggregate type into the default partition, so the next version, months
 // later, finds its predecessor; older versions go with the
-// month. A month holding a row decided within the retention is kept.
+// week. A week holding a row decided within the retention is kept.
 // (q@1 is the newest of q: carried too.)
-func TestDropMonthKeepsTheNewestVersion(t *testing.T) {
+func TestDropWeekKeepsTheNewestVersion(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.NewPool(t, tmpl)
 	ib := ib0(t)
 	now := time.Now()
-	old := monthpart.Start(now).AddDate(0, -3, 0).Add(time.Hour) // three months ago
-	late := old.AddDate(0, 1, 0)                                 // two months ago
-	if _, err := inbox.EventMonths.Ensure(ctx, pool, old, 4); err != nil {
+	old := inbox.EventParts.Span.Start(now).AddDate(0, 0, -35).Add(time.Hour) // five weeks ago
+	late := old.AddDate(0, 0, 7)                                              // four weeks ago
+	if _, err := inbox.EventParts.Ensure(ctx, pool, old); err != nil {        // old's week and late's
 		t.Fatal(err)
 	}
 	wantOutcomes(t, decide(t, ib, pool,
@@ -141,36 +142,36 @@ func TestDropMonthKeepsTheNewestVersion(t *testing.T) {
 	}
 
 	cutoff := now.Add(-14 * 24 * time.Hour)
-	dropped, n, err := inbox.DropMonths(ctx, pool, cutoff, []string{"thing"})
+	dropped, n, err := inbox.DropParts(ctx, pool, cutoff, []string{"thing"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	oldName, lateName := monthpart.MonthOf("inbox_event", old).Name, monthpart.MonthOf("inbox_event", late).Name
+	oldName, lateName := inbox.EventParts.PartOf(old).Name, inbox.EventParts.PartOf(late).Name
 	if !slices.Contains(dropped, oldName) || slices.Contains(dropped, lateName) || n != 3 {
 		t.Fatalf("dropped %v (%d rows), want %s (3 rows) and not %s, decided just now", dropped, n, oldName, lateName)
 	}
 	if got := left(); !slices.Equal(got, []string{"l@1", "p@2", "q@1"}) {
 		t.Fatalf("left %v, want the newest versions p@2 and q@1 carried over, and l@1", got)
 	}
-	var months []string
-	ms, err := inbox.EventMonths.Months(ctx, pool)
+	var names []string
+	parts, err := inbox.EventParts.Parts(ctx, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range ms {
-		months = append(months, m.Name)
+	for _, p := range parts {
+		names = append(names, p.Name)
 	}
-	if slices.Contains(months, oldName) || !slices.Contains(months, lateName) {
-		t.Fatalf("months left %v", months)
+	if slices.Contains(names, oldName) || !slices.Contains(names, lateName) {
+		t.Fatalf("partitions left %v", names)
 	}
 	wantOutcomes(t, decide(t, ib, pool, raw(t, evAt(t, now, "p", 3))), "applied")
 }
 
-// A database holding the inbox as it was before the months (decided rows, a
-// deferred event) migrates: nothing is lost, a redelivery is still a
+// A database holding the inbox as it was before partitioning (decided rows,
+// a deferred event) migrates: nothing is lost, a redelivery is still a
 // DUPLICATE, a slot conflict still refused, the deferred event still wakes;
-// the month whose rows the old table holds stays in the default partition,
-// the months after it get partitions.
+// the week whose rows the old table holds stays in the default partition,
+// the week after it gets a partition.
 func TestMigrationToMonthsKeepsEveryDecision(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -204,13 +205,13 @@ func TestMigrationToMonthsKeepsEveryDecision(t *testing.T) {
 	if err := inbox.Migrate(ctx, url); err != nil {
 		t.Fatal(err)
 	}
-	created, err := inbox.EnsureMonths(ctx, pool, now)
+	created, err := inbox.EnsureParts(ctx, pool, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cur := monthpart.MonthOf("inbox_event", now).Name
-	if slices.Contains(created, cur) || len(created) != inbox.MonthsAhead {
-		t.Fatalf("created %v: want the %d months after %s only", created, inbox.MonthsAhead, cur)
+	cur := inbox.EventParts.PartOf(now).Name
+	if slices.Contains(created, cur) || len(created) != inbox.EventParts.Ahead {
+		t.Fatalf("created %v: want the %d weeks after %s only", created, inbox.EventParts.Ahead, cur)
 	}
 	if got := count(t, pool, `SELECT count(*) FROM inbox_event_default`); got != 2 {
 		t.Fatalf("%d rows in the default partition, want the 2 decided", got)
@@ -218,11 +219,11 @@ func TestMigrationToMonthsKeepsEveryDecision(t *testing.T) {
 	wantOutcomes(t, decide(t, ib, pool, raw(t, a1)), "duplicate")
 	wantOutcomes(t, decide(t, ib, pool, raw(t, evAt(t, now, "a", 1))), "duplicate:version_already_applied")
 	wantOutcomes(t, decide(t, ib, pool, raw(t, evAt(t, now, "b", 2))), "applied", "applied+woken")
-	// An event minted next month (a clock ahead) goes to its partition.
-	next := evAt(t, monthpart.Start(now).AddDate(0, 1, 1), "c", 1)
+	// An event minted next week (a clock ahead) goes to its partition.
+	next := evAt(t, inbox.EventParts.Span.Start(now).AddDate(0, 0, 8), "c", 1)
 	wantOutcomes(t, decide(t, ib, pool, raw(t, next)), "applied")
-	if got, want := partitionOf(t, pool, next.EventID), monthpart.MonthOf("inbox_event", next.OccurredAt).Name; got != want {
-		t.Fatalf("next month's event in %q, want %q", got, want)
+	if got, want := partitionOf(t, pool, next.EventID), inbox.EventParts.PartOf(next.OccurredAt).Name; got != want {
+		t.Fatalf("next week's event in %q, want %q", got, want)
 	}
 	if got := effectVersions(t, pool, "b"); !slices.Equal(got, []int64{1, 2, 3}) {
 		t.Fatalf("effects of b %v", got)

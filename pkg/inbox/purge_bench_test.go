@@ -14,12 +14,12 @@ import (
 // BenchmarkPurgeMonth compares the two ways a month of decided events
 // leaves inbox_event past the retention: "rows", the batched DELETE of
 // PurgeEvents (1,000 rows a statement, as the service's retention batches
-// them), and "drop", DropMonths (see monthparttest.BenchPurgeMonth).
+// them), and "drop", DropParts (see monthparttest.BenchPurgeMonth).
 func BenchmarkPurgeMonth(b *testing.B) {
 	cutoff := time.Now().Add(-14 * 24 * time.Hour)
 	keep := []string{"price", "invoice"}
 	monthparttest.BenchPurgeMonth(b, monthparttest.PurgeBench{
-		Table:   inbox.EventMonths,
+		Table:   inbox.EventParts,
 		NewPool: func(b *testing.B) *pgxpool.Pool { return pgtest.NewPool(b, tmpl) },
 		Fill: func(b *testing.B, pool *pgxpool.Pool, month time.Time, rows int) {
 			if _, err := pool.Exec(b.Context(), `
@@ -47,7 +47,7 @@ func BenchmarkPurgeMonth(b *testing.B) {
 				}
 			}},
 			{Name: "drop", Purge: func(b *testing.B, pool *pgxpool.Pool) int64 {
-				_, n, err := inbox.DropMonths(b.Context(), pool, cutoff, keep)
+				_, n, err := inbox.DropParts(b.Context(), pool, cutoff, keep)
 				if err != nil {
 					b.Fatal(err)
 				}

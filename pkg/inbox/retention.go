@@ -16,7 +16,7 @@ import (
 // message for its retention (Kafka's default, 7 days, which the topics here
 // keep: none sets retention.ms), so the inbox keeps a decided event for
 // longer (INBOX_RETENTION, 14 days by default; raise it with the topics').
-// Past that, DropMonths drops the months of inbox_event whose rows are all
+// Past that, DropParts drops the weeks of inbox_event whose rows are all
 // that old, and PurgeDefault deletes the rows of its default partition in
 // small batches (see months.go; PurgeEvents deletes from every partition);
 // PurgeRedriven deletes the quarantine rows redriven as long ago. Two kinds
@@ -44,9 +44,9 @@ func PurgeEvents(ctx context.Context, pool *pgxpool.Pool, olderThan time.Time, k
 }
 
 // PurgeDefault is PurgeEvents on the rows of inbox_event's default partition
-// only (see months.go): the months are dropped whole by DropMonths.
+// only (see months.go): the weeks are dropped whole by DropParts.
 func PurgeDefault(ctx context.Context, pool *pgxpool.Pool, olderThan time.Time, keepNewest []string, limit int) (int64, error) {
-	return purgeEvents(ctx, pool, EventMonths.Default(), olderThan, keepNewest, limit)
+	return purgeEvents(ctx, pool, EventParts.Default(), olderThan, keepNewest, limit)
 }
 
 func purgeEvents(ctx context.Context, pool *pgxpool.Pool, table string, olderThan time.Time, keepNewest []string, limit int) (int64, error) {

@@ -120,9 +120,9 @@ func Purge(ctx context.Context, q Querier, retention time.Duration, batch int) (
 }
 
 // PurgeDefault is Purge on the rows of outbox_event's default partition only
-// (see months.go): the months are dropped whole by DropMonths.
+// (see months.go): the days are dropped whole by DropParts.
 func PurgeDefault(ctx context.Context, q Querier, retention time.Duration, batch int) (int64, error) {
-	return purge(ctx, q, EventMonths.Default(), retention, batch)
+	return purge(ctx, q, EventParts.Default(), retention, batch)
 }
 
 func purge(ctx context.Context, q Querier, table string, retention time.Duration, batch int) (int64, error) {
@@ -143,25 +143,25 @@ func purge(ctx context.Context, q Querier, table string, retention time.Duration
 	}
 }
 
-// purge keeps the months of outbox_event (see months.go) and deletes the
+// purge keeps the days of outbox_event (see months.go) and deletes the
 // published rows of its default partition past the retention.
 func (r *Relay) purge(ctx context.Context) {
-	created, err := EnsureMonths(ctx, r.pool, time.Now())
+	created, err := EnsureParts(ctx, r.pool, time.Now())
 	if err != nil && ctx.Err() == nil {
-		r.log.Warn("create outbox months; rows of a month without a partition go to the default one", "err", err)
+		r.log.Warn("create outbox days; rows of a day without a partition go to the default one", "err", err)
 	}
 	if len(created) > 0 {
-		r.log.Info("created outbox months", "partitions", created)
+		r.log.Info("created outbox days", "partitions", created)
 	}
-	d, err := DropMonths(ctx, r.pool, time.Now(), r.cfg.Retention)
+	d, err := DropParts(ctx, r.pool, time.Now(), r.cfg.Retention)
 	if err != nil && ctx.Err() == nil {
-		r.log.Warn("drop outbox months", "err", err)
+		r.log.Warn("drop outbox days", "err", err)
 	}
-	if len(d.Months) > 0 {
-		r.log.Info("dropped outbox months past the retention", "partitions", d.Months, "rows", d.Rows, "retention", r.cfg.Retention)
+	if len(d.Parts) > 0 {
+		r.log.Info("dropped outbox days past the retention", "partitions", d.Parts, "rows", d.Rows, "retention", r.cfg.Retention)
 	}
 	if len(d.Held) > 0 {
-		r.log.Warn("outbox months past the retention kept: they hold pending rows or dead letters", "partitions", d.Held)
+		r.log.Warn("outbox days past the retention kept: they hold pending rows or dead letters", "partitions", d.Held)
 	}
 	n, err := PurgeDefault(ctx, r.pool, r.cfg.Retention, r.cfg.PurgeBatch)
 	if err != nil && ctx.Err() == nil {

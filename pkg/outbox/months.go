@@ -12,83 +12,86 @@ import (
 	"github.com/usagebilling/billing/pkg/monthpart"
 )
 
-// outbox_event by month
+// outbox_event by day
 //
-// outbox_event is partitioned by the month of its event id (migration 0002):
-// an append goes to the month its UUIDv7 id was minted in, and the relay's
-// claim reads each month's pending index in id order. The relay's upkeep
-// (each PurgeInterval) creates the partitions of the current month and the
-// next ones ahead, drops a month once it ended more than the retention ago
-// and every row in it was published more than the retention ago, and
-// deletes published rows of the default partition (the table as it was
-// before, ids outside every month) in batches. A month holding a pending row
-// or a dead letter is kept whole, published rows included, until the relay
-// publishes it or an operator redrives the dead letter: DropMonths reports
-// it as held, and the relay warns of it at each purge.
+// outbox_event is partitioned by the day of its event id (migration 0002
+// made it partitioned, by month; days since monthpart's migration 0002): an
+// append goes to the day its UUIDv7 id was minted in, and the relay's claim
+// reads each day's pending index in id order. A published row is kept
+// RELAY_RETENTION (a day), so a table kept by month held up to a month of
+// rows for a day's retention; by day it holds the retention and the day
+// being filled. The relay's upkeep (each PurgeInterval) creates the
+// partitions of the current day and the next ones ahead, drops a day once
+// it ended more than the retention ago and every row in it was published
+// more than the retention ago, and deletes published rows of the default
+// partition (the table as it was before, ids outside every day) in batches.
+// A month partition made before the days is dropped by the same rule. A day
+// holding a pending row or a dead letter is kept whole, published rows
+// included, until the relay publishes it or an operator redrives the dead
+// letter: DropParts reports it as held, and the relay warns of it at each
+// purge.
 
-// EventMonths is outbox_event as a table partitioned by month.
-var EventMonths = monthpart.Table{Name: "outbox_event", Key: "event_id", DDL: "outbox_event_months"}
+// EventParts is outbox_event as a table partitioned by day, two days
+// created ahead.
+var EventParts = monthpart.Table{Name: "outbox_event", Key: "event_id", DDL: "outbox_event_months", Span: monthpart.Day, Ahead: 2}
 
-// MonthsAhead is how many months after the current one EnsureMonths creates.
-const MonthsAhead = 2
-
-// EnsureMonths creates the partitions of outbox_event for the current month
-// and the MonthsAhead after it that do not exist yet; it returns their names.
-func EnsureMonths(ctx context.Context, pool *pgxpool.Pool, now time.Time) ([]string, error) {
-	return EventMonths.Ensure(ctx, pool, now, MonthsAhead)
+// EnsureParts creates the partitions of outbox_event for the current day and
+// the days ahead that do not exist yet; it returns their names.
+func EnsureParts(ctx context.Context, pool *pgxpool.Pool, now time.Time) ([]string, error) {
+	return EventParts.Ensure(ctx, pool, now)
 }
 
-// Dropped is what DropMonths did.
+// Dropped is what DropParts did.
 type Dropped struct {
-	Months []string // partitions dropped
-	Rows   int64    // rows they held
-	Held   []string // partitions past the retention kept for a pending row or a dead letter
+	Parts []string // partitions dropped
+	Rows  int64    // rows they held
+	Held  []string // partitions past the retention kept for a pending row or a dead letter
 }
 
-// DropMonths drops each month partition of outbox_event that ended more than
+// DropParts drops each partition of outbox_event that ended more than
 // retention before now and whose rows were all published more than
-// retention before now. A month holding a pending row or a dead letter is
-// kept (Held).
-func DropMonths(ctx context.Context, pool *pgxpool.Pool, now time.Time, retention time.Duration) (Dropped, error) {
+// retention before now. A partition holding a pending row or a dead letter
+// is kept (Held).
+func DropParts(ctx context.Context, pool *pgxpool.Pool, now time.Time, retention time.Duration) (Dropped, error) {
 	var d Dropped
 	olderThan := now.Add(-retention)
-	months, err := EventMonths.Months(ctx, pool)
+	parts, err := EventParts.Parts(ctx, pool)
 	if err != nil {
 		return d, err
 	}
-	for _, m := range months {
-		if m.To.After(olderThan) {
+	for _, p := range parts {
+		if p.To.After(olderThan) {
 			break
 		}
-		n, state, err := dropMonth(ctx, pool, m, olderThan)
+		n, state, err := dropPart(ctx, pool, p, olderThan)
 		if err != nil {
-			return d, fmt.Errorf("drop outbox month %s: %w", m.Name, err)
+			return d, fmt.Errorf("drop outbox partition %s: %w", p.Name, err)
 		}
 		switch state {
-		case monthDropped:
-			d.Months = append(d.Months, m.Name)
+		case partDropped:
+			d.Parts = append(d.Parts, p.Name)
 			d.Rows += n
-		case monthHeld:
-			d.Held = append(d.Held, m.Name)
+		case partHeld:
+			d.Held = append(d.Held, p.Name)
 		}
 	}
 	return d, nil
 }
 
-type monthState int
+type partState int
 
 const (
-	monthDropped monthState = iota
-	monthHeld               // a pending row or a dead letter
-	monthRecent             // a row published within the retention
+	partDropped partState = iota
+	partHeld              // a pending row or a dead letter
+	partRecent            // a row published within the retention
 )
 
-var errKeep = errors.New("month still in use")
+var errKeep = errors.New("partition still in use")
 
-func dropMonth(ctx context.Context, pool *pgxpool.Pool, m monthpart.Month, olderThan time.Time) (int64, monthState, error) {
+func dropPart(ctx context.Context, pool *pgxpool.Pool, m monthpart.Part, olderThan time.Time) (int64, partState, error) {
 	part := pgx.Identifier{m.Name}.Sanitize()
-	// What keeps a month, read through its partial indexes: first without
-	// the strong lock (a held month takes none), then again under it.
+	// What keeps a partition, read through its partial indexes: first
+	// without the strong lock (a held one takes none), then again under it.
 	check := `SELECT EXISTS (SELECT 1 FROM ` + part + ` WHERE published_at IS NULL AND dead_at IS NULL)
 	              OR EXISTS (SELECT 1 FROM ` + part + ` WHERE dead_at IS NOT NULL),
 	          EXISTS (SELECT 1 FROM ` + part + ` WHERE published_at >= $1)`
@@ -97,13 +100,13 @@ func dropMonth(ctx context.Context, pool *pgxpool.Pool, m monthpart.Month, older
 		return 0, 0, err
 	}
 	if held {
-		return 0, monthHeld, nil
+		return 0, partHeld, nil
 	}
 	if recent {
-		return 0, monthRecent, nil
+		return 0, partRecent, nil
 	}
 	var n int64
-	state := monthDropped
+	state := partDropped
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+part).Scan(&n); err != nil {
 			return err
@@ -111,20 +114,20 @@ func dropMonth(ctx context.Context, pool *pgxpool.Pool, m monthpart.Month, older
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
 			return err
 		}
-		if err := EventMonths.Exec(ctx, tx, "detach", m); err != nil {
+		if err := EventParts.Exec(ctx, tx, "detach", m); err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, check, olderThan).Scan(&held, &recent); err != nil {
 			return err
 		}
 		if held || recent { // redriven or marked since the first look
-			state = monthHeld
+			state = partHeld
 			if !held {
-				state = monthRecent
+				state = partRecent
 			}
 			return errKeep
 		}
-		return EventMonths.Exec(ctx, tx, "drop", m)
+		return EventParts.Exec(ctx, tx, "drop", m)
 	})
 	if errors.Is(err, errKeep) {
 		return 0, state, nil

@@ -28,17 +28,17 @@ func mintedAt(evs []envelope.Envelope, t time.Time) []envelope.Envelope {
 	return out
 }
 
-// A month past the retention whose rows were all published long ago is
+// A day past the retention whose rows were all published long ago is
 // dropped whole; one holding a dead letter (or a pending row) is kept,
 // reported held, until the dead letter is redriven and published.
-func TestDropMonthsKeepsAMonthHoldingADeadLetter(t *testing.T) {
+func TestDropPartsKeepsADayHoldingADeadLetter(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.NewPool(t, outboxDB)
 	now := time.Now()
 	a := monthpart.Start(now).AddDate(0, -3, 0).Add(time.Hour)
-	b := a.AddDate(0, 1, 0)
-	if _, err := outbox.EventMonths.Ensure(ctx, pool, a, 4); err != nil {
+	b := a.AddDate(0, 0, 1)
+	if _, err := outbox.EventParts.Ensure(ctx, pool, a); err != nil { // a's day, b's and one more
 		t.Fatal(err)
 	}
 	inA, inB := mintedAt(newEvents(t, 3, 3), a), mintedAt(newEvents(t, 2, 2), b)
@@ -52,26 +52,26 @@ func TestDropMonthsKeepsAMonthHoldingADeadLetter(t *testing.T) {
 	exec(`UPDATE outbox_event SET published_at = now() - interval '40 days'`)
 	exec(`UPDATE outbox_event SET published_at = NULL, dead_at = now() - interval '40 days' WHERE event_id = $1`, inB[0].EventID)
 
-	d, err := outbox.DropMonths(ctx, pool, now, 24*time.Hour)
+	d, err := outbox.DropParts(ctx, pool, now, 24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nameA, nameB := monthpart.MonthOf("outbox_event", a).Name, monthpart.MonthOf("outbox_event", b).Name
-	// (Last month, empty and ended more than a day ago, goes too.)
-	if !slices.Contains(d.Months, nameA) || slices.Contains(d.Months, nameB) || d.Rows != 3 || !slices.Equal(d.Held, []string{nameB}) {
+	nameA, nameB := outbox.EventParts.PartOf(a).Name, outbox.EventParts.PartOf(b).Name
+	// (The day after b's, empty and ended long ago, goes too.)
+	if !slices.Contains(d.Parts, nameA) || slices.Contains(d.Parts, nameB) || d.Rows != 3 || !slices.Equal(d.Held, []string{nameB}) {
 		t.Fatalf("dropped %+v, want %s (3 rows) dropped and %s held", d, nameA, nameB)
 	}
 	if got := count(t, pool, `SELECT count(*) FROM outbox_event`); got != 2 {
-		t.Fatalf("%d rows left, want month b's 2", got)
+		t.Fatalf("%d rows left, want day b's 2", got)
 	}
 	if ok, err := outbox.RedriveDeadLetter(ctx, pool, inB[0].EventID); err != nil || !ok {
 		t.Fatalf("redrive: %v %v", ok, err)
 	}
-	if d, err := outbox.DropMonths(ctx, pool, now, 24*time.Hour); err != nil || len(d.Months) != 0 || !slices.Equal(d.Held, []string{nameB}) {
+	if d, err := outbox.DropParts(ctx, pool, now, 24*time.Hour); err != nil || len(d.Parts) != 0 || !slices.Equal(d.Held, []string{nameB}) {
 		t.Fatalf("with the redriven row pending: %+v %v", d, err)
 	}
 	exec(`UPDATE outbox_event SET published_at = now() - interval '30 days' WHERE event_id = $1`, inB[0].EventID)
-	if d, err := outbox.DropMonths(ctx, pool, now, 24*time.Hour); err != nil || !slices.Equal(d.Months, []string{nameB}) {
+	if d, err := outbox.DropParts(ctx, pool, now, 24*time.Hour); err != nil || !slices.Equal(d.Parts, []string{nameB}) {
 		t.Fatalf("once published: %+v %v", d, err)
 	}
 }
@@ -85,7 +85,7 @@ func count(t testing.TB, pool *pgxpool.Pool, sql string) int {
 	return n
 }
 
-// A database holding the outbox as it was before the months (published
+// A database holding the outbox as it was before partitioning (published
 // rows and a backlog of pending ones) migrates: the backlog is delivered,
 // in order per key, none lost or sent twice, with the events appended after
 // the migration (ids after the old ones).
@@ -119,9 +119,9 @@ func TestMigrationToMonthsDeliversTheBacklog(t *testing.T) {
 	if got := count(t, pool, `SELECT count(*) FROM outbox_event_default`); got != 305 {
 		t.Fatalf("%d rows in the default partition, want the 305 appended", got)
 	}
-	// The relay creates the months after this one at its start (this
-	// month's rows are in the default partition: it stays there); the next
-	// appends of the same keys come after the backlog.
+	// The relay creates the days after this one at its start (this day's
+	// rows are in the default partition: it stays there); the next appends
+	// of the same keys come after the backlog.
 	more := newEvents(t, 40, 20)
 	for i := range more {
 		more[i].PartitionKey, more[i].AggregateID = backlog[i%20].PartitionKey, backlog[i%20].AggregateID
@@ -129,9 +129,9 @@ func TestMigrationToMonthsDeliversTheBacklog(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	_, stop := startRelays(t, pool, 1, outbox.Config{Brokers: brokers, Registerer: reg})
-	waitFor(t, 30*time.Second, "months created", func() (bool, string) {
+	waitFor(t, 30*time.Second, "days created", func() (bool, string) {
 		n := count(t, pool, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'outbox_event'::regclass`)
-		return n == 1+outbox.MonthsAhead, ""
+		return n == 1+outbox.EventParts.Ahead, ""
 	})
 	appendEvents(t, pool, topic, more)
 	waitDrained(t, pool, 60*time.Second)
@@ -152,14 +152,15 @@ func TestMigrationToMonthsDeliversTheBacklog(t *testing.T) {
 	if rep.Lost != 0 || rep.Duplicates != 0 || rep.Reordered != 0 || rep.Unknown != 0 {
 		t.Fatalf("delivery: %v", rep)
 	}
-	// A month's partition takes the appends of its ids.
-	next := mintedAt(newEvents(t, 1, 1), monthpart.Start(time.Now()).AddDate(0, 1, 1))
+	// A day's partition takes the appends of its ids.
+	tomorrow := outbox.EventParts.Span.Start(time.Now()).Add(25 * time.Hour)
+	next := mintedAt(newEvents(t, 1, 1), tomorrow)
 	appendEvents(t, pool, topic, next)
 	var part string
 	if err := pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM outbox_event WHERE event_id = $1`, next[0].EventID).Scan(&part); err != nil {
 		t.Fatal(err)
 	}
-	if want := monthpart.MonthOf("outbox_event", monthpart.Start(time.Now()).AddDate(0, 1, 1)).Name; part != want {
-		t.Fatalf("next month's event in %s, want %s", part, want)
+	if want := outbox.EventParts.PartOf(tomorrow).Name; part != want {
+		t.Fatalf("tomorrow's event in %s, want %s", part, want)
 	}
 }

@@ -14,11 +14,11 @@ import (
 // BenchmarkPurgeMonth compares the two ways a month of published events,
 // each with a 300-byte envelope, leaves outbox_event past the retention:
 // "rows", the batched DELETE of Purge (1,000 rows a statement, the relay's
-// PurgeBatch), and "drop", DropMonths (see monthparttest.BenchPurgeMonth).
+// PurgeBatch), and "drop", DropParts (see monthparttest.BenchPurgeMonth).
 func BenchmarkPurgeMonth(b *testing.B) {
 	const retention = 24 * time.Hour
 	monthparttest.BenchPurgeMonth(b, monthparttest.PurgeBench{
-		Table:   outbox.EventMonths,
+		Table:   outbox.EventParts,
 		NewPool: func(b *testing.B) *pgxpool.Pool { return pgtest.NewPool(b, outboxDB) },
 		Fill: func(b *testing.B, pool *pgxpool.Pool, month time.Time, rows int) {
 			if _, err := pool.Exec(b.Context(), `
@@ -38,7 +38,7 @@ func BenchmarkPurgeMonth(b *testing.B) {
 				return n
 			}},
 			{Name: "drop", Purge: func(b *testing.B, pool *pgxpool.Pool) int64 {
-				d, err := outbox.DropMonths(b.Context(), pool, time.Now(), retention)
+				d, err := outbox.DropParts(b.Context(), pool, time.Now(), retention)
 				if err != nil {
 					b.Fatal(err)
 				}

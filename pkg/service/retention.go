@@ -24,11 +24,12 @@ var KeepNewestAggregates = []string{events.AggregatePrice, events.AggregateInvoi
 // while: decided inbox events and quarantine rows redriven past
 // INBOX_RETENTION, idempotency keys past IDEMPOTENCY_TTL, and deferred events
 // past DEFERRED_MAX_AGE (quarantined as deferred_expired, not deleted). It
-// also keeps inbox_event's months, and those of the service's own tables
+// also keeps inbox_event's weeks, and the months of the service's own tables
 // partitioned by month (Spec.MonthTables): the partitions of the current
-// month and the next ones are created ahead (at start and each interval); an
-// inbox month past INBOX_RETENTION is dropped whole; the rows outside the
-// months (the default partition) are deleted in small batches, like the rest.
+// span and the next ones are created ahead (at start and each interval); an
+// inbox week past INBOX_RETENTION is dropped whole; the rows outside the
+// partitions (the default partition) are deleted in small batches, like the
+// rest.
 type retention struct {
 	pool       *pgxpool.Pool
 	ib         *inbox.Inbox
@@ -38,7 +39,8 @@ type retention struct {
 	// quarantinePurged counts the redriven quarantine rows purged.
 	quarantinePurged prometheus.Counter
 	// months are the service's own tables partitioned by month
-	// (Spec.MonthTables), whose months ahead are kept as inbox_event's.
+	// (Spec.MonthTables), whose months ahead are kept with inbox_event's
+	// weeks.
 	months []monthpart.Table
 	now    func() time.Time
 }
@@ -64,7 +66,7 @@ func newRetention(pool *pgxpool.Pool, ib *inbox.Inbox, cfg Config, reg prometheu
 }
 
 func (r *retention) run(ctx context.Context) {
-	r.ensureMonths(ctx)
+	r.ensureParts(ctx)
 	t := time.NewTicker(r.cfg.RetentionInterval)
 	defer t.Stop()
 	for {
@@ -82,14 +84,14 @@ func (r *retention) run(ctx context.Context) {
 func (r *retention) once(ctx context.Context) {
 	stop := r.now().Add(time.Minute)
 	limit := r.cfg.RetentionBatch
-	r.ensureMonths(ctx)
-	dropped, rows, err := inbox.DropMonths(ctx, r.pool, r.now().Add(-r.cfg.InboxRetention), KeepNewestAggregates)
+	r.ensureParts(ctx)
+	dropped, rows, err := inbox.DropParts(ctx, r.pool, r.now().Add(-r.cfg.InboxRetention), KeepNewestAggregates)
 	r.ib.CountPurged(rows)
 	if err != nil {
 		r.warn(ctx, err)
 	}
 	if len(dropped) > 0 {
-		r.log.InfoContext(ctx, "dropped inbox months past the retention", "partitions", dropped, "rows", rows)
+		r.log.InfoContext(ctx, "dropped inbox weeks past the retention", "partitions", dropped, "rows", rows)
 	}
 	for r.now().Before(stop) {
 		n, err := inbox.PurgeDefault(ctx, r.pool, r.now().Add(-r.cfg.InboxRetention), KeepNewestAggregates, limit)
@@ -138,17 +140,18 @@ func (r *retention) once(ctx context.Context) {
 	}
 }
 
-// ensureMonths creates inbox_event's partitions for the current month and
-// the next ones; a failure is logged and tried again at the next interval
-// (until then, rows of a month without a partition go to the default one).
-func (r *retention) ensureMonths(ctx context.Context) {
-	for _, tb := range append([]monthpart.Table{inbox.EventMonths}, r.months...) {
-		created, err := tb.Ensure(ctx, r.pool, r.now(), inbox.MonthsAhead)
+// ensureParts creates the partitions of inbox_event and of the service's
+// month tables for the current span and the next ones; a failure is logged
+// and tried again at the next interval (until then, rows of a span without a
+// partition go to the default one).
+func (r *retention) ensureParts(ctx context.Context) {
+	for _, tb := range append([]monthpart.Table{inbox.EventParts}, r.months...) {
+		created, err := tb.Ensure(ctx, r.pool, r.now())
 		if err != nil {
 			r.warn(ctx, err)
 		}
 		if len(created) > 0 {
-			r.log.InfoContext(ctx, "created months", "table", tb.Name, "partitions", created)
+			r.log.InfoContext(ctx, "created partitions", "table", tb.Name, "partitions", created)
 		}
 	}
 }

@@ -31,4 +31,4 @@ var Set = pgmigrate.Set{FS: files, Dir: ".", Table: "invoice_schema_migrations",
 // origin event id (0019): the service's retention creates its months ahead
 // through invoice_charge_months, which does nothing else; archiving a month
 // is the operator's, through invoice_charge_archive.
-var ChargeMonths = monthpart.Table{Name: "invoice_charge", Key: "origin_event_id", DDL: "invoice_charge_months"}
+var ChargeMonths = monthpart.Table{Name: "invoice_charge", Key: "origin_event_id", DDL: "invoice_charge_months", Ahead: 2}

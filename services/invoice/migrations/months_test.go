@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
 
-	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/monthpart"
 	"github.com/usagebilling/billing/pkg/monthpart/monthparttest"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
@@ -101,12 +100,12 @@ func TestMigrateExistingCharges(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool.Reset() // plans of the table as it was
-	created, err := migrations.ChargeMonths.Ensure(ctx, pool, now, inbox.MonthsAhead)
+	created, err := migrations.ChargeMonths.Ensure(ctx, pool, now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cur := monthpart.MonthOf("invoice_charge", now).Name; slices.Contains(created, cur) || len(created) != inbox.MonthsAhead {
-		t.Fatalf("created %v: want the %d months after %s only (its charges are in the default)", created, inbox.MonthsAhead, cur)
+	if cur := monthpart.MonthOf("invoice_charge", now).Name; slices.Contains(created, cur) || len(created) != migrations.ChargeMonths.Ahead {
+		t.Fatalf("created %v: want the %d months after %s only (its charges are in the default)", created, migrations.ChargeMonths.Ahead, cur)
 	}
 	for _, id := range old {
 		if got := partitionOf(t, pool, id); got != "invoice_charge_default" {
@@ -151,7 +150,7 @@ func TestArchiveChargeMonth(t *testing.T) {
 	pool := newDB(t, 0)
 	now := time.Now()
 	month := monthpart.Start(now).AddDate(0, -2, 0)
-	if _, err := migrations.ChargeMonths.Ensure(ctx, pool, month, 3); err != nil {
+	if _, err := migrations.ChargeMonths.Ensure(ctx, pool, month); err != nil {
 		t.Fatal(err)
 	}
 	archived, kept := monthparttest.MintedAt(month.Add(time.Hour)), monthparttest.MintedAt(month.AddDate(0, 1, 1))
@@ -214,7 +213,7 @@ func TestTallyChunkIsAnIndexScanPerMonth(t *testing.T) {
 	ctx := t.Context()
 	pool := newDB(t, 0)
 	start := monthpart.Start(time.Now()).AddDate(0, -2, 0)
-	if _, err := migrations.ChargeMonths.Ensure(ctx, pool, start, 4); err != nil {
+	if _, err := migrations.ChargeMonths.Ensure(ctx, pool, start); err != nil { // its month and the two after it
 		t.Fatal(err)
 	}
 	// 3 months of 20,000 charges of 2 tenants each, a period much larger
@@ -256,7 +255,7 @@ func TestTallyChunkIsAnIndexScanPerMonth(t *testing.T) {
 			seq++
 		}
 	}
-	months, err := migrations.ChargeMonths.Months(ctx, pool)
+	months, err := migrations.ChargeMonths.Parts(ctx, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
