@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -33,13 +34,7 @@ func TestAMissingTopicIsRetriedNotDeadLettered(t *testing.T) {
 		Brokers: brokers, MaxAttempts: 2, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
 	})
 	defer stop()
-	waitFor(t, 90*time.Second, "attempts past MaxAttempts", func() (bool, string) {
-		var least int
-		if err := pool.QueryRow(t.Context(), `SELECT coalesce(min(attempts), 0) FROM outbox_event`).Scan(&least); err != nil {
-			t.Fatal(err)
-		}
-		return least >= 4, fmt.Sprintf("the least-tried row has %d attempts", least)
-	})
+	waitPastMaxAttempts(t, pool)
 	st, err := outbox.ReadStats(t.Context(), pool)
 	if err != nil {
 		t.Fatal(err)
@@ -90,13 +85,7 @@ func TestAnUnauthorizedTopicIsRetriedNotDeadLettered(t *testing.T) {
 		Brokers: brokers, MaxAttempts: 2, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
 	})
 	defer stop()
-	waitFor(t, 90*time.Second, "attempts past MaxAttempts", func() (bool, string) {
-		var least int
-		if err := pool.QueryRow(t.Context(), `SELECT coalesce(min(attempts), 0) FROM outbox_event`).Scan(&least); err != nil {
-			t.Fatal(err)
-		}
-		return least >= 4, fmt.Sprintf("the least-tried row has %d attempts", least)
-	})
+	waitPastMaxAttempts(t, pool)
 	if refusal.Hits() == 0 {
 		t.Fatal("the broker refused no Produce: the relay never tried to write to the topic")
 	}
@@ -113,4 +102,17 @@ func TestAnUnauthorizedTopicIsRetriedNotDeadLettered(t *testing.T) {
 	if rep := checkDelivery(evs, readTopic(t, brokers, topic)); rep.Lost != 0 || rep.Duplicates != 0 {
 		t.Fatalf("once the producer may write: %v", rep)
 	}
+}
+
+// waitPastMaxAttempts waits until every row was tried at least 4 times,
+// twice the relays' MaxAttempts of 2 in these tests.
+func waitPastMaxAttempts(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	waitFor(t, 90*time.Second, "attempts past MaxAttempts", func() (bool, string) {
+		var least int
+		if err := pool.QueryRow(t.Context(), `SELECT coalesce(min(attempts), 0) FROM outbox_event`).Scan(&least); err != nil {
+			t.Fatal(err)
+		}
+		return least >= 4, fmt.Sprintf("the least-tried row has %d attempts", least)
+	})
 }
