@@ -101,6 +101,21 @@ func (res *Result) Title() string {
 		len(res.Faults), res.Config.Seed, verdict)
 }
 
+// reconRow is the reconciliation table's row. A run that ended before it
+// could reconcile (facts still uncharged when the wait ran out) knows
+// nothing of what was lost, charged twice or mismatched: those cells are
+// "?", as in the chaos suite's table, never a 0 that reads as a pass.
+func reconRow(row *chaos.Row) string {
+	num := func(n int) string {
+		if !row.Reconciled {
+			return "?"
+		}
+		return fmt.Sprint(n)
+	}
+	return fmt.Sprintf("| %d | %d | %d | %d | %d | %d | %d | %s | %s | %s |", row.Facts, row.Requests, row.DupSubmitted,
+		row.DupAbsorbed, row.DupPublished, row.Deferred, row.Quarantined, num(row.Lost), num(row.Duplicated), num(row.Mismatched))
+}
+
 // WriteMarkdown writes the report.
 func (res *Result) WriteMarkdown(w io.Writer, c Conditions, plot string) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
@@ -125,8 +140,7 @@ func (res *Result) WriteMarkdown(w io.Writer, c Conditions, plot string) {
 	if row := res.Row; row != nil {
 		p("## Reconciliation (the chaos suite's, from the five databases)\n\n")
 		p("| facts accepted | requests | sent again on purpose | duplicates delivered and absorbed | duplicate publications | deferred then applied | quarantined | lost | charged twice / extra | mismatched |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		p("| %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n\n", row.Facts, row.Requests, row.DupSubmitted, row.DupAbsorbed,
-			row.DupPublished, row.Deferred, row.Quarantined, row.Lost, row.Duplicated, row.Mismatched)
+		p("%s\n\n", reconRow(row))
 		if rc := res.Recon; rc != nil {
 			p("Reconciled %d usage facts, %d charges, %d adjustments, %d invoice charges in %d lines on %d invoices, %d projected events, %d price versions.\n\n",
 				rc.Facts, rc.Charges, rc.Adjustments, rc.InvoiceCharges, rc.InvoiceLines, rc.Invoices, rc.Projected, rc.Prices)
