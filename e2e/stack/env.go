@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +30,7 @@ const (
 	EnvLogLevel     = "STACK_LOG_LEVEL"     // the services' LOG_LEVEL (default info)
 	EnvPprofBase    = "STACK_PPROF_BASE"    // serve pprof on 127.0.0.1: meter here, usage +1 ... query +4 (one instance each)
 	EnvDirectDB     = "STACK_DIRECT_DB"     // 1: services reach their databases directly, no proxy (load runs)
+	EnvServiceEnv   = "STACK_SERVICE_ENV"   // services' settings: NAME=value (every service) or service:NAME=value, comma-separated
 )
 
 // FromEnv returns o with the settings the environment gives (the Env*
@@ -38,6 +41,7 @@ func FromEnv(o Options) (Options, error) {
 	e.postgres(&o)
 	e.ports(&o)
 	e.run(&o)
+	e.serviceEnv(&o)
 	if len(e.problems) > 0 {
 		return o, errors.New("invalid environment:\n  " + strings.Join(e.problems, "\n  "))
 	}
@@ -184,6 +188,52 @@ func (e *envReader) run(o *Options) {
 	}
 	if v, ok := e.get(EnvLogLevel); ok {
 		o.LogLevel = v
+	}
+}
+
+// settingName is the shape of a service's environment variable.
+var settingName = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+
+// serviceEnv reads the services' own settings to run them with, such as
+// CONSUMER_LANES=2,billing:CONSUMER_BATCH_SIZE=1000: a setting without a
+// service goes to every one. The launcher's own environment does not reach
+// the services for pkg/service's settings (childEnv), so this is how a run
+// chooses them.
+func (e *envReader) serviceEnv(o *Options) {
+	v, ok := e.get(EnvServiceEnv)
+	if !ok {
+		return
+	}
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		target, setting := "", item
+		if svc, rest, found := strings.Cut(item, ":"); found && !strings.Contains(svc, "=") {
+			target, setting = svc, rest
+		}
+		name, value, found := strings.Cut(setting, "=")
+		switch {
+		case !found || name == "":
+			e.bad(EnvServiceEnv, "want NAME=value or service:NAME=value, comma-separated, got %q", item)
+			continue
+		case !settingName.MatchString(name) || name == "HTTP_ADDR":
+			e.bad(EnvServiceEnv, "%q is not a setting the stack may give (upper case, digits and _; not HTTP_ADDR, which it chooses)", name)
+			continue
+		case target != "" && !slices.Contains(Services, target):
+			e.bad(EnvServiceEnv, "unknown service %q in %q", target, item)
+			continue
+		}
+		if o.ServiceEnv == nil {
+			o.ServiceEnv = map[string]map[string]string{}
+		}
+		for _, svc := range Services {
+			if target != "" && svc != target {
+				continue
+			}
+			if o.ServiceEnv[svc] == nil {
+				o.ServiceEnv[svc] = map[string]string{}
+			}
+			o.ServiceEnv[svc][name] = value
+		}
 	}
 }
 

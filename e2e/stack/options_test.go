@@ -14,7 +14,7 @@ import (
 func TestFromEnv(t *testing.T) {
 	for _, name := range []string{stack.EnvKafka, stack.EnvKafkaBrokers, stack.EnvPostgresURL, stack.EnvPostgresPort,
 		stack.EnvKafkaPort, stack.EnvPartitions, stack.EnvPortBase, stack.EnvInstances, stack.EnvStateDir, stack.EnvKeep,
-		stack.EnvLogLevel, stack.EnvPprofBase, stack.EnvDirectDB} {
+		stack.EnvLogLevel, stack.EnvPprofBase, stack.EnvDirectDB, stack.EnvServiceEnv} {
 		t.Setenv(name, "")
 	}
 	t.Run("every variable", func(t *testing.T) {
@@ -23,6 +23,7 @@ func TestFromEnv(t *testing.T) {
 			stack.EnvPartitions: "3", stack.EnvPortBase: "9000", stack.EnvPprofBase: "6060",
 			stack.EnvDirectDB: "1", stack.EnvInstances: "usage=2,billing=3", stack.EnvStateDir: "/tmp/s",
 			stack.EnvKeep: "true", stack.EnvLogLevel: "warn",
+			stack.EnvServiceEnv: "CONSUMER_LANES=2, billing:CONSUMER_BATCH_SIZE=1000,billing:CONSUMER_LANES=3",
 		} {
 			t.Setenv(k, v)
 		}
@@ -41,8 +42,14 @@ func TestFromEnv(t *testing.T) {
 		if want := map[string]int{"usage": 2, "billing": 3}; !maps.Equal(o.Instances, want) {
 			t.Fatalf("instances %v, want %v", o.Instances, want)
 		}
-		if got := o.ServiceEnv["usage"]; got["X"] != "1" || got["PPROF_ADDR"] != "127.0.0.1:6061" {
-			t.Fatalf("usage's environment %v, want X kept and PPROF_ADDR 127.0.0.1:6061", got)
+		if got := o.ServiceEnv["usage"]; got["X"] != "1" || got["PPROF_ADDR"] != "127.0.0.1:6061" || got["CONSUMER_LANES"] != "2" {
+			t.Fatalf("usage's environment %v, want X kept, PPROF_ADDR 127.0.0.1:6061 and CONSUMER_LANES 2", got)
+		}
+		if got := o.ServiceEnv["billing"]; got["CONSUMER_LANES"] != "3" || got["CONSUMER_BATCH_SIZE"] != "1000" {
+			t.Fatalf("billing's environment %v, want CONSUMER_LANES 3 (its own, after every service's) and CONSUMER_BATCH_SIZE 1000", got)
+		}
+		if _, ok := o.ServiceEnv["query"]["CONSUMER_BATCH_SIZE"]; ok {
+			t.Fatalf("query's environment %v has billing's setting", o.ServiceEnv["query"])
 		}
 	})
 	t.Run("malformed", func(t *testing.T) {
@@ -50,6 +57,8 @@ func TestFromEnv(t *testing.T) {
 			stack.EnvKafka: "redpanda", stack.EnvPostgresPort: "70000", stack.EnvKafkaPort: "x", stack.EnvPartitions: "0",
 			stack.EnvPortBase: "65534", stack.EnvInstances: "usage", stack.EnvKeep: "maybe", stack.EnvDirectDB: "2",
 		}
+		// Each wrong item of STACK_SERVICE_ENV is named.
+		t.Setenv(stack.EnvServiceEnv, "LANES, ledger:CONSUMER_LANES=2,HTTP_ADDR=:1,lower=1")
 		for k, v := range bad {
 			t.Setenv(k, v)
 		}
@@ -60,6 +69,11 @@ func TestFromEnv(t *testing.T) {
 		for name := range bad {
 			if !strings.Contains(err.Error(), "\n  "+name+": ") {
 				t.Errorf("%s not reported:\n%v", name, err)
+			}
+		}
+		for _, item := range []string{`"LANES"`, `"ledger"`, `"HTTP_ADDR"`, `"lower"`} {
+			if !strings.Contains(err.Error(), "\n  "+stack.EnvServiceEnv+": ") || !strings.Contains(err.Error(), item) {
+				t.Errorf("%s's %s not reported:\n%v", stack.EnvServiceEnv, item, err)
 			}
 		}
 	})
