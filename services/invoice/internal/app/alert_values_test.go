@@ -10,6 +10,7 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/pricing"
+	"github.com/usagebilling/billing/services/invoice/internal/app"
 	"github.com/usagebilling/billing/services/invoice/internal/db"
 	. "github.com/usagebilling/billing/services/invoice/internal/invoicetest"
 	"github.com/usagebilling/billing/testkit/pgtest"
@@ -80,4 +81,60 @@ func TestAlertFiguresReadTheBatchesNotTheValues(t *testing.T) {
 	// (a user is USD 1 under the tier).
 	r.decide(user(1, "new"), user(2, "u0"))
 	wantTold(t, r.told(), "406 406", "USD 502 502")
+}
+
+// The parts the alerts' figures sum are folded as the batches come: after
+// 100 batches of a unique_count line (two new users each) the three part
+// tables hold at most app.PartsFoldAt + 1 rows for it, the figures' reads
+// read no more, and the alerts still see every user (200, then 201: told
+// once, with the exact figure). Without the fold the tables hold a row per
+// batch (100) and the test fails.
+func TestAlertFiguresFoldTheParts(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	r := newAlertRig(t)
+	r.alert("usage", "users", "", "201")
+	r.alert("spend", "", "USD", "201")
+	user := func(v string) envelope.Envelope {
+		c := events.ChargeRated{MeterCode: "users", Aggregation: "unique_count", Quantity: D("1"), UnitPrice: D("0"),
+			PriceVersion: 1, Value: v, OccurredAt: time.Date(2026, 11, 2, 8, 0, 0, 0, time.UTC),
+			SourceSystem: "app", SourceEventID: uuid.NewString(), Currency: "USD"}
+		c.Pricing = &pricing.Pricing{Model: pricing.Graduated, Tiers: []pricing.Tier{{UnitPrice: D("1")}}}
+		c.Model = pricing.Graduated
+		return r.p.ChargeRated(c)
+	}
+	const batches = 100
+	for b := range batches {
+		r.decide(user(fmt.Sprint("u", 2*b)), user(fmt.Sprint("u", 2*b+1)))
+	}
+	wantTold(t, r.told())
+	most := app.PartsFoldAt + 1
+	for _, parts := range []string{"invoice_line_part", "invoice_line_value_part", "invoice_meter_value_part"} {
+		var n int
+		if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM `+parts).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > most {
+			t.Errorf("%s holds %d rows after %d batches of one line, want at most %d", parts, n, batches, most)
+		}
+	}
+	explain := func(name string, run func(q *db.Queries) error) {
+		t.Helper()
+		plan := pgtest.Explain(t, r.pool, func(rec *pgtest.Recorder) error { return run(db.New(rec)) })
+		for _, parts := range []string{"invoice_line_part", "invoice_line_value_part", "invoice_meter_value_part"} {
+			if n := plan.RowsRead(t, pgtest.Relation(parts)); n > float64(most) {
+				t.Errorf("%s reads %v rows of %s, want at most %d", name, n, parts, most)
+			}
+		}
+	}
+	explain("MeterPeriodFigures", func(q *db.Queries) error {
+		_, err := q.MeterPeriodFigures(ctx, db.MeterPeriodFiguresParams{TenantID: "acme", Period: r.p.Period, MeterCodes: []string{"users"}})
+		return err
+	})
+	explain("PartLineSums", func(q *db.Queries) error {
+		_, err := q.PartLineSums(ctx, db.PartLineSumsParams{TenantID: "acme", Period: r.p.Period, Currency: "USD"})
+		return err
+	})
+	r.decide(user("last"), user("u7"))
+	wantTold(t, r.told(), "201 201", "USD 201 201")
 }

@@ -895,6 +895,121 @@ func (q *Queries) FindInvoiceToCorrect(ctx context.Context, arg FindInvoiceToCor
 	return i, err
 }
 
+const foldLineParts = `-- name: FoldLineParts :execrows
+WITH many AS (
+    SELECT p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced, p.aggregation, p.unit_price
+    FROM invoice_line_part p
+    WHERE p.tenant_id = $1::text AND p.period = $2::text
+    GROUP BY p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced, p.aggregation, p.unit_price
+    HAVING count(*) > $3::int
+), gone AS (
+    DELETE FROM invoice_line_part p USING many m
+    WHERE p.tenant_id = $1::text AND p.period = $2::text AND p.currency = m.currency
+      AND p.meter_code = m.meter_code AND p.price_version = m.price_version AND p.dimensions_key = m.dimensions_key
+      AND p.unpriced = m.unpriced AND p.aggregation = m.aggregation AND p.unit_price = m.unit_price
+    RETURNING p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced, p.aggregation, p.unit_price,
+              p.quantity, p.charges, p.amount
+)
+INSERT INTO invoice_line_part (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced,
+                               aggregation, unit_price, quantity, charges, amount)
+SELECT $1::text, $2::text, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced,
+       g.aggregation, g.unit_price, sum(g.quantity), sum(g.charges), sum(g.amount)
+FROM gone g
+GROUP BY g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced, g.aggregation, g.unit_price
+`
+
+type FoldLinePartsParams struct {
+	TenantID string
+	Period   string
+	Most     int32
+}
+
+// FoldLineParts replaces the parts of each line of a tenant's period that
+// has more than @most of them by one part, their sum: what PartLineSums and
+// MeterPeriodFigures read then stays at most @most + 1 rows a line however
+// many batches the period has had. The parts a concurrent batch has not
+// committed are not in the statement's snapshot and stay as they are; the
+// sums read before and after are the same.
+func (q *Queries) FoldLineParts(ctx context.Context, arg FoldLinePartsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, foldLineParts, arg.TenantID, arg.Period, arg.Most)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const foldLineValueParts = `-- name: FoldLineValueParts :execrows
+WITH many AS (
+    SELECT p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced
+    FROM invoice_line_value_part p
+    WHERE p.tenant_id = $1::text AND p.period = $2::text
+    GROUP BY p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced
+    HAVING count(*) > $3::int
+), gone AS (
+    DELETE FROM invoice_line_value_part p USING many m
+    WHERE p.tenant_id = $1::text AND p.period = $2::text AND p.currency = m.currency
+      AND p.meter_code = m.meter_code AND p.price_version = m.price_version AND p.dimensions_key = m.dimensions_key
+      AND p.unpriced = m.unpriced
+    RETURNING p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced, p.new_values
+)
+INSERT INTO invoice_line_value_part (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced,
+                                     new_values)
+SELECT $1::text, $2::text, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced,
+       sum(g.new_values)
+FROM gone g
+GROUP BY g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced
+`
+
+type FoldLineValuePartsParams struct {
+	TenantID string
+	Period   string
+	Most     int32
+}
+
+// FoldLineValueParts is FoldLineParts for what the batches added to the
+// lines' value sets (invoice_line_value_part).
+func (q *Queries) FoldLineValueParts(ctx context.Context, arg FoldLineValuePartsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, foldLineValueParts, arg.TenantID, arg.Period, arg.Most)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const foldMeterValueParts = `-- name: FoldMeterValueParts :execrows
+WITH many AS (
+    SELECT p.meter_code
+    FROM invoice_meter_value_part p
+    WHERE p.tenant_id = $1::text AND p.period = $2::text
+    GROUP BY p.meter_code
+    HAVING count(*) > $3::int
+), gone AS (
+    DELETE FROM invoice_meter_value_part p USING many m
+    WHERE p.tenant_id = $1::text AND p.period = $2::text AND p.meter_code = m.meter_code
+    RETURNING p.meter_code, p.new_values
+)
+INSERT INTO invoice_meter_value_part (tenant_id, period, meter_code, new_values)
+SELECT $1::text, $2::text, g.meter_code, sum(g.new_values)
+FROM gone g
+GROUP BY g.meter_code
+`
+
+type FoldMeterValuePartsParams struct {
+	TenantID string
+	Period   string
+	Most     int32
+}
+
+// FoldMeterValueParts is FoldLineParts for what the batches added to the
+// meters' value sets (invoice_meter_value_part).
+func (q *Queries) FoldMeterValueParts(ctx context.Context, arg FoldMeterValuePartsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, foldMeterValueParts, arg.TenantID, arg.Period, arg.Most)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const getInvoice = `-- name: GetInvoice :one
 SELECT i.invoice_id, i.tenant_id, i.period, i.currency, i.status, i.number, i.subtotal, i.tax_total, i.total, i.credits_applied, i.amount_due, i.issued_at,
        (i.status = 'open' AND g.period IS NOT NULL)::boolean AS draft
@@ -2655,4 +2770,24 @@ func (q *Queries) TallyValueChunk(ctx context.Context, arg TallyValueChunkParams
 		return nil, err
 	}
 	return items, nil
+}
+
+const tryFoldLock = `-- name: TryFoldLock :one
+SELECT pg_try_advisory_xact_lock(hashtextextended('invoice.parts.' || length($1::text) || ':' || $1::text || $2::text, 0))::boolean
+`
+
+type TryFoldLockParams struct {
+	TenantID string
+	Period   string
+}
+
+// TryFoldLock takes, if free, the transaction's lock on folding a tenant's
+// period's parts: two transactions folding one period would delete the same
+// rows, one waiting for the other (or, in another order, deadlocking); the
+// one without the lock leaves the folding to the other.
+func (q *Queries) TryFoldLock(ctx context.Context, arg TryFoldLockParams) (bool, error) {
+	row := q.db.QueryRow(ctx, tryFoldLock, arg.TenantID, arg.Period)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
 }
