@@ -434,8 +434,12 @@ func (w *workload) rate(ctx context.Context, b *batch) (int, error) {
 		w.usageDigest, handle, publish)
 }
 
+// foldPartsAt is invoice's PartsFoldAt (internal to the service).
+const foldPartsAt = 32
+
 // invoiceCharges is invoice's consumed batch of ChargeRated: the charges
-// on the open invoice (AddCharges).
+// on the open invoice (AddCharges) and the fold of its lines' parts
+// (FoldParts).
 func (w *workload) invoiceCharges(ctx context.Context, b *batch) (int, error) {
 	handle := func(tx pgx.Tx) error {
 		sql, args, err := w.stmt("AddCharges", map[string]any{
@@ -467,6 +471,14 @@ func (w *workload) invoiceCharges(ctx context.Context, b *batch) (int, error) {
 		}
 		if err := rows.Err(); err != nil || added != b.n {
 			return fmt.Errorf("add charges: %d of %d: %v", added, b.n, err)
+		}
+		sql, args, err = w.stmt("FoldParts", map[string]any{
+			"tenant_ids": repeat(tenantID, b.n), "periods": repeat(b.period, b.n), "most": int32(foldPartsAt)})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, sql, args...); err != nil {
+			return fmt.Errorf("fold parts: %w", err)
 		}
 		return nil
 	}

@@ -265,18 +265,14 @@ func figureKey(tenantID, period, kind, of string) string {
 	return tenantID + "\x00" + period + "\x00" + kind + "\x00" + of
 }
 
-// PartsFoldAt is how many parts (a row per batch) a line of a period may
-// have before the alerts' next decision folds them into one (foldParts).
-const PartsFoldAt = 32
-
 // runningFigures computes the figures the pending alerts watch, by
 // figureKey: a meter's period quantity by its aggregation over every charge
 // of the period (MeterPeriodFigures, domain.MeterQuantity), a currency's
 // running total the subtotal of the period's open invoice in it
 // (runningTotal). Both read the batches' parts (invoice_line_part) and the
 // lines' own rows, never the charges one by one; and the parts are folded
-// first (foldParts), so what they read is at most PartsFoldAt + 1 rows a
-// line, however many batches the period has had.
+// as the charges are recorded (foldParts), so what they read is at most
+// PartsFoldAt + 1 rows a line, however many batches the period has had.
 func runningFigures(ctx context.Context, q *db.Queries, pending []db.PendingAlertsRow) (map[string]decimal.Decimal, error) {
 	meters := map[tenantPeriod][]string{}
 	spends := map[tenantPeriod][]string{}
@@ -299,9 +295,6 @@ func runningFigures(ctx context.Context, q *db.Queries, pending []db.PendingAler
 	}
 	out := map[string]decimal.Decimal{}
 	for _, tp := range order {
-		if err := foldParts(ctx, q, tp.tenant, tp.period); err != nil {
-			return nil, err
-		}
 		if len(meters[tp]) > 0 {
 			rows, err := q.MeterPeriodFigures(ctx, db.MeterPeriodFiguresParams{TenantID: tp.tenant, Period: tp.period, MeterCodes: meters[tp]})
 			if err != nil {
@@ -325,32 +318,6 @@ func runningFigures(ctx context.Context, q *db.Queries, pending []db.PendingAler
 		}
 	}
 	return out, nil
-}
-
-// foldParts replaces the parts of each line (and of each line's and
-// meter's value set) of a tenant's period that has more than PartsFoldAt of
-// them by their sum, in the transaction deciding the alerts (unless another
-// transaction is folding them: TryFoldLock): a line's parts grow by one a
-// batch and are folded every PartsFoldAt batches, so the figures' reads stay
-// bounded by the lines, not the batches.
-func foldParts(ctx context.Context, q *db.Queries, tenantID, period string) error {
-	mine, err := q.TryFoldLock(ctx, db.TryFoldLockParams{TenantID: tenantID, Period: period})
-	if err != nil {
-		return fmt.Errorf("lock the parts of %s %s: %w", tenantID, period, err)
-	}
-	if !mine { // another transaction is folding them
-		return nil
-	}
-	if _, err := q.FoldLineParts(ctx, db.FoldLinePartsParams{TenantID: tenantID, Period: period, Most: PartsFoldAt}); err != nil {
-		return fmt.Errorf("fold the line parts of %s %s: %w", tenantID, period, err)
-	}
-	if _, err := q.FoldLineValueParts(ctx, db.FoldLineValuePartsParams{TenantID: tenantID, Period: period, Most: PartsFoldAt}); err != nil {
-		return fmt.Errorf("fold the line value parts of %s %s: %w", tenantID, period, err)
-	}
-	if _, err := q.FoldMeterValueParts(ctx, db.FoldMeterValuePartsParams{TenantID: tenantID, Period: period, Most: PartsFoldAt}); err != nil {
-		return fmt.Errorf("fold the meter value parts of %s %s: %w", tenantID, period, err)
-	}
-	return nil
 }
 
 // runningTotal is the subtotal of the open invoice of a tenant's period in

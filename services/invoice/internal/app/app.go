@@ -49,9 +49,8 @@ type Config struct {
 	// DefaultMaxReadLines): more is refused 422 too_many_lines.
 	MaxReadLines int
 	// CloseChunk is how many charges one statement of a close's tally
-	// reads (INVOICE_CLOSE_CHUNK; default DefaultCloseChunk), and of an
-	// open invoice's read too: their longest statement grows with it, not
-	// with the period.
+	// reads (INVOICE_CLOSE_CHUNK; default DefaultCloseChunk): its longest
+	// statement grows with it, not with the period.
 	CloseChunk int
 	// CloseChunksPerAttempt is how many chunks of a close's tally one
 	// decision of the close walks, each in its own transaction, before it
@@ -108,10 +107,6 @@ type App struct {
 	// each chunk of a close's count of distinct values (in its step) with
 	// the values it read.
 	afterValueChunk func(values int64)
-	// afterReadChunk, when set (tests: SetAfterReadChunk), runs after each
-	// chunk an open invoice's read walks ("charges" or "values") with the
-	// rows it counted.
-	afterReadChunk func(kind string, n int64)
 }
 
 // New returns the App of d and c.

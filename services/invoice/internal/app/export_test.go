@@ -11,7 +11,3 @@ func (a *App) SetAfterChunk(f func(charges int64)) { a.afterChunk = f }
 // SetAfterValueChunk sets a hook run after each chunk of a close's count of
 // distinct values with the values it read.
 func (a *App) SetAfterValueChunk(f func(values int64)) { a.afterValueChunk = f }
-
-// SetAfterReadChunk sets a hook run after each chunk an open invoice's read
-// walks, with the kind ("charges" or "values") and the rows it counted.
-func (a *App) SetAfterReadChunk(f func(kind string, n int64)) { a.afterReadChunk = f }

@@ -160,8 +160,8 @@ func (a *App) Invoices(ctx context.Context, tenantID, period string, after *Posi
 }
 
 // complete reads the lines and corrections of the invoices in rows: the
-// stored lines, and for an open invoice its charge lines computed from its
-// charges (liveLines: walked in chunks, each statement bounded). With most
+// stored lines, and for an open invoice its charge lines summed from its
+// lines' parts (liveLines: one statement an invoice, bounded by its lines). With most
 // > 0 it reads at most most+1 rows of each kind, and ErrTooManyLines when
 // the lines and correction notes together are more than most: an answer's
 // size and the work of building it do not grow with the tenant's adjustments,

@@ -775,79 +775,83 @@ FROM invoice i
 LEFT JOIN invoice_line l ON l.invoice_id = i.invoice_id AND l.kind = 'adjustment'
 WHERE i.tenant_id = @tenant_id::text AND i.period = @period::text AND i.currency = @currency::text;
 
--- name: TryFoldLock :one
--- TryFoldLock takes, if free, the transaction's lock on folding a tenant's
--- period's parts: two transactions folding one period would delete the same
--- rows, one waiting for the other (or, in another order, deadlocking); the
--- one without the lock leaves the folding to the other.
-SELECT pg_try_advisory_xact_lock(hashtextextended('invoice.parts.' || length(@tenant_id::text) || ':' || @tenant_id::text || @period::text, 0))::boolean;
-
--- name: FoldLineParts :execrows
--- FoldLineParts replaces the parts of each line of a tenant's period that
--- has more than @most of them by one part, their sum: what PartLineSums and
--- MeterPeriodFigures read then stays at most @most + 1 rows a line however
--- many batches the period has had. The parts a concurrent batch has not
+-- name: FoldParts :one
+-- FoldParts replaces the parts of each line of the tenants' periods given
+-- (and of each line's and meter's value set) that has more than @most of
+-- them by one part, their sum: what PartLineSums and MeterPeriodFigures
+-- read then stays at most @most + 1 rows a line however many batches the
+-- period has had. A period another transaction is folding (its
+-- transaction-scoped advisory lock taken, with pg_try_advisory_xact_lock)
+-- is left to it: two folds would delete the same rows, one waiting for the
+-- other or, in another order, deadlocking. Parts a concurrent batch has not
 -- committed are not in the statement's snapshot and stay as they are; the
--- sums read before and after are the same.
-WITH many AS (
-    SELECT p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced, p.aggregation, p.unit_price
-    FROM invoice_line_part p
-    WHERE p.tenant_id = @tenant_id::text AND p.period = @period::text
-    GROUP BY p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced, p.aggregation, p.unit_price
+-- sums read before and after are the same. It returns the parts removed.
+WITH tp AS (
+    SELECT DISTINCT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@periods::text[]) AS period
+    ORDER BY 1, 2
+), mine AS (
+    SELECT tp.tenant_id, tp.period FROM tp
+    WHERE pg_try_advisory_xact_lock(hashtextextended(
+        'invoice.parts.' || length(tp.tenant_id) || ':' || tp.tenant_id || tp.period, 0))
+), line_many AS (
+    SELECT p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced,
+           p.aggregation, p.unit_price
+    FROM mine JOIN invoice_line_part p ON p.tenant_id = mine.tenant_id AND p.period = mine.period
+    GROUP BY p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced,
+             p.aggregation, p.unit_price
     HAVING count(*) > @most::int
-), gone AS (
-    DELETE FROM invoice_line_part p USING many m
-    WHERE p.tenant_id = @tenant_id::text AND p.period = @period::text AND p.currency = m.currency
+), line_gone AS (
+    DELETE FROM invoice_line_part p USING line_many m
+    WHERE p.tenant_id = m.tenant_id AND p.period = m.period AND p.currency = m.currency
       AND p.meter_code = m.meter_code AND p.price_version = m.price_version AND p.dimensions_key = m.dimensions_key
       AND p.unpriced = m.unpriced AND p.aggregation = m.aggregation AND p.unit_price = m.unit_price
-    RETURNING p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced, p.aggregation, p.unit_price,
-              p.quantity, p.charges, p.amount
-)
-INSERT INTO invoice_line_part (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced,
-                               aggregation, unit_price, quantity, charges, amount)
-SELECT @tenant_id::text, @period::text, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced,
-       g.aggregation, g.unit_price, sum(g.quantity), sum(g.charges), sum(g.amount)
-FROM gone g
-GROUP BY g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced, g.aggregation, g.unit_price;
-
--- name: FoldLineValueParts :execrows
--- FoldLineValueParts is FoldLineParts for what the batches added to the
--- lines' value sets (invoice_line_value_part).
-WITH many AS (
-    SELECT p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced
-    FROM invoice_line_value_part p
-    WHERE p.tenant_id = @tenant_id::text AND p.period = @period::text
-    GROUP BY p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced
+    RETURNING p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced,
+              p.aggregation, p.unit_price, p.quantity, p.charges, p.amount
+), line_sum AS (
+    INSERT INTO invoice_line_part (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced,
+                                   aggregation, unit_price, quantity, charges, amount)
+    SELECT g.tenant_id, g.period, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced,
+           g.aggregation, g.unit_price, sum(g.quantity), sum(g.charges), sum(g.amount)
+    FROM line_gone g
+    GROUP BY g.tenant_id, g.period, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced,
+             g.aggregation, g.unit_price
+    RETURNING 1
+), value_many AS (
+    SELECT p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced
+    FROM mine JOIN invoice_line_value_part p ON p.tenant_id = mine.tenant_id AND p.period = mine.period
+    GROUP BY p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced
     HAVING count(*) > @most::int
-), gone AS (
-    DELETE FROM invoice_line_value_part p USING many m
-    WHERE p.tenant_id = @tenant_id::text AND p.period = @period::text AND p.currency = m.currency
+), value_gone AS (
+    DELETE FROM invoice_line_value_part p USING value_many m
+    WHERE p.tenant_id = m.tenant_id AND p.period = m.period AND p.currency = m.currency
       AND p.meter_code = m.meter_code AND p.price_version = m.price_version AND p.dimensions_key = m.dimensions_key
       AND p.unpriced = m.unpriced
-    RETURNING p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced, p.new_values
-)
-INSERT INTO invoice_line_value_part (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced,
-                                     new_values)
-SELECT @tenant_id::text, @period::text, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced,
-       sum(g.new_values)
-FROM gone g
-GROUP BY g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced;
-
--- name: FoldMeterValueParts :execrows
--- FoldMeterValueParts is FoldLineParts for what the batches added to the
--- meters' value sets (invoice_meter_value_part).
-WITH many AS (
-    SELECT p.meter_code
-    FROM invoice_meter_value_part p
-    WHERE p.tenant_id = @tenant_id::text AND p.period = @period::text
-    GROUP BY p.meter_code
+    RETURNING p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced,
+              p.new_values
+), value_sum AS (
+    INSERT INTO invoice_line_value_part (tenant_id, period, currency, meter_code, price_version, dimensions_key,
+                                         unpriced, new_values)
+    SELECT g.tenant_id, g.period, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced,
+           sum(g.new_values)
+    FROM value_gone g
+    GROUP BY g.tenant_id, g.period, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced
+    RETURNING 1
+), meter_many AS (
+    SELECT p.tenant_id, p.period, p.meter_code
+    FROM mine JOIN invoice_meter_value_part p ON p.tenant_id = mine.tenant_id AND p.period = mine.period
+    GROUP BY p.tenant_id, p.period, p.meter_code
     HAVING count(*) > @most::int
-), gone AS (
-    DELETE FROM invoice_meter_value_part p USING many m
-    WHERE p.tenant_id = @tenant_id::text AND p.period = @period::text AND p.meter_code = m.meter_code
-    RETURNING p.meter_code, p.new_values
+), meter_gone AS (
+    DELETE FROM invoice_meter_value_part p USING meter_many m
+    WHERE p.tenant_id = m.tenant_id AND p.period = m.period AND p.meter_code = m.meter_code
+    RETURNING p.tenant_id, p.period, p.meter_code, p.new_values
+), meter_sum AS (
+    INSERT INTO invoice_meter_value_part (tenant_id, period, meter_code, new_values)
+    SELECT g.tenant_id, g.period, g.meter_code, sum(g.new_values)
+    FROM meter_gone g
+    GROUP BY g.tenant_id, g.period, g.meter_code
+    RETURNING 1
 )
-INSERT INTO invoice_meter_value_part (tenant_id, period, meter_code, new_values)
-SELECT @tenant_id::text, @period::text, g.meter_code, sum(g.new_values)
-FROM gone g
-GROUP BY g.meter_code;
+SELECT ((SELECT count(*) FROM line_gone) + (SELECT count(*) FROM value_gone) + (SELECT count(*) FROM meter_gone)
+        - (SELECT count(*) FROM line_sum) - (SELECT count(*) FROM value_sum) - (SELECT count(*) FROM meter_sum))::bigint
+       AS removed;

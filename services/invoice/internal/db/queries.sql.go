@@ -895,119 +895,99 @@ func (q *Queries) FindInvoiceToCorrect(ctx context.Context, arg FindInvoiceToCor
 	return i, err
 }
 
-const foldLineParts = `-- name: FoldLineParts :execrows
-WITH many AS (
-    SELECT p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced, p.aggregation, p.unit_price
-    FROM invoice_line_part p
-    WHERE p.tenant_id = $1::text AND p.period = $2::text
-    GROUP BY p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced, p.aggregation, p.unit_price
+const foldParts = `-- name: FoldParts :one
+WITH tp AS (
+    SELECT DISTINCT unnest($1::text[]) AS tenant_id, unnest($2::text[]) AS period
+    ORDER BY 1, 2
+), mine AS (
+    SELECT tp.tenant_id, tp.period FROM tp
+    WHERE pg_try_advisory_xact_lock(hashtextextended(
+        'invoice.parts.' || length(tp.tenant_id) || ':' || tp.tenant_id || tp.period, 0))
+), line_many AS (
+    SELECT p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced,
+           p.aggregation, p.unit_price
+    FROM mine JOIN invoice_line_part p ON p.tenant_id = mine.tenant_id AND p.period = mine.period
+    GROUP BY p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced,
+             p.aggregation, p.unit_price
     HAVING count(*) > $3::int
-), gone AS (
-    DELETE FROM invoice_line_part p USING many m
-    WHERE p.tenant_id = $1::text AND p.period = $2::text AND p.currency = m.currency
+), line_gone AS (
+    DELETE FROM invoice_line_part p USING line_many m
+    WHERE p.tenant_id = m.tenant_id AND p.period = m.period AND p.currency = m.currency
       AND p.meter_code = m.meter_code AND p.price_version = m.price_version AND p.dimensions_key = m.dimensions_key
       AND p.unpriced = m.unpriced AND p.aggregation = m.aggregation AND p.unit_price = m.unit_price
-    RETURNING p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced, p.aggregation, p.unit_price,
-              p.quantity, p.charges, p.amount
-)
-INSERT INTO invoice_line_part (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced,
-                               aggregation, unit_price, quantity, charges, amount)
-SELECT $1::text, $2::text, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced,
-       g.aggregation, g.unit_price, sum(g.quantity), sum(g.charges), sum(g.amount)
-FROM gone g
-GROUP BY g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced, g.aggregation, g.unit_price
-`
-
-type FoldLinePartsParams struct {
-	TenantID string
-	Period   string
-	Most     int32
-}
-
-// FoldLineParts replaces the parts of each line of a tenant's period that
-// has more than @most of them by one part, their sum: what PartLineSums and
-// MeterPeriodFigures read then stays at most @most + 1 rows a line however
-// many batches the period has had. The parts a concurrent batch has not
-// committed are not in the statement's snapshot and stay as they are; the
-// sums read before and after are the same.
-func (q *Queries) FoldLineParts(ctx context.Context, arg FoldLinePartsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, foldLineParts, arg.TenantID, arg.Period, arg.Most)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const foldLineValueParts = `-- name: FoldLineValueParts :execrows
-WITH many AS (
-    SELECT p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced
-    FROM invoice_line_value_part p
-    WHERE p.tenant_id = $1::text AND p.period = $2::text
-    GROUP BY p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced
+    RETURNING p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced,
+              p.aggregation, p.unit_price, p.quantity, p.charges, p.amount
+), line_sum AS (
+    INSERT INTO invoice_line_part (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced,
+                                   aggregation, unit_price, quantity, charges, amount)
+    SELECT g.tenant_id, g.period, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced,
+           g.aggregation, g.unit_price, sum(g.quantity), sum(g.charges), sum(g.amount)
+    FROM line_gone g
+    GROUP BY g.tenant_id, g.period, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced,
+             g.aggregation, g.unit_price
+    RETURNING 1
+), value_many AS (
+    SELECT p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced
+    FROM mine JOIN invoice_line_value_part p ON p.tenant_id = mine.tenant_id AND p.period = mine.period
+    GROUP BY p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced
     HAVING count(*) > $3::int
-), gone AS (
-    DELETE FROM invoice_line_value_part p USING many m
-    WHERE p.tenant_id = $1::text AND p.period = $2::text AND p.currency = m.currency
+), value_gone AS (
+    DELETE FROM invoice_line_value_part p USING value_many m
+    WHERE p.tenant_id = m.tenant_id AND p.period = m.period AND p.currency = m.currency
       AND p.meter_code = m.meter_code AND p.price_version = m.price_version AND p.dimensions_key = m.dimensions_key
       AND p.unpriced = m.unpriced
-    RETURNING p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced, p.new_values
-)
-INSERT INTO invoice_line_value_part (tenant_id, period, currency, meter_code, price_version, dimensions_key, unpriced,
-                                     new_values)
-SELECT $1::text, $2::text, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced,
-       sum(g.new_values)
-FROM gone g
-GROUP BY g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced
-`
-
-type FoldLineValuePartsParams struct {
-	TenantID string
-	Period   string
-	Most     int32
-}
-
-// FoldLineValueParts is FoldLineParts for what the batches added to the
-// lines' value sets (invoice_line_value_part).
-func (q *Queries) FoldLineValueParts(ctx context.Context, arg FoldLineValuePartsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, foldLineValueParts, arg.TenantID, arg.Period, arg.Most)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const foldMeterValueParts = `-- name: FoldMeterValueParts :execrows
-WITH many AS (
-    SELECT p.meter_code
-    FROM invoice_meter_value_part p
-    WHERE p.tenant_id = $1::text AND p.period = $2::text
-    GROUP BY p.meter_code
+    RETURNING p.tenant_id, p.period, p.currency, p.meter_code, p.price_version, p.dimensions_key, p.unpriced,
+              p.new_values
+), value_sum AS (
+    INSERT INTO invoice_line_value_part (tenant_id, period, currency, meter_code, price_version, dimensions_key,
+                                         unpriced, new_values)
+    SELECT g.tenant_id, g.period, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced,
+           sum(g.new_values)
+    FROM value_gone g
+    GROUP BY g.tenant_id, g.period, g.currency, g.meter_code, g.price_version, g.dimensions_key, g.unpriced
+    RETURNING 1
+), meter_many AS (
+    SELECT p.tenant_id, p.period, p.meter_code
+    FROM mine JOIN invoice_meter_value_part p ON p.tenant_id = mine.tenant_id AND p.period = mine.period
+    GROUP BY p.tenant_id, p.period, p.meter_code
     HAVING count(*) > $3::int
-), gone AS (
-    DELETE FROM invoice_meter_value_part p USING many m
-    WHERE p.tenant_id = $1::text AND p.period = $2::text AND p.meter_code = m.meter_code
-    RETURNING p.meter_code, p.new_values
+), meter_gone AS (
+    DELETE FROM invoice_meter_value_part p USING meter_many m
+    WHERE p.tenant_id = m.tenant_id AND p.period = m.period AND p.meter_code = m.meter_code
+    RETURNING p.tenant_id, p.period, p.meter_code, p.new_values
+), meter_sum AS (
+    INSERT INTO invoice_meter_value_part (tenant_id, period, meter_code, new_values)
+    SELECT g.tenant_id, g.period, g.meter_code, sum(g.new_values)
+    FROM meter_gone g
+    GROUP BY g.tenant_id, g.period, g.meter_code
+    RETURNING 1
 )
-INSERT INTO invoice_meter_value_part (tenant_id, period, meter_code, new_values)
-SELECT $1::text, $2::text, g.meter_code, sum(g.new_values)
-FROM gone g
-GROUP BY g.meter_code
+SELECT ((SELECT count(*) FROM line_gone) + (SELECT count(*) FROM value_gone) + (SELECT count(*) FROM meter_gone)
+        - (SELECT count(*) FROM line_sum) - (SELECT count(*) FROM value_sum) - (SELECT count(*) FROM meter_sum))::bigint
+       AS removed
 `
 
-type FoldMeterValuePartsParams struct {
-	TenantID string
-	Period   string
-	Most     int32
+type FoldPartsParams struct {
+	TenantIds []string
+	Periods   []string
+	Most      int32
 }
 
-// FoldMeterValueParts is FoldLineParts for what the batches added to the
-// meters' value sets (invoice_meter_value_part).
-func (q *Queries) FoldMeterValueParts(ctx context.Context, arg FoldMeterValuePartsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, foldMeterValueParts, arg.TenantID, arg.Period, arg.Most)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+// FoldParts replaces the parts of each line of the tenants' periods given
+// (and of each line's and meter's value set) that has more than @most of
+// them by one part, their sum: what PartLineSums and MeterPeriodFigures
+// read then stays at most @most + 1 rows a line however many batches the
+// period has had. A period another transaction is folding (its
+// transaction-scoped advisory lock taken, with pg_try_advisory_xact_lock)
+// is left to it: two folds would delete the same rows, one waiting for the
+// other or, in another order, deadlocking. Parts a concurrent batch has not
+// committed are not in the statement's snapshot and stay as they are; the
+// sums read before and after are the same. It returns the parts removed.
+func (q *Queries) FoldParts(ctx context.Context, arg FoldPartsParams) (int64, error) {
+	row := q.db.QueryRow(ctx, foldParts, arg.TenantIds, arg.Periods, arg.Most)
+	var removed int64
+	err := row.Scan(&removed)
+	return removed, err
 }
 
 const getInvoice = `-- name: GetInvoice :one
@@ -2770,24 +2750,4 @@ func (q *Queries) TallyValueChunk(ctx context.Context, arg TallyValueChunkParams
 		return nil, err
 	}
 	return items, nil
-}
-
-const tryFoldLock = `-- name: TryFoldLock :one
-SELECT pg_try_advisory_xact_lock(hashtextextended('invoice.parts.' || length($1::text) || ':' || $1::text || $2::text, 0))::boolean
-`
-
-type TryFoldLockParams struct {
-	TenantID string
-	Period   string
-}
-
-// TryFoldLock takes, if free, the transaction's lock on folding a tenant's
-// period's parts: two transactions folding one period would delete the same
-// rows, one waiting for the other (or, in another order, deadlocking); the
-// one without the lock leaves the folding to the other.
-func (q *Queries) TryFoldLock(ctx context.Context, arg TryFoldLockParams) (bool, error) {
-	row := q.db.QueryRow(ctx, tryFoldLock, arg.TenantID, arg.Period)
-	var column_1 bool
-	err := row.Scan(&column_1)
-	return column_1, err
 }
