@@ -553,11 +553,23 @@ func TestPurgeEndedKeepsWhatIsWithinItsRetention(t *testing.T) {
 // A tenant whose ten endpoints hang holds at most WEBHOOK_TENANT_CONCURRENCY
 // of a worker's slots, and another tenant's delivery goes out while those
 // calls still hang: it waits for a free slot, not for the slow calls. Its
-// acceptance is recorded within fairDelay of its intent becoming due (issue
-// 27): a bound on correctness, not a speed, since the slow calls hang 30 s
-// and a delivery queued behind them would come about 30 s late.
+// acceptance is recorded within fairDelay of its intent becoming due: a
+// bound on correctness, not a speed, since the slow calls hang 30 s and a
+// delivery queued behind them would come about 30 s late. The same with a
+// backlog of the hanging tenant's intents, all older, larger than the 1,000
+// due intents one claim ranks (claimScan): a tenant without room is left
+// out of the ranking, so the other's intent is in it.
 func TestHangingEndpointsOfOneTenantDoNotHoldBackAnother(t *testing.T) {
 	t.Parallel()
+	for _, backlog := range []int{0, 1500} {
+		t.Run(fmt.Sprintf("older backlog %d", backlog), func(t *testing.T) {
+			t.Parallel()
+			hangingTenantBeside(t, backlog)
+		})
+	}
+}
+
+func hangingTenantBeside(t *testing.T, backlog int) {
 	pool := pgtest.NewPool(t, Template)
 	var mu sync.Mutex
 	hanging, most, ended := 0, 0, 0
@@ -583,6 +595,20 @@ func TestHangingEndpointsOfOneTenantDoNotHoldBackAnother(t *testing.T) {
 		}
 	}
 	issue(t, pool, "slowco", false, "USD", "EUR", "KRW") // 30 intents
+	if backlog > 0 { // copies of them, due a minute earlier
+		if _, err := pool.Exec(t.Context(), `
+			INSERT INTO webhook_intent (intent_id, endpoint_id, tenant_id, idempotency_key, event_id, event_type, body,
+			                            created_at, not_before, expires_at)
+			SELECT gen_random_uuid(), w.endpoint_id, w.tenant_id, w.idempotency_key || '/backlog/' || g, gen_random_uuid(),
+			       w.event_type, w.body, w.created_at - interval '1 minute', w.not_before - interval '1 minute', w.expires_at
+			FROM webhook_intent w, generate_series(1, $1::int / 30) g WHERE w.tenant_id = 'slowco'`, backlog); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM webhook_intent WHERE status = 'pending'`).Scan(&n); err != nil || n != 30+backlog {
+			t.Fatalf("%d pending intents (%v), want %d", n, err, 30+backlog)
+		}
+	}
 	fast := newReceiver(t)
 	fast.register(t, pool, "acme")
 
