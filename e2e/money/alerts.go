@@ -38,12 +38,13 @@ import (
 // alerts past it are refused 422 limit_exceeded.
 const maxAlerts = 4
 
-// HookServiceEnv are the invoice service's settings for the money test's
-// receiver: its loopback address allowed over http, and quick polls and
-// retries.
+// HookServiceEnv are the invoice service's settings for the money test:
+// its receiver's loopback address allowed over http, quick polls and
+// retries, the alerts' limit and the parts' fold (partsFoldAt).
 var HookServiceEnv = map[string]string{
 	"WEBHOOK_ALLOW_NETS": "127.0.0.0/8", "WEBHOOK_ALLOW_HTTP": "true", "WEBHOOK_POLL_INTERVAL": "50ms",
 	"WEBHOOK_BACKOFF_BASE": "100ms", "WEBHOOK_BACKOFF_MAX": "1s", "INVOICE_MAX_ALERTS": fmt.Sprint(maxAlerts),
+	"INVOICE_PARTS_FOLD_AT": fmt.Sprint(partsFoldAt),
 }
 
 // Alert is a tenant's alert as the model knows it, and what it predicts

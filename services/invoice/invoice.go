@@ -45,6 +45,7 @@ var Spec = service.Spec{
 // of deploy/).
 var EnvNames = slices.Concat(webhook.EnvNames, document.EnvNames, []string{
 	"INVOICE_MAX_CREDIT_GRANTS", "INVOICE_MAX_ALERTS", "INVOICE_CLOSE_CHUNK", "INVOICE_CLOSE_CHUNKS_PER_ATTEMPT",
+	"INVOICE_PARTS_FOLD_AT",
 })
 
 // SealsWebhookSecrets reports whether env's WEBHOOK_SECRET_KEYS seals the
@@ -74,19 +75,23 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	maxAlerts := env.Int("INVOICE_MAX_ALERTS", app.DefaultMaxAlerts)
 	closeChunk := env.Int("INVOICE_CLOSE_CHUNK", app.DefaultCloseChunk)
 	closeChunks := env.Int("INVOICE_CLOSE_CHUNKS_PER_ATTEMPT", app.DefaultCloseChunksPerAttempt)
-	var chunkErr, chunksErr error
+	foldAt := env.Int("INVOICE_PARTS_FOLD_AT", app.DefaultPartsFoldAt)
+	var chunkErr, chunksErr, foldErr error
 	if closeChunk < 1 || closeChunk > app.MaxCloseChunk {
 		chunkErr = fmt.Errorf("INVOICE_CLOSE_CHUNK: want a number of charges from 1 to %d, got %d", app.MaxCloseChunk, closeChunk)
 	}
 	if closeChunks < 1 || closeChunks > 1000 {
 		chunksErr = fmt.Errorf("INVOICE_CLOSE_CHUNKS_PER_ATTEMPT: want a number of chunks from 1 to 1000, got %d", closeChunks)
 	}
-	if err := errors.Join(hooksErr, sellerErr, env.Err(), chunkErr, chunksErr); err != nil {
+	if foldAt < 1 || foldAt > app.MaxPartsFoldAt {
+		foldErr = fmt.Errorf("INVOICE_PARTS_FOLD_AT: want a number of parts from 1 to %d, got %d", app.MaxPartsFoldAt, foldAt)
+	}
+	if err := errors.Join(hooksErr, sellerErr, env.Err(), chunkErr, chunksErr, foldErr); err != nil {
 		return service.Parts{}, err
 	}
 	a := app.New(app.Deps{Pool: d.Pool, Logger: d.Logger, Clock: now},
 		app.Config{WebhookTTL: hooks.TTL, MaxGrants: maxGrants, MaxAlerts: maxAlerts, CloseChunk: closeChunk,
-			CloseChunksPerAttempt: closeChunks})
+			CloseChunksPerAttempt: closeChunks, PartsFoldAt: foldAt})
 	worker, err := webhook.NewWorker(d.Pool, hooks, d.Logger, d.Metrics)
 	if err != nil {
 		return service.Parts{}, err

@@ -85,7 +85,7 @@ func TestAlertFiguresReadTheBatchesNotTheValues(t *testing.T) {
 
 // The parts the alerts' figures sum are folded as the batches come: after
 // 100 batches of a unique_count line (two new users each) the three part
-// tables hold at most app.PartsFoldAt + 1 rows for it, the figures' reads
+// tables hold at most app.DefaultPartsFoldAt + 1 rows for it, the figures' reads
 // read no more, and the alerts still see every user (200, then 201: told
 // once, with the exact figure). Without the fold the tables hold a row per
 // batch (100) and the test fails.
@@ -108,7 +108,7 @@ func TestAlertFiguresFoldTheParts(t *testing.T) {
 		r.decide(user(fmt.Sprint("u", 2*b)), user(fmt.Sprint("u", 2*b+1)))
 	}
 	wantTold(t, r.told())
-	most := app.PartsFoldAt + 1
+	most := app.DefaultPartsFoldAt + 1
 	for _, parts := range []string{"invoice_line_part", "invoice_line_value_part", "invoice_meter_value_part"} {
 		var n int
 		if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM `+parts).Scan(&n); err != nil {

@@ -272,7 +272,8 @@ func figureKey(tenantID, period, kind, of string) string {
 // (runningTotal). Both read the batches' parts (invoice_line_part) and the
 // lines' own rows, never the charges one by one; and the parts are folded
 // as the charges are recorded (foldParts), so what they read is at most
-// PartsFoldAt + 1 rows a line, however many batches the period has had.
+// Config.PartsFoldAt + 1 rows a line, however many batches the period has
+// had.
 func runningFigures(ctx context.Context, q *db.Queries, pending []db.PendingAlertsRow) (map[string]decimal.Decimal, error) {
 	meters := map[tenantPeriod][]string{}
 	spends := map[tenantPeriod][]string{}

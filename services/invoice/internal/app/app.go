@@ -59,7 +59,19 @@ type Config struct {
 	// DefaultCloseChunksPerAttempt): the deciding transaction stays open
 	// for at most this many chunks, whatever the period's size.
 	CloseChunksPerAttempt int
+	// PartsFoldAt is how many parts a line of a period may have before
+	// the next batch of the period folds them into one
+	// (INVOICE_PARTS_FOLD_AT; default DefaultPartsFoldAt, 1 to
+	// MaxPartsFoldAt; see foldParts).
+	PartsFoldAt int
 }
+
+// DefaultPartsFoldAt is Config.PartsFoldAt when unset; MaxPartsFoldAt the
+// largest INVOICE_PARTS_FOLD_AT.
+const (
+	DefaultPartsFoldAt = 32
+	MaxPartsFoldAt     = 1000
+)
 
 // DefaultCloseChunk is Config.CloseChunk when unset; MaxCloseChunk the
 // largest INVOICE_CLOSE_CHUNK.
@@ -99,6 +111,8 @@ type App struct {
 	closeChunk int
 	// closeChunksPerAttempt is Config.CloseChunksPerAttempt.
 	closeChunksPerAttempt int
+	// partsFoldAt is Config.PartsFoldAt.
+	partsFoldAt int
 	// afterChunk, when set (tests: SetAfterChunk), runs after each chunk
 	// of a close's tally (after its commit, with a pool) with the charges
 	// it read.
@@ -137,6 +151,10 @@ func New(d Deps, c Config) *App {
 	a.closeChunksPerAttempt = c.CloseChunksPerAttempt
 	if a.closeChunksPerAttempt <= 0 {
 		a.closeChunksPerAttempt = DefaultCloseChunksPerAttempt
+	}
+	a.partsFoldAt = c.PartsFoldAt
+	if a.partsFoldAt <= 0 {
+		a.partsFoldAt = DefaultPartsFoldAt
 	}
 	a.maxReadLines = c.MaxReadLines
 	if a.maxReadLines <= 0 {

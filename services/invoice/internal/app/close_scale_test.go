@@ -185,7 +185,7 @@ func TestOpenReadAtScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := db.New(seed).FoldParts(ctx, db.FoldPartsParams{TenantIds: []string{"acme"}, Periods: []string{"2026-11"},
-		Most: app.PartsFoldAt}); err != nil {
+		Most: app.DefaultPartsFoldAt}); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("seeded %d charges in %s", n, time.Since(began).Round(time.Millisecond))

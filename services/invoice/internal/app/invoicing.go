@@ -143,7 +143,7 @@ func (a *App) ApplyChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope.D
 			return nil, inbox.ItemError(i, inbox.Duplicate("invoice_charge_origin_key"))
 		}
 	}
-	if err := foldParts(ctx, tx, arg.TenantIds, arg.Periods); err != nil {
+	if err := a.foldParts(ctx, tx, arg.TenantIds, arg.Periods); err != nil {
 		return nil, err
 	}
 	touches := make([]touch, n)
@@ -157,20 +157,16 @@ func (a *App) ApplyChargesRated(ctx context.Context, tx pgx.Tx, ds []*envelope.D
 	return make([]inbox.Outcome, n), nil
 }
 
-// PartsFoldAt is how many parts a line of a period may have (AddCharges
-// writes a row per batch and line, and for unique_count lines one per batch
-// in their value sets) before the next batch of the period folds them into
-// one (foldParts).
-const PartsFoldAt = 32
-
 // foldParts folds the parts of the lines of the tenants' periods a batch
-// touched that have more than PartsFoldAt of them into one row, their sum
-// (FoldParts), in the batch's transaction: a line's parts grow by one a
-// batch and fold every PartsFoldAt batches, so what the alerts' figures and
-// an open invoice's read sum is bounded by the period's lines, not its
-// batches, and so is what the tables keep.
-func foldParts(ctx context.Context, tx pgx.Tx, tenantIDs, periods []string) error {
-	if _, err := db.New(tx).FoldParts(ctx, db.FoldPartsParams{TenantIds: tenantIDs, Periods: periods, Most: PartsFoldAt}); err != nil {
+// touched (AddCharges writes a row per batch and line, and for unique_count
+// lines one per batch in their value sets) that have more than
+// Config.PartsFoldAt of them into one row, their sum (FoldParts), in the
+// batch's transaction: a line's parts grow by one a batch and fold every
+// PartsFoldAt batches, so what the alerts' figures and an open invoice's
+// read sum is bounded by the period's lines, not its batches, and so is what
+// the tables keep.
+func (a *App) foldParts(ctx context.Context, tx pgx.Tx, tenantIDs, periods []string) error {
+	if _, err := db.New(tx).FoldParts(ctx, db.FoldPartsParams{TenantIds: tenantIDs, Periods: periods, Most: int32(a.partsFoldAt)}); err != nil {
 		return fmt.Errorf("fold the parts of %d charges' periods: %w", len(tenantIDs), err)
 	}
 	return nil

@@ -14,8 +14,8 @@ import (
 // among rows, by invoice id, each invoice's in ChargeLineSums' order, from
 // the batches' parts of their lines (PartLineSums: invoice_line_part and
 // the value sets' parts, written with the charges and folded past
-// PartsFoldAt, see foldParts), not from the charges: one statement an
-// invoice, reading at most PartsFoldAt + 1 rows a line whatever the
+// Config.PartsFoldAt, see foldParts), not from the charges: one statement
+// an invoice, reading at most PartsFoldAt + 1 rows a line whatever the
 // period's charges and batches number. The lines are the close's: the
 // parts hold exactly the charges recorded on the open invoice, summed by
 // the same line key (TestOpenInvoiceReadIsTheCloseOfItsParts). With most >

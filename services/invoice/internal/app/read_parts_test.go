@@ -15,7 +15,7 @@ import (
 // 80 of them one a batch (a unique_count line of 40 charges with 10
 // distinct values, a sum line of 40) and a KRW line of 3 in one batch, is
 // read from its lines' parts, folded as the batches came: each part table
-// holds at most app.PartsFoldAt + 1 rows a line (not one a batch), and the
+// holds at most app.DefaultPartsFoldAt + 1 rows a line (not one a batch), and the
 // open invoices' lines are those the close then issues. Reading the parts
 // unfolded, or a fold that loses a part, fails it.
 func TestOpenInvoiceReadIsTheCloseOfItsParts(t *testing.T) {
@@ -44,8 +44,8 @@ func TestOpenInvoiceReadIsTheCloseOfItsParts(t *testing.T) {
 			GROUP BY tenant_id, period, `+line+`) x`).Scan(&most); err != nil {
 			t.Fatal(err)
 		}
-		if most > app.PartsFoldAt+1 {
-			t.Errorf("%s holds %d rows of one line after 40 batches of it, want at most %d", parts, most, app.PartsFoldAt+1)
+		if most > app.DefaultPartsFoldAt+1 {
+			t.Errorf("%s holds %d rows of one line after 40 batches of it, want at most %d", parts, most, app.DefaultPartsFoldAt+1)
 		}
 	}
 	open := invoices(t, pool, "acme", "2026-11")
