@@ -595,7 +595,8 @@ func hangingTenantBeside(t *testing.T, backlog int) {
 		}
 	}
 	issue(t, pool, "slowco", false, "USD", "EUR", "KRW") // 30 intents
-	if backlog > 0 { // copies of them, due a minute earlier
+	// The backlog: copies of them, due a minute earlier.
+	if backlog > 0 {
 		if _, err := pool.Exec(t.Context(), `
 			INSERT INTO webhook_intent (intent_id, endpoint_id, tenant_id, idempotency_key, event_id, event_type, body,
 			                            created_at, not_before, expires_at)
