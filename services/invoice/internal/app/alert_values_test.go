@@ -49,28 +49,18 @@ func TestAlertFiguresReadTheBatchesNotTheValues(t *testing.T) {
 	}
 	wantTold(t, r.told())
 
-	explain := func(name string, run func(q *db.Queries) error) {
-		t.Helper()
-		plan := pgtest.Explain(t, r.pool, func(rec *pgtest.Recorder) error { return run(db.New(rec)) })
+	for name, read := range figureReads(t, r) {
 		for _, set := range []string{"invoice_line_value", "invoice_meter_value"} {
-			if n := plan.RowsRead(t, pgtest.Relation(set)); n > 0 {
+			if n := read[set]; n > 0 {
 				t.Errorf("%s reads %v rows of the value set %s, want none", name, n, set)
 			}
 		}
-		for _, parts := range []string{"invoice_line_part", "invoice_line_value_part", "invoice_meter_value_part"} {
-			if n := plan.RowsRead(t, pgtest.Relation(parts)); n > batches {
+		for _, parts := range partTables {
+			if n := read[parts]; n > batches {
 				t.Errorf("%s reads %v rows of %s, want at most one per batch (%d)", name, n, parts, batches)
 			}
 		}
 	}
-	explain("MeterPeriodFigures", func(q *db.Queries) error {
-		_, err := q.MeterPeriodFigures(ctx, db.MeterPeriodFiguresParams{TenantID: "acme", Period: r.p.Period, MeterCodes: []string{"users"}})
-		return err
-	})
-	explain("PartLineSums", func(q *db.Queries) error {
-		_, err := q.PartLineSums(ctx, db.PartLineSumsParams{TenantID: "acme", Period: r.p.Period, Currency: "USD"})
-		return err
-	})
 	figures, err := db.New(r.pool).MeterPeriodFigures(ctx, db.MeterPeriodFiguresParams{TenantID: "acme", Period: r.p.Period,
 		MeterCodes: []string{"users"}})
 	if err != nil || len(figures) != 1 || figures[0].DistinctValues != 405 {
@@ -109,7 +99,7 @@ func TestAlertFiguresFoldTheParts(t *testing.T) {
 	}
 	wantTold(t, r.told())
 	most := app.DefaultPartsFoldAt + 1
-	for _, parts := range []string{"invoice_line_part", "invoice_line_value_part", "invoice_meter_value_part"} {
+	for _, parts := range partTables {
 		var n int
 		if err := r.pool.QueryRow(ctx, `SELECT count(*) FROM `+parts).Scan(&n); err != nil {
 			t.Fatal(err)
@@ -118,23 +108,43 @@ func TestAlertFiguresFoldTheParts(t *testing.T) {
 			t.Errorf("%s holds %d rows after %d batches of one line, want at most %d", parts, n, batches, most)
 		}
 	}
-	explain := func(name string, run func(q *db.Queries) error) {
-		t.Helper()
-		plan := pgtest.Explain(t, r.pool, func(rec *pgtest.Recorder) error { return run(db.New(rec)) })
-		for _, parts := range []string{"invoice_line_part", "invoice_line_value_part", "invoice_meter_value_part"} {
-			if n := plan.RowsRead(t, pgtest.Relation(parts)); n > float64(most) {
+	for name, read := range figureReads(t, r) {
+		for _, parts := range partTables {
+			if n := read[parts]; n > float64(most) {
 				t.Errorf("%s reads %v rows of %s, want at most %d", name, n, parts, most)
 			}
 		}
 	}
-	explain("MeterPeriodFigures", func(q *db.Queries) error {
-		_, err := q.MeterPeriodFigures(ctx, db.MeterPeriodFiguresParams{TenantID: "acme", Period: r.p.Period, MeterCodes: []string{"users"}})
-		return err
-	})
-	explain("PartLineSums", func(q *db.Queries) error {
-		_, err := q.PartLineSums(ctx, db.PartLineSumsParams{TenantID: "acme", Period: r.p.Period, Currency: "USD"})
-		return err
-	})
 	r.decide(user("last"), user("u7"))
 	wantTold(t, r.told(), "201 201", "USD 201 201")
+}
+
+// partTables are the batches' parts the alerts' figures sum.
+var partTables = []string{"invoice_line_part", "invoice_line_value_part", "invoice_meter_value_part"}
+
+// figureReads runs the statements the alerts' figures are computed from
+// (MeterPeriodFigures of the users meter, PartLineSums of USD) under
+// EXPLAIN ANALYZE and returns, by statement, the rows each read of the part
+// tables and the value sets.
+func figureReads(t *testing.T, r *alertRig) map[string]map[string]float64 {
+	t.Helper()
+	ctx := t.Context()
+	out := map[string]map[string]float64{}
+	for name, run := range map[string]func(q *db.Queries) error{
+		"MeterPeriodFigures": func(q *db.Queries) error {
+			_, err := q.MeterPeriodFigures(ctx, db.MeterPeriodFiguresParams{TenantID: "acme", Period: r.p.Period, MeterCodes: []string{"users"}})
+			return err
+		},
+		"PartLineSums": func(q *db.Queries) error {
+			_, err := q.PartLineSums(ctx, db.PartLineSumsParams{TenantID: "acme", Period: r.p.Period, Currency: "USD"})
+			return err
+		},
+	} {
+		plan := pgtest.Explain(t, r.pool, func(rec *pgtest.Recorder) error { return run(db.New(rec)) })
+		out[name] = map[string]float64{}
+		for _, rel := range append([]string{"invoice_line_value", "invoice_meter_value"}, partTables...) {
+			out[name][rel] = plan.RowsRead(t, pgtest.Relation(rel))
+		}
+	}
+	return out
 }
