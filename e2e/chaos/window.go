@@ -25,17 +25,18 @@ func (l *Ledger) AcceptedBetween(from, to time.Time) []string {
 	return ids
 }
 
-// AcceptedOf returns the number of accepted facts of tenant.
-func (l *Ledger) AcceptedOf(tenant string) int {
+// AcceptedIDsOf returns the event ids of the accepted facts of the tenants,
+// in the order the facts were made.
+func (l *Ledger) AcceptedIDsOf(tenants ...string) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := 0
+	var ids []string
 	for _, f := range l.order {
-		if f.Accepted && f.Tenant == tenant {
-			n++
+		if f.Accepted && slices.Contains(tenants, f.Tenant) {
+			ids = append(ids, f.EventID)
 		}
 	}
-	return n
+	return ids
 }
 
 // Periods returns, per tenant, the periods its accepted facts occurred in,

@@ -83,19 +83,7 @@ func closeOnce(ctx context.Context, h *chaos.Harness, r *chaos.Run, cfg Config, 
 	c.Paused = time.Since(began)
 	// Every accepted fact charged: nothing is left in flight to arrive
 	// after the move, late.
-	if err := waitLogged(ctx, h, 10*time.Minute, "billing charges every accepted fact", func() (bool, string, error) {
-		var behind []string
-		for _, t := range tenants {
-			var n int
-			if err := h.DB["billing"].QueryRow(ctx, `SELECT count(*) FROM charge WHERE tenant_id = $1`, t).Scan(&n); err != nil {
-				return false, "", err
-			}
-			if want := r.Ledger.AcceptedOf(t); n < want {
-				behind = append(behind, fmt.Sprintf("%s %d of %d", t, n, want))
-			}
-		}
-		return len(behind) == 0, strings.Join(behind, ", "), nil
-	}); err != nil {
+	if err := waitChargedLogged(ctx, h, r.Ledger.AcceptedIDsOf(tenants...), 10*time.Minute, "billing charges every accepted fact"); err != nil {
 		return err
 	}
 	c.Charged = time.Since(began)
@@ -189,6 +177,23 @@ func closeOnce(ctx context.Context, h *chaos.Harness, r *chaos.Run, cfg Config, 
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("invoices of %s not equal to the ledger: %s", c.Period, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// waitChargedLogged waits until billing has charged every one of ids
+// (waitCharged, polling every second), logging how many are charged every
+// fifteen seconds; it fails after timeout.
+func waitChargedLogged(ctx context.Context, h *chaos.Harness, ids []string, timeout time.Duration, what string) error {
+	logAt := time.Now().Add(15 * time.Second)
+	_, err := waitCharged(ctx, h.DB["billing"], ids, timeout, time.Second, func(charged, of int) {
+		if charged < of && time.Now().After(logAt) {
+			h.Progress("soak: waiting until %s: %d of %d charged", what, charged, of)
+			logAt = time.Now().Add(15 * time.Second)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }

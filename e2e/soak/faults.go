@@ -150,30 +150,14 @@ func inject(ctx context.Context, h *chaos.Harness, kind, target string, d time.D
 	return fmt.Errorf("unknown fault kind %q", kind)
 }
 
-// charged counts how many of the usage events ids billing has charged.
-func charged(ctx context.Context, h *chaos.Harness, ids []string) (int, error) {
-	var n int
-	err := h.DB["billing"].QueryRow(ctx, `SELECT count(*) FROM charge WHERE usage_event_id = ANY($1::uuid[])`, ids).Scan(&n)
-	return n, err
-}
-
 // recovered waits until every fact accepted from from to end is charged in
 // billing and returns the time from end until then.
 func recovered(ctx context.Context, h *chaos.Harness, ledger *chaos.Ledger, from, end time.Time, deadline time.Duration) (time.Duration, error) {
 	ids := ledger.AcceptedBetween(from, end)
-	stop := end.Add(deadline)
-	for {
-		n, err := charged(ctx, h, ids)
-		if err == nil && n >= len(ids) {
-			return time.Since(end), nil
-		}
-		if time.Now().After(stop) {
-			return time.Since(end), fmt.Errorf("%d of %d facts charged %s after the fault (%v)", n, len(ids), deadline, err)
-		}
-		if !sleep(ctx, time.Second) {
-			return time.Since(end), ctx.Err()
-		}
+	if _, err := waitCharged(ctx, h.DB["billing"], ids, time.Until(end.Add(deadline)), time.Second, nil); err != nil {
+		return time.Since(end), fmt.Errorf("after the fault: %w", err)
 	}
+	return time.Since(end), nil
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

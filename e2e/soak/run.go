@@ -279,12 +279,7 @@ func faultLoop(ctx context.Context, h *chaos.Harness, r *chaos.Run, cfg Config, 
 // tenant, then closes each period they fell in (RunScenario adjusts and
 // closes its own three tenants'; the extra tenant's are the soak's to close).
 func closeDominant(ctx context.Context, h *chaos.Harness, r *chaos.Run) error {
-	want := r.Ledger.AcceptedOf(Dominant)
-	if err := chaos.Poll(ctx, 10*time.Minute, "billing charges the dominant tenant's facts", func() (bool, string, error) {
-		var n int
-		err := h.DB["billing"].QueryRow(ctx, `SELECT count(*) FROM charge WHERE tenant_id = $1`, Dominant).Scan(&n)
-		return n >= want, fmt.Sprintf("%d of %d charged", n, want), err
-	}); err != nil {
+	if err := waitChargedLogged(ctx, h, r.Ledger.AcceptedIDsOf(Dominant), 10*time.Minute, "billing charges the dominant tenant's facts"); err != nil {
 		return err
 	}
 	for _, p := range r.Ledger.Periods(Dominant)[Dominant] {

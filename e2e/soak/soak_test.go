@@ -183,8 +183,6 @@ func TestSoak(t *testing.T) {
 	progress("seed %d: %s", cfg.Seed, res.Title())
 }
 
-func TestMain(m *testing.M) { os.Exit(stacktest.Wrap(m).Run()) }
-
 func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s soak: %s\n", time.Now().Format("15:04:05.0"), fmt.Sprintf(format, args...))
 }
