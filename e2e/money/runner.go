@@ -1059,15 +1059,18 @@ func (r *runner) adjustment(ctx context.Context, t *Tenant, f *Fact) (amount dec
 // close, is refused 422 limit_exceeded. Small, so a run reaches it.
 const maxAdjustments = 16
 
-// partsFoldAt is the money stack's INVOICE_PARTS_FOLD_AT: a line's parts
-// are folded past two, so the open invoices and the alerts' figures the
-// model checks are read from folded parts throughout the run, not only
-// once a line has had 32 batches in a period.
+// partsFoldAt is the money stack's INVOICE_PARTS_FOLD_AT and
+// BILLING_PARTS_FOLD_AT: a line's parts are folded past two, so the open
+// invoices, the alerts' figures, billing's estimates and its credits'
+// checks the model checks are read from folded parts throughout the run,
+// not only once a line has had 32 batches in a period.
 const partsFoldAt = 2
 
 // BillingEnv are the billing service's settings for the money test: quick
-// scheduled closes and the adjustments' limit the model predicts.
-var BillingEnv = map[string]string{"BILLING_CLOSE_INTERVAL": "200ms", "BILLING_MAX_ADJUSTMENTS": fmt.Sprint(maxAdjustments)}
+// scheduled closes, the adjustments' limit the model predicts and the
+// parts' fold (partsFoldAt).
+var BillingEnv = map[string]string{"BILLING_CLOSE_INTERVAL": "200ms", "BILLING_MAX_ADJUSTMENTS": fmt.Sprint(maxAdjustments),
+	"BILLING_PARTS_FOLD_AT": fmt.Sprint(partsFoldAt)}
 
 // adjustmentsOf is how many adjustments billing accepted for the tenant's
 // period p.

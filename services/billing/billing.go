@@ -41,7 +41,9 @@ var Spec = service.Spec{
 // scheduler looks for due periods ("off": none in this process; periods
 // then close when someone calls close, or by another instance's scheduler);
 // BILLING_CLOSE_CHUNK (default 10000, 1 to 1000000), how many charges one
-// transaction of a close's tally reads; BILLING_MAX_SUBSCRIPTIONS (default
+// transaction of a close's tally reads; BILLING_PARTS_FOLD_AT (default 32,
+// 1 to 1000), how many parts a line of a period keeps before a batch folds
+// them into one; BILLING_MAX_SUBSCRIPTIONS (default
 // 24) and BILLING_MAX_ADJUSTMENTS (default 1000, 1 to 100000), a tenant's
 // subscriptions in effect or scheduled and one period's adjustments.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
@@ -49,7 +51,8 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	cfg := app.Config{WaitForUsage: true, CloseWait: env.Duration("BILLING_CLOSE_WAIT", app.DefaultCloseWait),
 		MaxSubscriptions: env.Int("BILLING_MAX_SUBSCRIPTIONS", app.DefaultMaxSubscriptions),
 		MaxAdjustments:   env.Int("BILLING_MAX_ADJUSTMENTS", app.DefaultMaxAdjustments),
-		CloseChunk:       env.Int("BILLING_CLOSE_CHUNK", app.DefaultCloseChunk)}
+		CloseChunk:       env.Int("BILLING_CLOSE_CHUNK", app.DefaultCloseChunk),
+		PartsFoldAt:      env.Int("BILLING_PARTS_FOLD_AT", app.DefaultPartsFoldAt)}
 	scheduler := env.String("BILLING_CLOSE_INTERVAL", "") != "off"
 	if scheduler {
 		cfg.CloseInterval = env.Duration("BILLING_CLOSE_INTERVAL", app.DefaultCloseInterval)
@@ -60,6 +63,9 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	}
 	if err == nil && (cfg.CloseChunk < 1 || cfg.CloseChunk > maxCloseChunk) {
 		err = fmt.Errorf("BILLING_CLOSE_CHUNK: want a number of charges from 1 to %d, got %d", maxCloseChunk, cfg.CloseChunk)
+	}
+	if err == nil && (cfg.PartsFoldAt < 1 || cfg.PartsFoldAt > app.MaxPartsFoldAt) {
+		err = fmt.Errorf("BILLING_PARTS_FOLD_AT: want a number of parts from 1 to %d, got %d", app.MaxPartsFoldAt, cfg.PartsFoldAt)
 	}
 	if err == nil && (cfg.MaxAdjustments < 1 || cfg.MaxAdjustments > maxAdjustments) {
 		err = fmt.Errorf("BILLING_MAX_ADJUSTMENTS: want a number of adjustments from 1 to %d, got %d", maxAdjustments, cfg.MaxAdjustments)

@@ -62,6 +62,25 @@ func upTo(t *testing.T, version int) pgmigrate.Set {
 	return pgmigrate.Set{FS: sub, Dir: ".", Table: migrations.Set.Table}
 }
 
+// migratedTo is a new database with the shared schemas and billing's
+// migrations up to version, and a connection to it (closed at the test's
+// end).
+func migratedTo(t *testing.T, version int) (string, *pgx.Conn) {
+	t.Helper()
+	url := pgtest.NewDB(t, pgtest.Template{Name: "billing_unmigrated", Migrate: func(context.Context, string) error { return nil }})
+	sets := billing.Spec.Sets()
+	shared := slices.Clip(sets[:len(sets)-1])
+	if err := pgmigrate.Up(url, append(shared, upTo(t, version))...); err != nil {
+		t.Fatalf("up to %04d: %v", version, err)
+	}
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return url, conn
+}
+
 // insertCharges inserts n charges rated at the given instants (charge ids
 // of then), as the schema before 0016 takes them; their usage event ids.
 func insertCharges(t *testing.T, conn *pgx.Conn, prefix string, ats []time.Time) []uuid.UUID {
@@ -105,17 +124,8 @@ func count(t *testing.T, conn *pgx.Conn, sql string) int {
 // charge, and the origin of every charge, from before step 1 and from
 // between steps 1 and 2, still refuses a second charge.
 func TestMigrateExistingCharges(t *testing.T) {
-	url := pgtest.NewDB(t, pgtest.Template{Name: "billing_unmigrated", Migrate: func(context.Context, string) error { return nil }})
+	url, conn := migratedTo(t, 15)
 	sets := billing.Spec.Sets()
-	shared := slices.Clip(sets[:len(sets)-1])
-	if err := pgmigrate.Up(url, append(shared, upTo(t, 15))...); err != nil {
-		t.Fatalf("up to 0015: %v", err)
-	}
-	conn, err := pgx.Connect(t.Context(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
 
 	now := time.Now().UTC()
 	var ats []time.Time

@@ -59,10 +59,14 @@ type Config struct {
 	// bounds every statement that sums a period's adjustments.
 	MaxAdjustments int
 	// CloseChunk is how many charges one transaction of a close's tally
-	// reads (BILLING_CLOSE_CHUNK; default DefaultCloseChunk), and one
-	// statement of a read of a period's lines (the estimate, a credit's
-	// check): their longest statement grows with it, not with the period.
+	// reads (BILLING_CLOSE_CHUNK; default DefaultCloseChunk): its longest
+	// statement grows with it, not with the period.
 	CloseChunk int
+	// PartsFoldAt is how many parts a line of a period may have before
+	// the batch that adds one folds them into one (BILLING_PARTS_FOLD_AT;
+	// default DefaultPartsFoldAt, 1 to MaxPartsFoldAt; see FoldParts): a
+	// period's read sums at most PartsFoldAt + 1 rows a line.
+	PartsFoldAt int
 }
 
 // Defaults of Config.
@@ -76,6 +80,10 @@ const (
 	DefaultMaxAdjustments = 1000
 	// A chunk of 10,000 charges is tallied in well under a second.
 	DefaultCloseChunk = 10000
+	// A fold every 32 batches of a line: a read sums at most 33 rows a
+	// line, and the fold's statement is a small part of the batches'.
+	DefaultPartsFoldAt = 32
+	MaxPartsFoldAt     = 1000
 )
 
 // App is billing: its event handlers, commands and close scheduler against
@@ -89,9 +97,6 @@ type App struct {
 	// afterChunk, when set (tests), runs at the end of each chunk's
 	// transaction of a close's tally; an error rolls the chunk back.
 	afterChunk func(chunk int64) error
-	// afterReadChunk, when set (tests), is told the charges of each chunk
-	// a read of a period's lines walked (walkLines).
-	afterReadChunk func(charges int64)
 }
 
 // New returns the App of d and c.
@@ -117,6 +122,9 @@ func New(d Deps, c Config) *App {
 	}
 	if a.cfg.CloseChunk <= 0 {
 		a.cfg.CloseChunk = DefaultCloseChunk
+	}
+	if a.cfg.PartsFoldAt <= 0 {
+		a.cfg.PartsFoldAt = DefaultPartsFoldAt
 	}
 	return a
 }

@@ -262,7 +262,7 @@ func (a *App) tallyChunks(ctx context.Context, tenantID, period string) error {
 				return nil
 			}
 			rows, err := q.ChargeChunkLines(ctx, db.ChargeChunkLinesParams{
-				TenantID: tenantID, Period: period, After: p.After, ChunkSize: int32(a.cfg.CloseChunk), Digests: true})
+				TenantID: tenantID, Period: period, After: p.After, ChunkSize: int32(a.cfg.CloseChunk)})
 			if err != nil {
 				return fmt.Errorf("tally chunk %d of %s (%d charges so far): %w", p.Chunks+1, period, p.Charges, err)
 			}
@@ -365,15 +365,25 @@ func (a *App) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, pe
 	return events.Append(ctx, tx, env)
 }
 
-// purgeTally deletes a closed period's close_value rows, CloseChunk at a
-// time (each its own statement), then its close_progress row; its
-// close_line rows stay (O(lines)).
+// purgeTally deletes a closed period's close_value rows and its lines'
+// value sets (charge_line_value), CloseChunk at a time (each its own
+// statement), then its close_progress row; its close_line and
+// charge_line_part rows stay (O(lines)).
 func (a *App) purgeTally(ctx context.Context, tenantID, period string) error {
 	q := db.New(a.pool)
 	for {
 		n, err := q.PurgeCloseValues(ctx, db.PurgeCloseValuesParams{TenantID: tenantID, Period: period, RowLimit: int32(a.cfg.CloseChunk)})
 		if err != nil {
 			return fmt.Errorf("purge the values tallied for %s: %w", period, err)
+		}
+		if n < int64(a.cfg.CloseChunk) {
+			break
+		}
+	}
+	for {
+		n, err := q.PurgeLineValues(ctx, db.PurgeLineValuesParams{TenantID: tenantID, Period: period, RowLimit: int32(a.cfg.CloseChunk)})
+		if err != nil {
+			return fmt.Errorf("purge the value sets of %s: %w", period, err)
 		}
 		if n < int64(a.cfg.CloseChunk) {
 			break

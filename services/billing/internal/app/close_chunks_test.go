@@ -16,20 +16,23 @@ import (
 	bt "github.com/usagebilling/billing/services/billing/internal/billingtest"
 )
 
-// TestCloseTalliesInChunks: a period of 75 charges closed with a chunk of 4
-// is tallied in ceil(75/4) transactions of at most 4 charges each; a crash
+// TestCloseTalliesInChunks: a period of 90 charges closed with a chunk of 4
+// is tallied in ceil(90/4) transactions of at most 4 charges each; a crash
 // in the middle (chunk 7 rolled back) leaves the period closing with the
 // first 6 chunks' progress, and the retry carries on from there, not from
 // the start. The close's tallies are the period's charges (counted, summed
 // and digested from billing's rows), and the lines it prices fees from are
 // PeriodLines' over the charges, for every aggregation (latest with ties
 // broken by source across chunks, unique_count with values repeated across
-// chunks). The tally's distinct values are purged after the close.
+// chunks). Before the close, the period's read sums the lines' parts,
+// written by 15 batches and folded past two a line: the same lines. The
+// tally's distinct values and the lines' value sets are purged after the
+// close.
 func TestCloseTalliesInChunks(t *testing.T) {
 	t.Parallel()
-	const chunk = 4
+	const chunk, foldAt = 4, 2
 	pool := bt.NewPool(t)
-	svc := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return feb3 }}, app.Config{CloseChunk: chunk})
+	svc := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return feb3 }}, app.Config{CloseChunk: chunk, PartsFoldAt: foldAt})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
 	const tenant = "chunky"
@@ -41,21 +44,21 @@ func TestCloseTalliesInChunks(t *testing.T) {
 			bt.Price{Tenant: tenant, Meter: meter, Currency: "USD", Version: 1, UnitPrice: "0.5", EffectiveAt: jan1}.Raw(t))
 	}
 	bt.Decide(t, pool, ib, raws...)
-	var facts [][]byte
+	// Fifteen batches: each adds a part to each line, and the parts of a
+	// line past the fold's two are folded into one.
 	for i := range 15 {
 		at := jan10.Add(time.Duration(i%5) * time.Hour) // ties in occurrence, broken by source id
-		facts = append(facts,
-			usageAt(tenant, 0, fmt.Sprint(i+1), at).Raw(t),
-			bt.Usage{Tenant: tenant, Meter: "sms", Currency: "KRW", Quantity: "2", OccurredAt: at}.Raw(t))
+		facts := [][]byte{usageAt(tenant, 0, fmt.Sprint(i+1), at).Raw(t),
+			bt.Usage{Tenant: tenant, Meter: "sms", Currency: "KRW", Quantity: "2", OccurredAt: at}.Raw(t)}
 		for _, agg := range aggs {
 			u := fact(tenant, "m_"+agg, "USD", fmt.Sprint((i*7)%11+1), at, map[string]string{"user": fmt.Sprint("u", i%6)})
 			u.SourceSystem, u.SourceEventID = "src", fmt.Sprintf("%s-%02d", agg, (i*5)%15)
 			facts = append(facts, u.Raw(t))
 		}
-	}
-	for _, d := range bt.Decide(t, pool, ib, facts...) {
-		if d.Outcome != inbox.OutcomeApplied {
-			t.Fatalf("decision %+v", d)
+		for _, d := range bt.Decide(t, pool, ib, facts...) {
+			if d.Outcome != inbox.OutcomeApplied {
+				t.Fatalf("decision %+v", d)
+			}
 		}
 	}
 	const charges = 15 * 6
@@ -63,25 +66,22 @@ func TestCloseTalliesInChunks(t *testing.T) {
 		t.Fatalf("%d charges, want %d", n, charges)
 	}
 
-	// The open period's read walks the same chunks: statements of at most
-	// a chunk, each charge once, and the lines of the charges.
+	// The open period's read sums its lines' parts, folded to at most
+	// three a line: the lines of the charges.
 	want := linesFromCharges(t, pool, tenant, "2026-01")
-	var read []int64
-	svc.SetAfterReadChunk(func(n int64) { read = append(read, n) })
-	est, err := svc.PeriodEstimate(t.Context(), tenant, "2026-01")
+	if n := bt.Count(t, pool, `SELECT coalesce(max(n), 0) FROM (SELECT count(*) AS n FROM charge_line_part
+		WHERE tenant_id = $1 GROUP BY meter_code, currency, plan_code, price_version, dimensions_key, unpriced, aggregation) p`,
+		tenant); n > foldAt+1 {
+		t.Fatalf("a line has %d parts after 15 batches, want at most %d", n, foldAt+1)
+	}
+	walked, err := svc.PartLines(t.Context(), tenant, "2026-01")
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkReadChunks(t, read, chunk, charges)
-	whole := app.New(app.Deps{Pool: pool, Clock: func() time.Time { return feb3 }}, app.Config{CloseChunk: 1000})
-	if once, err := whole.PeriodEstimate(t.Context(), tenant, "2026-01"); err != nil || bt.JSON(once) != bt.JSON(est) {
-		t.Fatalf("estimate in chunks of %d: %s; in one chunk: %s, %v", chunk, bt.JSON(est), bt.JSON(once), err)
-	}
-	walked, err := svc.WalkLines(t.Context(), tenant, "2026-01")
-	if err != nil {
+	sameLines(t, "read from parts", walked, want)
+	if _, err := svc.PeriodEstimate(t.Context(), tenant, "2026-01"); err != nil {
 		t.Fatal(err)
 	}
-	sameLines(t, "walked", walked, want)
 
 	// A crash in chunk 7: the close fails, the period stays closing, and
 	// what the first six chunks tallied is kept.
@@ -133,35 +133,21 @@ func TestCloseTalliesInChunks(t *testing.T) {
 	checkClose(t, pool, tenant, closes[0])
 
 	// The lines the close read are the charges' lines, and those the
-	// open read priced.
+	// open read summed from the parts.
 	fromTally, err := svc.TallyLines(t.Context(), tenant, "2026-01")
 	if err != nil {
 		t.Fatal(err)
 	}
 	sameLines(t, "tallied", fromTally, want)
 	if bt.JSON(fromTally) != bt.JSON(walked) {
-		t.Errorf("tallied lines %s, walked %s", bt.JSON(fromTally), bt.JSON(walked))
+		t.Errorf("tallied lines %s, from parts %s", bt.JSON(fromTally), bt.JSON(walked))
 	}
-	// The tally's distinct values are purged; its lines stay.
+	// The tally's distinct values and the lines' value sets are purged;
+	// its lines and their parts stay.
 	if n := bt.Count(t, pool, `SELECT count(*) FROM close_value WHERE tenant_id = $1`, tenant) +
+		bt.Count(t, pool, `SELECT count(*) FROM charge_line_value WHERE tenant_id = $1`, tenant) +
 		bt.Count(t, pool, `SELECT count(*) FROM close_progress WHERE tenant_id = $1`, tenant); n != 0 {
 		t.Fatalf("%d tally rows left after the close", n)
-	}
-}
-
-// checkReadChunks fails unless a read walked n charges in chunks of
-// chunk: every statement but the last a full chunk, the last short.
-func checkReadChunks(t *testing.T, read []int64, chunk, n int64) {
-	t.Helper()
-	var sum int64
-	for i, c := range read {
-		if c > chunk || (i < len(read)-1 && c != chunk) {
-			t.Fatalf("read chunks %v, want chunks of %d", read, chunk)
-		}
-		sum += c
-	}
-	if sum != n || int64(len(read)) != n/chunk+1 {
-		t.Fatalf("read chunks %v: %d charges in %d statements, want %d in %d", read, sum, len(read), n, n/chunk+1)
 	}
 }
 

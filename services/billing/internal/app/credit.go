@@ -17,9 +17,9 @@ import (
 // (decision 0010). The caller holds the period's shared lock; this takes the
 // credit lock of the period and currency (always after it), so concurrent
 // credits are decided one at a time, and then reads the period's lines
-// (walkLines: its charges in chunks, each statement at most a chunk) and
-// adjustments in statements of their own, whose snapshots see every credit
-// committed before the lock was granted. It runs in the HTTP request that
+// (partLines: summed from their parts, a few rows a line) and adjustments
+// in statements of their own, whose snapshots see every credit committed
+// before the lock was granted. It runs in the HTTP request that
 // posts the adjustment, never in an inbox handler. Rating never waits for a credit:
 // a charge rated meanwhile can only leave more to credit, since the charges
 // are counted at their floor (chargedFloor). A debit is not checked.
@@ -30,7 +30,7 @@ func (a *App) checkCredit(ctx context.Context, q *db.Queries, tenantID, period s
 	if err := q.LockPeriodCredits(ctx, db.LockPeriodCreditsParams{TenantID: tenantID, Period: period, Currency: adj.Currency}); err != nil {
 		return fmt.Errorf("lock credits of %s %s: %w", period, adj.Currency, err)
 	}
-	lines, err := a.walkLines(ctx, q, tenantID, period, -1)
+	lines, err := partLines(ctx, q, tenantID, period, -1)
 	if err != nil {
 		return fmt.Errorf("read lines of %s: %w", period, err)
 	}

@@ -286,36 +286,34 @@ func TestCreditsAgainstPricedLines(t *testing.T) {
 	}
 }
 
-// A credit's check reads the period's charges in chunks (a statement of at
-// most BILLING_CLOSE_CHUNK charges, whatever the period's size) and still
-// weighs all of them: 10 USD charges of 1.00 and a KRW one, read in chunks
-// of 3, allow a credit of exactly 10.00 and refuse one of 10.01.
-func TestCreditCheckReadsChargesInChunks(t *testing.T) {
+// A credit's check reads the period's lines from their parts (a few rows
+// a line, whatever the period's charges number) and still weighs every
+// charge: 10 USD charges of 1.00 rated in 10 batches, their parts folded
+// past two, and a KRW one allow a credit of exactly 10.00 and refuse one
+// of 10.01.
+func TestCreditCheckReadsLinesFromParts(t *testing.T) {
 	t.Parallel()
-	const chunk = 3
+	const foldAt = 2
 	pool := bt.NewPool(t)
-	svc := app.New(app.Deps{Pool: pool}, app.Config{CloseChunk: chunk})
+	svc := app.New(app.Deps{Pool: pool}, app.Config{PartsFoldAt: foldAt})
 	ib := bt.NewInbox(t, svc)
 	bt.DefineMeters(t, pool, ib)
-	raws := [][]byte{priceV1("t1").Raw(t), krwPrice("t1").Raw(t),
-		bt.Usage{Tenant: "t1", Meter: "sms", Currency: "KRW", PriceVersion: 1, Quantity: "10", OccurredAt: jan10}.Raw(t)}
+	bt.Decide(t, pool, ib, priceV1("t1").Raw(t), krwPrice("t1").Raw(t),
+		bt.Usage{Tenant: "t1", Meter: "sms", Currency: "KRW", PriceVersion: 1, Quantity: "10", OccurredAt: jan10}.Raw(t))
 	for range 10 {
-		raws = append(raws, usageAt("t1", 1, "80", jan10).Raw(t)) // 80 x 0.0125 = 1.00
+		bt.Decide(t, pool, ib, usageAt("t1", 1, "80", jan10).Raw(t)) // 80 x 0.0125 = 1.00
 	}
-	bt.Decide(t, pool, ib, raws...)
 	jan := charges(t, svc, "t1", "2026-01")
 	if len(jan) != 11 {
 		t.Fatalf("%d charges, want 11", len(jan))
 	}
+	if n := bt.Count(t, pool, `SELECT count(*) FROM charge_line_part WHERE tenant_id = 't1' AND currency = 'USD'`); n > foldAt+1 {
+		t.Fatalf("the USD line has %d parts after 10 batches, want at most %d", n, foldAt+1)
+	}
 	usd := jan[0]
-	var read []int64
-	svc.SetAfterReadChunk(func(n int64) { read = append(read, n) })
 	_, err := post(t, svc, "t1", usd.ChargeID, "-10.01", "USD", "admin@t1.example")
 	wantCode(t, err, "credit_exceeds_charges")
-	checkReadChunks(t, read, chunk, 11)
-	read = nil
 	if _, err := post(t, svc, "t1", usd.ChargeID, "-10.00", "USD", "admin@t1.example"); err != nil {
 		t.Fatalf("credit of all the charges: %v", err)
 	}
-	checkReadChunks(t, read, chunk, 11)
 }

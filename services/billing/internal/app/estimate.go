@@ -50,10 +50,9 @@ var MaxPeriodLines = 10000
 const CodeTooManyLines = "too_many_lines"
 
 // PeriodEstimate reads the period's status, lines and adjustments, in one
-// snapshot, and prices the lines. The lines are the period's charges
-// walked in chunks of Config.CloseChunk (walkLines), so no statement reads
-// more than a chunk whatever the period's size; more than MaxPeriodLines
-// lines stop the walk.
+// snapshot, and prices the lines. The lines are summed from their parts
+// (partLines: a few rows a line, whatever the period's charges number);
+// more than MaxPeriodLines lines are refused.
 func (a *App) PeriodEstimate(ctx context.Context, tenantID, period string) (Estimate, error) {
 	out := Estimate{Period: period, Estimate: map[string]decimal.Decimal{}}
 	tx, err := a.pool.Begin(ctx)
@@ -98,7 +97,7 @@ func (a *App) PeriodEstimate(ctx context.Context, tenantID, period string) (Esti
 			out.WaitingFor = why
 		}
 	}
-	lines, err := a.walkLines(ctx, q, tenantID, period, MaxPeriodLines)
+	lines, err := partLines(ctx, q, tenantID, period, MaxPeriodLines)
 	if errors.Is(err, errTooManyLines) {
 		return Estimate{}, &rule.Error{Kind: rule.Unprocessable, Code: CodeTooManyLines,
 			Detail: fmt.Sprintf("period %s has more than %d lines (meter, currency, price version and dimensions) "+

@@ -4,9 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 
-	"github.com/google/uuid"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/catalog"
@@ -70,15 +70,14 @@ type lineValue struct {
 }
 
 // valueSet adds a chunk's distinct values to the set of values the walk has
-// seen and returns how many of them were new, per line: in memory for a
-// read (memoryValues), in close_value for a close (closeValues), whose
-// chunks are transactions of their own.
+// seen and returns how many of them were new, per line: close_value for a
+// close (closeValues), whose chunks are transactions of their own.
 type valueSet func(ctx context.Context, vals []lineValue) (map[lineKey]int64, error)
 
-// periodTally is the running tally of a period's lines while its charges
-// are walked chunk by chunk (ChargeChunkLines): the close's, persisted in
-// close_line between its chunks, and a read's, in memory for one
-// snapshot. add is the one definition of adding a chunk to it.
+// periodTally is a period's lines: the close's running tally while its
+// charges are walked chunk by chunk (ChargeChunkLines), persisted in
+// close_line between its chunks, or a read's, summed from the lines'
+// parts (partLines). add is the one definition of adding a chunk to it.
 type periodTally struct {
 	sums    map[lineKey]*lineSums
 	changed map[lineKey]bool
@@ -204,66 +203,33 @@ func priceLines(ctx context.Context, q *db.Queries, tenantID string, lines []Lin
 	return nil
 }
 
-// memoryValues is a read's set of the values seen, per line: it holds the
-// distinct values of the period's unique_count lines for the read's
-// duration.
-func memoryValues() valueSet {
-	set := map[lineKey]map[string]struct{}{}
-	return func(_ context.Context, vals []lineValue) (map[lineKey]int64, error) {
-		fresh := map[lineKey]int64{}
-		for _, v := range vals {
-			s := set[v.key]
-			if s == nil {
-				s = map[string]struct{}{}
-				set[v.key] = s
-			}
-			if _, ok := s[v.value]; !ok {
-				s[v.value] = struct{}{}
-				fresh[v.key]++
-			}
-		}
-		return fresh, nil
-	}
-}
-
-// errTooManyLines stops a walk whose tally passed its bound of lines.
+// errTooManyLines stops a read of a period with more lines than its bound.
 var errTooManyLines = fmt.Errorf("too many lines")
 
-// walkLines walks a period's charges in chunks of Config.CloseChunk in
-// keyset order of usage_event_id, each chunk one statement of q, adding
-// each to a tally in memory, and returns the period's lines priced. Run
-// in one snapshot (a REPEATABLE READ transaction) the chunks see one set
-// of charges; in READ COMMITTED a later chunk may see charges committed
-// during the walk too (checkCredit's floor only rises with them). More
-// than maxLines lines (when maxLines >= 0) stop it with errTooManyLines.
-// Each statement reads at most a chunk; memory holds the lines and, for
-// unique_count lines, their distinct values.
-func (a *App) walkLines(ctx context.Context, q *db.Queries, tenantID, period string, maxLines int) ([]Line, error) {
-	t, seen := newPeriodTally(), memoryValues()
-	after := uuid.Nil // sorts before every usage event id; none is nil
-	for {
-		// No digests: a read prices lines, it does not prove a close.
-		rows, err := q.ChargeChunkLines(ctx, db.ChargeChunkLinesParams{TenantID: tenantID, Period: period, After: after,
-			ChunkSize: int32(a.cfg.CloseChunk)})
-		if err != nil {
-			return nil, fmt.Errorf("read the charges of %s after %s: %w", period, after, err)
-		}
-		if len(rows) == 0 {
-			break
-		}
-		if a.afterReadChunk != nil {
-			a.afterReadChunk(rows[0].ChunkCharges)
-		}
-		if err := t.add(ctx, rows, seen); err != nil {
-			return nil, err
-		}
-		if maxLines >= 0 && len(t.sums) > maxLines {
-			return nil, errTooManyLines
-		}
-		if rows[0].ChunkCharges < int64(a.cfg.CloseChunk) {
-			break
-		}
-		after = rows[0].ChunkLast
+// partLines reads a period's lines from their parts (PartLines: a few rows
+// a line, folded as batches add them, see FoldParts) and prices them. More
+// than maxLines lines (when maxLines >= 0) is errTooManyLines; the
+// statement reads at most one line past the bound. What it reads and holds
+// grows with the period's lines, not its charges.
+func partLines(ctx context.Context, q *db.Queries, tenantID, period string, maxLines int) ([]Line, error) {
+	limit := int32(math.MaxInt32)
+	if maxLines >= 0 {
+		limit = int32(maxLines) + 1
+	}
+	rows, err := q.PartLines(ctx, db.PartLinesParams{TenantID: tenantID, Period: period, LineLimit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("read the lines of %s: %w", period, err)
+	}
+	if maxLines >= 0 && len(rows) > maxLines {
+		return nil, errTooManyLines
+	}
+	t := newPeriodTally()
+	for _, r := range rows {
+		t.sums[lineKey{MeterCode: r.MeterCode, Currency: r.Currency, PlanCode: r.PlanCode, PriceVersion: r.PriceVersion,
+			DimensionsKey: r.DimensionsKey, Unpriced: r.Unpriced, Aggregation: r.Aggregation}] = &lineSums{
+			Dimensions: r.Dimensions, Charges: r.Charges, Total: r.Total, Peak: r.Peak, Amount: r.Amount,
+			DistinctValues: r.DistinctValues, HasLatest: r.HasLatest, Latest: catalog.Observation{Quantity: r.LatestQuantity,
+				OccurredAt: r.LatestAt, SourceSystem: r.LatestSystem, SourceEventID: r.LatestSource}}
 	}
 	lines := t.lines()
 	return lines, priceLines(ctx, q, tenantID, lines)

@@ -47,7 +47,7 @@ func (a *App) OnUsagesAccepted(ctx context.Context, tx pgx.Tx, ds []*envelope.De
 	if err != nil {
 		return nil, err
 	}
-	rows, err := b.rate(ctx, tx)
+	rows, err := b.rate(ctx, tx, a.cfg.PartsFoldAt)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func (a *App) OnUsageAccepted(ctx context.Context, tx pgx.Tx, d *envelope.Decode
 		if err != nil {
 			return inbox.Outcome{}, err
 		}
-		rows, err := b.rate(ctx, tx)
+		rows, err := b.rate(ctx, tx, a.cfg.PartsFoldAt)
 		if err != nil {
 			return inbox.Outcome{}, err
 		}
@@ -196,10 +196,11 @@ func newRating(ds []*envelope.Decoded, us []events.UsageAccepted, periods []stri
 	return &rating{arg: arg}, nil
 }
 
-// rate runs the rating statement under the periods' shared locks.
-func (r *rating) rate(ctx context.Context, tx pgx.Tx) ([]db.RateUsagesRow, error) {
+// rate runs the rating statement under the periods' shared locks, and
+// folds the parts of their lines past foldAt (FoldParts).
+func (r *rating) rate(ctx context.Context, tx pgx.Tx, foldAt int) ([]db.RateUsagesRow, error) {
 	n := len(r.arg.TenantIds)
-	rows, err := db.RateUsagesLocked(ctx, tx, r.arg)
+	rows, err := db.RateUsagesLocked(ctx, tx, r.arg, int32(foldAt))
 	if err != nil {
 		return nil, fmt.Errorf("rate %d usage events: %w", n, err)
 	}

@@ -95,6 +95,42 @@ type ChargeLegacy struct {
 	PlanCode      string
 }
 
+type ChargeLinePart struct {
+	PartID         int64
+	TenantID       string
+	Period         string
+	MeterCode      string
+	Currency       string
+	PlanCode       string
+	PriceVersion   int64
+	DimensionsKey  string
+	Unpriced       bool
+	Aggregation    string
+	Dimensions     string
+	Charges        int64
+	Total          decimal.Decimal
+	Peak           decimal.Decimal
+	Amount         decimal.Decimal
+	NewValues      int64
+	HasLatest      bool
+	LatestAt       time.Time
+	LatestSystem   string
+	LatestSource   string
+	LatestQuantity decimal.Decimal
+}
+
+type ChargeLineValue struct {
+	TenantID      string
+	Period        string
+	MeterCode     string
+	Currency      string
+	PlanCode      string
+	PriceVersion  int64
+	DimensionsKey string
+	Unpriced      bool
+	Value         string
+}
+
 type ChargeMonth struct {
 	One         bool
 	LegacyUntil time.Time

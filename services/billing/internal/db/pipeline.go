@@ -8,16 +8,19 @@ import (
 )
 
 // RateUsagesLocked takes the shared locks of the periods of arg
-// (LockPeriodsShared, in key order) and rates every fact (RateUsages) in one
-// round trip: two statements, so RateUsages's snapshot is taken once every
-// lock is held and sees the statuses closes committed before. Written by
-// hand beside the generated code, from its statements.
-func RateUsagesLocked(ctx context.Context, tx pgx.Tx, arg RateUsagesParams) ([]RateUsagesRow, error) {
+// (LockPeriodsShared, in key order), rates every fact (RateUsages) and
+// folds the parts of the lines of those periods that have more than foldAt
+// (FoldParts) in one round trip: three statements, so RateUsages's snapshot
+// is taken once every lock is held and sees the statuses closes committed
+// before, and FoldParts's sees the parts RateUsages wrote. Written by hand
+// beside the generated code, from its statements.
+func RateUsagesLocked(ctx context.Context, tx pgx.Tx, arg RateUsagesParams, foldAt int32) ([]RateUsagesRow, error) {
 	b := &pgx.Batch{}
 	b.Queue(lockPeriodsShared, arg.TenantIds, arg.Periods)
 	b.Queue(rateUsages, arg.TenantIds, arg.MeterCodes, arg.Currencies, arg.Periods,
 		arg.ChargeIds, arg.EventIds, arg.UsageEventIds, arg.UsageIds, arg.Quantities, arg.OccurredAts,
 		arg.Lates, arg.Properties, arg.SourceSystems, arg.SourceEventIds, arg.Shards)
+	b.Queue(foldParts, arg.TenantIds, arg.Periods, foldAt)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
@@ -40,9 +43,14 @@ func RateUsagesLocked(ctx context.Context, tx pgx.Tx, arg RateUsagesParams) ([]R
 		items = append(items, i)
 	}
 	rows.Close()
-	err = rows.Err()
-	if cerr := br.Close(); err == nil {
-		err = cerr
+	if err := rows.Err(); err != nil {
+		_ = br.Close()
+		return nil, err
 	}
-	return items, err
+	var removed int64
+	if err := br.QueryRow().Scan(&removed); err != nil {
+		_ = br.Close()
+		return nil, fmt.Errorf("fold parts: %w", err)
+	}
+	return items, br.Close()
 }

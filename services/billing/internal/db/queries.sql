@@ -140,7 +140,9 @@ SELECT COALESCE((SELECT max(b.period) FROM billing_period b
 -- or unpriced (version 0, no price) when none is in effect. A sum or count
 -- charge under unit pricing has its own amount (count: its unit price);
 -- the others have none. It returns per fact, in the order given, what it
--- read; the charges are inserted in that order.
+-- read; the charges are inserted in that order, and what they add to each
+-- line of their periods is written beside them (charge_line_part,
+-- charge_line_value), so a period's read sums parts, not charges.
 WITH u AS (
     SELECT unnest(@tenant_ids::text[])                AS tenant_id,
            unnest(@meter_codes::text[])               AS meter_code,
@@ -244,6 +246,58 @@ WITH u AS (
     WHERE c.aggregation IS NOT NULL AND c.known AND c.status = 'open'
       AND (c.aggregation <> 'unique_count' OR COALESCE(c.value, '') <> '')
     ORDER BY c.n
+), k AS (
+    -- The charges inserted, by line: what the batch adds to each line's
+    -- part and value set.
+    SELECT c.tenant_id, c.period, c.meter_code, c.currency, c.plan_code, COALESCE(c.price_version, 0) AS price_version,
+           COALESCE(c.dimensions_key, '') AS dimensions_key, c.price_version IS NULL AS unpriced, c.aggregation,
+           COALESCE(c.dimensions, '{}')::text AS dimensions, c.quantity,
+           (CASE WHEN c.aggregation = 'count' THEN 1 ELSE c.quantity END) * c.unit_price AS amount,
+           c.value, c.occurred_at, c.source_system, c.source_event_id
+    FROM c
+    WHERE c.aggregation IS NOT NULL AND c.known AND c.status = 'open'
+      AND (c.aggregation <> 'unique_count' OR COALESCE(c.value, '') <> '')
+), v AS (
+    -- The values of unique_count lines new to their sets (inserted in key
+    -- order, so two batches wait for each other's values in one order).
+    INSERT INTO charge_line_value (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key,
+                                   unpriced, value)
+    SELECT DISTINCT k.tenant_id, k.period, k.meter_code, k.currency, k.plan_code, k.price_version, k.dimensions_key,
+           k.unpriced, k.value
+    FROM k WHERE k.aggregation = 'unique_count'
+    ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9
+    ON CONFLICT DO NOTHING
+    RETURNING tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key, unpriced
+), lt AS (
+    SELECT DISTINCT ON (k.tenant_id, k.period, k.meter_code, k.currency, k.plan_code, k.price_version,
+                        k.dimensions_key, k.unpriced)
+           k.tenant_id, k.period, k.meter_code, k.currency, k.plan_code, k.price_version, k.dimensions_key, k.unpriced,
+           k.occurred_at, k.source_system, k.source_event_id, k.quantity
+    FROM k WHERE k.aggregation = 'latest'
+    ORDER BY k.tenant_id, k.period, k.meter_code, k.currency, k.plan_code, k.price_version, k.dimensions_key,
+             k.unpriced, k.occurred_at DESC, k.source_system COLLATE "C" DESC, k.source_event_id COLLATE "C" DESC
+), part AS (
+    -- One part per line the batch charged (charge_line_part).
+    INSERT INTO charge_line_part (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key,
+                                  unpriced, aggregation, dimensions, charges, total, peak, amount, new_values,
+                                  has_latest, latest_at, latest_system, latest_source, latest_quantity)
+    SELECT g.tenant_id, g.period, g.meter_code, g.currency, g.plan_code, g.price_version, g.dimensions_key, g.unpriced,
+           g.aggregation, g.dimensions, g.charges, g.total, g.peak, g.amount,
+           (SELECT count(*) FROM v
+            WHERE v.tenant_id = g.tenant_id AND v.period = g.period AND v.meter_code = g.meter_code
+              AND v.currency = g.currency AND v.plan_code = g.plan_code AND v.price_version = g.price_version
+              AND v.dimensions_key = g.dimensions_key AND v.unpriced = g.unpriced AND g.aggregation = 'unique_count'),
+           lt.occurred_at IS NOT NULL, COALESCE(lt.occurred_at, 'epoch'), COALESCE(lt.source_system, ''),
+           COALESCE(lt.source_event_id, ''), COALESCE(lt.quantity, 0)
+    FROM (SELECT k.tenant_id, k.period, k.meter_code, k.currency, k.plan_code, k.price_version, k.dimensions_key,
+                 k.unpriced, k.aggregation, min(k.dimensions) AS dimensions, count(*) AS charges,
+                 sum(k.quantity) AS total, max(k.quantity) AS peak, sum(k.amount) AS amount
+          FROM k
+          GROUP BY k.tenant_id, k.period, k.meter_code, k.currency, k.plan_code, k.price_version, k.dimensions_key,
+                   k.unpriced, k.aggregation) g
+    LEFT JOIN lt ON lt.tenant_id = g.tenant_id AND lt.period = g.period AND lt.meter_code = g.meter_code
+                AND lt.currency = g.currency AND lt.plan_code = g.plan_code AND lt.price_version = g.price_version
+                AND lt.dimensions_key = g.dimensions_key AND lt.unpriced = g.unpriced AND g.aggregation = 'latest'
 )
 SELECT (c.aggregation IS NOT NULL)::boolean AS defined, COALESCE(c.aggregation, '')::text AS aggregation,
        COALESCE(c.value, '')::text AS value, c.known::boolean AS known, c.tenant_known::boolean AS tenant_known,
@@ -271,9 +325,7 @@ WHERE pe.tenant_id = @tenant_id
 -- range scan of charge_reconciliation_idx, bounded by the chunk whatever
 -- the period's size), grouped per line (meter, currency, plan, price
 -- version, price dimensions, unpriced, aggregation): count, sum, peak,
--- own amounts, the digest terms of the event ids (0 unless digests: a
--- close's; a read has no use for them and a SHA-256 per charge is most of
--- the chunk's work), the chunk's distinct
+-- own amounts, the digest terms of the event ids, the chunk's distinct
 -- values (unique_count) and its latest charge by occurrence, ties to the
 -- larger (source system, source event id) in byte order. Each row also
 -- carries the chunk's charge count and last usage_event_id (the next
@@ -290,9 +342,8 @@ WITH c AS (
     SELECT c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation,
            min(c.dimensions::text) AS dimensions, count(*) AS charges, sum(c.quantity) AS total, max(c.quantity) AS peak,
            sum(c.amount) AS amount,
-           sum(CASE WHEN sqlc.arg(digests)::boolean
-                    THEN ('x' || encode(substr(sha256(convert_to(c.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint
-                    ELSE 0 END)::numeric AS digest,
+           sum(('x' || encode(substr(sha256(convert_to(c.event_id::text, 'UTF8')), 1, 7), 'hex'))::bit(56)::bigint)::numeric
+               AS digest,
            array_agg(DISTINCT c.value) FILTER (WHERE c.aggregation = 'unique_count') AS vals
     FROM c
     GROUP BY c.meter_code, c.currency, c.plan_code, c.price_version, c.dimensions_key, c.unpriced, c.aggregation
@@ -319,6 +370,98 @@ FROM g
 LEFT JOIN lt ON lt.meter_code = g.meter_code AND lt.currency = g.currency AND lt.plan_code = g.plan_code
             AND lt.price_version = g.price_version AND lt.dimensions_key = g.dimensions_key
             AND lt.unpriced = g.unpriced AND g.aggregation = 'latest';
+
+-- name: PartLines :many
+-- A period's lines summed from its parts (charge_line_part, at most
+-- BILLING_PARTS_FOLD_AT + 1 rows a line however many batches it has had),
+-- the same figures ChargeChunkLines's chunks add up to over its charges:
+-- count, sums, peak, own amounts, distinct values (the values each part
+-- added new to the line's set) and the latest charge by occurrence, ties
+-- to the larger (source system, source event id) in byte order. At most
+-- line_limit lines, in key order.
+WITH g AS (
+    SELECT p.meter_code, p.currency, p.plan_code, p.price_version, p.dimensions_key, p.unpriced, p.aggregation,
+           min(p.dimensions) AS dimensions, sum(p.charges) AS charges, sum(p.total) AS total, max(p.peak) AS peak,
+           sum(p.amount) AS amount, sum(p.new_values) AS distinct_values
+    FROM charge_line_part p
+    WHERE p.tenant_id = @tenant_id AND p.period = @period
+    GROUP BY p.meter_code, p.currency, p.plan_code, p.price_version, p.dimensions_key, p.unpriced, p.aggregation
+    ORDER BY p.meter_code, p.currency, p.plan_code, p.price_version, p.dimensions_key, p.unpriced, p.aggregation
+    LIMIT sqlc.arg(line_limit)::int
+), lt AS (
+    SELECT DISTINCT ON (p.meter_code, p.currency, p.plan_code, p.price_version, p.dimensions_key, p.unpriced)
+           p.meter_code, p.currency, p.plan_code, p.price_version, p.dimensions_key, p.unpriced,
+           p.latest_at, p.latest_system, p.latest_source, p.latest_quantity
+    FROM charge_line_part p
+    WHERE p.tenant_id = @tenant_id AND p.period = @period AND p.has_latest
+    ORDER BY p.meter_code, p.currency, p.plan_code, p.price_version, p.dimensions_key, p.unpriced,
+             p.latest_at DESC, p.latest_system COLLATE "C" DESC, p.latest_source COLLATE "C" DESC
+)
+SELECT g.meter_code, g.currency, g.plan_code, g.price_version, g.dimensions_key, g.unpriced, g.aggregation,
+       g.dimensions::text AS dimensions, g.charges::bigint AS charges, g.total::numeric AS total,
+       g.peak::numeric AS peak, g.amount::numeric AS amount, g.distinct_values::bigint AS distinct_values,
+       (lt.latest_at IS NOT NULL)::boolean AS has_latest,
+       COALESCE(lt.latest_at, 'epoch')::timestamptz AS latest_at,
+       COALESCE(lt.latest_system, '')::text AS latest_system, COALESCE(lt.latest_source, '')::text AS latest_source,
+       COALESCE(lt.latest_quantity, 0)::numeric AS latest_quantity
+FROM g
+LEFT JOIN lt ON lt.meter_code = g.meter_code AND lt.currency = g.currency AND lt.plan_code = g.plan_code
+            AND lt.price_version = g.price_version AND lt.dimensions_key = g.dimensions_key
+            AND lt.unpriced = g.unpriced AND g.aggregation = 'latest'
+ORDER BY g.meter_code, g.currency, g.plan_code, g.price_version, g.dimensions_key, g.unpriced, g.aggregation;
+
+-- name: FoldParts :one
+-- FoldParts replaces the parts of each line of the tenants' periods given
+-- that has more than @most of them by one part, their sum (what PartLines
+-- reads of them): a line's parts grow by one a batch and fold every @most
+-- batches, so what a read sums, and what the table keeps, is bounded by the
+-- period's lines, not its batches. A period another transaction is folding
+-- (its transaction-scoped advisory lock taken, pg_try_advisory_xact_lock)
+-- is left to it: two folds would delete the same rows, one waiting for the
+-- other or, in another order, deadlocking. Parts a concurrent batch has not
+-- committed are not in the statement's snapshot and stay as they are. It
+-- returns the parts removed.
+WITH tp AS (
+    SELECT DISTINCT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@periods::text[]) AS period
+    ORDER BY 1, 2
+), mine AS (
+    SELECT tp.tenant_id, tp.period FROM tp
+    WHERE pg_try_advisory_xact_lock(hashtextextended(
+        'billing.parts.' || length(tp.tenant_id) || ':' || tp.tenant_id || tp.period, 0))
+), many AS (
+    SELECT p.tenant_id, p.period, p.meter_code, p.currency, p.plan_code, p.price_version, p.dimensions_key,
+           p.unpriced, p.aggregation
+    FROM mine JOIN charge_line_part p ON p.tenant_id = mine.tenant_id AND p.period = mine.period
+    GROUP BY p.tenant_id, p.period, p.meter_code, p.currency, p.plan_code, p.price_version, p.dimensions_key,
+             p.unpriced, p.aggregation
+    HAVING count(*) > @most::int
+), gone AS (
+    DELETE FROM charge_line_part p USING many m
+    WHERE p.tenant_id = m.tenant_id AND p.period = m.period AND p.meter_code = m.meter_code
+      AND p.currency = m.currency AND p.plan_code = m.plan_code AND p.price_version = m.price_version
+      AND p.dimensions_key = m.dimensions_key AND p.unpriced = m.unpriced AND p.aggregation = m.aggregation
+    RETURNING p.*
+), folded AS (
+    INSERT INTO charge_line_part (tenant_id, period, meter_code, currency, plan_code, price_version, dimensions_key,
+                                  unpriced, aggregation, dimensions, charges, total, peak, amount, new_values,
+                                  has_latest, latest_at, latest_system, latest_source, latest_quantity)
+    SELECT g.tenant_id, g.period, g.meter_code, g.currency, g.plan_code, g.price_version, g.dimensions_key,
+           g.unpriced, g.aggregation, min(g.dimensions), sum(g.charges), sum(g.total), max(g.peak), sum(g.amount),
+           sum(g.new_values), bool_or(g.has_latest),
+           coalesce((array_agg(g.latest_at ORDER BY g.latest_at DESC, g.latest_system COLLATE "C" DESC,
+                               g.latest_source COLLATE "C" DESC) FILTER (WHERE g.has_latest))[1], 'epoch'),
+           coalesce((array_agg(g.latest_system ORDER BY g.latest_at DESC, g.latest_system COLLATE "C" DESC,
+                               g.latest_source COLLATE "C" DESC) FILTER (WHERE g.has_latest))[1], ''),
+           coalesce((array_agg(g.latest_source ORDER BY g.latest_at DESC, g.latest_system COLLATE "C" DESC,
+                               g.latest_source COLLATE "C" DESC) FILTER (WHERE g.has_latest))[1], ''),
+           coalesce((array_agg(g.latest_quantity ORDER BY g.latest_at DESC, g.latest_system COLLATE "C" DESC,
+                               g.latest_source COLLATE "C" DESC) FILTER (WHERE g.has_latest))[1], 0)
+    FROM gone g
+    GROUP BY g.tenant_id, g.period, g.meter_code, g.currency, g.plan_code, g.price_version, g.dimensions_key,
+             g.unpriced, g.aggregation
+    RETURNING 1
+)
+SELECT ((SELECT count(*) FROM gone) - (SELECT count(*) FROM folded))::bigint AS removed;
 
 -- name: LinePricings :many
 -- The pricing of lines (the one definition of a line's price joins): per
@@ -560,6 +703,17 @@ DELETE FROM close_value v
 WHERE (v.tenant_id, v.period, v.meter_code, v.currency, v.plan_code, v.price_version, v.dimensions_key, v.unpriced, v.value) IN (
     SELECT x.tenant_id, x.period, x.meter_code, x.currency, x.plan_code, x.price_version, x.dimensions_key, x.unpriced, x.value
     FROM close_value x WHERE x.tenant_id = @tenant_id AND x.period = @period
+    LIMIT sqlc.arg(row_limit)::int);
+
+-- name: PurgeLineValues :execrows
+-- Deletes up to row_limit of a closed period's charge_line_value rows
+-- (its parts counted them; nothing reads them once it is closed).
+DELETE FROM charge_line_value v
+WHERE (v.tenant_id, v.period, v.meter_code, v.currency, v.plan_code, v.price_version, v.dimensions_key, v.unpriced, v.value) IN (
+    SELECT x.tenant_id, x.period, x.meter_code, x.currency, x.plan_code, x.price_version, x.dimensions_key, x.unpriced, x.value
+    FROM charge_line_value x
+    JOIN billing_period b ON b.tenant_id = x.tenant_id AND b.period = x.period AND b.status = 'closed'
+    WHERE x.tenant_id = @tenant_id AND x.period = @period
     LIMIT sqlc.arg(row_limit)::int);
 
 -- name: EndCloseProgress :exec

@@ -1,0 +1,3 @@
+DROP TABLE charge_line_value;
+
+DROP TABLE charge_line_part;
