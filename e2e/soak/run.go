@@ -549,8 +549,11 @@ func fetchTo(ctx context.Context, url, path string) error {
 
 // window is the slope test's window for a run of d seconds: warm-up the
 // first tenth (at least a minute), the level read over the next tenth (at
-// least 30 s), the line fitted through the last half.
+// least 30 s), the line fitted through the last half, both through the
+// series' floor in stretches of a thirtieth.
 func window(d float64) Window {
 	warm := max(60, d/10)
-	return Window{Warm: warm, Baseline: warm + max(30, d/10), Half: d / 2, End: d}
+	// Floor: two minutes of an hour (two faults), 30 s (six readings) of a
+	// shorter run; at least 5 stretches in the last half.
+	return Window{Warm: warm, Baseline: warm + max(30, d/10), Half: d / 2, End: d, Floor: max(30, d/30)}
 }

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -15,9 +16,17 @@ import (
 // warm-up's window lasts (Baseline-Warm), settled readings only, and
 // before Half. A level read before the consumers held their partitions is
 // below the working level (their fetchers' goroutines, buffers and
-// connections come with the assignment) and would call that level growth. The series grew when that value exceeds the level by more than
-// 10% and by more than Slack (the noise of small counts: a few goroutines,
-// files or connections).
+// connections come with the assignment) and would call that level growth.
+// Both read the series' floor: its least reading in each stretch of Floor
+// seconds (every reading when Floor is 0). A leak raises what a service
+// holds at its quietest; the catch-up after a fault raises what it holds
+// for minutes (consumers fetching a backlog, pages the Go runtime returns
+// slowly after a peak) and falls back, and a line fitted through every
+// reading of a half that happened to hold several catch-ups ends above a
+// level its series came back to (the third hour's rss/query: 46-124 MiB,
+// back at 51 at its end, judged +16.6% by the line). The series grew when
+// that value exceeds the level by more than 10% and by more than Slack
+// (the noise of small counts: a few goroutines, files or connections).
 type Flat struct {
 	Name            string
 	Level, EndFit   float64
@@ -30,6 +39,9 @@ type Flat struct {
 // Window is the stretch of the run the test reads.
 type Window struct {
 	Warm, Baseline, Half, End float64 // seconds after the load began
+	// Floor is the stretch whose least reading stands for it (seconds;
+	// 0: every reading stands for itself).
+	Floor float64
 	// Settled reports whether a reading of the named series taken at t
 	// may be part of the level; nil: every reading may.
 	Settled func(name string, t float64) bool
@@ -54,7 +66,7 @@ func Judged(kind string) bool { return kind != "heap" }
 func FlatTest(name string, pts []Point, w Window) Flat {
 	kind, _, _ := strings.Cut(name, "/")
 	f := Flat{Name: name}
-	var base []float64
+	var baseT, base []float64
 	var xs, ys []float64
 	from := -1.0
 	for _, p := range pts {
@@ -64,13 +76,15 @@ func FlatTest(name string, pts []Point, w Window) Flat {
 			f.From = p.T
 		}
 		if from >= 0 && settled && p.T <= from+(w.Baseline-w.Warm) && p.T < w.Half {
-			base = append(base, p.V)
+			baseT, base = append(baseT, p.T), append(base, p.V)
 		}
 		if p.T >= w.Half && p.T <= w.End {
 			xs, ys = append(xs, p.T), append(ys, p.V)
 		}
 	}
 	f.Readings = len(xs)
+	_, base = floorPoints(baseT, base, w.Floor, w.End)
+	xs, ys = floorPoints(xs, ys, w.Floor, w.End)
 	if len(base) == 0 || len(xs) < 3 {
 		f.NotEnough = true
 		return f
@@ -81,6 +95,32 @@ func FlatTest(name string, pts []Point, w Window) Flat {
 	f.EndFit = icept + slope*w.End
 	f.Grew = f.EndFit > f.Level*1.10 && f.EndFit-f.Level > Slack[kind]
 	return f
+}
+
+// floorPoints is the least reading of each stretch of floor seconds, at
+// its time, stretches counted back from end; a stretch whose readings
+// span less than a third of it (cut by the window's edge) stands for nothing:
+// one reading would stand for whatever burst it caught. The readings as
+// they are when floor is 0. ts are in order.
+func floorPoints(ts, vs []float64, floor, end float64) ([]float64, []float64) {
+	if floor <= 0 {
+		return ts, vs
+	}
+	stretch := func(t float64) float64 { return math.Floor((end - t) / floor) }
+	var outT, outV []float64
+	for i := 0; i < len(ts); {
+		j, low := i, i
+		for ; j < len(ts) && stretch(ts[j]) == stretch(ts[i]); j++ {
+			if vs[j] < vs[low] {
+				low = j
+			}
+		}
+		if ts[j-1]-ts[i] >= floor/3 {
+			outT, outV = append(outT, ts[low]), append(outV, vs[low])
+		}
+		i = j
+	}
+	return outT, outV
 }
 
 func (f Flat) String() string {

@@ -127,3 +127,40 @@ func TestFlatTestLevelAfterFirstPublication(t *testing.T) {
 		t.Errorf("a service that never published, judged from warm-up: %s", f)
 	}
 }
+
+// The test reads each series' floor: a service's resident memory at 48
+// MiB between catch-ups that take it to 100 MiB for a minute, more often
+// in the last half (as the third hour's query did), came back to its
+// level and is flat; a line through every reading would end 30% above it.
+// The same series with its floor creeping 20% over the hour grew.
+func TestFlatTestReadsTheFloor(t *testing.T) {
+	w := window(3600)
+	series := func(floor func(s float64) float64) []Point {
+		var pts []Point
+		for s := 0.0; s <= 3600; s += 5 {
+			every := 300.0
+			if s >= 1800 {
+				every = 150
+			}
+			v := floor(s)
+			if mod := s - every*float64(int(s/every)); mod < 60 {
+				v = 100 << 20 // a catch-up
+			}
+			pts = append(pts, Point{s, v})
+		}
+		return pts
+	}
+	flat := series(func(float64) float64 { return 48 << 20 })
+	if f := FlatTest("rss/query", flat, w); f.Grew || f.NotEnough {
+		t.Errorf("bursts over a flat floor: %s", f)
+	}
+	every := w
+	every.Floor = 0
+	if f := FlatTest("rss/query", flat, every); !f.Grew {
+		t.Errorf("the line through every reading should end above the level: %s", f)
+	}
+	creep := series(func(s float64) float64 { return 48<<20 + 48<<20*0.2*s/3600 })
+	if f := FlatTest("rss/query", creep, w); !f.Grew {
+		t.Errorf("a floor creeping 20%%: %s", f)
+	}
+}
