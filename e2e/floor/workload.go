@@ -58,7 +58,7 @@ func newWorkload(ctx context.Context, cfg Config, qs map[string]sqlcQuery, conns
 		w.shards = append(w.shards, int16(s))
 	}
 	for _, name := range []string{"LockAcceptanceShared", "AcceptanceCut", "PriceEvidenceForMeters", "usage.InsertUsageFacts",
-		"TenantSettings", "LockPeriodsShared", "RateUsages", "AddCharges", "Project", "LockMetersShared",
+		"TenantSettings", "LockPeriodsShared", "RateUsages", "billing.FoldParts", "AddCharges", "invoice.FoldParts", "Project", "LockMetersShared",
 		"query.InsertUsageFacts", "AddUsageHourly",
 		"LastDeltaSeq", "ListTenantsToFold", "LockTenantSummary", "FoldDeltas", "CountPendingDeltas"} {
 		if _, ok := qs[name]; !ok {
@@ -372,8 +372,9 @@ func (w *workload) decide(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, 
 }
 
 // rate is billing's consumed batch of UsageAccepted: the tenants'
-// calendars, the periods' shared locks and the charges (RateUsages), the
-// ChargeRated in the outbox.
+// calendars, the periods' shared locks, the charges and their lines'
+// parts (RateUsages) and the parts' fold (FoldParts), the ChargeRated in
+// the outbox.
 func (w *workload) rate(ctx context.Context, b *batch) (int, error) {
 	handle := func(tx pgx.Tx) error {
 		sql, args, err := w.stmt("TenantSettings", map[string]any{"tenant_ids": []string{tenantID}})
@@ -398,6 +399,11 @@ func (w *workload) rate(ctx context.Context, b *batch) (int, error) {
 		if err != nil {
 			return err
 		}
+		fold, fargs, err := w.stmt("billing.FoldParts", map[string]any{
+			"tenant_ids": tenants, "periods": periods, "most": int32(foldPartsAt)})
+		if err != nil {
+			return err
+		}
 		pb := &pgx.Batch{}
 		pb.Queue(lock, largs...)
 		rated := 0
@@ -418,6 +424,7 @@ func (w *workload) rate(ctx context.Context, b *batch) (int, error) {
 			}
 			return rows.Err()
 		})
+		pb.Queue(fold, fargs...)
 		if err := tx.SendBatch(ctx, pb).Close(); err != nil {
 			return fmt.Errorf("rate: %w", err)
 		}
@@ -434,7 +441,8 @@ func (w *workload) rate(ctx context.Context, b *batch) (int, error) {
 		w.usageDigest, handle, publish)
 }
 
-// foldPartsAt is invoice's PartsFoldAt (internal to the service).
+// foldPartsAt is invoice's and billing's PartsFoldAt (internal to the
+// services).
 const foldPartsAt = 32
 
 // invoiceCharges is invoice's consumed batch of ChargeRated: the charges
@@ -472,7 +480,7 @@ func (w *workload) invoiceCharges(ctx context.Context, b *batch) (int, error) {
 		if err := rows.Err(); err != nil || added != b.n {
 			return fmt.Errorf("add charges: %d of %d: %v", added, b.n, err)
 		}
-		sql, args, err = w.stmt("FoldParts", map[string]any{
+		sql, args, err = w.stmt("invoice.FoldParts", map[string]any{
 			"tenant_ids": repeat(tenantID, b.n), "periods": repeat(b.period, b.n), "most": int32(foldPartsAt)})
 		if err != nil {
 			return err
