@@ -17,6 +17,11 @@
 //     headroom.
 //   - FetchBytes (976 KiB): the consumers' per-partition fetch size, one
 //     whole batch at the broker's limit.
+//   - FetchRequestBytes (3.8 MiB): the most one fetch request asks of a
+//     broker across all its partitions, four partitions' worth. This, not
+//     the partition count, bounds what a consumer that is behind holds: a
+//     response, and the records of earlier ones still in its partitions'
+//     channels (decoded records share their response's buffer).
 //
 // With your own Kafka: the broker's message.max.bytes (or each topic's
 // max.message.bytes) must be at least MinBrokerMessageMaxBytes, a full batch
@@ -77,6 +82,19 @@ const (
 	// (Consumer.Fetch.Default): a whole batch at BrokerMessageMaxBytes, so
 	// one fetch holds at least one batch.
 	FetchBytes = BrokerMessageMaxBytes
+
+	// FetchRequestBytes is the consumers' limit on one fetch response
+	// across partitions (Consumer.Fetch.MaxBytes, Kafka's fetch.max.bytes):
+	// four partitions' FetchBytes, 3.8 MiB. Without it (sarama's default is
+	// 50 MiB) a consumer of 18 partitions that is behind holds 18 partitions'
+	// fetches per response, about 17 MiB, and more while earlier responses'
+	// records wait in its channels: the soak's query service grew by 17.5 MB
+	// in sarama's response buffers after a fault. The broker always returns
+	// the first batch even when it is larger (KIP-74), so the limit bounds
+	// memory and never skips a record; partitions left out of one response
+	// are fetched by the next, and sarama puts its partitions in each
+	// request in random order, so none is starved.
+	FetchRequestBytes = 4 * FetchBytes
 )
 
 // compile-time checks of the relations above: a record at the limit fits a
@@ -112,15 +130,16 @@ func New(clientID string) *sarama.Config {
 
 // SetSizeLimits sets c's producer and consumer sizes to the system's (see
 // Size limits in the package documentation): Producer.MaxMessageBytes to
-// MaxBatchBytes, Consumer.Fetch.Default to FetchBytes, and Consumer.Fetch.Max
-// to 0 (no limit). A bounded Fetch.Max would make sarama skip a batch larger
-// than it, an event lost without a trace; an oversized envelope is instead
-// read and quarantined by the inbox's decoder.
+// MaxBatchBytes, Consumer.Fetch.Default to FetchBytes, Consumer.Fetch.Max
+// to 0 (no limit) and Consumer.Fetch.MaxBytes to FetchRequestBytes. A bounded
+// Fetch.Max would make sarama skip a batch larger than it, an event lost
+// without a trace; an oversized envelope is instead read and quarantined by
+// the inbox's decoder.
 func SetSizeLimits(c *sarama.Config) {
 	c.Producer.MaxMessageBytes = MaxBatchBytes
 	c.Consumer.Fetch.Default = FetchBytes
 	c.Consumer.Fetch.Max = 0
-	c.Consumer.Fetch.MaxBytes = max(c.Consumer.Fetch.MaxBytes, FetchBytes)
+	c.Consumer.Fetch.MaxBytes = FetchRequestBytes
 }
 
 // NewIdempotentProducer returns the producer configuration of the outbox

@@ -50,9 +50,9 @@ func TestConfigsCarryTheSizeLimits(t *testing.T) {
 		if c.Producer.MaxMessageBytes != kafkaconf.MaxBatchBytes {
 			t.Errorf("%s: Producer.MaxMessageBytes = %d, want %d", name, c.Producer.MaxMessageBytes, kafkaconf.MaxBatchBytes)
 		}
-		if c.Consumer.Fetch.Default != kafkaconf.FetchBytes || c.Consumer.Fetch.Max != 0 || c.Consumer.Fetch.MaxBytes < kafkaconf.FetchBytes {
-			t.Errorf("%s: fetch default %d, max %d, max bytes %d; want %d, 0 (unbounded), at least %d", name,
-				c.Consumer.Fetch.Default, c.Consumer.Fetch.Max, c.Consumer.Fetch.MaxBytes, kafkaconf.FetchBytes, kafkaconf.FetchBytes)
+		if c.Consumer.Fetch.Default != kafkaconf.FetchBytes || c.Consumer.Fetch.Max != 0 || c.Consumer.Fetch.MaxBytes != kafkaconf.FetchRequestBytes {
+			t.Errorf("%s: fetch default %d, max %d, max bytes %d; want %d, 0 (unbounded), %d", name,
+				c.Consumer.Fetch.Default, c.Consumer.Fetch.Max, c.Consumer.Fetch.MaxBytes, kafkaconf.FetchBytes, kafkaconf.FetchRequestBytes)
 		}
 	}
 }

@@ -179,6 +179,7 @@ type Config struct {
 	DBConsumerMaxConns int           // DB_CONSUMER_MAX_CONNS (6): consumer, relay, retention
 	DBStatementTimeout time.Duration // DB_STATEMENT_TIMEOUT (30s): PostgreSQL statement_timeout
 	DBAcquireTimeout   time.Duration // DB_ACQUIRE_TIMEOUT (5s): waiting for a pooled connection
+	DBConnIdleTime     time.Duration // DB_CONN_IDLE_TIME (1m): an idle pooled connection is closed after it
 
 	// Per-tenant rate limit of admitted /v1/tenants/{tenantId}/... requests,
 	// per process: a token bucket of RateBurst refilled at RateLimit per
@@ -241,7 +242,7 @@ var DefaultServiceURLs = map[string]string{
 var EnvNames = append([]string{
 	"DATABASE_URL", "DATABASE_MIGRATE_URL", "KAFKA_BROKERS", "KAFKA_ALLOW_PLAINTEXT", "HTTP_ADDR", "LOG_LEVEL", "DB_MAX_CONNS", "SHUTDOWN_TIMEOUT", "PPROF_ADDR", "METRICS_ADDR",
 	"HTTP_READ_HEADER_TIMEOUT", "HTTP_READ_TIMEOUT", "HTTP_WRITE_TIMEOUT", "HTTP_IDLE_TIMEOUT", "HTTP_MAX_HEADER_BYTES",
-	"HTTP_REQUEST_TIMEOUT", "DB_CONSUMER_MAX_CONNS", "DB_STATEMENT_TIMEOUT", "DB_ACQUIRE_TIMEOUT",
+	"HTTP_REQUEST_TIMEOUT", "DB_CONSUMER_MAX_CONNS", "DB_STATEMENT_TIMEOUT", "DB_ACQUIRE_TIMEOUT", "DB_CONN_IDLE_TIME",
 	"RATE_LIMIT_RPS", "RATE_LIMIT_BURST",
 	"INBOX_RETENTION", "IDEMPOTENCY_TTL", "DEFERRED_MAX_AGE", "RETENTION_INTERVAL", "RETENTION_BATCH_SIZE",
 	"RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL", "RELAY_LEASE_TTL", "RELAY_MAX_ATTEMPTS", "RELAY_RETENTION",
@@ -272,6 +273,7 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 		DBConsumerMaxConns: e.Int("DB_CONSUMER_MAX_CONNS", 6),
 		DBStatementTimeout: e.Duration("DB_STATEMENT_TIMEOUT", 30*time.Second),
 		DBAcquireTimeout:   e.Duration("DB_ACQUIRE_TIMEOUT", 5*time.Second),
+		DBConnIdleTime:     e.Duration("DB_CONN_IDLE_TIME", time.Minute),
 
 		RateLimit: e.Float("RATE_LIMIT_RPS", 200),
 		RateBurst: e.Int("RATE_LIMIT_BURST", 400),

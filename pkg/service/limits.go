@@ -21,7 +21,10 @@ import (
 // OpenPool opens a pool of at most maxConns connections to the service's
 // database, every connection with the statement_timeout of
 // cfg.DBStatementTimeout, and every acquire bounded by cfg.DBAcquireTimeout
-// (ended sooner by its context). name labels the pool in the logs
+// (ended sooner by its context). A connection idle for cfg.DBConnIdleTime
+// is closed at the next health check, at most a minute later (pgx's
+// default keeps one 30 minutes, so a pool grown by a burst
+// stayed grown for half an hour). name labels the pool in the logs
 // (application_name). Every connection sends decimals and ids in binary
 // (pgcodec.Register).
 func OpenPool(ctx context.Context, cfg Config, maxConns int, name string) (*pgxpool.Pool, error) {
@@ -30,6 +33,10 @@ func OpenPool(ctx context.Context, cfg Config, maxConns int, name string) (*pgxp
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	pcfg.MaxConns = int32(maxConns)
+	if cfg.DBConnIdleTime > 0 {
+		pcfg.MaxConnIdleTime = cfg.DBConnIdleTime
+		pcfg.HealthCheckPeriod = min(pcfg.HealthCheckPeriod, cfg.DBConnIdleTime)
+	}
 	if cfg.DBStatementTimeout > 0 {
 		pcfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.DBStatementTimeout.Milliseconds(), 10)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -275,6 +276,43 @@ func TestAcquireTimeout(t *testing.T) {
 		t.Fatalf("gave up after %v", took)
 	}
 	held.Release()
+	if _, err := pool.Exec(t.Context(), "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A pool a burst grew shrinks back: connections idle for DB_CONN_IDLE_TIME
+// are closed (pgx's default keeps them 30 minutes).
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t, pgtest.NewDB(t, tmpl))
+	cfg.DBConnIdleTime = 200 * time.Millisecond
+	pool, err := OpenPool(t.Context(), cfg, 3, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var held []*pgxpool.Conn
+	for range 3 {
+		c, err := pool.Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	for _, c := range held {
+		c.Release()
+	}
+	if n := pool.Stat().TotalConns(); n != 3 {
+		t.Fatalf("%d connections after the burst, want 3", n)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for pool.Stat().TotalConns() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle connections still open 20s after the burst", pool.Stat().TotalConns())
+		}
+		time.Sleep(50 * time.Millisecond) // polled: pgxpool closes idle connections on its health check, which signals nothing
+	}
 	if _, err := pool.Exec(t.Context(), "SELECT 1"); err != nil {
 		t.Fatal(err)
 	}

@@ -231,6 +231,7 @@ func TestApache(t *testing.T) {
 
 	t.Run("produce consume", func(t *testing.T) { testProduceConsume(t, a.Addrs()) })
 	t.Run("size limits", func(t *testing.T) { testSizeLimits(t, a.Addrs()) })
+	t.Run("fetch bound", func(t *testing.T) { testFetchBound(t, a.Addrs()) })
 
 	t.Run("kill and start keeps data", func(t *testing.T) {
 		if err := kafkabroker.CreateTopics(ctx, a.Addrs(), 2, "durable"); err != nil {

@@ -88,3 +88,83 @@ func TestEmbeddedSizeLimits(t *testing.T) {
 	defer e.Close()
 	testSizeLimits(t, e.Addrs())
 }
+
+// testFetchBound checks that a consumer behind on many partitions is sent at
+// most kafkaconf.FetchRequestBytes a fetch (plus the one batch a broker
+// always returns whole), not a fetch's worth for every partition, and still
+// reads every record: eight partitions, each 2.5 MiB behind.
+func testFetchBound(t *testing.T, addrs []string) {
+	const partitions, perPartition = 8, 40
+	ctx := t.Context()
+	topic := fmt.Sprintf("fetch-bound-%d", time.Now().UnixNano())
+	if err := kafkabroker.CreateTopics(ctx, addrs, partitions, topic); err != nil {
+		t.Fatal(err)
+	}
+	pc := kafkaconf.NewIdempotentProducer("fetch-bound")
+	pc.Producer.Partitioner = sarama.NewManualPartitioner
+	p, err := sarama.NewSyncProducer(addrs, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var msgs []*sarama.ProducerMessage
+	for part := range partitions {
+		for range perPartition {
+			msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Partition: int32(part),
+				Value: sarama.ByteEncoder(make([]byte, envelope.MaxBytes))})
+		}
+	}
+	if err := p.SendMessages(msgs); err != nil {
+		t.Fatal(err)
+	}
+
+	cc := kafkaconf.New("fetch-bound")
+	c, err := sarama.NewConsumer(addrs, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got := make(chan struct{}, partitions*perPartition)
+	for part := range partitions {
+		pcons, err := c.ConsumePartition(topic, int32(part), sarama.OffsetOldest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pcons.Close()
+		go func() {
+			for range pcons.Messages() {
+				got <- struct{}{}
+			}
+		}()
+	}
+	deadline := time.After(time.Minute)
+	for n := range partitions * perPartition {
+		select {
+		case <-got:
+		case <-deadline:
+			t.Fatalf("read %d of %d records in a minute", n, partitions*perPartition)
+		}
+	}
+
+	var largest int64
+	cc.MetricRegistry.Each(func(name string, m any) {
+		if h, ok := m.(interface{ Max() int64 }); ok && name == "response-size" {
+			largest = h.Max()
+		}
+	})
+	limit := int64(kafkaconf.FetchRequestBytes + kafkaconf.MaxBatchBytes + kafkaconf.RecordOverhead)
+	if largest == 0 || largest > limit {
+		t.Fatalf("largest response %d bytes, want 1 to %d (FetchRequestBytes and one batch); %d partitions were behind %d bytes each",
+			largest, limit, partitions, perPartition*envelope.MaxBytes)
+	}
+	t.Logf("largest response %d bytes for %d partitions %d bytes behind each", largest, partitions, perPartition*envelope.MaxBytes)
+}
+
+func TestEmbeddedFetchBound(t *testing.T) {
+	e, err := kafkabroker.StartEmbedded(kafkabroker.EmbeddedOptions{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	testFetchBound(t, e.Addrs())
+}
