@@ -52,7 +52,7 @@ func TestMoney(t *testing.T) {
 	t.Cleanup(hooks.Close)
 	s := stacktest.Start(t, stack.Options{PostgresFast: true, DirectDB: true,
 		Env: map[string]string{"CLOCK_OFFSET_FILE": clk.Path},
-		ServiceEnv: map[string]map[string]string{"meter": {"METER_SCHEDULE_LEAD": lead.String()},
+		ServiceEnv: map[string]map[string]string{"meter": MeterEnv(lead),
 			"billing": BillingEnv, "invoice": HookServiceEnv}})
 
 	cfg := Config{URLs: s.URLs(), Lead: lead, Settle: 90 * time.Second, Logf: t.Logf, Clock: clk,

@@ -87,6 +87,9 @@ type Stats struct {
 	// activated and refused as ambiguous.
 	ByAggregation                             map[string]int
 	Unpriced, DimPriced, DimPrices, Ambiguous int
+	// PricesAtEntries and PricesAtMonth count the activations refused at
+	// meter's price limits: a tenant's entries, its versions of a month.
+	PricesAtEntries, PricesAtMonth int
 	// NoSeries counts the accepted facts of a meter the tenant had no
 	// price of its own for (unpriced, decision 0019, unless a plan prices it).
 	NoSeries int
@@ -128,8 +131,8 @@ func (s Stats) String() string {
 		"%d clock moves, %d automatic closes, %d draft invoice comparisons, %d issued invoice comparisons, %d checks, %d settles",
 		s.Ops, s.Facts, s.Accepted, s.Late, s.Refused, s.Replays, s.Conflicts, s.Prices, s.Adjustments, s.CreditsRefused,
 		s.AdjustmentsAtLimit, s.Corrections, s.Closes, s.Settings, s.Advances, s.AutoCloses, s.Drafts, s.Invoices, s.Checks, s.Settles) +
-		fmt.Sprintf("; catalog: accepted facts by aggregation %v, %d unpriced (%d of a meter the tenant has no price of its own for), %d priced by a dimension price; %d dimension prices activated, %d refused ambiguous_price",
-			s.ByAggregation, s.Unpriced, s.NoSeries, s.DimPriced, s.DimPrices, s.Ambiguous) +
+		fmt.Sprintf("; catalog: accepted facts by aggregation %v, %d unpriced (%d of a meter the tenant has no price of its own for), %d priced by a dimension price; %d dimension prices activated, %d refused ambiguous_price, %d refused limit_exceeded (%d at the entries' limit, %d at a month's)",
+			s.ByAggregation, s.Unpriced, s.NoSeries, s.DimPriced, s.DimPrices, s.Ambiguous, s.PricesAtEntries+s.PricesAtMonth, s.PricesAtEntries, s.PricesAtMonth) +
 		fmt.Sprintf("; plans: %d versions published or refused, %d subscriptions asked, %d facts priced by a plan's charge, %d fee and true-up lines compared",
 			s.PlanVersions, s.Subscriptions, s.PlanPriced, s.FeeLines) +
 		fmt.Sprintf("; taxes: issued invoices with tax lines by currency %v, %d tax lines", s.TaxedInvoices, s.TaxLines) +
@@ -374,6 +377,10 @@ func (r *runner) activateFirst(ctx context.Context, t *Tenant, meter, currency s
 		return err
 	}
 	s := t.Series[meter]
+	if len(s.Versions) == 0 { // refused at a price limit: no series
+		delete(t.Series, meter)
+		return nil
+	}
 	v1 := s.Versions[0]
 	f := &Fact{SourceEventID: "probe-" + meter, Meter: meter, Currency: currency, Qty: dec("1"),
 		At: v1.Eff.Add(-time.Second), Props: r.properties(m)}
@@ -489,6 +496,12 @@ func (r *runner) sendPrice(ctx context.Context, t *Tenant, meter string, p Prici
 	if !eff.IsZero() {
 		body["effectiveAt"] = eff.Format(time.RFC3339Nano)
 	}
+	either, limit := false, ""
+	if wantStatus == 201 {
+		if limit, either = r.priceLimit(t, s, dims, eff); limit != "" && !either {
+			wantStatus, wantCode = 422, "limit_exceeded"
+		}
+	}
 	r.stats.Prices++
 	sent := instant(r.now())
 	a, err := r.c.do(ctx, "meter", "POST", t.ID, "/prices", body, map[string]string{"Idempotency-Key": r.key("price")})
@@ -498,6 +511,16 @@ func (r *runner) sendPrice(ctx context.Context, t *Tenant, meter string, p Prici
 	desc := fmt.Sprintf("#%d activate %s %s %s (%s", r.step, t.ID, meter, p, how)
 	if !eff.IsZero() {
 		desc += " " + eff.Format(time.RFC3339Nano)
+	}
+	if either && a.Status == 422 && a.Code() == "limit_exceeded" {
+		wantStatus, wantCode = 422, "limit_exceeded" // its month was the full one
+	}
+	if wantCode == "limit_exceeded" && a.Status == wantStatus && a.Code() == wantCode {
+		if limit == "entries" {
+			r.stats.PricesAtEntries++
+		} else {
+			r.stats.PricesAtMonth++
+		}
 	}
 	if a.Status != wantStatus || (wantCode != "" && a.Code() != wantCode) {
 		r.note("%s) -> %d %s", desc, a.Status, a.Code())
@@ -1071,6 +1094,84 @@ const partsFoldAt = 2
 // parts' fold (partsFoldAt).
 var BillingEnv = map[string]string{"BILLING_CLOSE_INTERVAL": "200ms", "BILLING_MAX_ADJUSTMENTS": fmt.Sprint(maxAdjustments),
 	"BILLING_PARTS_FOLD_AT": fmt.Sprint(partsFoldAt)}
+
+// maxPriceEntries and maxMonthlyVersions are the money stack's
+// METER_MAX_PRICE_ENTRIES and METER_MAX_PRICE_VERSIONS_PER_MONTH: an
+// activation that would name a tenant's price entry (a series' dimension
+// set) past the first, or be a version past the second taking effect in
+// its UTC month, is refused 422 limit_exceeded. Small, so a run reaches
+// both.
+const (
+	maxPriceEntries    = 14
+	maxMonthlyVersions = 8
+)
+
+// MeterEnv are the meter service's settings for the money test: the
+// schedule's lead and the price limits the model predicts.
+func MeterEnv(lead time.Duration) map[string]string {
+	return map[string]string{"METER_SCHEDULE_LEAD": lead.String(),
+		"METER_MAX_PRICE_ENTRIES": fmt.Sprint(maxPriceEntries), "METER_MAX_PRICE_VERSIONS_PER_MONTH": fmt.Sprint(maxMonthlyVersions)}
+}
+
+// priceEntries is how many price entries (a series' dimension set, its
+// default included) meter accepted for the tenant.
+func (t *Tenant) priceEntries() int {
+	n := 0
+	for _, s := range t.Series {
+		seen := map[string]bool{}
+		for _, v := range s.Versions {
+			if k := dimsKey(v.Dims); !seen[k] {
+				seen[k] = true
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// versionsInMonth is how many of the tenant's accepted price versions take
+// effect in the UTC month of at.
+func (t *Tenant) versionsInMonth(at time.Time) int {
+	y, m, _ := at.UTC().Date()
+	n := 0
+	for _, s := range t.Series {
+		for _, v := range s.Versions {
+			if vy, vm, _ := v.Eff.UTC().Date(); vy == y && vm == m {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// priceLimit is what meter's price limits make of a version of s named
+// dims taking effect at eff (zero: now, within the schedule's lead): the
+// limit that refuses it 422 limit_exceeded ("entries" or "month"; ""
+// none), and either when the lead spans the end of a UTC month with one
+// month at its limit and the other not (the version's month is known from
+// the answer only).
+func (r *runner) priceLimit(t *Tenant, s *Series, dims map[string]string, eff time.Time) (limit string, either bool) {
+	newEntry := true
+	for _, v := range s.Versions {
+		if dimsKey(v.Dims) == dimsKey(dims) {
+			newEntry = false
+			break
+		}
+	}
+	if newEntry && t.priceEntries() >= maxPriceEntries {
+		return "entries", false
+	}
+	from, to := eff, eff
+	if eff.IsZero() {
+		from = instant(r.now())
+		to = from.Add(r.cfg.Lead + time.Second)
+	}
+	a, b := t.versionsInMonth(from) >= maxMonthlyVersions, t.versionsInMonth(to) >= maxMonthlyVersions
+	if a || b {
+		limit = "month"
+	}
+	return limit, a != b
+}
 
 // adjustmentsOf is how many adjustments billing accepted for the tenant's
 // period p.

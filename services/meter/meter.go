@@ -31,9 +31,11 @@ var Spec = service.Spec{
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	env := service.NewEnv()
 	cfg := app.Config{
-		ScheduleLead:      env.Duration("METER_SCHEDULE_LEAD", app.DefaultScheduleLead),
-		WatermarkInterval: env.Duration("METER_WATERMARK_INTERVAL", app.DefaultWatermarkInterval),
-		MaxSeries:         env.Int("METER_MAX_PRICE_SERIES", app.DefaultMaxSeries),
+		ScheduleLead:       env.Duration("METER_SCHEDULE_LEAD", app.DefaultScheduleLead),
+		WatermarkInterval:  env.Duration("METER_WATERMARK_INTERVAL", app.DefaultWatermarkInterval),
+		MaxSeries:          env.Int("METER_MAX_PRICE_SERIES", app.DefaultMaxSeries),
+		MaxEntries:         env.Int("METER_MAX_PRICE_ENTRIES", app.DefaultMaxEntries),
+		MaxMonthlyVersions: env.Int("METER_MAX_PRICE_VERSIONS_PER_MONTH", app.DefaultMaxMonthlyVersions),
 	}
 	if err := env.Err(); err != nil {
 		return service.Parts{}, err

@@ -2,9 +2,13 @@ package pgtest
 
 import (
 	"context"
+	"io/fs"
+	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/jackc/pgx/v5"
 
@@ -57,4 +61,42 @@ func CheckUpDownUp(t *testing.T, sets ...pgmigrate.Set) {
 	if again := tables(); !slices.Equal(again, first) {
 		t.Fatalf("up again created %v, the first up %v", again, first)
 	}
+}
+
+// UpTo is set with its migrations numbered version or lower only: a test
+// migrates a database there, writes rows as that schema took them, then
+// applies the rest with set itself and checks what the later migrations
+// made of them.
+func UpTo(t testing.TB, set pgmigrate.Set, version int) pgmigrate.Set {
+	t.Helper()
+	sub := fstest.MapFS{}
+	err := fs.WalkDir(set.FS, set.Dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".sql") {
+			return err
+		}
+		name := path.Base(p)
+		v, err := strconv.Atoi(name[:max(strings.IndexByte(name, '_'), 0)])
+		if err != nil || v > version {
+			return err
+		}
+		b, err := fs.ReadFile(set.FS, p)
+		sub[name] = &fstest.MapFile{Data: b}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pgmigrate.Set{FS: sub, Dir: ".", Table: set.Table, Needs: set.Needs}
+}
+
+// MigratedTo is a new, empty database migrated with sets, the last of them
+// (a service's own, as Spec.Sets lists them) only up to version: its URL.
+func MigratedTo(t testing.TB, version int, sets ...pgmigrate.Set) string {
+	t.Helper()
+	url := NewDB(t, emptyTemplate)
+	last := len(sets) - 1
+	if err := pgmigrate.Up(url, append(slices.Clip(sets[:last]), UpTo(t, sets[last], version))...); err != nil {
+		t.Fatalf("migrate up to %04d: %v", version, err)
+	}
+	return url
 }

@@ -5,12 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
-	"io/fs"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/google/uuid"
@@ -39,40 +35,12 @@ func uuid7At(t *testing.T, at time.Time) uuid.UUID {
 	return u
 }
 
-// upTo is the billing migration set holding only the migrations up to
-// version.
-func upTo(t *testing.T, version int) pgmigrate.Set {
-	t.Helper()
-	sub := fstest.MapFS{}
-	err := fs.WalkDir(migrations.Set.FS, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".sql") {
-			return err
-		}
-		v, err := strconv.Atoi(p[:strings.IndexByte(p, '_')])
-		if err != nil || v > version {
-			return err
-		}
-		b, err := fs.ReadFile(migrations.Set.FS, p)
-		sub[p] = &fstest.MapFile{Data: b}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pgmigrate.Set{FS: sub, Dir: ".", Table: migrations.Set.Table}
-}
-
 // migratedTo is a new database with the shared schemas and billing's
 // migrations up to version, and a connection to it (closed at the test's
 // end).
 func migratedTo(t *testing.T, version int) (string, *pgx.Conn) {
 	t.Helper()
-	url := pgtest.NewDB(t, pgtest.Template{Name: "billing_unmigrated", Migrate: func(context.Context, string) error { return nil }})
-	sets := billing.Spec.Sets()
-	shared := slices.Clip(sets[:len(sets)-1])
-	if err := pgmigrate.Up(url, append(shared, upTo(t, version))...); err != nil {
-		t.Fatalf("up to %04d: %v", version, err)
-	}
+	url := pgtest.MigratedTo(t, version, billing.Spec.Sets()...)
 	conn, err := pgx.Connect(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +107,7 @@ func TestMigrateExistingCharges(t *testing.T) {
 		FROM charge ORDER BY charge_id LIMIT 1`); err != nil {
 		t.Fatal(err)
 	}
-	if err := pgmigrate.Up(url, upTo(t, 16)); err != nil {
+	if err := pgmigrate.Up(url, pgtest.UpTo(t, migrations.Set, 16)); err != nil {
 		t.Fatalf("up to 0016: %v", err)
 	}
 	ats = ats[:0]

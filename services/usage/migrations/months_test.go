@@ -5,12 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
-	"io/fs"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/google/uuid"
@@ -40,28 +36,6 @@ func uuid7At(t *testing.T, at time.Time) uuid.UUID {
 	u[6] = u[6]&0x0f | 0x70
 	u[8] = u[8]&0x3f | 0x80
 	return u
-}
-
-// upTo is the usage migration set holding only the migrations up to version.
-func upTo(t *testing.T, version int) pgmigrate.Set {
-	t.Helper()
-	sub := fstest.MapFS{}
-	err := fs.WalkDir(migrations.Set.FS, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".sql") {
-			return err
-		}
-		v, err := strconv.Atoi(p[:strings.IndexByte(p, '_')])
-		if err != nil || v > version {
-			return err
-		}
-		b, err := fs.ReadFile(migrations.Set.FS, p)
-		sub[p] = &fstest.MapFile{Data: b}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pgmigrate.Set{FS: sub, Dir: ".", Table: migrations.Set.Table}
 }
 
 // fact is one usage fact to insert.
@@ -133,12 +107,7 @@ func count(t *testing.T, q interface {
 // identity (those of facts accepted before step 1 and those accepted
 // between steps 1 and 2) still refuses a second fact, and new facts go in.
 func TestMigrateExistingFacts(t *testing.T) {
-	url := pgtest.NewDB(t, pgtest.Template{Name: "usage_unmigrated", Migrate: func(context.Context, string) error { return nil }})
-	sets := usage.Spec.Sets()
-	shared := slices.Clip(sets[:len(sets)-1])
-	if err := pgmigrate.Up(url, append(shared, upTo(t, 5))...); err != nil {
-		t.Fatalf("up to 0005: %v", err)
-	}
+	url := pgtest.MigratedTo(t, 5, usage.Spec.Sets()...)
 	conn, err := pgx.Connect(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +123,7 @@ func TestMigrateExistingFacts(t *testing.T) {
 	if n := insertOld(t, conn, before); n != 300 {
 		t.Fatalf("%d facts before, want 300", n)
 	}
-	if err := pgmigrate.Up(url, upTo(t, 6)); err != nil {
+	if err := pgmigrate.Up(url, pgtest.UpTo(t, migrations.Set, 6)); err != nil {
 		t.Fatalf("up to 0006: %v", err)
 	}
 	// A service still at the old schema accepts facts between the steps.
@@ -173,7 +142,7 @@ func TestMigrateExistingFacts(t *testing.T) {
 		return s.String()
 	}
 	total := sum()
-	if err := pgmigrate.Up(url, sets...); err != nil {
+	if err := pgmigrate.Up(url, usage.Spec.Sets()...); err != nil {
 		t.Fatalf("up: %v", err)
 	}
 

@@ -45,13 +45,24 @@ type Config struct {
 	// costs the schedule's watermarks (decision 0011), so no tenant may
 	// create them without bound.
 	MaxSeries int
+	// MaxEntries is how many price entries (a series' dimension set, the
+	// default's included) one tenant may have (METER_MAX_PRICE_ENTRIES;
+	// DefaultMaxEntries), and MaxMonthlyVersions how many of its price
+	// versions may take effect in one UTC month
+	// (METER_MAX_PRICE_VERSIONS_PER_MONTH; DefaultMaxMonthlyVersions): past
+	// either an activation is refused 422 limit_exceeded. Together they
+	// bound a period's lines from the tenant's prices to MaxEntries +
+	// 2*MaxMonthlyVersions (decision 0014).
+	MaxEntries, MaxMonthlyVersions int
 }
 
 // Defaults of Config's fields.
 const (
-	DefaultScheduleLead      = 5 * time.Second
-	DefaultWatermarkInterval = time.Second
-	DefaultMaxSeries         = 1000
+	DefaultScheduleLead       = 5 * time.Second
+	DefaultWatermarkInterval  = time.Second
+	DefaultMaxSeries          = 1000
+	DefaultMaxEntries         = 3000
+	DefaultMaxMonthlyVersions = 2000
 )
 
 // NoScheduleLead is the Config.ScheduleLead of no lead (a zero one takes
@@ -71,6 +82,12 @@ type App struct {
 func New(d Deps, c Config) *App {
 	if c.MaxSeries <= 0 {
 		c.MaxSeries = DefaultMaxSeries
+	}
+	if c.MaxEntries <= 0 {
+		c.MaxEntries = DefaultMaxEntries
+	}
+	if c.MaxMonthlyVersions <= 0 {
+		c.MaxMonthlyVersions = DefaultMaxMonthlyVersions
 	}
 	a := &App{pool: d.Pool, log: d.Logger, now: d.Clock, cfg: c}
 	if a.log == nil {

@@ -85,6 +85,11 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 	if err != nil {
 		return Price{}, fmt.Errorf("lock price series: %w", err)
 	}
+	// The tenant's activations one at a time, so its limits are counted
+	// against what committed; after the series' row, before the shard's.
+	if err := q.LockTenantSeries(ctx, cmd.TenantID); err != nil {
+		return Price{}, fmt.Errorf("lock the series of %s: %w", cmd.TenantID, err)
+	}
 	if series.LastVersion == 0 { // a new series: within the tenant's limit
 		if err := a.checkSeriesLimit(ctx, q, cmd.TenantID); err != nil {
 			return Price{}, err
@@ -124,6 +129,9 @@ func (a *App) activate(ctx context.Context, tx pgx.Tx, cmd ActivatePrice) (Price
 	}
 	dims, err := dimensionsJSON(act.Dimensions)
 	if err != nil {
+		return Price{}, err
+	}
+	if err := a.checkPriceLimits(ctx, q, cmd.TenantID, act, dims, effectiveAt); err != nil {
 		return Price{}, err
 	}
 	version := series.LastVersion + 1
@@ -340,18 +348,54 @@ func (a *App) ListPrices(ctx context.Context, l ListPrices) ([]Price, error) {
 }
 
 // checkSeriesLimit refuses a new series past Config.MaxSeries, counted
-// under the tenant's series lock (the new one, inserted by
-// LockPriceSeries, included).
+// under the tenant's lock (the new one, inserted by LockPriceSeries,
+// included).
 func (a *App) checkSeriesLimit(ctx context.Context, q *db.Queries, tenantID string) error {
-	if err := q.LockTenantSeries(ctx, tenantID); err != nil {
-		return fmt.Errorf("lock the series of %s: %w", tenantID, err)
-	}
 	n, err := q.CountTenantSeries(ctx, db.CountTenantSeriesParams{TenantID: tenantID, Most: int32(a.cfg.MaxSeries + 1)})
 	if err != nil {
 		return fmt.Errorf("count the series of %s: %w", tenantID, err)
 	}
 	if n > int64(a.cfg.MaxSeries) {
 		return domain.SeriesLimitExceeded(tenantID, a.cfg.MaxSeries)
+	}
+	return nil
+}
+
+// checkPriceLimits refuses, under the tenant's lock, a version whose
+// dimension set would be the tenant's price entry past Config.MaxEntries,
+// or that would be one of more than Config.MaxMonthlyVersions of the
+// tenant's versions taking effect in the UTC month of effectiveAt. Both
+// bound the lines of a tenant's period (decision 0014): at most one line per
+// entry in effect at its start and one per version taking effect in it,
+// and a period, a month in the tenant's zone, overlaps at most two UTC
+// months. The new entry, recorded here, is undone with the transaction
+// when the activation is refused.
+func (a *App) checkPriceLimits(ctx context.Context, q *db.Queries, tenantID string, act domain.Activation, dims []byte, effectiveAt time.Time) error {
+	added, err := q.AddPriceEntry(ctx, db.AddPriceEntryParams{
+		TenantID: tenantID, MeterCode: act.MeterCode, Currency: act.Currency, Dimensions: dims,
+	})
+	if err != nil {
+		return fmt.Errorf("record the price entry: %w", err)
+	}
+	if added == 1 {
+		n, err := q.CountTenantEntries(ctx, db.CountTenantEntriesParams{TenantID: tenantID, Most: int32(a.cfg.MaxEntries + 1)})
+		if err != nil {
+			return fmt.Errorf("count the price entries of %s: %w", tenantID, err)
+		}
+		if n > int64(a.cfg.MaxEntries) {
+			return domain.EntryLimitExceeded(tenantID, a.cfg.MaxEntries)
+		}
+	}
+	y, m, _ := effectiveAt.UTC().Date()
+	from := time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+	n, err := q.CountTenantVersionsIn(ctx, db.CountTenantVersionsInParams{
+		TenantID: tenantID, FromAt: from, UntilAt: from.AddDate(0, 1, 0), Most: int32(a.cfg.MaxMonthlyVersions),
+	})
+	if err != nil {
+		return fmt.Errorf("count the price versions of %s: %w", tenantID, err)
+	}
+	if n >= int64(a.cfg.MaxMonthlyVersions) {
+		return domain.MonthlyVersionLimitExceeded(tenantID, a.cfg.MaxMonthlyVersions, from.Format("2006-01"))
 	}
 	return nil
 }

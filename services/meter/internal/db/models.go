@@ -66,6 +66,13 @@ type Price struct {
 	ScheduleSeq  pgtype.Int8
 }
 
+type PriceEntry struct {
+	TenantID   string
+	MeterCode  string
+	Currency   string
+	Dimensions []byte
+}
+
 type PriceSeries struct {
 	TenantID        string
 	MeterCode       string

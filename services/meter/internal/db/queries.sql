@@ -26,14 +26,34 @@ SET last_seq = @seq, known_through = GREATEST(known_through, @known_through::tim
 WHERE shard = @shard AND last_seq + 1 = @seq;
 
 -- name: LockTenantSeries :exec
--- LockTenantSeries serialises, until commit, the creation of a tenant's
--- new price series, so that its count is checked against the limit one
--- creation at a time.
+-- LockTenantSeries serialises, until commit, a tenant's activations, so
+-- that its series, price entries and versions of a month are counted
+-- against their limits one activation at a time. Taken after the series'
+-- row and before the schedule shard's, by every activation.
 SELECT pg_advisory_xact_lock(hashtextextended('meter.series:' || @tenant_id::text, 0));
 
 -- name: CountTenantSeries :one
 -- CountTenantSeries counts the tenant's price series, at most @most of them.
 SELECT count(*) FROM (SELECT 1 FROM price_series WHERE tenant_id = @tenant_id LIMIT @most) s;
+
+-- name: AddPriceEntry :execrows
+-- AddPriceEntry records a series' dimension set ({} for its default): 1
+-- row when the set is new to the series, 0 when a version named it before.
+INSERT INTO price_entry (tenant_id, meter_code, currency, dimensions)
+VALUES (@tenant_id, @meter_code, @currency, sqlc.arg(dimensions)::jsonb)
+ON CONFLICT DO NOTHING;
+
+-- name: CountTenantEntries :one
+-- CountTenantEntries counts the tenant's price entries, at most @most.
+SELECT count(*) FROM (SELECT 1 FROM price_entry WHERE tenant_id = @tenant_id LIMIT @most) e;
+
+-- name: CountTenantVersionsIn :one
+-- CountTenantVersionsIn counts the tenant's price versions taking effect
+-- in [@from_at, @until_at), at most @most.
+SELECT count(*) FROM (
+    SELECT 1 FROM price
+    WHERE tenant_id = @tenant_id AND effective_at >= @from_at AND effective_at < @until_at
+    LIMIT @most) v;
 
 -- name: AdvancePriceSeries :execrows
 -- Records the series' new version.

@@ -14,6 +14,34 @@ import (
 	"github.com/shopspring/decimal"
 )
 
+const addPriceEntry = `-- name: AddPriceEntry :execrows
+INSERT INTO price_entry (tenant_id, meter_code, currency, dimensions)
+VALUES ($1, $2, $3, $4::jsonb)
+ON CONFLICT DO NOTHING
+`
+
+type AddPriceEntryParams struct {
+	TenantID   string
+	MeterCode  string
+	Currency   string
+	Dimensions []byte
+}
+
+// AddPriceEntry records a series' dimension set ({} for its default): 1
+// row when the set is new to the series, 0 when a version named it before.
+func (q *Queries) AddPriceEntry(ctx context.Context, arg AddPriceEntryParams) (int64, error) {
+	result, err := q.db.Exec(ctx, addPriceEntry,
+		arg.TenantID,
+		arg.MeterCode,
+		arg.Currency,
+		arg.Dimensions,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const advancePlan = `-- name: AdvancePlan :execrows
 UPDATE plan SET last_version = $1, last_effective_at = $2
 WHERE code = $3 AND last_version + 1 = $1
@@ -85,6 +113,23 @@ func (q *Queries) AdvanceScheduleShard(ctx context.Context, arg AdvanceScheduleS
 	return result.RowsAffected(), nil
 }
 
+const countTenantEntries = `-- name: CountTenantEntries :one
+SELECT count(*) FROM (SELECT 1 FROM price_entry WHERE tenant_id = $1 LIMIT $2) e
+`
+
+type CountTenantEntriesParams struct {
+	TenantID string
+	Most     int32
+}
+
+// CountTenantEntries counts the tenant's price entries, at most @most.
+func (q *Queries) CountTenantEntries(ctx context.Context, arg CountTenantEntriesParams) (int64, error) {
+	row := q.db.QueryRow(ctx, countTenantEntries, arg.TenantID, arg.Most)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const countTenantSeries = `-- name: CountTenantSeries :one
 SELECT count(*) FROM (SELECT 1 FROM price_series WHERE tenant_id = $1 LIMIT $2) s
 `
@@ -97,6 +142,34 @@ type CountTenantSeriesParams struct {
 // CountTenantSeries counts the tenant's price series, at most @most of them.
 func (q *Queries) CountTenantSeries(ctx context.Context, arg CountTenantSeriesParams) (int64, error) {
 	row := q.db.QueryRow(ctx, countTenantSeries, arg.TenantID, arg.Most)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const countTenantVersionsIn = `-- name: CountTenantVersionsIn :one
+SELECT count(*) FROM (
+    SELECT 1 FROM price
+    WHERE tenant_id = $1 AND effective_at >= $2 AND effective_at < $3
+    LIMIT $4) v
+`
+
+type CountTenantVersionsInParams struct {
+	TenantID string
+	FromAt   time.Time
+	UntilAt  time.Time
+	Most     int32
+}
+
+// CountTenantVersionsIn counts the tenant's price versions taking effect
+// in [@from_at, @until_at), at most @most.
+func (q *Queries) CountTenantVersionsIn(ctx context.Context, arg CountTenantVersionsInParams) (int64, error) {
+	row := q.db.QueryRow(ctx, countTenantVersionsIn,
+		arg.TenantID,
+		arg.FromAt,
+		arg.UntilAt,
+		arg.Most,
+	)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
@@ -717,9 +790,10 @@ const lockTenantSeries = `-- name: LockTenantSeries :exec
 SELECT pg_advisory_xact_lock(hashtextextended('meter.series:' || $1::text, 0))
 `
 
-// LockTenantSeries serialises, until commit, the creation of a tenant's
-// new price series, so that its count is checked against the limit one
-// creation at a time.
+// LockTenantSeries serialises, until commit, a tenant's activations, so
+// that its series, price entries and versions of a month are counted
+// against their limits one activation at a time. Taken after the series'
+// row and before the schedule shard's, by every activation.
 func (q *Queries) LockTenantSeries(ctx context.Context, tenantID string) error {
 	_, err := q.db.Exec(ctx, lockTenantSeries, tenantID)
 	return err

@@ -42,8 +42,9 @@ const (
 	// CodeSchedulePublished: effectiveAt is at or before the watermark
 	// already published for the series (decision 0011).
 	CodeSchedulePublished = "schedule_already_published"
-	// CodeLimitExceeded: a new price series past the tenant's limit
-	// (METER_MAX_PRICE_SERIES).
+	// CodeLimitExceeded: a new price series, price entry or version of a
+	// month past the tenant's limit (METER_MAX_PRICE_SERIES,
+	// METER_MAX_PRICE_ENTRIES, METER_MAX_PRICE_VERSIONS_PER_MONTH).
 	CodeLimitExceeded = "limit_exceeded"
 )
 
@@ -52,6 +53,22 @@ func SeriesLimitExceeded(tenantID string, max int) *Error {
 	return rejected(CodeLimitExceeded,
 		"tenant %s has %d price series (a meter and a currency each), the most it may have (METER_MAX_PRICE_SERIES): price an existing series instead",
 		tenantID, max)
+}
+
+// EntryLimitExceeded refuses a tenant's price entry (a series' dimension
+// set) past max.
+func EntryLimitExceeded(tenantID string, max int) *Error {
+	return rejected(CodeLimitExceeded,
+		"tenant %s has %d price entries (a dimension set of a series, its default included), the most it may have (METER_MAX_PRICE_ENTRIES): price an existing dimension set instead",
+		tenantID, max)
+}
+
+// MonthlyVersionLimitExceeded refuses a tenant's price version past max
+// taking effect in month (UTC, YYYY-MM).
+func MonthlyVersionLimitExceeded(tenantID string, max int, month string) *Error {
+	return rejected(CodeLimitExceeded,
+		"tenant %s has %d price versions taking effect in %s (UTC), the most one month may have (METER_MAX_PRICE_VERSIONS_PER_MONTH): take this one effect in a later month",
+		tenantID, max, month)
 }
 
 var meterCodeRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)

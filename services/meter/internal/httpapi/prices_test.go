@@ -674,3 +674,59 @@ func TestPriceSeriesPerTenantAreLimited(t *testing.T) {
 		t.Errorf("another tenant's series: %d %s", r.status, r.body)
 	}
 }
+
+// A tenant may have METER_MAX_PRICE_ENTRIES price entries (a series'
+// dimension set, its default included) and METER_MAX_PRICE_VERSIONS_PER_MONTH
+// versions taking effect in one UTC month: the activation past either is
+// refused 422 limit_exceeded and writes nothing; a version of an entry it
+// has, versions taking effect in the month before and the month after, and
+// another tenant's are not limited by the first tenant's month.
+func TestPriceEntriesAndMonthlyVersionsAreLimited(t *testing.T) {
+	e := newEnv(t)
+	if r := define(t, e, "m1", tokensMeter); r.status != http.StatusCreated {
+		t.Fatalf("define: %d %s", r.status, r.body)
+	}
+	pool, srv := e.pool, serveWith(t, e.pool, app.Config{MaxEntries: 4, MaxMonthlyVersions: 4})
+	now := time.Now().UTC()
+	month := time.Date(now.Year(), now.Month()+3, 1, 1, 0, 0, 0, time.UTC) // months no clock reaches in the test
+	before, after := month.AddDate(0, -1, 0), month.AddDate(0, 1, 0)
+	step := 0
+	activate := func(tenant, currency, dims string, at time.Time) response {
+		step++
+		return do(t, srv, "POST", "/v1/tenants/"+tenant+"/prices", fmt.Sprintf("k%d", step),
+			fmt.Sprintf(`{"meterCode":"tokens","currency":%q,"unitPrice":"1","dimensions":%s,"effectiveAt":%q}`,
+				currency, dims, at.Add(time.Duration(step)*time.Second).Format(time.RFC3339)))
+	}
+	accepted := func(what string, r response) {
+		t.Helper()
+		if r.status != http.StatusCreated {
+			t.Fatalf("%s: %d %s, want 201", what, r.status, r.body)
+		}
+	}
+	refused := func(what string, r response, detail string) {
+		t.Helper()
+		if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, `"code":"limit_exceeded"`) || !strings.Contains(r.body, detail) {
+			t.Fatalf("%s: %d %s, want 422 limit_exceeded naming %s", what, r.status, r.body, detail)
+		}
+	}
+	accepted("EUR's default in the month before", activate("t1", "EUR", `{}`, before))
+	for _, dims := range []string{`{}`, `{"model":"a"}`, `{"model":"b"}`} {
+		accepted("USD entry "+dims, activate("t1", "USD", dims, month))
+	}
+	events := len(outboxEvents(t, pool))
+	refused("a fifth entry", activate("t1", "USD", `{"model":"c"}`, month), "METER_MAX_PRICE_ENTRIES")
+	if n := count(t, pool, `SELECT count(*) FROM price_entry WHERE tenant_id = 't1'`); n != 4 {
+		t.Errorf("%d price entries of t1 after the refusal, want 4", n)
+	}
+	accepted("a version of an entry t1 has (the month's fourth)", activate("t1", "USD", `{"model":"a"}`, month))
+	refused("a fifth version in the month", activate("t1", "USD", `{}`, month), "METER_MAX_PRICE_VERSIONS_PER_MONTH")
+	if n := count(t, pool, `SELECT count(*) FROM price WHERE tenant_id = 't1'`); n != 5 {
+		t.Errorf("%d versions of t1 after the refusals, want 5", n)
+	}
+	if got := len(outboxEvents(t, pool)); got != events+1 {
+		t.Errorf("%d events written by one activation and two refused ones, want 1", got-events)
+	}
+	accepted("a version in the month before", activate("t1", "EUR", `{}`, before))
+	accepted("a version in the month after", activate("t1", "USD", `{}`, after))
+	accepted("another tenant's entry in the month", activate("t2", "USD", `{"model":"c"}`, month))
+}

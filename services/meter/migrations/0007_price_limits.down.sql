@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS price_tenant_effective;
+DROP TABLE IF EXISTS price_entry;
