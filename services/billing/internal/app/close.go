@@ -371,28 +371,32 @@ func (a *App) close(ctx context.Context, tx pgx.Tx, q *db.Queries, r Request, pe
 // charge_line_part rows stay (O(lines)).
 func (a *App) purgeTally(ctx context.Context, tenantID, period string) error {
 	q := db.New(a.pool)
-	for {
-		n, err := q.PurgeCloseValues(ctx, db.PurgeCloseValuesParams{TenantID: tenantID, Period: period, RowLimit: int32(a.cfg.CloseChunk)})
-		if err != nil {
-			return fmt.Errorf("purge the values tallied for %s: %w", period, err)
-		}
-		if n < int64(a.cfg.CloseChunk) {
-			break
-		}
+	limit := int32(a.cfg.CloseChunk)
+	if err := untilFewer(limit, func() (int64, error) {
+		return q.PurgeCloseValues(ctx, db.PurgeCloseValuesParams{TenantID: tenantID, Period: period, RowLimit: limit})
+	}); err != nil {
+		return fmt.Errorf("purge the values tallied for %s: %w", period, err)
 	}
-	for {
-		n, err := q.PurgeLineValues(ctx, db.PurgeLineValuesParams{TenantID: tenantID, Period: period, RowLimit: int32(a.cfg.CloseChunk)})
-		if err != nil {
-			return fmt.Errorf("purge the value sets of %s: %w", period, err)
-		}
-		if n < int64(a.cfg.CloseChunk) {
-			break
-		}
+	if err := untilFewer(limit, func() (int64, error) {
+		return q.PurgeLineValues(ctx, db.PurgeLineValuesParams{TenantID: tenantID, Period: period, RowLimit: limit})
+	}); err != nil {
+		return fmt.Errorf("purge the value sets of %s: %w", period, err)
 	}
 	if err := q.EndCloseProgress(ctx, db.EndCloseProgressParams{TenantID: tenantID, Period: period}); err != nil {
 		return fmt.Errorf("end the tally of %s: %w", period, err)
 	}
 	return nil
+}
+
+// untilFewer runs purge, a statement that deletes at most limit rows, until
+// it deletes fewer.
+func untilFewer(limit int32, purge func() (int64, error)) error {
+	for {
+		n, err := purge()
+		if err != nil || n < int64(limit) {
+			return err
+		}
+	}
 }
 
 // purgeClosedTallies purges what the chunked tallies of closed periods left
