@@ -367,6 +367,21 @@ func TestAdjustmentsPastTheLimit(t *testing.T) {
 	if r := post("t2", f.otherCharge, "t2-a0", "0.25"); r.status != http.StatusCreated {
 		t.Fatalf("another tenant's period: %d %s", r.status, r.body)
 	}
+	// The setting lowered under what the period holds, as for a period
+	// adjusted before the limit existed: it takes no more, so what its sums
+	// read can no longer grow.
+	r := chi.NewRouter()
+	r.Use(signedIn)
+	httpapi.New(app.New(app.Deps{Pool: f.pool}, app.Config{MaxAdjustments: 2}), nil).Routes(r)
+	f.srv = httptest.NewServer(apitest.Handler(t, billingapi.YAML(), r))
+	t.Cleanup(f.srv.Close)
+	before = f.state(t)
+	if r := post("t1", f.charge, "lowered", "-0.01"); r.status != http.StatusUnprocessableEntity || r.problem(t) != "limit_exceeded" {
+		t.Fatalf("an adjustment of a period holding more than the lowered limit: %d %s, want 422 limit_exceeded", r.status, r.body)
+	}
+	if after := f.state(t); after != before {
+		t.Fatalf("the refused adjustment wrote: %s before, %s after", before, after)
+	}
 }
 
 func TestCloseAndChargesOverHTTP(t *testing.T) {
