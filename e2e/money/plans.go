@@ -290,6 +290,13 @@ func (r *runner) publishPlan(ctx context.Context) error {
 	default:
 		eff = instant(maxTime(safe, last).Add(time.Duration(r.rng.Int64N(int64(4 * time.Second)))))
 	}
+	either := false
+	if wantStatus == 201 {
+		var full bool
+		if full, either = r.planLimit(p, eff); full && !either {
+			wantStatus, wantCode = 422, "limit_exceeded"
+		}
+	}
 	body := map[string]any{"code": p.Code, "name": "money " + p.Code, "currency": p.Currency}
 	var cs []map[string]any
 	for _, c := range charges {
@@ -323,6 +330,12 @@ func (r *runner) publishPlan(ctx context.Context) error {
 	desc := fmt.Sprintf("#%d publish plan %s %s %d charges, fees %v, minimum %v (%s", r.step, p.Code, p.Currency, len(charges), fees, minimum, how)
 	if !eff.IsZero() {
 		desc += " " + eff.Format(time.RFC3339Nano)
+	}
+	if either && a.Status == 422 && a.Code() == "limit_exceeded" {
+		wantStatus, wantCode = 422, "limit_exceeded" // its month was the full one
+	}
+	if wantCode == "limit_exceeded" && a.Status == wantStatus && a.Code() == wantCode {
+		r.stats.PlansAtMonth++
 	}
 	if a.Status != wantStatus || (wantCode != "" && a.Code() != wantCode) {
 		r.note("%s) -> %d %s", desc, a.Status, a.Code())
@@ -394,17 +407,23 @@ func (r *runner) subscribe(ctx context.Context, t *Tenant) error {
 	default:
 		at = instant(maxTime(safe, latest).Add(time.Duration(1 + r.rng.Int64N(int64(4*time.Second)))))
 	}
-	wantStatus, wantCode := 201, ""
-	switch {
-	case how == "backdated":
-		wantStatus, wantCode = 422, "backdated"
-	case !at.IsZero():
-		for _, s := range t.Subs {
-			if (s.End.IsZero() || s.End.After(at)) && !s.Start.Before(at) {
-				wantStatus, wantCode = 409, "subscription_overlap"
+	// expect is the answer when billing's now is in the period of asked.
+	expect := func(asked time.Time) (int, string) {
+		switch {
+		case how == "backdated":
+			return 422, "backdated"
+		case t.subscriptionsFrom(asked) >= maxSubscriptions:
+			return 422, "limit_exceeded"
+		case !at.IsZero():
+			for _, s := range t.Subs {
+				if (s.End.IsZero() || s.End.After(at)) && !s.Start.Before(at) {
+					return 409, "subscription_overlap"
+				}
 			}
 		}
+		return 201, ""
 	}
+	wantStatus, wantCode := expect(now)
 	body := map[string]any{"planCode": p.Code}
 	if !at.IsZero() {
 		body["startsAt"] = at.Format(time.RFC3339Nano)
@@ -432,6 +451,12 @@ func (r *runner) subscribe(ctx context.Context, t *Tenant) error {
 		if how == "now" {
 			sent = instant(r.now())
 		}
+	}
+	if st, c := expect(instant(r.now())); st != wantStatus && a.Status == st && a.Code() == c {
+		wantStatus, wantCode = st, c // a period began while it was asked
+	}
+	if wantCode == "limit_exceeded" && a.Status == 422 && a.Code() == wantCode {
+		r.stats.SubscriptionsAtLimit++
 	}
 	if a.Status != wantStatus || a.Code() != wantCode {
 		r.note("%s) -> %d %s", desc, a.Status, a.Code())
@@ -581,4 +606,60 @@ func (t *Tenant) subscribedIn(p string) bool {
 		}
 	}
 	return false
+}
+
+// maxPlanVersions is the money stack's METER_MAX_PLAN_VERSIONS_PER_MONTH
+// and maxSubscriptions its BILLING_MAX_SUBSCRIPTIONS: a plan's version past
+// the first taking effect in its UTC month, and a subscription that would
+// give a tenant more than the second in effect from the start of its
+// current period on, are refused 422 limit_exceeded. Small, so a run
+// reaches both.
+const (
+	maxPlanVersions  = 2
+	maxSubscriptions = 3
+)
+
+// planLimit is whether meter's METER_MAX_PLAN_VERSIONS_PER_MONTH refuses a
+// version of p taking effect at eff (zero: now, within the schedule's
+// lead), and either when the lead spans the end of a UTC month with one
+// month at its limit and the other not (the version's month is known from
+// the answer only).
+func (r *runner) planLimit(p *Plan, eff time.Time) (full, either bool) {
+	from, to := eff, eff
+	if eff.IsZero() {
+		from = instant(r.now())
+		to = from.Add(r.cfg.Lead + time.Second)
+	}
+	a, b := p.versionsInMonth(from) >= maxPlanVersions, p.versionsInMonth(to) >= maxPlanVersions
+	return a || b, a != b
+}
+
+// versionsInMonth is how many of p's published versions take effect in the
+// UTC month of at.
+func (p *Plan) versionsInMonth(at time.Time) int {
+	y, m, _ := at.UTC().Date()
+	n := 0
+	for _, v := range p.Versions {
+		if vy, vm, _ := v.Eff.UTC().Date(); (vy == y && vm == m) || mutation == "plan-versions-any-month" { // the mutation: a deliberately wrong model, every version counted
+			n++
+		}
+	}
+	return n
+}
+
+// subscriptionsFrom is how many of t's subscriptions are in effect at any
+// time from the start of the period of now on: ended inside it, in effect,
+// or scheduled (BILLING_MAX_SUBSCRIPTIONS counts them).
+func (t *Tenant) subscriptionsFrom(now time.Time) int {
+	from := t.start(t.periodOf(now))
+	if mutation == "subscriptions-live-only" { // a deliberately wrong model: one ended in the period no longer counts
+		from = now
+	}
+	n := 0
+	for _, s := range t.Subs {
+		if s.End.IsZero() || s.End.After(from) {
+			n++
+		}
+	}
+	return n
 }

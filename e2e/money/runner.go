@@ -96,6 +96,9 @@ type Stats struct {
 	// Plans: versions published (or refused), subscriptions asked for, and
 	// accepted facts priced by a plan's charge (decision 0021).
 	PlanVersions, Subscriptions, PlanPriced int
+	// PlansAtMonth and SubscriptionsAtLimit count the plan versions and
+	// subscriptions refused at their limits (planLimit, subscriptionLimit).
+	PlansAtMonth, SubscriptionsAtLimit int
 	// FeeLines counts the fixed-fee and true-up lines of issued invoices compared.
 	FeeLines int
 	// TaxedInvoices counts the issued invoices with tax lines that agreed
@@ -133,8 +136,8 @@ func (s Stats) String() string {
 		s.AdjustmentsAtLimit, s.Corrections, s.Closes, s.Settings, s.Advances, s.AutoCloses, s.Drafts, s.Invoices, s.Checks, s.Settles) +
 		fmt.Sprintf("; catalog: accepted facts by aggregation %v, %d unpriced (%d of a meter the tenant has no price of its own for), %d priced by a dimension price; %d dimension prices activated, %d refused ambiguous_price, %d refused limit_exceeded (%d at the entries' limit, %d at a month's)",
 			s.ByAggregation, s.Unpriced, s.NoSeries, s.DimPriced, s.DimPrices, s.Ambiguous, s.PricesAtEntries+s.PricesAtMonth, s.PricesAtEntries, s.PricesAtMonth) +
-		fmt.Sprintf("; plans: %d versions published or refused, %d subscriptions asked, %d facts priced by a plan's charge, %d fee and true-up lines compared",
-			s.PlanVersions, s.Subscriptions, s.PlanPriced, s.FeeLines) +
+		fmt.Sprintf("; plans: %d versions published or refused (%d refused limit_exceeded), %d subscriptions asked (%d refused limit_exceeded), %d facts priced by a plan's charge, %d fee and true-up lines compared",
+			s.PlanVersions, s.PlansAtMonth, s.Subscriptions, s.SubscriptionsAtLimit, s.PlanPriced, s.FeeLines) +
 		fmt.Sprintf("; taxes: issued invoices with tax lines by currency %v, %d tax lines", s.TaxedInvoices, s.TaxLines) +
 		fmt.Sprintf("; credits: %d grants (%d refused, %d replays, %d effective now answered finer than a microsecond), %d grant lists compared, "+
 			"%d issued invoices with credit lines (%d lines, %d with nothing left due)",
@@ -1090,10 +1093,10 @@ const maxAdjustments = 16
 const partsFoldAt = 2
 
 // BillingEnv are the billing service's settings for the money test: quick
-// scheduled closes, the adjustments' limit the model predicts and the
-// parts' fold (partsFoldAt).
+// scheduled closes, the adjustments' and subscriptions' limits the model
+// predicts and the parts' fold (partsFoldAt).
 var BillingEnv = map[string]string{"BILLING_CLOSE_INTERVAL": "200ms", "BILLING_MAX_ADJUSTMENTS": fmt.Sprint(maxAdjustments),
-	"BILLING_PARTS_FOLD_AT": fmt.Sprint(partsFoldAt)}
+	"BILLING_MAX_SUBSCRIPTIONS": fmt.Sprint(maxSubscriptions), "BILLING_PARTS_FOLD_AT": fmt.Sprint(partsFoldAt)}
 
 // maxPriceEntries and maxMonthlyVersions are the money stack's
 // METER_MAX_PRICE_ENTRIES and METER_MAX_PRICE_VERSIONS_PER_MONTH: an
@@ -1107,10 +1110,11 @@ const (
 )
 
 // MeterEnv are the meter service's settings for the money test: the
-// schedule's lead and the price limits the model predicts.
+// schedule's lead and the price and plan limits the model predicts.
 func MeterEnv(lead time.Duration) map[string]string {
 	return map[string]string{"METER_SCHEDULE_LEAD": lead.String(),
-		"METER_MAX_PRICE_ENTRIES": fmt.Sprint(maxPriceEntries), "METER_MAX_PRICE_VERSIONS_PER_MONTH": fmt.Sprint(maxMonthlyVersions)}
+		"METER_MAX_PRICE_ENTRIES": fmt.Sprint(maxPriceEntries), "METER_MAX_PRICE_VERSIONS_PER_MONTH": fmt.Sprint(maxMonthlyVersions),
+		"METER_MAX_PLAN_VERSIONS_PER_MONTH": fmt.Sprint(maxPlanVersions)}
 }
 
 // priceEntries is how many price entries (a series' dimension set, its

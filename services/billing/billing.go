@@ -44,8 +44,9 @@ var Spec = service.Spec{
 // transaction of a close's tally reads; BILLING_PARTS_FOLD_AT (default 32,
 // 1 to 1000), how many parts a line of a period keeps before a batch folds
 // them into one; BILLING_MAX_SUBSCRIPTIONS (default
-// 24) and BILLING_MAX_ADJUSTMENTS (default 1000, 1 to 100000), a tenant's
-// subscriptions in effect or scheduled and one period's adjustments.
+// 8) and BILLING_MAX_ADJUSTMENTS (default 1000, 1 to 100000), a tenant's
+// subscriptions in effect from the start of its current period on
+// (scheduled ones included) and one period's adjustments.
 func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 	env := service.NewEnv()
 	cfg := app.Config{WaitForUsage: true, CloseWait: env.Duration("BILLING_CLOSE_WAIT", app.DefaultCloseWait),

@@ -36,6 +36,7 @@ func Build(_ context.Context, d service.Deps) (service.Parts, error) {
 		MaxSeries:          env.Int("METER_MAX_PRICE_SERIES", app.DefaultMaxSeries),
 		MaxEntries:         env.Int("METER_MAX_PRICE_ENTRIES", app.DefaultMaxEntries),
 		MaxMonthlyVersions: env.Int("METER_MAX_PRICE_VERSIONS_PER_MONTH", app.DefaultMaxMonthlyVersions),
+		MaxPlanVersions:    env.Int("METER_MAX_PLAN_VERSIONS_PER_MONTH", app.DefaultMaxPlanVersions),
 	}
 	if err := env.Err(); err != nil {
 		return service.Parts{}, err

@@ -49,9 +49,12 @@ type Config struct {
 	// CloseInterval is how often RunScheduler looks for due periods
 	// (BILLING_CLOSE_INTERVAL; default DefaultCloseInterval).
 	CloseInterval time.Duration
-	// MaxSubscriptions is how many subscriptions in effect or scheduled
-	// one tenant may have (BILLING_MAX_SUBSCRIPTIONS; default
-	// DefaultMaxSubscriptions): one more is refused 422 limit_exceeded.
+	// MaxSubscriptions is how many subscriptions one tenant may have in
+	// effect at any time from the start of its current period on (one
+	// ended in the period still counts until the period ends)
+	// (BILLING_MAX_SUBSCRIPTIONS; default DefaultMaxSubscriptions): one
+	// more is refused 422 limit_exceeded. No period holds more, which
+	// bounds its lines priced by a plan (decision 0014).
 	MaxSubscriptions int
 	// MaxAdjustments is how many adjustments one tenant's period may have,
 	// posted before or after its close (BILLING_MAX_ADJUSTMENTS; default
@@ -74,7 +77,7 @@ const (
 	DefaultCloseWait     = 5 * time.Second
 	DefaultCloseInterval = 10 * time.Second
 	// Two years of monthly plan changes scheduled ahead.
-	DefaultMaxSubscriptions = 24
+	DefaultMaxSubscriptions = 8
 	// Corrections are posted by people: a thousand in one period is far
 	// past any billing team's, and summed in milliseconds.
 	DefaultMaxAdjustments = 1000

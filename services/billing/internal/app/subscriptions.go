@@ -54,9 +54,11 @@ func (a *App) InTx(ctx context.Context, fn func(pgx.Tx) error) error { return a.
 // what raters know of the tenant's schedule, so no fact already rated
 // could have been priced otherwise. The subscription in effect at its
 // start (a plan change) ends there; one starting at or after it is a
-// conflict (subscription_overlap); past Config.MaxSubscriptions in effect or
-// scheduled, it is refused (limit_exceeded). On an error the caller must
-// not commit.
+// conflict (subscription_overlap); past Config.MaxSubscriptions in effect at
+// any time from the start of the current period on (ended in it, in
+// effect, or scheduled), it is refused (limit_exceeded): no period can hold
+// more, which bounds its lines priced by a plan (decision 0014). On an
+// error the caller must not commit.
 func (a *App) Subscribe(ctx context.Context, tx pgx.Tx, cmd Subscribe) (Subscription, error) {
 	if cmd.Actor == "" {
 		return Subscription{}, ErrNoActor
@@ -79,7 +81,13 @@ func (a *App) Subscribe(ctx context.Context, tx pgx.Tx, cmd Subscribe) (Subscrip
 	if err != nil {
 		return Subscription{}, fmt.Errorf("read subscriptions of %s: %w", cmd.TenantID, err)
 	}
-	live, err := q.CountLiveSubscriptions(ctx, db.CountLiveSubscriptionsParams{TenantID: cmd.TenantID, At: now})
+	cals, err := calendars(ctx, tx, cmd.TenantID)
+	if err != nil {
+		return Subscription{}, err
+	}
+	cal := cals[cmd.TenantID]
+	periodStart := cal.Start(cal.PeriodOf(now))
+	live, err := q.CountLiveSubscriptions(ctx, db.CountLiveSubscriptionsParams{TenantID: cmd.TenantID, At: periodStart})
 	if err != nil {
 		return Subscription{}, fmt.Errorf("count subscriptions of %s: %w", cmd.TenantID, err)
 	}

@@ -950,8 +950,9 @@ WHERE tenant_id = @tenant_id AND (ends_at IS NULL OR ends_at > @at::timestamptz)
 ORDER BY starts_at;
 
 -- name: CountLiveSubscriptions :one
--- How many of the tenant's subscriptions are in effect at @at or start
--- after it (under the tenant's shard lock: see LockShardForSubscriptions).
+-- How many of the tenant's subscriptions are in effect at @at or at any
+-- time after it (under the tenant's shard lock: see
+-- LockShardForSubscriptions).
 SELECT count(*) FROM subscription
 WHERE tenant_id = @tenant_id AND (ends_at IS NULL OR ends_at > @at::timestamptz);
 

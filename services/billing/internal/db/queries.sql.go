@@ -501,8 +501,9 @@ type CountLiveSubscriptionsParams struct {
 	At       time.Time
 }
 
-// How many of the tenant's subscriptions are in effect at @at or start
-// after it (under the tenant's shard lock: see LockShardForSubscriptions).
+// How many of the tenant's subscriptions are in effect at @at or at any
+// time after it (under the tenant's shard lock: see
+// LockShardForSubscriptions).
 func (q *Queries) CountLiveSubscriptions(ctx context.Context, arg CountLiveSubscriptionsParams) (int64, error) {
 	row := q.db.QueryRow(ctx, countLiveSubscriptions, arg.TenantID, arg.At)
 	var count int64

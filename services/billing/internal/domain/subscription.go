@@ -24,7 +24,7 @@ const (
 	// CodeSubscriptionNotFound: no subscription of that id for the tenant.
 	CodeSubscriptionNotFound = "subscription_not_found"
 	// CodeLimitExceeded refuses what would pass one of a tenant's limits:
-	// subscriptions not yet ended (BILLING_MAX_SUBSCRIPTIONS), adjustments
+	// subscriptions of a period (BILLING_MAX_SUBSCRIPTIONS), adjustments
 	// of one period (BILLING_MAX_ADJUSTMENTS).
 	CodeLimitExceeded = "limit_exceeded"
 )
@@ -73,10 +73,11 @@ func SubscriptionOverlap(other string, startsAt time.Time) error {
 }
 
 // SubscriptionLimitExceeded refuses a subscription that would give a
-// tenant more than max subscriptions in effect or scheduled.
+// tenant more than max subscriptions in effect in its current period or
+// later.
 func SubscriptionLimitExceeded(tenantID string, max int) error {
 	return errorf(rule.Unprocessable, CodeLimitExceeded,
-		"tenant %s has %d subscriptions in effect or scheduled, the most it may have (BILLING_MAX_SUBSCRIPTIONS): end one first",
+		"tenant %s has %d subscriptions in effect in the current period or scheduled (one ended in the period counts until it ends), the most it may have (BILLING_MAX_SUBSCRIPTIONS): end a scheduled one, or subscribe in the next period",
 		tenantID, max)
 }
 

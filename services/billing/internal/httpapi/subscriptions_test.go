@@ -118,9 +118,11 @@ func TestSubscriptionsOverHTTP(t *testing.T) {
 	}
 }
 
-// A tenant's subscriptions in effect or scheduled are bounded
-// (BILLING_MAX_SUBSCRIPTIONS): one more is 422 limit_exceeded and writes
-// nothing; once one has ended, there is room again.
+// A tenant's subscriptions in effect at any time from the start of its
+// current period on are bounded (BILLING_MAX_SUBSCRIPTIONS): one more is
+// 422 limit_exceeded and writes nothing; one that ended inside the period
+// still counts (the period's lines priced by a plan come from it), and in
+// the next period there is room again.
 func TestSubscriptionsPastTheLimit(t *testing.T) {
 	pool := bt.NewPool(t)
 	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
@@ -155,9 +157,18 @@ func TestSubscriptionsPastTheLimit(t *testing.T) {
 	if after := rows(); after != before {
 		t.Fatalf("a refused subscription wrote %d rows", after-before)
 	}
-	// The first has ended (the second started): one is in effect, one more fits.
+	// The first has ended (the second started), inside January: it still
+	// priced January's facts, so January has no room.
 	now = time.Date(2026, 1, 12, 12, 0, 0, 0, time.UTC)
-	if r := subscribe("s3", "2026-01-13T00:00:00Z"); r.status != http.StatusCreated {
-		t.Fatalf("after the first ended: %d %s", r.status, r.body)
+	if r := subscribe("s3", "2026-01-13T00:00:00Z"); r.status != http.StatusUnprocessableEntity || r.problem(t) != "limit_exceeded" {
+		t.Fatalf("after the first ended in the period: %d %s, want 422 limit_exceeded", r.status, r.body)
+	}
+	if after := rows(); after != before {
+		t.Fatalf("a refused subscription wrote %d rows", after-before)
+	}
+	// In February only the second holds: one more fits.
+	now = time.Date(2026, 2, 1, 12, 0, 0, 0, time.UTC)
+	if r := subscribe("s4", "2026-02-02T00:00:00Z"); r.status != http.StatusCreated {
+		t.Fatalf("in the next period: %d %s", r.status, r.body)
 	}
 }

@@ -84,7 +84,7 @@ const (
 const DefaultCloseChunksPerAttempt = 25
 
 // DefaultMaxReadLines is Config.MaxReadLines when unset.
-const DefaultMaxReadLines = 10000
+const DefaultMaxReadLines = 12000
 
 // DefaultMaxAlerts is Config.MaxAlerts when unset.
 const DefaultMaxAlerts = 50

@@ -54,6 +54,12 @@ type Config struct {
 	// bound a period's lines from the tenant's prices to MaxEntries +
 	// 2*MaxMonthlyVersions (decision 0014).
 	MaxEntries, MaxMonthlyVersions int
+	// MaxPlanVersions is how many versions of one plan may take effect in
+	// one UTC month (METER_MAX_PLAN_VERSIONS_PER_MONTH;
+	// DefaultMaxPlanVersions): past it a publication is refused 422
+	// limit_exceeded. With billing's subscriptions per period it bounds a
+	// period's lines priced by a plan (decision 0014).
+	MaxPlanVersions int
 }
 
 // Defaults of Config's fields.
@@ -63,6 +69,7 @@ const (
 	DefaultMaxSeries          = 1000
 	DefaultMaxEntries         = 3000
 	DefaultMaxMonthlyVersions = 2000
+	DefaultMaxPlanVersions    = 2
 )
 
 // NoScheduleLead is the Config.ScheduleLead of no lead (a zero one takes
@@ -88,6 +95,9 @@ func New(d Deps, c Config) *App {
 	}
 	if c.MaxMonthlyVersions <= 0 {
 		c.MaxMonthlyVersions = DefaultMaxMonthlyVersions
+	}
+	if c.MaxPlanVersions <= 0 {
+		c.MaxPlanVersions = DefaultMaxPlanVersions
 	}
 	a := &App{pool: d.Pool, log: d.Logger, now: d.Clock, cfg: c}
 	if a.log == nil {

@@ -46,7 +46,8 @@ type PublishPlan struct {
 // lock and then the plans' schedule shard's (events.PlanShard, decision
 // 0021), the charges checked against the catalog, the version placed in
 // the schedule (never backdated, never at or before a published
-// watermark), the immutable version and its PlanPublished in the outbox.
+// watermark) and counted against Config.MaxPlanVersions of its UTC month,
+// the immutable version and its PlanPublished in the outbox.
 // On an error nothing may be committed (InTx does not).
 func (a *App) PublishPlan(ctx context.Context, tx pgx.Tx, cmd PublishPlan) (Plan, error) {
 	if cmd.Actor == "" {
@@ -86,6 +87,16 @@ func (a *App) PublishPlan(ctx context.Context, tx pgx.Tx, cmd PublishPlan) (Plan
 	if err != nil {
 		return Plan{}, err
 	}
+	from, until := utcMonth(effectiveAt)
+	n, err := q.CountPlanVersionsIn(ctx, db.CountPlanVersionsInParams{
+		Code: p.Code, FromAt: from, UntilAt: until, Most: int32(a.cfg.MaxPlanVersions),
+	})
+	if err != nil {
+		return Plan{}, fmt.Errorf("count the versions of plan %s: %w", p.Code, err)
+	}
+	if n >= int64(a.cfg.MaxPlanVersions) {
+		return Plan{}, domain.PlanVersionLimitExceeded(p.Code, a.cfg.MaxPlanVersions, from.Format("2006-01"))
+	}
 	knownThrough := domain.Watermark(publishedAt, a.lead, sched.KnownThrough)
 	seq, version := sched.LastSeq+1, plan.LastVersion+1
 	planID, err := uuid.NewV7()
@@ -94,7 +105,7 @@ func (a *App) PublishPlan(ctx context.Context, tx pgx.Tx, cmd PublishPlan) (Plan
 	}
 	out := Plan{
 		PlanID: planID, Code: p.Code, Version: version, Name: p.Name, Currency: p.Currency,
-		FixedFees: p.FixedFees, Charges: p.Charges, MinimumSpend: p.MinimumSpend,
+		FixedFees: nonNil(p.FixedFees), Charges: nonNil(p.Charges), MinimumSpend: p.MinimumSpend,
 		EffectiveAt: effectiveAt, PublishedAt: publishedAt, Actor: cmd.Actor,
 	}
 	env, err := events.New(events.PlanPublished{
@@ -124,7 +135,7 @@ func (a *App) PublishPlan(ctx context.Context, tx pgx.Tx, cmd PublishPlan) (Plan
 	}); err != nil {
 		return Plan{}, fmt.Errorf("insert plan version: %w", err)
 	}
-	n, err := q.AdvancePlan(ctx, db.AdvancePlanParams{Version: version, EffectiveAt: &effectiveAt, Code: p.Code})
+	n, err = q.AdvancePlan(ctx, db.AdvancePlanParams{Version: version, EffectiveAt: &effectiveAt, Code: p.Code})
 	if err != nil {
 		return Plan{}, fmt.Errorf("advance plan: %w", err)
 	}

@@ -386,10 +386,9 @@ func (a *App) checkPriceLimits(ctx context.Context, q *db.Queries, tenantID stri
 			return domain.EntryLimitExceeded(tenantID, a.cfg.MaxEntries)
 		}
 	}
-	y, m, _ := effectiveAt.UTC().Date()
-	from := time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+	from, until := utcMonth(effectiveAt)
 	n, err := q.CountTenantVersionsIn(ctx, db.CountTenantVersionsInParams{
-		TenantID: tenantID, FromAt: from, UntilAt: from.AddDate(0, 1, 0), Most: int32(a.cfg.MaxMonthlyVersions),
+		TenantID: tenantID, FromAt: from, UntilAt: until, Most: int32(a.cfg.MaxMonthlyVersions),
 	})
 	if err != nil {
 		return fmt.Errorf("count the price versions of %s: %w", tenantID, err)
@@ -398,4 +397,11 @@ func (a *App) checkPriceLimits(ctx context.Context, q *db.Queries, tenantID stri
 		return domain.MonthlyVersionLimitExceeded(tenantID, a.cfg.MaxMonthlyVersions, from.Format("2006-01"))
 	}
 	return nil
+}
+
+// utcMonth is the UTC month of t: [from, until).
+func utcMonth(t time.Time) (from, until time.Time) {
+	y, m, _ := t.UTC().Date()
+	from = time.Date(y, m, 1, 0, 0, 0, 0, time.UTC)
+	return from, from.AddDate(0, 1, 0)
 }

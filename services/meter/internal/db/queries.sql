@@ -55,6 +55,14 @@ SELECT count(*) FROM (
     WHERE tenant_id = @tenant_id AND effective_at >= @from_at AND effective_at < @until_at
     LIMIT @most) v;
 
+-- name: CountPlanVersionsIn :one
+-- CountPlanVersionsIn counts the plan's versions taking effect in
+-- [@from_at, @until_at), at most @most.
+SELECT count(*) FROM (
+    SELECT 1 FROM plan_version
+    WHERE code = @code AND effective_at >= @from_at AND effective_at < @until_at
+    LIMIT @most) v;
+
 -- name: AdvancePriceSeries :execrows
 -- Records the series' new version.
 UPDATE price_series

@@ -113,6 +113,34 @@ func (q *Queries) AdvanceScheduleShard(ctx context.Context, arg AdvanceScheduleS
 	return result.RowsAffected(), nil
 }
 
+const countPlanVersionsIn = `-- name: CountPlanVersionsIn :one
+SELECT count(*) FROM (
+    SELECT 1 FROM plan_version
+    WHERE code = $1 AND effective_at >= $2 AND effective_at < $3
+    LIMIT $4) v
+`
+
+type CountPlanVersionsInParams struct {
+	Code    string
+	FromAt  time.Time
+	UntilAt time.Time
+	Most    int32
+}
+
+// CountPlanVersionsIn counts the plan's versions taking effect in
+// [@from_at, @until_at), at most @most.
+func (q *Queries) CountPlanVersionsIn(ctx context.Context, arg CountPlanVersionsInParams) (int64, error) {
+	row := q.db.QueryRow(ctx, countPlanVersionsIn,
+		arg.Code,
+		arg.FromAt,
+		arg.UntilAt,
+		arg.Most,
+	)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const countTenantEntries = `-- name: CountTenantEntries :one
 SELECT count(*) FROM (SELECT 1 FROM price_entry WHERE tenant_id = $1 LIMIT $2) e
 `

@@ -44,7 +44,8 @@ const (
 	CodeSchedulePublished = "schedule_already_published"
 	// CodeLimitExceeded: a new price series, price entry or version of a
 	// month past the tenant's limit (METER_MAX_PRICE_SERIES,
-	// METER_MAX_PRICE_ENTRIES, METER_MAX_PRICE_VERSIONS_PER_MONTH).
+	// METER_MAX_PRICE_ENTRIES, METER_MAX_PRICE_VERSIONS_PER_MONTH), or a
+	// plan's version of a month past METER_MAX_PLAN_VERSIONS_PER_MONTH.
 	CodeLimitExceeded = "limit_exceeded"
 )
 
@@ -69,6 +70,14 @@ func MonthlyVersionLimitExceeded(tenantID string, max int, month string) *Error 
 	return rejected(CodeLimitExceeded,
 		"tenant %s has %d price versions taking effect in %s (UTC), the most one month may have (METER_MAX_PRICE_VERSIONS_PER_MONTH): take this one effect in a later month",
 		tenantID, max, month)
+}
+
+// PlanVersionLimitExceeded refuses a version of plan code past max taking
+// effect in month (UTC, YYYY-MM).
+func PlanVersionLimitExceeded(code string, max int, month string) *Error {
+	return rejected(CodeLimitExceeded,
+		"plan %s has %d versions taking effect in %s (UTC), the most one month may have (METER_MAX_PLAN_VERSIONS_PER_MONTH): take this one effect in a later month",
+		code, max, month)
 }
 
 var meterCodeRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)

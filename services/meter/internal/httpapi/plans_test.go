@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/usagebilling/billing/pkg/auth"
+	"github.com/usagebilling/billing/services/meter/internal/app"
 )
 
 const proPlan = `{"code": "pro", "name": "Pro", "currency": "USD", "minimumSpend": "100",
@@ -87,5 +89,42 @@ func TestPlansOverHTTP(t *testing.T) {
 	if r := send(t, e, auth.RoleCatalogAdmin, http.MethodGet, "/v1/plans/basic/versions", "", ""); r.status != http.StatusNotFound ||
 		!strings.Contains(r.body, "plan_not_found") {
 		t.Fatalf("versions of no plan: %d %s", r.status, r.body)
+	}
+}
+
+// At most METER_MAX_PLAN_VERSIONS_PER_MONTH versions of one plan take
+// effect in a UTC month: the publication past it is refused 422
+// limit_exceeded and writes nothing; the plan's version in the next month
+// and another plan's in the same month are not limited by it.
+func TestPlanVersionsAreLimitedPerMonth(t *testing.T) {
+	e := newEnv(t)
+	e.srv = serveWith(t, e.pool, app.Config{MaxPlanVersions: 3})
+	now := time.Now().UTC()
+	month := time.Date(now.Year(), now.Month()+3, 1, 1, 0, 0, 0, time.UTC) // a month no clock reaches in the test
+	step := 0
+	publish := func(code string, at time.Time) response {
+		step++
+		return send(t, e, auth.RoleCatalogAdmin, http.MethodPost, "/v1/plans", fmt.Sprintf("k%d", step),
+			fmt.Sprintf(`{"code":%q,"name":"P","currency":"USD","effectiveAt":%q}`,
+				code, at.Add(time.Duration(step)*time.Hour).Format(time.RFC3339)))
+	}
+	for i := range 3 {
+		if r := publish("pro", month); r.status != http.StatusCreated {
+			t.Fatalf("version %d in the month: %d %s", i+1, r.status, r.body)
+		}
+	}
+	before := written(t, e.pool)
+	if r := publish("pro", month); r.status != http.StatusUnprocessableEntity || !strings.Contains(r.body, `"code":"limit_exceeded"`) ||
+		!strings.Contains(r.body, "METER_MAX_PLAN_VERSIONS_PER_MONTH") {
+		t.Fatalf("a fourth version in the month: %d %s, want 422 limit_exceeded", r.status, r.body)
+	}
+	if after := written(t, e.pool); after != before {
+		t.Fatalf("the refused version wrote %d rows", after-before)
+	}
+	if r := publish("pro", month.AddDate(0, 1, 0)); r.status != http.StatusCreated {
+		t.Fatalf("a version in the next month: %d %s", r.status, r.body)
+	}
+	if r := publish("basic", month); r.status != http.StatusCreated {
+		t.Fatalf("another plan's version in the month: %d %s", r.status, r.body)
 	}
 }

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS plan_version_code_effective;
