@@ -22,6 +22,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/events"
 	"github.com/usagebilling/billing/pkg/inbox"
+	"github.com/usagebilling/billing/pkg/monthpart"
 	"github.com/usagebilling/billing/pkg/ops"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/pkg/service"
@@ -41,6 +42,8 @@ var Spec = service.Spec{
 	// One projection per event, one notice per EventQuarantined, one audit
 	// row per ops event and per redrive state.
 	OriginConstraints: append([]string{"projected_event_pkey"}, operator.OriginConstraints...),
+	// projected_event's months ahead (decision 0025, facts by month).
+	MonthTables: []monthpart.Table{migrations.EventMonths},
 }
 
 // EnvNames are the variables Build reads beyond service.EnvNames (for the

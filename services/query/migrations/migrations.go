@@ -4,6 +4,7 @@ package migrations
 import (
 	"embed"
 
+	"github.com/usagebilling/billing/pkg/monthpart"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 )
 
@@ -11,4 +12,12 @@ import (
 var files embed.FS
 
 // Set is the query schema, tracked in its own migrations table.
-var Set = pgmigrate.Set{FS: files, Dir: ".", Table: "query_schema_migrations"}
+// Its projected_event_months calls the month upkeep's shared DDL.
+var Set = pgmigrate.Set{FS: files, Dir: ".", Table: "query_schema_migrations",
+	Needs: []pgmigrate.Set{monthpart.Migrations}}
+
+// EventMonths is projected_event as a table partitioned by month of its
+// event id (0010): the service's retention creates its months ahead
+// through projected_event_months, which does nothing else; archiving a
+// month is the operator's, through projected_event_archive.
+var EventMonths = monthpart.Table{Name: "projected_event", Key: "event_id", DDL: "projected_event_months", Ahead: 2}

@@ -64,6 +64,33 @@ type ProjectedEvent struct {
 	ProjectedAt      time.Time
 }
 
+type ProjectedEventArchived struct {
+	Partition  string
+	Lo         uuid.UUID
+	Hi         uuid.UUID
+	ArchivedAt time.Time
+}
+
+type ProjectedEventDefault struct {
+	EventID          uuid.UUID
+	EventType        string
+	TenantID         string
+	AggregateType    string
+	AggregateID      string
+	AggregateVersion int64
+	OccurredAt       time.Time
+	SubjectID        uuid.NullUUID
+	OriginEventID    uuid.NullUUID
+	Period           pgtype.Text
+	MeterCode        pgtype.Text
+	Currency         pgtype.Text
+	Quantity         decimal.NullDecimal
+	UnitPrice        decimal.NullDecimal
+	Amount           decimal.NullDecimal
+	Payload          []byte
+	ProjectedAt      time.Time
+}
+
 type QuarantineNotice struct {
 	Seq                int64
 	EventID            uuid.UUID

@@ -1,8 +1,9 @@
 -- name: Project :many
 -- Project records events and their summary deltas, in one statement, in
 -- the order given. An event projected before is left as it is (ON CONFLICT
--- DO NOTHING on projected_event_pkey) and gets no delta; the event ids
--- stored are returned. Nullable columns come as text, an empty string for NULL.
+-- DO NOTHING on projected_event_pkey, or its id in a month archived,
+-- projected_event_archived) and gets no delta; the event ids stored are
+-- returned. Nullable columns come as text, an empty string for NULL.
 WITH u AS (
     SELECT unnest(@event_ids::uuid[])                AS event_id,
            unnest(@event_types::text[])              AS event_type,
@@ -33,7 +34,9 @@ WITH u AS (
            NULLIF(u.period, ''), NULLIF(u.meter_code, ''), NULLIF(u.currency, ''),
            NULLIF(u.quantity, '')::numeric, NULLIF(u.unit_price, '')::numeric, NULLIF(u.amount, '')::numeric,
            u.payload
-    FROM u ORDER BY u.n
+    FROM u
+    WHERE NOT EXISTS (SELECT 1 FROM projected_event_archived a WHERE u.event_id >= a.lo AND u.event_id < a.hi)
+    ORDER BY u.n
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id
 ), delta AS (
