@@ -32,18 +32,9 @@ func evAt(t testing.TB, at time.Time, aggregate string, version int64) envelope.
 	return e
 }
 
-// partitionOf returns the partition of inbox_event holding id ("" if none).
+// partitionOf is the partition of inbox_event holding the row of id ("" if none).
 func partitionOf(t testing.TB, pool *pgxpool.Pool, id uuid.UUID) string {
-	t.Helper()
-	var name string
-	err := pool.QueryRow(t.Context(), `SELECT tableoid::regclass::text FROM inbox_event WHERE event_id = $1`, id).Scan(&name)
-	if err == pgx.ErrNoRows {
-		return ""
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return name
+	return monthparttest.PartitionOf(t, pool, inbox.EventParts, id)
 }
 
 // lastWeek is an hour before the current week of inbox_event began, with

@@ -1,11 +1,13 @@
 // Package monthparttest holds what the tests and benchmarks of every table
 // partitioned by month (pkg/monthpart) share: ids minted at a chosen time,
-// a migration set cut before a version (the schema before the months), and
-// the benchmark of a month's purge, row batches against a dropped month.
+// a migration set cut before a version (the schema before the months), the
+// partition a row is in, and the benchmark of a month's purge, row batches
+// against a dropped month.
 package monthparttest
 
 import (
 	"encoding/binary"
+	"errors"
 	"io/fs"
 	"os"
 	"strconv"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/pkg/monthpart"
@@ -27,6 +30,22 @@ func MintedAt(t time.Time) uuid.UUID {
 	binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
 	copy(id[:6], ms[2:])
 	return id
+}
+
+// PartitionOf is the partition of tb holding the row whose key is id (""
+// when there is none).
+func PartitionOf(t testing.TB, pool *pgxpool.Pool, tb monthpart.Table, id uuid.UUID) string {
+	t.Helper()
+	var name string
+	err := pool.QueryRow(t.Context(), `SELECT tableoid::regclass::text FROM `+pgx.Identifier{tb.Name}.Sanitize()+
+		` WHERE `+pgx.Identifier{tb.Key}.Sanitize()+` = $1`, id).Scan(&name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 // Before returns set with only its migrations older than version: the

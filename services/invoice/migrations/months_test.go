@@ -55,17 +55,9 @@ func addCharge(t *testing.T, pool *pgxpool.Pool, origin uuid.UUID, period string
 	return rows[0]
 }
 
-func partitionOf(t *testing.T, pool *pgxpool.Pool, origin uuid.UUID) string {
-	t.Helper()
-	var name string
-	err := pool.QueryRow(t.Context(), `SELECT tableoid::regclass::text FROM invoice_charge WHERE origin_event_id = $1`, origin).Scan(&name)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ""
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return name
+// partitionOf is the partition of invoice_charge holding the row of id ("" if none).
+func partitionOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) string {
+	return monthparttest.PartitionOf(t, pool, migrations.ChargeMonths, id)
 }
 
 func sqlState(err error) string {

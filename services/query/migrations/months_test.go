@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/shopspring/decimal"
@@ -62,17 +61,9 @@ func project(t *testing.T, pool *pgxpool.Pool, e event) bool {
 	return len(stored) == 1
 }
 
+// partitionOf is the partition of projected_event holding the row of id ("" if none).
 func partitionOf(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) string {
-	t.Helper()
-	var name string
-	err := pool.QueryRow(t.Context(), `SELECT tableoid::regclass::text FROM projected_event WHERE event_id = $1`, id).Scan(&name)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ""
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return name
+	return monthparttest.PartitionOf(t, pool, migrations.EventMonths, id)
 }
 
 func deltas(t *testing.T, pool *pgxpool.Pool) int {
