@@ -100,6 +100,65 @@ type Way struct {
 	Purge Purge
 }
 
+// DeleteByKey is the way "rows" of a table with no purge of its own: the
+// rows of the month *month names (set it in Fill) deleted in batches of
+// 10,000 by key range, as a table without partitions would have to, each
+// batch a transaction that first runs setup (such as SET LOCAL
+// session_replication_role = replica, skipping an immutability trigger as
+// only the owner could).
+func DeleteByKey(tb monthpart.Table, month *time.Time, setup ...string) Way {
+	return Way{Name: "rows", Purge: func(b *testing.B, pool *pgxpool.Pool) int64 {
+		lo, hi := monthpart.Bound(*month), monthpart.Bound(month.AddDate(0, 1, 0))
+		table, key := pgx.Identifier{tb.Name}.Sanitize(), pgx.Identifier{tb.Key}.Sanitize()
+		var total int64
+		for {
+			var n int64
+			err := pgx.BeginFunc(b.Context(), pool, func(tx pgx.Tx) error {
+				for _, sql := range setup {
+					if _, err := tx.Exec(b.Context(), sql); err != nil {
+						return err
+					}
+				}
+				tag, err := tx.Exec(b.Context(), `DELETE FROM `+table+` WHERE `+key+` IN (
+					SELECT `+key+` FROM `+table+` WHERE `+key+` >= $1 AND `+key+` < $2 LIMIT 10000)`, lo, hi)
+				n = tag.RowsAffected()
+				return err
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			total += n
+			if n == 0 {
+				return total
+			}
+		}
+	}}
+}
+
+// ArchiveAndDrop is the way "drop" of a table its owner archives by month:
+// archive(t timestamptz), the table's function that detaches the month of t
+// and returns the partition's name, then DROP TABLE of it. It returns the
+// rows dropped as the VACUUM before the purge counted them (a count of the
+// month would be timed).
+func ArchiveAndDrop(tb monthpart.Table, month *time.Time, archive string) Way {
+	return Way{Name: "drop", Purge: func(b *testing.B, pool *pgxpool.Pool) int64 {
+		ctx := b.Context()
+		var n int64
+		if err := pool.QueryRow(ctx, `SELECT reltuples::bigint FROM pg_class WHERE oid = $1::regclass`,
+			monthpart.MonthOf(tb.Name, *month).Name).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		var name string
+		if err := pool.QueryRow(ctx, `SELECT `+pgx.Identifier{archive}.Sanitize()+`($1)`, *month).Scan(&name); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{name}.Sanitize()); err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}}
+}
+
 // FillIDs is a SQL expression of UUIDv7-shaped ids, one millisecond apart
 // from $1::bigint (Unix milliseconds) for g of generate_series; use it in a
 // FROM with "generate_series(1, n) g, LATERAL (SELECT lpad(to_hex($1::bigint

@@ -5,10 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/usagebilling/billing/pkg/monthpart"
 	"github.com/usagebilling/billing/pkg/monthpart/monthparttest"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/services/invoice/migrations"
@@ -54,48 +52,8 @@ func BenchmarkPurgeMonth(b *testing.B) {
 			}
 		},
 		Ways: []monthparttest.Way{
-			{Name: "rows", Purge: func(b *testing.B, pool *pgxpool.Pool) int64 {
-				lo, hi := monthpart.Bound(month), monthpart.Bound(month.AddDate(0, 1, 0))
-				var total int64
-				for {
-					var n int64
-					err := pgx.BeginFunc(b.Context(), pool, func(tx pgx.Tx) error {
-						if _, err := tx.Exec(b.Context(), `SET LOCAL session_replication_role = replica`); err != nil {
-							return err
-						}
-						tag, err := tx.Exec(b.Context(), `DELETE FROM invoice_charge WHERE origin_event_id IN (
-							SELECT origin_event_id FROM invoice_charge
-							WHERE origin_event_id >= $1 AND origin_event_id < $2 LIMIT 10000)`, lo, hi)
-						n = tag.RowsAffected()
-						return err
-					})
-					if err != nil {
-						b.Fatal(err)
-					}
-					total += n
-					if n == 0 {
-						return total
-					}
-				}
-			}},
-			{Name: "drop", Purge: func(b *testing.B, pool *pgxpool.Pool) int64 {
-				var n int64
-				var name string
-				ctx := b.Context()
-				// The rows dropped, as the VACUUM before the purge counted them
-				// (not timed as a count of the month would be).
-				if err := pool.QueryRow(ctx, `SELECT reltuples::bigint FROM pg_class WHERE oid = $1::regclass`,
-					monthpart.MonthOf("invoice_charge", month).Name).Scan(&n); err != nil {
-					b.Fatal(err)
-				}
-				if err := pool.QueryRow(ctx, `SELECT invoice_charge_archive($1)`, month).Scan(&name); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{name}.Sanitize()); err != nil {
-					b.Fatal(err)
-				}
-				return n
-			}},
+			monthparttest.DeleteByKey(migrations.ChargeMonths, &month, "SET LOCAL session_replication_role = replica"),
+			monthparttest.ArchiveAndDrop(migrations.ChargeMonths, &month, "invoice_charge_archive"),
 		},
 	})
 }

@@ -5,10 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/usagebilling/billing/pkg/monthpart"
 	"github.com/usagebilling/billing/pkg/monthpart/monthparttest"
 	"github.com/usagebilling/billing/pkg/pgmigrate"
 	"github.com/usagebilling/billing/services/query/migrations"
@@ -69,39 +67,8 @@ func BenchmarkPurgeMonth(b *testing.B) {
 			}
 		},
 		Ways: []monthparttest.Way{
-			{Name: "rows", Purge: func(b *testing.B, pool *pgxpool.Pool) int64 {
-				lo, hi := monthpart.Bound(month), monthpart.Bound(month.AddDate(0, 1, 0))
-				var total int64
-				for {
-					tag, err := pool.Exec(b.Context(), `DELETE FROM projected_event WHERE event_id IN (
-						SELECT event_id FROM projected_event WHERE event_id >= $1 AND event_id < $2 LIMIT 10000)`, lo, hi)
-					if err != nil {
-						b.Fatal(err)
-					}
-					total += tag.RowsAffected()
-					if tag.RowsAffected() == 0 {
-						return total
-					}
-				}
-			}},
-			{Name: "drop", Purge: func(b *testing.B, pool *pgxpool.Pool) int64 {
-				var n int64
-				var name string
-				ctx := b.Context()
-				// The rows dropped, as the VACUUM before the purge counted them
-				// (not timed as a count of the month would be).
-				if err := pool.QueryRow(ctx, `SELECT reltuples::bigint FROM pg_class WHERE oid = $1::regclass`,
-					monthpart.MonthOf("projected_event", month).Name).Scan(&n); err != nil {
-					b.Fatal(err)
-				}
-				if err := pool.QueryRow(ctx, `SELECT projected_event_archive($1)`, month).Scan(&name); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := pool.Exec(ctx, `DROP TABLE `+pgx.Identifier{name}.Sanitize()); err != nil {
-					b.Fatal(err)
-				}
-				return n
-			}},
+			monthparttest.DeleteByKey(migrations.EventMonths, &month),
+			monthparttest.ArchiveAndDrop(migrations.EventMonths, &month, "projected_event_archive"),
 		},
 	})
 }
