@@ -448,6 +448,41 @@ func TestMarshalCanonicalisesPayloadAndTimes(t *testing.T) {
 	}
 }
 
+// TestAppendJSONIsEncodingJSON: Marshal writes an envelope itself, without
+// encoding/json's reflection; what it writes must be byte for byte what
+// encoding/json writes (without HTML escaping), for every field's escapes,
+// the optional fields absent and present, and times of any precision.
+// FuzzDecode checks the same for every envelope Decode accepts.
+func TestAppendJSONIsEncodingJSON(t *testing.T) {
+	full := testMeta()
+	bare := testMeta()
+	bare.CorrelationID, bare.CausationID, bare.Traceparent = "", "", ""
+	escapes := testMeta()
+	escapes.AggregateID = `a"b\c<d>&e'f`
+	escapes.Producer = `p"\<>&`
+	escapes.CorrelationID = `c\"`
+	escapes.CausationID = `~!@#$%^&*()"`
+	whole := testMeta()
+	whole.OccurredAt = time.Date(1, 1, 1, 0, 0, 1, 0, time.UTC)
+	late := testMeta()
+	late.OccurredAt = time.Date(9999, 12, 31, 10, 59, 59, 100000, time.FixedZone("W", -5*3600))
+	for name, m := range map[string]envelope.Meta{"full": full, "bare": bare, "escapes": escapes, "whole seconds": whole, "late": late} {
+		for _, payload := range []any{
+			usageV2{Quantity: "12.5", Unit: "call", Source: "api"},
+			json.RawMessage(`{"amount":"0.25","attrs":{"tier":[1,2.50,{"k":null}],"s":"<\u2028>\u0001\"\\é"}}`),
+		} {
+			e := newEnvelope(t, m, payload)
+			if got, want := marshal(t, e), encodingJSON(t, e); !bytes.Equal(got, want) {
+				t.Errorf("%s: Marshal wrote\n%s\nencoding/json writes\n%s", name, got, want)
+			}
+			e.Payload = bytes.Clone(e.Payload) // no longer the sealed bytes: canonicalised again
+			if got, want := marshal(t, e), encodingJSON(t, e); !bytes.Equal(got, want) {
+				t.Errorf("%s, unsealed: Marshal wrote\n%s\nencoding/json writes\n%s", name, got, want)
+			}
+		}
+	}
+}
+
 func TestDecodeErrorAndFieldError(t *testing.T) {
 	detail := errors.New("boom")
 	err := error(&envelope.DecodeError{Reason: envelope.ReasonMalformed, Err: detail})

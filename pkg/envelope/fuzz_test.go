@@ -11,8 +11,9 @@ import (
 )
 
 // FuzzDecode checks that Decode never panics, that every failure carries a
-// reason and gives the same reason again, and that every success marshals and
-// decodes again to the same envelope and payload.
+// reason and gives the same reason again, and that every success marshals,
+// byte for byte as encoding/json would, and decodes again to the same
+// envelope and payload.
 func FuzzDecode(f *testing.F) {
 	base := validRaw(f)
 	v1 := testMeta()
@@ -58,6 +59,9 @@ func FuzzDecode(f *testing.F) {
 		out, err := d.Envelope.Marshal()
 		if err != nil {
 			t.Fatalf("Marshal of a decoded envelope: %v", err)
+		}
+		if want := encodingJSON(t, d.Envelope); !bytes.Equal(out, want) {
+			t.Fatalf("Marshal wrote\n%s\nencoding/json writes\n%s", out, want)
 		}
 		d2, err := r.Decode(out)
 		if err != nil {

@@ -131,6 +131,19 @@ func marshal(t testing.TB, e envelope.Envelope) []byte {
 	return raw
 }
 
+// encodingJSON is e as encoding/json writes it without HTML escaping, the
+// encoding Marshal's own writer must reproduce byte for byte.
+func encodingJSON(t testing.TB, e envelope.Envelope) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
 // mutate decodes raw into a map, lets fn change it and encodes it again.
 func mutate(t testing.TB, raw []byte, fn func(m map[string]any)) []byte {
 	t.Helper()
