@@ -196,13 +196,20 @@ WITH u AS (
     -- occurrence (known once the tenant's shard is: a subscription never
     -- starts or ends at or before it), its plan's version in effect (known
     -- once the plans' shard is) and that version's most specific charge of
-    -- the meter, in the fact's currency.
+    -- the meter, in the fact's currency. A tenant's subscriptions never
+    -- overlap (app.Subscribe ends the one in effect where the next starts,
+    -- EndSubscription never past a later one's start), so the one in effect
+    -- is the latest started at or before the occurrence if it has not ended
+    -- by then, and none otherwise: one index row, where filtering the
+    -- started ones on their end walked back through every ended one.
     LEFT JOIN LATERAL (
-        SELECT s.plan_code FROM subscription s
-        WHERE s.tenant_id = u.tenant_id AND s.starts_at <= u.occurred_at
-          AND (s.ends_at IS NULL OR s.ends_at > u.occurred_at)
-        ORDER BY s.starts_at DESC
-        LIMIT 1) sub ON u.occurred_at < ps.known_through AND m.code IS NOT NULL
+        SELECT l.plan_code
+        FROM (SELECT s.plan_code, s.ends_at FROM subscription s
+              WHERE s.tenant_id = u.tenant_id AND s.starts_at <= u.occurred_at
+              ORDER BY s.starts_at DESC
+              LIMIT 1) l
+        WHERE COALESCE(l.ends_at, 'infinity'::timestamptz) > u.occurred_at) sub
+        ON u.occurred_at < ps.known_through AND m.code IS NOT NULL
     LEFT JOIN LATERAL (
         SELECT pv.version, pv.currency FROM plan_evidence pv
         WHERE pv.code = sub.plan_code AND pv.effective_at <= u.occurred_at
@@ -946,7 +953,7 @@ SELECT known_through FROM schedule_shard WHERE shard = sqlc.arg(shard)::int FOR 
 -- start order.
 SELECT subscription_id, tenant_id, plan_code, starts_at, ends_at, created_at, actor, ended_by
 FROM subscription
-WHERE tenant_id = @tenant_id AND (ends_at IS NULL OR ends_at > @at::timestamptz)
+WHERE tenant_id = @tenant_id AND COALESCE(ends_at, 'infinity'::timestamptz) > @at::timestamptz
 ORDER BY starts_at;
 
 -- name: CountLiveSubscriptions :one
@@ -954,7 +961,7 @@ ORDER BY starts_at;
 -- time after it (under the tenant's shard lock: see
 -- LockShardForSubscriptions).
 SELECT count(*) FROM subscription
-WHERE tenant_id = @tenant_id AND (ends_at IS NULL OR ends_at > @at::timestamptz);
+WHERE tenant_id = @tenant_id AND COALESCE(ends_at, 'infinity'::timestamptz) > @at::timestamptz;
 
 -- name: InsertSubscription :exec
 INSERT INTO subscription (subscription_id, tenant_id, plan_code, starts_at, ends_at, created_at, actor)
@@ -982,7 +989,8 @@ LIMIT @max_rows;
 -- in start order: what a period's fees are prorated over.
 SELECT plan_code, starts_at, ends_at
 FROM subscription
-WHERE tenant_id = @tenant_id AND starts_at < @until::timestamptz AND (ends_at IS NULL OR ends_at > @since::timestamptz)
+WHERE tenant_id = @tenant_id AND starts_at < @until::timestamptz
+  AND COALESCE(ends_at, 'infinity'::timestamptz) > @since::timestamptz
 ORDER BY starts_at;
 
 -- name: PlanFeeVersions :many
@@ -999,7 +1007,7 @@ ORDER BY code, version;
 -- without a charge).
 SELECT tenant_id, starts_at, ends_at
 FROM subscription
-WHERE ends_at IS NULL OR ends_at > @since::timestamptz
+WHERE COALESCE(ends_at, 'infinity'::timestamptz) > @since::timestamptz
 ORDER BY tenant_id, starts_at;
 
 -- name: PeriodFlags :many
@@ -1017,7 +1025,7 @@ FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@periods::text[]) 
 -- fees are priced by every plan version in effect in it.
 SELECT EXISTS (SELECT 1 FROM subscription s
                WHERE s.tenant_id = @tenant_id AND s.starts_at < @until::timestamptz
-                 AND (s.ends_at IS NULL OR s.ends_at > @since::timestamptz))::boolean AS subscribed,
+                 AND COALESCE(s.ends_at, 'infinity'::timestamptz) > @since::timestamptz)::boolean AS subscribed,
        COALESCE((SELECT known_through FROM schedule_shard WHERE shard = 16), 'epoch'::timestamptz)::timestamptz AS known_through;
 
 -- name: TenantSubscriptionsSince :many
@@ -1026,7 +1034,7 @@ SELECT EXISTS (SELECT 1 FROM subscription s
 -- closed before it).
 SELECT starts_at, ends_at
 FROM subscription
-WHERE tenant_id = @tenant_id AND (ends_at IS NULL OR ends_at > @since::timestamptz)
+WHERE tenant_id = @tenant_id AND COALESCE(ends_at, 'infinity'::timestamptz) > @since::timestamptz
 ORDER BY starts_at;
 
 -- name: AddChargeMonths :one

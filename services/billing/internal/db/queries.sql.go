@@ -493,7 +493,7 @@ func (q *Queries) ClosingTallies(ctx context.Context, arg ClosingTalliesParams) 
 
 const countLiveSubscriptions = `-- name: CountLiveSubscriptions :one
 SELECT count(*) FROM subscription
-WHERE tenant_id = $1 AND (ends_at IS NULL OR ends_at > $2::timestamptz)
+WHERE tenant_id = $1 AND COALESCE(ends_at, 'infinity'::timestamptz) > $2::timestamptz
 `
 
 type CountLiveSubscriptionsParams struct {
@@ -1985,7 +1985,7 @@ func (q *Queries) PlanFeeVersions(ctx context.Context, codes []string) ([]PlanFe
 const plansKnownFor = `-- name: PlansKnownFor :one
 SELECT EXISTS (SELECT 1 FROM subscription s
                WHERE s.tenant_id = $1 AND s.starts_at < $2::timestamptz
-                 AND (s.ends_at IS NULL OR s.ends_at > $3::timestamptz))::boolean AS subscribed,
+                 AND COALESCE(s.ends_at, 'infinity'::timestamptz) > $3::timestamptz)::boolean AS subscribed,
        COALESCE((SELECT known_through FROM schedule_shard WHERE shard = 16), 'epoch'::timestamptz)::timestamptz AS known_through
 `
 
@@ -2288,13 +2288,20 @@ WITH u AS (
     -- occurrence (known once the tenant's shard is: a subscription never
     -- starts or ends at or before it), its plan's version in effect (known
     -- once the plans' shard is) and that version's most specific charge of
-    -- the meter, in the fact's currency.
+    -- the meter, in the fact's currency. A tenant's subscriptions never
+    -- overlap (app.Subscribe ends the one in effect where the next starts,
+    -- EndSubscription never past a later one's start), so the one in effect
+    -- is the latest started at or before the occurrence if it has not ended
+    -- by then, and none otherwise: one index row, where filtering the
+    -- started ones on their end walked back through every ended one.
     LEFT JOIN LATERAL (
-        SELECT s.plan_code FROM subscription s
-        WHERE s.tenant_id = u.tenant_id AND s.starts_at <= u.occurred_at
-          AND (s.ends_at IS NULL OR s.ends_at > u.occurred_at)
-        ORDER BY s.starts_at DESC
-        LIMIT 1) sub ON u.occurred_at < ps.known_through AND m.code IS NOT NULL
+        SELECT l.plan_code
+        FROM (SELECT s.plan_code, s.ends_at FROM subscription s
+              WHERE s.tenant_id = u.tenant_id AND s.starts_at <= u.occurred_at
+              ORDER BY s.starts_at DESC
+              LIMIT 1) l
+        WHERE COALESCE(l.ends_at, 'infinity'::timestamptz) > u.occurred_at) sub
+        ON u.occurred_at < ps.known_through AND m.code IS NOT NULL
     LEFT JOIN LATERAL (
         SELECT pv.version, pv.currency FROM plan_evidence pv
         WHERE pv.code = sub.plan_code AND pv.effective_at <= u.occurred_at
@@ -2836,7 +2843,8 @@ func (q *Queries) StartCloseProgress(ctx context.Context, arg StartCloseProgress
 const subscriptionsDuring = `-- name: SubscriptionsDuring :many
 SELECT plan_code, starts_at, ends_at
 FROM subscription
-WHERE tenant_id = $1 AND starts_at < $2::timestamptz AND (ends_at IS NULL OR ends_at > $3::timestamptz)
+WHERE tenant_id = $1 AND starts_at < $2::timestamptz
+  AND COALESCE(ends_at, 'infinity'::timestamptz) > $3::timestamptz
 ORDER BY starts_at
 `
 
@@ -2877,7 +2885,7 @@ func (q *Queries) SubscriptionsDuring(ctx context.Context, arg SubscriptionsDuri
 const subscriptionsFrom = `-- name: SubscriptionsFrom :many
 SELECT subscription_id, tenant_id, plan_code, starts_at, ends_at, created_at, actor, ended_by
 FROM subscription
-WHERE tenant_id = $1 AND (ends_at IS NULL OR ends_at > $2::timestamptz)
+WHERE tenant_id = $1 AND COALESCE(ends_at, 'infinity'::timestamptz) > $2::timestamptz
 ORDER BY starts_at
 `
 
@@ -2920,7 +2928,7 @@ func (q *Queries) SubscriptionsFrom(ctx context.Context, arg SubscriptionsFromPa
 const subscriptionsSince = `-- name: SubscriptionsSince :many
 SELECT tenant_id, starts_at, ends_at
 FROM subscription
-WHERE ends_at IS NULL OR ends_at > $1::timestamptz
+WHERE COALESCE(ends_at, 'infinity'::timestamptz) > $1::timestamptz
 ORDER BY tenant_id, starts_at
 `
 
@@ -2998,7 +3006,7 @@ func (q *Queries) TenantSettings(ctx context.Context, tenantIds []string) ([]Ten
 const tenantSubscriptionsSince = `-- name: TenantSubscriptionsSince :many
 SELECT starts_at, ends_at
 FROM subscription
-WHERE tenant_id = $1 AND (ends_at IS NULL OR ends_at > $2::timestamptz)
+WHERE tenant_id = $1 AND COALESCE(ends_at, 'infinity'::timestamptz) > $2::timestamptz
 ORDER BY starts_at
 `
 
