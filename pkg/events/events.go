@@ -274,18 +274,21 @@ func (p PriceScheduleWatermark) Validate() error {
 // UsageAccepted: usage accepted a usage fact. The rater (billing) decides
 // its price version from its own evidence; PriceVersion is what usage
 // attached before decision 0011 and is 0 (absent) in newer events. Billing
-// ignores it.
+// ignores it. Its fields are in the byte order of their JSON names, so
+// encoding/json writes the canonical form and New checks it where it lies
+// instead of rebuilding it (one per fact; TestPerFactPayloadsAreCanonical).
 type UsageAccepted struct {
-	UsageID       uuid.UUID       `json:"usageId"`
-	SourceSystem  string          `json:"sourceSystem"`
-	SourceEventID string          `json:"sourceEventId"`
-	MeterCode     string          `json:"meterCode"`
-	Quantity      decimal.Decimal `json:"quantity"`
-	OccurredAt    time.Time       `json:"occurredAt"`
-	Currency      string          `json:"currency"`
-	PriceVersion  int64           `json:"priceVersion,omitempty"`
+	Currency   string    `json:"currency"`
+	MeterCode  string    `json:"meterCode"`
+	OccurredAt time.Time `json:"occurredAt"`
+	// PriceVersion: see the type's comment.
+	PriceVersion int64 `json:"priceVersion,omitempty"`
 	// Properties are the fact's properties (section 3a limits).
-	Properties map[string]string `json:"properties,omitempty"`
+	Properties    map[string]string `json:"properties,omitempty"`
+	Quantity      decimal.Decimal   `json:"quantity"`
+	SourceEventID string            `json:"sourceEventId"`
+	SourceSystem  string            `json:"sourceSystem"`
+	UsageID       uuid.UUID         `json:"usageId"`
 }
 
 // Validate checks the payload's own rules.
@@ -307,53 +310,54 @@ func (p UsageAccepted) Validate() error {
 // meter Amount = Quantity x UnitPrice, exact; of a count meter Amount =
 // UnitPrice (the charge counts one). The charge's line is (meter, price
 // version, Dimensions); its quantity is the meter's Aggregation over the
-// line's charges (package catalog).
+// line's charges (package catalog). Its fields are in the byte order of
+// their JSON names, as UsageAccepted's are (one per fact).
 type ChargeRated struct {
-	ChargeID     uuid.UUID       `json:"chargeId"`
-	UsageEventID uuid.UUID       `json:"usageEventId"`
-	UsageID      uuid.UUID       `json:"usageId"`
-	MeterCode    string          `json:"meterCode"`
-	Currency     string          `json:"currency"`
-	Quantity     decimal.Decimal `json:"quantity"`
-	UnitPrice    decimal.Decimal `json:"unitPrice"`
-	PriceVersion int64           `json:"priceVersion"`
-	Amount       decimal.Decimal `json:"amount"`
-	Period       string          `json:"period"`
-	Late         bool            `json:"late"`
-	OccurredAt   time.Time       `json:"occurredAt"`
+	// Aggregation is the meter's (catalog.Aggregations); empty means sum.
+	// Under max, latest and unique_count no charge has an amount of its
+	// own: UnitPrice and Amount are zero and Pricing prices the line.
+	Aggregation string          `json:"aggregation,omitempty"`
+	Amount      decimal.Decimal `json:"amount"`
+	ChargeID    uuid.UUID       `json:"chargeId"`
+	Currency    string          `json:"currency"`
+	// Dimensions are the dimensions of the price that rated the charge
+	// (part of its line's identity); none for a series' default price.
+	Dimensions map[string]string `json:"dimensions,omitempty"`
+	Late       bool              `json:"late"`
+	MeterCode  string            `json:"meterCode"`
 	// Model is the price version's pricing model; empty means unit. Under
 	// unit pricing Amount is the charge's exact amount; under the others a
 	// single charge has no amount of its own (UnitPrice and Amount are
 	// zero): the line of its version is priced as a whole at the invoice,
 	// by Pricing, which such a charge carries (at most pricing.MaxTiers
 	// tiers, so the event stays small).
-	Model   string           `json:"model,omitempty"`
-	Pricing *pricing.Pricing `json:"pricing,omitempty"`
-	// Aggregation is the meter's (catalog.Aggregations); empty means sum.
-	// Under max, latest and unique_count no charge has an amount of its
-	// own: UnitPrice and Amount are zero and Pricing prices the line.
-	Aggregation string `json:"aggregation,omitempty"`
-	// Dimensions are the dimensions of the price that rated the charge
-	// (part of its line's identity); none for a series' default price.
-	Dimensions map[string]string `json:"dimensions,omitempty"`
-	// Properties are the fact's.
-	Properties map[string]string `json:"properties,omitempty"`
-	// SourceSystem and SourceEventID are the fact's identity: latest's
-	// tie-break.
-	SourceSystem  string `json:"sourceSystem,omitempty"`
-	SourceEventID string `json:"sourceEventId,omitempty"`
-	// Value is what the fact adds to a unique_count meter: its
-	// valueProperty's value.
-	Value string `json:"value,omitempty"`
-	// Unpriced: no price of the series was in effect at OccurredAt
-	// (section 3a). PriceVersion, UnitPrice and Amount are zero, Pricing is
-	// absent; the charge is on its meter's unpriced line.
-	Unpriced bool `json:"unpriced,omitempty"`
+	Model      string    `json:"model,omitempty"`
+	OccurredAt time.Time `json:"occurredAt"`
+	Period     string    `json:"period"`
 	// PlanCode names the plan whose charge priced it (the tenant had no
 	// price of its own for the meter in effect at OccurredAt and was
 	// subscribed to the plan then); PriceVersion is then the plan's
 	// version. Absent for a tenant's own price and for unpriced charges.
-	PlanCode string `json:"planCode,omitempty"`
+	PlanCode     string           `json:"planCode,omitempty"`
+	PriceVersion int64            `json:"priceVersion"`
+	Pricing      *pricing.Pricing `json:"pricing,omitempty"`
+	// Properties are the fact's.
+	Properties map[string]string `json:"properties,omitempty"`
+	Quantity   decimal.Decimal   `json:"quantity"`
+	// SourceSystem and SourceEventID are the fact's identity: latest's
+	// tie-break.
+	SourceEventID string          `json:"sourceEventId,omitempty"`
+	SourceSystem  string          `json:"sourceSystem,omitempty"`
+	UnitPrice     decimal.Decimal `json:"unitPrice"`
+	// Unpriced: no price of the series was in effect at OccurredAt
+	// (section 3a). PriceVersion, UnitPrice and Amount are zero, Pricing is
+	// absent; the charge is on its meter's unpriced line.
+	Unpriced     bool      `json:"unpriced,omitempty"`
+	UsageEventID uuid.UUID `json:"usageEventId"`
+	UsageID      uuid.UUID `json:"usageId"`
+	// Value is what the fact adds to a unique_count meter: its
+	// valueProperty's value.
+	Value string `json:"value,omitempty"`
 }
 
 // Counted is the quantity a charge's own amount is computed from: 1 under
