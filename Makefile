@@ -59,7 +59,7 @@ apache-test: ## the outbox and inbox tests again, against a real Apache Kafka br
 # also run as plain tests in unit-test; `make fuzz` fuzzes each for FUZZTIME
 # (CI: 10s each, through make test); FUZZTIME=5m for a longer hunt.
 FUZZTIME ?= 10s
-FUZZ_TARGETS := ./pkg/envelope/:FuzzDecode ./pkg/envelope/:FuzzCanonical ./pkg/envelope/:FuzzCanonicalInPlace \
+FUZZ_TARGETS := ./pkg/envelope/:FuzzDecode ./pkg/envelope/:FuzzCanonical ./pkg/envelope/:FuzzCanonicalInPlace ./pkg/events/:FuzzDecodeCanonical \
 	./pkg/httpx/:FuzzDecodeJSON ./pkg/httpx/:FuzzTenantID ./pkg/httpx/:FuzzCheckRequestText \
 	./pkg/money/:FuzzParse ./pkg/money/:FuzzCurrency ./pkg/page/:FuzzCursor ./pkg/auth/:FuzzVerify \
 	./services/meter/internal/domain/:FuzzParseActivation ./services/usage/internal/domain/:FuzzParse \

@@ -596,3 +596,57 @@ func describe(c byte) string {
 	}
 	return fmt.Sprintf("byte 0x%02x", c)
 }
+
+// Members walks obj, a JSON object in canonical form (a payload as Decode
+// gives it to a decoder), calling fn with each member's key and the bytes
+// of its value, in order. It stops and reports false as soon as fn does, or
+// at anything a canonical object of plain values does not have: a key or a
+// string with an escape, whitespace, members out of order. A decoder that
+// reads the common shape of its payload this way falls back to
+// encoding/json when Members says false (see CanonicalDecoder).
+func Members(obj []byte, fn func(key, value []byte) bool) bool {
+	s := scanner{data: obj, maxDepth: MaxPayloadDepth}
+	if s.peek() != '{' || !utf8.Valid(obj) {
+		return false
+	}
+	s.pos++
+	if s.peek() == '}' {
+		s.pos++
+		return s.pos == len(s.data)
+	}
+	var prev []byte
+	for first := true; ; first = false {
+		key, ok := s.plainString()
+		if !ok || !first && string(key) <= string(prev) || s.peek() != ':' {
+			return false
+		}
+		prev = key
+		s.pos++
+		start := s.pos
+		if !s.isCanonical(1) || !fn(key, s.data[start:s.pos]) {
+			return false
+		}
+		switch s.peek() {
+		case ',':
+			s.pos++
+		case '}':
+			s.pos++
+			return s.pos == len(s.data)
+		default:
+			return false
+		}
+	}
+}
+
+// PlainString is the text of value, a JSON string without escapes (what
+// Members gives for one); false for any other value.
+func PlainString(value []byte) (string, bool) {
+	if len(value) < 2 || value[0] != '"' || value[len(value)-1] != '"' {
+		return "", false
+	}
+	s := scanner{data: value}
+	if b, ok := s.plainString(); ok && s.pos == len(value) && utf8.Valid(b) {
+		return string(b), true
+	}
+	return "", false
+}

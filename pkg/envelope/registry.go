@@ -216,8 +216,27 @@ func (r *Registry) Decode(raw []byte) (*Decoded, error) {
 type validator interface{ Validate() error }
 
 // decodeInto decodes a canonical payload strictly into a T and validates it.
+// CanonicalDecoder is a payload type's own decoder of its common shape
+// (*T's, for a T given to Register): DecodeCanonical decodes payload, in
+// canonical form, into the receiver and reports true only when the result is
+// exactly what encoding/json would decode (with the rules of Register); it
+// reports false for anything else (an unknown or differently cased key, a
+// null, a string with escapes), and Decode then decodes with encoding/json
+// from the zero value. It spares a second parse of the payload for the
+// events that come once per fact.
+type CanonicalDecoder interface {
+	DecodeCanonical(payload []byte) bool
+}
+
 func decodeInto[T any](payload []byte) (any, error) {
 	var v T
+	if c, ok := any(&v).(CanonicalDecoder); ok {
+		if c.DecodeCanonical(payload) {
+			return validated(v)
+		}
+		var zero T
+		v = zero
+	}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
@@ -231,6 +250,11 @@ func decodeInto[T any](payload []byte) (any, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("trailing data after the payload")
 	}
+	return validated(v)
+}
+
+// validated is v once its Validate method, if T or *T has one, accepts it.
+func validated[T any](v T) (any, error) {
 	var val validator
 	if vp, ok := any(&v).(validator); ok {
 		val = vp

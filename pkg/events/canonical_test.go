@@ -2,7 +2,6 @@ package events_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -34,13 +33,7 @@ func TestPerFactPayloadsAreCanonical(t *testing.T) {
 			Aggregation: "sum", Dimensions: props, Properties: props, SourceSystem: "api", SourceEventID: "e-1",
 			Value: "v", Unpriced: true, PlanCode: "pro"},
 	} {
-		var buf bytes.Buffer
-		enc := json.NewEncoder(&buf)
-		enc.SetEscapeHTML(false)
-		if err := enc.Encode(p); err != nil {
-			t.Fatal(err)
-		}
-		out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		out := encode(t, p)
 		canon, err := envelope.Canonical(out)
 		if err != nil {
 			t.Fatal(err)
