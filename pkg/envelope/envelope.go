@@ -528,9 +528,9 @@ var fieldNames = [numFields]string{
 	"producer", "correlationId", "causationId", "traceparent",
 }
 
-func fieldIndex(name string) int {
+func fieldIndex(name []byte) int {
 	for i, n := range fieldNames {
-		if n == name {
+		if n == string(name) {
 			return i
 		}
 	}
@@ -584,17 +584,26 @@ func (s *scanner) envelope() (*[numFields]rawField, error) {
 		if s.peek() != '"' {
 			return nil, s.errorf("want a string key")
 		}
-		key, err := s.str()
-		if err != nil {
-			return nil, err
+		// A key without escapes (every field name) is matched where it
+		// lies, without a string made of it.
+		at := s.pos
+		raw, plain := s.plainString()
+		var key string
+		if !plain {
+			s.pos = at
+			var err error
+			if key, err = s.str(); err != nil {
+				return nil, err
+			}
+			raw = []byte(key)
 		}
-		i := fieldIndex(key)
+		i := fieldIndex(raw)
 		if i < 0 {
-			return nil, s.errorf("unknown field %s", quote(key))
+			return nil, s.errorf("unknown field %s", quote(string(raw)))
 		}
 		f := &fields[i]
 		if f.kind != kindAbsent {
-			return nil, s.errorf("duplicate field %s", quote(key))
+			return nil, s.errorf("duplicate field %s", quote(string(raw)))
 		}
 		s.ws()
 		if err := s.expect(':'); err != nil {
