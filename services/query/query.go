@@ -42,8 +42,9 @@ var Spec = service.Spec{
 	// One projection per event, one notice per EventQuarantined, one audit
 	// row per ops event and per redrive state.
 	OriginConstraints: append([]string{"projected_event_pkey"}, operator.OriginConstraints...),
-	// projected_event's months ahead (decision 0025, facts by month).
-	MonthTables: []monthpart.Table{migrations.EventMonths},
+	// projected_event's and usage_fact's months ahead (decision 0025,
+	// facts by month).
+	MonthTables: []monthpart.Table{migrations.EventMonths, migrations.FactMonths},
 }
 
 // EnvNames are the variables Build reads beyond service.EnvNames (for the

@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func newDB(t *testing.T, before int) *pgxpool.Pool {
 	t.Helper()
 	set, name := migrations.Set, "query-months"
 	if before > 0 {
-		set, name = monthparttest.Before(t, migrations.Set, before), "query-before-event-months"
+		set, name = monthparttest.Before(t, migrations.Set, before), fmt.Sprintf("query-before-%04d", before)
 	}
 	return pgtest.NewPool(t, pgtest.Template{Name: name, Migrate: func(_ context.Context, url string) error {
 		return pgmigrate.Up(url, set)

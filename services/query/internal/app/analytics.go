@@ -4,7 +4,9 @@ package app
 //
 // Design: every accepted fact (UsageAccepted, priced or not) is one
 // usage_fact row, unique by its identity (tenant, sourceSystem,
-// sourceEventId), plus one rollup row it adds itself to:
+// sourceEventId) within the month of its event id (the table is
+// partitioned by it, decision 0025 (facts by month)), plus one rollup row
+// it adds itself to:
 //
 //   - sum, count, max, latest: usage_hourly, per tenant, meter, UTC hour of
 //     occurredAt and full dimension values, the count, sum, max and latest
@@ -29,9 +31,12 @@ package app
 // values; the MeterDefined that arrives rolls them up. A shared advisory
 // lock per meter code held by fact batches, exclusive by the MeterDefined,
 // makes sure no fact falls between the two. Duplicates: the inbox dedups by
-// event id, projected_event's key catches what it missed (the batch rolls
-// back), and usage_fact's key by identity makes a second event of one fact
-// add nothing (only the facts inserted roll up).
+// event id, projected_event's key and its archived months catch what it
+// missed (the batch rolls back), and usage_fact's key by identity in the
+// event's month makes the same event delivered again add nothing (only the
+// facts inserted roll up). A month's facts are archived with its events
+// (projected_event_archive): the rollups keep them, and a read of fact rows
+// over an archived month's span is refused (factsKept, usage.go).
 
 import (
 	"cmp"

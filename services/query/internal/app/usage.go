@@ -28,7 +28,8 @@ const maxChunkWindows = 256
 // tenant's zone when nil, UTC when query knows none), per group of q.GroupBy,
 // over the facts that pass q.Filters, by occurredAt in [q.From, q.To); at
 // most limit rows after position after (nil: from the start). Errors:
-// meter_not_found, invalid_dimension, invalid_cursor (rule errors).
+// meter_not_found, invalid_dimension, invalid_cursor, facts_archived (rule
+// errors).
 //
 // A page reads only the windows its rows come from: it asks for the rows of
 // one window (without groups: of as many windows as the page has rows),
@@ -72,6 +73,11 @@ func (a *App) Usage(ctx context.Context, q domain.UsageQuery, limit int, after *
 		return out, rule.Errorf(rule.Invalid, "invalid_cursor", "cursor must be a next value this query returned")
 	}
 	plan := planUsage(meter, q)
+	if p, ok := plan.(usagePlan); ok && p.facts {
+		if err := factsKept(ctx, dq, q); err != nil {
+			return out, err
+		}
+	}
 	w := first
 	if after != nil {
 		w = after.Window
@@ -130,8 +136,9 @@ type windowChunk struct {
 // Its text is built from the meter's dimension positions (integers) and
 // fixed fragments; every value is a parameter.
 type usagePlan struct {
-	sql  string
-	args []any // $1..$len(args); then the chunk's starts, los, his, the cursor's window and groups, the limit
+	sql   string
+	args  []any // $1..$len(args); then the chunk's starts, los, his, the cursor's window and groups, the limit
+	facts bool  // it reads usage_fact, not the rollups
 }
 
 // windowReader reads the rows of a chunk of windows.
@@ -212,7 +219,32 @@ CROSS JOIN LATERAL (
 WHERE $%[9]d::timestamptz IS NULL OR w.s > $%[9]d OR (w.s = $%[9]d AND x.g > $%[10]d::text[])
 ORDER BY w.n, x.g
 LIMIT $%[11]d`, group, value, table, at, cond, n+1, n+2, n+3, n+4, n+5, n+6)
-	return usagePlan{sql: sql, args: args}
+	return usagePlan{sql: sql, args: args, facts: !rollup}
+}
+
+// factsKept refuses (facts_archived) a query that reads fact rows over a
+// range some of whose facts were archived with their month: the rollups
+// keep them, the fact rows do not, and an answer without them would be
+// wrong. Spans are per tenant, meter and month archived (usage_fact_archived,
+// from the first to the last occurredAt of its facts), so the refusal is
+// exact for the months and may be wider than the facts (a month's late
+// facts stretch its span back).
+func factsKept(ctx context.Context, dq *db.Queries, q domain.UsageQuery) error {
+	s, err := dq.ArchivedFactSpan(ctx, db.ArchivedFactSpanParams{TenantID: q.TenantID, MeterCode: q.MeterCode,
+		FromAt: q.From, ToAt: q.To})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the archived spans of %s: %w", q.MeterCode, err)
+	}
+	return rule.Errorf(rule.Unprocessable, domain.CodeFactsArchived,
+		"the facts of meter %q that occurred from %s to %s were archived with %s, and this query reads facts "+
+			"(unique_count grouped, filtered or by hour, a zone whose offset is not whole hours, or a range off the hour): "+
+			"the rollups answer whole hours of a zone of whole-hour offsets (sum, count, max, latest; unique_count by day or month, "+
+			"ungrouped and unfiltered), the facts from after %s",
+		q.MeterCode, s.OccurredFrom.UTC().Format(time.RFC3339Nano), s.OccurredTo.UTC().Format(time.RFC3339Nano), s.Partition,
+		s.OccurredTo.UTC().Format(time.RFC3339Nano))
 }
 
 // read reads the rows of the chunk's windows after position after, at

@@ -171,6 +171,27 @@ type UsageFact struct {
 	Value         pgtype.Text
 }
 
+type UsageFactArchived struct {
+	TenantID     string
+	MeterCode    string
+	Partition    string
+	OccurredFrom time.Time
+	OccurredTo   time.Time
+}
+
+type UsageFactDefault struct {
+	TenantID      string
+	SourceSystem  string
+	SourceEventID string
+	MeterCode     string
+	OccurredAt    time.Time
+	EventID       uuid.UUID
+	Quantity      decimal.Decimal
+	Properties    []byte
+	Dims          []string
+	Value         pgtype.Text
+}
+
 type UsageHourly struct {
 	TenantID            string
 	MeterCode           string

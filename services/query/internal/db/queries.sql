@@ -319,9 +319,10 @@ FROM meter_definition WHERE code > @after::text ORDER BY code LIMIT @lim;
 
 -- name: InsertUsageFacts :many
 -- InsertUsageFacts records accepted facts; a fact recorded before (same
--- tenant, source system and source event id) is left as it is. It returns the
--- identities inserted. dims (a JSON array of strings each) is stored NULL
--- for facts of a meter not known yet (known false).
+-- tenant, source system and source event id, in the partition its event id
+-- routes it to: the event delivered again meets its own row) is left as it
+-- is. It returns the identities inserted. dims (a JSON array of strings
+-- each) is stored NULL for facts of a meter not known yet (known false).
 INSERT INTO usage_fact (tenant_id, source_system, source_event_id, meter_code, occurred_at, event_id, quantity,
                         properties, dims, value)
 SELECT u.tenant_id, u.source_system, u.source_event_id, u.meter_code, u.occurred_at, u.event_id, u.quantity,
@@ -333,6 +334,17 @@ FROM (SELECT unnest(@tenant_ids::text[]) AS tenant_id, unnest(@source_systems::t
              unnest(@dims::jsonb[]) AS dims, unnest(@known::bool[]) AS known, unnest(@values::text[]) AS value) u
 ON CONFLICT DO NOTHING
 RETURNING tenant_id, source_system::text AS source_system, source_event_id::text AS source_event_id;
+
+-- name: ArchivedFactSpan :one
+-- ArchivedFactSpan is, among the spans of occurredAt of the tenant's facts
+-- of a meter archived with their months (projected_event_archive), the one
+-- that ends last of those meeting [from_at, to_at); no row when every fact
+-- of that range is still in usage_fact.
+SELECT partition, occurred_from, occurred_to FROM usage_fact_archived
+WHERE tenant_id = @tenant_id AND meter_code = @meter_code
+  AND occurred_from < @to_at::timestamptz AND occurred_to >= @from_at::timestamptz
+ORDER BY occurred_to DESC
+LIMIT 1;
 
 -- name: ListUnrolledFacts :many
 -- ListUnrolledFacts reads (and locks) a chunk of the facts of a meter that

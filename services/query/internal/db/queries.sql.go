@@ -221,6 +221,43 @@ func (q *Queries) AppendRedriveAudit(ctx context.Context, arg AppendRedriveAudit
 	return err
 }
 
+const archivedFactSpan = `-- name: ArchivedFactSpan :one
+SELECT partition, occurred_from, occurred_to FROM usage_fact_archived
+WHERE tenant_id = $1 AND meter_code = $2
+  AND occurred_from < $3::timestamptz AND occurred_to >= $4::timestamptz
+ORDER BY occurred_to DESC
+LIMIT 1
+`
+
+type ArchivedFactSpanParams struct {
+	TenantID  string
+	MeterCode string
+	ToAt      time.Time
+	FromAt    time.Time
+}
+
+type ArchivedFactSpanRow struct {
+	Partition    string
+	OccurredFrom time.Time
+	OccurredTo   time.Time
+}
+
+// ArchivedFactSpan is, among the spans of occurredAt of the tenant's facts
+// of a meter archived with their months (projected_event_archive), the one
+// that ends last of those meeting [from_at, to_at); no row when every fact
+// of that range is still in usage_fact.
+func (q *Queries) ArchivedFactSpan(ctx context.Context, arg ArchivedFactSpanParams) (ArchivedFactSpanRow, error) {
+	row := q.db.QueryRow(ctx, archivedFactSpan,
+		arg.TenantID,
+		arg.MeterCode,
+		arg.ToAt,
+		arg.FromAt,
+	)
+	var i ArchivedFactSpanRow
+	err := row.Scan(&i.Partition, &i.OccurredFrom, &i.OccurredTo)
+	return i, err
+}
+
 const chargeFacts = `-- name: ChargeFacts :many
 SELECT c.event_id, COALESCE(c.subject_id, '00000000-0000-0000-0000-000000000000')::uuid AS charge_id,
        COALESCE(c.origin_event_id, '00000000-0000-0000-0000-000000000000')::uuid AS usage_event_id,
@@ -580,9 +617,10 @@ type InsertUsageFactsRow struct {
 }
 
 // InsertUsageFacts records accepted facts; a fact recorded before (same
-// tenant, source system and source event id) is left as it is. It returns the
-// identities inserted. dims (a JSON array of strings each) is stored NULL
-// for facts of a meter not known yet (known false).
+// tenant, source system and source event id, in the partition its event id
+// routes it to: the event delivered again meets its own row) is left as it
+// is. It returns the identities inserted. dims (a JSON array of strings
+// each) is stored NULL for facts of a meter not known yet (known false).
 func (q *Queries) InsertUsageFacts(ctx context.Context, arg InsertUsageFactsParams) ([]InsertUsageFactsRow, error) {
 	rows, err := q.db.Query(ctx, insertUsageFacts,
 		arg.TenantIds,

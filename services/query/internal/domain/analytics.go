@@ -29,6 +29,7 @@ const (
 	CodeInvalidTime       = "invalid_time"        // 400: from or to missing or not RFC 3339
 	CodeInvalidRange      = "invalid_range"       // 400: from is not before to
 	CodeRangeTooLarge     = "range_too_large"     // 400: more than MaxRange of windowSize
+	CodeFactsArchived     = "facts_archived"      // 422: the query reads fact rows, and some of its range's were archived
 )
 
 // MaxRange is the longest range a query may ask at each window size: 31
