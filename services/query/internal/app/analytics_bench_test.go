@@ -143,7 +143,7 @@ func percentiles(ds []time.Duration) string {
 		at(0.99).Round(time.Microsecond*10), s[len(s)-1].Round(time.Microsecond*10), len(s))
 }
 
-func envInt(t *testing.T, name string, def int) int {
+func envInt(t testing.TB, name string, def int) int {
 	t.Helper()
 	s := os.Getenv(name)
 	if s == "" {
