@@ -24,7 +24,7 @@ import (
 // their ChargeRated, and the InvoiceIssued they are on, all of one tenant
 // and month (see monthparttest.BenchPurgeMonth).
 //
-//	PURGE_MONTH_ROWS=1000000 go test -run '^$' -bench PurgeMonth -benchtime 1x ./migrations/
+//	PURGE_MONTH_ROWS=1000000 go test -run '^$' -bench 'PurgeMonth$' -benchtime 1x ./migrations/
 func BenchmarkPurgeMonth(b *testing.B) {
 	tmpl := pgtest.Template{Name: "query-months", Migrate: func(_ context.Context, url string) error {
 		return pgmigrate.Up(url, migrations.Set)
