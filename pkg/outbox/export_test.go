@@ -5,3 +5,8 @@ const ClaimQuery = claimQuery
 
 // SetAfterSend installs a hook that runs between the broker's ack and the mark.
 func SetAfterSend(f func()) { afterSend = f }
+
+// MarkQuery and IDRange expose the mark statement to the EXPLAIN test.
+const MarkQuery = markQuery
+
+var IDRange = idRange

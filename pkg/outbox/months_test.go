@@ -2,11 +2,15 @@ package outbox_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -162,5 +166,75 @@ func TestMigrationToMonthsDeliversTheBacklog(t *testing.T) {
 	}
 	if want := outbox.EventParts.PartOf(tomorrow).Name; part != want {
 		t.Fatalf("tomorrow's event in %s, want %s", part, want)
+	}
+}
+
+// TestMarkReadsOnlyTheIdsDays: the mark statement, planned once for every
+// batch as a prepared statement is (a generic plan), reads only the day's
+// partition its ids are in, not every day's index and the default's for
+// each id.
+func TestMarkReadsOnlyTheIdsDays(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, outboxDB)
+	day := time.Now().UTC().Truncate(24*time.Hour).Add(12 * time.Hour)
+	if _, err := outbox.EventParts.Ensure(ctx, pool, day); err != nil { // its day and two after it
+		t.Fatal(err)
+	}
+	evs := mintedAt(newEvents(t, 500, 50), day)
+	appendEvents(t, pool, "t", evs)
+	owner := uuid.Must(uuid.NewV7())
+	if _, err := pool.Exec(ctx, `UPDATE outbox_shard SET owner = $1, lease_until = now() + interval '1 hour'`, owner); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]uuid.UUID, len(evs))
+	for i, e := range evs {
+		ids[i] = e.EventID
+	}
+	lo, hi := outbox.IDRange(ids)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// A statement prepared in SQL, its parameters given as literals, so that
+	// the plan is the generic one (a plan for given values would prune by
+	// the array's constants).
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan;
+		PREPARE mark(uuid[], uuid, uuid, uuid) AS `+outbox.MarkQuery); err != nil {
+		t.Fatal(err)
+	}
+	list := make([]string, len(ids))
+	for i, id := range ids {
+		list[i] = id.String()
+	}
+	var plan []map[string]any
+	if err := conn.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE mark('{%s}', '%s', '%s', '%s')`,
+		strings.Join(list, ","), owner, lo, hi), pgx.QueryExecModeSimpleProtocol).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	var scanned []string
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if rel, _ := n["Relation Name"].(string); strings.HasPrefix(rel, "outbox_event") && n["Node Type"] != "ModifyTable" {
+			scanned = append(scanned, rel)
+		}
+		children, _ := n["Plans"].([]any)
+		for _, c := range children {
+			walk(c.(map[string]any))
+		}
+	}
+	root := plan[0]["Plan"].(map[string]any)
+	walk(root)
+	if want := outbox.EventParts.PartOf(day).Name; len(scanned) != 1 || scanned[0] != want {
+		raw, _ := json.MarshalIndent(plan, "", " ")
+		t.Fatalf("the mark read %v, want %s alone:\n%s", scanned, want, raw)
+	}
+	var published int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_event WHERE published_at IS NOT NULL`).Scan(&published); err != nil {
+		t.Fatal(err)
+	}
+	if published != len(evs) {
+		t.Fatalf("%d rows marked published, want %d", published, len(evs))
 	}
 }
