@@ -177,7 +177,7 @@ func TestMarkReadsOnlyTheIdsDays(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.NewPool(t, outboxDB)
-	day := time.Now().UTC().Truncate(24*time.Hour).Add(12 * time.Hour)
+	day := time.Now().UTC().Truncate(24 * time.Hour).Add(12 * time.Hour)
 	if _, err := outbox.EventParts.Ensure(ctx, pool, day); err != nil { // its day and two after it
 		t.Fatal(err)
 	}
