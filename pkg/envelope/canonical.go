@@ -160,35 +160,7 @@ func (s *scanner) canonicalValue(depth int) ([]byte, error) {
 func (s *scanner) isCanonical(depth int) bool {
 	switch c := s.peek(); {
 	case c == '{':
-		if depth >= s.maxDepth {
-			return false
-		}
-		s.pos++
-		if s.peek() == '}' {
-			s.pos++
-			return true
-		}
-		var prev []byte
-		for first := true; ; first = false {
-			key, ok := s.plainString()
-			if !ok || !first && string(key) <= string(prev) || s.peek() != ':' {
-				return false
-			}
-			prev = key
-			s.pos++
-			if !s.isCanonical(depth + 1) {
-				return false
-			}
-			switch s.peek() {
-			case ',':
-				s.pos++
-			case '}':
-				s.pos++
-				return true
-			default:
-				return false
-			}
-		}
+		return depth < s.maxDepth && s.members(depth, nil)
 	case c == '[':
 		if depth >= s.maxDepth {
 			return false
@@ -606,13 +578,17 @@ func describe(c byte) string {
 // encoding/json when Members says false (see CanonicalDecoder).
 func Members(obj []byte, fn func(key, value []byte) bool) bool {
 	s := scanner{data: obj, maxDepth: MaxPayloadDepth}
-	if s.peek() != '{' || !utf8.Valid(obj) {
-		return false
-	}
-	s.pos++
+	return s.peek() == '{' && utf8.Valid(obj) && s.members(0, fn) && s.pos == len(s.data)
+}
+
+// members reads the object at s.pos, at depth, as isCanonical does, and
+// gives fn (when not nil) each member's key and value; false as soon as fn
+// says so or the object is not canonical.
+func (s *scanner) members(depth int, fn func(key, value []byte) bool) bool {
+	s.pos++ // '{'
 	if s.peek() == '}' {
 		s.pos++
-		return s.pos == len(s.data)
+		return true
 	}
 	var prev []byte
 	for first := true; ; first = false {
@@ -623,7 +599,7 @@ func Members(obj []byte, fn func(key, value []byte) bool) bool {
 		prev = key
 		s.pos++
 		start := s.pos
-		if !s.isCanonical(1) || !fn(key, s.data[start:s.pos]) {
+		if !s.isCanonical(depth+1) || fn != nil && !fn(key, s.data[start:s.pos]) {
 			return false
 		}
 		switch s.peek() {
@@ -631,7 +607,7 @@ func Members(obj []byte, fn func(key, value []byte) bool) bool {
 			s.pos++
 		case '}':
 			s.pos++
-			return s.pos == len(s.data)
+			return true
 		default:
 			return false
 		}
