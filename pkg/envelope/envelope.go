@@ -272,11 +272,13 @@ var sizeBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return
 // appendJSON appends the JSON encoding of e, an envelope whose fields
 // checkFields has passed and whose Payload is in canonical form: the fields
 // in the struct's order, under their json names, the optional ones only when
-// set, the times in RFC 3339 with nanoseconds. It is byte for byte what
-// encoding/json writes for e (without HTML escaping; TestAppendJSONIsEncodingJSON),
-// without its reflection and without compacting the payload again: every
-// string but the payload is printable ASCII once checked, so only the quote and
-// the backslash are escaped, and a canonical payload is already compact.
+// set, the times in RFC 3339 with nanoseconds, the payload as its canonical
+// bytes. Around the payload it is byte for byte what encoding/json writes
+// for e (without HTML escaping; TestAppendJSONIsEncodingJSON), without its
+// reflection and without compacting the payload again: every string but the
+// payload is printable ASCII once checked, so only the quote and the
+// backslash are escaped. (Inside the payload encoding/json's escapes vary
+// with the Go release; the canonical bytes are what the digest covers.)
 func (e *Envelope) appendJSON(dst []byte) []byte {
 	dst = append(dst, `{"eventId":"`...)
 	dst = appendUUID(dst, e.EventID)
