@@ -10,3 +10,9 @@ func SetAfterSend(f func()) { afterSend = f }
 const MarkQuery = markQuery
 
 var IDRange = idRange
+
+// StatsQuery and StatsHead expose ReadStats's statement to the EXPLAIN test.
+const (
+	StatsQuery = statsQuery
+	StatsHead  = statsHead
+)

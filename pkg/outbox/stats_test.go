@@ -1,7 +1,10 @@
 package outbox_test
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/testkit/pgtest"
@@ -39,5 +42,61 @@ func TestStatsCountUpToTheCap(t *testing.T) {
 	}
 	if st.Pending != outbox.StatsCountCap || st.DeadLetters != outbox.StatsCountCap {
 		t.Fatalf("stats %+v, want %d pending and %d dead letters (the cap)", st, outbox.StatsCountCap, outbox.StatsCountCap)
+	}
+}
+
+// TestStatsReadNoPublishedRow: ReadStats reads the outbox through its
+// partial indexes only, not the published rows around them. A day of
+// 100,000 rows, all published and never analyzed (as a day is through
+// most of its life: autovacuum analyzes it late, if at all before it is
+// dropped), once had its dead letters counted by a Seq Scan of the day,
+// every 5 s in each relay.
+func TestStatsReadNoPublishedRow(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	pool := pgtest.NewPool(t, outboxDB)
+	day := time.Now().UTC().Truncate(24 * time.Hour).Add(12 * time.Hour)
+	if _, err := outbox.EventParts.Ensure(ctx, pool, day); err != nil {
+		t.Fatal(err)
+	}
+	part := outbox.EventParts.PartOf(day).Name
+	if _, err := pool.Exec(ctx, `ALTER TABLE `+part+` SET (autovacuum_enabled = off)`); err != nil {
+		t.Fatal(err)
+	}
+	// Ids of the day (UUIDv7: its first 48 bits are the Unix milliseconds).
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope, published_at)
+		SELECT (lpad(to_hex($1::bigint + g), 12, '0') || '7000800000000000' || lpad(to_hex(g), 4, '0'))::uuid,
+		       'stats.v1', 'k' || g, g % 64, 'Stats', '\x00', now()
+		FROM generate_series(1, 100000) g`, day.UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	var plan []map[string]any
+	if err := pool.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+outbox.StatsQuery, outbox.StatsHead, outbox.StatsCountCap).
+		Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	var read float64
+	var seq []string
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if rel, _ := n["Relation Name"].(string); strings.HasPrefix(rel, "outbox_event") {
+			loops, _ := n["Actual Loops"].(float64)
+			rows, _ := n["Actual Rows"].(float64)
+			removed, _ := n["Rows Removed by Filter"].(float64)
+			read += (rows + removed) * loops
+			if n["Node Type"] == "Seq Scan" {
+				seq = append(seq, rel)
+			}
+		}
+		children, _ := n["Plans"].([]any)
+		for _, c := range children {
+			walk(c.(map[string]any))
+		}
+	}
+	walk(plan[0]["Plan"].(map[string]any))
+	if read > 0 || len(seq) > 0 {
+		raw, _ := json.MarshalIndent(plan, "", " ")
+		t.Fatalf("ReadStats read %v outbox rows (Seq Scans of %v) with none pending and no dead letter:\n%s", read, seq, raw)
 	}
 }
