@@ -16,3 +16,6 @@ const (
 	StatsQuery = statsQuery
 	StatsHead  = statsHead
 )
+
+// DropCheck exposes DropParts's check of a partition to the EXPLAIN test.
+var DropCheck = dropCheck

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/testkit/pgtest"
 )
@@ -53,6 +55,23 @@ func TestStatsCountUpToTheCap(t *testing.T) {
 // every 5 s in each relay.
 func TestStatsReadNoPublishedRow(t *testing.T) {
 	t.Parallel()
+	pool, _ := publishedDay(t, 100_000)
+	readsNoRow(t, pool, "ReadStats", outbox.StatsQuery, outbox.StatsHead, outbox.StatsCountCap)
+}
+
+// TestDropCheckReadsNoPublishedRow: DropParts's check of a day, all of whose
+// rows are published before the retention, reads none of them.
+func TestDropCheckReadsNoPublishedRow(t *testing.T) {
+	t.Parallel()
+	pool, part := publishedDay(t, 100_000)
+	readsNoRow(t, pool, "the drop check", outbox.DropCheck(part), time.Now())
+}
+
+// publishedDay makes today's partition of outbox_event, with autovacuum off
+// so that it is never analyzed, and fills it with n rows published a day
+// ago. It returns the pool and the partition's name.
+func publishedDay(t *testing.T, n int) (*pgxpool.Pool, string) {
+	t.Helper()
 	ctx := t.Context()
 	pool := pgtest.NewPool(t, outboxDB)
 	day := time.Now().UTC().Truncate(24 * time.Hour).Add(12 * time.Hour)
@@ -67,13 +86,19 @@ func TestStatsReadNoPublishedRow(t *testing.T) {
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope, published_at)
 		SELECT (lpad(to_hex($1::bigint + g), 12, '0') || '7000800000000000' || lpad(to_hex(g), 4, '0'))::uuid,
-		       'stats.v1', 'k' || g, g % 64, 'Stats', '\x00', now()
-		FROM generate_series(1, 100000) g`, day.UnixMilli()); err != nil {
+		       'stats.v1', 'k' || g, g % 64, 'Stats', '\x00', now() - interval '1 day'
+		FROM generate_series(1, $2::int) g`, day.UnixMilli(), n); err != nil {
 		t.Fatal(err)
 	}
+	return pool, part
+}
+
+// readsNoRow fails unless the statement sql, run with args, reads no row of
+// outbox_event and no partition of it by a Seq Scan.
+func readsNoRow(t *testing.T, pool *pgxpool.Pool, what, sql string, args ...any) {
+	t.Helper()
 	var plan []map[string]any
-	if err := pool.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+outbox.StatsQuery, outbox.StatsHead, outbox.StatsCountCap).
-		Scan(&plan); err != nil {
+	if err := pool.QueryRow(t.Context(), "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	var read float64
@@ -97,6 +122,6 @@ func TestStatsReadNoPublishedRow(t *testing.T) {
 	walk(plan[0]["Plan"].(map[string]any))
 	if read > 0 || len(seq) > 0 {
 		raw, _ := json.MarshalIndent(plan, "", " ")
-		t.Fatalf("ReadStats read %v outbox rows (Seq Scans of %v) with none pending and no dead letter:\n%s", read, seq, raw)
+		t.Fatalf("%s read %v outbox rows (Seq Scans of %v) with none pending, none recent and no dead letter:\n%s", what, read, seq, raw)
 	}
 }
