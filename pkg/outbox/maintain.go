@@ -58,16 +58,18 @@ func ReadStats(ctx context.Context, q Querier) (Stats, error) {
 	return s, nil
 }
 
-// statsQuery is ReadStats's statement. The dead letters are counted in the
-// order of their partial index's key, so that the index is the plan:
-// without the order, a day's partition not yet analyzed, all of its rows
-// published, had them counted by a Seq Scan (the planner expected to meet
-// the cap's rows early) and read the day's every row, each refresh
+// statsQuery is ReadStats's statement. Each count reads its rows in the
+// order of the key of the partial index that holds them (pending rows by
+// shard and id, dead letters by id), so that the index is the plan. Without
+// the order, a day's partition all of whose rows were published had them
+// read by a Seq Scan, each refresh: for its dead letters when it was never
+// analyzed (the planner expected to meet the cap's rows early), for its
+// pending rows when it was analyzed while they were pending
 // (TestStatsReadNoPublishedRow).
 const statsQuery = `
 		SELECT
 		  (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL
-		                         LIMIT $2) p),
+		                         ORDER BY shard, id LIMIT $2) p),
 		  COALESCE((SELECT extract(epoch FROM now() - min(h.created_at))::float8
 		            FROM outbox_shard o CROSS JOIN LATERAL (
 		                SELECT created_at FROM outbox_event e
