@@ -19,3 +19,9 @@ const (
 
 // DropCheck exposes DropParts's check of a partition to the EXPLAIN test.
 var DropCheck = dropCheck
+
+// The reads of the unacknowledged rows, for the EXPLAIN test.
+const (
+	HighestUnacknowledgedQuery = highestUnacknowledgedQuery
+	UnacknowledgedThroughQuery = unacknowledgedThroughQuery
+)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/outbox"
 	"github.com/usagebilling/billing/services/usage/internal/db"
 	"github.com/usagebilling/billing/services/usage/internal/domain"
 )
@@ -108,9 +109,9 @@ func (a *App) cut(ctx context.Context) (db.AcceptanceCutRow, error) {
 		if !through.After(last.Through) {
 			through = last.Through.Add(time.Microsecond)
 		}
-		var outboxThrough int64
-		if err := tx.QueryRow(ctx, outboxHighestID).Scan(&outboxThrough); err != nil {
-			return fmt.Errorf("read outbox position: %w", err)
+		outboxThrough, err := outbox.HighestUnacknowledged(ctx, tx)
+		if err != nil {
+			return err
 		}
 		cut = db.AcceptanceCutRow{Through: through, OutboxThrough: outboxThrough}
 		return q.SetAcceptanceCut(ctx, db.SetAcceptanceCutParams{Through: through, OutboxThrough: outboxThrough})
@@ -118,36 +119,15 @@ func (a *App) cut(ctx context.Context) (db.AcceptanceCutRow, error) {
 	return cut, err
 }
 
-// The outbox is pkg/outbox's schema; these two reads of it are the
-// watermark's own. outboxHighestID, read under the exclusive lock, is the
-// highest id of the rows not yet acknowledged (pending or dead; 0 for none),
-// through the outbox's two partial indexes: every fact accepted before the
-// cut is acknowledged already or at or below it, and every fact accepted
-// after the cut takes a higher id (its insert follows the cut). It reads no
-// sequence: the services' database roles may not read the identity's.
-// waitingThrough finds a UsageAccepted at or below an id not yet
-// acknowledged, pending or dead, through the same indexes.
-const (
-	outboxHighestID = `
-SELECT GREATEST(
-    (SELECT COALESCE(max(id), 0) FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL),
-    (SELECT COALESCE(max(id), 0) FROM outbox_event WHERE dead_at IS NOT NULL AND published_at IS NULL))`
-	waitingThrough = `
-SELECT EXISTS (SELECT 1 FROM outbox_event
-               WHERE published_at IS NULL AND dead_at IS NULL AND id <= $1 AND event_type = $2 AND topic = $3)
-    OR EXISTS (SELECT 1 FROM outbox_event
-               WHERE dead_at IS NOT NULL AND published_at IS NULL AND id <= $1 AND event_type = $2 AND topic = $3)`
-)
-
 // acknowledgedThrough says whether every UsageAccepted at or below outbox
-// id through is acknowledged by the broker.
+// id through is acknowledged by the broker. The cut's id is
+// outbox.HighestUnacknowledged, read under the exclusive lock: every fact
+// accepted before the cut is acknowledged already or at or below it, and
+// every fact accepted after the cut takes a higher id (its insert follows
+// the cut).
 func (a *App) acknowledgedThrough(ctx context.Context, through int64) (bool, error) {
-	var waiting bool
-	err := a.pool.QueryRow(ctx, waitingThrough, through, events.TypeUsageAccepted, events.TopicUsage).Scan(&waiting)
-	if err != nil {
-		return false, fmt.Errorf("read unacknowledged usage events: %w", err)
-	}
-	return !waiting, nil
+	waiting, err := outbox.UnacknowledgedThrough(ctx, a.pool, through, events.TypeUsageAccepted, events.TopicUsage)
+	return !waiting, err
 }
 
 // watermarkEvents are the watermarks of one cut, one per partition, each
