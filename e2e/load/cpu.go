@@ -47,7 +47,9 @@ type CPU struct {
 	Floor       float64 `json:"floorCpuMsPerFact,omitempty"`
 	FloorSource string  `json:"floorSource,omitempty"`
 	Ratio       float64 `json:"allInToFloor,omitempty"`
-	Note        string  `json:"note,omitempty"`
+	// Windows are the window cut in slices of cpuWindowEvery.
+	Windows []CPUWindow `json:"windows,omitempty"`
+	Note    string      `json:"note,omitempty"`
 }
 
 // CPUGroup is one process group's CPU per fact.
@@ -148,11 +150,13 @@ func groupTicks(pid int, ownOnly bool) (uint64, error) {
 }
 
 // figures is cpuFigures over the meter's samples, with the errors it met
-// and why it has no groups in the note.
-func (m *cpuMeter) figures(cfg *Config, from, to time.Duration, facts int64) CPU {
+// and why it has no groups in the note, and its windows (charges are the
+// steps of the facts charged).
+func (m *cpuMeter) figures(cfg *Config, from, to time.Duration, facts int64, charges []Step) CPU {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c := cpuFigures(m.samples, m.order, from, to, facts, runtime.NumCPU(), cfg.Floor, cfg.FloorSource)
+	c.Windows = cpuWindows(m.samples, m.order, from, to, cpuWindowEvery, charges)
 	var notes []string
 	if c.Note != "" {
 		notes = append(notes, c.Note)
@@ -240,4 +244,49 @@ func cpuFigures(samples []cpuSample, order []string, from, to time.Duration, fac
 		c.System, c.Rest = groups, c.AllIn-groups
 	}
 	return c
+}
+
+// CPUWindow is one slice of the run: the cores each group kept busy (CPU
+// seconds per second) and the facts charged in it. A cost that grows with
+// the run's volume shows as a group's cores rising while charged/s holds.
+type CPUWindow struct {
+	From    float64            `json:"fromSeconds"` // since the first send
+	To      float64            `json:"toSeconds"`
+	Charged int64              `json:"charged"`
+	AllIn   float64            `json:"allInCores"`
+	Groups  map[string]float64 `json:"groupCores,omitempty"`
+}
+
+// cpuWindowEvery is the length of the report's windows.
+const cpuWindowEvery = 30 * time.Second
+
+// cpuWindows cuts [from, to] into windows of every (the last one shorter),
+// with the facts of charges reached in each.
+func cpuWindows(samples []cpuSample, order []string, from, to, every time.Duration, charges []Step) []CPUWindow {
+	if len(samples) < 2 || to <= from {
+		return nil
+	}
+	tick := float64(procstat.Tick) / float64(time.Second)
+	var ws []CPUWindow
+	for s := from; s < to; s += every {
+		e := min(s+every, to)
+		a, b := at(samples, s), at(samples, e)
+		secs := (e - s).Seconds()
+		w := CPUWindow{From: (s - from).Seconds(), To: (e - from).Seconds(), AllIn: (b.busy - a.busy) * tick / secs}
+		for _, name := range order {
+			if _, ok := b.ticks[name]; ok {
+				if w.Groups == nil {
+					w.Groups = map[string]float64{}
+				}
+				w.Groups[name] = (b.ticks[name] - a.ticks[name]) * tick / secs
+			}
+		}
+		for _, c := range charges {
+			if c.At >= s && (c.At < e || e == to && c.At == to) {
+				w.Charged += c.N
+			}
+		}
+		ws = append(ws, w)
+	}
+	return ws
 }

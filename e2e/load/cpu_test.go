@@ -76,7 +76,7 @@ func TestCPUFiguresOfAStackNotStartedHere(t *testing.T) {
 	time.Sleep(10 * time.Millisecond) // deliberate: some time for the meter to measure
 	m.finish()
 	cfg := &Config{NoProcesses: "not started here", Floor: 0.2, FloorSource: "test"}
-	c := m.figures(cfg, 0, time.Hour, 100)
+	c := m.figures(cfg, 0, time.Hour, 100, nil)
 	if len(c.Groups) != 0 || c.System != 0 {
 		t.Errorf("groups %+v, system %v: want none without processes", c.Groups, c.System)
 	}
@@ -85,5 +85,36 @@ func TestCPUFiguresOfAStackNotStartedHere(t *testing.T) {
 	}
 	if c.Floor != 0.2 || c.FloorSource != "test" {
 		t.Errorf("floor %v from %q, want 0.2 from test", c.Floor, c.FloorSource)
+	}
+}
+
+func TestCPUWindows(t *testing.T) {
+	// Samples every second over 10 s; postgres busy 60 ticks a second for
+	// the first 5 s and 120 after, the machine 150 then 180.
+	var samples []cpuSample
+	var busy, pg float64
+	for i := range 11 {
+		samples = append(samples, cpuSample{at: time.Duration(i) * time.Second, busy: busy, ticks: map[string]float64{"postgres": pg}})
+		if i < 5 {
+			busy, pg = busy+150, pg+60
+		} else {
+			busy, pg = busy+180, pg+120
+		}
+	}
+	// Charges before the window are left out; one at its very end counts.
+	charges := []Step{{At: 500 * time.Millisecond, N: 7}, {At: 2 * time.Second, N: 100}, {At: 6 * time.Second, N: 50}, {At: 9 * time.Second, N: 3}}
+	ws := cpuWindows(samples, []string{"postgres"}, time.Second, 9*time.Second, 4*time.Second, charges)
+	want := []CPUWindow{
+		{From: 0, To: 4, Charged: 100, AllIn: 1.5, Groups: map[string]float64{"postgres": 0.6}},
+		{From: 4, To: 8, Charged: 53, AllIn: 1.8, Groups: map[string]float64{"postgres": 1.2}},
+	}
+	if len(ws) != len(want) {
+		t.Fatalf("windows %+v, want %+v", ws, want)
+	}
+	for i, w := range ws {
+		x := want[i]
+		if !near(w.From, x.From) || !near(w.To, x.To) || w.Charged != x.Charged || !near(w.AllIn, x.AllIn) || !near(w.Groups["postgres"], x.Groups["postgres"]) {
+			t.Errorf("window %d = %+v, want %+v", i, w, x)
+		}
 	}
 }

@@ -168,7 +168,7 @@ func buildReport(o *outcome) *Report {
 	r.Latency[0].fill(tl.countSamples)
 	r.Latency[1].fill(tl.chargeSamples)
 	if o.cpu != nil {
-		r.CPU = o.cpu.figures(cfg, o.sendStart, tl.lastCharge, r.Totals.Charged)
+		r.CPU = o.cpu.figures(cfg, o.sendStart, tl.lastCharge, r.Totals.Charged, tl.charges)
 	}
 	r.Relay = histDeltas(o.before, o.after, RelayHistogram)
 	r.Inbox = histDeltas(o.before, o.after, InboxHistogram)
@@ -506,6 +506,41 @@ func (r *Report) writeCPU(w io.Writer) {
 	if c.Note != "" {
 		fmt.Fprintln(w, "note: "+c.Note)
 	}
+	r.writeCPUWindows(w)
+}
+
+// writeCPUWindows writes the cores each group kept busy, a window at a
+// time, next to the facts charged and the lag at the window's end.
+func (r *Report) writeCPUWindows(w io.Writer) {
+	c := r.CPU
+	if len(c.Windows) < 2 {
+		return
+	}
+	tw := textSection(w, "CPU over the run (cores busy, each window; the lag at its end)")
+	fmt.Fprint(tw, "seconds\tcharged/s\tlag")
+	for _, g := range c.Groups {
+		fmt.Fprintf(tw, "\t%s", g.Name)
+	}
+	fmt.Fprintln(tw, "\tall-in")
+	for _, win := range c.Windows {
+		fmt.Fprintf(tw, "%.0f-%.0f\t%.0f\t%s", win.From, win.To, float64(win.Charged)/(win.To-win.From), r.lagAt(win.To))
+		for _, g := range c.Groups {
+			fmt.Fprintf(tw, "\t%.2f", win.Groups[g.Name])
+		}
+		fmt.Fprintf(tw, "\t%.2f\n", win.AllIn)
+	}
+	tw.Flush()
+}
+
+// lagAt is the lag in the series' second that holds t (seconds since the
+// first send), or "-" when the series does not reach it.
+func (r *Report) lagAt(t float64) string {
+	for i := len(r.Series) - 1; i >= 0; i-- {
+		if r.Series[i].T <= t {
+			return fmt.Sprintf("%.0f", r.Series[i].Lag)
+		}
+	}
+	return "-"
 }
 
 // writeHistogram writes the services' figures of one histogram.
