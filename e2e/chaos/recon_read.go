@@ -326,7 +326,7 @@ func (s *snapshot) readTotals(ctx context.Context, pool *pgxpool.Pool, tenants [
 	return scanEach(ctx, pool, `
 		SELECT tenant_id, kind, key, amount::text, events FROM tenant_total WHERE tenant_id = ANY($1)
 		UNION ALL
-		SELECT tenant_id, kind, key, sum(amount)::text, count(*) FROM summary_delta WHERE tenant_id = ANY($1)
+		SELECT tenant_id, kind, key, sum(amount)::text, sum(events)::bigint FROM summary_delta WHERE tenant_id = ANY($1)
 		GROUP BY tenant_id, kind, key`, tenants,
 		func(row pgx.Rows) error {
 			var t, kind, key, a string

@@ -53,8 +53,13 @@ func TestFoldAndPendingReadWorkInChunks(t *testing.T) {
 	evs = append(evs, globex.Close("2026-11"))
 
 	pool, ref := pgtest.NewPool(t, Template), pgtest.NewPool(t, Template)
-	Decide(t, pool, NewInbox(t), evs...)
-	Decide(t, ref, NewInbox(t), evs...)
+	// One event a batch here, so each is its own delta (a batch's events of
+	// one tenant, kind and key share one: TestBatchSharesDeltas).
+	ib, ibRef := NewInbox(t), NewInbox(t)
+	for _, e := range evs {
+		Decide(t, pool, ib, e)
+		Decide(t, ref, ibRef, e)
+	}
 	if n := pending(t, pool, "acme"); n != 30 {
 		t.Fatalf("%d pending deltas of acme, want 30", n)
 	}
@@ -186,4 +191,83 @@ func folded(t *testing.T, pool *pgxpool.Pool) string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestBatchSharesDeltas: one batch of 12 usage facts (acme's 7 on
+// api_calls and 3 on storage_gb, globex's 2) and one of acme's 7 charges
+// leave 4 pending deltas, one per tenant, kind and key, standing for the
+// 19 events. The summary, read before the fold and after it, is that of
+// the same events decided one at a time (a delta each) in another
+// database, and the batch delivered again adds no delta.
+func TestBatchSharesDeltas(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	acme, globex := NewFeed(t, "acme"), NewFeed(t, "globex")
+	var usage, charges []Event
+	for i := range 10 {
+		meter := "api_calls"
+		if i%3 == 2 {
+			meter = "storage_gb"
+		}
+		u := acme.Usage(meter, "USD", fmt.Sprint(i+1))
+		usage = append(usage, u)
+		if meter == "api_calls" {
+			charges = append(charges, acme.Charge(u, "2026-11", "0.25"))
+		}
+		if i < 2 {
+			usage = append(usage, globex.Usage("api_calls", "USD", "5"))
+		}
+	}
+	pool, ref := pgtest.NewPool(t, Template), pgtest.NewPool(t, Template)
+	ib, ibRef := NewInbox(t), NewInbox(t)
+	Decide(t, pool, ib, usage...)
+	Decide(t, pool, ib, charges...)
+	for _, e := range append(slices.Clone(usage), charges...) {
+		Decide(t, ref, ibRef, e)
+	}
+	var rows, events int64
+	counts := func() (int64, int64) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT count(*), COALESCE(sum(events), 0) FROM summary_delta`).Scan(&rows, &events); err != nil {
+			t.Fatal(err)
+		}
+		return rows, events
+	}
+	if r, e := counts(); r != 4 || e != 19 {
+		t.Fatalf("%d pending deltas for %d events, want 4 for 19", r, e)
+	}
+	summary := func(pool *pgxpool.Pool, tenant string) string {
+		t.Helper()
+		s, err := app.New(app.Deps{Pool: pool}, app.Config{}).Summary(ctx, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return figures(s)
+	}
+	for _, tenant := range []string{"acme", "globex"} {
+		if got, want := summary(pool, tenant), summary(ref, tenant); got != want {
+			t.Errorf("%s before the fold: %s, want %s", tenant, got, want)
+		}
+	}
+	if got := summary(pool, "acme"); !strings.Contains(got, "usage 10 ") {
+		t.Errorf("acme: %s, want 10 usage facts", got)
+	}
+	if _, err := app.New(app.Deps{Pool: pool}, app.Config{}).FoldOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.New(app.Deps{Pool: ref}, app.Config{}).FoldOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := folded(t, pool), folded(t, ref); got != want {
+		t.Fatalf("folded from batches:\n%s\nfolded one event a delta:\n%s", got, want)
+	}
+	for _, tenant := range []string{"acme", "globex"} {
+		if got, want := summary(pool, tenant), summary(ref, tenant); got != want {
+			t.Errorf("%s after the fold: %s, want %s", tenant, got, want)
+		}
+	}
+	Decide(t, pool, NewInbox(t), usage...)
+	if r, e := counts(); r != 0 || e != 0 {
+		t.Errorf("the usage batch delivered again left %d deltas for %d events, want none", r, e)
+	}
 }

@@ -128,6 +128,7 @@ type SummaryDeltum struct {
 	Key        string
 	Amount     decimal.Decimal
 	OccurredAt time.Time
+	Events     int64
 }
 
 type TenantSummary struct {

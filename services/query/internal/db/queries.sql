@@ -2,8 +2,9 @@
 -- Project records events and their summary deltas, in one statement, in
 -- the order given. An event projected before is left as it is (ON CONFLICT
 -- DO NOTHING on projected_event_pkey, or its id in a month archived,
--- projected_event_archived) and gets no delta; the event ids stored are
--- returned. Nullable columns come as text, an empty string for NULL.
+-- projected_event_archived) and gets no delta; the events stored add one
+-- delta row per tenant, kind and key (their sum, count and latest
+-- occurredAt), not one per event. The event ids stored are returned. Nullable columns come as text, an empty string for NULL.
 WITH u AS (
     SELECT unnest(@event_ids::uuid[])                AS event_id,
            unnest(@event_types::text[])              AS event_type,
@@ -40,10 +41,11 @@ WITH u AS (
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id
 ), delta AS (
-    INSERT INTO summary_delta (tenant_id, kind, key, amount, occurred_at)
-    SELECT u.tenant_id, u.delta_kind, u.delta_key, u.delta_amount, u.occurred_at
+    INSERT INTO summary_delta (tenant_id, kind, key, amount, occurred_at, events)
+    SELECT u.tenant_id, u.delta_kind, u.delta_key, sum(u.delta_amount), max(u.occurred_at), count(*)
     FROM u JOIN ev ON ev.event_id = u.event_id
-    ORDER BY u.n
+    GROUP BY u.tenant_id, u.delta_kind, u.delta_key
+    ORDER BY min(u.n)
     RETURNING 1
 )
 SELECT ev.event_id FROM ev;
@@ -68,10 +70,10 @@ WITH moved AS (
         WHERE p.tenant_id = @tenant_id::text AND p.seq > @after::bigint AND p.seq <= @through::bigint
         ORDER BY p.seq
         LIMIT @chunk_size::int))
-    RETURNING d.seq, d.kind, d.key, d.amount, d.occurred_at
+    RETURNING d.seq, d.kind, d.key, d.amount, d.occurred_at, d.events
 ), totals AS (
     INSERT INTO tenant_total (tenant_id, kind, key, amount, events)
-    SELECT @tenant_id::text, m.kind, m.key, sum(m.amount), count(*)
+    SELECT @tenant_id::text, m.kind, m.key, sum(m.amount), sum(m.events)
     FROM moved m WHERE m.kind <> 'seen'
     GROUP BY m.kind, m.key
     ON CONFLICT (tenant_id, kind, key) DO UPDATE
@@ -79,7 +81,7 @@ WITH moved AS (
     RETURNING 1
 ), summary AS (
     INSERT INTO tenant_summary (tenant_id, events, last_event_at)
-    SELECT @tenant_id::text, count(*), max(m.occurred_at) FROM moved m
+    SELECT @tenant_id::text, sum(m.events), max(m.occurred_at) FROM moved m
     HAVING count(*) > 0
     ON CONFLICT (tenant_id) DO UPDATE
     SET events = tenant_summary.events + EXCLUDED.events,
@@ -98,12 +100,12 @@ SELECT count(*)::bigint AS deltas, COALESCE(max(m.seq), 0)::bigint AS last_seq F
 -- chunk's delta count and last seq (the next position); no row when the
 -- chunk is empty.
 WITH c AS (
-    SELECT d.seq, d.kind, d.key, d.amount, d.occurred_at FROM summary_delta d
+    SELECT d.seq, d.kind, d.key, d.amount, d.occurred_at, d.events FROM summary_delta d
     WHERE d.tenant_id = @tenant_id::text AND d.seq > @after::bigint
     ORDER BY d.seq
     LIMIT @chunk_size::int
 )
-SELECT c.kind, c.key, sum(c.amount)::numeric AS amount, count(*)::bigint AS events,
+SELECT c.kind, c.key, sum(c.amount)::numeric AS amount, sum(c.events)::bigint AS events,
        max(c.occurred_at)::timestamptz AS last_event_at,
        (SELECT count(*) FROM c)::bigint AS chunk_deltas,
        (SELECT max(c.seq) FROM c)::bigint AS chunk_last

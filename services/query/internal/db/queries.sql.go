@@ -396,10 +396,10 @@ WITH moved AS (
         WHERE p.tenant_id = $1::text AND p.seq > $2::bigint AND p.seq <= $3::bigint
         ORDER BY p.seq
         LIMIT $4::int))
-    RETURNING d.seq, d.kind, d.key, d.amount, d.occurred_at
+    RETURNING d.seq, d.kind, d.key, d.amount, d.occurred_at, d.events
 ), totals AS (
     INSERT INTO tenant_total (tenant_id, kind, key, amount, events)
-    SELECT $1::text, m.kind, m.key, sum(m.amount), count(*)
+    SELECT $1::text, m.kind, m.key, sum(m.amount), sum(m.events)
     FROM moved m WHERE m.kind <> 'seen'
     GROUP BY m.kind, m.key
     ON CONFLICT (tenant_id, kind, key) DO UPDATE
@@ -407,7 +407,7 @@ WITH moved AS (
     RETURNING 1
 ), summary AS (
     INSERT INTO tenant_summary (tenant_id, events, last_event_at)
-    SELECT $1::text, count(*), max(m.occurred_at) FROM moved m
+    SELECT $1::text, sum(m.events), max(m.occurred_at) FROM moved m
     HAVING count(*) > 0
     ON CONFLICT (tenant_id) DO UPDATE
     SET events = tenant_summary.events + EXCLUDED.events,
@@ -1114,12 +1114,12 @@ func (q *Queries) LockTenantSummary(ctx context.Context, tenantID string) error 
 
 const pendingDeltaChunk = `-- name: PendingDeltaChunk :many
 WITH c AS (
-    SELECT d.seq, d.kind, d.key, d.amount, d.occurred_at FROM summary_delta d
+    SELECT d.seq, d.kind, d.key, d.amount, d.occurred_at, d.events FROM summary_delta d
     WHERE d.tenant_id = $1::text AND d.seq > $2::bigint
     ORDER BY d.seq
     LIMIT $3::int
 )
-SELECT c.kind, c.key, sum(c.amount)::numeric AS amount, count(*)::bigint AS events,
+SELECT c.kind, c.key, sum(c.amount)::numeric AS amount, sum(c.events)::bigint AS events,
        max(c.occurred_at)::timestamptz AS last_event_at,
        (SELECT count(*) FROM c)::bigint AS chunk_deltas,
        (SELECT max(c.seq) FROM c)::bigint AS chunk_last
@@ -1216,10 +1216,11 @@ WITH u AS (
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id
 ), delta AS (
-    INSERT INTO summary_delta (tenant_id, kind, key, amount, occurred_at)
-    SELECT u.tenant_id, u.delta_kind, u.delta_key, u.delta_amount, u.occurred_at
+    INSERT INTO summary_delta (tenant_id, kind, key, amount, occurred_at, events)
+    SELECT u.tenant_id, u.delta_kind, u.delta_key, sum(u.delta_amount), max(u.occurred_at), count(*)
     FROM u JOIN ev ON ev.event_id = u.event_id
-    ORDER BY u.n
+    GROUP BY u.tenant_id, u.delta_kind, u.delta_key
+    ORDER BY min(u.n)
     RETURNING 1
 )
 SELECT ev.event_id FROM ev
@@ -1250,8 +1251,9 @@ type ProjectParams struct {
 // Project records events and their summary deltas, in one statement, in
 // the order given. An event projected before is left as it is (ON CONFLICT
 // DO NOTHING on projected_event_pkey, or its id in a month archived,
-// projected_event_archived) and gets no delta; the event ids stored are
-// returned. Nullable columns come as text, an empty string for NULL.
+// projected_event_archived) and gets no delta; the events stored add one
+// delta row per tenant, kind and key (their sum, count and latest
+// occurredAt), not one per event. The event ids stored are returned. Nullable columns come as text, an empty string for NULL.
 func (q *Queries) Project(ctx context.Context, arg ProjectParams) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, project,
 		arg.EventIds,
