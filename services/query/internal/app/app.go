@@ -74,7 +74,7 @@ type App struct {
 func New(d Deps, c Config) *App {
 	a := &App{pool: d.Pool, log: d.Logger, cfg: c,
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "summary_deltas_pending",
-			Help: "Summary deltas not folded into the tenant totals yet (after the last fold), counted up to 10,000."}),
+			Help: "Summary deltas (each a consumed batch's events of one tenant, kind and key) not folded into the tenant totals yet (after the last fold), counted up to 10,000."}),
 		folded: prometheus.NewCounter(prometheus.CounterOpts{Name: "summary_folds_total",
 			Help: "Tenant folds of summary deltas committed by the background folder."}),
 	}
