@@ -259,7 +259,14 @@ func FormatDuration(d time.Duration) string {
 		d -= m * time.Minute
 	}
 	if d > 0 {
-		b.WriteString(strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "S")
+		// Exact, from whole nanoseconds: a float's seconds print 1.2227s as
+		// 1.2227000000000001.
+		sec, ns := d/time.Second, d%time.Second
+		b.WriteString(strconv.FormatInt(int64(sec), 10))
+		if ns > 0 {
+			b.WriteString("." + strings.TrimRight(fmt.Sprintf("%09d", ns), "0"))
+		}
+		b.WriteString("S")
 	}
 	return b.String()
 }
