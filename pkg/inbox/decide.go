@@ -27,9 +27,12 @@ import (
 // round trips besides the handlers' own statements:
 //
 //  1. SAVEPOINT; claim every decodable event in inbox_event (INSERT ... ON
-//     CONFLICT DO NOTHING RETURNING); read the digests of the run's event ids,
-//     the aggregate versions preceding the run's events, and the run's events
-//     already deferred.
+//     CONFLICT DO NOTHING RETURNING) and, in the same statement, read the
+//     digests of the events it did not claim and the other holders of the
+//     events' aggregate slots; read the aggregate versions preceding the
+//     run's events, and the run's events already deferred. (An event whose
+//     concurrent delivery committed while the claim waited is read again in
+//     a round trip of its own: readUnseen.)
 //  2. Walk the run in order, in memory: duplicates, conflicts and version gaps
 //     are decided from what step 1 read (a predecessor claimed in this run
 //     counts only once its handler has succeeded, so handlers always run in
@@ -693,39 +696,105 @@ func (u *unit) rollbackIsolated(ctx context.Context, e *envelope.Envelope) error
 	return nil
 }
 
-// read is step 1 of a run, in one round trip: open the savepoint, claim the
-// run's events, and read their digests, their predecessors and their
-// deferred rows.
+// read is step 1 of a run, in one round trip (see readUnseen for the rare
+// second): open the savepoint, claim the run's events and read, in the same
+// statement, the digests of those not claimed and the holders of their
+// slots; then read their predecessors and their deferred rows.
 func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
 	b := &pgx.Batch{}
 	b.Queue("SAVEPOINT " + savepoint)
 	ids := st.queueClaims(b, cands)
-	// The lookups probe unique indexes one key at a time (scalar subqueries)
-	// rather than join or filter by "= ANY": PostgreSQL then keeps index
-	// scans in its cached generic plans even when they were planned on a new,
-	// empty table, instead of sequential scans that grow with the table.
-	//
-	// Beside each id's digest, the lookup reads whether another event holds
-	// the event's aggregate slot: the slot is unique within a month of
-	// inbox_event only (see months.go), so a holder in another month is found
-	// here, one probe of each month's slot index.
-	tenants, aggTypes, aggIDs, versions := slotColumns(cands)
+	st.queuePredecessors(b, cands)
 	b.Queue(`
-		SELECT k.id, (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.id),
-		       (SELECT e.event_id FROM inbox_event e
-		        WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
-		          AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
-		          AND e.event_id <> k.id LIMIT 1) IS NOT NULL
-		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[])
-		     AS k(id, tenant_id, aggregate_type, aggregate_id, aggregate_version)`,
-		ids, tenants, aggTypes, aggIDs, versions).
+		SELECT k.id, (SELECT d.payload_digest FROM inbox_deferred d WHERE d.event_id = k.id)
+		FROM unnest($1::uuid[]) AS k(id)`, ids).
+		Query(scanDigests(st.deferred))
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("claim %d events: %w", len(cands), err)
+	}
+	return st.readUnseen(ctx, tx, ids)
+}
+
+// queueClaims queues the claim of cands in inbox_event with the lookups that
+// decide the events it did not claim, in one statement; it records the
+// events this run claimed, the digests of the others and the events whose
+// slot another event holds, and returns the events' ids.
+//
+// A claimed event needs no digest (it is new), so its id is not probed. The
+// lookups probe unique indexes one key at a time (scalar subqueries) rather
+// than join or filter by "= ANY": PostgreSQL then keeps index scans in its
+// cached generic plans even when they were planned on a new, empty table,
+// instead of sequential scans that grow with the table.
+//
+// Beside each id's digest, the statement reads whether another event holds
+// the event's aggregate slot: the slot is unique within a week of
+// inbox_event only (see months.go), so a holder in another week is found
+// here, one probe of each other partition's slot index. The event's own
+// partition needs none: its unique slot let the claim through, or refused it
+// (then the digest decides). The probe leaves out the ids about the event's
+// that no partition boundary cuts (monthpart's Around), so PostgreSQL prunes
+// the event's own week and probes the others.
+//
+// The lookups see the statement's snapshot, from before the claim, so an
+// event that the claim did not take because a concurrent delivery of it
+// committed while the claim waited has no digest here: readUnseen reads
+// those again.
+func (st *runState) queueClaims(b *pgx.Batch, cands []*item) [][16]byte {
+	n := len(cands)
+	ids := make([][16]byte, n)
+	digests := make([]string, n)
+	types := make([]string, n)
+	los, his := make([][16]byte, n), make([][16]byte, n)
+	for i, it := range cands {
+		e := it.env()
+		ids[i] = e.EventID
+		digests[i] = e.PayloadDigest
+		types[i] = e.EventType
+		lo, hi := EventParts.Span.Around(e.EventID)
+		los[i], his[i] = lo, hi
+	}
+	tenants, aggTypes, aggIDs, versions := slotColumns(cands)
+	// The claim is the arbiter between concurrent deliveries: it waits for
+	// a transaction holding the same key and then sees its outcome.
+	b.Queue(`
+		WITH k AS (
+		    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
+		                         $8::uuid[], $9::uuid[])
+		         WITH ORDINALITY AS c(event_id, payload_digest, event_type, tenant_id,
+		                              aggregate_type, aggregate_id, aggregate_version, lo, hi, n)
+		), claim AS (
+		    INSERT INTO inbox_event (event_id, payload_digest, event_type, tenant_id,
+		                             aggregate_type, aggregate_id, aggregate_version)
+		    SELECT k.event_id, k.payload_digest, k.event_type, k.tenant_id,
+		           k.aggregate_type, k.aggregate_id, k.aggregate_version
+		    FROM k
+		    ORDER BY k.n
+		    ON CONFLICT DO NOTHING
+		    RETURNING event_id
+		)
+		SELECT k.event_id, claim.event_id IS NOT NULL,
+		       CASE WHEN claim.event_id IS NULL THEN
+		           (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.event_id) END,
+		       EXISTS (SELECT 1 FROM inbox_event e
+		               WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
+		                 AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
+		                 AND e.event_id < k.lo)
+		       OR EXISTS (SELECT 1 FROM inbox_event e
+		                  WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
+		                    AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
+		                    AND e.event_id >= k.hi)
+		FROM k LEFT JOIN claim ON claim.event_id = k.event_id`,
+		ids, digests, types, tenants, aggTypes, aggIDs, versions, los, his).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id uuid.UUID
+				var claimed, taken bool
 				var digest pgtype.Text
-				var taken bool
-				if err := rows.Scan(&id, &digest, &taken); err != nil {
+				if err := rows.Scan(&id, &claimed, &digest, &taken); err != nil {
 					return err
+				}
+				if claimed {
+					st.claimed[id] = true
 				}
 				if digest.Valid {
 					st.digests[id] = digest.String
@@ -736,63 +805,36 @@ func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
 			}
 			return rows.Err()
 		})
-	st.queuePredecessors(b, cands)
-	b.Queue(`
-		SELECT k.id, (SELECT d.payload_digest FROM inbox_deferred d WHERE d.event_id = k.id)
-		FROM unnest($1::uuid[]) AS k(id)`, ids).
-		Query(scanDigests(st.deferred))
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("claim %d events: %w", len(cands), err)
-	}
-	return nil
+	return ids
 }
 
-// queueClaims queues the claim of cands in inbox_event, recording those this
-// run claimed; it returns the events' ids.
-func (st *runState) queueClaims(b *pgx.Batch, cands []*item) [][16]byte {
-	n := len(cands)
-	ids := make([][16]byte, n)
-	digests := make([]string, n)
-	types := make([]string, n)
-	tenants := make([]string, n)
-	aggTypes := make([]string, n)
-	aggIDs := make([]string, n)
-	versions := make([]int64, n)
-	for i, it := range cands {
-		e := it.env()
-		ids[i] = e.EventID
-		digests[i] = e.PayloadDigest
-		types[i] = e.EventType
-		tenants[i] = e.TenantID
-		aggTypes[i] = e.AggregateType
-		aggIDs[i] = e.AggregateID
-		versions[i] = e.AggregateVersion
+// readUnseen reads again, in a statement of its own (a snapshot taken after
+// the claim), the digest of each event the claim did not take yet whose row
+// it did not see: a concurrent delivery of it committed while the claim
+// waited. Still none, another event holds its slot (the claim met it in the
+// slot's unique index). Most runs have none to read and make no round trip
+// here.
+func (st *runState) readUnseen(ctx context.Context, tx pgx.Tx, ids [][16]byte) error {
+	var unseen [][16]byte
+	for _, id := range ids {
+		if _, seen := st.digests[id]; !st.claimed[id] && !seen {
+			unseen = append(unseen, id)
+		}
 	}
-	// The claim is the arbiter between concurrent deliveries: it waits for
-	// a transaction holding the same key and then sees its outcome.
-	b.Queue(`
-		INSERT INTO inbox_event (event_id, payload_digest, event_type, tenant_id,
-		                         aggregate_type, aggregate_id, aggregate_version)
-		SELECT c.event_id, c.payload_digest, c.event_type, c.tenant_id,
-		       c.aggregate_type, c.aggregate_id, c.aggregate_version
-		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[])
-		     WITH ORDINALITY AS c(event_id, payload_digest, event_type, tenant_id,
-		                          aggregate_type, aggregate_id, aggregate_version, n)
-		ORDER BY c.n
-		ON CONFLICT DO NOTHING
-		RETURNING event_id`,
-		ids, digests, types, tenants, aggTypes, aggIDs, versions).
-		Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var id uuid.UUID
-				if err := rows.Scan(&id); err != nil {
-					return err
-				}
-				st.claimed[id] = true
-			}
-			return rows.Err()
-		})
-	return ids
+	if len(unseen) == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT k.id, (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.id)
+		FROM unnest($1::uuid[]) AS k(id)`, unseen)
+	if err != nil {
+		return fmt.Errorf("read %d events claimed concurrently: %w", len(unseen), err)
+	}
+	defer rows.Close()
+	if err := scanDigests(st.digests)(rows); err != nil {
+		return fmt.Errorf("read %d events claimed concurrently: %w", len(unseen), err)
+	}
+	return nil
 }
 
 // slotColumns returns the aggregate slots of cands as columns.

@@ -70,6 +70,79 @@ func TestConcurrentDeliveriesApplyOnce(t *testing.T) {
 	}
 }
 
+// A delivery whose claim waits for a concurrent delivery of the same event
+// id, which then commits, is decided from that delivery's row: the claim's
+// own statement reads a snapshot from before the wait, so the row is read
+// again (a duplicate when the digests agree, a digest conflict when they do
+// not), never taken for another event holding the slot.
+func TestClaimAfterConcurrentCommitReadsTheRow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		payload string
+		want    string
+	}{
+		{"same digest", "", "duplicate"},
+		{"other digest", `{"origin":"o-other"}`, "quarantined:digest_conflict"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := pgtest.NewPool(t, tmpl)
+			ib := newInbox(t, inbox.Options{})
+			first := ev(t, "Noted", 1, "a", 1, note{Origin: "o-first"})
+			second := raw(t, first)
+			if tc.payload != "" {
+				second = raw(t, withPayload(t, first, tc.payload))
+			}
+			ctx := t.Context()
+			holder, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Rollback(ctx)
+			if ds, err := ib.Decide(ctx, holder, msgs(raw(t, first))); err != nil {
+				t.Fatal(err)
+			} else {
+				wantOutcomes(t, ds, "applied")
+			}
+			var outs []string
+			done := make(chan error, 1)
+			go func() {
+				done <- pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					ds, err := ib.Decide(ctx, tx, msgs(second))
+					outs = outcomes(ds)
+					return err
+				})
+			}()
+			// The second delivery's claim waits for the first's lock.
+			for waiting := false; !waiting; {
+				if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+					WHERE datname = current_database() AND wait_event_type = 'Lock'
+					  AND query LIKE '%INSERT INTO inbox_event%')`).Scan(&waiting); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case err := <-done:
+					t.Fatalf("the second delivery did not wait for the first (%v, %q)", err, outs)
+				default:
+				}
+			}
+			if err := holder.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("second delivery: %v", err)
+			}
+			if !slices.Equal(outs, []string{tc.want}) {
+				t.Fatalf("second delivery decided %q, want %q", outs, tc.want)
+			}
+			if got := count(t, pool, `SELECT count(*) FROM effect`); got != 1 {
+				t.Fatalf("%d effects, want 1", got)
+			}
+		})
+	}
+}
+
 func TestSameBatchRedeliveryIsDuplicate(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, tmpl)

@@ -49,6 +49,14 @@ func Bound(t time.Time) uuid.UUID {
 	return u
 }
 
+// TimeOf is the instant, to the millisecond, of UUIDv7 id: its first 48 bits
+// (of any id, the instant whose Bound is not above it).
+func TimeOf(id uuid.UUID) time.Time {
+	var ms [8]byte
+	copy(ms[2:], id[:6])
+	return time.UnixMilli(int64(binary.BigEndian.Uint64(ms[:]))).UTC()
+}
+
 // Start is the first instant of t's month, UTC.
 func Start(t time.Time) time.Time {
 	t = t.UTC()
@@ -75,6 +83,24 @@ func (s Span) Start(t time.Time) time.Time {
 		d = d.AddDate(0, 0, -((int(d.Weekday()) + 6) % 7))
 	}
 	return d
+}
+
+// Around returns the range [lo, hi) of ids about id that no partition of a
+// table of span s cuts: from the later of the starts of id's span and month
+// to the earlier of their ends. Every partition boundary is a start of a
+// span or of a month (spans, months kept from before the span was finer, a
+// span's rest after such a month), so the ids of the range are all in id's
+// partition, or all in the default.
+func (s Span) Around(id uuid.UUID) (lo, hi uuid.UUID) {
+	t := TimeOf(id)
+	from, to := s.Start(t), s.Add(s.Start(t), 1)
+	if m := Start(t); m.After(from) {
+		from = m
+	}
+	if m := Start(t).AddDate(0, 1, 0); m.Before(to) {
+		to = m
+	}
+	return Bound(from), Bound(to)
 }
 
 // Add moves t by n spans.
