@@ -34,32 +34,43 @@ const markSQL = `
 		FROM outbox_shard o
 		WHERE e.event_id = ANY($1) AND o.shard = e.shard AND o.owner = $2 AND e.published_at IS NULL`
 
-// inboxClaimSQL is the claim of pkg/inbox queueClaims (decide.go).
+// inboxClaimSQL is pkg/inbox queueClaims (decide.go): the claim, with the
+// digests of the events it did not claim and another holder of each
+// event's aggregate slot outside the ids about its own (in any other week),
+// in one statement. The predecessor lookup is not sent: every event of a
+// fact is at version 1. Neither is readUnseen's: no delivery here is
+// concurrent.
 const inboxClaimSQL = `
-		INSERT INTO inbox_event (event_id, payload_digest, event_type, tenant_id,
-		                         aggregate_type, aggregate_id, aggregate_version)
-		SELECT c.event_id, c.payload_digest, c.event_type, c.tenant_id,
-		       c.aggregate_type, c.aggregate_id, c.aggregate_version
-		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[])
-		     WITH ORDINALITY AS c(event_id, payload_digest, event_type, tenant_id,
-		                          aggregate_type, aggregate_id, aggregate_version, n)
-		ORDER BY c.n
-		ON CONFLICT DO NOTHING
-		RETURNING event_id`
+		WITH k AS (
+		    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
+		                         $8::uuid[], $9::uuid[])
+		         WITH ORDINALITY AS c(event_id, payload_digest, event_type, tenant_id,
+		                              aggregate_type, aggregate_id, aggregate_version, lo, hi, n)
+		), claim AS (
+		    INSERT INTO inbox_event (event_id, payload_digest, event_type, tenant_id,
+		                             aggregate_type, aggregate_id, aggregate_version)
+		    SELECT k.event_id, k.payload_digest, k.event_type, k.tenant_id,
+		           k.aggregate_type, k.aggregate_id, k.aggregate_version
+		    FROM k
+		    ORDER BY k.n
+		    ON CONFLICT DO NOTHING
+		    RETURNING event_id
+		)
+		SELECT k.event_id, claim.event_id IS NOT NULL,
+		       CASE WHEN claim.event_id IS NULL THEN
+		           (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.event_id) END,
+		       EXISTS (SELECT 1 FROM inbox_event e
+		               WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
+		                 AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
+		                 AND e.event_id < k.lo)
+		       OR EXISTS (SELECT 1 FROM inbox_event e
+		                  WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
+		                    AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
+		                    AND e.event_id >= k.hi)
+		FROM k LEFT JOIN claim ON claim.event_id = k.event_id`
 
-// inboxDigestsSQL and inboxDeferredSQL are the lookups of pkg/inbox read
-// (decide.go): the run's event ids in inbox_event (with another holder of
-// each event's aggregate slot, in any month) and in inbox_deferred. The
-// predecessor lookup is not sent: every event of a fact is at version 1.
-const inboxDigestsSQL = `
-		SELECT k.id, (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.id),
-		       (SELECT e.event_id FROM inbox_event e
-		        WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
-		          AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
-		          AND e.event_id <> k.id LIMIT 1) IS NOT NULL
-		FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[])
-		     AS k(id, tenant_id, aggregate_type, aggregate_id, aggregate_version)`
-
+// inboxDeferredSQL is the lookup of pkg/inbox read (decide.go): the run's
+// event ids in inbox_deferred.
 const inboxDeferredSQL = `
 		SELECT k.id, (SELECT d.payload_digest FROM inbox_deferred d WHERE d.event_id = k.id)
 		FROM unnest($1::uuid[]) AS k(id)`

@@ -8,10 +8,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/events"
+	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/pkg/outbox"
 )
 
@@ -339,17 +341,28 @@ func (w *workload) decide(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, 
 	for i, id := range aggregateIDs {
 		aggIDs[i] = id.String()
 	}
+	los, his := make([]uuid.UUID, n), make([]uuid.UUID, n)
+	for i, id := range ids {
+		los[i], his[i] = inbox.EventParts.Span.Around(id)
+	}
 	claimed := 0
 	pb := &pgx.Batch{}
 	pb.Queue("SAVEPOINT " + savepoint)
 	pb.Queue(inboxClaimSQL, ids, repeat(digest, n), repeat(eventType, n), repeat(tenantID, n),
-		repeat(aggregateType, n), aggIDs, repeat(int64(1), n)).Query(func(rows pgx.Rows) error {
+		repeat(aggregateType, n), aggIDs, repeat(int64(1), n), los, his).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			claimed++
+			var id uuid.UUID
+			var mine, taken bool
+			var d pgtype.Text
+			if err := rows.Scan(&id, &mine, &d, &taken); err != nil {
+				return err
+			}
+			if mine && !taken {
+				claimed++
+			}
 		}
 		return rows.Err()
 	})
-	pb.Queue(inboxDigestsSQL, ids, repeat(tenantID, n), repeat(aggregateType, n), aggIDs, repeat(int64(1), n)).Query(func(rows pgx.Rows) error { return drain(rows, nil) })
 	pb.Queue(inboxDeferredSQL, ids).Query(func(rows pgx.Rows) error { return drain(rows, nil) })
 	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
 		return 0, fmt.Errorf("claim %d events: %w", n, err)
