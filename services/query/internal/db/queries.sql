@@ -4,7 +4,8 @@
 -- DO NOTHING on projected_event_pkey, or its id in a month archived,
 -- projected_event_archived) and gets no delta; the events stored add one
 -- delta row per tenant, kind and key (their sum, count and latest
--- occurredAt), not one per event. The event ids stored are returned. Nullable columns come as text, an empty string for NULL.
+-- occurredAt), not one per event. The event ids stored are returned.
+-- Nullable columns come as text, an empty string for NULL.
 WITH u AS (
     SELECT unnest(@event_ids::uuid[])                AS event_id,
            unnest(@event_types::text[])              AS event_type,

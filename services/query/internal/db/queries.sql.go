@@ -1253,7 +1253,8 @@ type ProjectParams struct {
 // DO NOTHING on projected_event_pkey, or its id in a month archived,
 // projected_event_archived) and gets no delta; the events stored add one
 // delta row per tenant, kind and key (their sum, count and latest
-// occurredAt), not one per event. The event ids stored are returned. Nullable columns come as text, an empty string for NULL.
+// occurredAt), not one per event. The event ids stored are returned.
+// Nullable columns come as text, an empty string for NULL.
 func (q *Queries) Project(ctx context.Context, arg ProjectParams) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, project,
 		arg.EventIds,
