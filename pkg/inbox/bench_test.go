@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -37,6 +38,11 @@ func BenchmarkDecide(b *testing.B) {
 			pool := pgtest.NewPool(b, tmpl)
 			ib := newInbox(b, inbox.Options{})
 			ctx := b.Context()
+			// inbox_event as a service lays it out: this week's partition
+			// and the next beside the default.
+			if _, err := inbox.EnsureParts(ctx, pool, time.Now()); err != nil {
+				b.Fatal(err)
+			}
 			events := 0
 			for b.Loop() {
 				b.StopTimer()
