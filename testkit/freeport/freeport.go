@@ -19,6 +19,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // The ports Port picks from when the ephemeral range leaves room below it.
@@ -28,9 +29,31 @@ const (
 	tries   = 200
 )
 
-// Port returns a loopback TCP port that nothing listens on at the moment and
-// that the kernel does not give to outgoing connections.
+// given holds every port Port returned in this process. A port is free when
+// picked, but its server may start later: a stack picks all its ports before
+// it starts its servers, so without this record a second pick could return
+// the first's port (two services given one port: the second fails to bind,
+// and a client of it reaches the first). Bounded by the ports Port picks
+// from.
+var given = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// Port returns a loopback TCP port that nothing listens on at the moment,
+// that the kernel does not give to outgoing connections, and that Port has
+// not returned before in this process.
 func Port() (int, error) {
+	given.Lock()
+	defer given.Unlock()
+	p, err := pick()
+	if err == nil {
+		given.ports[p] = true
+	}
+	return p, err
+}
+
+func pick() (int, error) {
 	lo, hi, ok := ephemeralRange()
 	var from, to int // [from, to)
 	switch {
@@ -43,6 +66,9 @@ func Port() (int, error) {
 	}
 	for range tries {
 		p := from + rand.IntN(to-from)
+		if given.ports[p] {
+			continue
+		}
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
 			continue
@@ -84,10 +110,18 @@ func ephemeralRange() (lo, hi int, ok bool) {
 }
 
 func kernelPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
+	for range tries {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("free port: %w", err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		if err := l.Close(); err != nil {
+			return 0, fmt.Errorf("free port: close %d: %w", p, err)
+		}
+		if !given.ports[p] {
+			return p, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("free port: the kernel gave %d ports already returned", tries)
 }
