@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -157,14 +158,23 @@ func (in *instance) waitReady(ctx context.Context, timeout time.Duration) error 
 		if err == nil {
 			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			// Another process on the port (a port given twice, a stray
+			// server) is not this one ready: the answer must name the
+			// service. This one then fails to bind and exits.
+			var ready struct{ Service string }
+			_ = json.Unmarshal(body, &ready)
+			switch {
+			case resp.StatusCode == http.StatusOK && ready.Service == in.service:
 				in.mu.Lock()
 				// Its URL is known now: a restart keeps the port.
 				in.ready, in.fixedPort = true, true
 				in.mu.Unlock()
 				return nil
+			case ready.Service != "" && ready.Service != in.service:
+				last = fmt.Sprintf("%s answers on the port, not %s", ready.Service, in.service)
+			default:
+				last = fmt.Sprintf("%s %s", resp.Status, strings.TrimSpace(string(body)))
 			}
-			last = fmt.Sprintf("%s %s", resp.Status, strings.TrimSpace(string(body)))
 		} else {
 			last = err.Error()
 		}

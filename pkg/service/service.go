@@ -458,16 +458,17 @@ func newRouter(d Deps, metrics prometheus.Gatherer, broker *brokerHealth) chi.Ro
 	})
 	// Readiness: the database answers. A broker outage does not make the
 	// service unready: commands still commit, and the outbox publishes them
-	// when the broker is back.
+	// when the broker is back. The answer names the service, so a launcher
+	// can tell its process from another one answering on the same port.
 	r.Get("/readyz", func(w http.ResponseWriter, req *http.Request) {
 		ctx, cancel := context.WithTimeout(req.Context(), 2*time.Second)
 		defer cancel()
 		if err := pool.Ping(ctx); err != nil {
 			log.Warn("not ready: database unreachable", "err", err)
-			httpx.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unready", "database": "unavailable"})
+			httpx.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unready", "service": cfg.Name, "database": "unavailable"})
 			return
 		}
-		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready", "database": "ok"})
+		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready", "service": cfg.Name, "database": "ok"})
 	})
 	if cfg.MetricsAddr == "" {
 		r.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))

@@ -202,8 +202,11 @@ type Properties map[string]string
 
 // Ready defines model for Ready.
 type Ready struct {
-	Database string      `json:"database"`
-	Status   ReadyStatus `json:"status"`
+	Database string `json:"database"`
+
+	// Service the service answering: a launcher checks it reached the process it started
+	Service string      `json:"service"`
+	Status  ReadyStatus `json:"status"`
 }
 
 // ReadyStatus defines model for Ready.Status.
