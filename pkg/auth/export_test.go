@@ -15,3 +15,6 @@ func SetJWKSClient(c *http.Client) (restore func()) {
 	jwksClient = c
 	return func() { jwksClient = old }
 }
+
+// Verified is how many accepted tokens k remembers.
+func Verified(k Keys) int { return k.v.verified.len() }

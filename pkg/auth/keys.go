@@ -134,6 +134,7 @@ type verifier struct {
 	loading  sync.Mutex
 	signer   *Key
 	log      *slog.Logger
+	verified verified // tokens accepted before
 
 	devInUse prometheus.Gauge
 	reloads  *prometheus.CounterVec
@@ -325,15 +326,20 @@ func (k Keys) verify(token string) (Claims, string, error) {
 		return Claims{}, "", fmt.Errorf("%w: no keys", ErrInvalidToken)
 	}
 	v := k.v
+	sum := sha256.Sum256([]byte(token))
+	if c, kid, ok := v.verified.get(sum, time.Now(), v.key); ok {
+		return c, kid, nil
+	}
 	if err := checkClaimsJSON(token); err != nil {
 		return Claims{}, "", fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
 	var c Claims
 	var kid string
+	var pub ed25519.PublicKey
 	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
 		kid, _ = t.Header["kid"].(string)
-		pub, ok := v.key(kid)
-		if !ok {
+		var ok bool
+		if pub, ok = v.key(kid); !ok {
 			return nil, fmt.Errorf("unknown key id %q", kid)
 		}
 		return pub, nil
@@ -377,6 +383,7 @@ func (k Keys) verify(token string) (Claims, string, error) {
 	} else if c.Issuer != v.cfg.Issuer || strings.Contains(kid, "/") {
 		return fail(errIssuer, "%q with key %q", c.Issuer, kid)
 	}
+	v.verified.put(sum, c, kid, pub)
 	return c, kid, nil
 }
 
