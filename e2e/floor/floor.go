@@ -9,9 +9,9 @@
 // client's. Decision 0017 says which writes are there and why.
 //
 // The services' own statements are read from their queries.sql files (so
-// a change there changes the floor); the outbox's and inbox's, which are
-// Go constants of pkg/outbox and pkg/inbox, are copied in outbox.go and
-// inbox.go, each naming its source.
+// a change there changes the floor); the outbox's and inbox's are the
+// constants pkg/outbox and pkg/inbox send (outbox.AppendStatement,
+// inbox.ClaimStatement, ...).
 package floor
 
 import (

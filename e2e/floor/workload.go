@@ -273,7 +273,7 @@ func (w *workload) accept(ctx context.Context, b *batch) (int, error) {
 	if n, err := count(tx.Query(ctx, sql, args...)); err != nil || n != b.n {
 		return 0, fmt.Errorf("insert usage facts: %d of %d: %v", n, b.n, err)
 	}
-	if _, err := tx.Exec(ctx, appendSQL, events.TopicUsage, b.usageEvents, b.usageKeys, b.usageShards,
+	if _, err := tx.Exec(ctx, outbox.AppendStatement, events.TopicUsage, b.usageEvents, b.usageKeys, b.usageShards,
 		repeat(events.TypeUsageAccepted, b.n), repeat(w.usageEnv, b.n)); err != nil {
 		return 0, fmt.Errorf("append to outbox: %w", err)
 	}
@@ -289,7 +289,7 @@ func (w *workload) relay(ctx context.Context, conn *pgx.Conn, n int) (int, error
 		due[i] = w.shards[(i+w.rotate)%len(w.shards)]
 	}
 	w.rotate++
-	rows, err := conn.Query(ctx, claimSQL, due, w.cfg.Batch, w.owner)
+	rows, err := conn.Query(ctx, outbox.ClaimStatement, due, w.cfg.Batch, w.owner)
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
@@ -315,7 +315,8 @@ func (w *workload) relay(ctx context.Context, conn *pgx.Conn, n int) (int, error
 	if len(ids) != n {
 		return 0, fmt.Errorf("claimed %d rows, want %d", len(ids), n)
 	}
-	tag, err := conn.Exec(ctx, markSQL, ids, w.owner)
+	lo, hi := outbox.MarkRange(ids)
+	tag, err := conn.Exec(ctx, outbox.MarkStatement, ids, w.owner, lo, hi)
 	if err != nil {
 		return 0, fmt.Errorf("mark: %w", err)
 	}
@@ -347,8 +348,8 @@ func (w *workload) decide(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, 
 	}
 	claimed := 0
 	pb := &pgx.Batch{}
-	pb.Queue("SAVEPOINT " + savepoint)
-	pb.Queue(inboxClaimSQL, ids, repeat(digest, n), repeat(eventType, n), repeat(tenantID, n),
+	pb.Queue("SAVEPOINT " + inbox.Savepoint)
+	pb.Queue(inbox.ClaimStatement, ids, repeat(digest, n), repeat(eventType, n), repeat(tenantID, n),
 		repeat(aggregateType, n), aggIDs, repeat(int64(1), n), los, his).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id uuid.UUID
@@ -363,7 +364,7 @@ func (w *workload) decide(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, 
 		}
 		return rows.Err()
 	})
-	pb.Queue(inboxDeferredSQL, ids).Query(func(rows pgx.Rows) error { return drain(rows, nil) })
+	pb.Queue(inbox.DeferredStatement, ids).Query(func(rows pgx.Rows) error { return drain(rows, nil) })
 	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
 		return 0, fmt.Errorf("claim %d events: %w", n, err)
 	}
@@ -377,7 +378,7 @@ func (w *workload) decide(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, 
 	if publish != nil {
 		publish(pb)
 	}
-	pb.Queue("RELEASE SAVEPOINT " + savepoint)
+	pb.Queue("RELEASE SAVEPOINT " + inbox.Savepoint)
 	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
 		return 0, fmt.Errorf("record decisions: %w", err)
 	}
@@ -447,7 +448,7 @@ func (w *workload) rate(ctx context.Context, b *batch) (int, error) {
 		return nil
 	}
 	publish := func(pb *pgx.Batch) {
-		pb.Queue(appendSQL, events.TopicBilling, b.chargeEvents, b.chargeKeys, b.chargeShards,
+		pb.Queue(outbox.AppendStatement, events.TopicBilling, b.chargeEvents, b.chargeKeys, b.chargeShards,
 			repeat(events.TypeChargeRated, b.n), repeat(w.chargeEnv, b.n))
 	}
 	return w.decide(ctx, w.billing, b.usageEvents, events.TypeUsageAccepted, events.AggregateUsage, b.usageIDs,

@@ -73,7 +73,52 @@ import (
 // attempt of the budget, are decided like a Permanent error (see "How a
 // failing handler is survived" in failure.go).
 
-const savepoint = "inbox_decide"
+// Savepoint is the name of the savepoint a run is decided under.
+const Savepoint = "inbox_decide"
+
+// ClaimStatement claims a run's events and reads what decides the rest, in
+// one statement: $1 to $7 the events' ids, payload digests, types, tenants,
+// aggregate types, ids and versions; $8 and $9 the bounds of the ids about
+// each one's own (EventParts.Span.Around). Per event, in the order given:
+// its id; whether this statement claimed it; the digest of its row when it
+// did not; whether another event holds its aggregate slot outside its own
+// ids' range (in another week: the claim met the slot's unique index in its
+// own). The inbox's statements are exported for the floor benchmark
+// (e2e/floor), which sends them, not copies, so it measures what runs.
+const ClaimStatement = `
+		WITH k AS (
+		    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
+		                         $8::uuid[], $9::uuid[])
+		         WITH ORDINALITY AS c(event_id, payload_digest, event_type, tenant_id,
+		                              aggregate_type, aggregate_id, aggregate_version, lo, hi, n)
+		), claim AS (
+		    INSERT INTO inbox_event (event_id, payload_digest, event_type, tenant_id,
+		                             aggregate_type, aggregate_id, aggregate_version)
+		    SELECT k.event_id, k.payload_digest, k.event_type, k.tenant_id,
+		           k.aggregate_type, k.aggregate_id, k.aggregate_version
+		    FROM k
+		    ORDER BY k.n
+		    ON CONFLICT DO NOTHING
+		    RETURNING event_id
+		)
+		SELECT k.event_id, claim.event_id IS NOT NULL,
+		       CASE WHEN claim.event_id IS NULL THEN
+		           (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.event_id) END,
+		       EXISTS (SELECT 1 FROM inbox_event e
+		               WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
+		                 AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
+		                 AND e.event_id < k.lo)
+		       OR EXISTS (SELECT 1 FROM inbox_event e
+		                  WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
+		                    AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
+		                    AND e.event_id >= k.hi)
+		FROM k LEFT JOIN claim ON claim.event_id = k.event_id`
+
+// DeferredStatement reads the digest of each of a run's events ($1) that
+// waits in inbox_deferred, NULL for the others.
+const DeferredStatement = `
+		SELECT k.id, (SELECT d.payload_digest FROM inbox_deferred d WHERE d.event_id = k.id)
+		FROM unnest($1::uuid[]) AS k(id)`
 
 // maxWake bounds the deferred rows one run wakes; the sweep takes the rest.
 const maxWake = 10000
@@ -671,7 +716,7 @@ func (u *unit) fail(ctx context.Context, i int, herr error) (stop bool, err erro
 // rollback rolls the run back to its savepoint, to be decided again from
 // items[i] (res.failAt).
 func (u *unit) rollback(ctx context.Context, i int) error {
-	if _, err := u.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint); err != nil {
+	if _, err := u.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+Savepoint+"; RELEASE SAVEPOINT "+Savepoint); err != nil {
 		return fmt.Errorf("roll back run: %w", err)
 	}
 	u.res.failAt = i
@@ -689,7 +734,7 @@ func (u *unit) rollbackIsolated(ctx context.Context, e *envelope.Envelope) error
 		u.p.rollback = true
 		return nil
 	}
-	if _, err := u.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint+"; RELEASE SAVEPOINT "+savepoint); err != nil {
+	if _, err := u.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+Savepoint+"; RELEASE SAVEPOINT "+Savepoint); err != nil {
 		return fmt.Errorf("roll back %s: %w", e.EventID, err)
 	}
 	u.savepointOpen = false
@@ -702,12 +747,10 @@ func (u *unit) rollbackIsolated(ctx context.Context, e *envelope.Envelope) error
 // slots; then read their predecessors and their deferred rows.
 func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
 	b := &pgx.Batch{}
-	b.Queue("SAVEPOINT " + savepoint)
+	b.Queue("SAVEPOINT " + Savepoint)
 	ids := st.queueClaims(b, cands)
 	st.queuePredecessors(b, cands)
-	b.Queue(`
-		SELECT k.id, (SELECT d.payload_digest FROM inbox_deferred d WHERE d.event_id = k.id)
-		FROM unnest($1::uuid[]) AS k(id)`, ids).
+	b.Queue(DeferredStatement, ids).
 		Query(scanDigests(st.deferred))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("claim %d events: %w", len(cands), err)
@@ -756,34 +799,7 @@ func (st *runState) queueClaims(b *pgx.Batch, cands []*item) [][16]byte {
 	tenants, aggTypes, aggIDs, versions := slotColumns(cands)
 	// The claim is the arbiter between concurrent deliveries: it waits for
 	// a transaction holding the same key and then sees its outcome.
-	b.Queue(`
-		WITH k AS (
-		    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
-		                         $8::uuid[], $9::uuid[])
-		         WITH ORDINALITY AS c(event_id, payload_digest, event_type, tenant_id,
-		                              aggregate_type, aggregate_id, aggregate_version, lo, hi, n)
-		), claim AS (
-		    INSERT INTO inbox_event (event_id, payload_digest, event_type, tenant_id,
-		                             aggregate_type, aggregate_id, aggregate_version)
-		    SELECT k.event_id, k.payload_digest, k.event_type, k.tenant_id,
-		           k.aggregate_type, k.aggregate_id, k.aggregate_version
-		    FROM k
-		    ORDER BY k.n
-		    ON CONFLICT DO NOTHING
-		    RETURNING event_id
-		)
-		SELECT k.event_id, claim.event_id IS NOT NULL,
-		       CASE WHEN claim.event_id IS NULL THEN
-		           (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.event_id) END,
-		       EXISTS (SELECT 1 FROM inbox_event e
-		               WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
-		                 AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
-		                 AND e.event_id < k.lo)
-		       OR EXISTS (SELECT 1 FROM inbox_event e
-		                  WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
-		                    AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
-		                    AND e.event_id >= k.hi)
-		FROM k LEFT JOIN claim ON claim.event_id = k.event_id`,
+	b.Queue(ClaimStatement,
 		ids, digests, types, tenants, aggTypes, aggIDs, versions, los, his).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -924,8 +940,8 @@ func (p *pending) quarantine(it *item, reason, detail string) Decision {
 func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, savepointOpen bool) ([]*item, error) {
 	b := &pgx.Batch{}
 	if p.rollback {
-		b.Queue("ROLLBACK TO SAVEPOINT " + savepoint)
-		b.Queue("RELEASE SAVEPOINT " + savepoint)
+		b.Queue("ROLLBACK TO SAVEPOINT " + Savepoint)
+		b.Queue("RELEASE SAVEPOINT " + Savepoint)
 		savepointOpen = false
 	}
 	if len(p.released) > 0 {
@@ -955,7 +971,7 @@ func (ib *Inbox) write(ctx context.Context, tx pgx.Tx, p *pending, savepointOpen
 		return nil, err
 	}
 	if savepointOpen {
-		b.Queue("RELEASE SAVEPOINT " + savepoint)
+		b.Queue("RELEASE SAVEPOINT " + Savepoint)
 	}
 	var woken []*item
 	if keys := dedupe(p.wakeKeys); len(keys) > 0 {

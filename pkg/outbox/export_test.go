@@ -1,15 +1,7 @@
 package outbox
 
-// ClaimQuery exposes the claim statement to the EXPLAIN test.
-const ClaimQuery = claimQuery
-
 // SetAfterSend installs a hook that runs between the broker's ack and the mark.
 func SetAfterSend(f func()) { afterSend = f }
-
-// MarkQuery and IDRange expose the mark statement to the EXPLAIN test.
-const MarkQuery = markQuery
-
-var IDRange = idRange
 
 // StatsQuery and StatsHead expose ReadStats's statement to the EXPLAIN test.
 const (

@@ -191,7 +191,7 @@ func TestMarkReadsOnlyTheIdsDays(t *testing.T) {
 	for i, e := range evs {
 		ids[i] = e.EventID
 	}
-	lo, hi := outbox.IDRange(ids)
+	lo, hi := outbox.MarkRange(ids)
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func TestMarkReadsOnlyTheIdsDays(t *testing.T) {
 	// the plan is the generic one (a plan for given values would prune by
 	// the array's constants).
 	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan;
-		PREPARE mark(uuid[], uuid, uuid, uuid) AS `+outbox.MarkQuery); err != nil {
+		PREPARE mark(uuid[], uuid, uuid, uuid) AS `+outbox.MarkStatement); err != nil {
 		t.Fatal(err)
 	}
 	list := make([]string, len(ids))

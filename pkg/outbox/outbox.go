@@ -92,7 +92,7 @@ func Append(ctx context.Context, tx pgx.Tx, topic string, events ...envelope.Env
 	if err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, appendSQL, args...); err != nil {
+	if _, err := tx.Exec(ctx, AppendStatement, args...); err != nil {
 		return fmt.Errorf("append to outbox: %w", err)
 	}
 	return nil
@@ -129,20 +129,23 @@ func QueueAppend(b *pgx.Batch, topic string, events ...envelope.Envelope) error 
 	if err != nil {
 		return err
 	}
-	b.Queue(appendSQL, args...)
+	b.Queue(AppendStatement, args...)
 	return nil
 }
 
-// appendSQL inserts a call's events; unnest keeps the argument order, so ids
-// (and publish order) follow the order of events.
-const appendSQL = `
+// AppendStatement inserts a call's events ($1 the topic; $2 to $6 the
+// events' ids, partition keys, shards, types and envelopes); unnest keeps
+// the argument order, so ids (and publish order) follow the order of
+// events. The outbox's statements are exported for the floor benchmark
+// (e2e/floor), which sends them, not copies, so it measures what runs.
+const AppendStatement = `
 		INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope)
 		SELECT e.event_id, $1, e.partition_key, e.shard, e.event_type, e.envelope
 		FROM unnest($2::uuid[], $3::text[], $4::smallint[], $5::text[], $6::bytea[])
 		     WITH ORDINALITY AS e(event_id, partition_key, shard, event_type, envelope, n)
 		ORDER BY e.n`
 
-// appendArgs encodes events for appendSQL, each with traceparent when it is
+// appendArgs encodes events for AppendStatement, each with traceparent when it is
 // not empty.
 func appendArgs(topic, traceparent string, events []envelope.Envelope) ([]any, error) {
 	if topic == "" {

@@ -261,7 +261,7 @@ func explainClaim(t *testing.T, pool *pgxpool.Pool) {
 	shards := []int16{15, 3, 0, 1, 2, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 5}
 	const batch = 500
 	var plan []map[string]any
-	err := pool.QueryRow(t.Context(), "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+outbox.ClaimQuery,
+	err := pool.QueryRow(t.Context(), "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+outbox.ClaimStatement,
 		shards, batch, "018f0000-0000-7000-8000-000000000001").Scan(&plan)
 	if err != nil {
 		t.Fatal(err)

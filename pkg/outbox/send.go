@@ -35,12 +35,12 @@ type pendingRow struct {
 // mark: the crash test kills the process there.
 var afterSend func()
 
-// claimQuery reads, for each shard in $1 that this relay ($3) still holds,
-// its oldest pending rows: one index range scan per shard (see the EXPLAIN
+// ClaimStatement reads, for each shard in $1 that this relay ($3) still
+// holds, at most $2 of its oldest pending rows: one index range scan per shard (see the EXPLAIN
 // test), never the whole backlog. Shards are visited in the order given and
 // the outer LIMIT cuts the last one short, so every shard contributes a
 // prefix of its pending rows, which keeps per-key order.
-const claimQuery = `
+const ClaimStatement = `
 SELECT e.id, e.event_id, e.topic, e.partition_key, e.event_type, e.shard, e.envelope, e.created_at, e.attempts
 FROM unnest($1::smallint[]) WITH ORDINALITY AS s(shard, n)
 JOIN outbox_shard o ON o.shard = s.shard AND o.owner = $3 AND o.lease_until > now()
@@ -62,7 +62,7 @@ func (r *Relay) round(ctx context.Context) (int, error) {
 	if len(due) == 0 {
 		return 0, nil
 	}
-	rows, err := r.pool.Query(ctx, claimQuery, due, r.cfg.BatchSize, r.owner)
+	rows, err := r.pool.Query(ctx, ClaimStatement, due, r.cfg.BatchSize, r.owner)
 	if err != nil {
 		return 0, fmt.Errorf("claim outbox rows: %w", err)
 	}
@@ -216,20 +216,20 @@ func (r *Relay) send(rows []pendingRow) map[int]error {
 	return failed
 }
 
-// markQuery marks the rows of ids ($1) published if the relay ($2) still
-// owns their shards. The ids' range ($3, $4) lets PostgreSQL leave out, as
+// MarkStatement marks the rows of ids ($1) published if the relay ($2) still
+// owns their shards. The ids' range ($3, $4: MarkRange) lets PostgreSQL leave out, as
 // the statement starts, every day's partition that cannot hold one of them
 // (it cannot prune by the array itself): without it each id is probed in
 // every day's index (TestMarkReadsOnlyTheIdsDays).
-const markQuery = `
+const MarkStatement = `
 		UPDATE outbox_event e SET published_at = now()
 		FROM outbox_shard o
 		WHERE e.event_id = ANY($1) AND e.event_id BETWEEN $3 AND $4
 		  AND o.shard = e.shard AND o.owner = $2 AND e.published_at IS NULL`
 
-// idRange is the smallest and the largest of ids (at least one), in
+// MarkRange is the smallest and the largest of ids (at least one), in
 // PostgreSQL's order of uuid values (their bytes').
-func idRange(ids []uuid.UUID) (lo, hi uuid.UUID) {
+func MarkRange(ids []uuid.UUID) (lo, hi uuid.UUID) {
 	lo, hi = ids[0], ids[0]
 	for _, id := range ids[1:] {
 		if bytes.Compare(id[:], lo[:]) < 0 {
@@ -249,8 +249,8 @@ func (r *Relay) markPublished(ctx context.Context, ids []uuid.UUID) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	lo, hi := idRange(ids)
-	tag, err := r.pool.Exec(ctx, markQuery, ids, r.owner, lo, hi)
+	lo, hi := MarkRange(ids)
+	tag, err := r.pool.Exec(ctx, MarkStatement, ids, r.owner, lo, hi)
 	if err != nil {
 		return fmt.Errorf("mark outbox rows published (they will be sent again): %w", err)
 	}
