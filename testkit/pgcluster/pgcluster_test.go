@@ -164,6 +164,7 @@ func TestStartAfterCrash(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "pg")
 	// Not Fast: with synchronous_commit off a crash may lose the rows.
 	c := start(t, pgcluster.Options{Dir: dir})
+	checkDurable(t, c)
 	exec1(t, c.URL("postgres"), "CREATE TABLE kept (id int)")
 	exec1(t, c.URL("postgres"), "INSERT INTO kept VALUES (7)")
 
@@ -299,5 +300,33 @@ func waitGone(t *testing.T, pid int) {
 			t.Fatalf("process %d still alive", pid)
 		}
 		time.Sleep(50 * time.Millisecond) // polled: /proc tells no one when a process ends
+	}
+}
+
+// checkDurable checks that a cluster that is not Fast keeps PostgreSQL's
+// durability and runs with DurableSettings.
+func checkDurable(t *testing.T, c *pgcluster.Cluster) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), c.URL("postgres"))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(t.Context())
+	want := map[string]string{"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+	for _, line := range pgcluster.DurableSettings {
+		name, value, ok := strings.Cut(line, " = ")
+		if !ok {
+			t.Fatalf("DurableSettings: %q is not name = 'value'", line)
+		}
+		want[name] = strings.Trim(value, "'")
+	}
+	for name, value := range want {
+		var got string
+		if err := conn.QueryRow(t.Context(), "SELECT current_setting($1)", name).Scan(&got); err != nil {
+			t.Fatalf("read %s: %v", name, err)
+		}
+		if got != value {
+			t.Errorf("%s = %s in a durable cluster, want %s", name, got, value)
+		}
 	}
 }
