@@ -32,6 +32,7 @@ import (
 	"github.com/usagebilling/billing/services/meter"
 	"github.com/usagebilling/billing/services/query"
 	"github.com/usagebilling/billing/services/usage"
+	"github.com/usagebilling/billing/testkit/pgcluster"
 )
 
 // specs are the five services, as their main packages run them.
@@ -570,5 +571,23 @@ func TestDockerfileForEveryService(t *testing.T) {
 			}
 			checkDockerfile(t, root, spec)
 		})
+	}
+}
+
+// TestComposePostgresSettings checks that compose's PostgreSQL runs with
+// the settings of a durable cluster of the stack (pgcluster.DurableSettings),
+// so the two cannot drift apart.
+func TestComposePostgresSettings(t *testing.T) {
+	pg := composeService(t, loadCompose(t), pgService)
+	var want []string
+	for _, line := range pgcluster.DurableSettings {
+		name, value, ok := strings.Cut(line, " = ")
+		if !ok {
+			t.Fatalf("DurableSettings: %q is not name = 'value'", line)
+		}
+		want = append(want, "-c", name+"="+strings.Trim(value, "'"))
+	}
+	if got := []string(pg.Command); !slices.Equal(got, want) {
+		t.Errorf("%s: command %q, want %q (pgcluster.DurableSettings)", pgService, got, want)
 	}
 }
