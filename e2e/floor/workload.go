@@ -327,12 +327,13 @@ func (w *workload) relay(ctx context.Context, conn *pgx.Conn, n int) (int, error
 }
 
 // decide is one consumed batch in the inbox's healthy path (pkg/inbox
-// Runner and Decide): begin; savepoint, claims and lookups in one round
-// trip; the handler's statements; the publications and the savepoint's
-// release in one round trip; commit.
+// Runner and Decide): begin as the inbox does (inbox.DecideTx, generic
+// plans); savepoint, claims and lookups in one round trip; the handler's
+// statements; the publications and the savepoint's release in one round
+// trip; commit.
 func (w *workload) decide(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, eventType, aggregateType string,
 	aggregateIDs []uuid.UUID, digest string, handle func(pgx.Tx) error, publish func(*pgx.Batch)) (int, error) {
-	tx, err := conn.Begin(ctx)
+	tx, err := conn.BeginTx(ctx, inbox.DecideTx)
 	if err != nil {
 		return 0, err
 	}

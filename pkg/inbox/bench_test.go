@@ -56,11 +56,7 @@ func BenchmarkDecide(b *testing.B) {
 				}
 				ms := msgs(raws...)
 				b.StartTimer()
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					_, err := ib.Decide(ctx, tx, ms)
-					return err
-				})
-				if err != nil {
+				if _, err := ib.DecideCommit(ctx, pool, ms); err != nil {
 					b.Fatal(err)
 				}
 				events += batch

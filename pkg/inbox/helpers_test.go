@@ -170,13 +170,7 @@ func msgs(raws ...[]byte) []inbox.Message {
 // decide decides raws in one committed transaction.
 func decide(t testing.TB, ib *inbox.Inbox, pool *pgxpool.Pool, raws ...[]byte) []inbox.Decision {
 	t.Helper()
-	ctx := t.Context()
-	var ds []inbox.Decision
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		var err error
-		ds, err = ib.Decide(ctx, tx, msgs(raws...))
-		return err
-	})
+	ds, err := ib.DecideCommit(t.Context(), pool, msgs(raws...))
 	if err != nil {
 		t.Fatalf("decide: %v", err)
 	}

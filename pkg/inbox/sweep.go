@@ -83,7 +83,7 @@ const sweepWindow = 10
 // sweepChunk decides the deferred events ids again in one transaction.
 func (ib *Inbox) sweepChunk(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (int, error) {
 	var ds []Decision
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, pool, DecideTx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			SELECT raw, topic, partition, "offset" FROM inbox_deferred
 			WHERE event_id = ANY($1::uuid[])
@@ -120,7 +120,7 @@ func (ib *Inbox) sweepChunk(ctx context.Context, pool *pgxpool.Pool, ids []uuid.
 func (ib *Inbox) sweepEach(ctx context.Context, pool *pgxpool.Pool, ids []uuid.UUID) (applied int, err error) {
 	for _, id := range ids {
 		var ds []Decision
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		err := pgx.BeginTxFunc(ctx, pool, DecideTx, func(tx pgx.Tx) error {
 			var m Message
 			err := tx.QueryRow(ctx, `
 				SELECT raw, topic, partition, "offset" FROM inbox_deferred

@@ -119,13 +119,7 @@ func Decide(t testing.TB, pool *pgxpool.Pool, ib *inbox.Inbox, msgs ...inbox.Mes
 
 // TryDecide is Decide returning its error.
 func TryDecide(ctx context.Context, pool *pgxpool.Pool, ib *inbox.Inbox, msgs ...inbox.Message) ([]inbox.Decision, error) {
-	var ds []inbox.Decision
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		var err error
-		ds, err = ib.Decide(ctx, tx, msgs)
-		return err
-	})
-	return ds, err
+	return ib.DecideCommit(ctx, pool, msgs)
 }
 
 // Messages numbers raw envelopes as consecutive offsets of one partition of

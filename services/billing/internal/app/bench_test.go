@@ -47,15 +47,8 @@ func benchmarkRateUsage(b *testing.B, batch, tenants int) {
 		}
 		b.StartTimer()
 		start := time.Now()
-		tx, err := pool.Begin(ctx)
+		ds, err := ib.DecideCommit(ctx, pool, msgs) // as the consumer decides a batch
 		if err != nil {
-			b.Fatal(err)
-		}
-		ds, err := ib.Decide(ctx, tx, msgs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := tx.Commit(ctx); err != nil {
 			b.Fatal(err)
 		}
 		elapsed += time.Since(start)
