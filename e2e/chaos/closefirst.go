@@ -37,11 +37,13 @@ func HijackAllShards(ctx context.Context, pool *pgxpool.Pool) (*ShardSet, error)
 	return &ShardSet{pool: pool, shards: shards}, nil
 }
 
-// PendingOfTenant returns tenant's unpublished rows, oldest first.
+// PendingOfTenant returns tenant's unpublished rows (those with a pending
+// entry; a dead letter has none), oldest first.
 func (s *ShardSet) PendingOfTenant(ctx context.Context, tenant string) ([]OutboxRow, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT event_id::text, topic, partition_key, envelope FROM outbox_event
-		WHERE split_part(partition_key, '|', 1) = $1 AND published_at IS NULL AND dead_at IS NULL ORDER BY id`, tenant)
+		SELECT e.event_id::text, e.topic, e.partition_key, e.envelope
+		FROM outbox_event e JOIN outbox_pending p ON p.shard = e.shard AND p.id = e.id
+		WHERE split_part(e.partition_key, '|', 1) = $1 ORDER BY e.id`, tenant)
 	if err != nil {
 		return nil, err
 	}

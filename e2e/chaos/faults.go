@@ -13,11 +13,12 @@ import (
 )
 
 // RelayHold keeps a service's outbox relay in the window between the
-// broker's acknowledgement and the mark: the suite holds row locks on
-// pending outbox rows, so the relay claims them (its claim is a plain
-// read), sends them, gets the broker's ack, and then its mark (UPDATE ...
-// SET published_at) waits on those locks. Killing the service then is a
-// crash between ack and mark, every time, not by luck of timing.
+// broker's acknowledgement and the mark: the suite holds row locks on the
+// pending entries of outbox rows (outbox_pending), so the relay claims the
+// rows (its claim is a plain read), sends them, gets the broker's ack, and
+// then its mark (DELETE FROM outbox_pending, outbox.SentStatement) waits on
+// those locks. Killing the service then is a crash between ack and mark,
+// every time, not by luck of timing.
 //
 // A backend blocked on a lock does not read its socket, so PostgreSQL
 // would finish the dead relay's mark once the locks go; a crash "between
@@ -27,8 +28,8 @@ type RelayHold struct {
 	conn *pgx.Conn
 	tx   pgx.Tx
 	pool *pgxpool.Pool
-	// Events are the locked rows' event ids; Marks the pids of the relay
-	// backends whose mark waits on them.
+	// Events are the event ids of the rows whose pending entries are
+	// locked; Marks the pids of the relay backends whose mark waits on them.
 	Events []string
 	Marks  []int32
 }
@@ -56,9 +57,8 @@ func HoldRelayAfterAck(ctx context.Context, dbURL string, pool *pgxpool.Pool, po
 			return nil, err
 		}
 		rows, err := tx.Query(ctx, `
-			SELECT event_id::text FROM outbox_event
-			WHERE published_at IS NULL AND dead_at IS NULL
-			ORDER BY id LIMIT 2000 FOR UPDATE SKIP LOCKED`)
+			SELECT event_id::text FROM outbox_pending
+			ORDER BY shard, id LIMIT 2000 FOR UPDATE SKIP LOCKED`)
 		var ids []string
 		if err == nil {
 			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
@@ -84,7 +84,7 @@ func HoldRelayAfterAck(ctx context.Context, dbURL string, pool *pgxpool.Pool, po
 			rows, err := pool.Query(ctx, `
 				SELECT pid FROM pg_stat_activity
 				WHERE datname = current_database() AND $1 = ANY(pg_blocking_pids(pid))
-				  AND query LIKE '%UPDATE outbox_event e SET published_at%'`, int32(me))
+				  AND query LIKE '%DELETE FROM outbox_pending%'`, int32(me))
 			var pids []int32
 			if err == nil {
 				pids, err = pgx.CollectRows(rows, pgx.RowTo[int32])
@@ -173,11 +173,13 @@ type OutboxRow struct {
 	Envelope            []byte
 }
 
-// Pending returns the unpublished rows of partitionKey, oldest first.
+// Pending returns the unpublished rows of partitionKey (those with a pending
+// entry; a dead letter has none), oldest first.
 func (h *ShardHijack) Pending(ctx context.Context, partitionKey string) ([]OutboxRow, error) {
 	rows, err := h.pool.Query(ctx, `
-		SELECT event_id::text, topic, partition_key, envelope FROM outbox_event
-		WHERE partition_key = $1 AND published_at IS NULL AND dead_at IS NULL ORDER BY id`, partitionKey)
+		SELECT e.event_id::text, e.topic, e.partition_key, e.envelope
+		FROM outbox_event e JOIN outbox_pending p ON p.shard = e.shard AND p.id = e.id
+		WHERE e.partition_key = $1 ORDER BY e.id`, partitionKey)
 	if err != nil {
 		return nil, err
 	}
@@ -187,14 +189,15 @@ func (h *ShardHijack) Pending(ctx context.Context, partitionKey string) ([]Outbo
 	})
 }
 
-// MarkPublished marks rows published, as the relay would after the ack.
+// MarkPublished marks rows published, as the relay would after the ack: it
+// deletes their pending entries.
 func (h *ShardHijack) MarkPublished(ctx context.Context, ids []string) error {
-	tag, err := h.pool.Exec(ctx, `UPDATE outbox_event SET published_at = now() WHERE event_id = ANY($1::uuid[]) AND published_at IS NULL`, ids)
+	tag, err := h.pool.Exec(ctx, `DELETE FROM outbox_pending WHERE event_id = ANY($1::uuid[])`, ids)
 	if err != nil {
 		return err
 	}
 	if int(tag.RowsAffected()) != len(ids) {
-		return fmt.Errorf("marked %d of %d rows published: the relay sent some itself", tag.RowsAffected(), len(ids))
+		return fmt.Errorf("deleted the pending entries of %d of %d rows: the relay sent some itself", tag.RowsAffected(), len(ids))
 	}
 	return nil
 }

@@ -282,7 +282,8 @@ func (w *workload) accept(ctx context.Context, b *batch) (int, error) {
 
 // relay is one outbox relay round on conn: the claim of a batch from the
 // shards it holds, and, once the broker would have acknowledged it, the
-// mark (its own commit).
+// mark: the deletion of the rows' pending entries (outbox.SentStatement,
+// its own commit).
 func (w *workload) relay(ctx context.Context, conn *pgx.Conn, n int) (int, error) {
 	due := make([]int16, len(w.shards))
 	for i := range w.shards {
@@ -293,7 +294,10 @@ func (w *workload) relay(ctx context.Context, conn *pgx.Conn, n int) (int, error
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
-	var ids []uuid.UUID
+	var (
+		shards []int16
+		ids    []int64
+	)
 	for rows.Next() {
 		var (
 			id, attempts   int64
@@ -307,7 +311,7 @@ func (w *workload) relay(ctx context.Context, conn *pgx.Conn, n int) (int, error
 			rows.Close()
 			return 0, err
 		}
-		ids = append(ids, eventID)
+		shards, ids = append(shards, shard), append(ids, id)
 	}
 	if err := rows.Err(); err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
@@ -315,13 +319,12 @@ func (w *workload) relay(ctx context.Context, conn *pgx.Conn, n int) (int, error
 	if len(ids) != n {
 		return 0, fmt.Errorf("claimed %d rows, want %d", len(ids), n)
 	}
-	lo, hi := outbox.MarkRange(ids)
-	tag, err := conn.Exec(ctx, outbox.MarkStatement, ids, w.owner, lo, hi)
+	tag, err := conn.Exec(ctx, outbox.SentStatement, shards, ids, w.owner)
 	if err != nil {
-		return 0, fmt.Errorf("mark: %w", err)
+		return 0, fmt.Errorf("mark sent: %w", err)
 	}
 	if tag.RowsAffected() != int64(n) {
-		return 0, fmt.Errorf("marked %d rows, want %d", tag.RowsAffected(), n)
+		return 0, fmt.Errorf("marked %d rows sent, want %d", tag.RowsAffected(), n)
 	}
 	return 1, nil
 }

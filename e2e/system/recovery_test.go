@@ -309,11 +309,20 @@ func TestOperatorRecovery(t *testing.T) {
 		t.Errorf("billing, all: %+v", got)
 	}
 
-	// A dead letter of meter's outbox is listed and released.
+	// A dead letter of meter's outbox is listed and released. The row is
+	// made a dead letter by hand, sent already or not: dead_at set and its
+	// pending entry (if the relay has not deleted it yet) deleted, in one
+	// statement, as the relay's failed send does.
 	var dead uuid.UUID
 	if err := s.Pool("meter").QueryRow(ctx, `
-		UPDATE outbox_event SET published_at = NULL, dead_at = now(), attempts = 10, last_error = 'refused (test)'
-		WHERE id = (SELECT min(id) FROM outbox_event WHERE event_type = 'PriceActivated') RETURNING event_id`).Scan(&dead); err != nil {
+		WITH d AS (
+			UPDATE outbox_event SET dead_at = now(), attempts = 10, last_error = 'refused (test)'
+			WHERE id = (SELECT min(id) FROM outbox_event WHERE event_type = 'PriceActivated')
+			RETURNING shard, id, event_id
+		), p AS (
+			DELETE FROM outbox_pending p USING d WHERE p.shard = d.shard AND p.id = d.id
+		)
+		SELECT event_id FROM d`).Scan(&dead); err != nil {
 		t.Fatal(err)
 	}
 	var dls struct {
@@ -331,8 +340,12 @@ func TestOperatorRecovery(t *testing.T) {
 	servicetest.Eventually(t, "the dead letter released and published again", time.Minute, func() bool {
 		var rv redriveView
 		call(t, op, "GET", s.URL("query")+"/v1/operator/redrives/"+acc.RedriveID, nil, nil, &rv)
+		// Published again: no longer a dead letter, and no longer pending
+		// (the redrive listed it pending; the relay deleted that entry once sent).
 		var published bool
-		_ = s.Pool("meter").QueryRow(ctx, `SELECT published_at IS NOT NULL FROM outbox_event WHERE event_id = $1`, dead).Scan(&published)
+		_ = s.Pool("meter").QueryRow(ctx, `
+			SELECT dead_at IS NULL AND NOT EXISTS (SELECT 1 FROM outbox_pending p WHERE p.event_id = $1)
+			FROM outbox_event WHERE event_id = $1`, dead).Scan(&published)
 		return outcome(rv) == "released" && published
 	})
 

@@ -85,7 +85,7 @@ func TestRelayKilledBetweenAckAndMarkPublishesAgainAndInboxAbsorbs(t *testing.T)
 	}
 	inTopic := readTopic(t, brokers, topic)
 	var pending int
-	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_event WHERE published_at IS NULL`).Scan(&pending); err != nil {
+	if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM outbox_pending`).Scan(&pending); err != nil {
 		t.Fatal(err)
 	}
 	if len(inTopic) != 100 || pending != 300 {

@@ -111,12 +111,22 @@ func waitDrained(t testing.TB, pool *pgxpool.Pool, timeout time.Duration) {
 	waitFor(t, timeout, "outbox drained", func() (bool, string) {
 		var pending int64
 		err := pool.QueryRow(t.Context(),
-			`SELECT count(*) FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL`).Scan(&pending)
+			`SELECT count(*) FROM outbox_pending`).Scan(&pending)
 		if err != nil {
 			return false, err.Error()
 		}
 		return pending == 0, fmt.Sprintf("%d pending", pending)
 	})
+}
+
+// markSent deletes the pending entries of the rows of outbox_event that
+// match where, as the relay does once the broker acknowledged them.
+func markSent(t testing.TB, pool *pgxpool.Pool, where string, args ...any) {
+	t.Helper()
+	if _, err := pool.Exec(t.Context(), `DELETE FROM outbox_pending p USING outbox_event e
+		WHERE e.shard = p.shard AND e.id = p.id AND `+where, args...); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitFor polls cond until it holds, logging its status every few seconds.

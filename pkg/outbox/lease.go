@@ -84,8 +84,7 @@ func (r *Relay) releaseExtra(ctx context.Context, held []int16, n int) ([]int16,
 			UPDATE outbox_shard SET owner = NULL, lease_until = '-infinity'
 			WHERE owner = $1 AND shard IN (
 				SELECT s FROM unnest($2::smallint[]) AS s
-				ORDER BY EXISTS (SELECT 1 FROM outbox_event
-				                 WHERE shard = s AND published_at IS NULL AND dead_at IS NULL), s DESC
+				ORDER BY EXISTS (SELECT 1 FROM outbox_pending WHERE shard = s), s DESC
 				LIMIT $3)
 			RETURNING shard)
 		SELECT shard, pg_notify('`+Channel+`', 'rebalance') IS NULL FROM released`, r.owner, held, n)

@@ -58,30 +58,28 @@ func ReadStats(ctx context.Context, q Querier) (Stats, error) {
 	return s, nil
 }
 
-// statsQuery is ReadStats's statement. Each count reads its rows in the
-// order of the key of the partial index that holds them (pending rows by
-// shard and id, dead letters by id), so that the index is the plan. Without
-// the order, a day's partition all of whose rows were published had them
-// read by a Seq Scan, each refresh: for its dead letters when it was never
-// analyzed (the planner expected to meet the cap's rows early), for its
-// pending rows when it was analyzed while they were pending
-// (TestStatsReadNoPublishedRow).
+// statsQuery is ReadStats's statement. The pending rows are read from
+// outbox_pending in the order of its key, shard by shard (their rows'
+// creation times and keys by the rows' primary key, one probe per entry as
+// in ClaimStatement, never a join over the table), the dead letters in
+// the order of their partial index, so that the indexes are the plan: as an
+// EXISTS or count over the table a day's partition not yet analyzed was
+// read whole by a Seq Scan at each refresh (TestStatsReadNoPublishedRow).
 const statsQuery = `
 		SELECT
-		  (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE published_at IS NULL AND dead_at IS NULL
-		                         ORDER BY shard, id LIMIT $2) p),
-		  COALESCE((SELECT extract(epoch FROM now() - min(h.created_at))::float8
+		  (SELECT count(*) FROM (SELECT 1 FROM outbox_pending ORDER BY shard, id LIMIT $2) p),
+		  COALESCE((SELECT extract(epoch FROM now() - min(e.created_at))::float8
 		            FROM outbox_shard o CROSS JOIN LATERAL (
-		                SELECT created_at FROM outbox_event e
-		                WHERE e.shard = o.shard AND e.published_at IS NULL AND e.dead_at IS NULL
-		                ORDER BY e.id LIMIT 1) h), 0),
+		                SELECT p.event_id FROM outbox_pending p WHERE p.shard = o.shard
+		                ORDER BY p.id LIMIT 1) h
+		            CROSS JOIN LATERAL (SELECT created_at FROM outbox_event e WHERE e.event_id = h.event_id LIMIT 1) e), 0),
 		  COALESCE((SELECT max(c) FROM (
 		                SELECT count(*) AS c
 		                FROM outbox_shard o CROSS JOIN LATERAL (
-		                    SELECT partition_key FROM outbox_event e
-		                    WHERE e.shard = o.shard AND e.published_at IS NULL AND e.dead_at IS NULL
-		                    ORDER BY e.id LIMIT $1) h
-		                GROUP BY h.partition_key) k), 0),
+		                    SELECT p.event_id FROM outbox_pending p WHERE p.shard = o.shard
+		                    ORDER BY p.id LIMIT $1) h
+		                CROSS JOIN LATERAL (SELECT partition_key FROM outbox_event e WHERE e.event_id = h.event_id LIMIT 1) e
+		                GROUP BY e.partition_key) k), 0),
 		  (SELECT count(*) FROM (SELECT 1 FROM outbox_event WHERE dead_at IS NOT NULL
 		                         ORDER BY id LIMIT $2) d)`
 
@@ -112,18 +110,27 @@ func ListDeadLetters(ctx context.Context, q Querier, after int64, limit int) ([]
 	return out, nil
 }
 
-// RedriveDeadLetter gives a dead letter a fresh set of attempts. It reports
-// whether the event was a dead letter. The caller audits the redrive.
+// RedriveDeadLetter gives a dead letter a fresh set of attempts: it is
+// pending again, in its place in its shard's order. It reports whether the
+// event was a dead letter. The caller audits the redrive.
 func RedriveDeadLetter(ctx context.Context, q Querier, eventID uuid.UUID) (bool, error) {
-	tag, err := q.Exec(ctx, `UPDATE outbox_event SET dead_at = NULL, attempts = 0
-		WHERE event_id = $1 AND dead_at IS NOT NULL`, eventID)
+	var n int
+	err := q.QueryRow(ctx, `
+		WITH r AS (
+			UPDATE outbox_event SET dead_at = NULL, attempts = 0
+			WHERE event_id = $1 AND dead_at IS NOT NULL
+			RETURNING shard, id, event_id
+		), p AS (
+			INSERT INTO outbox_pending (shard, id, event_id) SELECT shard, id, event_id FROM r
+		)
+		SELECT count(*) FROM r`, eventID).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("redrive outbox dead letter %s: %w", eventID, err)
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
-// Purge deletes rows published more than retention ago, batch rows per
+// Purge deletes sent rows created more than retention ago, batch rows per
 // statement so that no statement holds many locks or a long transaction. Dead
 // letters and pending rows are never purged. It returns the rows deleted.
 func Purge(ctx context.Context, q Querier, retention time.Duration, batch int) (int64, error) {
@@ -131,7 +138,8 @@ func Purge(ctx context.Context, q Querier, retention time.Duration, batch int) (
 }
 
 // PurgeDefault is Purge on the rows of outbox_event's default partition only
-// (see months.go): the days are dropped whole by DropParts.
+// (see months.go), through its index on created_at: the days are dropped
+// whole by DropParts.
 func PurgeDefault(ctx context.Context, q Querier, retention time.Duration, batch int) (int64, error) {
 	return purge(ctx, q, EventParts.Default(), retention, batch)
 }
@@ -141,11 +149,12 @@ func purge(ctx context.Context, q Querier, table string, retention time.Duration
 	for {
 		tag, err := q.Exec(ctx, `
 			DELETE FROM outbox_event WHERE event_id IN (
-				SELECT event_id FROM `+table+`
-				WHERE published_at < now() - $1::interval
-				ORDER BY published_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, retention, batch)
+				SELECT e.event_id FROM `+table+` e
+				WHERE e.created_at < now() - $1::interval AND e.dead_at IS NULL
+				  AND NOT EXISTS (SELECT 1 FROM outbox_pending p WHERE p.shard = e.shard AND p.id = e.id)
+				ORDER BY e.created_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, retention, batch)
 		if err != nil {
-			return total, fmt.Errorf("purge published outbox rows: %w", err)
+			return total, fmt.Errorf("purge sent outbox rows: %w", err)
 		}
 		total += tag.RowsAffected()
 		if tag.RowsAffected() < int64(batch) || ctx.Err() != nil {
@@ -155,7 +164,7 @@ func purge(ctx context.Context, q Querier, table string, retention time.Duration
 }
 
 // purge keeps the days of outbox_event (see months.go) and deletes the
-// published rows of its default partition past the retention.
+// sent rows of its default partition past the retention.
 func (r *Relay) purge(ctx context.Context) {
 	created, err := EnsureParts(ctx, r.pool, time.Now())
 	if err != nil && ctx.Err() == nil {
@@ -179,7 +188,7 @@ func (r *Relay) purge(ctx context.Context) {
 		r.log.Warn("purge outbox", "err", err)
 	}
 	if n > 0 {
-		r.log.Info("purged published outbox rows", "rows", n, "retention", r.cfg.Retention)
+		r.log.Info("purged sent outbox rows", "rows", n, "retention", r.cfg.Retention)
 	}
 }
 

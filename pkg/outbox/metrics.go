@@ -28,7 +28,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		deadLetters: gauge("outbox_dead_letters", "Outbox rows that exhausted their attempts and wait for an operator, counted up to 10,000 (StatsCountCap)."),
 		ownedShards: gauge("outbox_relay_owned_shards", "Shards whose lease this relay holds."),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "outbox_published_total", Help: "Outbox rows acknowledged by the broker and marked published."}),
+			Name: "outbox_published_total", Help: "Outbox rows acknowledged by the broker and marked sent (their pending entries deleted)."}),
 		failedAttempts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "outbox_failed_attempts_total", Help: "Sends of outbox rows that the broker did not acknowledge."}),
 		commitToAck: prometheus.NewHistogram(prometheus.HistogramOpts{

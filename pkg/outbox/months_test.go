@@ -32,9 +32,9 @@ func mintedAt(evs []envelope.Envelope, t time.Time) []envelope.Envelope {
 	return out
 }
 
-// A day past the retention whose rows were all published long ago is
-// dropped whole; one holding a dead letter (or a pending row) is kept,
-// reported held, until the dead letter is redriven and published.
+// A day past the retention whose rows were all sent is dropped whole; one
+// holding a dead letter (or a pending row) is kept, reported held, until the
+// dead letter is redriven and sent.
 func TestDropPartsKeepsADayHoldingADeadLetter(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -53,8 +53,8 @@ func TestDropPartsKeepsADayHoldingADeadLetter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	exec(`UPDATE outbox_event SET published_at = now() - interval '40 days'`)
-	exec(`UPDATE outbox_event SET published_at = NULL, dead_at = now() - interval '40 days' WHERE event_id = $1`, inB[0].EventID)
+	markSent(t, pool, "true")
+	exec(`UPDATE outbox_event SET dead_at = now() - interval '40 days' WHERE event_id = $1`, inB[0].EventID)
 
 	d, err := outbox.DropParts(ctx, pool, now, 24*time.Hour)
 	if err != nil {
@@ -74,9 +74,9 @@ func TestDropPartsKeepsADayHoldingADeadLetter(t *testing.T) {
 	if d, err := outbox.DropParts(ctx, pool, now, 24*time.Hour); err != nil || len(d.Parts) != 0 || !slices.Equal(d.Held, []string{nameB}) {
 		t.Fatalf("with the redriven row pending: %+v %v", d, err)
 	}
-	exec(`UPDATE outbox_event SET published_at = now() - interval '30 days' WHERE event_id = $1`, inB[0].EventID)
+	markSent(t, pool, "e.event_id = $1", inB[0].EventID)
 	if d, err := outbox.DropParts(ctx, pool, now, 24*time.Hour); err != nil || !slices.Equal(d.Parts, []string{nameB}) {
-		t.Fatalf("once published: %+v %v", d, err)
+		t.Fatalf("once sent: %+v %v", d, err)
 	}
 }
 
@@ -108,11 +108,11 @@ func TestMigrationToMonthsDeliversTheBacklog(t *testing.T) {
 	brokers := kafkatest.Brokers(t)
 	topic := kafkatest.Topic(t, brokers, 3)
 	published, backlog := newEvents(t, 5, 5), newEvents(t, 300, 20)
-	appendEvents(t, pool, topic, published)
+	appendBefore(t, pool, topic, published)
 	if _, err := pool.Exec(ctx, `UPDATE outbox_event SET published_at = now()`); err != nil {
 		t.Fatal(err)
 	}
-	appendEvents(t, pool, topic, backlog)
+	appendBefore(t, pool, topic, backlog)
 
 	if err := outbox.Migrate(ctx, url); err != nil {
 		t.Fatal(err)
@@ -169,11 +169,11 @@ func TestMigrationToMonthsDeliversTheBacklog(t *testing.T) {
 	}
 }
 
-// TestMarkReadsOnlyTheIdsDays: the mark statement, planned once for every
-// batch as a prepared statement is (a generic plan), reads only the day's
-// partition its ids are in, not every day's index and the default's for
-// each id.
-func TestMarkReadsOnlyTheIdsDays(t *testing.T) {
+// TestClaimReadsOnlyTheIdsDays: the claim, planned once for every round as
+// a prepared statement is (a generic plan), reads each pending entry's row
+// in the day's partition its id is in, not in every day's index and the
+// default's.
+func TestClaimReadsOnlyTheIdsDays(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	pool := pgtest.NewPool(t, outboxDB)
@@ -187,37 +187,32 @@ func TestMarkReadsOnlyTheIdsDays(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE outbox_shard SET owner = $1, lease_until = now() + interval '1 hour'`, owner); err != nil {
 		t.Fatal(err)
 	}
-	ids := make([]uuid.UUID, len(evs))
-	for i, e := range evs {
-		ids[i] = e.EventID
-	}
-	lo, hi := outbox.MarkRange(ids)
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Release()
 	// A statement prepared in SQL, its parameters given as literals, so that
-	// the plan is the generic one (a plan for given values would prune by
-	// the array's constants).
+	// the plan is the generic one.
 	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan;
-		PREPARE mark(uuid[], uuid, uuid, uuid) AS `+outbox.MarkStatement); err != nil {
+		PREPARE claim(smallint[], int, uuid) AS `+outbox.ClaimStatement); err != nil {
 		t.Fatal(err)
 	}
-	list := make([]string, len(ids))
-	for i, id := range ids {
-		list[i] = id.String()
+	shards := make([]string, outbox.NumShards)
+	for i := range shards {
+		shards[i] = fmt.Sprint(i)
 	}
 	var plan []map[string]any
-	if err := conn.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE mark('{%s}', '%s', '%s', '%s')`,
-		strings.Join(list, ","), owner, lo, hi), pgx.QueryExecModeSimpleProtocol).Scan(&plan); err != nil {
+	if err := conn.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE claim('{%s}', 500, '%s')`,
+		strings.Join(shards, ","), owner), pgx.QueryExecModeSimpleProtocol).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
-	var scanned []string
+	read := map[string]float64{}
 	var walk func(n map[string]any)
 	walk = func(n map[string]any) {
-		if rel, _ := n["Relation Name"].(string); strings.HasPrefix(rel, "outbox_event") && n["Node Type"] != "ModifyTable" {
-			scanned = append(scanned, rel)
+		if rel, _ := n["Relation Name"].(string); strings.HasPrefix(rel, "outbox_event") {
+			loops, _ := n["Actual Loops"].(float64)
+			read[rel] += loops
 		}
 		children, _ := n["Plans"].([]any)
 		for _, c := range children {
@@ -226,15 +221,33 @@ func TestMarkReadsOnlyTheIdsDays(t *testing.T) {
 	}
 	root := plan[0]["Plan"].(map[string]any)
 	walk(root)
-	if want := outbox.EventParts.PartOf(day).Name; len(scanned) != 1 || scanned[0] != want {
-		raw, _ := json.MarshalIndent(plan, "", " ")
-		t.Fatalf("the mark read %v, want %s alone:\n%s", scanned, want, raw)
+	want := outbox.EventParts.PartOf(day).Name
+	for rel, loops := range read {
+		if (rel == want) != (loops > 0) {
+			raw, _ := json.MarshalIndent(plan, "", " ")
+			t.Fatalf("the claim read %v (loops per partition), want %s alone:\n%s", read, want, raw)
+		}
 	}
-	var published int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_event WHERE published_at IS NOT NULL`).Scan(&published); err != nil {
-		t.Fatal(err)
+	if got, _ := root["Actual Rows"].(float64); got != float64(len(evs)) {
+		t.Fatalf("claimed %v rows, want %d", got, len(evs))
 	}
-	if published != len(evs) {
-		t.Fatalf("%d rows marked published, want %d", published, len(evs))
+}
+
+// appendBefore writes evs as pending rows of an outbox at a migration
+// before 0004, which had no outbox_pending: a row was pending while its
+// published_at was NULL.
+func appendBefore(t testing.TB, pool *pgxpool.Pool, topic string, evs []envelope.Envelope) {
+	t.Helper()
+	for _, e := range evs {
+		body, err := e.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pool.Exec(t.Context(), `
+			INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope)
+			VALUES ($1, $2, $3, $4, $5, $6)`,
+			e.EventID, topic, e.PartitionKey, outbox.Shard(e.PartitionKey), e.EventType, body); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

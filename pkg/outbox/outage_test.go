@@ -112,7 +112,7 @@ func maxAttempts(t testing.TB, pool *pgxpool.Pool) int {
 	t.Helper()
 	var n int
 	err := pool.QueryRow(t.Context(),
-		`SELECT COALESCE(max(attempts), 0) FROM outbox_event WHERE published_at IS NULL`).Scan(&n)
+		`SELECT COALESCE(max(e.attempts), 0) FROM outbox_event e JOIN outbox_pending p ON p.shard = e.shard AND p.id = e.id`).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,11 @@
 // Package outbox is the transactional outbox: events are written in the same
 // PostgreSQL transaction as the business change that caused them (Append), and
-// a relay sends them to Kafka afterwards, marking each row published only once
-// the broker has acknowledged it.
+// a relay sends them to Kafka afterwards. A row is pending while it is listed
+// in outbox_pending; the relay deletes its entry only once the broker has
+// acknowledged it (decision 0027).
 //
 // Delivery is at least once: a relay that dies between the broker's ack and
-// its mark sends those rows again, and the consumers' inbox absorbs the
+// the deletion sends those rows again, and the consumers' inbox absorbs the
 // duplicates. Order is kept per partition key: keys are hashed into NumShards
 // shards, each shard is sent by one relay instance at a time under a lease,
 // and a shard's rows go out in commit order in full batches, so one hot key is
@@ -134,16 +135,21 @@ func QueueAppend(b *pgx.Batch, topic string, events ...envelope.Envelope) error 
 }
 
 // AppendStatement inserts a call's events ($1 the topic; $2 to $6 the
-// events' ids, partition keys, shards, types and envelopes); unnest keeps
-// the argument order, so ids (and publish order) follow the order of
-// events. The outbox's statements are exported for the floor benchmark
-// (e2e/floor), which sends them, not copies, so it measures what runs.
+// events' ids, partition keys, shards, types and envelopes) and lists them
+// as pending in outbox_pending, in one statement; unnest keeps the argument
+// order, so ids (and publish order) follow the order of events. The
+// outbox's statements are exported for the floor benchmark (e2e/floor),
+// which sends them, not copies, so it measures what runs.
 const AppendStatement = `
-		INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope)
-		SELECT e.event_id, $1, e.partition_key, e.shard, e.event_type, e.envelope
-		FROM unnest($2::uuid[], $3::text[], $4::smallint[], $5::text[], $6::bytea[])
-		     WITH ORDINALITY AS e(event_id, partition_key, shard, event_type, envelope, n)
-		ORDER BY e.n`
+		WITH e AS (
+		    INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope)
+		    SELECT e.event_id, $1, e.partition_key, e.shard, e.event_type, e.envelope
+		    FROM unnest($2::uuid[], $3::text[], $4::smallint[], $5::text[], $6::bytea[])
+		         WITH ORDINALITY AS e(event_id, partition_key, shard, event_type, envelope, n)
+		    ORDER BY e.n
+		    RETURNING shard, id, event_id
+		)
+		INSERT INTO outbox_pending (shard, id, event_id) SELECT shard, id, event_id FROM e`
 
 // appendArgs encodes events for AppendStatement, each with traceparent when it is
 // not empty.

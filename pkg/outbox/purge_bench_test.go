@@ -11,7 +11,7 @@ import (
 	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
-// BenchmarkPurgeMonth compares the two ways a month of published events,
+// BenchmarkPurgeMonth compares the two ways a month of sent events,
 // each with a 300-byte envelope, leaves outbox_event past the retention:
 // "rows", the batched DELETE of Purge (1,000 rows a statement, the relay's
 // PurgeBatch), and "drop", DropParts (see monthparttest.BenchPurgeMonth).
@@ -22,9 +22,9 @@ func BenchmarkPurgeMonth(b *testing.B) {
 		NewPool: func(b *testing.B) *pgxpool.Pool { return pgtest.NewPool(b, outboxDB) },
 		Fill: func(b *testing.B, pool *pgxpool.Pool, month time.Time, rows int) {
 			if _, err := pool.Exec(b.Context(), `
-				INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope, created_at, published_at)
+				INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope, created_at)
 				SELECT `+monthparttest.FillIDs+`,
-				       'billing.usage.v1', g::text, g % 64, 'UsageAccepted', convert_to(repeat('x', 300), 'UTF8'), $2, $2
+				       'billing.usage.v1', g::text, g % 64, 'UsageAccepted', convert_to(repeat('x', 300), 'UTF8'), $2
 				FROM `+monthparttest.FillFrom("$3"), month.UnixMilli(), month, rows); err != nil {
 				b.Fatal(err)
 			}

@@ -36,9 +36,10 @@ type Config struct {
 	// dead letter (10). Only failures that blame the message itself count
 	// towards it; a broker outage is retried for as long as it lasts.
 	MaxAttempts int
-	// Retention is how long published rows are kept before they are purged (24h).
+	// Retention is how long sent rows are kept, from their creation, before
+	// they are purged (24h).
 	Retention time.Duration
-	// PurgeInterval is how often published rows are purged (1m), PurgeBatch
+	// PurgeInterval is how often sent rows are purged (1m), PurgeBatch
 	// how many rows one purge statement deletes (1000).
 	PurgeInterval time.Duration
 	PurgeBatch    int

@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,30 +31,36 @@ type pendingRow struct {
 }
 
 // afterSend, when set (only by tests), runs between the broker's ack and the
-// mark: the crash test kills the process there.
+// mark (markSent): the crash test kills the process there.
 var afterSend func()
 
 // ClaimStatement reads, for each shard in $1 that this relay ($3) still
-// holds, at most $2 of its oldest pending rows: one index range scan per shard (see the EXPLAIN
-// test), never the whole backlog. Shards are visited in the order given and
-// the outer LIMIT cuts the last one short, so every shard contributes a
-// prefix of its pending rows, which keeps per-key order.
+// holds, at most $2 of its oldest pending rows: one range scan of
+// outbox_pending per shard (see the EXPLAIN test), never the whole backlog,
+// and each entry's row by its key, in a LATERAL subquery with a LIMIT, which
+// PostgreSQL does not flatten into a join: the plan is one probe of the
+// primary key per entry, never a hash or merge join over the table. Shards
+// are visited in the order given and the outer LIMIT cuts the last one
+// short, so every shard contributes a prefix of its pending rows, which
+// keeps per-key order.
 const ClaimStatement = `
 SELECT e.id, e.event_id, e.topic, e.partition_key, e.event_type, e.shard, e.envelope, e.created_at, e.attempts
 FROM unnest($1::smallint[]) WITH ORDINALITY AS s(shard, n)
 JOIN outbox_shard o ON o.shard = s.shard AND o.owner = $3 AND o.lease_until > now()
 CROSS JOIN LATERAL (
-    SELECT id, event_id, topic, partition_key, event_type, shard, envelope, created_at, attempts
-    FROM outbox_event
-    WHERE shard = s.shard AND published_at IS NULL AND dead_at IS NULL
-    ORDER BY id
+    SELECT p.id, p.event_id FROM outbox_pending p
+    WHERE p.shard = s.shard
+    ORDER BY p.id
     LIMIT $2
+) p
+CROSS JOIN LATERAL (
+    SELECT * FROM outbox_event e WHERE e.event_id = p.event_id LIMIT 1
 ) e
-ORDER BY s.n, e.id
+ORDER BY s.n, p.id
 LIMIT $2`
 
 // round claims up to a batch of rows from the relay's due shards, sends them,
-// and marks the acknowledged ones published. It returns how many rows it sent
+// and marks the acknowledged ones sent. It returns how many rows it sent
 // successfully.
 func (r *Relay) round(ctx context.Context) (int, error) {
 	due := r.dueShards()
@@ -86,17 +91,17 @@ func (r *Relay) round(ctx context.Context) (int, error) {
 	// clean shutdown would re-send what the broker already has.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	var okIDs []uuid.UUID
+	var ok []pendingRow
 	failedShards := map[int16]bool{}
 	for i, row := range claimed {
 		if _, bad := failed[i]; bad {
 			failedShards[row.Shard] = true
 			continue
 		}
-		okIDs = append(okIDs, row.EventID)
+		ok = append(ok, row)
 		r.metrics.commitToAck.Observe(ackedAt.Sub(row.CreatedAt).Seconds())
 	}
-	if err := r.markPublished(bctx, okIDs); err != nil {
+	if err := r.markSent(bctx, ok); err != nil {
 		return 0, err
 	}
 	for _, row := range claimed {
@@ -106,10 +111,10 @@ func (r *Relay) round(ctx context.Context) (int, error) {
 	}
 	if len(failed) > 0 {
 		if err := r.recordFailures(bctx, claimed, failed, failedShards); err != nil {
-			return len(okIDs), err
+			return len(ok), err
 		}
 	}
-	return len(okIDs), nil
+	return len(ok), nil
 }
 
 // dueShards returns the held shards that are not backing off, rotated so
@@ -216,50 +221,56 @@ func (r *Relay) send(rows []pendingRow) map[int]error {
 	return failed
 }
 
-// MarkStatement marks the rows of ids ($1) published if the relay ($2) still
-// owns their shards. The ids' range ($3, $4: MarkRange) lets PostgreSQL leave out, as
-// the statement starts, every day's partition that cannot hold one of them
-// (it cannot prune by the array itself): without it each id is probed in
-// every day's index (TestMarkReadsOnlyTheIdsDays).
-const MarkStatement = `
-		UPDATE outbox_event e SET published_at = now()
-		FROM outbox_shard o
-		WHERE e.event_id = ANY($1) AND e.event_id BETWEEN $3 AND $4
-		  AND o.shard = e.shard AND o.owner = $2 AND e.published_at IS NULL`
+// SentStatement deletes the pending entries of the rows ($1 their shards,
+// $2 their ids) if the relay ($3) still owns their shards: those rows are
+// sent. It writes nothing to outbox_event.
+const SentStatement = `
+		DELETE FROM outbox_pending p
+		USING unnest($1::smallint[], $2::bigint[]) AS k(shard, id), outbox_shard o
+		WHERE p.shard = k.shard AND p.id = k.id AND o.shard = p.shard AND o.owner = $3`
 
-// MarkRange is the smallest and the largest of ids (at least one), in
-// PostgreSQL's order of uuid values (their bytes').
-func MarkRange(ids []uuid.UUID) (lo, hi uuid.UUID) {
-	lo, hi = ids[0], ids[0]
-	for _, id := range ids[1:] {
-		if bytes.Compare(id[:], lo[:]) < 0 {
-			lo = id
-		}
-		if bytes.Compare(id[:], hi[:]) > 0 {
-			hi = id
-		}
-	}
-	return lo, hi
-}
-
-// markPublished marks rows published, fenced on the relay's owner token: a
-// relay whose lease was taken over marks nothing, and its rows are sent again
-// by the new owner (a duplicate the inbox absorbs, never a loss).
-func (r *Relay) markPublished(ctx context.Context, ids []uuid.UUID) error {
-	if len(ids) == 0 {
+// markSent deletes the pending entries of rows the broker acknowledged,
+// fenced on the relay's owner token: a relay whose lease was taken over
+// deletes nothing, and its rows are sent again by the new owner (a duplicate
+// the inbox absorbs, never a loss).
+func (r *Relay) markSent(ctx context.Context, rows []pendingRow) error {
+	if len(rows) == 0 {
 		return nil
 	}
-	lo, hi := MarkRange(ids)
-	tag, err := r.pool.Exec(ctx, MarkStatement, ids, r.owner, lo, hi)
-	if err != nil {
-		return fmt.Errorf("mark outbox rows published (they will be sent again): %w", err)
+	shards := make([]int16, len(rows))
+	ids := make([]int64, len(rows))
+	for i, row := range rows {
+		shards[i], ids[i] = row.Shard, row.ID
 	}
-	if n := tag.RowsAffected(); n < int64(len(ids)) {
-		r.log.Warn("lost shard lease before marking; rows will be sent again", "sent", len(ids), "marked", n)
+	tag, err := r.pool.Exec(ctx, SentStatement, shards, ids, r.owner)
+	if err != nil {
+		return fmt.Errorf("mark outbox rows sent (they will be sent again): %w", err)
+	}
+	if n := tag.RowsAffected(); n < int64(len(rows)) {
+		r.log.Warn("lost shard lease before marking; rows will be sent again", "sent", len(rows), "marked", n)
 	}
 	r.metrics.published.Add(float64(tag.RowsAffected()))
 	return nil
 }
+
+// failedStatement counts a failed attempt on each still pending row of $1
+// (with its error $2; $3 whether the error blames the message) whose shard
+// the relay ($5) still owns, makes it a dead letter when the message was to
+// blame $4 times, and deletes a dead letter's pending entry; it returns the
+// rows dead-lettered.
+const failedStatement = `
+		WITH f AS (
+			UPDATE outbox_event e SET attempts = e.attempts + 1, last_error = f.err, last_attempt_at = now(),
+			       dead_at = CASE WHEN f.permanent AND e.attempts + 1 >= $4 THEN now() END
+			FROM unnest($1::uuid[], $2::text[], $3::bool[]) AS f(event_id, err, permanent), outbox_shard o
+			WHERE e.event_id = f.event_id AND o.shard = e.shard AND o.owner = $5 AND e.dead_at IS NULL
+			  AND EXISTS (SELECT 1 FROM outbox_pending p WHERE p.shard = e.shard AND p.id = e.id)
+			RETURNING e.shard, e.id, e.dead_at
+		), d AS (
+			DELETE FROM outbox_pending p USING f
+			WHERE f.dead_at IS NOT NULL AND p.shard = f.shard AND p.id = f.id
+		)
+		SELECT count(*) FILTER (WHERE dead_at IS NOT NULL) FROM f`
 
 // recordFailures counts a failed attempt on each failed row, turns rows whose
 // own content was refused too often into dead letters, and backs the failed
@@ -277,16 +288,7 @@ func (r *Relay) recordFailures(ctx context.Context, rows []pendingRow, failed ma
 	}
 	r.metrics.failedAttempts.Add(float64(len(ids)))
 	var dead int
-	err := r.pool.QueryRow(ctx, `
-		WITH f AS (
-			UPDATE outbox_event e SET attempts = e.attempts + 1, last_error = f.err, last_attempt_at = now(),
-			       dead_at = CASE WHEN f.permanent AND e.attempts + 1 >= $4 THEN now() END
-			FROM unnest($1::uuid[], $2::text[], $3::bool[]) AS f(event_id, err, permanent), outbox_shard o
-			WHERE e.event_id = f.event_id AND o.shard = e.shard AND o.owner = $5
-			  AND e.published_at IS NULL AND e.dead_at IS NULL
-			RETURNING e.dead_at
-		)
-		SELECT count(*) FILTER (WHERE dead_at IS NOT NULL) FROM f`,
+	err := r.pool.QueryRow(ctx, failedStatement,
 		ids, msgs, permanent, r.cfg.MaxAttempts, r.owner).Scan(&dead)
 	if err != nil {
 		return fmt.Errorf("record failed outbox attempts: %w", err)

@@ -80,8 +80,10 @@ func oversized(t testing.TB, id string, n int) (envelope.Envelope, []byte) {
 func insertRow(t testing.TB, pool *pgxpool.Pool, topic string, e envelope.Envelope, body []byte) {
 	t.Helper()
 	_, err := pool.Exec(t.Context(), `
-		INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope)
-		VALUES ($1, $2, $3, $4, $5, $6)`,
+		WITH e AS (
+			INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING shard, id, event_id)
+		INSERT INTO outbox_pending (shard, id, event_id) SELECT shard, id, event_id FROM e`,
 		e.EventID, topic, e.PartitionKey, outbox.Shard(e.PartitionKey), e.EventType, body)
 	if err != nil {
 		t.Fatal(err)

@@ -6,33 +6,29 @@ import (
 )
 
 // The reads of what the broker has not acknowledged yet: rows pending or
-// dead. Each reads the partial index that holds its rows in the order of
-// its key, one shard at a time for the pending rows, so that the index is
-// the plan: as a max() and an EXISTS over the table a day of published
-// rows not yet analyzed was read whole by a Seq Scan at each call
-// (TestUnacknowledgedReadsNoPublishedRow).
+// dead. Each reads the index that holds its rows in the order of its key:
+// the pending entries one shard at a time, the dead letters by id.
 
 // highestUnacknowledgedQuery: the highest id of the pending rows (the last of
-// each shard's in its index) and of the dead letters (the last in theirs).
+// each shard's entries) and of the dead letters (the last in their index).
 const highestUnacknowledgedQuery = `
 SELECT GREATEST(
     (SELECT COALESCE(max(h.id), 0) FROM outbox_shard o CROSS JOIN LATERAL (
-        SELECT e.id FROM outbox_event e
-        WHERE e.shard = o.shard AND e.published_at IS NULL AND e.dead_at IS NULL
-        ORDER BY e.id DESC LIMIT 1) h),
-    COALESCE((SELECT id FROM outbox_event WHERE dead_at IS NOT NULL AND published_at IS NULL
+        SELECT p.id FROM outbox_pending p WHERE p.shard = o.shard
+        ORDER BY p.id DESC LIMIT 1) h),
+    COALESCE((SELECT id FROM outbox_event WHERE dead_at IS NOT NULL
               ORDER BY id DESC LIMIT 1), 0))`
 
 // unacknowledgedThroughQuery: whether a shard's pending rows at or below id
 // $1 hold one of type $2 to topic $3, or the dead letters do.
 const unacknowledgedThroughQuery = `
 SELECT EXISTS (SELECT 1 FROM outbox_shard o CROSS JOIN LATERAL (
-               SELECT 1 FROM outbox_event e
-               WHERE e.shard = o.shard AND e.published_at IS NULL AND e.dead_at IS NULL
-                 AND e.id <= $1 AND e.event_type = $2 AND e.topic = $3
-               ORDER BY e.id LIMIT 1) w)
+               SELECT 1 FROM outbox_pending p
+               CROSS JOIN LATERAL (SELECT event_type, topic FROM outbox_event e WHERE e.event_id = p.event_id LIMIT 1) e
+               WHERE p.shard = o.shard AND p.id <= $1 AND e.event_type = $2 AND e.topic = $3
+               ORDER BY p.id LIMIT 1) w)
     OR (SELECT id FROM outbox_event
-        WHERE dead_at IS NOT NULL AND published_at IS NULL AND id <= $1 AND event_type = $2 AND topic = $3
+        WHERE dead_at IS NOT NULL AND id <= $1 AND event_type = $2 AND topic = $3
         ORDER BY id LIMIT 1) IS NOT NULL`
 
 // HighestUnacknowledged returns the highest id of the rows the broker has

@@ -34,26 +34,26 @@ func TestUnacknowledged(t *testing.T) {
 		t.Helper()
 		var id int64
 		if err := pool.QueryRow(ctx, `
-			INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope, published_at, dead_at)
-			VALUES (gen_random_uuid(), 'things', 'k', $2, $1, '\x00',
-			        CASE WHEN $3 = 'published' THEN now() END, CASE WHEN $3 = 'dead' THEN now() END)
-			RETURNING id`, eventType, shard, state).Scan(&id); err != nil {
+			WITH e AS (
+				INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope, dead_at)
+				VALUES (gen_random_uuid(), 'things', 'k', $2, $1, '\x00', CASE WHEN $3 = 'dead' THEN now() END)
+				RETURNING shard, id, event_id), p AS (
+				INSERT INTO outbox_pending (shard, id, event_id) SELECT shard, id, event_id FROM e WHERE $3 = 'pending')
+			SELECT id FROM e`, eventType, shard, state).Scan(&id); err != nil {
 			t.Fatal(err)
 		}
 		return id
 	}
 	a := add("X", 3, "pending")
 	b := add("Y", 60, "pending")
-	c := add("X", 3, "published")
+	c := add("X", 3, "sent")
 	check(b, a-1, "X", false)
 	check(b, a, "X", true)
 	check(b, c, "Y", true)
 	check(b, a, "Y", false)
 	d := add("X", 7, "dead")
 	check(d, c, "X", true)
-	if _, err := pool.Exec(ctx, `UPDATE outbox_event SET published_at = now() WHERE id = $1`, a); err != nil {
-		t.Fatal(err)
-	}
+	markSent(t, pool, "e.id = $1", a)
 	check(d, c, "X", false)
 	check(d, d, "X", true) // the dead letter waits for ever
 	check(d, d, "Z", false)
@@ -67,7 +67,7 @@ func TestUnacknowledged(t *testing.T) {
 func TestUnacknowledgedReadsNoPublishedRow(t *testing.T) {
 	t.Parallel()
 	for _, analyzed := range []bool{false, true} {
-		pool, part := publishedDay(t, 100_000, analyzed)
+		pool, part, _ := sentDay(t, 100_000, analyzed)
 		readsNoRow(t, pool, part, fmt.Sprintf("the highest unacknowledged id (analyzed while pending: %v)", analyzed),
 			outbox.HighestUnacknowledgedQuery)
 		readsNoRow(t, pool, part, fmt.Sprintf("the unacknowledged rows through an id (analyzed while pending: %v)", analyzed),

@@ -53,7 +53,8 @@ func TestRuntimeRoleKeepsTheMonths(t *testing.T) {
 		aggregate_id, aggregate_version, applied_at) VALUES ($1, 'd', 'T', 't1', 'usage', 'u', 1, $2)`, uuid.UUID(id), old); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope, published_at)
+	// Inserted without a pending entry: a row sent long ago.
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope, created_at)
 		VALUES ($1, 't', 'k', 0, 'T', '\x00', $2)`, uuid.UUID(id), old); err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +166,9 @@ func TestMonthsGiveWayToFinerSpans(t *testing.T) {
 	}{
 		{inbox.Migrations, inbox.EventParts, `INSERT INTO inbox_event (event_id, payload_digest, event_type, tenant_id,
 			aggregate_type, aggregate_id, aggregate_version, applied_at) VALUES ($1, 'd', 'T', 't1', 'usage', $2, 1, $3)`},
+		// Without a pending entry: rows sent.
 		{outbox.Migrations, outbox.EventParts, `INSERT INTO outbox_event (event_id, topic, partition_key, shard,
-			event_type, envelope, published_at) VALUES ($1, 't', $2, 0, 'T', '\x00', $3)`},
+			event_type, envelope, created_at) VALUES ($1, 't', $2, 0, 'T', '\x00', $3)`},
 	} {
 		t.Run(c.table.Name, func(t *testing.T) {
 			t.Parallel()

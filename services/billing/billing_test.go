@@ -89,7 +89,9 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 	}
 	defer pool.Close()
 	servicetest.Eventually(t, "ChargeRated published", time.Minute, func() bool {
-		return bt.Count(t, pool, `SELECT count(*) FROM outbox_event WHERE event_type = 'ChargeRated' AND published_at IS NOT NULL`) == 1
+		return bt.Count(t, pool, `
+			SELECT count(*) FROM outbox_event e WHERE e.event_type = 'ChargeRated' AND e.dead_at IS NULL
+			  AND NOT EXISTS (SELECT 1 FROM outbox_pending p WHERE p.shard = e.shard AND p.id = e.id)`) == 1
 	})
 	resp, err := client.Get(base + "/v1/tenants/acme/charges?period=2026-01")
 	if err != nil {
@@ -121,7 +123,9 @@ func TestServiceRatesPublishesAndCloses(t *testing.T) {
 		t.Fatalf("close: %d", resp.StatusCode)
 	}
 	servicetest.Eventually(t, "BillingPeriodClosed published", time.Minute, func() bool {
-		return bt.Count(t, pool, `SELECT count(*) FROM outbox_event WHERE event_type = 'BillingPeriodClosed' AND published_at IS NOT NULL`) == 1
+		return bt.Count(t, pool, `
+			SELECT count(*) FROM outbox_event e WHERE e.event_type = 'BillingPeriodClosed' AND e.dead_at IS NULL
+			  AND NOT EXISTS (SELECT 1 FROM outbox_pending p WHERE p.shard = e.shard AND p.id = e.id)`) == 1
 	})
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/shopspring/decimal"
 
 	"github.com/usagebilling/billing/pkg/envelope"
@@ -19,12 +21,12 @@ import (
 
 // TestWatermarkHoldsUnderConcurrentAcceptance races accepting batches
 // against two watermark publishers and a relay stand-in that acknowledges
-// outbox rows at random moments (marks them published, as the relay does
-// after the broker's ack), on real PostgreSQL. Every watermark appended must
-// hold: every UsageAccepted whose fact was accepted before its through was
-// acknowledged before the watermark was written (so the relay sends it
-// first to every partition), and no fact accepted before a through commits
-// after that watermark.
+// outbox rows at random moments (deletes their pending entries, as the relay
+// does after the broker's ack, and notes when), on real PostgreSQL. Every
+// watermark appended must hold: every UsageAccepted whose fact was accepted
+// before its through was acknowledged before the watermark was written (so
+// the relay sends it first to every partition), and no fact accepted before
+// a through commits after that watermark.
 func TestWatermarkHoldsUnderConcurrentAcceptance(t *testing.T) {
 	e := usagetest.New(t)
 	ctx := t.Context()
@@ -64,12 +66,27 @@ func TestWatermarkHoldsUnderConcurrentAcceptance(t *testing.T) {
 			}
 		}()
 	}
-	// A relay stand-in: acknowledges whatever is pending, now and then.
+	// A relay stand-in: acknowledges whatever is pending, now and then. The
+	// outbox keeps no send time (a sent row is one without a pending entry),
+	// so the stand-in notes when it acknowledged each row: the time of its
+	// deletion's transaction, read back below. Only this goroutine writes
+	// them, and they are read once it is done.
+	var ackedIDs []uuid.UUID
+	var ackedAts []time.Time
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for !stop.Load() {
-			if _, err := e.Pool.Exec(ctx, `UPDATE outbox_event SET published_at = now() WHERE published_at IS NULL`); err != nil {
+			rows, err := e.Pool.Query(ctx, `DELETE FROM outbox_pending RETURNING event_id, now()`)
+			if err == nil {
+				var id uuid.UUID
+				var at time.Time
+				_, err = pgx.ForEachRow(rows, []any{&id, &at}, func() error {
+					ackedIDs, ackedAts = append(ackedIDs, id), append(ackedAts, at)
+					return nil
+				})
+			}
+			if err != nil {
 				errs <- err
 				return
 			}
@@ -181,7 +198,9 @@ race:
 		var late int
 		err := e.Pool.QueryRow(ctx, `
 			SELECT count(*) FROM usage_fact f JOIN outbox_event o ON o.event_id = f.event_id
-			WHERE f.accepted_at < $1 AND (o.published_at IS NULL OR o.published_at > $2)`, m.through, m.written).Scan(&late)
+			LEFT JOIN unnest($3::uuid[], $4::timestamptz[]) AS a(event_id, acked_at) ON a.event_id = o.event_id
+			WHERE f.accepted_at < $1 AND (a.acked_at IS NULL OR a.acked_at > $2)`,
+			m.through, m.written, ackedIDs, ackedAts).Scan(&late)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,14 +242,24 @@ func TestWatermarkWaitsForTheBroker(t *testing.T) {
 			t.Fatalf("fact not acknowledged: watermark %v, %v; want none", through, err)
 		}
 	}
-	// Dead-lettered: still held back.
-	if _, err := e.Pool.Exec(ctx, `UPDATE outbox_event SET dead_at = now() WHERE event_type = 'UsageAccepted'`); err != nil {
+	// Dead-lettered (dead_at set, its pending entry gone, as the relay's
+	// failed send leaves it): still held back.
+	if _, err := e.Pool.Exec(ctx, `
+		WITH d AS (
+			UPDATE outbox_event SET dead_at = now() WHERE event_type = 'UsageAccepted' RETURNING shard, id
+		)
+		DELETE FROM outbox_pending p USING d WHERE p.shard = d.shard AND p.id = d.id`); err != nil {
 		t.Fatal(err)
 	}
 	if through, err := a.PublishWatermarks(ctx, 2); err != nil || !through.IsZero() {
 		t.Fatalf("fact dead-lettered: watermark %v, %v; want none", through, err)
 	}
-	if _, err := e.Pool.Exec(ctx, `UPDATE outbox_event SET dead_at = NULL, published_at = now() WHERE event_type = 'UsageAccepted'`); err != nil {
+	// Sent after all: neither dead nor pending.
+	if _, err := e.Pool.Exec(ctx, `
+		WITH s AS (
+			UPDATE outbox_event SET dead_at = NULL WHERE event_type = 'UsageAccepted' RETURNING shard, id
+		)
+		DELETE FROM outbox_pending p USING s WHERE p.shard = s.shard AND p.id = s.id`); err != nil {
 		t.Fatal(err)
 	}
 	through, err := a.PublishWatermarks(ctx, 2)
