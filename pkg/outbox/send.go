@@ -223,11 +223,18 @@ func (r *Relay) send(rows []pendingRow) map[int]error {
 
 // SentStatement deletes the pending entries of the rows ($1 their shards,
 // $2 their ids) if the relay ($3) still owns their shards: those rows are
-// sent. It writes nothing to outbox_event.
+// sent. It writes nothing to outbox_event. Each entry is found by a probe of
+// the primary key of its own (a scalar subquery) and deleted by its tuple id,
+// so the plan is the same probes whatever the statistics of a table that is
+// mostly dead entries between vacuums: as a join, a cached plan read the
+// whole table at each call (34 ms a call instead of 1.5 in one run). The
+// relay's shards are read once per statement (an InitPlan).
 const SentStatement = `
 		DELETE FROM outbox_pending p
-		USING unnest($1::smallint[], $2::bigint[]) AS k(shard, id), outbox_shard o
-		WHERE p.shard = k.shard AND p.id = k.id AND o.shard = p.shard AND o.owner = $3`
+		WHERE p.ctid = ANY (ARRAY(
+		        SELECT (SELECT q.ctid FROM outbox_pending q WHERE q.shard = k.shard AND q.id = k.id)
+		        FROM unnest($1::smallint[], $2::bigint[]) AS k(shard, id)))
+		  AND p.shard = ANY (ARRAY(SELECT o.shard FROM outbox_shard o WHERE o.owner = $3))`
 
 // markSent deletes the pending entries of rows the broker acknowledged,
 // fenced on the relay's owner token: a relay whose lease was taken over

@@ -26,7 +26,11 @@ import (
 // default keeps one 30 minutes, so a pool grown by a burst
 // stayed grown for half an hour). name labels the pool in the logs
 // (application_name). Every connection sends decimals and ids in binary
-// (pgcodec.Register).
+// (pgcodec.Register), and runs with PostgreSQL's JIT compilation off: the
+// services' statements are short, and JIT compiles a statement whose
+// estimated cost passes jit_above_cost (100,000) at every execution, which
+// took the outbox's gauges 400 ms a refresh where the statement itself
+// took 40 ms (docs/cpu-per-fact.md, step 16).
 func OpenPool(ctx context.Context, cfg Config, maxConns int, name string) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
@@ -40,6 +44,7 @@ func OpenPool(ctx context.Context, cfg Config, maxConns int, name string) (*pgxp
 	if cfg.DBStatementTimeout > 0 {
 		pcfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.DBStatementTimeout.Milliseconds(), 10)
 	}
+	pcfg.ConnConfig.RuntimeParams["jit"] = "off"
 	if _, set := pcfg.ConnConfig.RuntimeParams["application_name"]; !set {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = cfg.Name + "-" + name
 	}

@@ -221,7 +221,7 @@ func TestRequestDeadlineAnswers503Timeout(t *testing.T) {
 }
 
 // statement_timeout cancels a long query with a clean error (503 timeout at
-// the edge), and the pool goes on working.
+// the edge), and the pool goes on working; its connections run with JIT off.
 func TestStatementTimeoutCancelsALongQuery(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t, pgtest.NewDB(t, tmpl))
@@ -250,6 +250,10 @@ func TestStatementTimeoutCancelsALongQuery(t *testing.T) {
 	var setting string
 	if err := pool.QueryRow(t.Context(), "SHOW statement_timeout").Scan(&setting); err != nil || setting != "300ms" {
 		t.Fatalf("statement_timeout = %q, %v", setting, err)
+	}
+	// And JIT compilation is off (OpenPool says why).
+	if err := pool.QueryRow(t.Context(), "SHOW jit").Scan(&setting); err != nil || setting != "off" {
+		t.Fatalf("jit = %q, %v", setting, err)
 	}
 }
 
