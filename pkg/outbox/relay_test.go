@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -339,3 +340,52 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name string) float64 {
 }
 
 func TestMigrationsUpDownUp(t *testing.T) { pgtest.CheckUpDownUp(t, outbox.Migrations) }
+
+// TestSentIsFencedOnTheOwner: the mark deletes the pending entries of the
+// rows it names only in the shards the relay still owns; a relay whose
+// lease was taken over marks nothing there, and those rows are sent again
+// by the new owner.
+func TestSentIsFencedOnTheOwner(t *testing.T) {
+	pool := pgtest.NewPool(t, outboxDB)
+	ctx := t.Context()
+	evs := newEvents(t, 20, 20)
+	appendEvents(t, pool, "things", evs)
+	mine, theirs := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	var first int16
+	if err := pool.QueryRow(ctx, `SELECT min(shard) FROM outbox_pending`).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	// Every shard is the relay's but the first one's, which another relay took over.
+	if _, err := pool.Exec(ctx, `UPDATE outbox_shard SET owner = CASE WHEN shard = $1 THEN $3 ELSE $2 END::uuid,
+		lease_until = now() + interval '1 hour'`, first, mine, theirs); err != nil {
+		t.Fatal(err)
+	}
+	var shards []int16
+	var ids []int64
+	rows, err := pool.Query(ctx, `SELECT shard, id FROM outbox_pending`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s int16
+		var id int64
+		if err := rows.Scan(&s, &id); err != nil {
+			t.Fatal(err)
+		}
+		shards, ids = append(shards, s), append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	kept := count(t, pool, fmt.Sprintf(`SELECT count(*) FROM outbox_pending WHERE shard = %d`, first))
+	tag, err := pool.Exec(ctx, outbox.SentStatement, shards, ids, mine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(tag.RowsAffected()) != len(ids)-kept {
+		t.Fatalf("marked %d rows sent, want the %d of the relay's shards", tag.RowsAffected(), len(ids)-kept)
+	}
+	if left := count(t, pool, `SELECT count(*) FROM outbox_pending`); left != kept || kept == 0 {
+		t.Fatalf("%d entries left pending, want the %d of the shard taken over", left, kept)
+	}
+}
