@@ -317,7 +317,9 @@ func TestRedriveDeadLetter(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(t.Context(), `UPDATE outbox_event SET dead_at = now(), attempts = 10, last_error = 'broker says no'`); err != nil {
+	// A dead letter as the relay makes one: dead_at set, its pending entry deleted.
+	if _, err := pool.Exec(t.Context(), `UPDATE outbox_event SET dead_at = now(), attempts = 10, last_error = 'broker says no';
+		DELETE FROM outbox_pending`); err != nil {
 		t.Fatal(err)
 	}
 	decide(t, pool, ib, raw(t, redrive(t, "svc", events.ActionRedriveDeadLetter, dead.EventID)),
@@ -328,6 +330,9 @@ func TestRedriveDeadLetter(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM outbox_event WHERE event_id = $1 AND dead_at IS NULL AND attempts = 0`, dead.EventID); n != 1 {
 		t.Fatal("the dead letter was not redriven")
+	}
+	if n := count(t, pool, `SELECT count(*) FROM outbox_pending WHERE event_id = $1`, dead.EventID); n != 1 {
+		t.Fatal("the redriven dead letter is not pending")
 	}
 }
 

@@ -111,8 +111,9 @@ func ListDeadLetters(ctx context.Context, q Querier, after int64, limit int) ([]
 }
 
 // RedriveDeadLetter gives a dead letter a fresh set of attempts: it is
-// pending again, in its place in its shard's order. It reports whether the
-// event was a dead letter. The caller audits the redrive.
+// pending again, in its place in its shard's order (its entry kept if a
+// dead letter made by hand still had one). It reports whether the event was
+// a dead letter. The caller audits the redrive.
 func RedriveDeadLetter(ctx context.Context, q Querier, eventID uuid.UUID) (bool, error) {
 	var n int
 	err := q.QueryRow(ctx, `
@@ -122,6 +123,7 @@ func RedriveDeadLetter(ctx context.Context, q Querier, eventID uuid.UUID) (bool,
 			RETURNING shard, id, event_id
 		), p AS (
 			INSERT INTO outbox_pending (shard, id, event_id) SELECT shard, id, event_id FROM r
+			ON CONFLICT DO NOTHING
 		)
 		SELECT count(*) FROM r`, eventID).Scan(&n)
 	if err != nil {

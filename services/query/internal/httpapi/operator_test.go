@@ -551,10 +551,13 @@ func deadLetters(t *testing.T, pool *pgxpool.Pool, n int) []string {
 	t.Helper()
 	ctx := t.Context()
 	if _, err := pool.Exec(ctx, `
-		INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope, attempts, last_error, dead_at)
-		SELECT gen_random_uuid(), 'usage.events.v1', 'k', 0, 'UsageAccepted', '\x00'::bytea, 10, 'refused (test)',
-		       CASE WHEN i <= $1 THEN now() END
-		FROM generate_series(1, $1 + 1) AS i`, n); err != nil {
+		WITH e AS (
+			INSERT INTO outbox_event (event_id, topic, partition_key, shard, event_type, envelope, attempts, last_error, dead_at)
+			SELECT gen_random_uuid(), 'usage.events.v1', 'k', 0, 'UsageAccepted', '\x00'::bytea, 10, 'refused (test)',
+			       CASE WHEN i <= $1 THEN now() END
+			FROM generate_series(1, $1 + 1) AS i
+			RETURNING shard, id, event_id, dead_at)
+		INSERT INTO outbox_pending (shard, id, event_id) SELECT shard, id, event_id FROM e WHERE dead_at IS NULL`, n); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := pool.Query(ctx, `SELECT event_id::text FROM outbox_event WHERE dead_at IS NOT NULL ORDER BY id`)
