@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/usagebilling/billing/pkg/pgcodec"
+	"github.com/usagebilling/billing/pkg/pgsession"
 )
 
 // OpenPool opens a pool of at most maxConns connections to the service's
@@ -25,12 +25,8 @@ import (
 // is closed at the next health check, at most a minute later (pgx's
 // default keeps one 30 minutes, so a pool grown by a burst
 // stayed grown for half an hour). name labels the pool in the logs
-// (application_name). Every connection sends decimals and ids in binary
-// (pgcodec.Register), and runs with PostgreSQL's JIT compilation off: the
-// services' statements are short, and JIT compiles a statement whose
-// estimated cost passes jit_above_cost (100,000) at every execution, which
-// took the outbox's gauges 400 ms a refresh where the statement itself
-// took 40 ms (docs/cpu-per-fact.md, step 16).
+// (application_name). Every connection runs in the services' session
+// (pgsession.Configure: binary codecs and planner settings).
 func OpenPool(ctx context.Context, cfg Config, maxConns int, name string) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
@@ -44,16 +40,12 @@ func OpenPool(ctx context.Context, cfg Config, maxConns int, name string) (*pgxp
 	if cfg.DBStatementTimeout > 0 {
 		pcfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.DBStatementTimeout.Milliseconds(), 10)
 	}
-	pcfg.ConnConfig.RuntimeParams["jit"] = "off"
+	pgsession.Configure(pcfg)
 	if _, set := pcfg.ConnConfig.RuntimeParams["application_name"]; !set {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = cfg.Name + "-" + name
 	}
 	if cfg.DBAcquireTimeout > 0 && pcfg.ConnConfig.Tracer == nil {
 		pcfg.ConnConfig.Tracer = acquireTimeout(cfg.DBAcquireTimeout)
-	}
-	pcfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
-		pgcodec.Register(conn.TypeMap())
-		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -251,9 +251,11 @@ func TestStatementTimeoutCancelsALongQuery(t *testing.T) {
 	if err := pool.QueryRow(t.Context(), "SHOW statement_timeout").Scan(&setting); err != nil || setting != "300ms" {
 		t.Fatalf("statement_timeout = %q, %v", setting, err)
 	}
-	// And JIT compilation is off (OpenPool says why).
-	if err := pool.QueryRow(t.Context(), "SHOW jit").Scan(&setting); err != nil || setting != "off" {
-		t.Fatalf("jit = %q, %v", setting, err)
+	// And the planner settings OpenPool sets (it says why).
+	for name, want := range map[string]string{"jit": "off", "random_page_cost": "1.1"} {
+		if err := pool.QueryRow(t.Context(), "SHOW "+name).Scan(&setting); err != nil || setting != want {
+			t.Fatalf("%s = %q, %v; want %s", name, setting, err, want)
+		}
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/usagebilling/billing/pkg/pgsession"
 	"github.com/usagebilling/billing/testkit/pgcluster"
 )
 
@@ -105,12 +106,28 @@ func NewDB(t testing.TB, tmpl Template) string {
 	return s.url(name)
 }
 
-// NewPool returns a pool on a new database cloned from tmpl (see NewDB);
-// the pool is closed when the test ends.
+// NewPool returns a pool on a new database cloned from tmpl (see NewDB),
+// its connections in the services' session (pgsession: binary codecs,
+// planner settings), so that a test encodes and plans its statements as the
+// services do; the pool is closed when the test ends.
 func NewPool(t testing.TB, tmpl Template) *pgxpool.Pool {
 	t.Helper()
-	dbURL := NewDB(t, tmpl)
-	pool, err := pgxpool.New(context.Background(), dbURL)
+	return NewPoolConns(t, tmpl, 0)
+}
+
+// NewPoolConns is NewPool with at most maxConns connections (pgx's default
+// if 0), for tests that run more transactions at once than that.
+func NewPoolConns(t testing.TB, tmpl Template, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(NewDB(t, tmpl))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pgsession.Configure(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg) // outlives t.Context (closed in Cleanup)
 	if err != nil {
 		t.Fatalf("pgtest: open pool: %v", err)
 	}

@@ -60,17 +60,7 @@ func NewPool(t testing.TB, spec service.Spec) *pgxpool.Pool {
 // run more transactions at once than the default pool size allows.
 func NewPoolConns(t testing.TB, spec service.Spec, maxConns int32) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(NewDB(t, spec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = maxConns
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg) // the pool outlives t.Context (closed in Cleanup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close) // before the drop NewDB registered
-	return pool
+	return pgtest.NewPoolConns(t, Template(spec), maxConns)
 }
 
 // Registry returns the event registry the service decodes with: the
