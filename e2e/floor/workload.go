@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -346,15 +347,16 @@ func (w *workload) decide(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, 
 	for i, id := range aggregateIDs {
 		aggIDs[i] = id.String()
 	}
-	los, his := make([]uuid.UUID, n), make([]uuid.UUID, n)
+	los, his, sinces := make([]uuid.UUID, n), make([]uuid.UUID, n), make([]uuid.UUID, n)
 	for i, id := range ids {
 		los[i], his[i] = inbox.EventParts.Span.Around(id)
+		sinces[i] = inbox.HolderSince(aggIDs[i], slices.Contains(events.MintedAggregates, aggregateType))
 	}
 	claimed := 0
 	pb := &pgx.Batch{}
 	pb.Queue("SAVEPOINT " + inbox.Savepoint)
 	pb.Queue(inbox.ClaimStatement, ids, repeat(digest, n), repeat(eventType, n), repeat(tenantID, n),
-		repeat(aggregateType, n), aggIDs, repeat(int64(1), n), los, his).Query(func(rows pgx.Rows) error {
+		repeat(aggregateType, n), aggIDs, repeat(int64(1), n), los, his, sinces).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id uuid.UUID
 			var mine, taken bool

@@ -97,6 +97,14 @@ const (
 	AggregateOps = "ops"
 )
 
+// MintedAggregates are the aggregate types whose ids their producer mints as
+// UUIDv7s with the aggregate's first event (usage's usageId, billing's
+// chargeId and adjustmentId), never taken from a request: an event of one
+// is minted after its id, which lets the inbox look for a holder of its slot
+// only in the weeks since (inbox.Options.MintedAggregates, decision 0028).
+// A type whose ids a client could choose must never be added.
+var MintedAggregates = []string{AggregateUsage, AggregateCharge, AggregateAdjustment}
+
 // QuarantineAggregateID is the aggregate id of the EventQuarantined a
 // service publishes for the quarantined message whose raw bytes have the
 // given SHA-256.

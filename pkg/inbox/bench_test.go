@@ -1,6 +1,8 @@
 package inbox_test
 
 import (
+	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -64,6 +66,80 @@ func BenchmarkDecide(b *testing.B) {
 			b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
+}
+
+// BenchmarkDecideSteadyState decides batches of 500 fresh events, as
+// BenchmarkDecide's "fresh" does, against an inbox_event that holds what a
+// service's does in steady state: three past weeks and the current one,
+// INBOX_BENCH_WEEK_ROWS rows each (default 300,000), of aggregates whose
+// ids are UUIDv7 minted with their events, as usage facts and charges are.
+// BenchmarkDecide's fresh database has none, so its claims probe empty
+// partitions for holders of their slots in other weeks; here they probe
+// full ones, unless the aggregate type is minted (Options.MintedAggregates):
+// "minted" looks for holders only since the aggregates' ids, "not_minted"
+// in every week.
+func BenchmarkDecideSteadyState(b *testing.B) {
+	for _, minted := range []bool{true, false} {
+		name := map[bool]string{true: "minted", false: "not_minted"}[minted]
+		b.Run(name, func(b *testing.B) {
+			opts := inbox.Options{}
+			if minted {
+				opts.MintedAggregates = []string{"thing"}
+			}
+			benchSteadyState(b, opts)
+		})
+	}
+}
+
+func benchSteadyState(b *testing.B, opts inbox.Options) {
+	const batch = 500
+	weekRows := 300_000
+	if s := os.Getenv("INBOX_BENCH_WEEK_ROWS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("INBOX_BENCH_WEEK_ROWS=%q: want a positive number of rows", s)
+		}
+		weekRows = n
+	}
+	pool := pgtest.NewPool(b, tmpl)
+	ib := newInbox(b, opts)
+	ctx := b.Context()
+	now := time.Now()
+	for w := 3; w >= 0; w-- {
+		at := now.AddDate(0, 0, -7*w)
+		if _, err := inbox.EnsureParts(ctx, pool, at); err != nil {
+			b.Fatal(err)
+		}
+		// Ids (and aggregate ids) minted a millisecond apart from the start
+		// of the week at.
+		_, err := pool.Exec(ctx, `
+			INSERT INTO inbox_event (event_id, payload_digest, event_type, tenant_id, aggregate_type, aggregate_id, aggregate_version)
+			SELECT u, 'digest', 'Noted', 't1', 'thing', u::text, 1
+			FROM (SELECT (lpad(to_hex($1::bigint + g), 12, '0') || '7000' || '8000' || lpad(to_hex(g), 12, '0'))::uuid AS u
+			      FROM generate_series(1, $2::int) g) ids`,
+			inbox.EventParts.Span.Start(at).UnixMilli(), weekRows)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `VACUUM ANALYZE inbox_event`); err != nil {
+		b.Fatal(err)
+	}
+	events := 0
+	for b.Loop() {
+		b.StopTimer()
+		raws := make([][]byte, batch)
+		for i := range raws {
+			raws[i] = raw(b, ev(b, "Noted", 1, uuid.Must(uuid.NewV7()).String(), 1, note{Origin: origin("b")}))
+		}
+		ms := msgs(raws...)
+		b.StartTimer()
+		if _, err := ib.DecideCommit(ctx, pool, ms); err != nil {
+			b.Fatal(err)
+		}
+		events += batch
+	}
+	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
 }
 
 // BenchmarkHandlersOnly runs the same handler on batches of 500 decoded

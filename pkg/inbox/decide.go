@@ -79,18 +79,20 @@ const Savepoint = "inbox_decide"
 // ClaimStatement claims a run's events and reads what decides the rest, in
 // one statement: $1 to $7 the events' ids, payload digests, types, tenants,
 // aggregate types, ids and versions; $8 and $9 the bounds of the ids about
-// each one's own (EventParts.Span.Around). Per event, in the order given:
-// its id; whether this statement claimed it; the digest of its row when it
-// did not; whether another event holds its aggregate slot outside its own
-// ids' range (in another week: the claim met the slot's unique index in its
-// own). The inbox's statements are exported for the floor benchmark
+// each one's own (EventParts.Span.Around); $10 the least id a holder of each
+// one's slot can have (HolderSince). Per event, in the order given: its id;
+// whether this statement claimed it; the digest of its row when it did not;
+// whether another event holds its aggregate slot outside its own ids' range
+// (in another week: the claim met the slot's unique index in its own),
+// looking below the range only from $10 on, and not at all when $10 is not
+// below it. The inbox's statements are exported for the floor benchmark
 // (e2e/floor), which sends them, not copies, so it measures what runs.
 const ClaimStatement = `
 		WITH k AS (
 		    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
-		                         $8::uuid[], $9::uuid[])
+		                         $8::uuid[], $9::uuid[], $10::uuid[])
 		         WITH ORDINALITY AS c(event_id, payload_digest, event_type, tenant_id,
-		                              aggregate_type, aggregate_id, aggregate_version, lo, hi, n)
+		                              aggregate_type, aggregate_id, aggregate_version, lo, hi, since, n)
 		), claim AS (
 		    INSERT INTO inbox_event (event_id, payload_digest, event_type, tenant_id,
 		                             aggregate_type, aggregate_id, aggregate_version)
@@ -104,10 +106,12 @@ const ClaimStatement = `
 		SELECT k.event_id, claim.event_id IS NOT NULL,
 		       CASE WHEN claim.event_id IS NULL THEN
 		           (SELECT e.payload_digest FROM inbox_event e WHERE e.event_id = k.event_id) END,
-		       EXISTS (SELECT 1 FROM inbox_event e
-		               WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
-		                 AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
-		                 AND e.event_id < k.lo)
+		       CASE WHEN k.since < k.lo THEN
+		           EXISTS (SELECT 1 FROM inbox_event e
+		                   WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
+		                     AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
+		                     AND e.event_id >= k.since AND e.event_id < k.lo)
+		       ELSE false END
 		       OR EXISTS (SELECT 1 FROM inbox_event e
 		                  WHERE e.tenant_id = k.tenant_id AND e.aggregate_type = k.aggregate_type
 		                    AND e.aggregate_id = k.aggregate_id AND e.aggregate_version = k.aggregate_version
@@ -404,7 +408,7 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 		applied:  make(map[slot]bool, len(cands)),
 	}
 	if len(cands) > 0 {
-		if err := u.st.read(ctx, tx, cands); err != nil {
+		if err := u.st.read(ctx, tx, cands, ib.minted); err != nil {
 			return nil, err
 		}
 		u.savepointOpen = true // step 1 opened it
@@ -745,10 +749,10 @@ func (u *unit) rollbackIsolated(ctx context.Context, e *envelope.Envelope) error
 // second): open the savepoint, claim the run's events and read, in the same
 // statement, the digests of those not claimed and the holders of their
 // slots; then read their predecessors and their deferred rows.
-func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
+func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item, minted map[string]bool) error {
 	b := &pgx.Batch{}
 	b.Queue("SAVEPOINT " + Savepoint)
-	ids := st.queueClaims(b, cands)
+	ids := st.queueClaims(b, cands, minted)
 	st.queuePredecessors(b, cands)
 	b.Queue(DeferredStatement, ids).
 		Query(scanDigests(st.deferred))
@@ -776,18 +780,19 @@ func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item) error {
 // partition needs none: its unique slot let the claim through, or refused it
 // (then the digest decides). The probe leaves out the ids about the event's
 // that no partition boundary cuts (monthpart's Around), so PostgreSQL prunes
-// the event's own week and probes the others.
+// the event's own week and probes the others; below the event's range, only
+// those from HolderSince on (minted aggregates: usually none).
 //
 // The lookups see the statement's snapshot, from before the claim, so an
 // event that the claim did not take because a concurrent delivery of it
 // committed while the claim waited has no digest here: readUnseen reads
 // those again.
-func (st *runState) queueClaims(b *pgx.Batch, cands []*item) [][16]byte {
+func (st *runState) queueClaims(b *pgx.Batch, cands []*item, minted map[string]bool) [][16]byte {
 	n := len(cands)
 	ids := make([][16]byte, n)
 	digests := make([]string, n)
 	types := make([]string, n)
-	los, his := make([][16]byte, n), make([][16]byte, n)
+	los, his, sinces := make([][16]byte, n), make([][16]byte, n), make([][16]byte, n)
 	for i, it := range cands {
 		e := it.env()
 		ids[i] = e.EventID
@@ -795,12 +800,13 @@ func (st *runState) queueClaims(b *pgx.Batch, cands []*item) [][16]byte {
 		types[i] = e.EventType
 		lo, hi := EventParts.Span.Around(e.EventID)
 		los[i], his[i] = lo, hi
+		sinces[i] = HolderSince(e.AggregateID, minted[e.AggregateType])
 	}
 	tenants, aggTypes, aggIDs, versions := slotColumns(cands)
 	// The claim is the arbiter between concurrent deliveries: it waits for
 	// a transaction holding the same key and then sees its outcome.
 	b.Queue(ClaimStatement,
-		ids, digests, types, tenants, aggTypes, aggIDs, versions, los, his).
+		ids, digests, types, tenants, aggTypes, aggIDs, versions, los, his, sinces).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id uuid.UUID

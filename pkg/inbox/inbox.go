@@ -247,6 +247,16 @@ type Options struct {
 	// and reaches no handler, so a forgery cannot take a genuine event's
 	// place. Nil accepts every producer on every topic.
 	Authorize func(topic string, e *envelope.Envelope) bool
+	// MintedAggregates names the aggregate types whose ids are UUIDv7s that
+	// their producer mints no later than the aggregate's first event, such as
+	// a usage fact's or a charge's (for the services,
+	// events.MintedAggregates). An event holding the slot of such an
+	// aggregate names its id, so it was minted after it: the claim looks for
+	// a holder in the weeks before an event's own only from the id's time
+	// less MintSkew (HolderSince), which for a fact minted now is none of
+	// them (decision 0028). Every other aggregate's holder is looked for in
+	// every week.
+	MintedAggregates []string
 }
 
 // Inbox decides consumed events. It is safe for concurrent use.
@@ -256,6 +266,7 @@ type Inbox struct {
 	batch    map[string]BatchHandler
 	opts     Options
 	origin   map[string]bool
+	minted   map[string]bool
 	budget   int
 	attempts attempts
 	log      *slog.Logger
@@ -300,11 +311,15 @@ func New(registry *envelope.Registry, handlers map[string]Handler, opts Options)
 	for _, c := range opts.OriginConstraints {
 		origin[c] = true
 	}
+	minted := make(map[string]bool, len(opts.MintedAggregates))
+	for _, t := range opts.MintedAggregates {
+		minted[t] = true
+	}
 	budget := opts.RetryBudget
 	if budget <= 0 {
 		budget = DefaultRetryBudget
 	}
-	return &Inbox{registry: registry, handlers: hs, batch: bs, opts: opts, origin: origin, budget: budget,
+	return &Inbox{registry: registry, handlers: hs, batch: bs, opts: opts, origin: origin, minted: minted, budget: budget,
 		log: log, metrics: m}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -42,6 +43,31 @@ import (
 // ahead. Each partition gets its own unique aggregate slot (the function
 // inbox_event_months of migration 0005 creates it).
 var EventParts = monthpart.Table{Name: "inbox_event", Key: "event_id", DDL: "inbox_event_months", Span: monthpart.Week, Ahead: 1}
+
+// MintSkew is how far apart the clocks that mint a minted aggregate's id
+// and its events' ids may be (Options.MintedAggregates): a holder of the
+// aggregate's slot is looked for from the id's time less MintSkew. A day,
+// where the clocks of a producer's instances differ by milliseconds: an
+// event of the first day of a week still looks in the week before.
+const MintSkew = 24 * time.Hour
+
+// HolderSince is the least event id an event holding the slot of aggregate
+// id can have: for a minted aggregate whose id is a UUIDv7, the id's time
+// less MintSkew; for any other, the nil UUID (every id).
+func HolderSince(aggregateID string, minted bool) uuid.UUID {
+	if !minted {
+		return uuid.Nil
+	}
+	id, err := uuid.Parse(aggregateID)
+	if err != nil || id.Version() != 7 {
+		return uuid.Nil
+	}
+	since := monthpart.TimeOf(id).Add(-MintSkew)
+	if since.Before(time.UnixMilli(0)) {
+		return uuid.Nil
+	}
+	return monthpart.Bound(since)
+}
 
 // EnsureParts creates the partitions of inbox_event for the current week
 // and the week ahead that do not exist yet; it returns their names.

@@ -97,6 +97,92 @@ func TestSlotConflictAcrossWeeks(t *testing.T) {
 	wantOutcomes(t, decide(t, ib, pool, raw(t, evAt(t, now, "x", 2))), "applied")
 }
 
+// A minted aggregate (Options.MintedAggregates) minted half an hour into
+// this week, whose slot an event minted half an hour before the week began
+// holds: clocks a day apart at most (MintSkew), the claim looks for the
+// holder in last week too, and another event of the slot this week is a
+// DUPLICATE. (With no skew allowed it would look from the aggregate's own
+// time on, miss the holder, and apply the slot twice.)
+func TestMintedSlotHolderFoundAcrossTheWeekWithinTheSkew(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, tmpl)
+	ib := newInbox(t, inbox.Options{MintedAggregates: []string{"thing"}})
+	last := lastWeek(t, pool) // an hour before this week began
+	aggregate := monthparttest.MintedAt(last.Add(90 * time.Minute)).String()
+	holder := evAt(t, last.Add(30*time.Minute), aggregate, 1)
+	wantOutcomes(t, decide(t, ib, pool, raw(t, holder)), "applied")
+	if got, want := partitionOf(t, pool, holder.EventID), inbox.EventParts.PartOf(last).Name; got != want {
+		t.Fatalf("holder claimed in %q, want last week's %q", got, want)
+	}
+	other := evAt(t, last.Add(2*time.Hour), aggregate, 1)
+	wantOutcomes(t, decide(t, ib, pool, raw(t, other)), "duplicate:version_already_applied")
+	if got := effectVersions(t, pool, aggregate); !slices.Equal(got, []int64{1}) {
+		t.Fatalf("effects of %s %v, want one", aggregate, got)
+	}
+}
+
+// The claim of events of minted aggregates minted with them looks for
+// holders of their slots in no week before their own (HolderSince), where
+// the same events of an aggregate type not minted probe every past week: the
+// steady state's three past weeks were half of a claim's time
+// (BenchmarkDecideSteadyState).
+func TestMintedClaimProbesNoPastWeek(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, tmpl)
+	ctx := t.Context()
+	last := lastWeek(t, pool)
+	// A row in last week's partition, so its slot index is not empty.
+	wantOutcomes(t, decide(t, ib0(t), pool, raw(t, evAt(t, last, "old", 1))), "applied")
+	lastPart := inbox.EventParts.PartOf(last).Name
+	// Events minted two days into this week, with their aggregates.
+	at := inbox.EventParts.Span.Start(time.Now()).Add(48 * time.Hour)
+	const n = 20
+	ids, aggIDs := make([]uuid.UUID, n), make([]string, n)
+	los, his := make([]uuid.UUID, n), make([]uuid.UUID, n)
+	for i := range ids {
+		ids[i] = monthparttest.MintedAt(at.Add(time.Duration(i) * time.Millisecond))
+		aggIDs[i] = monthparttest.MintedAt(at.Add(time.Duration(i) * time.Millisecond)).String()
+		los[i], his[i] = inbox.EventParts.Span.Around(ids[i])
+	}
+	for _, minted := range []bool{true, false} {
+		sinces := make([]uuid.UUID, n)
+		for i := range sinces {
+			sinces[i] = inbox.HolderSince(aggIDs[i], minted)
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []map[string]any
+		err = tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+inbox.ClaimStatement,
+			ids, repeat("digest", n), repeat("Noted", n), repeat("t1", n), repeat("thing", n), aggIDs, ones(n),
+			los, his, sinces).Scan(&plan)
+		_ = tx.Rollback(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		probes := 0.0
+		var walk func(node map[string]any)
+		walk = func(node map[string]any) {
+			if node["Relation Name"] == lastPart {
+				loops, _ := node["Actual Loops"].(float64)
+				probes += loops
+			}
+			children, _ := node["Plans"].([]any)
+			for _, c := range children {
+				walk(c.(map[string]any))
+			}
+		}
+		walk(plan[0]["Plan"].(map[string]any))
+		switch {
+		case minted && probes != 0:
+			t.Errorf("minted aggregates: the claim read last week's partition %v times, want none", probes)
+		case !minted && probes < n:
+			t.Errorf("aggregates not minted: the claim read last week's partition %v times, want once per event (%d)", probes, n)
+		}
+	}
+}
+
 // Dropping a week past the retention carries the newest version of a kept
 // aggregate type into the default partition, so the next version, months
 // later, finds its predecessor; older versions go with the
@@ -222,4 +308,13 @@ func TestMigrationToMonthsKeepsEveryDecision(t *testing.T) {
 	if got := effectVersions(t, pool, "a"); !slices.Equal(got, []int64{1}) {
 		t.Fatalf("effects of a %v", got)
 	}
+}
+
+// ones is n versions 1.
+func ones(n int) []int64 {
+	s := make([]int64, n)
+	for i := range s {
+		s[i] = 1
+	}
+	return s
 }

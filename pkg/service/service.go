@@ -369,7 +369,7 @@ func NewInbox(spec Spec, d Deps, parts Parts, reg prometheus.Registerer) (*inbox
 	ib, err := inbox.New(d.Registry, handlers, inbox.Options{
 		Service: spec.Name, Logger: d.Logger, Registerer: reg,
 		OnQuarantine: ops.PublishQuarantine(spec.Name), OriginConstraints: spec.OriginConstraints,
-		BatchHandlers: parts.BatchHandlers, Authorize: AuthorizeProducer,
+		BatchHandlers: parts.BatchHandlers, Authorize: AuthorizeProducer, MintedAggregates: events.MintedAggregates,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("build inbox: %w", err)
