@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/pkg/inbox"
 	"github.com/usagebilling/billing/testkit/pgtest"
@@ -45,25 +46,12 @@ func BenchmarkDecide(b *testing.B) {
 			if _, err := inbox.EnsureParts(ctx, pool, time.Now()); err != nil {
 				b.Fatal(err)
 			}
-			events := 0
-			for b.Loop() {
-				b.StopTimer()
-				raws := make([][]byte, batch)
-				for i := range raws {
-					if bc.odd != nil && (i == batch/2 || bc.name == "all_deferred") {
-						raws[i] = bc.odd(b, i)
-						continue
-					}
-					raws[i] = raw(b, ev(b, "Noted", 1, uuid.NewString(), 1, note{Origin: origin("b")}))
+			decideBatches(b, ib, pool, batch, func(i int) []byte {
+				if bc.odd != nil && (i == batch/2 || bc.name == "all_deferred") {
+					return bc.odd(b, i)
 				}
-				ms := msgs(raws...)
-				b.StartTimer()
-				if _, err := ib.DecideCommit(ctx, pool, ms); err != nil {
-					b.Fatal(err)
-				}
-				events += batch
-			}
-			b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+				return raw(b, ev(b, "Noted", 1, uuid.NewString(), 1, note{Origin: origin("b")}))
+			})
 		})
 	}
 }
@@ -125,19 +113,28 @@ func benchSteadyState(b *testing.B, opts inbox.Options) {
 	if _, err := pool.Exec(ctx, `VACUUM ANALYZE inbox_event`); err != nil {
 		b.Fatal(err)
 	}
+	decideBatches(b, ib, pool, batch, func(int) []byte {
+		return raw(b, ev(b, "Noted", 1, uuid.Must(uuid.NewV7()).String(), 1, note{Origin: origin("b")}))
+	})
+}
+
+// decideBatches decides and commits, for each of b's iterations, a batch of
+// n events, the i-th made by event(i) (outside the timer), and reports the
+// events decided per second.
+func decideBatches(b *testing.B, ib *inbox.Inbox, pool *pgxpool.Pool, n int, event func(i int) []byte) {
 	events := 0
 	for b.Loop() {
 		b.StopTimer()
-		raws := make([][]byte, batch)
+		raws := make([][]byte, n)
 		for i := range raws {
-			raws[i] = raw(b, ev(b, "Noted", 1, uuid.Must(uuid.NewV7()).String(), 1, note{Origin: origin("b")}))
+			raws[i] = event(i)
 		}
 		ms := msgs(raws...)
 		b.StartTimer()
-		if _, err := ib.DecideCommit(ctx, pool, ms); err != nil {
+		if _, err := ib.DecideCommit(b.Context(), pool, ms); err != nil {
 			b.Fatal(err)
 		}
-		events += batch
+		events += n
 	}
 	b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
 }
