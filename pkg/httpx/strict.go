@@ -3,14 +3,13 @@ package httpx
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -63,26 +62,21 @@ func CheckJSON(body []byte, dst any) *Problem {
 	if p := checkEscapes(body); p != nil {
 		return p
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
 	var t reflect.Type
 	if dst != nil {
 		t = reflect.TypeOf(dst)
 	}
-	w := walker{dec: dec}
-	tok, err := dec.Token()
-	if err != nil {
-		return NewProblem(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
-	}
-	if tok == nil && wantsObject(t) {
+	w := walker{b: body, path: make([]step, 0, MaxDepth)}
+	w.space()
+	if bytes.HasPrefix(body[w.i:], []byte("null")) && wantsObject(t) {
 		// encoding/json leaves the value as it was: a command would run
 		// with every field absent (PUT settings would reset them).
 		return NewProblem(http.StatusBadRequest, "malformed_json", "body must be a JSON object, not null")
 	}
-	if p := w.value(tok, t, "", 0); p != nil {
+	if p := w.value(t, 0); p != nil {
 		return p
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	if w.space(); w.i < len(body) {
 		return NewProblem(http.StatusBadRequest, "malformed_json", "body must hold exactly one JSON value, with nothing after it")
 	}
 	return nil
@@ -181,75 +175,232 @@ func nulProblem(where string) *Problem {
 	return Problemf(http.StatusBadRequest, CodeNULCharacter, "%s holds U+0000 (NUL), which no field accepts", where)
 }
 
-// walker follows the tokens of a JSON value and the Go type it decodes into.
-type walker struct{ dec *json.Decoder }
+// walker reads a JSON value from its bytes, following the Go type it decodes
+// into: one pass, which allocates only for a member name with escapes and
+// for an object's members past smallObject. The grammar is RFC 8259's, as
+// encoding/json reads it; what the walker passes, the decoder parses.
+type walker struct {
+	b    []byte
+	i    int
+	path []step // where the value being read is, for a problem to name
+}
 
-var (
-	rawMessageType  = reflect.TypeFor[json.RawMessage]()
-	unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
-)
+// step is one step of a path into the body: an element (index) or a
+// member (name, index -1).
+type step struct {
+	name  []byte
+	index int
+}
 
-// value checks the value that starts with tok, decoded into t (nil: any
-// value; its objects still may not repeat a member).
-func (w *walker) value(tok json.Token, t reflect.Type, path string, depth int) *Problem {
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
+// where renders the path of the value being read ("events[3].quantity").
+func (w *walker) where() string {
+	var b strings.Builder
+	for i, s := range w.path {
+		switch {
+		case s.index >= 0:
+			fmt.Fprintf(&b, "[%d]", s.index)
+		case i > 0:
+			b.WriteByte('.')
+			fallthrough
+		default:
+			b.Write(s.name)
+		}
 	}
-	if t != nil && (t == rawMessageType || t.Kind() == reflect.Interface ||
-		reflect.PointerTo(t).Implements(unmarshalerType)) {
-		t = nil
+	return b.String()
+}
+
+func malformed() *Problem {
+	return NewProblem(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
+}
+
+func (w *walker) space() {
+	for w.i < len(w.b) {
+		switch w.b[w.i] {
+		case ' ', '\t', '\n', '\r':
+			w.i++
+		default:
+			return
+		}
 	}
-	switch v := tok.(type) {
-	case json.Delim:
+}
+
+// value checks the value at w.i (after white space), decoded into t (nil:
+// any value; its objects still may not repeat a member).
+func (w *walker) value(t reflect.Type, depth int) *Problem {
+	t = decodedAs(t)
+	w.space()
+	if w.i >= len(w.b) {
+		return malformed()
+	}
+	switch c := w.b[w.i]; {
+	case c == '{' || c == '[':
 		if depth >= MaxDepth {
 			return Problemf(http.StatusBadRequest, CodeTooDeep, "objects and arrays nest deeper than %d", MaxDepth)
 		}
-		if v == '{' {
-			return w.object(t, path, depth+1)
+		w.i++
+		if c == '{' {
+			return w.object(t, depth+1)
 		}
-		var elem reflect.Type
-		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
-			elem = t.Elem()
+		return w.array(t, depth+1)
+	case c == '"':
+		_, ok := w.string()
+		if !ok {
+			return malformed()
 		}
-		for i := 0; ; i++ {
-			tok, err := w.dec.Token()
-			if err != nil {
-				return NewProblem(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
-			}
-			if tok == json.Delim(']') {
-				return nil
-			}
-			if p := w.value(tok, elem, fmt.Sprintf("%s[%d]", path, i), depth+1); p != nil {
-				return p
-			}
-		}
-	case string:
-		if strings.ContainsRune(v, 0) {
-			return nulProblem(fieldName(path))
-		}
-	case json.Number:
-		if len(v) > MaxNumberChars {
-			return Problemf(http.StatusBadRequest, CodeNumberTooLarge, "%s: a number of more than %d characters", fieldName(path), MaxNumberChars)
-		}
-		if i := strings.IndexAny(string(v), "eE"); i >= 0 {
-			exp := strings.TrimLeft(string(v[i+1:]), "+-")
-			if len(strings.TrimLeft(exp, "0")) > 2 {
-				return Problemf(http.StatusBadRequest, CodeNumberTooLarge, "%s: a number with an exponent beyond two digits", fieldName(path))
-			}
-		}
+	case c == '-' || c >= '0' && c <= '9':
+		return w.number()
+	case c == 't':
+		return w.literal("true")
+	case c == 'f':
+		return w.literal("false")
+	case c == 'n':
+		return w.literal("null")
+	default:
+		return malformed()
 	}
 	return nil
 }
 
-func fieldName(path string) string {
-	if path == "" {
+func (w *walker) literal(lit string) *Problem {
+	if !bytes.HasPrefix(w.b[w.i:], []byte(lit)) {
+		return malformed()
+	}
+	w.i += len(lit)
+	return nil
+}
+
+// string reads a string at w.i, its opening quote, and returns its content
+// as written (escapes and all) and whether it was well formed. UTF-8 and
+// the escapes' code points were checked before (checkEscapes).
+func (w *walker) string() ([]byte, bool) {
+	start := w.i + 1
+	for i := start; i < len(w.b); {
+		switch c := w.b[i]; {
+		case c == '"':
+			w.i = i + 1
+			return w.b[start:i], true
+		case c < 0x20:
+			return nil, false
+		case c != '\\':
+			i++
+		case i+1 >= len(w.b):
+			return nil, false
+		case w.b[i+1] == 'u':
+			if i+6 > len(w.b) || !isHex(w.b[i+2]) || !isHex(w.b[i+3]) || !isHex(w.b[i+4]) || !isHex(w.b[i+5]) {
+				return nil, false
+			}
+			i += 6
+		case isEscape(w.b[i+1]):
+			i += 2
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// isEscape reports whether c may follow a backslash (the \u escape aside).
+func isEscape(c byte) bool {
+	switch c {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return true
+	}
+	return false
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// number reads a number at w.i: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?,
+// at most MaxNumberChars long, its exponent at most two digits.
+func (w *walker) number() *Problem {
+	start := w.i
+	i := start
+	digits := func() int {
+		n := 0
+		for i < len(w.b) && w.b[i] >= '0' && w.b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	if w.b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(w.b) && w.b[i] == '0':
+		i++
+	case digits() == 0:
+		return malformed()
+	}
+	if i < len(w.b) && w.b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return malformed()
+		}
+	}
+	expAt := -1
+	if i < len(w.b) && (w.b[i] == 'e' || w.b[i] == 'E') {
+		i++
+		if i < len(w.b) && (w.b[i] == '+' || w.b[i] == '-') {
+			i++
+		}
+		expAt = i
+		if digits() == 0 {
+			return malformed()
+		}
+	}
+	w.i = i
+	if i-start > MaxNumberChars {
+		return Problemf(http.StatusBadRequest, CodeNumberTooLarge, "%s: a number of more than %d characters", w.fieldName(), MaxNumberChars)
+	}
+	if expAt >= 0 && len(bytes.TrimLeft(w.b[expAt:i], "0")) > 2 {
+		return Problemf(http.StatusBadRequest, CodeNumberTooLarge, "%s: a number with an exponent beyond two digits", w.fieldName())
+	}
+	return nil
+}
+
+func (w *walker) fieldName() string {
+	if len(w.path) == 0 {
 		return "the body"
 	}
-	return fmt.Sprintf("field %q", path)
+	return fmt.Sprintf("field %q", w.where())
+}
+
+// array checks the elements of an array, after its '['.
+func (w *walker) array(t reflect.Type, depth int) *Problem {
+	var elem reflect.Type
+	if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+		elem = t.Elem()
+	}
+	if w.space(); w.i < len(w.b) && w.b[w.i] == ']' {
+		w.i++
+		return nil
+	}
+	for n := 0; ; n++ {
+		w.path = append(w.path, step{index: n})
+		if p := w.value(elem, depth); p != nil {
+			return p
+		}
+		w.path = w.path[:len(w.path)-1]
+		if w.space(); w.i >= len(w.b) {
+			return malformed()
+		}
+		switch w.b[w.i] {
+		case ',':
+			w.i++
+		case ']':
+			w.i++
+			return nil
+		default:
+			return malformed()
+		}
+	}
 }
 
 // object checks the members of an object, after its '{'.
-func (w *walker) object(t reflect.Type, path string, depth int) *Problem {
+func (w *walker) object(t reflect.Type, depth int) *Problem {
 	var fields map[string]reflect.Type
 	var elem reflect.Type
 	switch {
@@ -258,63 +409,154 @@ func (w *walker) object(t reflect.Type, path string, depth int) *Problem {
 	case t != nil && t.Kind() == reflect.Map:
 		elem = t.Elem()
 	}
-	seen := map[string]string{}
+	if w.space(); w.i < len(w.b) && w.b[w.i] == '}' {
+		w.i++
+		return nil
+	}
+	// encoding/json matches struct fields case-insensitively (as
+	// bytes.EqualFold), so a struct's members may not repeat in any case.
+	seen := members{fold: fields != nil}
 	for {
-		tok, err := w.dec.Token()
-		if err != nil {
-			return NewProblem(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
+		if w.space(); w.i >= len(w.b) || w.b[w.i] != '"' {
+			return malformed()
 		}
-		if tok == json.Delim('}') {
-			return nil
-		}
-		key, ok := tok.(string)
+		raw, ok := w.string()
 		if !ok {
-			return NewProblem(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
+			return malformed()
 		}
-		member := key
-		if path != "" {
-			member = path + "." + key
+		key := raw
+		if bytes.IndexByte(raw, '\\') >= 0 {
+			var s string
+			if json.Unmarshal(w.b[w.i-len(raw)-2:w.i], &s) != nil {
+				return malformed()
+			}
+			key = []byte(s)
 		}
-		if strings.ContainsRune(key, 0) {
+		if bytes.IndexByte(key, 0) >= 0 {
 			return nulProblem("a member name")
 		}
-		fold := key
-		if fields != nil {
-			fold = foldKey(key) // encoding/json matches struct fields so
-		}
-		if prev, dup := seen[fold]; dup {
-			if prev == key {
-				return Problemf(http.StatusBadRequest, CodeDuplicateField, "member %q appears twice in one object", clipText(member))
+		w.path = append(w.path, step{name: key, index: -1})
+		if prev, dup := seen.add(key); dup {
+			if bytes.Equal(prev, key) {
+				return Problemf(http.StatusBadRequest, CodeDuplicateField, "member %q appears twice in one object", clipText(w.where()))
 			}
-			return Problemf(http.StatusBadRequest, CodeDuplicateField, "members %q and %q name the same field", clipText(prev), clipText(key))
+			return Problemf(http.StatusBadRequest, CodeDuplicateField, "members %q and %q name the same field", clipText(string(prev)), clipText(string(key)))
 		}
-		seen[fold] = key
 		vt := elem
 		if fields != nil {
-			ft, exact := fields[key]
+			ft, exact := fields[string(key)]
 			if !exact {
 				for name := range fields {
-					if foldKey(name) == fold {
-						return Problemf(http.StatusBadRequest, CodeFieldCase, "member %q: field names are case-sensitive, this one is %q", clipText(member), name)
+					if strings.EqualFold(name, string(key)) {
+						return Problemf(http.StatusBadRequest, CodeFieldCase, "member %q: field names are case-sensitive, this one is %q", clipText(w.where()), name)
 					}
 				}
 				// An unknown field: the decoder refuses it (unknown_field).
 			}
 			vt = ft
 		}
-		tok, err = w.dec.Token()
-		if err != nil {
-			return NewProblem(http.StatusBadRequest, "malformed_json", "body is not valid JSON")
+		if w.space(); w.i >= len(w.b) || w.b[w.i] != ':' {
+			return malformed()
 		}
-		if p := w.value(tok, vt, member, depth); p != nil {
+		w.i++
+		if p := w.value(vt, depth); p != nil {
 			return p
+		}
+		w.path = w.path[:len(w.path)-1]
+		if w.space(); w.i >= len(w.b) {
+			return malformed()
+		}
+		switch w.b[w.i] {
+		case ',':
+			w.i++
+		case '}':
+			w.i++
+			return nil
+		default:
+			return malformed()
 		}
 	}
 }
 
+// smallObject is how many members an object's names are compared one by
+// one; past it they go into a map, so a body's cost stays linear in its
+// size however many members one object has.
+const smallObject = 16
+
+// members are the names an object has had so far.
+type members struct {
+	fold  bool // compare as encoding/json matches struct fields
+	names [smallObject][]byte
+	n     int // names held
+	index map[string][]byte
+}
+
+// add records name and returns the earlier name it repeats, if any.
+func (m *members) add(name []byte) ([]byte, bool) {
+	if m.index == nil {
+		for _, prev := range m.names[:m.n] {
+			if bytes.Equal(prev, name) || m.fold && bytes.EqualFold(prev, name) {
+				return prev, true
+			}
+		}
+		if m.n < smallObject {
+			m.names[m.n] = name
+			m.n++
+			return nil, false
+		}
+		m.index = make(map[string][]byte, 2*smallObject)
+		for _, prev := range m.names {
+			m.index[m.key(prev)] = prev
+		}
+	}
+	k := m.key(name)
+	if prev, dup := m.index[k]; dup {
+		return prev, true
+	}
+	m.index[k] = name
+	return nil, false
+}
+
+func (m *members) key(name []byte) string {
+	if m.fold {
+		return foldKey(string(name))
+	}
+	return string(name)
+}
+
+var (
+	rawMessageType  = reflect.TypeFor[json.RawMessage]()
+	unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+)
+
+// decodedAs is the type whose shape a value decoded into t must have: t
+// without its pointers, or nil for any value (a json.RawMessage, an
+// interface, a type with its own UnmarshalJSON).
+func decodedAs(t reflect.Type) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t != nil && (t == rawMessageType || t.Kind() == reflect.Interface ||
+		reflect.PointerTo(t).Implements(unmarshalerType)) {
+		return nil
+	}
+	return t
+}
+
 // structFields maps the JSON names of t's fields (embedded structs'
-// promoted) to their types.
+// promoted) to their types, worked out once per type.
 func structFields(t reflect.Type) map[string]reflect.Type {
+	if f, ok := fieldsOf.Load(t); ok {
+		return f.(map[string]reflect.Type)
+	}
+	f, _ := fieldsOf.LoadOrStore(t, readFields(t))
+	return f.(map[string]reflect.Type)
+}
+
+// fieldsOf caches structFields: reflect.Type -> map[string]reflect.Type.
+var fieldsOf sync.Map
+
+func readFields(t reflect.Type) map[string]reflect.Type {
 	out := map[string]reflect.Type{}
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -329,7 +571,7 @@ func structFields(t reflect.Type) map[string]reflect.Type {
 				ft = ft.Elem()
 			}
 			if ft.Kind() == reflect.Struct {
-				for k, v := range structFields(ft) {
+				for k, v := range readFields(ft) {
 					if _, ok := out[k]; !ok {
 						out[k] = v
 					}

@@ -2,8 +2,11 @@ package httpx
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -59,6 +62,9 @@ func TestDecodeJSONStrict(t *testing.T) {
 		{"huge exponent", `{"quantity":1e999999999}`, 400, CodeNumberTooLarge},
 		{"huge digits", `{"count":` + strings.Repeat("9", 500) + `}`, 400, CodeNumberTooLarge},
 		{"deep", strings.Repeat(`{"quantity":`, 40) + "1" + strings.Repeat("}", 40), 400, CodeTooDeep},
+		{"many members", `{"Tags":{` + manyMembers(30) + `}}`, 0, ""},
+		{"many members duplicate", `{"Tags":{` + manyMembers(30) + `,"k3":"again"}}`, 400, CodeDuplicateField},
+		{"many members case variant", `{"meterCode":"a",` + manyMembers(20) + `,"METERCODE":"b"}`, 400, CodeDuplicateField},
 		{"deep arrays", `{"quantity":` + strings.Repeat("[", 1000) + strings.Repeat("]", 1000) + `}`, 400, CodeTooDeep},
 	}
 	for _, c := range cases {
@@ -74,6 +80,15 @@ func TestDecodeJSONStrict(t *testing.T) {
 			}
 		})
 	}
+}
+
+// manyMembers is n distinct members of an object, "k0":"v" to "k<n-1>":"v".
+func manyMembers(n int) string {
+	m := make([]string, n)
+	for i := range m {
+		m[i] = fmt.Sprintf(`"k%d":"v"`, i)
+	}
+	return strings.Join(m, ",")
 }
 
 func TestDecodeJSONLimitsAndMediaType(t *testing.T) {
@@ -197,4 +212,87 @@ func FuzzCheckRequestText(f *testing.F) {
 			}
 		}
 	})
+}
+
+// CheckJSON reads JSON itself: what it calls malformed must be what
+// encoding/json does. Seed documents mutated at random (a fixed seed:
+// the same inputs every run), each checked both ways.
+func TestCheckJSONReadsJSONAsEncodingJSON(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(26, 18))
+	seeds := checkJSONSeeds()
+	alphabet := []byte("{}[]:,\" \t\n\r\\/-+.0123456789eEtrufalsn\x00\x01\x1fbu\u00e9")
+	const n = 40000
+	for range n {
+		b := []byte(seeds[r.IntN(len(seeds))])
+		for range 1 + r.IntN(3) {
+			at := r.IntN(len(b) + 1)
+			switch r.IntN(3) {
+			case 0: // insert
+				b = slices.Insert(b, at, alphabet[r.IntN(len(alphabet))])
+			case 1: // delete
+				if at < len(b) {
+					b = slices.Delete(b, at, at+1)
+				}
+			default: // replace
+				if at < len(b) {
+					b[at] = alphabet[r.IntN(len(alphabet))]
+				}
+			}
+		}
+		checkAsEncodingJSON(t, b)
+	}
+}
+
+// FuzzCheckJSON is the same property over the fuzzer's inputs (go test
+// -fuzz FuzzCheckJSON ./pkg/httpx); its seeds run with the unit tests.
+func FuzzCheckJSON(f *testing.F) {
+	for _, s := range checkJSONSeeds() {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { checkAsEncodingJSON(t, b) })
+}
+
+func checkJSONSeeds() []string {
+	body, _ := batchBody(2)
+	return []string{
+		string(body),
+		`{"a":[1,-0.5e+2,0,true,false,null,"x\"\\\/\b\f\n\r\t\u00e9"],"b":{"c":{}},"d":[]}`,
+		` [ 1 , [ ] , { } , "" , -0 , 1E2 , 0.0 ] `,
+		`"\ud83d\ude00"`, `12.5`, `-1`, `true`, `null`,
+	}
+}
+
+// checkAsEncodingJSON: a body encoding/json finds valid is not refused as
+// malformed_json (it may be for one of CheckJSON's own rules: with no
+// type, a repeated member, met before the text ends, is one), and one it
+// finds invalid is refused.
+func checkAsEncodingJSON(t *testing.T, b []byte) {
+	t.Helper()
+	p := CheckJSON(b, nil)
+	switch valid := json.Valid(b); {
+	case valid && p != nil && p.Code == "malformed_json":
+		t.Fatalf("%q is JSON to encoding/json, CheckJSON refused it: %s", b, p.Detail)
+	case !valid && p == nil:
+		t.Fatalf("%q is not JSON to encoding/json, CheckJSON passed it", b)
+	case p != nil && !slices.Contains([]string{"malformed_json", CodeInvalidUTF8, CodeNULCharacter, CodeNumberTooLarge, CodeTooDeep, CodeDuplicateField}, p.Code):
+		t.Fatalf("%q: code %s", b, p.Code)
+	}
+}
+
+// A problem names where in the body it is, as a path of members and
+// elements.
+func TestCheckJSONNamesThePlace(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		`{"tiers":[{"upTo":"1"},{"upTo":"1","upTo":"2"}]}`: `member "tiers[1].upTo" appears twice in one object`,
+		`{"tiers":[{},{},{"upTo":1e999}]}`:                 `field "tiers[2].upTo": a number with an exponent beyond two digits`,
+		`{"nested":{"REASON":"x"}}`:                        `member "nested.REASON": field names are case-sensitive, this one is "reason"`,
+		`[[1],[2,` + strings.Repeat("7", 41) + `]]`:        `field "[1][1]": a number of more than 40 characters`,
+		strings.Repeat("9", 41):                            `the body: a number of more than 40 characters`,
+	} {
+		if p := CheckJSON([]byte(body), &strictBody{}); p == nil || p.Detail != want {
+			t.Errorf("%s: got %+v, want %q", body, p, want)
+		}
+	}
 }
