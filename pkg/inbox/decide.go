@@ -408,7 +408,7 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 		applied:  make(map[slot]bool, len(cands)),
 	}
 	if len(cands) > 0 {
-		if err := u.st.read(ctx, tx, cands, ib.minted); err != nil {
+		if err := u.st.read(ctx, tx, cands, ib.Minted); err != nil {
 			return nil, err
 		}
 		u.savepointOpen = true // step 1 opened it
@@ -749,7 +749,7 @@ func (u *unit) rollbackIsolated(ctx context.Context, e *envelope.Envelope) error
 // second): open the savepoint, claim the run's events and read, in the same
 // statement, the digests of those not claimed and the holders of their
 // slots; then read their predecessors and their deferred rows.
-func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item, minted map[string]bool) error {
+func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item, minted func(aggregateType string) bool) error {
 	b := &pgx.Batch{}
 	b.Queue("SAVEPOINT " + Savepoint)
 	ids := st.queueClaims(b, cands, minted)
@@ -787,7 +787,7 @@ func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item, minted m
 // event that the claim did not take because a concurrent delivery of it
 // committed while the claim waited has no digest here: readUnseen reads
 // those again.
-func (st *runState) queueClaims(b *pgx.Batch, cands []*item, minted map[string]bool) [][16]byte {
+func (st *runState) queueClaims(b *pgx.Batch, cands []*item, minted func(aggregateType string) bool) [][16]byte {
 	n := len(cands)
 	ids := make([][16]byte, n)
 	digests := make([]string, n)
@@ -800,7 +800,7 @@ func (st *runState) queueClaims(b *pgx.Batch, cands []*item, minted map[string]b
 		types[i] = e.EventType
 		lo, hi := EventParts.Span.Around(e.EventID)
 		los[i], his[i] = lo, hi
-		sinces[i] = HolderSince(e.AggregateID, minted[e.AggregateType])
+		sinces[i] = HolderSince(e.AggregateID, minted(e.AggregateType))
 	}
 	tenants, aggTypes, aggIDs, versions := slotColumns(cands)
 	// The claim is the arbiter between concurrent deliveries: it waits for

@@ -418,6 +418,11 @@ type Stats struct {
 	Quarantined int64
 }
 
+// Minted reports whether the inbox takes aggregateType's ids as minted
+// with the aggregate's first event (Options.MintedAggregates): its claims
+// look for holders of such a slot only since the id's time (HolderSince).
+func (ib *Inbox) Minted(aggregateType string) bool { return ib.minted[aggregateType] }
+
 // Stats reads the inbox's backlog (ReadStats).
 func (ib *Inbox) Stats(ctx context.Context, q Querier) (Stats, error) { return ReadStats(ctx, q) }
 
