@@ -168,7 +168,8 @@ func PartitionKey(tenantID, aggregateType, aggregateID string) string {
 }
 
 // New builds an envelope: a new UUIDv7 event id (or m.EventID), the payload marshalled with
-// encoding/json (without HTML escaping) and canonicalised, its digest, the
+// encoding/json (without HTML escaping) and canonicalised, or written in
+// canonical form by its own CanonicalEncoder (the same bytes), its digest, the
 // partition key, and RecordedAt set to now. Both times are in UTC, truncated to
 // microseconds so that they survive a PostgreSQL round trip. New checks the
 // result with the rules of Decode and returns a *DecodeError (whose message
@@ -199,12 +200,19 @@ func New(m Meta, payload any) (Envelope, error) {
 		CausationID:      m.CausationID,
 		Traceparent:      m.Traceparent,
 	}
-	body, err := marshalJSON(payload)
-	if err != nil {
-		return Envelope{}, withOp(invalid("payload", "marshal payload: %w", err), "new envelope")
+	if c, ok := payload.(CanonicalEncoder); ok {
+		if canon, ok := c.AppendCanonical(make([]byte, 0, 512)); ok {
+			e.Payload = canon
+		}
 	}
-	if e.Payload, err = Canonical(body); err != nil {
-		return Envelope{}, withOp(invalid("payload", "%w", err), "new envelope")
+	if e.Payload == nil {
+		body, err := marshalJSON(payload)
+		if err != nil {
+			return Envelope{}, withOp(invalid("payload", "marshal payload: %w", err), "new envelope")
+		}
+		if e.Payload, err = Canonical(body); err != nil {
+			return Envelope{}, withOp(invalid("payload", "%w", err), "new envelope")
+		}
 	}
 	e.PayloadDigest = digestOf(e.Payload)
 	if err := e.checkFields(); err != nil {
