@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -317,4 +318,22 @@ func ones(n int) []int64 {
 		s[i] = 1
 	}
 	return s
+}
+
+// Each week's aggregate slot leads with the aggregate id (migration 0007):
+// the aggregates that come once per fact have UUIDv7 ids, so the index grows
+// at its right end however many tenants interleave, where led by the tenant
+// it had one place of insertion per tenant.
+func TestWeekSlotLeadsWithTheAggregateID(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, tmpl)
+	part := inbox.EventParts.PartOf(lastWeek(t, pool)).Name
+	var def string
+	if err := pool.QueryRow(t.Context(), `SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i
+		WHERE i.indrelid = $1::regclass AND i.indisunique AND NOT i.indisprimary`, part).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(def, "(aggregate_id, aggregate_type, tenant_id, aggregate_version)") {
+		t.Fatalf("the slot of %s is %s, want it led by aggregate_id", part, def)
+	}
 }
