@@ -384,19 +384,27 @@ func (w *walker) array(t reflect.Type, depth int) *Problem {
 			return p
 		}
 		w.path = w.path[:len(w.path)-1]
-		if w.space(); w.i >= len(w.b) {
-			return malformed()
-		}
-		switch w.b[w.i] {
-		case ',':
-			w.i++
-		case ']':
-			w.i++
-			return nil
-		default:
-			return malformed()
+		if done, p := w.after(']'); done || p != nil {
+			return p
 		}
 	}
+}
+
+// after reads what follows an element or a member: a comma, with more to
+// come, or close, the end (done).
+func (w *walker) after(close byte) (done bool, p *Problem) {
+	if w.space(); w.i >= len(w.b) {
+		return false, malformed()
+	}
+	switch w.b[w.i] {
+	case ',':
+		w.i++
+		return false, nil
+	case close:
+		w.i++
+		return true, nil
+	}
+	return false, malformed()
 }
 
 // object checks the members of an object, after its '{'.
@@ -463,17 +471,8 @@ func (w *walker) object(t reflect.Type, depth int) *Problem {
 			return p
 		}
 		w.path = w.path[:len(w.path)-1]
-		if w.space(); w.i >= len(w.b) {
-			return malformed()
-		}
-		switch w.b[w.i] {
-		case ',':
-			w.i++
-		case '}':
-			w.i++
-			return nil
-		default:
-			return malformed()
+		if done, p := w.after('}'); done || p != nil {
+			return p
 		}
 	}
 }
