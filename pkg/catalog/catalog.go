@@ -6,7 +6,6 @@ package catalog
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
 	"unicode/utf8"
 
@@ -54,10 +53,21 @@ const (
 	CodeMissingValue      = "missing_value_property"
 )
 
-var keyPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
-
-// ValidKey reports whether s may name a property or a dimension.
-func ValidKey(s string) bool { return keyPattern.MatchString(s) }
+// ValidKey reports whether s may name a property or a dimension: 1 to
+// MaxPropertyKey of [A-Za-z0-9_.-].
+func ValidKey(s string) bool {
+	if s == "" || len(s) > MaxPropertyKey {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '.', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // PricedPerCharge reports whether a charge of a meter with aggregation agg
 // has an amount of its own under unit pricing (sum and count); under the
@@ -160,12 +170,27 @@ func ValidateProperties(props map[string]string) *rule.Error {
 	if len(props) > MaxProperties {
 		return rule.Errorf(rule.Invalid, CodeTooManyProperties, "at most %d properties, not %d", MaxProperties, len(props))
 	}
+	for k, v := range props {
+		if !ValidKey(k) || !validValue(v) {
+			return firstInvalidProperty(props)
+		}
+	}
+	return nil
+}
+
+func validValue(v string) bool {
+	return utf8.ValidString(v) && utf8.RuneCountInString(v) <= MaxPropertyValue && printable(v)
+}
+
+// firstInvalidProperty is the error of the first invalid property in key
+// order, so the same properties always get the same message.
+func firstInvalidProperty(props map[string]string) *rule.Error {
 	for _, k := range SortedKeys(props) {
 		v := props[k]
 		if !ValidKey(k) {
 			return rule.Errorf(rule.Invalid, CodeInvalidProperties, "property name %q must be 1 to %d of A-Z a-z 0-9 _ . -", k, MaxPropertyKey)
 		}
-		if !utf8.ValidString(v) || utf8.RuneCountInString(v) > MaxPropertyValue || !printable(v) {
+		if !validValue(v) {
 			return rule.Errorf(rule.Invalid, CodeInvalidProperties, "property %q: a value is at most %d printable characters", k, MaxPropertyValue)
 		}
 	}

@@ -60,6 +60,14 @@ func digestOf(canon []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// digestIs reports whether digest is digestOf(canon), without a string.
+func digestIs(canon []byte, digest string) bool {
+	sum := sha256.Sum256(canon)
+	var text [2 * sha256.Size]byte
+	hex.Encode(text[:], sum[:])
+	return string(text[:]) == digest
+}
+
 // scanner is a strict JSON parser that writes the canonical form of what it
 // reads. It never panics and recurses at most maxDepth levels.
 type scanner struct {
@@ -67,6 +75,17 @@ type scanner struct {
 	pos      int
 	maxDepth int
 	outer    int // levels of maxDepth taken by an enclosing envelope
+	// text, when set, is data as a string: the strings and numbers read
+	// are cut from it rather than each copied (see text).
+	text string
+}
+
+// sub is data[start:end] as a string: cut from text when it is set.
+func (s *scanner) sub(start, end int) string {
+	if s.text != "" {
+		return s.text[start:end]
+	}
+	return string(s.data[start:end])
 }
 
 // object parses the whole input as one JSON object and returns its canonical
@@ -370,7 +389,7 @@ func (s *scanner) number() (string, error) {
 	if err := s.skipNumber(); err != nil {
 		return "", err
 	}
-	return string(s.data[start:s.pos]), nil
+	return s.sub(start, s.pos), nil
 }
 
 // skipNumber reads a JSON number.
@@ -421,7 +440,7 @@ func (s *scanner) str() (string, error) {
 	for s.pos < len(s.data) {
 		switch c := s.data[s.pos]; {
 		case c == '"':
-			out := string(s.data[start:s.pos])
+			out := s.sub(start, s.pos)
 			s.pos++
 			return out, nil
 		case c == '\\':
@@ -617,12 +636,19 @@ func (s *scanner) members(depth int, fn func(key, value []byte) bool) bool {
 // PlainString is the text of value, a JSON string without escapes (what
 // Members gives for one); false for any other value.
 func PlainString(value []byte) (string, bool) {
+	b, ok := PlainBytes(value)
+	return string(b), ok
+}
+
+// PlainBytes is PlainString's text as the bytes between value's quotes,
+// for a decoder that parses them (an id, a time) and keeps no string.
+func PlainBytes(value []byte) ([]byte, bool) {
 	if len(value) < 2 || value[0] != '"' || value[len(value)-1] != '"' {
-		return "", false
+		return nil, false
 	}
 	s := scanner{data: value}
 	if b, ok := s.plainString(); ok && s.pos == len(value) && utf8.Valid(b) {
-		return string(b), true
+		return b, true
 	}
-	return "", false
+	return nil, false
 }

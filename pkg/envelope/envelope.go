@@ -389,10 +389,11 @@ func (e *Envelope) checkFields() *DecodeError {
 	case e.AggregateVersion < 1:
 		return invalid("aggregateVersion", "%d is out of range", e.AggregateVersion)
 	}
-	switch want := PartitionKey(e.TenantID, e.AggregateType, e.AggregateID); {
+	switch {
 	case e.PartitionKey == "":
 		return missing("partitionKey")
-	case e.PartitionKey != want:
+	case !isPartitionKey(e.PartitionKey, e.TenantID, e.AggregateType, e.AggregateID):
+		want := PartitionKey(e.TenantID, e.AggregateType, e.AggregateID)
 		return invalid("partitionKey", "%s is not %s", quote(e.PartitionKey), quote(want))
 	}
 	if len(e.Payload) == 0 {
@@ -429,13 +430,40 @@ func (e *Envelope) checkFields() *DecodeError {
 	return nil
 }
 
-// Character classes of names and ids.
+// isPartitionKey reports whether key is PartitionKey(tenantID,
+// aggregateType, aggregateID), without building it.
+func isPartitionKey(key, tenantID, aggregateType, aggregateID string) bool {
+	n := len(tenantID)
+	m := n + 1 + len(aggregateType)
+	return len(key) == m+1+len(aggregateID) &&
+		key[:n] == tenantID && key[n] == '|' &&
+		key[n+1:m] == aggregateType && key[m] == '|' &&
+		key[m+1:] == aggregateID
+}
+
+// Character classes of names and ids: bits of classes.
 const (
-	tenantChars    = iota // [A-Za-z0-9_-]
-	nameChars             // [A-Za-z0-9_.-]
-	idChars               // printable ASCII but '|'
-	printableChars        // printable ASCII
+	tenantChars    = 1 << iota // [A-Za-z0-9_-]
+	nameChars                  // [A-Za-z0-9_.-]
+	idChars                    // printable ASCII but '|'
+	printableChars             // printable ASCII
 )
+
+// classes holds, for each byte, the classes it belongs to.
+var classes = func() (t [256]uint8) {
+	for c := '!'; c < 0x7F; c++ {
+		t[c] = idChars | printableChars
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+			t[c] |= tenantChars | nameChars
+		case c == '.':
+			t[c] |= nameChars
+		case c == '|':
+			t[c] &^= idChars
+		}
+	}
+	return t
+}()
 
 func checkName(field, s string, class int) *DecodeError {
 	if s == "" {
@@ -452,19 +480,7 @@ func checkName(field, s string, class int) *DecodeError {
 	return nil
 }
 
-func inClass(c byte, class int) bool {
-	alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-	switch class {
-	case tenantChars:
-		return alnum || c == '_' || c == '-'
-	case nameChars:
-		return alnum || c == '_' || c == '-' || c == '.'
-	case idChars:
-		return c > ' ' && c < 0x7F && c != '|'
-	default:
-		return c > ' ' && c < 0x7F
-	}
-}
+func inClass(c byte, class int) bool { return int(classes[c])&class != 0 }
 
 func checkTime(field string, t time.Time) *DecodeError {
 	if t.IsZero() {
@@ -566,33 +582,35 @@ type rawField struct {
 }
 
 // parseEnvelope parses raw as one strict JSON object with known, distinct
-// member names. Any failure is ReasonMalformed.
-func parseEnvelope(raw []byte) (*[numFields]rawField, *DecodeError) {
+// member names into fields. Any failure is ReasonMalformed. The strings it
+// reads share one copy of raw: a field kept keeps the record's text (at
+// most MaxBytes) alive, and a decode makes one string where it made one per
+// field.
+func parseEnvelope(raw []byte, fields *[numFields]rawField) *DecodeError {
 	s := scanner{data: raw, maxDepth: MaxPayloadDepth + 1, outer: 1}
-	fields, err := s.envelope()
-	if err != nil {
-		return nil, &DecodeError{Reason: ReasonMalformed, Err: err}
+	if err := s.envelope(fields); err != nil {
+		return &DecodeError{Reason: ReasonMalformed, Err: err}
 	}
-	return fields, nil
+	return nil
 }
 
-func (s *scanner) envelope() (*[numFields]rawField, error) {
-	var fields [numFields]rawField
+func (s *scanner) envelope(fields *[numFields]rawField) error {
 	if !utf8.Valid(s.data) {
-		return nil, fmt.Errorf("invalid UTF-8")
+		return fmt.Errorf("invalid UTF-8")
 	}
+	s.text = string(s.data)
 	s.ws()
 	if err := s.expect('{'); err != nil {
-		return nil, fmt.Errorf("not a JSON object: %w", err)
+		return fmt.Errorf("not a JSON object: %w", err)
 	}
 	s.ws()
 	if s.peek() == '}' {
 		s.pos++
-		return &fields, s.end()
+		return s.end()
 	}
 	for {
 		if s.peek() != '"' {
-			return nil, s.errorf("want a string key")
+			return s.errorf("want a string key")
 		}
 		// A key without escapes (every field name) is matched where it
 		// lies, without a string made of it.
@@ -603,25 +621,25 @@ func (s *scanner) envelope() (*[numFields]rawField, error) {
 			s.pos = at
 			var err error
 			if key, err = s.str(); err != nil {
-				return nil, err
+				return err
 			}
 			raw = []byte(key)
 		}
 		i := fieldIndex(raw)
 		if i < 0 {
-			return nil, s.errorf("unknown field %s", quote(string(raw)))
+			return s.errorf("unknown field %s", quote(string(raw)))
 		}
 		f := &fields[i]
 		if f.kind != kindAbsent {
-			return nil, s.errorf("duplicate field %s", quote(string(raw)))
+			return s.errorf("duplicate field %s", quote(string(raw)))
 		}
 		s.ws()
 		if err := s.expect(':'); err != nil {
-			return nil, err
+			return err
 		}
 		s.ws()
 		if err := s.field(f); err != nil {
-			return nil, err
+			return err
 		}
 		s.ws()
 		if s.peek() == ',' {
@@ -630,9 +648,9 @@ func (s *scanner) envelope() (*[numFields]rawField, error) {
 			continue
 		}
 		if err := s.expect('}'); err != nil {
-			return nil, err
+			return err
 		}
-		return &fields, s.end()
+		return s.end()
 	}
 }
 
@@ -667,8 +685,8 @@ func (s *scanner) field(f *rawField) error {
 
 // decodeEnvelope parses and checks raw. It does not consult a registry.
 func decodeEnvelope(raw []byte) (Envelope, *DecodeError) {
-	fields, derr := parseEnvelope(raw)
-	if derr != nil {
+	var fields [numFields]rawField
+	if derr := parseEnvelope(raw, &fields); derr != nil {
 		return Envelope{}, derr
 	}
 	var e Envelope
@@ -678,7 +696,7 @@ func decodeEnvelope(raw []byte) (Envelope, *DecodeError) {
 			return ""
 		}
 		var s string
-		s, err = stringField(fields, i)
+		s, err = stringField(&fields, i)
 		return s
 	}
 	if id := str(fEventID); id != "" {
@@ -687,14 +705,14 @@ func decodeEnvelope(raw []byte) (Envelope, *DecodeError) {
 	e.EventType = str(fEventType)
 	if err == nil {
 		var n int64
-		n, err = intField(fields, fSchemaVersion, maxSchemaVersion)
+		n, err = intField(&fields, fSchemaVersion, maxSchemaVersion)
 		e.SchemaVersion = int(n)
 	}
 	e.TenantID = str(fTenantID)
 	e.AggregateType = str(fAggregateType)
 	e.AggregateID = str(fAggregateID)
 	if err == nil {
-		e.AggregateVersion, err = intField(fields, fAggregateVersion, 1<<63-1)
+		e.AggregateVersion, err = intField(&fields, fAggregateVersion, 1<<63-1)
 	}
 	e.PartitionKey = str(fPartitionKey)
 	if err == nil {
@@ -724,7 +742,7 @@ func decodeEnvelope(raw []byte) (Envelope, *DecodeError) {
 	if err := e.checkFields(); err != nil {
 		return Envelope{}, err
 	}
-	if digestOf(e.Payload) != e.PayloadDigest {
+	if !digestIs(e.Payload, e.PayloadDigest) {
 		return Envelope{}, newError(ReasonDigestMismatch, "payloadDigest %s does not match the payload", e.PayloadDigest)
 	}
 	e.sealed = seal{payload: e.Payload, digest: e.PayloadDigest}
@@ -765,7 +783,8 @@ func intField(fields *[numFields]rawField, i int, max int64) (int64, *DecodeErro
 // checked by checkFields.
 func parseEventID(s string) (uuid.UUID, *DecodeError) {
 	id, err := uuid.Parse(s)
-	if err != nil || id.String() != s {
+	var canon [36]byte
+	if err != nil || string(appendUUID(canon[:0], id)) != s {
 		return uuid.UUID{}, invalid("eventId", "%s is not a UUID in canonical lowercase form", quote(s))
 	}
 	if id == uuid.Nil {

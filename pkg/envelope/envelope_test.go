@@ -201,6 +201,18 @@ func TestDecodeReasons(t *testing.T) {
 		{"aggregateVersion fraction", set("aggregateVersion", json.Number("1.0")), envelope.InvalidField("aggregateVersion")},
 		{"aggregateVersion overflow", set("aggregateVersion", json.Number("9223372036854775808")), envelope.InvalidField("aggregateVersion")},
 		{"wrong partition key", set("partitionKey", "acme-01|UsageFact|other"), envelope.InvalidField("partitionKey")},
+		// Each part of the key checked, at the same length as the right key.
+		{"partition key's tenant", set("partitionKey", "acme-02|UsageFact|api:evt-42"), envelope.InvalidField("partitionKey")},
+		{"partition key's type", set("partitionKey", "acme-01|UsageFacT|api:evt-42"), envelope.InvalidField("partitionKey")},
+		{"partition key's id", set("partitionKey", "acme-01|UsageFact|api:evt-43"), envelope.InvalidField("partitionKey")},
+		{"partition key's separator", set("partitionKey", "acme-01:UsageFact|api:evt-42"), envelope.InvalidField("partitionKey")},
+		{"partition key longer", set("partitionKey", "acme-01|UsageFact|api:evt-42|"), envelope.InvalidField("partitionKey")},
+		// The edges of the character classes.
+		{"tenantId dot", set("tenantId", "acme.01"), envelope.InvalidField("tenantId")},
+		{"eventType pipe", set("eventType", "Usage|Accepted"), envelope.InvalidField("eventType")},
+		{"aggregateType tilde", set("aggregateType", "Usage~Fact"), envelope.InvalidField("aggregateType")},
+		{"aggregateId DEL", set("aggregateId", "api\x7fevt"), envelope.InvalidField("aggregateId")},
+		{"producer non-ascii", set("producer", "usagé"), envelope.InvalidField("producer")},
 		{"payload array", set("payload", []any{}), envelope.InvalidField("payload")},
 		{"payload string", set("payload", "{}"), envelope.InvalidField("payload")},
 		{"payloadDigest uppercase", set("payloadDigest", strings.Repeat("A", 64)), envelope.InvalidField("payloadDigest")},

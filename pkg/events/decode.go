@@ -102,8 +102,8 @@ func str(v []byte, dst *string) bool {
 
 // id is a string encoding/json gives to the UUID's UnmarshalText.
 func id(v []byte, dst *uuid.UUID) bool {
-	s, ok := envelope.PlainString(v)
-	return ok && dst.UnmarshalText([]byte(s)) == nil
+	b, ok := envelope.PlainBytes(v)
+	return ok && dst.UnmarshalText(b) == nil
 }
 
 // dec is a string or number encoding/json gives to the decimal's

@@ -157,14 +157,16 @@ func (g payloads) charge() (events.ChargeRated, bool) {
 	return p, plain
 }
 
-// BenchmarkNewPerFact measures events.New for the two events every fact
-// makes, as usage and billing build them (properties and dimensions
-// included); -benchmem shows the allocations.
-func BenchmarkNewPerFact(b *testing.B) {
+// perFactPayloads are the two events every fact makes, as usage and
+// billing build them (properties and dimensions included).
+func perFactPayloads() []struct {
+	name string
+	p    events.Payload
+} {
 	at := time.Date(2026, 12, 6, 10, 0, 0, 123456000, time.UTC)
 	id := uuid.Must(uuid.NewV7())
 	props := map[string]string{"region": "eu-west-1", "tier": "gold"}
-	for _, c := range []struct {
+	return []struct {
 		name string
 		p    events.Payload
 	}{
@@ -174,12 +176,63 @@ func BenchmarkNewPerFact(b *testing.B) {
 			Quantity: decimal.RequireFromString("12.25"), UnitPrice: decimal.RequireFromString("0.001"),
 			Amount: decimal.RequireFromString("0.01225"), Period: "2026-12", OccurredAt: at, PriceVersion: 2,
 			Properties: props, Dimensions: map[string]string{"region": "eu-west-1"}, SourceSystem: "load", SourceEventID: "run-1-123"}},
-	} {
+	}
+}
+
+func perFactMeta() events.Meta {
+	return events.Meta{Producer: "bench", TenantID: "t1", AggregateID: uuid.Must(uuid.NewV7()).String(),
+		OccurredAt: time.Date(2026, 12, 6, 10, 0, 0, 123456000, time.UTC)}
+}
+
+// BenchmarkNewPerFact measures events.New for the two events every fact
+// makes; -benchmem shows the allocations.
+func BenchmarkNewPerFact(b *testing.B) {
+	for _, c := range perFactPayloads() {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
-			m := events.Meta{Producer: "bench", TenantID: "t1", AggregateID: id.String(), OccurredAt: at}
+			m := perFactMeta()
 			for b.Loop() {
 				if _, err := events.New(c.p, m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDecodePerFact measures what every consumer does with each of
+// the two events every fact makes: Registry.Decode of the record's value
+// (the envelope's checks, its digest, the payload decoded and validated).
+// The usage event carries its request's correlation id, and the charge is
+// caused by it, as in the running system.
+func BenchmarkDecodePerFact(b *testing.B) {
+	r := envelope.NewRegistry()
+	events.Register(r)
+	ps := perFactPayloads()
+	m := perFactMeta()
+	m.CorrelationID = uuid.Must(uuid.NewV7()).String()
+	usage, err := events.New(ps[0].p, m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.CorrelationID = ""
+	charge, err := events.Caused(&usage, ps[1].p, m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		e    envelope.Envelope
+	}{{ps[0].name, usage}, {ps[1].name, charge}} {
+		b.Run(c.name, func(b *testing.B) {
+			raw, err := c.e.Marshal()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(len(raw)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := r.Decode(raw); err != nil {
 					b.Fatal(err)
 				}
 			}
