@@ -63,7 +63,8 @@ func Explain(t testing.TB, pool *pgxpool.Pool, run func(rec *Recorder) error) Pl
 }
 
 // RowsRead is how many rows the plan's nodes read from the relations
-// (tables, partitions) match accepts, loops included.
+// (tables, partitions) match accepts, loops included: the rows each scan
+// gave and the rows its filter or an index recheck removed.
 func (p Plan) RowsRead(t testing.TB, match func(relation string) bool) float64 {
 	t.Helper()
 	var doc []struct{ Plan map[string]any }
@@ -75,8 +76,10 @@ func (p Plan) RowsRead(t testing.TB, match func(relation string) bool) float64 {
 		var sum float64
 		if rel, ok := n["Relation Name"].(string); ok && match(rel) {
 			rows, _ := n["Actual Rows"].(float64)
+			filtered, _ := n["Rows Removed by Filter"].(float64)
+			rechecked, _ := n["Rows Removed by Index Recheck"].(float64)
 			loops, _ := n["Actual Loops"].(float64)
-			sum += rows * loops
+			sum += (rows + filtered + rechecked) * loops
 		}
 		children, _ := n["Plans"].([]any)
 		for _, c := range children {
