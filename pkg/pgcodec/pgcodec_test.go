@@ -2,6 +2,8 @@ package pgcodec
 
 import (
 	"bytes"
+	"errors"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/uuid"
@@ -131,6 +133,101 @@ func TestArraysAndNulls(t *testing.T) {
 		}
 		if b, err := m.Encode(oid, pgtype.BinaryFormatCode, null, nil); err != nil || b != nil {
 			t.Errorf("%T: %x, %v, want NULL", null, b, err)
+		}
+	}
+}
+
+// TestArraysAreWhatPgxWrites: the text and uuid arrays Register encodes are
+// byte for byte what pgx's own codecs write for the same values, over
+// 2,000 drawn slices (nil, empty and multi-byte strings, 1 to 600
+// elements), so PostgreSQL reads the same parameters.
+func TestArraysAreWhatPgxWrites(t *testing.T) {
+	m := pgtype.NewMap()
+	Register(m)
+	plain := pgtype.NewMap()
+	same := func(oid uint32, v any) {
+		t.Helper()
+		got, err := m.Encode(oid, pgtype.BinaryFormatCode, v, nil)
+		if err != nil {
+			t.Fatalf("encode %T: %v", v, err)
+		}
+		want, err := plain.Encode(oid, pgtype.BinaryFormatCode, v, nil)
+		if err != nil {
+			t.Fatalf("pgx encode %T: %v", v, err)
+		}
+		if !bytes.Equal(got, want) || (got == nil) != (want == nil) {
+			t.Fatalf("%T %v:\n got  %x\n pgx  %x", v, v, got, want)
+		}
+	}
+	same(pgtype.TextArrayOID, []string(nil))
+	same(pgtype.UUIDArrayOID, [][16]byte(nil))
+	// An empty array is written without a dimension, as PostgreSQL sends
+	// one (pgx writes one dimension of length 0); both read as empty.
+	for oid, empty := range map[uint32]any{pgtype.TextArrayOID: []string{}, pgtype.UUIDArrayOID: [][16]byte{}} {
+		b, err := m.Encode(oid, pgtype.BinaryFormatCode, empty, nil)
+		var got []string
+		if oid == pgtype.UUIDArrayOID {
+			var ids []uuid.UUID
+			err = errors.Join(err, plain.Scan(oid, pgtype.BinaryFormatCode, b, &ids))
+			if ids != nil {
+				got = make([]string, len(ids))
+			}
+		} else {
+			err = errors.Join(err, plain.Scan(oid, pgtype.BinaryFormatCode, b, &got))
+		}
+		if err != nil || b == nil || got == nil || len(got) != 0 {
+			t.Errorf("empty %T: %x reads as %v, %v", empty, b, got, err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(6, 12))
+	pieces := []string{"", "a", "usage", "é", "日本", "tenant-07", "|", "\"", "\\", " "}
+	for range 2000 {
+		n := 1 + rng.IntN(600)
+		ss, ids := make([]string, n), make([][16]byte, n)
+		for i := range ss {
+			for k := rng.IntN(4); k > 0; k-- {
+				ss[i] += pieces[rng.IntN(len(pieces))]
+			}
+			for j := range ids[i] {
+				ids[i][j] = byte(rng.Uint32())
+			}
+		}
+		same(pgtype.TextArrayOID, ss)
+		same(pgtype.UUIDArrayOID, ids)
+		uids := make([]uuid.UUID, n)
+		for i := range ids {
+			uids[i] = ids[i]
+		}
+		same(pgtype.UUIDArrayOID, uids)
+	}
+}
+
+// BenchmarkArrays encodes the arrays of a batch of 500 events, a text[] and
+// a uuid[], with Register's encoders and with pgx's own.
+func BenchmarkArrays(b *testing.B) {
+	ss, ids := make([]string, 500), make([][16]byte, 500)
+	for i := range ss {
+		ss[i] = "tenant-0" + string(rune('a'+i%26))
+		ids[i] = uuid.New()
+	}
+	mine := pgtype.NewMap()
+	Register(mine)
+	for name, m := range map[string]*pgtype.Map{"register": mine, "pgx": pgtype.NewMap()} {
+		for kind, v := range map[string]any{"text": ss, "uuid": ids} {
+			oid := uint32(pgtype.TextArrayOID)
+			if kind == "uuid" {
+				oid = pgtype.UUIDArrayOID
+			}
+			b.Run(kind+"/"+name, func(b *testing.B) {
+				b.ReportAllocs()
+				var buf []byte
+				for b.Loop() {
+					var err error
+					if buf, err = m.Encode(oid, pgtype.BinaryFormatCode, v, buf[:0]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }
