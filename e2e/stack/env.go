@@ -21,7 +21,7 @@ const (
 	EnvKafkaBrokers = "KAFKA_BROKERS"       // an existing cluster: host:port,...
 	EnvPostgresURL  = "STACK_POSTGRES_URL"  // an existing server: postgres://user@host:port/postgres
 	EnvPostgresPort = "STACK_POSTGRES_PORT" // the throwaway cluster's port (default: free)
-	EnvKafkaPort    = "STACK_KAFKA_PORT"    // the Kafka proxy's port (default: free)
+	EnvKafkaPort    = "STACK_KAFKA_PORT"    // the Kafka proxy's port, the broker's with STACK_DIRECT_KAFKA (default: free)
 	EnvPartitions   = "STACK_PARTITIONS"    // partitions per topic (default 6)
 	EnvPortBase     = "STACK_PORT_BASE"     // meter's HTTP port; usage +1 ... query +4; 0: free ports
 	EnvInstances    = "STACK_INSTANCES"     // processes per service: usage=2,billing=2
@@ -30,6 +30,7 @@ const (
 	EnvLogLevel     = "STACK_LOG_LEVEL"     // the services' LOG_LEVEL (default info)
 	EnvPprofBase    = "STACK_PPROF_BASE"    // serve pprof on 127.0.0.1: meter here, usage +1 ... query +4 (one instance each)
 	EnvDirectDB     = "STACK_DIRECT_DB"     // 1: services reach their databases directly, no proxy (load runs)
+	EnvDirectKafka  = "STACK_DIRECT_KAFKA"  // 1: services reach the broker directly, no proxy (load runs)
 	EnvServiceEnv   = "STACK_SERVICE_ENV"   // services' settings: NAME=value (every service) or service:NAME=value, comma-separated
 )
 
@@ -118,6 +119,9 @@ func (e *envReader) kafka(o *Options) {
 	}
 	if p, ok := e.port(EnvKafkaPort); ok {
 		o.KafkaPort = p
+	}
+	if direct, ok := e.bool(EnvDirectKafka); ok {
+		o.DirectKafka = direct
 	}
 	if v, ok := e.get(EnvPartitions); ok {
 		n, err := strconv.Atoi(v)

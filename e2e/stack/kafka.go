@@ -23,15 +23,29 @@ import (
 // its listener (net.Listener.Addr). Its ListenFn option lets us hand it a
 // listener we opened ourselves, whose Addr reports the proxy's address.
 // testkit/kafkabroker.StartEmbedded does not expose ListenFn, hence kfake here.
-func startEmbedded(proxyPort, partitions int, log *slog.Logger) (*faultproxy.Proxy, *kfake.Cluster, error) {
+//
+// direct starts it with no proxy, on port (zero: a free one), advertising
+// its own address; the proxy returned is nil then.
+func startEmbedded(port, partitions int, direct bool, log *slog.Logger) (*faultproxy.Proxy, *kfake.Cluster, error) {
+	if direct {
+		ln, err := net.Listen("tcp", listenAddr(port))
+		if err != nil {
+			if port != 0 {
+				return nil, nil, portInUse(port, "Kafka broker", "kafka")
+			}
+			return nil, nil, fmt.Errorf("embedded kafka: listen: %w", err)
+		}
+		c, err := newEmbedded(ln, ln.Addr(), partitions, log)
+		return nil, c, err
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, fmt.Errorf("embedded kafka: listen: %w", err)
 	}
-	proxy, err := faultproxy.New(ProxyKafka, listenAddr(proxyPort), ln.Addr().String(), log)
+	proxy, err := faultproxy.New(ProxyKafka, listenAddr(port), ln.Addr().String(), log)
 	if err != nil {
 		ln.Close()
-		return nil, nil, kafkaProxyError(proxyPort, err)
+		return nil, nil, kafkaProxyError(port, err)
 	}
 	advertised, err := net.ResolveTCPAddr("tcp", proxy.Addr())
 	if err != nil {
@@ -39,6 +53,17 @@ func startEmbedded(proxyPort, partitions int, log *slog.Logger) (*faultproxy.Pro
 		proxy.Close()
 		return nil, nil, fmt.Errorf("embedded kafka: proxy address %s: %w", proxy.Addr(), err)
 	}
+	c, err := newEmbedded(ln, advertised, partitions, log)
+	if err != nil {
+		proxy.Close()
+		return nil, nil, err
+	}
+	return proxy, c, nil
+}
+
+// newEmbedded starts the one-broker kfake cluster on ln, advertising
+// advertised; it closes ln when it fails.
+func newEmbedded(ln net.Listener, advertised net.Addr, partitions int, log *slog.Logger) (*kfake.Cluster, error) {
 	var once sync.Once
 	listen := func(string, string) (net.Listener, error) {
 		err := errors.New("embedded kafka: one broker only")
@@ -57,10 +82,9 @@ func startEmbedded(proxyPort, partitions int, log *slog.Logger) (*faultproxy.Pro
 	)
 	if err != nil {
 		ln.Close()
-		proxy.Close()
-		return nil, nil, fmt.Errorf("start embedded kafka: %w", err)
+		return nil, fmt.Errorf("start embedded kafka: %w", err)
 	}
-	return proxy, c, nil
+	return c, nil
 }
 
 // advertisingListener is a listener whose Addr is the address clients

@@ -14,14 +14,14 @@ import (
 func TestFromEnv(t *testing.T) {
 	for _, name := range []string{stack.EnvKafka, stack.EnvKafkaBrokers, stack.EnvPostgresURL, stack.EnvPostgresPort,
 		stack.EnvKafkaPort, stack.EnvPartitions, stack.EnvPortBase, stack.EnvInstances, stack.EnvStateDir, stack.EnvKeep,
-		stack.EnvLogLevel, stack.EnvPprofBase, stack.EnvDirectDB, stack.EnvServiceEnv} {
+		stack.EnvLogLevel, stack.EnvPprofBase, stack.EnvDirectDB, stack.EnvDirectKafka, stack.EnvServiceEnv} {
 		t.Setenv(name, "")
 	}
 	t.Run("every variable", func(t *testing.T) {
 		for k, v := range map[string]string{
 			stack.EnvKafkaBrokers: "a:9092, b:9092", stack.EnvPostgresURL: "postgres://u@h:5432/postgres",
 			stack.EnvPartitions: "3", stack.EnvPortBase: "9000", stack.EnvPprofBase: "6060",
-			stack.EnvDirectDB: "1", stack.EnvInstances: "usage=2,billing=3", stack.EnvStateDir: "/tmp/s",
+			stack.EnvDirectDB: "1", stack.EnvDirectKafka: "1", stack.EnvInstances: "usage=2,billing=3", stack.EnvStateDir: "/tmp/s",
 			stack.EnvKeep: "true", stack.EnvLogLevel: "warn",
 			stack.EnvServiceEnv: "CONSUMER_LANES=2, billing:CONSUMER_BATCH_SIZE=1000,billing:CONSUMER_LANES=3",
 		} {
@@ -32,7 +32,7 @@ func TestFromEnv(t *testing.T) {
 			t.Fatal(err)
 		}
 		if o.Kafka != stack.KafkaExternal || !slices.Equal(o.KafkaBrokers, []string{"a:9092", "b:9092"}) ||
-			o.PostgresURL != "postgres://u@h:5432/postgres" || o.Partitions != 3 || !o.DirectDB ||
+			o.PostgresURL != "postgres://u@h:5432/postgres" || o.Partitions != 3 || !o.DirectDB || !o.DirectKafka ||
 			o.StateDir != "/tmp/s" || !o.Keep || o.LogLevel != "warn" {
 			t.Fatalf("options %+v", o)
 		}
@@ -56,6 +56,7 @@ func TestFromEnv(t *testing.T) {
 		bad := map[string]string{
 			stack.EnvKafka: "redpanda", stack.EnvPostgresPort: "70000", stack.EnvKafkaPort: "x", stack.EnvPartitions: "0",
 			stack.EnvPortBase: "65534", stack.EnvInstances: "usage", stack.EnvKeep: "maybe", stack.EnvDirectDB: "2",
+			stack.EnvDirectKafka: "yes please",
 		}
 		// Each wrong item of STACK_SERVICE_ENV is named.
 		t.Setenv(stack.EnvServiceEnv, "LANES, ledger:CONSUMER_LANES=2,HTTP_ADDR=:1,lower=1")

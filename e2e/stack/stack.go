@@ -105,6 +105,11 @@ type Options struct {
 	// the proxy's own latency would be measured as the system's. Fault tests
 	// need the proxies.
 	DirectDB bool
+	// DirectKafka connects the services to the launcher's broker directly,
+	// with no proxy in front (Proxy(ProxyKafka) is nil then, and KafkaPort
+	// is the broker's own port): for load runs, where the proxy's CPU and
+	// latency would be counted as the system's. Fault tests need the proxy.
+	DirectKafka bool
 
 	// Kafka is KafkaEmbedded (default), KafkaApache or KafkaExternal;
 	// KafkaBrokers alone implies KafkaExternal.
@@ -114,8 +119,9 @@ type Options struct {
 	// start (brokers advertise their own addresses), so Proxy(ProxyKafka)
 	// is nil then.
 	KafkaBrokers []string
-	// KafkaPort is the port of the Kafka proxy, the address services and
-	// clients bootstrap from; zero picks a free one.
+	// KafkaPort is the port of the Kafka proxy (of the broker itself with
+	// DirectKafka), the address services and clients bootstrap from; zero
+	// picks a free one.
 	KafkaPort int
 	// Partitions is the partition count of the topics; zero means
 	// DefaultPartitions.
@@ -464,32 +470,31 @@ func (s *Stack) startKafka(ctx context.Context) error {
 	switch s.opts.Kafka {
 	case KafkaEmbedded:
 		s.log.Info("starting the embedded Kafka-protocol broker (kfake, in this process)")
-		proxy, cluster, err := startEmbedded(s.opts.KafkaPort, s.opts.Partitions, s.quiet)
+		proxy, cluster, err := startEmbedded(s.opts.KafkaPort, s.opts.Partitions, s.opts.DirectKafka, s.quiet)
 		if err != nil {
 			return err
 		}
-		s.proxies[ProxyKafka], s.embedded = proxy, cluster
-		s.brokers = []string{proxy.Addr()}
+		s.embedded = cluster
+		s.brokers = []string{cluster.ListenAddrs()[0]}
+		if proxy != nil {
+			s.proxies[ProxyKafka] = proxy
+			s.brokers = []string{proxy.Addr()}
+		}
 	case KafkaApache:
 		s.log.Info("starting Apache Kafka (KRaft, a child JVM)")
-		port, err := freePort()
+		port, advertised, err := s.apachePort()
 		if err != nil {
 			return err
 		}
-		proxy, err := faultproxy.New(ProxyKafka, listenAddr(s.opts.KafkaPort), fmt.Sprintf("127.0.0.1:%d", port), s.quiet)
-		if err != nil {
-			return kafkaProxyError(s.opts.KafkaPort, err)
-		}
-		s.proxies[ProxyKafka] = proxy
 		a, err := kafkabroker.StartApache(ctx, kafkabroker.ApacheOptions{
-			Dir: filepath.Join(s.dir, "kafka"), Port: port, AdvertisedAddr: proxy.Addr(),
+			Dir: filepath.Join(s.dir, "kafka"), Port: port, AdvertisedAddr: advertised,
 			Partitions: s.opts.Partitions, Logger: s.quiet,
 		})
 		if err != nil {
 			return err
 		}
 		s.apache = a
-		s.brokers = []string{proxy.Addr()}
+		s.brokers = []string{advertised}
 	case KafkaExternal:
 		s.log.Info("using an existing Kafka cluster", "brokers", strings.Join(s.opts.KafkaBrokers, ","))
 		s.brokers = slices.Clone(s.opts.KafkaBrokers)
@@ -850,6 +855,27 @@ func redact(rawURL string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// apachePort picks the Apache broker's port and the address it advertises:
+// its own (DirectKafka: KafkaPort, or a free one) or that of a proxy in
+// front of it, started here.
+func (s *Stack) apachePort() (port int, advertised string, err error) {
+	if s.opts.DirectKafka && s.opts.KafkaPort != 0 {
+		return s.opts.KafkaPort, listenAddr(s.opts.KafkaPort), nil
+	}
+	if port, err = freePort(); err != nil {
+		return 0, "", err
+	}
+	if s.opts.DirectKafka {
+		return port, listenAddr(port), nil
+	}
+	proxy, err := faultproxy.New(ProxyKafka, listenAddr(s.opts.KafkaPort), listenAddr(port), s.quiet)
+	if err != nil {
+		return 0, "", kafkaProxyError(s.opts.KafkaPort, err)
+	}
+	s.proxies[ProxyKafka] = proxy
+	return port, proxy.Addr(), nil
 }
 
 func listenAddr(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -271,6 +272,35 @@ func TestProxiesKillRestartStop(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("run directory %s after Stop: %v, want it removed", dir, err)
 	}
+}
+
+// TestDirectStackHasNoProxies: with DirectDB and DirectKafka (load runs)
+// the services reach PostgreSQL and the embedded broker with nothing in
+// between: no proxy runs, the bootstrap address is the broker's own port,
+// and a service sees its database and the broker.
+func TestDirectStackHasNoProxies(t *testing.T) {
+	port := freePorts(t, 1)[0]
+	s, err := stack.Start(t.Context(), stack.Options{
+		StateDir: t.TempDir(), BinDir: stacktest.Binaries(t), Logger: logger(),
+		Services: []string{"meter"}, DirectDB: true, DirectKafka: true, KafkaPort: port,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	if names := s.ProxyNames(); len(names) != 0 {
+		t.Errorf("proxies %v, want none", names)
+	}
+	if got, want := s.KafkaBrokers(), []string{"127.0.0.1:" + strconv.Itoa(port)}; !slices.Equal(got, want) {
+		t.Errorf("Kafka bootstrap %v, want the broker's own port %v", got, want)
+	}
+	if got, want := s.ServiceDatabaseURL("meter"), s.DatabaseURL("meter"); got != want {
+		t.Errorf("meter's database URL %q, want the direct one %q", got, want)
+	}
+	meter := s.URL("meter", 0)
+	eventually(t, 20*time.Second, "meter ready, the broker reachable", func() bool {
+		return readyStatus(meter) == http.StatusOK && brokerHealth(meter) == "ok"
+	})
 }
 
 // TestSecondStartAfterKilledLauncher: a launcher killed with SIGKILL takes

@@ -319,6 +319,7 @@ func describeStack(cfg *load.Config, opts stack.Options, took time.Duration) {
 			kafka = stack.KafkaExternal
 		}
 	}
+	direct := opts.DirectKafka || kafka == stack.KafkaExternal // no proxy in front of a cluster the stack did not start
 	switch kafka {
 	case stack.KafkaEmbedded:
 		kafka += " (kfake, in the load tool's own process)"
@@ -330,8 +331,13 @@ func describeStack(cfg *load.Config, opts stack.Options, took time.Duration) {
 		parts = stack.DefaultPartitions
 	}
 	proxies := "toxiproxy in front of Kafka and each database"
-	if opts.DirectDB {
+	switch {
+	case opts.DirectDB && direct:
+		proxies = "no proxies: the databases and Kafka reached directly (STACK_DIRECT_DB, STACK_DIRECT_KAFKA)"
+	case opts.DirectDB:
 		proxies = "toxiproxy in front of Kafka, databases reached directly (STACK_DIRECT_DB)"
+	case direct:
+		proxies = "toxiproxy in front of each database, Kafka reached directly (STACK_DIRECT_KAFKA)"
 	}
 	durability := "durable (fsync on)"
 	if opts.PostgresFast {
