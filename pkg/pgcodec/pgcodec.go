@@ -1,26 +1,32 @@
-// Package pgcodec makes pgx send the domain's decimals and ids to
-// PostgreSQL in its binary formats. Without it, pgx encodes a
-// decimal.Decimal or a uuid.UUID through driver.Valuer: the value's text,
-// a failed attempt to encode that text in binary, a parse of the text, and
-// only then the binary form, for every parameter and every element of an
-// array parameter (a quarter of usage's CPU in its profiles).
+// Package pgcodec makes pgx send the domain's decimals and ids, and the
+// arrays the batch statements send their columns as, to PostgreSQL in its
+// binary formats. Without it, pgx encodes a decimal.Decimal or a uuid.UUID
+// through driver.Valuer: the value's text, a failed attempt to encode that
+// text in binary, a parse of the text, and only then the binary form, for
+// every parameter and every element of an array parameter (a quarter of
+// usage's CPU in its profiles); and its array codec boxes every element of
+// any array in an interface and plans its encoding (10-15% of a consumer's
+// CPU in its profiles).
 //
-// Register replaces the codecs of numeric, uuid and their arrays, and of
-// text arrays, on one connection's type map (pgxpool's AfterConnect):
-// decimal.Decimal, decimal.NullDecimal and uuid.UUID, and slices of
-// decimal.Decimal, uuid.UUID, [16]byte and string, are written straight
-// into the binary format (pgx's own array codec boxes each element in an
-// interface and plans its encoding: 10-15% of a consumer's CPU in its
-// profiles); every other value, and every scan, is left to pgx's own
-// codecs. The decimals stay
-// exact: a coefficient of at most 15 digits is split into base-10000 digits
-// with integer arithmetic, a larger one goes through pgtype.Numeric's
-// big.Int.
+// Register replaces, on one connection's type map (pgxpool's
+// AfterConnect), the encoders of decimal.Decimal, decimal.NullDecimal and
+// uuid.UUID, and of one-dimensional arrays from slices: []decimal.Decimal
+// (numeric[]), []uuid.UUID and [][16]byte (uuid[]), []string (text[]),
+// []int16, []int32 and []int64 (int2[], int4[], int8[]), []bool,
+// []time.Time (timestamptz[]) and [][]byte (bytea[], jsonb[]). Each writes
+// the bytes pgx's own codecs write (the tests hold them to it), but for an
+// empty array, written without a dimension as PostgreSQL sends one. Every
+// other value, and every scan, is left to pgx's own codecs. The decimals
+// stay exact: a coefficient of at most 15 digits is split into base-10000
+// digits with integer arithmetic, a larger one goes through
+// pgtype.Numeric's big.Int.
 package pgcodec
 
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -34,13 +40,71 @@ func Register(m *pgtype.Map) {
 	id := &pgtype.Type{Name: "uuid", OID: pgtype.UUIDOID, Codec: uuidCodec{}}
 	m.RegisterType(numeric)
 	m.RegisterType(id)
-	m.RegisterType(&pgtype.Type{Name: "_numeric", OID: pgtype.NumericArrayOID,
-		Codec: &numericArrayCodec{pgtype.ArrayCodec{ElementType: numeric}}})
-	m.RegisterType(&pgtype.Type{Name: "_uuid", OID: pgtype.UUIDArrayOID,
-		Codec: &uuidArrayCodec{pgtype.ArrayCodec{ElementType: id}}})
-	text, _ := m.TypeForOID(pgtype.TextOID)
-	m.RegisterType(&pgtype.Type{Name: "_text", OID: pgtype.TextArrayOID,
-		Codec: &textArrayCodec{pgtype.ArrayCodec{ElementType: text}}})
+	array := func(name string, oid, elementOID uint32, plan func(value any) pgtype.EncodePlan) {
+		element, _ := m.TypeForOID(elementOID)
+		m.RegisterType(&pgtype.Type{Name: name, OID: oid,
+			Codec: &arrayCodec{ArrayCodec: pgtype.ArrayCodec{ElementType: element}, plan: plan}})
+	}
+	array("_numeric", pgtype.NumericArrayOID, pgtype.NumericOID, func(v any) pgtype.EncodePlan {
+		if _, ok := v.([]decimal.Decimal); ok {
+			return encodeDecimals{}
+		}
+		return nil
+	})
+	array("_uuid", pgtype.UUIDArrayOID, pgtype.UUIDOID, func(v any) pgtype.EncodePlan {
+		switch v.(type) {
+		case []uuid.UUID:
+			return encodeUUIDs[uuid.UUID]{}
+		case [][16]byte:
+			return encodeUUIDs[[16]byte]{}
+		}
+		return nil
+	})
+	array("_text", pgtype.TextArrayOID, pgtype.TextOID, planFor[[]string](encodeTexts{}))
+	array("_int2", pgtype.Int2ArrayOID, pgtype.Int2OID, planFor[[]int16](encodeFixed[int16]{pgtype.Int2OID, 2,
+		func(b []byte, v int16) []byte { return binary.BigEndian.AppendUint16(b, uint16(v)) }}))
+	array("_int4", pgtype.Int4ArrayOID, pgtype.Int4OID, planFor[[]int32](encodeFixed[int32]{pgtype.Int4OID, 4,
+		func(b []byte, v int32) []byte { return binary.BigEndian.AppendUint32(b, uint32(v)) }}))
+	array("_int8", pgtype.Int8ArrayOID, pgtype.Int8OID, planFor[[]int64](encodeFixed[int64]{pgtype.Int8OID, 8,
+		func(b []byte, v int64) []byte { return binary.BigEndian.AppendUint64(b, uint64(v)) }}))
+	array("_bool", pgtype.BoolArrayOID, pgtype.BoolOID, planFor[[]bool](encodeFixed[bool]{pgtype.BoolOID, 1,
+		func(b []byte, v bool) []byte {
+			if v {
+				return append(b, 1)
+			}
+			return append(b, 0)
+		}}))
+	array("_timestamptz", pgtype.TimestamptzArrayOID, pgtype.TimestamptzOID, planFor[[]time.Time](
+		encodeFixed[time.Time]{pgtype.TimestamptzOID, 8, appendTimestamptz}))
+	array("_bytea", pgtype.ByteaArrayOID, pgtype.ByteaOID, planFor[[][]byte](encodeByteSlices{elementOID: pgtype.ByteaOID}))
+	array("_jsonb", pgtype.JSONBArrayOID, pgtype.JSONBOID, planFor[[][]byte](
+		encodeByteSlices{elementOID: pgtype.JSONBOID, prefix: []byte{1}})) // jsonb's binary format: version 1, then the text
+}
+
+// arrayCodec is pgx's ArrayCodec with the binary encoder plan gives for a
+// value (nil: pgx's own).
+type arrayCodec struct {
+	pgtype.ArrayCodec
+	plan func(value any) pgtype.EncodePlan
+}
+
+func (c *arrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
+	if format == pgtype.BinaryFormatCode {
+		if p := c.plan(value); p != nil {
+			return p
+		}
+	}
+	return c.ArrayCodec.PlanEncode(m, oid, format, value)
+}
+
+// planFor returns a plan function that gives p for a value of type S.
+func planFor[S any](p pgtype.EncodePlan) func(value any) pgtype.EncodePlan {
+	return func(value any) pgtype.EncodePlan {
+		if _, ok := value.(S); ok {
+			return p
+		}
+		return nil
+	}
 }
 
 // numericCodec is pgx's NumericCodec with binary encoders for shopspring's
@@ -157,17 +221,7 @@ func (encodeUUID) Encode(value any, buf []byte) ([]byte, error) {
 	return append(buf, id[:]...), nil
 }
 
-// numericArrayCodec encodes a []decimal.Decimal as a one-dimensional
-// numeric[] without boxing or reflecting on its elements.
-type numericArrayCodec struct{ pgtype.ArrayCodec }
-
-func (c *numericArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
-	if _, ok := value.([]decimal.Decimal); ok && format == pgtype.BinaryFormatCode {
-		return encodeDecimals{}
-	}
-	return c.ArrayCodec.PlanEncode(m, oid, format, value)
-}
-
+// encodeDecimals writes a []decimal.Decimal as numeric[].
 type encodeDecimals struct{}
 
 func (encodeDecimals) Encode(value any, buf []byte) ([]byte, error) {
@@ -175,7 +229,7 @@ func (encodeDecimals) Encode(value any, buf []byte) ([]byte, error) {
 	if ds == nil {
 		return nil, nil // NULL, as pgx encodes a nil slice
 	}
-	buf = appendArrayHeader(buf, len(ds), pgtype.NumericOID)
+	buf = appendArrayHeader(buf, len(ds), pgtype.NumericOID, false)
 	for _, d := range ds {
 		at := len(buf)
 		buf = append(buf, 0, 0, 0, 0)
@@ -188,22 +242,7 @@ func (encodeDecimals) Encode(value any, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-// uuidArrayCodec encodes a []uuid.UUID or a [][16]byte as a
-// one-dimensional uuid[].
-type uuidArrayCodec struct{ pgtype.ArrayCodec }
-
-func (c *uuidArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
-	if format == pgtype.BinaryFormatCode {
-		switch value.(type) {
-		case []uuid.UUID:
-			return encodeUUIDs[uuid.UUID]{}
-		case [][16]byte:
-			return encodeUUIDs[[16]byte]{}
-		}
-	}
-	return c.ArrayCodec.PlanEncode(m, oid, format, value)
-}
-
+// encodeUUIDs writes a []uuid.UUID or a [][16]byte as uuid[].
 type encodeUUIDs[T ~[16]byte] struct{}
 
 func (encodeUUIDs[T]) Encode(value any, buf []byte) ([]byte, error) {
@@ -211,7 +250,7 @@ func (encodeUUIDs[T]) Encode(value any, buf []byte) ([]byte, error) {
 	if ids == nil {
 		return nil, nil
 	}
-	buf = appendArrayHeader(buf, len(ids), pgtype.UUIDOID)
+	buf = appendArrayHeader(buf, len(ids), pgtype.UUIDOID, false)
 	for _, id := range ids {
 		buf = binary.BigEndian.AppendUint32(buf, 16)
 		buf = append(buf, id[:]...)
@@ -219,17 +258,8 @@ func (encodeUUIDs[T]) Encode(value any, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-// textArrayCodec encodes a []string as a one-dimensional text[]: each
-// element's bytes as they are, as pgx's text codec sends a string.
-type textArrayCodec struct{ pgtype.ArrayCodec }
-
-func (c *textArrayCodec) PlanEncode(m *pgtype.Map, oid uint32, format int16, value any) pgtype.EncodePlan {
-	if _, ok := value.([]string); ok && format == pgtype.BinaryFormatCode {
-		return encodeTexts{}
-	}
-	return c.ArrayCodec.PlanEncode(m, oid, format, value)
-}
-
+// encodeTexts writes a []string as text[]: each element's bytes as they
+// are, as pgx's text codec sends a string.
 type encodeTexts struct{}
 
 func (encodeTexts) Encode(value any, buf []byte) ([]byte, error) {
@@ -237,7 +267,7 @@ func (encodeTexts) Encode(value any, buf []byte) ([]byte, error) {
 	if ss == nil {
 		return nil, nil
 	}
-	buf = appendArrayHeader(buf, len(ss), pgtype.TextOID)
+	buf = appendArrayHeader(buf, len(ss), pgtype.TextOID, false)
 	for _, s := range ss {
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
 		buf = append(buf, s...)
@@ -245,16 +275,78 @@ func (encodeTexts) Encode(value any, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
+// encodeFixed writes a slice of fixed-width values (int2, int4, int8,
+// bool, timestamptz): each element's width, then put's bytes.
+type encodeFixed[T any] struct {
+	elementOID uint32
+	width      uint32
+	put        func(buf []byte, v T) []byte
+}
+
+func (e encodeFixed[T]) Encode(value any, buf []byte) ([]byte, error) {
+	vs := value.([]T)
+	if vs == nil {
+		return nil, nil
+	}
+	buf = appendArrayHeader(buf, len(vs), e.elementOID, false)
+	for _, v := range vs {
+		buf = binary.BigEndian.AppendUint32(buf, e.width)
+		buf = e.put(buf, v)
+	}
+	return buf, nil
+}
+
+// microsecondsToY2K is the Unix time of 2000-01-01 00:00 UTC, PostgreSQL's
+// epoch, in microseconds.
+const microsecondsToY2K = 946_684_800 * 1_000_000
+
+// appendTimestamptz appends t as PostgreSQL's timestamptz: microseconds
+// since 2000-01-01 UTC, truncated as pgx truncates them.
+func appendTimestamptz(buf []byte, t time.Time) []byte {
+	us := t.Unix()*1_000_000 + int64(t.Nanosecond())/1000 - microsecondsToY2K
+	return binary.BigEndian.AppendUint64(buf, uint64(us))
+}
+
+// encodeByteSlices writes a [][]byte as bytea[] or, with jsonb's version
+// byte as prefix, jsonb[]; a nil element is NULL, as pgx writes it.
+type encodeByteSlices struct {
+	elementOID uint32
+	prefix     []byte
+}
+
+func (e encodeByteSlices) Encode(value any, buf []byte) ([]byte, error) {
+	bs := value.([][]byte)
+	if bs == nil {
+		return nil, nil
+	}
+	nulls := slices.ContainsFunc(bs, func(b []byte) bool { return b == nil })
+	buf = appendArrayHeader(buf, len(bs), e.elementOID, nulls)
+	for _, b := range bs {
+		if b == nil {
+			buf = binary.BigEndian.AppendUint32(buf, 0xFFFFFFFF) // -1: NULL
+			continue
+		}
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(e.prefix)+len(b)))
+		buf = append(buf, e.prefix...)
+		buf = append(buf, b...)
+	}
+	return buf, nil
+}
+
 // appendArrayHeader appends the header of a one-dimensional array of n
-// elements without NULLs, lower bound 1; an empty array has no dimension,
-// as PostgreSQL sends it.
-func appendArrayHeader(buf []byte, n int, elementOID uint32) []byte {
+// elements, lower bound 1, saying whether any is NULL; an empty array has
+// no dimension, as PostgreSQL sends it.
+func appendArrayHeader(buf []byte, n int, elementOID uint32, nulls bool) []byte {
 	ndim := uint32(1)
 	if n == 0 {
 		ndim = 0
 	}
+	var hasNull uint32
+	if nulls {
+		hasNull = 1
+	}
 	buf = binary.BigEndian.AppendUint32(buf, ndim)
-	buf = binary.BigEndian.AppendUint32(buf, 0) // no NULL element
+	buf = binary.BigEndian.AppendUint32(buf, hasNull)
 	buf = binary.BigEndian.AppendUint32(buf, elementOID)
 	if n > 0 {
 		buf = binary.BigEndian.AppendUint32(buf, uint32(n))

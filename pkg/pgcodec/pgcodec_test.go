@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -161,6 +164,11 @@ func TestArraysAreWhatPgxWrites(t *testing.T) {
 	}
 	same(pgtype.TextArrayOID, []string(nil))
 	same(pgtype.UUIDArrayOID, [][16]byte(nil))
+	same(pgtype.Int8ArrayOID, []int64(nil))
+	same(pgtype.BoolArrayOID, []bool(nil))
+	same(pgtype.TimestamptzArrayOID, []time.Time(nil))
+	same(pgtype.ByteaArrayOID, [][]byte(nil))
+	same(pgtype.JSONBArrayOID, [][]byte{nil, nil})
 	// An empty array is written without a dimension, as PostgreSQL sends
 	// one (pgx writes one dimension of length 0); both read as empty.
 	for oid, empty := range map[uint32]any{pgtype.TextArrayOID: []string{}, pgtype.UUIDArrayOID: [][16]byte{}} {
@@ -177,6 +185,21 @@ func TestArraysAreWhatPgxWrites(t *testing.T) {
 		}
 		if err != nil || b == nil || got == nil || len(got) != 0 {
 			t.Errorf("empty %T: %x reads as %v, %v", empty, b, got, err)
+		}
+	}
+	// The same for the other arrays: each reads back as an empty slice.
+	for oid, c := range map[uint32]struct{ empty, into any }{
+		pgtype.Int2ArrayOID: {[]int16{}, new([]int16)}, pgtype.Int4ArrayOID: {[]int32{}, new([]int32)},
+		pgtype.Int8ArrayOID: {[]int64{}, new([]int64)}, pgtype.BoolArrayOID: {[]bool{}, new([]bool)},
+		pgtype.TimestamptzArrayOID: {[]time.Time{}, new([]time.Time)},
+		pgtype.ByteaArrayOID:       {[][]byte{}, new([][]byte)}, pgtype.JSONBArrayOID: {[][]byte{}, new([][]byte)},
+	} {
+		b, err := m.Encode(oid, pgtype.BinaryFormatCode, c.empty, nil)
+		if err == nil {
+			err = plain.Scan(oid, pgtype.BinaryFormatCode, b, c.into)
+		}
+		if n := reflect.ValueOf(c.into).Elem(); err != nil || b == nil || n.IsNil() || n.Len() != 0 {
+			t.Errorf("empty %T: %x reads as %v, %v", c.empty, b, n, err)
 		}
 	}
 	rng := rand.New(rand.NewPCG(6, 12))
@@ -199,31 +222,68 @@ func TestArraysAreWhatPgxWrites(t *testing.T) {
 			uids[i] = ids[i]
 		}
 		same(pgtype.UUIDArrayOID, uids)
+		i16, i32, i64 := make([]int16, n), make([]int32, n), make([]int64, n)
+		bs, ts, raws, docs := make([]bool, n), make([]time.Time, n), make([][]byte, n), make([][]byte, n)
+		for i := range n {
+			u := rng.Uint64()
+			i16[i], i32[i], i64[i], bs[i] = int16(u), int32(u), int64(u), u&1 == 1
+			// From 1900 to 2100, at nanoseconds, in several zones: pgx
+			// truncates to microseconds towards zero, before 1970 too.
+			sec := -2_208_988_800 + rng.Int64N(6_311_433_600)
+			ts[i] = time.Unix(sec, rng.Int64N(1e9)).In(zones[rng.IntN(len(zones))])
+			if rng.IntN(20) > 0 { // about one NULL element in twenty
+				raws[i] = []byte(ss[i])
+				docs[i] = []byte(`{"k":"` + strings.ReplaceAll(ss[i], `\`, `/`) + `"}`)
+			}
+		}
+		same(pgtype.Int2ArrayOID, i16)
+		same(pgtype.Int4ArrayOID, i32)
+		same(pgtype.Int8ArrayOID, i64)
+		same(pgtype.BoolArrayOID, bs)
+		same(pgtype.TimestamptzArrayOID, ts)
+		same(pgtype.ByteaArrayOID, raws)
+		same(pgtype.JSONBArrayOID, docs)
 	}
 }
 
-// BenchmarkArrays encodes the arrays of a batch of 500 events, a text[] and
-// a uuid[], with Register's encoders and with pgx's own.
+// zones are the locations TestArraysAreWhatPgxWrites draws times in.
+var zones = []*time.Location{time.UTC, time.FixedZone("plus", 9*3600), time.FixedZone("minus", -(3*3600 + 1800))}
+
+// BenchmarkArrays encodes the arrays of a batch of 500 events, one of each
+// kind the batch statements send, with Register's encoders and with pgx's
+// own.
 func BenchmarkArrays(b *testing.B) {
-	ss, ids := make([]string, 500), make([][16]byte, 500)
-	for i := range ss {
+	const n = 500
+	ss, ids, i64s, i16s := make([]string, n), make([][16]byte, n), make([]int64, n), make([]int16, n)
+	bools, times, docs := make([]bool, n), make([]time.Time, n), make([][]byte, n)
+	start := time.Date(2026, 12, 6, 20, 0, 0, 0, time.UTC)
+	for i := range n {
 		ss[i] = "tenant-0" + string(rune('a'+i%26))
 		ids[i] = uuid.New()
+		i64s[i], i16s[i], bools[i] = int64(i), int16(i%16), i%3 == 0
+		times[i] = start.Add(time.Duration(i) * time.Millisecond)
+		docs[i] = []byte(`{"meterCode":"api_calls","quantity":"1","region":"eu-west-1"}`)
+	}
+	kinds := []struct {
+		name string
+		oid  uint32
+		v    any
+	}{
+		{"text", pgtype.TextArrayOID, ss}, {"uuid", pgtype.UUIDArrayOID, ids},
+		{"int8", pgtype.Int8ArrayOID, i64s}, {"int2", pgtype.Int2ArrayOID, i16s},
+		{"bool", pgtype.BoolArrayOID, bools}, {"timestamptz", pgtype.TimestamptzArrayOID, times},
+		{"jsonb", pgtype.JSONBArrayOID, docs},
 	}
 	mine := pgtype.NewMap()
 	Register(mine)
 	for name, m := range map[string]*pgtype.Map{"register": mine, "pgx": pgtype.NewMap()} {
-		for kind, v := range map[string]any{"text": ss, "uuid": ids} {
-			oid := uint32(pgtype.TextArrayOID)
-			if kind == "uuid" {
-				oid = pgtype.UUIDArrayOID
-			}
-			b.Run(kind+"/"+name, func(b *testing.B) {
+		for _, k := range kinds {
+			b.Run(k.name+"/"+name, func(b *testing.B) {
 				b.ReportAllocs()
 				var buf []byte
 				for b.Loop() {
 					var err error
-					if buf, err = m.Encode(oid, pgtype.BinaryFormatCode, v, buf[:0]); err != nil {
+					if buf, err = m.Encode(k.oid, pgtype.BinaryFormatCode, k.v, buf[:0]); err != nil {
 						b.Fatal(err)
 					}
 				}
