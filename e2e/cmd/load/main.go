@@ -358,4 +358,7 @@ func describeStack(cfg *load.Config, opts stack.Options, took time.Duration) {
 	if opts.PostgresURL != "" {
 		cfg.Describe["postgres"] = "existing server " + opts.PostgresURL
 	}
+	if v := os.Getenv(stack.EnvServiceEnv); v != "" {
+		cfg.Describe["settings"] = v + " (STACK_SERVICE_ENV); the services' defaults otherwise"
+	}
 }
