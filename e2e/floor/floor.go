@@ -11,7 +11,7 @@
 // The services' own statements are read from their queries.sql files (so
 // a change there changes the floor); the outbox's and inbox's are the
 // constants pkg/outbox and pkg/inbox send (outbox.AppendStatement,
-// inbox.ClaimStatement, ...).
+// inbox.PlainClaimStatement, ...).
 package floor
 
 import (

@@ -355,7 +355,7 @@ func (w *workload) decide(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, 
 	claimed := 0
 	pb := &pgx.Batch{}
 	pb.Queue("SAVEPOINT " + inbox.Savepoint)
-	pb.Queue(inbox.ClaimStatement, ids, repeat(digest, n), repeat(eventType, n), repeat(tenantID, n),
+	pb.Queue(inbox.PlainClaimStatement, ids, repeat(digest, n), repeat(eventType, n), repeat(tenantID, n),
 		repeat(aggregateType, n), aggIDs, repeat(int64(1), n), los, his, sinces).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id uuid.UUID

@@ -26,8 +26,9 @@ import (
 // aggregate version repeats. A run is decided under one savepoint in two
 // round trips besides the handlers' own statements:
 //
-//  1. SAVEPOINT; claim every decodable event in inbox_event (INSERT ... ON
-//     CONFLICT DO NOTHING RETURNING) and, in the same statement, read the
+//  1. SAVEPOINT; claim every decodable event in inbox_event (INSERT ...
+//     RETURNING, with ON CONFLICT DO NOTHING only where keys were met
+//     lately: see "The first claim") and, in the same statement, read the
 //     digests of the events it did not claim and the other holders of the
 //     events' aggregate slots; read the aggregate versions preceding the
 //     run's events, and the run's events already deferred. (An event whose
@@ -73,6 +74,27 @@ import (
 // attempt of the budget, are decided like a Permanent error (see "How a
 // failing handler is survived" in failure.go).
 
+// The first claim
+//
+// INSERT ... ON CONFLICT DO NOTHING inserts each row speculatively: it probes
+// every unique index first, takes a lock on a speculative token, inserts,
+// and confirms the row with a WAL record of its own. Measured on the floor
+// (docs/cpu-per-fact.md, "Step 26"), a plain INSERT of the same rows costs
+// PostgreSQL a third less, and the claims are four rows per fact. Most runs
+// meet no taken key, so a run claims with PlainClaimStatement: when that
+// fails with a unique violation (a redelivery, an event whose slot another
+// holds, a concurrent delivery that committed while the claim waited), the
+// run rolls back to its savepoint and claims with ClaimStatement, which
+// decides those events as before. A redelivery comes in stretches (a
+// consumer that restarts reads again what it decided), so after a run that
+// met a taken key the Inbox claims with ClaimStatement at once for the next
+// carefulRuns runs that meet none; inbox_claim_retries_total counts the
+// first claims rolled back.
+
+// carefulRuns is how many runs in a row, after one that met a taken key,
+// claim with ClaimStatement at once.
+const carefulRuns = 16
+
 // Savepoint is the name of the savepoint a run is decided under.
 const Savepoint = "inbox_decide"
 
@@ -87,7 +109,15 @@ const Savepoint = "inbox_decide"
 // looking below the range only from $10 on, and not at all when $10 is not
 // below it. The inbox's statements are exported for the floor benchmark
 // (e2e/floor), which sends them, not copies, so it measures what runs.
-const ClaimStatement = `
+const ClaimStatement = claimHead + `
+		    ON CONFLICT DO NOTHING` + claimTail
+
+// PlainClaimStatement is ClaimStatement without ON CONFLICT DO NOTHING: it
+// claims every event of the run, or fails with a unique violation when one
+// of their ids or slots is taken (see "The first claim").
+const PlainClaimStatement = claimHead + claimTail
+
+const claimHead = `
 		WITH k AS (
 		    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[],
 		                         $8::uuid[], $9::uuid[], $10::uuid[])
@@ -99,8 +129,9 @@ const ClaimStatement = `
 		    SELECT k.event_id, k.payload_digest, k.event_type, k.tenant_id,
 		           k.aggregate_type, k.aggregate_id, k.aggregate_version
 		    FROM k
-		    ORDER BY k.n
-		    ON CONFLICT DO NOTHING
+		    ORDER BY k.n`
+
+const claimTail = `
 		    RETURNING event_id
 		)
 		SELECT k.event_id, claim.event_id IS NOT NULL,
@@ -408,10 +439,21 @@ func (ib *Inbox) run(ctx context.Context, tx pgx.Tx, items []*item, isolated boo
 		applied:  make(map[slot]bool, len(cands)),
 	}
 	if len(cands) > 0 {
-		if err := u.st.read(ctx, tx, cands, ib.Minted); err != nil {
+		plain := ib.carefulRuns.Load() <= 0
+		retried, err := u.st.read(ctx, tx, cands, ib.Minted, plain)
+		if err != nil {
 			return nil, err
 		}
 		u.savepointOpen = true // step 1 opened it
+		switch {
+		case retried || len(u.st.claimed) < len(cands):
+			ib.carefulRuns.Store(carefulRuns)
+			if retried {
+				ib.metrics.claimRetries.Inc()
+			}
+		case !plain:
+			ib.carefulRuns.Add(-1)
+		}
 	}
 	for i := 0; i < len(items); {
 		next, stop, err := u.step(ctx, i)
@@ -749,17 +791,54 @@ func (u *unit) rollbackIsolated(ctx context.Context, e *envelope.Envelope) error
 // second): open the savepoint, claim the run's events and read, in the same
 // statement, the digests of those not claimed and the holders of their
 // slots; then read their predecessors and their deferred rows.
-func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item, minted func(aggregateType string) bool) error {
+//
+// plain claims with PlainClaimStatement first. When one of the run's keys
+// is taken, that statement fails: the run rolls back to the savepoint (which
+// stays open) and claims again with ClaimStatement, in a second round trip;
+// retried reports that.
+func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item, minted func(aggregateType string) bool, plain bool) (retried bool, err error) {
+	claim := ClaimStatement
+	if plain {
+		claim = PlainClaimStatement
+	}
 	b := &pgx.Batch{}
 	b.Queue("SAVEPOINT " + Savepoint)
-	ids := st.queueClaims(b, cands, minted)
+	ids := st.queueReads(b, claim, cands, minted)
+	err = tx.SendBatch(ctx, b).Close()
+	var pg *pgconn.PgError
+	if plain && errors.As(err, &pg) && pg.Code == "23505" { // unique_violation: a key was taken
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+Savepoint); err != nil {
+			return true, fmt.Errorf("claim %d events: roll the first claim back: %w", len(cands), err)
+		}
+		st.forgetReads()
+		b = &pgx.Batch{}
+		st.queueReads(b, ClaimStatement, cands, minted)
+		retried, err = true, tx.SendBatch(ctx, b).Close()
+	}
+	if err != nil {
+		return retried, fmt.Errorf("claim %d events: %w", len(cands), err)
+	}
+	return retried, st.readUnseen(ctx, tx, ids)
+}
+
+// queueReads queues step 1's statements after the savepoint: the claim (with
+// the statement given), the predecessors' lookup and the deferred rows'. It
+// returns the events' ids.
+func (st *runState) queueReads(b *pgx.Batch, claim string, cands []*item, minted func(aggregateType string) bool) [][16]byte {
+	ids := st.queueClaims(b, claim, cands, minted)
 	st.queuePredecessors(b, cands)
 	b.Queue(DeferredStatement, ids).
 		Query(scanDigests(st.deferred))
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("claim %d events: %w", len(cands), err)
-	}
-	return st.readUnseen(ctx, tx, ids)
+	return ids
+}
+
+// forgetReads empties what a claim rolled back had read.
+func (st *runState) forgetReads() {
+	clear(st.claimed)
+	clear(st.digests)
+	clear(st.preds)
+	clear(st.deferred)
+	clear(st.taken)
 }
 
 // queueClaims queues the claim of cands in inbox_event with the lookups that
@@ -787,7 +866,7 @@ func (st *runState) read(ctx context.Context, tx pgx.Tx, cands []*item, minted f
 // event that the claim did not take because a concurrent delivery of it
 // committed while the claim waited has no digest here: readUnseen reads
 // those again.
-func (st *runState) queueClaims(b *pgx.Batch, cands []*item, minted func(aggregateType string) bool) [][16]byte {
+func (st *runState) queueClaims(b *pgx.Batch, claim string, cands []*item, minted func(aggregateType string) bool) [][16]byte {
 	n := len(cands)
 	ids := make([][16]byte, n)
 	digests := make([]string, n)
@@ -805,7 +884,7 @@ func (st *runState) queueClaims(b *pgx.Batch, cands []*item, minted func(aggrega
 	tenants, aggTypes, aggIDs, versions := slotColumns(cands)
 	// The claim is the arbiter between concurrent deliveries: it waits for
 	// a transaction holding the same key and then sees its outcome.
-	b.Queue(ClaimStatement,
+	b.Queue(claim,
 		ids, digests, types, tenants, aggTypes, aggIDs, versions, los, his, sinces).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {

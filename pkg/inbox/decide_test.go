@@ -431,6 +431,50 @@ func TestQuarantineKeepsReasonAndRawBytes(t *testing.T) {
 	}
 }
 
+// A run claims with a plain INSERT first; a run that meets a taken key
+// rolls that claim back and claims again with ON CONFLICT DO NOTHING, and
+// is decided as before. The runs after it claim with ON CONFLICT DO
+// NOTHING at once until 16 in a row meet no taken key (a redelivery comes
+// in stretches). inbox_claim_retries_total counts the claims rolled back.
+func TestFirstClaimRolledBackOnATakenKey(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, tmpl)
+	reg := prometheus.NewRegistry()
+	ib := newInbox(t, inbox.Options{Registerer: reg})
+	retries := func() float64 {
+		return metricValue(t, reg, "inbox_claim_retries_total", map[string]string{"service": "test"})
+	}
+	note1 := func(aggregate string) []byte {
+		return raw(t, ev(t, "Noted", 1, aggregate, 1, note{Origin: origin("f")}))
+	}
+	a, b := note1("a"), note1("b")
+	wantOutcomes(t, decide(t, ib, pool, a), "applied")
+	if got := retries(); got != 0 {
+		t.Fatalf("a run of new events: %v claims rolled back, want 0", got)
+	}
+	// a redelivered beside a new event: the plain claim fails on a's id.
+	wantOutcomes(t, decide(t, ib, pool, b, a), "applied", "duplicate")
+	if got := retries(); got != 1 {
+		t.Fatalf("a run meeting a taken key: %v claims rolled back, want 1", got)
+	}
+	// Another event holding a's slot: refused by the slot, decided as before.
+	wantOutcomes(t, decide(t, ib, pool, raw(t, ev(t, "Noted", 1, "a", 1, note{Origin: origin("f")}))),
+		"duplicate:version_already_applied")
+	if got := retries(); got != 1 {
+		t.Fatalf("the run after one that met a taken key claimed plainly: %v claims rolled back, want 1", got)
+	}
+	for i := range 16 {
+		wantOutcomes(t, decide(t, ib, pool, note1(fmt.Sprintf("clean-%d", i))), "applied")
+	}
+	wantOutcomes(t, decide(t, ib, pool, a, note1("c")), "duplicate", "applied")
+	if got := retries(); got != 2 {
+		t.Fatalf("16 runs after the last taken key: %v claims rolled back, want 2", got)
+	}
+	if got := count(t, pool, `SELECT count(*) FROM effect`); got != 19 {
+		t.Fatalf("%d effects, want 19 (a, b, c and 16 clean)", got)
+	}
+}
+
 func TestBusinessUniqueViolationIsDuplicate(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.NewPool(t, tmpl)

@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -271,6 +272,9 @@ type Inbox struct {
 	attempts attempts
 	log      *slog.Logger
 	metrics  *metrics
+	// carefulRuns counts down the runs that claim with ClaimStatement at
+	// once (see "The first claim" in decide.go); shared by the lanes.
+	carefulRuns atomic.Int32
 }
 
 // New returns an Inbox that decodes with registry and applies each event type

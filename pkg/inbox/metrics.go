@@ -16,6 +16,8 @@ type metrics struct {
 	// retention.go
 	purged          prometheus.Counter
 	deferredExpired prometheus.Counter
+	// decide.go
+	claimRetries prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, service string) (*metrics, error) {
@@ -36,6 +38,8 @@ func newMetrics(reg prometheus.Registerer, service string) (*metrics, error) {
 			Help: "Decided events deleted from inbox_event past the inbox retention.", ConstLabels: labels}),
 		deferredExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: "inbox_deferred_expired_total",
 			Help: "Deferred events quarantined as deferred_expired past the maximum age.", ConstLabels: labels}),
+		claimRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "inbox_claim_retries_total",
+			Help: "Runs whose first claim met a taken key and was rolled back to claim with ON CONFLICT DO NOTHING.", ConstLabels: labels}),
 	}
 	if reg == nil {
 		return m, nil
@@ -47,6 +51,7 @@ func newMetrics(reg prometheus.Registerer, service string) (*metrics, error) {
 	m.quarantined = collector.Register(reg, m.quarantined, &err)
 	m.purged = collector.Register(reg, m.purged, &err)
 	m.deferredExpired = collector.Register(reg, m.deferredExpired, &err)
+	m.claimRetries = collector.Register(reg, m.claimRetries, &err)
 	return m, err
 }
 
