@@ -78,9 +78,9 @@ import (
 //
 // INSERT ... ON CONFLICT DO NOTHING inserts each row speculatively: it probes
 // every unique index first, takes a lock on a speculative token, inserts,
-// and confirms the row with a WAL record of its own. Measured on the floor
-// (docs/cpu-per-fact.md, "Step 26"), a plain INSERT of the same rows costs
-// PostgreSQL a third less, and the claims are four rows per fact. Most runs
+// and confirms the row with a WAL record of its own. A plain INSERT of the
+// same rows costs PostgreSQL a third less (docs/cpu-per-fact.md, "Where the
+// WAL goes, and step 26"), and the claims are four rows per fact. Most runs
 // meet no taken key, so a run claims with PlainClaimStatement: when that
 // fails with a unique violation (a redelivery, an event whose slot another
 // holds, a concurrent delivery that committed while the claim waited), the
