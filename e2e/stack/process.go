@@ -175,7 +175,9 @@ func (in *instance) waitReady(ctx context.Context, timeout time.Duration) error 
 			default:
 				last = fmt.Sprintf("%s %s", resp.Status, strings.TrimSpace(string(body)))
 			}
-		} else {
+		} else if ctx.Err() == nil || last == "no answer yet" {
+			// A request cut by the deadline keeps the last answer: it says
+			// why the instance was not ready (another service on its port).
 			last = err.Error()
 		}
 		select {

@@ -28,7 +28,9 @@ func TestReadyMeansThisService(t *testing.T) {
 		logPath: filepath.Join(t.TempDir(), "usage.0.log"), log: slog.New(slog.DiscardHandler),
 		exited: make(chan struct{}),
 	}
-	err := in.waitReady(t.Context(), time.Second)
+	// The wait runs to its end (the other service keeps answering): long
+	// enough for an answer on a busy machine.
+	err := in.waitReady(t.Context(), 3*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "query answers on the port, not usage") {
 		t.Fatalf("another service answering: %v, want not ready, naming the one that answers", err)
 	}
