@@ -745,6 +745,17 @@ func (u *unit) fail(ctx context.Context, i int, herr error) (stop bool, err erro
 	if err := u.rollbackIsolated(ctx, e); err != nil {
 		return true, err
 	}
+	if kind == failPartitionKey { // the run rolled back: the transaction reads again
+		root, err := u.ib.originOf(ctx, u.tx, reason)
+		if err != nil {
+			return true, err
+		}
+		if root != "" {
+			kind, reason = failDuplicate, ReasonEffectExists+":"+root
+		} else {
+			kind, reason = failPermanent, "integrity_violation:"+reason
+		}
+	}
 	switch kind {
 	case failDefer:
 		u.res.decisions[i] = u.p.deferral(it, reason, deferReason)
@@ -1238,7 +1249,39 @@ const (
 	// budget, then deferred aside (never quarantined: the event may fit
 	// once the database is less busy or the timeout is raised).
 	failTimeout
+	// failPartitionKey: a unique violation on a constraint not named in
+	// Options.OriginConstraints, which may be a partition's copy of one of
+	// them: a DUPLICATE if it is, a permanent error if not (originOf).
+	failPartitionKey
 )
+
+// originOf returns the constraint of Options.OriginConstraints of which
+// constraint is a partition's copy (its index attached, at any depth, to
+// that constraint's index), or "" when it is none. A partitioned table's
+// unique violation names the partition's constraint (projected_event's
+// month partition's projected_event_p202612_pkey, not projected_event_pkey).
+// The answer is kept: a constraint's partition does not change.
+func (ib *Inbox) originOf(ctx context.Context, tx pgx.Tx, constraint string) (string, error) {
+	if root, ok := ib.partitionOrigins.Load(constraint); ok {
+		return root.(string), nil
+	}
+	var root string
+	err := tx.QueryRow(ctx, `
+		WITH RECURSIVE up AS (
+		    SELECT c.conindid AS idx FROM pg_constraint c
+		    WHERE c.conname = $1 AND c.contype IN ('p', 'u') AND c.connamespace = current_schema()::regnamespace
+		  UNION
+		    SELECT i.inhparent FROM pg_inherits i JOIN up ON i.inhrelid = up.idx
+		)
+		SELECT COALESCE((SELECT c.conname::text FROM up JOIN pg_constraint c ON c.conindid = up.idx
+		                 WHERE c.conname = ANY($2::text[]) ORDER BY c.conname LIMIT 1), '')`,
+		constraint, ib.opts.OriginConstraints).Scan(&root)
+	if err != nil {
+		return "", fmt.Errorf("look up constraint %s: %w", constraint, err)
+	}
+	ib.partitionOrigins.Store(constraint, root)
+	return root, nil
+}
 
 // TimeoutKey is the wait key of an event set aside after its handler ran
 // into the statement timeout on every attempt (ReasonStatementTimeout).
@@ -1278,7 +1321,15 @@ func (ib *Inbox) classify(tx pgx.Tx, err error) (kind failKind, detail string) {
 			if len(ib.origin) == 0 || ib.origin[pg.ConstraintName] {
 				return failDuplicate, ReasonEffectExists + ":" + what
 			}
-			return failPermanent, "integrity_violation:" + what
+			if root, known := ib.partitionOrigins.Load(pg.ConstraintName); known {
+				if root != "" {
+					return failDuplicate, ReasonEffectExists + ":" + root.(string)
+				}
+				return failPermanent, "integrity_violation:" + what
+			}
+			// Maybe a partition's copy of an origin constraint: the catalog
+			// tells, once the run is rolled back (originOf).
+			return failPartitionKey, what
 		case strings.HasPrefix(pg.Code, "23"): // integrity constraint violation
 			return failPermanent, "integrity_violation:" + what
 		case strings.HasPrefix(pg.Code, "22"): // data exception

@@ -756,3 +756,51 @@ func TestSweepChunkWithAFailingEvent(t *testing.T) {
 		t.Fatalf("%d left deferred, want the failing one", got)
 	}
 }
+
+// A unique violation on a partition's copy of an origin constraint (a
+// partitioned table's violation names the partition's constraint) is a
+// DUPLICATE named after the origin constraint, at any depth of partitions;
+// with the constraint not among the origin constraints, it is a permanent
+// error named after the partition's.
+func TestPartitionsOfAnOriginConstraint(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, tmpl)
+	if _, err := pool.Exec(t.Context(), `
+		CREATE TABLE peffect (origin text NOT NULL, CONSTRAINT peffect_origin_key PRIMARY KEY (origin)) PARTITION BY RANGE (origin);
+		CREATE TABLE peffect_am PARTITION OF peffect FOR VALUES FROM ('a') TO ('n') PARTITION BY RANGE (origin);
+		CREATE TABLE peffect_af PARTITION OF peffect_am FOR VALUES FROM ('a') TO ('g');
+		CREATE TABLE peffect_gm PARTITION OF peffect_am FOR VALUES FROM ('g') TO ('n');
+		CREATE TABLE peffect_rest PARTITION OF peffect DEFAULT;`); err != nil {
+		t.Fatal(err)
+	}
+	plain := map[string]inbox.Handler{
+		"Noted": func(ctx context.Context, tx pgx.Tx, d *envelope.Decoded) (inbox.Outcome, error) {
+			_, err := tx.Exec(ctx, `INSERT INTO peffect (origin) VALUES ($1)`, d.Payload.(note).Origin)
+			return inbox.Outcome{}, err
+		},
+	}
+	newPlain := func(origin ...string) *inbox.Inbox {
+		ib, err := inbox.New(newRegistry(), plain, inbox.Options{OriginConstraints: origin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ib
+	}
+	ib := newPlain("peffect_origin_key")
+	apple := raw(t, ev(t, "Noted", 1, "apple", 1, note{Origin: "apple"}))
+	zebra := raw(t, ev(t, "Noted", 1, "zebra", 1, note{Origin: "zebra"}))
+	wantOutcomes(t, decide(t, ib, pool, apple, zebra), "applied", "applied")
+	forget := func() {
+		if _, err := pool.Exec(t.Context(), `DELETE FROM inbox_event`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forget()
+	wantOutcomes(t, decide(t, ib, pool, apple, raw(t, ev(t, "Noted", 1, "kiwi", 1, note{Origin: "kiwi"})), zebra),
+		"duplicate:effect_exists:peffect_origin_key", "applied", "duplicate:effect_exists:peffect_origin_key")
+	forget()
+	wantOutcomes(t, decide(t, newPlain("some_other_key"), pool, apple), "quarantined:integrity_violation:peffect_af_pkey")
+	if got := count(t, pool, `SELECT count(*) FROM peffect`); got != 3 {
+		t.Fatalf("%d effects, want 3", got)
+	}
+}

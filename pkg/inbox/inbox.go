@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -226,9 +227,11 @@ type Options struct {
 	// error is transient: the whole batch is tried again.
 	OnQuarantine func(ctx context.Context, tx pgx.Tx, q Quarantined) error
 	// OriginConstraints names the unique constraints that guard a business
-	// effect's origin event. A handler's unique violation on one of them is a
-	// DUPLICATE; on any other constraint it is a Permanent error. Empty means
-	// every unique violation is a DUPLICATE.
+	// effect's origin event. A handler's unique violation on one of them, or
+	// on a partition's copy of one (projected_event_p202612_pkey of
+	// projected_event_pkey: the catalog tells, once per constraint), is a
+	// DUPLICATE named after it; on any other constraint it is a Permanent
+	// error. Empty means every unique violation is a DUPLICATE.
 	OriginConstraints []string
 	// BatchHandlers apply event types set-wise (BatchHandler). An event type
 	// has either a handler or a batch handler, not both.
@@ -275,6 +278,9 @@ type Inbox struct {
 	// carefulRuns counts down the runs that claim with ClaimStatement at
 	// once (see "The first claim" in decide.go); shared by the lanes.
 	carefulRuns atomic.Int32
+	// partitionOrigins caches originOf: a constraint's name -> the origin
+	// constraint it is a partition's copy of, "" for none.
+	partitionOrigins sync.Map
 }
 
 // New returns an Inbox that decodes with registry and applies each event type

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/usagebilling/billing/pkg/catalog"
@@ -74,9 +75,15 @@ func handle(t *testing.T, pool *pgxpool.Pool, evs ...querytest.Event) error {
 	})
 }
 
-// duplicate reports whether err is the handler's verdict that an item is
-// a duplicate of an event projected before.
+// duplicate reports whether err says an item is a duplicate of an event
+// projected before: the handler's verdict (an event of a month archived),
+// or a unique violation of a partition's copy of projected_event_pkey,
+// which the inbox decides a duplicate.
 func duplicate(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "23505" && strings.HasPrefix(pgErr.TableName, "projected_event_") && strings.HasSuffix(pgErr.ConstraintName, "_pkey")
+	}
 	return err != nil && strings.Contains(err.Error(), "duplicate: projected_event_pkey")
 }
 

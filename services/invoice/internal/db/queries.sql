@@ -15,7 +15,10 @@
 -- returns per event, in order: whether its period is closed, whether the
 -- charge was added, and, when it was not, whether a charge of that origin
 -- was already recorded, here or in a month archived (a redelivery: a
--- duplicate). Nothing is written for a closed period.
+-- duplicate). Nothing is written for a closed period. A charge of an open
+-- period recorded before is a unique violation of invoice_charge_origin_key
+-- (a plain INSERT: a speculative one costs a third more, and the inbox
+-- claimed the event first, so it is rare: the inbox decides it a duplicate).
 WITH u AS (
     SELECT unnest(@origin_event_ids::uuid[])  AS origin_event_id,
            unnest(@charge_ids::uuid[])        AS charge_id,
@@ -56,7 +59,6 @@ WITH u AS (
            c.meter_code, c.price_version, c.unit_price, c.quantity, c.amount, c.aggregation, c.dimensions_key, c.unpriced
     FROM c WHERE NOT c.closed
     ORDER BY c.n
-    ON CONFLICT (origin_event_id) DO NOTHING
     RETURNING origin_event_id
 ), batch_figure AS (
     -- One row per line of the batch: its largest quantity (max), or its
