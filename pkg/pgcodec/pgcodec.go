@@ -250,6 +250,7 @@ func (encodeUUIDs[T]) Encode(value any, buf []byte) ([]byte, error) {
 	if ids == nil {
 		return nil, nil
 	}
+	buf = slices.Grow(buf, arrayHeaderLen+len(ids)*(4+16))
 	buf = appendArrayHeader(buf, len(ids), pgtype.UUIDOID, false)
 	for _, id := range ids {
 		buf = binary.BigEndian.AppendUint32(buf, 16)
@@ -267,6 +268,11 @@ func (encodeTexts) Encode(value any, buf []byte) ([]byte, error) {
 	if ss == nil {
 		return nil, nil
 	}
+	n := arrayHeaderLen + 4*len(ss)
+	for _, s := range ss {
+		n += len(s)
+	}
+	buf = slices.Grow(buf, n)
 	buf = appendArrayHeader(buf, len(ss), pgtype.TextOID, false)
 	for _, s := range ss {
 		buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
@@ -288,6 +294,7 @@ func (e encodeFixed[T]) Encode(value any, buf []byte) ([]byte, error) {
 	if vs == nil {
 		return nil, nil
 	}
+	buf = slices.Grow(buf, arrayHeaderLen+len(vs)*(4+int(e.width)))
 	buf = appendArrayHeader(buf, len(vs), e.elementOID, false)
 	for _, v := range vs {
 		buf = binary.BigEndian.AppendUint32(buf, e.width)
@@ -319,7 +326,16 @@ func (e encodeByteSlices) Encode(value any, buf []byte) ([]byte, error) {
 	if bs == nil {
 		return nil, nil
 	}
-	nulls := slices.ContainsFunc(bs, func(b []byte) bool { return b == nil })
+	nulls := false
+	n := arrayHeaderLen + 4*len(bs)
+	for _, b := range bs {
+		if b == nil {
+			nulls = true
+			continue
+		}
+		n += len(e.prefix) + len(b)
+	}
+	buf = slices.Grow(buf, n)
 	buf = appendArrayHeader(buf, len(bs), e.elementOID, nulls)
 	for _, b := range bs {
 		if b == nil {
@@ -332,6 +348,14 @@ func (e encodeByteSlices) Encode(value any, buf []byte) ([]byte, error) {
 	}
 	return buf, nil
 }
+
+// arrayHeaderLen is the length of appendArrayHeader's header of a
+// non-empty array. The encoders grow the buffer once to the array's whole
+// length before writing it: pgx hands each statement's parameters a buffer
+// of 256 bytes (its ExtendedQueryBuilder shrinks back to that after every
+// statement), which a batch's array of 500 envelopes would otherwise
+// outgrow a dozen times, each time copied whole.
+const arrayHeaderLen = 20
 
 // appendArrayHeader appends the header of a one-dimensional array of n
 // elements, lower bound 1, saying whether any is NULL; an empty array has
