@@ -354,7 +354,7 @@ func (e encodeByteSlices) Encode(value any, buf []byte) ([]byte, error) {
 // length before writing it: pgx hands each statement's parameters a buffer
 // of 256 bytes (its ExtendedQueryBuilder shrinks back to that after every
 // statement), which a batch's array of 500 envelopes would otherwise
-// outgrow a dozen times, each time copied whole.
+// outgrow about twenty times, each time copied whole.
 const arrayHeaderLen = 20
 
 // appendArrayHeader appends the header of a one-dimensional array of n
