@@ -208,7 +208,7 @@ type Config struct {
 
 	ConsumerGroup string        // CONSUMER_GROUP (<name>)
 	ConsumerBatch int           // CONSUMER_BATCH_SIZE (500)
-	ConsumerWait  time.Duration // CONSUMER_MAX_WAIT (5ms)
+	ConsumerWait  time.Duration // CONSUMER_MAX_WAIT (15ms)
 	ConsumerLanes int           // CONSUMER_LANES (1)
 	SweepInterval time.Duration // CONSUMER_SWEEP_INTERVAL (2s)
 
@@ -292,7 +292,7 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 
 		ConsumerGroup: e.String("CONSUMER_GROUP", name),
 		ConsumerBatch: e.Int("CONSUMER_BATCH_SIZE", 500),
-		ConsumerWait:  e.Duration("CONSUMER_MAX_WAIT", 5*time.Millisecond),
+		ConsumerWait:  e.Duration("CONSUMER_MAX_WAIT", 15*time.Millisecond),
 		ConsumerLanes: e.Int("CONSUMER_LANES", 1),
 		SweepInterval: e.Duration("CONSUMER_SWEEP_INTERVAL", 2*time.Second),
 	}
