@@ -31,12 +31,15 @@ type RunnerConfig struct {
 	// from any of the partitions the consumer holds.
 	BatchSize int
 	// MaxWait is how long a batch waits for more messages after its first
-	// (15ms); a batch is decided once it holds BatchSize messages or MaxWait
-	// has passed. What arrives while a batch is decided waits for the next,
-	// so the busier the consumer, the larger its batches. A longer wait
-	// makes larger batches of the bursts a producer's relay sends (each
-	// batch pays its transaction whatever its size) and adds at most itself
-	// to a lone event's latency (docs/cpu-per-fact.md, step 31).
+	// (15ms) once a second one has come within loneWait of it; a message
+	// that no other follows within loneWait (5ms, or MaxWait when shorter)
+	// is decided alone then. A batch is decided once it holds BatchSize
+	// messages or its wait has passed. What arrives while a batch is decided
+	// waits for the next, so the busier the consumer, the larger its
+	// batches. The longer wait of a burst makes larger batches of what a
+	// producer's relay sends (each batch pays its transaction whatever its
+	// size); the short one keeps a lone event's latency low
+	// (docs/cpu-per-fact.md, step 31).
 	MaxWait time.Duration
 	// Lanes is how many batches are decided at once (1): each partition the
 	// consumer holds is given to one lane, whose batches take from its
@@ -331,40 +334,57 @@ func (h *groupHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.
 	}
 }
 
-// decideStream gathers a batch (blocking for its first message, then taking
-// what arrives within MaxWait up to BatchSize, from any partition), decides
-// and commits it, and marks the last message of each partition in it; it
-// repeats until the session ends.
+// loneWait is how long a batch's first message waits for a second before
+// it is decided alone (Config.MaxWait).
+const loneWait = 5 * time.Millisecond
+
+// decideStream gathers a batch (see gather), decides and commits it, and
+// marks the last message of each partition in it; it repeats until the
+// session ends.
 func (r *Runner) decideStream(s sarama.ConsumerGroupSession, in <-chan *sarama.ConsumerMessage) {
 	ctx := s.Context()
 	batch := make([]*sarama.ConsumerMessage, 0, r.cfg.BatchSize)
 	linger := time.NewTimer(r.cfg.MaxWait)
 	defer linger.Stop()
 	for {
-		batch = batch[:0]
-		select {
-		case m := <-in:
-			batch = append(batch, m)
-		case <-ctx.Done():
+		var ok bool
+		if batch, ok = r.gather(ctx, in, batch[:0], linger); !ok {
 			return
 		}
-		linger.Reset(r.cfg.MaxWait)
-	gather:
-		for len(batch) < r.cfg.BatchSize {
-			select {
-			case m := <-in:
-				batch = append(batch, m)
-			case <-linger.C:
-				break gather
-			case <-ctx.Done():
-				return
-			}
-		}
-		linger.Stop()
 		if !r.handle(ctx, s, batch) {
 			return
 		}
 	}
+}
+
+// gather appends the next batch to batch: it blocks for the first message,
+// then takes what arrives within loneWait of it, or within MaxWait of it once
+// a second has come, up to BatchSize, from any partition. It returns false
+// when ctx ends first. linger is the lane's timer, stopped on return.
+func (r *Runner) gather(ctx context.Context, in <-chan *sarama.ConsumerMessage, batch []*sarama.ConsumerMessage, linger *time.Timer) ([]*sarama.ConsumerMessage, bool) {
+	defer linger.Stop()
+	select {
+	case m := <-in:
+		batch = append(batch, m)
+	case <-ctx.Done():
+		return batch, false
+	}
+	first := time.Now()
+	linger.Reset(min(loneWait, r.cfg.MaxWait))
+	for len(batch) < r.cfg.BatchSize {
+		select {
+		case m := <-in:
+			batch = append(batch, m)
+			if len(batch) == 2 { // a burst: wait for the rest of it
+				linger.Reset(r.cfg.MaxWait - time.Since(first))
+			}
+		case <-linger.C:
+			return batch, true
+		case <-ctx.Done():
+			return batch, false
+		}
+	}
+	return batch, true
 }
 
 // handle decides batch until it commits (true) or the session ends (false).
