@@ -335,7 +335,7 @@ func (h *groupHandler) ConsumeClaim(s sarama.ConsumerGroupSession, claim sarama.
 }
 
 // loneWait is how long a batch's first message waits for a second before
-// it is decided alone (Config.MaxWait).
+// it is decided alone (RunnerConfig.MaxWait).
 const loneWait = 5 * time.Millisecond
 
 // decideStream gathers a batch (see gather), decides and commits it, and
