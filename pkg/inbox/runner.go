@@ -344,8 +344,7 @@ const loneWait = 5 * time.Millisecond
 func (r *Runner) decideStream(s sarama.ConsumerGroupSession, in <-chan *sarama.ConsumerMessage) {
 	ctx := s.Context()
 	batch := make([]*sarama.ConsumerMessage, 0, r.cfg.BatchSize)
-	linger := time.NewTimer(r.cfg.MaxWait)
-	defer linger.Stop()
+	linger := time.NewTimer(r.cfg.MaxWait) // gather stops it on every return
 	for {
 		var ok bool
 		if batch, ok = r.gather(ctx, in, batch[:0], linger); !ok {
