@@ -24,6 +24,11 @@ type Config struct {
 	Name string
 	// BatchSize is the most rows sent in one round (500).
 	BatchSize int
+	// Linger is how long the producer gathers a round's messages before it
+	// sends a round smaller than BatchSize (2ms); a full round is sent as
+	// soon as its last message is handed over. Either way a round goes to
+	// each broker in one produce request (see send).
+	Linger time.Duration
 	// PollInterval is the fallback poll when no notification arrives (1s).
 	PollInterval time.Duration
 	// LeaseTTL is how long a shard lease lasts without renewal (15s); a dead
@@ -63,6 +68,7 @@ func (c Config) withDefaults() Config {
 	if c.BatchSize <= 0 {
 		c.BatchSize = 500
 	}
+	set(&c.Linger, 2*time.Millisecond)
 	set(&c.PollInterval, time.Second)
 	set(&c.LeaseTTL, 15*time.Second)
 	set(&c.BackoffMin, 200*time.Millisecond)

@@ -201,6 +201,7 @@ type Config struct {
 	PprofAddr string
 
 	RelayBatch     int           // RELAY_BATCH_SIZE (500)
+	RelayLinger    time.Duration // RELAY_LINGER (2ms)
 	RelayPoll      time.Duration // RELAY_POLL_INTERVAL (1s)
 	RelayLeaseTTL  time.Duration // RELAY_LEASE_TTL (15s)
 	RelayMaxTries  int           // RELAY_MAX_ATTEMPTS (10)
@@ -245,7 +246,7 @@ var EnvNames = append([]string{
 	"HTTP_REQUEST_TIMEOUT", "DB_CONSUMER_MAX_CONNS", "DB_STATEMENT_TIMEOUT", "DB_ACQUIRE_TIMEOUT", "DB_CONN_IDLE_TIME",
 	"RATE_LIMIT_RPS", "RATE_LIMIT_BURST",
 	"INBOX_RETENTION", "IDEMPOTENCY_TTL", "DEFERRED_MAX_AGE", "RETENTION_INTERVAL", "RETENTION_BATCH_SIZE",
-	"RELAY_BATCH_SIZE", "RELAY_POLL_INTERVAL", "RELAY_LEASE_TTL", "RELAY_MAX_ATTEMPTS", "RELAY_RETENTION",
+	"RELAY_BATCH_SIZE", "RELAY_LINGER", "RELAY_POLL_INTERVAL", "RELAY_LEASE_TTL", "RELAY_MAX_ATTEMPTS", "RELAY_RETENTION",
 	"CONSUMER_GROUP", "CONSUMER_BATCH_SIZE", "CONSUMER_MAX_WAIT", "CONSUMER_LANES", "CONSUMER_SWEEP_INTERVAL",
 	"AUTH_ISSUER", "AUTH_JWKS", "AUTH_JWKS_REFRESH", "AUTH_SERVICE_KEY", "AUTH_SERVICE_KEY_ID", "AUTH_SERVICE_CALLERS", "AUTH_DEV_KEY", "SERVICE_URLS",
 }, kafkaconf.EnvNames...)
@@ -285,6 +286,7 @@ func LoadConfig(e *Env, name string, defaultPort int) (Config, error) {
 		RetentionBatch:    e.Int("RETENTION_BATCH_SIZE", 1000),
 
 		RelayBatch:     e.Int("RELAY_BATCH_SIZE", 500),
+		RelayLinger:    e.Duration("RELAY_LINGER", 2*time.Millisecond),
 		RelayPoll:      e.Duration("RELAY_POLL_INTERVAL", time.Second),
 		RelayLeaseTTL:  e.Duration("RELAY_LEASE_TTL", 15*time.Second),
 		RelayMaxTries:  e.Int("RELAY_MAX_ATTEMPTS", 10),

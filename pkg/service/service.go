@@ -238,7 +238,7 @@ func assemble(ctx context.Context, spec Spec, cfg Config, log *slog.Logger, pool
 	p.parts = parts
 
 	p.relay, err = outbox.NewRelay(consumerPool, outbox.Config{
-		Brokers: cfg.Brokers, Name: spec.Name + "-relay", BatchSize: cfg.RelayBatch, PollInterval: cfg.RelayPoll,
+		Brokers: cfg.Brokers, Name: spec.Name + "-relay", BatchSize: cfg.RelayBatch, Linger: cfg.RelayLinger, PollInterval: cfg.RelayPoll,
 		LeaseTTL: cfg.RelayLeaseTTL, MaxAttempts: cfg.RelayMaxTries, Retention: cfg.RelayRetention,
 		Logger: log, Registerer: reg,
 	})
