@@ -5,12 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/outbox"
-	"github.com/usagebilling/billing/testkit/kafkabroker"
 	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
@@ -23,16 +21,7 @@ import (
 // the produce requests.
 func TestARoundIsOneProduceRequest(t *testing.T) {
 	pool := pgtest.NewPool(t, outboxDB)
-	broker, err := kafkabroker.StartEmbedded(kafkabroker.EmbeddedOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Close)
-	brokers := broker.Addrs()
-	topic := "rounds-" + uuid.NewString()[:8]
-	if err := kafkabroker.CreateTopics(t.Context(), brokers, 6, topic); err != nil {
-		t.Fatal(err)
-	}
+	broker, brokers, topic := embeddedTopic(t, "rounds", 6)
 	var requests atomic.Int64
 	broker.Cluster().ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		requests.Add(1)

@@ -18,12 +18,30 @@ import (
 	"github.com/usagebilling/billing/pkg/envelope"
 	"github.com/usagebilling/billing/pkg/kafkaconf"
 	"github.com/usagebilling/billing/pkg/outbox"
+	"github.com/usagebilling/billing/testkit/kafkabroker"
 	"github.com/usagebilling/billing/testkit/pgtest"
 )
 
 var outboxDB = pgtest.Template{Name: "outbox", Migrate: outbox.Migrate}
 
 const testEventType = "test.ThingHappened"
+
+// embeddedTopic starts an embedded kfake broker for t alone (its faults and
+// request hooks then touch no other test) with a fresh topic of partitions
+// partitions, named prefix-<random>.
+func embeddedTopic(t *testing.T, prefix string, partitions int) (*kafkabroker.Embedded, []string, string) {
+	t.Helper()
+	broker, err := kafkabroker.StartEmbedded(kafkabroker.EmbeddedOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	topic := prefix + "-" + uuid.NewString()[:8]
+	if err := kafkabroker.CreateTopics(t.Context(), broker.Addrs(), partitions, topic); err != nil {
+		t.Fatal(err)
+	}
+	return broker, broker.Addrs(), topic
+}
 
 var eventBatch atomic.Int64
 

@@ -65,16 +65,7 @@ func TestAMissingTopicIsRetriedNotDeadLettered(t *testing.T) {
 // (kafkaconf's TestACLsRefuseAnotherServicesTopic), until it is removed.
 func TestAnUnauthorizedTopicIsRetriedNotDeadLettered(t *testing.T) {
 	pool := pgtest.NewPool(t, outboxDB)
-	broker, err := kafkabroker.StartEmbedded(kafkabroker.EmbeddedOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(broker.Close)
-	brokers := broker.Addrs()
-	topic := "unauthorized-" + uuid.NewString()[:8]
-	if err := kafkabroker.CreateTopics(t.Context(), brokers, 3, topic); err != nil {
-		t.Fatal(err)
-	}
+	broker, brokers, topic := embeddedTopic(t, "unauthorized", 3)
 	refusal := broker.Cluster().Fault(kfake.Fault{
 		Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.TopicAuthorizationFailed, Count: -1,
 	})
