@@ -10,7 +10,7 @@
 // The pieces: config.go (the knobs), client.go (HTTP and tokens),
 // setup.go (prices, the probe fact), driver.go (the senders), sampler.go
 // (query polls and the progress line), promtext.go (/metrics histograms),
-// stats.go (percentiles, FIFO matching), cpu.go (CPU per fact, all-in and
+// stats.go (percentiles, FIFO matching, latency by window), cpu.go (CPU per fact, all-in and
 // per process group, from /proc, and its ratio to the floor of make
 // floor), report.go and plot.go (the report and its SVG), run.go (the
 // whole run). e2e/cmd/load is the command; `make load` runs it.

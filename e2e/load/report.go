@@ -17,22 +17,25 @@ import (
 
 // Report is what a run found; report.json is this, report.txt WriteText.
 type Report struct {
-	RunID      string      `json:"runId"`
-	Started    time.Time   `json:"started"`
-	Conditions Conditions  `json:"conditions"`
-	Totals     Totals      `json:"totals"`
-	Throughput Throughput  `json:"throughput"`
-	Latency    []Latency   `json:"latency"`
-	Relay      []HistStats `json:"relayCommitToAck"`
-	Inbox      []HistStats `json:"inboxBatchDuration"`
-	CPU        CPU         `json:"cpuPerFact"`
-	Tenants    []Tenant    `json:"tenants"`
-	Closed     []Closed    `json:"closed,omitempty"`
-	Alerts     *AlertStats `json:"alerts,omitempty"`
-	Series     []Point     `json:"series"`
-	Failures   []string    `json:"failures"`
-	Notes      []string    `json:"notes"`
-	OK         bool        `json:"ok"`
+	RunID      string     `json:"runId"`
+	Started    time.Time  `json:"started"`
+	Conditions Conditions `json:"conditions"`
+	Totals     Totals     `json:"totals"`
+	Throughput Throughput `json:"throughput"`
+	Latency    []Latency  `json:"latency"`
+	// LatencyWindows is the charged latency (Latency[1]) by when the facts
+	// were accepted.
+	LatencyWindows []LatencyWindow `json:"latencyWindows,omitempty"`
+	Relay          []HistStats     `json:"relayCommitToAck"`
+	Inbox          []HistStats     `json:"inboxBatchDuration"`
+	CPU            CPU             `json:"cpuPerFact"`
+	Tenants        []Tenant        `json:"tenants"`
+	Closed         []Closed        `json:"closed,omitempty"`
+	Alerts         *AlertStats     `json:"alerts,omitempty"`
+	Series         []Point         `json:"series"`
+	Failures       []string        `json:"failures"`
+	Notes          []string        `json:"notes"`
+	OK             bool            `json:"ok"`
 }
 
 // Conditions are the settings of the run and what is known of the system.
@@ -165,6 +168,7 @@ func buildReport(o *outcome) *Report {
 		r.Throughput.LastChargedSecs = (tl.lastCharge - o.sendStart).Seconds()
 		r.Throughput.EndToEndPerSec = float64(r.Totals.Charged) / r.Throughput.LastChargedSecs
 	}
+	r.LatencyWindows = LatencyWindows(tl.chargeSamples, o.sendStart, o.sendEnd)
 	r.Latency[0].fill(tl.countSamples)
 	r.Latency[1].fill(tl.chargeSamples)
 	if o.cpu != nil {
@@ -471,6 +475,15 @@ func (r *Report) writeSpeed(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "method: %s\n", LatencyMethod)
+	if len(r.LatencyWindows) < 2 {
+		return
+	}
+	tw = textSection(w, "Latency by when the facts were accepted (usage -> billing -> query charged)")
+	fmt.Fprintln(tw, "seconds\tfacts\tp50\tp95\tp99\tmax")
+	for _, l := range r.LatencyWindows {
+		fmt.Fprintf(tw, "%.0f-%.0f\t%d\t%s\t%s\t%s\t%s\n", l.From, l.To, l.Facts, ms(l.P50), ms(l.P95), ms(l.P99), ms(l.Max))
+	}
+	tw.Flush()
 }
 
 // writeCPU writes the CPU per fact: all-in, per process group, and their

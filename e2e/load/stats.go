@@ -7,10 +7,12 @@ import (
 )
 
 // Sample is a value observed Weight times (a latency in seconds shared by
-// the facts of one batch, say).
+// the facts of one batch, say), At the instant its facts were accepted
+// (an offset from the run's origin; zero when it does not matter).
 type Sample struct {
 	Value  float64
 	Weight int64
+	At     time.Duration
 }
 
 // Percentiles returns the nearest-rank percentiles ps (each in (0, 100]) of
@@ -66,7 +68,7 @@ type Step struct {
 // a latency, reach minus accept, in seconds (clamped at zero: an estimate
 // can fall before the response that accepted the fact); the first skip
 // pairs are matched but not sampled (the probe facts). It returns the
-// latencies as weighted samples, the accepted facts not reached, and the
+// latencies as weighted samples, each at its facts' accept time, the accepted facts not reached, and the
 // reaches left over when more were reached than accepted.
 //
 // The pairing is an estimate: query does not say which facts it counted,
@@ -106,10 +108,10 @@ func MatchFIFO(accepts, reaches []Step, skip int64) (samples []Sample, unreached
 			sampled -= d
 		}
 		if sampled > 0 {
-			if k := len(samples) - 1; k >= 0 && samples[k].Value == lat {
+			if k := len(samples) - 1; k >= 0 && samples[k].Value == lat && samples[k].At == acc[i].At {
 				samples[k].Weight += sampled
 			} else {
-				samples = append(samples, Sample{Value: lat, Weight: sampled})
+				samples = append(samples, Sample{Value: lat, Weight: sampled, At: acc[i].At})
 			}
 		}
 		leftA -= n
@@ -147,4 +149,57 @@ func Total(steps []Step) int64 {
 		n += s.N
 	}
 	return n
+}
+
+// LatencyWindow is the latency of the facts accepted in one window of the
+// run, From and To in seconds after the first send.
+type LatencyWindow struct {
+	From  float64 `json:"fromSeconds"`
+	To    float64 `json:"toSeconds"`
+	Facts int64   `json:"facts"`
+	P50   float64 `json:"p50Seconds"`
+	P95   float64 `json:"p95Seconds"`
+	P99   float64 `json:"p99Seconds"`
+	Max   float64 `json:"maxSeconds"`
+}
+
+// latencyWindowMin is the shortest window of LatencyWindows; a run longer
+// than latencyWindowsMax of them gets longer windows, in steps of it.
+const (
+	latencyWindowMin  = 10 * time.Second
+	latencyWindowsMax = 12
+)
+
+// LatencyWindows cuts [start, end) into windows of latencyWindowMin (longer
+// for a long run, at most latencyWindowsMax windows; the last one may be
+// shorter) and gives the percentiles of the samples accepted in each: a
+// tail that comes from the first seconds (a broker warming up) or from the
+// last (a backlog) shows where it is. Samples accepted after end go to the
+// last window. samples is left as it was.
+func LatencyWindows(samples []Sample, start, end time.Duration) []LatencyWindow {
+	if end <= start {
+		return nil
+	}
+	every := latencyWindowMin
+	for every*latencyWindowsMax < end-start {
+		every += latencyWindowMin
+	}
+	n := int((end - start + every - 1) / every)
+	buckets := make([][]Sample, n)
+	for _, s := range samples {
+		i := min(max(int((s.At-start)/every), 0), n-1)
+		buckets[i] = append(buckets[i], s)
+	}
+	out := make([]LatencyWindow, 0, n)
+	for i, b := range buckets {
+		w := LatencyWindow{From: (time.Duration(i) * every).Seconds(), To: min(time.Duration(i+1)*every, end-start).Seconds()}
+		for _, s := range b {
+			w.Facts += s.Weight
+		}
+		if ps, ok := Percentiles(b, 50, 95, 99, 100); ok {
+			w.P50, w.P95, w.P99, w.Max = ps[0], ps[1], ps[2], ps[3]
+		}
+		out = append(out, w)
+	}
+	return out
 }

@@ -16,14 +16,14 @@ func TestPercentiles(t *testing.T) {
 	}
 
 	// Weights: 90 facts at 0.1s, 10 at 2s.
-	got, _ = Percentiles([]Sample{{2, 10}, {0.1, 90}}, 50, 90, 91, 99)
+	got, _ = Percentiles([]Sample{{Value: 2, Weight: 10}, {Value: 0.1, Weight: 90}}, 50, 90, 91, 99)
 	if want := []float64{0.1, 0.1, 2, 2}; !equal(got, want) {
 		t.Fatalf("weighted: got %v, want %v", got, want)
 	}
 	if _, ok := Percentiles(nil, 50); ok {
 		t.Fatal("no samples: want ok false")
 	}
-	if _, ok := Percentiles([]Sample{{1, 0}}, 50); ok {
+	if _, ok := Percentiles([]Sample{{Value: 1, Weight: 0}}, 50); ok {
 		t.Fatal("zero weight: want ok false")
 	}
 }
@@ -37,20 +37,20 @@ func TestMatchFIFO(t *testing.T) {
 	got, unreached, extra := MatchFIFO(accepts, reaches, 1)
 	// Pairs: probe 0->1.2 (skipped); 5 of the 1s batch ->1.2 (0.2);
 	// 5 more of it ->2.5 (1.5); the 1.5s batch ->2.5 (1.0); the 2s
-	// batch ->4 (2.0).
-	want := []Sample{{0.2, 5}, {1.5, 5}, {1.0, 10}, {2.0, 10}}
+	// batch ->4 (2.0); each at its batch's accept time.
+	want := []Sample{{0.2, 5, sec(1)}, {1.5, 5, sec(1)}, {1.0, 10, sec(1.5)}, {2.0, 10, sec(2)}}
 	if len(got) != len(want) || unreached != 0 || extra != 0 {
 		t.Fatalf("got %v unreached %d extra %d, want %v", got, unreached, extra, want)
 	}
 	for i := range want {
-		if diff := got[i].Value - want[i].Value; diff > 1e-9 || diff < -1e-9 || got[i].Weight != want[i].Weight {
+		if diff := got[i].Value - want[i].Value; diff > 1e-9 || diff < -1e-9 || got[i].Weight != want[i].Weight || got[i].At != want[i].At {
 			t.Fatalf("pair %d: got %v, want %v (all %v)", i, got[i], want[i], got)
 		}
 	}
 
 	// Fewer reached than accepted; a reach before the accept clamps to 0.
 	got, unreached, extra = MatchFIFO([]Step{{sec(3), 4}, {sec(5), 4}}, []Step{{sec(2), 3}}, 0)
-	if len(got) != 1 || got[0] != (Sample{0, 3}) || unreached != 5 || extra != 0 {
+	if len(got) != 1 || got[0] != (Sample{0, 3, sec(3)}) || unreached != 5 || extra != 0 {
 		t.Fatalf("short: got %v unreached %d extra %d", got, unreached, extra)
 	}
 	// More reached than accepted (a fact counted twice).
@@ -82,4 +82,37 @@ func equal(a, b []float64) bool {
 		}
 	}
 	return true
+}
+
+func TestLatencyWindows(t *testing.T) {
+	sec := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+	// A 25 s run from 5 s: windows 0-10, 10-20, 20-25. A slow start (1 s
+	// for the 10 facts at 6 s), fast after; one sample before the start
+	// (clamped into the first window) and one after the end (the last).
+	samples := []Sample{
+		{Value: 1, Weight: 10, At: sec(6)}, {Value: 0.1, Weight: 90, At: sec(7)}, {Value: 0.3, Weight: 1, At: sec(4)},
+		{Value: 0.2, Weight: 50, At: sec(16)}, {Value: 0.2, Weight: 50, At: sec(25.9)},
+		{Value: 0.05, Weight: 20, At: sec(26)}, {Value: 0.4, Weight: 1, At: sec(31)},
+	}
+	got := LatencyWindows(samples, sec(5), sec(30))
+	want := []LatencyWindow{
+		{From: 0, To: 10, Facts: 101, P50: 0.1, P95: 1, P99: 1, Max: 1},
+		{From: 10, To: 20, Facts: 50, P50: 0.2, P95: 0.2, P99: 0.2, Max: 0.2},
+		{From: 20, To: 25, Facts: 71, P50: 0.2, P95: 0.2, P99: 0.4, Max: 0.4},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d windows %v, want %v", len(got), got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("window %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	// A run of 5 minutes: windows of 30 s, 10 of them.
+	if got := LatencyWindows(nil, 0, 5*time.Minute); len(got) != 10 || got[0].To != 30 {
+		t.Errorf("5 minutes: %d windows, the first to %vs; want 10 of 30 s", len(got), got[0].To)
+	}
+	if got := LatencyWindows(samples, sec(5), sec(5)); got != nil {
+		t.Errorf("empty run: got %v, want none", got)
+	}
 }
