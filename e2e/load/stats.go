@@ -171,8 +171,8 @@ const (
 )
 
 // LatencyWindows cuts [start, end) into windows of latencyWindowMin (longer
-// for a long run, at most latencyWindowsMax windows; the last one may be
-// shorter) and gives the percentiles of the samples accepted in each: a
+// for a long run, at most latencyWindowsMax windows; the last one takes the
+// remainder, less than a window, so a run of 60.002 s has six) and gives the percentiles of the samples accepted in each: a
 // tail that comes from the first seconds (a broker warming up) or from the
 // last (a backlog) shows where it is. Samples accepted after end go to the
 // last window. samples is left as it was.
@@ -184,7 +184,7 @@ func LatencyWindows(samples []Sample, start, end time.Duration) []LatencyWindow 
 	for every*latencyWindowsMax < end-start {
 		every += latencyWindowMin
 	}
-	n := int((end - start + every - 1) / every)
+	n := max(int((end-start)/every), 1)
 	buckets := make([][]Sample, n)
 	for _, s := range samples {
 		i := min(max(int((s.At-start)/every), 0), n-1)
@@ -192,7 +192,10 @@ func LatencyWindows(samples []Sample, start, end time.Duration) []LatencyWindow 
 	}
 	out := make([]LatencyWindow, 0, n)
 	for i, b := range buckets {
-		w := LatencyWindow{From: (time.Duration(i) * every).Seconds(), To: min(time.Duration(i+1)*every, end-start).Seconds()}
+		w := LatencyWindow{From: (time.Duration(i) * every).Seconds(), To: (time.Duration(i+1) * every).Seconds()}
+		if i == n-1 {
+			w.To = (end - start).Seconds()
+		}
 		for _, s := range b {
 			w.Facts += s.Weight
 		}

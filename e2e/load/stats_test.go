@@ -86,9 +86,10 @@ func equal(a, b []float64) bool {
 
 func TestLatencyWindows(t *testing.T) {
 	sec := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
-	// A 25 s run from 5 s: windows 0-10, 10-20, 20-25. A slow start (1 s
-	// for the 10 facts at 6 s), fast after; one sample before the start
-	// (clamped into the first window) and one after the end (the last).
+	// A 25 s run from 5 s: windows 0-10, 10-25 (the last takes the
+	// remainder). A slow start (1 s for the 10 facts at 6 s), fast after;
+	// one sample before the start (clamped into the first window) and one
+	// after the end (the last).
 	samples := []Sample{
 		{Value: 1, Weight: 10, At: sec(6)}, {Value: 0.1, Weight: 90, At: sec(7)}, {Value: 0.3, Weight: 1, At: sec(4)},
 		{Value: 0.2, Weight: 50, At: sec(16)}, {Value: 0.2, Weight: 50, At: sec(25.9)},
@@ -97,8 +98,7 @@ func TestLatencyWindows(t *testing.T) {
 	got := LatencyWindows(samples, sec(5), sec(30))
 	want := []LatencyWindow{
 		{From: 0, To: 10, Facts: 101, P50: 0.1, P95: 1, P99: 1, Max: 1},
-		{From: 10, To: 20, Facts: 50, P50: 0.2, P95: 0.2, P99: 0.2, Max: 0.2},
-		{From: 20, To: 25, Facts: 71, P50: 0.2, P95: 0.2, P99: 0.4, Max: 0.4},
+		{From: 10, To: 25, Facts: 121, P50: 0.2, P95: 0.2, P99: 0.2, Max: 0.4},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d windows %v, want %v", len(got), got, want)
@@ -111,6 +111,10 @@ func TestLatencyWindows(t *testing.T) {
 	// A run of 5 minutes: windows of 30 s, 10 of them.
 	if got := LatencyWindows(nil, 0, 5*time.Minute); len(got) != 10 || got[0].To != 30 {
 		t.Errorf("5 minutes: %d windows, the first to %vs; want 10 of 30 s", len(got), got[0].To)
+	}
+	// 60.002 s: six windows, the last to 60.002.
+	if got := LatencyWindows(nil, 0, sec(60.002)); len(got) != 6 || got[5].To != 60.002 {
+		t.Errorf("60.002 s: %d windows %v; want 6, the last to 60.002", len(got), got)
 	}
 	if got := LatencyWindows(samples, sec(5), sec(5)); got != nil {
 		t.Errorf("empty run: got %v, want none", got)
